@@ -1,0 +1,127 @@
+"""The ``mslaunch`` command: typer apps, error mapping and exit codes.
+
+Exit codes: 0 success; 1 a job or check failed (or validation found problems); 2 bad input
+(hostfile, YAML, rank table, flags); for ``run``, the root-cause rank's exit code (128+N for
+signal N).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import List, Optional
+
+import typer
+
+from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, load_inventory, plan_from, with_job_options
+from launcher.errors import MsLaunchError, PlanError
+
+app = typer.Typer(
+    name="mslaunch",
+    help="Launch and supervise MindSpore distributed training jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+env_app = typer.Typer(help="Per-rank environments.", no_args_is_help=True)
+hostfile_app = typer.Typer(help="OpenMPI hostfiles.", no_args_is_help=True)
+app.add_typer(env_app, name="env")
+app.add_typer(hostfile_app, name="hostfile")
+
+
+@app.command("plan", context_settings=PROGRAM_CONTEXT)
+@with_job_options
+def plan_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    *,
+    opts: JobOptions,
+) -> None:
+    """Print the full plan of a job (per rank: host, rank, device, cwd, argv, env) without starting it."""
+    plan = plan_from(opts)
+    if as_json:
+        sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\n")
+        return
+    from launcher.cli.render import print_plan
+
+    print_plan(plan)
+
+
+@env_app.command("show", context_settings=PROGRAM_CONTEXT)
+@with_job_options
+def env_show(
+    rank: Optional[int] = typer.Option(None, "--rank", "-r", help="The rank whose env to print."),
+    scheduler: bool = typer.Option(False, "--scheduler", help="Print the scheduler's env instead."),
+    *,
+    opts: JobOptions,
+) -> None:
+    """Print one rank's environment as `export` lines (what mslaunch sets on top of the inherited env)."""
+    plan = plan_from(opts)
+    if scheduler:
+        if plan.scheduler is None:
+            raise PlanError(f"the {plan.method} method has no scheduler", field="--scheduler")
+        proc = plan.scheduler
+    else:
+        if rank is None:
+            raise PlanError("pass --rank R (or --scheduler)", field="--rank")
+        if not 0 <= rank < plan.world_size:
+            raise PlanError(f"rank {rank} is not in 0..{plan.world_size - 1}", field="--rank")
+        proc = plan.ranks[rank]
+    for key, value in proc.env:
+        sys.stdout.write(f"export {key}={shlex.quote(value)}\n")
+
+
+@hostfile_app.command("gen")
+def hostfile_gen(
+    hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile or YAML cluster file."),
+    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8."),
+    include: Optional[str] = typer.Option(None, "--include", help="Only these hosts/devices: host1:0,1@host2."),
+    exclude: Optional[str] = typer.Option(None, "--exclude", help="Not these hosts/devices."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
+) -> None:
+    """Write an OpenMPI hostfile (`host slots=N` lines) from an inventory, after filters."""
+    from launcher.planning.mpi import render_hostfile
+
+    if not hosts and not host_list:
+        raise PlanError("pass --hosts FILE or -H LIST", field="--hosts")
+    _emit(render_hostfile(load_inventory(hosts, host_list, include, exclude)), output)
+
+
+def _emit(text: str, output: Optional[str]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from launcher.jobs.files import write_atomic
+
+    write_atomic(output, text)
+    sys.stderr.write(f"wrote {output}\n")
+
+
+def _register() -> None:
+    from launcher.cli import jobs, run
+
+    run.register(app)
+    jobs.register(app)
+    import importlib
+
+    for name in ("ranktable", "data"):  # TODO(dev): strict once all modules exist
+        try:
+            mod = importlib.import_module(f"launcher.cli.{name}")
+        except ImportError:
+            continue
+        app.add_typer(mod.app, name=name)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Entry point: run the CLI; an MsLaunchError becomes one line on stderr and its exit code.
+
+    Usage errors (unknown flags, missing arguments) are reported by typer itself (exit 2).
+    """
+    _register()
+    try:
+        app(args=argv, prog_name="mslaunch")
+    except MsLaunchError as exc:
+        sys.stderr.write(f"mslaunch: error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)

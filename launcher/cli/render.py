@@ -1,0 +1,81 @@
+"""rich rendering of plans and job results for the CLI."""
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING, Optional
+
+from rich.console import Console
+
+from launcher.planning.plan import Plan
+
+if TYPE_CHECKING:
+    from launcher.execution.results import JobResult
+
+_console: Optional[Console] = None
+
+
+def console(stderr: bool = False) -> Console:
+    global _console
+    if stderr:
+        return Console(stderr=True)
+    if _console is None:
+        _console = Console()
+    return _console
+
+
+def print_plan(plan: Plan) -> None:
+    """The plan, one block per process (argv and env in full), then artefacts and mpirun's argv."""
+    con = console()
+    out = con.print
+    out(f"[bold]job[/bold] {plan.job_id}  method={plan.method}  launcher={plan.launcher}  "
+        f"world_size={plan.world_size}  hosts={','.join(h.name for h in plan.hosts)}", soft_wrap=True)
+    out(f"[bold]job dir[/bold] {plan.job_dir}", soft_wrap=True)
+    if plan.scheduler is not None:
+        out(f"[bold]scheduler[/bold] {plan.master_addr}:{plan.master_port} on {plan.scheduler.host}", soft_wrap=True)
+    for p in plan.processes:
+        where = f"host={p.host}"
+        if p.rank is not None:
+            where += f" rank={p.rank} local_rank={p.local_rank} node_rank={p.node_rank} device_id={p.device_id}"
+        out(f"[bold cyan]{p.name}[/bold cyan]  {where}", soft_wrap=True, highlight=False)
+        out(f"  cwd:  {p.cwd}", soft_wrap=True, highlight=False)
+        out(f"  argv: {' '.join(shlex.quote(a) for a in p.argv)}", soft_wrap=True, highlight=False, markup=False)
+        out(f"  env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in p.env)}", soft_wrap=True, highlight=False, markup=False)
+        out(f"  log:  {p.log}", soft_wrap=True, highlight=False)
+    for a in plan.artefacts:
+        out(f"[bold]artefact[/bold] {a.kind}: {plan.job_dir}/{a.name}", soft_wrap=True)
+    if plan.mpirun_argv is not None:
+        out("[bold]mpirun[/bold]", soft_wrap=True)
+        out(" ".join(shlex.quote(a) for a in plan.mpirun_argv), soft_wrap=True, highlight=False, markup=False)
+
+
+def print_result(result: "JobResult", quiet: bool = False) -> None:
+    """Final summary: a table of processes, and on failure a panel with the root cause's log tail."""
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    con = console(stderr=True)
+    secs = result.ended - result.started
+    if quiet:
+        con.print(f"mslaunch: job {result.job_id} {result.status} (exit {result.exit_code}) in {secs:.1f} s", highlight=False)
+        return
+    table = Table(title=f"job {result.job_id}: {result.status} in {secs:.1f} s", title_justify="left")
+    for col in ("process", "host", "result", "log"):
+        table.add_column(col, overflow="fold")
+    for p in result.processes:
+        if p.torn_down:
+            outcome = Text("stopped by mslaunch", style="dim")
+        elif p.failed:
+            outcome = Text(p.describe(), style="bold red")
+        else:
+            outcome = Text("ok", style="green")
+        table.add_row(p.name, p.host, outcome, p.log)
+    con.print(table)
+    if result.root_cause is not None:
+        rc = result.root_cause
+        body = "\n".join(rc.tail) if rc.tail else "(empty log)"
+        title = f"root cause: {rc.name} on {rc.host}: {rc.reason}"
+        con.print(Panel(Text(body), title=title, subtitle=rc.log, border_style="red"))
+    elif result.message:
+        con.print(f"mslaunch: {result.message}", highlight=False)
+    con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False)

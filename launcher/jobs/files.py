@@ -1,0 +1,69 @@
+"""Small file helpers for artefacts mslaunch writes (rank tables, plans, summaries)."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from launcher.errors import MsLaunchError
+
+__all__ = ["write_atomic"]
+
+
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part.
+
+    The text goes to a temporary file in the same folder (``.<name>.<random>.tmp``), is flushed
+    and fsynced, gets ``mode``, and is renamed over ``path`` with ``os.replace``; the folder is then
+    fsynced (best effort).  On any failure the temporary file is removed and ``path`` is left as
+    it was.
+
+    Args:
+        path: the destination file; its folder must exist.
+        text: the content, written as UTF-8.
+        mode: permission bits of the new file (not filtered by the umask).
+
+    Raises:
+        MsLaunchError: naming ``path`` when the folder is missing or not writable, ``path`` is a
+            directory, or the disk is full.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    base = os.path.basename(path)
+    if os.path.isdir(path):
+        raise MsLaunchError("is a directory; give a file name to write", path=path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder)
+    except FileNotFoundError:
+        raise MsLaunchError(f"cannot write: folder {folder} does not exist", path=path) from None
+    except OSError as exc:
+        raise MsLaunchError(f"cannot write: {exc.strerror or exc}", path=path) from None
+    try:
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as exc:
+        raise MsLaunchError(f"cannot write: {exc.strerror or exc}", path=path) from None
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    """fsync a directory so a rename in it is durable (ignored where unsupported)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,174 @@
+"""Environment layouts, one per rendezvous method (pure).
+
+Each function returns only the variables mslaunch sets for a process; the process inherits the
+rest of its environment (the launching shell locally, the login environment over SSH), as with
+torchrun.  Precedence, lowest first (later layers win):
+
+1. launcher tuning defaults (:data:`DYNAMIC_TUNING`, ``PYTHONUNBUFFERED``), skipped for any
+   variable the user already set in the launching environment;
+2. the inventory's ``defaults.env``, then the host's ``env``;
+3. ``--env-file`` files, in the order given, line by line;
+4. ``--env K=V`` flags, in the order given;
+5. the method's layout (``MS_ROLE``, ``RANK_ID``, ...): these are per rank and cannot be
+   overridden; setting one of them in layers 2-4 is an error that names the flag to use instead.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+from launcher.errors import MsLaunchError, PlanError
+from launcher.planning.ranks import RankSlot
+
+METHODS = ("dynamic", "ranktable", "mpi")
+
+#: Dynamic-cluster variables mslaunch tunes for a launcher that starts the scheduler first and
+#: waits for its port: workers then register at their first try, so long retry waits only cost.
+DYNAMIC_TUNING: Tuple[Tuple[str, str], ...] = (
+    ("MS_RETRY_INTERVAL_LOWER", "0"),
+    ("MS_RETRY_INTERVAL_UPPER", "1"),
+)
+
+#: Variables each method sets per process, with the flag that controls them.
+RESERVED: Dict[str, Dict[str, str]] = {
+    "dynamic": {
+        "MS_ROLE": "the launcher sets it per process",
+        "MS_WORKER_NUM": "use --np / --worker-num",
+        "MS_SCHED_HOST": "use --master-addr",
+        "MS_SCHED_PORT": "use --master-port",
+        "MS_NODE_ID": "the launcher sets it per rank",
+        "RANK_ID": "the launcher sets it per rank",
+        "RANK_SIZE": "use --np",
+        "DEVICE_ID": "use devices: in the inventory or --include",
+    },
+    "ranktable": {
+        "RANK_TABLE_FILE": "the launcher writes the rank table into the job dir",
+        "RANK_ID": "the launcher sets it per rank",
+        "RANK_SIZE": "use --np",
+        "DEVICE_ID": "use devices: in the inventory or --include",
+    },
+    "mpi": {
+        "RANK_ID": "OpenMPI assigns ranks",
+        "RANK_SIZE": "use --np",
+        "DEVICE_ID": "use devices: in the inventory or --include",
+    },
+}
+
+_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_env_assignment(text: str, field: str = "--env") -> Tuple[str, str]:
+    """Parse ``K=V`` (V may be empty or contain ``=``).
+
+    Raises:
+        PlanError: naming ``field`` when there is no ``=`` or the name is not a valid identifier.
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not _KEY_RE.match(key):
+        raise PlanError(f"expected NAME=VALUE, got {text!r}", field=field)
+    return key, value
+
+
+def parse_env_file(text: str, path: Optional[str] = None) -> Tuple[Tuple[str, str], ...]:
+    """Parse a dotenv-style file: ``K=V`` or ``export K=V`` lines, ``#`` comments, blank lines.
+
+    Values may be wrapped in single or double quotes, which are removed; nothing is expanded.
+
+    Raises:
+        MsLaunchError: ``path:line`` for a malformed line.
+    """
+    out: List[Tuple[str, str]] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not _KEY_RE.match(key):
+            raise MsLaunchError(f"expected NAME=VALUE, got {raw.strip()!r}", path=path or "<env-file>", line=lineno)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out.append((key, value))
+    return tuple(out)
+
+
+def check_reserved(method: str, layers: Iterable[Tuple[str, Iterable[Tuple[str, str]]]]) -> None:
+    """Refuse user env that would override a method's per-rank layout.
+
+    Args:
+        method: the rendezvous method.
+        layers: ``(where, pairs)`` for each user layer, e.g. ``("--env", pairs)``.
+
+    Raises:
+        PlanError: naming the variable, where it was set, and what to use instead.
+    """
+    reserved = RESERVED[method]
+    for where, pairs in layers:
+        for key, _ in pairs:
+            if key in reserved:
+                raise PlanError(f"{key} is set by mslaunch for the {method} method ({reserved[key]})", field=where)
+
+
+def tuning_env(method: str, user_env_keys: Iterable[str]) -> Dict[str, str]:
+    """Launcher defaults that the user has not set in the launching environment."""
+    skip = set(user_env_keys)
+    pairs: List[Tuple[str, str]] = [("PYTHONUNBUFFERED", "1")]
+    if method == "dynamic":
+        pairs.extend(DYNAMIC_TUNING)
+    return {k: v for k, v in pairs if k not in skip}
+
+
+def _common(slot: RankSlot) -> Dict[str, str]:
+    return {
+        "RANK_ID": str(slot.rank),
+        "RANK_SIZE": str(slot.world_size),
+        "DEVICE_ID": str(slot.device_id),
+        "LOCAL_RANK": str(slot.local_rank),
+        "LOCAL_WORLD_SIZE": str(slot.local_world_size),
+    }
+
+
+def dynamic_scheduler_env(world_size: int, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None) -> Dict[str, str]:
+    """The scheduler's layout: ``MS_ROLE=MS_SCHED`` plus the values every process shares."""
+    env = {
+        "MS_ROLE": "MS_SCHED",
+        "MS_WORKER_NUM": str(world_size),
+        "MS_SCHED_HOST": sched_host,
+        "MS_SCHED_PORT": str(sched_port),
+    }
+    if topo_timeout is not None:
+        env["MS_TOPO_TIMEOUT"] = str(topo_timeout)
+    return env
+
+
+def dynamic_worker_env(slot: RankSlot, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None) -> Dict[str, str]:
+    """A worker's layout: ``MS_ROLE=MS_WORKER``, the shared values, ``MS_NODE_ID`` = rank."""
+    env = dynamic_scheduler_env(slot.world_size, sched_host, sched_port, topo_timeout)
+    env["MS_ROLE"] = "MS_WORKER"
+    env["MS_NODE_ID"] = str(slot.rank)
+    env.update(_common(slot))
+    return env
+
+
+def ranktable_env(slot: RankSlot, rank_table_file: str) -> Dict[str, str]:
+    """A rank-table rank's layout (seed 001's run.sh): ``RANK_TABLE_FILE``, ``RANK_ID``, ..."""
+    env = {"RANK_TABLE_FILE": rank_table_file}
+    env.update(_common(slot))
+    return env
+
+
+def mpi_env(slot: RankSlot) -> Dict[str, str]:
+    """An mpi-method rank's layout as planned; under mpirun the wrapper derives the same values
+    from OpenMPI's ``OMPI_COMM_WORLD_*`` variables at start."""
+    return _common(slot)
+
+
+def layered(*layers: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+    """Merge mappings in order (later wins) into a tuple of pairs, first-set order kept."""
+    out: Dict[str, str] = {}
+    for layer in layers:
+        out.update(layer)
+    return tuple(out.items())

@@ -1,0 +1,608 @@
+"""Inventories: which hosts a job may use, with how many slots, and what is known of each.
+
+Three sources, each with a pure ``parse_*`` on text and a thin ``read_*`` on a path:
+
+* an OpenMPI hostfile (``host slots=N [max_slots=M]``, ``host:N``, bare ``host`` = 1 slot,
+  ``#`` comments and blank lines),
+* a ``-H h1:8,h2:8`` list,
+* a YAML cluster file (see :func:`parse_cluster_yaml` for its keys).
+
+Host filters (``--include`` / ``--exclude``) use DeepSpeed's syntax ``host1:0,1@host2`` and are
+applied before anything is generated.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from launcher.errors import InventoryError
+
+#: Hostnames mslaunch considers "this machine" (the local launcher is chosen for them).
+LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
+
+_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-:\[\]%]+$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """Per-host SSH settings from a YAML inventory; ``None`` means "ssh config / default"."""
+
+    user: Optional[str] = None
+    port: Optional[int] = None
+    key: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host of an inventory.
+
+    Attributes:
+        name: host name or IP as written in the inventory (what SSH / mpirun are given).
+        slots: number of processes (devices) this host may run.
+        max_slots: OpenMPI's ``max_slots``, kept for rendering hostfiles.
+        devices: device ids to use, in order; ``None`` means ``0..slots-1``.
+        server_id: rank-table ``server_id``; ``None`` means ``name``.
+        addr: an address every host can reach this one at (``MS_SCHED_HOST``); ``None``: ``name``.
+        host_ip: rank table v1.2 ``host_ip``.
+        super_pod_id: rank table v1.2 SuperPoD this server belongs to.
+        hccn_conf: path of this host's hccn.conf copy (device IPs), relative paths already
+            resolved against the inventory's folder.
+        device_ips: device id -> device IP, given inline instead of an hccn.conf.
+        super_device_ids: device id -> rank table v1.2 ``super_device_id``.
+        env: extra environment for every rank on this host, in order.
+        nic: network interface for MPI / NCCL traffic on this host.
+        python: interpreter to run Python workloads with on this host (remote hosts).
+        ssh: SSH settings.
+        source: ``path:line`` the host was read from, for error messages.
+    """
+
+    name: str
+    slots: int
+    max_slots: Optional[int] = None
+    devices: Optional[Tuple[int, ...]] = None
+    server_id: Optional[str] = None
+    addr: Optional[str] = None
+    host_ip: Optional[str] = None
+    super_pod_id: Optional[str] = None
+    hccn_conf: Optional[str] = None
+    device_ips: Optional[Tuple[Tuple[int, str], ...]] = None
+    super_device_ids: Optional[Tuple[Tuple[int, str], ...]] = None
+    env: Tuple[Tuple[str, str], ...] = ()
+    nic: Optional[str] = None
+    python: Optional[str] = None
+    ssh: SshOptions = field(default_factory=SshOptions)
+    source: Optional[str] = None
+
+    @property
+    def device_ids(self) -> Tuple[int, ...]:
+        """The device ids of this host's slots, in slot order."""
+        return self.devices if self.devices is not None else tuple(range(self.slots))
+
+    @property
+    def rank_table_server_id(self) -> str:
+        return self.server_id if self.server_id is not None else self.name
+
+    @property
+    def reach_addr(self) -> str:
+        return self.addr if self.addr is not None else self.name
+
+    @property
+    def is_local(self) -> bool:
+        return self.name in LOCAL_NAMES
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """An ordered set of hosts (names unique)."""
+
+    hosts: Tuple[Host, ...]
+    source: Optional[str] = None
+
+    @property
+    def total_slots(self) -> int:
+        return sum(h.slots for h in self.hosts)
+
+    @property
+    def all_local(self) -> bool:
+        return all(h.is_local for h in self.hosts)
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise InventoryError(f"host {name!r} is not in the inventory", path=self.source)
+
+
+# --------------------------------------------------------------------------------------------
+# OpenMPI hostfile and -H
+
+
+def _positive_int(text: str, what: str, path: Optional[str], line: Optional[int]) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise InventoryError(f"{what} must be a positive integer, got {text!r}", path=path, line=line) from None
+    if value < 1:
+        raise InventoryError(f"{what} must be a positive integer, got {text!r}", path=path, line=line)
+    return value
+
+
+def _check_host_name(name: str, path: Optional[str], line: Optional[int]) -> None:
+    if not name or not _HOST_RE.match(name):
+        raise InventoryError(f"invalid host name {name!r}", path=path, line=line)
+
+
+def _check_unique(hosts: List[Host], path: Optional[str]) -> None:
+    seen: Dict[str, Host] = {}
+    for h in hosts:
+        if h.name in seen:
+            first = seen[h.name].source
+            line = int(h.source.rsplit(":", 1)[1]) if h.source and h.source.rsplit(":", 1)[-1].isdigit() else None
+            raise InventoryError(
+                f"duplicate host {h.name!r} (first at {first}); list each host once with its total slots",
+                path=path,
+                line=line,
+            )
+        seen[h.name] = h
+
+
+def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
+    """Parse an OpenMPI hostfile.
+
+    Accepted lines: ``host``, ``host slots=N``, ``host slots=N max_slots=M``, ``host:N``;
+    ``#`` starts a comment; blank lines are skipped.
+
+    Raises:
+        InventoryError: naming ``path:line`` for any malformed line, duplicate host, or an empty file.
+    """
+    hosts: List[Host] = []
+    where = path or "<hostfile>"
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        name = parts[0]
+        slots: Optional[int] = None
+        max_slots: Optional[int] = None
+        if ":" in name and not name.startswith("[") and name.count(":") == 1:
+            name, count = name.split(":", 1)
+            slots = _positive_int(count, "slot count after ':'", where, lineno)
+        _check_host_name(name, where, lineno)
+        for item in parts[1:]:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise InventoryError(f"expected key=value, got {item!r} (e.g. 'slots=8')", path=where, line=lineno)
+            if key in ("slots", "slot", "cpu", "count"):
+                if slots is not None:
+                    raise InventoryError("slots given twice", path=where, line=lineno)
+                slots = _positive_int(value, "slots", where, lineno)
+            elif key in ("max_slots", "max-slots"):
+                max_slots = _positive_int(value, "max_slots", where, lineno)
+            else:
+                raise InventoryError(f"unknown hostfile key {key!r}; use slots=N or max_slots=N", path=where, line=lineno)
+        if slots is None:
+            slots = 1
+        if max_slots is not None and max_slots < slots:
+            raise InventoryError(f"max_slots={max_slots} is below slots={slots}", path=where, line=lineno)
+        hosts.append(Host(name=name, slots=slots, max_slots=max_slots, source=f"{where}:{lineno}"))
+    if not hosts:
+        raise InventoryError("no hosts in hostfile; add lines like 'node1 slots=8'", path=where)
+    _check_unique(hosts, where)
+    return Inventory(tuple(hosts), source=path)
+
+
+def parse_host_list(text: str) -> Inventory:
+    """Parse ``-H h1:8,h2:8`` (``h`` alone = 1 slot; mpirun's syntax).
+
+    Raises:
+        InventoryError: with ``field='-H'`` for malformed entries or duplicates.
+    """
+    hosts: List[Host] = []
+    items = [i.strip() for i in text.split(",")]
+    for idx, item in enumerate(items):
+        if not item:
+            raise InventoryError(f"empty entry #{idx + 1} in host list {text!r}; write h1:8,h2:8", field="-H")
+        name, sep, count = item.rpartition(":") if item.count(":") == 1 else (item, "", "")
+        if not sep:
+            name = item
+        try:
+            slots = _positive_int(count, f"slot count of {name!r}", None, None) if sep else 1
+            _check_host_name(name, None, None)
+        except InventoryError as exc:
+            raise InventoryError(exc.message + " (write h1:8,h2:8)", field="-H") from None
+        hosts.append(Host(name=name, slots=slots, source=f"-H entry {idx + 1}"))
+    seen = set()
+    for h in hosts:
+        if h.name in seen:
+            raise InventoryError(f"duplicate host {h.name!r}; list each host once with its total slots", field="-H")
+        seen.add(h.name)
+    return Inventory(tuple(hosts), source=None)
+
+
+# --------------------------------------------------------------------------------------------
+# YAML cluster file
+
+_HOST_KEYS = {
+    "host", "slots", "max_slots", "devices", "server_id", "addr", "host_ip", "super_pod_id",
+    "hccn_conf", "device_ips", "super_device_ids", "env", "nic", "python", "ssh",
+}
+_DEFAULT_KEYS = {"slots", "ssh", "env", "nic", "python", "super_pod_id"}
+_SSH_KEYS = {"user", "port", "key"}
+_TOP_KEYS = {"defaults", "hosts"}
+
+
+class _Node:
+    """A YAML value with the 1-based line it started on."""
+
+    __slots__ = ("value", "line")
+
+    def __init__(self, value: Any, line: int) -> None:
+        self.value = value
+        self.line = line
+
+
+def _yaml_tree(text: str, where: str) -> Optional[_Node]:
+    import yaml  # lazy: only YAML inventories pay for it
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise InventoryError(f"invalid YAML: {problem}", path=where, line=line) from None
+    except yaml.YAMLError as exc:
+        raise InventoryError(f"invalid YAML: {exc}", path=where) from None
+
+    loader = yaml.SafeLoader("")
+
+    def convert(node: "yaml.Node") -> _Node:
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            out: Dict[Any, _Node] = {}
+            keys: Dict[Any, int] = {}
+            for knode, vnode in node.value:
+                if not isinstance(knode, yaml.ScalarNode):
+                    raise InventoryError("mapping keys must be plain values", path=where, line=knode.start_mark.line + 1)
+                key = loader.construct_scalar(knode) if knode.tag == "tag:yaml.org,2002:str" else loader.construct_object(knode)
+                if key in out:
+                    raise InventoryError(f"duplicate key {key!r}", path=where, line=knode.start_mark.line + 1)
+                out[key] = convert(vnode)
+                keys[key] = knode.start_mark.line + 1
+            return _Node(out, line)
+        if isinstance(node, yaml.SequenceNode):
+            return _Node([convert(n) for n in node.value], line)
+        try:
+            return _Node(loader.construct_object(node, deep=True), line)
+        except yaml.YAMLError as exc:
+            raise InventoryError(f"invalid YAML value: {exc}", path=where, line=line) from None
+        except Exception as exc:  # construct errors from odd scalars (e.g. bad timestamps)
+            raise InventoryError(f"invalid YAML value: {exc}", path=where, line=line) from None
+
+    if root is None:
+        return None
+    return convert(root)
+
+
+def _expect(node: _Node, kind: type, what: str, where: str) -> Any:
+    if kind is int and isinstance(node.value, bool):
+        raise InventoryError(f"{what} must be an integer", path=where, line=node.line)
+    if not isinstance(node.value, kind):
+        names = {dict: "a mapping", list: "a list", int: "an integer", str: "a string"}
+        raise InventoryError(f"{what} must be {names.get(kind, kind.__name__)}", path=where, line=node.line)
+    return node.value
+
+
+def _scalar_str(node: _Node, what: str, where: str) -> str:
+    if isinstance(node.value, bool) or node.value is None or isinstance(node.value, (dict, list)):
+        raise InventoryError(f"{what} must be a string or number", path=where, line=node.line)
+    return str(node.value)
+
+
+def _int_key(key: Any, what: str, where: str, line: int) -> int:
+    if isinstance(key, bool):
+        raise InventoryError(f"{what}: device id must be an integer, got {key!r}", path=where, line=line)
+    try:
+        value = int(str(key), 10)
+    except ValueError:
+        raise InventoryError(f"{what}: device id must be an integer, got {key!r}", path=where, line=line) from None
+    if value < 0:
+        raise InventoryError(f"{what}: device id must be >= 0, got {key!r}", path=where, line=line)
+    return value
+
+
+def _env_map(node: _Node, what: str, where: str) -> Tuple[Tuple[str, str], ...]:
+    mapping = _expect(node, dict, what, where)
+    out = []
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not _ENV_KEY_RE.match(key):
+            raise InventoryError(f"{what}: invalid variable name {key!r}", path=where, line=value.line)
+        out.append((key, _scalar_str(value, f"{what}.{key}", where)))
+    return tuple(out)
+
+
+def _ssh_options(node: _Node, what: str, where: str, base: SshOptions) -> SshOptions:
+    mapping = _expect(node, dict, what, where)
+    for key, value in mapping.items():
+        if key not in _SSH_KEYS:
+            raise InventoryError(f"unknown key {what}.{key}; expected one of {sorted(_SSH_KEYS)}", path=where, line=value.line)
+    user, port, key_path = base.user, base.port, base.key
+    if "user" in mapping:
+        user = _scalar_str(mapping["user"], f"{what}.user", where)
+    if "port" in mapping:
+        port = _expect(mapping["port"], int, f"{what}.port", where)
+        if not 0 < port < 65536:
+            raise InventoryError(f"{what}.port must be 1..65535", path=where, line=mapping["port"].line)
+    if "key" in mapping:
+        key_path = _scalar_str(mapping["key"], f"{what}.key", where)
+    return SshOptions(user=user, port=port, key=key_path)
+
+
+def _resolve(path_text: str, base_dir: Optional[str]) -> str:
+    if os.path.isabs(path_text) or path_text.startswith("~") or base_dir is None:
+        return path_text
+    return os.path.normpath(os.path.join(base_dir, path_text))
+
+
+def parse_cluster_yaml(text: str, path: Optional[str] = None, base_dir: Optional[str] = None) -> Inventory:
+    """Parse a YAML cluster file.
+
+    Layout::
+
+        defaults:            # optional; applies to every host
+          slots: 8
+          ssh: {user: root, port: 22, key: ~/.ssh/id_ed25519}
+          env: {GLOG_v: "2"}
+          nic: eth0
+          python: /usr/bin/python3
+        hosts:
+          - host: 10.0.0.1                 # required
+            slots: 8                       # required unless in defaults
+            devices: [0,1,2,3,4,5,6,7]     # default 0..slots-1
+            server_id: 10.0.0.1            # rank table server_id (default: host)
+            addr: 10.0.0.1                 # address other hosts reach it at (default: host)
+            hccn_conf: hccn/10.0.0.1.conf  # relative to the YAML file's folder
+            device_ips: {"0": 192.1.27.6}  # instead of hccn_conf
+            host_ip: 10.0.0.1              # rank table v1.2
+            super_pod_id: "0"              # rank table v1.2
+            super_device_ids: {"0": "0"}   # rank table v1.2
+            env: {NCCL_SOCKET_IFNAME: en5} # per-host env, merged over defaults.env
+            nic: en5
+            ssh: {port: 2222}              # merged over defaults.ssh
+
+    Raises:
+        InventoryError: ``path:line: what`` for bad YAML, unknown keys, wrong types, bad slots,
+        devices not matching slots, or duplicate hosts.
+    """
+    where = path or "<cluster.yaml>"
+    root = _yaml_tree(text, where)
+    if root is None:
+        raise InventoryError("empty cluster file; it needs a 'hosts:' list", path=where)
+    top = _expect(root, dict, "the cluster file", where)
+    for key, value in top.items():
+        if key not in _TOP_KEYS:
+            raise InventoryError(f"unknown top-level key {key!r}; expected 'defaults' and 'hosts'", path=where, line=value.line)
+    defaults: Dict[str, _Node] = {}
+    if "defaults" in top and top["defaults"].value is not None:
+        defaults = _expect(top["defaults"], dict, "defaults", where)
+        for key, value in defaults.items():
+            if key not in _DEFAULT_KEYS:
+                raise InventoryError(f"unknown key defaults.{key}; expected one of {sorted(_DEFAULT_KEYS)}", path=where, line=value.line)
+    if "hosts" not in top:
+        raise InventoryError("missing 'hosts:' list", path=where, line=root.line)
+    entries = _expect(top["hosts"], list, "hosts", where)
+    if not entries:
+        raise InventoryError("'hosts:' is empty; add at least one '- host: NAME'", path=where, line=top["hosts"].line)
+
+    base_ssh = _ssh_options(defaults["ssh"], "defaults.ssh", where, SshOptions()) if "ssh" in defaults else SshOptions()
+    base_env = _env_map(defaults["env"], "defaults.env", where) if "env" in defaults else ()
+    base_slots = _expect(defaults["slots"], int, "defaults.slots", where) if "slots" in defaults else None
+    base_nic = _scalar_str(defaults["nic"], "defaults.nic", where) if "nic" in defaults else None
+    base_python = _scalar_str(defaults["python"], "defaults.python", where) if "python" in defaults else None
+    base_pod = _scalar_str(defaults["super_pod_id"], "defaults.super_pod_id", where) if "super_pod_id" in defaults else None
+
+    hosts: List[Host] = []
+    for idx, entry in enumerate(entries):
+        what = f"hosts[{idx}]"
+        if isinstance(entry.value, str):  # "- node1" shorthand
+            entry = _Node({"host": _Node(entry.value, entry.line)}, entry.line)
+        item = _expect(entry, dict, what, where)
+        for key, value in item.items():
+            if key not in _HOST_KEYS:
+                raise InventoryError(f"unknown key {what}.{key}; expected one of {sorted(_HOST_KEYS)}", path=where, line=value.line)
+        if "host" not in item:
+            raise InventoryError(f"{what} has no 'host:'", path=where, line=entry.line)
+        name = _scalar_str(item["host"], f"{what}.host", where)
+        _check_host_name(name, where, item["host"].line)
+        if "slots" in item:
+            slots = _expect(item["slots"], int, f"{what}.slots", where)
+            slots_line = item["slots"].line
+        elif base_slots is not None:
+            slots, slots_line = base_slots, defaults["slots"].line
+        elif "devices" in item:
+            slots, slots_line = len(_expect(item["devices"], list, f"{what}.devices", where)), item["devices"].line
+        else:
+            raise InventoryError(f"{what} ({name}) has no 'slots:'", path=where, line=entry.line)
+        if slots < 1:
+            raise InventoryError(f"{what}.slots must be a positive integer, got {slots}", path=where, line=slots_line)
+        max_slots = None
+        if "max_slots" in item:
+            max_slots = _expect(item["max_slots"], int, f"{what}.max_slots", where)
+            if max_slots < slots:
+                raise InventoryError(f"{what}.max_slots is below slots", path=where, line=item["max_slots"].line)
+        devices = None
+        if "devices" in item:
+            dev_nodes = _expect(item["devices"], list, f"{what}.devices", where)
+            devs = []
+            for dn in dev_nodes:
+                d = _expect(dn, int, f"{what}.devices entry", where)
+                if d < 0:
+                    raise InventoryError(f"{what}.devices: device id must be >= 0, got {d}", path=where, line=dn.line)
+                devs.append(d)
+            if len(set(devs)) != len(devs):
+                raise InventoryError(f"{what}.devices has duplicates", path=where, line=item["devices"].line)
+            if len(devs) != slots:
+                raise InventoryError(
+                    f"{what}.devices lists {len(devs)} devices but slots is {slots}; make them agree",
+                    path=where, line=item["devices"].line,
+                )
+            devices = tuple(devs)
+
+        def id_map(key: str) -> Optional[Tuple[Tuple[int, str], ...]]:
+            if key not in item:
+                return None
+            mapping = _expect(item[key], dict, f"{what}.{key}", where)
+            out = []
+            for k, v in mapping.items():
+                out.append((_int_key(k, f"{what}.{key}", where, v.line), _scalar_str(v, f"{what}.{key}.{k}", where)))
+            return tuple(sorted(out))
+
+        env = dict(base_env)
+        if "env" in item:
+            env.update(_env_map(item["env"], f"{what}.env", where))
+        ssh = _ssh_options(item["ssh"], f"{what}.ssh", where, base_ssh) if "ssh" in item else base_ssh
+        opt = lambda key: _scalar_str(item[key], f"{what}.{key}", where) if key in item else None  # noqa: E731
+        hccn = opt("hccn_conf")
+        hosts.append(
+            Host(
+                name=name,
+                slots=slots,
+                max_slots=max_slots,
+                devices=devices,
+                server_id=opt("server_id"),
+                addr=opt("addr"),
+                host_ip=opt("host_ip"),
+                super_pod_id=opt("super_pod_id") if "super_pod_id" in item else base_pod,
+                hccn_conf=_resolve(hccn, base_dir) if hccn is not None else None,
+                device_ips=id_map("device_ips"),
+                super_device_ids=id_map("super_device_ids"),
+                env=tuple(env.items()),
+                nic=opt("nic") if "nic" in item else base_nic,
+                python=opt("python") if "python" in item else base_python,
+                ssh=ssh,
+                source=f"{where}:{entry.line}",
+            )
+        )
+    _check_unique(hosts, where)
+    return Inventory(tuple(hosts), source=path)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise InventoryError("no such file; pass an existing hostfile or cluster YAML", path=path) from None
+    except IsADirectoryError:
+        raise InventoryError("is a directory, not a hostfile", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise InventoryError(f"not UTF-8 text ({exc.reason})", path=path) from None
+    except OSError as exc:
+        raise InventoryError(f"cannot read: {exc.strerror}", path=path) from None
+
+
+def read_inventory(path: str) -> Inventory:
+    """Read a hostfile or, for ``.yaml``/``.yml`` files, a YAML cluster file."""
+    text = _read_text(path)
+    if path.endswith((".yaml", ".yml")):
+        return parse_cluster_yaml(text, path=path, base_dir=os.path.dirname(os.path.abspath(path)))
+    return parse_hostfile(text, path=path)
+
+
+# --------------------------------------------------------------------------------------------
+# include / exclude filters (DeepSpeed syntax)
+
+
+def parse_filter(text: str, flag: str) -> Dict[str, Optional[Tuple[int, ...]]]:
+    """Parse ``host1:0,1@host2`` into ``{"host1": (0, 1), "host2": None}`` (None: whole host).
+
+    Raises:
+        InventoryError: ``field=flag`` for malformed text.
+    """
+    out: Dict[str, Optional[Tuple[int, ...]]] = {}
+    if not text.strip():
+        raise InventoryError("empty filter; write host1:0,1@host2", field=flag)
+    for part in text.split("@"):
+        part = part.strip()
+        if not part:
+            raise InventoryError(f"empty host in {text!r}; write host1:0,1@host2", field=flag)
+        name, sep, ids = part.partition(":")
+        if not name:
+            raise InventoryError(f"missing host name in {part!r}", field=flag)
+        if sep:
+            try:
+                slots = tuple(int(s) for s in ids.split(","))
+            except ValueError:
+                raise InventoryError(f"slot ids in {part!r} must be integers, e.g. {name}:0,1", field=flag) from None
+            if any(s < 0 for s in slots):
+                raise InventoryError(f"slot ids in {part!r} must be >= 0", field=flag)
+            prev = out.get(name, ())
+            out[name] = tuple(dict.fromkeys((prev or ()) + slots))
+        else:
+            out[name] = None
+    return out
+
+
+def apply_filters(inv: Inventory, include: Optional[str] = None, exclude: Optional[str] = None) -> Inventory:
+    """Keep only included hosts/devices, then drop excluded ones (DeepSpeed semantics).
+
+    Slot ids in a filter are device ids of that host.  ``include`` and ``exclude`` may not
+    both be given (as in DeepSpeed).
+
+    Raises:
+        InventoryError: unknown host or device in a filter, both filters, or nothing left.
+    """
+    if include and exclude:
+        raise InventoryError("--include and --exclude are mutually exclusive", field="--include")
+    if not include and not exclude:
+        return inv
+    flag = "--include" if include else "--exclude"
+    spec = parse_filter(include or exclude or "", flag)
+    names = {h.name for h in inv.hosts}
+    for name, ids in spec.items():
+        if name not in names:
+            raise InventoryError(f"host {name!r} is not in the inventory ({', '.join(sorted(names))})", field=flag)
+        host = inv.host(name)
+        for d in ids or ():
+            if d not in host.device_ids:
+                raise InventoryError(f"host {name!r} has no device {d} (devices {list(host.device_ids)})", field=flag)
+    kept: List[Host] = []
+    for host in inv.hosts:
+        if include:
+            if host.name not in spec:
+                continue
+            ids = spec[host.name]
+            devs = host.device_ids if ids is None else tuple(d for d in host.device_ids if d in ids)
+        else:
+            ids = spec.get(host.name, ())
+            if host.name in spec and ids is None:
+                continue
+            devs = tuple(d for d in host.device_ids if d not in (ids or ()))
+        if not devs:
+            continue
+        kept.append(replace(host, slots=len(devs), devices=devs, max_slots=None))
+    if not kept:
+        raise InventoryError("the filters leave no hosts", field=flag)
+    return Inventory(tuple(kept), source=inv.source)
+
+
+def local_inventory(slots: int) -> Inventory:
+    """The default inventory: this machine with ``slots`` slots."""
+    return Inventory((Host(name="localhost", slots=slots, source="default"),), source=None)
+
+
+def merged_env(*layers: Iterable[Tuple[str, str]]) -> Dict[str, str]:
+    """Merge env layers in order; later layers win."""
+    out: Dict[str, str] = {}
+    for layer in layers:
+        for k, v in layer:
+            out[k] = v
+    return out
+
+
+def env_pairs(mapping: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+    return tuple(mapping.items())

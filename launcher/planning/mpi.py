@@ -1,0 +1,106 @@
+"""OpenMPI artefacts: hostfiles and the exact ``mpirun`` argv (pure).
+
+mslaunch runs one *app context* per host (``--host h --np n`` each, joined by ``:``), plus one for
+the scheduler under the dynamic method.  Per-context ``-x`` variables carry that host's env
+(seed 000's per-host wrapper script, without writing one per host), and the per-rank wrapper
+(``templates/mslaunch-rank.sh``) turns ``OMPI_COMM_WORLD_RANK`` into mslaunch's rank, device id
+and log file.  OpenMPI 4.1 applies ``-x VAR=VAL`` to the context it is written in, so shared
+variables are repeated in every context.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from launcher.planning.inventory import Inventory
+
+
+def render_hostfile(inventory: Inventory) -> str:
+    """``host slots=N [max_slots=M]`` lines, one per host, in inventory order."""
+    lines = []
+    for h in inventory.hosts:
+        line = f"{h.name} slots={h.slots}"
+        if h.max_slots is not None:
+            line += f" max_slots={h.max_slots}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class MpiContext:
+    """One app context of an MPMD mpirun: ``np`` processes on ``host`` with ``env``."""
+
+    host: str
+    np: int
+    env: Tuple[Tuple[str, str], ...]
+    argv: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MpiOptions:
+    """mpirun settings that are not per context.
+
+    Attributes:
+        mpirun: the mpirun executable.
+        allow_run_as_root: add ``--allow-run-as-root`` (mslaunch runs as root).
+        oversubscribe: add ``--oversubscribe``.
+        nic: interface for ``btl_tcp_if_include`` / ``oob_tcp_if_include``.
+        rsh_agent: ssh command line for OpenMPI's rsh agent (``plm_rsh_agent``), or None.
+        hostfile: path of a generated hostfile to pass with ``--hostfile``, or None for ``-H``.
+        extra: ``--mpi-arg`` passthrough, in order.
+    """
+
+    mpirun: str = "mpirun"
+    allow_run_as_root: bool = False
+    oversubscribe: bool = False
+    nic: Optional[str] = None
+    rsh_agent: Optional[str] = None
+    hostfile: Optional[str] = None
+    extra: Tuple[str, ...] = ()
+
+
+def host_slot_list(counts: Sequence[Tuple[str, int]]) -> str:
+    """``h1:2,h2:2`` for ``-H`` (hosts in first-use order, counts summed)."""
+    merged: Dict[str, int] = {}
+    for host, n in counts:
+        merged[host] = merged.get(host, 0) + n
+    return ",".join(f"{h}:{n}" for h, n in merged.items())
+
+
+def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[str, ...]:
+    """The full mpirun argv for ``contexts``.
+
+    Global options come first (``-H`` or ``--hostfile``, ``--allow-run-as-root``,
+    ``--oversubscribe``, MCA settings, passthrough), then each context as
+    ``-np N --host H -x K=V ... argv`` separated by ``:``.
+    """
+    argv: List[str] = [options.mpirun]
+    if options.hostfile is not None:
+        argv += ["--hostfile", options.hostfile]
+    else:
+        argv += ["-H", host_slot_list([(c.host, c.np) for c in contexts])]
+    if options.allow_run_as_root:
+        argv.append("--allow-run-as-root")
+    if options.oversubscribe:
+        argv.append("--oversubscribe")
+    if options.nic is not None:
+        argv += ["--mca", "btl_tcp_if_include", options.nic, "--mca", "oob_tcp_if_include", options.nic]
+    if options.rsh_agent is not None:
+        argv += ["--mca", "plm_rsh_agent", options.rsh_agent]
+    argv += list(options.extra)
+    for i, ctx in enumerate(contexts):
+        if i:
+            argv.append(":")
+        argv += ["-np", str(ctx.np), "--host", f"{ctx.host}:{ctx.np}"]
+        for key, value in ctx.env:
+            argv += ["-x", f"{key}={value}"]
+        argv += list(ctx.argv)
+    return tuple(argv)
+
+
+def context_env(base: Mapping[str, str], **wrapper: str) -> Tuple[Tuple[str, str], ...]:
+    """The ``-x`` pairs of one context: ``base`` then the wrapper's ``MSLAUNCH_*`` settings."""
+    out = dict(base)
+    for key, value in wrapper.items():
+        out[f"MSLAUNCH_{key.upper()}"] = value
+    return tuple(out.items())

@@ -1,0 +1,382 @@
+"""Plans: the value that execution consumes (pure).
+
+A :class:`JobSpec` is everything the user asked for, with every external fact passed in
+(interpreter, cwd, job dir, which env names the user already set, whether we run as root).
+:func:`build_plan` turns it into a :class:`Plan`: per-process argv, env, cwd and log path, the
+artefacts to write into the job dir, and for the mpirun launcher its exact argv.
+
+Job directory layout (created by ``launcher.jobs``)::
+
+    <job_dir>/
+      plan.json            this plan
+      summary.json         written when the job ends
+      rank_table.json      ranktable method
+      hostfile             mpirun launcher with --hostfile
+      scheduler.log        dynamic method
+      worker_<rank>.log    one per rank (msrun's names)
+      device<rank>/        ranktable method: the rank's cwd, with env<rank>.log
+      attempt_<k>/         logs of restart attempt k (k >= 1), same names
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
+
+from launcher.errors import PlanError
+from launcher.planning import envs, mpi
+from launcher.planning.inventory import Host, Inventory
+from launcher.planning.ranks import RankSlot, assign_ranks, used_inventory
+
+LAUNCHERS = ("local", "ssh", "mpirun")
+DEFAULT_MASTER_PORT = 8118
+RANK_TABLE_NAME = "rank_table.json"
+HOSTFILE_NAME = "hostfile"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run and where.
+
+    Attributes:
+        inventory: hosts after include/exclude filters.
+        program: script path and its args; a module and its args when ``module``; an
+            executable and its args when ``no_python``.
+        python: interpreter for Python programs on this machine (``sys.executable``).
+        cwd: the launching directory; relative script paths resolve against it and ranks run
+            in it (except ranktable ranks, which run in their ``device<rank>/`` dir).
+        job_dir: absolute job directory.
+        job_id: the job's id.
+        method: ``dynamic`` | ``ranktable`` | ``mpi``.
+        launcher: ``local`` | ``ssh`` | ``mpirun`` | None (auto: local when every host is this
+            machine, else ssh; mpirun for the mpi method).
+        np, per_host: see :func:`launcher.planning.ranks.assign_ranks`.
+        master_addr, master_port: scheduler address/port (dynamic method).
+        cluster_time_out: ``MS_TOPO_TIMEOUT`` seconds, or None.
+        env_files: ``(path, pairs)`` per ``--env-file``, in order.
+        env: ``--env`` pairs, in order.
+        user_env_keys: names set in the launching environment (tuning defaults skip them).
+        device_ips: host name -> device IPs (ranktable method; see
+            :func:`launcher.planning.ranktable.resolve_device_ips`).
+        rank_table_version: ``1.0`` or ``1.2``.
+        mpi: mpirun options (the mpirun launcher).
+        wrapper: path of ``templates/mslaunch-rank.sh`` (the mpirun launcher).
+    """
+
+    inventory: Inventory
+    program: Tuple[str, ...]
+    python: str
+    cwd: str
+    job_dir: str
+    job_id: str
+    module: bool = False
+    no_python: bool = False
+    method: str = "dynamic"
+    launcher: Optional[str] = None
+    np: Optional[int] = None
+    per_host: Optional[int] = None
+    master_addr: Optional[str] = None
+    master_port: int = DEFAULT_MASTER_PORT
+    cluster_time_out: Optional[int] = None
+    env_files: Tuple[Tuple[str, Tuple[Tuple[str, str], ...]], ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    user_env_keys: FrozenSet[str] = frozenset()
+    device_ips: Optional[Mapping[str, Any]] = None
+    rank_table_version: str = "1.0"
+    mpi: mpi.MpiOptions = field(default_factory=mpi.MpiOptions)
+    wrapper: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ProcPlan:
+    """One process to start: a rank, or the dynamic-cluster scheduler (``rank`` None)."""
+
+    name: str
+    role: str
+    host: str
+    rank: Optional[int]
+    local_rank: Optional[int]
+    node_rank: Optional[int]
+    device_id: Optional[int]
+    argv: Tuple[str, ...]
+    env: Tuple[Tuple[str, str], ...]
+    cwd: str
+    log: str
+    env_dump: Optional[str] = None
+
+    def env_dict(self) -> Dict[str, str]:
+        return dict(self.env)
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """A file written into the job dir before start (``name`` is relative to it)."""
+
+    name: str
+    kind: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything execution needs; a value (``to_json`` gives the ``plan --json`` shape)."""
+
+    job_id: str
+    job_dir: str
+    method: str
+    launcher: str
+    world_size: int
+    hosts: Tuple[Host, ...]
+    ranks: Tuple[ProcPlan, ...]
+    scheduler: Optional[ProcPlan]
+    artefacts: Tuple[Artefact, ...]
+    master_addr: Optional[str]
+    master_port: Optional[int]
+    mpirun_argv: Optional[Tuple[str, ...]] = None
+
+    @property
+    def processes(self) -> Tuple[ProcPlan, ...]:
+        """Scheduler first (it must be up before the workers), then ranks."""
+        return ((self.scheduler,) if self.scheduler is not None else ()) + self.ranks
+
+    def to_json(self) -> Dict[str, Any]:
+        def proc(p: ProcPlan) -> Dict[str, Any]:
+            d = {
+                "rank": p.rank,
+                "local_rank": p.local_rank,
+                "node_rank": p.node_rank,
+                "host": p.host,
+                "device_id": p.device_id,
+                "cwd": p.cwd,
+                "argv": list(p.argv),
+                "env": dict(p.env),
+                "log": p.log,
+            }
+            if p.env_dump is not None:
+                d["env_dump"] = p.env_dump
+            return d
+
+        out: Dict[str, Any] = {
+            "job_id": self.job_id,
+            "job_dir": self.job_dir,
+            "method": self.method,
+            "launcher": self.launcher,
+            "world_size": self.world_size,
+            "hosts": [h.name for h in self.hosts],
+            "ranks": [proc(p) for p in self.ranks],
+            "artefacts": [{"name": a.name, "kind": a.kind, "path": posixpath.join(self.job_dir, a.name)} for a in self.artefacts],
+        }
+        if self.scheduler is not None:
+            sched = proc(self.scheduler)
+            for key in ("rank", "local_rank", "node_rank", "device_id"):
+                sched.pop(key)
+            out["scheduler"] = sched
+            out["master_addr"] = self.master_addr
+            out["master_port"] = self.master_port
+        if self.mpirun_argv is not None:
+            out["mpirun"] = list(self.mpirun_argv)
+        return out
+
+
+def _choose_launcher(spec: JobSpec) -> str:
+    if spec.launcher is not None and spec.launcher not in LAUNCHERS:
+        raise PlanError(f"unknown launcher {spec.launcher!r}; use one of {', '.join(LAUNCHERS)}", field="--launcher")
+    if spec.method == "mpi":
+        if spec.launcher not in (None, "mpirun"):
+            raise PlanError("the mpi method needs --launcher mpirun (OpenMPI assigns the ranks)", field="--launcher")
+        return "mpirun"
+    if spec.launcher is not None:
+        if spec.launcher == "local" and not spec.inventory.all_local:
+            remote = ", ".join(h.name for h in spec.inventory.hosts if not h.is_local)
+            raise PlanError(f"--launcher local runs on this machine only, but the inventory has {remote}; use ssh or mpirun", field="--launcher")
+        return spec.launcher
+    return "local" if spec.inventory.all_local else "ssh"
+
+
+def program_argv(spec: JobSpec, host: Host) -> Tuple[str, ...]:
+    """argv for the user's program on ``host`` (torchrun's rules)."""
+    if not spec.program:
+        raise PlanError("no program given; pass a script, -m MODULE, or --no-python EXECUTABLE", field="SCRIPT")
+    if spec.no_python:
+        return spec.program
+    python = host.python if host.python is not None else spec.python
+    if spec.module:
+        return (python, "-m") + spec.program
+    script = spec.program[0]
+    if not posixpath.isabs(script):
+        script = posixpath.normpath(posixpath.join(spec.cwd, script))
+    return (python, script) + spec.program[1:]
+
+
+def _master(spec: JobSpec, used: List[Host]) -> Tuple[Host, str]:
+    """The scheduler's host and the address every worker dials."""
+    if spec.master_addr is not None:
+        for h in used:
+            if spec.master_addr in (h.name, h.reach_addr):
+                return h, spec.master_addr
+        return used[0], spec.master_addr
+    first = used[0]
+    addr = "127.0.0.1" if first.is_local else first.reach_addr
+    return first, addr
+
+
+def build_plan(spec: JobSpec) -> Plan:
+    """Turn a :class:`JobSpec` into a :class:`Plan`.
+
+    Raises:
+        PlanError: unknown method/launcher, more ranks than slots, a reserved variable set by
+            the user, no program, no rank table for the ranktable method, or a bad port.
+    """
+    if spec.method not in envs.METHODS:
+        raise PlanError(f"unknown method {spec.method!r}; use one of {', '.join(envs.METHODS)}", field="--method")
+    launcher = _choose_launcher(spec)
+    if not 0 < spec.master_port < 65536:
+        raise PlanError(f"--master-port must be 1..65535, got {spec.master_port}", field="--master-port")
+    if launcher == "mpirun" and spec.wrapper is None:
+        raise PlanError("the mpirun launcher needs the per-rank wrapper template", field="--launcher")
+
+    slots = assign_ranks(spec.inventory, spec.np, spec.per_host, order_by_server_id=spec.method == "ranktable")
+    used_inv = used_inventory(spec.inventory, slots)
+    used = list(used_inv.hosts)
+    if spec.method == "ranktable":
+        used.sort(key=lambda h: h.rank_table_server_id)
+    hosts_by_name = {h.name: h for h in used}
+    world = len(slots)
+
+    user_layers = [(f"{h.source or h.name} env", h.env) for h in used]
+    user_layers += [(f"--env-file {path}", pairs) for path, pairs in spec.env_files]
+    user_layers.append(("--env", spec.env))
+    envs.check_reserved(spec.method, user_layers)
+    tuning = envs.tuning_env(spec.method, spec.user_env_keys)
+    file_env = dict(p for _, pairs in spec.env_files for p in pairs)
+    flag_env = dict(spec.env)
+
+    def user_env(host: Host) -> Dict[str, str]:
+        out = dict(tuning)
+        out.update(host.env)
+        out.update(file_env)
+        out.update(flag_env)
+        return out
+
+    artefacts: List[Artefact] = []
+    table_path = posixpath.join(spec.job_dir, RANK_TABLE_NAME)
+    if spec.method == "ranktable":
+        if spec.device_ips is None:
+            raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf", field="--method")
+        from launcher.planning.ranktable import build_rank_table, rank_table_json
+
+        table = build_rank_table(Inventory(tuple(used), source=used_inv.source), spec.device_ips, version=spec.rank_table_version)
+        artefacts.append(Artefact(RANK_TABLE_NAME, "rank_table", rank_table_json(table)))
+
+    sched_host: Optional[Host] = None
+    sched_addr: Optional[str] = None
+    if spec.method == "dynamic":
+        sched_host, sched_addr = _master(spec, used)
+
+    ranks: List[ProcPlan] = []
+    for slot in slots:
+        host = hosts_by_name[slot.host]
+        cwd = spec.cwd
+        env_dump = None
+        if spec.method == "dynamic":
+            assert sched_addr is not None
+            layout = envs.dynamic_worker_env(slot, sched_addr, spec.master_port, spec.cluster_time_out)
+        elif spec.method == "ranktable":
+            layout = envs.ranktable_env(slot, table_path)
+            cwd = posixpath.join(spec.job_dir, f"device{slot.rank}")
+            env_dump = posixpath.join(cwd, f"env{slot.rank}.log")
+        else:
+            layout = envs.mpi_env(slot)
+        ranks.append(
+            ProcPlan(
+                name=f"rank {slot.rank}",
+                role="worker",
+                host=slot.host,
+                rank=slot.rank,
+                local_rank=slot.local_rank,
+                node_rank=slot.node_rank,
+                device_id=slot.device_id,
+                argv=program_argv(spec, host),
+                env=envs.layered(user_env(host), layout),
+                cwd=cwd,
+                log=posixpath.join(spec.job_dir, f"worker_{slot.rank}.log"),
+                env_dump=env_dump,
+            )
+        )
+
+    scheduler: Optional[ProcPlan] = None
+    if sched_host is not None and sched_addr is not None:
+        scheduler = ProcPlan(
+            name="scheduler",
+            role="scheduler",
+            host=sched_host.name,
+            rank=None,
+            local_rank=None,
+            node_rank=None,
+            device_id=None,
+            argv=program_argv(spec, sched_host),
+            env=envs.layered(user_env(sched_host), envs.dynamic_scheduler_env(world, sched_addr, spec.master_port, spec.cluster_time_out)),
+            cwd=spec.cwd,
+            log=posixpath.join(spec.job_dir, "scheduler.log"),
+        )
+
+    mpirun_argv = None
+    if launcher == "mpirun":
+        mpi_opts = spec.mpi
+        if mpi_opts.hostfile is not None:
+            artefacts.append(Artefact(HOSTFILE_NAME, "hostfile", mpi.render_hostfile(used_inv)))
+        mpirun_argv = _mpirun(spec, ranks, scheduler, used, mpi_opts)
+
+    return Plan(
+        job_id=spec.job_id,
+        job_dir=spec.job_dir,
+        method=spec.method,
+        launcher=launcher,
+        world_size=world,
+        hosts=tuple(used),
+        ranks=tuple(ranks),
+        scheduler=scheduler,
+        artefacts=tuple(artefacts),
+        master_addr=sched_addr,
+        master_port=spec.master_port if spec.method == "dynamic" else None,
+        mpirun_argv=mpirun_argv,
+    )
+
+
+#: Per-rank layout variables the wrapper derives from OMPI_COMM_WORLD_RANK instead of -x.
+_WRAPPER_DERIVED = ("RANK_ID", "DEVICE_ID", "LOCAL_RANK", "MS_NODE_ID")
+
+
+def _mpirun(spec: JobSpec, ranks: List[ProcPlan], scheduler: Optional[ProcPlan], used: List[Host], opts: mpi.MpiOptions) -> Tuple[str, ...]:
+    """One context for the scheduler (dynamic), then one per host with its ranks."""
+    assert spec.wrapper is not None
+    contexts: List[mpi.MpiContext] = []
+    base = 0
+    if scheduler is not None:
+        contexts.append(
+            mpi.MpiContext(
+                host=scheduler.host,
+                np=1,
+                env=mpi.context_env(scheduler.env_dict(), ctx_base="0", role="scheduler", log=scheduler.log),
+                argv=(spec.wrapper,) + scheduler.argv,
+            )
+        )
+        base = 1
+    for host in used:
+        mine = [r for r in ranks if r.host == host.name]
+        if not mine:
+            continue
+        env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
+        wrapper = dict(
+            ctx_base=str(base),
+            role="worker",
+            first_rank=str(mine[0].rank),
+            devices=",".join(str(r.device_id) for r in mine),
+            log_dir=spec.job_dir,
+            method=spec.method,
+        )
+        if spec.method == "ranktable":
+            wrapper["cwd_prefix"] = posixpath.join(spec.job_dir, "device")
+        contexts.append(mpi.MpiContext(host=host.name, np=len(mine), env=mpi.context_env(env, **wrapper), argv=(spec.wrapper,) + mine[0].argv))
+        base += len(mine)
+    return mpi.mpirun_argv(contexts, opts)
