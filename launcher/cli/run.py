@@ -1,0 +1,180 @@
+"""``mslaunch run``: plan, start, supervise, report."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import typer
+
+from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, with_job_options
+from launcher.errors import MsLaunchError, PlanError
+from launcher.planning.plan import Plan, build_plan
+
+TEE_MODES = ("none", "rank0", "all", "errors")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", context_settings=PROGRAM_CONTEXT)(run_cmd)
+
+
+@with_job_options
+def run_cmd(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing.", rich_help_panel="Run"),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON.", rich_help_panel="Run"),
+    grace: float = typer.Option(5.0, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
+    start_timeout: float = typer.Option(60.0, "--start-timeout", help="Seconds for the scheduler's port to accept.", rich_help_panel="Run"),
+    max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the whole job this many times after a failure.", rich_help_panel="Run"),
+    tee: str = typer.Option("errors", "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines).", rich_help_panel="Run"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
+    summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
+    junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
+    ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
+    ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
+    *,
+    opts: JobOptions,
+) -> None:
+    """Run a job: one process per rank (plus the scheduler), supervised, with per-rank logs.
+
+    Exit code: 0 on success; the failing rank's exit code (128+N for signal N); 124 after
+    --timeout; 130/143/129 when stopped by SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
+    2 for bad input.
+    """
+    if tee not in TEE_MODES:
+        raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
+    if max_restarts < 0:
+        raise PlanError("--max-restarts must be >= 0", field="--max-restarts")
+    if grace < 0:
+        raise PlanError("--grace must be >= 0", field="--grace")
+    spec = build_spec(opts)
+    plan = build_plan(spec)
+    if dry_run:
+        if as_json:
+            sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\n")
+        else:
+            from launcher.cli.render import print_plan
+
+            print_plan(plan)
+        return
+    if detach:
+        _detach(plan)
+        return
+
+    from launcher.execution.runner import junit_xml, run_plan
+    from launcher.execution.supervisor import SuperviseOptions
+    from launcher.jobs import jobdir
+    from launcher.jobs.files import write_atomic
+
+    options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts)
+    console = _Console(plan, "none" if quiet else tee)
+    ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout}
+    try:
+        result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start)
+    finally:
+        console.stop()
+    if summary_json:
+        jobdir.write_json(summary_json, result.to_json(), mode=0o644)
+    if junit:
+        write_atomic(junit, junit_xml(result), mode=0o644)
+    from launcher.cli.render import print_result
+
+    print_result(result, quiet=quiet)
+    raise typer.Exit(result.exit_code)
+
+
+def _detach(plan: Plan) -> None:
+    """Re-run this command in the background as its own session; print the job id."""
+    from launcher.execution.runner import preflight
+
+    preflight(plan)
+    os.makedirs(plan.job_dir, mode=0o700, exist_ok=True)
+    argv = list(sys.argv[1:])
+    argv.remove("--detach") if "--detach" in argv else argv.remove("-d")
+    idx = argv.index("run")
+    child = [sys.executable, "-m", "launcher"] + argv[: idx + 1] + ["--job-id", plan.job_id, "--log-dir", plan.job_dir, "--tee", "none"] + argv[idx + 1:]
+    with open(os.path.join(plan.job_dir, "mslaunch.log"), "ab") as out:
+        proc = subprocess.Popen(child, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + 30
+    job_file = os.path.join(plan.job_dir, "job.json")
+    while not os.path.exists(job_file):
+        if proc.poll() is not None:
+            tail = open(os.path.join(plan.job_dir, "mslaunch.log"), encoding="utf-8", errors="replace").read().strip().splitlines()[-1:]
+            raise MsLaunchError(f"the detached job exited at once: {tail[0] if tail else proc.returncode}", exit_code=1)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    sys.stdout.write(plan.job_id + "\n")
+    sys.stderr.write(f"mslaunch: job {plan.job_id} running in the background (pid {proc.pid}); logs: {plan.job_dir}\n"
+                     f"  follow: mslaunch logs tail {plan.job_id} -f    stop: mslaunch stop {plan.job_id}\n")
+
+
+class _Console:
+    """Rank output on the console while the job runs (a follower over the log files)."""
+
+    def __init__(self, plan: Plan, tee: str) -> None:
+        self.plan = plan
+        self.tee = tee
+        self.colour = sys.stdout.isatty()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._attempt_dir = plan.job_dir
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        sys.stderr.write(f"mslaunch: job {self.plan.job_id}: {self.plan.world_size} ranks, method {self.plan.method}, "
+                         f"launcher {self.plan.launcher}; logs in {self.plan.job_dir}\n")
+        if self.tee == "none":
+            return
+        from launcher.logs.follow import ERROR_RE, Follower, job_log_sources, prefix
+
+        only_rank0 = self.tee in ("rank0", "errors")
+
+        def sources() -> Any:
+            return job_log_sources(self._attempt_dir, scheduler=self.tee == "all")
+
+        def emit(src: Any, line: str) -> None:
+            if only_rank0 and src.rank != 0:
+                if self.tee == "rank0" or not ERROR_RE.search(line):
+                    return
+            with self._lock:
+                sys.stdout.write(prefix(src, self.colour) + line + "\n")
+                sys.stdout.flush()
+
+        follower = Follower(sources, emit, from_start=True, interval=0.2)
+        self._thread = threading.Thread(target=follower.run, args=(self._stop,), name="tee", daemon=True)
+        self._thread.start()
+
+    def event(self, kind: str, data: Dict[str, Any]) -> None:
+        msg = None
+        if kind == "failure":
+            from launcher.execution.results import ProcResult
+
+            rc = data["returncode"]
+            what = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+            msg = f"{data['name']} on {data['host']} failed ({what}); tearing down the job"
+        elif kind == "teardown":
+            msg = f"stopping {len(data['names'])} process(es)"
+        elif kind == "timeout":
+            msg = f"the job ran past --timeout {data['timeout']:g} s; tearing down"
+        elif kind == "interrupted":
+            msg = f"received signal {data['signal']}; tearing down"
+        elif kind == "restart":
+            from launcher.jobs.jobdir import attempt_dir
+
+            self._attempt_dir = attempt_dir(self.plan.job_dir, data["attempt"])
+            msg = f"restarting the job (attempt {data['attempt'] + 1}); logs in {self._attempt_dir}"
+        if msg:
+            with self._lock:
+                sys.stderr.write(f"mslaunch: {msg}\n")
+                sys.stderr.flush()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

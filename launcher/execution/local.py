@@ -1,0 +1,169 @@
+"""The local launcher: one subprocess per planned process, each in its own session.
+
+Each process:
+
+* runs with ``os.environ`` + the plan's env (never mutating ``os.environ``), in its cwd;
+* writes stdout and stderr straight into its log file (no pumping thread, no CPU cost);
+* leads its own session / process group, so teardown signals the whole group;
+* gets ``PR_SET_PDEATHSIG`` (Linux) so it dies if mslaunch dies, and its group is also known to
+  the job's :mod:`watchdog <launcher.execution.watchdog>`, which kills whole groups then.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import psutil
+
+from launcher.errors import LaunchError
+from launcher.planning.plan import ProcPlan
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Optional[Callable[..., int]]:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved once in the parent: the child, between fork and exec, only calls it.
+_PRCTL = _load_prctl()
+
+
+def _child_setup(sig: int) -> None:
+    """In the child before exec: unblock the stop signals (the supervisor blocks them while
+    it starts processes) and ask the kernel to send ``sig`` when mslaunch dies."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def kill_tree(pid: int, pgid: Optional[int], sig: int) -> None:
+    """Send ``sig`` to the process group ``pgid`` and to every descendant of ``pid``.
+
+    Descendants that left the group (their own session, e.g. under mpirun) are found through
+    psutil before signalling, so nothing the process started survives a SIGKILL.
+    """
+    procs: List[psutil.Process] = []
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True)
+    except psutil.Error:
+        pass
+    if pgid is not None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    else:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for child in procs:
+        try:
+            child.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+class LocalProcess:
+    """A started local process (subprocess.Popen in its own session)."""
+
+    def __init__(self, plan: ProcPlan, popen: "subprocess.Popen[bytes]", log_path: str) -> None:
+        self.plan = plan
+        self.popen = popen
+        self.pid = popen.pid
+        self.pgid = popen.pid  # start_new_session: the child leads its group
+        self.log_path = log_path
+        self.started = time.time()
+        self.host = plan.host
+
+    def wait(self) -> int:
+        """Block until the process exits; its returncode (negative: signal)."""
+        return self.popen.wait()
+
+    def poll(self) -> Optional[int]:
+        return self.popen.poll()
+
+    def terminate(self) -> None:
+        """SIGTERM to its process group."""
+        if self.popen.poll() is None:
+            kill_tree(self.pid, self.pgid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to its process group and every descendant."""
+        kill_tree(self.pid, self.pgid, signal.SIGKILL)
+
+    def group_alive(self) -> bool:
+        """True while any process of its group is alive (the leader may be gone already)."""
+        try:
+            os.killpg(self.pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+
+def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeathsig: int = signal.SIGKILL, extra_env: Optional[Dict[str, str]] = None) -> LocalProcess:
+    """Start ``plan`` on this machine with output to ``log_path`` (appended).
+
+    Args:
+        plan: the process to start.
+        log_path: its log file.
+        cwd: override the planned cwd (None: ``plan.cwd``).
+        pdeathsig: signal the process gets if mslaunch dies (SIGTERM for mpirun, which then
+            tears down its own ranks).
+        extra_env: more variables on top of the plan's (e.g. per-attempt values).
+
+    Raises:
+        LaunchError: the executable or cwd does not exist or cannot be run.
+    """
+    env = dict(os.environ)
+    env.update(plan.env)
+    if extra_env:
+        env.update(extra_env)
+    run_dir = cwd if cwd is not None else plan.cwd
+    log = open(log_path, "ab", buffering=0)
+    try:
+        popen = subprocess.Popen(
+            list(plan.argv),
+            cwd=run_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: _child_setup(pdeathsig),
+            close_fds=True,
+        )
+    except FileNotFoundError as exc:
+        missing = exc.filename if exc.filename else plan.argv[0]
+        if missing == run_dir or not os.path.isdir(run_dir):
+            raise LaunchError(f"{plan.name}: working directory {run_dir} does not exist") from None
+        raise LaunchError(f"{plan.name}: cannot run {plan.argv[0]!r}: no such file; check the program path or use --no-python correctly") from None
+    except PermissionError:
+        raise LaunchError(f"{plan.name}: cannot run {plan.argv[0]!r}: permission denied (is it executable?)") from None
+    except OSError as exc:
+        raise LaunchError(f"{plan.name}: cannot start {plan.argv[0]!r}: {exc.strerror}") from None
+    finally:
+        log.close()
+    return LocalProcess(plan, popen, log_path)
+
+
+class LocalLauncher:
+    """Starts processes on this machine (see :func:`start_local`)."""
+
+    def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:
+        return start_local(proc, log_path, cwd=cwd)
+
+    def close(self) -> None:
+        pass

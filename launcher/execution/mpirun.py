@@ -1,0 +1,137 @@
+"""The mpirun launcher: one OpenMPI ``mpirun`` process runs every rank (and the scheduler).
+
+mpirun's own output goes to ``<attempt dir>/mpirun.log``; each rank's output goes to its
+``worker_<rank>.log`` through the per-rank wrapper (``templates/mslaunch-rank.sh``).  When a
+rank fails, mpirun ends the others and reports the first failure; :func:`parse_first_failure`
+reads that report so the summary can name the rank.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import time
+from typing import List, Optional, Tuple
+
+from launcher.errors import LaunchError
+from launcher.execution.local import LocalProcess, start_local
+from launcher.execution.results import ProcResult
+from launcher.planning.plan import Plan, ProcPlan
+
+_NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+_EXIT_RE = re.compile(r"Exit code:\s*(-?\d+)")
+_SIGNAL_RE = re.compile(r"exited on signal (\d+)")
+
+
+def parse_first_failure(text: str) -> Optional[Tuple[int, Optional[int], Optional[int]]]:
+    """From mpirun's output, ``(mpi_rank, exit_code, signal)`` of the first failed process.
+
+    OpenMPI 4.1 prints ``Process name: [[J,1],R]`` then ``Exit code: C`` for a non-zero exit,
+    or ``Process name: [[J,1],R] ... exited on signal N`` for a signal death.
+    """
+    m = _NAME_RE.search(text)
+    if not m:
+        return None
+    rest = text[m.end():m.end() + 400]
+    before = text[max(0, m.start() - 400):m.start()]
+    code = _EXIT_RE.search(rest)
+    sig = _SIGNAL_RE.search(before + rest)
+    return int(m.group(1)), int(code.group(1)) if code else None, int(sig.group(1)) if sig else None
+
+
+def _rewrite_for_attempt(argv: Tuple[str, ...], job_dir: str, adir: str) -> List[str]:
+    """Point the wrapper's log settings at the attempt dir."""
+    if adir == job_dir:
+        return list(argv)
+    out = []
+    for item in argv:
+        for key in ("MSLAUNCH_LOG_DIR=", "MSLAUNCH_LOG="):
+            if item.startswith(key + job_dir):
+                item = key + adir + item[len(key) + len(job_dir):]
+        out.append(item)
+    return out
+
+
+class MpirunProcess(LocalProcess):
+    """mpirun, standing for every process of the plan."""
+
+    def __init__(self, base: LocalProcess, plan: Plan, adir: str) -> None:
+        super().__init__(base.plan, base.popen, base.log_path)
+        self.job = plan
+        self.adir = adir
+
+    def terminate(self) -> None:
+        # mpirun forwards SIGTERM to its ranks and then ends them itself; signal only mpirun.
+        if self.popen.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool) -> List[ProcResult]:
+        """Per-process results: all 0 when mpirun exited 0, else the reported first failure."""
+        try:
+            with open(self.log_path, "r", encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            text = ""
+        first = parse_first_failure(text) if rc not in (0, None) else None
+        offset = 1 if self.job.scheduler is not None else 0
+        out: List[ProcResult] = []
+        for proc in self.job.processes:
+            log = proc.log if self.adir == self.job.job_dir else os.path.join(self.adir, os.path.basename(proc.log))
+            mpi_rank = 0 if proc.rank is None else proc.rank + offset
+            if rc == 0:
+                out.append(ProcResult(proc.name, proc.rank, proc.host, 0, self.started, when, log))
+            elif first is not None and first[0] == mpi_rank:
+                code = -first[2] if first[2] is not None else (first[1] if first[1] is not None else 1)
+                out.append(ProcResult(proc.name, proc.rank, proc.host, code, self.started, when, log))
+            else:
+                reason = "ended by mpirun" if first is not None else None
+                out.append(ProcResult(proc.name, proc.rank, proc.host, None, self.started, when, log, torn_down=first is not None or torn, reason=reason))
+        if first is None and rc not in (0, None) and not torn:
+            out.append(ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path))
+        return out
+
+
+class MpirunLauncher:
+    """Starts the plan's mpirun argv as one local process."""
+
+    def start_group(self, plan: Plan, adir: str) -> MpirunProcess:
+        if plan.mpirun_argv is None:
+            raise LaunchError("the plan has no mpirun command")
+        exe = plan.mpirun_argv[0]
+        if shutil.which(exe) is None:
+            raise LaunchError(f"{exe} not found; install OpenMPI (Debian: apt-get install openmpi-bin) or use --launcher local/ssh")
+        argv = _rewrite_for_attempt(plan.mpirun_argv, plan.job_dir, adir)
+        proc = ProcPlan(
+            name="mpirun", role="launcher", host="localhost", rank=None, local_rank=None, node_rank=None,
+            device_id=None, argv=tuple(argv), env=(), cwd=plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir,
+            log=os.path.join(adir, "mpirun.log"),
+        )
+        # If mslaunch dies, mpirun gets SIGTERM and ends its ranks on every host itself.
+        base = start_local(proc, proc.log, pdeathsig=signal.SIGTERM)
+        return MpirunProcess(base, plan, adir)
+
+    def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:  # pragma: no cover
+        raise LaunchError("the mpirun launcher starts the whole job at once")
+
+    def close(self) -> None:
+        pass
+
+
+def mpirun_version(exe: str = "mpirun") -> Optional[str]:
+    """``4.1.4`` from ``mpirun --version``, or None."""
+    import subprocess
+
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def _now() -> float:
+    return time.time()

@@ -1,0 +1,172 @@
+"""Outcomes of processes and jobs: failures are data (torch.distributed.elastic's habit)."""
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+#: Job states written to summary.json.
+SUCCEEDED, FAILED, TIMEOUT, STOPPED = "succeeded", "failed", "timeout", "stopped"
+
+#: mslaunch's exit code for a job that ran past --timeout (GNU timeout's convention).
+TIMEOUT_EXIT = 124
+
+
+def signal_name(num: int) -> str:
+    try:
+        return _signal.Signals(num).name
+    except ValueError:
+        return f"SIG{num}"
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell-style exit code: the code itself, or 128+N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    """How one process ended.
+
+    Attributes:
+        name: ``rank N`` or ``scheduler``.
+        rank: the rank, None for the scheduler.
+        host: where it ran.
+        returncode: subprocess convention (negative = killed by that signal); None if unknown
+            (e.g. never started, or a connection was lost).
+        started, ended: epoch seconds (ended None while running).
+        log: log path on the launching machine.
+        torn_down: True if mslaunch ended it (teardown), so its code is not a cause.
+        reason: a short text when the code alone does not tell (``connection lost``, ...).
+    """
+
+    name: str
+    rank: Optional[int]
+    host: str
+    returncode: Optional[int]
+    started: Optional[float]
+    ended: Optional[float]
+    log: str
+    torn_down: bool = False
+    reason: Optional[str] = None
+
+    @property
+    def failed(self) -> bool:
+        return not self.torn_down and (self.returncode is None or self.returncode != 0)
+
+    @property
+    def signal(self) -> Optional[str]:
+        if self.returncode is not None and self.returncode < 0:
+            return signal_name(-self.returncode)
+        return None
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return None if self.returncode is None else exit_code_of(self.returncode)
+
+    def describe(self) -> str:
+        if self.reason and self.returncode is None:
+            return self.reason
+        if self.returncode is None:
+            return "did not finish"
+        if self.returncode < 0:
+            return f"killed by {self.signal}"
+        return f"exit code {self.returncode}"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "rank": self.rank,
+            "host": self.host,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "started": self.started,
+            "ended": self.ended,
+            "log": self.log,
+            "torn_down": self.torn_down,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """The earliest failure of a job."""
+
+    name: str
+    rank: Optional[int]
+    host: str
+    exit_code: Optional[int]
+    signal: Optional[str]
+    reason: str
+    log: str
+    tail: Tuple[str, ...]
+    time: Optional[float]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "rank": self.rank,
+            "host": self.host,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "reason": self.reason,
+            "log": self.log,
+            "tail": list(self.tail),
+            "time": self.time,
+        }
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The outcome of a job (all attempts)."""
+
+    job_id: str
+    job_dir: str
+    status: str
+    exit_code: int
+    started: float
+    ended: float
+    attempts: int
+    processes: Tuple[ProcResult, ...]
+    root_cause: Optional[RootCause] = None
+    message: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        out = {
+            "job_id": self.job_id,
+            "job_dir": self.job_dir,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "started": self.started,
+            "ended": self.ended,
+            "duration": round(self.ended - self.started, 3),
+            "attempts": self.attempts,
+            "processes": [p.to_json() for p in self.processes],
+            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "message": self.message,
+        }
+        out.update(self.extra)
+        return out
+
+
+def tail_lines(path: str, n: int = 20, max_bytes: int = 64 * 1024) -> Tuple[str, ...]:
+    """The last ``n`` lines of a file (empty if unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return ()
+    lines = data.decode("utf-8", "replace").splitlines()
+    return tuple(lines[-n:])
+
+
+def earliest_failure(results: List[ProcResult]) -> Optional[ProcResult]:
+    """The failed process that ended first (ties: lowest rank, scheduler last)."""
+    failed = [r for r in results if r.failed]
+    if not failed:
+        return None
+    return min(failed, key=lambda r: (r.ended if r.ended is not None else float("inf"), r.rank if r.rank is not None else 1 << 30))

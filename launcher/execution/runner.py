@@ -1,0 +1,131 @@
+"""Run a plan as a job: job dir, artefacts, checks before start, supervision, summary.
+
+Order of work (nothing starts until every check passed):
+
+1. checks: the scheduler's port is free (when the scheduler runs on this machine); the rank
+   table (ranktable method) validates;
+2. the job dir (0700) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
+3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
+4. the supervisor; then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+from launcher.errors import LaunchError
+from launcher.execution.results import JobResult
+from launcher.execution.supervisor import Launcher, SuperviseOptions, Supervisor, Watchdog
+from launcher.jobs import jobdir
+from launcher.jobs.files import write_atomic
+from launcher.planning.plan import Plan
+
+
+def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = None) -> Callable[[], Launcher]:
+    if plan.launcher == "local":
+        from launcher.execution.local import LocalLauncher
+
+        return LocalLauncher
+    if plan.launcher == "mpirun":
+        from launcher.execution.mpirun import MpirunLauncher
+
+        return MpirunLauncher  # type: ignore[return-value]
+    if plan.launcher == "ssh":
+        from launcher.execution.ssh import SshLauncher
+
+        return lambda: SshLauncher(plan, **(ssh_options or {}))
+    raise LaunchError(f"unknown launcher {plan.launcher!r}")
+
+
+def preflight(plan: Plan) -> None:
+    """Checks that must pass before anything is written or started.
+
+    Raises:
+        LaunchError: busy scheduler port on this machine.
+        RankTableError: the rank table does not validate.
+    """
+    if plan.scheduler is not None and plan.master_port is not None and plan.launcher in ("local", "mpirun"):
+        from launcher.execution.ports import check_port_free
+
+        check_port_free(plan.master_port)
+    for art in plan.artefacts:
+        if art.kind == "rank_table":
+            from launcher.errors import RankTableError
+            from launcher.planning.ranktable import validate_rank_table
+
+            problems = validate_rank_table(json.loads(art.content))
+            if problems:
+                first = "; ".join(f"{v.json_path}: {v.message}" for v in problems[:3])
+                raise RankTableError(f"the generated rank table is invalid: {first}", path=art.name)
+
+
+def write_job_files(plan: Plan, argv: List[str]) -> None:
+    jobdir.create_job_dir(plan.job_dir)
+    jobdir.write_json(os.path.join(plan.job_dir, jobdir.PLAN_FILE), plan.to_json())
+    for art in plan.artefacts:
+        write_atomic(os.path.join(plan.job_dir, art.name), art.content, mode=0o600)
+    jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv)
+
+
+def prepare_ranktable_dirs(plan: Plan, adir: str) -> None:
+    """Seed 001's layout: ``device<rank>/`` per rank with ``env<rank>.log`` (the rank's env)."""
+    for proc in plan.ranks:
+        if proc.env_dump is None:
+            continue
+        rel = os.path.relpath(proc.cwd, plan.job_dir)
+        cwd = os.path.join(adir, rel)
+        os.makedirs(cwd, mode=0o700, exist_ok=True)
+        if proc.host not in ("localhost", "127.0.0.1") and plan.launcher != "local":
+            continue  # remote ranks: the ssh launcher writes their dump on the host
+        env = dict(os.environ)
+        env.update(proc.env)
+        write_atomic(os.path.join(cwd, os.path.basename(proc.env_dump)), "".join(f"{k}={v}\n" for k, v in env.items()), mode=0o600)
+
+
+def run_plan(
+    plan: Plan,
+    options: SuperviseOptions,
+    argv: List[str],
+    on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
+    ssh_options: Optional[Dict[str, Any]] = None,
+    on_started: Optional[Callable[[], None]] = None,
+) -> JobResult:
+    """Run ``plan`` to the end; returns the result after writing ``summary.json``."""
+    preflight(plan)
+    write_job_files(plan, argv)
+    if on_started is not None:
+        on_started()
+    watchdog = Watchdog(grace=1.0)
+    try:
+        prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
+        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options), options, on_event=on_event, prepare_attempt=prepare, watchdog=watchdog)
+        result = sup.run()
+    finally:
+        watchdog.close()
+    jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
+    return result
+
+
+def junit_xml(result: JobResult) -> str:
+    """JUnit XML: one testcase per process; a failure carries its reason and log tail."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    from launcher.execution.results import tail_lines
+
+    cases = []
+    failures = 0
+    for p in result.processes:
+        name = quoteattr(p.name)
+        secs = (p.ended or result.ended) - (p.started or result.started)
+        body = ""
+        if p.failed:
+            failures += 1
+            tail = "\n".join(tail_lines(p.log, 20))
+            body = f"<failure message={quoteattr(p.describe())}>{escape(tail)}</failure>"
+        elif p.torn_down:
+            body = f"<skipped message={quoteattr('ended by mslaunch after another process failed')}/>"
+        cases.append(f'  <testcase classname={quoteattr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>')
+    head = (f'<testsuite name={quoteattr("mslaunch " + result.job_id)} tests="{len(result.processes)}" '
+            f'failures="{failures}" time="{result.ended - result.started:.3f}">')
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + head + "\n" + "\n".join(cases) + "\n</testsuite>\n"

@@ -1,0 +1,145 @@
+"""Following per-rank log files: merged, prefixed, new lines and new files as they appear.
+
+Used by ``mslaunch run``'s console (tee) and by ``mslaunch logs tail``.  Files are polled
+(every ``interval`` seconds, a stat and a read per file): cheap for the handful of files a
+job has, and it works the same for files that remote ranks stream into.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+_WORKER_RE = re.compile(r"^worker_(\d+)\.log$")
+
+#: Lines the default console mode shows from every rank (not only rank 0).
+ERROR_RE = re.compile(r"(Traceback \(most recent call last\)|\b\w*(Error|Exception)\b|\bERROR\b|\bFATAL\b|\bfailed\b|^\s+File \")")
+
+# ANSI colours for rank prefixes on a TTY.
+_COLOURS = ("36", "32", "33", "35", "34", "91", "92", "93", "94", "95", "96")
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """One log file and its console label (``rank 3``, ``scheduler``)."""
+
+    label: str
+    path: str
+    rank: Optional[int]
+
+
+def job_log_sources(folder: str, ranks: Optional[Sequence[int]] = None, scheduler: bool = True) -> List[LogSource]:
+    """The log files in a job (or attempt) folder, ranks ascending, scheduler last."""
+    out: List[Tuple[int, LogSource]] = []
+    for path in glob.glob(os.path.join(glob.escape(folder), "worker_*.log")):
+        m = _WORKER_RE.match(os.path.basename(path))
+        if not m:
+            continue
+        rank = int(m.group(1))
+        if ranks is not None and rank not in ranks:
+            continue
+        out.append((rank, LogSource(f"rank {rank}", path, rank)))
+    out.sort(key=lambda x: x[0])
+    sources = [s for _, s in out]
+    sched = os.path.join(folder, "scheduler.log")
+    if scheduler and ranks is None and os.path.exists(sched):
+        sources.append(LogSource("scheduler", sched, None))
+    return sources
+
+
+def prefix(source: LogSource, colour: bool) -> str:
+    text = f"[{source.label}]"
+    if not colour:
+        return text + " "
+    code = "2" if source.rank is None else _COLOURS[source.rank % len(_COLOURS)]
+    return f"\x1b[{code}m{text}\x1b[0m "
+
+
+class Follower:
+    """Reads new complete lines from a changing set of files.
+
+    Args:
+        sources: called at each poll; returns the files to follow now (new ones are picked up).
+        emit: called with ``(source, line)`` for each new line (without its newline).
+        from_start: read files from their start (else from their current end).
+        interval: seconds between polls in :meth:`run`.
+    """
+
+    def __init__(self, sources: Callable[[], Iterable[LogSource]], emit: Callable[[LogSource, str], None], from_start: bool = True, interval: float = 0.2) -> None:
+        self._sources = sources
+        self._emit = emit
+        self._from_start = from_start
+        self._interval = interval
+        self._offsets: Dict[str, int] = {}
+        self._partial: Dict[str, bytes] = {}
+        self._known: Dict[str, LogSource] = {}
+
+    def poll(self) -> int:
+        """Read what is new in every file; returns the number of lines emitted."""
+        count = 0
+        for src in self._sources():
+            if src.path not in self._known:
+                self._known[src.path] = src
+                if not self._from_start:
+                    try:
+                        self._offsets[src.path] = os.path.getsize(src.path)
+                    except OSError:
+                        self._offsets[src.path] = 0
+            count += self._read(src)
+        return count
+
+    def _read(self, src: LogSource) -> int:
+        offset = self._offsets.get(src.path, 0)
+        try:
+            size = os.path.getsize(src.path)
+        except OSError:
+            return 0
+        if size < offset:  # truncated or replaced: start over
+            offset = 0
+            self._partial.pop(src.path, None)
+        if size == offset:
+            return 0
+        try:
+            with open(src.path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(size - offset)
+        except OSError:
+            return 0
+        self._offsets[src.path] = offset + len(data)
+        data = self._partial.pop(src.path, b"") + data
+        lines = data.split(b"\n")
+        if lines[-1]:
+            self._partial[src.path] = lines[-1]
+        for raw in lines[:-1]:
+            self._emit(src, raw.decode("utf-8", "replace").rstrip("\r"))
+        return len(lines) - 1
+
+    def flush(self) -> None:
+        """Emit partial last lines (files that do not end with a newline)."""
+        self.poll()
+        for path, rest in list(self._partial.items()):
+            if rest:
+                self._emit(self._known[path], rest.decode("utf-8", "replace"))
+        self._partial.clear()
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until ``stop`` is set, then read what is left once more."""
+        while not stop.wait(self._interval):
+            self.poll()
+        self.flush()
+
+
+def last_lines(path: str, n: int) -> Tuple[List[str], int]:
+    """The last ``n`` lines of a file and the byte offset after them (its size)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return [], 0
+    lines = data.split(b"\n")
+    partial = lines.pop() if lines else b""
+    text = [line.decode("utf-8", "replace") for line in lines]
+    return (text[-n:] if n > 0 else []), len(data) - len(partial)
