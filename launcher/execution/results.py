@@ -49,6 +49,7 @@ class ProcResult:
     log: str
     torn_down: bool = False
     reason: Optional[str] = None
+    pid: Optional[int] = None
 
     @property
     def failed(self) -> bool:
@@ -85,6 +86,7 @@ class ProcResult:
             "log": self.log,
             "torn_down": self.torn_down,
             "reason": self.reason,
+            "pid": self.pid,
         }
 
 

@@ -378,7 +378,7 @@ class Supervisor:
             res = ProcResult(
                 name=h.plan.name, rank=h.plan.rank, host=h.host, returncode=rc, started=h.started, ended=when,
                 log=h.log_path, torn_down=state.torn.get(idx, False),
-                reason=getattr(h, "reason", None),
+                reason=getattr(h, "reason", None), pid=getattr(h, "pid", None),
             )
             by_name[h.plan.name] = res
             out.append(res)
