@@ -76,6 +76,6 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
         body = "\n".join(rc.tail) if rc.tail else "(empty log)"
         title = f"root cause: {rc.name} on {rc.host}: {rc.reason}"
         con.print(Panel(Text(body), title=title, subtitle=rc.log, border_style="red"))
-    elif result.message:
-        con.print(f"mslaunch: {result.message}", highlight=False)
-    con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False)
+    if result.message:
+        con.print(f"mslaunch: {result.message}", highlight=False, markup=False, soft_wrap=True)
+    con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False, soft_wrap=True)

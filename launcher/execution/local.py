@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 import psutil
 
@@ -24,6 +24,7 @@ from launcher.errors import LaunchError
 from launcher.planning.plan import ProcPlan
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _load_prctl() -> Optional[Callable[..., int]]:
@@ -45,6 +46,43 @@ def _child_setup(sig: int) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process instead of init (Linux), so
+    :func:`reap_orphans` can find and end what ranks left behind (e.g. under mpirun)."""
+    if _PRCTL is None:
+        return False
+    return _PRCTL(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def reap_orphans(keep: Set[int]) -> List[int]:
+    """SIGKILL every descendant of this process whose pid is not in ``keep``; reap direct ones.
+
+    Popen-owned children must be in ``keep`` (their exit status belongs to their waiter).
+
+    Returns:
+        The pids that were killed.
+    """
+    me = psutil.Process()
+    try:
+        found = me.children(recursive=True)
+    except psutil.Error:
+        return []
+    victims = [p for p in found if p.pid not in keep]
+    for proc in victims:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    for proc in victims:
+        try:
+            os.waitpid(proc.pid, 0)
+        except ChildProcessError:
+            pass  # not our direct child: its own parent (or init) reaps it
+        except OSError:
+            pass
+    return [p.pid for p in victims]
 
 
 def kill_tree(pid: int, pgid: Optional[int], sig: int) -> None:

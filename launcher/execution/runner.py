@@ -96,10 +96,14 @@ def run_plan(
     write_job_files(plan, argv)
     if on_started is not None:
         on_started()
+    from launcher.execution.local import become_subreaper, reap_orphans
+
+    become_subreaper()
     watchdog = Watchdog(grace=1.0)
     try:
         prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
-        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options), options, on_event=on_event, prepare_attempt=prepare, watchdog=watchdog)
+        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options), options, on_event=on_event, prepare_attempt=prepare,
+                         watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
         result = sup.run()
     finally:
         watchdog.close()

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution.results import (
@@ -147,7 +147,10 @@ class Supervisor:
             ``teardown``, ``restart``, ``timeout``, ``interrupted``.
         prepare_attempt: called with the attempt dir before processes start (e.g. to create
             per-rank working dirs and env dumps).
-        watchdog: a callable taking a pgid to register with the watchdog, or None.
+        watchdog: the job's watchdog (process groups are registered with it), or None.
+        attempt_dir: attempt number -> its log folder (default: job dir, then attempt_<k>/).
+        reap_orphans: called after each teardown with the pids of the started processes; ends
+            whatever else descends from mslaunch (see :func:`launcher.execution.local.reap_orphans`).
     """
 
     def __init__(
@@ -159,7 +162,7 @@ class Supervisor:
         prepare_attempt: Optional[Callable[[int, str], None]] = None,
         watchdog: Optional["Watchdog"] = None,
         attempt_dir: Optional[Callable[[int], str]] = None,
-        check_scheduler_port: Optional[Callable[[], None]] = None,
+        reap_orphans: Optional[Callable[[Set[int]], Any]] = None,
     ) -> None:
         self.plan = plan
         self.launcher_factory = launcher_factory
@@ -169,7 +172,7 @@ class Supervisor:
         self.watchdog = watchdog
         self.attempt_dir = attempt_dir or (lambda k: plan.job_dir if k == 0 else os.path.join(plan.job_dir, f"attempt_{k}"))
         self.current_attempt_dir = plan.job_dir
-        self.check_scheduler_port = check_scheduler_port
+        self.reap_orphans = reap_orphans
 
     # ---------------------------------------------------------------- public
 
@@ -365,6 +368,9 @@ class Supervisor:
                 pgid = getattr(h, "pgid", None)
                 if pgid is not None:
                     self.watchdog.remove(pgid)
+        if self.reap_orphans is not None:
+            keep = {pid for pid in (getattr(h, "pid", None) for h in state.handles) if pid is not None}
+            self.reap_orphans(keep)
 
     def _results(self, state: _Attempt) -> List[ProcResult]:
         out: List[ProcResult] = []
