@@ -24,7 +24,10 @@ app = typer.Typer(
 )
 
 _VERSION_HELP = "Rank table version: 1.0 (Ascend 910/910B) or 1.2 (Atlas A3 SuperPoD)."
-_CHIP_HELP = "Device rules to check: 910 (1, 2, 4 or 8 devices per server; 8 when multi-server) or 910b (1-8)."
+_CHIP_HELP = (
+    "Device rules to check: 910 (1, 2, 4 or 8 devices per server; 8 when multi-server) or 910b (1-8). "
+    "Version 1.2 (Atlas A3) tables take 1-16 devices per server with either."
+)
 
 
 def _load_inventory(hosts: Optional[str], host_list: Optional[str]) -> Any:
@@ -158,7 +161,7 @@ def show(
     from rich.table import Table
     from rich.text import Text
 
-    from launcher.planning.ranktable import read_rank_table
+    from launcher.planning.ranktable import read_rank_table, table_size
 
     table = read_rank_table(file)
     servers = table.get("server_list") if isinstance(table, dict) else None
@@ -176,7 +179,7 @@ def show(
     def cell(value: Any) -> Text:
         return Text("" if value is None else str(value))
 
-    out = Table(title=Text(f"{file}: version {cell(table.get('version'))}, status {cell(table.get('status'))}"))
+    out = Table()
     out.add_column("server")
     if v12:
         out.add_column("host IP")
@@ -190,7 +193,8 @@ def show(
         if not isinstance(server, dict):
             continue
         sid = "" if server.get("server_id") is None else str(server.get("server_id"))
-        devices = server.get("device") if isinstance(server.get("device"), list) else []
+        raw_devices = server.get("device")
+        devices: List[Any] = raw_devices if isinstance(raw_devices, list) else []
         for dev in devices:
             if not isinstance(dev, dict):
                 continue
@@ -203,4 +207,13 @@ def show(
             row.append(cell(dev.get("rank_id")))
             out.add_row(*row, end_section=dev is devices[-1])
     # Not a terminal (a pipe, a file): do not squeeze the table into 80 columns.
-    Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(out)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    n_servers, n_devices = table_size(table)
+    console.print(
+        Text(
+            f"{file}: version {cell(table.get('version'))}, status {cell(table.get('status'))}, "
+            f"{n_servers} servers, {n_devices} devices"
+        ),
+        soft_wrap=True,
+    )
+    console.print(out)
