@@ -107,10 +107,10 @@ def test_dynamic_under_mpirun_has_scheduler_context():
     assert argv[:3] == ["mpirun", "--hostfile", "/j/hostfile"]
     assert argv.count(":") == 1
     first = argv[: argv.index(":")]
-    assert first[3:7] == ["-np", "1", "--host", "localhost:1"]
+    assert first[3:7] == ["-np", "1", "--host", "localhost:3"]
     assert "MS_ROLE=MS_SCHED" in first and "MSLAUNCH_ROLE=scheduler" in first
     second = argv[argv.index(":") + 1:]
-    assert second[:4] == ["-np", "2", "--host", "localhost:2"]
+    assert second[:4] == ["-np", "2", "--host", "localhost:3"]
     assert "MS_ROLE=MS_WORKER" in second and "MSLAUNCH_CTX_BASE=1" in second
     assert "MS_NODE_ID=0" not in argv  # per rank: derived by the wrapper
     assert [a.kind for a in plan.artefacts] == ["hostfile"]

@@ -102,14 +102,18 @@ def _register() -> None:
 
     run.register(app)
     jobs.register(app)
+    from launcher.cli import ranktable
+
+    app.add_typer(ranktable.app, name="ranktable")
     import importlib
 
-    for name in ("ranktable", "data"):  # TODO(dev): strict once all modules exist
-        try:
-            mod = importlib.import_module(f"launcher.cli.{name}")
-        except ImportError:
-            continue
-        app.add_typer(mod.app, name=name)
+    try:  # TODO: plain import once launcher/cli/data.py lands
+        data = importlib.import_module("launcher.cli.data")
+    except ModuleNotFoundError as exc:
+        if exc.name != "launcher.cli.data":
+            raise
+    else:
+        app.add_typer(data.app, name="data")
 
 
 def main(argv: Optional[List[str]] = None) -> None:

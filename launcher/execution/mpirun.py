@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import time
 from typing import List, Optional, Tuple
 
 from launcher.errors import LaunchError
@@ -88,10 +87,10 @@ class MpirunProcess(LocalProcess):
                 code = -first[2] if first[2] is not None else (first[1] if first[1] is not None else 1)
                 out.append(ProcResult(proc.name, proc.rank, proc.host, code, self.started, when, log))
             else:
-                reason = "ended by mpirun" if first is not None else None
-                out.append(ProcResult(proc.name, proc.rank, proc.host, None, self.started, when, log, torn_down=first is not None or torn, reason=reason))
+                out.append(ProcResult(proc.name, proc.rank, proc.host, None, self.started, when, log, torn_down=True, reason="ended by mpirun"))
         if first is None and rc not in (0, None) and not torn:
-            out.append(ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path))
+            # mpirun itself failed (bad hosts, too few slots, ...): its own output says why.
+            out.append(ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path, pid=self.pid))
         return out
 
 
@@ -131,7 +130,3 @@ def mpirun_version(exe: str = "mpirun") -> Optional[str]:
         return None
     m = re.search(r"(\d+\.\d+\.\d+)", out)
     return m.group(1) if m else None
-
-
-def _now() -> float:
-    return time.time()

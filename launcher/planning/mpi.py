@@ -88,10 +88,15 @@ def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[st
     if options.rsh_agent is not None:
         argv += ["--mca", "plm_rsh_agent", options.rsh_agent]
     argv += list(options.extra)
+    # A context's --host names the host's slots over all contexts: contexts that share a host
+    # (the scheduler's and the first host's ranks) then fit side by side.
+    totals: Dict[str, int] = {}
+    for ctx in contexts:
+        totals[ctx.host] = totals.get(ctx.host, 0) + ctx.np
     for i, ctx in enumerate(contexts):
         if i:
             argv.append(":")
-        argv += ["-np", str(ctx.np), "--host", f"{ctx.host}:{ctx.np}"]
+        argv += ["-np", str(ctx.np), "--host", f"{ctx.host}:{totals[ctx.host]}"]
         for key, value in ctx.env:
             argv += ["-x", f"{key}={value}"]
         argv += list(ctx.argv)

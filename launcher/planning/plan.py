@@ -235,11 +235,15 @@ def build_plan(spec: JobSpec) -> Plan:
     if launcher == "mpirun" and spec.wrapper is None:
         raise PlanError("the mpirun launcher needs the per-rank wrapper template", field="--launcher")
 
-    slots = assign_ranks(spec.inventory, spec.np, spec.per_host, order_by_server_id=spec.method == "ranktable")
-    used_inv = used_inventory(spec.inventory, slots)
-    used = list(used_inv.hosts)
+    inventory = spec.inventory
     if spec.method == "ranktable":
-        used.sort(key=lambda h: h.rank_table_server_id)
+        # RANK_IDs must follow the rank table's server order (server_id; SuperPoD first in 1.2).
+        from launcher.planning.ranktable import rank_table_host_order
+
+        inventory = Inventory(tuple(rank_table_host_order(inventory.hosts, spec.rank_table_version)), source=inventory.source)
+    slots = assign_ranks(inventory, spec.np, spec.per_host)
+    used_inv = used_inventory(inventory, slots)
+    used = list(used_inv.hosts)
     hosts_by_name = {h.name: h for h in used}
     world = len(slots)
 

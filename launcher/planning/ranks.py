@@ -35,7 +35,6 @@ def assign_ranks(
     inventory: Inventory,
     np: Optional[int] = None,
     per_host: Optional[int] = None,
-    order_by_server_id: bool = False,
 ) -> Tuple[RankSlot, ...]:
     """Fill hosts in order, slot by slot (mpirun's by-slot mapping).
 
@@ -43,8 +42,8 @@ def assign_ranks(
         inventory: hosts with slots (after include/exclude filters).
         np: total number of ranks; ``None`` means every available slot.
         per_host: cap of ranks per host; ``None`` means the host's slots.
-        order_by_server_id: order hosts by rank-table ``server_id`` (string order), as HCCL
-            rank tables require; otherwise inventory order.
+        (Hosts are filled in inventory order; the ranktable method reorders the inventory
+        first, see :func:`launcher.planning.ranktable.rank_table_host_order`.)
 
     Returns:
         One :class:`RankSlot` per rank, ordered by rank.
@@ -57,8 +56,6 @@ def assign_ranks(
     if per_host is not None and per_host < 1:
         raise PlanError(f"--per-host must be at least 1, got {per_host}", field="--per-host")
     hosts = list(inventory.hosts)
-    if order_by_server_id:
-        hosts.sort(key=lambda h: h.rank_table_server_id)
     caps = [min(h.slots, per_host) if per_host is not None else h.slots for h in hosts]
     available = sum(caps)
     wanted = available if np is None else np
