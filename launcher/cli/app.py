@@ -98,10 +98,11 @@ def _emit(text: str, output: Optional[str]) -> None:
 
 
 def _register() -> None:
-    from launcher.cli import jobs, run
+    from launcher.cli import check, jobs, run
 
     run.register(app)
     jobs.register(app)
+    check.register(app)
     from launcher.cli import ranktable
 
     app.add_typer(ranktable.app, name="ranktable")
