@@ -79,7 +79,7 @@ def logs_tail(
     if not follow:
         return
     follower = Follower(lambda: job_log_sources(latest_attempt_dir(folder), ranks), lambda s, l: (emit(s, l), sys.stdout.flush()), from_start=True)
-    follower._offsets.update(offsets)  # continue after what was shown
+    follower.seek(offsets)  # continue after what was shown
     try:
         while True:
             follower.poll()

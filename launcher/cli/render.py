@@ -64,7 +64,7 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
         table.add_column(col, overflow="fold")
     for p in result.processes:
         if p.torn_down:
-            outcome = Text("stopped by mslaunch", style="dim")
+            outcome = Text(p.reason or "stopped by mslaunch", style="dim")
         elif p.failed:
             outcome = Text(p.describe(), style="bold red")
         else:

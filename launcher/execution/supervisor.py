@@ -91,6 +91,7 @@ class _Attempt:
         self.handles: List[Handle] = []
         self.exits: Dict[int, Tuple[int, float]] = {}
         self.torn: Dict[int, bool] = {}
+        self.notes: Dict[int, str] = {}
         self.events: "queue.Queue[Tuple[int, int, float]]" = queue.Queue()
         self.failures: List[ProcResult] = []
         self.start_failure: Optional[ProcResult] = None
@@ -227,7 +228,7 @@ class Supervisor:
             except _StartFailed as exc:
                 status, code, message = FAILED, exc.code, exc.message
             finally:
-                self._teardown(state)
+                self._teardown(state, announce=status != SUCCEEDED)
         finally:
             launcher.close()
         results = self._results(state)
@@ -338,13 +339,18 @@ class Supervisor:
             state.drain(max(0.0, end - time.monotonic()))
         return SUCCEEDED, 0, None
 
-    def _teardown(self, state: _Attempt) -> None:
-        """SIGTERM every running group, wait ``grace``, SIGKILL whole trees; always kill groups."""
+    def _teardown(self, state: _Attempt, announce: bool = True) -> None:
+        """SIGTERM every running group, wait ``grace``, SIGKILL whole trees; always kill groups.
+
+        After a success only the scheduler can still be running; it is ended without notice.
+        """
         running = state.running()
-        if running:
+        if running and announce:
             self.on_event("teardown", {"names": [state.handles[i].plan.name for i in running]})
         for idx in running:
             state.torn[idx] = True
+            if not announce:
+                state.notes[idx] = "ended after every worker finished"
             try:
                 state.handles[idx].terminate()
             except Exception:
@@ -384,7 +390,7 @@ class Supervisor:
             res = ProcResult(
                 name=h.plan.name, rank=h.plan.rank, host=h.host, returncode=rc, started=h.started, ended=when,
                 log=h.log_path, torn_down=state.torn.get(idx, False),
-                reason=getattr(h, "reason", None), pid=getattr(h, "pid", None),
+                reason=getattr(h, "reason", None) or state.notes.get(idx), pid=getattr(h, "pid", None),
             )
             by_name[h.plan.name] = res
             out.append(res)

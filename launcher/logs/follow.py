@@ -77,6 +77,10 @@ class Follower:
         self._partial: Dict[str, bytes] = {}
         self._known: Dict[str, LogSource] = {}
 
+    def seek(self, offsets: Dict[str, int]) -> None:
+        """Continue these files from the given byte offsets (e.g. after showing their tails)."""
+        self._offsets.update(offsets)
+
     def poll(self) -> int:
         """Read what is new in every file; returns the number of lines emitted."""
         count = 0
