@@ -218,3 +218,24 @@ def test_cli_hostfile_gen(tmp_path):
     assert out.read_text() == "a slots=2\nb slots=4\n"
     r = run_cli("hostfile", "gen", "-H", "n1:2,n2")
     assert r.stdout == "n1 slots=2\nn2 slots=1\n"
+
+
+def test_msrun_flag_names_are_accepted(tmp_path):
+    r = run_cli("plan", "--json", "--worker_num", "2", "--master_port", "9999", "--log_dir", str(tmp_path / "j"), "t.py")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert (data["world_size"], data["master_port"], data["job_dir"]) == (2, 9999, str(tmp_path / "j"))
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_env_file_parser_only_raises_mslaunch_error(text):
+    try:
+        pairs = parse_env_file(text, "e.env")
+    except MsLaunchError:
+        return
+    assert all(k and "=" not in k for k, _ in pairs)
