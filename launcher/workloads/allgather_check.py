@@ -1,0 +1,98 @@
+"""Cluster sanity check: every rank contributes its rank id to an AllGather.
+
+Run under a launcher that sets a distributed environment (dynamic cluster: ``MS_ROLE``,
+``MS_WORKER_NUM``, ``MS_SCHED_HOST``, ``MS_SCHED_PORT``, optional ``MS_NODE_ID``; or a rank table /
+OpenMPI)::
+
+    python -m launcher.workloads.allgather_check [--device-target CPU|GPU|Ascend]
+
+Each worker prints exactly one line on stdout::
+
+    mslaunch-check rank=<r> size=<n> gathered=<comma-separated ints>
+
+and exits 0 when the gathered vector is ``0..n-1``; otherwise it prints a second line
+``mslaunch-check rank=<r> FAILED: ...`` naming the missing ranks and the wrong positions and exits
+1. The scheduler (``MS_ROLE=MS_SCHED``) only calls ``init()``, which in MindSpore 2.10 serves the
+cluster and ends the process once every worker has left. Without a distributed environment the
+check cannot run: one line on stderr, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List, Mapping, Optional, Sequence
+
+
+def distributed_from_env(env: Mapping[str, str]) -> bool:
+    """True when a launcher set a distributed environment (dynamic cluster, rank table, OpenMPI)."""
+    return bool(env.get("MS_ROLE") or env.get("RANK_TABLE_FILE") or env.get("OMPI_COMM_WORLD_SIZE"))
+
+
+def diagnose(gathered: Sequence[int], size: int) -> Optional[str]:
+    """``None`` when ``gathered == [0, 1, ..., size-1]``, else what is missing or wrong."""
+    expected = list(range(size))
+    if list(gathered) == expected:
+        return None
+    problems = []
+    missing = sorted(set(expected) - set(gathered))
+    if missing:
+        problems.append("missing ranks " + ",".join(map(str, missing)))
+    if len(gathered) != size:
+        problems.append(f"got {len(gathered)} values for {size} ranks")
+    wrong = [f"position {i} has {v}" for i, v in enumerate(gathered) if i >= size or v != i]
+    if wrong:
+        problems.append("wrong: " + "; ".join(wrong))
+    return ", ".join(problems)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m launcher.workloads.allgather_check", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--device-target", default=os.environ.get("DEVICE_TARGET") or "CPU",
+                        choices=("CPU", "GPU", "Ascend"))
+    args = parser.parse_args(argv)
+    if not distributed_from_env(os.environ):
+        sys.stderr.write("allgather_check: error: no distributed environment (MS_ROLE, RANK_TABLE_FILE or "
+                         "OMPI_COMM_WORLD_SIZE); start it with a launcher\n")
+        return 2
+
+    import numpy as np
+
+    import mindspore as ms
+    from mindspore import Tensor, nn, ops
+    from mindspore.communication import get_group_size, get_rank, init
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        ms.set_device(args.device_target)
+    except RuntimeError as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        sys.stderr.write(f"allgather_check: error: --device-target {args.device_target} is not usable: {first}\n")
+        return 2
+    init()
+    if os.environ.get("MS_ROLE") == "MS_SCHED":
+        return 0  # not reached in MindSpore 2.10: the scheduler's init() ends the process
+
+    class _Gather(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.all_gather = ops.AllGather()
+
+        def construct(self, x):
+            return self.all_gather(x)
+
+    rank, size = get_rank(), get_group_size()
+    out = _Gather()(Tensor(np.array([[rank]], dtype=np.float32))).asnumpy()
+    gathered: List[int] = [int(round(float(v))) for v in out.reshape(-1)]
+    print(f"mslaunch-check rank={rank} size={size} gathered={','.join(map(str, gathered))}", flush=True)
+    problem = diagnose(gathered, size)
+    if problem is not None:
+        print(f"mslaunch-check rank={rank} FAILED: {problem}", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,631 @@
+"""ResNet-50 on CIFAR-10: the shipped training workload of mslaunch.
+
+Run it alone (one process, no communication)::
+
+    python -m launcher.workloads.resnet50_cifar10 --data-path DATA --image-size 32 --epochs 1
+
+or under a launcher that sets a distributed environment: the dynamic cluster (``MS_ROLE``,
+``MS_WORKER_NUM``, ``MS_SCHED_HOST``, ``MS_SCHED_PORT``, optional ``MS_NODE_ID``), an Ascend rank
+table (``RANK_TABLE_FILE``) or OpenMPI (``OMPI_COMM_WORLD_SIZE``). Then the module calls
+``mindspore.communication.init()``, trains data-parallel (``gradients_mean=True``) and every
+rank reads its own shard of the training set (``num_shards=get_group_size()``,
+``shard_id=get_rank()``). With ``MS_ROLE=MS_SCHED`` (the scheduler process a launcher starts with
+the same module) it only calls ``init()``: in MindSpore 2.10 the scheduler's ``init()`` serves the
+cluster and ends the process itself once every worker has left (exit 0, or 1 if a worker died),
+so nothing after it runs.
+
+Data: ``--data-path`` is a folder holding ``cifar-10-batches-bin`` or that folder itself.
+MindSpore's ``Cifar10Dataset`` reads exactly 10000 records from every ``data_batch*.bin`` /
+``test_batch.bin`` (and fails on shorter files), so it is used for full-size files (the real
+CIFAR-10, or ``cifar10_synth`` with 10000 records per file); smaller files of the same binary
+layout (e.g. ``mslaunch data synth-cifar10 DIR --train 2000``) are read with numpy into a
+random-access ``GeneratorDataset``. Both sources shard with the same ``DistributedSampler`` semantics and feed
+the same pipeline as the tutorials' ``create_dataset``: random crop 32 (pad 4), random horizontal
+flip, resize to ``--image-size`` (skipped at 32), rescale 1/255, normalize with the CIFAR
+mean/std, HWC2CHW, label cast to int32, shuffle, batch (drop_remainder). The batch stream repeats
+forever; an *epoch* is ``--steps-per-epoch`` batches (0: one pass over this rank's shard).
+
+Output on stdout (flushed after every line; launchers capture it to files)::
+
+    params: 23528522
+    data: ...
+    epoch: 1 step: 1, loss is 2.3025854          (LossMonitor's format; step within the epoch)
+    epoch 1 throughput: 57.9 img/s per rank, 115.8 img/s total (2 ranks)
+    checkpoint: <ckpt-dir>/ckpt_<rank>/resnet50-1_40.ckpt
+    accuracy: 0.8125                               (with --eval; over the whole test set)
+
+Checkpoints (``--ckpt-dir``): ``<ckpt-dir>/ckpt_<rank>/resnet50-<epoch>_<step>.ckpt`` (the
+``ModelCheckpoint`` naming; ``step`` is the step within the epoch), written at the end of every
+epoch (and every ``--ckpt-every`` steps), atomically (temp file + ``os.replace``), keeping the
+newest ``--keep-checkpoints``. A checkpoint holds the network parameters, the optimizer state
+(momentum accumulators, ``global_step``) and ``epoch_num`` / ``step_num`` / ``global_step``.
+``--resume`` loads the newest one of this rank and continues at the next step: ``--epochs`` is the
+total number of epochs, so ``--resume --epochs 3`` after a 2-epoch run trains epoch 3.
+
+Exit codes: 0 done; 1 training failed (e.g. the loss became NaN); 2 bad arguments or data.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+import time
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+import mindspore as ms
+import mindspore.dataset as ds
+import mindspore.dataset.transforms as transforms
+import mindspore.dataset.vision as vision
+from mindspore import Tensor, nn, ops
+from mindspore.common.initializer import HeNormal, Normal
+
+CIFAR_FOLDER = "cifar-10-batches-bin"
+CIFAR_RECORD_BYTES = 1 + 3 * 32 * 32
+CIFAR_RECORDS_PER_FILE = 10000  # what MindSpore's Cifar10Dataset reads from every file
+# The tutorials' normalisation (the seeds' create_dataset), applied after rescale to [0, 1].
+CIFAR_MEAN = (0.4465, 0.4822, 0.4914)
+CIFAR_STD = (0.2010, 0.1994, 0.2023)
+CKPT_PREFIX = "resnet50"
+_CKPT_RE = re.compile(r"^" + CKPT_PREFIX + r"-(\d+)_(\d+)\.ckpt$")
+
+
+class UsageError(Exception):
+    """Bad arguments or data: reported as one line on stderr, exit code 2."""
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Network
+# --------------------------------------------------------------------------------------------
+
+
+def _conv(in_c: int, out_c: int, kernel: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(
+        in_c,
+        out_c,
+        kernel_size=kernel,
+        stride=stride,
+        pad_mode="pad",
+        padding=kernel // 2,
+        has_bias=False,
+        weight_init=HeNormal(mode="fan_out", nonlinearity="relu"),
+    )
+
+
+def _bn(channels: int, zero_gamma: bool = False) -> nn.BatchNorm2d:
+    return nn.BatchNorm2d(channels, momentum=0.9, eps=1e-5, gamma_init="zeros" if zero_gamma else "ones")
+
+
+class Bottleneck(nn.Cell):
+    """ResNet v1.5 bottleneck: 1x1 -> 3x3 (stride here) -> 1x1 (x4), projection shortcut when needed.
+
+    The last BatchNorm's gamma starts at zero, so every block starts as the identity (faster early
+    training, same parameter count).
+    """
+
+    expansion = 4
+
+    def __init__(self, in_c: int, mid_c: int, stride: int) -> None:
+        super().__init__()
+        out_c = mid_c * self.expansion
+        self.conv1 = _conv(in_c, mid_c, 1)
+        self.bn1 = _bn(mid_c)
+        self.conv2 = _conv(mid_c, mid_c, 3, stride)
+        self.bn2 = _bn(mid_c)
+        self.conv3 = _conv(mid_c, out_c, 1)
+        self.bn3 = _bn(out_c, zero_gamma=True)
+        self.relu = nn.ReLU()
+        self.has_down = stride != 1 or in_c != out_c
+        if self.has_down:
+            self.down = nn.SequentialCell([_conv(in_c, out_c, 1, stride), _bn(out_c)])
+
+    def construct(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.has_down:
+            identity = self.down(x)
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Cell):
+    """ResNet with bottleneck blocks; ``layers=(3, 4, 6, 3)`` is ResNet-50."""
+
+    def __init__(self, layers: Sequence[int], num_classes: int) -> None:
+        super().__init__()
+        self.conv1 = _conv(3, 64, 7, 2)
+        self.bn1 = _bn(64)
+        self.relu = nn.ReLU()
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
+        blocks: List[nn.Cell] = []
+        in_c = 64
+        for i, (n, mid) in enumerate(zip(layers, (64, 128, 256, 512))):
+            for j in range(n):
+                stride = 2 if (i > 0 and j == 0) else 1
+                blocks.append(Bottleneck(in_c, mid, stride))
+                in_c = mid * Bottleneck.expansion
+        self.layers = nn.SequentialCell(blocks)
+        self.mean = ops.ReduceMean(keep_dims=False)
+        self.fc = nn.Dense(in_c, num_classes, weight_init=Normal(0.01), bias_init="zeros")
+
+    def construct(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layers(x)
+        x = self.mean(x, (2, 3))
+        return self.fc(x)
+
+
+def resnet50(num_classes: int = 10) -> ResNet:
+    """ResNet-50 (bottleneck blocks 3-4-6-3, 2048-d features, one dense layer with bias)."""
+    return ResNet((3, 4, 6, 3), num_classes)
+
+
+def count_parameters(net: nn.Cell, trainable_only: bool = True) -> int:
+    """Number of scalar parameters of ``net`` (by default only the trainable ones, i.e. not the
+    BatchNorm moving statistics). ResNet-50 with 10 classes: 23,528,522."""
+    params = net.trainable_params() if trainable_only else net.get_parameters()
+    return int(sum(int(np.prod(p.shape)) for p in params))
+
+
+class SoftmaxCrossEntropyExpand(nn.Cell):
+    """Softmax cross-entropy spelled out in primitive ops (the tutorials' loss for auto parallel)."""
+
+    def __init__(self, sparse: bool = False) -> None:
+        super().__init__()
+        self.exp = ops.Exp()
+        self.sum = ops.ReduceSum(keep_dims=True)
+        self.onehot = ops.OneHot()
+        self.on_value = Tensor(1.0, ms.float32)
+        self.off_value = Tensor(0.0, ms.float32)
+        self.div = ops.RealDiv()
+        self.log = ops.Log()
+        self.sum_cross_entropy = ops.ReduceSum(keep_dims=False)
+        self.mul = ops.Mul()
+        self.mul2 = ops.Mul()
+        self.mean = ops.ReduceMean(keep_dims=False)
+        self.sparse = sparse
+        self.max = ops.ReduceMax(keep_dims=True)
+        self.sub = ops.Sub()
+
+    def construct(self, logit, label):
+        logit_max = self.max(logit, -1)
+        exp = self.exp(self.sub(logit, logit_max))
+        exp_sum = self.sum(exp, -1)
+        softmax_result = self.div(exp, exp_sum)
+        if self.sparse:
+            label = self.onehot(label, ops.shape(logit)[1], self.on_value, self.off_value)
+        softmax_result_log = self.log(softmax_result)
+        loss = self.sum_cross_entropy((self.mul(softmax_result_log, label)), -1)
+        loss = self.mul2(ops.scalar_to_tensor(-1.0), loss)
+        loss = self.mean(loss, -1)
+        return loss
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+
+def resolve_cifar_folder(data_path: str) -> str:
+    """The ``cifar-10-batches-bin`` folder for ``data_path`` (that folder or its parent).
+
+    Raises:
+        UsageError: neither ``data_path`` nor ``data_path/cifar-10-batches-bin`` holds .bin files.
+    """
+    for cand in (os.path.join(data_path, CIFAR_FOLDER), data_path):
+        if os.path.isdir(cand) and any(n.endswith(".bin") for n in os.listdir(cand)):
+            return cand
+    raise UsageError(
+        f"{data_path}: no CIFAR-10 binary files here or in {CIFAR_FOLDER}/ "
+        "(download cifar-10-binary.tar.gz, or run: mslaunch data synth-cifar10 DIR)"
+    )
+
+
+def _cifar_files(folder: str, usage: str) -> List[str]:
+    key = "data_batch" if usage == "train" else "test_batch"
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".bin") and key in n)
+
+
+def read_cifar10_bin(folder: str, usage: str) -> Tuple[np.ndarray, np.ndarray]:
+    """All records of ``usage`` ('train' | 'test') in ``folder`` with numpy.
+
+    Returns:
+        (images uint8 (N, 32, 32, 3) HWC, labels uint32 (N,)), in file order (files sorted by name),
+        i.e. the rows ``Cifar10Dataset(folder, usage, shuffle=False)`` yields for full-size files.
+
+    Raises:
+        UsageError: no file, or a file whose size is not a multiple of 3073 bytes.
+    """
+    files = _cifar_files(folder, usage)
+    if not files:
+        raise UsageError(f"{folder}: no {'data_batch*' if usage == 'train' else 'test_batch*'}.bin file")
+    chunks = []
+    for path in files:
+        raw = np.fromfile(path, dtype=np.uint8)
+        if raw.size == 0 or raw.size % CIFAR_RECORD_BYTES:
+            raise UsageError(f"{path}: {raw.size} bytes is not a whole number of CIFAR-10 records (3073 bytes each)")
+        chunks.append(raw.reshape(-1, CIFAR_RECORD_BYTES))
+    rec = np.concatenate(chunks)
+    labels = rec[:, 0].astype(np.uint32)
+    images = np.ascontiguousarray(rec[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+    return images, labels
+
+
+class _CifarRecords:
+    """Random-access source over in-memory records for ``GeneratorDataset`` (which then shards and
+    shuffles with the same samplers as ``Cifar10Dataset``). Rows are (image HWC uint8, 0-d uint32
+    label array); a 0-d array rather than a numpy scalar, which MindSpore 2.10's row conversion
+    (``np.array(x, copy=False)``) rejects under numpy 2."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
+        self._images = images
+        self._labels = labels.reshape(-1, 1)
+
+    def __getitem__(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
+        return self._images[index], self._labels[index].reshape(())
+
+    def __len__(self) -> int:
+        return len(self._images)
+
+
+def open_cifar10(
+    data_path: str,
+    usage: str,
+    num_shards: Optional[int] = None,
+    shard_id: Optional[int] = None,
+    shuffle: bool = True,
+    sampler: Optional[ds.Sampler] = None,
+    num_parallel_workers: int = 2,
+) -> Tuple[ds.Dataset, str]:
+    """The raw CIFAR-10 source (columns ``image`` uint8 HWC, ``label`` uint32), optionally sharded.
+
+    Uses ``Cifar10Dataset`` when every file of ``usage`` holds exactly 10000 records (the real
+    dataset), else the same records read by :func:`read_cifar10_bin` in a ``GeneratorDataset``.
+
+    Returns:
+        (dataset, a one-line description of the source).
+    """
+    folder = resolve_cifar_folder(data_path)
+    files = _cifar_files(folder, usage)
+    if not files:
+        raise UsageError(f"{folder}: no {'data_batch*' if usage == 'train' else 'test_batch*'}.bin file")
+    kw: Dict[str, object] = {}
+    if sampler is not None:
+        kw["sampler"] = sampler
+    else:
+        kw["shuffle"] = shuffle
+        if num_shards is not None and num_shards > 1:
+            kw["num_shards"] = num_shards
+            kw["shard_id"] = shard_id
+    full = all(os.path.getsize(f) == CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_FILE for f in files)
+    if full:
+        dataset = ds.Cifar10Dataset(folder, usage=usage, num_parallel_workers=num_parallel_workers, **kw)
+        return dataset, f"Cifar10Dataset {folder} ({usage}, {len(files) * CIFAR_RECORDS_PER_FILE} records)"
+    images, labels = read_cifar10_bin(folder, usage)
+    dataset = ds.GeneratorDataset(
+        _CifarRecords(images, labels), column_names=["image", "label"], python_multiprocessing=False, **kw
+    )
+    return dataset, (
+        f"{folder} ({usage}, {len(labels)} records; files are not 10000 records each, which "
+        "Cifar10Dataset requires, so read with numpy)"
+    )
+
+
+def build_pipeline(
+    source: ds.Dataset, batch_size: int, image_size: int, train: bool, workers: int = 2, shuffle_buffer: int = 1000
+) -> ds.Dataset:
+    """The tutorials' create_dataset pipeline on ``source`` (augmentation only when ``train``)."""
+    ops_img = []
+    if train:
+        ops_img += [vision.RandomCrop((32, 32), (4, 4, 4, 4)), vision.RandomHorizontalFlip()]
+    if image_size != 32:
+        ops_img.append(vision.Resize((image_size, image_size)))
+    ops_img += [
+        vision.Rescale(1.0 / 255.0, 0.0),
+        vision.Normalize(CIFAR_MEAN, CIFAR_STD),
+        vision.HWC2CHW(),
+    ]
+    dataset = source.map(operations=transforms.TypeCast(ms.int32), input_columns="label")
+    dataset = dataset.map(operations=ops_img, input_columns="image", num_parallel_workers=workers)
+    if train:
+        dataset = dataset.shuffle(buffer_size=shuffle_buffer)
+    return dataset.batch(batch_size=batch_size, drop_remainder=train)
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------
+
+
+def list_checkpoints(ckpt_dir: str) -> List[Tuple[int, int, str]]:
+    """``(epoch, step, path)`` of this module's checkpoints in ``ckpt_dir``, oldest first."""
+    if not os.path.isdir(ckpt_dir):
+        return []
+    found = []
+    for name in os.listdir(ckpt_dir):
+        m = _CKPT_RE.match(name)
+        if m:
+            found.append((int(m.group(1)), int(m.group(2)), os.path.join(ckpt_dir, name)))
+    return sorted(found)
+
+
+def save_checkpoint(train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, global_step: int, keep: int) -> str:
+    """Write ``resnet50-<epoch>_<step>.ckpt`` atomically; drop all but the newest ``keep``."""
+    os.makedirs(ckpt_dir, exist_ok=True)
+    final = os.path.join(ckpt_dir, f"{CKPT_PREFIX}-{epoch}_{step}.ckpt")
+    tmp = os.path.join(ckpt_dir, f".tmp-{os.getpid()}-{CKPT_PREFIX}-{epoch}_{step}.ckpt")
+    ms.save_checkpoint(
+        train_net, tmp, append_dict={"epoch_num": epoch, "step_num": step, "global_step_saved": global_step}
+    )
+    os.replace(tmp, final)
+    if keep > 0:
+        for _, _, old in list_checkpoints(ckpt_dir)[:-keep]:
+            try:
+                os.unlink(old)
+            except OSError:
+                pass
+    return final
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+
+
+def make_train_step(net: nn.Cell, lr: float = 0.01, momentum: float = 0.9) -> Tuple[nn.Optimizer, nn.Cell]:
+    """``(optimizer, train step)``: expanded softmax cross-entropy (sparse labels), Momentum, and
+    ``TrainOneStepCell``, which all-reduces the gradients (mean) when the parallel mode is
+    data parallel. Call ``train_step(images, labels)`` -> loss; compiled on the first call."""
+    loss_fn = SoftmaxCrossEntropyExpand(sparse=True)
+    opt = nn.Momentum(net.trainable_params(), learning_rate=lr, momentum=momentum)
+    train_step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
+    train_step.set_train(True)
+    return opt, train_step
+
+
+def set_device(target: str) -> None:
+    """``mindspore.set_device(target)``; a device this MindSpore build cannot use is a UsageError."""
+    try:
+        ms.set_device(target)
+    except RuntimeError as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        raise UsageError(
+            f"--device-target {target} is not usable with this MindSpore {ms.__version__} build: {first}"
+        ) from None
+
+
+def distributed_from_env(env: Mapping[str, str]) -> bool:
+    """True when a launcher set a distributed environment (dynamic cluster, rank table, OpenMPI)."""
+    return bool(env.get("MS_ROLE") or env.get("RANK_TABLE_FILE") or env.get("OMPI_COMM_WORLD_SIZE"))
+
+
+def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m launcher.workloads.resnet50_cifar10",
+        description="Train ResNet-50 on CIFAR-10 (binary version) with MindSpore, alone or data-parallel.",
+    )
+    p.add_argument("--data-path", default=env.get("DATA_PATH"), help="folder with cifar-10-batches-bin (or it)")
+    p.add_argument("--epochs", type=int, default=1, help="total epochs (with --resume: including finished ones)")
+    p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size (default 32)")
+    p.add_argument("--image-size", type=int, default=224, help="input size (224 as the tutorials; 32: no resize)")
+    p.add_argument("--steps-per-epoch", type=int, default=0, help="batches per epoch (0: one pass over the shard)")
+    p.add_argument("--lr", type=float, default=0.01, help="Momentum learning rate (default 0.01)")
+    p.add_argument("--momentum", type=float, default=0.9, help="Momentum momentum (default 0.9)")
+    p.add_argument("--ckpt-dir", default=None, help="save checkpoints to CKPT_DIR/ckpt_<rank>/")
+    p.add_argument("--ckpt-every", type=int, default=0, help="also save every N global steps (0: epoch ends only)")
+    p.add_argument("--keep-checkpoints", type=int, default=1, help="newest checkpoints to keep (0: all)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of this rank")
+    p.add_argument("--eval", action="store_true", help="print the test-set accuracy at the end")
+    p.add_argument("--seed", type=int, default=1, help="weights, data order and augmentation seed")
+    p.add_argument("--log-every", type=int, default=1, help="print the loss every N steps (default 1)")
+    p.add_argument(
+        "--parallel-mode",
+        default="data_parallel",
+        choices=("data_parallel", "auto_parallel", "semi_auto_parallel"),
+        help="parallel mode when distributed (CPU: data_parallel only)",
+    )
+    p.add_argument(
+        "--device-target",
+        default=env.get("DEVICE_TARGET") or "CPU",
+        choices=("CPU", "GPU", "Ascend"),
+        help="device (default: $DEVICE_TARGET, else CPU)",
+    )
+    p.add_argument("--workers", type=int, default=2, help="dataset map workers (default 2)")
+    args = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "image_size", "log_every", "workers"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("steps_per_epoch", "ckpt_every", "keep_checkpoints"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.lr <= 0:
+        raise UsageError(f"--lr must be > 0, got {args.lr}")
+    if args.parallel_mode != "data_parallel" and args.device_target == "CPU":
+        raise UsageError(
+            f"--parallel-mode {args.parallel_mode} is not supported on CPU (MindSpore supports only "
+            "data_parallel there); use --parallel-mode data_parallel or --device-target GPU/Ascend"
+        )
+    if args.resume and not args.ckpt_dir:
+        raise UsageError("--resume needs --ckpt-dir")
+    return args
+
+
+class _EvalAllReduce(nn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.all_reduce = ops.AllReduce()
+
+    def construct(self, x):
+        return self.all_reduce(x)
+
+
+def evaluate(net: nn.Cell, args: argparse.Namespace, rank: int, size: int) -> float:
+    """Top-1 accuracy on the whole test set; with ``size`` > 1 each rank scores every size-th
+    image and the counts are summed with AllReduce. The last partial batch is zero-padded to the
+    batch size, so the graph is compiled once."""
+    probe, _ = open_cifar10(args.data_path, "test", shuffle=False)
+    n = probe.get_dataset_size()
+    sampler = ds.SubsetSampler(list(range(rank, n, size))) if size > 1 else ds.SequentialSampler()
+    source, _ = open_cifar10(args.data_path, "test", sampler=sampler, num_parallel_workers=args.workers)
+    data = build_pipeline(source, args.batch_size, args.image_size, train=False, workers=args.workers)
+    net.set_train(False)
+    correct = 0
+    total = 0
+    for image, label in data.create_tuple_iterator(num_epochs=1, output_numpy=True):
+        k = image.shape[0]
+        if k < args.batch_size:
+            pad = np.zeros((args.batch_size - k,) + image.shape[1:], dtype=image.dtype)
+            image = np.concatenate([image, pad])
+        logits = net(Tensor(image)).asnumpy()[:k]
+        correct += int((logits.argmax(axis=1) == label).sum())
+        total += k
+    if size > 1:
+        summed = _EvalAllReduce()(Tensor(np.array([correct, total], dtype=np.float32))).asnumpy()
+        correct, total = int(round(float(summed[0]))), int(round(float(summed[1])))
+    return correct / total if total else 0.0
+
+
+def train(args: argparse.Namespace, distributed: bool) -> int:
+    """Run the training described by ``args``; returns the exit code."""
+    from mindspore.communication import get_group_size, get_rank, init
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    set_device(args.device_target)
+    if distributed:
+        mode = {
+            "data_parallel": ms.ParallelMode.DATA_PARALLEL,
+            "auto_parallel": ms.ParallelMode.AUTO_PARALLEL,
+            "semi_auto_parallel": ms.ParallelMode.SEMI_AUTO_PARALLEL,
+        }[args.parallel_mode]
+        # As the tutorials: parallel context first, then init() (blocks until the cluster is built).
+        ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
+        init()
+        rank, size = get_rank(), get_group_size()
+    else:
+        rank, size = 0, 1
+    # Same seed on every rank: identical initial weights (data parallel) and one common shuffle
+    # order, which the DistributedSampler splits into disjoint shards.
+    ms.set_seed(args.seed)
+    ds.config.set_seed(args.seed)
+
+    net = resnet50(num_classes=10)
+    _say(f"params: {count_parameters(net)}")
+
+    source, desc = open_cifar10(
+        args.data_path, "train", num_shards=size, shard_id=rank, shuffle=True, num_parallel_workers=args.workers
+    )
+    data = build_pipeline(source, args.batch_size, args.image_size, train=True, workers=args.workers)
+    batches_per_pass = data.get_dataset_size()
+    if batches_per_pass < 1:
+        raise UsageError(
+            f"{desc}: shard {rank}/{size} has fewer than --batch-size {args.batch_size} records"
+        )
+    spe = min(args.steps_per_epoch, batches_per_pass) if args.steps_per_epoch else batches_per_pass
+    _say(f"data: {desc}; rank {rank} of {size}: {batches_per_pass} batches of {args.batch_size} per pass")
+
+    opt, train_net = make_train_step(net, args.lr, args.momentum)
+
+    ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
+    epoch, step, global_step = 1, 0, 0  # position *before* the next step: epoch, steps done in it
+    if args.resume:
+        found = list_checkpoints(ckpt_dir) if ckpt_dir else []
+        if not found:
+            _say(f"resume: no checkpoint in {ckpt_dir}; starting from scratch")
+        else:
+            path = found[-1][2]
+            params = ms.load_checkpoint(path)
+            meta = {k: params.pop(k) for k in ("epoch_num", "step_num", "global_step_saved") if k in params}
+            not_loaded, _ = ms.load_param_into_net(train_net, params, strict_load=True)
+            if not_loaded:
+                raise UsageError(f"{path}: does not match this network ({len(not_loaded)} parameters missing)")
+            epoch = int(_scalar(meta.get("epoch_num", found[-1][0])))
+            step = int(_scalar(meta.get("step_num", found[-1][1])))
+            global_step = int(_scalar(meta.get("global_step_saved", opt.global_step.asnumpy())))
+            if step >= spe:
+                epoch, step = epoch + 1, 0
+            _say(f"resume: {path} (global step {global_step}); continuing at epoch {epoch} step {step + 1}")
+    if epoch > args.epochs:
+        _say(f"nothing to train: already at epoch {epoch - 1} of --epochs {args.epochs}")
+    else:
+        # The stream of batches is endless; an epoch is the next `spe` batches of it. A resumed run
+        # draws a new order (seed + global step) instead of replaying the first run's batches.
+        if global_step:
+            ds.config.set_seed(args.seed + global_step)
+        iterator = data.repeat().create_tuple_iterator(num_epochs=1)
+        compiled = False
+        while epoch <= args.epochs:
+            t_epoch, timed_steps, timed_time = time.perf_counter(), 0, 0.0
+            while step < spe:
+                t0 = time.perf_counter()
+                image, label = next(iterator)
+                loss = float(train_net(image, label).asnumpy())
+                dt = time.perf_counter() - t0
+                step += 1
+                global_step += 1
+                if not math.isfinite(loss):
+                    sys.stderr.write(f"epoch: {epoch} step: {step}. Invalid loss {loss}, terminating training.\n")
+                    return 1
+                if step % args.log_every == 0:
+                    _say(f"epoch: {epoch} step: {step}, loss is {loss:.7g}")
+                if compiled:  # the first step of a process compiles the graph: not timed
+                    timed_steps += 1
+                    timed_time += dt
+                compiled = True
+                if ckpt_dir and args.ckpt_every and global_step % args.ckpt_every == 0 and step < spe:
+                    path = save_checkpoint(train_net, ckpt_dir, epoch, step, global_step, args.keep_checkpoints)
+                    _say(f"checkpoint: {path}")
+            if timed_steps == 0:  # an epoch of one (compiling) step: report what we have
+                timed_steps, timed_time = spe, time.perf_counter() - t_epoch
+            per_rank = timed_steps * args.batch_size / timed_time if timed_time > 0 else 0.0
+            _say(
+                f"epoch {epoch} throughput: {per_rank:.1f} img/s per rank, "
+                f"{per_rank * size:.1f} img/s total ({size} ranks)"
+            )
+            if ckpt_dir:
+                path = save_checkpoint(train_net, ckpt_dir, epoch, step, global_step, args.keep_checkpoints)
+                _say(f"checkpoint: {path}")
+            epoch, step = epoch + 1, 0
+    if args.eval:
+        _say(f"accuracy: {evaluate(net, args, rank, size):.4f}")
+    return 0
+
+
+def _scalar(value: object) -> float:
+    """A number from a checkpoint entry (Parameter, Tensor, numpy value or int)."""
+    if hasattr(value, "asnumpy"):
+        value = value.asnumpy()
+    return float(np.asarray(value).reshape(-1)[0])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point; returns the exit code (see the module docstring)."""
+    env = os.environ
+    try:
+        args = parse_args(argv, env)
+        if env.get("MS_ROLE") == "MS_SCHED":
+            # The scheduler only builds the cluster. Its init() serves the workers and ends the
+            # process itself when they have all finished; return in case a version comes back.
+            from mindspore.communication import init
+
+            set_device(args.device_target)
+            init()
+            return 0
+        if not args.data_path:
+            raise UsageError("--data-path is required (or set DATA_PATH)")
+        resolve_cifar_folder(args.data_path)
+        return train(args, distributed_from_env(env))
+    except UsageError as exc:
+        sys.stderr.write(f"resnet50_cifar10: error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The ResNet-50 CIFAR-10 trainer, end to end on a small synthetic set (real MindSpore, CPU).
+
+Every MindSpore process costs seconds here, so the file runs the trainer three times in all:
+one 12-step run (losses, throughput, checkpoint), one resumed run of 6 more steps with --eval
+(step count, optimizer state, accuracy), and one bad-flag run.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from typing import Dict, List, Tuple
+
+import pytest
+
+from launcher.workloads.allgather_check import diagnose
+from launcher.workloads.cifar10_synth import write_synthetic_cifar10
+
+RESNET50_PARAMS_10 = 23_528_522  # trainable parameters of ResNet-50 with a 10-class head
+MODULE = "launcher.workloads.resnet50_cifar10"
+LOSS_RE = re.compile(r"^epoch: (\d+) step: (\d+), loss is ([0-9.eE+-]+)$")
+STEPS_A, STEPS_B = 12, 6
+
+
+def _need_mindspore() -> None:
+    try:
+        import mindspore  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install
+        pytest.skip(f"needs mindspore (pip install mslaunch[train]): import failed: {exc}")
+
+
+def _run(args: List[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")}
+    return subprocess.run([sys.executable, "-m", MODULE, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _losses(stdout: str) -> List[Tuple[int, int, float]]:
+    out = []
+    for line in stdout.splitlines():
+        m = LOSS_RE.match(line)
+        if m:
+            out.append((int(m.group(1)), int(m.group(2)), float(m.group(3))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
+    """Run A: 12 steps with checkpoints; run B: --resume to epoch 2 (6 steps) with --eval."""
+    _need_mindspore()
+    root = tmp_path_factory.mktemp("resnet50")
+    write_synthetic_cifar10(str(root / "data"), train=1000, test=200, seed=0)
+    common = ["--data-path", str(root / "data"), "--image-size", "32", "--batch-size", "32",
+              "--ckpt-dir", str(root / "ckpt"), "--seed", "1", "--log-every", "1"]
+    a = _run(common + ["--epochs", "1", "--steps-per-epoch", str(STEPS_A)])
+    ckpts_after_a = sorted(os.listdir(root / "ckpt" / "ckpt_0")) if (root / "ckpt" / "ckpt_0").is_dir() else []
+    b = _run(common + ["--epochs", "2", "--steps-per-epoch", str(STEPS_B), "--resume", "--eval"])
+    return {"root": root, "a": a, "b": b, "ckpts_after_a": ckpts_after_a}
+
+
+@pytest.mark.mindspore
+def test_parameter_count_of_resnet50_with_10_classes() -> None:
+    _need_mindspore()
+    from launcher.workloads.resnet50_cifar10 import count_parameters, resnet50
+
+    net = resnet50(num_classes=10)
+    n = count_parameters(net)
+    assert n == RESNET50_PARAMS_10
+    assert 23_400_000 <= n <= 23_600_000
+    # 53 convolutions + 53 BatchNorms (gamma, beta) + dense weight and bias; BN moving statistics
+    # are parameters too, but not trainable ones.
+    assert len(net.trainable_params()) == 53 + 2 * 53 + 2
+    assert count_parameters(net, trainable_only=False) == n + 2 * 26560
+
+
+@pytest.mark.mindspore
+def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict[str, object]) -> None:
+    a = runs["a"]
+    assert a.returncode == 0, a.stdout + a.stderr
+    lines = a.stdout.splitlines()
+    assert lines[0] == f"params: {RESNET50_PARAMS_10}"
+    assert lines[1].startswith("data: ") and "1000 records" in lines[1] and "rank 0 of 1: 31 batches of 32" in lines[1]
+    losses = _losses(a.stdout)
+    assert [(e, s) for e, s, _ in losses] == [(1, s) for s in range(1, STEPS_A + 1)]
+    values = [v for _, _, v in losses]
+    assert 1.8 < values[0] < 3.2  # about ln(10) = 2.30 at the start
+    assert sum(values[-3:]) / 3 < sum(values[:3]) / 3 - 0.3, values
+    assert re.search(r"^epoch 1 throughput: [\d.]+ img/s per rank, [\d.]+ img/s total \(1 ranks\)$", a.stdout, re.M)
+    ckpt = runs["root"] / "ckpt" / "ckpt_0" / f"resnet50-1_{STEPS_A}.ckpt"
+    assert f"checkpoint: {ckpt}" in lines
+    assert runs["ckpts_after_a"] == [ckpt.name]  # no temp files left behind
+
+
+@pytest.mark.mindspore
+def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[str, object]) -> None:
+    a, b = runs["a"], runs["b"]
+    assert a.returncode == 0 and b.returncode == 0, b.stdout + b.stderr
+    ckpt_dir = runs["root"] / "ckpt" / "ckpt_0"
+    assert (
+        f"resume: {ckpt_dir / f'resnet50-1_{STEPS_A}.ckpt'} (global step {STEPS_A}); continuing at epoch 2 step 1"
+        in b.stdout.splitlines()
+    )
+    losses_b = _losses(b.stdout)
+    assert [(e, s) for e, s, _ in losses_b] == [(2, s) for s in range(1, STEPS_B + 1)]
+    first_a = sum(v for _, _, v in _losses(a.stdout)[:3]) / 3
+    first_b = sum(v for _, _, v in losses_b[:3]) / 3
+    assert first_b < 0.7 * first_a, (first_a, first_b)  # not back at the initial loss
+    m = re.search(r"^accuracy: (\d\.\d{4})$", b.stdout, re.M)
+    assert m, b.stdout
+    assert float(m.group(1)) >= 0.5
+    # The newest checkpoint replaced the old one (--keep-checkpoints 1) and carries the
+    # optimizer's global step, which only reaches 12 + 6 if it was restored.
+    assert sorted(os.listdir(ckpt_dir)) == [f"resnet50-2_{STEPS_B}.ckpt"]
+    import mindspore as ms
+
+    params = ms.load_checkpoint(str(ckpt_dir / f"resnet50-2_{STEPS_B}.ckpt"))
+    assert int(params["global_step"].asnumpy().reshape(-1)[0]) == STEPS_A + STEPS_B
+    assert int(params["epoch_num"].asnumpy()) == 2 and int(params["step_num"].asnumpy()) == STEPS_B
+    assert any(k.startswith("moments.") for k in params)  # Momentum's accumulators are saved
+
+
+@pytest.mark.mindspore
+def test_auto_parallel_on_cpu_is_a_one_line_error_with_exit_2() -> None:
+    _need_mindspore()
+    proc = _run(["--parallel-mode", "auto_parallel", "--device-target", "CPU"], timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1, proc.stderr
+    assert err[0].startswith("resnet50_cifar10: error: --parallel-mode auto_parallel is not supported on CPU")
+
+
+@pytest.mark.parametrize(
+    "gathered, size, problem",
+    [
+        ([0, 1, 2], 3, None),
+        ([0, 0, 2], 3, "missing ranks 1, wrong: position 1 has 0"),
+        ([0, 1], 3, "missing ranks 2, got 2 values for 3 ranks"),
+        ([1, 0], 2, "wrong: position 0 has 1; position 1 has 0"),
+    ],
+)
+def test_allgather_check_diagnosis(gathered: List[int], size: int, problem: object) -> None:
+    assert diagnose(gathered, size) == problem
