@@ -36,7 +36,7 @@ test: deps venv
 
 run: deps venv
 	$(PY) -m launcher data synth-cifar10 $(DATA) --train 3000 --test 500
-	$(VENV)/bin/mslaunch run --np $(NP) --master-port auto \
+	$(VENV)/bin/mslaunch run --np $(NP) --master-port auto --env GLOG_v=3 \
 	  -m launcher.workloads.resnet50_cifar10 --data-path $(DATA) --image-size 32 \
 	  --epochs 1 --steps-per-epoch $(STEPS) --eval
 
