@@ -35,6 +35,7 @@ def run_cmd(
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
     summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
     junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
+    sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
     ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
     ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
     *,
@@ -71,7 +72,7 @@ def run_cmd(
     from launcher.jobs import jobdir
     from launcher.jobs.files import write_atomic
 
-    options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts)
+    options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
     console = _Console(plan, "none" if quiet else tee)
     ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout}
     try:

@@ -72,13 +72,17 @@ class SuperviseOptions:
         start_timeout: seconds for the scheduler's port to accept connections.
         max_restarts: restarts of the whole group after a failure.
         sched_grace: seconds the scheduler gets to exit by itself once every worker exited 0.
+        scheduler_first: start the workers only once the scheduler's port accepts; False starts
+            them right after the scheduler process (they retry registering) and checks the port
+            after, with the same --start-timeout.
     """
 
     grace: float = 5.0
     timeout: Optional[float] = None
     start_timeout: float = 60.0
     max_restarts: int = 0
-    sched_grace: float = 1.0
+    sched_grace: float = 0.25
+    scheduler_first: bool = True
 
 
 Event = Tuple[str, Dict[str, Any]]
@@ -264,6 +268,7 @@ class Supervisor:
                     self.watchdog.add(handle.pgid)  # type: ignore[attr-defined]
             self.on_event("started", {"name": handle.plan.name, "host": handle.host, "pid": getattr(handle, "pid", None), "log": handle.log_path})
             return
+        sched_idx: Optional[int] = None
         for proc in plan.processes:
             self._check_deadline(deadline)
             _check_pending_signal()
@@ -283,7 +288,11 @@ class Supervisor:
                         self.watchdog.add(pgid)
             self.on_event("started", {"name": proc.name, "host": proc.host, "pid": getattr(handle, "pid", None), "log": log})
             if proc.role == "scheduler" and plan.master_addr is not None and plan.master_port is not None:
-                self._wait_scheduler(state, idx, deadline)
+                sched_idx = idx
+                if self.options.scheduler_first:
+                    self._wait_scheduler(state, idx, deadline)
+        if not self.options.scheduler_first and sched_idx is not None:
+            self._wait_scheduler(state, sched_idx, deadline)
 
     def _wait_scheduler(self, state: _Attempt, idx: int, deadline: Optional[float]) -> None:
         from launcher.execution.ports import wait_accepting
