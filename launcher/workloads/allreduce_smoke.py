@@ -10,45 +10,21 @@ Without a distributed environment: one line on stderr, exit 2.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
-
-def distributed_from_env(env: Mapping[str, str]) -> bool:
-    """True when a launcher set a distributed environment (dynamic cluster, rank table, OpenMPI)."""
-    return bool(env.get("MS_ROLE") or env.get("RANK_TABLE_FILE") or env.get("OMPI_COMM_WORLD_SIZE"))
+from launcher.workloads.cluster import join_collective_cluster
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m launcher.workloads.allreduce_smoke", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--device-target", default=os.environ.get("DEVICE_TARGET") or "CPU",
-                        choices=("CPU", "GPU", "Ascend"))
-    args = parser.parse_args(argv)
-    if not distributed_from_env(os.environ):
-        sys.stderr.write("allreduce_smoke: error: no distributed environment (MS_ROLE, RANK_TABLE_FILE or "
-                         "OMPI_COMM_WORLD_SIZE); start it with a launcher\n")
-        return 2
+    code = join_collective_cluster("allreduce_smoke", __doc__.splitlines()[0], argv)
+    if code is not None:
+        return code
 
     import numpy as np
 
-    import mindspore as ms
     from mindspore import Tensor, nn, ops
-    from mindspore.communication import get_group_size, get_rank, init
-
-    ms.set_context(mode=ms.GRAPH_MODE)
-    try:
-        ms.set_device(args.device_target)
-    except RuntimeError as exc:
-        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-        sys.stderr.write(f"allreduce_smoke: error: --device-target {args.device_target} is not usable: {first}\n")
-        return 2
-    init()
-    if os.environ.get("MS_ROLE") == "MS_SCHED":
-        return 0  # not reached in MindSpore 2.10: the scheduler's init() ends the process
+    from mindspore.communication import get_group_size, get_rank
 
     class _Sum(nn.Cell):
         def __init__(self) -> None:

@@ -63,6 +63,8 @@ import mindspore.dataset.vision as vision
 from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import HeNormal, Normal
 
+from launcher.workloads.cluster import distributed_from_env
+
 CIFAR_FOLDER = "cifar-10-batches-bin"
 CIFAR_RECORD_BYTES = 1 + 3 * 32 * 32
 CIFAR_RECORDS_PER_FILE = 10000  # what MindSpore's Cifar10Dataset reads from every file
@@ -400,11 +402,6 @@ def set_device(target: str) -> None:
         raise UsageError(
             f"--device-target {target} is not usable with this MindSpore {ms.__version__} build: {first}"
         ) from None
-
-
-def distributed_from_env(env: Mapping[str, str]) -> bool:
-    """True when a launcher set a distributed environment (dynamic cluster, rank table, OpenMPI)."""
-    return bool(env.get("MS_ROLE") or env.get("RANK_TABLE_FILE") or env.get("OMPI_COMM_WORLD_SIZE"))
 
 
 def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argparse.Namespace:

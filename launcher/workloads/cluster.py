@@ -1,0 +1,50 @@
+"""Joining the cluster a launcher set up: shared by the shipped MindSpore workloads."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Mapping, Optional, Sequence
+
+
+def distributed_from_env(env: Mapping[str, str]) -> bool:
+    """True when a launcher set a distributed environment (dynamic cluster, rank table, OpenMPI)."""
+    return bool(env.get("MS_ROLE") or env.get("RANK_TABLE_FILE") or env.get("OMPI_COMM_WORLD_SIZE"))
+
+
+def join_collective_cluster(prog: str, description: str, argv: Optional[Sequence[str]] = None) -> Optional[int]:
+    """Parse ``--device-target``, set MindSpore up and ``init()`` the communication.
+
+    Args:
+        prog: the module's name for messages (``allreduce_smoke``).
+        description: ``--help`` text.
+        argv: arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        None when this process is a worker ready for collectives; otherwise the exit code to
+        return: 2 without a distributed environment or with an unusable device (one line on
+        stderr), 0 for the scheduler (in MindSpore 2.10 its ``init()`` serves the cluster and
+        ends the process itself, so that return is not reached).
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m launcher.workloads.{prog}", description=description)
+    parser.add_argument("--device-target", default=os.environ.get("DEVICE_TARGET") or "CPU", choices=("CPU", "GPU", "Ascend"))
+    args = parser.parse_args(argv)
+    if not distributed_from_env(os.environ):
+        sys.stderr.write(f"{prog}: error: no distributed environment (MS_ROLE, RANK_TABLE_FILE or "
+                         "OMPI_COMM_WORLD_SIZE); start it with a launcher\n")
+        return 2
+
+    import mindspore as ms
+    from mindspore.communication import init
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        ms.set_device(args.device_target)
+    except RuntimeError as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        sys.stderr.write(f"{prog}: error: --device-target {args.device_target} is not usable: {first}\n")
+        return 2
+    init()
+    if os.environ.get("MS_ROLE") == "MS_SCHED":
+        return 0
+    return None
