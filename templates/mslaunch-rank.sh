@@ -11,12 +11,52 @@
 #   MSLAUNCH_METHOD      dynamic | ranktable | mpi
 #   MSLAUNCH_CWD_PREFIX  ranktable: the rank runs in <prefix><rank>/ and dumps env there
 # and the wrapper exports RANK_ID, DEVICE_ID, LOCAL_RANK (and MS_NODE_ID for dynamic),
-# then execs the program with its output in the rank's log.
+# then runs the program with its output in the rank's log.
+#
+# orted makes each process it starts (this wrapper) a process group leader and signals whole
+# groups at teardown; but when a rank exits by itself, whatever it left running in its group
+# would outlive the job on that host.  So the wrapper stays the program's parent, and once the
+# program has exited it SIGKILLs the rest of its group, then exits with the program's status
+# (re-raising the signal if the program was killed by one).
 set -eu
+
+run_and_reap() {
+    log=$1
+    shift
+    set +e
+    "$@" >"$log" 2>&1 </dev/null &
+    wait $!
+    rc=$?
+    reap_group
+    if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
+        sig=$((rc - 128))
+        trap - "$sig" 2>/dev/null || true
+        kill -s "$sig" $$ 2>/dev/null || true   # (killed by signal N) as orted would have seen it
+    fi
+    exit "$rc"
+}
+
+reap_group() {
+    # SIGKILL every other member of this wrapper's process group (only if it leads one).
+    { read -r self </proc/$$/stat; } 2>/dev/null || return 0
+    self=${self##*) }
+    set -- $self
+    [ "$3" = "$$" ] || return 0
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        [ "$p" = "$$" ] && continue
+        { read -r st <"$d/stat"; } 2>/dev/null || continue
+        st=${st##*) }
+        set -- $st
+        if [ "$3" = "$$" ]; then kill -KILL "$p" 2>/dev/null || true; fi
+    done
+    return 0
+}
+
 idx=$((OMPI_COMM_WORLD_RANK - MSLAUNCH_CTX_BASE))
 if [ "$MSLAUNCH_ROLE" = scheduler ]; then
     mkdir -p "$(dirname "$MSLAUNCH_LOG")"
-    exec "$@" >"$MSLAUNCH_LOG" 2>&1 </dev/null
+    run_and_reap "$MSLAUNCH_LOG" "$@"
 fi
 rank=$((MSLAUNCH_FIRST_RANK + idx))
 device=$(printf '%s\n' "$MSLAUNCH_DEVICES" | cut -d, -f$((idx + 1)))
@@ -34,4 +74,4 @@ if [ -n "${MSLAUNCH_CWD_PREFIX:-}" ]; then
     cd "$MSLAUNCH_CWD_PREFIX$rank"
     env >"env$rank.log"
 fi
-exec "$@" >"$MSLAUNCH_LOG_DIR/worker_$rank.log" 2>&1 </dev/null
+run_and_reap "$MSLAUNCH_LOG_DIR/worker_$rank.log" "$@"

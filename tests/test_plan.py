@@ -90,6 +90,8 @@ def test_mpi_16_ranks_and_mpirun_argv():
     assert plan.mpirun_argv == tuple(
         ["mpirun", "-H", "10.0.0.1:8,10.0.0.2:8", "--allow-run-as-root",
          "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
+         "--mca", "plm_rsh_agent", "ssh -o BatchMode=yes", "--mca", "plm_rsh_no_tree_spawn", "1",
+         "--mca", "rtc_hwloc_vmhole", "none", "--leave-session-attached",
          "-np", "8", "--host", "10.0.0.1:8"] + ctx + [
             "-x", "MSLAUNCH_CTX_BASE=0", "-x", "MSLAUNCH_ROLE=worker", "-x", "MSLAUNCH_FIRST_RANK=0",
             "-x", "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7", "-x", "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1", "-x", "MSLAUNCH_METHOD=mpi",

@@ -53,6 +53,7 @@ class JobOptions:
     mpi_hostfile: bool
     oversubscribe: bool
     nic: Optional[str]
+    ssh_config: Optional[str]
     program: Tuple[str, ...]
 
 
@@ -87,6 +88,7 @@ _opt("mpi_arg", List[str], typer.Option([], "--mpi-arg", help="Extra mpirun argu
 _opt("mpi_hostfile", bool, typer.Option(False, "--mpi-hostfile", help="Give mpirun a generated --hostfile instead of -H.", rich_help_panel="mpirun"))
 _opt("oversubscribe", bool, typer.Option(False, "--oversubscribe", help="Allow more processes than slots (mpirun).", rich_help_panel="mpirun"))
 _opt("nic", Optional[str], typer.Option(None, "--nic", help="Network interface for MPI traffic.", rich_help_panel="mpirun"))
+_opt("ssh_config", Optional[str], typer.Option(None, "--ssh-config", help="ssh config for remote hosts (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config).", rich_help_panel="SSH"))
 _opt("program", Optional[List[str]], typer.Argument(None, metavar="SCRIPT [ARGS]...", help="Script (or module args with -m, or executable with --no-python) and its arguments."))
 
 _FIELDS = [p.name for p in _OPTIONS]
@@ -189,6 +191,16 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
     if opts.launcher == "mpirun" or opts.method == "mpi":
         wrapper = template_path("mslaunch-rank.sh")
     port = master_port(opts) if opts.method == "dynamic" else DEFAULT_MASTER_PORT
+    ssh_config = opts.ssh_config or (os.environ.get("MSLAUNCH_SSH_CONFIG") if not inventory.all_local else None) or None
+    if ssh_config is not None:
+        ssh_config = os.path.abspath(os.path.expanduser(ssh_config))
+        if not os.path.isfile(ssh_config):
+            raise PlanError(f"no such ssh config file {ssh_config}", field="--ssh-config")
+    if opts.method == "dynamic" and not inventory.all_local and opts.master_addr is None:
+        # MS_SCHED_HOST must be an address every host reaches: an ssh alias's HostName.
+        from launcher.execution.ssh import resolve_addrs
+
+        inventory = resolve_addrs(inventory, ssh_config)
     mpi_opts = MpiOptions(
         allow_run_as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
         oversubscribe=opts.oversubscribe,
@@ -218,6 +230,7 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
         device_ips=device_ips,
         mpi=mpi_opts,
         wrapper=wrapper,
+        ssh_config=ssh_config,
     )
 
 

@@ -66,8 +66,8 @@ class ProcResult:
         return None if self.returncode is None else exit_code_of(self.returncode)
 
     def describe(self) -> str:
-        if self.reason and self.returncode is None:
-            return self.reason
+        if self.reason and (self.returncode is None or self.failed):
+            return self.reason  # e.g. a lost host (255) or a program that could not start
         if self.returncode is None:
             return "did not finish"
         if self.returncode < 0:

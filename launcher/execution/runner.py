@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 from launcher.errors import LaunchError
@@ -104,7 +105,15 @@ def run_plan(
         prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
         sup = Supervisor(plan, make_launcher_factory(plan, ssh_options), options, on_event=on_event, prepare_attempt=prepare,
                          watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
-        result = sup.run()
+        started = time.time()
+        try:
+            result = sup.run()
+        except LaunchError as exc:  # the launcher could not be set up (e.g. a host is unreachable): nothing started
+            from launcher.execution.results import FAILED
+
+            failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
+            jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
+            raise
     finally:
         watchdog.close()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())

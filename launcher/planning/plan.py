@@ -20,7 +20,7 @@ Job directory layout (created by ``launcher.jobs``)::
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from launcher.errors import PlanError
@@ -61,6 +61,8 @@ class JobSpec:
         rank_table_version: ``1.0`` or ``1.2``.
         mpi: mpirun options (the mpirun launcher).
         wrapper: path of ``templates/mslaunch-rank.sh`` (the mpirun launcher).
+        ssh_config: the ssh config remote hosts are reached through (``--ssh-config`` /
+            ``$MSLAUNCH_SSH_CONFIG``), or None (``~/.ssh/config``).
     """
 
     inventory: Inventory
@@ -85,6 +87,7 @@ class JobSpec:
     rank_table_version: str = "1.0"
     mpi: mpi.MpiOptions = field(default_factory=mpi.MpiOptions)
     wrapper: Optional[str] = None
+    ssh_config: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ class Plan:
     master_addr: Optional[str]
     master_port: Optional[int]
     mpirun_argv: Optional[Tuple[str, ...]] = None
+    ssh_config: Optional[str] = None
 
     @property
     def processes(self) -> Tuple[ProcPlan, ...]:
@@ -175,6 +179,8 @@ class Plan:
             out["master_port"] = self.master_port
         if self.mpirun_argv is not None:
             out["mpirun"] = list(self.mpirun_argv)
+        if self.ssh_config is not None:
+            out["ssh_config"] = self.ssh_config
         return out
 
 
@@ -327,6 +333,16 @@ def build_plan(spec: JobSpec) -> Plan:
     mpirun_argv = None
     if launcher == "mpirun":
         mpi_opts = spec.mpi
+        remote = [h for h in used if not h.is_local]
+        if remote and mpi_opts.rsh_agent is None:
+            agent, config = mpi.rsh_agent(remote, spec.ssh_config, posixpath.join(spec.job_dir, mpi.SSH_CONFIG_NAME))
+            if config is not None:
+                artefacts.append(Artefact(mpi.SSH_CONFIG_NAME, "ssh_config", config))
+            mpi_opts = replace(mpi_opts, rsh_agent=agent)
+        if mpi_opts.nic is None:
+            nics = list(dict.fromkeys(h.nic for h in used if h.nic is not None))
+            if nics:
+                mpi_opts = replace(mpi_opts, nic=",".join(nics))
         if mpi_opts.hostfile is not None:
             artefacts.append(Artefact(HOSTFILE_NAME, "hostfile", mpi.render_hostfile(used_inv)))
         mpirun_argv = _mpirun(spec, ranks, scheduler, used, mpi_opts)
@@ -344,6 +360,7 @@ def build_plan(spec: JobSpec) -> Plan:
         master_addr=sched_addr,
         master_port=spec.master_port if spec.method == "dynamic" else None,
         mpirun_argv=mpirun_argv,
+        ssh_config=spec.ssh_config,
     )
 
 

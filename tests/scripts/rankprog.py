@@ -9,8 +9,13 @@ listens on MS_SCHED_PORT like MindSpore's.  Behaviour per rank from argv:
 MODE: ok (sleep SECONDS, exit 0) | fail (TARGET_RANK exits CODE after SECONDS) |
       sigkill (TARGET_RANK kills itself with SIGKILL after SECONDS) | hang |
       stubborn (ignore SIGTERM, sleep forever) | failonce (TARGET_RANK fails with CODE unless
-      $PIDDIR/failed-once exists; creates it) | env (print the env as K=V lines, exit 0)
+      $PIDDIR/failed-once exists; creates it) | env (print the env as K=V lines, then cwd=...
+      and argv=<JSON list>, exit 0)
+
+The first line is ``<name> started pid=<pid> netns=<inode of its network namespace>``; the
+scheduler listens on ``MS_SCHED_HOST`` (127.0.0.1 if unset).
 """
+import json
 import os
 import signal
 import socket
@@ -30,19 +35,24 @@ child = subprocess.Popen(["sleep", "300"])
 if piddir:
     with open(os.path.join(piddir, f"{name}.pids"), "w") as fh:
         fh.write(f"{os.getpid()}\n{child.pid}\n")
-print(f"{name} started pid={os.getpid()}", flush=True)
+try:
+    netns = os.stat("/proc/self/ns/net").st_ino
+except OSError:
+    netns = 0
+print(f"{name} started pid={os.getpid()} netns={netns}", flush=True)
 
 if role == "MS_SCHED":
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", int(os.environ["MS_SCHED_PORT"])))
+    sock.bind((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])))
     sock.listen(16)
     time.sleep(600)
 
 if mode == "env":
     for k, v in sorted(os.environ.items()):
         print(f"{k}={v}")
-    print(f"cwd={os.getcwd()}", flush=True)
+    print(f"cwd={os.getcwd()}")
+    print("argv=" + json.dumps(sys.argv[1:]), flush=True)
     sys.exit(0)
 if mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
