@@ -103,6 +103,9 @@ def _register() -> None:
     run.register(app)
     jobs.register(app)
     check.register(app)
+    from launcher.cli import doctor
+
+    doctor.register(app)
     from launcher.cli import ranktable
 
     app.add_typer(ranktable.app, name="ranktable")

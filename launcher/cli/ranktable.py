@@ -92,8 +92,19 @@ def gen(
     output: Optional[str] = typer.Option(
         None, "-o", "--output", help="Write here atomically (a folder gets hccl_tools.py's name) instead of stdout."
     ),
+    collect: bool = typer.Option(
+        False, "--collect", help="Read every host's hccn.conf over SSH, in parallel (--hccn still wins)."
+    ),
+    hccn_path: str = typer.Option("/etc/hccn.conf", "--hccn-path", help="With --collect: the file to read on each host."),
+    ssh_config: Optional[str] = typer.Option(
+        None, "--ssh-config", help="With --collect: ssh config (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config)."
+    ),
+    ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="With --collect: trust and record unknown host keys."),
+    ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="With --collect: seconds to connect to a host."),
 ) -> None:
     """Generate the rank table of an inventory, with device IPs from hccn.conf copies or the YAML.
+
+    With --collect, each host's --hccn-path (default /etc/hccn.conf) is read over SSH instead.
 
     Device IPs per host, first match wins: --hccn HOST=PATH, the YAML hccn_conf, <hccn-dir>/<host>
     or <hccn-dir>/<host>.conf, the YAML device_ips.  Servers are sorted by server_id (string
@@ -110,7 +121,20 @@ def gen(
     full = _load_inventory(hosts, host_list)
     inventory = apply_filters(full, include, exclude)
     files = _hccn_files(hccn, [h.name for h in full.hosts], [h.name for h in inventory.hosts])
-    device_ips = resolve_device_ips(inventory, hccn_dir=hccn_dir, hccn_files=files)
+    read = None
+    if collect:
+        from launcher.execution.ssh import collect_files
+        from launcher.planning.hccn import parse_hccn_conf, read_hccn_conf
+
+        wanted = [h for h in inventory.hosts if h.name not in files]
+        texts = collect_files(wanted, hccn_path, ssh_config=ssh_config, accept_new=ssh_accept_new, connect_timeout=ssh_connect_timeout)
+        collected = {f"{name}:{hccn_path}": parse_hccn_conf(text, path=f"{name}:{hccn_path}") for name, text in texts.items()}
+        files.update({name: f"{name}:{hccn_path}" for name in texts})
+        read = lambda path: collected[path] if path in collected else read_hccn_conf(path)  # noqa: E731
+    if read is None:
+        device_ips = resolve_device_ips(inventory, hccn_dir=hccn_dir, hccn_files=files)
+    else:
+        device_ips = resolve_device_ips(inventory, hccn_dir=hccn_dir, hccn_files=files, read=read)
     table = build_rank_table(inventory, device_ips, version=version)
     check_rank_table(table, chip=chip, what="generated rank table")
     _emit(rank_table_json(table), output, table)

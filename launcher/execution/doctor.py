@@ -1,0 +1,361 @@
+"""``mslaunch doctor``: check every host of a job before running it, in parallel.
+
+Per host (one SSH connection each, opened at once; ``localhost`` runs the probe directly):
+
+=============  ===========================================================================
+check          passes when
+=============  ===========================================================================
+ssh            the host answers and authenticates within the connect timeout
+python         the ranks' interpreter runs, and its version is the same on every host
+mindspore      that interpreter has MindSpore, the same version on every host
+workload       the script exists (``-m``: the module imports; ``--no-python``: the
+               executable is found) and the working directory exists
+master port    the scheduler's port is free on the master host (dynamic method)
+clock          the host's clock is within ``max_skew`` seconds of this machine's
+hccn.conf      the host has ``hccn_path`` with device addresses (ranktable method)
+mpirun         mpirun is installed, the same version as on this machine (mpirun launcher)
+=============  ===========================================================================
+
+Checks are plain functions of probe results returning :class:`Check` rows; a check that does
+not apply is ``None`` ("-" in the table) and a host that cannot be reached gets ``None`` for
+everything after ``ssh``.  The probe is one small Python program (:data:`PROBE`) run under
+``python3`` (or the inventory's ``python:``) with its parameters as JSON on stdin.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from launcher.planning.inventory import Host
+
+CHECKS = ("ssh", "python", "mindspore", "workload", "master port", "clock", "hccn.conf", "mpirun")
+DEFAULT_MAX_SKEW = 1.0
+DEFAULT_HCCN_PATH = "/etc/hccn.conf"
+
+#: Runs on each host (Python >= 3.6, standard library only); prints one JSON object.
+PROBE = r'''
+import json, os, re, shutil, socket, subprocess, sys, time
+start = time.time()
+cfg = json.loads(sys.stdin.read())
+out = {"time": start}
+def run(argv, timeout=60):
+    try:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cfg.get("cwd") if cfg.get("cwd") and os.path.isdir(cfg["cwd"]) else None)
+        o, e = p.communicate(timeout=timeout)
+        return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace")
+    except Exception as exc:
+        return None, "", str(exc)
+py = cfg.get("python")
+if py:
+    code = ("import sys, platform\nprint(platform.python_version())\n"
+            "try:\n import importlib.metadata as m\n print(m.version('mindspore'))\n"
+            "except Exception:\n print('')\n")
+    mod = cfg.get("module")
+    if mod:
+        code += "import importlib.util\ntry:\n print(importlib.util.find_spec(%r) is not None)\nexcept Exception:\n print(False)\n" % mod
+    rc, o, e = run([py, "-c", code])
+    lines = o.splitlines()
+    if rc == 0 and lines:
+        out["python"] = lines[0].strip()
+        out["mindspore"] = lines[1].strip() if len(lines) > 1 else ""
+        if mod:
+            out["module_found"] = len(lines) > 2 and lines[2].strip() == "True"
+    else:
+        out["python_error"] = (e.strip().splitlines() or [o.strip() or "exit %s" % rc])[-1]
+script = cfg.get("script")
+if script:
+    out["script_found"] = os.path.isfile(script)
+exe = cfg.get("exe")
+if exe:
+    out["exe_found"] = bool(shutil.which(exe)) if "/" not in exe else os.access(exe, os.X_OK)
+if cfg.get("cwd"):
+    out["cwd_found"] = os.path.isdir(cfg["cwd"])
+port = cfg.get("port")
+if port:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("", int(port)))
+        out["port_free"] = True
+    except OSError as exc:
+        out["port_free"] = False
+        out["port_error"] = exc.strerror or str(exc)
+    finally:
+        s.close()
+hccn = cfg.get("hccn")
+if hccn:
+    try:
+        with open(hccn) as fh:
+            text = fh.read()
+        out["hccn_devices"] = len(re.findall(r"^\s*address_\d+\s*=", text, re.M))
+    except OSError as exc:
+        out["hccn_error"] = exc.strerror or str(exc)
+if cfg.get("mpirun"):
+    path = shutil.which("mpirun")
+    if path:
+        rc, o, e = run([path, "--version"], timeout=20)
+        m = re.search(r"(\d+\.\d+\.\d+)", o)
+        out["mpirun"] = m.group(1) if m else "unknown"
+    else:
+        out["mpirun"] = None
+out["elapsed"] = time.time() - start
+sys.stdout.write(json.dumps(out))
+'''
+
+
+@dataclass(frozen=True)
+class Check:
+    """One cell of the report: ``ok`` True/False, or None when the check does not apply."""
+
+    name: str
+    ok: Optional[bool]
+    detail: str = ""
+
+    @property
+    def mark(self) -> str:
+        return "-" if self.ok is None else ("✓" if self.ok else "✗")
+
+
+@dataclass(frozen=True)
+class HostReport:
+    host: str
+    checks: Tuple[Check, ...]
+
+    def check(self, name: str) -> Check:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        return Check(name, None)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok is not False for c in self.checks)
+
+
+@dataclass(frozen=True)
+class DoctorJob:
+    """What to check, per host (built by the CLI from the run options).
+
+    Attributes:
+        hosts: the job's hosts.
+        python: host name -> the ranks' interpreter there (None with ``--no-python``).
+        script: host name -> script path, or None.
+        module: ``-m`` module, or None.
+        exe: ``--no-python`` executable, or None.
+        cwd: the ranks' working directory.
+        master: ``(host name, port)`` of the scheduler (dynamic method), or None.
+        hccn_path: hccn.conf path to look for (ranktable method), or None.
+        mpirun: check mpirun (mpirun launcher).
+        max_skew: allowed clock difference, s.
+    """
+
+    hosts: Tuple[Host, ...]
+    python: Dict[str, Optional[str]]
+    script: Dict[str, Optional[str]]
+    module: Optional[str]
+    exe: Optional[str]
+    cwd: Optional[str]
+    master: Optional[Tuple[str, int]]
+    hccn_path: Optional[str]
+    mpirun: bool
+    max_skew: float = DEFAULT_MAX_SKEW
+
+
+# ------------------------------------------------------------------------ probing
+
+
+def _probe_config(job: DoctorJob, host: Host) -> Dict[str, Any]:
+    return {
+        "python": job.python.get(host.name),
+        "module": job.module,
+        "script": job.script.get(host.name),
+        "exe": job.exe,
+        "cwd": job.cwd,
+        "port": job.master[1] if job.master is not None and job.master[0] == host.name else None,
+        "hccn": job.hccn_path,
+        "mpirun": job.mpirun,
+    }
+
+
+def _parse_probe(host: str, rc: Optional[int], out: bytes, err: bytes) -> Dict[str, Any]:
+    try:
+        data = json.loads(out.decode("utf-8", "replace"))
+        if isinstance(data, dict):
+            return data
+    except ValueError:
+        pass
+    said = (err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"])[-1]
+    return {"probe_error": f"the probe failed on {host}: {said}"}
+
+
+def probe_local(job: DoctorJob, host: Host) -> Tuple[Dict[str, Any], float, float]:
+    """Run the probe on this machine; ``(result, t_sent, t_received)``."""
+    python = host.python or sys.executable
+    t0 = time.time()
+    try:
+        p = subprocess.run([python, "-S", "-c", PROBE], input=json.dumps(_probe_config(job, host)).encode(),
+                           capture_output=True, timeout=120)
+        res = _parse_probe(host.name, p.returncode, p.stdout, p.stderr)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        res = {"probe_error": f"the probe failed on {host.name}: {exc}"}
+    return res, t0, time.time()
+
+
+def probe_remote(job: DoctorJob, host: Host, conn: Any) -> Tuple[Dict[str, Any], float, float]:
+    """Run the probe over an :class:`~launcher.execution.ssh.SshConnection`."""
+    from launcher.errors import LaunchError
+
+    python = host.python or "python3"
+    command = "exec " + " ".join(shlex.quote(p) for p in (python, "-S", "-c", PROBE))
+    t0 = time.time()
+    try:
+        rc, out, err = conn.run(command, stdin=json.dumps(_probe_config(job, host)).encode(), timeout=120)
+        res = _parse_probe(host.name, rc, out, err)
+    except LaunchError as exc:
+        res = {"probe_error": str(exc)}
+    return res, t0, time.time()
+
+
+# ------------------------------------------------------------------------ checks
+
+
+def _same(values: Dict[str, Optional[str]]) -> Tuple[Optional[str], Dict[str, str]]:
+    """The most common value and, per host, the text saying how it differs."""
+    present = {h: v for h, v in values.items() if v}
+    if not present:
+        return None, {}
+    common, _ = Counter(present.values()).most_common(1)[0]
+    holders = [h for h, v in present.items() if v == common]
+    return common, {h: f"{v} differs from {common} ({', '.join(holders)})" for h, v in present.items() if v != common}
+
+
+def check_rows(job: DoctorJob, results: Dict[str, Any], local_mpirun: Optional[str]) -> List[HostReport]:
+    """Turn probe results (host -> ``(probe dict, t0, t1)`` or an ssh failure string) into rows."""
+    reports: List[HostReport] = []
+    py_versions = {h: r[0].get("python") for h, r in results.items() if not isinstance(r, str)}
+    ms_versions = {h: r[0].get("mindspore") for h, r in results.items() if not isinstance(r, str)}
+    _, py_diff = _same(py_versions)
+    _, ms_diff = _same(ms_versions)
+    for host in job.hosts:
+        res = results.get(host.name)
+        if isinstance(res, str) or res is None:
+            checks = [Check("ssh", False, res or "not checked")] + [Check(n, None, "unreachable") for n in CHECKS[1:]]
+            reports.append(HostReport(host.name, tuple(checks)))
+            continue
+        data, t0, t1 = res
+        rows = [Check("ssh", True, "local" if host.is_local else "ok")]
+        if "probe_error" in data:
+            rows.append(Check("python", False, data["probe_error"]))
+            rows += [Check(n, None, "") for n in CHECKS[2:]]
+            reports.append(HostReport(host.name, tuple(rows)))
+            continue
+        # python / mindspore
+        if job.python.get(host.name) is None:
+            rows += [Check("python", None), Check("mindspore", None)]
+        elif "python_error" in data:
+            rows += [Check("python", False, f"{job.python[host.name]}: {data['python_error']}"), Check("mindspore", None)]
+        else:
+            ver = data.get("python", "?")
+            rows.append(Check("python", host.name not in py_diff, py_diff.get(host.name, ver)))
+            ms = data.get("mindspore") or ""
+            if not ms:
+                rows.append(Check("mindspore", False, f"not installed for {job.python[host.name]}"))
+            else:
+                rows.append(Check("mindspore", host.name not in ms_diff, ms_diff.get(host.name, ms)))
+        # workload
+        problems = []
+        if job.cwd and data.get("cwd_found") is False:
+            problems.append(f"working directory {job.cwd} missing")
+        if job.script.get(host.name) and data.get("script_found") is False:
+            problems.append(f"{job.script[host.name]} missing")
+        if job.module and data.get("module_found") is False:
+            problems.append(f"module {job.module} not importable")
+        if job.exe and data.get("exe_found") is False:
+            problems.append(f"{job.exe} not found")
+        if not (job.script.get(host.name) or job.module or job.exe):
+            rows.append(Check("workload", None, "no program given"))
+        else:
+            rows.append(Check("workload", not problems, "; ".join(problems) or "found"))
+        # master port
+        if job.master is not None and job.master[0] == host.name:
+            free = data.get("port_free")
+            rows.append(Check("master port", bool(free), f"{job.master[1]} free" if free else
+                              f"{job.master[1]} in use on {host.name} ({data.get('port_error', 'busy')}); pass --master-port auto or another port"))
+        else:
+            rows.append(Check("master port", None))
+        # clock: the probe read its clock `elapsed` s before its answer arrived at t1 (the
+        # interpreter's start-up happened before, so t1 - elapsed is closer than the midpoint).
+        remote = float(data.get("time", 0.0))
+        local = max(t0, t1 - float(data.get("elapsed", 0.0)))
+        skew = remote - local
+        rows.append(Check("clock", abs(skew) <= job.max_skew, f"{skew:+.3f} s"))
+        # hccn.conf
+        if job.hccn_path is None:
+            rows.append(Check("hccn.conf", None))
+        elif "hccn_error" in data:
+            rows.append(Check("hccn.conf", False, f"{job.hccn_path}: {data['hccn_error']}"))
+        else:
+            n = int(data.get("hccn_devices", 0))
+            rows.append(Check("hccn.conf", n > 0, f"{n} device addresses" if n else f"{job.hccn_path} has no address_N lines"))
+        # mpirun
+        if not job.mpirun:
+            rows.append(Check("mpirun", None))
+        else:
+            ver = data.get("mpirun")
+            if ver is None:
+                rows.append(Check("mpirun", False, "not installed (apt-get install openmpi-bin)"))
+            elif local_mpirun is not None and ver != local_mpirun:
+                rows.append(Check("mpirun", False, f"{ver} differs from {local_mpirun} on this machine"))
+            else:
+                rows.append(Check("mpirun", True, ver))
+        reports.append(HostReport(host.name, tuple(rows)))
+    return reports
+
+
+def run_doctor(
+    job: DoctorJob,
+    ssh_config: Optional[str] = None,
+    accept_new: bool = False,
+    connect_timeout: float = 10.0,
+) -> List[HostReport]:
+    """Probe every host in parallel and return one report per host (in inventory order).
+
+    Raises:
+        LaunchError: the ssh config cannot be read.
+    """
+    from launcher.execution.ssh import SshConnection, _parallel, connect_each
+
+    remote = [h for h in job.hosts if not h.is_local]
+    conns: Dict[str, Any] = connect_each(remote, ssh_config, accept_new, connect_timeout) if remote else {}
+    try:
+        def probe(host: Host) -> Any:
+            if host.is_local:
+                return probe_local(job, host)
+            conn = conns.get(host.name)
+            if not isinstance(conn, SshConnection):
+                return conn
+            return probe_remote(job, host, conn)
+
+        local_mpirun = None
+        if job.mpirun:
+            from launcher.execution.mpirun import mpirun_version
+
+            local_mpirun = mpirun_version()
+        outcomes = _parallel(probe, list(job.hosts), 32)
+        results = {}
+        for host, (value, exc) in zip(job.hosts, outcomes):
+            results[host.name] = value if exc is None else f"probe failed: {exc}"
+        return check_rows(job, results, local_mpirun)
+    finally:
+        for c in conns.values():
+            if isinstance(c, SshConnection):
+                c.close()
+
+
+def reports_json(reports: Sequence[HostReport]) -> List[Dict[str, Any]]:
+    return [{"host": r.host, "ok": r.ok, "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in r.checks}} for r in reports]
