@@ -133,12 +133,9 @@ def load_inventory(
 
 
 def _read_env_file(path: str) -> Tuple[Tuple[str, str], ...]:
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise MsLaunchError(f"cannot read env file: {exc.strerror}", path=path) from None
-    return envs.parse_env_file(text, path)
+    from launcher.planning.textfile import read_text
+
+    return envs.parse_env_file(read_text(path, MsLaunchError, "no such env file", "an env file"), path)
 
 
 def new_job_id() -> str:

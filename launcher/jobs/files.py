@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Union
 
 from launcher.errors import MsLaunchError
 
 __all__ = ["write_atomic"]
 
 
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+def write_atomic(path: str, text: Union[str, bytes], mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part.
 
     The text goes to a temporary file in the same folder (``.<name>.<random>.tmp``), is flushed
@@ -19,7 +20,7 @@ def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
 
     Args:
         path: the destination file; its folder must exist.
-        text: the content, written as UTF-8.
+        text: the content: ``str`` (written as UTF-8) or ``bytes``.
         mode: permission bits of the new file (not filtered by the umask).
 
     Raises:
@@ -38,8 +39,9 @@ def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
         raise MsLaunchError(f"cannot write: {exc.strerror or exc}", path=path) from None
     try:
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
+            data = text.encode("utf-8") if isinstance(text, str) else text
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.chmod(tmp, mode)

@@ -21,6 +21,7 @@ import re
 from typing import Dict, Optional
 
 from launcher.errors import RankTableError
+from launcher.planning.textfile import read_text
 
 __all__ = ["is_ipv4", "parse_hccn_conf", "read_hccn_conf"]
 
@@ -108,20 +109,11 @@ def read_hccn_conf(path: str) -> Dict[int, str]:
         RankTableError: naming ``path`` when it is missing, a directory, unreadable or not UTF-8
             text, or (with the line) when its content is malformed.
     """
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise RankTableError(
-            "no such hccn.conf; copy /etc/hccn.conf from that server here, or point --hccn HOST=PATH at it",
-            path=path,
-        ) from None
-    except IsADirectoryError:
-        raise RankTableError("is a directory, not an hccn.conf file", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise RankTableError(f"not UTF-8 text ({exc.reason}); is this an hccn.conf?", path=path) from None
-    except OSError as exc:
-        raise RankTableError(f"cannot read hccn.conf: {exc.strerror or exc}", path=path) from None
+    text = read_text(
+        path, RankTableError,
+        "no such hccn.conf; copy /etc/hccn.conf from that server here, or point --hccn HOST=PATH at it",
+        "an hccn.conf file",
+    )
     return parse_hccn_conf(text, path=path)
 
 

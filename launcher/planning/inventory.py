@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from launcher.errors import InventoryError
+from launcher.planning.textfile import read_text
 
 #: Hostnames mslaunch considers "this machine" (the local launcher is chosen for them).
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
@@ -491,23 +492,9 @@ def parse_cluster_yaml(text: str, path: Optional[str] = None, base_dir: Optional
     return Inventory(tuple(hosts), source=path)
 
 
-def _read_text(path: str) -> str:
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        raise InventoryError("no such file; pass an existing hostfile or cluster YAML", path=path) from None
-    except IsADirectoryError:
-        raise InventoryError("is a directory, not a hostfile", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise InventoryError(f"not UTF-8 text ({exc.reason})", path=path) from None
-    except OSError as exc:
-        raise InventoryError(f"cannot read: {exc.strerror}", path=path) from None
-
-
 def read_inventory(path: str) -> Inventory:
     """Read a hostfile or, for ``.yaml``/``.yml`` files, a YAML cluster file."""
-    text = _read_text(path)
+    text = read_text(path, InventoryError, "no such file; pass an existing hostfile or cluster YAML", "a hostfile")
     if path.endswith((".yaml", ".yml")):
         return parse_cluster_yaml(text, path=path, base_dir=os.path.dirname(os.path.abspath(path)))
     return parse_hostfile(text, path=path)

@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequ
 from launcher.errors import RankTableError
 from launcher.planning.hccn import is_ipv4, read_hccn_conf
 from launcher.planning.inventory import Host, Inventory
+from launcher.planning.textfile import read_text
 
 __all__ = [
     "CHIPS",
@@ -946,17 +947,7 @@ def read_rank_table(path: str) -> Any:
     Raises:
         RankTableError: the file is missing, a directory, unreadable, not UTF-8, or not JSON.
     """
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise RankTableError("no such rank table file", path=path) from None
-    except IsADirectoryError:
-        raise RankTableError("is a directory, not a rank table file", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise RankTableError(f"not UTF-8 text ({exc.reason})", path=path) from None
-    except OSError as exc:
-        raise RankTableError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    text = read_text(path, RankTableError, "no such rank table file", "a rank table file")
     return parse_rank_table_json(text, path=path)
 
 

@@ -32,12 +32,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from typing import List, Optional, Sequence
 
 import numpy as np
 
 from launcher.errors import MsLaunchError
+from launcher.jobs.files import write_atomic
 
 #: The folder name CIFAR-10's binary tarball unpacks to (and Cifar10Dataset is pointed at).
 FOLDER = "cifar-10-batches-bin"
@@ -118,25 +118,6 @@ def _split(n: int, parts: int) -> List[int]:
     return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o644)  # mkstemp creates 0600; data files are world-readable
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_synthetic_cifar10(directory: str, train: int = 2000, test: int = 500, seed: int = 0) -> str:
     """Write a synthetic CIFAR-10 (binary version) under ``directory``.
 
@@ -165,10 +146,10 @@ def write_synthetic_cifar10(directory: str, train: int = 2000, test: int = 500, 
         test_rec = _records(test, np.random.default_rng([seed, 1]))
         start = 0
         for name, size in zip(TRAIN_FILES, _split(train, len(TRAIN_FILES))):
-            _write_atomic(os.path.join(out_dir, name), train_rec[start : start + size].tobytes())
+            write_atomic(os.path.join(out_dir, name), train_rec[start : start + size].tobytes())
             start += size
-        _write_atomic(os.path.join(out_dir, TEST_FILE), test_rec.tobytes())
-        _write_atomic(os.path.join(out_dir, META_FILE), ("\n".join(CLASSES) + "\n").encode("ascii"))
+        write_atomic(os.path.join(out_dir, TEST_FILE), test_rec.tobytes())
+        write_atomic(os.path.join(out_dir, META_FILE), ("\n".join(CLASSES) + "\n").encode("ascii"))
     except OSError as exc:
         raise MsLaunchError(f"cannot write synthetic CIFAR-10: {exc.strerror or exc}", path=out_dir) from exc
     return out_dir
