@@ -11,7 +11,6 @@ medians are printed.  Usage: python bench/bench_local.py [--runs 3] [--skip-msru
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from launcher.errors import InventoryError, MsLaunchError, PlanError
 from launcher.planning.inventory import (
-    Host, Inventory, SshOptions, apply_filters, parse_cluster_yaml, parse_filter, parse_host_list,
+    Host, SshOptions, apply_filters, parse_cluster_yaml, parse_filter, parse_host_list,
     parse_hostfile, read_inventory,
 )
 from launcher.planning.ranks import RankSlot, assign_ranks, used_inventory

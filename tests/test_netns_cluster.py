@@ -13,7 +13,6 @@ import paramiko
 import pytest
 
 from launcher.planning.inventory import parse_cluster_yaml, parse_hostfile
-from tests.conftest_netns import make_netns_cluster, netns_cluster  # noqa: F401  (fixtures)
 from tests.netns_cluster import NamespaceCluster, NamespaceClusterError
 
 pytestmark = pytest.mark.netns

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time

@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
 from typing import List, Optional
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import typer
 
@@ -154,8 +154,6 @@ class _Console:
     def event(self, kind: str, data: Dict[str, Any]) -> None:
         msg = None
         if kind == "failure":
-            from launcher.execution.results import ProcResult
-
             rc = data["returncode"]
             what = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
             msg = f"{data['name']} on {data['host']} failed ({what}); tearing down the job"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import InventoryError
 from launcher.planning.textfile import read_text
@@ -101,10 +101,6 @@ class Inventory:
 
     hosts: Tuple[Host, ...]
     source: Optional[str] = None
-
-    @property
-    def total_slots(self) -> int:
-        return sum(h.slots for h in self.hosts)
 
     @property
     def all_local(self) -> bool:
@@ -580,16 +576,3 @@ def apply_filters(inv: Inventory, include: Optional[str] = None, exclude: Option
 def local_inventory(slots: int) -> Inventory:
     """The default inventory: this machine with ``slots`` slots."""
     return Inventory((Host(name="localhost", slots=slots, source="default"),), source=None)
-
-
-def merged_env(*layers: Iterable[Tuple[str, str]]) -> Dict[str, str]:
-    """Merge env layers in order; later layers win."""
-    out: Dict[str, str] = {}
-    for layer in layers:
-        for k, v in layer:
-            out[k] = v
-    return out
-
-
-def env_pairs(mapping: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
-    return tuple(mapping.items())

@@ -26,7 +26,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 from launcher.errors import PlanError
 from launcher.planning import envs, mpi
 from launcher.planning.inventory import Host, Inventory
-from launcher.planning.ranks import RankSlot, assign_ranks, used_inventory
+from launcher.planning.ranks import assign_ranks, used_inventory
 
 LAUNCHERS = ("local", "ssh", "mpirun")
 DEFAULT_MASTER_PORT = 8118
