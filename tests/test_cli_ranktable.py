@@ -103,7 +103,7 @@ def test_bad_hccn_line_fails_cleanly_and_writes_nothing(tmp_path) -> None:
     shutil.copytree(HCCN, hccn)
     bad = hccn / "10.0.0.2.conf"
     text = read(str(bad)).replace("address_5=192.2.27.9", "address_5=192.2.27")
-    bad.write_text(text, encoding="utf-8", newline="")
+    bad.write_bytes(text.encode("utf-8"))
     out = tmp_path / "out.json"
     r = mslaunch("gen", "--hosts", HOSTS, "--hccn-dir", str(hccn), "-o", str(out))
     assert r.returncode == 2
