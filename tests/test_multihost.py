@@ -475,3 +475,15 @@ def test_allreduce_6_workers_through_mpirun_across_hosts(job, need_mindspore, ne
     argv = json.loads((job.dir / "plan.json").read_text())["mpirun"]
     assert argv.count(":") == 3  # the scheduler's context, then one per host
     assert wait_nothing_left(c) == {}
+
+
+@pytest.mark.mindspore
+def test_check_passes_on_the_namespace_cluster(job, need_mindspore):
+    c = job.c
+    argv = [sys.executable, "-m", "launcher", "check", "--hosts", c.inventory_yaml, "--per-host", "1",
+            "--master-port", "auto", "--log-dir", str(job.dir)]
+    r = subprocess.run(argv, capture_output=True, text=True, env=job.env, cwd=str(job.tmp), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    hosts = ",".join(h.ip for h in c.hosts)
+    assert r.stdout.splitlines()[0] == f"✓ 3 ranks on {hosts} (dynamic, ssh): AllGather gave [0,1,2] on every rank"
+    assert wait_nothing_left(c) == {}
