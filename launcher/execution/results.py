@@ -92,29 +92,43 @@ class ProcResult:
 
 @dataclass(frozen=True)
 class RootCause:
-    """The earliest failure of a job."""
+    """The earliest failure of a job: that process's result and the tail of its log."""
 
-    name: str
-    rank: Optional[int]
-    host: str
-    exit_code: Optional[int]
-    signal: Optional[str]
-    reason: str
-    log: str
+    process: ProcResult
     tail: Tuple[str, ...]
-    time: Optional[float]
+
+    @property
+    def name(self) -> str:
+        return self.process.name
+
+    @property
+    def rank(self) -> Optional[int]:
+        return self.process.rank
+
+    @property
+    def host(self) -> str:
+        return self.process.host
+
+    @property
+    def reason(self) -> str:
+        return self.process.describe()
+
+    @property
+    def log(self) -> str:
+        return self.process.log
 
     def to_json(self) -> Dict[str, Any]:
+        p = self.process
         return {
-            "name": self.name,
-            "rank": self.rank,
-            "host": self.host,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "reason": self.reason,
-            "log": self.log,
+            "name": p.name,
+            "rank": p.rank,
+            "host": p.host,
+            "exit_code": p.exit_code,
+            "signal": p.signal,
+            "reason": p.describe(),
+            "log": p.log,
             "tail": list(self.tail),
-            "time": self.time,
+            "time": p.ended,
         }
 
 

@@ -242,11 +242,7 @@ class Supervisor:
             status = FAILED
         if status == FAILED:
             if failed is not None:
-                cause = RootCause(
-                    name=failed.name, rank=failed.rank, host=failed.host, exit_code=failed.exit_code,
-                    signal=failed.signal, reason=failed.describe(), log=failed.log,
-                    tail=tail_lines(failed.log, 20), time=failed.ended,
-                )
+                cause = RootCause(failed, tail_lines(failed.log, 20))
                 code = failed.exit_code if failed.exit_code else 1
                 if message is None:
                     message = f"{failed.name} on {failed.host} failed: {failed.describe()}"
