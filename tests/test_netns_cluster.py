@@ -225,6 +225,11 @@ def test_pids_in_sees_a_background_sleep_and_close_kills_it(make_netns_cluster) 
     r = c.ssh("h2", "nohup sleep 300 >/dev/null 2>&1 </dev/null & echo $!", timeout=20)
     assert r.returncode == 0, r.stderr
     sleep_pid = int(r.stdout.strip())
+    # the ssh session's own processes (its shell, sshd's session child) exit a moment after the
+    # client returns: wait for them to go rather than catch them mid-teardown
+    deadline = time.monotonic() + 10
+    while c.pids_in("h2") != [sleep_pid] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert c.pids_in("h2") == [sleep_pid]
     assert c.pids_in("h1") == []
     with open(f"/proc/{sleep_pid}/cmdline", "rb") as fh:
