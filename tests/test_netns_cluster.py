@@ -226,14 +226,17 @@ def test_pids_in_sees_a_background_sleep_and_close_kills_it(make_netns_cluster) 
     assert r.returncode == 0, r.stderr
     sleep_pid = int(r.stdout.strip())
     # the ssh session's own processes (its shell, sshd's session child) exit a moment after the
-    # client returns: wait for them to go rather than catch them mid-teardown
+    # client returns, and nohup execs sleep a moment after $! is known: wait for both
+    def cmdline() -> List[bytes]:
+        with open(f"/proc/{sleep_pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")[:2]
+
     deadline = time.monotonic() + 10
-    while c.pids_in("h2") != [sleep_pid] and time.monotonic() < deadline:
+    while (c.pids_in("h2") != [sleep_pid] or cmdline() != [b"sleep", b"300"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert c.pids_in("h2") == [sleep_pid]
     assert c.pids_in("h1") == []
-    with open(f"/proc/{sleep_pid}/cmdline", "rb") as fh:
-        assert fh.read().split(b"\0")[:2] == [b"sleep", b"300"]
+    assert cmdline() == [b"sleep", b"300"]
     c.close()
     assert not _alive(sleep_pid)
 
