@@ -44,9 +44,9 @@ def _job(job: Optional[str], log_dir: Optional[str]) -> "JobInfo":
         job = log_dir if os.sep in log_dir else os.path.join(".", log_dir)
     info = find_job(job)
     if info.state == "corrupt":
-        sys.stderr.write(f"mslaunch: warning: job {info.job_id} is corrupt: {info.problem}\n")
         if not os.path.isdir(info.job_dir):
-            raise JobError(f"job {info.job_id} has no job directory: {info.problem}", exit_code=1)
+            raise JobError(f"job {info.job_id} is corrupt: {info.problem}", exit_code=1)
+        sys.stderr.write(f"mslaunch: warning: job {info.job_id} is corrupt: {info.problem}\n")
     return info
 
 

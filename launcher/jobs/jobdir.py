@@ -7,7 +7,8 @@ when it is missing; an existing directory is used only when it is empty and keep
 mslaunch writes there:
 
 * ``job.lock``: the running ``mslaunch run`` holds an exclusive POSIX lock (``lockf``) on it for
-  the job's life.  It is how a second run on the same directory is refused, how ``ps`` tells a
+  the job's life and removes it after writing ``summary.json`` (a job whose mslaunch was killed
+  keeps an unlocked one).  It is how a second run on the same directory is refused, how ``ps`` tells a
   running job from a lost one, and which pid ``stop`` signals (the lock's holder, so a reused pid
   is never signalled).
 * ``job.json``: ``{"job_id", "pid", "started", "argv", "state": "running"}``, written at start.
@@ -204,7 +205,8 @@ def parse_job_file(data: bytes, kind: str, path: str) -> Dict[str, Any]:
     except ValueError as exc:
         raise CorruptJobFile(f"not usable JSON: {exc}", path=path) from None
     if not isinstance(obj, dict):
-        raise CorruptJobFile(f"holds a JSON {type(obj).__name__}, not an object", path=path)
+        kind_name = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(obj), "null")
+        raise CorruptJobFile(f"holds a JSON {kind_name}, not an object", path=path)
     for key, (check, required) in SCHEMAS[kind].items():
         if key not in obj:
             if required:
@@ -304,7 +306,12 @@ class JobLock:
         self._fd: Optional[int] = fd
 
     def release(self) -> None:
+        """Remove ``job.lock`` and drop the lock (a finished job dir holds no lock file)."""
         if self._fd is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
             os.close(self._fd)
             self._fd = None
 
