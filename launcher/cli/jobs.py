@@ -40,7 +40,7 @@ def _job(job: Optional[str], log_dir: Optional[str]) -> "JobInfo":
         if not log_dir.strip():
             raise JobError("--log-dir must not be empty", field="--log-dir")
         if not os.path.isdir(log_dir):
-            raise JobError("no such job directory", path=log_dir)
+            raise JobError("is not a directory" if os.path.lexists(log_dir) else "no such job directory", path=log_dir)
         job = log_dir if os.sep in log_dir else os.path.join(".", log_dir)
     info = find_job(job)
     if info.state == "corrupt":

@@ -616,6 +616,8 @@ def find_job(ref: Optional[str]) -> JobInfo:
     if ref and (os.sep in ref or os.path.isdir(ref)):
         if not os.path.exists(ref):
             raise JobError("no such job directory", path=ref)
+        if not os.path.isdir(ref):
+            raise JobError("is not a directory", path=ref)
         if not is_job_dir(ref):
             raise JobError(f"not a job directory (no {PLAN_FILE}, {JOB_FILE} or {SUMMARY_FILE})", path=ref)
         return job_info(os.path.abspath(ref))
