@@ -278,21 +278,6 @@ def write_json(path: str, obj: Any, mode: int = 0o600) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", mode=mode)
 
 
-def read_json(path: str) -> Any:
-    """Any JSON file (not a job file; those go through :func:`read_job_file`); None if missing.
-
-    Raises:
-        JobError: unreadable or not JSON.
-    """
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise JobError(f"cannot read: {exc}", path=path) from None
-
-
 class JobLock:
     """The exclusive lock a running job holds on its directory (``job.lock``).
 
