@@ -12,7 +12,6 @@ import sys
 import time
 
 import psutil
-import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
