@@ -114,6 +114,7 @@ def run_plan(
 
             failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
             jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
+            jobdir.release_job_dir(plan.job_dir)
             raise
     finally:
         watchdog.close()
