@@ -258,3 +258,19 @@ def test_registry_entry_pointing_at_another_jobs_dir(template, tmp_path):
     st = cli(home, "status", "intruder")
     assert st.returncode == 1 and "corrupt" in st.stdout and f"job_id '{GOOD}' is not the registry's 'intruder'" in st.stdout
     assert cli(home, "status", GOOD).returncode == 0
+
+
+def test_registry_folder_unusable(tmp_path):
+    """$MSLAUNCH_HOME/jobs is not a directory: `run` refuses before writing or starting anything; the job commands say why."""
+    for make in (lambda p: p.write_text("x\n"), lambda p: os.symlink("/nonexistent/jobs", p)):
+        home = tmp_path / f"home{len(os.listdir(tmp_path))}"
+        home.mkdir()
+        make(home / "jobs")
+        job = tmp_path / "job"
+        r = cli(str(home), "run", "--np", "1", "--master-port", "auto", "--log-dir", str(job), "--no-python", "false")
+        assert r.returncode == 2 and r.stderr.startswith(f"mslaunch: error: {home / 'jobs'}: cannot create the job registry: ")
+        assert len(r.stderr.splitlines()) == 1 and not job.exists(), r.stderr
+        for args in (("ps",), ("status",), ("logs", "tail"), ("stop", "x")):
+            c = cli(str(home), *args)
+            assert c.returncode == 2 and c.stdout == "", (args, c.stdout)
+            assert c.stderr.startswith(f"mslaunch: error: {home / 'jobs'}: cannot read the job registry: ") and len(c.stderr.splitlines()) == 1, (args, c.stderr)

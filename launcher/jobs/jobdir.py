@@ -94,6 +94,22 @@ def registry_dir() -> str:
     return os.path.join(mslaunch_home(), "jobs")
 
 
+def ensure_registry_dir() -> str:
+    """Create ``$MSLAUNCH_HOME/jobs`` (mode 0700) if missing; return it.
+
+    Raises:
+        JobError: it cannot be created or is not a writable directory.
+    """
+    folder = registry_dir()
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise JobError(f"cannot create the job registry: {exc.strerror}; check $MSLAUNCH_HOME", path=folder) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise JobError("the job registry is not writable; check $MSLAUNCH_HOME", path=folder)
+    return folder
+
+
 def registry_path(job_id: str) -> str:
     """``$MSLAUNCH_HOME/jobs/<job_id>.json`` for a valid id (raises JobError otherwise)."""
     return os.path.join(registry_dir(), validate_job_id(job_id) + ".json")
@@ -395,6 +411,7 @@ def claim_job_dir(path: str) -> JobLock:
             another mslaunch holds its lock (exit 1).  Nothing is changed on disk then, except a
             directory created here (left empty).
     """
+    ensure_registry_dir()
     prepare_job_dir(path)
     lock_path = os.path.join(path, LOCK_FILE)
     created = False
@@ -449,11 +466,11 @@ def register(job_id: str, job_dir: str, pid: int, argv: List[str]) -> None:
     """Record a job in the registry (and ``job.json`` in its dir).
 
     Raises:
-        JobError: ``job_id`` is not a valid id.
+        JobError: ``job_id`` is not a valid id, or the registry cannot be written.
     """
     path = registry_path(job_id)
     record = {"job_id": job_id, "job_dir": os.path.abspath(job_dir), "pid": pid, "started": time.time(), "argv": argv}
-    os.makedirs(registry_dir(), mode=0o700, exist_ok=True)
+    ensure_registry_dir()
     write_json(os.path.join(job_dir, JOB_FILE), dict(record, state="running"))
     write_json(path, record)
 
@@ -580,8 +597,12 @@ def list_jobs() -> List[JobInfo]:
     folder = registry_dir()
     try:
         names = os.listdir(folder)
-    except OSError:
-        return []
+    except FileNotFoundError:
+        if not os.path.lexists(folder):
+            return []
+        raise JobError("cannot read the job registry: it is a broken symbolic link; check $MSLAUNCH_HOME", path=folder) from None
+    except OSError as exc:
+        raise JobError(f"cannot read the job registry: {exc.strerror}; check $MSLAUNCH_HOME", path=folder) from None
     for name in names:
         if not name.endswith(".json") or name.startswith("."):
             continue
