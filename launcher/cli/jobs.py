@@ -132,7 +132,7 @@ def logs_ls(
 def _age(started: Optional[float]) -> str:
     if not started:
         return "-"
-    secs = int(time.time() - started)
+    secs = max(0, int(time.time() - started))
     if secs < 120:
         return f"{secs}s"
     if secs < 7200:
