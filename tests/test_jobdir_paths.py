@@ -165,17 +165,28 @@ def test_log_dir_lock_refuses_a_second_run(tmp_path):
         os.close(fd)
     assert sorted(os.listdir(held)) == ["job.lock"] and e.started() == [] and e.registry() == []
 
-    # two runs started together on one --log-dir: exactly one runs, every time
+    # two runs started together on one --log-dir: exactly one runs (until stopped), the other is refused, every time
     for k in range(3):
         d = tmp_path / f"race{k}"
-        procs = [e.popen("--log-dir", str(d), "--job-id", f"race{k}-{i}", mode=("ok", "0.5")) for i in range(2)]
-        outs = [p.communicate(timeout=120) for p in procs]
-        codes = sorted(p.returncode for p in procs)
-        assert codes in ([0, 1], [0, 2]), (codes, outs)
-        loser = [err for p, (_, err) in zip(procs, outs) if p.returncode != 0][0]
-        assert len(loser.splitlines()) == 1 and ("another mslaunch" in loser or "already holds a job" in loser or "is not empty" in loser), loser
-        assert len(json.loads((d / "summary.json").read_text())["processes"]) == 2  # one job's scheduler + rank
-    e.assert_gone()
+        procs = [e.popen("--log-dir", str(d), "--job-id", f"race{k}-{i}", mode=("hang",)) for i in range(2)]
+        deadline = time.monotonic() + 120
+        while all(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, "neither run ended"
+            time.sleep(0.05)
+        loser = [p for p in procs if p.poll() is not None][0]
+        winner = [p for p in procs if p is not loser][0]
+        _, err = loser.communicate()
+        assert loser.returncode == 1 and len(err.splitlines()) == 1 and f"{d}: another mslaunch (pid " in err, err
+        log = d / "worker_0.log"
+        while not (log.exists() and "rank0 started" in log.read_text()):  # the winner's rank runs
+            assert winner.poll() is None and time.monotonic() < deadline, "the winner's rank did not start"
+            time.sleep(0.05)
+        winner.send_signal(signal.SIGTERM)
+        winner.communicate(timeout=120)
+        assert winner.returncode == 143
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["status"] == "stopped" and len(summary["processes"]) == 2  # one job's scheduler + rank
+        e.assert_gone()
 
 
 def test_lost_job_is_never_signalled(tmp_path):

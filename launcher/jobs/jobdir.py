@@ -357,12 +357,20 @@ def _listdir(path: str) -> List[str]:
         raise MsLaunchError(f"cannot read the job directory: {exc.strerror}", path=path) from None
 
 
+def _busy(path: str, holder: Optional[int]) -> MsLaunchError:
+    who = f" (pid {holder})" if holder else ""
+    return MsLaunchError(f"another mslaunch{who} is running a job in this directory; choose another --log-dir", path=path, exit_code=1)
+
+
 def _check_empty(path: str) -> None:
     """Raise unless ``path`` holds nothing but entries a new job may find there."""
     other = [n for n in _listdir(path) if n not in _EMPTY_OK]
     if not other:
         return
     if PLAN_FILE in other or JOB_FILE in other or SUMMARY_FILE in other:
+        holder = lock_holder(path)
+        if holder is not None:
+            raise _busy(path, holder)
         raise MsLaunchError("already holds a job; choose a new --log-dir (or remove this one)", path=path)
     shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
     raise MsLaunchError(f"is not empty ({len(other)} entries: {shown}); --log-dir takes a new or empty directory", path=path)
@@ -432,10 +440,7 @@ def claim_job_dir(path: str) -> JobLock:
         except OSError as exc:
             if exc.errno not in (errno.EACCES, errno.EAGAIN):
                 raise MsLaunchError(f"cannot lock {LOCK_FILE}: {exc.strerror}", path=path) from None
-            holder = lock_holder(path)
-            who = f" (pid {holder})" if holder else ""
-            raise MsLaunchError(f"another mslaunch{who} is running a job in this directory; choose another --log-dir",
-                                path=path, exit_code=1) from None
+            raise _busy(path, lock_holder(path)) from None
         _check_empty(path)
     except BaseException:
         if created:
