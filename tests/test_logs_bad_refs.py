@@ -60,6 +60,11 @@ def test_logs_tail_and_ls_reject_what_is_not_a_job(tmp_path):
             assert r.stdout == "", (cmd, args, r.stdout)
             assert r.stderr.startswith("mslaunch: error: ") and len(r.stderr.splitlines()) == 1, (cmd, args, r.stderr)
             assert message in r.stderr, (cmd, args, r.stderr)
+    for ranks, message in (("-1", "no rank -1"), ("1", "no rank 1; the job has ranks 0..0"), ("0,7", "no rank 7"), ("x", "--rank takes rank numbers"),
+                           (",", "--rank takes rank numbers"), ("", "--rank takes rank numbers"), ("99999999999999999999", "no rank 9999")):
+        r = cli(home, "logs", "tail", str(job), "--rank", ranks, cwd=str(tmp_path))
+        assert (r.returncode, r.stdout) == (2, ""), (ranks, r.stderr)
+        assert r.stderr.startswith("mslaunch: error: --rank: ") and message in r.stderr and len(r.stderr.splitlines()) == 1, (ranks, r.stderr)
     for n in ("-5", "-1"):
         r = cli(home, "logs", "tail", "-n", n, str(job), cwd=str(tmp_path))
         assert (r.returncode, r.stdout, r.stderr) == (2, "", f"mslaunch: error: --lines: -n takes a number of lines >= 0, got {n}\n")

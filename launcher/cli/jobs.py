@@ -50,13 +50,25 @@ def _job(job: Optional[str], log_dir: Optional[str]) -> "JobInfo":
     return info
 
 
-def _parse_ranks(text: Optional[str]) -> Optional[List[int]]:
+def _parse_ranks(text: Optional[str], world_size: Optional[int] = None) -> Optional[List[int]]:
+    """``--rank 0,3`` as a list; every rank must be >= 0 (and < the job's world size when known).
+
+    Raises:
+        MsLaunchError: not a comma-separated list of ranks, or a rank the job does not have.
+    """
     if text is None:
         return None
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        ranks = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise MsLaunchError(f"--rank takes rank numbers like 0,3, got {text!r}", field="--rank") from None
+    if not ranks:
+        raise MsLaunchError(f"--rank takes rank numbers like 0,3, got {text!r}", field="--rank")
+    for r in ranks:
+        if r < 0 or (world_size is not None and r >= world_size):
+            have = f"; the job has ranks 0..{world_size - 1}" if world_size else ""
+            raise MsLaunchError(f"no rank {r}{have}", field="--rank")
+    return ranks
 
 
 @logs_app.command("tail")
@@ -76,7 +88,7 @@ def logs_tail(
         raise MsLaunchError(f"-n takes a number of lines >= 0, got {lines}", field="--lines")
     info = _job(job, log_dir)
     folder = info.job_dir
-    ranks = _parse_ranks(rank)
+    ranks = _parse_ranks(rank, info.ranks)
     try:
         pattern = re.compile(grep) if grep else None
     except re.error as exc:
