@@ -362,15 +362,20 @@ def _busy(path: str, holder: Optional[int]) -> MsLaunchError:
     return MsLaunchError(f"another mslaunch{who} is running a job in this directory; choose another --log-dir", path=path, exit_code=1)
 
 
-def _check_empty(path: str) -> None:
-    """Raise unless ``path`` holds nothing but entries a new job may find there."""
+def _check_empty(path: str, locked_here: bool = False) -> None:
+    """Raise unless ``path`` holds nothing but entries a new job may find there.
+
+    Args:
+        locked_here: this process holds the lock (then the lock is not tested: opening and
+            closing ``job.lock`` here would drop it).
+    """
     other = [n for n in _listdir(path) if n not in _EMPTY_OK]
     if not other:
         return
+    holder = None if locked_here else lock_holder(path)
+    if holder is not None:  # a job is being set up or running here (its files may be half-way written)
+        raise _busy(path, holder)
     if PLAN_FILE in other or JOB_FILE in other or SUMMARY_FILE in other:
-        holder = lock_holder(path)
-        if holder is not None:
-            raise _busy(path, holder)
         raise MsLaunchError("already holds a job; choose a new --log-dir (or remove this one)", path=path)
     shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
     raise MsLaunchError(f"is not empty ({len(other)} entries: {shown}); --log-dir takes a new or empty directory", path=path)
@@ -432,18 +437,20 @@ def claim_job_dir(path: str) -> JobLock:
             fd = os.open(lock_path, flags)
     except OSError as exc:
         raise MsLaunchError(f"cannot open {LOCK_FILE}: {exc.strerror}", path=path) from None
+    locked = False
     try:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise MsLaunchError(f"{LOCK_FILE} is not a regular file", path=path)
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
         except OSError as exc:
             if exc.errno not in (errno.EACCES, errno.EAGAIN):
                 raise MsLaunchError(f"cannot lock {LOCK_FILE}: {exc.strerror}", path=path) from None
             raise _busy(path, lock_holder(path)) from None
-        _check_empty(path)
+        _check_empty(path, locked_here=True)
     except BaseException:
-        if created:
+        if created and locked:  # never remove a lock file another run may have locked meanwhile
             try:
                 os.unlink(lock_path)
             except OSError:
