@@ -7,11 +7,14 @@ import re
 import signal
 import sys
 import time
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from launcher.errors import JobError, MsLaunchError
+
+if TYPE_CHECKING:
+    from launcher.jobs.jobdir import JobInfo
 
 logs_app = typer.Typer(help="Per-rank logs of a job.", no_args_is_help=True)
 
@@ -23,23 +26,49 @@ def register(app: typer.Typer) -> None:
     app.command("stop")(stop_cmd)
 
 
-def _job_dir(job: Optional[str], log_dir: Optional[str]) -> str:
+def _job(job: Optional[str], log_dir: Optional[str]) -> "JobInfo":
+    """The job named by JOB or --log-dir (not both); a corrupt one is announced on stderr.
+
+    Raises:
+        JobError: both given, an empty value, no such job, or a directory that holds no job.
+    """
     from launcher.jobs.jobdir import find_job
 
-    if log_dir:
+    if log_dir is not None:
+        if job is not None:
+            raise JobError("give a job id or --log-dir, not both", field="--log-dir")
+        if not log_dir.strip():
+            raise JobError("--log-dir must not be empty", field="--log-dir")
         if not os.path.isdir(log_dir):
-            raise JobError("no such job directory", path=log_dir)
-        return os.path.abspath(log_dir)
-    return find_job(job).job_dir
+            raise JobError("is not a directory" if os.path.lexists(log_dir) else "no such job directory", path=log_dir)
+        job = log_dir if os.sep in log_dir else os.path.join(".", log_dir)
+    info = find_job(job)
+    if info.state == "corrupt":
+        if not os.path.isdir(info.job_dir):
+            raise JobError(f"job {info.job_id} is corrupt: {info.problem}", exit_code=1)
+        sys.stderr.write(f"mslaunch: warning: job {info.job_id} is corrupt: {info.problem}\n")
+    return info
 
 
-def _parse_ranks(text: Optional[str]) -> Optional[List[int]]:
+def _parse_ranks(text: Optional[str], world_size: Optional[int] = None) -> Optional[List[int]]:
+    """``--rank 0,3`` as a list; every rank must be >= 0 (and < the job's world size when known).
+
+    Raises:
+        MsLaunchError: not a comma-separated list of ranks, or a rank the job does not have.
+    """
     if text is None:
         return None
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        ranks = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise MsLaunchError(f"--rank takes rank numbers like 0,3, got {text!r}", field="--rank") from None
+    if not ranks:
+        raise MsLaunchError(f"--rank takes rank numbers like 0,3, got {text!r}", field="--rank")
+    for r in ranks:
+        if r < 0 or (world_size is not None and r >= world_size):
+            have = f"; the job has ranks 0..{world_size - 1}" if world_size else ""
+            raise MsLaunchError(f"no rank {r}{have}", field="--rank")
+    return ranks
 
 
 @logs_app.command("tail")
@@ -52,11 +81,14 @@ def logs_tail(
     grep: Optional[str] = typer.Option(None, "--grep", help="Only lines matching this regular expression."),
 ) -> None:
     """Show the last lines of every rank's log, prefixed `[rank N]`; with -f, follow them."""
-    from launcher.jobs.jobdir import SUMMARY_FILE, latest_attempt_dir
+    from launcher.jobs.jobdir import SUMMARY_FILE, latest_attempt_dir, lock_holder
     from launcher.logs.follow import Follower, job_log_sources, last_lines, prefix
 
-    folder = _job_dir(job, log_dir)
-    ranks = _parse_ranks(rank)
+    if lines < 0:
+        raise MsLaunchError(f"-n takes a number of lines >= 0, got {lines}", field="--lines")
+    info = _job(job, log_dir)
+    folder = info.job_dir
+    ranks = _parse_ranks(rank, info.ranks)
     try:
         pattern = re.compile(grep) if grep else None
     except re.error as exc:
@@ -82,7 +114,8 @@ def logs_tail(
     try:
         while True:
             follower.poll()
-            if os.path.exists(os.path.join(folder, SUMMARY_FILE)):
+            # the job ended (summary written) or nobody runs it any more (lost, corrupt, finished)
+            if os.path.lexists(os.path.join(folder, SUMMARY_FILE)) or lock_holder(folder) is None:
                 follower.flush()
                 return
             time.sleep(0.2)
@@ -99,7 +132,7 @@ def logs_ls(
     from launcher.jobs.jobdir import latest_attempt_dir
     from launcher.logs.follow import job_log_sources
 
-    folder = _job_dir(job, log_dir)
+    folder = _job(job, log_dir).job_dir
     for src in job_log_sources(latest_attempt_dir(folder)):
         try:
             size = os.path.getsize(src.path)
@@ -111,7 +144,7 @@ def logs_ls(
 def _age(started: Optional[float]) -> str:
     if not started:
         return "-"
-    secs = int(time.time() - started)
+    secs = max(0, int(time.time() - started))
     if secs < 120:
         return f"{secs}s"
     if secs < 7200:
@@ -122,6 +155,7 @@ def _age(started: Optional[float]) -> str:
 def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finished jobs (default: running ones and the last 10).")) -> None:
     """List jobs: id, state, ranks, age, log dir."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from launcher.jobs.jobdir import list_jobs
@@ -135,7 +169,8 @@ def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finish
     for col in ("job", "state", "ranks", "age", "log dir"):
         table.add_column(col, overflow="fold")
     for j in jobs:
-        table.add_row(j.job_id, j.state, "-" if j.ranks is None else str(j.ranks), _age(j.started), j.job_dir)
+        state = j.state if j.problem is None else f"{j.state}: {j.problem}"
+        table.add_row(escape(j.job_id), escape(state), "-" if j.ranks is None else str(j.ranks), _age(j.started), escape(j.job_dir))
     Console().print(table)
 
 
@@ -148,17 +183,24 @@ def status_cmd(
 
     info = find_job(job)
     if as_json:
-        data = info.summary if info.summary is not None else {"job_id": info.job_id, "job_dir": info.job_dir, "status": info.state, "pid": info.pid}
+        if info.summary is not None and info.problem is None:
+            data = info.summary
+        else:
+            data = {"job_id": info.job_id, "job_dir": info.job_dir, "status": info.state, "pid": info.pid}
+            if info.problem is not None:
+                data["problem"] = info.problem
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         sys.stdout.write(f"job {info.job_id}: {info.state}\n  log dir: {info.job_dir}\n")
+        if info.problem is not None:
+            sys.stdout.write(f"  problem: {info.problem}\n")
         if info.ranks is not None:
             sys.stdout.write(f"  ranks: {info.ranks}\n")
         if info.summary:
             sys.stdout.write(f"  exit code: {info.summary.get('exit_code')}\n")
             cause = info.summary.get("root_cause")
             if cause:
-                sys.stdout.write(f"  root cause: {cause['name']} on {cause['host']}: {cause['reason']} (log {cause['log']})\n")
+                sys.stdout.write(f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} (log {cause.get('log', '?')})\n")
     raise typer.Exit(0 if info.state in ("running", "succeeded") else 1)
 
 
@@ -167,15 +209,22 @@ def stop_cmd(
     wait: float = typer.Option(30.0, "--wait", help="Seconds to wait for the job to end."),
 ) -> None:
     """Stop a running job: its supervisor tears it down as after a failure (SIGTERM, grace, SIGKILL)."""
-    from launcher.jobs.jobdir import pid_alive, find_job
+    from launcher.jobs.jobdir import find_job, lock_holder
 
+    if wait < 0:
+        raise MsLaunchError(f"--wait must be >= 0, got {wait:g}", field="--wait")
     info = find_job(job)
-    if info.state != "running" or not info.pid:
-        raise JobError(f"job {info.job_id} is not running (state: {info.state})", exit_code=1)
-    os.kill(info.pid, signal.SIGTERM)
+    pid = info.running_pid  # the holder of the job dir's lock: the supervisor, never a reused pid
+    if pid is None:
+        why = f"{info.state}: {info.problem}" if info.problem else info.state
+        raise JobError(f"job {info.job_id} is not running (state: {why})", exit_code=1)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
     deadline = time.monotonic() + wait
-    while pid_alive(info.pid) and time.monotonic() < deadline:
+    while lock_holder(info.job_dir) == pid and time.monotonic() < deadline:
         time.sleep(0.05)
-    if pid_alive(info.pid):
-        raise JobError(f"job {info.job_id} (pid {info.pid}) did not stop within {wait:g} s", exit_code=1)
+    if lock_holder(info.job_dir) == pid:
+        raise JobError(f"job {info.job_id} (pid {pid}) did not stop within {wait:g} s", exit_code=1)
     sys.stdout.write(f"stopped job {info.job_id}\n")

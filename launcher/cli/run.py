@@ -63,6 +63,7 @@ def run_cmd(
 
             print_plan(plan)
         return
+    _check_ci_outputs(summary_json, junit)
     if detach:
         _detach(plan)
         return
@@ -79,14 +80,29 @@ def run_cmd(
         result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start)
     finally:
         console.stop()
-    if summary_json:
-        jobdir.write_json(summary_json, result.to_json(), mode=0o644)
-    if junit:
-        write_atomic(junit, junit_xml(result), mode=0o644)
+    problems = []  # a CI output that cannot be written never hides the job's result or exit code
+    for flag, path, write in (("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json(), mode=0o644)),
+                              ("--junit", junit, lambda p: write_atomic(p, junit_xml(result), mode=0o644))):
+        if path:
+            try:
+                write(path)
+            except MsLaunchError as exc:
+                problems.append(f"mslaunch: error: {flag}: {exc}")
     from launcher.cli.render import print_result
 
     print_result(result, quiet=quiet)
+    for line in problems:
+        sys.stderr.write(line + "\n")
     raise typer.Exit(result.exit_code)
+
+
+def _check_ci_outputs(summary_json: Optional[str], junit: Optional[str]) -> None:
+    """--summary-json / --junit must be writable before anything starts (nothing is written here)."""
+    from launcher.jobs.files import check_writable
+
+    for flag, path in (("--summary-json", summary_json), ("--junit", junit)):
+        if path is not None:
+            check_writable(path, flag)
 
 
 def _detach(plan: Plan) -> None:
@@ -94,7 +110,9 @@ def _detach(plan: Plan) -> None:
     from launcher.execution.runner import preflight
 
     preflight(plan)
-    os.makedirs(plan.job_dir, mode=0o700, exist_ok=True)
+    from launcher.jobs.jobdir import prepare_job_dir
+
+    prepare_job_dir(plan.job_dir)  # created 0700 or an empty one; the child claims and locks it
     argv = list(sys.argv[1:])
     argv.remove("--detach") if "--detach" in argv else argv.remove("-d")
     idx = argv.index("run")

@@ -4,7 +4,7 @@ Order of work (nothing starts until every check passed):
 
 1. checks: the scheduler's port is free (when the scheduler runs on this machine); the rank
    table (ranktable method) validates;
-2. the job dir (0700) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
+2. the job dir (created 0700, or an empty one; locked for the job's life) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
 3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
 4. the supervisor; then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
 """
@@ -62,7 +62,8 @@ def preflight(plan: Plan) -> None:
 
 
 def write_job_files(plan: Plan, argv: List[str]) -> None:
-    jobdir.create_job_dir(plan.job_dir)
+    """Claim and lock the job dir (see :func:`launcher.jobs.jobdir.claim_job_dir`), write its files, register."""
+    jobdir.claim_job_dir(plan.job_dir)
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.PLAN_FILE), plan.to_json())
     for art in plan.artefacts:
         write_atomic(os.path.join(plan.job_dir, art.name), art.content, mode=0o600)
@@ -113,10 +114,12 @@ def run_plan(
 
             failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
             jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
+            jobdir.release_job_dir(plan.job_dir)
             raise
     finally:
         watchdog.close()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
+    jobdir.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
 
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Union
+from typing import Optional, Union
 
 from launcher.errors import MsLaunchError
 
-__all__ = ["write_atomic"]
+__all__ = ["check_writable", "write_atomic"]
 
 
 def write_atomic(path: str, text: Union[str, bytes], mode: int = 0o644) -> None:
@@ -55,6 +55,29 @@ def write_atomic(path: str, text: Union[str, bytes], mode: int = 0o644) -> None:
     except OSError as exc:
         raise MsLaunchError(f"cannot write: {exc.strerror or exc}", path=path) from None
     _fsync_dir(folder)
+
+
+def check_writable(path: str, field: Optional[str] = None) -> None:
+    """Check, without writing anything, that :func:`write_atomic` can later create or replace ``path``.
+
+    Its folder must exist, be a directory and be writable (``write_atomic`` creates a temporary
+    file there); ``path`` must not be a directory.
+
+    Raises:
+        MsLaunchError: naming ``field`` (e.g. ``--junit``) and ``path``, saying what is wrong.
+    """
+    where = f"{field} {path}" if field else path
+    if not path or not path.strip():
+        raise MsLaunchError("needs a file name", field=field)
+    if path.endswith(os.sep) or os.path.isdir(path):
+        raise MsLaunchError(f"{where}: is a directory; give a file name to write")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(folder):
+        raise MsLaunchError(f"{where}: folder {folder} does not exist; create it first")
+    if not os.path.isdir(folder):
+        raise MsLaunchError(f"{where}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise MsLaunchError(f"{where}: folder {folder} is not writable")
 
 
 def _fsync_dir(folder: str) -> None:

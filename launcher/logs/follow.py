@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -17,6 +18,12 @@ _WORKER_RE = re.compile(r"^worker_(\d+)\.log$")
 
 #: Lines the default console mode shows from every rank (not only rank 0).
 ERROR_RE = re.compile(r"(Traceback \(most recent call last\)|\b\w*(Error|Exception)\b|\bERROR\b|\bFATAL\b|\bfailed\b|^\s+File \")")
+
+#: Most bytes a follower reads from one file per poll (bounds memory when a rank writes a lot).
+MAX_READ = 8 * 1024 * 1024
+
+#: Most bytes :func:`last_lines` reads from the end of a file.
+MAX_TAIL = 16 * 1024 * 1024
 
 # ANSI colours for rank prefixes on a TTY.
 _COLOURS = ("36", "32", "33", "35", "34", "91", "92", "93", "94", "95", "96")
@@ -109,7 +116,7 @@ class Follower:
         try:
             with open(src.path, "rb") as fh:
                 fh.seek(offset)
-                data = fh.read(size - offset)
+                data = fh.read(min(size - offset, MAX_READ))  # the rest at the next poll
         except OSError:
             return 0
         self._offsets[src.path] = offset + len(data)
@@ -136,14 +143,40 @@ class Follower:
         self.flush()
 
 
-def last_lines(path: str, n: int) -> Tuple[List[str], int]:
-    """The last ``n`` lines of a file and the byte offset after them (its size)."""
+def last_lines(path: str, n: int, block: int = 64 * 1024) -> Tuple[List[str], int]:
+    """The last ``n`` complete lines of a log file and the byte offset after them.
+
+    Reads backwards from the end only as far as ``n`` lines need (at most :data:`MAX_TAIL`
+    bytes), so a huge log costs little; a line that starts before those bytes is not shown.
+    Anything that is not a regular file (a FIFO, a device, a directory) gives no lines and is
+    never read, so this cannot block.
+
+    Returns:
+        ``(lines, offset)``: the lines without newlines; the offset of the end of the last
+        complete line (a partial last line is left for a follower).  ``([], 0)`` if unreadable.
+    """
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return [], 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return [], 0
+        size = st.st_size
+        pos = size
+        data = b""
+        while pos > 0 and data.count(b"\n") <= n and size - pos < MAX_TAIL:
+            step = min(block, pos)
+            pos -= step
+            data = os.pread(fd, step, pos) + data
+    except OSError:
+        return [], 0
+    finally:
+        os.close(fd)
     lines = data.split(b"\n")
     partial = lines.pop() if lines else b""
+    if pos > 0 and lines:
+        lines.pop(0)  # the end of a line that starts before what was read: not shown
     text = [line.decode("utf-8", "replace") for line in lines]
-    return (text[-n:] if n > 0 else []), len(data) - len(partial)
+    return (text[-n:] if n > 0 else []), size - len(partial)
