@@ -377,7 +377,10 @@ def _yaml_tree(text: str, where: str) -> Optional[_Node]:
         except yaml.MarkedYAMLError as exc:
             raise fail(f"invalid YAML value: {exc.problem or exc.context or 'cannot construct it'}", line) from None
         except Exception as exc:  # odd scalars: '!!float y', '!!int 9...9' beyond the digit limit
-            raise fail(f"invalid YAML value {_clip(event.value)} for tag {tag}: {_first_line(exc)}", line) from None
+            short = tag.replace("tag:yaml.org,2002:", "!!")
+            if tag == "tag:yaml.org,2002:int" and isinstance(exc, ValueError):
+                raise fail(f"integer {_clip(event.value)} has too many digits", line) from None
+            raise fail(f"invalid YAML value {_clip(event.value)} for tag {short}: {_first_line(exc)}", line) from None
         if isinstance(value, str):
             _check_str(value, f"value {_clip(event.value)}", where, line)
         return _Node(value, line)
@@ -403,7 +406,7 @@ def _yaml_tree(text: str, where: str) -> Optional[_Node]:
                 add(node, line)
             elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 if event.tag not in _COLLECTION_TAGS:
-                    raise fail(f"unsupported tag {event.tag} on a collection", line)
+                    raise fail(f"unsupported tag {_clip(event.tag)} on a collection", line)
                 if len(stack) >= MAX_YAML_DEPTH:
                     raise fail(f"nested deeper than {MAX_YAML_DEPTH} levels", line)
                 value: Any = [] if isinstance(event, yaml.SequenceStartEvent) else {}
@@ -686,17 +689,17 @@ def parse_filter(text: str, flag: str) -> Dict[str, Optional[Tuple[int, ...]]]:
     for part in text.split("@"):
         part = part.strip()
         if not part:
-            raise InventoryError(f"empty host in {text!r}; write host1:0,1@host2", field=flag)
+            raise InventoryError(f"empty host in {_clip(text)}; write host1:0,1@host2", field=flag)
         name, sep, ids = part.partition(":")
         if not name:
-            raise InventoryError(f"missing host name in {part!r}", field=flag)
+            raise InventoryError(f"missing host name in {_clip(part)}", field=flag)
         if sep:
-            try:
-                slots = tuple(int(s) for s in ids.split(","))
-            except ValueError:
-                raise InventoryError(f"slot ids in {part!r} must be integers, e.g. {name}:0,1", field=flag) from None
-            if any(s < 0 for s in slots):
-                raise InventoryError(f"slot ids in {part!r} must be >= 0", field=flag)
+            texts = [s.strip() for s in ids.split(",")]
+            if not all(_DIGITS_RE.match(s) for s in texts):
+                raise InventoryError(f"slot ids in {_clip(part)} must be integers >= 0, e.g. {_clip(name)}:0,1", field=flag)
+            if any(len(s) > 9 or int(s) > MAX_DEVICE_ID for s in texts):
+                raise InventoryError(f"slot ids in {_clip(part)} must be in 0..{MAX_DEVICE_ID}", field=flag)
+            slots = tuple(int(s) for s in texts)
             prev = out.get(name, ())
             out[name] = tuple(dict.fromkeys((prev or ()) + slots))
         else:
@@ -722,7 +725,8 @@ def apply_filters(inv: Inventory, include: Optional[str] = None, exclude: Option
     names = {h.name for h in inv.hosts}
     for name, ids in spec.items():
         if name not in names:
-            raise InventoryError(f"host {name!r} is not in the inventory ({', '.join(sorted(names))})", field=flag)
+            shown = ", ".join(sorted(names)[:10]) + (", ..." if len(names) > 10 else "")
+            raise InventoryError(f"host {_clip(name)} is not in the inventory ({shown})", field=flag)
         host = inv.host(name)
         for d in ids or ():
             if d not in host.device_ids:
@@ -748,5 +752,11 @@ def apply_filters(inv: Inventory, include: Optional[str] = None, exclude: Option
 
 
 def local_inventory(slots: int) -> Inventory:
-    """The default inventory: this machine with ``slots`` slots."""
+    """The default inventory: this machine with ``slots`` slots.
+
+    Raises:
+        InventoryError: ``slots`` outside ``1..MAX_SLOTS`` (field ``--np``).
+    """
+    if not 1 <= slots <= MAX_SLOTS:
+        raise InventoryError(f"this machine alone takes 1..{MAX_SLOTS} ranks, got {slots}", field="--np")
     return Inventory((Host(name="localhost", slots=slots, source="default"),), source=None)
