@@ -378,7 +378,7 @@ def _yaml_tree(text: str, where: str) -> Optional[_Node]:
             raise fail(f"invalid YAML value: {exc.problem or exc.context or 'cannot construct it'}", line) from None
         except Exception as exc:  # odd scalars: '!!float y', '!!int 9...9' beyond the digit limit
             short = tag.replace("tag:yaml.org,2002:", "!!")
-            if tag == "tag:yaml.org,2002:int" and isinstance(exc, ValueError):
+            if tag == "tag:yaml.org,2002:int" and len(event.value) > 1000 and isinstance(exc, ValueError):
                 raise fail(f"integer {_clip(event.value)} has too many digits", line) from None
             raise fail(f"invalid YAML value {_clip(event.value)} for tag {short}: {_first_line(exc)}", line) from None
         if isinstance(value, str):
@@ -696,7 +696,7 @@ def parse_filter(text: str, flag: str) -> Dict[str, Optional[Tuple[int, ...]]]:
         if sep:
             texts = [s.strip() for s in ids.split(",")]
             if not all(_DIGITS_RE.match(s) for s in texts):
-                raise InventoryError(f"slot ids in {_clip(part)} must be integers >= 0, e.g. {_clip(name)}:0,1", field=flag)
+                raise InventoryError(f"slot ids in {_clip(part)} must be integers, e.g. {name if len(name) <= 40 else 'host'}:0,1", field=flag)
             if any(len(s) > 9 or int(s) > MAX_DEVICE_ID for s in texts):
                 raise InventoryError(f"slot ids in {_clip(part)} must be in 0..{MAX_DEVICE_ID}", field=flag)
             slots = tuple(int(s) for s in texts)
