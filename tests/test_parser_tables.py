@@ -434,7 +434,7 @@ def test_rank_table_not_utf8(tmp_path, data: bytes, line: int) -> None:
 
 READERS = [
     (read_inventory, "h.txt", "a hostfile", "1 MiB"),
-    (read_inventory, "c.yaml", "a hostfile", "1 MiB"),
+    (read_inventory, "c.yaml", "a cluster file", "512 KiB"),
     (read_hccn_conf, "hccn.conf", "an hccn.conf file", "1 MiB"),
     (read_rank_table, "t.json", "a rank table file", "4 MiB"),
 ]
@@ -443,7 +443,7 @@ READERS = [
 @pytest.mark.parametrize("reader, name, kind, size", READERS)
 def test_oversized_files_are_refused(tmp_path, reader, name: str, kind: str, size: str) -> None:
     path = tmp_path / name
-    limit = 4 << 20 if size == "4 MiB" else 1 << 20
+    limit = {"4 MiB": 4 << 20, "1 MiB": 1 << 20, "512 KiB": 512 << 10}[size]
     path.write_bytes(b"# x\n" * (limit // 4) + b"#")
     with pytest.raises(MsLaunchError) as info:
         reader(str(path))
@@ -451,10 +451,12 @@ def test_oversized_files_are_refused(tmp_path, reader, name: str, kind: str, siz
 
 
 @pytest.mark.parametrize("reader, name, kind, size", READERS)
-def test_endless_files_are_refused(reader, name: str, kind: str, size: str) -> None:
+def test_endless_files_are_refused(tmp_path, reader, name: str, kind: str, size: str) -> None:
+    path = tmp_path / name
+    path.symlink_to("/dev/zero")
     with pytest.raises(MsLaunchError) as info:
-        reader("/dev/zero")
-    assert str(info.value) == f"/dev/zero: larger than {size}; is this {kind}?"
+        reader(str(path))
+    assert str(info.value) == f"{path}: larger than {size}; is this {kind}?"
 
 
 def test_yaml_text_over_its_own_cap(tmp_path) -> None:
@@ -463,6 +465,9 @@ def test_yaml_text_over_its_own_cap(tmp_path) -> None:
     with pytest.raises(InventoryError) as info:
         read_inventory(str(path))
     assert str(info.value) == f"{path}: larger than 512 KiB; is this a cluster file?"
+    with pytest.raises(InventoryError) as info:
+        parse_cluster_yaml("#" * (600 * 1024), "c.yaml")
+    assert str(info.value) == "c.yaml: larger than 512 KiB; is this a cluster file?"
 
 
 @pytest.mark.parametrize("path", ["bad\x00path", "/proc/self/mem"])

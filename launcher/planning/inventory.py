@@ -287,6 +287,10 @@ MAX_YAML_DEPTH = 32
 #: Most YAML nodes a cluster file may expand to, counting an alias once per use.
 MAX_YAML_NODES = 200_000
 
+_PLAIN_INT_RE = re.compile(r"(?:0|[1-9][0-9]{0,17})\Z")
+_PLAIN_WORD_RE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*\Z")
+#: Plain words YAML 1.1 resolves to something other than a string (booleans, null, .inf, ...).
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null", "~", ".inf", ".nan"})
 _COLLECTION_TAGS = {None, "!", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
 
 
@@ -369,6 +373,12 @@ def _yaml_tree(text: str, where: str) -> Optional[_Node]:
 
     def scalar(event: Any, line: int) -> _Node:
         tag = event.tag
+        if tag is None and event.implicit[0]:  # fast path for the common plain words and numbers
+            text = event.value
+            if _PLAIN_INT_RE.match(text):
+                return _Node(int(text), line)
+            if _PLAIN_WORD_RE.match(text) and text.lower() not in _YAML_WORDS:
+                return _Node(text, line)
         if tag is None or tag == "!":
             tag = resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
         node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
@@ -667,10 +677,11 @@ def parse_cluster_yaml(text: str, path: Optional[str] = None, base_dir: Optional
 
 def read_inventory(path: str) -> Inventory:
     """Read a hostfile or, for ``.yaml``/``.yml`` files, a YAML cluster file."""
-    text = read_text(path, InventoryError, "no such file; pass an existing hostfile or cluster YAML", "a hostfile")
+    missing = "no such file; pass an existing hostfile or cluster YAML"
     if path.endswith((".yaml", ".yml")):
+        text = read_text(path, InventoryError, missing, "a cluster file", limit=MAX_YAML_CHARS)
         return parse_cluster_yaml(text, path=path, base_dir=os.path.dirname(os.path.abspath(path)))
-    return parse_hostfile(text, path=path)
+    return parse_hostfile(read_text(path, InventoryError, missing, "a hostfile"), path=path)
 
 
 # --------------------------------------------------------------------------------------------

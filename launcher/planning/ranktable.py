@@ -943,6 +943,13 @@ def parse_rank_table_json(text: str, path: Optional[str] = None) -> Any:
             raise RankTableError(f"invalid JSON: number {_clip(literal)} has too many digits", path=where)
         return int(literal)
 
+    values = text.count(",") + text.count("[") + text.count("{")
+    if values > MAX_JSON_VALUES:
+        raise RankTableError(
+            f"invalid rank table: about {values} JSON values, more than the {MAX_JSON_VALUES} a table of "
+            f"{MAX_TABLE_DEVICES} devices needs",
+            path=where,
+        )
     try:
         value = json.loads(
             text, object_pairs_hook=no_duplicates, parse_constant=no_constant, parse_float=finite, parse_int=integer,
@@ -957,6 +964,11 @@ def parse_rank_table_json(text: str, path: Optional[str] = None) -> Any:
     return value
 
 
+#: Most devices a rank table may list (the most ranks one job may have).
+MAX_TABLE_DEVICES = 16384
+#: Most JSON values (counted as commas and opening brackets, an upper bound) a rank table may
+#: hold: a 16384-device table has about 90,000.
+MAX_JSON_VALUES = 300_000
 #: Deepest nesting :func:`parse_rank_table_json` accepts (a rank table needs 5).
 MAX_JSON_DEPTH = 64
 #: Largest rank table file read (bytes): a 16384-device table (the most ranks a job may have) is about 2 MB.
@@ -966,30 +978,50 @@ _BAD_TEXT_RE = re.compile("[\0\ud800-\udfff]")
 
 
 def _check_json_value(value: Any, where: str) -> None:
-    """Refuse nesting deeper than :data:`MAX_JSON_DEPTH` and strings with NUL or surrogates
-    (iteratively: the depth is checked before anything recurses into the value)."""
-    stack: List[Tuple[Any, int, str]] = [(value, 1, "$")]
-    while stack:
-        item, depth, json_path = stack.pop()
+    """Refuse nesting deeper than :data:`MAX_JSON_DEPTH` and strings with NUL or surrogates.
+
+    Iterative (a stack of iterators, one per open container), so nothing recurses into the value
+    before its depth is known, and the JSON path is only built for the error.
+    """
+    names: List[str] = []
+    stack: List[Any] = []
+
+    def path(last: Optional[str]) -> str:
+        parts = names + ([last] if last is not None else [])
+        text = ""
+        for part in parts:
+            text = text + part if part.startswith("[") or not text else f"{text}.{part}"
+        return text or "$"
+
+    def visit(item: Any, name: Optional[str]) -> None:
         if isinstance(item, str):
             bad = _BAD_TEXT_RE.search(item)
             if bad is not None:
                 what = "a NUL character" if bad.group() == "\0" else "a lone surrogate (not Unicode text)"
-                raise RankTableError(f"{json_path}: string {_clip(item)} holds {what}", path=where)
+                raise RankTableError(f"{path(name)}: string {_clip(item)} holds {what}", path=where)
+        elif isinstance(item, (dict, list)):
+            if len(stack) >= MAX_JSON_DEPTH:
+                raise RankTableError(f"invalid rank table: JSON nested deeper than {MAX_JSON_DEPTH} levels", path=where)
+            if name is not None:
+                names.append(name)
+            stack.append((name is not None, iter(item.items()) if isinstance(item, dict) else enumerate(item), isinstance(item, dict)))
+
+    visit(value, None)
+    while stack:
+        named, items, is_dict = stack[-1]
+        entry = next(items, None)
+        if entry is None:
+            stack.pop()
+            if named:
+                names.pop()
             continue
-        if not isinstance(item, (dict, list)):
-            continue
-        if depth > MAX_JSON_DEPTH:
-            raise RankTableError(f"invalid rank table: JSON nested deeper than {MAX_JSON_DEPTH} levels", path=where)
-        if isinstance(item, dict):
-            for key, child in item.items():
-                name = key if _PLAIN_KEY_RE.match(key) else "[key]"
-                sub = json_path if len(json_path) > 200 else (name if json_path == "$" else f"{json_path}.{name}")
-                stack.append((key, depth, sub))
-                stack.append((child, depth + 1, sub))
+        key, child = entry
+        if is_dict:
+            name = key if _PLAIN_KEY_RE.match(key) else "[key]"
+            visit(key, name)
         else:
-            for index, child in enumerate(item):
-                stack.append((child, depth + 1, f"{json_path}[{index}]" if len(json_path) < 200 else json_path))
+            name = f"[{key}]"
+        visit(child, name)
 
 
 _PLAIN_KEY_RE = re.compile(r"[A-Za-z0-9_]{1,40}\Z")
