@@ -379,6 +379,22 @@ def test_yaml_env_values(env: str, message: str) -> None:
     assert yaml_error(f"hosts:\n  - host: a\n    slots: 1\n    env: {env}\n") == f"c.yaml:4: {message}"
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [("ssh: {user: ", "\"root\\nProxyCommand x\"}"), ("ssh: {key: ", "\"k\\ty\"}"), ("nic: ", "\"eth0\\r\""),
+     ("python: ", "\"/usr/bin/python3\\x1b\""), ("hccn_conf: ", "\"a\\x85b\""), ("server_id: ", "\"s\\x7f\"")],
+)
+def test_yaml_names_and_paths_refuse_control_characters(field: str, value: str) -> None:
+    message = yaml_error(f"hosts:\n  - host: a\n    slots: 1\n    {field}{value}\n")
+    assert message.startswith("c.yaml:4: hosts[0].")
+    assert " must not contain control characters, got " in message
+
+
+def test_yaml_env_values_may_hold_newlines() -> None:
+    inv = parse_cluster_yaml("hosts:\n  - host: a\n    slots: 1\n    env: {A: \"x\\ny\\tz\"}\n", "c.yaml")
+    assert inv.hosts[0].env == (("A", "x\ny\tz"),)
+
+
 def test_yaml_env_numbers_become_strings() -> None:
     inv = parse_cluster_yaml("hosts:\n  - host: a\n    slots: 1\n    env: {A: 2, B: 0.5, C: x}\n", "c.yaml")
     assert inv.hosts[0].env == (("A", "2"), ("B", "0.5"), ("C", "x"))

@@ -27,6 +27,7 @@ _HOST_RE = re.compile(r"^[A-Za-z0-9_.\-:\[\]%]+$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DIGITS_RE = re.compile(r"[0-9]+\Z")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 #: Most slots (processes) one host may claim: far above any accelerator server, low enough that
 #: rank assignment never allocates much.
@@ -460,10 +461,15 @@ def _expect(node: _Node, kind: type, what: str, where: str) -> Any:
     return node.value
 
 
-def _scalar_str(node: _Node, what: str, where: str) -> str:
-    if isinstance(node.value, bool) or node.value is None or isinstance(node.value, (dict, list)):
+def _scalar_str(node: _Node, what: str, where: str, plain: bool = True) -> str:
+    """A scalar as text; ``plain`` (names, paths, users: everything but env values) also refuses
+    control characters, which would let a value break out of an ssh config or hostfile line."""
+    if isinstance(node.value, bool) or node.value is None or isinstance(node.value, (dict, list, bytes)):
         raise InventoryError(f"{what} must be a string or number", path=where, line=node.line)
-    return str(node.value)
+    text = str(node.value)
+    if plain and _CONTROL_RE.search(text):
+        raise InventoryError(f"{what} must not contain control characters, got {_clip(text)}", path=where, line=node.line)
+    return text
 
 
 def _int_key(key: Any, what: str, where: str, line: int) -> int:
@@ -493,7 +499,7 @@ def _env_map(node: _Node, what: str, where: str) -> Tuple[Tuple[str, str], ...]:
     for key, value in mapping.items():
         if not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
             raise InventoryError(f"{what}: invalid variable name {_show(key)}", path=where, line=value.line)
-        text = _scalar_str(value, f"{what}.{key}", where)
+        text = _scalar_str(value, f"{what}.{key}", where, plain=False)
         problem = env_problem(key, text)
         if problem is not None:
             raise InventoryError(f"{what}.{key}: {problem}", path=where, line=value.line)
