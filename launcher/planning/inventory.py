@@ -9,6 +9,11 @@ Three sources, each with a pure ``parse_*`` on text and a thin ``read_*`` on a p
 
 Host filters (``--include`` / ``--exclude``) use DeepSpeed's syntax ``host1:0,1@host2`` and are
 applied before anything is generated.
+
+Bad input never gets further than one :class:`~launcher.errors.InventoryError` naming
+``path:line`` (or the flag): numbers are ASCII digits within :data:`MAX_SLOTS`,
+:data:`MAX_DEVICE_ID` and :data:`MAX_HOSTS`; YAML is bounded in size, depth and alias expansion
+(see :func:`_yaml_tree`); env values are checked by :func:`env_problem`.
 """
 from __future__ import annotations
 
@@ -187,7 +192,8 @@ def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
     ``#`` starts a comment; blank lines are skipped.
 
     Raises:
-        InventoryError: naming ``path:line`` for any malformed line, duplicate host, or an empty file.
+        InventoryError: naming ``path:line`` for any malformed line, slots outside
+            ``1..MAX_SLOTS``, more than :data:`MAX_HOSTS` hosts, a duplicate host, or an empty file.
     """
     hosts: List[Host] = []
     where = path or "<hostfile>"
@@ -557,8 +563,10 @@ def parse_cluster_yaml(text: str, path: Optional[str] = None, base_dir: Optional
             ssh: {port: 2222}              # merged over defaults.ssh
 
     Raises:
-        InventoryError: ``path:line: what`` for bad YAML, unknown keys, wrong types, bad slots,
-        devices not matching slots, or duplicate hosts.
+        InventoryError: ``path:line: what`` for bad YAML (see :func:`_yaml_tree`: size, depth,
+        aliases, tags, control characters), unknown keys, wrong types, numbers out of bounds
+        (slots, device ids, hosts, ports), devices not matching slots, env values no process can
+        take, control characters in names and paths, or duplicate hosts.
     """
     where = path or "<cluster.yaml>"
     root = _yaml_tree(text, where)
