@@ -824,7 +824,7 @@ def test_parse_json_other_errors() -> None:
     assert str(info.value) == "t.json: key 'rank_id' appears twice in one object; keep one"
     with pytest.raises(RankTableError) as info:
         parse_rank_table_json("[" * 100000 + "]" * 100000, "t.json")
-    assert str(info.value) == "t.json: invalid rank table: JSON nested too deeply"
+    assert str(info.value) == "t.json: invalid rank table: JSON nested deeper than 64 levels"
     with pytest.raises(RankTableError):
         parse_rank_table_json("1" * 5000, "t.json")  # beyond int's digit limit (3.11+) or fine (3.9)
 

@@ -18,6 +18,7 @@ import re
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from launcher.errors import MsLaunchError, PlanError
+from launcher.planning.inventory import env_problem
 from launcher.planning.ranks import RankSlot
 
 METHODS = ("dynamic", "ranktable", "mpi")
@@ -61,11 +62,16 @@ def parse_env_assignment(text: str, field: str = "--env") -> Tuple[str, str]:
     """Parse ``K=V`` (V may be empty or contain ``=``).
 
     Raises:
-        PlanError: naming ``field`` when there is no ``=`` or the name is not a valid identifier.
+        PlanError: naming ``field`` when there is no ``=``, the name is not a valid identifier,
+            or the value cannot be passed to a process (see
+            :func:`launcher.planning.inventory.env_problem`).
     """
     key, sep, value = text.partition("=")
-    if not sep or not _KEY_RE.match(key):
-        raise PlanError(f"expected NAME=VALUE, got {text!r}", field=field)
+    if not sep or not _KEY_RE.fullmatch(key):
+        raise PlanError(f"expected NAME=VALUE, got {_clip(text)}", field=field)
+    problem = env_problem(key, value)
+    if problem is not None:
+        raise PlanError(f"{key}: {problem}", field=field)
     return key, value
 
 
@@ -75,10 +81,13 @@ def parse_env_file(text: str, path: Optional[str] = None) -> Tuple[Tuple[str, st
     Values may be wrapped in single or double quotes, which are removed; nothing is expanded.
 
     Raises:
-        MsLaunchError: ``path:line`` for a malformed line.
+        MsLaunchError: ``path:line`` for a malformed line or a value no process can take (a NUL
+            character, a lone surrogate, too long; see
+            :func:`launcher.planning.inventory.env_problem`).
     """
     out: List[Tuple[str, str]] = []
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    where = path or "<env-file>"
+    for lineno, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -86,11 +95,14 @@ def parse_env_file(text: str, path: Optional[str] = None) -> Tuple[Tuple[str, st
             line = line[len("export "):].lstrip()
         key, sep, value = line.partition("=")
         key = key.strip()
-        if not sep or not _KEY_RE.match(key):
-            raise MsLaunchError(f"expected NAME=VALUE, got {raw.strip()!r}", path=path or "<env-file>", line=lineno)
+        if not sep or not _KEY_RE.fullmatch(key):
+            raise MsLaunchError(f"expected NAME=VALUE, got {_clip(raw.strip())}", path=where, line=lineno)
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
+        problem = env_problem(key, value)
+        if problem is not None:
+            raise MsLaunchError(f"{key}: {problem}", path=where, line=lineno)
         out.append((key, value))
     return tuple(out)
 
@@ -172,3 +184,8 @@ def layered(*layers: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
     for layer in layers:
         out.update(layer)
     return tuple(out.items())
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    """``repr`` of ``text``, shortened to about ``limit`` characters for error messages."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -7,6 +7,9 @@ from typing import List, Optional, Tuple
 from launcher.errors import PlanError
 from launcher.planning.inventory import Host, Inventory
 
+#: Most ranks one job may have (a plan of this size is built in seconds and tens of MB).
+MAX_WORLD_SIZE = 16384
+
 
 @dataclass(frozen=True)
 class RankSlot:
@@ -49,16 +52,25 @@ def assign_ranks(
         One :class:`RankSlot` per rank, ordered by rank.
 
     Raises:
-        PlanError: ``np`` or ``per_host`` below 1, or more ranks asked than slots.
+        PlanError: ``np`` or ``per_host`` below 1, more ranks asked than slots, or more than
+            :data:`MAX_WORLD_SIZE` ranks (asked, or every slot of a larger inventory).
     """
     if np is not None and np < 1:
         raise PlanError(f"--np must be at least 1, got {np}", field="--np")
+    if np is not None and np > MAX_WORLD_SIZE:
+        raise PlanError(f"--np must be in 1..{MAX_WORLD_SIZE}, got {np}", field="--np")
     if per_host is not None and per_host < 1:
         raise PlanError(f"--per-host must be at least 1, got {per_host}", field="--per-host")
     hosts = list(inventory.hosts)
     caps = [min(h.slots, per_host) if per_host is not None else h.slots for h in hosts]
     available = sum(caps)
     wanted = available if np is None else np
+    if wanted > MAX_WORLD_SIZE:
+        raise PlanError(
+            f"the inventory has {available} slots, more than the {MAX_WORLD_SIZE} ranks one job may have; "
+            "pass --np, --per-host or --include",
+            field="--np",
+        )
     if wanted > available:
         detail = ", ".join(f"{h.name}:{c}" for h, c in zip(hosts, caps))
         cap = f" with --per-host {per_host}" if per_host is not None else ""
