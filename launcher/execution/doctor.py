@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -390,7 +391,8 @@ def cpu_probes(
         for host in hosts:
             py = python.get(host.name) or host.python
             if host.is_local:
-                out[host.name] = cached_probe(local_runner(py or sys.executable), home, host.name, on_probe=on_probe)
+                # this machine's cache name, whatever the inventory calls it (as ``run`` uses)
+                out[host.name] = cached_probe(local_runner(py or sys.executable), home, socket.gethostname(), on_probe=on_probe)
                 continue
             conn = conns.get(host.name)
             if not isinstance(conn, SshConnection):

@@ -89,10 +89,10 @@ class CpuProbe:
         return None
 
 
-def _num(d: Mapping[str, Any], name: str, where: str) -> float:
+def _num(d: Mapping[str, Any], name: str, where: str, source: str) -> float:
     value = d.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ProbeError(f"{where}.{name} must be a number >= 0, got {value!r}", field=f"{where}.{name}")
+        raise ProbeError(f"must be a number >= 0, got {value!r}", path=source, field=f"{where}.{name}")
     return float(value)
 
 
@@ -136,10 +136,10 @@ def parse_probe(text: str, source: str = "<probe>") -> CpuProbe:
             kw = f"{where}.kernels.{name}"
             if not isinstance(k, dict):
                 raise ProbeError(f"{kw} is not an object", path=source, field=kw)
-            ms = _num(k, "ms", kw)
+            ms = _num(k, "ms", kw, source)
             if ms <= 0:
                 raise ProbeError(f"{kw}.ms must be > 0", path=source, field=f"{kw}.ms")
-            parsed[name] = KernelTiming(str(k.get("impl", "")), ms, _num(k, "gflops", kw))
+            parsed[name] = KernelTiming(str(k.get("impl", "")), ms, _num(k, "gflops", kw, source))
         variants.append(ProbeVariant(isa, parsed))
     numpy_gflops = data.get("numpy_gflops")
     return CpuProbe(
@@ -165,9 +165,11 @@ class IsaAdvice:
 
 
 def _gain(default: ProbeVariant, other: ProbeVariant) -> float:
-    """Geometric mean over common kernels of default time / other time."""
+    """Geometric mean over common kernels of default time / other time; 1.0 when oneDNN ran the
+    same implementation of every kernel under both (then a difference is only noise, e.g. a
+    cap at the CPU's own top ISA on a loaded machine)."""
     common = [k for k in default.kernels if k in other.kernels]
-    if not common:
+    if not common or all(default.kernels[k].impl == other.kernels[k].impl for k in common):
         return 1.0
     return math.exp(sum(math.log(default.kernels[k].ms / other.kernels[k].ms) for k in common) / len(common))
 
