@@ -77,7 +77,7 @@ def doctor_cmd(
     reports = run_doctor(job, ssh_config=spec.ssh_config, accept_new=ssh_accept_new, connect_timeout=ssh_connect_timeout)
     failed = [r for r in reports if not r.ok]
     if cpu_probe is None:
-        cpu_probe = spec.cpu.mode != "off" and (spec.cpu.mindspore_cpu or not has_program)
+        cpu_probe = spec.cpu.mode != "off" and (spec.cpu.mindspore_cpu or not has_program or _imports_mindspore(opts))
     cpu: Dict[str, Any] = {}
     if cpu_probe:
         from launcher.execution.doctor import cpu_probes
@@ -96,6 +96,20 @@ def doctor_cmd(
         _print_table(reports)
         _print_cpu(cpu)
     raise typer.Exit(1 if failed else 0)
+
+
+def _imports_mindspore(opts: JobOptions) -> bool:
+    """The program's source imports MindSpore (checked on this machine; see ``cpu_spec``)."""
+    from launcher.errors import MsLaunchError
+    from launcher.execution.cpuprobe import local_runner, program_facts
+
+    if opts.no_python or not (opts.module or opts.program):
+        return False
+    tail = ("--module", opts.module) if opts.module else ("--script", opts.program[0])
+    try:
+        return program_facts(local_runner(opts.python or sys.executable), tail).get("imports_mindspore") is True
+    except MsLaunchError:
+        return False
 
 
 def _cpu_json(outcome: Any) -> Dict[str, Any]:
