@@ -334,7 +334,10 @@ def test_program_detection(tmp_path):
 
 
 def cli(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout)
+    """The CLI in a launching env without thread/ISA settings (``import mindspore`` in this
+    test process, e.g. by another test, sets OMP_NUM_THREADS, which would count as the user's)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout, env=env)
 
 
 def test_dry_run_of_a_non_mindspore_job_has_no_cpu_settings(tmp_path):
