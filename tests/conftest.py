@@ -11,9 +11,16 @@ pytest_plugins = ["tests.conftest_netns"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture(scope="session")
+def _cpu_probe_cache(tmp_path_factory):
+    """One CPU-probe cache for the session: the probe (a few seconds) runs once, not per test."""
+    return tmp_path_factory.mktemp("cpu-probe")
+
+
 @pytest.fixture(autouse=True)
-def _mslaunch_home(tmp_path_factory, monkeypatch):
+def _mslaunch_home(tmp_path_factory, monkeypatch, _cpu_probe_cache):
     home = tmp_path_factory.mktemp("mslaunch-home")
+    os.symlink(_cpu_probe_cache, home / "cpu-probe")
     monkeypatch.setenv("MSLAUNCH_HOME", str(home))
     return home
 

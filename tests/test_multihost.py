@@ -348,7 +348,7 @@ def test_mpirun_across_hosts_with_hostfile_and_per_host_env(job, tmp_path, need_
 
 def doctor(job, *args, hosts=None):
     r = subprocess.run([sys.executable, "-m", "launcher", "doctor", "--json", "--hosts", hosts or job.c.inventory_yaml, *args],
-                       capture_output=True, text=True, env=job.env, cwd=str(job.tmp), timeout=120)
+                       capture_output=True, text=True, env=job.env, cwd=str(job.tmp), timeout=300)
     return r, (json.loads(r.stdout) if r.stdout.startswith("{") else None)
 
 
@@ -359,6 +359,8 @@ def test_doctor_all_good(job):
     first = out["hosts"][0]["checks"]
     assert {k: v["ok"] for k, v in first.items()} == {"ssh": True, "python": True, "mindspore": True, "workload": True, "master port": True,
                                                        "clock": True, "hccn.conf": None, "mpirun": None}
+    # a MindSpore program: every host's CPU probe, run over its SSH connection
+    assert all(h["cpu"]["probed"] and h["cpu"]["variants"][0]["kernels"]["conv"]["impl"] for h in out["hosts"]), out["hosts"]
     table = subprocess.run([sys.executable, "-m", "launcher", "doctor", "--hosts", job.c.inventory_yaml, PROG], capture_output=True,
                            text=True, env=job.env, cwd=str(job.tmp), timeout=120)
     assert table.returncode == 0 and "all 3 host(s) ok" in table.stdout and "✓" in table.stdout

@@ -10,7 +10,7 @@ import json
 import posixpath
 import sys
 from dataclasses import replace
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import typer
 
@@ -29,6 +29,7 @@ def doctor_cmd(
     max_skew: float = typer.Option(1.0, "--max-skew", help="Allowed clock difference to this machine, s."),
     ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
     ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
+    cpu_probe: Optional[bool] = typer.Option(None, "--cpu-probe/--no-cpu-probe", help="Time MindSpore's CPU kernels on every host (default: when the job is a MindSpore CPU job or no program is given; cached).", rich_help_panel="CPU"),
     *,
     opts: JobOptions,
 ) -> None:
@@ -75,11 +76,94 @@ def doctor_cmd(
     )
     reports = run_doctor(job, ssh_config=spec.ssh_config, accept_new=ssh_accept_new, connect_timeout=ssh_connect_timeout)
     failed = [r for r in reports if not r.ok]
+    if cpu_probe is None:
+        cpu_probe = spec.cpu.mode != "off" and (spec.cpu.mindspore_cpu or not has_program or _imports_mindspore(opts))
+    cpu: Dict[str, Any] = {}
+    if cpu_probe:
+        from launcher.execution.doctor import cpu_probes
+        from launcher.jobs.jobdir import mslaunch_home
+
+        with_ms = [h for h, r in zip(plan.hosts, reports) if r.check("mindspore").ok]
+        cpu = cpu_probes(with_ms, python, mslaunch_home(), spec.ssh_config, ssh_accept_new, ssh_connect_timeout,
+                         on_probe=None if as_json else lambda msg: sys.stderr.write(f"mslaunch: {msg}\n"))
     if as_json:
-        sys.stdout.write(json.dumps({"ok": not failed, "hosts": reports_json(reports)}, indent=2) + "\n")
+        hosts = reports_json(reports)
+        for entry in hosts:
+            if entry["host"] in cpu:
+                entry["cpu"] = _cpu_json(cpu[entry["host"]])
+        sys.stdout.write(json.dumps({"ok": not failed, "hosts": hosts}, indent=2) + "\n")
     else:
         _print_table(reports)
+        _print_cpu(cpu)
     raise typer.Exit(1 if failed else 0)
+
+
+def _imports_mindspore(opts: JobOptions) -> bool:
+    """The program's source imports MindSpore (checked on this machine; see ``cpu_spec``)."""
+    from launcher.errors import MsLaunchError
+    from launcher.execution.cpuprobe import local_runner, program_facts
+
+    if opts.no_python or not (opts.module or opts.program):
+        return False
+    tail = ("--module", opts.module) if opts.module else ("--script", opts.program[0])
+    try:
+        return program_facts(local_runner(opts.python or sys.executable), tail).get("imports_mindspore") is True
+    except MsLaunchError:
+        return False
+
+
+def _cpu_json(outcome: Any) -> Dict[str, Any]:
+    """One host's CPU probe for ``doctor --json``."""
+    from launcher.planning.cpu import isa_advice
+
+    if isinstance(outcome, str) or outcome.probe is None:
+        return {"probed": False, "note": outcome if isinstance(outcome, str) else outcome.note}
+    p = outcome.probe
+    advice = isa_advice(p)
+    return {
+        "probed": True,
+        "cached": outcome.cached,
+        "note": outcome.note,
+        "summary": advice.summary,
+        "set": {"ONEDNN_MAX_CPU_ISA": advice.isa} if advice.isa else {},
+        "gain": round(advice.gain, 2),
+        "onednn": p.onednn,
+        "onednn_isa": p.onednn_isa,
+        "numpy_gflops": p.numpy_gflops,
+        "probe_seconds": p.seconds,
+        "variants": [
+            {"isa": v.isa, "error": v.error, "kernels": {k: {"impl": t.impl, "ms": t.ms, "gflops": t.gflops} for k, t in v.kernels.items()}}
+            for v in p.variants
+        ],
+    }
+
+
+def _print_cpu(cpu: Dict[str, Any]) -> None:
+    """One block per probed host: the verdict, then each variant's figures."""
+    from rich.markup import escape
+
+    from launcher.cli.render import console
+    from launcher.planning.cpu import isa_advice
+
+    con = console()
+    for host, outcome in cpu.items():
+        if isinstance(outcome, str) or outcome.probe is None:
+            con.print(f"[bold]cpu[/bold] {escape(host)}: {escape(outcome if isinstance(outcome, str) else outcome.note)}", soft_wrap=True, highlight=False)
+            continue
+        p = outcome.probe
+        advice = isa_advice(p)
+        fix = f"mslaunch sets ONEDNN_MAX_CPU_ISA={advice.isa} for its MindSpore CPU ranks" if advice.isa else "nothing to set"
+        con.print(f"[bold]cpu[/bold] {escape(host)}: {escape(advice.summary)}; {fix}", soft_wrap=True, highlight=False)
+        ref = f"; numpy matmul {p.numpy_gflops:.0f} GFLOPS" if p.numpy_gflops else ""
+        con.print(f"  oneDNN {escape(p.onednn)} ({escape(p.onednn_isa)}), MindSpore {escape(p.mindspore)}{ref}; "
+                  f"probe {p.seconds:.1f} s{' (cached)' if outcome.cached else ''}", soft_wrap=True, highlight=False)
+        for v in p.variants:
+            name = f"ONEDNN_MAX_CPU_ISA={v.isa}" if v.isa else "default"
+            if v.error:
+                con.print(f"  {name}: failed: {escape(v.error)}", soft_wrap=True, highlight=False)
+                continue
+            figs = ", ".join(f"{k} {t.gflops:.1f} GFLOPS ({escape(t.impl or '?')})" for k, t in v.kernels.items())
+            con.print(f"  {name}: {figs}", soft_wrap=True, highlight=False)
 
 
 def _print_table(reports) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
@@ -21,6 +21,9 @@ from launcher.planning import envs
 from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_inventory
 from launcher.planning.mpi import MpiOptions
 from launcher.planning.plan import DEFAULT_MASTER_PORT, JobSpec, Plan, build_plan
+
+if TYPE_CHECKING:
+    from launcher.planning.cpu import CpuSpec
 
 #: typer context settings for commands that take ``SCRIPT [ARGS...]``: everything after the
 #: script belongs to it, including options.
@@ -54,6 +57,8 @@ class JobOptions:
     oversubscribe: bool
     nic: Optional[str]
     ssh_config: Optional[str]
+    cpu_tune: str
+    bind_core: Optional[str]
     program: Tuple[str, ...]
 
 
@@ -89,6 +94,8 @@ _opt("mpi_hostfile", bool, typer.Option(False, "--mpi-hostfile", help="Give mpir
 _opt("oversubscribe", bool, typer.Option(False, "--oversubscribe", help="Allow more processes than slots (mpirun).", rich_help_panel="mpirun"))
 _opt("nic", Optional[str], typer.Option(None, "--nic", help="Network interface for MPI traffic.", rich_help_panel="mpirun"))
 _opt("ssh_config", Optional[str], typer.Option(None, "--ssh-config", help="ssh config for remote hosts (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config).", rich_help_panel="SSH"))
+_opt("cpu_tune", str, typer.Option("auto", "--cpu-tune", help="auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job | off.", rich_help_panel="CPU"))
+_opt("bind_core", Optional[str], typer.Option(None, "--bind-core", "--bind_core", help="msrun's: True | False | JSON {\"device0\": [\"0-3\"], ...}: cores per local rank.", rich_help_panel="CPU"))
 _opt("program", Optional[List[str]], typer.Argument(None, metavar="SCRIPT [ARGS]...", help="Script (or module args with -m, or executable with --no-python) and its arguments."))
 
 _FIELDS = [p.name for p in _OPTIONS]
@@ -234,6 +241,7 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
         mpi=mpi_opts,
         wrapper=wrapper,
         ssh_config=ssh_config,
+        cpu=cpu_spec(opts, inventory, program, env_pairs),
     )
 
 
@@ -246,3 +254,75 @@ def _hccn_pair(text: str) -> Tuple[str, str]:
 
 def plan_from(opts: JobOptions, job_id: Optional[str] = None) -> Plan:
     return build_plan(build_spec(opts, job_id))
+
+
+def _device_target(program: Tuple[str, ...], env: Dict[str, str]) -> Optional[str]:
+    """The device the program is told to use (``--device-target X`` / ``--device_target=X``,
+    else ``DEVICE_TARGET``), or None."""
+    for i, arg in enumerate(program):
+        for flag in ("--device-target", "--device_target"):
+            if arg == flag and i + 1 < len(program):
+                return program[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return env.get("DEVICE_TARGET") or None
+
+
+def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]) -> "CpuSpec":
+    """CPU-tuning inputs: ``--cpu-tune``, ``--bind-core``, this machine's cores and, when the
+    job is a MindSpore CPU job with ranks here, this machine's (cached) CPU probe.
+
+    A job counts as a MindSpore CPU job when it is a Python program (not ``--no-python``), its
+    rendezvous is ``dynamic`` (MindSpore's CPU collectives), nothing names another device
+    (``--device-target``/``DEVICE_TARGET``), and the ranks' interpreter has MindSpore (the probe's
+    ``--facts`` step says). ``--cpu-tune on`` skips the guess (for wrappers that run MindSpore).
+    """
+    from launcher.planning.cpu import CPU_TUNE_MODES, CpuSpec, parse_bind_core
+
+    mode = opts.cpu_tune.strip().lower()
+    if mode not in CPU_TUNE_MODES:
+        raise PlanError(f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune")
+    bind = parse_bind_core(opts.bind_core)
+    try:
+        local_cpus = tuple(sorted(os.sched_getaffinity(0)))
+    except AttributeError:
+        local_cpus = tuple(range(os.cpu_count() or 1))
+    if mode == "off" or not any(h.is_local for h in inventory.hosts):
+        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
+    env = dict(os.environ)
+    env.update(env_pairs)
+    target = _device_target(program, env)
+    candidate = mode == "on" or (not opts.no_python and opts.method == "dynamic" and (target is None or target.upper() == "CPU"))
+    if not candidate:
+        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
+    local = next(h for h in inventory.hosts if h.is_local)
+    python = local.python or opts.python or sys.executable
+    from launcher.execution.cpuprobe import cached_probe, local_runner, program_facts
+    from launcher.jobs.jobdir import mslaunch_home
+
+    import socket
+
+    def announce(msg: str) -> None:
+        sys.stderr.write(f"mslaunch: {msg}\n")
+        sys.stderr.flush()
+
+    runner = local_runner(python)
+    tail: Tuple[str, ...] = ()
+    if program and mode == "auto":
+        tail = ("--module", program[0]) if opts.module else ("--script", program[0])
+    try:
+        facts = program_facts(runner, tail)
+    except MsLaunchError as exc:
+        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus, probe_note=str(exc))
+    is_ms = mode == "on" or (bool(facts.get("mindspore")) and facts.get("imports_mindspore") is True)
+    if not is_ms:
+        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
+    outcome = cached_probe(runner, mslaunch_home(), socket.gethostname(), on_probe=announce, facts=facts)
+    return CpuSpec(
+        mode=mode,
+        mindspore_cpu=True,
+        bind_core=bind,
+        local_cpus=local_cpus,
+        probe=outcome.probe,
+        probe_note=outcome.note,
+    )

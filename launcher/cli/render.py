@@ -41,8 +41,16 @@ def print_plan(plan: Plan) -> None:
         out(f"  argv: {' '.join(shlex.quote(a) for a in p.argv)}", soft_wrap=True, highlight=False, markup=False)
         out(f"  env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in p.env)}", soft_wrap=True, highlight=False, markup=False)
         out(f"  log:  {p.log}", soft_wrap=True, highlight=False)
+        if p.cpus is not None:
+            from launcher.planning.cpu import format_cpus
+
+            out(f"  cpus: {format_cpus(p.cpus)}", soft_wrap=True, highlight=False)
     for a in plan.artefacts:
         out(f"[bold]artefact[/bold] {a.kind}: {plan.job_dir}/{a.name}", soft_wrap=True)
+    for note in plan.cpu_notes:
+        tag = "[bold yellow]cpu warning[/bold yellow]" if note in plan.cpu_warnings else "[bold]cpu[/bold]"
+        out(f"{tag} ", end="", soft_wrap=True)
+        out(note, soft_wrap=True, highlight=False, markup=False)
     if plan.mpirun_argv is not None:
         out("[bold]mpirun[/bold]", soft_wrap=True)
         out(" ".join(shlex.quote(a) for a in plan.mpirun_argv), soft_wrap=True, highlight=False, markup=False)

@@ -148,6 +148,9 @@ class _Console:
     def start(self) -> None:
         sys.stderr.write(f"mslaunch: job {self.plan.job_id}: {self.plan.world_size} ranks, method {self.plan.method}, "
                          f"launcher {self.plan.launcher}; logs in {self.plan.job_dir}\n")
+        for note in self.plan.cpu_notes:
+            kind = "warning" if note in self.plan.cpu_warnings else "cpu"
+            sys.stderr.write(f"mslaunch: {kind}: {note}\n")
         if self.tee == "none":
             return
         from launcher.logs.follow import ERROR_RE, Follower, job_log_sources, prefix

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -359,3 +360,47 @@ def run_doctor(
 
 def reports_json(reports: Sequence[HostReport]) -> List[Dict[str, Any]]:
     return [{"host": r.host, "ok": r.ok, "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in r.checks}} for r in reports]
+
+
+def cpu_probes(
+    hosts: Sequence[Host],
+    python: Dict[str, Optional[str]],
+    home: str,
+    ssh_config: Optional[str] = None,
+    accept_new: bool = False,
+    connect_timeout: float = 10.0,
+    on_probe: Optional[Any] = None,
+) -> Dict[str, Any]:
+    """The CPU probe of every host (:func:`launcher.execution.cpuprobe.cached_probe`), one host
+    after the other (hosts may share cores; parallel timings would disturb each other).
+
+    Returns:
+        host name -> :class:`~launcher.execution.cpuprobe.ProbeOutcome`, or a string saying why
+        the host could not be probed (unreachable).
+
+    Raises:
+        LaunchError: the ssh config cannot be read.
+    """
+    from launcher.execution.cpuprobe import cached_probe, local_runner, ssh_runner
+    from launcher.execution.ssh import SshConnection, connect_each
+
+    remote = [h for h in hosts if not h.is_local]
+    conns: Dict[str, Any] = connect_each(remote, ssh_config, accept_new, connect_timeout) if remote else {}
+    out: Dict[str, Any] = {}
+    try:
+        for host in hosts:
+            py = python.get(host.name) or host.python
+            if host.is_local:
+                # this machine's cache name, whatever the inventory calls it (as ``run`` uses)
+                out[host.name] = cached_probe(local_runner(py or sys.executable), home, socket.gethostname(), on_probe=on_probe)
+                continue
+            conn = conns.get(host.name)
+            if not isinstance(conn, SshConnection):
+                out[host.name] = f"not probed: {conn}"
+                continue
+            out[host.name] = cached_probe(ssh_runner(conn, py or "python3"), home, host.name, on_probe=on_probe)
+    finally:
+        for c in conns.values():
+            if isinstance(c, SshConnection):
+                c.close()
+    return out

@@ -6,7 +6,8 @@ Each process:
 * writes stdout and stderr straight into its log file (no pumping thread, no CPU cost);
 * leads its own session / process group, so teardown signals the whole group;
 * gets ``PR_SET_PDEATHSIG`` (Linux) so it dies if mslaunch dies, and its group is also known to
-  the job's :mod:`watchdog <launcher.execution.watchdog>`, which kills whole groups then.
+  the job's :mod:`watchdog <launcher.execution.watchdog>`, which kills whole groups then;
+* runs on its planned cores (``ProcPlan.cpus``: ``sched_setaffinity`` before exec), if any.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import psutil
 
@@ -40,12 +41,15 @@ def _load_prctl() -> Optional[Callable[..., int]]:
 _PRCTL = _load_prctl()
 
 
-def _child_setup(sig: int) -> None:
+def _child_setup(sig: int, cpus: Optional[Tuple[int, ...]] = None) -> None:
     """In the child before exec: unblock the stop signals (the supervisor blocks them while
-    it starts processes) and ask the kernel to send ``sig`` when mslaunch dies."""
+    it starts processes), ask the kernel to send ``sig`` when mslaunch dies, and pin the
+    process to ``cpus`` (its planned core range; inherited by everything it starts)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 def become_subreaper() -> bool:
@@ -180,7 +184,7 @@ def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeath
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=lambda: _child_setup(pdeathsig),
+            preexec_fn=lambda: _child_setup(pdeathsig, plan.cpus),
             close_fds=True,
         )
     except FileNotFoundError as exc:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from launcher.errors import PlanError
-from launcher.planning import envs, mpi
+from launcher.planning import cpu, envs, mpi
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.ranks import assign_ranks, used_inventory
 
@@ -63,6 +63,7 @@ class JobSpec:
         wrapper: path of ``templates/mslaunch-rank.sh`` (the mpirun launcher).
         ssh_config: the ssh config remote hosts are reached through (``--ssh-config`` /
             ``$MSLAUNCH_SSH_CONFIG``), or None (``~/.ssh/config``).
+        cpu: CPU-tuning inputs (see :mod:`launcher.planning.cpu`); the default tunes nothing.
     """
 
     inventory: Inventory
@@ -88,6 +89,7 @@ class JobSpec:
     mpi: mpi.MpiOptions = field(default_factory=mpi.MpiOptions)
     wrapper: Optional[str] = None
     ssh_config: Optional[str] = None
+    cpu: cpu.CpuSpec = field(default_factory=cpu.CpuSpec)
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class ProcPlan:
     cwd: str
     log: str
     env_dump: Optional[str] = None
+    cpus: Optional[Tuple[int, ...]] = None
 
     def env_dict(self) -> Dict[str, str]:
         return dict(self.env)
@@ -137,6 +140,8 @@ class Plan:
     master_port: Optional[int]
     mpirun_argv: Optional[Tuple[str, ...]] = None
     ssh_config: Optional[str] = None
+    cpu_notes: Tuple[str, ...] = ()
+    cpu_warnings: Tuple[str, ...] = ()
 
     @property
     def processes(self) -> Tuple[ProcPlan, ...]:
@@ -158,6 +163,8 @@ class Plan:
             }
             if p.env_dump is not None:
                 d["env_dump"] = p.env_dump
+            if p.cpus is not None:
+                d["cpus"] = cpu.format_cpus(p.cpus)
             return d
 
         out: Dict[str, Any] = {
@@ -181,6 +188,8 @@ class Plan:
             out["mpirun"] = list(self.mpirun_argv)
         if self.ssh_config is not None:
             out["ssh_config"] = self.ssh_config
+        if self.cpu_notes:
+            out["cpu"] = {"notes": list(self.cpu_notes), "warnings": list(self.cpu_warnings)}
         return out
 
 
@@ -261,8 +270,27 @@ def build_plan(spec: JobSpec) -> Plan:
     file_env = dict(p for _, pairs in spec.env_files for p in pairs)
     flag_env = dict(spec.env)
 
-    def user_env(host: Host) -> Dict[str, str]:
+    local_slots = [s for s in slots if hosts_by_name[s.host].is_local]
+    local_index = {s.rank: i for i, s in enumerate(local_slots)}
+    local_user_env: Dict[str, str] = {}
+    for h in used:
+        if h.is_local:
+            local_user_env.update(h.env)
+    local_user_env.update(file_env)
+    local_user_env.update(flag_env)
+    cpu_plan = cpu.plan_cpu(spec.cpu, len(local_slots), local_user_env, spec.user_env_keys)
+    bind_here = launcher == "local"
+    cpu_notes = list(cpu_plan.notes)
+    if cpu_plan.cpus and not bind_here:
+        cpu_notes.append(f"cores per rank not applied: the {launcher} launcher starts the ranks"
+                         + (" (mpirun binds them itself)" if launcher == "mpirun" else ""))
+    if cpu_plan.notes and any(not h.is_local for h in used):
+        cpu_notes.append("remote hosts: not tuned (see mslaunch doctor for their CPU probe)")
+
+    def user_env(host: Host, rank: Optional[int] = None) -> Dict[str, str]:
         out = dict(tuning)
+        if rank is not None and rank in local_index:
+            out.update(cpu_plan.env.get(local_index[rank], {}))
         out.update(host.env)
         out.update(file_env)
         out.update(flag_env)
@@ -307,10 +335,11 @@ def build_plan(spec: JobSpec) -> Plan:
                 node_rank=slot.node_rank,
                 device_id=slot.device_id,
                 argv=program_argv(spec, host),
-                env=envs.layered(user_env(host), layout),
+                env=envs.layered(user_env(host, slot.rank), layout),
                 cwd=cwd,
                 log=posixpath.join(spec.job_dir, f"worker_{slot.rank}.log"),
                 env_dump=env_dump,
+                cpus=cpu_plan.cpus.get(local_index[slot.rank]) if bind_here and slot.rank in local_index else None,
             )
         )
 
@@ -328,6 +357,7 @@ def build_plan(spec: JobSpec) -> Plan:
             env=envs.layered(user_env(sched_host), envs.dynamic_scheduler_env(world, sched_addr, spec.master_port, spec.cluster_time_out)),
             cwd=spec.cwd,
             log=posixpath.join(spec.job_dir, "scheduler.log"),
+            cpus=cpu_plan.scheduler_cpus if bind_here and sched_host.is_local else None,
         )
 
     mpirun_argv = None
@@ -361,6 +391,8 @@ def build_plan(spec: JobSpec) -> Plan:
         master_port=spec.master_port if spec.method == "dynamic" else None,
         mpirun_argv=mpirun_argv,
         ssh_config=spec.ssh_config,
+        cpu_notes=tuple(cpu_notes),
+        cpu_warnings=cpu_plan.warnings,
     )
 
 

@@ -64,6 +64,7 @@ from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import HeNormal, Normal
 
 from launcher.workloads.cluster import distributed_from_env
+from launcher.workloads.cputhreads import apply_cpu_threads
 
 CIFAR_FOLDER = "cifar-10-batches-bin"
 CIFAR_RECORD_BYTES = 1 + 3 * 32 * 32
@@ -496,6 +497,8 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
 
     ms.set_context(mode=ms.GRAPH_MODE)
     set_device(args.device_target)
+    if args.device_target == "CPU":
+        apply_cpu_threads()
     if distributed:
         mode = {
             "data_parallel": ms.ParallelMode.DATA_PARALLEL,

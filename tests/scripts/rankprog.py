@@ -9,8 +9,8 @@ listens on MS_SCHED_PORT like MindSpore's.  Behaviour per rank from argv:
 MODE: ok (sleep SECONDS, exit 0) | fail (TARGET_RANK exits CODE after SECONDS) |
       sigkill (TARGET_RANK kills itself with SIGKILL after SECONDS) | hang |
       stubborn (ignore SIGTERM, sleep forever) | failonce (TARGET_RANK fails with CODE unless
-      $PIDDIR/failed-once exists; creates it) | env (print the env as K=V lines, then cwd=...
-      and argv=<JSON list>, exit 0)
+      $PIDDIR/failed-once exists; creates it) | env (print the env as K=V lines, then cwd=...,
+      cpus=<its CPU affinity> and argv=<JSON list>, exit 0)
 
 The first line is ``<name> started pid=<pid> netns=<inode of its network namespace>``; the
 scheduler listens on ``MS_SCHED_HOST`` (127.0.0.1 if unset).
@@ -52,6 +52,7 @@ if mode == "env":
     for k, v in sorted(os.environ.items()):
         print(f"{k}={v}")
     print(f"cwd={os.getcwd()}")
+    print("cpus=" + ",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
     print("argv=" + json.dumps(sys.argv[1:]), flush=True)
     sys.exit(0)
 if mode == "stubborn":

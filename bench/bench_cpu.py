@@ -1,0 +1,135 @@
+"""Benchmark: does mslaunch give MindSpore CPU ranks the machine's real speed?
+
+Runs the reference trainer (ResNet-50, CIFAR-10 binary, 32x32, batch 32; epoch 2's throughput,
+after epoch 1 has compiled and warmed up) through ``mslaunch run`` and prints, in one run:
+
+1. **the probe**: its figures on this CPU (per ISA setting: conv/matmul GFLOPS and oneDNN's
+   implementation), the decision, and its own cost (a fresh probe, cache ignored);
+2. **one process**: project defaults (``--np 1``, ``--cpu-tune auto``) against every manual
+   ISA setting the probe knows (``--cpu-tune off`` with ``ONEDNN_MAX_CPU_ISA`` unset / each cap);
+   ratio = best manual / defaults (target <= 1.15);
+3. **two local ranks**: total img/s with the defaults (core range and 1 thread per rank) and with
+   ``--cpu-tune off`` (as before); ratios against one process with the defaults
+   (target >= 0.85, goal 0.9).
+
+The configurations run in alternating rounds (``--rounds``, default 2), so a change of load on a
+shared machine hits all of them; each figure is the median over rounds and every single run is
+printed. Usage::
+
+    python bench/bench_cpu.py [--rounds 2] [--steps 12] [--data-path DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from launcher.execution.cpuprobe import cached_probe, local_runner  # noqa: E402
+from launcher.planning.cpu import isa_advice  # noqa: E402
+
+_TPUT = re.compile(r"epoch 2 throughput: ([\d.]+) img/s per rank, ([\d.]+) img/s total")
+
+
+def mslaunch_run(np: int, extra: Sequence[str], data: str, steps: int, log_dir: str, env: Optional[Dict[str, str]] = None) -> float:
+    """Run the trainer through ``mslaunch run``; epoch 2's total img/s."""
+    argv = [sys.executable, "-m", "launcher", "run", "--np", str(np), "--master-port", "auto", "--tee", "none", "--quiet",
+            "--log-dir", log_dir, "--env", "GLOG_v=3", *extra,
+            "-m", "launcher.workloads.resnet50_cifar10", "--data-path", data, "--image-size", "32",
+            "--epochs", "2", "--steps-per-epoch", str(steps), "--log-every", "1000"]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
+    with open(os.path.join(log_dir, "worker_0.log"), encoding="utf-8", errors="replace") as f:
+        found = _TPUT.findall(f.read())
+    if p.returncode != 0 or not found:
+        raise RuntimeError(f"mslaunch run failed ({p.returncode}): {p.stderr[-800:]}")
+    return float(found[-1][1])
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=12, help="steps per epoch (per rank)")
+    ap.add_argument("--data-path", default=None, help="CIFAR-10 binary folder (default: a synthetic one in a temp dir)")
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="bench_cpu.") as tmp:
+        home = os.path.join(tmp, "home")
+        env = dict(os.environ, MSLAUNCH_HOME=home, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        for var in ("OMP_NUM_THREADS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MSLAUNCH_CPU_THREADS"):
+            env.pop(var, None)
+        data = args.data_path
+        if data is None:
+            data = os.path.join(tmp, "data")
+            subprocess.run([sys.executable, "-m", "launcher", "data", "synth-cifar10", data, "--train", "2000", "--test", "100"],
+                           cwd=ROOT, env=env, check=True, capture_output=True)
+
+        # 1. the probe, fresh (its cost is the first-run cost of a job on a new machine)
+        t = time.perf_counter()
+        outcome = cached_probe(local_runner(sys.executable), home, "bench", refresh=True)
+        wall = time.perf_counter() - t
+        if outcome.probe is None:
+            print(f"probe failed: {outcome.note}")
+            return 1
+        p = outcome.probe
+        advice = isa_advice(p)
+        print(f"probe: {wall:.1f} s wall (import {json.load(open(outcome.path))['import_seconds']:.1f} s), "
+              f"oneDNN {p.onednn} ({p.onednn_isa}), numpy matmul {p.numpy_gflops} GFLOPS")
+        for v in p.variants:
+            name = f"ONEDNN_MAX_CPU_ISA={v.isa}" if v.isa else "default"
+            figs = v.error or ", ".join(f"{k} {t.gflops:.1f} GFLOPS ({t.impl})" for k, t in v.kernels.items())
+            print(f"  {name}: {figs}")
+        print(f"  decision: {advice.summary}")
+        # copy the probe under this machine's cache name so the runs below find it
+        import socket
+
+        from launcher.execution.cpuprobe import cache_path
+
+        os.makedirs(os.path.dirname(cache_path(home, socket.gethostname(), p.key)), exist_ok=True)
+        with open(outcome.path, encoding="utf-8") as src, open(cache_path(home, socket.gethostname(), p.key), "w", encoding="utf-8") as dst:
+            dst.write(src.read())
+
+        configs: Dict[str, tuple] = {"1 process, defaults": (1, [])}
+        for v in p.variants:
+            if v.error is None:
+                extra = ["--cpu-tune", "off"] + (["--env", f"ONEDNN_MAX_CPU_ISA={v.isa}"] if v.isa else [])
+                configs[f"1 process, manual {v.isa or 'default ISA'}"] = (1, extra)
+        configs["2 ranks, defaults"] = (2, [])
+        configs["2 ranks, --cpu-tune off"] = (2, ["--cpu-tune", "off"])
+        runs: Dict[str, List[float]] = {k: [] for k in configs}
+        for r in range(args.rounds):
+            for name, (np, extra) in configs.items():
+                log_dir = os.path.join(tmp, f"r{r}-{len(runs[name])}-{np}-{abs(hash(name))}")
+                try:
+                    runs[name].append(mslaunch_run(np, extra, data, args.steps, log_dir, env))
+                except RuntimeError as exc:
+                    print(f"  round {r + 1} {name}: {exc}")
+                    continue
+                print(f"  round {r + 1} {name}: {runs[name][-1]:.1f} img/s (load {os.getloadavg()[0]:.1f})", flush=True)
+        med = {k: statistics.median(v) for k, v in runs.items() if v}
+        print("medians (img/s total):")
+        for k, v in med.items():
+            print(f"  {k}: {v:.1f}  (runs: {', '.join(f'{x:.1f}' for x in runs[k])})")
+        one = med.get("1 process, defaults")
+        manual = [v for k, v in med.items() if k.startswith("1 process, manual")]
+        if one and manual:
+            print(f"ratio 1 process, best manual / defaults: {max(manual):.1f} / {one:.1f} = {max(manual) / one:.2f} (target <= 1.15)")
+        for k in ("2 ranks, defaults", "2 ranks, --cpu-tune off"):
+            if one and k in med:
+                print(f"ratio {k} / 1 process defaults: {med[k]:.1f} / {one:.1f} = {med[k] / one:.2f} (target >= 0.85 with defaults)")
+        if "2 ranks, defaults" in med and "2 ranks, --cpu-tune off" in med:
+            a, b = med["2 ranks, defaults"], med["2 ranks, --cpu-tune off"]
+            print(f"ratio 2 ranks, defaults / off: {a:.1f} / {b:.1f} = {a / b:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
