@@ -61,12 +61,15 @@ images = read_idx(os.path.join(root, "train-images-idx3-ubyte")).astype(np.float
 labels = read_idx(os.path.join(root, "train-labels-idx1-ubyte")).astype(np.int32)
 
 
-def items():
-    for i in range(len(labels)):
-        yield images[i], labels[i]
+class Items:
+    def __getitem__(self, i):
+        return images[i], np.array(labels[i], dtype=np.int32)  # arrays, not numpy scalars (numpy 2)
+
+    def __len__(self):
+        return len(labels)
 
 
-data = ds.GeneratorDataset(items, ["image", "label"], shuffle=False, num_shards=size, shard_id=rank).batch(16)
+data = ds.GeneratorDataset(Items(), ["image", "label"], shuffle=False, num_shards=size, shard_id=rank).batch(16, drop_remainder=True)
 net = nn.SequentialCell([nn.Dense(784, 64), nn.ReLU(), nn.Dense(64, 10)])
 loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
 step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.SGD(net.trainable_params(), 0.1))
