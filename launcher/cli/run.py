@@ -36,6 +36,7 @@ def run_cmd(
     summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
     junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
     sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
+    zygote: bool = typer.Option(False, "--zygote", help="Import MindSpore once and fork each local Python rank from it (faster start; opt-in, proven on CPU dynamic clusters).", rich_help_panel="Run"),
     ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
     ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
     *,
@@ -79,7 +80,7 @@ def run_cmd(
                        tail_all=opts.tail_worker_log is not None)
     ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout}
     try:
-        result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start)
+        result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start, zygote=zygote)
     finally:
         console.stop()
     if summary_json:
