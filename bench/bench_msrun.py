@@ -6,12 +6,14 @@
     MNIST-format set (idx files) generated here.  Target: mslaunch / msrun <= 0.70.
 (b) the 2-worker AllReduce (``launcher/workloads/allreduce_smoke.py``).  Target <= 0.55.
 
-Each pair runs both launchers back to back with the same command line (only ``msrun`` replaced
-by ``python -m launcher run``); the order alternates between pairs so that load on this
-shared machine hits both.  Every pair is printed, then the medians and their ratio.  Each run
+Each round runs msrun, mslaunch and mslaunch --zygote back to back with the same command line
+(only ``msrun`` replaced by ``python -m launcher run``); the order rotates between rounds so that
+load on this shared machine hits all three.  Every round is printed, then the medians and their
+ratios against msrun.  Each run
 is checked: exit code 0, and every worker's log has its result line.
 
 Usage: python bench/bench_msrun.py [--pairs 3] [--only a|b] [-- extra mslaunch flags]
+(``--pairs``: rounds.)
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -125,30 +127,30 @@ def check(log_dir: str, n: int, marker: str) -> None:
             raise SystemExit(f"result line {marker!r} missing in {path}")
 
 
-def pairs(name: str, n: int, script: str, marker: str, runs: int, work: str, env: dict, extra: List[str]) -> Tuple[float, float]:
-    msl_t: List[float] = []
-    msr_t: List[float] = []
+def pairs(name: str, n: int, script: str, marker: str, runs: int, work: str, env: dict, extra: List[str]) -> Dict[str, float]:
+    """``runs`` rounds of msrun, mslaunch and mslaunch --zygote (order rotating); medians."""
+    times: Dict[str, List[float]] = {"msrun": [], "mslaunch": [], "mslaunch --zygote": []}
     for i in range(runs):
         flags = [f"--worker_num={n}", f"--local_worker_num={n}", f"--master_port={free_port()}", "--join=True", "--cluster_time_out=300"]
         order: List[Tuple[str, Callable[[str], List[str]]]] = [
             ("msrun", lambda d: [os.path.join(BIN, "msrun")] + flags + [f"--log_dir={d}", script]),
             ("mslaunch", lambda d: [PY, "-m", "launcher", "run"] + flags + [f"--log_dir={d}"] + extra + [script]),
+            ("mslaunch --zygote", lambda d: [PY, "-m", "launcher", "run"] + flags + [f"--log_dir={d}", "--zygote"] + extra + [script]),
         ]
-        if i % 2:
-            order.reverse()
+        order = order[i % 3:] + order[:i % 3]
         got = {}
         for who, make in order:
-            d = os.path.join(work, f"{name}_{who}_{i}")
+            d = os.path.join(work, f"{name}_{who.replace(' --', '_')}_{i}")
             t, rc = timed(make(d), work, env)
             if rc != 0:
                 raise SystemExit(f"{who} exited {rc}; logs in {d}")
             check(d, n, marker)
             got[who] = t
-        msl_t.append(got["mslaunch"])
-        msr_t.append(got["msrun"])
-        print(f"    pair {i + 1} ({order[0][0]} first): mslaunch {got['mslaunch']:.2f} s, msrun {got['msrun']:.2f} s, "
-              f"ratio {got['mslaunch'] / got['msrun']:.2f}", flush=True)
-    return statistics.median(msl_t), statistics.median(msr_t)
+            times[who].append(t)
+        print(f"    round {i + 1} ({order[0][0]} first): msrun {got['msrun']:.2f} s, mslaunch {got['mslaunch']:.2f} s "
+              f"(ratio {got['mslaunch'] / got['msrun']:.2f}), mslaunch --zygote {got['mslaunch --zygote']:.2f} s "
+              f"(ratio {got['mslaunch --zygote'] / got['msrun']:.2f})", flush=True)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main() -> None:
@@ -166,15 +168,17 @@ def main() -> None:
         with open(net, "w") as fh:
             fh.write(TRAIN_SCRIPT)
         results = []
-        if args.only in (None, "a"):
-            print(f"(a) 8-worker data-parallel MNIST-format job, {args.pairs} pairs", flush=True)
-            results.append(("a", 0.70) + pairs("mnist8", 8, net, "mnist rank=", args.pairs, work, env, args.extra))
         if args.only in (None, "b"):
-            print(f"(b) 2-worker AllReduce, {args.pairs} pairs", flush=True)
+            print(f"(b) 2-worker AllReduce, {args.pairs} rounds", flush=True)
             smoke = os.path.join(ROOT, "launcher", "workloads", "allreduce_smoke.py")
-            results.append(("b", 0.55) + pairs("allreduce2", 2, smoke, "sum=3", args.pairs, work, env, args.extra))
-        for part, target, msl, msr in results:
-            print(f"({part}) medians: mslaunch {msl:.2f} s, msrun {msr:.2f} s, ratio {msl / msr:.2f} (target <= {target:.2f})")
+            results.append(("b", 0.55, pairs("allreduce2", 2, smoke, "sum=3", args.pairs, work, env, args.extra)))
+        if args.only in (None, "a"):
+            print(f"(a) 8-worker data-parallel MNIST-format job, {args.pairs} rounds", flush=True)
+            results.append(("a", 0.70, pairs("mnist8", 8, net, "mnist rank=", args.pairs, work, env, args.extra)))
+        for part, target, med in results:
+            msr = med["msrun"]
+            print(f"({part}) medians: msrun {msr:.2f} s; mslaunch {med['mslaunch']:.2f} s, ratio {med['mslaunch'] / msr:.2f}; "
+                  f"mslaunch --zygote {med['mslaunch --zygote']:.2f} s, ratio {med['mslaunch --zygote'] / msr:.2f} (target <= {target:.2f})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -287,7 +287,10 @@ def serve(preload: Sequence[str]) -> None:
 
     os.environ.pop("MS_ROLE", None)
     for name in preload:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # not installed here: the ranks import what they need themselves
     if threading.active_count() > 1:
         sys.stderr.write("zygote: the preload started threads; forking is not safe\n")
     out = sys.stdout.buffer
