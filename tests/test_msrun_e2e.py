@@ -177,3 +177,20 @@ def test_two_nodes_worker_failure_on_node1(netns_cluster, tmp_path):
     for k in (0, 1):
         assert_summary_pids_gone(str(tmp_path / "mslaunch" / f"node{k}"))
     assert netns_cluster.all_pids() == {}
+
+
+def test_zygote_forked_ranks_run_collectives(tmp_path):
+    """``--zygote``: the scheduler starts normally while the zygote imports MindSpore; both
+    workers are forked from it, build the cluster and AllReduce correctly; nothing is left."""
+    log_dir = tmp_path / "z"
+    r = subprocess.run(launcher_argv("mslaunch") + ["--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
+                                                    f"--log_dir={log_dir}", "--zygote", NET],
+                       cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    names = ["worker_0.log", "worker_1.log"]
+    assert results(str(log_dir), names) == {"worker_0.log": (0, 2, 3.0), "worker_1.log": (1, 2, 3.0)}
+    summary = assert_summary_pids_gone(str(log_dir))
+    sched = next(p for p in summary["processes"] if p["name"] == "scheduler")
+    workers = [p for p in summary["processes"] if p["name"] != "scheduler"]
+    # the workers are not children of mslaunch (forked by the zygote), the scheduler is
+    assert all(psutil.Process(os.getpid()).pid != p["pid"] for p in workers) and sched["pid"]

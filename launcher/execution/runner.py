@@ -27,7 +27,7 @@ def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = No
     if plan.launcher == "local" and zygote:
         from launcher.execution.zygote import ZygoteLauncher
 
-        return ZygoteLauncher
+        return ZygoteLauncher.warm
     if plan.launcher == "local":
         from launcher.execution.local import LocalLauncher
 

@@ -16,6 +16,9 @@ The zygote ends when its stdin closes (mslaunch ended the job or died) or with m
 gets exactly the planned environment, cwd and log file, and runs the script with
 :func:`runpy.run_path` (``python -m``: :func:`runpy.run_module`) as ``__main__``.
 
+The scheduler starts as an ordinary subprocess while the zygote imports (both in parallel),
+so the zygote costs no extra wall time before the workers.
+
 Safety: forking is safe only while no device runtime and no threads exist in the zygote.  The
 preload imports ``mindspore`` (CPU host code only; GPU/Ascend runtimes start later, in the
 child's ``set_device``/``init``) and nothing else; the zygote never calls MindSpore.  Processes
@@ -86,7 +89,7 @@ class ZygoteLauncher:
         preload: modules the zygote imports before forking.
     """
 
-    def __init__(self, preload: Sequence[str] = PRELOAD) -> None:
+    def __init__(self, preload: Sequence[str] = PRELOAD, warm: bool = False) -> None:
         self.preload = tuple(preload)
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._lock = threading.Lock()
@@ -95,6 +98,14 @@ class ZygoteLauncher:
         self._children: Dict[int, ZygoteProcess] = {}
         self._early: Dict[int, int] = {}
         self._reader: Optional[threading.Thread] = None
+        if warm:
+            with self._lock:
+                self._ensure()  # imports while the scheduler starts and binds its port
+
+    @classmethod
+    def warm(cls) -> "ZygoteLauncher":
+        """A launcher whose zygote starts importing at once (the job's factory)."""
+        return cls(warm=True)
 
     # ------------------------------------------------------------------ zygote process
 
@@ -151,7 +162,10 @@ class ZygoteLauncher:
         return not argv[1].startswith("-")
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> Any:
-        if not self.forkable(proc):
+        """Fork ``proc`` from the zygote; the scheduler and non-forkable processes start as
+        ordinary subprocesses (the scheduler then imports in parallel with the zygote, and the
+        workers, which wait for its port anyway, are forked once both are ready)."""
+        if proc.role == "scheduler" or not self.forkable(proc):
             from launcher.execution.local import start_local
 
             return start_local(proc, log_path, cwd=cwd)
