@@ -190,7 +190,4 @@ def test_zygote_forked_ranks_run_collectives(tmp_path):
     names = ["worker_0.log", "worker_1.log"]
     assert results(str(log_dir), names) == {"worker_0.log": (0, 2, 3.0), "worker_1.log": (1, 2, 3.0)}
     summary = assert_summary_pids_gone(str(log_dir))
-    sched = next(p for p in summary["processes"] if p["name"] == "scheduler")
-    workers = [p for p in summary["processes"] if p["name"] != "scheduler"]
-    # the workers are not children of mslaunch (forked by the zygote), the scheduler is
-    assert all(psutil.Process(os.getpid()).pid != p["pid"] for p in workers) and sched["pid"]
+    assert summary["status"] == "succeeded" and len(summary["processes"]) == 3
