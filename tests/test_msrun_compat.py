@@ -251,3 +251,32 @@ def test_bad_rank_table_file_is_refused_before_start(monkeypatch, tmp_path):
     with pytest.raises(RankTableError) as exc:
         dry_run(["--worker_num=2", "--local_worker_num=2", f"--rank_table_file={bad}"], monkeypatch, tmp_path)
     assert exc.value.path == str(bad)
+
+
+def test_without_detach_drops_join_false_in_both_spellings():
+    from launcher.cli.run import _without_detach
+
+    assert _without_detach(["run", "--join=False", "--np", "2", "-d", "x.py"]) == ["run", "--np", "2", "x.py"]
+    assert _without_detach(["run", "--join", "False", "--detach", "x.py"]) == ["run", "x.py"]
+
+
+def test_join_false_runs_in_the_background(tmp_path):
+    """msrun's --join=False: mslaunch starts the job detached, prints its id and returns 0; the
+    job runs on to its summary (tiny processes, no MindSpore)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "rankprog.py")
+    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--worker_num", "2", "--local_worker_num", "2", "--master_port", "auto",
+                        "--log_dir", "jf", "--join", "False", prog, "ok", "0.5"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    summary = tmp_path / "jf" / "summary.json"
+    deadline = time.monotonic() + 60
+    while not summary.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    got = json.loads(summary.read_text())
+    assert (got["job_id"], got["status"], got["exit_code"]) == (job_id, "succeeded", 0)
+    assert {"worker_0.log", "worker_1.log", "scheduler.log"} <= set(os.listdir(tmp_path / "jf"))
