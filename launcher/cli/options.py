@@ -12,7 +12,7 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import typer
 
@@ -20,7 +20,7 @@ from launcher.errors import MsLaunchError, PlanError
 from launcher.planning import envs
 from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_inventory
 from launcher.planning.mpi import MpiOptions
-from launcher.planning.plan import DEFAULT_MASTER_PORT, JobSpec, Plan, build_plan
+from launcher.planning.plan import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, build_plan, worker_log_name
 
 if TYPE_CHECKING:
     from launcher.planning.cpu import CpuSpec
@@ -59,6 +59,14 @@ class JobOptions:
     ssh_config: Optional[str]
     cpu_tune: str
     bind_core: Optional[str]
+    node_rank: Optional[str]
+    join: Optional[str]
+    bind_numa: Optional[str]
+    sim_level: Optional[int]
+    sim_rank_id: Optional[int]
+    rank_table_file: Optional[str]
+    worker_log_name: Optional[str]
+    tail_worker_log: Optional[str]
     program: Tuple[str, ...]
 
 
@@ -96,6 +104,14 @@ _opt("nic", Optional[str], typer.Option(None, "--nic", help="Network interface f
 _opt("ssh_config", Optional[str], typer.Option(None, "--ssh-config", help="ssh config for remote hosts (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config).", rich_help_panel="SSH"))
 _opt("cpu_tune", str, typer.Option("auto", "--cpu-tune", help="auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job | off.", rich_help_panel="CPU"))
 _opt("bind_core", Optional[str], typer.Option(None, "--bind-core", "--bind_core", help="msrun's: True | False | JSON {\"device0\": [\"0-3\"], ...}: cores per local rank.", rich_help_panel="CPU"))
+_opt("node_rank", Optional[str], typer.Option(None, "--node-rank", "--node_rank", help="Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, SLURM_NODEID, OMPI_COMM_WORLD_RANK).", rich_help_panel="msrun"))
+_opt("join", Optional[str], typer.Option(None, "--join", metavar="BOOL", help="msrun's --join: True runs attached (the default), False like --detach.", rich_help_panel="msrun"))
+_opt("bind_numa", Optional[str], typer.Option(None, "--bind-numa", "--bind_numa", metavar="BOOL|JSON", help="msrun's --bind_numa: True, a {\"deviceN\": [\"nodes\"]} dict or a bind JSON file (numactl --membind per rank).", rich_help_panel="msrun"))
+_opt("sim_level", Optional[int], typer.Option(None, "--sim-level", "--sim_level", help="msrun's --sim_level 0-3: MindSpore dry run (MS_SIMULATION_LEVEL), no scheduler.", rich_help_panel="msrun"))
+_opt("sim_rank_id", Optional[int], typer.Option(None, "--sim-rank-id", "--sim_rank_id", help="With --sim_level: one process simulating this rank.", rich_help_panel="msrun"))
+_opt("rank_table_file", Optional[str], typer.Option(None, "--rank-table-file", "--rank_table_file", help="An existing rank table: validated, used by --method ranktable, else exported as RANK_TABLE_FILE (msrun).", rich_help_panel="msrun"))
+_opt("worker_log_name", Optional[str], typer.Option(None, "--worker-log-name", "--worker_log_name", help="Worker log names NAME_<rank>.log; {ip} and {hostname} are replaced (msrun).", rich_help_panel="msrun"))
+_opt("tail_worker_log", Optional[str], typer.Option(None, "--tail-worker-log", "--tail_worker_log", help="Ranks whose output goes to the console: -1 (all) or 0,3 (msrun).", rich_help_panel="msrun"))
 _opt("program", Optional[List[str]], typer.Argument(None, metavar="SCRIPT [ARGS]...", help="Script (or module args with -m, or executable with --no-python) and its arguments."))
 
 _FIELDS = [p.name for p in _OPTIONS]
@@ -173,9 +189,215 @@ def template_path(name: str) -> str:
     return path
 
 
+#: Where ``--node_rank auto`` finds this node's index, first match wins: the Ascend
+#: Kubernetes operator (and msrun users by hand) set ``MS_NODE_RANK``; Slurm sets
+#: ``SLURM_NODEID`` in a step; OpenMPI sets ``OMPI_COMM_WORLD_RANK`` (start one mslaunch per
+#: node, e.g. ``mpirun --map-by ppr:1:node``).
+NODE_RANK_VARS = ("MS_NODE_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_RANK")
+
+
+def parse_msrun_bool(text: str, field: str) -> bool:
+    """msrun's booleans (``--join=True``): ``True``/``False`` (also lower case, ``1``/``0``).
+
+    Raises:
+        PlanError: any other value, naming ``field``.
+    """
+    value = {"true": True, "false": False, "1": True, "0": False}.get(text.strip().lower())
+    if value is None:
+        raise PlanError(f"expected True or False, got {text!r}", field=field)
+    return value
+
+
+def node_rank_from_env(environ: Mapping[str, str]) -> Tuple[int, str]:
+    """``--node_rank auto``: this node's index from a cluster manager's environment.
+
+    Returns:
+        ``(node_rank, variable it came from)``.
+
+    Raises:
+        PlanError: none of :data:`NODE_RANK_VARS` is set, or the value is not an integer >= 0.
+    """
+    for name in NODE_RANK_VARS:
+        text = environ.get(name)
+        if text is None or text == "":
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise PlanError(f"{name}={text!r} is not a node index", field="--node_rank") from None
+        if value < 0:
+            raise PlanError(f"{name}={text!r} is not a node index", field="--node_rank")
+        return value, name
+    raise PlanError(f"--node_rank auto: none of {', '.join(NODE_RANK_VARS)} is set; pass --node_rank N", field="--node_rank")
+
+
+def parse_bind_numa(text: Optional[str]) -> Tuple[Tuple[str, str], ...]:
+    """msrun's ``--bind_numa``: ``True``/``False``, a JSON dict ``{"device0": ["0"], "scheduler": ["1"]}``
+    or a bind JSON file.  Returns the dict form as ``(key, nodes)`` pairs, which become a
+    ``numactl --membind N --cpunodebind N`` prefix; ``True`` and files only bind through device
+    (NPU) topology msrun reads from the Ascend driver, so on other machines they bind nothing
+    (as with msrun there).
+
+    Raises:
+        PlanError: a value msrun would refuse.
+    """
+    import json
+    import re
+
+    if text is None or text.strip().lower() in ("true", "false"):
+        return ()
+    if text.lower().endswith(".json"):
+        if not os.path.isfile(text):
+            raise PlanError(f"no such bind_numa json file {text}", field="--bind_numa")
+        return ()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise PlanError(f"expected True, False, a JSON dict or a .json file, got {text!r}", field="--bind_numa") from None
+    if not isinstance(value, dict):
+        raise PlanError(f"expected a JSON dict, got {text!r}", field="--bind_numa")
+    if any(k in value for k in ("bind_config", "bind_cpu", "bind_memory")):
+        return ()
+    out: List[Tuple[str, str]] = []
+    for key, nodes in value.items():
+        if not re.fullmatch(r"device\d+|scheduler", key):
+            raise PlanError(f"key {key!r} must be 'scheduler' or 'deviceN'", field="--bind_numa")
+        if not isinstance(nodes, list) or not all(isinstance(n, str) and re.fullmatch(r"\d+-\d+|\d+(,\d+)*", re.sub(r"\s+", "", n)) for n in nodes):
+            raise PlanError(f"{key}: expected a list of NUMA ids like [\"0\"] or [\"0-1\"], got {nodes!r}", field="--bind_numa")
+        out.append((key, ",".join(re.sub(r"\s+", "", n) for n in nodes)))
+    return tuple(out)
+
+
+def _read_given_rank_table(path: str) -> str:
+    """``--rank_table_file``: the absolute path of a rank table that exists and validates."""
+    import json
+
+    from launcher.errors import RankTableError
+    from launcher.planning.ranktable import validate_rank_table
+    from launcher.planning.textfile import read_text
+
+    text = read_text(path, RankTableError, "no such rank table", "a rank table")
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RankTableError(f"not JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    problems = validate_rank_table(table)
+    if problems:
+        first = problems[0]
+        raise RankTableError(f"{first.message} (and {len(problems) - 1} more)" if len(problems) > 1 else first.message, path=path, field=first.json_path)
+    return os.path.abspath(path)
+
+
+def _node_mode(opts: JobOptions, environ: Mapping[str, str]) -> Tuple[Optional[NodeSpec], Optional[int], Optional[int], Optional[str], str]:
+    """Per-node mode from the msrun flags (and, for ``--node_rank auto``, the cluster manager's
+    ``MS_WORKER_NUM``/``MS_LOCAL_WORKER``/``MS_SCHED_HOST``/``MS_SCHED_PORT`` where a flag is unset).
+
+    Per-node mode is on when ``--node_rank`` is given, or when no inventory is given and
+    ``--local_worker_num`` is below ``--worker_num`` (msrun's multi-node command line); then
+    ``MS_NODE_RANK`` gives the node rank if set.
+
+    Returns:
+        ``(node, np, per_host, master_addr, master_port text)``.
+    """
+    np, per_host, addr, port = opts.np, opts.per_host, opts.master_addr, opts.master_port
+    node_rank: Optional[int] = None
+    if opts.node_rank is not None and opts.node_rank.strip().lower() == "auto":
+        node_rank, _ = node_rank_from_env(environ)
+
+        def env_int(name: str) -> Optional[int]:
+            text = environ.get(name)
+            if not text:
+                return None
+            try:
+                return int(text)
+            except ValueError:
+                raise PlanError(f"{name}={text!r} is not an integer", field="--node_rank") from None
+
+        np = np if np is not None else env_int("MS_WORKER_NUM")
+        per_host = per_host if per_host is not None else env_int("MS_LOCAL_WORKER")
+        addr = addr if addr is not None else (environ.get("MS_SCHED_HOST") or None)
+        if port == str(DEFAULT_MASTER_PORT) and environ.get("MS_SCHED_PORT"):
+            port = environ["MS_SCHED_PORT"]
+    elif opts.node_rank is not None:
+        try:
+            node_rank = int(opts.node_rank)
+        except ValueError:
+            raise PlanError(f"--node_rank must be an integer or 'auto', got {opts.node_rank!r}", field="--node_rank") from None
+        if node_rank == -1:
+            node_rank = None  # msrun's default: MindSpore assigns the ranks
+    elif opts.hosts is None and opts.host_list is None and np is not None and per_host is not None and per_host < np:
+        if environ.get("MS_NODE_RANK"):
+            node_rank, _ = node_rank_from_env({"MS_NODE_RANK": environ["MS_NODE_RANK"]})
+    else:
+        return None, np, per_host, addr, port
+    if opts.hosts is not None or opts.host_list is not None:
+        raise PlanError("per-node mode (--node_rank) runs this node's workers only; drop --hosts/-H", field="--node_rank")
+    if np is None:
+        np = 8  # msrun's default --worker_num
+    if per_host is None:
+        per_host = 8 if np >= 8 else np  # msrun's default --local_worker_num (8), capped for small jobs
+    owns: Optional[bool] = None
+    if addr is not None:
+        from launcher.execution.ports import is_local_addr
+
+        owns = is_local_addr(addr)
+    return NodeSpec(node_rank=node_rank, local_worker_num=per_host, owns_master=owns), np, per_host, addr, port
+
+
 def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
     """Read every input the options name and build the job spec."""
-    inventory = load_inventory(opts.hosts, opts.host_list, opts.include, opts.exclude, opts.np or opts.per_host or 1)
+    node, np, per_host, master_addr, port_text = _node_mode(opts, os.environ)
+    if node is not None:
+        from dataclasses import replace as _replace
+
+        opts = _replace(opts, np=np, per_host=per_host, master_addr=master_addr, master_port=port_text)
+    if opts.sim_level is not None and opts.sim_level not in (0, 1, 2, 3):
+        raise PlanError(f"--sim_level must be 0, 1, 2 or 3, got {opts.sim_level}", field="--sim_level")
+    if opts.sim_rank_id is not None and opts.sim_rank_id != -1 and opts.sim_level is None:
+        raise PlanError("--sim_rank_id needs --sim_level", field="--sim_rank_id")
+    if opts.join is not None:
+        parse_msrun_bool(opts.join, "--join")
+    if opts.tail_worker_log is not None:
+        tail_ranks(opts.tail_worker_log)
+    bind_numa = parse_bind_numa(opts.bind_numa)
+    rank_table_file = _read_given_rank_table(opts.rank_table_file) if opts.rank_table_file else None
+    log_name = None
+    if opts.worker_log_name:
+        import socket
+
+        from launcher.execution.ports import local_ip_towards
+
+        log_name = worker_log_name(opts.worker_log_name, local_ip_towards(opts.master_addr or "127.0.0.1"), socket.gethostname())
+    spec = _build_spec(opts, job_id, node)
+    from dataclasses import replace as _replace
+
+    return _replace(
+        spec,
+        node=node,
+        worker_log_name=log_name,
+        rank_table_file=rank_table_file,
+        sim_level=opts.sim_level,
+        sim_rank_id=opts.sim_rank_id if opts.sim_rank_id not in (None, -1) else None,
+        bind_numa=bind_numa,
+    )
+
+
+def tail_ranks(text: str) -> Optional[Tuple[int, ...]]:
+    """msrun's ``--tail_worker_log``: ``-1`` (every rank: None) or ``0,3``.
+
+    Raises:
+        PlanError: anything else.
+    """
+    if text.strip() == "-1":
+        return None
+    try:
+        return tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise PlanError(f"expected -1 or ranks like 0,3, got {text!r}", field="--tail_worker_log") from None
+
+
+def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec]) -> JobSpec:
+    inventory = load_inventory(opts.hosts, opts.host_list, opts.include, opts.exclude, (opts.per_host if node else opts.np) or opts.per_host or opts.np or 1)
     program: Tuple[str, ...] = ((opts.module,) if opts.module else ()) + opts.program
     if not opts.module and opts.program and opts.program[0].startswith("-"):
         raise PlanError(f"no such option {opts.program[0]!r} (options go before the script; see --help)", field="SCRIPT")
@@ -192,7 +414,7 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
     env_pairs = tuple(envs.parse_env_assignment(e) for e in opts.env)
     env_files = tuple((path, _read_env_file(path)) for path in opts.env_file)
     device_ips = None
-    if opts.method == "ranktable":
+    if opts.method == "ranktable" and not opts.rank_table_file:
         from launcher.planning.ranktable import resolve_device_ips
 
         hccn_files = dict(_hccn_pair(h) for h in opts.hccn)
@@ -230,7 +452,7 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
         method=opts.method,
         launcher=opts.launcher,
         np=opts.np,
-        per_host=opts.per_host,
+        per_host=None if node is not None else opts.per_host,
         master_addr=opts.master_addr,
         master_port=port,
         cluster_time_out=opts.cluster_time_out,

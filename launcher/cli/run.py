@@ -7,11 +7,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 
-from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, with_job_options
+from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning.plan import Plan, build_plan
 
@@ -36,6 +36,7 @@ def run_cmd(
     summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
     junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
     sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
+    zygote: bool = typer.Option(False, "--zygote", help="Import MindSpore once and fork each local Python rank from it (faster start; opt-in, proven on CPU dynamic clusters).", rich_help_panel="Run"),
     ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
     ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
     *,
@@ -55,6 +56,8 @@ def run_cmd(
         raise PlanError("--grace must be >= 0", field="--grace")
     spec = build_spec(opts)
     plan = build_plan(spec)
+    if opts.join is not None and not parse_msrun_bool(opts.join, "--join"):
+        detach = True  # msrun --join=False: start the job and return
     if dry_run:
         if as_json:
             sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\n")
@@ -74,10 +77,11 @@ def run_cmd(
     from launcher.jobs.files import write_atomic
 
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
-    console = _Console(plan, "none" if quiet else tee)
+    console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
+                       tail_all=opts.tail_worker_log is not None)
     ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout}
     try:
-        result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start)
+        result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start, zygote=zygote)
     finally:
         console.stop()
     problems = []  # a CI output that cannot be written never hides the job's result or exit code
@@ -113,8 +117,7 @@ def _detach(plan: Plan) -> None:
     from launcher.jobs.jobdir import prepare_job_dir
 
     prepare_job_dir(plan.job_dir)  # created 0700 or an empty one; the child claims and locks it
-    argv = list(sys.argv[1:])
-    argv.remove("--detach") if "--detach" in argv else argv.remove("-d")
+    argv = _without_detach(list(sys.argv[1:]))
     idx = argv.index("run")
     child = [sys.executable, "-m", "launcher"] + argv[: idx + 1] + ["--job-id", plan.job_id, "--log-dir", plan.job_dir, "--tee", "none"] + argv[idx + 1:]
     with open(os.path.join(plan.job_dir, "mslaunch.log"), "ab") as out:
@@ -133,12 +136,33 @@ def _detach(plan: Plan) -> None:
                      f"  follow: mslaunch logs tail {plan.job_id} -f    stop: mslaunch stop {plan.job_id}\n")
 
 
+def _without_detach(argv: List[str]) -> List[str]:
+    """``argv`` without ``--detach``/``-d`` and msrun's ``--join False`` (before the script)."""
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--detach", "-d") or arg.startswith("--join="):
+            i += 1
+            continue
+        if arg == "--join" and i + 1 < len(argv):
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 class _Console:
     """Rank output on the console while the job runs (a follower over the log files)."""
 
-    def __init__(self, plan: Plan, tee: str) -> None:
+    def __init__(self, plan: Plan, tee: str, ranks: Optional[Tuple[int, ...]] = None, tail_all: bool = False) -> None:
+        """``ranks``/``tail_all``: msrun's ``--tail_worker_log`` (every line of those ranks, or of
+        every rank when ``tail_all`` and ``ranks`` is None), replacing ``--tee``."""
         self.plan = plan
         self.tee = tee
+        self.ranks = ranks
+        self.tail_all = tail_all
         self.colour = sys.stdout.isatty()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -153,15 +177,25 @@ class _Console:
             sys.stderr.write(f"mslaunch: {kind}: {note}\n")
         if self.tee == "none":
             return
-        from launcher.logs.follow import ERROR_RE, Follower, job_log_sources, prefix
+        from launcher.logs.follow import ERROR_RE, Follower, LogSource, job_log_sources, prefix
 
         only_rank0 = self.tee in ("rank0", "errors")
+        tailing = self.tail_all or self.ranks is not None
 
         def sources() -> Any:
-            return job_log_sources(self._attempt_dir, scheduler=self.tee == "all")
+            if not tailing and all(os.path.basename(p.log).startswith("worker_") for p in self.plan.ranks):
+                return job_log_sources(self._attempt_dir, scheduler=self.tee == "all")
+            out = []
+            for p in self.plan.ranks:  # the plan's names (--worker_log_name)
+                if tailing and self.ranks is not None and p.rank not in self.ranks:
+                    continue
+                path = os.path.join(self._attempt_dir, os.path.relpath(p.log, self.plan.job_dir))
+                if os.path.exists(path):
+                    out.append(LogSource(p.name, path, p.rank if p.rank is not None else p.local_rank))
+            return out
 
         def emit(src: Any, line: str) -> None:
-            if only_rank0 and src.rank != 0:
+            if not tailing and only_rank0 and src.rank != 0:
                 if self.tee == "rank0" or not ERROR_RE.search(line):
                     return
             with self._lock:

@@ -66,3 +66,37 @@ def wait_accepting(host: str, port: int, timeout: float, alive: Optional[Callabl
             return False
         time.sleep(pause)
         pause = min(pause * 2, 0.2)
+
+
+def resolve_ipv4(addr: str) -> str:
+    """``addr`` as an IPv4 address (a name is resolved; an unresolvable one is returned as is)."""
+    try:
+        return socket.gethostbyname(addr)
+    except OSError:
+        return addr
+
+
+def is_local_addr(addr: str) -> bool:
+    """True if ``addr`` (an IP or a name) is one of this machine's (network namespace's) addresses,
+    as msrun decides whether to start the scheduler on this node."""
+    import psutil
+
+    ip = resolve_ipv4(addr)
+    if ip.startswith("127."):
+        return True
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and a.address == ip:
+                return True
+    return False
+
+
+def local_ip_towards(addr: str) -> str:
+    """The source address this machine uses to reach ``addr`` (msrun's ``{ip}``); no packet is sent."""
+    ip = resolve_ipv4(addr)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((ip, 9))
+            return str(s.getsockname()[0])
+        except OSError:
+            return ip

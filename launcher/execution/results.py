@@ -1,9 +1,10 @@
 """Outcomes of processes and jobs: failures are data (torch.distributed.elastic's habit)."""
 from __future__ import annotations
 
+import re
 import signal as _signal
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 #: Job states written to summary.json.
 SUCCEEDED, FAILED, TIMEOUT, STOPPED = "succeeded", "failed", "timeout", "stopped"
@@ -186,3 +187,31 @@ def earliest_failure(results: List[ProcResult]) -> Optional[ProcResult]:
     if not failed:
         return None
     return min(failed, key=lambda r: (r.ended if r.ended is not None else float("inf"), r.rank if r.rank is not None else 1 << 30))
+
+
+_NODE_TIMED_OUT_RE = re.compile(r"The node: (\S+) is timed out")
+
+
+def lost_nodes(lines: Sequence[str]) -> Tuple[str, ...]:
+    """Node ids the dynamic-cluster scheduler reported as timed out (lost heartbeat), in order.
+
+    MindSpore's scheduler logs ``The node: <id> is timed out`` when a worker stops sending
+    heartbeats: it failed, or its node (another mslaunch in per-node mode) went away.  With
+    ``MS_NODE_ID`` set, the id is the rank.
+    """
+    out: List[str] = []
+    for line in lines:
+        m = _NODE_TIMED_OUT_RE.search(line)
+        if m and m.group(1) not in out:
+            out.append(m.group(1))
+    return tuple(out)
+
+
+def lost_nodes_note(lines: Sequence[str]) -> Optional[str]:
+    """A summary clause naming the ranks the scheduler lost, or None."""
+    lost = lost_nodes(lines)
+    if not lost:
+        return None
+    which = ", ".join(lost)
+    return (f"the scheduler lost rank(s) {which} (heartbeat timed out): they failed or their node went away"
+            " (in per-node mode, see that node's mslaunch summary)")

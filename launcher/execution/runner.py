@@ -23,7 +23,11 @@ from launcher.jobs.files import write_atomic
 from launcher.planning.plan import Plan
 
 
-def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = None) -> Callable[[], Launcher]:
+def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = None, zygote: bool = False) -> Callable[[], Launcher]:
+    if plan.launcher == "local" and zygote:
+        from launcher.execution.zygote import ZygoteLauncher
+
+        return ZygoteLauncher.warm
     if plan.launcher == "local":
         from launcher.execution.local import LocalLauncher
 
@@ -92,8 +96,12 @@ def run_plan(
     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
     ssh_options: Optional[Dict[str, Any]] = None,
     on_started: Optional[Callable[[], None]] = None,
+    zygote: bool = False,
 ) -> JobResult:
-    """Run ``plan`` to the end; returns the result after writing ``summary.json``."""
+    """Run ``plan`` to the end; returns the result after writing ``summary.json``.
+
+    ``zygote``: start local Python ranks by forking them from one process that imported
+    MindSpore once (see :mod:`launcher.execution.zygote`)."""
     preflight(plan)
     write_job_files(plan, argv)
     if on_started is not None:
@@ -104,7 +112,7 @@ def run_plan(
     watchdog = Watchdog(grace=1.0)
     try:
         prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
-        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options), options, on_event=on_event, prepare_attempt=prepare,
+        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options, zygote), options, on_event=on_event, prepare_attempt=prepare,
                          watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
         started = time.time()
         try:

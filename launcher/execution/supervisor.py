@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple
 from launcher.errors import LaunchError
 from launcher.execution.results import (
     FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, JobResult, ProcResult, RootCause,
-    earliest_failure, exit_code_of, tail_lines,
+    earliest_failure, exit_code_of, lost_nodes_note, tail_lines,
 )
 from launcher.planning.plan import Plan, ProcPlan
 
@@ -246,6 +246,10 @@ class Supervisor:
                 code = failed.exit_code if failed.exit_code else 1
                 if message is None:
                     message = f"{failed.name} on {failed.host} failed: {failed.describe()}"
+            if self.plan.scheduler is not None:
+                note = lost_nodes_note(tail_lines(attempt_path(self.plan.scheduler.log, self.plan.job_dir, adir), 200))
+                if note is not None:
+                    message = f"{message}; {note}" if message else note
             if code == 0:
                 code = 1
         return status, code, results, cause, message

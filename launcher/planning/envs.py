@@ -165,6 +165,21 @@ def dynamic_worker_env(slot: RankSlot, sched_host: str, sched_port: int, topo_ti
     return env
 
 
+def simulation_env(slot: RankSlot, single: bool = False) -> Dict[str, str]:
+    """msrun's ``--sim_level`` layout (MindSpore's dry run): no role, no scheduler address.
+
+    Args:
+        slot: the rank.
+        single: ``--sim_rank_id`` was given (one process simulates ``slot.rank``; msrun leaves
+            ``MS_NODE_ID`` unset then).
+    """
+    env = {"MS_WORKER_NUM": str(slot.world_size)}
+    if not single:
+        env["MS_NODE_ID"] = str(slot.rank)
+    env.update(_common(slot))
+    return env
+
+
 def ranktable_env(slot: RankSlot, rank_table_file: str) -> Dict[str, str]:
     """A rank-table rank's layout (seed 001's run.sh): ``RANK_TABLE_FILE``, ``RANK_ID``, ..."""
     env = {"RANK_TABLE_FILE": rank_table_file}

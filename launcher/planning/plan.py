@@ -13,7 +13,7 @@ Job directory layout (created by ``launcher.jobs``)::
       rank_table.json      ranktable method
       hostfile             mpirun launcher with --hostfile
       scheduler.log        dynamic method
-      worker_<rank>.log    one per rank (msrun's names)
+      worker_<rank>.log    one per rank (msrun's names; ``--worker_log_name NAME``: NAME_<rank>.log)
       device<rank>/        ranktable method: the rank's cwd, with env<rank>.log
       attempt_<k>/         logs of restart attempt k (k >= 1), same names
 """
@@ -26,12 +26,53 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 from launcher.errors import PlanError
 from launcher.planning import cpu, envs, mpi
 from launcher.planning.inventory import Host, Inventory
-from launcher.planning.ranks import assign_ranks, used_inventory
+from launcher.planning.ranks import RankSlot, assign_ranks, node_slots, used_inventory
 
 LAUNCHERS = ("local", "ssh", "mpirun")
 DEFAULT_MASTER_PORT = 8118
 RANK_TABLE_NAME = "rank_table.json"
 HOSTFILE_NAME = "hostfile"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Per-node mode (msrun's model): this mslaunch runs one node's share of a multi-node job.
+
+    A cluster manager (Kubernetes operator, Slurm, a person) starts one mslaunch on every node;
+    each plans only its own workers, and the node that owns the master address also runs the
+    scheduler.  The job's total worker count is :attr:`JobSpec.np`.
+
+    Attributes:
+        node_rank: this node's index (ranks ``node_rank*local_worker_num + i``), or None: one
+            node only (``local_worker_num == np``), or ranks left to MindSpore (msrun without
+            ``--node_rank``: no ``MS_NODE_ID``/``RANK_ID``, logs named by local index).
+        local_worker_num: workers on this node.
+        owns_master: whether the master address is one of this machine's addresses (the
+            scheduler runs here), or None when unknown (then node 0 runs it).
+    """
+
+    node_rank: Optional[int]
+    local_worker_num: int
+    owns_master: Optional[bool] = None
+
+    @property
+    def runs_scheduler(self) -> bool:
+        if self.owns_master is not None:
+            return self.owns_master
+        return self.node_rank in (None, 0)
+
+
+def worker_log_name(template: str, ip: str, hostname: str) -> str:
+    """msrun's ``--worker_log_name``: ``{ip}`` and ``{hostname}`` replaced; the rank suffix
+    (``_<rank>.log``) is added per worker.
+
+    Raises:
+        PlanError: an empty name or one with a path separator.
+    """
+    name = template.replace("{ip}", ip).replace("{hostname}", hostname)
+    if not name or "/" in name or name in (".", ".."):
+        raise PlanError(f"--worker_log_name must be a file name prefix, got {template!r}", field="--worker_log_name")
+    return name
 
 
 @dataclass(frozen=True)
@@ -64,6 +105,18 @@ class JobSpec:
         ssh_config: the ssh config remote hosts are reached through (``--ssh-config`` /
             ``$MSLAUNCH_SSH_CONFIG``), or None (``~/.ssh/config``).
         cpu: CPU-tuning inputs (see :mod:`launcher.planning.cpu`); the default tunes nothing.
+        node: per-node mode (``--node_rank``), or None (mslaunch plans every host's ranks).
+        worker_log_name: prefix of worker log names (``<prefix>_<rank>.log``), already
+            formatted (see :func:`worker_log_name`); None: ``worker``.
+        rank_table_file: a rank table the user gives (``--rank_table_file``): the ranktable
+            method uses it instead of generating one; the dynamic method exports it as
+            ``RANK_TABLE_FILE`` to every process, as msrun does.
+        sim_level: msrun's ``--sim_level`` (MindSpore's dry run, ``MS_SIMULATION_LEVEL``):
+            workers only, no scheduler and no cluster variables.
+        sim_rank_id: with ``sim_level``: run one worker that simulates this rank.
+        bind_numa: msrun's ``--bind_numa`` dict as ``(key, NUMA nodes)`` pairs, keys
+            ``device<local index>`` or ``scheduler``: those processes start under
+            ``numactl --membind N --cpunodebind N``.
     """
 
     inventory: Inventory
@@ -90,6 +143,20 @@ class JobSpec:
     wrapper: Optional[str] = None
     ssh_config: Optional[str] = None
     cpu: cpu.CpuSpec = field(default_factory=cpu.CpuSpec)
+    node: Optional[NodeSpec] = None
+    worker_log_name: Optional[str] = None
+    rank_table_file: Optional[str] = None
+    sim_level: Optional[int] = None
+    sim_rank_id: Optional[int] = None
+    bind_numa: Tuple[Tuple[str, str], ...] = ()
+
+
+def numa_prefix(bind_numa: Tuple[Tuple[str, str], ...], key: str) -> Tuple[str, ...]:
+    """The ``numactl`` prefix msrun puts before a process bound by ``--bind_numa`` (or ``()``)."""
+    nodes = dict(bind_numa).get(key)
+    if nodes is None:
+        return ()
+    return ("numactl", "--membind", nodes, "--cpunodebind", nodes)
 
 
 @dataclass(frozen=True)
@@ -251,16 +318,29 @@ def build_plan(spec: JobSpec) -> Plan:
         raise PlanError("the mpirun launcher needs the per-rank wrapper template", field="--launcher")
 
     inventory = spec.inventory
-    if spec.method == "ranktable":
-        # RANK_IDs must follow the rank table's server order (server_id; SuperPoD first in 1.2).
-        from launcher.planning.ranktable import rank_table_host_order
+    simulate = spec.sim_level is not None
+    if simulate and spec.method != "dynamic":
+        raise PlanError("--sim_level runs MindSpore's dry run of a dynamic-cluster job; drop --method", field="--sim_level")
+    if spec.node is not None:
+        slots, used_inv = _node_slots(spec, launcher)
+    else:
+        if spec.method == "ranktable" and spec.rank_table_file is None:
+            # RANK_IDs must follow the rank table's server order (server_id; SuperPoD first in 1.2).
+            from launcher.planning.ranktable import rank_table_host_order
 
-        inventory = Inventory(tuple(rank_table_host_order(inventory.hosts, spec.rank_table_version)), source=inventory.source)
-    slots = assign_ranks(inventory, spec.np, spec.per_host)
-    used_inv = used_inventory(inventory, slots)
+            inventory = Inventory(tuple(rank_table_host_order(inventory.hosts, spec.rank_table_version)), source=inventory.source)
+        slots = assign_ranks(inventory, spec.np, spec.per_host)
+        used_inv = used_inventory(inventory, slots)
+    world = slots[0].world_size if slots else 0
+    if simulate and spec.sim_rank_id is not None:
+        # msrun: one process simulates the given rank (its log keeps the local index 0).
+        if not 0 <= spec.sim_rank_id < world:
+            raise PlanError(f"--sim_rank_id must be in 0..{world - 1}, got {spec.sim_rank_id}", field="--sim_rank_id")
+        slots = (replace(slots[0], rank=spec.sim_rank_id, local_rank=0, local_world_size=1),)
     used = list(used_inv.hosts)
     hosts_by_name = {h.name: h for h in used}
-    world = len(slots)
+    # msrun without --node_rank on a multi-node job: MindSpore assigns the ranks.
+    auto_ranks = spec.node is not None and spec.node.node_rank is None and spec.node.local_worker_num < world
 
     user_layers = [(f"{h.source or h.name} env", h.env) for h in used]
     user_layers += [(f"--env-file {path}", pairs) for path, pairs in spec.env_files]
@@ -269,6 +349,11 @@ def build_plan(spec: JobSpec) -> Plan:
     tuning = envs.tuning_env(spec.method, spec.user_env_keys)
     file_env = dict(p for _, pairs in spec.env_files for p in pairs)
     flag_env = dict(spec.env)
+    msrun_env: Dict[str, str] = {}
+    if spec.rank_table_file is not None and spec.method == "dynamic":
+        msrun_env["RANK_TABLE_FILE"] = spec.rank_table_file
+    if simulate:
+        msrun_env["MS_SIMULATION_LEVEL"] = str(spec.sim_level)
 
     local_slots = [s for s in slots if hosts_by_name[s.host].is_local]
     local_index = {s.rank: i for i, s in enumerate(local_slots)}
@@ -294,11 +379,14 @@ def build_plan(spec: JobSpec) -> Plan:
         out.update(host.env)
         out.update(file_env)
         out.update(flag_env)
+        out.update(msrun_env)
         return out
 
     artefacts: List[Artefact] = []
     table_path = posixpath.join(spec.job_dir, RANK_TABLE_NAME)
-    if spec.method == "ranktable":
+    if spec.method == "ranktable" and spec.rank_table_file is not None:
+        table_path = spec.rank_table_file
+    elif spec.method == "ranktable":
         if spec.device_ips is None:
             raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf", field="--method")
         from launcher.planning.ranktable import build_rank_table, rank_table_json
@@ -308,17 +396,31 @@ def build_plan(spec: JobSpec) -> Plan:
 
     sched_host: Optional[Host] = None
     sched_addr: Optional[str] = None
-    if spec.method == "dynamic":
-        sched_host, sched_addr = _master(spec, used)
+    if spec.method == "dynamic" and not simulate:
+        if spec.node is not None:
+            sched_addr = spec.master_addr or "127.0.0.1"
+            sched_host = used[0] if spec.node.runs_scheduler else None
+        else:
+            sched_host, sched_addr = _master(spec, used)
+    log_prefix = spec.worker_log_name or "worker"
 
     ranks: List[ProcPlan] = []
     for slot in slots:
         host = hosts_by_name[slot.host]
         cwd = spec.cwd
         env_dump = None
-        if spec.method == "dynamic":
+        rank: Optional[int] = slot.rank
+        log_index = slot.rank
+        if simulate:
+            layout = envs.simulation_env(slot, spec.sim_rank_id is not None)
+            log_index = slot.local_rank if spec.sim_rank_id is not None else slot.rank
+        elif spec.method == "dynamic":
             assert sched_addr is not None
             layout = envs.dynamic_worker_env(slot, sched_addr, spec.master_port, spec.cluster_time_out)
+            if auto_ranks:
+                for key in ("MS_NODE_ID", "RANK_ID"):
+                    layout.pop(key)
+                rank, log_index = None, slot.local_rank
         elif spec.method == "ranktable":
             layout = envs.ranktable_env(slot, table_path)
             cwd = posixpath.join(spec.job_dir, f"device{slot.rank}")
@@ -327,17 +429,17 @@ def build_plan(spec: JobSpec) -> Plan:
             layout = envs.mpi_env(slot)
         ranks.append(
             ProcPlan(
-                name=f"rank {slot.rank}",
+                name=f"rank {slot.rank}" if rank is not None else f"worker {slot.local_rank}",
                 role="worker",
                 host=slot.host,
-                rank=slot.rank,
+                rank=rank,
                 local_rank=slot.local_rank,
                 node_rank=slot.node_rank,
                 device_id=slot.device_id,
-                argv=program_argv(spec, host),
+                argv=numa_prefix(spec.bind_numa, f"device{slot.local_rank}") + program_argv(spec, host),
                 env=envs.layered(user_env(host, slot.rank), layout),
                 cwd=cwd,
-                log=posixpath.join(spec.job_dir, f"worker_{slot.rank}.log"),
+                log=posixpath.join(spec.job_dir, f"{log_prefix}_{log_index}.log"),
                 env_dump=env_dump,
                 cpus=cpu_plan.cpus.get(local_index[slot.rank]) if bind_here and slot.rank in local_index else None,
             )
@@ -353,7 +455,7 @@ def build_plan(spec: JobSpec) -> Plan:
             local_rank=None,
             node_rank=None,
             device_id=None,
-            argv=program_argv(spec, sched_host),
+            argv=numa_prefix(spec.bind_numa, "scheduler") + program_argv(spec, sched_host),
             env=envs.layered(user_env(sched_host), envs.dynamic_scheduler_env(world, sched_addr, spec.master_port, spec.cluster_time_out)),
             cwd=spec.cwd,
             log=posixpath.join(spec.job_dir, "scheduler.log"),
@@ -394,6 +496,21 @@ def build_plan(spec: JobSpec) -> Plan:
         cpu_notes=tuple(cpu_notes),
         cpu_warnings=cpu_plan.warnings,
     )
+
+
+def _node_slots(spec: JobSpec, launcher: str) -> Tuple[Tuple[RankSlot, ...], Inventory]:
+    """Per-node mode: this node's slots, and the one-host inventory they use."""
+    assert spec.node is not None
+    hosts = spec.inventory.hosts
+    if len(hosts) != 1 or not spec.inventory.all_local or launcher != "local":
+        raise PlanError("per-node mode (--node_rank) runs this node's workers only; drop --hosts/-H/--launcher", field="--node_rank")
+    if spec.method != "dynamic":
+        raise PlanError("per-node mode (--node_rank) runs a dynamic cluster; drop --method", field="--node_rank")
+    if spec.np is None:
+        raise PlanError("per-node mode needs the job's --worker_num", field="--worker_num")
+    slots = node_slots(spec.np, spec.node.local_worker_num, spec.node.node_rank, hosts[0].name)
+    host = replace(hosts[0], slots=len(slots), devices=tuple(s.device_id for s in slots), max_slots=None)
+    return slots, Inventory((host,), source=spec.inventory.source)
 
 
 #: Per-rank layout variables the wrapper derives from OMPI_COMM_WORLD_RANK instead of -x.

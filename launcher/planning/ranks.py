@@ -115,3 +115,59 @@ def used_inventory(inventory: Inventory, slots: Tuple[RankSlot, ...]) -> Invento
         if devices:
             used.append(replace(host, slots=len(devices), devices=devices, max_slots=None))
     return Inventory(tuple(used), source=inventory.source)
+
+
+def node_slots(worker_num: int, local_worker_num: int, node_rank: Optional[int], host: str = "localhost") -> Tuple[RankSlot, ...]:
+    """Per-node mode (msrun's model): the ranks one node of a multi-node job runs.
+
+    Every node runs ``local_worker_num`` workers; node ``k`` runs global ranks
+    ``k*local_worker_num + i`` for ``i`` in ``0..local_worker_num-1`` (msrun assumes the same
+    number of workers on every node, and so does this).  Device ids are the local indexes.
+
+    Args:
+        worker_num: workers in the whole job (``--worker_num``).
+        local_worker_num: workers on this node (``--local_worker_num``).
+        node_rank: this node's index, or None when the job runs on one node only
+            (``local_worker_num == worker_num``; msrun then ignores ``--node_rank``) or when the
+            ranks are left to MindSpore (msrun without ``--node_rank``: the slots then carry the
+            local index as ``rank``; see :func:`launcher.planning.plan.build_plan`).
+        host: the inventory name of this node.
+
+    Returns:
+        One :class:`RankSlot` per local worker, ordered by local index.
+
+    Raises:
+        PlanError: counts below 1, more local than total workers, or a node rank whose ranks
+            would pass ``worker_num``.
+    """
+    if worker_num < 1:
+        raise PlanError(f"--worker_num must be at least 1, got {worker_num}", field="--worker_num")
+    if local_worker_num < 1:
+        raise PlanError(f"--local_worker_num must be at least 1, got {local_worker_num}", field="--local_worker_num")
+    if local_worker_num > worker_num:
+        raise PlanError(f"--local_worker_num {local_worker_num} is more than --worker_num {worker_num}", field="--local_worker_num")
+    single = local_worker_num == worker_num
+    base = 0
+    if node_rank is not None and not single:
+        if node_rank < 0:
+            raise PlanError(f"--node_rank must be >= 0, got {node_rank}", field="--node_rank")
+        base = node_rank * local_worker_num
+        if base + local_worker_num > worker_num:
+            nodes = -(-worker_num // local_worker_num)
+            raise PlanError(
+                f"--node_rank {node_rank} with --local_worker_num {local_worker_num} gives ranks {base}..{base + local_worker_num - 1}, "
+                f"but --worker_num is {worker_num} (node ranks 0..{nodes - 1})",
+                field="--node_rank",
+            )
+    return tuple(
+        RankSlot(
+            rank=base + i,
+            local_rank=i,
+            node_rank=0 if single or node_rank is None else node_rank,
+            host=host,
+            device_id=i,
+            world_size=worker_num,
+            local_world_size=local_worker_num,
+        )
+        for i in range(local_worker_num)
+    )

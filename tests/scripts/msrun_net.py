@@ -1,0 +1,36 @@
+"""A net.py as in MindSpore's msrun docs, reduced to one AllReduce (CPU, dynamic cluster).
+
+Each worker prints ``net rank=<r> size=<n> sum=<v>`` and exits 0 when ``v == n(n+1)/2``.
+``NET_FAIL_RANK=<r>``: that rank exits 3 right after ``init()`` (a worker failing mid-job).
+The scheduler's ``init()`` serves the cluster and ends the process.
+"""
+import os
+import sys
+
+import numpy as np
+
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+from mindspore.communication import get_group_size, get_rank, init
+
+ms.set_context(mode=ms.GRAPH_MODE)
+ms.set_device("CPU")
+init()
+rank, size = get_rank(), get_group_size()
+if os.environ.get("NET_FAIL_RANK") == str(rank):
+    print(f"net rank={rank} failing on purpose", flush=True)
+    sys.exit(3)
+
+
+class _Sum(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.all_reduce = ops.AllReduce()
+
+    def construct(self, x):
+        return self.all_reduce(x)
+
+
+total = float(_Sum()(Tensor(np.array([[rank + 1.0]], dtype=np.float32))).asnumpy().reshape(-1)[0])
+print(f"net rank={rank} size={size} sum={total}", flush=True)
+sys.exit(0 if total == size * (size + 1) / 2 else 1)
