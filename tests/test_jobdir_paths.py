@@ -139,7 +139,6 @@ def test_log_dir_that_is_not_empty_is_refused(tmp_path):
     cases = [
         (["--log-dir", str(user)], user, "is not empty (1 entries: notes.txt)"),
         (["--log-dir", "."], cwd, "is not empty (1 entries: train.py)"),
-        (["--log-dir", str(finished)], finished, "already holds a job"),
         (["--log-dir", str(a_file)], a_file, "exists and is not a directory"),
         (["--log-dir", str(a_file / "sub")], a_file, "cannot create the job directory's parent"),
     ]
@@ -149,6 +148,34 @@ def test_log_dir_that_is_not_empty_is_refused(tmp_path):
         one_line_error(r, 2, fragment)
         assert snapshot(path) == before, path
     assert e.started() == first and len(e.registry()) == 1  # only the finished job
+
+    # a job dir whose job did not finish (no summary.json) is refused and left as it is
+    unfinished = tmp_path / "unfinished"
+    assert e.run("--log-dir", str(unfinished)).returncode == 0
+    os.unlink(unfinished / "summary.json")
+    before = snapshot(unfinished)
+    one_line_error(e.run("--log-dir", str(unfinished), cwd=cwd), 2, "holds a job that did not finish")
+    assert snapshot(unfinished) == before
+
+
+def test_log_dir_of_a_finished_job_is_reused_and_keeps_one_previous_job(tmp_path):
+    """msrun users re-run with the same --log_dir: the finished job moves to .previous/, its mode stays."""
+    e = Env(tmp_path)
+    d = tmp_path / "msrun_log"
+    ids = []
+    for k in range(3):
+        r = e.run("--log-dir", str(d), "--job-id", f"again{k}")
+        assert r.returncode == 0, r.stderr
+        ids.append(f"again{k}")
+        if k == 0:
+            os.chmod(d, 0o755)
+        with open(d / "summary.json") as fh:
+            assert json.load(fh)["job_id"] == ids[-1]
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o755
+    assert sorted(os.listdir(d)) == [".previous", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
+    with open(d / ".previous" / "summary.json") as fh:
+        assert json.load(fh)["job_id"] == "again1"  # one previous job kept; the one before it is gone
+    e.assert_gone()
 
 
 def test_log_dir_lock_refuses_a_second_run(tmp_path):

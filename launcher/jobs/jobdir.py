@@ -49,7 +49,10 @@ LOCK_FILE = "job.lock"
 #: The detached run's console log (written by ``run --detach`` before the job claims the dir).
 DETACH_LOG = "mslaunch.log"
 #: Entries an otherwise empty directory may hold and still be used as a new job dir.
-_EMPTY_OK = frozenset({LOCK_FILE, DETACH_LOG})
+#: Where a finished job's files go when a new run reuses its ``--log-dir`` (msrun users re-run with
+#: the same ``--log_dir``): one previous job is kept, the one before it is removed.
+PREVIOUS_DIR = ".previous"
+_EMPTY_OK = frozenset({LOCK_FILE, DETACH_LOG, PREVIOUS_DIR})
 
 #: Job files larger than this are reported as corrupt instead of being read.
 MAX_JOB_FILE_BYTES = 64 * 1024 * 1024
@@ -375,10 +378,47 @@ def _check_empty(path: str, locked_here: bool = False) -> None:
     holder = None if locked_here else lock_holder(path)
     if holder is not None:  # a job is being set up or running here (its files may be half-way written)
         raise _busy(path, holder)
+    if _holds_finished_job(path, other):
+        return  # claim_job_dir moves it to .previous/ under the lock
     if PLAN_FILE in other or JOB_FILE in other or SUMMARY_FILE in other:
-        raise MsLaunchError("already holds a job; choose a new --log-dir (or remove this one)", path=path)
+        raise MsLaunchError("holds a job that did not finish (no valid summary.json); choose a new --log-dir "
+                            "(or remove this one)", path=path)
     shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
     raise MsLaunchError(f"is not empty ({len(other)} entries: {shown}); --log-dir takes a new or empty directory", path=path)
+
+
+def _holds_finished_job(path: str, names: List[str]) -> bool:
+    """``path`` holds a job of ours that finished: a valid ``summary.json`` beside its plan or job file."""
+    if SUMMARY_FILE not in names or not (PLAN_FILE in names or JOB_FILE in names):
+        return False
+    try:
+        return read_job_file(os.path.join(path, SUMMARY_FILE), SUMMARY_FILE) is not None
+    except CorruptJobFile:
+        return False
+
+
+def _rotate_finished_job(path: str) -> None:
+    """Move a finished job's entries (all but the lock and a detached run's log) into ``.previous/``.
+
+    Called under the job's lock.  The job before it (an older ``.previous/``) is removed first.
+    """
+    import shutil
+
+    previous = os.path.join(path, PREVIOUS_DIR)
+    names = [n for n in _listdir(path) if n not in _EMPTY_OK]
+    if not names:
+        return
+    try:
+        if os.path.lexists(previous):
+            if os.path.isdir(previous) and not os.path.islink(previous):
+                shutil.rmtree(previous)
+            else:
+                os.unlink(previous)
+        os.mkdir(previous, 0o700)
+        for name in names:
+            os.rename(os.path.join(path, name), os.path.join(previous, name))
+    except OSError as exc:
+        raise MsLaunchError(f"cannot move the previous job's files to {PREVIOUS_DIR}/: {exc.strerror}", path=path) from None
 
 
 def prepare_job_dir(path: str) -> bool:
@@ -415,6 +455,8 @@ def claim_job_dir(path: str) -> JobLock:
     as ``mkdir -p`` does); an existing one must be a directory holding nothing (but a
     ``job.lock`` or a detached run's ``mslaunch.log``) and keeps its mode.  Then ``job.lock`` is
     locked exclusively without waiting, and the directory is checked once more under the lock.
+    A directory that holds a finished job of ours (msrun users re-run with the same
+    ``--log_dir``) is accepted: that job's files move to ``.previous/`` under the lock.
 
     Returns:
         The lock; also kept until :func:`release_job_dir` (or the process's end).
@@ -449,6 +491,7 @@ def claim_job_dir(path: str) -> JobLock:
                 raise MsLaunchError(f"cannot lock {LOCK_FILE}: {exc.strerror}", path=path) from None
             raise _busy(path, lock_holder(path)) from None
         _check_empty(path, locked_here=True)
+        _rotate_finished_job(path)
     except BaseException:
         if created and locked:  # never remove a lock file another run may have locked meanwhile
             try:
