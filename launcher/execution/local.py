@@ -5,8 +5,12 @@ Each process:
 * runs with ``os.environ`` + the plan's env (never mutating ``os.environ``), in its cwd;
 * writes stdout and stderr straight into its log file (no pumping thread, no CPU cost);
 * leads its own session / process group, so teardown signals the whole group;
-* gets ``PR_SET_PDEATHSIG`` (Linux) so it dies if mslaunch dies, and its group is also known to
-  the job's :mod:`watchdog <launcher.execution.watchdog>`, which kills whole groups then.
+* is a child subreaper (Linux): whatever its descendants orphan (``setsid``, double fork) is
+  re-parented to it, so its process tree always holds every descendant while it lives;
+* with a watchdog (see :mod:`launcher.execution.watchdog`): registers itself on the watchdog's
+  pipe between fork and exec, and gets ``PR_SET_PDEATHSIG`` = SIGSTOP, so the kernel freezes it
+  the moment mslaunch dies and the watchdog then kills its whole tree; without one it gets
+  ``PR_SET_PDEATHSIG`` = ``pdeathsig`` (SIGKILL by default).
 """
 from __future__ import annotations
 
@@ -16,11 +20,12 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Protocol, Set
 
 import psutil
 
 from launcher.errors import LaunchError
+from launcher.execution.watchdog import TOKEN_VAR, starttime
 from launcher.planning.plan import ProcPlan
 
 _PR_SET_PDEATHSIG = 1
@@ -40,12 +45,20 @@ def _load_prctl() -> Optional[Callable[..., int]]:
 _PRCTL = _load_prctl()
 
 
-def _child_setup(sig: int) -> None:
+def _child_setup(sig: int, watchdog_fd: Optional[int], parent: int) -> None:
     """In the child before exec: unblock the stop signals (the supervisor blocks them while
-    it starts processes) and ask the kernel to send ``sig`` when mslaunch dies."""
+    it starts processes), become a child subreaper, register with the watchdog (``+pid
+    starttime`` on ``watchdog_fd``), and ask the kernel to send ``sig`` when mslaunch dies.
+    If mslaunch died before the request took effect, exit at once."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    if watchdog_fd is not None:
+        pid = os.getpid()
+        os.write(watchdog_fd, f"+{pid} {starttime(pid)}\n".encode())
     if _PRCTL is not None:
+        _PRCTL(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(137)
 
 
 def become_subreaper() -> bool:
@@ -151,16 +164,18 @@ class LocalProcess:
             return False
 
 
-def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeathsig: int = signal.SIGKILL, extra_env: Optional[Dict[str, str]] = None) -> LocalProcess:
+def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeathsig: int = signal.SIGKILL,
+                extra_env: Optional[Dict[str, str]] = None, watchdog: Optional["WatchdogLink"] = None) -> LocalProcess:
     """Start ``plan`` on this machine with output to ``log_path`` (appended).
 
     Args:
         plan: the process to start.
         log_path: its log file.
         cwd: override the planned cwd (None: ``plan.cwd``).
-        pdeathsig: signal the process gets if mslaunch dies (SIGTERM for mpirun, which then
-            tears down its own ranks).
+        pdeathsig: signal the process gets if mslaunch dies and there is no watchdog.
         extra_env: more variables on top of the plan's (e.g. per-attempt values).
+        watchdog: the job's watchdog: the process registers itself with it, carries its token
+            in ``MSLAUNCH_JOB_TOKEN`` and is frozen (SIGSTOP) if mslaunch dies.
 
     Raises:
         LaunchError: the executable or cwd does not exist or cannot be run.
@@ -169,6 +184,11 @@ def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeath
     env.update(plan.env)
     if extra_env:
         env.update(extra_env)
+    fd: Optional[int] = None
+    if watchdog is not None:
+        env[TOKEN_VAR] = watchdog.token
+        fd, pdeathsig = watchdog.fd, signal.SIGSTOP
+    parent = os.getpid()
     run_dir = cwd if cwd is not None else plan.cwd
     log = open(log_path, "ab", buffering=0)
     try:
@@ -180,7 +200,7 @@ def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeath
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=lambda: _child_setup(pdeathsig),
+            preexec_fn=lambda: _child_setup(pdeathsig, fd, parent),
             close_fds=True,
         )
     except FileNotFoundError as exc:
@@ -197,11 +217,21 @@ def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeath
     return LocalProcess(plan, popen, log_path)
 
 
+class WatchdogLink(Protocol):
+    """What a started process needs of the job's watchdog."""
+
+    token: str
+    fd: int
+
+
 class LocalLauncher:
     """Starts processes on this machine (see :func:`start_local`)."""
 
+    def __init__(self, watchdog: Optional[WatchdogLink] = None) -> None:
+        self.watchdog = watchdog
+
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:
-        return start_local(proc, log_path, cwd=cwd)
+        return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
 
     def close(self) -> None:
         pass

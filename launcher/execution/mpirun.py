@@ -14,7 +14,7 @@ import signal
 from typing import List, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution.local import LocalProcess, start_local
+from launcher.execution.local import LocalProcess, WatchdogLink, start_local
 from launcher.execution.results import ProcResult
 from launcher.planning.plan import Plan, ProcPlan
 
@@ -95,7 +95,17 @@ class MpirunProcess(LocalProcess):
 
 
 class MpirunLauncher:
-    """Starts the plan's mpirun argv as one local process."""
+    """Starts the plan's mpirun argv as one local process.
+
+    Args:
+        watchdog: the job's watchdog: mpirun registers with it and is a child subreaper, so
+            if mslaunch dies the watchdog ends mpirun and everything below it on this host
+            (wrappers, ranks, the scheduler, their descendants); remote orteds end their ranks
+            when mpirun's connection drops.
+    """
+
+    def __init__(self, watchdog: Optional[WatchdogLink] = None) -> None:
+        self.watchdog = watchdog
 
     def start_group(self, plan: Plan, adir: str) -> MpirunProcess:
         if plan.mpirun_argv is None:
@@ -109,8 +119,8 @@ class MpirunLauncher:
             device_id=None, argv=tuple(argv), env=(), cwd=plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir,
             log=os.path.join(adir, "mpirun.log"),
         )
-        # If mslaunch dies, mpirun gets SIGTERM and ends its ranks on every host itself.
-        base = start_local(proc, proc.log, pdeathsig=signal.SIGTERM)
+        # Without a watchdog: if mslaunch dies, mpirun gets SIGTERM and ends its ranks itself.
+        base = start_local(proc, proc.log, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
         return MpirunProcess(base, plan, adir)
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:  # pragma: no cover

@@ -11,7 +11,7 @@ State machine of one attempt::
 Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue;
 the main thread blocks on that queue.  Signals to mslaunch become :class:`Interrupted`
 exceptions, so ``finally`` blocks always tear down.  A watchdog process (see
-:mod:`launcher.execution.watchdog`) kills every process group if mslaunch itself is killed.
+:mod:`launcher.execution.watchdog`) kills every process of the job if mslaunch itself is killed.
 """
 from __future__ import annotations
 
@@ -152,7 +152,8 @@ class Supervisor:
             ``teardown``, ``restart``, ``timeout``, ``interrupted``.
         prepare_attempt: called with the attempt dir before processes start (e.g. to create
             per-rank working dirs and env dumps).
-        watchdog: the job's watchdog (process groups are registered with it), or None.
+        watchdog: the job's watchdog (local processes register with it themselves; reaped ones
+            are forgotten after teardown), or None.
         attempt_dir: attempt number -> its log folder (default: job dir, then attempt_<k>/).
         reap_orphans: called after each teardown with the pids of the started processes; ends
             whatever else descends from mslaunch (see :func:`launcher.execution.local.reap_orphans`).
@@ -260,8 +261,6 @@ class Supervisor:
                 except LaunchError as exc:
                     raise _StartFailed(str(exc), 1) from None
                 state.add(handle)
-                if self.watchdog is not None and getattr(handle, "pgid", None) is not None:
-                    self.watchdog.add(handle.pgid)  # type: ignore[attr-defined]
             self.on_event("started", {"name": handle.plan.name, "host": handle.host, "pid": getattr(handle, "pid", None), "log": handle.log_path})
             return
         sched_idx: Optional[int] = None
@@ -278,10 +277,6 @@ class Supervisor:
                     state.start_failure = ProcResult(proc.name, proc.rank, proc.host, None, time.time(), time.time(), log, reason=str(exc))
                     raise _StartFailed(str(exc), 1) from None
                 idx = state.add(handle)
-                if self.watchdog is not None:
-                    pgid = getattr(handle, "pgid", None)
-                    if pgid is not None:
-                        self.watchdog.add(pgid)
             self.on_event("started", {"name": proc.name, "host": proc.host, "pid": getattr(handle, "pid", None), "log": log})
             if proc.role == "scheduler" and plan.master_addr is not None and plan.master_port is not None:
                 sched_idx = idx
@@ -374,14 +369,14 @@ class Supervisor:
         end = time.monotonic() + 5.0
         while state.running() and time.monotonic() < end:
             state.drain(0.2)
-        if self.watchdog is not None:
-            for h in state.handles:
-                pgid = getattr(h, "pgid", None)
-                if pgid is not None:
-                    self.watchdog.remove(pgid)
         if self.reap_orphans is not None:
             keep = {pid for pid in (getattr(h, "pid", None) for h in state.handles) if pid is not None}
             self.reap_orphans(keep)
+        if self.watchdog is not None:
+            for idx, h in enumerate(state.handles):
+                pid = getattr(h, "pid", None)
+                if pid is not None and idx in state.exits and getattr(h, "pgid", None) is not None:
+                    self.watchdog.forget(pid)
 
     def _results(self, state: _Attempt) -> List[ProcResult]:
         out: List[ProcResult] = []
@@ -474,39 +469,48 @@ def _restore_signal_handlers(previous: Dict[int, Any]) -> None:
 
 
 class Watchdog:
-    """Client of :mod:`launcher.execution.watchdog` (one per ``mslaunch run``)."""
+    """Client of :mod:`launcher.execution.watchdog` (one per ``mslaunch run``).
 
-    def __init__(self, grace: float = 1.0) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher.execution.watchdog", str(grace)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+    Attributes:
+        pid: the watchdog's pid.
+        token: the job's token (``MSLAUNCH_JOB_TOKEN`` of every local process of the job).
+        fd: the write end of the watchdog's pipe (close-on-exec; processes started by
+            :func:`launcher.execution.local.start_local` register on it before exec).
+    """
+
+    def __init__(self) -> None:
+        import secrets
+
+        self.token = secrets.token_hex(16)
+        read_end, self.fd = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "launcher.execution.watchdog", self.token],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            os.close(read_end)
         self.pid = self._proc.pid
 
     def _send(self, line: str) -> None:
         try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(line.encode() + b"\n")
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
+            os.write(self.fd, line.encode() + b"\n")
+        except OSError:
             pass
 
-    def add(self, pgid: int) -> None:
-        self._send(str(pgid))
-
-    def remove(self, pgid: int) -> None:
-        self._send(f"-{pgid}")
+    def forget(self, pid: int) -> None:
+        """Tell the watchdog that process ``pid`` was reaped (its pid may be reused)."""
+        self._send(f"-{pid}")
 
     def close(self) -> None:
         """Tell the watchdog the job is torn down, and reap it."""
         self._send("exit")
         try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
+            os.close(self.fd)
         except OSError:
             pass
         try:
