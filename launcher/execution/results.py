@@ -133,8 +133,44 @@ class RootCause:
 
 
 @dataclass(frozen=True)
+class AttemptResult:
+    """The outcome of one attempt of a job (``--max-restarts`` runs several).
+
+    Attributes:
+        attempt: 0 for the first run, k for the k-th restart.
+        log_dir: where the attempt's logs are (the job dir, then ``attempt_<k>/``).
+        status, exit_code, message, root_cause: as for the job, for this attempt alone.
+        started, ended: epoch seconds.
+        processes: every process of the attempt.
+    """
+
+    attempt: int
+    log_dir: str
+    status: str
+    exit_code: int
+    started: float
+    ended: float
+    processes: Tuple[ProcResult, ...]
+    root_cause: Optional[RootCause] = None
+    message: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "log_dir": self.log_dir,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "started": self.started,
+            "ended": self.ended,
+            "processes": [p.to_json() for p in self.processes],
+            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
 class JobResult:
-    """The outcome of a job (all attempts)."""
+    """The outcome of a job: its last attempt, and in ``history`` every attempt."""
 
     job_id: str
     job_dir: str
@@ -147,6 +183,7 @@ class JobResult:
     root_cause: Optional[RootCause] = None
     message: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    history: Tuple[AttemptResult, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
         out = {
@@ -161,6 +198,9 @@ class JobResult:
             "processes": [p.to_json() for p in self.processes],
             "root_cause": self.root_cause.to_json() if self.root_cause else None,
             "message": self.message,
+            # Every attempt, failed ones before a successful restart included (the top-level
+            # fields above describe the last attempt).
+            "attempt_results": [a.to_json() for a in self.history],
         }
         out.update(self.extra)
         return out

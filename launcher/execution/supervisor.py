@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple
 
 from launcher.errors import LaunchError
+from launcher.execution import stopsignals
+from launcher.execution.stopsignals import Interrupted
 from launcher.execution.results import (
-    FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, JobResult, ProcResult, RootCause,
+    FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
     earliest_failure, exit_code_of, tail_lines,
 )
 from launcher.planning.plan import Plan, ProcPlan
@@ -52,14 +54,6 @@ class Launcher(Protocol):
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> Handle: ...
     def close(self) -> None: ...
-
-
-class Interrupted(Exception):
-    """mslaunch received a signal asking it to stop."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -183,14 +177,25 @@ class Supervisor:
     # ---------------------------------------------------------------- public
 
     def run(self) -> JobResult:
+        """Run every attempt; a stop signal at any moment (even before this call, when recorded
+        by :mod:`launcher.execution.stopsignals`) ends the job as ``stopped``.
+
+        Raises:
+            LaunchError: the launcher could not be set up (e.g. a host is unreachable) and no
+                stop signal was received.
+        """
         started = time.time()
         deadline = None if self.options.timeout is None else time.monotonic() + self.options.timeout
         attempt = 0
+        history: List[AttemptResult] = []
         previous = _install_signal_handlers()
         try:
             while True:
+                a_started = time.time()
                 status, code, results, cause, message = self._run_attempt(attempt, deadline)
-                if status == FAILED and attempt < self.options.max_restarts:
+                history.append(AttemptResult(attempt, self.current_attempt_dir, status, code, a_started, time.time(),
+                                             tuple(results), cause, message))
+                if status == FAILED and attempt < self.options.max_restarts and stopsignals.first() is None:
                     attempt += 1
                     self.on_event("restart", {"attempt": attempt, "cause": cause})
                     continue
@@ -205,6 +210,7 @@ class Supervisor:
                     processes=tuple(results),
                     root_cause=cause,
                     message=message,
+                    history=tuple(history),
                 )
         finally:
             _restore_signal_handlers(previous)
@@ -214,28 +220,38 @@ class Supervisor:
     def _run_attempt(self, attempt: int, deadline: Optional[float]) -> Tuple[str, int, List[ProcResult], Optional[RootCause], Optional[str]]:
         adir = self.attempt_dir(attempt)
         self.current_attempt_dir = adir
-        os.makedirs(adir, mode=0o700, exist_ok=True)
-        if self.prepare_attempt is not None:
-            self.prepare_attempt(attempt, adir)
         state = _Attempt()
-        launcher = self.launcher_factory()
+        launcher: Optional[Launcher] = None
         status, code, message = SUCCEEDED, 0, None
         try:
             try:
+                # Armed: a stop signal raises Interrupted at once (also one received earlier).
+                stopsignals.arm(True)
+                _check_pending_signal()
+                os.makedirs(adir, mode=0o700, exist_ok=True)
+                if self.prepare_attempt is not None:
+                    self.prepare_attempt(attempt, adir)
+                try:
+                    launcher = self.launcher_factory()
+                except LaunchError:
+                    _check_pending_signal()  # set-up cut short by a stop signal: stopped, not failed
+                    raise
                 self._start_all(state, launcher, adir, deadline)
                 status, code, message = self._watch(state, deadline)
             except Interrupted as exc:
-                self.on_event("interrupted", {"signal": exc.signum})
                 status, code, message = STOPPED, 128 + exc.signum, f"mslaunch received {signal.Signals(exc.signum).name}"
+                _quietly(lambda: self.on_event("interrupted", {"signal": exc.signum}))
             except _Timeout:
-                self.on_event("timeout", {"timeout": self.options.timeout})
                 status, code, message = TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s"
+                _quietly(lambda: self.on_event("timeout", {"timeout": self.options.timeout}))
             except _StartFailed as exc:
                 status, code, message = FAILED, exc.code, exc.message
             finally:
+                stopsignals.arm(False)  # from here on signals are only recorded: teardown runs to the end
                 self._teardown(state, announce=status != SUCCEEDED)
         finally:
-            launcher.close()
+            if launcher is not None:
+                launcher.close()
         results = self._results(state)
         cause = None
         failed = earliest_failure(results)
@@ -356,11 +372,9 @@ class Supervisor:
             except Exception:
                 pass
         end = time.monotonic() + self.options.grace
-        try:
-            while state.running() and time.monotonic() < end:
-                state.drain(max(0.0, min(0.5, end - time.monotonic())))
-        except Interrupted:
-            pass  # asked again to stop: skip the grace
+        signals_seen = len(stopsignals.pending)
+        while state.running() and time.monotonic() < end and len(stopsignals.pending) == signals_seen:
+            state.drain(max(0.0, min(0.2, end - time.monotonic())))  # asked again to stop: skip the grace
         for idx in range(len(state.handles)):
             try:
                 state.handles[idx].kill()  # whole group/tree, also leftovers of exited leaders
@@ -416,13 +430,21 @@ class _StartFailed(Exception):
         self.code = code
 
 
+def _quietly(fn: Callable[[], Any]) -> None:
+    """Call ``fn`` (console output); a failure there must not stop a teardown."""
+    try:
+        fn()
+    except Exception:
+        pass
+
+
 def _describe_rc(rc: int) -> str:
     return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
 
 
 # ------------------------------------------------------------------------ signals
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_STOP_SIGNALS = stopsignals.STOP_SIGNALS
 
 
 class _signals_blocked:
@@ -437,32 +459,25 @@ class _signals_blocked:
         if self._old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
-_pending: List[int] = []
-
-
-def _handler(signum: int, frame: Any) -> None:
-    _pending.append(signum)
-    raise Interrupted(signum)
-
 
 def _check_pending_signal() -> None:
-    if _pending:
-        raise Interrupted(_pending[0])
+    stopsignals.check()
 
 
 def _install_signal_handlers() -> Dict[int, Any]:
-    previous: Dict[int, Any] = {}
+    """Record stop signals; keep those received before (``mslaunch run`` installs the same
+    handler first thing, so a signal during start-up is pending here)."""
     if threading.current_thread() is not threading.main_thread():
-        return previous
-    del _pending[:]
-    for sig in _STOP_SIGNALS:
-        previous[sig] = signal.signal(sig, _handler)
-    return previous
+        return {}
+    if stopsignals.installed():
+        return {}
+    stopsignals.reset()
+    return stopsignals.install()
 
 
 def _restore_signal_handlers(previous: Dict[int, Any]) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
+    stopsignals.arm(False)
+    stopsignals.restore(previous)
 
 
 # ------------------------------------------------------------------------ watchdog
