@@ -38,6 +38,7 @@ def run_cmd(
     sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
     ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
     ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
+    ssh_start_timeout: float = typer.Option(30.0, "--ssh-start-timeout", help="Seconds for a host's agent to start after login (slow login shells); then 'did not start'.", rich_help_panel="SSH"),
     *,
     opts: JobOptions,
 ) -> None:
@@ -74,7 +75,9 @@ def run_cmd(
 
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
     console = _Console(plan, "none" if quiet else tee)
-    ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout}
+    if ssh_start_timeout <= 0:
+        raise PlanError("--ssh-start-timeout must be > 0", field="--ssh-start-timeout")
+    ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout, "start_timeout": ssh_start_timeout}
     try:
         result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start)
     finally:

@@ -21,14 +21,20 @@ from launcher.planning.plan import Plan, ProcPlan
 _NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 _EXIT_RE = re.compile(r"Exit code:\s*(-?\d+)")
 _SIGNAL_RE = re.compile(r"exited on signal (\d+)")
+_NOTICED_RE = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 
 
 def parse_first_failure(text: str) -> Optional[Tuple[int, Optional[int], Optional[int]]]:
     """From mpirun's output, ``(mpi_rank, exit_code, signal)`` of the first failed process.
 
     OpenMPI 4.1 prints ``Process name: [[J,1],R]`` then ``Exit code: C`` for a non-zero exit,
-    or ``Process name: [[J,1],R] ... exited on signal N`` for a signal death.
+    or ``Process name: [[J,1],R] ... exited on signal N`` for a signal death; for a signal death
+    it also prints ``mpirun noticed that process rank R with PID P on node H exited on signal N
+    (Name).`` (the only report when the process died by a signal).
     """
+    noticed = _NOTICED_RE.search(text)
+    if noticed:
+        return int(noticed.group(1)), None, int(noticed.group(2))
     m = _NAME_RE.search(text)
     if not m:
         return None
