@@ -127,8 +127,30 @@ def kill_tree(pid: int, pgid: Optional[int], sig: int) -> None:
             pass
 
 
+def exit_clock(pid: int) -> Optional[float]:
+    """When the zombie ``pid`` last ran, i.e. when it exited, in seconds of the kernel's
+    scheduler clock (``se.exec_start`` of ``/proc/<pid>/sched``), or None if unavailable.
+
+    Comparable between processes of this machine only; used to order exits that happened too
+    close together for the reaping threads to tell apart (they wake in any order).
+    """
+    try:
+        with open(f"/proc/{pid}/sched", "r", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("se.exec_start"):
+                    return float(line.split(":", 1)[1]) / 1000.0
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 class LocalProcess:
-    """A started local process (subprocess.Popen in its own session)."""
+    """A started local process (subprocess.Popen in its own session).
+
+    Attributes:
+        exit_clock: when it exited, on the kernel's scheduler clock (see :func:`exit_clock`),
+            read from the zombie before it is reaped; None until then or if unavailable.
+    """
 
     def __init__(self, plan: ProcPlan, popen: "subprocess.Popen[bytes]", log_path: str) -> None:
         self.plan = plan
@@ -138,10 +160,28 @@ class LocalProcess:
         self.log_path = log_path
         self.started = time.time()
         self.host = plan.host
+        self.exit_clock: Optional[float] = None
 
     def wait(self) -> int:
-        """Block until the process exits; its returncode (negative: signal)."""
+        """Block until the process exits; its returncode (negative: signal).  Reads its exit
+        time from the zombie first (see :func:`exit_clock`)."""
+        if self.popen.returncode is None:
+            try:
+                os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                pass
+            else:
+                self.exit_clock = exit_clock(self.pid)
         return self.popen.wait()
+
+    def has_exited(self) -> bool:
+        """True once the process has exited, reaped or not (never reaps it)."""
+        if self.popen.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
 
     def poll(self) -> Optional[int]:
         return self.popen.poll()

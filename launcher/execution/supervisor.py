@@ -360,9 +360,11 @@ class Supervisor:
 
         After a success only the scheduler can still be running; it is ended without notice.
         """
-        running = state.running()
+        # A process that already ended by itself (its waiter has not posted yet) is not torn
+        # down: its own exit counts (it may be the earliest failure).
+        running = [i for i in state.running() if not getattr(state.handles[i], "has_exited", lambda: False)()]
         if running and announce:
-            self.on_event("teardown", {"names": [state.handles[i].plan.name for i in running]})
+            _quietly(lambda: self.on_event("teardown", {"names": [state.handles[i].plan.name for i in running]}))
         for idx in running:
             state.torn[idx] = True
             if not announce:
@@ -405,6 +407,7 @@ class Supervisor:
                 name=h.plan.name, rank=h.plan.rank, host=h.host, returncode=rc, started=h.started, ended=when,
                 log=h.log_path, torn_down=state.torn.get(idx, False),
                 reason=getattr(h, "reason", None) or state.notes.get(idx), pid=getattr(h, "pid", None),
+                exit_clock=getattr(h, "exit_clock", None),
             )
             by_name[h.plan.name] = res
             out.append(res)
