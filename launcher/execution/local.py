@@ -15,10 +15,13 @@ Each process:
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Protocol, Set
 
@@ -127,29 +130,57 @@ def kill_tree(pid: int, pgid: Optional[int], sig: int) -> None:
             pass
 
 
-def exit_clock(pid: int) -> Optional[float]:
-    """When the zombie ``pid`` last ran, i.e. when it exited, in seconds of the kernel's
-    scheduler clock (``se.exec_start`` of ``/proc/<pid>/sched``), or None if unavailable.
+class _ExitWatcher:
+    """One thread per mslaunch that learns of local exits in the kernel's order.
 
-    Comparable between processes of this machine only; used to order exits that happened too
-    close together for the reaping threads to tell apart (they wake in any order).
+    Each started process's pidfd is registered with one epoll; a pidfd becomes readable when
+    its process exits, and epoll returns ready descriptors in the order they became ready.  So
+    exits closer together than reaping threads can tell apart (they wake, and take the GIL, in
+    any order) still get increasing sequence numbers in the order they happened.
     """
-    try:
-        with open(f"/proc/{pid}/sched", "r", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("se.exec_start"):
-                    return float(line.split(":", 1)[1]) / 1000.0
-    except (OSError, ValueError):
-        pass
-    return None
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ep: Optional[select.epoll] = None
+        self._procs: Dict[int, "LocalProcess"] = {}
+        self._seq = itertools.count(1)
+
+    def watch(self, proc: "LocalProcess") -> bool:
+        """Start watching ``proc``; False if pidfds are unavailable (or it was reaped)."""
+        try:
+            fd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined]
+        except (AttributeError, OSError):
+            return False
+        with self._lock:
+            if self._ep is None:
+                self._ep = select.epoll()
+                threading.Thread(target=self._run, name="exit-watcher", daemon=True).start()
+            self._procs[fd] = proc
+            self._ep.register(fd, select.EPOLLIN)
+        return True
+
+    def _run(self) -> None:
+        assert self._ep is not None
+        while True:
+            for fd, _ in self._ep.poll(1.0):
+                with self._lock:
+                    proc = self._procs.pop(fd, None)
+                    self._ep.unregister(fd)
+                os.close(fd)
+                if proc is not None:
+                    proc._exited(next(self._seq), time.time())
+
+
+_WATCHER = _ExitWatcher()
 
 
 class LocalProcess:
     """A started local process (subprocess.Popen in its own session).
 
     Attributes:
-        exit_clock: when it exited, on the kernel's scheduler clock (see :func:`exit_clock`),
-            read from the zombie before it is reaped; None until then or if unavailable.
+        exit_order: increases with the kernel's order of exits of this mslaunch's local
+            processes (see :class:`_ExitWatcher`); None until it exited or if unavailable.
+        exit_time: epoch seconds of the exit as seen by the exit watcher, or None.
     """
 
     def __init__(self, plan: ProcPlan, popen: "subprocess.Popen[bytes]", log_path: str) -> None:
@@ -160,18 +191,19 @@ class LocalProcess:
         self.log_path = log_path
         self.started = time.time()
         self.host = plan.host
-        self.exit_clock: Optional[float] = None
+        self.exit_order: Optional[int] = None
+        self.exit_time: Optional[float] = None
+        self._exit_seen = threading.Event()
+        if not _WATCHER.watch(self):
+            self._exit_seen.set()
+
+    def _exited(self, order: int, when: float) -> None:
+        self.exit_order, self.exit_time = order, when
+        self._exit_seen.set()
 
     def wait(self) -> int:
-        """Block until the process exits; its returncode (negative: signal).  Reads its exit
-        time from the zombie first (see :func:`exit_clock`)."""
-        if self.popen.returncode is None:
-            try:
-                os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
-            except ChildProcessError:
-                pass
-            else:
-                self.exit_clock = exit_clock(self.pid)
+        """Block until the process exits; its returncode (negative: signal)."""
+        self._exit_seen.wait()
         return self.popen.wait()
 
     def has_exited(self) -> bool:

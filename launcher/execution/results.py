@@ -39,8 +39,9 @@ class ProcResult:
         torn_down: True if mslaunch ended it (teardown), so its code is not a cause.
         reason: a short text when the code alone does not tell (``connection lost``, ...).
         pid: its pid (on its host).
-        exit_clock: when it exited on this machine's scheduler clock (local processes), for
-            ordering exits closer together than the reaping threads can tell; not in JSON.
+        exit_order: the kernel's order of exits of local processes (see
+            :class:`launcher.execution.local.LocalProcess`), for exits closer together than the
+            reaping threads can tell apart; not in JSON.
     """
 
     name: str
@@ -53,7 +54,7 @@ class ProcResult:
     torn_down: bool = False
     reason: Optional[str] = None
     pid: Optional[int] = None
-    exit_clock: Optional[float] = None
+    exit_order: Optional[int] = None
 
     @property
     def failed(self) -> bool:
@@ -227,13 +228,13 @@ def tail_lines(path: str, n: int = 20, max_bytes: int = 64 * 1024) -> Tuple[str,
 def earliest_failure(results: List[ProcResult]) -> Optional[ProcResult]:
     """The failed process that ended first (ties: lowest rank, scheduler last).
 
-    When every failed process has an ``exit_clock`` (local processes), the kernel's order
+    When every failed process has an ``exit_order`` (local processes), the kernel's order
     decides; otherwise the ``ended`` times do.
     """
     failed = [r for r in results if r.failed]
     if not failed:
         return None
     last = 1 << 30
-    if all(r.exit_clock is not None for r in failed):
-        return min(failed, key=lambda r: (r.exit_clock, r.rank if r.rank is not None else last))
+    if all(r.exit_order is not None for r in failed):
+        return min(failed, key=lambda r: (r.exit_order, r.rank if r.rank is not None else last))
     return min(failed, key=lambda r: (r.ended if r.ended is not None else float("inf"), r.rank if r.rank is not None else last))

@@ -404,10 +404,11 @@ class Supervisor:
                 out.extend(outcomes(rc, when, state.torn.get(idx, False)))
                 continue
             res = ProcResult(
-                name=h.plan.name, rank=h.plan.rank, host=h.host, returncode=rc, started=h.started, ended=when,
+                name=h.plan.name, rank=h.plan.rank, host=h.host, returncode=rc, started=h.started,
+                ended=getattr(h, "exit_time", None) or when,
                 log=h.log_path, torn_down=state.torn.get(idx, False),
                 reason=getattr(h, "reason", None) or state.notes.get(idx), pid=getattr(h, "pid", None),
-                exit_clock=getattr(h, "exit_clock", None),
+                exit_order=getattr(h, "exit_order", None),
             )
             by_name[h.plan.name] = res
             out.append(res)

@@ -1,0 +1,92 @@
+"""Helpers of the fault tests (``tests/test_faults_*.py``): find every process a job caused.
+
+A fault test gives every process of its job a unique marker in its command line (see
+``tests/scripts/escaper.py``), snapshots mslaunch's descendants before hurting it, and then
+waits until none of them, and no process carrying the marker, is left.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from typing import Dict, Iterable, List
+
+import psutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ESCAPER = os.path.join(HERE, "scripts", "escaper.py")
+
+
+def new_marker() -> str:
+    return "mslfault" + uuid.uuid4().hex[:12]
+
+
+def marked(marker: str) -> List[int]:
+    """Pids of live (non-zombie) processes with ``marker`` in their command line."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(marker in part for part in (p.info["cmdline"] or ())):
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def tree(pid: int) -> Dict[int, float]:
+    """pid -> create time of ``pid``'s descendants (a snapshot)."""
+    out = {}
+    try:
+        for c in psutil.Process(pid).children(recursive=True):
+            try:
+                out[c.pid] = c.create_time()
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+    return out
+
+
+def alive(snapshot: Dict[int, float]) -> List[int]:
+    """Pids of ``snapshot`` that still run (same create time, not a zombie)."""
+    left = []
+    for pid, created in snapshot.items():
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(pid)
+        except psutil.Error:
+            pass
+    return left
+
+
+def wait_for(cond, timeout: float, interval: float = 0.05):
+    """Poll ``cond()`` until it returns a truthy value or ``timeout`` passes; its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def survivors(marker: str, snapshot: Dict[int, float], timeout: float = 20.0) -> List[int]:
+    """Wait until nothing marked and nothing of ``snapshot`` runs; what is left then."""
+    left = wait_for(lambda: not (marked(marker) or alive(snapshot)), timeout)
+    return [] if left else sorted(set(marked(marker)) | set(alive(snapshot)))
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """Safety net after a failed test: SIGKILL the given pids (found by marker or snapshot)."""
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
+def mslaunch(*args: str) -> List[str]:
+    return [sys.executable, "-m", "launcher", "run", *args]
