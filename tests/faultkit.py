@@ -6,7 +6,9 @@ waits until none of them, and no process carrying the marker, is left.
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -90,3 +92,34 @@ def kill_all(pids: Iterable[int]) -> None:
 
 def mslaunch(*args: str) -> List[str]:
     return [sys.executable, "-m", "launcher", "run", *args]
+
+
+class Fault:
+    """One fault test's job: ``mslaunch run`` with a unique marker, from ``tmp_path``."""
+
+    def __init__(self, tmp_path, env=None) -> None:
+        self.tmp = tmp_path
+        self.marker = new_marker()
+        self.dir = tmp_path / "job"
+        self.piddir = tmp_path / "pids"
+        self.piddir.mkdir(exist_ok=True)
+        self.env = dict(os.environ if env is None else env, PIDDIR=str(self.piddir))
+
+    def argv(self, *prog, np=2, extra=()):
+        return mslaunch("--np", str(np), "--master-port", "auto", "--no-sched-wait", "--log-dir", str(self.dir),
+                        "--grace", "2", "--tee", "none", *extra, *prog)
+
+    def popen(self, *prog, **kw):
+        return subprocess.Popen(self.argv(*prog, **kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=self.env, cwd=str(self.tmp))
+
+    def run(self, *prog, timeout=120, **kw):
+        return subprocess.run(self.argv(*prog, **kw), capture_output=True, text=True, env=self.env, cwd=str(self.tmp), timeout=timeout)
+
+    def summary(self):
+        return json.loads((self.dir / "summary.json").read_text())
+
+
+def escaper(f: Fault, mode: str, *args: str):
+    """The program part of an argv running ``tests/scripts/escaper.py`` with ``f``'s marker."""
+    return ("--no-python", sys.executable, ESCAPER, f.marker, mode, *args)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.faultkit import ESCAPER, kill_all, marked, mslaunch, new_marker, survivors, tree, wait_for
+from tests.faultkit import ESCAPER, Fault, escaper, kill_all, marked, mslaunch, new_marker, survivors, tree, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -23,36 +23,9 @@ PROG = os.path.join(HERE, "scripts", "rankprog.py")
 
 @pytest.fixture
 def fault(tmp_path):
-    """Runs mslaunch for one test; afterwards kills (and reports) whatever a failed test left."""
-
-    class Fault:
-        marker = new_marker()
-        dir = tmp_path / "job"
-        piddir = tmp_path / "pids"
-        env = dict(os.environ, PIDDIR=str(tmp_path / "pids"))
-
-        def argv(self, *prog, np=2, extra=()):
-            return mslaunch("--np", str(np), "--master-port", "auto", "--no-sched-wait", "--log-dir", str(self.dir),
-                            "--grace", "2", "--tee", "none", *extra, *prog)
-
-        def popen(self, *prog, **kw):
-            return subprocess.Popen(self.argv(*prog, **kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env=self.env, cwd=str(tmp_path))
-
-        def run(self, *prog, timeout=120, **kw):
-            return subprocess.run(self.argv(*prog, **kw), capture_output=True, text=True, env=self.env, cwd=str(tmp_path), timeout=timeout)
-
-        def summary(self):
-            return json.loads((self.dir / "summary.json").read_text())
-
-    f = Fault()
-    f.piddir.mkdir()
+    f = Fault(tmp_path)
     yield f
     kill_all(marked(f.marker))
-
-
-def escaper(f, mode, *args):
-    return ("--no-python", sys.executable, ESCAPER, f.marker, mode, *args)
 
 
 def test_sigkill_of_mslaunch_ends_setsid_grandchildren(fault):
