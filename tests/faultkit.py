@@ -106,7 +106,7 @@ class Fault:
         self.env = dict(os.environ if env is None else env, PIDDIR=str(self.piddir))
 
     def argv(self, *prog, np=2, extra=()):
-        return mslaunch("--np", str(np), "--master-port", "auto", "--no-sched-wait", "--log-dir", str(self.dir),
+        return mslaunch(*(("--np", str(np)) if np is not None else ()), "--master-port", "auto", "--no-sched-wait", "--log-dir", str(self.dir),
                         "--grace", "2", "--tee", "none", *extra, *prog)
 
     def popen(self, *prog, **kw):
