@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Chaos bench: the fault matrix, N runs per case per backend; prints survivors found / runs.
 
-Backends: ``local``, ``mpirun`` (this machine) and ``ssh`` (a 2-host namespace cluster from
-``tests/netns_cluster.py``; needs root, ``ip netns``, OpenSSH).  Every rank (and the scheduler)
+Backends: ``local``, ``mpirun`` (this machine), ``ssh`` (a 2-host namespace cluster from
+``tests/netns_cluster.py``; needs root, ``ip netns``, OpenSSH) and ``mpirun-ssh`` (mpirun across
+the namespace cluster: its rsh agent and remote orteds; not in the default set).  Every rank (and the scheduler)
 is ``tests/scripts/escaper.py``: it starts a child ``sleep`` in its process group and a
 grandchild that left through a double fork and ``setsid``; every process carries a per-run
 marker in its command line, so survivors are found through /proc whether recorded or not.
 
-Cases (each run waits a random 0.1..3 s after starting mslaunch, so the fault lands anywhere
-in start-up or while the job runs):
+Cases (each run waits until mslaunch catches SIGTERM, i.e. its first statement ran, then a
+random 0..3 s, so the fault lands anywhere in start-up or while the job runs; before that
+first statement the interpreter itself is starting and a signal ends it with no code run):
 
 * ``sigkill``  SIGKILL to mslaunch;
 * ``sigterm`` / ``sigint``  SIGTERM / SIGINT to mslaunch; also checks that the job's
@@ -42,7 +44,7 @@ from typing import Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.faultkit import ESCAPER, kill_all, marked, new_marker, survivors, tree  # noqa: E402
+from tests.faultkit import ESCAPER, handles_sigterm, kill_all, new_marker, survivors, tree, wait_for  # noqa: E402
 
 CASES = ("sigkill", "sigterm", "sigint", "crash")
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
@@ -56,10 +58,10 @@ def one_run(backend: str, case: str, work: str, hosts_args: List[str], env: Dict
     mode = ("segv", "0") if case == "crash" else ("hang",)
     argv = [sys.executable, "-m", "launcher", "run", "--master-port", "auto", "--no-sched-wait", "--log-dir", job,
             "--tee", "none", "--grace", "2", *hosts_args]
-    if backend == "mpirun":
+    if backend.startswith("mpirun"):
         argv += ["--launcher", "mpirun"]
     argv += ["--no-python", sys.executable, ESCAPER, marker, *mode]
-    delay = random.uniform(0.1, 3.0)
+    delay = random.uniform(0.0, 3.0)
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=work)
     bad = False
@@ -71,6 +73,7 @@ def one_run(backend: str, case: str, work: str, hosts_args: List[str], env: Dict
             cause = (summary or {}).get("root_cause") or {}
             bad = proc.returncode != 139 or (cause.get("name"), cause.get("signal")) != ("rank 0", "SIGSEGV")
         else:
+            wait_for(lambda: handles_sigterm(proc.pid) or proc.poll() is not None, 60, interval=0.005)
             try:
                 proc.communicate(timeout=delay)
             except subprocess.TimeoutExpired:
@@ -117,10 +120,10 @@ def main() -> int:
         for backend in backends:
             cluster = None
             hosts_args = ["--np", "2"]
-            if backend == "mpirun" and shutil.which("mpirun") is None:
+            if backend.startswith("mpirun") and shutil.which("mpirun") is None:
                 print(f"{backend:7s} skipped: mpirun not installed")
                 continue
-            if backend == "ssh":
+            if backend in ("ssh", "mpirun-ssh"):
                 from tests.conftest_netns import netns_unavailable_reason
                 from tests.netns_cluster import NamespaceCluster
 
@@ -130,6 +133,8 @@ def main() -> int:
                     continue
                 cluster = NamespaceCluster(2, slots=1)
                 hosts_args = ["--hosts", cluster.inventory_yaml]
+                if backend == "mpirun-ssh":  # mpirun's rsh agent and remote orteds
+                    hosts_args = ["--hosts", cluster.hostfile, "--nic", str(cluster.subnet)]
                 env_b = dict(env, MSLAUNCH_SSH_CONFIG=cluster.ssh_config)
             else:
                 env_b = env

@@ -123,3 +123,17 @@ class Fault:
 def escaper(f: Fault, mode: str, *args: str):
     """The program part of an argv running ``tests/scripts/escaper.py`` with ``f``'s marker."""
     return ("--no-python", sys.executable, ESCAPER, f.marker, mode, *args)
+
+
+def handles_sigterm(pid: int) -> bool:
+    """True once process ``pid`` catches SIGTERM (``SigCgt`` in /proc/<pid>/status): for
+    ``python -m launcher run``, from its first statement on (before that the interpreter is
+    still starting and SIGTERM would end it with no Python code run)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (15 - 1)))
+    except (OSError, ValueError):
+        pass
+    return False

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.faultkit import ESCAPER, Fault, escaper, kill_all, marked, mslaunch, new_marker, survivors, tree, wait_for
+from tests.faultkit import ESCAPER, Fault, escaper, kill_all, marked, mslaunch, handles_sigterm, new_marker, survivors, tree, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -60,13 +60,16 @@ def test_normal_failure_ends_setsid_grandchildren(fault):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_during_startup_sweep(tmp_path, sig):
-    """A stop signal 0.2 s .. 2 s after start: a stopped summary, 128+N, a message, nothing left."""
-    for i, delay in enumerate((0.2, 0.35, 0.5, 0.8, 1.2, 2.0)):
+    """A stop signal 0 .. 2 s after mslaunch's first statement (its handler is installed
+    then; before it the interpreter is still starting): a stopped summary, 128+N, a message,
+    nothing left."""
+    for i, delay in enumerate((0.0, 0.1, 0.25, 0.5, 0.9, 1.4, 2.0)):
         marker = new_marker()
         job = tmp_path / f"job{i}"
         argv = mslaunch("--np", "2", "--master-port", "auto", "--no-sched-wait", "--log-dir", str(job), "--tee", "none",
                         "--grace", "2", "--no-python", sys.executable, ESCAPER, marker, "hang")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+        assert wait_for(lambda: handles_sigterm(proc.pid), 60)
         try:
             proc.communicate(timeout=delay)
         except subprocess.TimeoutExpired:

@@ -14,7 +14,7 @@ import subprocess
 import psutil
 import pytest
 
-from tests.faultkit import Fault, alive, escaper, kill_all, marked, survivors, tree, wait_for
+from tests.faultkit import Fault, alive, escaper, handles_sigterm, kill_all, marked, survivors, tree, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -58,9 +58,10 @@ def test_rank_killed_by_signal_is_named_with_rank_and_signal(fault, sig):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_during_startup(fault, sig):
-    for i, delay in enumerate((0.3, 1.0, 2.0)):
+    for i, delay in enumerate((0.1, 0.6, 1.5)):
         fault.dir = fault.tmp / f"job{i}"
         proc = fault.popen(*escaper(fault, "hang"), extra=MPI)
+        assert wait_for(lambda: handles_sigterm(proc.pid), 60)
         try:
             proc.communicate(timeout=delay)
         except subprocess.TimeoutExpired:
