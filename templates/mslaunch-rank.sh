@@ -70,8 +70,10 @@ if [ "$MSLAUNCH_METHOD" = dynamic ]; then
 fi
 mkdir -p "$MSLAUNCH_LOG_DIR"
 if [ -n "${MSLAUNCH_CWD_PREFIX:-}" ]; then
+    # As the local backend: device<rank>/ 0700, env<rank>.log (the full environment) 0600.
     mkdir -p "$MSLAUNCH_CWD_PREFIX$rank"
+    chmod 700 "$MSLAUNCH_CWD_PREFIX$rank"
     cd "$MSLAUNCH_CWD_PREFIX$rank"
-    env >"env$rank.log"
+    (umask 077 && rm -f "env$rank.log" && env >"env$rank.log")
 fi
 run_and_reap "$MSLAUNCH_LOG_DIR/worker_$rank.log" "$@"

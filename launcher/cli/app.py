@@ -125,6 +125,12 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     Usage errors (unknown flags, missing arguments) are reported by typer itself (exit 2).
     """
+    args = sys.argv[1:] if argv is None else argv
+    if [a for a in args if not a.startswith("-")][:1] == ["run"] and argv is None:
+        from launcher.execution import stopsignals
+
+        if not stopsignals.installed():
+            stopsignals.install()  # a stop signal during start-up becomes a "stopped" job
     _register()
     try:
         app(args=argv, prog_name="mslaunch")

@@ -424,6 +424,12 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
         wrapper = template_path("mslaunch-rank.sh")
     port = master_port(opts) if opts.method == "dynamic" else DEFAULT_MASTER_PORT
     ssh_config = opts.ssh_config or (os.environ.get("MSLAUNCH_SSH_CONFIG") if not inventory.all_local else None) or None
+    if ssh_config is None and not inventory.all_local:
+        # The file mslaunch's own SSH reads ($HOME/.ssh/config): OpenSSH (mpirun's agent) gets
+        # it with -F too, since it would read the passwd home's instead (HOME differs in CI).
+        from launcher.execution.ssh import config_path
+
+        ssh_config = config_path()
     if ssh_config is not None:
         ssh_config = os.path.abspath(os.path.expanduser(ssh_config))
         if not os.path.isfile(ssh_config):

@@ -39,6 +39,7 @@ def run_cmd(
     zygote: bool = typer.Option(False, "--zygote", help="Import MindSpore once and fork each local Python rank from it (faster start; opt-in, proven on CPU dynamic clusters).", rich_help_panel="Run"),
     ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
     ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
+    ssh_start_timeout: float = typer.Option(30.0, "--ssh-start-timeout", help="Seconds for a host's agent to start after login (slow login shells); then 'did not start'.", rich_help_panel="SSH"),
     *,
     opts: JobOptions,
 ) -> None:
@@ -79,7 +80,9 @@ def run_cmd(
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None)
-    ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout}
+    if ssh_start_timeout <= 0:
+        raise PlanError("--ssh-start-timeout must be > 0", field="--ssh-start-timeout")
+    ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout, "start_timeout": ssh_start_timeout}
     try:
         result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start, zygote=zygote)
     finally:

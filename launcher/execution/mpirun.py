@@ -14,21 +14,27 @@ import signal
 from typing import List, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution.local import LocalProcess, start_local
+from launcher.execution.local import LocalProcess, WatchdogLink, start_local
 from launcher.execution.results import ProcResult
 from launcher.planning.plan import Plan, ProcPlan
 
 _NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 _EXIT_RE = re.compile(r"Exit code:\s*(-?\d+)")
 _SIGNAL_RE = re.compile(r"exited on signal (\d+)")
+_NOTICED_RE = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 
 
 def parse_first_failure(text: str) -> Optional[Tuple[int, Optional[int], Optional[int]]]:
     """From mpirun's output, ``(mpi_rank, exit_code, signal)`` of the first failed process.
 
     OpenMPI 4.1 prints ``Process name: [[J,1],R]`` then ``Exit code: C`` for a non-zero exit,
-    or ``Process name: [[J,1],R] ... exited on signal N`` for a signal death.
+    or ``Process name: [[J,1],R] ... exited on signal N`` for a signal death; for a signal death
+    it also prints ``mpirun noticed that process rank R with PID P on node H exited on signal N
+    (Name).`` (the only report when the process died by a signal).
     """
+    noticed = _NOTICED_RE.search(text)
+    if noticed:
+        return int(noticed.group(1)), None, int(noticed.group(2))
     m = _NAME_RE.search(text)
     if not m:
         return None
@@ -95,7 +101,17 @@ class MpirunProcess(LocalProcess):
 
 
 class MpirunLauncher:
-    """Starts the plan's mpirun argv as one local process."""
+    """Starts the plan's mpirun argv as one local process.
+
+    Args:
+        watchdog: the job's watchdog: mpirun registers with it and is a child subreaper, so
+            if mslaunch dies the watchdog ends mpirun and everything below it on this host
+            (wrappers, ranks, the scheduler, their descendants); remote orteds end their ranks
+            when mpirun's connection drops.
+    """
+
+    def __init__(self, watchdog: Optional[WatchdogLink] = None) -> None:
+        self.watchdog = watchdog
 
     def start_group(self, plan: Plan, adir: str) -> MpirunProcess:
         if plan.mpirun_argv is None:
@@ -109,8 +125,8 @@ class MpirunLauncher:
             device_id=None, argv=tuple(argv), env=(), cwd=plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir,
             log=os.path.join(adir, "mpirun.log"),
         )
-        # If mslaunch dies, mpirun gets SIGTERM and ends its ranks on every host itself.
-        base = start_local(proc, proc.log, pdeathsig=signal.SIGTERM)
+        # Without a watchdog: if mslaunch dies, mpirun gets SIGTERM and ends its ranks itself.
+        base = start_local(proc, proc.log, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
         return MpirunProcess(base, plan, adir)
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:  # pragma: no cover

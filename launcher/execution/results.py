@@ -39,6 +39,10 @@ class ProcResult:
         log: log path on the launching machine.
         torn_down: True if mslaunch ended it (teardown), so its code is not a cause.
         reason: a short text when the code alone does not tell (``connection lost``, ...).
+        pid: its pid (on its host).
+        exit_order: the kernel's order of exits of local processes (see
+            :class:`launcher.execution.local.LocalProcess`), for exits closer together than the
+            reaping threads can tell apart; not in JSON.
     """
 
     name: str
@@ -51,6 +55,7 @@ class ProcResult:
     torn_down: bool = False
     reason: Optional[str] = None
     pid: Optional[int] = None
+    exit_order: Optional[int] = None
 
     @property
     def failed(self) -> bool:
@@ -134,8 +139,44 @@ class RootCause:
 
 
 @dataclass(frozen=True)
+class AttemptResult:
+    """The outcome of one attempt of a job (``--max-restarts`` runs several).
+
+    Attributes:
+        attempt: 0 for the first run, k for the k-th restart.
+        log_dir: where the attempt's logs are (the job dir, then ``attempt_<k>/``).
+        status, exit_code, message, root_cause: as for the job, for this attempt alone.
+        started, ended: epoch seconds.
+        processes: every process of the attempt.
+    """
+
+    attempt: int
+    log_dir: str
+    status: str
+    exit_code: int
+    started: float
+    ended: float
+    processes: Tuple[ProcResult, ...]
+    root_cause: Optional[RootCause] = None
+    message: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "log_dir": self.log_dir,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "started": self.started,
+            "ended": self.ended,
+            "processes": [p.to_json() for p in self.processes],
+            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
 class JobResult:
-    """The outcome of a job (all attempts)."""
+    """The outcome of a job: its last attempt, and in ``history`` every attempt."""
 
     job_id: str
     job_dir: str
@@ -148,6 +189,7 @@ class JobResult:
     root_cause: Optional[RootCause] = None
     message: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    history: Tuple[AttemptResult, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
         out = {
@@ -162,6 +204,9 @@ class JobResult:
             "processes": [p.to_json() for p in self.processes],
             "root_cause": self.root_cause.to_json() if self.root_cause else None,
             "message": self.message,
+            # Every attempt, failed ones before a successful restart included (the top-level
+            # fields above describe the last attempt).
+            "attempt_results": [a.to_json() for a in self.history],
         }
         out.update(self.extra)
         return out
@@ -182,11 +227,18 @@ def tail_lines(path: str, n: int = 20, max_bytes: int = 64 * 1024) -> Tuple[str,
 
 
 def earliest_failure(results: List[ProcResult]) -> Optional[ProcResult]:
-    """The failed process that ended first (ties: lowest rank, scheduler last)."""
+    """The failed process that ended first (ties: lowest rank, scheduler last).
+
+    When every failed process has an ``exit_order`` (local processes), the kernel's order
+    decides; otherwise the ``ended`` times do.
+    """
     failed = [r for r in results if r.failed]
     if not failed:
         return None
-    return min(failed, key=lambda r: (r.ended if r.ended is not None else float("inf"), r.rank if r.rank is not None else 1 << 30))
+    last = 1 << 30
+    if all(r.exit_order is not None for r in failed):
+        return min(failed, key=lambda r: (r.exit_order, r.rank if r.rank is not None else last))
+    return min(failed, key=lambda r: (r.ended if r.ended is not None else float("inf"), r.rank if r.rank is not None else last))
 
 
 _NODE_TIMED_OUT_RE = re.compile(r"The node: (\S+) is timed out")

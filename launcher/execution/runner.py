@@ -23,19 +23,21 @@ from launcher.jobs.files import write_atomic
 from launcher.planning.plan import Plan
 
 
-def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = None, zygote: bool = False) -> Callable[[], Launcher]:
+def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = None, watchdog: Optional[Watchdog] = None,
+                          zygote: bool = False) -> Callable[[], Launcher]:
+    """The launcher of ``plan``'s backend; local processes register with ``watchdog``."""
     if plan.launcher == "local" and zygote:
         from launcher.execution.zygote import ZygoteLauncher
 
-        return ZygoteLauncher.warm
+        return lambda: ZygoteLauncher.warm(watchdog)
     if plan.launcher == "local":
         from launcher.execution.local import LocalLauncher
 
-        return LocalLauncher
+        return lambda: LocalLauncher(watchdog)
     if plan.launcher == "mpirun":
         from launcher.execution.mpirun import MpirunLauncher
 
-        return MpirunLauncher  # type: ignore[return-value]
+        return lambda: MpirunLauncher(watchdog)  # type: ignore[return-value]
     if plan.launcher == "ssh":
         from launcher.execution.ssh import SshLauncher
 
@@ -109,10 +111,10 @@ def run_plan(
     from launcher.execution.local import become_subreaper, reap_orphans
 
     become_subreaper()
-    watchdog = Watchdog(grace=1.0)
+    watchdog = Watchdog()
     try:
         prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
-        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options, zygote), options, on_event=on_event, prepare_attempt=prepare,
+        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options, watchdog, zygote), options, on_event=on_event, prepare_attempt=prepare,
                          watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
         started = time.time()
         try:

@@ -64,6 +64,10 @@ AGENT_TIMEOUT = 8.0
 #: Exit code of a rank whose host was lost (OpenSSH's for a failed connection).
 LOST_RC = 255
 
+#: Default seconds for a host's agent to say "started" (``--ssh-start-timeout``): the login
+#: shell runs first (profile scripts, pyenv, ...), so this is longer than the liveness window.
+START_TIMEOUT = 30.0
+
 _AGENT_SOURCE: Optional[str] = None
 
 
@@ -690,7 +694,8 @@ class SshProcess:
         reason: why it failed when the exit code does not say (lost host, cannot start).
     """
 
-    def __init__(self, plan: ProcPlan, conn: SshConnection, command: str, payload: bytes, log_path: str, lost_after: float) -> None:
+    def __init__(self, plan: ProcPlan, conn: SshConnection, command: str, payload: bytes, log_path: str, lost_after: float,
+                 start_timeout: float = START_TIMEOUT) -> None:
         self.plan = plan
         self.host = plan.host
         self.log_path = log_path
@@ -701,6 +706,7 @@ class SshProcess:
         self._chan: Optional[paramiko.Channel] = None
         self._pending: List[bytes] = []  # control lines asked for before the session was open
         self._lost_after = lost_after
+        self._start_timeout = start_timeout
         self._last_heard = time.monotonic()
         self._heard_any = False
         self._rc: Optional[int] = None
@@ -793,8 +799,15 @@ class SshProcess:
         if self._done.is_set():
             return
         quiet = time.monotonic() - self._last_heard
-        limit = self._lost_after if self._heard_any else self._lost_after + self._conn.timeout
-        if quiet > limit:
+        if not self._heard_any:
+            # Nothing from the agent yet: the login shell is still running (or hangs).
+            if quiet > self._start_timeout:
+                self._finish(LOST_RC, f"the mslaunch agent on {self.host} did not start within --ssh-start-timeout "
+                                      f"{self._start_timeout:g} s (a slow or hanging login shell?)")
+            elif not self._conn.active():
+                self._finish(LOST_RC, f"connection to {self.host} lost (closed)")
+            return
+        if quiet > self._lost_after:
             self._finish(LOST_RC, f"connection to {self.host} lost (no answer for {quiet:.0f} s)")
         elif not self._conn.active():
             self._finish(LOST_RC, f"connection to {self.host} lost (closed)")
@@ -895,7 +908,9 @@ class SshLauncher:
         ssh_config_path: ssh config to read (default: the plan's ``--ssh-config``,
             ``$MSLAUNCH_SSH_CONFIG``, ``~/.ssh/config``).
         known_hosts_path: known_hosts file to use instead of the config's ``UserKnownHostsFile``.
-        lost_after: seconds of silence after which a host counts as lost.
+        lost_after: seconds of silence after which a host counts as lost, once its agent started.
+        start_timeout: seconds for a host's agent to start (``--ssh-start-timeout``); past it
+            the rank is reported as "did not start".
         agent_timeout: seconds without a ping after which an agent ends its rank.
         pool: connections opened at once.
 
@@ -913,11 +928,13 @@ class SshLauncher:
         known_hosts_path: Optional[str] = None,
         lost_after: float = LOST_AFTER,
         agent_timeout: float = AGENT_TIMEOUT,
+        start_timeout: float = START_TIMEOUT,
         pool: int = DEFAULT_POOL,
     ) -> None:
         self.plan = plan
         self.lost_after = lost_after
         self.agent_timeout = agent_timeout
+        self.start_timeout = start_timeout
         self._hosts = {h.name: h for h in plan.hosts}
         self._handles: List[SshProcess] = []
         self._stop = threading.Event()
@@ -979,7 +996,7 @@ class SshLauncher:
             raise LaunchError(f"{proc.name}: the connection to {conn.target.label} is closed")
         # The log exists (and is empty) before the process, as for local ranks.
         open(log_path, "ab").close()
-        handle = SshProcess(proc, conn, agent_command(python), line, log_path, self.lost_after)
+        handle = SshProcess(proc, conn, agent_command(python), line, log_path, self.lost_after, self.start_timeout)
         self._handles.append(handle)
         return handle
 

@@ -11,7 +11,7 @@ State machine of one attempt::
 Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue;
 the main thread blocks on that queue.  Signals to mslaunch become :class:`Interrupted`
 exceptions, so ``finally`` blocks always tear down.  A watchdog process (see
-:mod:`launcher.execution.watchdog`) kills every process group if mslaunch itself is killed.
+:mod:`launcher.execution.watchdog`) kills every process of the job if mslaunch itself is killed.
 """
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple
 
 from launcher.errors import LaunchError
+from launcher.execution import stopsignals
+from launcher.execution.stopsignals import Interrupted
 from launcher.execution.results import (
-    FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, JobResult, ProcResult, RootCause,
+    FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
     earliest_failure, exit_code_of, lost_nodes_note, tail_lines,
 )
 from launcher.planning.plan import Plan, ProcPlan
@@ -52,14 +54,6 @@ class Launcher(Protocol):
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> Handle: ...
     def close(self) -> None: ...
-
-
-class Interrupted(Exception):
-    """mslaunch received a signal asking it to stop."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -152,7 +146,8 @@ class Supervisor:
             ``teardown``, ``restart``, ``timeout``, ``interrupted``.
         prepare_attempt: called with the attempt dir before processes start (e.g. to create
             per-rank working dirs and env dumps).
-        watchdog: the job's watchdog (process groups are registered with it), or None.
+        watchdog: the job's watchdog (local processes register with it themselves; reaped ones
+            are forgotten after teardown), or None.
         attempt_dir: attempt number -> its log folder (default: job dir, then attempt_<k>/).
         reap_orphans: called after each teardown with the pids of the started processes; ends
             whatever else descends from mslaunch (see :func:`launcher.execution.local.reap_orphans`).
@@ -182,14 +177,25 @@ class Supervisor:
     # ---------------------------------------------------------------- public
 
     def run(self) -> JobResult:
+        """Run every attempt; a stop signal at any moment (even before this call, when recorded
+        by :mod:`launcher.execution.stopsignals`) ends the job as ``stopped``.
+
+        Raises:
+            LaunchError: the launcher could not be set up (e.g. a host is unreachable) and no
+                stop signal was received.
+        """
         started = time.time()
         deadline = None if self.options.timeout is None else time.monotonic() + self.options.timeout
         attempt = 0
+        history: List[AttemptResult] = []
         previous = _install_signal_handlers()
         try:
             while True:
+                a_started = time.time()
                 status, code, results, cause, message = self._run_attempt(attempt, deadline)
-                if status == FAILED and attempt < self.options.max_restarts:
+                history.append(AttemptResult(attempt, self.current_attempt_dir, status, code, a_started, time.time(),
+                                             tuple(results), cause, message))
+                if status == FAILED and attempt < self.options.max_restarts and stopsignals.first() is None:
                     attempt += 1
                     self.on_event("restart", {"attempt": attempt, "cause": cause})
                     continue
@@ -204,6 +210,7 @@ class Supervisor:
                     processes=tuple(results),
                     root_cause=cause,
                     message=message,
+                    history=tuple(history),
                 )
         finally:
             _restore_signal_handlers(previous)
@@ -213,28 +220,38 @@ class Supervisor:
     def _run_attempt(self, attempt: int, deadline: Optional[float]) -> Tuple[str, int, List[ProcResult], Optional[RootCause], Optional[str]]:
         adir = self.attempt_dir(attempt)
         self.current_attempt_dir = adir
-        os.makedirs(adir, mode=0o700, exist_ok=True)
-        if self.prepare_attempt is not None:
-            self.prepare_attempt(attempt, adir)
         state = _Attempt()
-        launcher = self.launcher_factory()
+        launcher: Optional[Launcher] = None
         status, code, message = SUCCEEDED, 0, None
         try:
             try:
+                # Armed: a stop signal raises Interrupted at once (also one received earlier).
+                stopsignals.arm(True)
+                _check_pending_signal()
+                os.makedirs(adir, mode=0o700, exist_ok=True)
+                if self.prepare_attempt is not None:
+                    self.prepare_attempt(attempt, adir)
+                try:
+                    launcher = self.launcher_factory()
+                except LaunchError:
+                    _check_pending_signal()  # set-up cut short by a stop signal: stopped, not failed
+                    raise
                 self._start_all(state, launcher, adir, deadline)
                 status, code, message = self._watch(state, deadline)
             except Interrupted as exc:
-                self.on_event("interrupted", {"signal": exc.signum})
                 status, code, message = STOPPED, 128 + exc.signum, f"mslaunch received {signal.Signals(exc.signum).name}"
+                _quietly(lambda: self.on_event("interrupted", {"signal": exc.signum}))
             except _Timeout:
-                self.on_event("timeout", {"timeout": self.options.timeout})
                 status, code, message = TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s"
+                _quietly(lambda: self.on_event("timeout", {"timeout": self.options.timeout}))
             except _StartFailed as exc:
                 status, code, message = FAILED, exc.code, exc.message
             finally:
+                stopsignals.arm(False)  # from here on signals are only recorded: teardown runs to the end
                 self._teardown(state, announce=status != SUCCEEDED)
         finally:
-            launcher.close()
+            if launcher is not None:
+                launcher.close()
         results = self._results(state)
         cause = None
         failed = earliest_failure(results)
@@ -264,8 +281,6 @@ class Supervisor:
                 except LaunchError as exc:
                     raise _StartFailed(str(exc), 1) from None
                 state.add(handle)
-                if self.watchdog is not None and getattr(handle, "pgid", None) is not None:
-                    self.watchdog.add(handle.pgid)  # type: ignore[attr-defined]
             self.on_event("started", {"name": handle.plan.name, "host": handle.host, "pid": getattr(handle, "pid", None), "log": handle.log_path})
             return
         sched_idx: Optional[int] = None
@@ -282,10 +297,6 @@ class Supervisor:
                     state.start_failure = ProcResult(proc.name, proc.rank, proc.host, None, time.time(), time.time(), log, reason=str(exc))
                     raise _StartFailed(str(exc), 1) from None
                 idx = state.add(handle)
-                if self.watchdog is not None:
-                    pgid = getattr(handle, "pgid", None)
-                    if pgid is not None:
-                        self.watchdog.add(pgid)
             self.on_event("started", {"name": proc.name, "host": proc.host, "pid": getattr(handle, "pid", None), "log": log})
             if proc.role == "scheduler" and plan.master_addr is not None and plan.master_port is not None:
                 sched_idx = idx
@@ -353,9 +364,11 @@ class Supervisor:
 
         After a success only the scheduler can still be running; it is ended without notice.
         """
-        running = state.running()
+        # A process that already ended by itself (its waiter has not posted yet) is not torn
+        # down: its own exit counts (it may be the earliest failure).
+        running = [i for i in state.running() if not getattr(state.handles[i], "has_exited", lambda: False)()]
         if running and announce:
-            self.on_event("teardown", {"names": [state.handles[i].plan.name for i in running]})
+            _quietly(lambda: self.on_event("teardown", {"names": [state.handles[i].plan.name for i in running]}))
         for idx in running:
             state.torn[idx] = True
             if not announce:
@@ -365,11 +378,9 @@ class Supervisor:
             except Exception:
                 pass
         end = time.monotonic() + self.options.grace
-        try:
-            while state.running() and time.monotonic() < end:
-                state.drain(max(0.0, min(0.5, end - time.monotonic())))
-        except Interrupted:
-            pass  # asked again to stop: skip the grace
+        signals_seen = len(stopsignals.pending)
+        while state.running() and time.monotonic() < end and len(stopsignals.pending) == signals_seen:
+            state.drain(max(0.0, min(0.2, end - time.monotonic())))  # asked again to stop: skip the grace
         for idx in range(len(state.handles)):
             try:
                 state.handles[idx].kill()  # whole group/tree, also leftovers of exited leaders
@@ -378,14 +389,14 @@ class Supervisor:
         end = time.monotonic() + 5.0
         while state.running() and time.monotonic() < end:
             state.drain(0.2)
-        if self.watchdog is not None:
-            for h in state.handles:
-                pgid = getattr(h, "pgid", None)
-                if pgid is not None:
-                    self.watchdog.remove(pgid)
         if self.reap_orphans is not None:
             keep = {pid for pid in (getattr(h, "pid", None) for h in state.handles) if pid is not None}
             self.reap_orphans(keep)
+        if self.watchdog is not None:
+            for idx, h in enumerate(state.handles):
+                pid = getattr(h, "pid", None)
+                if pid is not None and idx in state.exits and getattr(h, "pgid", None) is not None:
+                    self.watchdog.forget(pid)
 
     def _results(self, state: _Attempt) -> List[ProcResult]:
         out: List[ProcResult] = []
@@ -397,9 +408,11 @@ class Supervisor:
                 out.extend(outcomes(rc, when, state.torn.get(idx, False)))
                 continue
             res = ProcResult(
-                name=h.plan.name, rank=h.plan.rank, host=h.host, returncode=rc, started=h.started, ended=when,
+                name=h.plan.name, rank=h.plan.rank, host=h.host, returncode=rc, started=h.started,
+                ended=getattr(h, "exit_time", None) or when,
                 log=h.log_path, torn_down=state.torn.get(idx, False),
                 reason=getattr(h, "reason", None) or state.notes.get(idx), pid=getattr(h, "pid", None),
+                exit_order=getattr(h, "exit_order", None),
             )
             by_name[h.plan.name] = res
             out.append(res)
@@ -425,13 +438,21 @@ class _StartFailed(Exception):
         self.code = code
 
 
+def _quietly(fn: Callable[[], Any]) -> None:
+    """Call ``fn`` (console output); a failure there must not stop a teardown."""
+    try:
+        fn()
+    except Exception:
+        pass
+
+
 def _describe_rc(rc: int) -> str:
     return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
 
 
 # ------------------------------------------------------------------------ signals
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_STOP_SIGNALS = stopsignals.STOP_SIGNALS
 
 
 class _signals_blocked:
@@ -446,71 +467,73 @@ class _signals_blocked:
         if self._old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
-_pending: List[int] = []
-
-
-def _handler(signum: int, frame: Any) -> None:
-    _pending.append(signum)
-    raise Interrupted(signum)
-
 
 def _check_pending_signal() -> None:
-    if _pending:
-        raise Interrupted(_pending[0])
+    stopsignals.check()
 
 
 def _install_signal_handlers() -> Dict[int, Any]:
-    previous: Dict[int, Any] = {}
+    """Record stop signals; keep those received before (``mslaunch run`` installs the same
+    handler first thing, so a signal during start-up is pending here)."""
     if threading.current_thread() is not threading.main_thread():
-        return previous
-    del _pending[:]
-    for sig in _STOP_SIGNALS:
-        previous[sig] = signal.signal(sig, _handler)
-    return previous
+        return {}
+    if stopsignals.installed():
+        return {}
+    stopsignals.reset()
+    return stopsignals.install()
 
 
 def _restore_signal_handlers(previous: Dict[int, Any]) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
+    stopsignals.arm(False)
+    stopsignals.restore(previous)
 
 
 # ------------------------------------------------------------------------ watchdog
 
 
 class Watchdog:
-    """Client of :mod:`launcher.execution.watchdog` (one per ``mslaunch run``)."""
+    """Client of :mod:`launcher.execution.watchdog` (one per ``mslaunch run``).
 
-    def __init__(self, grace: float = 1.0) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher.execution.watchdog", str(grace)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+    Attributes:
+        pid: the watchdog's pid.
+        token: the job's token (``MSLAUNCH_JOB_TOKEN`` of every local process of the job).
+        fd: the write end of the watchdog's pipe (close-on-exec; processes started by
+            :func:`launcher.execution.local.start_local` register on it before exec).
+    """
+
+    def __init__(self) -> None:
+        import secrets
+
+        self.token = secrets.token_hex(16)
+        read_end, self.fd = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "launcher.execution.watchdog", self.token],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            os.close(read_end)
         self.pid = self._proc.pid
 
     def _send(self, line: str) -> None:
         try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(line.encode() + b"\n")
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
+            os.write(self.fd, line.encode() + b"\n")
+        except OSError:
             pass
 
-    def add(self, pgid: int) -> None:
-        self._send(str(pgid))
-
-    def remove(self, pgid: int) -> None:
-        self._send(f"-{pgid}")
+    def forget(self, pid: int) -> None:
+        """Tell the watchdog that process ``pid`` was reaped (its pid may be reused)."""
+        self._send(f"-{pid}")
 
     def close(self) -> None:
         """Tell the watchdog the job is torn down, and reap it."""
         self._send("exit")
         try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
+            os.close(self.fd)
         except OSError:
             pass
         try:

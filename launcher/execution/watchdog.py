@@ -1,11 +1,32 @@
-"""The job watchdog: kills a job's process groups if mslaunch dies without tearing them down.
+"""The job watchdog: ends every process of a job if mslaunch dies without tearing it down.
 
-mslaunch starts it first (``python -m launcher.execution.watchdog``) in its own session, with a
-pipe on its stdin, and writes one line per started process group: ``<pgid>``, and ``-<pgid>``
-once that group is gone (so a recycled id is never signalled).  On a line
-``exit`` it ends quietly (mslaunch finished its own teardown).  On end-of-file without ``exit``
-(mslaunch was killed, even with SIGKILL) it sends SIGTERM to every group it was told of, waits
-up to ``grace`` seconds, then SIGKILLs what is left.
+mslaunch starts it first (``python -m launcher.execution.watchdog <token>``) in its own session,
+with a pipe on its stdin whose write end only mslaunch and its just-forked children hold.
+Lines on the pipe::
+
+    +<pid> <starttime>   written by each local process itself, between fork and exec (see
+                         :func:`launcher.execution.local.start_local`), so a process is known to
+                         the watchdog before it runs any code, even if mslaunch is SIGKILLed
+                         right after forking it.  ``starttime`` is field 22 of /proc/<pid>/stat
+                         (a recycled pid never matches).
+    -<pid>               written by mslaunch once it reaped that process.
+    exit                 mslaunch finished its own teardown: end quietly.
+
+On end-of-file without ``exit`` (mslaunch was killed, even with SIGKILL), every registered
+process and every descendant of it is ended.  Each registered process is a child subreaper, so
+while it lives, whatever its descendants orphan (``setsid``, double fork) stays below it; and it
+was given ``PR_SET_PDEATHSIG`` = SIGSTOP, so the kernel freezes it the moment mslaunch dies.
+The watchdog then, in rounds until a round finds nothing new:
+
+1. collects the registered processes, their descendants (from /proc), and every process whose
+   environment carries the job's token (``MSLAUNCH_JOB_TOKEN=<token>``; catches descendants of
+   a process that already exited, re-parented outside the tree);
+2. SIGSTOPs each newly found process (a stopped process cannot fork or exit by itself);
+3. SIGKILLs every collected process that is not a registered one, and finally the registered
+   ones (so orphans keep re-parenting to a live subreaper until the very end).
+
+Teardown here is hard (SIGKILL, no grace): a SIGKILLed mslaunch cannot report anything anyway,
+and its graceful path (SIGINT/SIGTERM to mslaunch) is mslaunch's own teardown.
 """
 from __future__ import annotations
 
@@ -13,46 +34,130 @@ import os
 import signal
 import sys
 import time
-from typing import List
+from typing import Dict, Iterable, List, Optional, Set
+
+#: Name of the environment variable that marks every process of a job.
+TOKEN_VAR = "MSLAUNCH_JOB_TOKEN"
 
 
-def _alive(pgid: int) -> bool:
+def starttime(pid: int) -> Optional[str]:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None."""
     try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data.rsplit(b")", 1)[-1].split()
+    return fields[19].decode() if len(fields) > 19 else None
 
 
-def _signal_all(pgids: List[int], sig: int) -> None:
-    for pgid in pgids:
+def _parents() -> Dict[int, int]:
+    """pid -> ppid of every process, from /proc."""
+    out: Dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            os.killpg(pgid, sig)
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                out[int(name)] = int(fh.read().rsplit(b")", 1)[-1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _carrying(token: str, pids: Iterable[int]) -> Set[int]:
+    """The pids among ``pids`` whose environment holds ``MSLAUNCH_JOB_TOKEN=<token>``."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    found: Set[int] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.add(pid)
+    return found
+
+
+def descendants(roots: Iterable[int], parents: Dict[int, int]) -> Set[int]:
+    """Every pid below ``roots`` in the ``parents`` map (roots excluded)."""
+    children: Dict[int, List[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    out: Set[int] = set()
+    frontier = list(roots)
+    while frontier:
+        nxt = []
+        for p in frontier:
+            for c in children.get(p, ()):
+                if c not in out:
+                    out.add(c)
+                    nxt.append(c)
+        frontier = nxt
+    return out
+
+
+def _kill(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
 
+def end_all(registered: Dict[int, str], token: Optional[str], rounds: int = 50) -> Set[int]:
+    """Freeze then SIGKILL the registered processes, their descendants and the token's carriers.
+
+    Args:
+        registered: pid -> starttime of the processes mslaunch started (stale entries skipped).
+        token: the job's token, or None.
+        rounds: bound on collection rounds.
+
+    Returns:
+        Every pid signalled.
+    """
+    me = os.getpid()
+    roots = {pid for pid, st in registered.items() if starttime(pid) == st}
+    seen: Set[int] = set()
+    for _ in range(rounds):
+        parents = _parents()
+        found = (roots | descendants(roots, parents)) & set(parents)
+        if token is not None:
+            found |= _carrying(token, parents)
+        found.discard(me)
+        new = found - seen
+        _kill(new, signal.SIGSTOP)
+        seen |= new
+        _kill(found - roots, signal.SIGKILL)
+        if not new:
+            break
+    _kill(roots, signal.SIGKILL)
+    # Last sweep: anything the roots' deaths re-parented that still carries the token.
+    if token is not None:
+        time.sleep(0.05)
+        left = _carrying(token, _parents()) - {me}
+        _kill(left, signal.SIGKILL)
+        seen |= left
+    return seen
+
+
 def main(argv: List[str]) -> int:
-    grace = float(argv[0]) if argv else 1.0
+    token = argv[0] if argv and argv[0] else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal ^C is for mslaunch, not for us
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    pgids: List[int] = []
-    for line in sys.stdin:
-        line = line.strip()
+    registered: Dict[int, str] = {}
+    for raw in sys.stdin.buffer:
+        line = raw.decode("ascii", "replace").strip()
         if line == "exit":
             return 0
-        if line.isdigit():
-            pgids.append(int(line))
-        elif line.startswith("-") and line[1:].isdigit() and int(line[1:]) in pgids:
-            pgids.remove(int(line[1:]))
-    live = [p for p in pgids if _alive(p)]
-    if not live:
-        return 0
-    _signal_all(live, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p) for p in live):
-        time.sleep(0.05)
-    _signal_all([p for p in live if _alive(p)], signal.SIGKILL)
+        if line.startswith("+"):
+            parts = line[1:].split()
+            if len(parts) == 2 and parts[0].isdigit():
+                registered[int(parts[0])] = parts[1]
+        elif line.startswith("-") and line[1:].isdigit():
+            registered.pop(int(line[1:]), None)
+    end_all(registered, token)
     return 0
 
 

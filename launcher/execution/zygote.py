@@ -89,8 +89,9 @@ class ZygoteLauncher:
         preload: modules the zygote imports before forking.
     """
 
-    def __init__(self, preload: Sequence[str] = PRELOAD, warm: bool = False) -> None:
+    def __init__(self, preload: Sequence[str] = PRELOAD, warm: bool = False, watchdog: Optional[Any] = None) -> None:
         self.preload = tuple(preload)
+        self.watchdog = watchdog  # the job's watchdog link: the zygote (a subreaper) registers with it
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._lock = threading.Lock()
         self._replies: "list[Dict[str, Any]]" = []
@@ -103,9 +104,9 @@ class ZygoteLauncher:
                 self._ensure()  # imports while the scheduler starts and binds its port
 
     @classmethod
-    def warm(cls) -> "ZygoteLauncher":
+    def warm(cls, watchdog: Optional[Any] = None) -> "ZygoteLauncher":
         """A launcher whose zygote starts importing at once (the job's factory)."""
-        return cls(warm=True)
+        return cls(warm=True, watchdog=watchdog)
 
     # ------------------------------------------------------------------ zygote process
 
@@ -113,11 +114,21 @@ class ZygoteLauncher:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         from launcher.execution.local import _child_setup
+        from launcher.execution.watchdog import TOKEN_VAR
 
+        # Like a local rank: a subreaper registered with the watchdog and carrying the job's token,
+        # so a SIGKILL of mslaunch ends the zygote and every process it forked, however deep.
+        env = dict(os.environ)
+        fd: Optional[int] = None
+        sig = signal.SIGKILL
+        if self.watchdog is not None:
+            env[TOKEN_VAR] = self.watchdog.token
+            fd, sig = self.watchdog.fd, signal.SIGSTOP
+        parent = os.getpid()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "launcher.execution.zygote", *self.preload],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=lambda: _child_setup(signal.SIGKILL), close_fds=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            start_new_session=True, preexec_fn=lambda: _child_setup(sig, fd, parent), close_fds=True,
         )
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
@@ -168,9 +179,13 @@ class ZygoteLauncher:
         if proc.role == "scheduler" or not self.forkable(proc):
             from launcher.execution.local import start_local
 
-            return start_local(proc, log_path, cwd=cwd)
+            return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
         env = dict(os.environ)
         env.update(proc.env)
+        if self.watchdog is not None:
+            from launcher.execution.watchdog import TOKEN_VAR
+
+            env[TOKEN_VAR] = self.watchdog.token
         request = {"argv": list(proc.argv[1:]), "env": env, "cwd": cwd, "log": log_path}
         with self._lock:
             zyg = self._ensure()

@@ -1,0 +1,77 @@
+"""Stop signals (SIGINT, SIGTERM, SIGHUP) to mslaunch: recorded at any moment, raised when armed.
+
+``mslaunch run`` installs :func:`install` as early as it can (``python -m launcher``, before the
+CLI's imports), so a stop signal during start-up is never lost: it is recorded in
+:data:`pending`, and the supervisor turns it into a ``stopped`` job with a summary (nothing is
+started once a stop signal is pending).  While the supervisor starts and watches processes
+the handler is *armed* and raises :class:`Interrupted` at once, so ``finally`` blocks tear down.
+
+This module is imported before anything else: standard library only, nothing heavy.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any, Dict, List, Optional
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: Stop signals received, in order (cleared by :func:`reset`).
+pending: List[int] = []
+_armed = [False]
+
+
+class Interrupted(Exception):
+    """mslaunch received a signal asking it to stop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _handler(signum: int, frame: Any) -> None:
+    pending.append(signum)
+    if _armed[0]:
+        raise Interrupted(signum)
+
+
+def installed() -> bool:
+    """True when this module's handler handles SIGTERM."""
+    return signal.getsignal(signal.SIGTERM) is _handler
+
+
+def install() -> Dict[int, Any]:
+    """Record stop signals from now on (main thread only); returns the previous handlers."""
+    previous: Dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for sig in STOP_SIGNALS:
+        previous[sig] = signal.signal(sig, _handler)
+    return previous
+
+
+def restore(previous: Dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def arm(on: bool) -> None:
+    """Raise :class:`Interrupted` from the handler (True) or only record (False)."""
+    _armed[0] = on
+
+
+def first() -> Optional[int]:
+    """The first stop signal received, or None."""
+    return pending[0] if pending else None
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` if a stop signal was received."""
+    if pending:
+        raise Interrupted(pending[0])
+
+
+def reset() -> None:
+    """Forget received signals (a new supervision in the same process)."""
+    del pending[:]
+    arm(False)
