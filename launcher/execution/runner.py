@@ -6,7 +6,7 @@ Order of work (nothing starts until every check passed):
    table (ranktable method) validates;
 2. the job dir (0700) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
 3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
-4. the supervisor; then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
+4. the supervisor (with the metrics writer: ``metrics.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
 """
 from __future__ import annotations
 
@@ -100,6 +100,9 @@ def run_plan(
     from launcher.execution.local import become_subreaper, reap_orphans
 
     become_subreaper()
+    from launcher.logs.metricsfile import MetricsWriter
+
+    metrics = MetricsWriter(plan.job_dir).start()  # metrics.jsonl from every rank's log, as lines arrive
     watchdog = Watchdog(grace=1.0)
     try:
         prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
@@ -116,6 +119,7 @@ def run_plan(
             raise
     finally:
         watchdog.close()
+        metrics.stop()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
     return result
 
