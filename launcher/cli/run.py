@@ -30,7 +30,7 @@ def run_cmd(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
     start_timeout: float = typer.Option(60.0, "--start-timeout", help="Seconds for the scheduler's port to accept.", rich_help_panel="Run"),
     max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the whole job this many times after a failure.", rich_help_panel="Run"),
-    tee: str = typer.Option("errors", "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines).", rich_help_panel="Run"),
+    tee: Optional[str] = typer.Option(None, "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live per-rank view (as mslaunch top) plus every rank's error lines; else errors.", rich_help_panel="Run"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
     summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
@@ -47,6 +47,8 @@ def run_cmd(
     --timeout; 130/143/129 when stopped by SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
     2 for bad input.
     """
+    live = tee is None and not quiet and not detach and sys.stdout.isatty()
+    tee = tee or "errors"
     if tee not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     if max_restarts < 0:
@@ -73,7 +75,7 @@ def run_cmd(
     from launcher.jobs.files import write_atomic
 
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
-    console = _Console(plan, "none" if quiet else tee)
+    console = _Console(plan, "none" if quiet else tee, live=live)
     ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout}
     try:
         result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start)
@@ -118,9 +120,10 @@ def _detach(plan: Plan) -> None:
 class _Console:
     """Rank output on the console while the job runs (a follower over the log files)."""
 
-    def __init__(self, plan: Plan, tee: str) -> None:
+    def __init__(self, plan: Plan, tee: str, live: bool = False) -> None:
         self.plan = plan
         self.tee = tee
+        self.live = live
         self.colour = sys.stdout.isatty()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -134,12 +137,20 @@ class _Console:
             return
         from launcher.logs.follow import ERROR_RE, Follower, job_log_sources, prefix
 
+        if self.live:
+            self._start_live()
         only_rank0 = self.tee in ("rank0", "errors")
 
         def sources() -> Any:
             return job_log_sources(self._attempt_dir, scheduler=self.tee == "all")
 
         def emit(src: Any, line: str) -> None:
+            if self.live:  # the live view shows progress; error lines of every rank are printed above it
+                if ERROR_RE.search(line):
+                    from rich.text import Text
+
+                    self._rich.print(Text.from_ansi(prefix(src, self.colour) + line), soft_wrap=True)
+                return
             if only_rank0 and src.rank != 0:
                 if self.tee == "rank0" or not ERROR_RE.search(line):
                     return
@@ -168,12 +179,34 @@ class _Console:
 
             self._attempt_dir = attempt_dir(self.plan.job_dir, data["attempt"])
             msg = f"restarting the job (attempt {data['attempt'] + 1}); logs in {self._attempt_dir}"
-        if msg:
+        if msg and self.live and getattr(self, "_rich", None) is not None and not self._stop.is_set():
+            self._rich.print(f"mslaunch: {msg}", style="bold", highlight=False, markup=False, soft_wrap=True)
+        elif msg:
             with self._lock:
                 sys.stderr.write(f"mslaunch: {msg}\n")
                 sys.stderr.flush()
+
+    def _start_live(self) -> None:
+        """The live per-rank table (``mslaunch top``) under the console's other output."""
+        from rich.console import Console
+
+        from launcher.cli.top import JobWatch, live_loop
+
+        self._rich = Console()
+
+        def loop() -> None:
+            try:
+                live_loop(JobWatch(self.plan.job_dir), self._stop, 1.0, console=self._rich, until_end=False)
+            except Exception as exc:  # the view is a convenience: never fail the job for it
+                sys.stderr.write(f"mslaunch: live view stopped: {exc}\n")
+
+        self._live_thread = threading.Thread(target=loop, name="live", daemon=True)
+        self._live_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        live = getattr(self, "_live_thread", None)
+        if live is not None:
+            live.join(timeout=5)
