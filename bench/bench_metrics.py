@@ -6,6 +6,7 @@ over the same interval, each in its own process:
 
 * mslaunch's :class:`~launcher.logs.metricsfile.MetricsWriter` (poll every 0.5 s, parse, append to
   metrics.jsonl), as it runs inside the supervisor;
+* ``mslaunch top`` on the job dir, drawing its live table into a pseudo-terminal (1 refresh/s);
 * the anchor: ``tail -q -F`` over the same 8 files (coreutils' follower, output to /dev/null).
 
 Prints each one's CPU as % of one core, and the ratio mslaunch / tail.
@@ -14,7 +15,10 @@ Usage: python bench/bench_metrics.py [--seconds 20] [--ranks 8] [--rate 20]
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import pty
+import threading
 import subprocess
 import sys
 import tempfile
@@ -73,13 +77,39 @@ def main() -> int:
             open(os.path.join(folder, f"worker_{r}.log"), "w").close()
         ours = subprocess.Popen([sys.executable, "-c", FOLLOWER, folder, ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert ours.stdout is not None and ours.stdout.readline().strip() == "ready"
+        # `mslaunch top` needs a job: plan.json and a job.json whose supervisor pid (ours) is alive.
+        with open(os.path.join(folder, "plan.json"), "w") as fh:
+            json.dump({"job_id": "bench", "world_size": args.ranks, "ranks": [{"rank": r, "host": f"node{r // 4}"} for r in range(args.ranks)]}, fh)
+        with open(os.path.join(folder, "job.json"), "w") as fh:
+            json.dump({"job_id": "bench", "pid": os.getpid(), "started": time.time()}, fh)
+        master, slave = pty.openpty()
+        env = dict(os.environ, PYTHONPATH=ROOT, COLUMNS="120", LINES="30", TERM="xterm-256color")
+        top = subprocess.Popen([sys.executable, "-m", "launcher", "top", folder, "--interval", "1"], stdin=slave, stdout=slave, stderr=slave, env=env)
+        os.close(slave)
+        drained = [0]
+
+        def drain() -> None:
+            while True:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                drained[0] += len(data)
+
+        threading.Thread(target=drain, daemon=True).start()
+        time.sleep(2.0)  # let top import and draw once before measuring
         with open(os.devnull, "wb") as null:
             tail = subprocess.Popen(["tail", "-q", "-n", "0", "-F"] + [os.path.join(folder, f"worker_{r}.log") for r in range(args.ranks)],
                                     stdout=null, stderr=subprocess.DEVNULL)
-        p_ours, p_tail = psutil.Process(ours.pid), psutil.Process(tail.pid)
-        c0_ours, c0_tail, t0 = cpu(p_ours), cpu(p_tail), time.monotonic()
+        p_ours, p_tail, p_top = psutil.Process(ours.pid), psutil.Process(tail.pid), psutil.Process(top.pid)
+        c0_ours, c0_tail, c0_top, t0 = cpu(p_ours), cpu(p_tail), cpu(p_top), time.monotonic()
         subprocess.run([sys.executable, "-c", PRODUCER, folder, str(args.ranks), str(args.rate), str(args.seconds)], check=True)
-        c1_ours, c1_tail, t1 = cpu(p_ours), cpu(p_tail), time.monotonic()
+        c1_ours, c1_tail, c1_top, t1 = cpu(p_ours), cpu(p_tail), cpu(p_top), time.monotonic()
+        top.terminate()
+        top.wait(timeout=10)
+        os.close(master)
         assert ours.stdin is not None
         ours.stdin.write("\n")
         ours.stdin.flush()
@@ -93,6 +123,8 @@ def main() -> int:
     pct_tail = 100.0 * (c1_tail - c0_tail) / wall
     print(f"{args.ranks} ranks × {args.rate:g} lines/s for {wall:.1f} s: {lines} lines, {records} metric records")
     print(f"mslaunch metrics follower: {pct_ours:.2f}% of a core (target <= 2%)")
+    pct_top = 100.0 * (c1_top - c0_top) / wall
+    print(f"mslaunch top (live, pty):  {pct_top:.2f}% of a core ({drained[0]} bytes drawn)")
     print(f"tail -F (anchor):          {pct_tail:.2f}% of a core")
     print(f"ratio mslaunch / tail: {pct_ours / pct_tail:.2f}" if pct_tail > 0 else "ratio: tail used no measurable CPU")
     return 0 if pct_ours <= 2.0 else 1
