@@ -23,6 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PROG = os.path.join(HERE, "scripts", "metricprog.py")
 
+from tests.test_multihost import cluster  # noqa: E402,F401  (the namespace cluster fixture, emptied after each test)
+
 
 def alive(pid: int) -> bool:
     try:
@@ -296,3 +298,22 @@ def test_reference_trainer_two_workers_top_matches_the_logs(job, tmp_path):
         per_rank = float(re.search(r"^epoch 1 throughput: ([\d.]+) img/s per rank", log, re.M).group(1))
         assert row["samples_per_s"] == per_rank  # the trainer's own figure
     assert snap["totals"]["samples_per_s"] == pytest.approx(sum(row["samples_per_s"] for row in snap["ranks"]))
+
+
+@pytest.mark.netns
+def test_top_over_ssh_on_the_namespace_cluster(tmp_path, cluster):
+    """A job over the ssh launcher on 3 namespace hosts: metrics.jsonl and top see every remote rank."""
+    from tests.test_multihost import MJob, wait_nothing_left
+
+    mj = MJob(tmp_path, cluster)
+    r = mj.run("6", "0.1", "--straggler", "4", extra=("--tee", "none"), program=[PROG])
+    assert r.returncode == 0, r.stderr
+    snap = subprocess.run([sys.executable, "-m", "launcher", "top", "--json", str(mj.dir)], capture_output=True, text=True, env=mj.env, timeout=60)
+    assert snap.returncode == 0, snap.stderr
+    data = json.loads(snap.stdout)
+    hosts = [h.ip for h in cluster.hosts]
+    assert [(row["rank"], row["host"], row["step"], row["state"]) for row in data["ranks"]] == [(k, hosts[k // 2], 6, "done") for k in range(6)]
+    assert data["totals"]["stragglers"] == [4]
+    steps = sorted((x["rank"], x["global_step"]) for x in (json.loads(line) for line in open(mj.dir / "metrics.jsonl")) if x["kind"] == "step")
+    assert steps == [(k, s) for k in range(6) for s in range(1, 7)]
+    assert wait_nothing_left(cluster) == {}
