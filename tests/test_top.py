@@ -317,3 +317,26 @@ def test_top_over_ssh_on_the_namespace_cluster(tmp_path, cluster):
     steps = sorted((x["rank"], x["global_step"]) for x in (json.loads(line) for line in open(mj.dir / "metrics.jsonl")) if x["kind"] == "step")
     assert steps == [(k, s) for k in range(6) for s in range(1, 7)]
     assert wait_nothing_left(cluster) == {}
+
+
+def test_a_restarted_job_top_follows_the_new_attempt_and_the_report_shows_the_restart(job, tmp_path):
+    r = job.run("6", "0.2", "--fail-once", "1", extra=("--tee", "none", "--max-restarts", "1"))
+    assert r.returncode == 0, r.stderr
+    recs = job.records()
+    first = sorted(x["global_step"] for x in recs if x["rank"] == 1 and x["attempt"] == 0 and x["kind"] == "step")
+    again = sorted(x["global_step"] for x in recs if x["rank"] == 1 and x["attempt"] == 1 and x["kind"] == "step")
+    assert first == [1, 2] and again == [1, 2, 3, 4, 5, 6]
+    snap = job.top()
+    assert [(row["step"], row["state"]) for row in snap["ranks"]] == [(6, "done"), (6, "done")]
+    events = [json.loads(line) for line in open(job.dir / "events.jsonl")]
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "job_start" and kinds[-1] == "job_end"
+    assert kinds.index("failure") < kinds.index("teardown") < kinds.index("restart")
+    assert [e["name"] for e in events if e["kind"] == "failure"] == ["rank 1"]
+    assert kinds.count("started") == 6  # scheduler and 2 ranks, twice
+    out = tmp_path / "rep"
+    rep = job.cli("report", str(job.dir), "-o", str(out))
+    assert rep.returncode == 0, rep.stderr
+    page = (out / "report.html").read_text()
+    timeline = re.search(r'<ul id="timeline">(.*?)</ul>', page, re.S).group(1)
+    assert re.findall(r"<b>(\w+)</b>", timeline) == ["job_start", "failure", "teardown", "restart", "job_end"]

@@ -23,9 +23,10 @@ from launcher.logs.follow import Follower, LogSource, job_log_sources
 from launcher.logs.metrics import parse_line
 from launcher.logs.progress import Progress, RankDeriver
 
-__all__ = ["METRICS_FILE", "MetricsWriter", "JsonlTail", "log_mtimes", "job_metric_sources", "LogMetrics"]
+__all__ = ["EVENTS_FILE", "append_event", "read_events", "METRICS_FILE", "MetricsWriter", "JsonlTail", "log_mtimes", "job_metric_sources", "LogMetrics"]
 
 METRICS_FILE = "metrics.jsonl"
+EVENTS_FILE = "events.jsonl"
 _ATTEMPT_RE = re.compile(r"^attempt_(\d+)$")
 
 
@@ -212,3 +213,33 @@ def load_progress(job_dir: str) -> Progress:
     else:
         prog.extend(LogMetrics(job_dir).poll(final=True))
     return prog
+
+
+def _jsonable(obj: Any) -> Any:
+    to_json = getattr(obj, "to_json", None)
+    return to_json() if callable(to_json) else str(obj)
+
+
+def append_event(job_dir: str, kind: str, data: Dict[str, Any], when: Optional[float] = None) -> None:
+    """Append one supervisor event to ``<job dir>/events.jsonl`` (best effort; never raises).
+
+    A line is ``{"time": <wall clock s>, "kind": KIND, ...data}``; kinds are the supervisor's
+    (``started``, ``failure``, ``teardown``, ``restart``, ``timeout``, ``interrupted``) plus
+    ``job_start`` and ``job_end`` written around the run.  The report draws its timeline from it.
+    """
+    rec = dict(data)
+    rec.update(time=round(time.time() if when is None else when, 3), kind=kind)
+    try:
+        line = json.dumps(rec, default=_jsonable, separators=(",", ":")) + "\n"
+        fd = os.open(os.path.join(job_dir, EVENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
+    except (OSError, TypeError, ValueError):
+        pass
+
+
+def read_events(job_dir: str) -> List[Dict[str, Any]]:
+    """The events of a job (empty when it has none)."""
+    return read_records(os.path.join(job_dir, EVENTS_FILE))

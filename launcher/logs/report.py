@@ -6,11 +6,11 @@ Output folder (``-o DIR``, default ``<job dir>/report/``)::
     loss.png         loss vs global step, one line per rank
     step_time.png    step time vs global step per rank (the straggler view), with the median
     throughput.png   samples/s over time: each rank and the job's total
-    timeline.png     each process from start to end (ok / failed / stopped), job start and end,
-                     the failure, the teardown and restarts
+    timeline.png     each process from start to end (ok / failed / stopped; earlier attempts too),
+                     job start and end, the failure, the teardown and restarts (from events.jsonl)
 
 Plots are drawn with matplotlib (the ``report`` extra) on its non-interactive Agg backend.
-Reads ``plan.json``, ``summary.json`` and ``metrics.jsonl`` (or the logs when it is missing).
+Reads ``plan.json``, ``summary.json``, ``events.jsonl`` and ``metrics.jsonl`` (or the logs when it is missing).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import MsLaunchError
-from launcher.logs.metricsfile import METRICS_FILE, LogMetrics, read_records
+from launcher.logs.metricsfile import METRICS_FILE, LogMetrics, read_events, read_records
 from launcher.logs.progress import Progress
 
 __all__ = ["write_report", "PLOTS"]
@@ -122,12 +122,26 @@ def _plot_throughput(plt: Any, records: List[Dict[str, Any]], t0: float, path: s
     _finish(ax, fig, path)
 
 
-def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], records: List[Dict[str, Any]], t0: float, path: str) -> None:
-    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.4 * max(2, len((summary or {}).get("processes", [])))), dpi=100)
+def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], events: List[Dict[str, Any]], t0: float, path: str) -> None:
     procs = (summary or {}).get("processes", [])
     end = float((summary or {}).get("ended") or time.time())
-    labels: List[str] = []
-    for i, p in enumerate(procs):
+    restarts = sorted(float(e["time"]) for e in events if e.get("kind") == "restart" and isinstance(e.get("time"), (int, float)))
+    rows: Dict[str, int] = {}
+    for p in procs:
+        rows.setdefault(str(p.get("name")), len(rows))
+    # Processes of earlier attempts: from their "started" events to the restart that ended them.
+    earlier: List[Tuple[str, float, float]] = []
+    for e in events:
+        if e.get("kind") != "started" or not isinstance(e.get("time"), (int, float)):
+            continue
+        later = [t for t in restarts if t >= float(e["time"])]
+        if later:
+            earlier.append((str(e.get("name")), float(e["time"]), later[0]))
+            rows.setdefault(str(e.get("name")), len(rows))
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.4 * max(2, len(rows))), dpi=100)
+    for name, start, stop in earlier:
+        ax.barh(rows[name], max(stop - start, 0.01), left=start - t0, color="#e8a0a0", height=0.6)
+    for p in procs:
         start = float(p.get("started") or t0) - t0
         stop = float(p.get("ended") or end) - t0
         if p.get("exit_code") == 0 and not p.get("signal"):
@@ -136,28 +150,31 @@ def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], records: List[Di
             colour = "tab:grey"
         else:
             colour = "tab:red"
-        ax.barh(i, max(stop - start, 0.01), left=start, color=colour, height=0.6)
-        labels.append(f"{p.get('name')} @ {p.get('host')}")
-    ax.set_yticks(range(len(labels)))
-    ax.set_yticklabels(labels)
+        ax.barh(rows[str(p.get("name"))], max(stop - start, 0.01), left=start, color=colour, height=0.6)
+    names = sorted(rows, key=lambda n: rows[n])
+    ax.set_yticks(range(len(names)))
+    hosts = {str(p.get("name")): p.get("host") for p in procs}
+    ax.set_yticklabels([f"{n} @ {hosts.get(n, '?')}" for n in names])
     ax.axvline(0, color="black", linewidth=1)
     ax.axvline(end - t0, color="black", linewidth=1)
-    cause = (summary or {}).get("root_cause")
-    if cause and cause.get("time"):
-        ax.axvline(float(cause["time"]) - t0, color="red", linestyle="--", linewidth=1.5, label=f"failure: {cause.get('name')}")
-    torn = [float(p["ended"]) for p in procs if p.get("torn_down") and p.get("ended")] if (summary or {}).get("status") != "succeeded" else []
-    if torn:
-        ax.axvline(max(torn) - t0, color="grey", linestyle=":", linewidth=1.5, label="teardown done")
-    starts: Dict[int, float] = {}
-    for r in records:
-        a = int(r.get("attempt", 0) or 0)
-        if a > 0 and isinstance(r.get("time"), (int, float)):
-            starts[a] = min(starts.get(a, float(r["time"])), float(r["time"]))
-    for a, t in sorted(starts.items()):
-        ax.axvline(t - t0, color="tab:orange", linestyle="-.", linewidth=1.5, label=f"restart (attempt {a + 1})")
+    styles = {"failure": ("red", "--"), "teardown": ("grey", ":"), "restart": ("tab:orange", "-."),
+              "timeout": ("tab:purple", "--"), "interrupted": ("tab:purple", ":")}
+    attempt = 1
+    for e in events:
+        kind = e.get("kind")
+        if kind not in styles or not isinstance(e.get("time"), (int, float)):
+            continue
+        colour, style = styles[kind]
+        label = {"failure": f"failure: {e.get('name')}", "restart": f"restart (attempt {attempt + 1})"}.get(str(kind), str(kind))
+        attempt += kind == "restart"
+        ax.axvline(float(e["time"]) - t0, color=colour, linestyle=style, linewidth=1.5, label=label)
+    if not events:  # a job from before events.jsonl: the summary's root cause
+        cause = (summary or {}).get("root_cause")
+        if cause and cause.get("time"):
+            ax.axvline(float(cause["time"]) - t0, color="red", linestyle="--", linewidth=1.5, label=f"failure: {cause.get('name')}")
     ax.set_xlabel("seconds since the job started")
-    ax.set_title("timeline (green ok, red failed, grey stopped by mslaunch)")
-    _finish(ax, fig, path, legend=bool(cause or torn or starts))
+    ax.set_title("timeline (green ok, red failed, grey stopped by mslaunch, pink earlier attempts)", fontsize="medium")
+    _finish(ax, fig, path)
 
 
 def _finish(ax: Any, fig: Any, path: str, legend: bool = True) -> None:
@@ -206,6 +223,7 @@ def write_report(job_dir: str, out_dir: str) -> str:
         raise MsLaunchError("not a job directory (no plan.json)", path=job_dir)
     summary = _read_json(os.path.join(job_dir, "summary.json"))
     records = _records(job_dir)
+    events = read_events(job_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as exc:
@@ -217,7 +235,7 @@ def write_report(job_dir: str, out_dir: str) -> str:
         _plot_loss(plt, records, paths["loss"])
         _plot_step_time(plt, records, paths["step_time"])
         _plot_throughput(plt, records, t0, paths["throughput"])
-        _plot_timeline(plt, summary, records, t0, paths["timeline"])
+        _plot_timeline(plt, summary, events, t0, paths["timeline"])
     except OSError as exc:
         raise MsLaunchError(f"cannot write the plots: {exc.strerror}", path=out_dir) from None
 
@@ -237,10 +255,18 @@ def write_report(job_dir: str, out_dir: str) -> str:
         parts.append(f"<h2>Root cause</h2><p id=\"root-cause\"><b>{esc(str(cause.get('name')))}</b> on {esc(str(cause.get('host')))}: "
                      f"{esc(str(cause.get('reason')))} (log <code>{esc(str(cause.get('log')))}</code>)</p>")
         parts.append("<pre>" + esc("\n".join(cause.get("tail") or [])) + "</pre>")
-    events = [r for r in records if r.get("event")]
-    if events:
+    nonfinite = [r for r in records if r.get("event")]
+    timeline = [e for e in events if e.get("kind") in ("job_start", "failure", "teardown", "restart", "timeout", "interrupted", "job_end")]
+    if timeline:
+        parts.append("<h2>Timeline</h2><ul id=\"timeline\">")
+        for e in timeline:
+            at = max(0.0, float(e.get("time", t0)) - t0)
+            detail = {k: v for k, v in e.items() if k not in ("time", "kind", "cause")}
+            parts.append(f"<li>+{at:.2f} s: <b>{esc(str(e.get('kind')))}</b> {esc(json.dumps(detail))}</li>")
+        parts.append("</ul>")
+    if nonfinite:
         parts.append("<h2>Events</h2><ul id=\"events\">")
-        for r in events:
+        for r in nonfinite:
             parts.append(f"<li>rank {r.get('rank')}: loss became {esc(str(r.get('loss_text')))} at epoch {r.get('epoch')} step {r.get('step')}</li>")
         parts.append("</ul>")
     parts.append("<h2>Ranks</h2><table id=\"ranks\"><tr><th>rank</th><th>host</th><th>steps</th><th>last loss</th><th>ms/step</th><th>samples/s</th><th>eval</th></tr>")

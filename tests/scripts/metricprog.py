@@ -1,12 +1,13 @@
 """A stand-in training rank printing real-format metric lines (no MindSpore).
 
     metricprog.py STEPS STEP_SECONDS [--format lossmonitor|mindformers|mslaunch]
-                  [--straggler RANK] [--silent RANK] [--silent-for SECONDS] [--nan-at STEP]
+                  [--straggler RANK] [--silent RANK] [--silent-for SECONDS] [--nan-at STEP] [--fail-once RANK]
 
 Every worker prints ``MSLAUNCH_METRIC {"batch_size": 32, "total_steps": STEPS}`` first, then one
 line per step in the chosen format with loss ``2.0 / step``; the straggler rank sleeps 0.5 s
 more per step; the silent rank prints nothing after step 2 for ``--silent-for`` seconds (then
-goes on); ``--nan-at`` makes rank 0 print a NaN loss at that step and exit 1.  At the end:
+goes on); ``--nan-at`` makes rank 0 print a NaN loss at that step and exit 1; ``--fail-once R``
+makes rank R exit 3 at step 3 the first time (a marker file in $PIDDIR remembers it).  At the end:
 ``Train epoch time: ... ms, per step time: ... ms`` (TimeMonitor's format).  The scheduler role
 listens on MS_SCHED_PORT like MindSpore's.  Pids go to ``$PIDDIR/<name>.pids``.
 """
@@ -25,6 +26,7 @@ p.add_argument("--straggler", type=int, default=-1)
 p.add_argument("--silent", type=int, default=-1)
 p.add_argument("--silent-for", type=float, default=600.0)
 p.add_argument("--nan-at", type=int, default=0)
+p.add_argument("--fail-once", type=int, default=-1, help="this rank exits 3 at step 3 unless $PIDDIR/failed-once exists (creates it)")
 args = p.parse_args()
 
 role = os.environ.get("MS_ROLE", "")
@@ -50,6 +52,10 @@ for step in range(1, args.steps + 1):
     if rank == args.silent and step == 3:
         time.sleep(args.silent_for)
     loss = 2.0 / step
+    if rank == args.fail_once and step == 3 and not os.path.exists(os.path.join(piddir or ".", "failed-once")):
+        open(os.path.join(piddir or ".", "failed-once"), "w").close()
+        print("RuntimeError: rank fails once", file=sys.stderr, flush=True)
+        sys.exit(3)
     if rank == 0 and step == args.nan_at:
         print(f"epoch: 1 step: {step}, loss is nan", flush=True)
         print(f"ValueError: In epoch: 1 step: {step}, loss is NAN or INF, training process cannot continue, terminating training.", file=sys.stderr, flush=True)
