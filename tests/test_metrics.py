@@ -204,3 +204,9 @@ def test_log_metrics_reads_only_new_bytes_and_jsonl_tail_skips_partial_lines(tmp
     with open(out, "ab") as fh:
         fh.write(b"}\nnot json\n")
     assert tail.read() == [{"rank": 1}]
+
+
+def test_time_monitor_step_time_gives_samples_when_the_batch_is_known():
+    d = RankDeriver(rank=0)
+    recs = _feed(d, ['MSLAUNCH_METRIC {"batch_size": 16}', "Train epoch time: 2000.000 ms, per step time: 200.000 ms"], 1.0)
+    assert recs[1]["kind"] == "epoch" and recs[1]["samples_per_s"] == 80.0

@@ -102,7 +102,8 @@ def test_metrics_jsonl_holds_every_step_and_top_flags_the_straggler(job):
     assert rows[1]["step_time_ms"] > 3 * rows[0]["step_time_ms"]
     # samples/s: batch 32 (the MSLAUNCH_METRIC line) over the rank's step time; the total is their sum
     for row in rows.values():
-        last = [x for x in recs if x["rank"] == row["rank"] and x.get("global_step") == 8][-1]
+        last = [x for x in recs if x["rank"] == row["rank"] and "samples_per_s" in x][-1]  # TimeMonitor's line, at the end
+        assert last["source"] == "timemonitor" and row["step_time_ms"] == last["step_time_ms"]
         assert row["samples_per_s"] == last["samples_per_s"] == pytest.approx(32000.0 / last["step_time_ms"], rel=1e-3)
     assert rows[1]["samples_per_s"] < rows[0]["samples_per_s"]
     assert snap["totals"]["samples_per_s"] == pytest.approx(rows[0]["samples_per_s"] + rows[1]["samples_per_s"], rel=1e-3)

@@ -12,7 +12,8 @@ Pure (no I/O, no clock): times are passed in.
 out.  ``time`` is when mslaunch read the line (wall clock, s).  ``global_step`` counts steps over the
 whole run (from the epoch and the step within it).  ``step_time_ms`` is the printed one, else the
 time between the arrivals of step lines; ``samples_per_s`` the printed one, else
-``batch_size * 1000 / step_time_ms`` when the batch size is known.  A NaN/Inf loss is a record
+``batch_size * 1000 / step_time_ms`` when the batch size is known (also for ``TimeMonitor``'s
+per-epoch step time).  A NaN/Inf loss is a record
 with ``"event": "nonfinite_loss"`` and ``loss_text``.
 """
 from __future__ import annotations
@@ -87,11 +88,9 @@ class RankDeriver:
         if last_global is not None:
             derived = self._derive(last_global, when)
         for rec in records:
-            if rec["kind"] != "step" or "global_step" not in rec:
-                continue
-            if "step_time_ms" not in rec and derived is not None:
+            if rec["kind"] == "step" and "global_step" in rec and "step_time_ms" not in rec and derived is not None:
                 rec["step_time_ms"] = round(derived, 3)
-            if "samples_per_s" not in rec and self.batch_size and rec.get("step_time_ms"):
+            if rec["kind"] in ("step", "epoch") and "samples_per_s" not in rec and self.batch_size and rec.get("step_time_ms"):
                 rec["samples_per_s"] = round(self.batch_size * 1000.0 / rec["step_time_ms"], 3)
         return records
 
