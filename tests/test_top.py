@@ -341,3 +341,17 @@ def test_a_restarted_job_top_follows_the_new_attempt_and_the_report_shows_the_re
     page = (out / "report.html").read_text()
     timeline = re.search(r'<ul id="timeline">(.*?)</ul>', page, re.S).group(1)
     assert re.findall(r"<b>(\w+)</b>", timeline) == ["job_start", "failure", "teardown", "restart", "job_end"]
+
+
+@pytest.mark.mpi
+def test_top_for_a_job_started_through_mpirun(job):
+    if shutil.which("mpirun") is None:
+        if os.environ.get("CI"):
+            pytest.fail("mpirun is missing in CI (make test installs openmpi-bin)")
+        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    r = job.run("5", "0.1", "--straggler", "1", extra=("--tee", "none", "--launcher", "mpirun"))
+    assert r.returncode == 0, r.stderr
+    snap = job.top()
+    assert [(row["rank"], row["step"], row["state"], row["straggler"]) for row in snap["ranks"]] == [(0, 5, "done", False), (1, 5, "done", True)]
+    steps = sorted((x["rank"], x["global_step"]) for x in job.records() if x["kind"] == "step")
+    assert steps == [(k, s) for k in range(2) for s in range(1, 6)]

@@ -9,7 +9,7 @@ more per step; the silent rank prints nothing after step 2 for ``--silent-for`` 
 goes on); ``--nan-at`` makes rank 0 print a NaN loss at that step and exit 1; ``--fail-once R``
 makes rank R exit 3 at step 3 the first time (a marker file in $PIDDIR remembers it).  At the end:
 ``Train epoch time: ... ms, per step time: ... ms`` (TimeMonitor's format).  The scheduler role
-listens on MS_SCHED_PORT like MindSpore's.  Pids go to ``$PIDDIR/<name>.pids``.
+listens on MS_SCHED_PORT like MindSpore's and exits once every worker connected to say it is done.  Pids go to ``$PIDDIR/<name>.pids``.
 """
 import argparse
 import json
@@ -42,7 +42,16 @@ if role == "MS_SCHED":
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])))
     sock.listen(16)
-    time.sleep(600)
+    sock.settimeout(600)
+    done = 0
+    while done < int(os.environ.get("MS_WORKER_NUM", "1")):  # every worker says "done", then the scheduler ends (as MindSpore's)
+        conn = sock.accept()[0]  # (mslaunch's port probes connect and send nothing)
+        conn.settimeout(10)
+        try:
+            done += conn.recv(16) == b"done"
+        except OSError:
+            pass
+        conn.close()
     sys.exit(0)
 
 print("MSLAUNCH_METRIC " + json.dumps({"batch_size": 32, "total_steps": args.steps}), flush=True)
@@ -69,3 +78,6 @@ for step in range(1, args.steps + 1):
         print(f"epoch: 1 step: {step}, loss is {loss:.7g}", flush=True)
 elapsed = (time.time() - t_start) * 1000
 print(f"Train epoch time: {elapsed:5.3f} ms, per step time: {elapsed / args.steps:5.3f} ms", flush=True)
+if os.environ.get("MS_SCHED_PORT"):
+    with socket.create_connection((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])), timeout=10) as conn:
+        conn.sendall(b"done")
