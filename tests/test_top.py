@@ -175,15 +175,15 @@ def test_report_renders_its_charts_in_headless_chromium(job, tmp_path):
     lone.parent.mkdir()
     shutil.copy(html_path, lone)
     base = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}",
-            "--enable-logging=stderr", "--v=0"]
+            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000"]  # the page settles (images decoded) before the capture
     shot = tmp_path / "shot.png"
-    view = subprocess.run(base + ["--window-size=1000,3400", f"--screenshot={shot}", lone.as_uri()], capture_output=True, text=True, timeout=120)
+    view = subprocess.run(base + ["--window-size=1000,3400", f"--screenshot={shot}", lone.as_uri()], capture_output=True, text=True, timeout=180)
     assert shot.exists(), view.stderr[-2000:]
     console = [line for line in view.stderr.splitlines() if ":CONSOLE" in line]
     assert console == [], console
-    dom = subprocess.run(base + ["--dump-dom", lone.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run(base + ["--dump-dom", lone.as_uri()], capture_output=True, text=True, timeout=180)
     imgs = re.findall(r'<img id="plot-(\w+)" class="plot" alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', dom.stdout)
-    assert [name for name, _ in imgs] == ["loss", "step_time", "throughput", "timeline"], dom.stdout[:500]
+    assert [name for name, _ in imgs] == ["loss", "step_time", "throughput", "timeline"], (dom.stdout[:500], dom.stderr[-2000:])
     assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
     import matplotlib.image as mpimg
     import numpy as np
