@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PKGS := openmpi-bin openssh-server openssh-client iproute2
+APT_PKGS := openmpi-bin openssh-server openssh-client iproute2 tmux chromium
 DATA ?= data/synth-cifar10
 NP ?= 2
 STEPS ?= 60
@@ -26,7 +26,7 @@ deps:
 $(VENV)/.stamp-install: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[train,dev]'
+	$(PY) -m pip install -q -e '.[train,dev,report]'
 	touch $@
 
 venv: $(VENV)/.stamp-install

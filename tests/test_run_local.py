@@ -97,7 +97,7 @@ def test_success_writes_job_dir(job):
     assert [p["name"] for p in s["processes"]] == ["scheduler", "rank 0", "rank 1"]
     assert [p["exit_code"] for p in s["processes"][1:]] == [0, 0]
     files = sorted(os.listdir(job.dir))
-    assert files == ["job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log", "worker_1.log"]
+    assert files == ["events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log", "worker_1.log"]
     assert oct(os.stat(job.dir).st_mode & 0o777) == "0o700"
     assert (job.dir / "worker_1.log").read_text().splitlines()[-1] == "rank1 done"
     plan = json.loads((job.dir / "plan.json").read_text())

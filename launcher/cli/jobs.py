@@ -181,7 +181,10 @@ def status_cmd(
     """Show a job's state; exit 0 if it succeeded or is running, 1 otherwise."""
     from launcher.jobs.jobdir import find_job
 
+    from launcher.logs.metricsfile import load_progress
+
     info = find_job(job)
+    progress = load_progress(info.job_dir)
     if as_json:
         if info.summary is not None and info.problem is None:
             data = info.summary
@@ -189,6 +192,9 @@ def status_cmd(
             data = {"job_id": info.job_id, "job_dir": info.job_dir, "status": info.state, "pid": info.pid}
             if info.problem is not None:
                 data["problem"] = info.problem
+        data = dict(data, progress=[{"rank": r, "step": st.global_step if st.global_step is not None else st.step,
+                                     "loss": None if st.loss is None or st.loss != st.loss else st.loss, "epoch": st.epoch}
+                                    for r, st in sorted(progress.ranks.items())])
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         sys.stdout.write(f"job {info.job_id}: {info.state}\n  log dir: {info.job_dir}\n")
@@ -196,6 +202,10 @@ def status_cmd(
             sys.stdout.write(f"  problem: {info.problem}\n")
         if info.ranks is not None:
             sys.stdout.write(f"  ranks: {info.ranks}\n")
+        for r, st in sorted(progress.ranks.items()):
+            step = st.global_step if st.global_step is not None else st.step
+            loss = "-" if st.loss is None else ("NaN/Inf" if st.loss != st.loss else f"{st.loss:.6g}")
+            sys.stdout.write(f"  rank {r}: step {'-' if step is None else step}, loss {loss}\n")
         if info.summary:
             sys.stdout.write(f"  exit code: {info.summary.get('exit_code')}\n")
             cause = info.summary.get("root_cause")

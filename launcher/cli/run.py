@@ -30,7 +30,7 @@ def run_cmd(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
     start_timeout: float = typer.Option(60.0, "--start-timeout", help="Seconds for the scheduler's port to accept.", rich_help_panel="Run"),
     max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the whole job this many times after a failure.", rich_help_panel="Run"),
-    tee: str = typer.Option("errors", "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines).", rich_help_panel="Run"),
+    tee: Optional[str] = typer.Option(None, "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live per-rank view (as mslaunch top) plus every rank's error lines; else errors.", rich_help_panel="Run"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
     summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
@@ -49,6 +49,9 @@ def run_cmd(
     --timeout; 130/143/129 when stopped by SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
     2 for bad input.
     """
+    # the live view replaces the prefixed lines only when nothing asked for lines (--tee, msrun's --tail_worker_log)
+    live = tee is None and opts.tail_worker_log is None and not quiet and not detach and sys.stdout.isatty()
+    tee = tee or "errors"
     if tee not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     if max_restarts < 0:
@@ -79,7 +82,7 @@ def run_cmd(
 
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
-                       tail_all=opts.tail_worker_log is not None)
+                       tail_all=opts.tail_worker_log is not None, live=live)
     if ssh_start_timeout <= 0:
         raise PlanError("--ssh-start-timeout must be > 0", field="--ssh-start-timeout")
     ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout, "start_timeout": ssh_start_timeout}
@@ -159,13 +162,16 @@ def _without_detach(argv: List[str]) -> List[str]:
 class _Console:
     """Rank output on the console while the job runs (a follower over the log files)."""
 
-    def __init__(self, plan: Plan, tee: str, ranks: Optional[Tuple[int, ...]] = None, tail_all: bool = False) -> None:
+    def __init__(self, plan: Plan, tee: str, ranks: Optional[Tuple[int, ...]] = None, tail_all: bool = False,
+                 live: bool = False) -> None:
         """``ranks``/``tail_all``: msrun's ``--tail_worker_log`` (every line of those ranks, or of
-        every rank when ``tail_all`` and ``ranks`` is None), replacing ``--tee``."""
+        every rank when ``tail_all`` and ``ranks`` is None), replacing ``--tee``.  ``live``: the
+        live per-rank view (a terminal and no ``--tee``), with every rank's error lines above it."""
         self.plan = plan
         self.tee = tee
         self.ranks = ranks
         self.tail_all = tail_all
+        self.live = live
         self.colour = sys.stdout.isatty()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -182,6 +188,8 @@ class _Console:
             return
         from launcher.logs.follow import ERROR_RE, Follower, LogSource, job_log_sources, prefix
 
+        if self.live:
+            self._start_live()
         only_rank0 = self.tee in ("rank0", "errors")
         tailing = self.tail_all or self.ranks is not None
 
@@ -198,6 +206,12 @@ class _Console:
             return out
 
         def emit(src: Any, line: str) -> None:
+            if self.live:  # the live view shows progress; error lines of every rank are printed above it
+                if ERROR_RE.search(line):
+                    from rich.text import Text
+
+                    self._rich.print(Text.from_ansi(prefix(src, self.colour) + line), soft_wrap=True)
+                return
             if not tailing and only_rank0 and src.rank != 0:
                 if self.tee == "rank0" or not ERROR_RE.search(line):
                     return
@@ -226,12 +240,34 @@ class _Console:
 
             self._attempt_dir = attempt_dir(self.plan.job_dir, data["attempt"])
             msg = f"restarting the job (attempt {data['attempt'] + 1}); logs in {self._attempt_dir}"
-        if msg:
+        if msg and self.live and getattr(self, "_rich", None) is not None and not self._stop.is_set():
+            self._rich.print(f"mslaunch: {msg}", style="bold", highlight=False, markup=False, soft_wrap=True)
+        elif msg:
             with self._lock:
                 sys.stderr.write(f"mslaunch: {msg}\n")
                 sys.stderr.flush()
+
+    def _start_live(self) -> None:
+        """The live per-rank table (``mslaunch top``) under the console's other output."""
+        from rich.console import Console
+
+        from launcher.cli.top import JobWatch, live_loop
+
+        self._rich = Console()
+
+        def loop() -> None:
+            try:
+                live_loop(JobWatch(self.plan.job_dir), self._stop, 1.0, console=self._rich, until_end=False)
+            except Exception as exc:  # the view is a convenience: never fail the job for it
+                sys.stderr.write(f"mslaunch: live view stopped: {exc}\n")
+
+        self._live_thread = threading.Thread(target=loop, name="live", daemon=True)
+        self._live_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        live = getattr(self, "_live_thread", None)
+        if live is not None:
+            live.join(timeout=5)

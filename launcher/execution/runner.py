@@ -6,7 +6,7 @@ Order of work (nothing starts until every check passed):
    table (ranktable method) validates;
 2. the job dir (created 0700, or an empty one; locked for the job's life) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
 3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
-4. the supervisor; then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
+4. the supervisor (with the metrics writer: ``metrics.jsonl``; its events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
 """
 from __future__ import annotations
 
@@ -111,10 +111,21 @@ def run_plan(
     from launcher.execution.local import become_subreaper, reap_orphans
 
     become_subreaper()
+    from launcher.logs.metricsfile import MetricsWriter, append_event
+
+    metrics = MetricsWriter(plan.job_dir).start()  # metrics.jsonl from every rank's log, as lines arrive
+    append_event(plan.job_dir, "job_start", {"job_id": plan.job_id})
+
+    def record_event(kind: str, data: Dict[str, Any]) -> None:
+        """events.jsonl (the report's timeline), then the caller's callback."""
+        append_event(plan.job_dir, kind, data)
+        if on_event is not None:
+            on_event(kind, data)
+
     watchdog = Watchdog()
     try:
         prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
-        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options, watchdog, zygote), options, on_event=on_event, prepare_attempt=prepare,
+        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options, watchdog, zygote), options, on_event=record_event, prepare_attempt=prepare,
                          watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
         started = time.time()
         try:
@@ -128,7 +139,9 @@ def run_plan(
             raise
     finally:
         watchdog.close()
+        metrics.stop()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
+    append_event(plan.job_dir, "job_end", {"status": result.status, "exit_code": result.exit_code})
     jobdir.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
 

@@ -29,6 +29,7 @@ Output on stdout (flushed after every line; launchers capture it to files)::
 
     params: 23528522
     data: ...
+    MSLAUNCH_METRIC {"batch_size": 32, "epochs": 1, "steps_per_epoch": 40}   (the step budget, for mslaunch top)
     epoch: 1 step: 1, loss is 2.3025854          (LossMonitor's format; step within the epoch)
     epoch 1 throughput: 57.9 img/s per rank, 115.8 img/s total (2 ranks)
     checkpoint: <ckpt-dir>/ckpt_<rank>/resnet50-1_40.ckpt
@@ -47,6 +48,7 @@ Exit codes: 0 done; 1 training failed (e.g. the loss became NaN); 2 bad argument
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -530,6 +532,8 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         )
     spe = min(args.steps_per_epoch, batches_per_pass) if args.steps_per_epoch else batches_per_pass
     _say(f"data: {desc}; rank {rank} of {size}: {batches_per_pass} batches of {args.batch_size} per pass")
+    # The step budget for `mslaunch top` (progress, ETA): the documented machine-readable line.
+    _say("MSLAUNCH_METRIC " + json.dumps({"batch_size": args.batch_size, "epochs": args.epochs, "steps_per_epoch": spe}))
 
     opt, train_net = make_train_step(net, args.lr, args.momentum)
 

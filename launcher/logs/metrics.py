@@ -1,0 +1,258 @@
+"""Training metrics from log lines: pure parsing, no I/O.
+
+:func:`parse_line` recognises the lines MindSpore users print (anywhere in the line, so a
+logger's or mslaunch's prefix does not matter) and returns a :class:`Metric`, or None:
+
+=================  ==========================================================================
+``lossmonitor``    ``epoch: 1 step: 40, loss is 0.09236499`` (MindSpore ``LossMonitor``; the step
+                   counts within the epoch).  ``... loss is NAN or INF ...`` (its error) is an event.
+``timemonitor``    ``Train epoch time: 5312.412 ms, per step time: 132.810 ms`` (``TimeMonitor``;
+                   the mode word may be empty or ``Eval``; ``(data time: ...)`` may follow).
+``mindformers``    ``{ Epoch:[  1/  2], step:[    2/   19], loss: 10.649, per_step_time: 103328ms,
+                   lr: ...`` (``MFLossMonitor``; also ``loss:[10.649/10.700]``) and its progress line
+                   ``   5.3% |####   | 12.5 samples/s/p  0:10:07 }``.
+``eval``           ``Eval result: epoch 1, metrics: {'accuracy': 0.91}`` (``LossMonitor`` under
+                   ``Model.fit``) and ``accuracy: 0.9760`` (the reference trainer).
+``trainer``        the reference trainer's ``epoch 1 throughput: 18.8 img/s per rank, 37.5 img/s
+                   total (2 ranks)``, ``data: ...: 93 batches of 32 per pass`` (the batch size) and
+                   ``epoch: 1 step: 3. Invalid loss nan, terminating training.`` (an event).
+``mslaunch``       ``MSLAUNCH_METRIC {json object}``: the machine-readable line any script can print.
+=================  ==========================================================================
+
+``MSLAUNCH_METRIC`` keys (all optional; unknown keys are ignored, wrong types drop the key):
+``step`` (int, counted from 1 over the whole run unless ``epoch`` is given with ``steps_per_epoch``),
+``epoch`` (int), ``loss`` (number; ``"nan"``/``"inf"`` strings are accepted), ``step_time_ms``
+(number), ``samples_per_s`` (number, this rank), ``batch_size`` (int, per rank), ``epochs`` (int,
+total), ``steps_per_epoch`` (int), ``total_steps`` (int, the whole run), ``eval`` (object of
+numbers).  Example::
+
+    print('MSLAUNCH_METRIC ' + json.dumps({"step": 12, "loss": 0.42, "step_time_ms": 130.5}), flush=True)
+
+A loss that is NaN or infinite makes a ``step`` metric with ``event="nonfinite_loss"`` and
+``loss=None`` (its text in ``loss_text``).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+__all__ = ["Metric", "parse_line", "METRIC_PREFIX"]
+
+METRIC_PREFIX = "MSLAUNCH_METRIC"
+_MAX_LINE = 4096  # longer lines are not metric lines (and regexes stay cheap)
+
+_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|-inf|-Inf|-INF|Infinity|-Infinity)"
+_LOSS_RE = re.compile(r"epoch: (\d+) step: (\d+), loss is (\[?\s*" + _NUM + r")")
+_LOSS_NONFINITE_RE = re.compile(r"epoch: (\d+) step: (\d+), loss is NAN or INF")
+_TIME_RE = re.compile(r"(?:^|[^\w])(Train |Eval |)epoch time: ([\d.]+) ms, per step time: ([\d.]+) ms")
+_MF_RE = re.compile(r"\{ Epoch:\[\s*(\d+)/\s*(\d+)\], step:\[\s*(\d+)/\s*(\d+)\], loss:\s*\[?\s*(" + _NUM + r")")
+_MF_TIME_RE = re.compile(r"per_step_time: (\d+(?:\.\d+)?)ms")
+_MF_RATE_RE = re.compile(r"(\d+(?:\.\d+)?) samples/s/p")
+_EVAL_RE = re.compile(r"Eval result: epoch (\d+), metrics: (\{.*\})")
+_ACC_RE = re.compile(r"^accuracy: (" + _NUM + r")\s*$")
+_THRU_RE = re.compile(r"epoch (\d+) throughput: ([\d.]+) img/s per rank, ([\d.]+) img/s total \((\d+) ranks?\)")
+_DATA_RE = re.compile(r"^data: .*: (\d+) batches of (\d+) per pass")
+_INVALID_RE = re.compile(r"epoch: (\d+) step: (\d+)\. Invalid loss (\S+)")
+
+_INT_KEYS = ("step", "epoch", "batch_size", "epochs", "steps_per_epoch", "total_steps")
+_FLOAT_KEYS = ("step_time_ms", "samples_per_s")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What one log line says.
+
+    Attributes:
+        kind: ``step`` (a training step: loss and/or timing), ``epoch`` (end of an epoch: timing
+            or throughput), ``eval`` (evaluation results), ``info`` (batch size or step budget
+            only), ``event`` (no numbers: e.g. the loss became NaN).
+        source: the format: ``lossmonitor``, ``timemonitor``, ``mindformers``, ``eval``,
+            ``trainer``, ``mslaunch``.
+        epoch: the epoch (from 1), when the line says.
+        step: the step as printed (within the epoch for ``lossmonitor`` / ``mindformers``).
+        step_in_epoch: True when ``step`` counts within ``epoch``.
+        epochs: total epochs, when the line says.
+        steps_per_epoch: steps per epoch, when the line says.
+        total_steps: steps of the whole run, when the line says.
+        loss: the loss (None when absent or not finite).
+        loss_text: the loss as printed when it was not finite.
+        step_time_ms: time per step in ms, when the line says.
+        samples_per_s: this rank's samples (images, sequences) per second, when the line says.
+        batch_size: samples per step on this rank, when the line says.
+        eval: evaluation metrics (name -> number).
+        event: ``nonfinite_loss`` when the loss is NaN or infinite.
+    """
+
+    kind: str
+    source: str
+    epoch: Optional[int] = None
+    step: Optional[int] = None
+    step_in_epoch: bool = False
+    epochs: Optional[int] = None
+    steps_per_epoch: Optional[int] = None
+    total_steps: Optional[int] = None
+    loss: Optional[float] = None
+    loss_text: Optional[str] = None
+    step_time_ms: Optional[float] = None
+    samples_per_s: Optional[float] = None
+    batch_size: Optional[int] = None
+    eval: Dict[str, float] = field(default_factory=dict)
+    event: Optional[str] = None
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text.strip().lstrip("["))
+    except ValueError:
+        return None
+
+
+def _loss_fields(text: str) -> Dict[str, Any]:
+    value = _number(text)
+    if value is None:
+        return {}
+    if math.isfinite(value):
+        return {"loss": value}
+    return {"loss_text": text.strip().lstrip("[").strip(), "event": "nonfinite_loss"}
+
+
+def _finite(value: Any) -> Optional[float]:
+    """``value`` as a finite float, or None (bools, strings, huge ints, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _eval_dict(obj: Any) -> Dict[str, float]:
+    out: Dict[str, float] = {}
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            number = _finite(value)
+            if number is not None:
+                out[str(key)] = number
+    return out
+
+
+def _parse_mslaunch(payload: str) -> Optional[Metric]:
+    try:
+        obj = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    kw: Dict[str, Any] = {}
+    for key in _INT_KEYS:
+        value = obj.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            kw[key] = value
+    for key in _FLOAT_KEYS:
+        number = _finite(obj.get(key))
+        if number is not None and number >= 0:
+            kw[key] = number
+    loss = obj.get("loss")
+    if isinstance(loss, float) and not math.isfinite(loss):
+        kw.update(_loss_fields(repr(loss)))
+    elif _finite(loss) is not None:
+        kw["loss"] = _finite(loss)
+    elif isinstance(loss, str):
+        kw.update(_loss_fields(loss))
+    ev = _eval_dict(obj.get("eval"))
+    if ev:
+        kw["eval"] = ev
+    if "step" in kw and "epoch" in kw and "steps_per_epoch" in kw:
+        kw["step_in_epoch"] = True
+    if "loss" in kw or "loss_text" in kw or "step" in kw or "step_time_ms" in kw or "samples_per_s" in kw:
+        kind = "step"
+    elif ev:
+        kind = "eval"
+    elif kw:
+        kind = "info"
+    else:
+        return None
+    return Metric(kind=kind, source="mslaunch", **kw)
+
+
+def parse_line(line: str) -> Optional[Metric]:
+    """The metric a log line carries, or None.  Pure; never raises on any text.
+
+    Args:
+        line: one line of a rank's output (without its newline; a trailing ``\\r`` is fine).
+
+    Returns:
+        The :class:`Metric`, or None when the line is not a metric line.
+    """
+    try:
+        return _parse(line)
+    except (ValueError, OverflowError, TypeError, RecursionError, MemoryError):
+        return None  # e.g. a number too large for a float: not a metric we can use
+
+
+def _parse(line: str) -> Optional[Metric]:
+    if len(line) > _MAX_LINE:
+        return None
+    if METRIC_PREFIX in line:
+        idx = line.find(METRIC_PREFIX + " ")
+        if idx >= 0:
+            return _parse_mslaunch(line[idx + len(METRIC_PREFIX) + 1:].strip())
+        return None
+    if "epoch" in line:
+        m = _LOSS_NONFINITE_RE.search(line)
+        if m:
+            return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True,
+                          loss_text="NAN or INF", event="nonfinite_loss")
+        m = _LOSS_RE.search(line)
+        if m:
+            fields = _loss_fields(m.group(3))
+            if fields:
+                return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True, **fields)
+        m = _INVALID_RE.search(line)
+        if m:
+            return Metric(kind="step", source="trainer", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True,
+                          loss_text=m.group(3).rstrip(","), event="nonfinite_loss")
+        m = _TIME_RE.search(line)
+        if m:
+            return Metric(kind="epoch", source="timemonitor", step_time_ms=float(m.group(3)))
+        m = _THRU_RE.search(line)
+        if m:
+            return Metric(kind="epoch", source="trainer", epoch=int(m.group(1)), samples_per_s=float(m.group(2)))
+    if "Epoch:[" in line:
+        m = _MF_RE.search(line)
+        if m:
+            fields = _loss_fields(m.group(5))
+            t = _MF_TIME_RE.search(line)
+            return Metric(kind="step", source="mindformers", epoch=int(m.group(1)), epochs=int(m.group(2)), step=int(m.group(3)),
+                          steps_per_epoch=int(m.group(4)), step_in_epoch=True,
+                          step_time_ms=float(t.group(1)) if t else None, **fields)
+    if "samples/s/p" in line:
+        m = _MF_RATE_RE.search(line)
+        if m:
+            return Metric(kind="step", source="mindformers", samples_per_s=float(m.group(1)))
+    if "Eval result" in line:
+        m = _EVAL_RE.search(line)
+        if m:
+            try:
+                obj = ast.literal_eval(m.group(2))
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                obj = None
+            ev = _eval_dict(obj)
+            if ev:
+                return Metric(kind="eval", source="eval", epoch=int(m.group(1)), eval=ev)
+    if line.startswith("accuracy: "):
+        m = _ACC_RE.match(line)
+        if m:
+            value = _number(m.group(1))
+            if value is not None and math.isfinite(value):
+                return Metric(kind="eval", source="trainer", eval={"accuracy": value})
+    if line.startswith("data: "):
+        m = _DATA_RE.match(line)
+        if m:
+            return Metric(kind="info", source="trainer", batch_size=int(m.group(2)))
+    return None

@@ -1,0 +1,316 @@
+"""``mslaunch report``: a self-contained HTML page (plus PNGs) about one job.
+
+Output folder (``-o DIR``, default ``<job dir>/report/``)::
+
+    report.html      the page; the plots are embedded as data: URIs, so the file alone is enough
+    loss.png         loss vs global step, one line per rank
+    step_time.png    step time vs global step per rank (the straggler view), with the median
+    throughput.png   samples/s over time: each rank and the job's total
+    timeline.png     each process from start to end (ok / failed / stopped; earlier attempts too),
+                     job start and end, the failure, the teardown and restarts (from events.jsonl)
+
+Plots are drawn with matplotlib (the ``report`` extra) on its non-interactive Agg backend.
+Reads ``plan.json``, ``summary.json``, ``events.jsonl`` and ``metrics.jsonl`` (or the logs when it is missing).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from launcher.errors import MsLaunchError
+from launcher.logs.metricsfile import METRICS_FILE, LogMetrics, read_events, read_records
+from launcher.logs.progress import Progress
+
+__all__ = ["write_report", "PLOTS"]
+
+PLOTS = ("loss", "step_time", "throughput", "timeline")
+
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            obj = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise MsLaunchError(f"cannot read: {exc}", path=path) from None
+    return obj if isinstance(obj, dict) else None
+
+
+def _records(job_dir: str) -> List[Dict[str, Any]]:
+    path = os.path.join(job_dir, METRICS_FILE)
+    if os.path.exists(path):
+        return read_records(path)
+    return LogMetrics(job_dir).poll(final=True)
+
+
+def _series(records: List[Dict[str, Any]], key: str) -> Dict[int, Tuple[List[float], List[float]]]:
+    """rank -> (global steps, values) of step records of the newest attempt that carry ``key``."""
+    newest: Dict[int, int] = {}
+    for r in records:
+        if isinstance(r.get("rank"), int):
+            newest[r["rank"]] = max(newest.get(r["rank"], 0), int(r.get("attempt", 0) or 0))
+    out: Dict[int, Tuple[List[float], List[float]]] = {}
+    for r in records:
+        rank = r.get("rank")
+        if not isinstance(rank, int) or r.get("kind") != "step" or int(r.get("attempt", 0) or 0) != newest.get(rank):
+            continue
+        if isinstance(r.get("global_step"), int) and isinstance(r.get(key), (int, float)):
+            xs, ys = out.setdefault(rank, ([], []))
+            xs.append(r["global_step"])
+            ys.append(float(r[key]))
+    return dict(sorted(out.items()))
+
+
+def _plot_loss(plt: Any, records: List[Dict[str, Any]], path: str) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    for rank, (xs, ys) in _series(records, "loss").items():
+        ax.plot(xs, ys, marker=".", linewidth=1.2, label=f"rank {rank}")
+    for r in records:
+        if r.get("event") == "nonfinite_loss" and isinstance(r.get("global_step"), int):
+            ax.axvline(r["global_step"], color="red", linestyle=":", linewidth=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title("loss per rank")
+    _finish(ax, fig, path)
+
+
+def _plot_step_time(plt: Any, records: List[Dict[str, Any]], path: str) -> None:
+    import statistics
+
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    last: List[float] = []
+    for rank, (xs, ys) in _series(records, "step_time_ms").items():
+        ax.plot(xs, ys, marker=".", linewidth=1.2, label=f"rank {rank}")
+        last.append(ys[-1])
+    if last:
+        ax.axhline(statistics.median(last), color="grey", linestyle="--", linewidth=1, label="median (last)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("ms / step")
+    ax.set_title("step time per rank (stragglers stand out)")
+    _finish(ax, fig, path)
+
+
+def _plot_throughput(plt: Any, records: List[Dict[str, Any]], t0: float, path: str) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    per_rank: Dict[int, Tuple[List[float], List[float]]] = {}
+    latest: Dict[int, float] = {}
+    total_x: List[float] = []
+    total_y: List[float] = []
+    for r in sorted((r for r in records if isinstance(r.get("time"), (int, float))), key=lambda r: r["time"]):
+        rank = r.get("rank")
+        if not isinstance(rank, int) or not isinstance(r.get("samples_per_s"), (int, float)):
+            continue
+        t = float(r["time"]) - t0
+        xs, ys = per_rank.setdefault(rank, ([], []))
+        xs.append(t)
+        ys.append(float(r["samples_per_s"]))
+        latest[rank] = float(r["samples_per_s"])
+        total_x.append(t)
+        total_y.append(sum(latest.values()))
+    for rank, (xs, ys) in sorted(per_rank.items()):
+        ax.plot(xs, ys, linewidth=1.2, label=f"rank {rank}")
+    if total_x:
+        ax.plot(total_x, total_y, color="black", linewidth=2, label="total")
+    ax.set_xlabel("seconds since the job started")
+    ax.set_ylabel("samples / s")
+    ax.set_title("throughput")
+    _finish(ax, fig, path)
+
+
+def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], events: List[Dict[str, Any]], t0: float, path: str) -> None:
+    procs = (summary or {}).get("processes", [])
+    end = float((summary or {}).get("ended") or time.time())
+    restarts = sorted(float(e["time"]) for e in events if e.get("kind") == "restart" and isinstance(e.get("time"), (int, float)))
+    rows: Dict[str, int] = {}
+    for p in procs:
+        rows.setdefault(str(p.get("name")), len(rows))
+    # Processes of earlier attempts: from their "started" events to the restart that ended them.
+    earlier: List[Tuple[str, float, float]] = []
+    for e in events:
+        if e.get("kind") != "started" or not isinstance(e.get("time"), (int, float)):
+            continue
+        later = [t for t in restarts if t >= float(e["time"])]
+        if later:
+            earlier.append((str(e.get("name")), float(e["time"]), later[0]))
+            rows.setdefault(str(e.get("name")), len(rows))
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.4 * max(2, len(rows))), dpi=100)
+    for name, start, stop in earlier:
+        ax.barh(rows[name], max(stop - start, 0.01), left=start - t0, color="#e8a0a0", height=0.6)
+    for p in procs:
+        start = float(p.get("started") or t0) - t0
+        stop = float(p.get("ended") or end) - t0
+        if p.get("exit_code") == 0 and not p.get("signal"):
+            colour = "tab:green"
+        elif p.get("torn_down"):
+            colour = "tab:grey"
+        else:
+            colour = "tab:red"
+        ax.barh(rows[str(p.get("name"))], max(stop - start, 0.01), left=start, color=colour, height=0.6)
+    names = sorted(rows, key=lambda n: rows[n])
+    ax.set_yticks(range(len(names)))
+    hosts = {str(p.get("name")): p.get("host") for p in procs}
+    ax.set_yticklabels([f"{n} @ {hosts.get(n, '?')}" for n in names])
+    ax.axvline(0, color="black", linewidth=1)
+    ax.axvline(end - t0, color="black", linewidth=1)
+    styles = {"failure": ("red", "--"), "teardown": ("grey", ":"), "restart": ("tab:orange", "-."),
+              "timeout": ("tab:purple", "--"), "interrupted": ("tab:purple", ":")}
+    attempt = 1
+    for e in events:
+        kind = e.get("kind")
+        if kind not in styles or not isinstance(e.get("time"), (int, float)):
+            continue
+        colour, style = styles[kind]
+        label = {"failure": f"failure: {e.get('name')}", "restart": f"restart (attempt {attempt + 1})"}.get(str(kind), str(kind))
+        attempt += kind == "restart"
+        ax.axvline(float(e["time"]) - t0, color=colour, linestyle=style, linewidth=1.5, label=label)
+    if not events:  # a job from before events.jsonl: the summary's root cause
+        cause = (summary or {}).get("root_cause")
+        if cause and cause.get("time"):
+            ax.axvline(float(cause["time"]) - t0, color="red", linestyle="--", linewidth=1.5, label=f"failure: {cause.get('name')}")
+    ax.set_xlabel("seconds since the job started")
+    ax.set_title("timeline (green ok, red failed, grey stopped by mslaunch, pink earlier attempts)", fontsize="medium")
+    _finish(ax, fig, path)
+
+
+def _finish(ax: Any, fig: Any, path: str, legend: bool = True) -> None:
+    ax.grid(True, alpha=0.3)
+    if legend and ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_dir: str) -> List[Tuple[str, str]]:
+    rows = [("job", str((summary or plan).get("job_id") or os.path.basename(job_dir))), ("job dir", job_dir)]
+    if summary:
+        rows += [("status", str(summary.get("status"))), ("exit code", str(summary.get("exit_code"))),
+                 ("duration", f"{summary.get('duration', 0):.1f} s"), ("attempts", str(summary.get("attempts")))]
+        if summary.get("started"):
+            rows.append(("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(summary["started"])))))
+    else:
+        rows.append(("status", "running (no summary.json yet)"))
+    rows += [("ranks", str(plan.get("world_size", "?"))), ("launcher", str(plan.get("launcher", "?"))),
+             ("method", str(plan.get("method", "?"))), ("hosts", ", ".join(plan.get("hosts", [])))]
+    if summary and summary.get("message"):
+        rows.append(("message", str(summary["message"])))
+    return rows
+
+
+def write_report(job_dir: str, out_dir: str) -> str:
+    """Write ``report.html`` and the PNGs into ``out_dir`` (created); returns the HTML's path.
+
+    Raises:
+        MsLaunchError: matplotlib is missing, the job dir has no ``plan.json``, or ``out_dir``
+            cannot be written.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MsLaunchError("mslaunch report needs matplotlib: pip install 'mslaunch[report]' (or pip install matplotlib)") from None
+    plan = _read_json(os.path.join(job_dir, "plan.json"))
+    if plan is None:
+        raise MsLaunchError("not a job directory (no plan.json)", path=job_dir)
+    summary = _read_json(os.path.join(job_dir, "summary.json"))
+    records = _records(job_dir)
+    events = read_events(job_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:
+        raise MsLaunchError(f"cannot create the report folder: {exc.strerror}", path=out_dir) from None
+    times = [float(r["time"]) for r in records if isinstance(r.get("time"), (int, float))]
+    t0 = float((summary or {}).get("started") or (min(times) if times else time.time()))
+    paths = {name: os.path.join(out_dir, f"{name}.png") for name in PLOTS}
+    try:
+        _plot_loss(plt, records, paths["loss"])
+        _plot_step_time(plt, records, paths["step_time"])
+        _plot_throughput(plt, records, t0, paths["throughput"])
+        _plot_timeline(plt, summary, events, t0, paths["timeline"])
+    except OSError as exc:
+        raise MsLaunchError(f"cannot write the plots: {exc.strerror}", path=out_dir) from None
+
+    prog = Progress()
+    prog.extend(records)
+    esc = html.escape
+    parts: List[str] = []
+    title = f"mslaunch report: job {esc(str(plan.get('job_id', '')))}"
+    parts.append(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>\n<style>{_CSS}</style></head><body>")
+    parts.append(f"<h1>{title}</h1>")
+    parts.append("<h2>Summary</h2><table class=\"kv\" id=\"summary\">")
+    for k, v in _summary_rows(plan, summary, job_dir):
+        parts.append(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>")
+    parts.append("</table>")
+    cause = (summary or {}).get("root_cause")
+    if cause:
+        parts.append(f"<h2>Root cause</h2><p id=\"root-cause\"><b>{esc(str(cause.get('name')))}</b> on {esc(str(cause.get('host')))}: "
+                     f"{esc(str(cause.get('reason')))} (log <code>{esc(str(cause.get('log')))}</code>)</p>")
+        parts.append("<pre>" + esc("\n".join(cause.get("tail") or [])) + "</pre>")
+    nonfinite = [r for r in records if r.get("event")]
+    timeline = [e for e in events if e.get("kind") in ("job_start", "failure", "teardown", "restart", "timeout", "interrupted", "job_end")]
+    if timeline:
+        parts.append("<h2>Timeline</h2><ul id=\"timeline\">")
+        for e in timeline:
+            at = max(0.0, float(e.get("time", t0)) - t0)
+            detail = {k: v for k, v in e.items() if k not in ("time", "kind", "cause")}
+            parts.append(f"<li>+{at:.2f} s: <b>{esc(str(e.get('kind')))}</b> {esc(json.dumps(detail))}</li>")
+        parts.append("</ul>")
+    if nonfinite:
+        parts.append("<h2>Events</h2><ul id=\"events\">")
+        for r in nonfinite:
+            parts.append(f"<li>rank {r.get('rank')}: loss became {esc(str(r.get('loss_text')))} at epoch {r.get('epoch')} step {r.get('step')}</li>")
+        parts.append("</ul>")
+    parts.append("<h2>Ranks</h2><table id=\"ranks\"><tr><th>rank</th><th>host</th><th>steps</th><th>last loss</th><th>ms/step</th><th>samples/s</th><th>eval</th></tr>")
+    hosts = {r.get("rank"): r.get("host") for r in plan.get("ranks", [])}
+    for rank in range(int(plan.get("world_size") or 0)):
+        st = prog.ranks.get(rank)
+        cells = [str(rank), str(hosts.get(rank, "?"))]
+        if st is None:
+            cells += ["-"] * 5
+        else:
+            ev = ", ".join(f"{k} {v:.4g}" for k, v in st.eval.items()) or "-"
+            cells += [str(st.global_step if st.global_step is not None else "-"), _num(st.loss, 4), _num(st.step_time_ms, 0), _num(st.samples_per_s, 1), ev]
+        parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+    parts.append("</table>")
+    captions = {"loss": "Loss vs step", "step_time": "Step time per rank", "throughput": "Throughput over time", "timeline": "Timeline"}
+    for name in PLOTS:
+        with open(paths[name], "rb") as fh:
+            data = base64.b64encode(fh.read()).decode("ascii")
+        parts.append(f"<figure><img id=\"plot-{name}\" class=\"plot\" alt=\"{esc(captions[name])}\" src=\"data:image/png;base64,{data}\">"
+                     f"<figcaption>{esc(captions[name])} (<a href=\"{name}.png\">{name}.png</a>)</figcaption></figure>")
+    parts.append(f"<p class=\"foot\">metrics: {len(records)} records from {esc(os.path.join(job_dir, METRICS_FILE))}</p></body></html>\n")
+    html_path = os.path.join(out_dir, "report.html")
+    try:
+        with open(html_path, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(parts))
+    except OSError as exc:
+        raise MsLaunchError(f"cannot write: {exc.strerror}", path=html_path) from None
+    return html_path
+
+
+def _num(value: Optional[float], digits: int) -> str:
+    if value is None:
+        return "-"
+    if value != value:
+        return "NaN"
+    return f"{value:.{digits}f}"
+
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em; color: #222; max-width: 60em; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }
+table.kv th { background: #f3f3f3; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 85%; }
+figure { margin: 1em 0; } img.plot { max-width: 100%; border: 1px solid #ddd; }
+figcaption { font-size: 90%; color: #555; } .foot { color: #777; font-size: 85%; }
+"""

@@ -1,0 +1,83 @@
+"""A stand-in training rank printing real-format metric lines (no MindSpore).
+
+    metricprog.py STEPS STEP_SECONDS [--format lossmonitor|mindformers|mslaunch]
+                  [--straggler RANK] [--silent RANK] [--silent-for SECONDS] [--nan-at STEP] [--fail-once RANK]
+
+Every worker prints ``MSLAUNCH_METRIC {"batch_size": 32, "total_steps": STEPS}`` first, then one
+line per step in the chosen format with loss ``2.0 / step``; the straggler rank sleeps 0.5 s
+more per step; the silent rank prints nothing after step 2 for ``--silent-for`` seconds (then
+goes on); ``--nan-at`` makes rank 0 print a NaN loss at that step and exit 1; ``--fail-once R``
+makes rank R exit 3 at step 3 the first time (a marker file in $PIDDIR remembers it).  At the end:
+``Train epoch time: ... ms, per step time: ... ms`` (TimeMonitor's format).  The scheduler role
+listens on MS_SCHED_PORT like MindSpore's and exits once every worker connected to say it is done.  Pids go to ``$PIDDIR/<name>.pids``.
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("steps", type=int)
+p.add_argument("step_s", type=float)
+p.add_argument("--format", default="lossmonitor")
+p.add_argument("--straggler", type=int, default=-1)
+p.add_argument("--silent", type=int, default=-1)
+p.add_argument("--silent-for", type=float, default=600.0)
+p.add_argument("--nan-at", type=int, default=0)
+p.add_argument("--fail-once", type=int, default=-1, help="this rank exits 3 at step 3 unless $PIDDIR/failed-once exists (creates it)")
+args = p.parse_args()
+
+role = os.environ.get("MS_ROLE", "")
+rank = int(os.environ.get("RANK_ID", "0")) if role != "MS_SCHED" else -1
+name = "scheduler" if role == "MS_SCHED" else f"rank{rank}"
+piddir = os.environ.get("PIDDIR")
+if piddir:
+    with open(os.path.join(piddir, f"{name}.pids"), "w") as fh:
+        fh.write(f"{os.getpid()}\n")
+
+if role == "MS_SCHED":
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])))
+    sock.listen(16)
+    sock.settimeout(600)
+    done = 0
+    while done < int(os.environ.get("MS_WORKER_NUM", "1")):  # every worker says "done", then the scheduler ends (as MindSpore's)
+        conn = sock.accept()[0]  # (mslaunch's port probes connect and send nothing)
+        conn.settimeout(10)
+        try:
+            done += conn.recv(16) == b"done"
+        except OSError:
+            pass
+        conn.close()
+    sys.exit(0)
+
+print("MSLAUNCH_METRIC " + json.dumps({"batch_size": 32, "total_steps": args.steps}), flush=True)
+t_start = time.time()
+for step in range(1, args.steps + 1):
+    time.sleep(args.step_s + (0.5 if rank == args.straggler else 0.0))
+    if rank == args.silent and step == 3:
+        time.sleep(args.silent_for)
+    loss = 2.0 / step
+    if rank == args.fail_once and step == 3 and not os.path.exists(os.path.join(piddir or ".", "failed-once")):
+        open(os.path.join(piddir or ".", "failed-once"), "w").close()
+        print("RuntimeError: rank fails once", file=sys.stderr, flush=True)
+        sys.exit(3)
+    if rank == 0 and step == args.nan_at:
+        print(f"epoch: 1 step: {step}, loss is nan", flush=True)
+        print(f"ValueError: In epoch: 1 step: {step}, loss is NAN or INF, training process cannot continue, terminating training.", file=sys.stderr, flush=True)
+        sys.exit(1)
+    if args.format == "mindformers":
+        print(f"2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - {{ Epoch:[  1/  1], step:[{step:5d}/{args.steps:5d}], "
+              f"loss: {loss:5.3f}, per_step_time: {int((args.step_s) * 1000)}ms, lr: 0.0, overflow cond: False, loss_scale: 1.0, global_norm: [1.2]", flush=True)
+    elif args.format == "mslaunch":
+        print("MSLAUNCH_METRIC " + json.dumps({"step": step, "loss": loss}), flush=True)
+    else:
+        print(f"epoch: 1 step: {step}, loss is {loss:.7g}", flush=True)
+elapsed = (time.time() - t_start) * 1000
+print(f"Train epoch time: {elapsed:5.3f} ms, per step time: {elapsed / args.steps:5.3f} ms", flush=True)
+if os.environ.get("MS_SCHED_PORT"):
+    with socket.create_connection((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])), timeout=10) as conn:
+        conn.sendall(b"done")
