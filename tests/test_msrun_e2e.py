@@ -23,8 +23,9 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
-import psutil
 import pytest
+
+from tests.test_e2e_mindspore import assert_no_pids_left as assert_summary_pids_gone
 
 pytestmark = pytest.mark.mindspore
 
@@ -79,17 +80,6 @@ def results(log_dir: str, names: List[str]) -> Dict[str, Tuple[int, int, float]]
 
 def log_files(log_dir: str) -> set:
     return {n for n in os.listdir(log_dir) if os.path.isfile(os.path.join(log_dir, n))} - MSLAUNCH_FILES
-
-
-def assert_summary_pids_gone(log_dir: str) -> dict:
-    summary = json.load(open(os.path.join(log_dir, "summary.json")))
-    for proc in summary["processes"]:
-        if proc.get("pid"):
-            try:
-                assert psutil.Process(proc["pid"]).status() == psutil.STATUS_ZOMBIE, proc
-            except psutil.NoSuchProcess:
-                pass
-    return summary
 
 
 def test_single_node_docs_line(tmp_path):
