@@ -41,7 +41,7 @@ def template(tmp_path_factory) -> str:
                         "--log-dir", str(work / "job"), "--no-python", sys.executable, PROG, "ok", "0.05"],
                        capture_output=True, text=True, env=env, cwd=str(work), timeout=120)
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(work / "job")) == ["job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
+    assert sorted(os.listdir(work / "job")) == ["events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
     return str(work / "job")
 
 

@@ -113,7 +113,7 @@ def test_existing_log_dir_keeps_its_mode(tmp_path):
         r = e.run(*opts, cwd=run_cwd)
         assert r.returncode == 0, r.stderr
         assert stat.S_IMODE(os.stat(d).st_mode) == mode, (d, oct(os.stat(d).st_mode))
-        assert sorted(os.listdir(d)) == ["job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
+        assert sorted(os.listdir(d)) == ["events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
     created = tmp_path / "new" / "deeper" / "job"
     assert e.run("--log-dir", str(created)).returncode == 0
     assert stat.S_IMODE(os.stat(created).st_mode) == 0o700  # a directory mslaunch creates is private
@@ -172,7 +172,7 @@ def test_log_dir_of_a_finished_job_is_reused_and_keeps_one_previous_job(tmp_path
         with open(d / "summary.json") as fh:
             assert json.load(fh)["job_id"] == ids[-1]
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o755
-    assert sorted(os.listdir(d)) == [".previous", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
+    assert sorted(os.listdir(d)) == [".previous", "events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
     with open(d / ".previous" / "summary.json") as fh:
         assert json.load(fh)["job_id"] == "again1"  # one previous job kept; the one before it is gone
     e.assert_gone()

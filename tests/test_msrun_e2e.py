@@ -34,7 +34,7 @@ NET = os.path.join(ROOT, "tests", "scripts", "msrun_net.py")
 BIN = os.path.dirname(sys.executable)
 MSRUN = os.path.join(BIN, "msrun")
 #: files mslaunch adds to a log dir besides msrun's logs
-MSLAUNCH_FILES = {"plan.json", "summary.json", "job.json"}
+MSLAUNCH_FILES = {"plan.json", "summary.json", "job.json", "events.jsonl", "metrics.jsonl"}
 
 try:
     import mindspore  # noqa: F401
