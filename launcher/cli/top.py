@@ -74,7 +74,10 @@ class JobWatch:
         from launcher.jobs import jobdir
 
         if self.summary is None:
-            self.summary = jobdir.read_json(os.path.join(self.job_dir, jobdir.SUMMARY_FILE))
+            try:
+                self.summary = jobdir.read_job_file(os.path.join(self.job_dir, jobdir.SUMMARY_FILE), jobdir.SUMMARY_FILE)
+            except jobdir.CorruptJobFile:
+                return "corrupt"
         if self.summary is not None:
             return str(self.summary.get("status", "unknown"))
         return "running" if jobdir.pid_alive(self.pid) else "lost"
@@ -232,9 +235,12 @@ def report_cmd(
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Folder for report.html and the PNGs (default: <job dir>/report)."),
 ) -> None:
     """Write a self-contained HTML report (plus PNGs): loss, step time and throughput per rank, timeline, root cause."""
+    from launcher.jobs import jobdir
     from launcher.logs.report import write_report
 
     folder = _resolve(job, log_dir)
     out = output or os.path.join(folder, "report")
-    path = write_report(folder, out)
+    plan = jobdir.read_job_file(os.path.join(folder, jobdir.PLAN_FILE), jobdir.PLAN_FILE)
+    summary = jobdir.read_job_file(os.path.join(folder, jobdir.SUMMARY_FILE), jobdir.SUMMARY_FILE)
+    path = write_report(folder, out, plan, summary)
     sys.stdout.write(path + "\n")

@@ -80,6 +80,7 @@ if cfg.get("cwd"):
 port = cfg.get("port")
 if port:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of a finished job is not busy
     try:
         s.bind(("", int(port)))
         out["port_free"] = True

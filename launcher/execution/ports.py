@@ -16,8 +16,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(port: int, host: str = "") -> bool:
-    """True if ``port`` can be bound on ``host`` ("" = all addresses) right now."""
+    """True if ``port`` can be bound on ``host`` ("" = all addresses) right now.
+
+    Bound with SO_REUSEADDR, as MindSpore's scheduler and every TCP server binds: connections of
+    a finished job still in TIME_WAIT do not make the port busy, a listener does.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

@@ -30,17 +30,6 @@ __all__ = ["write_report", "PLOTS"]
 PLOTS = ("loss", "step_time", "throughput", "timeline")
 
 
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            obj = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise MsLaunchError(f"cannot read: {exc}", path=path) from None
-    return obj if isinstance(obj, dict) else None
-
-
 def _records(job_dir: str) -> List[Dict[str, Any]]:
     path = os.path.join(job_dir, METRICS_FILE)
     if os.path.exists(path):
@@ -204,8 +193,11 @@ def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_d
     return rows
 
 
-def write_report(job_dir: str, out_dir: str) -> str:
+def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], summary: Optional[Dict[str, Any]]) -> str:
     """Write ``report.html`` and the PNGs into ``out_dir`` (created); returns the HTML's path.
+
+    ``plan`` and ``summary`` are the job's validated ``plan.json`` / ``summary.json`` (the caller
+    reads them with the job-file reader); ``summary`` is None while the job runs.
 
     Raises:
         MsLaunchError: matplotlib is missing, the job dir has no ``plan.json``, or ``out_dir``
@@ -218,10 +210,8 @@ def write_report(job_dir: str, out_dir: str) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         raise MsLaunchError("mslaunch report needs matplotlib: pip install 'mslaunch[report]' (or pip install matplotlib)") from None
-    plan = _read_json(os.path.join(job_dir, "plan.json"))
     if plan is None:
         raise MsLaunchError("not a job directory (no plan.json)", path=job_dir)
-    summary = _read_json(os.path.join(job_dir, "summary.json"))
     records = _records(job_dir)
     events = read_events(job_dir)
     try:
