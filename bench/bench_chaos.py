@@ -2,7 +2,7 @@
 """Chaos bench: the fault matrix, N runs per case per backend; prints survivors found / runs.
 
 Backends: ``local``, ``mpirun`` (this machine), ``ssh`` (a 2-host namespace cluster from
-``tests/netns_cluster.py``; needs root, ``ip netns``, OpenSSH) and ``mpirun-ssh`` (mpirun across
+``tests/harness/netns_cluster.py``; needs root, ``ip netns``, OpenSSH) and ``mpirun-ssh`` (mpirun across
 the namespace cluster: its rsh agent and remote orteds; not in the default set).  Every rank (and the scheduler)
 is ``tests/scripts/escaper.py``: it starts a child ``sleep`` in its process group and a
 grandchild that left through a double fork and ``setsid``; every process carries a per-run
@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.faultkit import ESCAPER, handles_sigterm, kill_all, new_marker, survivors, tree, wait_for  # noqa: E402
+from tests.harness.faultkit import ESCAPER, handles_sigterm, kill_all, new_marker, survivors, tree, wait_for  # noqa: E402
 
 CASES = ("sigkill", "sigterm", "sigint", "crash")
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}
@@ -124,8 +124,8 @@ def main() -> int:
                 print(f"{backend:7s} skipped: mpirun not installed")
                 continue
             if backend in ("ssh", "mpirun-ssh"):
-                from tests.conftest_netns import netns_unavailable_reason
-                from tests.netns_cluster import NamespaceCluster
+                from tests.harness.conftest_netns import netns_unavailable_reason
+                from tests.harness.netns_cluster import NamespaceCluster
 
                 reason = netns_unavailable_reason()
                 if reason:

@@ -1,6 +1,6 @@
 """Worst inputs of the planning parsers: time, CPU time and peak RSS of each, against an anchor.
 
-Each case of ``tests/test_parser_bounds.py`` runs in its own interpreter (as there); the anchor
+Each case of ``tests/planning/test_parser_bounds.py`` runs in its own interpreter (as there); the anchor
 is the same harness parsing an ordinary cluster file (``hostfiles/ascend_2x8.yaml``) in the same
 run, so interpreter start-up and machine load hit both sides.  Targets (issue 8): every case
 ends with a result or a one-line error in <= 2 s and <= 200 MB peak RSS.

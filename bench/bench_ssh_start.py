@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: time until every rank has started, over SSH, for 1, 2, 4, 8 and 16 hosts.
 
-Each "host" is a network namespace with its own sshd (``tests/netns_cluster.py``; needs root,
+Each "host" is a network namespace with its own sshd (``tests/harness/netns_cluster.py``; needs root,
 ``ip netns`` and OpenSSH).  One rank per host; the rank is ``python -S`` writing its start time
 into a shared folder, then sleeping 1 s.  For each cluster size, alternating
 runs of
@@ -107,7 +107,7 @@ def time_serial_ssh(cluster, work: str) -> float:
 
 
 def measure(size: int, runs: int) -> Tuple[List[float], List[float]]:
-    from tests.netns_cluster import NamespaceCluster
+    from tests.harness.netns_cluster import NamespaceCluster
 
     env = dict(os.environ)
     with NamespaceCluster(size, slots=1) as cluster, tempfile.TemporaryDirectory(prefix="mslbench-") as work:
@@ -132,7 +132,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per size and method (median reported)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    from tests.conftest_netns import netns_unavailable_reason
+    from tests.harness.conftest_netns import netns_unavailable_reason
 
     reason = netns_unavailable_reason()
     if reason is not None:

@@ -1,0 +1,92 @@
+"""The opt-in zygote launcher with tiny processes (no MindSpore needed; MindSpore end to end is in
+``tests/integration/test_msrun_e2e.py``)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from launcher.execution.zygote import ZygoteLauncher
+from launcher.planning.plan import ProcPlan
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RANKPROG = os.path.join(ROOT, "tests", "scripts", "rankprog.py")
+
+
+def proc(name, argv, env=(), cwd="/"):
+    return ProcPlan(name=name, role="worker", host="localhost", rank=0, local_rank=0, node_rank=0, device_id=0,
+                    argv=tuple(argv), env=tuple(env), cwd=cwd, log="")
+
+
+def test_forked_ranks_get_their_env_cwd_argv_log_and_exit_code(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import json, os, sys\nprint(json.dumps({'argv': sys.argv, 'cwd': os.getcwd(), 'x': os.environ.get('ZX'),"
+                      " 'name': __name__, 'path0': sys.path[0]}))\nsys.exit(int(sys.argv[1]))\n")
+    z = ZygoteLauncher(preload=("json",))
+    try:
+        handles = [z.start(proc(f"rank {i}", [sys.executable, str(script), str(code)], [("ZX", str(i))], str(tmp_path)), str(tmp_path / f"{i}.log"), str(tmp_path))
+                   for i, code in enumerate((0, 5))]
+        assert [h.wait() for h in handles] == [0, 5]
+        for i, h in enumerate(handles):
+            assert h.pid != z._proc.pid
+            got = json.loads((tmp_path / f"{i}.log").read_text())
+            assert got == {"argv": [str(script), str((0, 5)[i])], "cwd": str(tmp_path), "x": str(i), "name": "__main__", "path0": str(tmp_path)}
+        # -m MODULE; an uncaught exception is exit 1 with its traceback in the log
+        mod = z.start(proc("rank 2", [sys.executable, "-m", "json.tool", "--nope"]), str(tmp_path / "m.log"), str(tmp_path))
+        assert mod.wait() == 2 and "usage" in (tmp_path / "m.log").read_text()
+        (tmp_path / "boom.py").write_text("raise RuntimeError('boom')\n")
+        boom = z.start(proc("rank 3", [sys.executable, str(tmp_path / "boom.py")]), str(tmp_path / "b.log"), str(tmp_path))
+        assert boom.wait() == 1 and "RuntimeError: boom" in (tmp_path / "b.log").read_text()
+    finally:
+        z.close()
+    assert z._proc.poll() is not None
+
+
+def test_terminate_and_kill_end_the_whole_group(tmp_path):
+    z = ZygoteLauncher(preload=())
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    try:
+        env = [("PIDDIR", str(piddir)), ("MSLAUNCH_NAME", "r0")]
+        h = z.start(proc("rank 0", [sys.executable, RANKPROG, "stubborn"], env, str(tmp_path)), str(tmp_path / "r.log"), str(tmp_path))
+        deadline = time.monotonic() + 30
+        log = tmp_path / "r.log"
+        while not (log.exists() and "started" in log.read_text() and list(piddir.iterdir())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert h.poll() is None
+        assert os.getpgid(h.pid) == h.pid  # its own session/group
+        h.terminate()  # stubborn: ignores SIGTERM
+        assert h.poll() is None or h.poll() == -signal.SIGTERM
+        h.kill()
+        assert h.wait() in (-signal.SIGKILL, -signal.SIGTERM)
+    finally:
+        z.close()
+    pids = [int(p) for f in piddir.iterdir() for p in f.read_text().split()]
+    assert pids
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_non_python_argv_starts_as_a_subprocess(tmp_path):
+    z = ZygoteLauncher(preload=())
+    try:
+        h = z.start(proc("rank 0", ["/bin/sh", "-c", "echo plain; exit 4"]), str(tmp_path / "p.log"), str(tmp_path))
+        assert h.wait() == 4 and (tmp_path / "p.log").read_text() == "plain\n"
+        assert z._proc is None  # no zygote was needed
+    finally:
+        z.close()
+
+
+def test_cli_zygote_fail_fast(tmp_path):
+    """``mslaunch run --zygote``: a failing forked rank fails the job with its exit code."""
+    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "2", "--zygote", "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
+                        "--grace", "1", RANKPROG, "fail", "0.3", "1", "7"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ, PIDDIR=str(tmp_path)))
+    assert r.returncode == 7, r.stderr
+    summary = json.loads((tmp_path / "job" / "summary.json").read_text())
+    assert summary["root_cause"]["name"] == "rank 1" and summary["root_cause"]["exit_code"] == 7

@@ -1,0 +1,182 @@
+"""mslaunch as a drop-in for msrun, end to end with real MindSpore 2.10 (CPU) and msrun itself.
+
+Every command line is one from MindSpore's msrun docs; it runs once with ``msrun`` and once with
+``msrun`` replaced by ``python -m launcher run``, and the two are compared: exit code, the log
+files' names and places, the collective's result.  Per-node mode runs on the namespace cluster
+without SSH: one launcher started inside each node's namespace, as a cluster manager would.
+
+Jobs cost ~10-30 s each here; each case proves something different:
+
+* one node, ``--join=True --log_dir --cluster_time_out --worker_log_name --tail_worker_log``;
+* two nodes with ``--node_rank 0/1`` (msrun, then mslaunch);
+* two nodes, a worker on node 1 fails: node 1 fails with its summary, node 0 ends (MindSpore's
+  heartbeat) with a summary naming the ranks its scheduler lost; nothing is left running.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from tests.integration.test_e2e_mindspore import assert_no_pids_left as assert_summary_pids_gone
+
+pytestmark = pytest.mark.mindspore
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NET = os.path.join(ROOT, "tests", "scripts", "msrun_net.py")
+BIN = os.path.dirname(sys.executable)
+MSRUN = os.path.join(BIN, "msrun")
+#: files mslaunch adds to a log dir besides msrun's logs
+MSLAUNCH_FILES = {"plan.json", "summary.json", "job.json", "events.jsonl", "metrics.jsonl"}
+
+try:
+    import mindspore  # noqa: F401
+    HAVE_MS = True
+except Exception:  # pragma: no cover - depends on the machine
+    HAVE_MS = False
+
+
+@pytest.fixture(autouse=True)
+def _need_mindspore():
+    if not HAVE_MS or not os.access(MSRUN, os.X_OK):
+        if os.environ.get("CI"):
+            pytest.fail("mindspore (with msrun) is missing in CI (make test installs the [train] extra)")
+        pytest.skip("mindspore not installed (pip install -e '.[train]')")
+
+
+def job_env(**extra: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")  # msrun runs the bare `python` on PATH
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    return env
+
+
+def launcher_argv(which: str) -> List[str]:
+    return [MSRUN] if which == "msrun" else [sys.executable, "-m", "launcher", "run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def results(log_dir: str, names: List[str]) -> Dict[str, Tuple[int, int, float]]:
+    out = {}
+    for name in names:
+        text = open(os.path.join(log_dir, name), errors="replace").read()
+        m = re.search(r"^net rank=(\d+) size=(\d+) sum=([\d.]+)$", text, re.M)
+        out[name] = (int(m.group(1)), int(m.group(2)), float(m.group(3))) if m else None
+    return out
+
+
+def log_files(log_dir: str) -> set:
+    return {n for n in os.listdir(log_dir) if os.path.isfile(os.path.join(log_dir, n))} - MSLAUNCH_FILES
+
+
+def test_single_node_docs_line(tmp_path):
+    """msrun docs: --worker_num --local_worker_num --master_port --log_dir --join=True
+    --cluster_time_out, plus --worker_log_name={hostname} and --tail_worker_log=0."""
+    host = socket.gethostname()
+    runs = {}
+    for which in ("msrun", "mslaunch"):
+        log_dir = tmp_path / which
+        argv = launcher_argv(which) + ["--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}", f"--log_dir={log_dir}",
+                                       "--join=True", "--cluster_time_out=300", "--worker_log_name=w_{hostname}", "--tail_worker_log=0", NET]
+        runs[which] = subprocess.run(argv, cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=300)
+    for which, r in runs.items():
+        assert r.returncode == 0, (which, r.stdout[-3000:], r.stderr[-3000:])
+    names = [f"w_{host}_0.log", f"w_{host}_1.log"]
+    assert log_files(str(tmp_path / "msrun")) == set(names) | {"scheduler.log"}
+    assert log_files(str(tmp_path / "mslaunch")) == set(names) | {"scheduler.log"}
+    expected = {names[0]: (0, 2, 3.0), names[1]: (1, 2, 3.0)}
+    assert results(str(tmp_path / "msrun"), names) == expected
+    assert results(str(tmp_path / "mslaunch"), names) == expected
+    # --tail_worker_log=0: rank 0's output reaches the console, rank 1's does not (with both).
+    for which, r in runs.items():
+        assert "net rank=0 size=2 sum=3.0" in r.stdout, which
+        assert "net rank=1 size=2" not in r.stdout, which
+    assert_summary_pids_gone(str(tmp_path / "mslaunch"))
+
+
+def start_nodes(cluster, which: str, work, port: int, extra_env: Optional[Dict[str, str]] = None) -> List[subprocess.Popen]:
+    """One launcher per namespace node (h1: node 0 owning the master address, h2: node 1)."""
+    master = cluster.host(0).ip
+    procs = []
+    for k in (0, 1):
+        ns = cluster.host(k).netns
+        argv = ["ip", "netns", "exec", ns] + launcher_argv(which) + [
+            "--worker_num=4", "--local_worker_num=2", f"--master_addr={master}", f"--master_port={port}",
+            f"--node_rank={k}", f"--log_dir={work / which / f'node{k}'}", "--join=True", "--cluster_time_out=120", NET]
+        out = open(work / f"{which}_node{k}.out", "w")
+        procs.append(subprocess.Popen(argv, cwd=work, env=job_env(**(extra_env or {})), stdout=out, stderr=subprocess.STDOUT))
+    return procs
+
+
+def wait_all(procs: List[subprocess.Popen], timeout: float = 400) -> List[int]:
+    deadline = time.monotonic() + timeout
+    try:
+        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_two_nodes_node_rank_like_msrun(netns_cluster, tmp_path):
+    """msrun docs' two-node lines (--node_rank 0 / 1 on each node), each node started on its
+    own inside its namespace: msrun, then mslaunch; same logs per node, AllReduce correct."""
+    for which in ("msrun", "mslaunch"):
+        codes = wait_all(start_nodes(netns_cluster, which, tmp_path, free_port()))
+        outs = [open(tmp_path / f"{which}_node{k}.out").read()[-3000:] for k in (0, 1)]
+        assert codes == [0, 0], (which, outs)
+    for k, ranks in ((0, (0, 1)), (1, (2, 3))):
+        names = [f"worker_{r}.log" for r in ranks]
+        want = set(names) | ({"scheduler.log"} if k == 0 else set())
+        for which in ("msrun", "mslaunch"):
+            folder = str(tmp_path / which / f"node{k}")
+            assert log_files(folder) == want, (which, k)
+            assert results(folder, names) == {n: (r, 4, 10.0) for n, r in zip(names, ranks)}, (which, k)
+        assert_summary_pids_gone(str(tmp_path / "mslaunch" / f"node{k}"))
+    assert netns_cluster.all_pids() == {}
+
+
+def test_two_nodes_worker_failure_on_node1(netns_cluster, tmp_path):
+    """Rank 2 (node 1) exits 3 after the cluster is built: node 1's mslaunch fails with rank 2's
+    exit code; node 0's ends too (its workers are ended by MindSpore when the scheduler loses
+    node 1's heartbeats) with a summary naming the lost ranks; nothing is left running."""
+    codes = wait_all(start_nodes(netns_cluster, "mslaunch", tmp_path, free_port(), {"NET_FAIL_RANK": "2"}))
+    node0 = json.load(open(tmp_path / "mslaunch" / "node0" / "summary.json"))
+    node1 = json.load(open(tmp_path / "mslaunch" / "node1" / "summary.json"))
+    assert codes[1] == 3, open(tmp_path / "mslaunch_node1.out").read()[-3000:]
+    assert node1["status"] == "failed" and node1["root_cause"]["name"] == "rank 2"
+    assert codes[0] != 0 and node0["status"] == "failed"
+    assert re.search(r"the scheduler lost rank\(s\) [23]", node0["message"]), node0["message"]
+    out0 = open(tmp_path / "mslaunch_node0.out").read()
+    assert "the scheduler lost rank(s)" in out0
+    for k in (0, 1):
+        assert_summary_pids_gone(str(tmp_path / "mslaunch" / f"node{k}"))
+    assert netns_cluster.all_pids() == {}
+
+
+def test_zygote_forked_ranks_run_collectives(tmp_path):
+    """``--zygote``: the scheduler starts normally while the zygote imports MindSpore; both
+    workers are forked from it, build the cluster and AllReduce correctly; nothing is left."""
+    log_dir = tmp_path / "z"
+    r = subprocess.run(launcher_argv("mslaunch") + ["--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
+                                                    f"--log_dir={log_dir}", "--zygote", NET],
+                       cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    names = ["worker_0.log", "worker_1.log"]
+    assert results(str(log_dir), names) == {"worker_0.log": (0, 2, 3.0), "worker_1.log": (1, 2, 3.0)}
+    summary = assert_summary_pids_gone(str(log_dir))
+    assert summary["status"] == "succeeded" and len(summary["processes"]) == 3

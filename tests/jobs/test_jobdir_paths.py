@@ -1,0 +1,296 @@
+"""Where `mslaunch run` writes: --log-dir (modes, non-empty dirs, the job's lock), --job-id,
+--summary-json / --junit.  Bad values get a one-line error before anything starts."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import psutil
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+PROG = os.path.join(HERE, "scripts", "rankprog.py")
+
+
+class Env:
+    """A fresh MSLAUNCH_HOME, a pid dir the stand-in ranks record themselves in, a work dir."""
+
+    def __init__(self, tmp_path):
+        self.root = tmp_path
+        self.home = tmp_path / "home"
+        self.pids = tmp_path / "pids"
+        self.pids.mkdir()
+        self.work = tmp_path / "work"
+        self.work.mkdir()
+        self.environ = dict(os.environ, MSLAUNCH_HOME=str(self.home), PIDDIR=str(self.pids))
+
+    def argv(self, *opts, mode=("ok", "0.05"), quiet=True):
+        return [sys.executable, "-m", "launcher", "run", "--np", "1", "--master-port", "auto", "--grace", "2", *(("--quiet",) if quiet else ()), *opts,
+                "--no-python", sys.executable, PROG, *mode]
+
+    def run(self, *opts, mode=("ok", "0.05"), cwd=None):
+        return subprocess.run(self.argv(*opts, mode=mode), capture_output=True, text=True, env=self.environ, cwd=str(cwd or self.work), timeout=120)
+
+    def popen(self, *opts, mode=("ok", "0.05"), cwd=None, quiet=True):
+        return subprocess.Popen(self.argv(*opts, mode=mode, quiet=quiet), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.environ,
+                                cwd=str(cwd or self.work))
+
+    def cli(self, *args):
+        return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=self.environ, timeout=60)
+
+    def started(self):
+        return sorted(n for n in os.listdir(self.pids) if n.endswith(".pids"))
+
+    def wait_started(self, n, timeout=60):
+        deadline = time.monotonic() + timeout
+        while len(self.started()) < n:
+            assert time.monotonic() < deadline, "ranks did not start"
+            time.sleep(0.05)
+
+    def registry(self):
+        folder = self.home / "jobs"
+        return sorted(os.listdir(folder)) if folder.exists() else []
+
+    def assert_gone(self):
+        pids = [int(x) for n in self.started() for x in open(os.path.join(self.pids, n)).read().split()]
+        deadline = time.monotonic() + 30
+        while True:
+            left = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert left == [], f"left running: {left}"
+
+
+def one_line_error(r, rc, fragment):
+    assert r.returncode == rc, (r.returncode, r.stderr)
+    assert r.stderr.startswith("mslaunch: error: ") and len(r.stderr.splitlines()) == 1, r.stderr
+    assert fragment in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def snapshot(path):
+    """Mode and entries of a directory (or the file's mode)."""
+    st = os.stat(path)
+    return (stat.S_IMODE(st.st_mode), sorted(os.listdir(path)) if stat.S_ISDIR(st.st_mode) else None)
+
+
+def test_job_id_is_validated(tmp_path):
+    e = Env(tmp_path)
+    deep = e.work / "a" / "b"
+    deep.mkdir(parents=True)
+    bad = ["../../x", "..", ".", ".hidden", "a/b", "/abs", "", "x" * 129, "a b", "tab\there", "-rf", "a..b", "naïve", "semi;colon", "new\nline"]
+    for job_id in bad:
+        r = e.run("--job-id", job_id, cwd=deep)
+        one_line_error(r, 2, "--job-id: ")
+    assert e.started() == [] and e.registry() == []
+    assert sorted(os.listdir(deep)) == [] and sorted(os.listdir(e.work)) == ["a"] and not (tmp_path / "x").exists()
+    ok = e.run("--job-id", "Run_1.ok-" + "x" * 119, cwd=deep)  # 128 characters: the longest accepted
+    assert ok.returncode == 0, ok.stderr
+    assert e.registry() == ["Run_1.ok-" + "x" * 119 + ".json"]
+    assert os.listdir(deep / "mslaunch_logs") == ["Run_1.ok-" + "x" * 119]
+    e.assert_gone()
+
+
+def test_existing_log_dir_keeps_its_mode(tmp_path):
+    e = Env(tmp_path)
+    cases = []
+    for mode in (0o1777, 0o755, 0o750):
+        d = tmp_path / f"dir{mode:o}"
+        d.mkdir()
+        os.chmod(d, mode)
+        cases.append((["--log-dir", str(d)], d, mode, e.work))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    os.chmod(cwd, 0o751)
+    cases.append((["--log-dir", "."], cwd, 0o751, cwd))
+    for opts, d, mode, run_cwd in cases:
+        r = e.run(*opts, cwd=run_cwd)
+        assert r.returncode == 0, r.stderr
+        assert stat.S_IMODE(os.stat(d).st_mode) == mode, (d, oct(os.stat(d).st_mode))
+        assert sorted(os.listdir(d)) == ["events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
+    created = tmp_path / "new" / "deeper" / "job"
+    assert e.run("--log-dir", str(created)).returncode == 0
+    assert stat.S_IMODE(os.stat(created).st_mode) == 0o700  # a directory mslaunch creates is private
+    e.assert_gone()
+
+
+def test_log_dir_that_is_not_empty_is_refused(tmp_path):
+    e = Env(tmp_path)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine\n")
+    os.chmod(user, 0o1777)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "train.py").write_text("")
+    finished = tmp_path / "finished"
+    assert e.run("--log-dir", str(finished)).returncode == 0
+    os.chmod(finished, 0o755)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x\n")
+    e.assert_gone()
+    first = e.started()
+    cases = [
+        (["--log-dir", str(user)], user, "is not empty (1 entries: notes.txt)"),
+        (["--log-dir", "."], cwd, "is not empty (1 entries: train.py)"),
+        (["--log-dir", str(a_file)], a_file, "exists and is not a directory"),
+        (["--log-dir", str(a_file / "sub")], a_file, "cannot create the job directory's parent"),
+    ]
+    for opts, path, fragment in cases:
+        before = snapshot(path)
+        r = e.run(*opts, cwd=cwd)
+        one_line_error(r, 2, fragment)
+        assert snapshot(path) == before, path
+    assert e.started() == first and len(e.registry()) == 1  # only the finished job
+
+    # a job dir whose job did not finish (no summary.json) is refused and left as it is
+    unfinished = tmp_path / "unfinished"
+    assert e.run("--log-dir", str(unfinished)).returncode == 0
+    os.unlink(unfinished / "summary.json")
+    before = snapshot(unfinished)
+    one_line_error(e.run("--log-dir", str(unfinished), cwd=cwd), 2, "holds a job that did not finish")
+    assert snapshot(unfinished) == before
+
+
+def test_log_dir_of_a_finished_job_is_reused_and_keeps_one_previous_job(tmp_path):
+    """msrun users re-run with the same --log_dir: the finished job moves to .previous/, its mode stays."""
+    e = Env(tmp_path)
+    d = tmp_path / "msrun_log"
+    ids = []
+    for k in range(3):
+        r = e.run("--log-dir", str(d), "--job-id", f"again{k}")
+        assert r.returncode == 0, r.stderr
+        ids.append(f"again{k}")
+        if k == 0:
+            os.chmod(d, 0o755)
+        with open(d / "summary.json") as fh:
+            assert json.load(fh)["job_id"] == ids[-1]
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o755
+    assert sorted(os.listdir(d)) == [".previous", "events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
+    with open(d / ".previous" / "summary.json") as fh:
+        assert json.load(fh)["job_id"] == "again1"  # one previous job kept; the one before it is gone
+    e.assert_gone()
+
+
+def test_log_dir_lock_refuses_a_second_run(tmp_path):
+    e = Env(tmp_path)
+    # someone holds the lock of an (otherwise empty) job dir: the run is refused, nothing starts
+    held = tmp_path / "held"
+    held.mkdir()
+    fd = os.open(held / "job.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = e.run("--log-dir", str(held))
+        one_line_error(r, 1, f"{held}: another mslaunch (pid {os.getpid()}) is running a job in this directory")
+    finally:
+        os.close(fd)
+    assert sorted(os.listdir(held)) == ["job.lock"] and e.started() == [] and e.registry() == []
+
+    # two runs started together on one --log-dir: exactly one runs (until stopped), the other is refused, every time
+    for k in range(3):
+        d = tmp_path / f"race{k}"
+        procs = [e.popen("--log-dir", str(d), "--job-id", f"race{k}-{i}", mode=("hang",)) for i in range(2)]
+        deadline = time.monotonic() + 120
+        while all(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, "neither run ended"
+            time.sleep(0.05)
+        loser = [p for p in procs if p.poll() is not None][0]
+        winner = [p for p in procs if p is not loser][0]
+        _, err = loser.communicate()
+        assert loser.returncode == 1 and len(err.splitlines()) == 1 and f"{d}: another mslaunch (pid " in err, err
+        log = d / "worker_0.log"
+        while not (log.exists() and "rank0 started" in log.read_text()):  # the winner's rank runs
+            assert winner.poll() is None and time.monotonic() < deadline, "the winner's rank did not start"
+            time.sleep(0.05)
+        winner.send_signal(signal.SIGTERM)
+        winner.communicate(timeout=120)
+        assert winner.returncode == 143
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["status"] == "stopped" and len(summary["processes"]) == 2  # one job's scheduler + rank
+        e.assert_gone()
+
+
+def test_lost_job_is_never_signalled(tmp_path):
+    """A job whose mslaunch was SIGKILLed is `lost`; `stop` refuses it even when its recorded pid is alive again."""
+    e = Env(tmp_path)
+    d = tmp_path / "job"
+    p = e.popen("--log-dir", str(d), "--job-id", "victim", mode=("hang",))
+    e.wait_started(2)
+    st = e.cli("status", "victim")
+    assert st.returncode == 0 and st.stdout.startswith("job victim: running\n"), st.stdout
+    p.kill()
+    p.communicate(timeout=60)
+    e.assert_gone()
+    tail = e.cli("logs", "tail", "-f", "victim")  # returns: nobody runs the job any more
+    assert tail.returncode == 0 and "[rank 0] rank0 started" in tail.stdout, tail.stderr
+    # the recorded pid now belongs to an unrelated live process (pid reuse)
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        job = json.loads((d / "job.json").read_text())
+        job["pid"] = bystander.pid
+        (d / "job.json").write_text(json.dumps(job))
+        for ref in ("victim", str(d)):
+            st = e.cli("status", ref)
+            assert st.returncode == 1 and st.stdout.startswith("job victim: lost\n"), st.stdout
+            stop = e.cli("stop", ref)
+            one_line_error(stop, 1, "job victim is not running (state: lost)")
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_ci_outputs_checked_before_start(tmp_path):
+    e = Env(tmp_path)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x\n")
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    cases = [
+        ("--summary-json", str(tmp_path / "missing" / "s.json"), f"--summary-json {tmp_path / 'missing' / 's.json'}: folder {tmp_path / 'missing'} does not exist"),
+        ("--junit", str(tmp_path / "missing" / "deeper" / "j.xml"), "does not exist; create it first"),
+        ("--summary-json", str(existing), f"--summary-json {existing}: is a directory"),
+        ("--junit", str(existing) + "/", "is a directory"),
+        ("--junit", str(a_file / "j.xml"), f"{a_file} is not a folder"),
+        ("--summary-json", "", "--summary-json: needs a file name"),
+    ]
+    if os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        os.chmod(ro, 0o555)
+        cases.append(("--junit", str(ro / "j.xml"), "is not writable"))
+    for flag, path, fragment in cases:
+        for detach in ((), ("--detach",)):
+            d = tmp_path / "job"
+            r = e.run("--log-dir", str(d), flag, path, *detach)
+            one_line_error(r, 2, fragment)
+            assert not d.exists()
+    assert e.started() == [] and e.registry() == [] and sorted(os.listdir(existing)) == [] and a_file.read_text() == "x\n"
+    assert not (tmp_path / "missing").exists()
+
+
+def test_ci_output_lost_at_the_end_keeps_exit_code_and_table(tmp_path):
+    e = Env(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    d = tmp_path / "job"
+    p = e.popen("--log-dir", str(d), "--summary-json", str(out / "s.json"), "--junit", str(keep / "j.xml"), mode=("hang",), quiet=False)
+    e.wait_started(2)
+    os.rmdir(out)  # the folder vanishes while the job runs
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143, err  # the job's exit code (stopped by SIGTERM), not the write failure's
+    errors = [line for line in err.splitlines() if line.startswith("mslaunch: error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"mslaunch: error: --summary-json: {out / 's.json'}: cannot write: folder {out} does not exist")
+    assert "stopped" in err and "rank 0" in err  # the result table
+    assert json.loads((d / "summary.json").read_text())["status"] == "stopped"
+    assert (keep / "j.xml").read_text().startswith('<?xml version="1.0" encoding="UTF-8"?>')
+    e.assert_gone()

@@ -1,0 +1,51 @@
+"""`logs tail` on odd log files (a FIFO, a device, a directory, huge or binary logs): it returns,
+shows what it can, and reads only the end of a file."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+PROG = os.path.join(HERE, "scripts", "rankprog.py")
+
+
+def test_logs_tail_odd_log_files(tmp_path):
+    env = dict(os.environ, MSLAUNCH_HOME=str(tmp_path / "home"))
+    job = tmp_path / "job"
+    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--quiet", "--log-dir", str(job),
+                        "--no-python", sys.executable, PROG, "ok", "0.05"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    log0, log1 = job / "worker_0.log", job / "worker_1.log"
+
+    def huge_sparse(path):  # 2 GiB of holes, then two lines
+        with open(path, "wb") as fh:
+            fh.truncate(2 << 30)
+            fh.seek(0, 2)
+            fh.write(b"next to last\nlast line\n")
+
+    def long_line(path):  # 20 MiB without a newline (more than is read), then a line
+        with open(path, "wb") as fh:
+            fh.write(b"x" * (20 << 20) + b"\nend\n")
+
+    cases = [
+        (os.mkfifo, []),  # would block a plain open()
+        (lambda p: os.symlink("/dev/zero", p), []),  # endless
+        (os.mkdir, []),
+        (lambda p: p.write_bytes(b"\xff\xfe\x00bin\x00\n\x80ary\n"), ["[rank 0] \ufffd\ufffd\x00bin\x00", "[rank 0] \ufffdary"]),
+        (huge_sparse, ["[rank 0] last line"]),  # "next to last" ends a 2 GiB line: beyond the 16 MiB read, not shown
+        (long_line, ["[rank 0] end"]),
+    ]
+    for make, expected in cases:
+        if log0.is_dir() and not log0.is_symlink():
+            log0.rmdir()
+        elif os.path.lexists(log0):
+            log0.unlink()
+        make(log0)
+        for follow in ((), ("-f",)):
+            t = subprocess.run([sys.executable, "-m", "launcher", "logs", "tail", str(job), "-n", "2", *follow],
+                               capture_output=True, text=True, env=env, timeout=60)
+            assert t.returncode == 0 and "Traceback" not in t.stderr, t.stderr
+            lines = t.stdout.splitlines()
+            assert [x for x in lines if x.startswith("[rank 0]")] == expected, (make, lines[:4])
+            assert "[rank 1] rank1 done" in lines  # the other ranks' logs are shown as usual

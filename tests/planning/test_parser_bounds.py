@@ -1,0 +1,168 @@
+"""Bounded resources: the worst inputs of each parser, each in its own child process.
+
+Each case runs in a fresh interpreter under a 1 GiB address-space limit (a regression then fails
+the case instead of eating the machine) and reports its outcome, its time and its peak RSS
+(``VmHWM``, the interpreter's own start-up included).  The test asserts the outcome (a
+one-line MsLaunchError naming where, or a result) and a peak RSS of at most 200 MB.  Time is
+printed, not asserted (the machine is shared; ``bench/``-style numbers are in the report); the
+subprocess timeout is only a hang guard.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Dict
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: Peak RSS allowed for one parse (the issue's acceptance: 200 MB).
+MAX_RSS_MB = 200
+
+CHILD = textwrap.dedent(
+    r'''
+    import json, os, resource, sys, tempfile, time
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    from launcher.errors import MsLaunchError
+    from launcher.planning import inventory, envs, hccn, ranktable, ranks, mpi
+
+    case = sys.argv[1]
+    folder = tempfile.mkdtemp()
+
+    def write(name, text):
+        path = os.path.join(folder, name)
+        with open(path, "w", encoding="utf-8", errors="surrogatepass") as fh:
+            fh.write(text)
+        return path
+
+    def bomb(levels, width, under):
+        rows = ["  a0: &a0 [" + ", ".join(["lol"] * width) + "]"]
+        for i in range(1, levels):
+            rows.append("  a%d: &a%d [" % (i, i) + ", ".join(["*a%d" % (i - 1)] * width) + "]")
+        return under + ":\n" + "\n".join(rows) + "\nhosts: [localhost]\n"
+
+    def yaml_file(text):
+        return lambda: inventory.read_inventory(write("c.yaml", text))
+
+    def hostfile(text):
+        # hostfile gen: read, then render
+        return lambda: mpi.render_hostfile(inventory.read_inventory(write("hosts.txt", text)))
+
+    def table(text):
+        def run():
+            t = ranktable.read_rank_table(write("t.json", text))
+            ranktable.validate_rank_table(t)
+            return ranktable.rank_table_json(t)
+        return run
+
+    def big_table():
+        servers = [{"server_id": "10.%d.%d.1" % (i // 256, i % 256), "device": [
+            {"device_id": str(d), "device_ip": "192.%d.%d.%d" % (d, i // 256, i % 256), "rank_id": "0"} for d in range(8)],
+            "host_nic_ip": "reserve"} for i in range(2048)]
+        servers.sort(key=lambda s: s["server_id"])
+        for n, dev in enumerate(d for s in servers for d in s["device"]):
+            dev["rank_id"] = str(n)
+        return json.dumps({"version": "1.0", "server_count": "2048", "server_list": servers, "status": "completed"}, indent=2)
+
+    CASES = {
+        "yaml-bomb-9x9-unused": yaml_file(bomb(9, 9, "unused")),
+        "yaml-bomb-9x9-defaults": yaml_file(bomb(9, 9, "defaults")),
+        "yaml-bomb-20x3": yaml_file(bomb(20, 3, "x")),
+        "yaml-recursive-alias": yaml_file("hosts: &h [*h, *h]\n"),
+        "yaml-flow-seq-100k": yaml_file("hosts: " + "[" * 100000 + "]" * 100000),
+        "yaml-flow-map-100k": yaml_file("hosts: " + "{a: " * 100000 + "}" * 100000),
+        "yaml-block-3000": yaml_file("hosts:\n" + "".join(" " * (i + 1) + "-\n" for i in range(3000))),
+        "yaml-block-deep-in-cap": yaml_file("hosts:\n" + "".join(" " * (i + 1) + "-\n" for i in range(900))),
+        "yaml-tagged-key": yaml_file("!!float y: 1\n"),
+        "yaml-nul": yaml_file("hosts:\n  - host: a\x00\n"),
+        "yaml-largest-valid": yaml_file("hosts:\n" + "".join(
+            "  - {host: node%d, slots: 8, devices: [0, 1, 2, 3, 4, 5, 6, 7], env: {A: b}}\n" % i for i in range(6400))),
+        "yaml-most-hosts": yaml_file("defaults: {slots: 1}\nhosts: [" + ", ".join("h%d" % i for i in range(16000)) + "]\n"),
+        "yaml-most-nodes": yaml_file("hosts: [" + ", ".join(["a"] * 170000) + "]\n"),
+        "hostfile-slots-1e20": hostfile("node1 slots=99999999999999999999\n"),
+        "hostfile-slots-1e8": hostfile("node1 slots=100000000\n"),
+        "hostfile-largest": hostfile("".join("n%d slots=1024\n" % i for i in range(16384))),
+        "hostfile-1MiB-of-hosts": hostfile("".join("h%06d\n" % i for i in range(120000))),
+        "host-list-huge": lambda: ranks.assign_ranks(inventory.parse_host_list(",".join("h%d:1024" % i for i in range(16384)))),
+        "plan-np-1e20": lambda: ranks.assign_ranks(inventory.local_inventory(10 ** 20)),
+        "env-file-nul": lambda: envs.parse_env_file(open(write("e.env", "A=1\n" * 200000 + "B=\x00\n")).read(), "e.env"),
+        "hccn-1MiB": lambda: hccn.read_hccn_conf(write("hccn.conf", "netmask_0=255.255.255.0\n" * 44000)),
+        "json-deep-100k": table("[" * 100000 + "]" * 100000),
+        "json-4MiB-of-objects": table("[" + ",".join(["{}"] * 1390000) + "]"),
+        "json-most-values": table("[" + ",".join(["{}"] * 149000) + "]"),
+        "json-huge-number": table('{"version": ' + "9" * 4000000 + "}"),
+        "json-nan": table('{"version": NaN}'),
+        "json-largest-valid-table": table(big_table()),
+        "dev-zero": lambda: ranktable.read_rank_table("/dev/zero"),
+    }
+
+    start, cpu = time.perf_counter(), time.process_time()
+    try:
+        result = CASES[case]()
+        outcome = {"ok": type(result).__name__}
+    except MsLaunchError as exc:
+        outcome = {"error": str(exc), "where": exc.where()}
+    outcome["seconds"] = round(time.perf_counter() - start, 3)
+    outcome["cpu_seconds"] = round(time.process_time() - cpu, 3)
+    # VmHWM: this process image's peak RSS.  (ru_maxrss would carry the parent's peak over
+    # fork and exec, i.e. the test runner's.)
+    with open("/proc/self/status") as fh:
+        hwm = [line.split()[1] for line in fh if line.startswith("VmHWM:")]
+    outcome["maxrss_mb"] = int(hwm[0]) / 1024
+    print(json.dumps(outcome))
+    '''
+)
+
+#: case -> expected outcome: ``ok`` or the start of the error message (after ``where: ``).
+EXPECTED: Dict[str, str] = {
+    "yaml-bomb-9x9-unused": "the document expands to more than",
+    "yaml-bomb-9x9-defaults": "the document expands to more than",
+    "yaml-bomb-20x3": "the document expands to more than",
+    "yaml-recursive-alias": "recursive alias *h",
+    "yaml-flow-seq-100k": "nested deeper than",
+    "yaml-flow-map-100k": "nested deeper than",
+    "yaml-block-3000": "larger than 512 KiB",
+    "yaml-block-deep-in-cap": "nested deeper than",
+    "yaml-tagged-key": "invalid YAML value 'y' for tag !!float",
+    "yaml-nul": "invalid YAML: character U+0000",
+    "yaml-largest-valid": "ok",
+    "yaml-most-hosts": "ok",
+    "yaml-most-nodes": "more than 16384 hosts",
+    "hostfile-slots-1e20": "slots must be in 1..1024",
+    "hostfile-slots-1e8": "slots must be in 1..1024",
+    "hostfile-largest": "ok",
+    "hostfile-1MiB-of-hosts": "more than 16384 hosts",
+    "host-list-huge": "the inventory has 16777216 slots, more than the 16384 ranks",
+    "plan-np-1e20": "this machine alone takes 1..1024 ranks",
+    "env-file-nul": "B: the value contains a NUL character",
+    "hccn-1MiB": "larger than 1 MiB",
+    "json-deep-100k": "invalid rank table: JSON nested deeper than 64 levels",
+    "json-4MiB-of-objects": "invalid rank table: about 2780000 JSON values, more than the 300000",
+    "json-most-values": "ok",
+    "json-huge-number": "invalid JSON: number",
+    "json-nan": "invalid JSON: NaN is not a JSON number",
+    "json-largest-valid-table": "ok",
+    "dev-zero": "larger than 4 MiB",
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_worst_inputs_stay_bounded(case: str) -> None:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", CHILD, case], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    outcome = json.loads(r.stdout)
+    print(f"{case}: {outcome}")
+    expected = EXPECTED[case]
+    if expected == "ok":
+        assert "ok" in outcome, outcome
+    else:
+        assert "error" in outcome, outcome
+        message = outcome["error"]
+        assert "\n" not in message and outcome["where"], message
+        assert message[len(outcome["where"]) + 2:].startswith(expected), message
+    assert outcome["maxrss_mb"] <= MAX_RSS_MB, outcome
