@@ -153,11 +153,14 @@ def test_one_rank_is_not_bound_and_gets_every_core():
     assert dict(p.cpus) == {} and p.env[0]["OMP_NUM_THREADS"] == "4"
 
 
-def test_more_ranks_than_cores_warns_and_shares_cores():
+def test_more_ranks_than_cores_warns_and_leaves_balancing_to_the_kernel():
     p = plan_cpu(ms_spec(), 5, {}, frozenset())
-    assert [p.cpus[i] for i in range(5)] == [(0,), (1,), (0,), (1,), (0,)]
-    assert all(p.env[i]["OMP_NUM_THREADS"] == "1" for i in range(5))
+    assert dict(p.cpus) == {}  # no affinity: pinned to shared cores, ranks cannot use an idle core
+    assert all(dict(p.env[i]) == {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MSLAUNCH_CPU_THREADS": "1"} for i in range(5))
     assert len(p.warnings) == 1 and "5 ranks on 2 cores" in p.warnings[0] and p.warnings[0] in p.notes
+    pinned = plan_cpu(ms_spec(bind_core=True), 5, {}, frozenset())  # asked for: round-robin, as before
+    assert [pinned.cpus[i] for i in range(5)] == [(0,), (1,), (0,), (1,), (0,)]
+    assert all(pinned.env[i]["OMP_NUM_THREADS"] == "1" for i in range(5)) and len(pinned.warnings) == 1
 
 
 def test_user_values_win_and_oversubscription_by_the_user_warns():
