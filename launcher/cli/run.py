@@ -13,6 +13,7 @@ import typer
 
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
 from launcher.errors import MsLaunchError, PlanError
+from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan, build_plan
 
 TEE_MODES = ("none", "rank0", "all", "errors")
@@ -227,8 +228,7 @@ class _Console:
         msg = None
         if kind == "failure":
             rc = data["returncode"]
-            what = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
-            msg = f"{data['name']} on {data['host']} failed ({what}); tearing down the job"
+            msg = f"{data['name']} on {data['host']} failed ({describe_returncode(rc)}); tearing down the job"
         elif kind == "teardown":
             msg = f"stopping {len(data['names'])} process(es)"
         elif kind == "timeout":

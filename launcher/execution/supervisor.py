@@ -32,6 +32,7 @@ from launcher.execution.results import (
     FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
     earliest_failure, exit_code_of, lost_nodes_note, tail_lines,
 )
+from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan, ProcPlan
 
 
@@ -321,7 +322,7 @@ class Supervisor:
         rc = handle.poll()
         if rc is not None:
             state.record(idx, rc, time.time())
-            raise _StartFailed(f"the scheduler exited ({_describe_rc(rc)}) before its port {self.plan.master_addr}:{self.plan.master_port} accepted connections", exit_code_of(rc) or 1)
+            raise _StartFailed(f"the scheduler exited ({describe_returncode(rc)}) before its port {self.plan.master_addr}:{self.plan.master_port} accepted connections", exit_code_of(rc) or 1)
         state.start_failure = ProcResult(handle.plan.name, None, handle.host, None, handle.started, time.time(), handle.log_path,
                                          reason=f"port {self.plan.master_port} did not accept within --start-timeout {self.options.start_timeout:g} s")
         raise _StartFailed(f"the scheduler's port {self.plan.master_addr}:{self.plan.master_port} did not accept connections within --start-timeout {self.options.start_timeout:g} s", 1)
@@ -444,10 +445,6 @@ def _quietly(fn: Callable[[], Any]) -> None:
         fn()
     except Exception:
         pass
-
-
-def _describe_rc(rc: int) -> str:
-    return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
 
 
 # ------------------------------------------------------------------------ signals

@@ -620,13 +620,13 @@ def job_info(job_dir: str, record: Optional[Dict[str, Any]] = None, job_id: Opti
     started = record.get("started", job_file.get("started"))
     pid = running_pid or job_file.get("pid") or record.get("pid")
     if problems:
-        state = "corrupt"
+        state: str = JobStatus.CORRUPT
     elif running_pid is not None:
-        state = "running"
+        state = JobStatus.RUNNING
     elif summary is not None:
         state = str(summary["status"])
     else:
-        state = "lost"
+        state = JobStatus.LOST
     return JobInfo(job_id=shown_id, job_dir=job_dir, pid=pid, started=started, state=state, summary=summary, plan=plan,
                    problem="; ".join(problems) if problems else None, running_pid=running_pid)
 
@@ -642,7 +642,7 @@ def _registry_entry(folder: str, name: str) -> JobInfo:
         if record["job_id"] != stem:
             raise CorruptJobFile(f"names job {record['job_id']!r}, not {stem!r}", path=path, field="job_id")
     except CorruptJobFile as exc:
-        return JobInfo(job_id=stem, job_dir="-", pid=None, started=None, state="corrupt", summary=None, plan=None, problem=str(exc))
+        return JobInfo(job_id=stem, job_dir="-", pid=None, started=None, state=JobStatus.CORRUPT, summary=None, plan=None, problem=str(exc))
     return job_info(record["job_dir"], record)
 
 
