@@ -81,8 +81,9 @@ def logs_tail(
     grep: Optional[str] = typer.Option(None, "--grep", help="Only lines matching this regular expression."),
 ) -> None:
     """Show the last lines of every rank's log, prefixed `[rank N]`; with -f, follow them."""
-    from launcher.jobs.jobdir import SUMMARY_FILE, latest_attempt_dir, lock_holder
+    from launcher.jobs.jobdir import latest_attempt_dir, lock_holder
     from launcher.logs.follow import Follower, job_log_sources, last_lines, prefix
+    from launcher.planning.layout import SUMMARY_FILE
 
     if lines < 0:
         raise MsLaunchError(f"-n takes a number of lines >= 0, got {lines}", field="--lines")

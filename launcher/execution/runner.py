@@ -20,6 +20,7 @@ from launcher.execution.results import JobResult
 from launcher.execution.supervisor import Launcher, SuperviseOptions, Supervisor, Watchdog
 from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
+from launcher.planning.inventory import is_local
 from launcher.planning.plan import Plan
 
 
@@ -84,7 +85,7 @@ def prepare_ranktable_dirs(plan: Plan, adir: str) -> None:
         rel = os.path.relpath(proc.cwd, plan.job_dir)
         cwd = os.path.join(adir, rel)
         os.makedirs(cwd, mode=0o700, exist_ok=True)
-        if proc.host not in ("localhost", "127.0.0.1") and plan.launcher != "local":
+        if not is_local(proc.host) and plan.launcher != "local":
             continue  # remote ranks: the ssh launcher writes their dump on the host
         env = dict(os.environ)
         env.update(proc.env)

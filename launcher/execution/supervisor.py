@@ -32,6 +32,7 @@ from launcher.execution.results import (
     FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
     earliest_failure, exit_code_of, lost_nodes_note, tail_lines,
 )
+from launcher.planning import layout
 from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan, ProcPlan
 
@@ -171,7 +172,7 @@ class Supervisor:
         self.on_event = on_event or (lambda kind, data: None)
         self.prepare_attempt = prepare_attempt
         self.watchdog = watchdog
-        self.attempt_dir = attempt_dir or (lambda k: plan.job_dir if k == 0 else os.path.join(plan.job_dir, f"attempt_{k}"))
+        self.attempt_dir = attempt_dir or (lambda k: layout.attempt_dir(plan.job_dir, k))
         self.current_attempt_dir = plan.job_dir
         self.reap_orphans = reap_orphans
 

@@ -28,6 +28,12 @@ from launcher.planning.textfile import read_text
 #: Hostnames mslaunch considers "this machine" (the local launcher is chosen for them).
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
 
+
+def is_local(name: str) -> bool:
+    """Whether host ``name`` (as written in an inventory or a plan) is this machine: the one
+    answer every layer uses (:data:`LOCAL_NAMES`)."""
+    return name in LOCAL_NAMES
+
 _HOST_RE = re.compile(r"^[A-Za-z0-9_.\-:\[\]%]+$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DIGITS_RE = re.compile(r"[0-9]+\Z")
@@ -130,7 +136,7 @@ class Host:
 
     @property
     def is_local(self) -> bool:
-        return self.name in LOCAL_NAMES
+        return is_local(self.name)
 
 
 @dataclass(frozen=True)
