@@ -17,6 +17,7 @@ from launcher.errors import PlanError
 from launcher.planning import cpu, envs, layout, mpi
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.kinds import ArtefactKind, Method, Role
+from launcher.planning.procenv import ProcEnv
 from launcher.planning.ranks import RankSlot, assign_ranks, node_slots, used_inventory
 
 LAUNCHERS = ("local", "ssh", "mpirun")
@@ -298,7 +299,7 @@ def build_plan(spec: JobSpec) -> Plan:
 
     Steps: check the spec and choose the launcher (:func:`_check_spec`); assign rank slots to
     the hosts, or to this node in per-node mode (:func:`_rank_slots`); gather the env layers and
-    the CPU plan (:class:`_ProcEnv`); the rank table artefact (:func:`_rank_table`); place the
+    the CPU plan (:class:`ProcEnv`); the rank table artefact (:func:`_rank_table`); place the
     scheduler (:func:`_scheduler_place`); one :class:`ProcPlan` per rank (:func:`_rank_proc`)
     and the scheduler's (:func:`_scheduler_proc`); for the mpirun launcher its argv.
 
@@ -311,7 +312,7 @@ def build_plan(spec: JobSpec) -> Plan:
     world = slots[0].world_size if slots else 0
     slots = _simulated_slots(spec, slots, world)
     used = list(used_inv.hosts)
-    proc_env = _ProcEnv.build(spec, launcher, slots, used)
+    proc_env = ProcEnv.build(spec, launcher, slots, used)
 
     artefacts: List[Artefact] = []
     table_path = _rank_table(spec, used_inv, artefacts)
@@ -409,85 +410,6 @@ def _simulated_slots(spec: JobSpec, slots: Tuple[RankSlot, ...], world: int) -> 
     return (replace(slots[0], rank=spec.sim_rank_id, local_rank=0, local_world_size=1),)
 
 
-@dataclass(frozen=True)
-class _ProcEnv:
-    """Where each process's environment and cores come from.
-
-    A process's user env is, lowest layer first: the method's tuning defaults, the rank's CPU
-    tuning (local ranks), its host's inventory ``env``, ``--env-file``s, ``--env``, then what
-    msrun's flags imply (``RANK_TABLE_FILE``, ``MS_SIMULATION_LEVEL``); the method's layout
-    variables go on top (:func:`launcher.planning.envs.layered`).
-    """
-
-    tuning: Mapping[str, str]
-    file_env: Mapping[str, str]
-    flag_env: Mapping[str, str]
-    msrun_env: Mapping[str, str]
-    cpu: cpu.CpuPlan
-    #: rank -> its index among this machine's ranks (the CPU plan's numbering)
-    local_index: Mapping[int, int]
-    #: whether mslaunch itself starts the processes here, so it can bind their cores
-    bind_here: bool
-    cpu_notes: Tuple[str, ...]
-
-    @classmethod
-    def build(cls, spec: JobSpec, launcher: str, slots: Sequence[RankSlot], used: Sequence[Host]) -> "_ProcEnv":
-        """Check the user's env layers (reserved names) and plan the CPU tuning of local ranks.
-
-        Raises:
-            PlanError: a reserved variable set by the user.
-        """
-        user_layers = [(f"{h.source or h.name} env", h.env) for h in used]
-        user_layers += [(f"--env-file {path}", pairs) for path, pairs in spec.env_files]
-        user_layers.append(("--env", spec.env))
-        envs.check_reserved(spec.method, user_layers)
-        file_env = dict(p for _, pairs in spec.env_files for p in pairs)
-        flag_env = dict(spec.env)
-        msrun_env: Dict[str, str] = {}
-        if spec.rank_table_file is not None and spec.method == Method.DYNAMIC:
-            msrun_env["RANK_TABLE_FILE"] = spec.rank_table_file
-        if spec.sim_level is not None:
-            msrun_env["MS_SIMULATION_LEVEL"] = str(spec.sim_level)
-
-        local = {h.name for h in used if h.is_local}
-        local_slots = [s for s in slots if s.host in local]
-        local_user_env: Dict[str, str] = {}
-        for h in used:
-            if h.is_local:
-                local_user_env.update(h.env)
-        local_user_env.update(file_env)
-        local_user_env.update(flag_env)
-        cpu_plan = cpu.plan_cpu(spec.cpu, len(local_slots), local_user_env, spec.user_env_keys)
-        notes = list(cpu_plan.notes)
-        if cpu_plan.cpus and launcher != "local":
-            notes.append(f"cores per rank not applied: the {launcher} launcher starts the ranks"
-                         + (" (mpirun binds them itself)" if launcher == "mpirun" else ""))
-        if cpu_plan.notes and any(not h.is_local for h in used):
-            notes.append("remote hosts: not tuned (see mslaunch doctor for their CPU probe)")
-        return cls(
-            tuning=envs.tuning_env(spec.method, spec.user_env_keys), file_env=file_env, flag_env=flag_env,
-            msrun_env=msrun_env, cpu=cpu_plan, local_index={s.rank: i for i, s in enumerate(local_slots)},
-            bind_here=launcher == "local", cpu_notes=tuple(notes),
-        )
-
-    def user_env(self, host: Host, rank: Optional[int] = None) -> Dict[str, str]:
-        """The user-side layers for a process on ``host`` (``rank`` None: the scheduler)."""
-        out = dict(self.tuning)
-        if rank is not None and rank in self.local_index:
-            out.update(self.cpu.env.get(self.local_index[rank], {}))
-        out.update(host.env)
-        out.update(self.file_env)
-        out.update(self.flag_env)
-        out.update(self.msrun_env)
-        return out
-
-    def rank_cpus(self, rank: int) -> Optional[Tuple[int, ...]]:
-        """The cores rank ``rank`` is bound to, or None (not bound, or not started by mslaunch here)."""
-        if not self.bind_here or rank not in self.local_index:
-            return None
-        return self.cpu.cpus.get(self.local_index[rank])
-
-
 def _rank_table(spec: JobSpec, used_inv: Inventory, artefacts: List[Artefact]) -> str:
     """The rank table path ranks read (ranktable method): the user's file, or a generated
     ``rank_table.json`` appended to ``artefacts``.
@@ -519,7 +441,7 @@ def _scheduler_place(spec: JobSpec, used: Sequence[Host]) -> Tuple[Optional[Host
 
 
 def _rank_proc(
-    spec: JobSpec, slot: RankSlot, host: Host, proc_env: _ProcEnv, sched_addr: Optional[str], table_path: str, auto_ranks: bool,
+    spec: JobSpec, slot: RankSlot, host: Host, proc_env: ProcEnv, sched_addr: Optional[str], table_path: str, auto_ranks: bool,
 ) -> ProcPlan:
     """The plan of one rank: the method's layout variables over the user's env, its cwd and log."""
     cwd = spec.cwd
@@ -559,7 +481,7 @@ def _rank_proc(
     )
 
 
-def _scheduler_proc(spec: JobSpec, world: int, host: Optional[Host], addr: Optional[str], proc_env: _ProcEnv) -> Optional[ProcPlan]:
+def _scheduler_proc(spec: JobSpec, world: int, host: Optional[Host], addr: Optional[str], proc_env: ProcEnv) -> Optional[ProcPlan]:
     """The dynamic cluster's scheduler process, or None when this plan runs none."""
     if host is None or addr is None:
         return None
