@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import json.encoder
 import re
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Iterable, List, Sequence, Tuple
 
 _UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._:\-]")
 
@@ -39,33 +39,34 @@ def _render(value: Any, indent: str, out: List[str]) -> None:
     if isinstance(value, str):
         out.append(_encode_str(value))
     elif isinstance(value, dict):
-        if not value:
-            out.append("{}")
-            return
-        inner = indent + "  "
-        sep = "{\n" + inner
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError("non-string key")
-            out.append(sep)
-            out.append(_encode_str(key))
-            out.append(": ")
-            _render(item, inner, out)
-            sep = ",\n" + inner
-        out.append("\n" + indent + "}")
+        _render_items("{", "}", value.items(), True, indent, out)
     elif isinstance(value, list):
-        if not value:
-            out.append("[]")
-            return
-        inner = indent + "  "
-        sep = "[\n" + inner
-        for item in value:
-            out.append(sep)
-            _render(item, inner, out)
-            sep = ",\n" + inner
-        out.append("\n" + indent + "]")
+        _render_items("[", "]", value, False, indent, out)
     else:
         out.append(json.dumps(value))
+
+
+def _render_items(open_: str, close: str, items: Iterable[Any], keyed: bool, indent: str, out: List[str]) -> None:
+    """Append an object's ``(key, value)`` items (``keyed``) or a list's values, one a line
+    indented by two more spaces, between ``open_`` and ``close`` (``{}`` / ``[]`` when empty).
+
+    Raises:
+        TypeError: a key that is not a string.
+    """
+    inner = indent + "  "
+    first = open_ + "\n" + inner
+    sep = first
+    for item in items:
+        out.append(sep)
+        if keyed:
+            key, item = item
+            if not isinstance(key, str):
+                raise TypeError("non-string key")
+            out.append(_encode_str(key))
+            out.append(": ")
+        _render(item, inner, out)
+        sep = ",\n" + inner
+    out.append(open_ + close if sep is first else "\n" + indent + close)
 
 
 def rank_table_json(table: Any) -> str:
