@@ -36,7 +36,7 @@ __all__ = [
     "ATTEMPT_DIR_GLOB", "DEFAULT_WORKER_LOG_PREFIX", "DETACH_LOG", "EVENTS_FILE", "HOSTFILE_FILE",
     "JOB_FILE", "LOCK_FILE", "METRICS_FILE", "PLAN_FILE", "PREVIOUS_DIR", "RANK_PLACEHOLDER",
     "RANK_TABLE_FILE", "SCHEDULER_LOG", "SSH_CONFIG_FILE", "SUMMARY_FILE", "WORKER_LOG_GLOB",
-    "artefact_path", "attempt_dir", "attempt_dir_name", "env_dump_path", "parse_attempt_dir",
+    "artefact_path", "attempt_dir", "attempt_dir_name", "env_dump_path", "fill_rank", "job_file", "parse_attempt_dir",
     "parse_worker_log", "rank_cwd", "rank_cwd_prefix", "scheduler_log", "worker_log",
     "worker_log_name", "worker_log_template",
 ]
@@ -101,7 +101,14 @@ def parse_attempt_dir(name: str) -> Optional[int]:
 def worker_log_name(index: int, prefix: Optional[str] = None) -> str:
     """``<prefix>_<index>.log`` (``worker_3.log``); ``index`` is the rank, or the local index
     where MindSpore assigns the ranks."""
-    return worker_log_template(prefix).replace(RANK_PLACEHOLDER, str(index))
+    return fill_rank(worker_log_template(prefix), index)
+
+
+def fill_rank(template: str, rank: int) -> str:
+    """``template`` with its last :data:`RANK_PLACEHOLDER` replaced by ``rank``: what the rank
+    wrapper does with the name it is given (``${NAME%"{rank}"*}$rank${NAME##*"{rank}"}``)."""
+    head, sep, tail = template.rpartition(RANK_PLACEHOLDER)
+    return head + str(rank) + tail if sep else template
 
 
 def worker_log_template(prefix: Optional[str] = None) -> str:
