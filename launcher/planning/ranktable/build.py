@@ -1,7 +1,7 @@
 """Build a rank table from an inventory and its device IPs (pure)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 from launcher.errors import RankTableError
 from launcher.planning.inventory import Host, Inventory
@@ -56,9 +56,30 @@ def build_rank_table(inventory: Inventory, device_ips: DeviceIps, version: str =
         )
     if not inventory.hosts:
         raise RankTableError("the inventory has no hosts", path=inventory.source)
+    _check_unique_server_ids(inventory.hosts)
     v12 = version == "1.2"
+    order = rank_table_host_order(inventory.hosts, version)
+    servers: List[Dict[str, Any]] = []
+    rank = 0
+    for host in order:
+        ips = device_ips.get(host.name)
+        if ips is None:
+            raise RankTableError(f"no device IPs for host {host.name!r}", **_host_where(host))
+        server = _server_entry(host, ips, rank, v12)
+        rank += len(server["device"])
+        servers.append(server)
+
+    table: Dict[str, Any] = {"version": version, "server_count": str(len(servers)), "server_list": servers}
+    if v12:
+        table["super_pod_list"] = _pod_list([(_pod_of(h), h.rank_table_server_id) for h in order])
+    table["status"] = "completed"
+    return table
+
+
+def _check_unique_server_ids(hosts: Sequence[Host]) -> None:
+    """Raise when two hosts would be one server (same ``server_id``)."""
     seen: Dict[str, Host] = {}
-    for host in inventory.hosts:
+    for host in hosts:
         sid = host.rank_table_server_id
         if sid in seen:
             raise RankTableError(
@@ -68,53 +89,43 @@ def build_rank_table(inventory: Inventory, device_ips: DeviceIps, version: str =
             )
         seen[sid] = host
 
-    order = rank_table_host_order(inventory.hosts, version)
 
-    servers: List[Dict[str, Any]] = []
-    rank = 0
-    for host in order:
-        ips = device_ips.get(host.name)
-        if ips is None:
-            raise RankTableError(f"no device IPs for host {host.name!r}", **_host_where(host))
-        if v12 and host.host_ip is None:
+def _server_entry(host: Host, ips: Mapping[int, str], first_rank: int, v12: bool) -> Dict[str, Any]:
+    """One ``server_list`` entry: ``host``'s devices in order, ranks from ``first_rank``.
+
+    Raises:
+        RankTableError: a device without an IP; (1.2) no ``host_ip`` or a device without
+            ``super_device_id``.
+    """
+    if v12 and host.host_ip is None:
+        raise RankTableError(
+            f"host {host.name!r} has no host_ip; rank table 1.2 needs one per server: "
+            "add 'host_ip: <address>' to its entry in the cluster YAML",
+            **_host_where(host),
+        )
+    super_ids = dict(host.super_device_ids or ())
+    devices: List[Dict[str, str]] = []
+    for rank, device_id in enumerate(host.device_ids, first_rank):
+        ip = ips.get(device_id)
+        if ip is None:
             raise RankTableError(
-                f"host {host.name!r} has no host_ip; rank table 1.2 needs one per server: "
-                "add 'host_ip: <address>' to its entry in the cluster YAML",
+                f"host {host.name!r}: device {device_id} has no device IP", **_host_where(host)
+            )
+        if not v12:
+            devices.append({"device_id": str(device_id), "device_ip": ip, "rank_id": str(rank)})
+            continue
+        sdid = super_ids.get(device_id)
+        if sdid is None:
+            raise RankTableError(
+                f"host {host.name!r}: device {device_id} has no super_device_id; rank table 1.2 "
+                f"needs one per device: add \"{device_id}\": <id> to its super_device_ids in the "
+                "cluster YAML (npu-smi info -t spod-info prints it)",
                 **_host_where(host),
             )
-        super_ids = dict(host.super_device_ids or ())
-        devices: List[Dict[str, str]] = []
-        for device_id in host.device_ids:
-            ip = ips.get(device_id)
-            if ip is None:
-                raise RankTableError(
-                    f"host {host.name!r}: device {device_id} has no device IP", **_host_where(host)
-                )
-            if v12:
-                sdid = super_ids.get(device_id)
-                if sdid is None:
-                    raise RankTableError(
-                        f"host {host.name!r}: device {device_id} has no super_device_id; rank table 1.2 "
-                        f"needs one per device: add \"{device_id}\": <id> to its super_device_ids in the "
-                        "cluster YAML (npu-smi info -t spod-info prints it)",
-                        **_host_where(host),
-                    )
-                devices.append(
-                    {"device_id": str(device_id), "super_device_id": sdid, "device_ip": ip, "rank_id": str(rank)}
-                )
-            else:
-                devices.append({"device_id": str(device_id), "device_ip": ip, "rank_id": str(rank)})
-            rank += 1
-        if v12:
-            servers.append({"server_id": host.rank_table_server_id, "host_ip": host.host_ip, "device": devices})
-        else:
-            servers.append({"server_id": host.rank_table_server_id, "device": devices, "host_nic_ip": "reserve"})
-
-    table: Dict[str, Any] = {"version": version, "server_count": str(len(servers)), "server_list": servers}
+        devices.append({"device_id": str(device_id), "super_device_id": sdid, "device_ip": ip, "rank_id": str(rank)})
     if v12:
-        table["super_pod_list"] = _pod_list([(_pod_of(h), h.rank_table_server_id) for h in order])
-    table["status"] = "completed"
-    return table
+        return {"server_id": host.rank_table_server_id, "host_ip": host.host_ip, "device": devices}
+    return {"server_id": host.rank_table_server_id, "device": devices, "host_nic_ip": "reserve"}
 
 
 def check_rank_table(table: Any, chip: str = "910", what: str = "rank table") -> None:

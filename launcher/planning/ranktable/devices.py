@@ -6,11 +6,12 @@ hccn.conf read, one listing of ``--hccn-dir``), which can be replaced.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional
 
 from launcher.errors import RankTableError
 from launcher.planning.hccn import read_hccn_conf
-from launcher.planning.inventory import Inventory
+from launcher.planning.inventory import Host, Inventory
 from launcher.planning.ranktable.common import _host_where
 
 
@@ -59,55 +60,87 @@ def resolve_device_ips(
         exists = _dir_lister(hccn_dir)
     out: Dict[str, Dict[int, str]] = {}
     for host in inventory.hosts:
-        ips: Optional[Mapping[int, str]] = None
-        origin = ""
-        origin_path: Optional[str] = None
-        looked: List[str] = []
-        if host.name in files:
-            origin_path = files[host.name]
-            ips, origin = read(origin_path), f"{origin_path} (--hccn {host.name}=...)"
-        elif host.hccn_conf is not None:
-            origin_path = host.hccn_conf
-            ips, origin = read(origin_path), f"{origin_path} (hccn_conf of host {host.name!r})"
-        else:
-            if hccn_dir is not None and exists is not None:
-                looked = [os.path.join(hccn_dir, host.name), os.path.join(hccn_dir, host.name + ".conf")]
-                found = [p for p in looked if exists(p)]
-                if len(found) == 2:
-                    raise RankTableError(
-                        f"both {found[0]} and {found[1]} exist for host {host.name!r}; keep one of them",
-                        field="--hccn-dir",
-                    )
-                if found:
-                    origin_path = found[0]
-                    ips, origin = read(origin_path), origin_path
-            if ips is None and host.device_ips is not None:
-                ips, origin = dict(host.device_ips), f"device_ips of host {host.name!r}"
-        if ips is None:
-            tried = f" (looked for {' and '.join(looked)})" if looked else ""
-            raise RankTableError(
-                f"host {host.name!r} has no device IPs{tried}; pass --hccn {host.name}=PATH or "
-                f"--hccn-dir DIR holding DIR/{host.name}.conf, or give it 'hccn_conf:' or 'device_ips:' "
-                "in a YAML cluster file",
-                **_host_where(host),
-            )
-        chosen: Dict[int, str] = {}
-        for device_id in host.device_ids:
-            ip = ips.get(device_id)
-            if ip is None:
-                fix = (
-                    f"add address_{device_id}=<IP> to it"
-                    if origin_path is not None
-                    else f"add \"{device_id}\": <IP> to its device_ips"
-                )
-                raise RankTableError(
-                    f"host {host.name!r}: device {device_id} has no address in {origin}; {fix}, "
-                    f"or leave the device out with --exclude {host.name}:{device_id}",
-                    **({"path": origin_path} if origin_path is not None else _host_where(host)),
-                )
-            chosen[device_id] = ip
-        out[host.name] = chosen
+        source = _host_source(host, files, hccn_dir, read, exists)
+        out[host.name] = _host_device_ips(host, source)
     return out
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where one host's device IPs were found.
+
+    Attributes:
+        ips: device id -> IP as the source lists them.
+        origin: how to name the source in messages.
+        path: the hccn.conf file, or None for inline ``device_ips:``.
+    """
+
+    ips: Mapping[int, str]
+    origin: str
+    path: Optional[str]
+
+
+def _host_source(
+    host: Host,
+    files: Mapping[str, str],
+    hccn_dir: Optional[str],
+    read: Callable[[str], Mapping[int, str]],
+    exists: Optional[Callable[[str], bool]],
+) -> _Source:
+    """The first source of ``host``'s device IPs (see :func:`resolve_device_ips` for the order).
+
+    Raises:
+        RankTableError: both ``<host>`` and ``<host>.conf`` in ``hccn_dir``; no source at all.
+    """
+    if host.name in files:
+        path = files[host.name]
+        return _Source(read(path), f"{path} (--hccn {host.name}=...)", path)
+    if host.hccn_conf is not None:
+        return _Source(read(host.hccn_conf), f"{host.hccn_conf} (hccn_conf of host {host.name!r})", host.hccn_conf)
+    looked: List[str] = []
+    if hccn_dir is not None and exists is not None:
+        looked = [os.path.join(hccn_dir, host.name), os.path.join(hccn_dir, host.name + ".conf")]
+        found = [p for p in looked if exists(p)]
+        if len(found) == 2:
+            raise RankTableError(
+                f"both {found[0]} and {found[1]} exist for host {host.name!r}; keep one of them",
+                field="--hccn-dir",
+            )
+        if found:
+            return _Source(read(found[0]), found[0], found[0])
+    if host.device_ips is not None:
+        return _Source(dict(host.device_ips), f"device_ips of host {host.name!r}", None)
+    tried = f" (looked for {' and '.join(looked)})" if looked else ""
+    raise RankTableError(
+        f"host {host.name!r} has no device IPs{tried}; pass --hccn {host.name}=PATH or "
+        f"--hccn-dir DIR holding DIR/{host.name}.conf, or give it 'hccn_conf:' or 'device_ips:' "
+        "in a YAML cluster file",
+        **_host_where(host),
+    )
+
+
+def _host_device_ips(host: Host, source: _Source) -> Dict[int, str]:
+    """The IPs of exactly ``host``'s devices, in device order.
+
+    Raises:
+        RankTableError: a device the source has no address for.
+    """
+    chosen: Dict[int, str] = {}
+    for device_id in host.device_ids:
+        ip = source.ips.get(device_id)
+        if ip is None:
+            fix = (
+                f"add address_{device_id}=<IP> to it"
+                if source.path is not None
+                else f"add \"{device_id}\": <IP> to its device_ips"
+            )
+            raise RankTableError(
+                f"host {host.name!r}: device {device_id} has no address in {source.origin}; {fix}, "
+                f"or leave the device out with --exclude {host.name}:{device_id}",
+                **({"path": source.path} if source.path is not None else _host_where(host)),
+            )
+        chosen[device_id] = ip
+    return chosen
 
 
 def _dir_lister(folder: str) -> Callable[[str], bool]:

@@ -30,7 +30,7 @@ def merge_rank_tables(tables: Sequence[Tuple[str, Any]], chip: str = "910") -> D
     version: Optional[str] = None
     version_file = ""
     owner: Dict[str, str] = {}
-    entries: List[Tuple[str, str, Dict[str, Any]]] = []  # (pod, server_id, server)
+    entries: List[_Entry] = []
     statuses: List[str] = []
     for path, table in tables:
         if not isinstance(table, dict):
@@ -49,42 +49,63 @@ def merge_rank_tables(tables: Sequence[Tuple[str, Any]], chip: str = "910") -> D
             )
         status = table.get("status")
         statuses.append(status if isinstance(status, str) else "")
-        servers = table.get("server_list")
-        if not isinstance(servers, list) or not servers:
-            raise RankTableError("must be a non-empty list of servers", path=path, field="server_list")
-        pods = _pods_of(table, path) if ver == "1.2" else {}
-        for i, server in enumerate(servers):
-            sp = f"server_list[{i}]"
-            if not isinstance(server, dict):
-                raise RankTableError("must be an object", path=path, field=sp)
-            sid = server.get("server_id")
-            if not isinstance(sid, str):
-                raise RankTableError(f"must be a string, got {_kind(sid)}", path=path, field=f"{sp}.server_id")
-            devices = server.get("device")
-            if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
-                raise RankTableError("must be a list of device objects", path=path, field=f"{sp}.device")
-            if sid in owner:
-                raise RankTableError(
-                    f"server_id {sid!r} is in both {owner[sid]} and {path}; each server belongs in one table",
-                    path=path,
-                    field=f"{sp}.server_id",
-                )
-            owner[sid] = path
-            pod = ""
-            if ver == "1.2":
-                if sid not in pods:
-                    raise RankTableError(
-                        f"server {sid!r} is in no super_pod_list entry", path=path, field=f"{sp}.server_id"
-                    )
-                pod = pods[sid]
-            entries.append((pod, sid, server))
+        entries.extend(_servers_of(path, table, ver == "1.2", owner))
 
     if version == "1.2":
         entries.sort(key=lambda e: (_pod_key(e[0]), e[1]))
     else:
         entries.sort(key=lambda e: e[1])
+    merged: Dict[str, Any] = {"version": version, "server_count": str(len(entries)), "server_list": _renumbered(entries)}
+    if version == "1.2":
+        merged["super_pod_list"] = _pod_list([(pod, sid) for pod, sid, _ in entries])
+    merged["status"] = "completed" if all(s == "completed" for s in statuses) else "initializing"
+    check_rank_table(merged, chip=chip, what="merged rank table")
+    return merged
+
+
+#: ``(super_pod_id or "", server_id, server entry)`` of one input server.
+_Entry = Tuple[str, str, Dict[str, Any]]
+
+
+def _servers_of(path: str, table: Dict[str, Any], v12: bool, owner: Dict[str, str]) -> List[_Entry]:
+    """The servers of one input table; ``owner`` (server_id -> file) gains them.
+
+    Raises:
+        RankTableError: a malformed ``server_list`` entry, a server_id already in another input,
+            or (1.2) a server in no SuperPoD.
+    """
+    servers = table.get("server_list")
+    if not isinstance(servers, list) or not servers:
+        raise RankTableError("must be a non-empty list of servers", path=path, field="server_list")
+    pods = _pods_of(table, path) if v12 else {}
+    out: List[_Entry] = []
+    for i, server in enumerate(servers):
+        sp = f"server_list[{i}]"
+        if not isinstance(server, dict):
+            raise RankTableError("must be an object", path=path, field=sp)
+        sid = server.get("server_id")
+        if not isinstance(sid, str):
+            raise RankTableError(f"must be a string, got {_kind(sid)}", path=path, field=f"{sp}.server_id")
+        devices = server.get("device")
+        if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+            raise RankTableError("must be a list of device objects", path=path, field=f"{sp}.device")
+        if sid in owner:
+            raise RankTableError(
+                f"server_id {sid!r} is in both {owner[sid]} and {path}; each server belongs in one table",
+                path=path,
+                field=f"{sp}.server_id",
+            )
+        owner[sid] = path
+        if v12 and sid not in pods:
+            raise RankTableError(f"server {sid!r} is in no super_pod_list entry", path=path, field=f"{sp}.server_id")
+        out.append((pods[sid] if v12 else "", sid, server))
+    return out
+
+
+def _renumbered(entries: Sequence[_Entry]) -> List[Dict[str, Any]]:
+    """Copies of the servers, in order, with ``rank_id`` renumbered 0..N-1 through them."""
     rank = 0
-    merged_servers: List[Dict[str, Any]] = []
+    servers: List[Dict[str, Any]] = []
     for _pod, _sid, server in entries:
         devices = []
         for dev in server["device"]:
@@ -94,13 +115,8 @@ def merge_rank_tables(tables: Sequence[Tuple[str, Any]], chip: str = "910") -> D
             devices.append(new)
         new_server = dict(server)
         new_server["device"] = devices
-        merged_servers.append(new_server)
-    merged: Dict[str, Any] = {"version": version, "server_count": str(len(merged_servers)), "server_list": merged_servers}
-    if version == "1.2":
-        merged["super_pod_list"] = _pod_list([(pod, sid) for pod, sid, _ in entries])
-    merged["status"] = "completed" if all(s == "completed" for s in statuses) else "initializing"
-    check_rank_table(merged, chip=chip, what="merged rank table")
-    return merged
+        servers.append(new_server)
+    return servers
 
 
 def _pods_of(table: Dict[str, Any], path: str) -> Dict[str, str]:
