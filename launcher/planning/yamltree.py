@@ -68,49 +68,120 @@ def yaml_tree(text: str, where: str) -> Optional[Node]:
         raise InventoryError("not Unicode text (lone surrogate)", path=where, line=line)
 
     loader_cls = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
-    resolver = yaml.resolver.Resolver()
-    constructor = yaml.SafeLoader("")
+    composer = _Composer(yaml, where)
+    try:
+        for event in yaml.parse(text, Loader=loader_cls):
+            composer.feed(event)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise composer.fail(f"invalid YAML: {exc.problem or exc.context or 'syntax error'}", mark.line + 1 if mark else None) from None
+    except yaml.reader.ReaderError as exc:
+        char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        raise composer.fail(f"invalid YAML: character U+{char:04X} is not allowed in YAML (control character)", line) from None
+    except yaml.YAMLError as exc:
+        raise composer.fail(f"invalid YAML: {_first_line(exc)}", None) from None
+    return composer.root
 
-    anchors: Dict[str, Node] = {}
-    open_anchors: Dict[str, int] = {}
-    # Frames: [node, anchor, pending key (mappings; no_key when none), key line]
-    stack: List[List[Any]] = []
-    root: Optional[Node] = None
-    documents = 0
-    no_key = object()
 
-    def fail(message: str, line: Optional[int]) -> "InventoryError":
-        return InventoryError(message, path=where, line=line)
+_NO_KEY = object()
 
-    def add(node: Node, line: int) -> None:
-        nonlocal root
-        if not stack:
-            root = node
+
+class _Composer:
+    """Builds the :class:`Node` tree from parser events (the state of one :func:`yaml_tree` call).
+
+    Args:
+        yaml: the ``yaml`` module (imported lazily by :func:`yaml_tree`).
+        where: the file name for messages.
+    """
+
+    def __init__(self, yaml: Any, where: str) -> None:
+        self.yaml = yaml
+        self.where = where
+        self.resolver = yaml.resolver.Resolver()
+        self.constructor = yaml.SafeLoader("")
+        self.anchors: Dict[str, Node] = {}
+        self.open_anchors: Dict[str, int] = {}
+        # Frames: [node, anchor, pending key (mappings; _NO_KEY when none), key line]
+        self.stack: List[List[Any]] = []
+        self.root: Optional[Node] = None
+        self.documents = 0
+
+    def fail(self, message: str, line: Optional[int]) -> InventoryError:
+        """The error to raise for ``message`` at ``line``."""
+        return InventoryError(message, path=self.where, line=line)
+
+    def feed(self, event: Any) -> None:
+        """Take one parser event.
+
+        Raises:
+            InventoryError: see :func:`yaml_tree`.
+        """
+        yaml = self.yaml
+        line = event.start_mark.line + 1 if event.start_mark is not None else None
+        if isinstance(event, yaml.DocumentStartEvent):
+            self.documents += 1
+            if self.documents > 1:
+                raise self.fail("more than one YAML document ('---'); a cluster file is one document", line)
+        elif isinstance(event, yaml.AliasEvent):
+            if event.anchor in self.open_anchors:
+                raise self.fail(f"recursive alias *{event.anchor} (it is used inside its own anchor)", line)
+            target = self.anchors.get(event.anchor)
+            if target is None:
+                raise self.fail(f"undefined alias *{event.anchor}", line)
+            self.add(Node(target.value, line, target.size), line)
+        elif isinstance(event, yaml.ScalarEvent):
+            node = self.scalar(event, line)
+            if event.anchor is not None:
+                self.anchors[event.anchor] = node
+            self.add(node, line)
+        elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            if event.tag not in _COLLECTION_TAGS:
+                raise self.fail(f"unsupported tag {_clip(event.tag)} on a collection", line)
+            if len(self.stack) >= MAX_YAML_DEPTH:
+                raise self.fail(f"nested deeper than {MAX_YAML_DEPTH} levels", line)
+            value: Any = [] if isinstance(event, yaml.SequenceStartEvent) else {}
+            if event.anchor is not None:
+                self.open_anchors[event.anchor] = line
+            self.stack.append([Node(value, line), event.anchor, _NO_KEY, None])
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            node, anchor, _, _ = self.stack.pop()
+            if anchor is not None:
+                self.open_anchors.pop(anchor, None)
+                self.anchors[anchor] = node
+            self.add(node, node.line)
+
+    def add(self, node: Node, line: int) -> None:
+        """Put a finished node into its parent (a list item, a mapping key, or a key's value)."""
+        if not self.stack:
+            self.root = node
             return
-        frame = stack[-1]
+        frame = self.stack[-1]
         parent: Node = frame[0]
         parent.size += node.size
         if parent.size > MAX_YAML_NODES:
-            raise fail(f"the document expands to more than {MAX_YAML_NODES} YAML nodes (aliases count each time they are used)", line)
+            raise self.fail(f"the document expands to more than {MAX_YAML_NODES} YAML nodes (aliases count each time they are used)", line)
         if isinstance(parent.value, list):
             parent.value.append(node)
             return
-        if frame[2] is no_key:
+        if frame[2] is _NO_KEY:
             if isinstance(node.value, (dict, list)):
-                raise fail("mapping keys must be plain values", line)
+                raise self.fail("mapping keys must be plain values", line)
             key = node.value
             try:
                 hash(key)
             except TypeError:
-                raise fail("mapping keys must be plain values", line) from None
+                raise self.fail("mapping keys must be plain values", line) from None
             if key in parent.value:
-                raise fail(f"duplicate key {_show(key)}", line)
+                raise self.fail(f"duplicate key {_show(key)}", line)
             frame[2], frame[3] = key, line
         else:
             parent.value[frame[2]] = node
-            frame[2] = no_key
+            frame[2] = _NO_KEY
 
-    def scalar(event: Any, line: int) -> Node:
+    def scalar(self, event: Any, line: int) -> Node:
+        """A scalar event as ``yaml.safe_load`` would construct it (plain words and ints on a fast path)."""
+        yaml = self.yaml
         tag = event.tag
         if tag is None and event.implicit[0]:  # fast path for the common plain words and numbers
             text = event.value
@@ -119,65 +190,20 @@ def yaml_tree(text: str, where: str) -> Optional[Node]:
             if _PLAIN_WORD_RE.match(text) and text.lower() not in _YAML_WORDS:
                 return Node(text, line)
         if tag is None or tag == "!":
-            tag = resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
+            tag = self.resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
         node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
         try:
-            value = constructor.construct_object(node, deep=True)
+            value = self.constructor.construct_object(node, deep=True)
         except yaml.MarkedYAMLError as exc:
-            raise fail(f"invalid YAML value: {exc.problem or exc.context or 'cannot construct it'}", line) from None
+            raise self.fail(f"invalid YAML value: {exc.problem or exc.context or 'cannot construct it'}", line) from None
         except Exception as exc:  # odd scalars: '!!float y', '!!int 9...9' beyond the digit limit
             short = tag.replace("tag:yaml.org,2002:", "!!")
             if tag == "tag:yaml.org,2002:int" and len(event.value) > 1000 and isinstance(exc, ValueError):
-                raise fail(f"integer {_clip(event.value)} has too many digits", line) from None
-            raise fail(f"invalid YAML value {_clip(event.value)} for tag {short}: {_first_line(exc)}", line) from None
+                raise self.fail(f"integer {_clip(event.value)} has too many digits", line) from None
+            raise self.fail(f"invalid YAML value {_clip(event.value)} for tag {short}: {_first_line(exc)}", line) from None
         if isinstance(value, str):
-            _check_str(value, f"value {_clip(event.value)}", where, line)
+            _check_str(value, f"value {_clip(event.value)}", self.where, line)
         return Node(value, line)
-
-    try:
-        for event in yaml.parse(text, Loader=loader_cls):
-            line = event.start_mark.line + 1 if event.start_mark is not None else None
-            if isinstance(event, yaml.DocumentStartEvent):
-                documents += 1
-                if documents > 1:
-                    raise fail("more than one YAML document ('---'); a cluster file is one document", line)
-            elif isinstance(event, yaml.AliasEvent):
-                if event.anchor in open_anchors:
-                    raise fail(f"recursive alias *{event.anchor} (it is used inside its own anchor)", line)
-                target = anchors.get(event.anchor)
-                if target is None:
-                    raise fail(f"undefined alias *{event.anchor}", line)
-                add(Node(target.value, line, target.size), line)
-            elif isinstance(event, yaml.ScalarEvent):
-                node = scalar(event, line)
-                if event.anchor is not None:
-                    anchors[event.anchor] = node
-                add(node, line)
-            elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
-                if event.tag not in _COLLECTION_TAGS:
-                    raise fail(f"unsupported tag {_clip(event.tag)} on a collection", line)
-                if len(stack) >= MAX_YAML_DEPTH:
-                    raise fail(f"nested deeper than {MAX_YAML_DEPTH} levels", line)
-                value: Any = [] if isinstance(event, yaml.SequenceStartEvent) else {}
-                if event.anchor is not None:
-                    open_anchors[event.anchor] = line
-                stack.append([Node(value, line), event.anchor, no_key, None])
-            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-                node, anchor, _, _ = stack.pop()
-                if anchor is not None:
-                    open_anchors.pop(anchor, None)
-                    anchors[anchor] = node
-                add(node, node.line)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise fail(f"invalid YAML: {exc.problem or exc.context or 'syntax error'}", mark.line + 1 if mark else None) from None
-    except yaml.reader.ReaderError as exc:
-        char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
-        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
-        raise fail(f"invalid YAML: character U+{char:04X} is not allowed in YAML (control character)", line) from None
-    except yaml.YAMLError as exc:
-        raise fail(f"invalid YAML: {_first_line(exc)}", None) from None
-    return root
 
 
 def _first_line(exc: BaseException) -> str:
