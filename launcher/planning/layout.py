@@ -19,6 +19,7 @@ Job directory (``--log-dir``, default ``./mslaunch_logs/<job-id>/``)::
       hostfile             artefact: mpirun launcher with --hostfile
       ssh_config           artefact: mpirun launcher, per-host ssh settings
       scheduler.log        dynamic method: the scheduler's output
+      mpirun.log           mpirun launcher: mpirun's own output
       worker_<rank>.log    one per rank (msrun's names; ``--worker_log_name NAME``: NAME_<rank>.log)
       device<rank>/        ranktable method: the rank's cwd, holding env<rank>.log
       attempt_<k>/         restart attempt k (k >= 1): the same log names and rank cwds
@@ -34,7 +35,7 @@ from typing import Optional
 
 __all__ = [
     "ATTEMPT_DIR_GLOB", "DEFAULT_WORKER_LOG_PREFIX", "DETACH_LOG", "EVENTS_FILE", "HOSTFILE_FILE",
-    "JOB_FILE", "LOCK_FILE", "METRICS_FILE", "PLAN_FILE", "PREVIOUS_DIR", "RANK_PLACEHOLDER",
+    "JOB_FILE", "LOCK_FILE", "METRICS_FILE", "MPIRUN_LOG", "PLAN_FILE", "PREVIOUS_DIR", "RANK_PLACEHOLDER",
     "RANK_TABLE_FILE", "SCHEDULER_LOG", "SSH_CONFIG_FILE", "SUMMARY_FILE", "WORKER_LOG_GLOB",
     "artefact_path", "attempt_dir", "attempt_dir_name", "env_dump_path", "fill_rank", "job_file", "parse_attempt_dir",
     "parse_worker_log", "rank_cwd", "rank_cwd_prefix", "scheduler_log", "worker_log",
@@ -57,6 +58,8 @@ HOSTFILE_FILE = "hostfile"
 SSH_CONFIG_FILE = "ssh_config"
 
 SCHEDULER_LOG = "scheduler.log"
+#: mpirun's own output (the mpirun launcher), in the job dir or an attempt dir.
+MPIRUN_LOG = "mpirun.log"
 #: Prefix of worker logs unless ``--worker_log_name`` gives another (msrun's default).
 DEFAULT_WORKER_LOG_PREFIX = "worker"
 #: Stands for the rank in :func:`worker_log_template` (the last occurrence is the one replaced).
