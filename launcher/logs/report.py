@@ -26,6 +26,10 @@ from launcher.logs.metricsfile import METRICS_FILE, LogMetrics, read_events, rea
 from launcher.logs.progress import Progress
 from launcher.planning.kinds import EventKind
 
+#: The events the report's timeline lists (``started`` events are drawn as bars instead).
+_TIMELINE_KINDS = (EventKind.JOB_START, EventKind.FAILURE, EventKind.TEARDOWN, EventKind.RESTART, EventKind.TIMEOUT,
+                   EventKind.INTERRUPTED, EventKind.JOB_END)
+
 __all__ = ["write_report", "PLOTS"]
 
 PLOTS = ("loss", "step_time", "throughput", "timeline")
