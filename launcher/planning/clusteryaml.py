@@ -12,8 +12,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import InventoryError
 from launcher.planning.hosts import (
-    _CONTROL_RE, _DIGITS_RE, _ENV_KEY_RE, MAX_DEVICE_ID, MAX_HOSTS, MAX_SLOTS, Host, Inventory, SshOptions,
-    _check_host_name, _check_unique, _clip, _show, env_problem,
+    CONTROL_RE, DIGITS_RE, ENV_KEY_RE, MAX_DEVICE_ID, MAX_HOSTS, MAX_SLOTS, Host, Inventory, SshOptions,
+    check_host_name, check_unique_hosts, clip, show, env_problem,
 )
 from launcher.planning.yamltree import Node, yaml_tree
 
@@ -41,33 +41,33 @@ def _scalar_str(node: Node, what: str, where: str, plain: bool = True) -> str:
     if isinstance(node.value, bool) or node.value is None or isinstance(node.value, (dict, list, bytes)):
         raise InventoryError(f"{what} must be a string or number", path=where, line=node.line)
     text = str(node.value)
-    if plain and _CONTROL_RE.search(text):
-        raise InventoryError(f"{what} must not contain control characters, got {_clip(text)}", path=where, line=node.line)
+    if plain and CONTROL_RE.search(text):
+        raise InventoryError(f"{what} must not contain control characters, got {clip(text)}", path=where, line=node.line)
     return text
 
 
 def _int_key(key: Any, what: str, where: str, line: int) -> int:
     """A device id written as a mapping key (``0:`` or ``"0":``), in ``0..MAX_DEVICE_ID``."""
-    if isinstance(key, bool) or not isinstance(key, (int, str)) or (isinstance(key, str) and not _DIGITS_RE.match(key)):
-        raise InventoryError(f"{what}: device id must be an integer, got {_show(key)}", path=where, line=line)
+    if isinstance(key, bool) or not isinstance(key, (int, str)) or (isinstance(key, str) and not DIGITS_RE.match(key)):
+        raise InventoryError(f"{what}: device id must be an integer, got {show(key)}", path=where, line=line)
     if isinstance(key, int) and key < 0:
         raise InventoryError(f"{what}: device id must be >= 0, got {key}", path=where, line=line)
     if len(str(key)) > 9 or int(key) > MAX_DEVICE_ID:
-        raise InventoryError(f"{what}: device id must be in 0..{MAX_DEVICE_ID}, got {_show(key)}", path=where, line=line)
+        raise InventoryError(f"{what}: device id must be in 0..{MAX_DEVICE_ID}, got {show(key)}", path=where, line=line)
     return int(key)
 
 
 def _key_text(key: Any) -> str:
-    """A mapping key for a message: as written when it is a plain word, else :func:`_show`."""
-    return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_\-]{1,40}", key) else _show(key)
+    """A mapping key for a message: as written when it is a plain word, else :func:`show`."""
+    return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_\-]{1,40}", key) else show(key)
 
 
 def _env_map(node: Node, what: str, where: str) -> Tuple[Tuple[str, str], ...]:
     mapping = _expect(node, dict, what, where)
     out = []
     for key, value in mapping.items():
-        if not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
-            raise InventoryError(f"{what}: invalid variable name {_show(key)}", path=where, line=value.line)
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+            raise InventoryError(f"{what}: invalid variable name {show(key)}", path=where, line=value.line)
         text = _scalar_str(value, f"{what}.{key}", where, plain=False)
         problem = env_problem(key, text)
         if problem is not None:
@@ -142,7 +142,7 @@ def parse_cluster_yaml(text: str, path: Optional[str] = None, base_dir: Optional
     defaults_node, entries = _top_level(root, where)
     defaults = _Defaults.parse(defaults_node, where)
     hosts = [_host_entry(idx, entry, defaults, where, base_dir) for idx, entry in enumerate(entries)]
-    _check_unique(hosts, where)
+    check_unique_hosts(hosts, where)
     return Inventory(tuple(hosts), source=path)
 
 
@@ -156,7 +156,7 @@ def _top_level(root: Node, where: str) -> Tuple[Dict[str, Node], List[Node]]:
     top = _expect(root, dict, "the cluster file", where)
     for key, value in top.items():
         if key not in _TOP_KEYS:
-            raise InventoryError(f"unknown top-level key {_show(key)}; expected 'defaults' and 'hosts'", path=where, line=value.line)
+            raise InventoryError(f"unknown top-level key {show(key)}; expected 'defaults' and 'hosts'", path=where, line=value.line)
     defaults: Dict[str, Node] = {}
     if "defaults" in top and top["defaults"].value is not None:
         defaults = _expect(top["defaults"], dict, "defaults", where)
@@ -222,7 +222,7 @@ def _host_entry(idx: int, entry: Node, defaults: _Defaults, where: str, base_dir
     if "host" not in item:
         raise InventoryError(f"{what} has no 'host:'", path=where, line=entry.line)
     name = _scalar_str(item["host"], f"{what}.host", where)
-    _check_host_name(name, where, item["host"].line)
+    check_host_name(name, where, item["host"].line)
     slots = _host_slots(item, what, name, entry.line, defaults, where)
     max_slots = _host_max_slots(item, what, slots, where)
     devices = _host_devices(item, what, slots, where)
@@ -269,7 +269,7 @@ def _host_slots(item: Dict[str, Node], what: str, name: str, line: int, defaults
     if slots < 1:
         raise InventoryError(f"{what}.slots must be a positive integer, got {slots}", path=where, line=slots_line)
     if slots > MAX_SLOTS:
-        raise InventoryError(f"{what}.slots must be in 1..{MAX_SLOTS}, got {_show(slots)}", path=where, line=slots_line)
+        raise InventoryError(f"{what}.slots must be in 1..{MAX_SLOTS}, got {show(slots)}", path=where, line=slots_line)
     return slots
 
 
@@ -279,7 +279,7 @@ def _host_max_slots(item: Dict[str, Node], what: str, slots: int, where: str) ->
         return None
     max_slots = _expect(item["max_slots"], int, f"{what}.max_slots", where)
     if max_slots > MAX_SLOTS:
-        raise InventoryError(f"{what}.max_slots must be in 1..{MAX_SLOTS}, got {_show(max_slots)}", path=where, line=item["max_slots"].line)
+        raise InventoryError(f"{what}.max_slots must be in 1..{MAX_SLOTS}, got {show(max_slots)}", path=where, line=item["max_slots"].line)
     if max_slots < slots:
         raise InventoryError(f"{what}.max_slots is below slots", path=where, line=item["max_slots"].line)
     return max_slots
@@ -295,7 +295,7 @@ def _host_devices(item: Dict[str, Node], what: str, slots: int, where: str) -> O
         if d < 0:
             raise InventoryError(f"{what}.devices: device id must be >= 0, got {d}", path=where, line=dn.line)
         if d > MAX_DEVICE_ID:
-            raise InventoryError(f"{what}.devices: device id must be in 0..{MAX_DEVICE_ID}, got {_show(d)}", path=where, line=dn.line)
+            raise InventoryError(f"{what}.devices: device id must be in 0..{MAX_DEVICE_ID}, got {show(d)}", path=where, line=dn.line)
         devs.append(d)
     if len(set(devs)) != len(devs):
         raise InventoryError(f"{what}.devices has duplicates", path=where, line=item["devices"].line)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from launcher.errors import InventoryError
-from launcher.planning.hosts import MAX_HOSTS, Host, Inventory, _check_host_name, _check_unique, _clip, _positive_int
+from launcher.planning.hosts import MAX_HOSTS, Host, Inventory, check_host_name, check_unique_hosts, clip, positive_int
 
 
 def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
@@ -31,20 +31,20 @@ def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
         max_slots: Optional[int] = None
         if ":" in name and not name.startswith("[") and name.count(":") == 1:
             name, count = name.split(":", 1)
-            slots = _positive_int(count, "slot count after ':'", where, lineno)
-        _check_host_name(name, where, lineno)
+            slots = positive_int(count, "slot count after ':'", where, lineno)
+        check_host_name(name, where, lineno)
         for item in parts[1:]:
             key, sep, value = item.partition("=")
             if not sep:
-                raise InventoryError(f"expected key=value, got {_clip(item)} (e.g. 'slots=8')", path=where, line=lineno)
+                raise InventoryError(f"expected key=value, got {clip(item)} (e.g. 'slots=8')", path=where, line=lineno)
             if key in ("slots", "slot", "cpu", "count"):
                 if slots is not None:
                     raise InventoryError("slots given twice", path=where, line=lineno)
-                slots = _positive_int(value, "slots", where, lineno)
+                slots = positive_int(value, "slots", where, lineno)
             elif key in ("max_slots", "max-slots"):
-                max_slots = _positive_int(value, "max_slots", where, lineno)
+                max_slots = positive_int(value, "max_slots", where, lineno)
             else:
-                raise InventoryError(f"unknown hostfile key {_clip(key)}; use slots=N or max_slots=N", path=where, line=lineno)
+                raise InventoryError(f"unknown hostfile key {clip(key)}; use slots=N or max_slots=N", path=where, line=lineno)
         if slots is None:
             slots = 1
         if max_slots is not None and max_slots < slots:
@@ -52,7 +52,7 @@ def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
         hosts.append(Host(name=name, slots=slots, max_slots=max_slots, source=f"{where}:{lineno}"))
     if not hosts:
         raise InventoryError("no hosts in hostfile; add lines like 'node1 slots=8'", path=where)
-    _check_unique(hosts, where)
+    check_unique_hosts(hosts, where)
     return Inventory(tuple(hosts), source=path)
 
 
@@ -68,13 +68,13 @@ def parse_host_list(text: str) -> Inventory:
         raise InventoryError(f"more than {MAX_HOSTS} hosts", field="-H")
     for idx, item in enumerate(items):
         if not item:
-            raise InventoryError(f"empty entry #{idx + 1} in host list {_clip(text)}; write h1:8,h2:8", field="-H")
+            raise InventoryError(f"empty entry #{idx + 1} in host list {clip(text)}; write h1:8,h2:8", field="-H")
         name, sep, count = item.rpartition(":") if item.count(":") == 1 else (item, "", "")
         if not sep:
             name = item
         try:
-            slots = _positive_int(count, f"slot count of {_clip(name)}", None, None) if sep else 1
-            _check_host_name(name, None, None)
+            slots = positive_int(count, f"slot count of {clip(name)}", None, None) if sep else 1
+            check_host_name(name, None, None)
         except InventoryError as exc:
             raise InventoryError(exc.message + " (write h1:8,h2:8)", field="-H") from None
         hosts.append(Host(name=name, slots=slots, source=f"-H entry {idx + 1}"))

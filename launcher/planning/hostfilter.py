@@ -5,7 +5,7 @@ from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
 from launcher.errors import InventoryError
-from launcher.planning.hosts import _DIGITS_RE, _HOST_RE, MAX_DEVICE_ID, Host, Inventory, _clip
+from launcher.planning.hosts import DIGITS_RE, HOST_RE, MAX_DEVICE_ID, Host, Inventory, clip
 
 
 def parse_filter(text: str, flag: str) -> Dict[str, Optional[Tuple[int, ...]]]:
@@ -20,16 +20,16 @@ def parse_filter(text: str, flag: str) -> Dict[str, Optional[Tuple[int, ...]]]:
     for part in text.split("@"):
         part = part.strip()
         if not part:
-            raise InventoryError(f"empty host in {_clip(text)}; write host1:0,1@host2", field=flag)
+            raise InventoryError(f"empty host in {clip(text)}; write host1:0,1@host2", field=flag)
         name, sep, ids = part.partition(":")
         if not name:
-            raise InventoryError(f"missing host name in {_clip(part)}", field=flag)
+            raise InventoryError(f"missing host name in {clip(part)}", field=flag)
         if sep:
             texts = [s.strip() for s in ids.split(",")]
-            if not all(_DIGITS_RE.match(s) for s in texts):
-                raise InventoryError(f"slot ids in {_clip(part)} must be integers, e.g. {name if len(name) <= 40 and _HOST_RE.fullmatch(name) else 'host'}:0,1", field=flag)
+            if not all(DIGITS_RE.match(s) for s in texts):
+                raise InventoryError(f"slot ids in {clip(part)} must be integers, e.g. {name if len(name) <= 40 and HOST_RE.fullmatch(name) else 'host'}:0,1", field=flag)
             if any(len(s) > 9 or int(s) > MAX_DEVICE_ID for s in texts):
-                raise InventoryError(f"slot ids in {_clip(part)} must be in 0..{MAX_DEVICE_ID}", field=flag)
+                raise InventoryError(f"slot ids in {clip(part)} must be in 0..{MAX_DEVICE_ID}", field=flag)
             slots = tuple(int(s) for s in texts)
             prev = out.get(name, ())
             out[name] = tuple(dict.fromkeys((prev or ()) + slots))
@@ -57,7 +57,7 @@ def apply_filters(inv: Inventory, include: Optional[str] = None, exclude: Option
     for name, ids in spec.items():
         if name not in names:
             shown = ", ".join(sorted(names)[:10]) + (", ..." if len(names) > 10 else "")
-            raise InventoryError(f"host {_clip(name)} is not in the inventory ({shown})", field=flag)
+            raise InventoryError(f"host {clip(name)} is not in the inventory ({shown})", field=flag)
         host = inv.host(name)
         for d in ids or ():
             if d not in host.device_ids:

@@ -20,11 +20,11 @@ def is_local(name: str) -> bool:
     answer every layer uses (:data:`LOCAL_NAMES`)."""
     return name in LOCAL_NAMES
 
-_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-:\[\]%]+$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DIGITS_RE = re.compile(r"[0-9]+\Z")
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
-_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
+HOST_RE = re.compile(r"^[A-Za-z0-9_.\-:\[\]%]+$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DIGITS_RE = re.compile(r"[0-9]+\Z")
+SURROGATE_RE = re.compile("[\ud800-\udfff]")
+CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 #: Most slots (processes) one host may claim: far above any accelerator server, low enough that
 #: rank assignment never allocates much.
@@ -44,13 +44,13 @@ def env_problem(key: str, value: str) -> Optional[str]:
     NUL characters or lone surrogates (it is passed to the OS as UTF-8), and ``NAME=VALUE``
     must fit in Linux's limit for one string of a new process (:data:`MAX_ENV_ENTRY_BYTES`).
     """
-    if not isinstance(key, str) or not _ENV_KEY_RE.fullmatch(key):
-        return f"invalid variable name {_show(key)}; use letters, digits and _ (not starting with a digit)"
+    if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+        return f"invalid variable name {show(key)}; use letters, digits and _ (not starting with a digit)"
     if not isinstance(value, str):
         return f"the value must be a string, got {type(value).__name__}"
     if "\0" in value:
         return "the value contains a NUL character, which no process environment can hold"
-    if _SURROGATE_RE.search(value):
+    if SURROGATE_RE.search(value):
         return "the value contains a lone surrogate (\\ud800-\\udfff), which is not UTF-8 text"
     if len(key) + 1 + len(value.encode("utf-8")) > MAX_ENV_ENTRY_BYTES:
         return f"NAME=VALUE is longer than {MAX_ENV_ENTRY_BYTES} bytes, the most Linux passes to a process"
@@ -143,23 +143,23 @@ class Inventory:
         raise InventoryError(f"host {name!r} is not in the inventory", path=self.source)
 
 
-def _positive_int(text: str, what: str, path: Optional[str], line: Optional[int], limit: int = MAX_SLOTS) -> int:
+def positive_int(text: str, what: str, path: Optional[str], line: Optional[int], limit: int = MAX_SLOTS) -> int:
     """``text`` as an integer in ``1..limit`` (ASCII digits only: no sign, ``_`` or spaces)."""
-    if not _DIGITS_RE.match(text):
-        raise InventoryError(f"{what} must be a positive integer, got {_clip(text)}", path=path, line=line)
+    if not DIGITS_RE.match(text):
+        raise InventoryError(f"{what} must be a positive integer, got {clip(text)}", path=path, line=line)
     if len(text) <= 9 and int(text) < 1:
-        raise InventoryError(f"{what} must be a positive integer, got {_clip(text)}", path=path, line=line)
+        raise InventoryError(f"{what} must be a positive integer, got {clip(text)}", path=path, line=line)
     if len(text) > 9 or int(text) > limit:
-        raise InventoryError(f"{what} must be in 1..{limit}, got {_clip(text)}", path=path, line=line)
+        raise InventoryError(f"{what} must be in 1..{limit}, got {clip(text)}", path=path, line=line)
     return int(text)
 
 
-def _check_host_name(name: str, path: Optional[str], line: Optional[int]) -> None:
-    if not name or len(name) > 255 or not _HOST_RE.fullmatch(name):
-        raise InventoryError(f"invalid host name {_clip(name)}", path=path, line=line)
+def check_host_name(name: str, path: Optional[str], line: Optional[int]) -> None:
+    if not name or len(name) > 255 or not HOST_RE.fullmatch(name):
+        raise InventoryError(f"invalid host name {clip(name)}", path=path, line=line)
 
 
-def _check_unique(hosts: List[Host], path: Optional[str]) -> None:
+def check_unique_hosts(hosts: List[Host], path: Optional[str]) -> None:
     seen: Dict[str, Host] = {}
     for h in hosts:
         if h.name in seen:
@@ -173,11 +173,11 @@ def _check_unique(hosts: List[Host], path: Optional[str]) -> None:
         seen[h.name] = h
 
 
-def _clip(text: str, limit: int = 40) -> str:
+def clip(text: str, limit: int = 40) -> str:
     """``repr`` of ``text`` shortened for messages."""
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     """A one-line, short ``repr`` of any value for messages."""
-    return _clip(value) if isinstance(value, str) else _clip(repr(value))[1:-1]
+    return clip(value) if isinstance(value, str) else clip(repr(value))[1:-1]

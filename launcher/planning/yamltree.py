@@ -5,7 +5,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from launcher.errors import InventoryError
-from launcher.planning.hosts import _SURROGATE_RE, _clip, _show
+from launcher.planning.hosts import SURROGATE_RE, clip, show
 
 
 class Node:
@@ -37,7 +37,7 @@ def _check_str(value: str, what: str, where: str, line: int) -> None:
     """Refuse a string the OS cannot take (a NUL byte) or that is not Unicode text (a surrogate)."""
     if "\0" in value:
         raise InventoryError(f"{what} contains a NUL character", path=where, line=line)
-    if _SURROGATE_RE.search(value):
+    if SURROGATE_RE.search(value):
         raise InventoryError(f"{what} contains a lone surrogate (\\ud800-\\udfff); write valid Unicode", path=where, line=line)
 
 
@@ -62,7 +62,7 @@ def yaml_tree(text: str, where: str) -> Optional[Node]:
 
     if len(text) > MAX_YAML_CHARS:
         raise InventoryError(f"larger than {MAX_YAML_CHARS // 1024} KiB; is this a cluster file?", path=where)
-    bad = _SURROGATE_RE.search(text)
+    bad = SURROGATE_RE.search(text)
     if bad is not None:
         line = text.count("\n", 0, bad.start()) + 1
         raise InventoryError("not Unicode text (lone surrogate)", path=where, line=line)
@@ -137,7 +137,7 @@ class _Composer:
             self.add(node, line)
         elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             if event.tag not in _COLLECTION_TAGS:
-                raise self.fail(f"unsupported tag {_clip(event.tag)} on a collection", line)
+                raise self.fail(f"unsupported tag {clip(event.tag)} on a collection", line)
             if len(self.stack) >= MAX_YAML_DEPTH:
                 raise self.fail(f"nested deeper than {MAX_YAML_DEPTH} levels", line)
             value: Any = [] if isinstance(event, yaml.SequenceStartEvent) else {}
@@ -173,7 +173,7 @@ class _Composer:
             except TypeError:
                 raise self.fail("mapping keys must be plain values", line) from None
             if key in parent.value:
-                raise self.fail(f"duplicate key {_show(key)}", line)
+                raise self.fail(f"duplicate key {show(key)}", line)
             frame[2], frame[3] = key, line
         else:
             parent.value[frame[2]] = node
@@ -199,10 +199,10 @@ class _Composer:
         except Exception as exc:  # odd scalars: '!!float y', '!!int 9...9' beyond the digit limit
             short = tag.replace("tag:yaml.org,2002:", "!!")
             if tag == "tag:yaml.org,2002:int" and len(event.value) > 1000 and isinstance(exc, ValueError):
-                raise self.fail(f"integer {_clip(event.value)} has too many digits", line) from None
-            raise self.fail(f"invalid YAML value {_clip(event.value)} for tag {short}: {_first_line(exc)}", line) from None
+                raise self.fail(f"integer {clip(event.value)} has too many digits", line) from None
+            raise self.fail(f"invalid YAML value {clip(event.value)} for tag {short}: {_first_line(exc)}", line) from None
         if isinstance(value, str):
-            _check_str(value, f"value {_clip(event.value)}", self.where, line)
+            _check_str(value, f"value {clip(event.value)}", self.where, line)
         return Node(value, line)
 
 

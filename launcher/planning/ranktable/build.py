@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 from launcher.errors import RankTableError
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.ranktable.common import (
-    MAX_QUOTED, VERSIONS, DeviceIps, _host_where, _pod_key, _pod_list, _pod_of,
+    MAX_QUOTED, VERSIONS, DeviceIps, host_where, pod_key, pod_list, host_pod,
 )
 from launcher.planning.ranktable.validate import validate_rank_table
 
@@ -26,7 +26,7 @@ def rank_table_host_order(hosts: Sequence[Host], version: str = "1.0") -> List[H
         A new list, sorted.
     """
     if version == "1.2":
-        return sorted(hosts, key=lambda h: (_pod_key(_pod_of(h)), h.rank_table_server_id))
+        return sorted(hosts, key=lambda h: (pod_key(host_pod(h)), h.rank_table_server_id))
     return sorted(hosts, key=lambda h: h.rank_table_server_id)
 
 
@@ -64,14 +64,14 @@ def build_rank_table(inventory: Inventory, device_ips: DeviceIps, version: str =
     for host in order:
         ips = device_ips.get(host.name)
         if ips is None:
-            raise RankTableError(f"no device IPs for host {host.name!r}", **_host_where(host))
+            raise RankTableError(f"no device IPs for host {host.name!r}", **host_where(host))
         server = _server_entry(host, ips, rank, v12)
         rank += len(server["device"])
         servers.append(server)
 
     table: Dict[str, Any] = {"version": version, "server_count": str(len(servers)), "server_list": servers}
     if v12:
-        table["super_pod_list"] = _pod_list([(_pod_of(h), h.rank_table_server_id) for h in order])
+        table["super_pod_list"] = pod_list([(host_pod(h), h.rank_table_server_id) for h in order])
     table["status"] = "completed"
     return table
 
@@ -85,7 +85,7 @@ def _check_unique_server_ids(hosts: Sequence[Host]) -> None:
             raise RankTableError(
                 f"hosts {seen[sid].name!r} and {host.name!r} have the same server_id {sid!r}; "
                 "give each its own server_id",
-                **_host_where(host),
+                **host_where(host),
             )
         seen[sid] = host
 
@@ -101,7 +101,7 @@ def _server_entry(host: Host, ips: Mapping[int, str], first_rank: int, v12: bool
         raise RankTableError(
             f"host {host.name!r} has no host_ip; rank table 1.2 needs one per server: "
             "add 'host_ip: <address>' to its entry in the cluster YAML",
-            **_host_where(host),
+            **host_where(host),
         )
     super_ids = dict(host.super_device_ids or ())
     devices: List[Dict[str, str]] = []
@@ -109,7 +109,7 @@ def _server_entry(host: Host, ips: Mapping[int, str], first_rank: int, v12: bool
         ip = ips.get(device_id)
         if ip is None:
             raise RankTableError(
-                f"host {host.name!r}: device {device_id} has no device IP", **_host_where(host)
+                f"host {host.name!r}: device {device_id} has no device IP", **host_where(host)
             )
         if not v12:
             devices.append({"device_id": str(device_id), "device_ip": ip, "rank_id": str(rank)})
@@ -120,7 +120,7 @@ def _server_entry(host: Host, ips: Mapping[int, str], first_rank: int, v12: bool
                 f"host {host.name!r}: device {device_id} has no super_device_id; rank table 1.2 "
                 f"needs one per device: add \"{device_id}\": <id> to its super_device_ids in the "
                 "cluster YAML (npu-smi info -t spod-info prints it)",
-                **_host_where(host),
+                **host_where(host),
             )
         devices.append({"device_id": str(device_id), "super_device_id": sdid, "device_ip": ip, "rank_id": str(rank)})
     if v12:

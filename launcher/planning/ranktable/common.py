@@ -60,7 +60,7 @@ class RankTableJSONError(RankTableError):
         return f"{self.path if self.path is not None else '<json>'}:{self.line}:{self.column}"
 
 
-def _host_where(host: Host) -> Dict[str, Any]:
+def host_where(host: Host) -> Dict[str, Any]:
     """Error location kwargs (path/line or field) for a host from its ``source``."""
     if host.source is None:
         return {}
@@ -70,18 +70,18 @@ def _host_where(host: Host) -> Dict[str, Any]:
     return {"field": host.source}
 
 
-def _pod_key(pod_id: str) -> Tuple[int, int, str]:
+def pod_key(pod_id: str) -> Tuple[int, int, str]:
     """Natural order of SuperPoD ids: numbers by value first, then other ids as strings."""
     if UINT_RE.match(pod_id):
         return (0, int(pod_id), pod_id)
     return (1, 0, pod_id)
 
 
-def _pod_of(host: Host) -> str:
+def host_pod(host: Host) -> str:
     return host.super_pod_id if host.super_pod_id is not None else "0"
 
 
-def _pod_list(pairs: Sequence[Tuple[str, str]]) -> List[Dict[str, Any]]:
+def pod_list(pairs: Sequence[Tuple[str, str]]) -> List[Dict[str, Any]]:
     """``super_pod_list`` from ``(super_pod_id, server_id)`` pairs already in server order."""
     pods: Dict[str, List[Dict[str, str]]] = {}
     for pod, sid in pairs:
@@ -89,7 +89,7 @@ def _pod_list(pairs: Sequence[Tuple[str, str]]) -> List[Dict[str, Any]]:
     return [{"super_pod_id": pod, "server_list": members} for pod, members in pods.items()]
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """A short, safe description of a JSON value for messages (never raises)."""
     if value is None:
         return "null"
@@ -110,13 +110,13 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _uint(text: Optional[str]) -> Optional[int]:
+def canonical_uint(text: Optional[str]) -> Optional[int]:
     """``int`` of a canonical non-negative decimal string (no sign, no leading zeros), else None."""
     if text is None or not UINT_RE.match(text):
         return None
     return int(text)
 
 
-def _clip(text: str, limit: int = 40) -> str:
+def clip(text: str, limit: int = 40) -> str:
     """``repr`` of ``text`` shortened for messages."""
     return repr(text if len(text) <= limit else text[:limit] + "...")

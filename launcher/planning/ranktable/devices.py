@@ -12,7 +12,7 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, Optional
 from launcher.errors import RankTableError
 from launcher.planning.hccn import read_hccn_conf
 from launcher.planning.inventory import Host, Inventory
-from launcher.planning.ranktable.common import _host_where
+from launcher.planning.ranktable.common import host_where
 
 
 def resolve_device_ips(
@@ -115,7 +115,7 @@ def _host_source(
         f"host {host.name!r} has no device IPs{tried}; pass --hccn {host.name}=PATH or "
         f"--hccn-dir DIR holding DIR/{host.name}.conf, or give it 'hccn_conf:' or 'device_ips:' "
         "in a YAML cluster file",
-        **_host_where(host),
+        **host_where(host),
     )
 
 
@@ -137,7 +137,7 @@ def _host_device_ips(host: Host, source: _Source) -> Dict[int, str]:
             raise RankTableError(
                 f"host {host.name!r}: device {device_id} has no address in {source.origin}; {fix}, "
                 f"or leave the device out with --exclude {host.name}:{device_id}",
-                **({"path": source.path} if source.path is not None else _host_where(host)),
+                **({"path": source.path} if source.path is not None else host_where(host)),
             )
         chosen[device_id] = ip
     return chosen

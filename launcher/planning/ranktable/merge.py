@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from launcher.errors import RankTableError
 from launcher.planning.ranktable.build import check_rank_table
-from launcher.planning.ranktable.common import VERSIONS, _kind, _pod_key, _pod_list
+from launcher.planning.ranktable.common import VERSIONS, json_kind, pod_key, pod_list
 
 
 def merge_rank_tables(tables: Sequence[Tuple[str, Any]], chip: str = "910") -> Dict[str, Any]:
@@ -37,7 +37,7 @@ def merge_rank_tables(tables: Sequence[Tuple[str, Any]], chip: str = "910") -> D
             raise RankTableError("not a rank table: the top level must be a JSON object", path=path)
         ver = table.get("version")
         if ver not in VERSIONS:
-            raise RankTableError(f"version must be \"1.0\" or \"1.2\", got {_kind(ver)}", path=path, field="version")
+            raise RankTableError(f"version must be \"1.0\" or \"1.2\", got {json_kind(ver)}", path=path, field="version")
         if version is None:
             version, version_file = ver, path
         elif ver != version:
@@ -52,12 +52,12 @@ def merge_rank_tables(tables: Sequence[Tuple[str, Any]], chip: str = "910") -> D
         entries.extend(_servers_of(path, table, ver == "1.2", owner))
 
     if version == "1.2":
-        entries.sort(key=lambda e: (_pod_key(e[0]), e[1]))
+        entries.sort(key=lambda e: (pod_key(e[0]), e[1]))
     else:
         entries.sort(key=lambda e: e[1])
     merged: Dict[str, Any] = {"version": version, "server_count": str(len(entries)), "server_list": _renumbered(entries)}
     if version == "1.2":
-        merged["super_pod_list"] = _pod_list([(pod, sid) for pod, sid, _ in entries])
+        merged["super_pod_list"] = pod_list([(pod, sid) for pod, sid, _ in entries])
     merged["status"] = "completed" if all(s == "completed" for s in statuses) else "initializing"
     check_rank_table(merged, chip=chip, what="merged rank table")
     return merged
@@ -85,7 +85,7 @@ def _servers_of(path: str, table: Dict[str, Any], v12: bool, owner: Dict[str, st
             raise RankTableError("must be an object", path=path, field=sp)
         sid = server.get("server_id")
         if not isinstance(sid, str):
-            raise RankTableError(f"must be a string, got {_kind(sid)}", path=path, field=f"{sp}.server_id")
+            raise RankTableError(f"must be a string, got {json_kind(sid)}", path=path, field=f"{sp}.server_id")
         devices = server.get("device")
         if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
             raise RankTableError("must be a list of device objects", path=path, field=f"{sp}.device")

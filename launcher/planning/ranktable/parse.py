@@ -6,7 +6,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import RankTableError
-from launcher.planning.ranktable.common import RankTableJSONError, _clip, _kind
+from launcher.planning.ranktable.common import RankTableJSONError, clip, json_kind
 from launcher.planning.textfile import read_text
 
 
@@ -34,7 +34,7 @@ def parse_rank_table_json(text: str, path: Optional[str] = None) -> Any:
         out: Dict[str, Any] = {}
         for key, value in pairs:
             if key in out:
-                raise RankTableError(f"key {_kind(key)} appears twice in one object; keep one", path=where)
+                raise RankTableError(f"key {json_kind(key)} appears twice in one object; keep one", path=where)
             out[key] = value
         return out
 
@@ -44,12 +44,12 @@ def parse_rank_table_json(text: str, path: Optional[str] = None) -> Any:
     def finite(literal: str) -> float:
         value = float(literal)
         if value in (float("inf"), float("-inf")):
-            raise RankTableError(f"invalid JSON: number {_clip(literal)} is too large", path=where)
+            raise RankTableError(f"invalid JSON: number {clip(literal)} is too large", path=where)
         return value
 
     def integer(literal: str) -> int:
         if len(literal) > 100:
-            raise RankTableError(f"invalid JSON: number {_clip(literal)} has too many digits", path=where)
+            raise RankTableError(f"invalid JSON: number {clip(literal)} has too many digits", path=where)
         return int(literal)
 
     values = text.count(",") + text.count("[") + text.count("{")
@@ -107,7 +107,7 @@ def _check_json_value(value: Any, where: str) -> None:
             bad = _BAD_TEXT_RE.search(item)
             if bad is not None:
                 what = "a NUL character" if bad.group() == "\0" else "a lone surrogate (not Unicode text)"
-                raise RankTableError(f"{path(name)}: string {_clip(item)} holds {what}", path=where)
+                raise RankTableError(f"{path(name)}: string {clip(item)} holds {what}", path=where)
         elif isinstance(item, (dict, list)):
             if len(stack) >= MAX_JSON_DEPTH:
                 raise RankTableError(f"invalid rank table: JSON nested deeper than {MAX_JSON_DEPTH} levels", path=where)

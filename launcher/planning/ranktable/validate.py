@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from launcher.errors import RankTableError
 from launcher.planning.hccn import is_ipv4
-from launcher.planning.ranktable.common import CHIPS, STATUSES, VERSIONS, Violation, _kind, _uint
+from launcher.planning.ranktable.common import CHIPS, STATUSES, VERSIONS, Violation, json_kind, canonical_uint
 
 _DIGITS_RE = re.compile(r"[0-9]{1,20}\Z")
 _V12_OPTIONAL_DEVICE_KEYS = ("device_port", "backup_device_ip", "backup_device_port", "host_port")
@@ -37,10 +37,10 @@ class _Checker:
         value = obj[key]
         if not isinstance(value, str):
             hint = ""
-            described = _kind(value)
+            described = json_kind(value)
             if isinstance(value, int) and not isinstance(value, bool) and described.startswith("number "):
                 hint = f' (write "{described[len("number "):]}")'
-            self.bad(path, f"must be a JSON string, got {_kind(value)}{hint}")
+            self.bad(path, f"must be a JSON string, got {json_kind(value)}{hint}")
             return None
         return value
 
@@ -79,7 +79,7 @@ def validate_rank_table(obj: Any, chip: str = "910") -> List[Violation]:
         raise RankTableError(f"unknown chip {chip!r}; use one of {', '.join(CHIPS)}", field="--chip")
     ck = _Checker()
     if not isinstance(obj, dict):
-        ck.bad("$", f"a rank table must be a JSON object, got {_kind(obj)}")
+        ck.bad("$", f"a rank table must be a JSON object, got {json_kind(obj)}")
         return ck.found
     version, servers = _check_top(ck, obj)
     if servers is None:
@@ -103,10 +103,10 @@ def _check_top(ck: _Checker, obj: Dict[Any, Any]) -> Tuple[Optional[str], Option
     server list (None when there is no list to walk)."""
     version = ck.string(obj, "version", "")
     if version is not None and version not in VERSIONS:
-        ck.bad("version", f"must be \"1.0\" or \"1.2\", got {_kind(version)}")
+        ck.bad("version", f"must be \"1.0\" or \"1.2\", got {json_kind(version)}")
     status = ck.string(obj, "status", "")
     if status is not None and status not in STATUSES:
-        ck.bad("status", f"must be \"completed\" or \"initializing\", got {_kind(status)}")
+        ck.bad("status", f"must be \"completed\" or \"initializing\", got {json_kind(status)}")
     count_text = ck.string(obj, "server_count", "", required=version != "1.2")
 
     servers = obj.get("server_list")
@@ -114,15 +114,15 @@ def _check_top(ck: _Checker, obj: Dict[Any, Any]) -> Tuple[Optional[str], Option
         ck.bad("server_list", "missing required field")
         servers = None
     elif not isinstance(servers, list):
-        ck.bad("server_list", f"must be a list of servers, got {_kind(servers)}")
+        ck.bad("server_list", f"must be a list of servers, got {json_kind(servers)}")
         servers = None
     elif not servers:
         ck.bad("server_list", "is empty; a rank table needs at least one server")
 
     if count_text is not None:
-        count = _uint(count_text)
+        count = canonical_uint(count_text)
         if count is None:
-            ck.bad("server_count", f"must be a non-negative integer in a string, got {_kind(count_text)}")
+            ck.bad("server_count", f"must be a non-negative integer in a string, got {json_kind(count_text)}")
         elif servers is not None and count != len(servers):
             ck.bad("server_count", f"is {count_text} but server_list has {len(servers)} servers")
     return version, servers
@@ -152,14 +152,14 @@ def _check_server(ck: _Checker, table: _TableScan, i: int, server: Any) -> Tuple
     sp = f"server_list[{i}]"
     ranks: List[Tuple[str, Optional[int]]] = []
     if not isinstance(server, dict):
-        ck.bad(sp, f"must be an object, got {_kind(server)}")
+        ck.bad(sp, f"must be an object, got {json_kind(server)}")
         return None, ranks
     sid = ck.string(server, "server_id", sp)
     if sid is not None:
         if not sid:
             ck.bad(f"{sp}.server_id", "is empty")
         elif sid in table.sid_first:
-            ck.bad(f"{sp}.server_id", f"server_id {_kind(sid)} is also server_list[{table.sid_first[sid]}]")
+            ck.bad(f"{sp}.server_id", f"server_id {json_kind(sid)} is also server_list[{table.sid_first[sid]}]")
         else:
             table.sid_first[sid] = i
     if table.v12:
@@ -173,7 +173,7 @@ def _check_server(ck: _Checker, table: _TableScan, i: int, server: Any) -> Tuple
         ck.bad(f"{sp}.device", "missing required field")
         return sid, ranks
     if not isinstance(devices, list):
-        ck.bad(f"{sp}.device", f"must be a list of devices, got {_kind(devices)}")
+        ck.bad(f"{sp}.device", f"must be a list of devices, got {json_kind(devices)}")
         return sid, ranks
     ids_here: Dict[int, int] = {}
     for k, dev in enumerate(devices):
@@ -190,13 +190,13 @@ def _check_device(ck: _Checker, table: _TableScan, sp: str, k: int, dev: Any, id
     """
     dp = f"{sp}.device[{k}]"
     if not isinstance(dev, dict):
-        ck.bad(dp, f"must be an object, got {_kind(dev)}")
+        ck.bad(dp, f"must be an object, got {json_kind(dev)}")
         return f"{dp}.rank_id", None
     did_text = ck.string(dev, "device_id", dp)
-    did = _uint(did_text)
+    did = canonical_uint(did_text)
     if did_text is not None:
         if did is None:
-            ck.bad(f"{dp}.device_id", f"must be a device number in a string, e.g. \"0\", got {_kind(did_text)}")
+            ck.bad(f"{dp}.device_id", f"must be a device number in a string, e.g. \"0\", got {json_kind(did_text)}")
         elif did > table.max_device:
             ck.bad(f"{dp}.device_id", f"device {did} is out of range 0..{table.max_device}")
         elif did in ids_here:
@@ -206,19 +206,19 @@ def _check_device(ck: _Checker, table: _TableScan, sp: str, k: int, dev: Any, id
     ip = ck.string(dev, "device_ip", dp)
     if ip is not None:
         if not is_ipv4(ip):
-            ck.bad(f"{dp}.device_ip", f"{_kind(ip)} is not an IPv4 address")
+            ck.bad(f"{dp}.device_ip", f"{json_kind(ip)} is not an IPv4 address")
         elif ip in table.ip_first:
             ck.bad(f"{dp}.device_ip", f"device IP {ip} is also used by {table.ip_first[ip]}")
         else:
             table.ip_first[ip] = dp
     rid_text = ck.string(dev, "rank_id", dp)
-    rid = _uint(rid_text)
+    rid = canonical_uint(rid_text)
     if rid_text is not None and rid is None:
-        ck.bad(f"{dp}.rank_id", f"must be a rank number in a string, e.g. \"0\", got {_kind(rid_text)}")
+        ck.bad(f"{dp}.rank_id", f"must be a rank number in a string, e.g. \"0\", got {json_kind(rid_text)}")
     if table.v12:
         sdid = ck.string(dev, "super_device_id", dp)
         if sdid is not None and not _DIGITS_RE.match(sdid):
-            ck.bad(f"{dp}.super_device_id", f"must be a number in a string, got {_kind(sdid)}")
+            ck.bad(f"{dp}.super_device_id", f"must be a number in a string, got {json_kind(sdid)}")
         for key in _V12_OPTIONAL_DEVICE_KEYS:
             ck.string(dev, key, dp, required=False)
     return f"{dp}.rank_id", rid
@@ -303,7 +303,7 @@ def _check_super_pods(ck: _Checker, obj: Dict[Any, Any], server_ids: List[Option
         ck.bad("super_pod_list", "missing required field (rank table 1.2 lists the SuperPoD of every server)")
         return pod_of
     if not isinstance(pods, list):
-        ck.bad("super_pod_list", f"must be a list of SuperPoDs, got {_kind(pods)}")
+        ck.bad("super_pod_list", f"must be a list of SuperPoDs, got {json_kind(pods)}")
         return pod_of
     if not pods:
         ck.bad("super_pod_list", "is empty; list every server's SuperPoD")
@@ -314,7 +314,7 @@ def _check_super_pods(ck: _Checker, obj: Dict[Any, Any], server_ids: List[Option
         _check_pod(ck, p, pod, known, pod_first, pod_of, where_of)
     for i, sid in enumerate(server_ids):
         if sid and sid not in pod_of:
-            ck.bad(f"server_list[{i}].server_id", f"server {_kind(sid)} is in no super_pod_list entry")
+            ck.bad(f"server_list[{i}].server_id", f"server {json_kind(sid)} is in no super_pod_list entry")
     _check_pods_together(ck, server_ids, pod_of)
     return pod_of
 
@@ -326,12 +326,12 @@ def _check_pod(
     records each member's pod in ``pod_of`` / ``where_of``."""
     pp = f"super_pod_list[{p}]"
     if not isinstance(pod, dict):
-        ck.bad(pp, f"must be an object, got {_kind(pod)}")
+        ck.bad(pp, f"must be an object, got {json_kind(pod)}")
         return
     pid = ck.string(pod, "super_pod_id", pp)
     if pid is not None:
         if pid in pod_first:
-            ck.bad(f"{pp}.super_pod_id", f"SuperPoD {_kind(pid)} is also super_pod_list[{pod_first[pid]}]")
+            ck.bad(f"{pp}.super_pod_id", f"SuperPoD {json_kind(pid)} is also super_pod_list[{pod_first[pid]}]")
         else:
             pod_first[pid] = p
     members = pod.get("server_list")
@@ -339,22 +339,22 @@ def _check_pod(
         ck.bad(f"{pp}.server_list", "missing required field")
         return
     if not isinstance(members, list):
-        ck.bad(f"{pp}.server_list", f"must be a list, got {_kind(members)}")
+        ck.bad(f"{pp}.server_list", f"must be a list, got {json_kind(members)}")
         return
     if not members:
         ck.bad(f"{pp}.server_list", "is empty")
     for k, member in enumerate(members):
         mp = f"{pp}.server_list[{k}]"
         if not isinstance(member, dict):
-            ck.bad(mp, f"must be an object, got {_kind(member)}")
+            ck.bad(mp, f"must be an object, got {json_kind(member)}")
             continue
         sid = ck.string(member, "server_id", mp)
         if sid is None:
             continue
         if sid not in known:
-            ck.bad(f"{mp}.server_id", f"server {_kind(sid)} is not in server_list")
+            ck.bad(f"{mp}.server_id", f"server {json_kind(sid)} is not in server_list")
         elif sid in pod_of:
-            ck.bad(f"{mp}.server_id", f"server {_kind(sid)} is already in {where_of[sid]}")
+            ck.bad(f"{mp}.server_id", f"server {json_kind(sid)} is already in {where_of[sid]}")
         else:
             pod_of[sid] = pid if pid is not None else f"#{p}"
             where_of[sid] = pp
@@ -372,7 +372,7 @@ def _check_pods_together(ck: _Checker, server_ids: List[Optional[str]], pod_of: 
         if pod in closed:
             ck.bad(
                 f"server_list[{i}]",
-                f"servers of SuperPoD {_kind(pod)} must be listed together (server_list[{closed[pod]}] is in it too)",
+                f"servers of SuperPoD {json_kind(pod)} must be listed together (server_list[{closed[pod]}] is in it too)",
             )
         if current is not None:
             closed.setdefault(current, current_start)
@@ -391,11 +391,11 @@ def _check_server_order(ck: _Checker, server_ids: List[Optional[str]], pod_of: O
         if group in last:
             j, prev = last[group]
             if sid < prev:
-                scope = f" within SuperPoD {_kind(group)}" if pod_of is not None else ""
+                scope = f" within SuperPoD {json_kind(group)}" if pod_of is not None else ""
                 ck.bad(
                     f"server_list[{i}].server_id",
-                    f"servers must be in lexicographic order of server_id{scope}: {_kind(sid)} sorts before "
-                    f"{_kind(prev)} (server_list[{j}])",
+                    f"servers must be in lexicographic order of server_id{scope}: {json_kind(sid)} sorts before "
+                    f"{json_kind(prev)} (server_list[{j}])",
                 )
                 continue
         last[group] = (i, sid)
