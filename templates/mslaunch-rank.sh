@@ -7,7 +7,9 @@
 #   MSLAUNCH_LOG         scheduler: its log file
 #   MSLAUNCH_FIRST_RANK  worker: mslaunch rank of the context's first process
 #   MSLAUNCH_DEVICES     worker: device ids of the context's processes, comma-separated
-#   MSLAUNCH_LOG_DIR     worker: the job dir (logs are worker_<rank>.log in it)
+#   MSLAUNCH_LOG_DIR     worker: the folder of the ranks' logs (the job dir, or an attempt dir)
+#   MSLAUNCH_LOG_NAME    worker: the log file name, with {rank} standing for the rank
+#                        (launcher.planning.layout.worker_log_template; e.g. worker_{rank}.log)
 #   MSLAUNCH_METHOD      dynamic | ranktable | mpi
 #   MSLAUNCH_CWD_PREFIX  ranktable: the rank runs in <prefix><rank>/ and dumps env there
 # and the wrapper exports RANK_ID, DEVICE_ID, LOCAL_RANK (and MS_NODE_ID for dynamic),
@@ -76,4 +78,6 @@ if [ -n "${MSLAUNCH_CWD_PREFIX:-}" ]; then
     cd "$MSLAUNCH_CWD_PREFIX$rank"
     (umask 077 && rm -f "env$rank.log" && env >"env$rank.log")
 fi
-run_and_reap "$MSLAUNCH_LOG_DIR/worker_$rank.log" "$@"
+# The log name: MSLAUNCH_LOG_NAME with its last {rank} replaced by the rank.
+log_name="${MSLAUNCH_LOG_NAME%"{rank}"*}$rank${MSLAUNCH_LOG_NAME##*"{rank}"}"
+run_and_reap "$MSLAUNCH_LOG_DIR/$log_name" "$@"

@@ -16,6 +16,7 @@ import typer
 
 from launcher.cli.options import JobOptions, build_spec, with_job_options
 from launcher.errors import PlanError
+from launcher.planning import layout
 from launcher.planning.plan import build_plan
 
 CHECK_MODULE = "launcher.workloads.allgather_check"
@@ -71,7 +72,7 @@ def check_cmd(
     opts = dataclasses.replace(opts, module=CHECK_MODULE, program=())
     plan = build_plan(build_spec(opts))
     result = run_plan(plan, SuperviseOptions(timeout=timeout, grace=2.0), sys.argv)
-    folder = plan.job_dir if result.attempts == 1 else os.path.join(plan.job_dir, f"attempt_{result.attempts - 1}")
+    folder = layout.attempt_dir(plan.job_dir, result.attempts - 1)
     reports = {}
     for proc in plan.ranks:
         path = os.path.join(folder, os.path.basename(proc.log))

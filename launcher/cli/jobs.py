@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from launcher.errors import JobError, MsLaunchError
+from launcher.planning.kinds import JobStatus
 
 if TYPE_CHECKING:
     from launcher.jobs.jobdir import JobInfo
@@ -43,7 +44,7 @@ def _job(job: Optional[str], log_dir: Optional[str]) -> "JobInfo":
             raise JobError("is not a directory" if os.path.lexists(log_dir) else "no such job directory", path=log_dir)
         job = log_dir if os.sep in log_dir else os.path.join(".", log_dir)
     info = find_job(job)
-    if info.state == "corrupt":
+    if info.state == JobStatus.CORRUPT:
         if not os.path.isdir(info.job_dir):
             raise JobError(f"job {info.job_id} is corrupt: {info.problem}", exit_code=1)
         sys.stderr.write(f"mslaunch: warning: job {info.job_id} is corrupt: {info.problem}\n")
@@ -81,8 +82,9 @@ def logs_tail(
     grep: Optional[str] = typer.Option(None, "--grep", help="Only lines matching this regular expression."),
 ) -> None:
     """Show the last lines of every rank's log, prefixed `[rank N]`; with -f, follow them."""
-    from launcher.jobs.jobdir import SUMMARY_FILE, latest_attempt_dir, lock_holder
+    from launcher.jobs.jobdir import latest_attempt_dir, lock_holder
     from launcher.logs.follow import Follower, job_log_sources, last_lines, prefix
+    from launcher.planning.layout import SUMMARY_FILE
 
     if lines < 0:
         raise MsLaunchError(f"-n takes a number of lines >= 0, got {lines}", field="--lines")
@@ -162,8 +164,8 @@ def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finish
 
     jobs = list_jobs()
     if not all_jobs:
-        running = [j for j in jobs if j.state == "running"]
-        rest = [j for j in jobs if j.state != "running"][:10]
+        running = [j for j in jobs if j.state == JobStatus.RUNNING]
+        rest = [j for j in jobs if j.state != JobStatus.RUNNING][:10]
         jobs = running + rest
     table = Table()
     for col in ("job", "state", "ranks", "age", "log dir"):
@@ -211,7 +213,7 @@ def status_cmd(
             cause = info.summary.get("root_cause")
             if cause:
                 sys.stdout.write(f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} (log {cause.get('log', '?')})\n")
-    raise typer.Exit(0 if info.state in ("running", "succeeded") else 1)
+    raise typer.Exit(0 if info.state in (JobStatus.RUNNING, JobStatus.SUCCEEDED) else 1)
 
 
 def stop_cmd(

@@ -13,6 +13,8 @@ import typer
 
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
 from launcher.errors import MsLaunchError, PlanError
+from launcher.planning import layout
+from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan, build_plan
 
 TEE_MODES = ("none", "rank0", "all", "errors")
@@ -126,13 +128,13 @@ def _detach(plan: Plan) -> None:
     argv = _without_detach(list(sys.argv[1:]))
     idx = argv.index("run")
     child = [sys.executable, "-m", "launcher"] + argv[: idx + 1] + ["--job-id", plan.job_id, "--log-dir", plan.job_dir, "--tee", "none"] + argv[idx + 1:]
-    with open(os.path.join(plan.job_dir, "mslaunch.log"), "ab") as out:
+    with open(os.path.join(plan.job_dir, layout.DETACH_LOG), "ab") as out:
         proc = subprocess.Popen(child, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
     deadline = time.monotonic() + 30
-    job_file = os.path.join(plan.job_dir, "job.json")
+    job_file = os.path.join(plan.job_dir, layout.JOB_FILE)
     while not os.path.exists(job_file):
         if proc.poll() is not None:
-            tail = open(os.path.join(plan.job_dir, "mslaunch.log"), encoding="utf-8", errors="replace").read().strip().splitlines()[-1:]
+            tail = open(os.path.join(plan.job_dir, layout.DETACH_LOG), encoding="utf-8", errors="replace").read().strip().splitlines()[-1:]
             raise MsLaunchError(f"the detached job exited at once: {tail[0] if tail else proc.returncode}", exit_code=1)
         if time.monotonic() > deadline:
             break
@@ -194,7 +196,7 @@ class _Console:
         tailing = self.tail_all or self.ranks is not None
 
         def sources() -> Any:
-            if not tailing and all(os.path.basename(p.log).startswith("worker_") for p in self.plan.ranks):
+            if not tailing and all(layout.parse_worker_log(os.path.basename(p.log)) is not None for p in self.plan.ranks):
                 return job_log_sources(self._attempt_dir, scheduler=self.tee == "all")
             out = []
             for p in self.plan.ranks:  # the plan's names (--worker_log_name)
@@ -227,8 +229,7 @@ class _Console:
         msg = None
         if kind == "failure":
             rc = data["returncode"]
-            what = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
-            msg = f"{data['name']} on {data['host']} failed ({what}); tearing down the job"
+            msg = f"{data['name']} on {data['host']} failed ({describe_returncode(rc)}); tearing down the job"
         elif kind == "teardown":
             msg = f"stopping {len(data['names'])} process(es)"
         elif kind == "timeout":

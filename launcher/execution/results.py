@@ -2,22 +2,16 @@
 from __future__ import annotations
 
 import re
-import signal as _signal
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from launcher.planning.kinds import JobStatus, describe_returncode, signal_name
+
 #: Job states written to summary.json.
-SUCCEEDED, FAILED, TIMEOUT, STOPPED = "succeeded", "failed", "timeout", "stopped"
+SUCCEEDED, FAILED, TIMEOUT, STOPPED = JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMEOUT, JobStatus.STOPPED
 
 #: mslaunch's exit code for a job that ran past --timeout (GNU timeout's convention).
 TIMEOUT_EXIT = 124
-
-
-def signal_name(num: int) -> str:
-    try:
-        return _signal.Signals(num).name
-    except ValueError:
-        return f"SIG{num}"
 
 
 def exit_code_of(returncode: int) -> int:
@@ -76,9 +70,7 @@ class ProcResult:
             return self.reason  # e.g. a lost host (255) or a program that could not start
         if self.returncode is None:
             return "did not finish"
-        if self.returncode < 0:
-            return f"killed by {self.signal}"
-        return f"exit code {self.returncode}"
+        return describe_returncode(self.returncode)
 
     def to_json(self) -> Dict[str, Any]:
         return {

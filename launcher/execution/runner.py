@@ -20,6 +20,8 @@ from launcher.execution.results import JobResult
 from launcher.execution.supervisor import Launcher, SuperviseOptions, Supervisor, Watchdog
 from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
+from launcher.planning.inventory import is_local
+from launcher.planning.kinds import EventKind
 from launcher.planning.plan import Plan
 
 
@@ -84,7 +86,7 @@ def prepare_ranktable_dirs(plan: Plan, adir: str) -> None:
         rel = os.path.relpath(proc.cwd, plan.job_dir)
         cwd = os.path.join(adir, rel)
         os.makedirs(cwd, mode=0o700, exist_ok=True)
-        if proc.host not in ("localhost", "127.0.0.1") and plan.launcher != "local":
+        if not is_local(proc.host) and plan.launcher != "local":
             continue  # remote ranks: the ssh launcher writes their dump on the host
         env = dict(os.environ)
         env.update(proc.env)
@@ -114,7 +116,7 @@ def run_plan(
     from launcher.logs.metricsfile import MetricsWriter, append_event
 
     metrics = MetricsWriter(plan.job_dir).start()  # metrics.jsonl from every rank's log, as lines arrive
-    append_event(plan.job_dir, "job_start", {"job_id": plan.job_id})
+    append_event(plan.job_dir, EventKind.JOB_START, {"job_id": plan.job_id})
 
     def record_event(kind: str, data: Dict[str, Any]) -> None:
         """events.jsonl (the report's timeline), then the caller's callback."""
@@ -141,7 +143,7 @@ def run_plan(
         watchdog.close()
         metrics.stop()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
-    append_event(plan.job_dir, "job_end", {"status": result.status, "exit_code": result.exit_code})
+    append_event(plan.job_dir, EventKind.JOB_END, {"status": result.status, "exit_code": result.exit_code})
     jobdir.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
 

@@ -32,6 +32,8 @@ from launcher.execution.results import (
     FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
     earliest_failure, exit_code_of, lost_nodes_note, tail_lines,
 )
+from launcher.planning import layout
+from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan, ProcPlan
 
 
@@ -170,7 +172,7 @@ class Supervisor:
         self.on_event = on_event or (lambda kind, data: None)
         self.prepare_attempt = prepare_attempt
         self.watchdog = watchdog
-        self.attempt_dir = attempt_dir or (lambda k: plan.job_dir if k == 0 else os.path.join(plan.job_dir, f"attempt_{k}"))
+        self.attempt_dir = attempt_dir or (lambda k: layout.attempt_dir(plan.job_dir, k))
         self.current_attempt_dir = plan.job_dir
         self.reap_orphans = reap_orphans
 
@@ -321,7 +323,7 @@ class Supervisor:
         rc = handle.poll()
         if rc is not None:
             state.record(idx, rc, time.time())
-            raise _StartFailed(f"the scheduler exited ({_describe_rc(rc)}) before its port {self.plan.master_addr}:{self.plan.master_port} accepted connections", exit_code_of(rc) or 1)
+            raise _StartFailed(f"the scheduler exited ({describe_returncode(rc)}) before its port {self.plan.master_addr}:{self.plan.master_port} accepted connections", exit_code_of(rc) or 1)
         state.start_failure = ProcResult(handle.plan.name, None, handle.host, None, handle.started, time.time(), handle.log_path,
                                          reason=f"port {self.plan.master_port} did not accept within --start-timeout {self.options.start_timeout:g} s")
         raise _StartFailed(f"the scheduler's port {self.plan.master_addr}:{self.plan.master_port} did not accept connections within --start-timeout {self.options.start_timeout:g} s", 1)
@@ -444,10 +446,6 @@ def _quietly(fn: Callable[[], Any]) -> None:
         fn()
     except Exception:
         pass
-
-
-def _describe_rc(rc: int) -> str:
-    return f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
 
 
 # ------------------------------------------------------------------------ signals

@@ -1,7 +1,7 @@
 """Job directories and the job registry behind ``ps`` / ``status`` / ``stop`` / ``logs``.
 
 Job directory (``--log-dir``, default ``./mslaunch_logs/<job-id>/``): see
-:mod:`launcher.planning.plan` for its files.  :func:`claim_job_dir` creates it with mode 0700
+:mod:`launcher.planning.layout` for its files.  :func:`claim_job_dir` creates it with mode 0700
 when it is missing; an existing directory is used only when it is empty and keeps its mode
 (mslaunch never changes the mode of a directory it did not create).  Besides the plan's files
 mslaunch writes there:
@@ -41,17 +41,19 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from launcher.errors import JobError, MsLaunchError
 from launcher.jobs.files import write_atomic
+from launcher.planning import layout
+from launcher.planning.kinds import JobStatus
 
-PLAN_FILE = "plan.json"
-SUMMARY_FILE = "summary.json"
-JOB_FILE = "job.json"
-LOCK_FILE = "job.lock"
+PLAN_FILE = layout.PLAN_FILE
+SUMMARY_FILE = layout.SUMMARY_FILE
+JOB_FILE = layout.JOB_FILE
+LOCK_FILE = layout.LOCK_FILE
 #: The detached run's console log (written by ``run --detach`` before the job claims the dir).
-DETACH_LOG = "mslaunch.log"
+DETACH_LOG = layout.DETACH_LOG
 #: Entries an otherwise empty directory may hold and still be used as a new job dir.
 #: Where a finished job's files go when a new run reuses its ``--log-dir`` (msrun users re-run with
 #: the same ``--log_dir``): one previous job is kept, the one before it is removed.
-PREVIOUS_DIR = ".previous"
+PREVIOUS_DIR = layout.PREVIOUS_DIR
 _EMPTY_OK = frozenset({LOCK_FILE, DETACH_LOG, PREVIOUS_DIR})
 
 #: Job files larger than this are reported as corrupt instead of being read.
@@ -620,13 +622,13 @@ def job_info(job_dir: str, record: Optional[Dict[str, Any]] = None, job_id: Opti
     started = record.get("started", job_file.get("started"))
     pid = running_pid or job_file.get("pid") or record.get("pid")
     if problems:
-        state = "corrupt"
+        state: str = JobStatus.CORRUPT
     elif running_pid is not None:
-        state = "running"
+        state = JobStatus.RUNNING
     elif summary is not None:
         state = str(summary["status"])
     else:
-        state = "lost"
+        state = JobStatus.LOST
     return JobInfo(job_id=shown_id, job_dir=job_dir, pid=pid, started=started, state=state, summary=summary, plan=plan,
                    problem="; ".join(problems) if problems else None, running_pid=running_pid)
 
@@ -642,7 +644,7 @@ def _registry_entry(folder: str, name: str) -> JobInfo:
         if record["job_id"] != stem:
             raise CorruptJobFile(f"names job {record['job_id']!r}, not {stem!r}", path=path, field="job_id")
     except CorruptJobFile as exc:
-        return JobInfo(job_id=stem, job_dir="-", pid=None, started=None, state="corrupt", summary=None, plan=None, problem=str(exc))
+        return JobInfo(job_id=stem, job_dir="-", pid=None, started=None, state=JobStatus.CORRUPT, summary=None, plan=None, problem=str(exc))
     return job_info(record["job_dir"], record)
 
 
@@ -700,11 +702,11 @@ def find_job(ref: Optional[str]) -> JobInfo:
 
 def attempt_dir(job_dir: str, attempt: int) -> str:
     """Where attempt ``attempt``'s logs go: the job dir for 0, ``attempt_<k>/`` after restarts."""
-    return job_dir if attempt == 0 else os.path.join(job_dir, f"attempt_{attempt}")
+    return layout.attempt_dir(job_dir, attempt)
 
 
 def latest_attempt_dir(job_dir: str) -> str:
     k = 0
-    while os.path.isdir(os.path.join(job_dir, f"attempt_{k + 1}")):
+    while os.path.isdir(layout.attempt_dir(job_dir, k + 1)):
         k += 1
     return attempt_dir(job_dir, k)

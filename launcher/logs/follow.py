@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-_WORKER_RE = re.compile(r"^worker_(\d+)\.log$")
+from launcher.planning import layout
 
 #: Lines the default console mode shows from every rank (not only rank 0).
 ERROR_RE = re.compile(r"(Traceback \(most recent call last\)|\b\w*(Error|Exception)\b|\bERROR\b|\bFATAL\b|\bfailed\b|^\s+File \")")
@@ -41,17 +41,16 @@ class LogSource:
 def job_log_sources(folder: str, ranks: Optional[Sequence[int]] = None, scheduler: bool = True) -> List[LogSource]:
     """The log files in a job (or attempt) folder, ranks ascending, scheduler last."""
     out: List[Tuple[int, LogSource]] = []
-    for path in glob.glob(os.path.join(glob.escape(folder), "worker_*.log")):
-        m = _WORKER_RE.match(os.path.basename(path))
-        if not m:
+    for path in glob.glob(os.path.join(glob.escape(folder), layout.WORKER_LOG_GLOB)):
+        rank = layout.parse_worker_log(os.path.basename(path))
+        if rank is None:
             continue
-        rank = int(m.group(1))
         if ranks is not None and rank not in ranks:
             continue
         out.append((rank, LogSource(f"rank {rank}", path, rank)))
     out.sort(key=lambda x: x[0])
     sources = [s for _, s in out]
-    sched = os.path.join(folder, "scheduler.log")
+    sched = layout.scheduler_log(folder)
     if scheduler and ranks is None and os.path.exists(sched):
         sources.append(LogSource("scheduler", sched, None))
     return sources

@@ -14,7 +14,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -22,20 +21,20 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from launcher.logs.follow import Follower, LogSource, job_log_sources
 from launcher.logs.metrics import parse_line
 from launcher.logs.progress import Progress, RankDeriver
+from launcher.planning import layout
 
 __all__ = ["EVENTS_FILE", "append_event", "read_events", "METRICS_FILE", "MetricsWriter", "JsonlTail", "log_mtimes", "job_metric_sources", "LogMetrics"]
 
-METRICS_FILE = "metrics.jsonl"
-EVENTS_FILE = "events.jsonl"
-_ATTEMPT_RE = re.compile(r"^attempt_(\d+)$")
+METRICS_FILE = layout.METRICS_FILE
+EVENTS_FILE = layout.EVENTS_FILE
 
 
 def _attempt_dirs(job_dir: str) -> List[Tuple[int, str]]:
     out = [(0, job_dir)]
-    for path in glob.glob(os.path.join(glob.escape(job_dir), "attempt_*")):
-        m = _ATTEMPT_RE.match(os.path.basename(path))
-        if m and os.path.isdir(path):
-            out.append((int(m.group(1)), path))
+    for path in glob.glob(os.path.join(glob.escape(job_dir), layout.ATTEMPT_DIR_GLOB)):
+        k = layout.parse_attempt_dir(os.path.basename(path))
+        if k is not None and os.path.isdir(path):
+            out.append((k, path))
     out.sort()
     return out
 
@@ -49,8 +48,8 @@ def job_metric_sources(job_dir: str) -> List[LogSource]:
 
 
 def _attempt_of(job_dir: str, path: str) -> int:
-    m = _ATTEMPT_RE.match(os.path.basename(os.path.dirname(path)))
-    return int(m.group(1)) if m and os.path.dirname(os.path.dirname(path)) == job_dir.rstrip("/") else 0
+    k = layout.parse_attempt_dir(os.path.basename(os.path.dirname(path)))
+    return k if k is not None and os.path.dirname(os.path.dirname(path)) == job_dir.rstrip("/") else 0
 
 
 def log_mtimes(job_dir: str) -> Dict[int, Optional[float]]:
@@ -98,8 +97,8 @@ class LogMetrics:
         for path, metrics in self._batch.items():
             deriver = self._derivers.get(path)
             if deriver is None:
-                m = re.search(r"worker_(\d+)\.log$", path)
-                deriver = self._derivers[path] = RankDeriver(int(m.group(1)) if m else -1, _attempt_of(self.job_dir, path))
+                rank = layout.parse_worker_log(os.path.basename(path))
+                deriver = self._derivers[path] = RankDeriver(rank if rank is not None else -1, _attempt_of(self.job_dir, path))
             records.extend(deriver.feed(metrics, now))
         self._batch.clear()
         return records

@@ -24,6 +24,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from launcher.errors import MsLaunchError
 from launcher.logs.metricsfile import METRICS_FILE, LogMetrics, read_events, read_records
 from launcher.logs.progress import Progress
+from launcher.planning.kinds import EventKind
+
+#: The events the report's timeline lists (``started`` events are drawn as bars instead).
+_TIMELINE_KINDS = (EventKind.JOB_START, EventKind.FAILURE, EventKind.TEARDOWN, EventKind.RESTART, EventKind.TIMEOUT,
+                   EventKind.INTERRUPTED, EventKind.JOB_END)
 
 __all__ = ["write_report", "PLOTS"]
 
@@ -114,14 +119,14 @@ def _plot_throughput(plt: Any, records: List[Dict[str, Any]], t0: float, path: s
 def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], events: List[Dict[str, Any]], t0: float, path: str) -> None:
     procs = (summary or {}).get("processes", [])
     end = float((summary or {}).get("ended") or time.time())
-    restarts = sorted(float(e["time"]) for e in events if e.get("kind") == "restart" and isinstance(e.get("time"), (int, float)))
+    restarts = sorted(float(e["time"]) for e in events if e.get("kind") == EventKind.RESTART and isinstance(e.get("time"), (int, float)))
     rows: Dict[str, int] = {}
     for p in procs:
         rows.setdefault(str(p.get("name")), len(rows))
     # Processes of earlier attempts: from their "started" events to the restart that ended them.
     earlier: List[Tuple[str, float, float]] = []
     for e in events:
-        if e.get("kind") != "started" or not isinstance(e.get("time"), (int, float)):
+        if e.get("kind") != EventKind.STARTED or not isinstance(e.get("time"), (int, float)):
             continue
         later = [t for t in restarts if t >= float(e["time"])]
         if later:
@@ -246,7 +251,7 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
                      f"{esc(str(cause.get('reason')))} (log <code>{esc(str(cause.get('log')))}</code>)</p>")
         parts.append("<pre>" + esc("\n".join(cause.get("tail") or [])) + "</pre>")
     nonfinite = [r for r in records if r.get("event")]
-    timeline = [e for e in events if e.get("kind") in ("job_start", "failure", "teardown", "restart", "timeout", "interrupted", "job_end")]
+    timeline = [e for e in events if e.get("kind") in _TIMELINE_KINDS]
     if timeline:
         parts.append("<h2>Timeline</h2><ul id=\"timeline\">")
         for e in timeline:

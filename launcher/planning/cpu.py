@@ -31,7 +31,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from launcher.errors import MsLaunchError, PlanError
 
@@ -367,62 +367,17 @@ def plan_cpu(spec: CpuSpec, local_ranks: int, user_env: Mapping[str, str], user_
     user_set = set(user_env) | set(user_env_keys)
     notes: List[str] = []
     warnings: List[str] = []
-    env: Dict[str, str] = {}
     n = len(spec.local_cpus)
-
-    if tune:
-        if any(v in user_set for v in ISA_VARS):
-            notes.append("oneDNN ISA: left as you set it")
-        elif spec.probe is None:
-            notes.append(f"oneDNN ISA: not probed ({spec.probe_note or 'no probe result'}); nothing set")
-        else:
-            advice = isa_advice(spec.probe)
-            if advice.isa is not None:
-                env["ONEDNN_MAX_CPU_ISA"] = advice.isa
-                notes.append(f"set ONEDNN_MAX_CPU_ISA={advice.isa}: {advice.summary}")
-            else:
-                notes.append(f"oneDNN ISA: unchanged: {advice.summary}")
-
-    # cores per rank
-    ranges: Dict[int, Tuple[int, ...]] = {}
-    sched: Optional[Tuple[int, ...]] = None
-    bind = spec.bind_core
-    if isinstance(bind, Mapping):
-        devices = [v for k, v in bind.items() if k != "scheduler"]
-        if len(devices) < local_ranks:
-            raise PlanError(f"--bind-core lists {len(devices)} device(s) for {local_ranks} local rank(s)", field="--bind-core")
-        allowed = set(spec.local_cpus)
-        for key, cores in bind.items():
-            bad = [c for c in cores if allowed and c not in allowed]
-            if bad:
-                raise PlanError(f"--bind-core {key}: CPU {format_cpus(bad)} is not available here (available: {format_cpus(spec.local_cpus)})", field="--bind-core")
-        ranges = {i: tuple(devices[i]) for i in range(local_ranks)}
-        sched = tuple(bind["scheduler"]) if "scheduler" in bind else None
-        notes.append("cores per rank from --bind-core: " + ", ".join(f"local rank {i}: {format_cpus(c)}" for i, c in ranges.items()))
-    elif n and bind is None and tune and local_ranks > n:
-        # oversubscribed: pinning ranks to shared cores keeps the kernel from balancing them
-        # (a rank waiting in a collective holds its core's share while the other core idles)
-        notes.append(f"{local_ranks} local rank(s) on {n} core(s): no core ranges (more ranks than cores; the kernel balances them)")
-        warnings.append(f"{local_ranks} ranks on {n} cores: several ranks share each core (oversubscribed; expect each rank to run slower)")
-    elif n and ((bind is True) or (bind is None and tune and local_ranks >= 2)):
-        ranges = dict(enumerate(split_cores(local_ranks, spec.local_cpus)))
-        notes.append(f"{local_ranks} local rank(s) on {n} core(s): " + ", ".join(f"local rank {i}: cores {format_cpus(c)}" for i, c in ranges.items()))
-        if local_ranks > n:
-            warnings.append(f"{local_ranks} ranks on {n} cores: several ranks share each core (oversubscribed; expect each rank to run slower)")
-
+    env = _isa_env(spec, user_set, notes) if tune else {}
+    ranges, sched = _core_ranges(spec, local_ranks, tune, notes, warnings)
     per_rank_env: Dict[int, Dict[str, str]] = {}
     for i in range(local_ranks):
         e = dict(env)
-        if tune:
-            if ranges:
-                cores = ranges[i]
-                threads = len(cores) if local_ranks <= n or isinstance(bind, Mapping) else 1
-            else:
-                threads = max(1, n // local_ranks) if n else 0
-            if threads:
-                for var in THREAD_VARS:
-                    if var not in user_set:
-                        e[var] = str(threads)
+        threads = _threads_per_rank(spec, local_ranks, ranges.get(i)) if tune else 0
+        if threads:
+            for var in THREAD_VARS:
+                if var not in user_set:
+                    e[var] = str(threads)
         per_rank_env[i] = e
     if tune:
         sizes = sorted({v.get("MSLAUNCH_CPU_THREADS", v.get("OMP_NUM_THREADS", "")) for v in per_rank_env.values()} - {""})
@@ -434,3 +389,67 @@ def plan_cpu(spec: CpuSpec, local_ranks: int, user_env: Mapping[str, str], user_
     elif not ranges:
         return CpuPlan()
     return CpuPlan(env=per_rank_env, cpus=ranges, scheduler_cpus=sched, notes=tuple(notes + warnings), warnings=tuple(warnings))
+
+
+def _isa_env(spec: CpuSpec, user_set: Set[str], notes: List[str]) -> Dict[str, str]:
+    """``ONEDNN_MAX_CPU_ISA`` from the probe, unless the user set an ISA variable; says why in ``notes``."""
+    if any(v in user_set for v in ISA_VARS):
+        notes.append("oneDNN ISA: left as you set it")
+        return {}
+    if spec.probe is None:
+        notes.append(f"oneDNN ISA: not probed ({spec.probe_note or 'no probe result'}); nothing set")
+        return {}
+    advice = isa_advice(spec.probe)
+    if advice.isa is None:
+        notes.append(f"oneDNN ISA: unchanged: {advice.summary}")
+        return {}
+    notes.append(f"set ONEDNN_MAX_CPU_ISA={advice.isa}: {advice.summary}")
+    return {"ONEDNN_MAX_CPU_ISA": advice.isa}
+
+
+def _core_ranges(
+    spec: CpuSpec, local_ranks: int, tune: bool, notes: List[str], warnings: List[str],
+) -> Tuple[Dict[int, Tuple[int, ...]], Optional[Tuple[int, ...]]]:
+    """Cores per local rank (and the scheduler's): from a ``--bind-core`` dict, or an even split of
+    this machine's cores (``--bind-core`` on, or tuning 2+ ranks); empty when nothing is bound.
+
+    Raises:
+        PlanError: a ``--bind-core`` dict with fewer devices than local ranks, or a CPU not here.
+    """
+    bind = spec.bind_core
+    n = len(spec.local_cpus)
+    if isinstance(bind, Mapping):
+        devices = [v for k, v in bind.items() if k != "scheduler"]
+        if len(devices) < local_ranks:
+            raise PlanError(f"--bind-core lists {len(devices)} device(s) for {local_ranks} local rank(s)", field="--bind-core")
+        allowed = set(spec.local_cpus)
+        for key, cores in bind.items():
+            bad = [c for c in cores if allowed and c not in allowed]
+            if bad:
+                raise PlanError(f"--bind-core {key}: CPU {format_cpus(bad)} is not available here (available: {format_cpus(spec.local_cpus)})", field="--bind-core")
+        ranges = {i: tuple(devices[i]) for i in range(local_ranks)}
+        notes.append("cores per rank from --bind-core: " + ", ".join(f"local rank {i}: {format_cpus(c)}" for i, c in ranges.items()))
+        return ranges, (tuple(bind["scheduler"]) if "scheduler" in bind else None)
+    oversubscribed = f"{local_ranks} ranks on {n} cores: several ranks share each core (oversubscribed; expect each rank to run slower)"
+    if n and bind is None and tune and local_ranks > n:
+        # pinned to shared cores, a rank waiting in a collective keeps its core's share while
+        # another core idles: leave the balancing to the kernel
+        notes.append(f"{local_ranks} local rank(s) on {n} core(s): no core ranges (more ranks than cores; the kernel balances them)")
+        warnings.append(oversubscribed)
+        return {}, None
+    if n and ((bind is True) or (bind is None and tune and local_ranks >= 2)):
+        ranges = dict(enumerate(split_cores(local_ranks, spec.local_cpus)))
+        notes.append(f"{local_ranks} local rank(s) on {n} core(s): " + ", ".join(f"local rank {i}: cores {format_cpus(c)}" for i, c in ranges.items()))
+        if local_ranks > n:
+            warnings.append(oversubscribed)
+        return ranges, None
+    return {}, None
+
+
+def _threads_per_rank(spec: CpuSpec, local_ranks: int, cores: Optional[Tuple[int, ...]]) -> int:
+    """Threads for one tuned rank: its cores (1 when ranks outnumber the cores, unless bound by
+    a ``--bind-core`` dict), else an even share of this machine's cores; 0: set nothing."""
+    n = len(spec.local_cpus)
+    if cores is not None:
+        return len(cores) if local_ranks <= n or isinstance(spec.bind_core, Mapping) else 1
+    return max(1, n // local_ranks) if n else 0

@@ -19,9 +19,10 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning.inventory import env_problem
+from launcher.planning.kinds import Method, values
 from launcher.planning.ranks import RankSlot
 
-METHODS = ("dynamic", "ranktable", "mpi")
+METHODS: Tuple[str, ...] = values(Method)
 
 #: Dynamic-cluster variables mslaunch tunes for a launcher that starts the scheduler first and
 #: waits for its port: workers then register at their first try, so long retry waits only cost.
@@ -32,7 +33,7 @@ DYNAMIC_TUNING: Tuple[Tuple[str, str], ...] = (
 
 #: Variables each method sets per process, with the flag that controls them.
 RESERVED: Dict[str, Dict[str, str]] = {
-    "dynamic": {
+    Method.DYNAMIC: {
         "MS_ROLE": "the launcher sets it per process",
         "MS_WORKER_NUM": "use --np / --worker-num",
         "MS_SCHED_HOST": "use --master-addr",
@@ -42,13 +43,13 @@ RESERVED: Dict[str, Dict[str, str]] = {
         "RANK_SIZE": "use --np",
         "DEVICE_ID": "use devices: in the inventory or --include",
     },
-    "ranktable": {
+    Method.RANKTABLE: {
         "RANK_TABLE_FILE": "the launcher writes the rank table into the job dir",
         "RANK_ID": "the launcher sets it per rank",
         "RANK_SIZE": "use --np",
         "DEVICE_ID": "use devices: in the inventory or --include",
     },
-    "mpi": {
+    Method.MPI: {
         "RANK_ID": "OpenMPI assigns ranks",
         "RANK_SIZE": "use --np",
         "DEVICE_ID": "use devices: in the inventory or --include",
@@ -128,7 +129,7 @@ def tuning_env(method: str, user_env_keys: Iterable[str]) -> Dict[str, str]:
     """Launcher defaults that the user has not set in the launching environment."""
     skip = set(user_env_keys)
     pairs: List[Tuple[str, str]] = [("PYTHONUNBUFFERED", "1")]
-    if method == "dynamic":
+    if method == Method.DYNAMIC:
         pairs.extend(DYNAMIC_TUNING)
     return {k: v for k, v in pairs if k not in skip}
 

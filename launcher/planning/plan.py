@@ -5,33 +5,25 @@ A :class:`JobSpec` is everything the user asked for, with every external fact pa
 :func:`build_plan` turns it into a :class:`Plan`: per-process argv, env, cwd and log path, the
 artefacts to write into the job dir, and for the mpirun launcher its exact argv.
 
-Job directory layout (created by ``launcher.jobs``)::
-
-    <job_dir>/
-      plan.json            this plan
-      summary.json         written when the job ends
-      rank_table.json      ranktable method
-      hostfile             mpirun launcher with --hostfile
-      scheduler.log        dynamic method
-      worker_<rank>.log    one per rank (msrun's names; ``--worker_log_name NAME``: NAME_<rank>.log)
-      device<rank>/        ranktable method: the rank's cwd, with env<rank>.log
-      attempt_<k>/         logs of restart attempt k (k >= 1), same names
+Every path of the job directory comes from :mod:`launcher.planning.layout`, which documents it.
 """
 from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
-from launcher.planning import cpu, envs, mpi
+from launcher.planning import cpu, envs, layout, mpi
 from launcher.planning.inventory import Host, Inventory
+from launcher.planning.kinds import ArtefactKind, Method, Role
+from launcher.planning.procenv import ProcEnv
 from launcher.planning.ranks import RankSlot, assign_ranks, node_slots, used_inventory
 
 LAUNCHERS = ("local", "ssh", "mpirun")
 DEFAULT_MASTER_PORT = 8118
-RANK_TABLE_NAME = "rank_table.json"
-HOSTFILE_NAME = "hostfile"
+RANK_TABLE_NAME = layout.RANK_TABLE_FILE
+HOSTFILE_NAME = layout.HOSTFILE_FILE
 
 
 @dataclass(frozen=True)
@@ -127,7 +119,7 @@ class JobSpec:
     job_id: str
     module: bool = False
     no_python: bool = False
-    method: str = "dynamic"
+    method: str = Method.DYNAMIC
     launcher: Optional[str] = None
     np: Optional[int] = None
     per_host: Optional[int] = None
@@ -263,7 +255,7 @@ class Plan:
 def _choose_launcher(spec: JobSpec) -> str:
     if spec.launcher is not None and spec.launcher not in LAUNCHERS:
         raise PlanError(f"unknown launcher {spec.launcher!r}; use one of {', '.join(LAUNCHERS)}", field="--launcher")
-    if spec.method == "mpi":
+    if spec.method == Method.MPI:
         if spec.launcher not in (None, "mpirun"):
             raise PlanError("the mpi method needs --launcher mpirun (OpenMPI assigns the ranks)", field="--launcher")
         return "mpirun"
@@ -305,162 +297,33 @@ def _master(spec: JobSpec, used: List[Host]) -> Tuple[Host, str]:
 def build_plan(spec: JobSpec) -> Plan:
     """Turn a :class:`JobSpec` into a :class:`Plan`.
 
+    Steps: check the spec and choose the launcher (:func:`_check_spec`); assign rank slots to
+    the hosts, or to this node in per-node mode (:func:`_rank_slots`); gather the env layers and
+    the CPU plan (:class:`ProcEnv`); the rank table artefact (:func:`_rank_table`); place the
+    scheduler (:func:`_scheduler_place`); one :class:`ProcPlan` per rank (:func:`_rank_proc`)
+    and the scheduler's (:func:`_scheduler_proc`); for the mpirun launcher its argv.
+
     Raises:
         PlanError: unknown method/launcher, more ranks than slots, a reserved variable set by
             the user, no program, no rank table for the ranktable method, or a bad port.
     """
-    if spec.method not in envs.METHODS:
-        raise PlanError(f"unknown method {spec.method!r}; use one of {', '.join(envs.METHODS)}", field="--method")
-    launcher = _choose_launcher(spec)
-    if not 0 < spec.master_port < 65536:
-        raise PlanError(f"--master-port must be 1..65535, got {spec.master_port}", field="--master-port")
-    if launcher == "mpirun" and spec.wrapper is None:
-        raise PlanError("the mpirun launcher needs the per-rank wrapper template", field="--launcher")
-
-    inventory = spec.inventory
-    simulate = spec.sim_level is not None
-    if simulate and spec.method != "dynamic":
-        raise PlanError("--sim_level runs MindSpore's dry run of a dynamic-cluster job; drop --method", field="--sim_level")
-    if spec.node is not None:
-        slots, used_inv = _node_slots(spec, launcher)
-    else:
-        if spec.method == "ranktable" and spec.rank_table_file is None:
-            # RANK_IDs must follow the rank table's server order (server_id; SuperPoD first in 1.2).
-            from launcher.planning.ranktable import rank_table_host_order
-
-            inventory = Inventory(tuple(rank_table_host_order(inventory.hosts, spec.rank_table_version)), source=inventory.source)
-        slots = assign_ranks(inventory, spec.np, spec.per_host)
-        used_inv = used_inventory(inventory, slots)
+    launcher = _check_spec(spec)
+    slots, used_inv = _rank_slots(spec, launcher)
     world = slots[0].world_size if slots else 0
-    if simulate and spec.sim_rank_id is not None:
-        # msrun: one process simulates the given rank (its log keeps the local index 0).
-        if not 0 <= spec.sim_rank_id < world:
-            raise PlanError(f"--sim_rank_id must be in 0..{world - 1}, got {spec.sim_rank_id}", field="--sim_rank_id")
-        slots = (replace(slots[0], rank=spec.sim_rank_id, local_rank=0, local_world_size=1),)
+    slots = _simulated_slots(spec, slots, world)
     used = list(used_inv.hosts)
+    proc_env = ProcEnv.build(spec, launcher, slots, used)
+
+    artefacts: List[Artefact] = []
+    table_path = _rank_table(spec, used_inv, artefacts)
+    sched_host, sched_addr = _scheduler_place(spec, used)
     hosts_by_name = {h.name: h for h in used}
     # msrun without --node_rank on a multi-node job: MindSpore assigns the ranks.
     auto_ranks = spec.node is not None and spec.node.node_rank is None and spec.node.local_worker_num < world
-
-    user_layers = [(f"{h.source or h.name} env", h.env) for h in used]
-    user_layers += [(f"--env-file {path}", pairs) for path, pairs in spec.env_files]
-    user_layers.append(("--env", spec.env))
-    envs.check_reserved(spec.method, user_layers)
-    tuning = envs.tuning_env(spec.method, spec.user_env_keys)
-    file_env = dict(p for _, pairs in spec.env_files for p in pairs)
-    flag_env = dict(spec.env)
-    msrun_env: Dict[str, str] = {}
-    if spec.rank_table_file is not None and spec.method == "dynamic":
-        msrun_env["RANK_TABLE_FILE"] = spec.rank_table_file
-    if simulate:
-        msrun_env["MS_SIMULATION_LEVEL"] = str(spec.sim_level)
-
-    local_slots = [s for s in slots if hosts_by_name[s.host].is_local]
-    local_index = {s.rank: i for i, s in enumerate(local_slots)}
-    local_user_env: Dict[str, str] = {}
-    for h in used:
-        if h.is_local:
-            local_user_env.update(h.env)
-    local_user_env.update(file_env)
-    local_user_env.update(flag_env)
-    cpu_plan = cpu.plan_cpu(spec.cpu, len(local_slots), local_user_env, spec.user_env_keys)
-    bind_here = launcher == "local"
-    cpu_notes = list(cpu_plan.notes)
-    if cpu_plan.cpus and not bind_here:
-        cpu_notes.append(f"cores per rank not applied: the {launcher} launcher starts the ranks"
-                         + (" (mpirun binds them itself)" if launcher == "mpirun" else ""))
-    if cpu_plan.notes and any(not h.is_local for h in used):
-        cpu_notes.append("remote hosts: not tuned (see mslaunch doctor for their CPU probe)")
-
-    def user_env(host: Host, rank: Optional[int] = None) -> Dict[str, str]:
-        out = dict(tuning)
-        if rank is not None and rank in local_index:
-            out.update(cpu_plan.env.get(local_index[rank], {}))
-        out.update(host.env)
-        out.update(file_env)
-        out.update(flag_env)
-        out.update(msrun_env)
-        return out
-
-    artefacts: List[Artefact] = []
-    table_path = posixpath.join(spec.job_dir, RANK_TABLE_NAME)
-    if spec.method == "ranktable" and spec.rank_table_file is not None:
-        table_path = spec.rank_table_file
-    elif spec.method == "ranktable":
-        if spec.device_ips is None:
-            raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf", field="--method")
-        from launcher.planning.ranktable import build_rank_table, rank_table_json
-
-        table = build_rank_table(Inventory(tuple(used), source=used_inv.source), spec.device_ips, version=spec.rank_table_version)
-        artefacts.append(Artefact(RANK_TABLE_NAME, "rank_table", rank_table_json(table)))
-
-    sched_host: Optional[Host] = None
-    sched_addr: Optional[str] = None
-    if spec.method == "dynamic" and not simulate:
-        if spec.node is not None:
-            sched_addr = spec.master_addr or "127.0.0.1"
-            sched_host = used[0] if spec.node.runs_scheduler else None
-        else:
-            sched_host, sched_addr = _master(spec, used)
-    log_prefix = spec.worker_log_name or "worker"
-
-    ranks: List[ProcPlan] = []
-    for slot in slots:
-        host = hosts_by_name[slot.host]
-        cwd = spec.cwd
-        env_dump = None
-        rank: Optional[int] = slot.rank
-        log_index = slot.rank
-        if simulate:
-            layout = envs.simulation_env(slot, spec.sim_rank_id is not None)
-            log_index = slot.local_rank if spec.sim_rank_id is not None else slot.rank
-        elif spec.method == "dynamic":
-            assert sched_addr is not None
-            layout = envs.dynamic_worker_env(slot, sched_addr, spec.master_port, spec.cluster_time_out)
-            if auto_ranks:
-                for key in ("MS_NODE_ID", "RANK_ID"):
-                    layout.pop(key)
-                rank, log_index = None, slot.local_rank
-        elif spec.method == "ranktable":
-            layout = envs.ranktable_env(slot, table_path)
-            cwd = posixpath.join(spec.job_dir, f"device{slot.rank}")
-            env_dump = posixpath.join(cwd, f"env{slot.rank}.log")
-        else:
-            layout = envs.mpi_env(slot)
-        ranks.append(
-            ProcPlan(
-                name=f"rank {slot.rank}" if rank is not None else f"worker {slot.local_rank}",
-                role="worker",
-                host=slot.host,
-                rank=rank,
-                local_rank=slot.local_rank,
-                node_rank=slot.node_rank,
-                device_id=slot.device_id,
-                argv=numa_prefix(spec.bind_numa, f"device{slot.local_rank}") + program_argv(spec, host),
-                env=envs.layered(user_env(host, slot.rank), layout),
-                cwd=cwd,
-                log=posixpath.join(spec.job_dir, f"{log_prefix}_{log_index}.log"),
-                env_dump=env_dump,
-                cpus=cpu_plan.cpus.get(local_index[slot.rank]) if bind_here and slot.rank in local_index else None,
-            )
-        )
-
-    scheduler: Optional[ProcPlan] = None
-    if sched_host is not None and sched_addr is not None:
-        scheduler = ProcPlan(
-            name="scheduler",
-            role="scheduler",
-            host=sched_host.name,
-            rank=None,
-            local_rank=None,
-            node_rank=None,
-            device_id=None,
-            argv=numa_prefix(spec.bind_numa, "scheduler") + program_argv(spec, sched_host),
-            env=envs.layered(user_env(sched_host), envs.dynamic_scheduler_env(world, sched_addr, spec.master_port, spec.cluster_time_out)),
-            cwd=spec.cwd,
-            log=posixpath.join(spec.job_dir, "scheduler.log"),
-            cpus=cpu_plan.scheduler_cpus if bind_here and sched_host.is_local else None,
-        )
+    ranks: List[ProcPlan] = [
+        _rank_proc(spec, slot, hosts_by_name[slot.host], proc_env, sched_addr, table_path, auto_ranks) for slot in slots
+    ]
+    scheduler = _scheduler_proc(spec, world, sched_host, sched_addr, proc_env)
 
     mpirun_argv = None
     if launcher == "mpirun":
@@ -490,11 +353,151 @@ def build_plan(spec: JobSpec) -> Plan:
         scheduler=scheduler,
         artefacts=tuple(artefacts),
         master_addr=sched_addr,
-        master_port=spec.master_port if spec.method == "dynamic" else None,
+        master_port=spec.master_port if spec.method == Method.DYNAMIC else None,
         mpirun_argv=mpirun_argv,
         ssh_config=spec.ssh_config,
-        cpu_notes=tuple(cpu_notes),
-        cpu_warnings=cpu_plan.warnings,
+        cpu_notes=proc_env.cpu_notes,
+        cpu_warnings=proc_env.cpu.warnings,
+    )
+
+
+def _check_spec(spec: JobSpec) -> str:
+    """Refuse what no plan can be built for; returns the launcher to use.
+
+    Raises:
+        PlanError: unknown method or launcher, a bad port, no wrapper for mpirun, or
+            ``--sim_level`` with another method than dynamic.
+    """
+    if spec.method not in envs.METHODS:
+        raise PlanError(f"unknown method {spec.method!r}; use one of {', '.join(envs.METHODS)}", field="--method")
+    launcher = _choose_launcher(spec)
+    if not 0 < spec.master_port < 65536:
+        raise PlanError(f"--master-port must be 1..65535, got {spec.master_port}", field="--master-port")
+    if launcher == "mpirun" and spec.wrapper is None:
+        raise PlanError("the mpirun launcher needs the per-rank wrapper template", field="--launcher")
+    if spec.sim_level is not None and spec.method != Method.DYNAMIC:
+        raise PlanError("--sim_level runs MindSpore's dry run of a dynamic-cluster job; drop --method", field="--sim_level")
+    return launcher
+
+
+def _rank_slots(spec: JobSpec, launcher: str) -> Tuple[Tuple[RankSlot, ...], Inventory]:
+    """The rank slots of the job (or of this node in per-node mode) and the inventory they use.
+
+    For a generated rank table, hosts take ranks in the table's server order (server_id;
+    SuperPoD first in 1.2), so ``RANK_ID`` matches the table.
+    """
+    if spec.node is not None:
+        return _node_slots(spec, launcher)
+    inventory = spec.inventory
+    if spec.method == Method.RANKTABLE and spec.rank_table_file is None:
+        from launcher.planning.ranktable import rank_table_host_order
+
+        inventory = Inventory(tuple(rank_table_host_order(inventory.hosts, spec.rank_table_version)), source=inventory.source)
+    slots = assign_ranks(inventory, spec.np, spec.per_host)
+    return slots, used_inventory(inventory, slots)
+
+
+def _simulated_slots(spec: JobSpec, slots: Tuple[RankSlot, ...], world: int) -> Tuple[RankSlot, ...]:
+    """msrun's ``--sim_rank_id``: one process simulates the given rank (its log keeps the local index 0).
+
+    Raises:
+        PlanError: the rank is outside the job.
+    """
+    if spec.sim_level is None or spec.sim_rank_id is None:
+        return slots
+    if not 0 <= spec.sim_rank_id < world:
+        raise PlanError(f"--sim_rank_id must be in 0..{world - 1}, got {spec.sim_rank_id}", field="--sim_rank_id")
+    return (replace(slots[0], rank=spec.sim_rank_id, local_rank=0, local_world_size=1),)
+
+
+def _rank_table(spec: JobSpec, used_inv: Inventory, artefacts: List[Artefact]) -> str:
+    """The rank table path ranks read (ranktable method): the user's file, or a generated
+    ``rank_table.json`` appended to ``artefacts``.
+
+    Raises:
+        PlanError: the ranktable method without a rank table file and without device IPs.
+    """
+    if spec.method != Method.RANKTABLE:
+        return layout.artefact_path(spec.job_dir, RANK_TABLE_NAME)
+    if spec.rank_table_file is not None:
+        return spec.rank_table_file
+    if spec.device_ips is None:
+        raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf", field="--method")
+    from launcher.planning.ranktable import build_rank_table, rank_table_json
+
+    table = build_rank_table(used_inv, spec.device_ips, version=spec.rank_table_version)
+    artefacts.append(Artefact(RANK_TABLE_NAME, ArtefactKind.RANK_TABLE, rank_table_json(table)))
+    return layout.artefact_path(spec.job_dir, RANK_TABLE_NAME)
+
+
+def _scheduler_place(spec: JobSpec, used: Sequence[Host]) -> Tuple[Optional[Host], Optional[str]]:
+    """Where the dynamic cluster's scheduler runs and the address workers dial: ``(None, addr)``
+    on a per-node run whose node does not run it; ``(None, None)`` without a scheduler."""
+    if spec.method != Method.DYNAMIC or spec.sim_level is not None:
+        return None, None
+    if spec.node is not None:
+        return (used[0] if spec.node.runs_scheduler else None), spec.master_addr or "127.0.0.1"
+    return _master(spec, list(used))
+
+
+def _rank_proc(
+    spec: JobSpec, slot: RankSlot, host: Host, proc_env: ProcEnv, sched_addr: Optional[str], table_path: str, auto_ranks: bool,
+) -> ProcPlan:
+    """The plan of one rank: the method's layout variables over the user's env, its cwd and log."""
+    cwd = spec.cwd
+    env_dump = None
+    rank: Optional[int] = slot.rank
+    log_index = slot.rank
+    if spec.sim_level is not None:
+        env_layout = envs.simulation_env(slot, spec.sim_rank_id is not None)
+        log_index = slot.local_rank if spec.sim_rank_id is not None else slot.rank
+    elif spec.method == Method.DYNAMIC:
+        assert sched_addr is not None
+        env_layout = envs.dynamic_worker_env(slot, sched_addr, spec.master_port, spec.cluster_time_out)
+        if auto_ranks:
+            for key in ("MS_NODE_ID", "RANK_ID"):
+                env_layout.pop(key)
+            rank, log_index = None, slot.local_rank
+    elif spec.method == Method.RANKTABLE:
+        env_layout = envs.ranktable_env(slot, table_path)
+        cwd = layout.rank_cwd(spec.job_dir, slot.rank)
+        env_dump = layout.env_dump_path(cwd, slot.rank)
+    else:
+        env_layout = envs.mpi_env(slot)
+    return ProcPlan(
+        name=f"rank {slot.rank}" if rank is not None else f"worker {slot.local_rank}",
+        role=Role.WORKER,
+        host=slot.host,
+        rank=rank,
+        local_rank=slot.local_rank,
+        node_rank=slot.node_rank,
+        device_id=slot.device_id,
+        argv=numa_prefix(spec.bind_numa, f"device{slot.local_rank}") + program_argv(spec, host),
+        env=envs.layered(proc_env.user_env(host, slot.rank), env_layout),
+        cwd=cwd,
+        log=layout.worker_log(spec.job_dir, log_index, spec.worker_log_name),
+        env_dump=env_dump,
+        cpus=proc_env.rank_cpus(slot.rank),
+    )
+
+
+def _scheduler_proc(spec: JobSpec, world: int, host: Optional[Host], addr: Optional[str], proc_env: ProcEnv) -> Optional[ProcPlan]:
+    """The dynamic cluster's scheduler process, or None when this plan runs none."""
+    if host is None or addr is None:
+        return None
+    return ProcPlan(
+        name="scheduler",
+        role=Role.SCHEDULER,
+        host=host.name,
+        rank=None,
+        local_rank=None,
+        node_rank=None,
+        device_id=None,
+        argv=numa_prefix(spec.bind_numa, "scheduler") + program_argv(spec, host),
+        env=envs.layered(proc_env.user_env(host), envs.dynamic_scheduler_env(world, addr, spec.master_port, spec.cluster_time_out)),
+        cwd=spec.cwd,
+        log=layout.scheduler_log(spec.job_dir),
+        cpus=proc_env.cpu.scheduler_cpus if proc_env.bind_here and host.is_local else None,
     )
 
 
@@ -504,7 +507,7 @@ def _node_slots(spec: JobSpec, launcher: str) -> Tuple[Tuple[RankSlot, ...], Inv
     hosts = spec.inventory.hosts
     if len(hosts) != 1 or not spec.inventory.all_local or launcher != "local":
         raise PlanError("per-node mode (--node_rank) runs this node's workers only; drop --hosts/-H/--launcher", field="--node_rank")
-    if spec.method != "dynamic":
+    if spec.method != Method.DYNAMIC:
         raise PlanError("per-node mode (--node_rank) runs a dynamic cluster; drop --method", field="--node_rank")
     if spec.np is None:
         raise PlanError("per-node mode needs the job's --worker_num", field="--worker_num")
@@ -527,7 +530,7 @@ def _mpirun(spec: JobSpec, ranks: List[ProcPlan], scheduler: Optional[ProcPlan],
             mpi.MpiContext(
                 host=scheduler.host,
                 np=1,
-                env=mpi.context_env(scheduler.env_dict(), ctx_base="0", role="scheduler", log=scheduler.log),
+                env=mpi.context_env(scheduler.env_dict(), ctx_base="0", role=Role.SCHEDULER, log=scheduler.log),
                 argv=(spec.wrapper,) + scheduler.argv,
             )
         )
@@ -539,14 +542,15 @@ def _mpirun(spec: JobSpec, ranks: List[ProcPlan], scheduler: Optional[ProcPlan],
         env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
         wrapper = dict(
             ctx_base=str(base),
-            role="worker",
+            role=Role.WORKER,
             first_rank=str(mine[0].rank),
             devices=",".join(str(r.device_id) for r in mine),
             log_dir=spec.job_dir,
+            log_name=layout.worker_log_template(spec.worker_log_name),
             method=spec.method,
         )
-        if spec.method == "ranktable":
-            wrapper["cwd_prefix"] = posixpath.join(spec.job_dir, "device")
+        if spec.method == Method.RANKTABLE:
+            wrapper["cwd_prefix"] = layout.rank_cwd_prefix(spec.job_dir)
         contexts.append(mpi.MpiContext(host=host.name, np=len(mine), env=mpi.context_env(env, **wrapper), argv=(spec.wrapper,) + mine[0].argv))
         base += len(mine)
     return mpi.mpirun_argv(contexts, opts)

@@ -55,30 +55,9 @@ def assign_ranks(
         PlanError: ``np`` or ``per_host`` below 1, more ranks asked than slots, or more than
             :data:`MAX_WORLD_SIZE` ranks (asked, or every slot of a larger inventory).
     """
-    if np is not None and np < 1:
-        raise PlanError(f"--np must be at least 1, got {np}", field="--np")
-    if np is not None and np > MAX_WORLD_SIZE:
-        raise PlanError(f"--np must be in 1..{MAX_WORLD_SIZE}, got {np}", field="--np")
-    if per_host is not None and per_host < 1:
-        raise PlanError(f"--per-host must be at least 1, got {per_host}", field="--per-host")
     hosts = list(inventory.hosts)
     caps = [min(h.slots, per_host) if per_host is not None else h.slots for h in hosts]
-    available = sum(caps)
-    wanted = available if np is None else np
-    if wanted > MAX_WORLD_SIZE:
-        raise PlanError(
-            f"the inventory has {available} slots, more than the {MAX_WORLD_SIZE} ranks one job may have; "
-            "pass --np, --per-host or --include",
-            field="--np",
-        )
-    if wanted > available:
-        detail = ", ".join(f"{h.name}:{c}" for h, c in zip(hosts, caps))
-        cap = f" with --per-host {per_host}" if per_host is not None else ""
-        raise PlanError(
-            f"requested {wanted} ranks but the inventory has only {available} slots{cap} ({detail}); "
-            "lower --np or add hosts/slots",
-            field="--np",
-        )
+    wanted = _ranks_wanted(hosts, caps, np, per_host)
     counts: List[int] = []
     left = wanted
     for cap in caps:
@@ -105,6 +84,37 @@ def assign_ranks(
             )
         node_rank += 1
     return tuple(slots)
+
+
+def _ranks_wanted(hosts: List[Host], caps: List[int], np: Optional[int], per_host: Optional[int]) -> int:
+    """How many ranks the job has: ``np``, or every slot (``caps``: usable slots per host).
+
+    Raises:
+        PlanError: see :func:`assign_ranks`.
+    """
+    if np is not None and np < 1:
+        raise PlanError(f"--np must be at least 1, got {np}", field="--np")
+    if np is not None and np > MAX_WORLD_SIZE:
+        raise PlanError(f"--np must be in 1..{MAX_WORLD_SIZE}, got {np}", field="--np")
+    if per_host is not None and per_host < 1:
+        raise PlanError(f"--per-host must be at least 1, got {per_host}", field="--per-host")
+    available = sum(caps)
+    wanted = available if np is None else np
+    if wanted > MAX_WORLD_SIZE:
+        raise PlanError(
+            f"the inventory has {available} slots, more than the {MAX_WORLD_SIZE} ranks one job may have; "
+            "pass --np, --per-host or --include",
+            field="--np",
+        )
+    if wanted > available:
+        detail = ", ".join(f"{h.name}:{c}" for h, c in zip(hosts, caps))
+        cap = f" with --per-host {per_host}" if per_host is not None else ""
+        raise PlanError(
+            f"requested {wanted} ranks but the inventory has only {available} slots{cap} ({detail}); "
+            "lower --np or add hosts/slots",
+            field="--np",
+        )
+    return wanted
 
 
 def used_inventory(inventory: Inventory, slots: Tuple[RankSlot, ...]) -> Inventory:

@@ -94,11 +94,13 @@ def test_mpi_16_ranks_and_mpirun_argv():
          "--mca", "rtc_hwloc_vmhole", "none", "--leave-session-attached",
          "-np", "8", "--host", "10.0.0.1:8"] + ctx + [
             "-x", "MSLAUNCH_CTX_BASE=0", "-x", "MSLAUNCH_ROLE=worker", "-x", "MSLAUNCH_FIRST_RANK=0",
-            "-x", "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7", "-x", "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1", "-x", "MSLAUNCH_METHOD=mpi",
+            "-x", "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7", "-x", "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1",
+            "-x", "MSLAUNCH_LOG_NAME=worker_{rank}.log", "-x", "MSLAUNCH_METHOD=mpi",
             "/opt/w.sh", "/usr/bin/python3", "/work/train.py", "--epochs", "1",
             ":", "-np", "8", "--host", "10.0.0.2:8"] + ctx + [
             "-x", "MSLAUNCH_CTX_BASE=8", "-x", "MSLAUNCH_ROLE=worker", "-x", "MSLAUNCH_FIRST_RANK=8",
-            "-x", "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7", "-x", "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1", "-x", "MSLAUNCH_METHOD=mpi",
+            "-x", "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7", "-x", "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1",
+            "-x", "MSLAUNCH_LOG_NAME=worker_{rank}.log", "-x", "MSLAUNCH_METHOD=mpi",
             "/opt/w.sh", "/usr/bin/python3", "/work/train.py", "--epochs", "1"])
 
 

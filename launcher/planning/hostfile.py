@@ -1,0 +1,86 @@
+"""OpenMPI hostfiles and mpirun's ``-H`` host lists (pure)."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from launcher.errors import InventoryError
+from launcher.planning.hosts import MAX_HOSTS, Host, Inventory, check_host_name, check_unique_hosts, clip, positive_int
+
+
+def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
+    """Parse an OpenMPI hostfile.
+
+    Accepted lines: ``host``, ``host slots=N``, ``host slots=N max_slots=M``, ``host:N``;
+    ``#`` starts a comment; blank lines are skipped.
+
+    Raises:
+        InventoryError: naming ``path:line`` for any malformed line, slots outside
+            ``1..MAX_SLOTS``, more than :data:`MAX_HOSTS` hosts, a duplicate host, or an empty file.
+    """
+    hosts: List[Host] = []
+    where = path or "<hostfile>"
+    for lineno, raw in enumerate(text.split("\n"), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if len(hosts) >= MAX_HOSTS:
+            raise InventoryError(f"more than {MAX_HOSTS} hosts", path=where, line=lineno)
+        parts = line.split()
+        name = parts[0]
+        slots: Optional[int] = None
+        max_slots: Optional[int] = None
+        if ":" in name and not name.startswith("[") and name.count(":") == 1:
+            name, count = name.split(":", 1)
+            slots = positive_int(count, "slot count after ':'", where, lineno)
+        check_host_name(name, where, lineno)
+        for item in parts[1:]:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise InventoryError(f"expected key=value, got {clip(item)} (e.g. 'slots=8')", path=where, line=lineno)
+            if key in ("slots", "slot", "cpu", "count"):
+                if slots is not None:
+                    raise InventoryError("slots given twice", path=where, line=lineno)
+                slots = positive_int(value, "slots", where, lineno)
+            elif key in ("max_slots", "max-slots"):
+                max_slots = positive_int(value, "max_slots", where, lineno)
+            else:
+                raise InventoryError(f"unknown hostfile key {clip(key)}; use slots=N or max_slots=N", path=where, line=lineno)
+        if slots is None:
+            slots = 1
+        if max_slots is not None and max_slots < slots:
+            raise InventoryError(f"max_slots={max_slots} is below slots={slots}", path=where, line=lineno)
+        hosts.append(Host(name=name, slots=slots, max_slots=max_slots, source=f"{where}:{lineno}"))
+    if not hosts:
+        raise InventoryError("no hosts in hostfile; add lines like 'node1 slots=8'", path=where)
+    check_unique_hosts(hosts, where)
+    return Inventory(tuple(hosts), source=path)
+
+
+def parse_host_list(text: str) -> Inventory:
+    """Parse ``-H h1:8,h2:8`` (``h`` alone = 1 slot; mpirun's syntax).
+
+    Raises:
+        InventoryError: with ``field='-H'`` for malformed entries or duplicates.
+    """
+    hosts: List[Host] = []
+    items = [i.strip() for i in text.split(",")]
+    if len(items) > MAX_HOSTS:
+        raise InventoryError(f"more than {MAX_HOSTS} hosts", field="-H")
+    for idx, item in enumerate(items):
+        if not item:
+            raise InventoryError(f"empty entry #{idx + 1} in host list {clip(text)}; write h1:8,h2:8", field="-H")
+        name, sep, count = item.rpartition(":") if item.count(":") == 1 else (item, "", "")
+        if not sep:
+            name = item
+        try:
+            slots = positive_int(count, f"slot count of {clip(name)}", None, None) if sep else 1
+            check_host_name(name, None, None)
+        except InventoryError as exc:
+            raise InventoryError(exc.message + " (write h1:8,h2:8)", field="-H") from None
+        hosts.append(Host(name=name, slots=slots, source=f"-H entry {idx + 1}"))
+    seen = set()
+    for h in hosts:
+        if h.name in seen:
+            raise InventoryError(f"duplicate host {h.name!r}; list each host once with its total slots", field="-H")
+        seen.add(h.name)
+    return Inventory(tuple(hosts), source=None)

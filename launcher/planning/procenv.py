@@ -1,0 +1,92 @@
+"""Where each planned process's environment and cores come from (pure; a step of :func:`~launcher.planning.plan.build_plan`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
+
+from launcher.planning import cpu, envs
+from launcher.planning.inventory import Host
+from launcher.planning.kinds import Method
+from launcher.planning.ranks import RankSlot
+
+if TYPE_CHECKING:  # plan.py imports this module; the spec is only read here
+    from launcher.planning.plan import JobSpec
+
+
+@dataclass(frozen=True)
+class ProcEnv:
+    """Where each process's environment and cores come from.
+
+    A process's user env is, lowest layer first: the method's tuning defaults, the rank's CPU
+    tuning (local ranks), its host's inventory ``env``, ``--env-file``s, ``--env``, then what
+    msrun's flags imply (``RANK_TABLE_FILE``, ``MS_SIMULATION_LEVEL``); the method's layout
+    variables go on top (:func:`launcher.planning.envs.layered`).
+    """
+
+    tuning: Mapping[str, str]
+    file_env: Mapping[str, str]
+    flag_env: Mapping[str, str]
+    msrun_env: Mapping[str, str]
+    cpu: cpu.CpuPlan
+    #: rank -> its index among this machine's ranks (the CPU plan's numbering)
+    local_index: Mapping[int, int]
+    #: whether mslaunch itself starts the processes here, so it can bind their cores
+    bind_here: bool
+    cpu_notes: Tuple[str, ...]
+
+    @classmethod
+    def build(cls, spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], used: Sequence[Host]) -> "ProcEnv":
+        """Check the user's env layers (reserved names) and plan the CPU tuning of local ranks.
+
+        Raises:
+            PlanError: a reserved variable set by the user.
+        """
+        user_layers = [(f"{h.source or h.name} env", h.env) for h in used]
+        user_layers += [(f"--env-file {path}", pairs) for path, pairs in spec.env_files]
+        user_layers.append(("--env", spec.env))
+        envs.check_reserved(spec.method, user_layers)
+        file_env = dict(p for _, pairs in spec.env_files for p in pairs)
+        flag_env = dict(spec.env)
+        msrun_env: Dict[str, str] = {}
+        if spec.rank_table_file is not None and spec.method == Method.DYNAMIC:
+            msrun_env["RANK_TABLE_FILE"] = spec.rank_table_file
+        if spec.sim_level is not None:
+            msrun_env["MS_SIMULATION_LEVEL"] = str(spec.sim_level)
+
+        local = {h.name for h in used if h.is_local}
+        local_slots = [s for s in slots if s.host in local]
+        local_user_env: Dict[str, str] = {}
+        for h in used:
+            if h.is_local:
+                local_user_env.update(h.env)
+        local_user_env.update(file_env)
+        local_user_env.update(flag_env)
+        cpu_plan = cpu.plan_cpu(spec.cpu, len(local_slots), local_user_env, spec.user_env_keys)
+        notes = list(cpu_plan.notes)
+        if cpu_plan.cpus and launcher != "local":
+            notes.append(f"cores per rank not applied: the {launcher} launcher starts the ranks"
+                         + (" (mpirun binds them itself)" if launcher == "mpirun" else ""))
+        if cpu_plan.notes and any(not h.is_local for h in used):
+            notes.append("remote hosts: not tuned (see mslaunch doctor for their CPU probe)")
+        return cls(
+            tuning=envs.tuning_env(spec.method, spec.user_env_keys), file_env=file_env, flag_env=flag_env,
+            msrun_env=msrun_env, cpu=cpu_plan, local_index={s.rank: i for i, s in enumerate(local_slots)},
+            bind_here=launcher == "local", cpu_notes=tuple(notes),
+        )
+
+    def user_env(self, host: Host, rank: Optional[int] = None) -> Dict[str, str]:
+        """The user-side layers for a process on ``host`` (``rank`` None: the scheduler)."""
+        out = dict(self.tuning)
+        if rank is not None and rank in self.local_index:
+            out.update(self.cpu.env.get(self.local_index[rank], {}))
+        out.update(host.env)
+        out.update(self.file_env)
+        out.update(self.flag_env)
+        out.update(self.msrun_env)
+        return out
+
+    def rank_cpus(self, rank: int) -> Optional[Tuple[int, ...]]:
+        """The cores rank ``rank`` is bound to, or None (not bound, or not started by mslaunch here)."""
+        if not self.bind_here or rank not in self.local_index:
+            return None
+        return self.cpu.cpus.get(self.local_index[rank])

@@ -1,0 +1,137 @@
+"""Rank table JSON out: stable key order, the seeds' layout, a fast indented encoder (pure)."""
+from __future__ import annotations
+
+import json
+import json.encoder
+import re
+from typing import Any, Iterable, List, Sequence, Tuple
+
+_UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._:\-]")
+
+_TOP_ORDER = ("version", "server_count", "server_list", "super_pod_list", "status")
+_SERVER_ORDER = ("server_id", "host_ip", "device", "host_nic_ip")
+_DEVICE_ORDER = (
+    "device_id", "super_device_id", "device_ip", "device_port",
+    "backup_device_ip", "backup_device_port", "host_port", "rank_id",
+)
+_POD_ORDER = ("super_pod_id", "server_list")
+
+
+def _ordered(obj: Any, order: Sequence[str]) -> Any:
+    """A copy of dict ``obj`` with the keys of ``order`` first (in that order), then the rest."""
+    if not isinstance(obj, dict):
+        return obj
+    out = {k: obj[k] for k in order if k in obj}
+    out.update((k, v) for k, v in obj.items() if k not in out)
+    return out
+
+
+_encode_str = json.encoder.encode_basestring_ascii  # the C function when _json is available
+
+
+def _render(value: Any, indent: str, out: List[str]) -> None:
+    """Append ``json.dumps(value, indent=2)`` text to ``out`` (same bytes, without the slow
+    pure-Python encoder that ``json`` falls back to whenever ``indent`` is set).
+
+    Raises:
+        TypeError: a dict key that is not a string (the caller falls back to ``json.dumps``).
+    """
+    if isinstance(value, str):
+        out.append(_encode_str(value))
+    elif isinstance(value, dict):
+        _render_items("{", "}", value.items(), True, indent, out)
+    elif isinstance(value, list):
+        _render_items("[", "]", value, False, indent, out)
+    else:
+        out.append(json.dumps(value))
+
+
+def _render_items(open_: str, close: str, items: Iterable[Any], keyed: bool, indent: str, out: List[str]) -> None:
+    """Append an object's ``(key, value)`` items (``keyed``) or a list's values, one a line
+    indented by two more spaces, between ``open_`` and ``close`` (``{}`` / ``[]`` when empty).
+
+    Raises:
+        TypeError: a key that is not a string.
+    """
+    inner = indent + "  "
+    first = open_ + "\n" + inner
+    sep = first
+    for item in items:
+        out.append(sep)
+        if keyed:
+            key, item = item
+            if not isinstance(key, str):
+                raise TypeError("non-string key")
+            out.append(_encode_str(key))
+            out.append(": ")
+        _render(item, inner, out)
+        sep = ",\n" + inner
+    out.append(open_ + close if sep is first else "\n" + indent + close)
+
+
+def rank_table_json(table: Any) -> str:
+    """Render a rank table as stable JSON text.
+
+    Keys follow the seeds' order (version, server_count, server_list, [super_pod_list], status;
+    per server server_id, [host_ip], device, host_nic_ip; per device device_id,
+    [super_device_id], device_ip, rank_id), unknown keys after them; 2-space indent; a trailing
+    newline.
+
+    Args:
+        table: a rank table (as built, merged or parsed).
+
+    Returns:
+        The text to write.
+    """
+    top = _ordered(table, _TOP_ORDER)
+    if isinstance(top, dict):
+        servers = top.get("server_list")
+        if isinstance(servers, list):
+            new_servers = []
+            for server in servers:
+                server = _ordered(server, _SERVER_ORDER)
+                if isinstance(server, dict) and isinstance(server.get("device"), list):
+                    server["device"] = [_ordered(d, _DEVICE_ORDER) for d in server["device"]]
+                new_servers.append(server)
+            top["server_list"] = new_servers
+        pods = top.get("super_pod_list")
+        if isinstance(pods, list):
+            top["super_pod_list"] = [_ordered(p, _POD_ORDER) for p in pods]
+    parts: List[str] = []
+    try:
+        _render(top, "", parts)
+    except TypeError:
+        return json.dumps(top, indent=2) + "\n"
+    return "".join(parts) + "\n"
+
+
+def table_size(table: Any) -> Tuple[int, int]:
+    """``(servers, devices)`` of a table (0 where the structure is not as expected; never raises)."""
+    servers = table.get("server_list") if isinstance(table, dict) else None
+    if not isinstance(servers, list):
+        return 0, 0
+    devices = 0
+    for server in servers:
+        if isinstance(server, dict) and isinstance(server.get("device"), list):
+            devices += len(server["device"])
+    return len(servers), devices
+
+
+def default_table_name(table: Any) -> str:
+    """The file name ``hccl_tools.py`` / the tutorials would use for ``table``.
+
+    Args:
+        table: a valid rank table.
+
+    Returns:
+        ``hccl_<N>p_<device ids concatenated>_<server_id>.json`` for one server (e.g.
+        ``hccl_8p_01234567_10.0.0.1.json``), else ``rank_table_<N>pcs.json`` (``N``: devices).
+        Characters other than letters, digits, ``. _ : -`` become ``_``.
+    """
+    servers, devices = table_size(table)
+    if servers == 1 and isinstance(table["server_list"][0], dict):
+        server = table["server_list"][0]
+        entries = server["device"] if isinstance(server.get("device"), list) else []
+        ids = "".join(str(d.get("device_id", "")) for d in entries if isinstance(d, dict))
+        return _UNSAFE_NAME_RE.sub("_", f"hccl_{devices}p_{ids}_{server.get('server_id', '')}.json")
+    return f"rank_table_{devices}pcs.json"
