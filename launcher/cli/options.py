@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 import typer
 
+from launcher.cli.ssh_flags import ssh_parameter
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning import envs
 from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_inventory
@@ -101,7 +102,7 @@ _opt("mpi_arg", List[str], typer.Option([], "--mpi-arg", help="Extra mpirun argu
 _opt("mpi_hostfile", bool, typer.Option(False, "--mpi-hostfile", help="Give mpirun a generated --hostfile instead of -H.", rich_help_panel="mpirun"))
 _opt("oversubscribe", bool, typer.Option(False, "--oversubscribe", help="Allow more processes than slots (mpirun).", rich_help_panel="mpirun"))
 _opt("nic", Optional[str], typer.Option(None, "--nic", help="Network interface for MPI traffic.", rich_help_panel="mpirun"))
-_opt("ssh_config", Optional[str], typer.Option(None, "--ssh-config", help="ssh config for remote hosts (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config).", rich_help_panel="SSH"))
+_OPTIONS.append(ssh_parameter("config"))
 _opt("cpu_tune", str, typer.Option("auto", "--cpu-tune", help="auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job | off.", rich_help_panel="CPU"))
 _opt("bind_core", Optional[str], typer.Option(None, "--bind-core", "--bind_core", help="msrun's: True | False | JSON {\"device0\": [\"0-3\"], ...}: cores per local rank.", rich_help_panel="CPU"))
 _opt("node_rank", Optional[str], typer.Option(None, "--node-rank", "--node_rank", help="Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, SLURM_NODEID, OMPI_COMM_WORLD_RANK).", rich_help_panel="msrun"))

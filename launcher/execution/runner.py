@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from launcher.errors import LaunchError
 from launcher.execution.results import JobResult
@@ -22,8 +22,11 @@ from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
 from launcher.planning.plan import Plan
 
+if TYPE_CHECKING:
+    from launcher.execution.ssh.settings import SSHSettings
 
-def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = None, watchdog: Optional[Watchdog] = None,
+
+def make_launcher_factory(plan: Plan, ssh: Optional["SSHSettings"] = None, watchdog: Optional[Watchdog] = None,
                           zygote: bool = False) -> Callable[[], Launcher]:
     """The launcher of ``plan``'s backend; local processes register with ``watchdog``."""
     if plan.launcher == "local" and zygote:
@@ -39,9 +42,9 @@ def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = No
 
         return lambda: MpirunLauncher(watchdog)  # type: ignore[return-value]
     if plan.launcher == "ssh":
-        from launcher.execution.ssh import SshLauncher
+        from launcher.execution.ssh import SSHSettings, SshLauncher
 
-        return lambda: SshLauncher(plan, **(ssh_options or {}))
+        return lambda: SshLauncher(plan, ssh or SSHSettings())
     raise LaunchError(f"unknown launcher {plan.launcher!r}")
 
 
@@ -96,7 +99,7 @@ def run_plan(
     options: SuperviseOptions,
     argv: List[str],
     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
-    ssh_options: Optional[Dict[str, Any]] = None,
+    ssh: Optional["SSHSettings"] = None,
     on_started: Optional[Callable[[], None]] = None,
     zygote: bool = False,
 ) -> JobResult:
@@ -125,7 +128,7 @@ def run_plan(
     watchdog = Watchdog()
     try:
         prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
-        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options, watchdog, zygote), options, on_event=record_event, prepare_attempt=prepare,
+        sup = Supervisor(plan, make_launcher_factory(plan, ssh, watchdog, zygote), options, on_event=record_event, prepare_attempt=prepare,
                          watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
         started = time.time()
         try:
