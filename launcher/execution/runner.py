@@ -151,23 +151,27 @@ def run_plan(
 
 def junit_xml(result: JobResult) -> str:
     """JUnit XML: one testcase per process; a failure carries its reason and log tail."""
+    import re
     from xml.sax.saxutils import escape, quoteattr
 
     from launcher.execution.results import tail_lines
 
+    not_xml = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # e.g. ANSI colours in a log: not allowed in XML 1.0
+    attr = lambda s: quoteattr(not_xml.sub("", s))  # noqa: E731
+
     cases = []
     failures = 0
     for p in result.processes:
-        name = quoteattr(p.name)
+        name = attr(p.name)
         secs = (p.ended or result.ended) - (p.started or result.started)
         body = ""
         if p.failed:
             failures += 1
             tail = "\n".join(tail_lines(p.log, 20))
-            body = f"<failure message={quoteattr(p.describe())}>{escape(tail)}</failure>"
+            body = f"<failure message={attr(p.describe())}>{escape(not_xml.sub('', tail))}</failure>"
         elif p.torn_down:
-            body = f"<skipped message={quoteattr('ended by mslaunch after another process failed')}/>"
-        cases.append(f'  <testcase classname={quoteattr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>')
-    head = (f'<testsuite name={quoteattr("mslaunch " + result.job_id)} tests="{len(result.processes)}" '
+            body = f"<skipped message={attr('ended by mslaunch after another process failed')}/>"
+        cases.append(f'  <testcase classname={attr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>')
+    head = (f'<testsuite name={attr("mslaunch " + result.job_id)} tests="{len(result.processes)}" '
             f'failures="{failures}" time="{result.ended - result.started:.3f}">')
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + head + "\n" + "\n".join(cases) + "\n</testsuite>\n"
