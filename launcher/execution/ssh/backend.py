@@ -169,16 +169,22 @@ class SshProcess:
         except OSError:
             pass
 
+    def _recv(self, stderr: bool) -> bytes:
+        """The channel's next chunk of stdout (or stderr); ``b""`` at EOF or on any error."""
+        read = self._chan.recv_stderr if stderr else self._chan.recv  # type: ignore[union-attr]
+        while True:
+            try:
+                return read(4096 if stderr else 65536)
+            except socket.timeout:
+                continue
+            except Exception:
+                return b""
+
     def _read_stdout(self) -> None:
         try:
             with open(self.log_path, "ab", buffering=0) as fh:
                 while True:
-                    try:
-                        data = self._chan.recv(65536)  # type: ignore[union-attr]
-                    except socket.timeout:
-                        continue
-                    except Exception:
-                        return
+                    data = self._recv(stderr=False)
                     if not data:
                         return
                     fh.write(data)
@@ -188,12 +194,7 @@ class SshProcess:
     def _read_stderr(self) -> None:
         buf = b""
         while True:
-            try:
-                data = self._chan.recv_stderr(4096)  # type: ignore[union-attr]
-            except socket.timeout:
-                continue
-            except Exception:
-                data = b""
+            data = self._recv(stderr=True)
             if not data:
                 break
             self._last_heard = time.monotonic()
