@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
@@ -53,6 +54,30 @@ def ssh_parameter(field: str, when: Optional[str] = None, panel: Optional[str] =
     text = f"With {when}: {f.help[0].lower()}{f.help[1:]}" if when else f.help
     option = typer.Option(f.default, f.flag, help=text, rich_help_panel=panel)
     return inspect.Parameter(f.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=f.annotation)
+
+
+def job_ssh_config(explicit: Optional[str], all_local: bool) -> Optional[str]:
+    """The absolute ssh config of a job (``plan.ssh_config``): ``--ssh-config``; for a job with
+    remote hosts also ``$MSLAUNCH_SSH_CONFIG`` or ``~/.ssh/config``; None if there is none.
+
+    The file mslaunch's own SSH reads ($HOME/.ssh/config) goes into the plan so that OpenSSH
+    (mpirun's agent) gets it with -F too: it would read the passwd home's instead (HOME differs
+    in CI).
+
+    Raises:
+        PlanError: the file does not exist.
+    """
+    path = explicit or (os.environ.get("MSLAUNCH_SSH_CONFIG") if not all_local else None) or None
+    if path is None and not all_local:
+        from launcher.execution.ssh import config_path
+
+        path = config_path()
+    if path is None:
+        return None
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(path):
+        raise PlanError(f"no such ssh config file {path}", field="--ssh-config")
+    return path
 
 
 def settings_from(values: Dict[str, Any]) -> SSHSettings:
