@@ -32,6 +32,7 @@ $(VENV)/.stamp-install: setup.cfg pyproject.toml
 venv: $(VENV)/.stamp-install
 
 test: deps venv
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 run: deps venv

@@ -15,7 +15,9 @@ from typing import Any, Dict, Optional
 import typer
 
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, with_job_options
+from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import PlanError
+from launcher.execution.ssh.settings import SSHSettings
 
 
 def register(app: typer.Typer) -> None:
@@ -23,15 +25,15 @@ def register(app: typer.Typer) -> None:
 
 
 @with_job_options
+@with_ssh_settings("accept_new", "connect_timeout", before="cpu_probe")
 def doctor_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON instead of a table."),
     hccn_path: str = typer.Option("/etc/hccn.conf", "--hccn-path", help="hccn.conf to look for on every host (ranktable method)."),
     max_skew: float = typer.Option(1.0, "--max-skew", help="Allowed clock difference to this machine, s."),
-    ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
-    ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
     cpu_probe: Optional[bool] = typer.Option(None, "--cpu-probe/--no-cpu-probe", help="Time MindSpore's CPU kernels on every host (default: when the job is a MindSpore CPU job or no program is given; cached).", rich_help_panel="CPU"),
     *,
     opts: JobOptions,
+    ssh: SSHSettings,
 ) -> None:
     """Check every host in parallel: SSH, Python and MindSpore versions, the workload, the master
     port, clock skew, hccn.conf (ranktable method), mpirun (mpirun launcher). Exit 1 on any ✗."""
@@ -74,7 +76,8 @@ def doctor_cmd(
         mpirun=plan.launcher == "mpirun",
         max_skew=max_skew,
     )
-    reports = run_doctor(job, ssh_config=spec.ssh_config, accept_new=ssh_accept_new, connect_timeout=ssh_connect_timeout)
+    ssh = replace(ssh, config=spec.ssh_config)
+    reports = run_doctor(job, ssh)
     failed = [r for r in reports if not r.ok]
     if cpu_probe is None:
         cpu_probe = spec.cpu.mode != "off" and (spec.cpu.mindspore_cpu or not has_program or _imports_mindspore(opts))
@@ -84,7 +87,7 @@ def doctor_cmd(
         from launcher.jobs.jobdir import mslaunch_home
 
         with_ms = [h for h, r in zip(plan.hosts, reports) if r.check("mindspore").ok]
-        cpu = cpu_probes(with_ms, python, mslaunch_home(), spec.ssh_config, ssh_accept_new, ssh_connect_timeout,
+        cpu = cpu_probes(with_ms, python, mslaunch_home(), ssh,
                          on_probe=None if as_json else lambda msg: sys.stderr.write(f"mslaunch: {msg}\n"))
     if as_json:
         hosts = reports_json(reports)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 import typer
 
+from launcher.cli.msrun_flags import NODE_RANK_VARS, node_rank_from_env, parse_bind_numa, parse_msrun_bool, tail_ranks  # noqa: F401 (re-exported)
+from launcher.cli.ssh_flags import job_ssh_config, ssh_parameter
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning import envs
 from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_inventory
@@ -101,7 +103,7 @@ _opt("mpi_arg", List[str], typer.Option([], "--mpi-arg", help="Extra mpirun argu
 _opt("mpi_hostfile", bool, typer.Option(False, "--mpi-hostfile", help="Give mpirun a generated --hostfile instead of -H.", rich_help_panel="mpirun"))
 _opt("oversubscribe", bool, typer.Option(False, "--oversubscribe", help="Allow more processes than slots (mpirun).", rich_help_panel="mpirun"))
 _opt("nic", Optional[str], typer.Option(None, "--nic", help="Network interface for MPI traffic.", rich_help_panel="mpirun"))
-_opt("ssh_config", Optional[str], typer.Option(None, "--ssh-config", help="ssh config for remote hosts (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config).", rich_help_panel="SSH"))
+_OPTIONS.append(ssh_parameter("config"))
 _opt("cpu_tune", str, typer.Option("auto", "--cpu-tune", help="auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job | off.", rich_help_panel="CPU"))
 _opt("bind_core", Optional[str], typer.Option(None, "--bind-core", "--bind_core", help="msrun's: True | False | JSON {\"device0\": [\"0-3\"], ...}: cores per local rank.", rich_help_panel="CPU"))
 _opt("node_rank", Optional[str], typer.Option(None, "--node-rank", "--node_rank", help="Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, SLURM_NODEID, OMPI_COMM_WORLD_RANK).", rich_help_panel="msrun"))
@@ -187,85 +189,6 @@ def template_path(name: str) -> str:
     if not os.path.exists(path):
         raise MsLaunchError(f"template {name} not found at {path}; reinstall mslaunch from its source tree")
     return path
-
-
-#: Where ``--node_rank auto`` finds this node's index, first match wins: the Ascend
-#: Kubernetes operator (and msrun users by hand) set ``MS_NODE_RANK``; Slurm sets
-#: ``SLURM_NODEID`` in a step; OpenMPI sets ``OMPI_COMM_WORLD_RANK`` (start one mslaunch per
-#: node, e.g. ``mpirun --map-by ppr:1:node``).
-NODE_RANK_VARS = ("MS_NODE_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_RANK")
-
-
-def parse_msrun_bool(text: str, field: str) -> bool:
-    """msrun's booleans (``--join=True``): ``True``/``False`` (also lower case, ``1``/``0``).
-
-    Raises:
-        PlanError: any other value, naming ``field``.
-    """
-    value = {"true": True, "false": False, "1": True, "0": False}.get(text.strip().lower())
-    if value is None:
-        raise PlanError(f"expected True or False, got {text!r}", field=field)
-    return value
-
-
-def node_rank_from_env(environ: Mapping[str, str]) -> Tuple[int, str]:
-    """``--node_rank auto``: this node's index from a cluster manager's environment.
-
-    Returns:
-        ``(node_rank, variable it came from)``.
-
-    Raises:
-        PlanError: none of :data:`NODE_RANK_VARS` is set, or the value is not an integer >= 0.
-    """
-    for name in NODE_RANK_VARS:
-        text = environ.get(name)
-        if text is None or text == "":
-            continue
-        try:
-            value = int(text)
-        except ValueError:
-            raise PlanError(f"{name}={text!r} is not a node index", field="--node_rank") from None
-        if value < 0:
-            raise PlanError(f"{name}={text!r} is not a node index", field="--node_rank")
-        return value, name
-    raise PlanError(f"--node_rank auto: none of {', '.join(NODE_RANK_VARS)} is set; pass --node_rank N", field="--node_rank")
-
-
-def parse_bind_numa(text: Optional[str]) -> Tuple[Tuple[str, str], ...]:
-    """msrun's ``--bind_numa``: ``True``/``False``, a JSON dict ``{"device0": ["0"], "scheduler": ["1"]}``
-    or a bind JSON file.  Returns the dict form as ``(key, nodes)`` pairs, which become a
-    ``numactl --membind N --cpunodebind N`` prefix; ``True`` and files only bind through device
-    (NPU) topology msrun reads from the Ascend driver, so on other machines they bind nothing
-    (as with msrun there).
-
-    Raises:
-        PlanError: a value msrun would refuse.
-    """
-    import json
-    import re
-
-    if text is None or text.strip().lower() in ("true", "false"):
-        return ()
-    if text.lower().endswith(".json"):
-        if not os.path.isfile(text):
-            raise PlanError(f"no such bind_numa json file {text}", field="--bind_numa")
-        return ()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        raise PlanError(f"expected True, False, a JSON dict or a .json file, got {text!r}", field="--bind_numa") from None
-    if not isinstance(value, dict):
-        raise PlanError(f"expected a JSON dict, got {text!r}", field="--bind_numa")
-    if any(k in value for k in ("bind_config", "bind_cpu", "bind_memory")):
-        return ()
-    out: List[Tuple[str, str]] = []
-    for key, nodes in value.items():
-        if not re.fullmatch(r"device\d+|scheduler", key):
-            raise PlanError(f"key {key!r} must be 'scheduler' or 'deviceN'", field="--bind_numa")
-        if not isinstance(nodes, list) or not all(isinstance(n, str) and re.fullmatch(r"\d+-\d+|\d+(,\d+)*", re.sub(r"\s+", "", n)) for n in nodes):
-            raise PlanError(f"{key}: expected a list of NUMA ids like [\"0\"] or [\"0-1\"], got {nodes!r}", field="--bind_numa")
-        out.append((key, ",".join(re.sub(r"\s+", "", n) for n in nodes)))
-    return tuple(out)
 
 
 def _read_given_rank_table(path: str) -> str:
@@ -382,20 +305,6 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
     )
 
 
-def tail_ranks(text: str) -> Optional[Tuple[int, ...]]:
-    """msrun's ``--tail_worker_log``: ``-1`` (every rank: None) or ``0,3``.
-
-    Raises:
-        PlanError: anything else.
-    """
-    if text.strip() == "-1":
-        return None
-    try:
-        return tuple(int(t) for t in text.split(","))
-    except ValueError:
-        raise PlanError(f"expected -1 or ranks like 0,3, got {text!r}", field="--tail_worker_log") from None
-
-
 def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec]) -> JobSpec:
     inventory = load_inventory(opts.hosts, opts.host_list, opts.include, opts.exclude, (opts.per_host if node else opts.np) or opts.per_host or opts.np or 1)
     program: Tuple[str, ...] = ((opts.module,) if opts.module else ()) + opts.program
@@ -423,17 +332,7 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
     if opts.launcher == "mpirun" or opts.method == "mpi":
         wrapper = template_path("mslaunch-rank.sh")
     port = master_port(opts) if opts.method == "dynamic" else DEFAULT_MASTER_PORT
-    ssh_config = opts.ssh_config or (os.environ.get("MSLAUNCH_SSH_CONFIG") if not inventory.all_local else None) or None
-    if ssh_config is None and not inventory.all_local:
-        # The file mslaunch's own SSH reads ($HOME/.ssh/config): OpenSSH (mpirun's agent) gets
-        # it with -F too, since it would read the passwd home's instead (HOME differs in CI).
-        from launcher.execution.ssh import config_path
-
-        ssh_config = config_path()
-    if ssh_config is not None:
-        ssh_config = os.path.abspath(os.path.expanduser(ssh_config))
-        if not os.path.isfile(ssh_config):
-            raise PlanError(f"no such ssh config file {ssh_config}", field="--ssh-config")
+    ssh_config = job_ssh_config(opts.ssh_config, inventory.all_local)
     if opts.method == "dynamic" and not inventory.all_local and opts.master_addr is None:
         # MS_SCHED_HOST must be an address every host reaches: an ssh alias's HostName.
         from launcher.execution.ssh import resolve_addrs

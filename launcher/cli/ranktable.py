@@ -15,7 +15,9 @@ from typing import Any, Dict, List, Optional
 
 import typer
 
+from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import RankTableError
+from launcher.execution.ssh.settings import SSHSettings
 
 app = typer.Typer(
     help="HCCL rank tables (Ascend): generate from an inventory, merge per-host tables, validate, show.",
@@ -76,6 +78,7 @@ def _emit(text: str, output: Optional[str], table: Any) -> None:
 
 
 @app.command("gen")
+@with_ssh_settings("config", "accept_new", "connect_timeout", when="--collect", panel=None)
 def gen(
     hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile or YAML cluster file."),
     host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 (instead of --hosts)."),
@@ -96,11 +99,8 @@ def gen(
         False, "--collect", help="Read every host's hccn.conf over SSH, in parallel (--hccn still wins)."
     ),
     hccn_path: str = typer.Option("/etc/hccn.conf", "--hccn-path", help="With --collect: the file to read on each host."),
-    ssh_config: Optional[str] = typer.Option(
-        None, "--ssh-config", help="With --collect: ssh config (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config)."
-    ),
-    ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="With --collect: trust and record unknown host keys."),
-    ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="With --collect: seconds to connect to a host."),
+    *,
+    ssh: SSHSettings,
 ) -> None:
     """Generate the rank table of an inventory, with device IPs from hccn.conf copies or the YAML.
 
@@ -127,7 +127,7 @@ def gen(
         from launcher.planning.hccn import parse_hccn_conf, read_hccn_conf
 
         wanted = [h for h in inventory.hosts if h.name not in files]
-        texts = collect_files(wanted, hccn_path, ssh_config=ssh_config, accept_new=ssh_accept_new, connect_timeout=ssh_connect_timeout)
+        texts = collect_files(wanted, hccn_path, ssh)
         collected = {f"{name}:{hccn_path}": parse_hccn_conf(text, path=f"{name}:{hccn_path}") for name, text in texts.items()}
         files.update({name: f"{name}:{hccn_path}" for name in texts})
         read = lambda path: collected[path] if path in collected else read_hccn_conf(path)  # noqa: E731

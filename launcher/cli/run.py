@@ -12,7 +12,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import typer
 
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
+from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import MsLaunchError, PlanError
+from launcher.execution.ssh.settings import SSHSettings
 from launcher.planning import layout
 from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan, build_plan
@@ -25,6 +27,7 @@ def register(app: typer.Typer) -> None:
 
 
 @with_job_options
+@with_ssh_settings("accept_new", "connect_timeout", "start_timeout")
 def run_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing.", rich_help_panel="Run"),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON.", rich_help_panel="Run"),
@@ -39,11 +42,9 @@ def run_cmd(
     junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
     sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
     zygote: bool = typer.Option(False, "--zygote", help="Import MindSpore once and fork each local Python rank from it (faster start; opt-in, proven on CPU dynamic clusters).", rich_help_panel="Run"),
-    ssh_accept_new: bool = typer.Option(False, "--ssh-accept-new", help="Trust and record unknown SSH host keys (first use).", rich_help_panel="SSH"),
-    ssh_connect_timeout: float = typer.Option(10.0, "--ssh-connect-timeout", help="Seconds to connect to a host.", rich_help_panel="SSH"),
-    ssh_start_timeout: float = typer.Option(30.0, "--ssh-start-timeout", help="Seconds for a host's agent to start after login (slow login shells); then 'did not start'.", rich_help_panel="SSH"),
     *,
     opts: JobOptions,
+    ssh: SSHSettings,
 ) -> None:
     """Run a job: one process per rank (plus the scheduler), supervised, with per-rank logs.
 
@@ -85,11 +86,8 @@ def run_cmd(
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None, live=live)
-    if ssh_start_timeout <= 0:
-        raise PlanError("--ssh-start-timeout must be > 0", field="--ssh-start-timeout")
-    ssh_options = {"accept_new": ssh_accept_new, "connect_timeout": ssh_connect_timeout, "start_timeout": ssh_start_timeout}
     try:
-        result = run_plan(plan, options, sys.argv, on_event=console.event, ssh_options=ssh_options, on_started=console.start, zygote=zygote)
+        result = run_plan(plan, options, sys.argv, on_event=console.event, ssh=ssh, on_started=console.start, zygote=zygote)
     finally:
         console.stop()
     problems = []  # a CI output that cannot be written never hides the job's result or exit code

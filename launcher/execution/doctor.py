@@ -31,9 +31,12 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from launcher.planning.inventory import Host
+
+if TYPE_CHECKING:
+    from launcher.execution.ssh.settings import SSHSettings
 
 CHECKS = ("ssh", "python", "mindspore", "workload", "master port", "clock", "hccn.conf", "mpirun")
 DEFAULT_MAX_SKEW = 1.0
@@ -319,21 +322,16 @@ def check_rows(job: DoctorJob, results: Dict[str, Any], local_mpirun: Optional[s
     return reports
 
 
-def run_doctor(
-    job: DoctorJob,
-    ssh_config: Optional[str] = None,
-    accept_new: bool = False,
-    connect_timeout: float = 10.0,
-) -> List[HostReport]:
+def run_doctor(job: DoctorJob, ssh: Optional["SSHSettings"] = None) -> List[HostReport]:
     """Probe every host in parallel and return one report per host (in inventory order).
 
     Raises:
         LaunchError: the ssh config cannot be read.
     """
-    from launcher.execution.ssh import SshConnection, _parallel, connect_each
+    from launcher.execution.ssh import SSHSettings, SshConnection, connect_each, run_parallel
 
     remote = [h for h in job.hosts if not h.is_local]
-    conns: Dict[str, Any] = connect_each(remote, ssh_config, accept_new, connect_timeout) if remote else {}
+    conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}
     try:
         def probe(host: Host) -> Any:
             if host.is_local:
@@ -348,7 +346,7 @@ def run_doctor(
             from launcher.execution.mpirun import mpirun_version
 
             local_mpirun = mpirun_version()
-        outcomes = _parallel(probe, list(job.hosts), 32)
+        outcomes = run_parallel(probe, list(job.hosts), 32)
         results = {}
         for host, (value, exc) in zip(job.hosts, outcomes):
             results[host.name] = value if exc is None else f"probe failed: {exc}"
@@ -367,9 +365,7 @@ def cpu_probes(
     hosts: Sequence[Host],
     python: Dict[str, Optional[str]],
     home: str,
-    ssh_config: Optional[str] = None,
-    accept_new: bool = False,
-    connect_timeout: float = 10.0,
+    ssh: Optional["SSHSettings"] = None,
     on_probe: Optional[Any] = None,
 ) -> Dict[str, Any]:
     """The CPU probe of every host (:func:`launcher.execution.cpuprobe.cached_probe`), one host
@@ -383,10 +379,10 @@ def cpu_probes(
         LaunchError: the ssh config cannot be read.
     """
     from launcher.execution.cpuprobe import cached_probe, local_runner, ssh_runner
-    from launcher.execution.ssh import SshConnection, connect_each
+    from launcher.execution.ssh import SSHSettings, SshConnection, connect_each
 
     remote = [h for h in hosts if not h.is_local]
-    conns: Dict[str, Any] = connect_each(remote, ssh_config, accept_new, connect_timeout) if remote else {}
+    conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}
     out: Dict[str, Any] = {}
     try:
         for host in hosts:

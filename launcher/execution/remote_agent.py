@@ -40,6 +40,13 @@ The rank runs in its own session (``start_new_session``), so its process group i
 agent is a child subreaper (Linux), so whatever the rank leaves behind is re-parented to the agent
 and killed when the rank exits.  Nothing here runs a shell.
 """
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
 MARK = "@@mslaunch"
 
 #: Python code given to ``python -c``: read the config line, compile this module, run main.
@@ -48,76 +55,108 @@ BOOTSTRAP = (
     "g={'__name__':'mslaunch_agent'};exec(compile(c['src'],'mslaunch_agent','exec'),g);g['main'](c['cfg'])"
 )
 
+_SEND_LOCK = threading.Lock()
+
 
 def main(cfg):  # type: ignore[no-untyped-def]  # (kept 3.6-compatible and annotation-free)
-    import os
-    import signal
-    import subprocess
-    import sys
-    import threading
-    import time
+    """Run one rank as ``cfg`` says, speak the protocol, and exit the process (never returns)."""
+    become_subreaper()
+    env = rank_env(cfg)
+    host = cfg.get("host", "this host")
+    cwd = prepare_cwd(cfg, host)
+    write_env_dump(cfg.get("env_dump"), env, host)
+    proc = start_rank([str(a) for a in cfg["argv"]], cwd, env, host)
+    send("started %d" % proc.pid)
+    link = Link(proc)
+    link.start(float(cfg.get("heartbeat", 1.0)))
+    rc, lost = wait_rank(proc, link, float(cfg.get("ping_timeout", 8.0)))
+    reap_leftovers(proc)
+    link.done.set()
+    if lost:
+        never_block_on_stderr()
+    send("exit %d" % rc)
+    os._exit(0)  # not sys.exit: the stdin reader thread may be blocked in a read
 
-    lock = threading.Lock()
-    done = threading.Event()
 
-    def send(text):  # type: ignore[no-untyped-def]
-        data = ("%s %s\n" % (MARK, text)).encode("utf-8", "replace")
-        with lock:
-            try:
-                while data:
-                    n = os.write(2, data)
-                    data = data[n:]
-            except OSError:
-                pass
+def send(text):  # type: ignore[no-untyped-def]
+    """Write one protocol line (``MARK text``) to stderr, whole, from any thread."""
+    data = ("%s %s\n" % (MARK, text)).encode("utf-8", "replace")
+    with _SEND_LOCK:
+        try:
+            while data:
+                n = os.write(2, data)
+                data = data[n:]
+        except OSError:
+            pass
 
+
+def fail(message):  # type: ignore[no-untyped-def]
+    """The rank cannot be started: say why, report exit 127, and end the agent."""
+    send("error " + message.replace("\n", " "))
+    send("exit 127")
+    os._exit(0)
+
+
+def become_subreaper():  # type: ignore[no-untyped-def]
+    """Orphans of the rank are re-parented to the agent (Linux ``PR_SET_CHILD_SUBREAPER``)."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
     except Exception:
         pass
 
-    argv = [str(a) for a in cfg["argv"]]
-    cwd = cfg.get("cwd") or None
+
+def rank_env(cfg):  # type: ignore[no-untyped-def]
+    """The login environment with ``cfg["env"]`` on top (values taken literally)."""
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in cfg.get("env", {}).items()})
-    host = cfg.get("host", "this host")
+    return env
 
-    def fail(message):  # type: ignore[no-untyped-def]
-        send("error " + message.replace("\n", " "))
-        send("exit 127")
-        os._exit(0)
 
-    if cwd is not None:
-        if cfg.get("mkdir"):
-            try:
-                os.makedirs(cwd, 0o700, exist_ok=True)
-            except OSError as exc:
-                fail("cannot create working directory %s on %s: %s" % (cwd, host, exc.strerror or exc))
-        if not os.path.isdir(cwd):
-            fail("working directory %s does not exist on %s; run from a folder that exists on every host" % (cwd, host))
-    dump = cfg.get("env_dump")
-    if dump:
+def prepare_cwd(cfg, host):  # type: ignore[no-untyped-def]
+    """The rank's working directory (created when ``cfg["mkdir"]``), or None; fails if missing."""
+    cwd = cfg.get("cwd") or None
+    if cwd is None:
+        return None
+    if cfg.get("mkdir"):
         try:
-            fd = os.open(dump, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write("".join("%s=%s\n" % (k, v) for k, v in env.items()))
+            os.makedirs(cwd, 0o700, exist_ok=True)
         except OSError as exc:
-            fail("cannot write %s on %s: %s" % (dump, host, exc.strerror or exc))
+            fail("cannot create working directory %s on %s: %s" % (cwd, host, exc.strerror or exc))
+    if not os.path.isdir(cwd):
+        fail("working directory %s does not exist on %s; run from a folder that exists on every host" % (cwd, host))
+    return cwd
 
-    def child_setup():  # type: ignore[no-untyped-def]
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        try:
-            import ctypes as ct
 
-            ct.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the agent
-        except Exception:
-            pass
-
+def write_env_dump(path, env, host):  # type: ignore[no-untyped-def]
+    """Write ``env`` as ``K=V`` lines to ``path`` (0600), if a path is given; fails if it cannot."""
+    if not path:
+        return
     try:
-        proc = subprocess.Popen(
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("".join("%s=%s\n" % (k, v) for k, v in env.items()))
+    except OSError as exc:
+        fail("cannot write %s on %s: %s" % (path, host, exc.strerror or exc))
+
+
+def _child_setup():  # type: ignore[no-untyped-def]
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the agent
+    except Exception:
+        pass
+
+
+def start_rank(argv, cwd, env, host):  # type: ignore[no-untyped-def]
+    """Start the rank in its own session, stdout+stderr on our stdout; fails if it cannot start."""
+    try:
+        return subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=1, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True, preexec_fn=child_setup,
+            start_new_session=True, close_fds=True, preexec_fn=_child_setup,
         )
     except FileNotFoundError:
         fail("cannot run %r on %s: no such file; check the program path (or python: in the inventory)" % (argv[0], host))
@@ -125,47 +164,66 @@ def main(cfg):  # type: ignore[no-untyped-def]  # (kept 3.6-compatible and annot
         fail("cannot run %r on %s: permission denied (is it executable?)" % (argv[0], host))
     except OSError as exc:
         fail("cannot start %r on %s: %s" % (argv[0], host, exc.strerror or exc))
-    send("started %d" % proc.pid)
 
-    def descendants():  # type: ignore[no-untyped-def]
-        """Pids below the agent (its children, theirs, ...), from /proc."""
-        me = os.getpid()
-        parent = {}
-        try:
-            names = os.listdir("/proc")
-        except OSError:
-            return []
-        for name in names:
-            if not name.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % name, "rb") as fh:
-                    parent[int(name)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-        out, frontier = [], [me]
-        while frontier:
-            nxt = [p for p, pp in parent.items() if pp in frontier and p != me]
-            out.extend(nxt)
-            frontier = nxt
-        return out
 
-    def signal_tree(sig):  # type: ignore[no-untyped-def]
-        found = descendants()
+def descendants():  # type: ignore[no-untyped-def]
+    """Pids below the agent (its children, theirs, ...), from /proc."""
+    me = os.getpid()
+    parent = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
         try:
-            os.killpg(proc.pid, sig)
+            with open("/proc/%s/stat" % name, "rb") as fh:
+                parent[int(name)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    out, frontier = [], [me]
+    while frontier:
+        nxt = [p for p, pp in parent.items() if pp in frontier and p != me]
+        out.extend(nxt)
+        frontier = nxt
+    return out
+
+
+def signal_tree(proc, sig):  # type: ignore[no-untyped-def]
+    """``sig`` to the rank's process group and every descendant of the agent."""
+    found = descendants()
+    try:
+        os.killpg(proc.pid, sig)
+    except OSError:
+        pass
+    for pid in found:
+        try:
+            os.kill(pid, sig)
         except OSError:
             pass
-        for pid in found:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
 
-    last = [time.monotonic()]
-    eof = threading.Event()
 
-    def reader():  # type: ignore[no-untyped-def]
+class Link(object):
+    """The launcher's side of the channel: control lines on stdin, heartbeats on stderr.
+
+    ``last`` is when a line last arrived, ``eof`` is set when stdin closes, ``done`` stops the
+    heartbeats.
+    """
+
+    def __init__(self, proc):  # type: ignore[no-untyped-def]
+        self.proc = proc
+        self.last = time.monotonic()
+        self.eof = threading.Event()
+        self.done = threading.Event()
+
+    def start(self, heartbeat):  # type: ignore[no-untyped-def]
+        for target, args in ((self._read, ()), (self._beat, (heartbeat,))):
+            t = threading.Thread(target=target, args=args)
+            t.daemon = True
+            t.start()
+
+    def _read(self):  # type: ignore[no-untyped-def]
         stdin = sys.stdin.buffer
         while True:
             try:
@@ -173,44 +231,48 @@ def main(cfg):  # type: ignore[no-untyped-def]  # (kept 3.6-compatible and annot
             except (OSError, ValueError):
                 line = b""
             if not line:
-                eof.set()
+                self.eof.set()
                 return
-            last[0] = time.monotonic()
+            self.last = time.monotonic()
             word = line.strip()
             if word == b"TERM":  # the group only, as the local launcher does
                 try:
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    os.killpg(self.proc.pid, signal.SIGTERM)
                 except OSError:
                     pass
             elif word == b"KILL":
-                signal_tree(signal.SIGKILL)
+                signal_tree(self.proc, signal.SIGKILL)
 
-    def heartbeat():  # type: ignore[no-untyped-def]
-        while not done.wait(float(cfg.get("heartbeat", 1.0))):
+    def _beat(self, interval):  # type: ignore[no-untyped-def]
+        while not self.done.wait(interval):
             send("hb")
 
-    for target in (reader, heartbeat):
-        t = threading.Thread(target=target)
-        t.daemon = True
-        t.start()
+    def silent_for(self, seconds):  # type: ignore[no-untyped-def]
+        """The launcher closed stdin or said nothing for ``seconds``."""
+        return self.eof.is_set() or time.monotonic() - self.last > seconds
 
-    ping_timeout = float(cfg.get("ping_timeout", 8.0))
-    lost = False
-    rc = None
-    while rc is None:
+
+def wait_rank(proc, link, ping_timeout):  # type: ignore[no-untyped-def]
+    """Wait for the rank; if the launcher goes silent, end it (SIGTERM, 2 s, SIGKILL).
+
+    Returns ``(returncode, lost)``.
+    """
+    while True:
         try:
-            rc = proc.wait(timeout=0.2)
+            return proc.wait(timeout=0.2), False
         except subprocess.TimeoutExpired:
             pass
-        if rc is None and (eof.is_set() or time.monotonic() - last[0] > ping_timeout):
-            lost = True  # the launcher or the link is gone: end the rank ourselves
-            signal_tree(signal.SIGTERM)
+        if link.silent_for(ping_timeout):  # the launcher or the link is gone: end the rank ourselves
+            signal_tree(proc, signal.SIGTERM)
             try:
-                rc = proc.wait(timeout=2.0)
+                return proc.wait(timeout=2.0), True
             except subprocess.TimeoutExpired:
-                signal_tree(signal.SIGKILL)
-                rc = proc.wait()
-    # The rank is gone: end whatever it left behind, reap it (we are its subreaper).
+                signal_tree(proc, signal.SIGKILL)
+                return proc.wait(), True
+
+
+def reap_leftovers(proc):  # type: ignore[no-untyped-def]
+    """The rank is gone: kill whatever it left behind and reap it (we are its subreaper)."""
     for _ in range(50):
         left = descendants()
         try:
@@ -218,7 +280,7 @@ def main(cfg):  # type: ignore[no-untyped-def]  # (kept 3.6-compatible and annot
         except OSError:
             pass
         if not left:
-            break
+            return
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -232,13 +294,13 @@ def main(cfg):  # type: ignore[no-untyped-def]  # (kept 3.6-compatible and annot
                 break
             if pid == 0:
                 time.sleep(0.01)
-    done.set()
-    if lost:
-        try:  # nobody may be reading: never block here
-            import fcntl
 
-            fcntl.fcntl(2, fcntl.F_SETFL, fcntl.fcntl(2, fcntl.F_GETFL) | os.O_NONBLOCK)
-        except Exception:
-            pass
-    send("exit %d" % rc)
-    os._exit(0)  # not sys.exit: the stdin reader thread may be blocked in a read
+
+def never_block_on_stderr():  # type: ignore[no-untyped-def]
+    """Nobody may be reading our stderr any more: make writes to it non-blocking."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(2, fcntl.F_SETFL, fcntl.fcntl(2, fcntl.F_GETFL) | os.O_NONBLOCK)
+    except Exception:
+        pass

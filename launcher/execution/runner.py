@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from launcher.errors import LaunchError
 from launcher.execution.results import JobResult
@@ -24,8 +24,11 @@ from launcher.planning.inventory import is_local
 from launcher.planning.kinds import EventKind
 from launcher.planning.plan import Plan
 
+if TYPE_CHECKING:
+    from launcher.execution.ssh.settings import SSHSettings
 
-def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = None, watchdog: Optional[Watchdog] = None,
+
+def make_launcher_factory(plan: Plan, ssh: Optional["SSHSettings"] = None, watchdog: Optional[Watchdog] = None,
                           zygote: bool = False) -> Callable[[], Launcher]:
     """The launcher of ``plan``'s backend; local processes register with ``watchdog``."""
     if plan.launcher == "local" and zygote:
@@ -41,9 +44,9 @@ def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = No
 
         return lambda: MpirunLauncher(watchdog)  # type: ignore[return-value]
     if plan.launcher == "ssh":
-        from launcher.execution.ssh import SshLauncher
+        from launcher.execution.ssh import SSHSettings, SshLauncher
 
-        return lambda: SshLauncher(plan, **(ssh_options or {}))
+        return lambda: SshLauncher(plan, ssh or SSHSettings())
     raise LaunchError(f"unknown launcher {plan.launcher!r}")
 
 
@@ -98,7 +101,7 @@ def run_plan(
     options: SuperviseOptions,
     argv: List[str],
     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
-    ssh_options: Optional[Dict[str, Any]] = None,
+    ssh: Optional["SSHSettings"] = None,
     on_started: Optional[Callable[[], None]] = None,
     zygote: bool = False,
 ) -> JobResult:
@@ -127,7 +130,7 @@ def run_plan(
     watchdog = Watchdog()
     try:
         prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
-        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options, watchdog, zygote), options, on_event=record_event, prepare_attempt=prepare,
+        sup = Supervisor(plan, make_launcher_factory(plan, ssh, watchdog, zygote), options, on_event=record_event, prepare_attempt=prepare,
                          watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
         started = time.time()
         try:
@@ -150,23 +153,27 @@ def run_plan(
 
 def junit_xml(result: JobResult) -> str:
     """JUnit XML: one testcase per process; a failure carries its reason and log tail."""
+    import re
     from xml.sax.saxutils import escape, quoteattr
 
     from launcher.execution.results import tail_lines
 
+    not_xml = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # e.g. ANSI colours in a log: not allowed in XML 1.0
+    attr = lambda s: quoteattr(not_xml.sub("", s))  # noqa: E731
+
     cases = []
     failures = 0
     for p in result.processes:
-        name = quoteattr(p.name)
+        name = attr(p.name)
         secs = (p.ended or result.ended) - (p.started or result.started)
         body = ""
         if p.failed:
             failures += 1
             tail = "\n".join(tail_lines(p.log, 20))
-            body = f"<failure message={quoteattr(p.describe())}>{escape(tail)}</failure>"
+            body = f"<failure message={attr(p.describe())}>{escape(not_xml.sub('', tail))}</failure>"
         elif p.torn_down:
-            body = f"<skipped message={quoteattr('ended by mslaunch after another process failed')}/>"
-        cases.append(f'  <testcase classname={quoteattr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>')
-    head = (f'<testsuite name={quoteattr("mslaunch " + result.job_id)} tests="{len(result.processes)}" '
+            body = f"<skipped message={attr('ended by mslaunch after another process failed')}/>"
+        cases.append(f'  <testcase classname={attr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>')
+    head = (f'<testsuite name={attr("mslaunch " + result.job_id)} tests="{len(result.processes)}" '
             f'failures="{failures}" time="{result.ended - result.started:.3f}">')
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + head + "\n" + "\n".join(cases) + "\n</testsuite>\n"

@@ -82,6 +82,7 @@ class Follower:
         self._offsets: Dict[str, int] = {}
         self._partial: Dict[str, bytes] = {}
         self._known: Dict[str, LogSource] = {}
+        self._inodes: Dict[str, Tuple[int, int]] = {}  # a new file under a known name (rotation) starts over
 
     def seek(self, offsets: Dict[str, int]) -> None:
         """Continue these files from the given byte offsets (e.g. after showing their tails)."""
@@ -104,11 +105,13 @@ class Follower:
     def _read(self, src: LogSource) -> int:
         offset = self._offsets.get(src.path, 0)
         try:
-            size = os.path.getsize(src.path)
+            st = os.stat(src.path)
         except OSError:
             return 0
-        if size < offset:  # truncated or replaced: start over
+        size, inode = st.st_size, (st.st_dev, st.st_ino)
+        if size < offset or self._inodes.setdefault(src.path, inode) != inode:  # truncated or replaced: start over
             offset = 0
+            self._inodes[src.path] = inode
             self._partial.pop(src.path, None)
         if size == offset:
             return 0

@@ -1,0 +1,48 @@
+"""Typed SSH settings: one value built once in ``launcher.cli`` from the ``--ssh-*`` flags.
+
+This module imports nothing heavy (no paramiko), so the CLI can build the value at start-up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+#: Connections opened at once.
+DEFAULT_POOL = 32
+#: Seconds to connect (and authenticate) to one host (``--ssh-connect-timeout``).
+CONNECT_TIMEOUT = 10.0
+#: Seconds between pings to every agent.
+PING_INTERVAL = 1.0
+#: Seconds without a word from an agent after which its host counts as lost.
+LOST_AFTER = 5.0
+#: Seconds without a ping after which an agent ends its rank by itself.
+AGENT_TIMEOUT = 8.0
+#: Default seconds for a host's agent to say "started" (``--ssh-start-timeout``): the login
+#: shell runs first (profile scripts, pyenv, ...), so this is longer than the liveness window.
+START_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    """How mslaunch talks SSH to remote hosts.
+
+    Attributes:
+        config: ssh config to read (``--ssh-config``); None: the plan's, else
+            ``$MSLAUNCH_SSH_CONFIG``, else ``~/.ssh/config`` (see :func:`~.config.config_path`).
+        accept_new: trust and record unknown host keys (``--ssh-accept-new``).
+        connect_timeout: seconds per connection attempt (``--ssh-connect-timeout``).
+        start_timeout: seconds for a host's agent to start (``--ssh-start-timeout``).
+        known_hosts: known_hosts file to use instead of the config's ``UserKnownHostsFile``.
+        lost_after: seconds of silence after which a host counts as lost, once its agent started.
+        agent_timeout: seconds without a ping after which an agent ends its rank.
+        pool: connections opened at once.
+    """
+
+    config: Optional[str] = None
+    accept_new: bool = False
+    connect_timeout: float = CONNECT_TIMEOUT
+    start_timeout: float = START_TIMEOUT
+    known_hosts: Optional[str] = None
+    lost_after: float = LOST_AFTER
+    agent_timeout: float = AGENT_TIMEOUT
+    pool: int = DEFAULT_POOL

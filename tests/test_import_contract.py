@@ -1,0 +1,52 @@
+"""The import contract (``[importlinter]`` in setup.cfg) holds, and breaks when it should.
+
+``lint-imports`` runs on the real tree, then on copies of the package with one forbidden import
+added per contract (to a new module or appended to an existing one): each copy must fail naming the contract and the offending import.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINT = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+
+
+def lint(root: str) -> subprocess.CompletedProcess:
+    """``lint-imports`` in ``root`` with ``root``'s ``launcher`` package first on the path."""
+    assert os.path.isfile(LINT), f"{LINT} missing: install the dev extra (pip install -e '.[dev]')"
+    env = dict(os.environ, PYTHONPATH=root)
+    return subprocess.run([LINT, "--no-cache", "--no-logo"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+
+def copy_tree(tmp_path) -> str:
+    root = str(tmp_path / "repo")
+    shutil.copytree(os.path.join(REPO, "launcher"), os.path.join(root, "launcher"), ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(REPO, "setup.cfg"), root)
+    return root
+
+
+def test_the_real_tree_keeps_every_contract():
+    r = lint(REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 kept, 0 broken" in r.stdout
+
+
+@pytest.mark.parametrize("module,line,contract", [
+    ("launcher/planning/_forbidden.py", "from launcher.execution import ports\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
+    ("launcher/errors.py", "import launcher.planning.plan\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
+    ("launcher/workloads/_forbidden.py", "def f():\n    from launcher.execution.ssh import settings\n", "Workloads import nothing from execution or cli"),
+    ("launcher/jobs/_forbidden.py", "from launcher.cli import options\n", "Nothing imports cli (but the entry point)"),
+])
+def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
+    root = copy_tree(tmp_path)
+    assert lint(root).returncode == 0  # the copy is clean before the edit
+    with open(os.path.join(root, module), "a", encoding="utf-8") as fh:  # a new module, or one more line
+        fh.write(line)
+    r = lint(root)
+    assert r.returncode != 0, r.stdout
+    assert f"{contract} BROKEN" in r.stdout
+    imported = line.split("import ")[-1].strip() if line.startswith("import ") else line.split("from ")[-1].split(" import")[0]
+    assert imported in r.stdout  # the report names the offending import
