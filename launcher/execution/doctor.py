@@ -13,7 +13,8 @@ workload       the script exists (``-m``: the module imports; ``--no-python``: t
 master port    the scheduler's port is free on the master host (dynamic method)
 clock          the host's clock is within ``max_skew`` seconds of this machine's
 hccn.conf      the host has ``hccn_path`` with device addresses (ranktable method)
-mpirun         mpirun is installed, the same version as on this machine (mpirun launcher)
+<backend>      the backend's tool (e.g. mpirun) is installed, at this machine's version
+               (the backend's registered :class:`~launcher.execution.backend.ToolCheck`)
 =============  ===========================================================================
 
 Checks are plain functions of probe results returning :class:`Check` rows; a check that does
@@ -31,11 +32,13 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from launcher.execution.backend import ToolCheck
 from launcher.planning.inventory import Host
 
-CHECKS = ("ssh", "python", "mindspore", "workload", "master port", "clock", "hccn.conf", "mpirun")
+#: The checks every job gets; a backend's tool checks (``DoctorJob.tools``) follow them.
+CHECKS = ("ssh", "python", "mindspore", "workload", "master port", "clock", "hccn.conf")
 DEFAULT_MAX_SKEW = 1.0
 DEFAULT_HCCN_PATH = "/etc/hccn.conf"
 
@@ -96,14 +99,14 @@ if hccn:
         out["hccn_devices"] = len(re.findall(r"^\s*address_\d+\s*=", text, re.M))
     except OSError as exc:
         out["hccn_error"] = exc.strerror or str(exc)
-if cfg.get("mpirun"):
-    path = shutil.which("mpirun")
+for name, exe in (cfg.get("tools") or {}).items():
+    path = shutil.which(exe)
     if path:
         rc, o, e = run([path, "--version"], timeout=20)
         m = re.search(r"(\d+\.\d+\.\d+)", o)
-        out["mpirun"] = m.group(1) if m else "unknown"
+        out[name] = m.group(1) if m else "unknown"
     else:
-        out["mpirun"] = None
+        out[name] = None
 out["elapsed"] = time.time() - start
 sys.stdout.write(json.dumps(out))
 '''
@@ -151,7 +154,7 @@ class DoctorJob:
         cwd: the ranks' working directory.
         master: ``(host name, port)`` of the scheduler (dynamic method), or None.
         hccn_path: hccn.conf path to look for (ranktable method), or None.
-        mpirun: check mpirun (mpirun launcher).
+        tools: the backend's tool checks (e.g. mpirun), from the backend registry.
         max_skew: allowed clock difference, s.
     """
 
@@ -163,7 +166,7 @@ class DoctorJob:
     cwd: Optional[str]
     master: Optional[Tuple[str, int]]
     hccn_path: Optional[str]
-    mpirun: bool
+    tools: Tuple[ToolCheck, ...] = ()
     max_skew: float = DEFAULT_MAX_SKEW
 
 
@@ -179,7 +182,7 @@ def _probe_config(job: DoctorJob, host: Host) -> Dict[str, Any]:
         "cwd": job.cwd,
         "port": job.master[1] if job.master is not None and job.master[0] == host.name else None,
         "hccn": job.hccn_path,
-        "mpirun": job.mpirun,
+        "tools": {t.name: t.exe for t in job.tools},
     }
 
 
@@ -235,8 +238,16 @@ def _same(values: Dict[str, Optional[str]]) -> Tuple[Optional[str], Dict[str, st
     return common, {h: f"{v} differs from {common} ({', '.join(holders)})" for h, v in present.items() if v != common}
 
 
-def check_rows(job: DoctorJob, results: Dict[str, Any], local_mpirun: Optional[str]) -> List[HostReport]:
-    """Turn probe results (host -> ``(probe dict, t0, t1)`` or an ssh failure string) into rows."""
+def check_names(job: DoctorJob) -> Tuple[str, ...]:
+    """The columns of ``job``'s report: :data:`CHECKS`, then its tools."""
+    return CHECKS + tuple(t.name for t in job.tools)
+
+
+def check_rows(job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[str, Optional[str]]) -> List[HostReport]:
+    """Turn probe results (host -> ``(probe dict, t0, t1)`` or an ssh failure string) into rows.
+
+    ``local_versions``: tool name -> its version on this machine (None: unknown)."""
+    names = check_names(job)
     reports: List[HostReport] = []
     py_versions = {h: r[0].get("python") for h, r in results.items() if not isinstance(r, str)}
     ms_versions = {h: r[0].get("mindspore") for h, r in results.items() if not isinstance(r, str)}
@@ -245,14 +256,14 @@ def check_rows(job: DoctorJob, results: Dict[str, Any], local_mpirun: Optional[s
     for host in job.hosts:
         res = results.get(host.name)
         if isinstance(res, str) or res is None:
-            checks = [Check("ssh", False, res or "not checked")] + [Check(n, None, "unreachable") for n in CHECKS[1:]]
+            checks = [Check("ssh", False, res or "not checked")] + [Check(n, None, "unreachable") for n in names[1:]]
             reports.append(HostReport(host.name, tuple(checks)))
             continue
         data, t0, t1 = res
         rows = [Check("ssh", True, "local" if host.is_local else "ok")]
         if "probe_error" in data:
             rows.append(Check("python", False, data["probe_error"]))
-            rows += [Check(n, None, "") for n in CHECKS[2:]]
+            rows += [Check(n, None, "") for n in names[2:]]
             reports.append(HostReport(host.name, tuple(rows)))
             continue
         # python / mindspore
@@ -303,19 +314,30 @@ def check_rows(job: DoctorJob, results: Dict[str, Any], local_mpirun: Optional[s
         else:
             n = int(data.get("hccn_devices", 0))
             rows.append(Check("hccn.conf", n > 0, f"{n} device addresses" if n else f"{job.hccn_path} has no address_N lines"))
-        # mpirun
-        if not job.mpirun:
-            rows.append(Check("mpirun", None))
-        else:
-            ver = data.get("mpirun")
-            if ver is None:
-                rows.append(Check("mpirun", False, "not installed (apt-get install openmpi-bin)"))
-            elif local_mpirun is not None and ver != local_mpirun:
-                rows.append(Check("mpirun", False, f"{ver} differs from {local_mpirun} on this machine"))
-            else:
-                rows.append(Check("mpirun", True, ver))
+        rows += [_tool_row(t, data.get(t.name), local_versions.get(t.name)) for t in job.tools]
         reports.append(HostReport(host.name, tuple(rows)))
     return reports
+
+
+def _tool_row(tool: ToolCheck, version: Optional[str], local: Optional[str]) -> Check:
+    """A backend tool's cell: installed, and at this machine's version."""
+    if version is None:
+        return Check(tool.name, False, f"not installed ({tool.install_hint})")
+    if local is not None and version != local:
+        return Check(tool.name, False, f"{version} differs from {local} on this machine")
+    return Check(tool.name, True, version)
+
+
+def tool_version(exe: str) -> Optional[str]:
+    """``4.1.4`` from ``exe --version`` on this machine, or None."""
+    import re
+
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else None
 
 
 def run_doctor(
@@ -342,16 +364,12 @@ def run_doctor(
                 return conn
             return probe_remote(job, host, conn)
 
-        local_mpirun = None
-        if job.mpirun:
-            from launcher.execution.mpirun import mpirun_version
-
-            local_mpirun = mpirun_version()
+        local_versions = {t.name: tool_version(t.exe) for t in job.tools}
         outcomes = _parallel(probe, list(job.hosts), 32)
         results = {}
         for host, (value, exc) in zip(job.hosts, outcomes):
             results[host.name] = value if exc is None else f"probe failed: {exc}"
-        return check_rows(job, results, local_mpirun)
+        return check_rows(job, results, local_versions)
     finally:
         for c in conns.values():
             if isinstance(c, SshConnection):

@@ -11,11 +11,15 @@ import os
 import re
 import shutil
 import signal
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution.local import LocalProcess, WatchdogLink, start_local
+from launcher.execution.backend import (
+    Backend, BackendContext, StartRequest, ToolCheck, WatchdogLink, register_backend,
+)
+from launcher.execution.local import LocalProcess, check_scheduler_port, start_local
 from launcher.execution.results import ProcResult
+from launcher.planning.mpi import mpirun_command
 from launcher.planning.plan import Plan, ProcPlan
 
 _NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
@@ -45,19 +49,6 @@ def parse_first_failure(text: str) -> Optional[Tuple[int, Optional[int], Optiona
     return int(m.group(1)), int(code.group(1)) if code else None, int(sig.group(1)) if sig else None
 
 
-def _rewrite_for_attempt(argv: Tuple[str, ...], job_dir: str, adir: str) -> List[str]:
-    """Point the wrapper's log settings at the attempt dir."""
-    if adir == job_dir:
-        return list(argv)
-    out = []
-    for item in argv:
-        for key in ("MSLAUNCH_LOG_DIR=", "MSLAUNCH_LOG="):
-            if item.startswith(key + job_dir):
-                item = key + adir + item[len(key) + len(job_dir):]
-        out.append(item)
-    return out
-
-
 class MpirunProcess(LocalProcess):
     """mpirun, standing for every process of the plan."""
 
@@ -74,7 +65,7 @@ class MpirunProcess(LocalProcess):
             except ProcessLookupError:
                 pass
 
-    def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool) -> List[ProcResult]:
+    def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None) -> List[ProcResult]:
         """Per-process results: all 0 when mpirun exited 0, else the reported first failure."""
         try:
             with open(self.log_path, "r", encoding="utf-8", errors="replace") as fh:
@@ -100,49 +91,61 @@ class MpirunProcess(LocalProcess):
         return out
 
 
-class MpirunLauncher:
-    """Starts the plan's mpirun argv as one local process.
+class MpirunLauncher(Backend):
+    """Starts the plan's mpirun argv (:func:`launcher.planning.mpi.mpirun_command`) as one
+    local process standing for every planned process.
 
     Args:
+        plan: the plan (planned for ``--launcher mpirun``).
+        attempt_dir: the attempt's log folder (mpirun.log, and the ranks' logs via the wrapper).
         watchdog: the job's watchdog: mpirun registers with it and is a child subreaper, so
             if mslaunch dies the watchdog ends mpirun and everything below it on this host
             (wrappers, ranks, the scheduler, their descendants); remote orteds end their ranks
             when mpirun's connection drops.
     """
 
-    def __init__(self, watchdog: Optional[WatchdogLink] = None) -> None:
+    prepares_rank_dirs = False  # the wrapper makes device<rank>/ on each host
+
+    def __init__(self, plan: Plan, attempt_dir: str, watchdog: Optional[WatchdogLink] = None) -> None:
+        self.plan = plan
+        self.attempt_dir = attempt_dir
         self.watchdog = watchdog
 
-    def start_group(self, plan: Plan, adir: str) -> MpirunProcess:
-        if plan.mpirun_argv is None:
-            raise LaunchError("the plan has no mpirun command")
-        exe = plan.mpirun_argv[0]
-        if shutil.which(exe) is None:
-            raise LaunchError(f"{exe} not found; install OpenMPI (Debian: apt-get install openmpi-bin) or use --launcher local/ssh")
-        argv = _rewrite_for_attempt(plan.mpirun_argv, plan.job_dir, adir)
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        return cls(ctx.plan, ctx.attempt_dir or ctx.plan.job_dir, ctx.watchdog)
+
+    @classmethod
+    def preflight(cls, plan: Plan) -> None:
+        check_scheduler_port(plan)
+
+    @classmethod
+    def describe(cls, plan: Plan) -> Dict[str, Any]:
+        return {"mpirun": list(mpirun_command(plan))}
+
+    def requests(self, plan: Plan, attempt_dir: str) -> Tuple[StartRequest, ...]:
+        """One request: mpirun itself, logging to ``<attempt dir>/mpirun.log``."""
+        argv = mpirun_command(plan, attempt_dir)
+        log = os.path.join(attempt_dir, "mpirun.log")
         proc = ProcPlan(
             name="mpirun", role="launcher", host="localhost", rank=None, local_rank=None, node_rank=None,
-            device_id=None, argv=tuple(argv), env=(), cwd=plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir,
-            log=os.path.join(adir, "mpirun.log"),
+            device_id=None, argv=argv, env=(), cwd=plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir, log=log,
         )
+        return (StartRequest(proc, log, proc.cwd),)
+
+    def start(self, proc: ProcPlan, log_path: str, cwd: str) -> MpirunProcess:
+        """Start mpirun (the one process of :meth:`requests`).
+
+        Raises:
+            LaunchError: mpirun is not installed.
+        """
+        exe = proc.argv[0]
+        if shutil.which(exe) is None:
+            raise LaunchError(f"{exe} not found; install OpenMPI (Debian: apt-get install openmpi-bin) or use --launcher local/ssh")
         # Without a watchdog: if mslaunch dies, mpirun gets SIGTERM and ends its ranks itself.
-        base = start_local(proc, proc.log, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
-        return MpirunProcess(base, plan, adir)
-
-    def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:  # pragma: no cover
-        raise LaunchError("the mpirun launcher starts the whole job at once")
-
-    def close(self) -> None:
-        pass
+        base = start_local(proc, log_path, cwd=cwd, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
+        return MpirunProcess(base, self.plan, self.attempt_dir)
 
 
-def mpirun_version(exe: str = "mpirun") -> Optional[str]:
-    """``4.1.4`` from ``mpirun --version``, or None."""
-    import subprocess
-
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"(\d+\.\d+\.\d+)", out)
-    return m.group(1) if m else None
+MPIRUN_CHECK = ToolCheck("mpirun", "mpirun", "apt-get install openmpi-bin")
+register_backend("mpirun", MpirunLauncher, doctor_check=MPIRUN_CHECK)

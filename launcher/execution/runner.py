@@ -13,49 +13,47 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from launcher.errors import LaunchError
+from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
 from launcher.execution.results import JobResult
-from launcher.execution.supervisor import Launcher, SuperviseOptions, Supervisor, Watchdog
+from launcher.execution.settings import SuperviseOptions
+from launcher.execution.supervisor import BackendFactory, Supervisor
+from launcher.execution.watchdog import Watchdog
 from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
 from launcher.planning.plan import Plan
 
 
-def make_launcher_factory(plan: Plan, ssh_options: Optional[Dict[str, Any]] = None, watchdog: Optional[Watchdog] = None,
-                          zygote: bool = False) -> Callable[[], Launcher]:
-    """The launcher of ``plan``'s backend; local processes register with ``watchdog``."""
-    if plan.launcher == "local" and zygote:
-        from launcher.execution.zygote import ZygoteLauncher
+def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None) -> BackendFactory:
+    """Makes the backend of ``plan.launcher`` for each attempt (see :mod:`launcher.execution.backend`).
 
-        return lambda: ZygoteLauncher.warm(watchdog)
-    if plan.launcher == "local":
-        from launcher.execution.local import LocalLauncher
+    Args:
+        plan: the plan.
+        settings: backend name -> its settings object, from the CLI.
+        watchdog: the job's watchdog (local processes register with it).
 
-        return lambda: LocalLauncher(watchdog)
-    if plan.launcher == "mpirun":
-        from launcher.execution.mpirun import MpirunLauncher
+    Raises:
+        LaunchError: no backend has the plan's name.
+    """
+    entry = get_backend(plan.launcher)
 
-        return lambda: MpirunLauncher(watchdog)  # type: ignore[return-value]
-    if plan.launcher == "ssh":
-        from launcher.execution.ssh import SshLauncher
+    def make(attempt: int, attempt_dir: str) -> Backend:
+        return entry.create(BackendContext(plan, attempt, attempt_dir, watchdog, dict(settings or {})))
 
-        return lambda: SshLauncher(plan, **(ssh_options or {}))
-    raise LaunchError(f"unknown launcher {plan.launcher!r}")
+    return make
 
 
 def preflight(plan: Plan) -> None:
     """Checks that must pass before anything is written or started.
 
     Raises:
-        LaunchError: busy scheduler port on this machine.
+        LaunchError: busy scheduler port on this machine (backends that run it here), or an
+            unknown backend.
         RankTableError: the rank table does not validate.
     """
-    if plan.scheduler is not None and plan.master_port is not None and plan.launcher in ("local", "mpirun"):
-        from launcher.execution.ports import check_port_free
-
-        check_port_free(plan.master_port)
+    get_backend(plan.launcher).factory.preflight(plan)
     for art in plan.artefacts:
         if art.kind == "rank_table":
             from launcher.errors import RankTableError
@@ -70,21 +68,24 @@ def preflight(plan: Plan) -> None:
 def write_job_files(plan: Plan, argv: List[str]) -> None:
     """Claim and lock the job dir (see :func:`launcher.jobs.jobdir.claim_job_dir`), write its files, register."""
     jobdir.claim_job_dir(plan.job_dir)
-    jobdir.write_json(os.path.join(plan.job_dir, jobdir.PLAN_FILE), plan.to_json())
+    jobdir.write_json(os.path.join(plan.job_dir, jobdir.PLAN_FILE), plan_json(plan))
     for art in plan.artefacts:
         write_atomic(os.path.join(plan.job_dir, art.name), art.content, mode=0o600)
     jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv)
 
 
-def prepare_ranktable_dirs(plan: Plan, adir: str) -> None:
-    """Seed 001's layout: ``device<rank>/`` per rank with ``env<rank>.log`` (the rank's env)."""
+def prepare_ranktable_dirs(plan: Plan, adir: str, local_only: bool = False) -> None:
+    """Seed 001's layout: ``device<rank>/`` per rank with ``env<rank>.log`` (the rank's env).
+
+    ``local_only``: the backend runs every process here (else remote ranks' dumps are written
+    on their host by the backend)."""
     for proc in plan.ranks:
         if proc.env_dump is None:
             continue
         rel = os.path.relpath(proc.cwd, plan.job_dir)
         cwd = os.path.join(adir, rel)
         os.makedirs(cwd, mode=0o700, exist_ok=True)
-        if proc.host not in ("localhost", "127.0.0.1") and plan.launcher != "local":
+        if proc.host not in ("localhost", "127.0.0.1") and not local_only:
             continue  # remote ranks: the ssh launcher writes their dump on the host
         env = dict(os.environ)
         env.update(proc.env)
@@ -96,14 +97,22 @@ def run_plan(
     options: SuperviseOptions,
     argv: List[str],
     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
-    ssh_options: Optional[Dict[str, Any]] = None,
+    backend_settings: Optional[Mapping[str, Any]] = None,
     on_started: Optional[Callable[[], None]] = None,
-    zygote: bool = False,
 ) -> JobResult:
     """Run ``plan`` to the end; returns the result after writing ``summary.json``.
 
-    ``zygote``: start local Python ranks by forking them from one process that imported
-    MindSpore once (see :mod:`launcher.execution.zygote`)."""
+    Args:
+        plan: the plan.
+        options: supervision settings.
+        argv: mslaunch's command line (for the job registry).
+        on_event: console callback (see :class:`Supervisor`).
+        backend_settings: backend name -> its settings (e.g. ``{"local": LocalSettings(zygote=True)}``).
+        on_started: called once the job dir is written, before anything starts.
+
+    Raises:
+        LaunchError: the first attempt's backend could not be set up (summary.json says so too).
+    """
     preflight(plan)
     write_job_files(plan, argv)
     if on_started is not None:
@@ -122,10 +131,15 @@ def run_plan(
         if on_event is not None:
             on_event(kind, data)
 
+    backend = get_backend(plan.launcher).factory
+    prepare: Optional[Callable[[int, str], None]] = None
+    if plan.method == "ranktable" and backend.prepares_rank_dirs:
+        def prepare(attempt: int, adir: str) -> None:
+            prepare_ranktable_dirs(plan, adir, backend.local_only)
+
     watchdog = Watchdog()
     try:
-        prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
-        sup = Supervisor(plan, make_launcher_factory(plan, ssh_options, watchdog, zygote), options, on_event=record_event, prepare_attempt=prepare,
+        sup = Supervisor(plan, backend_factory(plan, backend_settings, watchdog), options, on_event=record_event, prepare_attempt=prepare,
                          watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
         started = time.time()
         try:

@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import paramiko
 
 from launcher.errors import LaunchError
+from launcher.execution.backend import Backend, BackendContext, ProcessHandle, register_backend
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.plan import Plan, ProcPlan
 
@@ -685,7 +686,7 @@ def read_file(conn: SshConnection, path: str, limit: int = 1 << 20) -> bytes:
 # ============================================================================ ranks
 
 
-class SshProcess:
+class SshProcess(ProcessHandle):
     """One rank running under the remote agent (implements the supervisor's Handle).
 
     Attributes:
@@ -898,7 +899,7 @@ class SshProcess:
         self._finish(status if status else LOST_RC, f"the mslaunch agent on {self.host} exited with status {status}: {said}")
 
 
-class SshLauncher:
+class SshLauncher(Backend):
     """Starts a plan's processes on remote hosts over SSH (the supervisor's Launcher).
 
     Args:
@@ -1000,6 +1001,10 @@ class SshLauncher:
         self._handles.append(handle)
         return handle
 
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        return cls(ctx.plan, **dict(ctx.settings_for("ssh") or {}))
+
     def _ping_loop(self) -> None:
         while not self._stop.wait(PING_INTERVAL):
             for h in list(self._handles):
@@ -1014,6 +1019,9 @@ class SshLauncher:
             t.start()
         for t in threads:
             t.join(5.0)
+
+
+register_backend("ssh", SshLauncher)
 
 
 def collect_files(

@@ -39,13 +39,14 @@ import time
 from typing import Any, Dict, NoReturn, Optional, Sequence
 
 from launcher.errors import LaunchError
-from launcher.planning.plan import ProcPlan
+from launcher.execution.backend import Backend, BackendContext, ProcessHandle
+from launcher.planning.plan import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
 PRELOAD = ("mindspore", "mindspore.communication")
 
 
-class ZygoteProcess:
+class ZygoteProcess(ProcessHandle):
     """A rank forked by the zygote (same interface as :class:`launcher.execution.local.LocalProcess`)."""
 
     def __init__(self, plan: ProcPlan, pid: int, log_path: str) -> None:
@@ -82,8 +83,10 @@ class ZygoteProcess:
         kill_tree(self.pid, self.pgid, signal.SIGKILL)
 
 
-class ZygoteLauncher:
+class ZygoteLauncher(Backend):
     """Starts Python processes by forking them from one warm zygote; others as subprocesses.
+
+    The local backend with ``LocalSettings(zygote=True)`` (see :meth:`LocalLauncher.create`).
 
     Args:
         preload: modules the zygote imports before forking.
@@ -107,6 +110,18 @@ class ZygoteLauncher:
     def warm(cls, watchdog: Optional[Any] = None) -> "ZygoteLauncher":
         """A launcher whose zygote starts importing at once (the job's factory)."""
         return cls(warm=True, watchdog=watchdog)
+
+    local_only = True
+
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        return cls.warm(ctx.watchdog)
+
+    @classmethod
+    def preflight(cls, plan: Plan) -> None:
+        from launcher.execution.local import check_scheduler_port
+
+        check_scheduler_port(plan)
 
     # ------------------------------------------------------------------ zygote process
 

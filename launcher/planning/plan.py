@@ -3,7 +3,7 @@
 A :class:`JobSpec` is everything the user asked for, with every external fact passed in
 (interpreter, cwd, job dir, which env names the user already set, whether we run as root).
 :func:`build_plan` turns it into a :class:`Plan`: per-process argv, env, cwd and log path, the
-artefacts to write into the job dir, and for the mpirun launcher its exact argv.
+artefacts to write into the job dir, and the chosen backend's own settings (mpirun: its argv builder's input).
 
 Job directory layout (created by ``launcher.jobs``)::
 
@@ -192,7 +192,13 @@ class Artefact:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything execution needs; a value (``to_json`` gives the ``plan --json`` shape)."""
+    """Everything execution needs; a value (``to_json`` gives the ``plan --json`` shape).
+
+    ``backend_settings`` is the chosen backend's own planned settings, read only by that
+    backend's pure argv builder (mpirun: :class:`launcher.planning.mpi.MpirunPlan`, built by
+    :func:`launcher.planning.mpi.mpirun_command`); ``plan.json`` shows what the backend's
+    ``describe`` adds (``to_json(backend=...)``).
+    """
 
     job_id: str
     job_dir: str
@@ -205,7 +211,7 @@ class Plan:
     artefacts: Tuple[Artefact, ...]
     master_addr: Optional[str]
     master_port: Optional[int]
-    mpirun_argv: Optional[Tuple[str, ...]] = None
+    backend_settings: Any = None
     ssh_config: Optional[str] = None
     cpu_notes: Tuple[str, ...] = ()
     cpu_warnings: Tuple[str, ...] = ()
@@ -215,7 +221,9 @@ class Plan:
         """Scheduler first (it must be up before the workers), then ranks."""
         return ((self.scheduler,) if self.scheduler is not None else ()) + self.ranks
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self, backend: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """The ``plan --json`` shape; ``backend``: entries the backend adds (its argv)."""
+
         def proc(p: ProcPlan) -> Dict[str, Any]:
             d = {
                 "rank": p.rank,
@@ -251,8 +259,7 @@ class Plan:
             out["scheduler"] = sched
             out["master_addr"] = self.master_addr
             out["master_port"] = self.master_port
-        if self.mpirun_argv is not None:
-            out["mpirun"] = list(self.mpirun_argv)
+        out.update(backend or {})
         if self.ssh_config is not None:
             out["ssh_config"] = self.ssh_config
         if self.cpu_notes:
@@ -261,8 +268,7 @@ class Plan:
 
 
 def _choose_launcher(spec: JobSpec) -> str:
-    if spec.launcher is not None and spec.launcher not in LAUNCHERS:
-        raise PlanError(f"unknown launcher {spec.launcher!r}; use one of {', '.join(LAUNCHERS)}", field="--launcher")
+    # Names are checked by the CLI against the backend registry (a backend may be added there).
     if spec.method == "mpi":
         if spec.launcher not in (None, "mpirun"):
             raise PlanError("the mpi method needs --launcher mpirun (OpenMPI assigns the ranks)", field="--launcher")
@@ -462,7 +468,7 @@ def build_plan(spec: JobSpec) -> Plan:
             cpus=cpu_plan.scheduler_cpus if bind_here and sched_host.is_local else None,
         )
 
-    mpirun_argv = None
+    backend_settings = None
     if launcher == "mpirun":
         mpi_opts = spec.mpi
         remote = [h for h in used if not h.is_local]
@@ -477,7 +483,8 @@ def build_plan(spec: JobSpec) -> Plan:
                 mpi_opts = replace(mpi_opts, nic=",".join(nics))
         if mpi_opts.hostfile is not None:
             artefacts.append(Artefact(HOSTFILE_NAME, "hostfile", mpi.render_hostfile(used_inv)))
-        mpirun_argv = _mpirun(spec, ranks, scheduler, used, mpi_opts)
+        assert spec.wrapper is not None
+        backend_settings = mpi.MpirunPlan(mpi_opts, spec.wrapper)
 
     return Plan(
         job_id=spec.job_id,
@@ -491,7 +498,7 @@ def build_plan(spec: JobSpec) -> Plan:
         artefacts=tuple(artefacts),
         master_addr=sched_addr,
         master_port=spec.master_port if spec.method == "dynamic" else None,
-        mpirun_argv=mpirun_argv,
+        backend_settings=backend_settings,
         ssh_config=spec.ssh_config,
         cpu_notes=tuple(cpu_notes),
         cpu_warnings=cpu_plan.warnings,
@@ -511,42 +518,3 @@ def _node_slots(spec: JobSpec, launcher: str) -> Tuple[Tuple[RankSlot, ...], Inv
     slots = node_slots(spec.np, spec.node.local_worker_num, spec.node.node_rank, hosts[0].name)
     host = replace(hosts[0], slots=len(slots), devices=tuple(s.device_id for s in slots), max_slots=None)
     return slots, Inventory((host,), source=spec.inventory.source)
-
-
-#: Per-rank layout variables the wrapper derives from OMPI_COMM_WORLD_RANK instead of -x.
-_WRAPPER_DERIVED = ("RANK_ID", "DEVICE_ID", "LOCAL_RANK", "MS_NODE_ID")
-
-
-def _mpirun(spec: JobSpec, ranks: List[ProcPlan], scheduler: Optional[ProcPlan], used: List[Host], opts: mpi.MpiOptions) -> Tuple[str, ...]:
-    """One context for the scheduler (dynamic), then one per host with its ranks."""
-    assert spec.wrapper is not None
-    contexts: List[mpi.MpiContext] = []
-    base = 0
-    if scheduler is not None:
-        contexts.append(
-            mpi.MpiContext(
-                host=scheduler.host,
-                np=1,
-                env=mpi.context_env(scheduler.env_dict(), ctx_base="0", role="scheduler", log=scheduler.log),
-                argv=(spec.wrapper,) + scheduler.argv,
-            )
-        )
-        base = 1
-    for host in used:
-        mine = [r for r in ranks if r.host == host.name]
-        if not mine:
-            continue
-        env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
-        wrapper = dict(
-            ctx_base=str(base),
-            role="worker",
-            first_rank=str(mine[0].rank),
-            devices=",".join(str(r.device_id) for r in mine),
-            log_dir=spec.job_dir,
-            method=spec.method,
-        )
-        if spec.method == "ranktable":
-            wrapper["cwd_prefix"] = posixpath.join(spec.job_dir, "device")
-        contexts.append(mpi.MpiContext(host=host.name, np=len(mine), env=mpi.context_env(env, **wrapper), argv=(spec.wrapper,) + mine[0].argv))
-        base += len(mine)
-    return mpi.mpirun_argv(contexts, opts)
