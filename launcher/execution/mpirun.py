@@ -66,29 +66,48 @@ class MpirunProcess(LocalProcess):
                 pass
 
     def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None) -> List[ProcResult]:
-        """Per-process results: all 0 when mpirun exited 0, else the reported first failure."""
+        """Per-process results from mpirun's exit and its report (see :func:`report_outcomes`)."""
         try:
             with open(self.log_path, "r", encoding="utf-8", errors="replace") as fh:
                 text = fh.read()
         except OSError:
             text = ""
-        first = parse_first_failure(text) if rc not in (0, None) else None
-        offset = 1 if self.job.scheduler is not None else 0
-        out: List[ProcResult] = []
-        for proc in self.job.processes:
-            log = proc.log if self.adir == self.job.job_dir else os.path.join(self.adir, os.path.basename(proc.log))
-            mpi_rank = 0 if proc.rank is None else proc.rank + offset
-            if rc == 0:
-                out.append(ProcResult(proc.name, proc.rank, proc.host, 0, self.started, when, log))
-            elif first is not None and first[0] == mpi_rank:
-                code = -first[2] if first[2] is not None else (first[1] if first[1] is not None else 1)
-                out.append(ProcResult(proc.name, proc.rank, proc.host, code, self.started, when, log))
-            else:
-                out.append(ProcResult(proc.name, proc.rank, proc.host, None, self.started, when, log, torn_down=True, reason="ended by mpirun"))
-        if first is None and rc not in (0, None) and not torn:
-            # mpirun itself failed (bad hosts, too few slots, ...): its own output says why.
-            out.append(ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path, pid=self.pid))
-        return out
+        own = ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path, pid=self.pid)
+        return report_outcomes(self.job, self.adir, text, own, torn)
+
+
+def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResult, torn: bool) -> List[ProcResult]:
+    """One result per planned process from mpirun's own result and its output (pure).
+
+    All 0 when mpirun exited 0; else the first failure mpirun reported (see
+    :func:`parse_first_failure`; MPI rank 0 is the scheduler when there is one) gets its code
+    or signal, and every other process is "ended by mpirun".  When mpirun reported no rank
+    (bad hosts, too few slots, ...) and was not torn down, ``mpirun`` itself is added as failed.
+
+    Args:
+        plan: the plan mpirun ran.
+        attempt_dir: the attempt's log folder.
+        report: mpirun's output (``mpirun.log``).
+        mpirun: mpirun's own result (its returncode, times, log, pid).
+        torn: mslaunch ended mpirun (teardown).
+    """
+    rc, started, when = mpirun.returncode, mpirun.started, mpirun.ended
+    first = parse_first_failure(report) if rc not in (0, None) else None
+    offset = 1 if plan.scheduler is not None else 0
+    out: List[ProcResult] = []
+    for proc in plan.processes:
+        log = proc.log if attempt_dir == plan.job_dir else os.path.join(attempt_dir, os.path.basename(proc.log))
+        mpi_rank = 0 if proc.rank is None else proc.rank + offset
+        if rc == 0:
+            out.append(ProcResult(proc.name, proc.rank, proc.host, 0, started, when, log))
+        elif first is not None and first[0] == mpi_rank:
+            code = -first[2] if first[2] is not None else (first[1] if first[1] is not None else 1)
+            out.append(ProcResult(proc.name, proc.rank, proc.host, code, started, when, log))
+        else:
+            out.append(ProcResult(proc.name, proc.rank, proc.host, None, started, when, log, torn_down=True, reason="ended by mpirun"))
+    if first is None and rc not in (0, None) and not torn:
+        out.append(mpirun)  # mpirun itself failed: its own output says why
+    return out
 
 
 class MpirunLauncher(Backend):
