@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 import typer
 
 from launcher.errors import MsLaunchError, PlanError
-from launcher.execution.backends import BUILTIN as BUILTIN_BACKENDS
+from launcher.execution.backend import backend_names
 from launcher.planning import envs
 from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_inventory
 from launcher.planning.mpi import MpiOptions
@@ -85,7 +85,7 @@ _opt("per_host", Optional[int], typer.Option(None, "--per-host", "--local-worker
 _opt("include", Optional[str], typer.Option(None, "--include", help="Only these hosts/devices: host1:0,1@host2.", rich_help_panel="Inventory"))
 _opt("exclude", Optional[str], typer.Option(None, "--exclude", help="Not these hosts/devices: host1:0,1@host2.", rich_help_panel="Inventory"))
 _opt("method", str, typer.Option("dynamic", "--method", help="Rendezvous: dynamic | ranktable | mpi.", rich_help_panel="Job"))
-_opt("launcher", Optional[str], typer.Option(None, "--launcher", help=f"{' | '.join(BUILTIN_BACKENDS)} (default: local if every host is this machine, else ssh).", rich_help_panel="Job"))
+_opt("launcher", Optional[str], typer.Option(None, "--launcher", help=f"{' | '.join(backend_names())} (default: local if every host is this machine, else ssh).", rich_help_panel="Job"))
 _opt("master_addr", Optional[str], typer.Option(None, "--master-addr", "--master_addr", help="Scheduler address (default: the first host).", rich_help_panel="Job"))
 _opt("master_port", str, typer.Option(str(DEFAULT_MASTER_PORT), "--master-port", "--master_port", help="Scheduler port, or 'auto' for a free one.", rich_help_panel="Job"))
 _opt("cluster_time_out", Optional[int], typer.Option(None, "--cluster-time-out", "--cluster_time_out", help="Cluster build timeout, s (MS_TOPO_TIMEOUT).", rich_help_panel="Job"))
@@ -143,8 +143,6 @@ def check_launcher(name: Optional[str]) -> None:
     Raises:
         PlanError: no backend has that name.
     """
-    from launcher.execution.backend import backend_names
-
     if name is not None and name not in backend_names():
         raise PlanError(f"unknown launcher {name!r}; use one of {', '.join(backend_names())}", field="--launcher")
 
