@@ -249,10 +249,8 @@ def check_rows(job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[
     ``local_versions``: tool name -> its version on this machine (None: unknown)."""
     names = check_names(job)
     reports: List[HostReport] = []
-    py_versions = {h: r[0].get("python") for h, r in results.items() if not isinstance(r, str)}
-    ms_versions = {h: r[0].get("mindspore") for h, r in results.items() if not isinstance(r, str)}
-    _, py_diff = _same(py_versions)
-    _, ms_diff = _same(ms_versions)
+    _, py_diff = _same({h: r[0].get("python") for h, r in results.items() if not isinstance(r, str)})
+    _, ms_diff = _same({h: r[0].get("mindspore") for h, r in results.items() if not isinstance(r, str)})
     for host in job.hosts:
         res = results.get(host.name)
         if isinstance(res, str) or res is None:
@@ -264,59 +262,72 @@ def check_rows(job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[
         if "probe_error" in data:
             rows.append(Check("python", False, data["probe_error"]))
             rows += [Check(n, None, "") for n in names[2:]]
-            reports.append(HostReport(host.name, tuple(rows)))
-            continue
-        # python / mindspore
-        if job.python.get(host.name) is None:
-            rows += [Check("python", None), Check("mindspore", None)]
-        elif "python_error" in data:
-            rows += [Check("python", False, f"{job.python[host.name]}: {data['python_error']}"), Check("mindspore", None)]
         else:
-            ver = data.get("python", "?")
-            rows.append(Check("python", host.name not in py_diff, py_diff.get(host.name, ver)))
-            ms = data.get("mindspore") or ""
-            if not ms:
-                rows.append(Check("mindspore", False, f"not installed for {job.python[host.name]}"))
-            else:
-                rows.append(Check("mindspore", host.name not in ms_diff, ms_diff.get(host.name, ms)))
-        # workload
-        problems = []
-        if job.cwd and data.get("cwd_found") is False:
-            problems.append(f"working directory {job.cwd} missing")
-        if job.script.get(host.name) and data.get("script_found") is False:
-            problems.append(f"{job.script[host.name]} missing")
-        if job.module and data.get("module_found") is False:
-            problems.append(f"module {job.module} not importable")
-        if job.exe and data.get("exe_found") is False:
-            problems.append(f"{job.exe} not found")
-        if not (job.script.get(host.name) or job.module or job.exe):
-            rows.append(Check("workload", None, "no program given"))
-        else:
-            rows.append(Check("workload", not problems, "; ".join(problems) or "found"))
-        # master port
-        if job.master is not None and job.master[0] == host.name:
-            free = data.get("port_free")
-            rows.append(Check("master port", bool(free), f"{job.master[1]} free" if free else
-                              f"{job.master[1]} in use on {host.name} ({data.get('port_error', 'busy')}); pass --master-port auto or another port"))
-        else:
-            rows.append(Check("master port", None))
-        # clock: the probe read its clock `elapsed` s before its answer arrived at t1 (the
-        # interpreter's start-up happened before, so t1 - elapsed is closer than the midpoint).
-        remote = float(data.get("time", 0.0))
-        local = max(t0, t1 - float(data.get("elapsed", 0.0)))
-        skew = remote - local
-        rows.append(Check("clock", abs(skew) <= job.max_skew, f"{skew:+.3f} s"))
-        # hccn.conf
-        if job.hccn_path is None:
-            rows.append(Check("hccn.conf", None))
-        elif "hccn_error" in data:
-            rows.append(Check("hccn.conf", False, f"{job.hccn_path}: {data['hccn_error']}"))
-        else:
-            n = int(data.get("hccn_devices", 0))
-            rows.append(Check("hccn.conf", n > 0, f"{n} device addresses" if n else f"{job.hccn_path} has no address_N lines"))
-        rows += [_tool_row(t, data.get(t.name), local_versions.get(t.name)) for t in job.tools]
+            rows += _python_rows(job, host.name, data, py_diff, ms_diff)
+            rows += [_workload_row(job, host.name, data), _port_row(job, host.name, data), _clock_row(job, data, t0, t1),
+                     _hccn_row(job, data)]
+            rows += [_tool_row(t, data.get(t.name), local_versions.get(t.name)) for t in job.tools]
         reports.append(HostReport(host.name, tuple(rows)))
     return reports
+
+
+def _python_rows(job: DoctorJob, host: str, data: Dict[str, Any], py_diff: Dict[str, str], ms_diff: Dict[str, str]) -> List[Check]:
+    """python and mindspore: present, and the same version as on most hosts."""
+    if job.python.get(host) is None:
+        return [Check("python", None), Check("mindspore", None)]
+    if "python_error" in data:
+        return [Check("python", False, f"{job.python[host]}: {data['python_error']}"), Check("mindspore", None)]
+    rows = [Check("python", host not in py_diff, py_diff.get(host, data.get("python", "?")))]
+    ms = data.get("mindspore") or ""
+    if not ms:
+        rows.append(Check("mindspore", False, f"not installed for {job.python[host]}"))
+    else:
+        rows.append(Check("mindspore", host not in ms_diff, ms_diff.get(host, ms)))
+    return rows
+
+
+def _workload_row(job: DoctorJob, host: str, data: Dict[str, Any]) -> Check:
+    """The program (script, module or executable) and the working directory exist."""
+    problems = []
+    if job.cwd and data.get("cwd_found") is False:
+        problems.append(f"working directory {job.cwd} missing")
+    if job.script.get(host) and data.get("script_found") is False:
+        problems.append(f"{job.script[host]} missing")
+    if job.module and data.get("module_found") is False:
+        problems.append(f"module {job.module} not importable")
+    if job.exe and data.get("exe_found") is False:
+        problems.append(f"{job.exe} not found")
+    if not (job.script.get(host) or job.module or job.exe):
+        return Check("workload", None, "no program given")
+    return Check("workload", not problems, "; ".join(problems) or "found")
+
+
+def _port_row(job: DoctorJob, host: str, data: Dict[str, Any]) -> Check:
+    """The scheduler's port is free on its host."""
+    if job.master is None or job.master[0] != host:
+        return Check("master port", None)
+    free = data.get("port_free")
+    return Check("master port", bool(free), f"{job.master[1]} free" if free else
+                 f"{job.master[1]} in use on {host} ({data.get('port_error', 'busy')}); pass --master-port auto or another port")
+
+
+def _clock_row(job: DoctorJob, data: Dict[str, Any], t0: float, t1: float) -> Check:
+    """Clock skew: the probe read its clock ``elapsed`` s before its answer arrived at ``t1``
+    (the interpreter's start-up happened before, so ``t1 - elapsed`` is closer than the midpoint)."""
+    remote = float(data.get("time", 0.0))
+    local = max(t0, t1 - float(data.get("elapsed", 0.0)))
+    skew = remote - local
+    return Check("clock", abs(skew) <= job.max_skew, f"{skew:+.3f} s")
+
+
+def _hccn_row(job: DoctorJob, data: Dict[str, Any]) -> Check:
+    """hccn.conf has device addresses (ranktable method)."""
+    if job.hccn_path is None:
+        return Check("hccn.conf", None)
+    if "hccn_error" in data:
+        return Check("hccn.conf", False, f"{job.hccn_path}: {data['hccn_error']}")
+    n = int(data.get("hccn_devices", 0))
+    return Check("hccn.conf", n > 0, f"{n} device addresses" if n else f"{job.hccn_path} has no address_N lines")
 
 
 def _tool_row(tool: ToolCheck, version: Optional[str], local: Optional[str]) -> Check:

@@ -117,13 +117,31 @@ def run_plan(
     write_job_files(plan, argv)
     if on_started is not None:
         on_started()
-    from launcher.execution.local import become_subreaper, reap_orphans
-
-    become_subreaper()
+    from launcher.execution.local import become_subreaper
     from launcher.logs.metricsfile import MetricsWriter, append_event
 
+    become_subreaper()
     metrics = MetricsWriter(plan.job_dir).start()  # metrics.jsonl from every rank's log, as lines arrive
     append_event(plan.job_dir, "job_start", {"job_id": plan.job_id})
+    watchdog = Watchdog()
+    try:
+        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings))
+    finally:
+        watchdog.close()
+        metrics.stop()
+    jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
+    append_event(plan.job_dir, "job_end", {"status": result.status, "exit_code": result.exit_code})
+    jobdir.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
+    return result
+
+
+def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
+                    on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
+                    backend_settings: Optional[Mapping[str, Any]] = None) -> Supervisor:
+    """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
+    ranktable dirs prepared per attempt (unless the backend does it), orphans reaped."""
+    from launcher.execution.local import reap_orphans
+    from launcher.logs.metricsfile import append_event
 
     def record_event(kind: str, data: Dict[str, Any]) -> None:
         """events.jsonl (the report's timeline), then the caller's callback."""
@@ -137,27 +155,24 @@ def run_plan(
         def prepare(attempt: int, adir: str) -> None:
             prepare_ranktable_dirs(plan, adir, backend.local_only)
 
-    watchdog = Watchdog()
-    try:
-        sup = Supervisor(plan, backend_factory(plan, backend_settings, watchdog), options, on_event=record_event, prepare_attempt=prepare,
-                         watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
-        started = time.time()
-        try:
-            result = sup.run()
-        except LaunchError as exc:  # the launcher could not be set up (e.g. a host is unreachable): nothing started
-            from launcher.execution.results import FAILED
+    return Supervisor(plan, backend_factory(plan, backend_settings, watchdog), options, on_event=record_event, prepare_attempt=prepare,
+                      watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
 
-            failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
-            jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
-            jobdir.release_job_dir(plan.job_dir)
-            raise
-    finally:
-        watchdog.close()
-        metrics.stop()
-    jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
-    append_event(plan.job_dir, "job_end", {"status": result.status, "exit_code": result.exit_code})
-    jobdir.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
-    return result
+
+def _supervise(sup: Supervisor) -> JobResult:
+    """``sup.run()``; when the first attempt could not be set up (e.g. a host is unreachable:
+    nothing started), ``summary.json`` says so before the error goes on."""
+    plan = sup.plan
+    started = time.time()
+    try:
+        return sup.run()
+    except LaunchError as exc:
+        from launcher.execution.results import FAILED
+
+        failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
+        jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
+        jobdir.release_job_dir(plan.job_dir)
+        raise
 
 
 def junit_xml(result: JobResult) -> str:
