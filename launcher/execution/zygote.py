@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, NoReturn, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ProcessHandle
@@ -250,59 +250,8 @@ def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
     """In the forked child: become the planned process, run it, exit with its code (never returns)."""
     code = 1
     try:
-        os.setsid()
-        import atexit
-
-        atexit._clear()  # type: ignore[attr-defined]  # the zygote's own handlers are not this process's
-        for fd in own_fds:
-            os.close(fd)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
-        signal.set_wakeup_fd(-1)
-        fd = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        os.close(devnull)
-        import io
-
-        sys.stdin = open(0, "r", closefd=False)
-        unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
-        sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=unbuffered)
-        sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        import runpy
-
-        argv = list(request["argv"])
-        try:
-            if argv[0] == "-m":
-                sys.argv = [argv[1]] + argv[2:]
-                sys.path[0] = os.getcwd()
-                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-            else:
-                script = argv[0]
-                sys.argv = argv
-                sys.path[0] = os.path.dirname(os.path.abspath(script))
-                runpy.run_path(script, run_name="__main__")
-            code = 0
-        except SystemExit as exc:
-            if exc.code is None:
-                code = 0
-            elif isinstance(exc.code, int):
-                code = exc.code
-            else:
-                sys.stderr.write(f"{exc.code}\n")
-                code = 1
-        except BaseException:  # noqa: BLE001 - the script's uncaught exception, as python reports it
-            import traceback
-
-            traceback.print_exc()
-            code = 1
+        _become(request, own_fds)
+        code = _run_program(list(request["argv"]))
     except BaseException:  # noqa: BLE001 - setting the child up failed: say why in its log (fd 2)
         import traceback
 
@@ -323,6 +272,65 @@ def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
     except BaseException:  # noqa: BLE001
         pass
     os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def _become(request: Dict[str, Any], own_fds: Sequence[int]) -> None:
+    """Own session, default signals, the zygote's fds closed, stdio on the log, cwd and env."""
+    os.setsid()
+    import atexit
+
+    atexit._clear()  # type: ignore[attr-defined]  # the zygote's own handlers are not this process's
+    for fd in own_fds:
+        os.close(fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+    signal.set_wakeup_fd(-1)
+    fd = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(devnull)
+    import io
+
+    sys.stdin = open(0, "r", closefd=False)
+    unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
+    sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=unbuffered)
+    sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+
+
+def _run_program(argv: List[str]) -> int:
+    """Run ``script args...`` or ``-m module args...`` as ``__main__``; its exit code."""
+    import runpy
+
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1]] + argv[2:]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            script = argv[0]
+            sys.argv = argv
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            runpy.run_path(script, run_name="__main__")
+        return 0
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        sys.stderr.write(f"{exc.code}\n")
+        return 1
+    except BaseException:  # noqa: BLE001 - the script's uncaught exception, as python reports it
+        import traceback
+
+        traceback.print_exc()
+        return 1
 
 
 def serve(preload: Sequence[str]) -> None:
