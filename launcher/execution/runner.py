@@ -150,11 +150,11 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
             on_event(kind, data)
 
     backend = get_backend(plan.launcher).factory
-    prepare: Optional[Callable[[int, str], None]] = None
-    if plan.method == "ranktable" and backend.prepares_rank_dirs:
-        def prepare(attempt: int, adir: str) -> None:
-            prepare_ranktable_dirs(plan, adir, backend.local_only)
 
+    def prepare_dirs(attempt: int, adir: str) -> None:
+        prepare_ranktable_dirs(plan, adir, backend.local_only)
+
+    prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
     return Supervisor(plan, backend_factory(plan, backend_settings, watchdog), options, on_event=record_event, prepare_attempt=prepare,
                       watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
 

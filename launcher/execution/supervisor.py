@@ -213,8 +213,9 @@ class Supervisor:
                 self._start_all(state, backend, adir, deadline)
                 outcome = self._watch(state, deadline)
             except Interrupted as exc:
-                outcome = _Outcome(STOPPED, 128 + exc.signum, f"mslaunch received {signal.Signals(exc.signum).name}")
-                _quietly(lambda: self.on_event("interrupted", {"signal": exc.signum}))
+                signum = exc.signum
+                outcome = _Outcome(STOPPED, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
+                _quietly(lambda: self.on_event("interrupted", {"signal": signum}))
             except _Timeout:
                 outcome = _Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")
                 _quietly(lambda: self.on_event("timeout", {"timeout": self.options.timeout}))
