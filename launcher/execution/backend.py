@@ -4,23 +4,22 @@ A *backend* (``--launcher``) starts the processes of one attempt of a :class:`Pl
 back one :class:`ProcessHandle` per started process; the supervisor
 (:mod:`launcher.execution.supervisor`) drives every backend through this interface only.
 
-Backend life cycle (one instance per attempt; a restart makes a new one)::
+State machine of one attempt (one backend instance per attempt; a restart makes a new one)::
 
-    created   Backend.create(ctx): may connect to hosts, copy files; raises LaunchError when it
-              cannot (then nothing was started; on a restart the attempt records the failure)
-    started   start(request) once per StartRequest of requests(), in order
-    closed    close(): always called, after every handle is torn down (closes connections)
+    created     Backend.create(ctx): may connect to hosts and copy files; raises LaunchError
+                when it cannot (nothing started; on a restart that attempt records the failure)
+    started     start() once per StartRequest of requests(), in order; each returns at once
+                with a ProcessHandle whose process is running (or already failing)
+    exited      a handle's wait() returned its returncode: the process ended by itself
+    terminated  teardown: terminate() (SIGTERM to the group), the grace, then kill() (SIGKILL
+                to the group and every descendant) on every handle, exited ones included
+    closed      close(): always, after teardown (connections, helper processes released)
 
-Process handle states::
-
-    created --start()--> started --(exits by itself)---------------> exited
-                         started --(terminate()/kill() by teardown)-> terminated (exited, torn down)
-
-A handle is created running; ``wait()`` blocks until it exited and returns its returncode
-(subprocess convention: negative = killed by that signal; 255 with a ``reason`` when a
-connection was lost).  ``terminate()`` is SIGTERM to its process group, ``kill()`` SIGKILL to
-the group and every descendant; both are safe to call at any state (also after the exit: a
-group may outlive its leader).  ``pid``/``pgid`` are None where a backend has none (yet).
+Handles: ``wait()`` blocks until the process exited (subprocess convention: negative = killed
+by that signal; 255 with a ``reason`` when a connection was lost); ``poll()`` never blocks;
+``terminate()``/``kill()`` are safe in every state (a group may outlive its leader);
+``pid``/``pgid`` are None where a backend has none (yet); ``has_exited()`` tells an exit that
+``wait()`` has not reported yet (teardown then leaves the process alone: its own exit counts).
 
 One process may stand for many (mpirun runs every rank): its backend returns one request,
 and the handle's :meth:`ProcessHandle.outcomes` turns its exit into one result per planned
@@ -30,6 +29,12 @@ Registry: each backend module calls :func:`register_backend` with its name; buil
 are listed in :mod:`launcher.execution.backends` and imported on first use (so the CLI does not
 pay for paramiko unless the ssh backend runs).  ``--launcher`` choices and ``doctor`` read
 :func:`backend_names` / :func:`get_backend`.
+
+Adding a backend: one module (or package) with a :class:`Backend` and a :class:`ProcessHandle`
+subclass and a ``register_backend(name, cls, doctor_check)`` line; a built-in one also gets a
+line in :data:`launcher.execution.backends.BUILTIN`.  If it runs an argv of its own (mpirun,
+srun), a pure builder under ``launcher/planning/`` makes it and :meth:`Backend.describe` shows
+it in ``plan.json`` and ``--dry-run``.  ``tests/execution/toy_backend.py`` is a complete example.
 """
 from __future__ import annotations
 
