@@ -49,11 +49,15 @@ def preflight(plan: Plan) -> None:
     """Checks that must pass before anything is written or started.
 
     Raises:
-        LaunchError: busy scheduler port on this machine (backends that run it here), or an
-            unknown backend.
+        LaunchError: busy scheduler port on this machine (backends that run it here), remote
+            hosts for a backend that runs processes here only, or an unknown backend.
         RankTableError: the rank table does not validate.
     """
-    get_backend(plan.launcher).factory.preflight(plan)
+    backend = get_backend(plan.launcher).factory
+    remote = [h.name for h in plan.hosts if not h.is_local]
+    if backend.local_only and remote:
+        raise LaunchError(f"--launcher {plan.launcher} runs on this machine only, but the inventory has {', '.join(remote)}")
+    backend.preflight(plan)
     for art in plan.artefacts:
         if art.kind == "rank_table":
             from launcher.errors import RankTableError

@@ -80,3 +80,9 @@ def test_toy_backend_runs_a_2_rank_job(tmp_path):
                     os.kill(int(pid), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def test_a_local_only_backend_refuses_remote_hosts(tmp_path):
+    r = mslaunch_with_toy(tmp_path, "run", "--launcher", "toy", "-H", "10.9.9.9:2", "--log-dir", str(tmp_path / "job"), PROG, "ok")
+    assert r.returncode == 1 and "--launcher toy runs on this machine only, but the inventory has 10.9.9.9" in r.stderr, r.stderr
+    assert not (tmp_path / "job" / "plan.json").exists()  # refused before anything was written
