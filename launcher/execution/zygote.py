@@ -333,8 +333,8 @@ def _run_program(argv: List[str]) -> int:
         return 1
 
 
-def serve(preload: Sequence[str]) -> None:
-    """The zygote's main loop (see the module doc)."""
+def _preload(preload: Sequence[str]) -> None:
+    """Import the preload modules (a missing one is skipped: the ranks import what they need)."""
     import importlib
 
     os.environ.pop("MS_ROLE", None)
@@ -342,9 +342,14 @@ def serve(preload: Sequence[str]) -> None:
         try:
             importlib.import_module(name)
         except ImportError:
-            pass  # not installed here: the ranks import what they need themselves
+            pass
     if threading.active_count() > 1:
         sys.stderr.write("zygote: the preload started threads; forking is not safe\n")
+
+
+def serve(preload: Sequence[str]) -> None:
+    """The zygote's main loop (see the module doc)."""
+    _preload(preload)
     out = sys.stdout.buffer
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
