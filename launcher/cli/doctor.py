@@ -35,7 +35,7 @@ def doctor_cmd(
 ) -> None:
     """Check every host in parallel: SSH, Python and MindSpore versions, the workload, the master
     port, clock skew, hccn.conf (ranktable method), mpirun (mpirun launcher). Exit 1 on any ✗."""
-    from launcher.execution.backend import get_backend
+    from launcher.execution.backend import doctor_checks, get_backend
     from launcher.execution.doctor import DoctorJob, reports_json, run_doctor
     from launcher.planning.plan import build_plan
 
@@ -73,6 +73,7 @@ def doctor_cmd(
         master=master,
         hccn_path=posixpath.normpath(hccn_path) if method == "ranktable" else None,
         tools=tuple(c for c in (get_backend(plan.launcher).doctor_check,) if c is not None),
+        tool_columns=tuple(c.name for c in doctor_checks()),
         max_skew=max_skew,
     )
     reports = run_doctor(job, ssh_config=spec.ssh_config, accept_new=ssh_accept_new, connect_timeout=ssh_connect_timeout)

@@ -283,6 +283,13 @@ def backend_names() -> Tuple[str, ...]:
     return tuple(names)
 
 
+def doctor_checks() -> Tuple[ToolCheck, ...]:
+    """Every backend's ``doctor`` tool check (imports the built-in backend modules)."""
+    for name in backend_names():
+        get_backend(name)
+    return tuple(e.doctor_check for e in _REGISTRY.values() if e.doctor_check is not None)
+
+
 def get_backend(name: str) -> BackendEntry:
     """The backend called ``name``, importing its built-in module on first use.
 

@@ -154,7 +154,9 @@ class DoctorJob:
         cwd: the ranks' working directory.
         master: ``(host name, port)`` of the scheduler (dynamic method), or None.
         hccn_path: hccn.conf path to look for (ranktable method), or None.
-        tools: the backend's tool checks (e.g. mpirun), from the backend registry.
+        tools: the tool checks of the job's backend (e.g. mpirun), from the backend registry.
+        tool_columns: every backend's tool check name (the report's last columns; "-" where
+            the job's backend does not use that tool).
         max_skew: allowed clock difference, s.
     """
 
@@ -167,6 +169,7 @@ class DoctorJob:
     master: Optional[Tuple[str, int]]
     hccn_path: Optional[str]
     tools: Tuple[ToolCheck, ...] = ()
+    tool_columns: Tuple[str, ...] = ()
     max_skew: float = DEFAULT_MAX_SKEW
 
 
@@ -239,8 +242,8 @@ def _same(values: Dict[str, Optional[str]]) -> Tuple[Optional[str], Dict[str, st
 
 
 def check_names(job: DoctorJob) -> Tuple[str, ...]:
-    """The columns of ``job``'s report: :data:`CHECKS`, then its tools."""
-    return CHECKS + tuple(t.name for t in job.tools)
+    """The columns of ``job``'s report: :data:`CHECKS`, then the tool columns."""
+    return CHECKS + tuple(dict.fromkeys(job.tool_columns + tuple(t.name for t in job.tools)))
 
 
 def check_rows(job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[str, Optional[str]]) -> List[HostReport]:
@@ -266,7 +269,7 @@ def check_rows(job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[
             rows += _python_rows(job, host.name, data, py_diff, ms_diff)
             rows += [_workload_row(job, host.name, data), _port_row(job, host.name, data), _clock_row(job, data, t0, t1),
                      _hccn_row(job, data)]
-            rows += [_tool_row(t, data.get(t.name), local_versions.get(t.name)) for t in job.tools]
+            rows += _tool_rows(job, data, local_versions)
         reports.append(HostReport(host.name, tuple(rows)))
     return reports
 
@@ -328,6 +331,13 @@ def _hccn_row(job: DoctorJob, data: Dict[str, Any]) -> Check:
         return Check("hccn.conf", False, f"{job.hccn_path}: {data['hccn_error']}")
     n = int(data.get("hccn_devices", 0))
     return Check("hccn.conf", n > 0, f"{n} device addresses" if n else f"{job.hccn_path} has no address_N lines")
+
+
+def _tool_rows(job: DoctorJob, data: Dict[str, Any], local_versions: Mapping[str, Optional[str]]) -> List[Check]:
+    """One cell per tool column: checked for the job's backend's tools, else not applicable."""
+    tools = {t.name: t for t in job.tools}
+    names = check_names(job)[len(CHECKS):]
+    return [_tool_row(tools[n], data.get(n), local_versions.get(n)) if n in tools else Check(n, None) for n in names]
 
 
 def _tool_row(tool: ToolCheck, version: Optional[str], local: Optional[str]) -> Check:
