@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Protocol, Tuple, Type
@@ -162,6 +163,32 @@ class ProcessHandle(ABC):
             ended=self.exit_time or ended, log=self.log_path, torn_down=torn_down,
             reason=self.reason or note, pid=self.pid, exit_order=self.exit_order,
         )]
+
+
+class ReportedProcess(ProcessHandle):
+    """A handle whose exit is reported to it (by a reader thread or a test): :meth:`exited`.
+
+    Subclasses call :meth:`_init_exit` in ``__init__`` and implement terminate/kill.
+    """
+
+    def _init_exit(self) -> None:
+        self._done = threading.Event()
+        self._rc: Optional[int] = None
+
+    def exited(self, rc: int, exit_time: Optional[float] = None) -> None:
+        """Record the exit (the first report wins) and wake ``wait()``."""
+        if self._done.is_set():
+            return
+        self._rc, self.exit_time = rc, exit_time
+        self._done.set()
+
+    def wait(self) -> int:
+        self._done.wait()
+        assert self._rc is not None
+        return self._rc
+
+    def poll(self) -> Optional[int]:
+        return self._rc if self._done.is_set() else None
 
 
 class Backend(ABC):

@@ -39,14 +39,14 @@ import time
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from launcher.errors import LaunchError
-from launcher.execution.backend import Backend, BackendContext, ProcessHandle
+from launcher.execution.backend import Backend, BackendContext, ReportedProcess
 from launcher.planning.plan import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
 PRELOAD = ("mindspore", "mindspore.communication")
 
 
-class ZygoteProcess(ProcessHandle):
+class ZygoteProcess(ReportedProcess):
     """A rank forked by the zygote (same interface as :class:`launcher.execution.local.LocalProcess`)."""
 
     def __init__(self, plan: ProcPlan, pid: int, log_path: str) -> None:
@@ -56,20 +56,7 @@ class ZygoteProcess(ProcessHandle):
         self.log_path = log_path
         self.started = time.time()
         self.host = plan.host
-        self._done = threading.Event()
-        self._rc: Optional[int] = None
-
-    def _exited(self, rc: int) -> None:
-        self._rc = rc
-        self._done.set()
-
-    def wait(self) -> int:
-        self._done.wait()
-        assert self._rc is not None
-        return self._rc
-
-    def poll(self) -> Optional[int]:
-        return self._rc if self._done.is_set() else None
+        self._init_exit()
 
     def terminate(self) -> None:
         from launcher.execution.local import kill_tree
@@ -163,7 +150,7 @@ class ZygoteLauncher(Backend):
                     if child is None:
                         self._early[pid] = rc
                 if child is not None:
-                    child._exited(rc)
+                    child.exited(rc)
                 continue
             with self._reply_cv:
                 self._replies.append(msg)
@@ -174,7 +161,7 @@ class ZygoteLauncher(Backend):
             self._reply_cv.notify_all()
             pending = [c for c in self._children.values() if c.poll() is None]
         for child in pending:
-            child._exited(255)
+            child.exited(255)
 
     # ------------------------------------------------------------------ Launcher
 
@@ -221,7 +208,7 @@ class ZygoteLauncher(Backend):
             if "pid" not in reply:
                 raise LaunchError(f"{proc.name}: the zygote could not start it: {reply.get('error')}")
         if early is not None:
-            child._exited(early)
+            child.exited(early)
         return child
 
     def close(self) -> None:

@@ -8,13 +8,12 @@ in ``stubborn``) and ``kill()`` with -SIGKILL.  Every call is logged in order on
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution.backend import Backend, BackendContext, ProcessHandle
+from launcher.execution.backend import Backend, BackendContext, ReportedProcess
 from launcher.planning.plan import Plan, ProcPlan
 
 
@@ -26,30 +25,14 @@ class Exit:
     exit_time: Optional[float] = None
 
 
-class FakeProcess(ProcessHandle):
+class FakeProcess(ReportedProcess):
     def __init__(self, backend: "FakeBackend", plan: ProcPlan, log_path: str) -> None:
         self.backend = backend
         self.plan = plan
         self.host = plan.host
         self.log_path = log_path
         self.started = time.time()
-        self.pid = None
-        self._rc: Optional[int] = None
-        self._done = threading.Event()
-
-    def end(self, rc: int, exit_time: Optional[float] = None) -> None:
-        if not self._done.is_set():
-            self._rc = rc
-            self.exit_time = exit_time
-            self._done.set()
-
-    def wait(self) -> int:
-        self._done.wait()
-        assert self._rc is not None
-        return self._rc
-
-    def poll(self) -> Optional[int]:
-        return self._rc if self._done.is_set() else None
+        self._init_exit()
 
     def has_exited(self) -> bool:
         return self._done.is_set()
@@ -57,11 +40,11 @@ class FakeProcess(ProcessHandle):
     def terminate(self) -> None:
         self.backend.calls.append(("terminate", self.plan.name))
         if self.plan.name not in self.backend.stubborn:
-            self.end(-signal.SIGTERM)
+            self.exited(-signal.SIGTERM)
 
     def kill(self) -> None:
         self.backend.calls.append(("kill", self.plan.name))
-        self.end(-signal.SIGKILL)
+        self.exited(-signal.SIGKILL)
 
 
 @dataclass
@@ -87,7 +70,7 @@ class FakeBackend(Backend):
         self.handles.append(handle)
         planned = self.script.get(proc.name)
         if planned is not None:
-            handle.end(planned.rc, planned.exit_time)
+            handle.exited(planned.rc, planned.exit_time)
         return handle
 
     def close(self) -> None:
