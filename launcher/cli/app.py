@@ -40,7 +40,9 @@ def plan_cmd(
     """Print the full plan of a job (per rank: host, rank, device, cwd, argv, env) without starting it."""
     plan = plan_from(opts)
     if as_json:
-        sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\n")
+        from launcher.execution.backend import plan_json
+
+        sys.stdout.write(json.dumps(plan_json(plan), indent=2) + "\n")
         return
     from launcher.cli.render import print_plan
 

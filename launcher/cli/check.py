@@ -67,7 +67,7 @@ def check_cmd(
     if opts.program or opts.module or opts.no_python:
         raise PlanError("check runs its own program; pass only inventory and job options", field="SCRIPT")
     from launcher.execution.runner import run_plan
-    from launcher.execution.supervisor import SuperviseOptions
+    from launcher.execution.settings import SuperviseOptions
 
     opts = dataclasses.replace(opts, module=CHECK_MODULE, program=())
     plan = build_plan(build_spec(opts))

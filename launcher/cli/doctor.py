@@ -37,6 +37,7 @@ def doctor_cmd(
 ) -> None:
     """Check every host in parallel: SSH, Python and MindSpore versions, the workload, the master
     port, clock skew, hccn.conf (ranktable method), mpirun (mpirun launcher). Exit 1 on any ✗."""
+    from launcher.execution.backend import doctor_checks, get_backend
     from launcher.execution.doctor import DoctorJob, reports_json, run_doctor
     from launcher.planning.plan import build_plan
 
@@ -73,7 +74,8 @@ def doctor_cmd(
         cwd=spec.cwd,
         master=master,
         hccn_path=posixpath.normpath(hccn_path) if method == "ranktable" else None,
-        mpirun=plan.launcher == "mpirun",
+        tools=tuple(c for c in (get_backend(plan.launcher).doctor_check,) if c is not None),
+        tool_columns=tuple(c.name for c in doctor_checks()),
         max_skew=max_skew,
     )
     ssh = replace(ssh, config=spec.ssh_config)
@@ -173,9 +175,8 @@ def _print_table(reports) -> None:  # type: ignore[no-untyped-def]
     from rich.table import Table
 
     from launcher.cli.render import console
-    from launcher.execution.doctor import CHECKS
-
-    used = [name for name in CHECKS if any(r.check(name).ok is not None for r in reports)]
+    names = [c.name for c in reports[0].checks] if reports else []
+    used = [name for name in names if any(r.check(name).ok is not None for r in reports)]
     table = Table(title="mslaunch doctor", show_lines=False)
     table.add_column("host", no_wrap=True)
     for name in used:

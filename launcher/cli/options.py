@@ -19,6 +19,7 @@ import typer
 from launcher.cli.msrun_flags import NODE_RANK_VARS, node_rank_from_env, parse_bind_numa, parse_msrun_bool, tail_ranks  # noqa: F401 (re-exported)
 from launcher.cli.ssh_flags import job_ssh_config, ssh_parameter
 from launcher.errors import MsLaunchError, PlanError
+from launcher.execution.backend import backend_names
 from launcher.planning import envs
 from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_inventory
 from launcher.planning.mpi import MpiOptions
@@ -86,7 +87,7 @@ _opt("per_host", Optional[int], typer.Option(None, "--per-host", "--local-worker
 _opt("include", Optional[str], typer.Option(None, "--include", help="Only these hosts/devices: host1:0,1@host2.", rich_help_panel="Inventory"))
 _opt("exclude", Optional[str], typer.Option(None, "--exclude", help="Not these hosts/devices: host1:0,1@host2.", rich_help_panel="Inventory"))
 _opt("method", str, typer.Option("dynamic", "--method", help="Rendezvous: dynamic | ranktable | mpi.", rich_help_panel="Job"))
-_opt("launcher", Optional[str], typer.Option(None, "--launcher", help="local | ssh | mpirun (default: local if every host is this machine, else ssh).", rich_help_panel="Job"))
+_opt("launcher", Optional[str], typer.Option(None, "--launcher", help=f"{' | '.join(backend_names())} (default: local if every host is this machine, else ssh).", rich_help_panel="Job"))
 _opt("master_addr", Optional[str], typer.Option(None, "--master-addr", "--master_addr", help="Scheduler address (default: the first host).", rich_help_panel="Job"))
 _opt("master_port", str, typer.Option(str(DEFAULT_MASTER_PORT), "--master-port", "--master_port", help="Scheduler port, or 'auto' for a free one.", rich_help_panel="Job"))
 _opt("cluster_time_out", Optional[int], typer.Option(None, "--cluster-time-out", "--cluster_time_out", help="Cluster build timeout, s (MS_TOPO_TIMEOUT).", rich_help_panel="Job"))
@@ -136,6 +137,16 @@ def with_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
     others = [p for p in params if p not in arguments]
     wrapper.__signature__ = sig.replace(parameters=others + _OPTIONS[:-1] + arguments + _OPTIONS[-1:])  # type: ignore[attr-defined]
     return wrapper
+
+
+def check_launcher(name: Optional[str]) -> None:
+    """``--launcher`` must name a registered backend (see :mod:`launcher.execution.backend`).
+
+    Raises:
+        PlanError: no backend has that name.
+    """
+    if name is not None and name not in backend_names():
+        raise PlanError(f"unknown launcher {name!r}; use one of {', '.join(backend_names())}", field="--launcher")
 
 
 def load_inventory(
@@ -345,6 +356,7 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
         hostfile=os.path.join(job_dir, "hostfile") if opts.mpi_hostfile else None,
         extra=opts.mpi_arg,
     )
+    check_launcher(opts.launcher)
     return JobSpec(
         inventory=inventory,
         program=program,

@@ -51,9 +51,12 @@ def print_plan(plan: Plan) -> None:
         tag = "[bold yellow]cpu warning[/bold yellow]" if note in plan.cpu_warnings else "[bold]cpu[/bold]"
         out(f"{tag} ", end="", soft_wrap=True)
         out(note, soft_wrap=True, highlight=False, markup=False)
-    if plan.mpirun_argv is not None:
-        out("[bold]mpirun[/bold]", soft_wrap=True)
-        out(" ".join(shlex.quote(a) for a in plan.mpirun_argv), soft_wrap=True, highlight=False, markup=False)
+    from launcher.execution.backend import get_backend
+
+    for key, value in get_backend(plan.launcher).factory.describe(plan).items():  # the backend's command line(s)
+        if isinstance(value, list) and all(isinstance(a, str) for a in value):
+            out(f"[bold]{key}[/bold]", soft_wrap=True)
+            out(" ".join(shlex.quote(a) for a in value), soft_wrap=True, highlight=False, markup=False)
 
 
 def print_result(result: "JobResult", quiet: bool = False) -> None:

@@ -14,6 +14,7 @@ import typer
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import MsLaunchError, PlanError
+from launcher.execution.settings import SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
 from launcher.planning import layout
 from launcher.planning.kinds import describe_returncode
@@ -31,10 +32,10 @@ def register(app: typer.Typer) -> None:
 def run_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing.", rich_help_panel="Run"),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON.", rich_help_panel="Run"),
-    grace: float = typer.Option(5.0, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
+    grace: float = typer.Option(SuperviseOptions.grace, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
-    start_timeout: float = typer.Option(60.0, "--start-timeout", help="Seconds for the scheduler's port to accept.", rich_help_panel="Run"),
-    max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the whole job this many times after a failure.", rich_help_panel="Run"),
+    start_timeout: float = typer.Option(SuperviseOptions.start_timeout, "--start-timeout", help="Seconds for the scheduler's port to accept.", rich_help_panel="Run"),
+    max_restarts: int = typer.Option(SuperviseOptions.max_restarts, "--max-restarts", help="Restart the whole job this many times after a failure.", rich_help_panel="Run"),
     tee: Optional[str] = typer.Option(None, "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live per-rank view (as mslaunch top) plus every rank's error lines; else errors.", rich_help_panel="Run"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
@@ -57,17 +58,16 @@ def run_cmd(
     tee = tee or "errors"
     if tee not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
-    if max_restarts < 0:
-        raise PlanError("--max-restarts must be >= 0", field="--max-restarts")
-    if grace < 0:
-        raise PlanError("--grace must be >= 0", field="--grace")
+    options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
     spec = build_spec(opts)
     plan = build_plan(spec)
     if opts.join is not None and not parse_msrun_bool(opts.join, "--join"):
         detach = True  # msrun --join=False: start the job and return
     if dry_run:
         if as_json:
-            sys.stdout.write(json.dumps(plan.to_json(), indent=2) + "\n")
+            from launcher.execution.backend import plan_json
+
+            sys.stdout.write(json.dumps(plan_json(plan), indent=2) + "\n")
         else:
             from launcher.cli.render import print_plan
 
@@ -78,16 +78,16 @@ def run_cmd(
         _detach(plan)
         return
 
+    from launcher.execution.local import LocalSettings
     from launcher.execution.runner import junit_xml, run_plan
-    from launcher.execution.supervisor import SuperviseOptions
     from launcher.jobs import jobdir
     from launcher.jobs.files import write_atomic
 
-    options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None, live=live)
     try:
-        result = run_plan(plan, options, sys.argv, on_event=console.event, ssh=ssh, on_started=console.start, zygote=zygote)
+        result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=console.start,
+                          backend_settings={"ssh": ssh, "local": LocalSettings(zygote=zygote)})
     finally:
         console.stop()
     problems = []  # a CI output that cannot be written never hides the job's result or exit code

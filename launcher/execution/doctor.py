@@ -13,7 +13,8 @@ workload       the script exists (``-m``: the module imports; ``--no-python``: t
 master port    the scheduler's port is free on the master host (dynamic method)
 clock          the host's clock is within ``max_skew`` seconds of this machine's
 hccn.conf      the host has ``hccn_path`` with device addresses (ranktable method)
-mpirun         mpirun is installed, the same version as on this machine (mpirun launcher)
+<backend>      the backend's tool (e.g. mpirun) is installed, at this machine's version
+               (the backend's registered :class:`~launcher.execution.backend.ToolCheck`)
 =============  ===========================================================================
 
 Checks are plain functions of probe results returning :class:`Check` rows; a check that does
@@ -31,14 +32,16 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from launcher.execution.backend import ToolCheck
 from launcher.planning.inventory import Host
 
 if TYPE_CHECKING:
     from launcher.execution.ssh.settings import SSHSettings
 
-CHECKS = ("ssh", "python", "mindspore", "workload", "master port", "clock", "hccn.conf", "mpirun")
+#: The checks every job gets; a backend's tool checks (``DoctorJob.tools``) follow them.
+CHECKS = ("ssh", "python", "mindspore", "workload", "master port", "clock", "hccn.conf")
 DEFAULT_MAX_SKEW = 1.0
 DEFAULT_HCCN_PATH = "/etc/hccn.conf"
 
@@ -100,14 +103,14 @@ if hccn:
         out["hccn_devices"] = len(re.findall(r"^\s*address_\d+\s*=", text, re.M))
     except OSError as exc:
         out["hccn_error"] = exc.strerror or str(exc)
-if cfg.get("mpirun"):
-    path = shutil.which("mpirun")
+for name, exe in (cfg.get("tools") or {}).items():
+    path = shutil.which(exe)
     if path:
         rc, o, e = run([path, "--version"], timeout=20)
         m = re.search(r"(\d+\.\d+\.\d+)", o)
-        out["mpirun"] = m.group(1) if m else "unknown"
+        out[name] = m.group(1) if m else "unknown"
     else:
-        out["mpirun"] = None
+        out[name] = None
 out["elapsed"] = time.time() - start
 sys.stdout.write(json.dumps(out))
 '''
@@ -155,7 +158,9 @@ class DoctorJob:
         cwd: the ranks' working directory.
         master: ``(host name, port)`` of the scheduler (dynamic method), or None.
         hccn_path: hccn.conf path to look for (ranktable method), or None.
-        mpirun: check mpirun (mpirun launcher).
+        tools: the tool checks of the job's backend (e.g. mpirun), from the backend registry.
+        tool_columns: every backend's tool check name (the report's last columns; "-" where
+            the job's backend does not use that tool).
         max_skew: allowed clock difference, s.
     """
 
@@ -167,7 +172,8 @@ class DoctorJob:
     cwd: Optional[str]
     master: Optional[Tuple[str, int]]
     hccn_path: Optional[str]
-    mpirun: bool
+    tools: Tuple[ToolCheck, ...] = ()
+    tool_columns: Tuple[str, ...] = ()
     max_skew: float = DEFAULT_MAX_SKEW
 
 
@@ -183,7 +189,7 @@ def _probe_config(job: DoctorJob, host: Host) -> Dict[str, Any]:
         "cwd": job.cwd,
         "port": job.master[1] if job.master is not None and job.master[0] == host.name else None,
         "hccn": job.hccn_path,
-        "mpirun": job.mpirun,
+        "tools": {t.name: t.exe for t in job.tools},
     }
 
 
@@ -239,87 +245,124 @@ def _same(values: Dict[str, Optional[str]]) -> Tuple[Optional[str], Dict[str, st
     return common, {h: f"{v} differs from {common} ({', '.join(holders)})" for h, v in present.items() if v != common}
 
 
-def check_rows(job: DoctorJob, results: Dict[str, Any], local_mpirun: Optional[str]) -> List[HostReport]:
-    """Turn probe results (host -> ``(probe dict, t0, t1)`` or an ssh failure string) into rows."""
+def check_names(job: DoctorJob) -> Tuple[str, ...]:
+    """The columns of ``job``'s report: :data:`CHECKS`, then the tool columns."""
+    return CHECKS + tuple(dict.fromkeys(job.tool_columns + tuple(t.name for t in job.tools)))
+
+
+def check_rows(job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[str, Optional[str]]) -> List[HostReport]:
+    """Turn probe results (host -> ``(probe dict, t0, t1)`` or an ssh failure string) into rows.
+
+    ``local_versions``: tool name -> its version on this machine (None: unknown)."""
+    names = check_names(job)
     reports: List[HostReport] = []
-    py_versions = {h: r[0].get("python") for h, r in results.items() if not isinstance(r, str)}
-    ms_versions = {h: r[0].get("mindspore") for h, r in results.items() if not isinstance(r, str)}
-    _, py_diff = _same(py_versions)
-    _, ms_diff = _same(ms_versions)
+    _, py_diff = _same({h: r[0].get("python") for h, r in results.items() if not isinstance(r, str)})
+    _, ms_diff = _same({h: r[0].get("mindspore") for h, r in results.items() if not isinstance(r, str)})
     for host in job.hosts:
         res = results.get(host.name)
         if isinstance(res, str) or res is None:
-            checks = [Check("ssh", False, res or "not checked")] + [Check(n, None, "unreachable") for n in CHECKS[1:]]
+            checks = [Check("ssh", False, res or "not checked")] + [Check(n, None, "unreachable") for n in names[1:]]
             reports.append(HostReport(host.name, tuple(checks)))
             continue
         data, t0, t1 = res
         rows = [Check("ssh", True, "local" if host.is_local else "ok")]
         if "probe_error" in data:
             rows.append(Check("python", False, data["probe_error"]))
-            rows += [Check(n, None, "") for n in CHECKS[2:]]
-            reports.append(HostReport(host.name, tuple(rows)))
-            continue
-        # python / mindspore
-        if job.python.get(host.name) is None:
-            rows += [Check("python", None), Check("mindspore", None)]
-        elif "python_error" in data:
-            rows += [Check("python", False, f"{job.python[host.name]}: {data['python_error']}"), Check("mindspore", None)]
+            rows += [Check(n, None, "") for n in names[2:]]
         else:
-            ver = data.get("python", "?")
-            rows.append(Check("python", host.name not in py_diff, py_diff.get(host.name, ver)))
-            ms = data.get("mindspore") or ""
-            if not ms:
-                rows.append(Check("mindspore", False, f"not installed for {job.python[host.name]}"))
-            else:
-                rows.append(Check("mindspore", host.name not in ms_diff, ms_diff.get(host.name, ms)))
-        # workload
-        problems = []
-        if job.cwd and data.get("cwd_found") is False:
-            problems.append(f"working directory {job.cwd} missing")
-        if job.script.get(host.name) and data.get("script_found") is False:
-            problems.append(f"{job.script[host.name]} missing")
-        if job.module and data.get("module_found") is False:
-            problems.append(f"module {job.module} not importable")
-        if job.exe and data.get("exe_found") is False:
-            problems.append(f"{job.exe} not found")
-        if not (job.script.get(host.name) or job.module or job.exe):
-            rows.append(Check("workload", None, "no program given"))
-        else:
-            rows.append(Check("workload", not problems, "; ".join(problems) or "found"))
-        # master port
-        if job.master is not None and job.master[0] == host.name:
-            free = data.get("port_free")
-            rows.append(Check("master port", bool(free), f"{job.master[1]} free" if free else
-                              f"{job.master[1]} in use on {host.name} ({data.get('port_error', 'busy')}); pass --master-port auto or another port"))
-        else:
-            rows.append(Check("master port", None))
-        # clock: the probe read its clock `elapsed` s before its answer arrived at t1 (the
-        # interpreter's start-up happened before, so t1 - elapsed is closer than the midpoint).
-        remote = float(data.get("time", 0.0))
-        local = max(t0, t1 - float(data.get("elapsed", 0.0)))
-        skew = remote - local
-        rows.append(Check("clock", abs(skew) <= job.max_skew, f"{skew:+.3f} s"))
-        # hccn.conf
-        if job.hccn_path is None:
-            rows.append(Check("hccn.conf", None))
-        elif "hccn_error" in data:
-            rows.append(Check("hccn.conf", False, f"{job.hccn_path}: {data['hccn_error']}"))
-        else:
-            n = int(data.get("hccn_devices", 0))
-            rows.append(Check("hccn.conf", n > 0, f"{n} device addresses" if n else f"{job.hccn_path} has no address_N lines"))
-        # mpirun
-        if not job.mpirun:
-            rows.append(Check("mpirun", None))
-        else:
-            ver = data.get("mpirun")
-            if ver is None:
-                rows.append(Check("mpirun", False, "not installed (apt-get install openmpi-bin)"))
-            elif local_mpirun is not None and ver != local_mpirun:
-                rows.append(Check("mpirun", False, f"{ver} differs from {local_mpirun} on this machine"))
-            else:
-                rows.append(Check("mpirun", True, ver))
+            rows += _python_rows(job, host.name, data, py_diff, ms_diff)
+            rows += [_workload_row(job, host.name, data), _port_row(job, host.name, data), _clock_row(job, data, t0, t1),
+                     _hccn_row(job, data)]
+            rows += _tool_rows(job, data, local_versions)
         reports.append(HostReport(host.name, tuple(rows)))
     return reports
+
+
+def _python_rows(job: DoctorJob, host: str, data: Dict[str, Any], py_diff: Dict[str, str], ms_diff: Dict[str, str]) -> List[Check]:
+    """python and mindspore: present, and the same version as on most hosts."""
+    if job.python.get(host) is None:
+        return [Check("python", None), Check("mindspore", None)]
+    if "python_error" in data:
+        return [Check("python", False, f"{job.python[host]}: {data['python_error']}"), Check("mindspore", None)]
+    rows = [Check("python", host not in py_diff, py_diff.get(host, data.get("python", "?")))]
+    ms = data.get("mindspore") or ""
+    if not ms:
+        rows.append(Check("mindspore", False, f"not installed for {job.python[host]}"))
+    else:
+        rows.append(Check("mindspore", host not in ms_diff, ms_diff.get(host, ms)))
+    return rows
+
+
+def _workload_row(job: DoctorJob, host: str, data: Dict[str, Any]) -> Check:
+    """The program (script, module or executable) and the working directory exist."""
+    problems = []
+    if job.cwd and data.get("cwd_found") is False:
+        problems.append(f"working directory {job.cwd} missing")
+    if job.script.get(host) and data.get("script_found") is False:
+        problems.append(f"{job.script[host]} missing")
+    if job.module and data.get("module_found") is False:
+        problems.append(f"module {job.module} not importable")
+    if job.exe and data.get("exe_found") is False:
+        problems.append(f"{job.exe} not found")
+    if not (job.script.get(host) or job.module or job.exe):
+        return Check("workload", None, "no program given")
+    return Check("workload", not problems, "; ".join(problems) or "found")
+
+
+def _port_row(job: DoctorJob, host: str, data: Dict[str, Any]) -> Check:
+    """The scheduler's port is free on its host."""
+    if job.master is None or job.master[0] != host:
+        return Check("master port", None)
+    free = data.get("port_free")
+    return Check("master port", bool(free), f"{job.master[1]} free" if free else
+                 f"{job.master[1]} in use on {host} ({data.get('port_error', 'busy')}); pass --master-port auto or another port")
+
+
+def _clock_row(job: DoctorJob, data: Dict[str, Any], t0: float, t1: float) -> Check:
+    """Clock skew: the probe read its clock ``elapsed`` s before its answer arrived at ``t1``
+    (the interpreter's start-up happened before, so ``t1 - elapsed`` is closer than the midpoint)."""
+    remote = float(data.get("time", 0.0))
+    local = max(t0, t1 - float(data.get("elapsed", 0.0)))
+    skew = remote - local
+    return Check("clock", abs(skew) <= job.max_skew, f"{skew:+.3f} s")
+
+
+def _hccn_row(job: DoctorJob, data: Dict[str, Any]) -> Check:
+    """hccn.conf has device addresses (ranktable method)."""
+    if job.hccn_path is None:
+        return Check("hccn.conf", None)
+    if "hccn_error" in data:
+        return Check("hccn.conf", False, f"{job.hccn_path}: {data['hccn_error']}")
+    n = int(data.get("hccn_devices", 0))
+    return Check("hccn.conf", n > 0, f"{n} device addresses" if n else f"{job.hccn_path} has no address_N lines")
+
+
+def _tool_rows(job: DoctorJob, data: Dict[str, Any], local_versions: Mapping[str, Optional[str]]) -> List[Check]:
+    """One cell per tool column: checked for the job's backend's tools, else not applicable."""
+    tools = {t.name: t for t in job.tools}
+    names = check_names(job)[len(CHECKS):]
+    return [_tool_row(tools[n], data.get(n), local_versions.get(n)) if n in tools else Check(n, None) for n in names]
+
+
+def _tool_row(tool: ToolCheck, version: Optional[str], local: Optional[str]) -> Check:
+    """A backend tool's cell: installed, and at this machine's version."""
+    if version is None:
+        return Check(tool.name, False, f"not installed ({tool.install_hint})")
+    if local is not None and version != local:
+        return Check(tool.name, False, f"{version} differs from {local} on this machine")
+    return Check(tool.name, True, version)
+
+
+def tool_version(exe: str) -> Optional[str]:
+    """``4.1.4`` from ``exe --version`` on this machine, or None."""
+    import re
+
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else None
 
 
 def run_doctor(job: DoctorJob, ssh: Optional["SSHSettings"] = None) -> List[HostReport]:
@@ -341,16 +384,12 @@ def run_doctor(job: DoctorJob, ssh: Optional["SSHSettings"] = None) -> List[Host
                 return conn
             return probe_remote(job, host, conn)
 
-        local_mpirun = None
-        if job.mpirun:
-            from launcher.execution.mpirun import mpirun_version
-
-            local_mpirun = mpirun_version()
+        local_versions = {t.name: tool_version(t.exe) for t in job.tools}
         outcomes = run_parallel(probe, list(job.hosts), 32)
         results = {}
         for host, (value, exc) in zip(job.hosts, outcomes):
             results[host.name] = value if exc is None else f"probe failed: {exc}"
-        return check_rows(job, results, local_mpirun)
+        return check_rows(job, results, local_versions)
     finally:
         for c in conns.values():
             if isinstance(c, SshConnection):

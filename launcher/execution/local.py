@@ -24,13 +24,15 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Protocol, Set, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import psutil
 
 from launcher.errors import LaunchError
+from launcher.execution.backend import Backend, BackendContext, ProcessHandle, WatchdogLink, register_backend
 from launcher.execution.watchdog import TOKEN_VAR, starttime
-from launcher.planning.plan import ProcPlan
+from launcher.planning.plan import Plan, ProcPlan
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -178,7 +180,7 @@ class _ExitWatcher:
 _WATCHER = _ExitWatcher()
 
 
-class LocalProcess:
+class LocalProcess(ProcessHandle):
     """A started local process (subprocess.Popen in its own session).
 
     Attributes:
@@ -293,21 +295,54 @@ def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeath
     return LocalProcess(plan, popen, log_path)
 
 
-class WatchdogLink(Protocol):
-    """What a started process needs of the job's watchdog."""
+@dataclass(frozen=True)
+class LocalSettings:
+    """Settings of the local backend (built once by the CLI).
 
-    token: str
-    fd: int
+    Attributes:
+        zygote: fork local Python ranks from one process that imported MindSpore once
+            (``--zygote``, see :mod:`launcher.execution.zygote`).
+    """
+
+    zygote: bool = False
 
 
-class LocalLauncher:
+def check_scheduler_port(plan: Plan) -> None:
+    """The scheduler's port must be free on this machine when the scheduler runs here.
+
+    Raises:
+        LaunchError: the port is busy.
+    """
+    if plan.scheduler is not None and plan.master_port is not None:
+        from launcher.execution.ports import check_port_free
+
+        check_port_free(plan.master_port)
+
+
+class LocalLauncher(Backend):
     """Starts processes on this machine (see :func:`start_local`)."""
+
+    local_only = True
 
     def __init__(self, watchdog: Optional[WatchdogLink] = None) -> None:
         self.watchdog = watchdog
 
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        """A :class:`LocalLauncher`, or with ``LocalSettings(zygote=True)`` a zygote launcher."""
+        settings = ctx.settings_for("local", LocalSettings())
+        if settings.zygote:
+            from launcher.execution.zygote import ZygoteLauncher
+
+            return ZygoteLauncher.warm(ctx.watchdog)
+        return cls(ctx.watchdog)
+
+    @classmethod
+    def preflight(cls, plan: Plan) -> None:
+        check_scheduler_port(plan)
+
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:
         return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
 
-    def close(self) -> None:
-        pass
+
+register_backend("local", LocalLauncher)

@@ -11,11 +11,15 @@ import os
 import re
 import shutil
 import signal
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution.local import LocalProcess, WatchdogLink, start_local
+from launcher.execution.backend import (
+    Backend, BackendContext, StartRequest, ToolCheck, WatchdogLink, register_backend,
+)
+from launcher.execution.local import LocalProcess, check_scheduler_port, start_local
 from launcher.execution.results import ProcResult
+from launcher.planning.mpi import mpirun_command
 from launcher.planning.plan import Plan, ProcPlan
 
 _NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
@@ -45,19 +49,6 @@ def parse_first_failure(text: str) -> Optional[Tuple[int, Optional[int], Optiona
     return int(m.group(1)), int(code.group(1)) if code else None, int(sig.group(1)) if sig else None
 
 
-def _rewrite_for_attempt(argv: Tuple[str, ...], job_dir: str, adir: str) -> List[str]:
-    """Point the wrapper's log settings at the attempt dir."""
-    if adir == job_dir:
-        return list(argv)
-    out = []
-    for item in argv:
-        for key in ("MSLAUNCH_LOG_DIR=", "MSLAUNCH_LOG="):
-            if item.startswith(key + job_dir):
-                item = key + adir + item[len(key) + len(job_dir):]
-        out.append(item)
-    return out
-
-
 class MpirunProcess(LocalProcess):
     """mpirun, standing for every process of the plan."""
 
@@ -74,75 +65,106 @@ class MpirunProcess(LocalProcess):
             except ProcessLookupError:
                 pass
 
-    def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool) -> List[ProcResult]:
-        """Per-process results: all 0 when mpirun exited 0, else the reported first failure."""
+    def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None) -> List[ProcResult]:
+        """Per-process results from mpirun's exit and its report (see :func:`report_outcomes`)."""
         try:
             with open(self.log_path, "r", encoding="utf-8", errors="replace") as fh:
                 text = fh.read()
         except OSError:
             text = ""
-        first = parse_first_failure(text) if rc not in (0, None) else None
-        offset = 1 if self.job.scheduler is not None else 0
-        out: List[ProcResult] = []
-        for proc in self.job.processes:
-            log = proc.log if self.adir == self.job.job_dir else os.path.join(self.adir, os.path.basename(proc.log))
-            mpi_rank = 0 if proc.rank is None else proc.rank + offset
-            if rc == 0:
-                out.append(ProcResult(proc.name, proc.rank, proc.host, 0, self.started, when, log))
-            elif first is not None and first[0] == mpi_rank:
-                code = -first[2] if first[2] is not None else (first[1] if first[1] is not None else 1)
-                out.append(ProcResult(proc.name, proc.rank, proc.host, code, self.started, when, log))
-            else:
-                out.append(ProcResult(proc.name, proc.rank, proc.host, None, self.started, when, log, torn_down=True, reason="ended by mpirun"))
-        if first is None and rc not in (0, None) and not torn:
-            # mpirun itself failed (bad hosts, too few slots, ...): its own output says why.
-            out.append(ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path, pid=self.pid))
-        return out
+        own = ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path, pid=self.pid)
+        return report_outcomes(self.job, self.adir, text, own, torn)
 
 
-class MpirunLauncher:
-    """Starts the plan's mpirun argv as one local process.
+def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResult, torn: bool) -> List[ProcResult]:
+    """One result per planned process from mpirun's own result and its output (pure).
+
+    All 0 when mpirun exited 0; else the first failure mpirun reported (see
+    :func:`parse_first_failure`; MPI rank 0 is the scheduler when there is one) gets its code
+    or signal, and every other process is "ended by mpirun".  When mpirun reported no rank
+    (bad hosts, too few slots, ...) and was not torn down, ``mpirun`` itself is added as failed.
 
     Args:
+        plan: the plan mpirun ran.
+        attempt_dir: the attempt's log folder.
+        report: mpirun's output (``mpirun.log``).
+        mpirun: mpirun's own result (its returncode, times, log, pid).
+        torn: mslaunch ended mpirun (teardown).
+    """
+    rc, started, when = mpirun.returncode, mpirun.started, mpirun.ended
+    first = parse_first_failure(report) if rc not in (0, None) else None
+    offset = 1 if plan.scheduler is not None else 0
+    out: List[ProcResult] = []
+    for proc in plan.processes:
+        log = proc.log if attempt_dir == plan.job_dir else os.path.join(attempt_dir, os.path.basename(proc.log))
+        mpi_rank = 0 if proc.rank is None else proc.rank + offset
+        if rc == 0:
+            out.append(ProcResult(proc.name, proc.rank, proc.host, 0, started, when, log))
+        elif first is not None and first[0] == mpi_rank:
+            code = -first[2] if first[2] is not None else (first[1] if first[1] is not None else 1)
+            out.append(ProcResult(proc.name, proc.rank, proc.host, code, started, when, log))
+        else:
+            out.append(ProcResult(proc.name, proc.rank, proc.host, None, started, when, log, torn_down=True, reason="ended by mpirun"))
+    if first is None and rc not in (0, None) and not torn:
+        out.append(mpirun)  # mpirun itself failed: its own output says why
+    return out
+
+
+class MpirunLauncher(Backend):
+    """Starts the plan's mpirun argv (:func:`launcher.planning.mpi.mpirun_command`) as one
+    local process standing for every planned process.
+
+    Args:
+        plan: the plan (planned for ``--launcher mpirun``).
+        attempt_dir: the attempt's log folder (mpirun.log, and the ranks' logs via the wrapper).
         watchdog: the job's watchdog: mpirun registers with it and is a child subreaper, so
             if mslaunch dies the watchdog ends mpirun and everything below it on this host
             (wrappers, ranks, the scheduler, their descendants); remote orteds end their ranks
             when mpirun's connection drops.
     """
 
-    def __init__(self, watchdog: Optional[WatchdogLink] = None) -> None:
+    prepares_rank_dirs = False  # the wrapper makes device<rank>/ on each host
+
+    def __init__(self, plan: Plan, attempt_dir: str, watchdog: Optional[WatchdogLink] = None) -> None:
+        self.plan = plan
+        self.attempt_dir = attempt_dir
         self.watchdog = watchdog
 
-    def start_group(self, plan: Plan, adir: str) -> MpirunProcess:
-        if plan.mpirun_argv is None:
-            raise LaunchError("the plan has no mpirun command")
-        exe = plan.mpirun_argv[0]
-        if shutil.which(exe) is None:
-            raise LaunchError(f"{exe} not found; install OpenMPI (Debian: apt-get install openmpi-bin) or use --launcher local/ssh")
-        argv = _rewrite_for_attempt(plan.mpirun_argv, plan.job_dir, adir)
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        return cls(ctx.plan, ctx.attempt_dir or ctx.plan.job_dir, ctx.watchdog)
+
+    @classmethod
+    def preflight(cls, plan: Plan) -> None:
+        check_scheduler_port(plan)
+
+    @classmethod
+    def describe(cls, plan: Plan) -> Dict[str, Any]:
+        return {"mpirun": list(mpirun_command(plan))}
+
+    def requests(self, plan: Plan, attempt_dir: str) -> Tuple[StartRequest, ...]:
+        """One request: mpirun itself, logging to ``<attempt dir>/mpirun.log``."""
+        argv = mpirun_command(plan, attempt_dir)
+        log = os.path.join(attempt_dir, "mpirun.log")
         proc = ProcPlan(
             name="mpirun", role="launcher", host="localhost", rank=None, local_rank=None, node_rank=None,
-            device_id=None, argv=tuple(argv), env=(), cwd=plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir,
-            log=os.path.join(adir, "mpirun.log"),
+            device_id=None, argv=argv, env=(), cwd=plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir, log=log,
         )
+        return (StartRequest(proc, log, proc.cwd),)
+
+    def start(self, proc: ProcPlan, log_path: str, cwd: str) -> MpirunProcess:
+        """Start mpirun (the one process of :meth:`requests`).
+
+        Raises:
+            LaunchError: mpirun is not installed.
+        """
+        exe = proc.argv[0]
+        if shutil.which(exe) is None:
+            raise LaunchError(f"{exe} not found; install OpenMPI (Debian: apt-get install openmpi-bin) or use --launcher local/ssh")
         # Without a watchdog: if mslaunch dies, mpirun gets SIGTERM and ends its ranks itself.
-        base = start_local(proc, proc.log, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
-        return MpirunProcess(base, plan, adir)
-
-    def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:  # pragma: no cover
-        raise LaunchError("the mpirun launcher starts the whole job at once")
-
-    def close(self) -> None:
-        pass
+        base = start_local(proc, log_path, cwd=cwd, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
+        return MpirunProcess(base, self.plan, self.attempt_dir)
 
 
-def mpirun_version(exe: str = "mpirun") -> Optional[str]:
-    """``4.1.4`` from ``mpirun --version``, or None."""
-    import subprocess
-
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"(\d+\.\d+\.\d+)", out)
-    return m.group(1) if m else None
+MPIRUN_CHECK = ToolCheck("mpirun", "mpirun", "apt-get install openmpi-bin")
+register_backend("mpirun", MpirunLauncher, doctor_check=MPIRUN_CHECK)

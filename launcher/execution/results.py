@@ -153,17 +153,7 @@ class AttemptResult:
     message: Optional[str] = None
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "log_dir": self.log_dir,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "started": self.started,
-            "ended": self.ended,
-            "processes": [p.to_json() for p in self.processes],
-            "root_cause": self.root_cause.to_json() if self.root_cause else None,
-            "message": self.message,
-        }
+        return _outcome_json(self, {"attempt": self.attempt, "log_dir": self.log_dir}, {})
 
 
 @dataclass(frozen=True)
@@ -184,24 +174,24 @@ class JobResult:
     history: Tuple[AttemptResult, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
-        out = {
-            "job_id": self.job_id,
-            "job_dir": self.job_dir,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "started": self.started,
-            "ended": self.ended,
-            "duration": round(self.ended - self.started, 3),
-            "attempts": self.attempts,
-            "processes": [p.to_json() for p in self.processes],
-            "root_cause": self.root_cause.to_json() if self.root_cause else None,
-            "message": self.message,
-            # Every attempt, failed ones before a successful restart included (the top-level
-            # fields above describe the last attempt).
-            "attempt_results": [a.to_json() for a in self.history],
-        }
+        out = _outcome_json(self, {"job_id": self.job_id, "job_dir": self.job_dir},
+                            {"duration": round(self.ended - self.started, 3), "attempts": self.attempts})
+        # Every attempt, failed ones before a successful restart included (the top-level
+        # fields above describe the last attempt).
+        out["attempt_results"] = [a.to_json() for a in self.history]
         out.update(self.extra)
         return out
+
+
+def _outcome_json(result: "AttemptResult | JobResult", head: Dict[str, Any], middle: Dict[str, Any]) -> Dict[str, Any]:
+    """The JSON of a job's or an attempt's outcome: ``head``, status, exit code and times,
+    ``middle``, then processes, root cause and message (summary.json's key order)."""
+    out = dict(head)
+    out.update(status=result.status, exit_code=result.exit_code, started=result.started, ended=result.ended)
+    out.update(middle)
+    out.update(processes=[p.to_json() for p in result.processes],
+               root_cause=result.root_cause.to_json() if result.root_cause else None, message=result.message)
+    return out
 
 
 def tail_lines(path: str, n: int = 20, max_bytes: int = 64 * 1024) -> Tuple[str, ...]:

@@ -13,54 +13,53 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from launcher.errors import LaunchError
+from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
 from launcher.execution.results import JobResult
-from launcher.execution.supervisor import Launcher, SuperviseOptions, Supervisor, Watchdog
+from launcher.execution.settings import SuperviseOptions
+from launcher.execution.supervisor import BackendFactory, Supervisor
+from launcher.execution.watchdog import Watchdog
 from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
 from launcher.planning.inventory import is_local
 from launcher.planning.kinds import EventKind
 from launcher.planning.plan import Plan
 
-if TYPE_CHECKING:
-    from launcher.execution.ssh.settings import SSHSettings
 
+def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None) -> BackendFactory:
+    """Makes the backend of ``plan.launcher`` for each attempt (see :mod:`launcher.execution.backend`).
 
-def make_launcher_factory(plan: Plan, ssh: Optional["SSHSettings"] = None, watchdog: Optional[Watchdog] = None,
-                          zygote: bool = False) -> Callable[[], Launcher]:
-    """The launcher of ``plan``'s backend; local processes register with ``watchdog``."""
-    if plan.launcher == "local" and zygote:
-        from launcher.execution.zygote import ZygoteLauncher
+    Args:
+        plan: the plan.
+        settings: backend name -> its settings object, from the CLI.
+        watchdog: the job's watchdog (local processes register with it).
 
-        return lambda: ZygoteLauncher.warm(watchdog)
-    if plan.launcher == "local":
-        from launcher.execution.local import LocalLauncher
+    Raises:
+        LaunchError: no backend has the plan's name.
+    """
+    entry = get_backend(plan.launcher)
 
-        return lambda: LocalLauncher(watchdog)
-    if plan.launcher == "mpirun":
-        from launcher.execution.mpirun import MpirunLauncher
+    def make(attempt: int, attempt_dir: str) -> Backend:
+        return entry.create(BackendContext(plan, attempt, attempt_dir, watchdog, dict(settings or {})))
 
-        return lambda: MpirunLauncher(watchdog)  # type: ignore[return-value]
-    if plan.launcher == "ssh":
-        from launcher.execution.ssh import SSHSettings, SshLauncher
-
-        return lambda: SshLauncher(plan, ssh or SSHSettings())
-    raise LaunchError(f"unknown launcher {plan.launcher!r}")
+    return make
 
 
 def preflight(plan: Plan) -> None:
     """Checks that must pass before anything is written or started.
 
     Raises:
-        LaunchError: busy scheduler port on this machine.
+        LaunchError: busy scheduler port on this machine (backends that run it here), remote
+            hosts for a backend that runs processes here only, or an unknown backend.
         RankTableError: the rank table does not validate.
     """
-    if plan.scheduler is not None and plan.master_port is not None and plan.launcher in ("local", "mpirun"):
-        from launcher.execution.ports import check_port_free
-
-        check_port_free(plan.master_port)
+    backend = get_backend(plan.launcher).factory
+    remote = [h.name for h in plan.hosts if not h.is_local]
+    if backend.local_only and remote:
+        raise LaunchError(f"--launcher {plan.launcher} runs on this machine only, but the inventory has {', '.join(remote)}")
+    backend.preflight(plan)
     for art in plan.artefacts:
         if art.kind == "rank_table":
             from launcher.errors import RankTableError
@@ -75,21 +74,24 @@ def preflight(plan: Plan) -> None:
 def write_job_files(plan: Plan, argv: List[str]) -> None:
     """Claim and lock the job dir (see :func:`launcher.jobs.jobdir.claim_job_dir`), write its files, register."""
     jobdir.claim_job_dir(plan.job_dir)
-    jobdir.write_json(os.path.join(plan.job_dir, jobdir.PLAN_FILE), plan.to_json())
+    jobdir.write_json(os.path.join(plan.job_dir, jobdir.PLAN_FILE), plan_json(plan))
     for art in plan.artefacts:
         write_atomic(os.path.join(plan.job_dir, art.name), art.content, mode=0o600)
     jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv)
 
 
-def prepare_ranktable_dirs(plan: Plan, adir: str) -> None:
-    """Seed 001's layout: ``device<rank>/`` per rank with ``env<rank>.log`` (the rank's env)."""
+def prepare_ranktable_dirs(plan: Plan, adir: str, local_only: bool = False) -> None:
+    """Seed 001's layout: ``device<rank>/`` per rank with ``env<rank>.log`` (the rank's env).
+
+    ``local_only``: the backend runs every process here (else remote ranks' dumps are written
+    on their host by the backend)."""
     for proc in plan.ranks:
         if proc.env_dump is None:
             continue
         rel = os.path.relpath(proc.cwd, plan.job_dir)
         cwd = os.path.join(adir, rel)
         os.makedirs(cwd, mode=0o700, exist_ok=True)
-        if not is_local(proc.host) and plan.launcher != "local":
+        if not is_local(proc.host) and not local_only:
             continue  # remote ranks: the ssh launcher writes their dump on the host
         env = dict(os.environ)
         env.update(proc.env)
@@ -101,47 +103,35 @@ def run_plan(
     options: SuperviseOptions,
     argv: List[str],
     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
-    ssh: Optional["SSHSettings"] = None,
+    backend_settings: Optional[Mapping[str, Any]] = None,
     on_started: Optional[Callable[[], None]] = None,
-    zygote: bool = False,
 ) -> JobResult:
     """Run ``plan`` to the end; returns the result after writing ``summary.json``.
 
-    ``zygote``: start local Python ranks by forking them from one process that imported
-    MindSpore once (see :mod:`launcher.execution.zygote`)."""
+    Args:
+        plan: the plan.
+        options: supervision settings.
+        argv: mslaunch's command line (for the job registry).
+        on_event: console callback (see :class:`Supervisor`).
+        backend_settings: backend name -> its settings (e.g. ``{"local": LocalSettings(zygote=True)}``).
+        on_started: called once the job dir is written, before anything starts.
+
+    Raises:
+        LaunchError: the first attempt's backend could not be set up (summary.json says so too).
+    """
     preflight(plan)
     write_job_files(plan, argv)
     if on_started is not None:
         on_started()
-    from launcher.execution.local import become_subreaper, reap_orphans
-
-    become_subreaper()
+    from launcher.execution.local import become_subreaper
     from launcher.logs.metricsfile import MetricsWriter, append_event
 
+    become_subreaper()
     metrics = MetricsWriter(plan.job_dir).start()  # metrics.jsonl from every rank's log, as lines arrive
     append_event(plan.job_dir, EventKind.JOB_START, {"job_id": plan.job_id})
-
-    def record_event(kind: str, data: Dict[str, Any]) -> None:
-        """events.jsonl (the report's timeline), then the caller's callback."""
-        append_event(plan.job_dir, kind, data)
-        if on_event is not None:
-            on_event(kind, data)
-
     watchdog = Watchdog()
     try:
-        prepare = (lambda k, adir: prepare_ranktable_dirs(plan, adir)) if plan.method == "ranktable" and plan.launcher != "mpirun" else None
-        sup = Supervisor(plan, make_launcher_factory(plan, ssh, watchdog, zygote), options, on_event=record_event, prepare_attempt=prepare,
-                         watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
-        started = time.time()
-        try:
-            result = sup.run()
-        except LaunchError as exc:  # the launcher could not be set up (e.g. a host is unreachable): nothing started
-            from launcher.execution.results import FAILED
-
-            failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
-            jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
-            jobdir.release_job_dir(plan.job_dir)
-            raise
+        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings))
     finally:
         watchdog.close()
         metrics.stop()
@@ -149,6 +139,46 @@ def run_plan(
     append_event(plan.job_dir, EventKind.JOB_END, {"status": result.status, "exit_code": result.exit_code})
     jobdir.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
+
+
+def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
+                    on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
+                    backend_settings: Optional[Mapping[str, Any]] = None) -> Supervisor:
+    """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
+    ranktable dirs prepared per attempt (unless the backend does it), orphans reaped."""
+    from launcher.execution.local import reap_orphans
+    from launcher.logs.metricsfile import append_event
+
+    def record_event(kind: str, data: Dict[str, Any]) -> None:
+        """events.jsonl (the report's timeline), then the caller's callback."""
+        append_event(plan.job_dir, kind, data)
+        if on_event is not None:
+            on_event(kind, data)
+
+    backend = get_backend(plan.launcher).factory
+
+    def prepare_dirs(attempt: int, adir: str) -> None:
+        prepare_ranktable_dirs(plan, adir, backend.local_only)
+
+    prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
+    return Supervisor(plan, backend_factory(plan, backend_settings, watchdog), options, on_event=record_event, prepare_attempt=prepare,
+                      watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
+
+
+def _supervise(sup: Supervisor) -> JobResult:
+    """``sup.run()``; when the first attempt could not be set up (e.g. a host is unreachable:
+    nothing started), ``summary.json`` says so before the error goes on."""
+    plan = sup.plan
+    started = time.time()
+    try:
+        return sup.run()
+    except LaunchError as exc:
+        from launcher.execution.results import FAILED
+
+        failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
+        jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
+        jobdir.release_job_dir(plan.job_dir)
+        raise
 
 
 def junit_xml(result: JobResult) -> str:

@@ -75,3 +75,35 @@ def reset() -> None:
     """Forget received signals (a new supervision in the same process)."""
     del pending[:]
     arm(False)
+
+
+class blocked:
+    """Defer SIGINT/SIGTERM/SIGHUP for the duration of the block (main thread only): a
+    process being started is registered before a stop signal can interrupt."""
+
+    def __enter__(self) -> None:
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+
+
+def install_for_run() -> Dict[int, Any]:
+    """Record stop signals for one supervision; keep those received before (``mslaunch run``
+    installs the same handler first thing, so a signal during start-up is pending here).
+    Returns what :func:`restore_after_run` needs."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    if installed():
+        return {}
+    reset()
+    return install()
+
+
+def restore_after_run(previous: Dict[int, Any]) -> None:
+    """Disarm and put back the handlers :func:`install_for_run` replaced."""
+    arm(False)
+    restore(previous)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from typing import Dict, Iterable, List, Optional, Set
@@ -140,6 +141,58 @@ def end_all(registered: Dict[int, str], token: Optional[str], rounds: int = 50) 
         _kill(left, signal.SIGKILL)
         seen |= left
     return seen
+
+
+class Watchdog:
+    """Client of :mod:`launcher.execution.watchdog` (one per ``mslaunch run``).
+
+    Attributes:
+        pid: the watchdog's pid.
+        token: the job's token (``MSLAUNCH_JOB_TOKEN`` of every local process of the job).
+        fd: the write end of the watchdog's pipe (close-on-exec; processes started by
+            :func:`launcher.execution.local.start_local` register on it before exec).
+    """
+
+    def __init__(self) -> None:
+        import secrets
+
+        self.token = secrets.token_hex(16)
+        read_end, self.fd = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "launcher.execution.watchdog", self.token],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            os.close(read_end)
+        self.pid = self._proc.pid
+
+    def _send(self, line: str) -> None:
+        try:
+            os.write(self.fd, line.encode() + b"\n")
+        except OSError:
+            pass
+
+    def forget(self, pid: int) -> None:
+        """Tell the watchdog that process ``pid`` was reaped (its pid may be reused)."""
+        self._send(f"-{pid}")
+
+    def close(self) -> None:
+        """Tell the watchdog the job is torn down, and reap it."""
+        self._send("exit")
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
 
 
 def main(argv: List[str]) -> int:

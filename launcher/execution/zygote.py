@@ -36,16 +36,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, NoReturn, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from launcher.errors import LaunchError
-from launcher.planning.plan import ProcPlan
+from launcher.execution.backend import Backend, BackendContext, ReportedProcess
+from launcher.planning.plan import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
 PRELOAD = ("mindspore", "mindspore.communication")
 
 
-class ZygoteProcess:
+class ZygoteProcess(ReportedProcess):
     """A rank forked by the zygote (same interface as :class:`launcher.execution.local.LocalProcess`)."""
 
     def __init__(self, plan: ProcPlan, pid: int, log_path: str) -> None:
@@ -55,20 +56,7 @@ class ZygoteProcess:
         self.log_path = log_path
         self.started = time.time()
         self.host = plan.host
-        self._done = threading.Event()
-        self._rc: Optional[int] = None
-
-    def _exited(self, rc: int) -> None:
-        self._rc = rc
-        self._done.set()
-
-    def wait(self) -> int:
-        self._done.wait()
-        assert self._rc is not None
-        return self._rc
-
-    def poll(self) -> Optional[int]:
-        return self._rc if self._done.is_set() else None
+        self._init_exit()
 
     def terminate(self) -> None:
         from launcher.execution.local import kill_tree
@@ -82,8 +70,10 @@ class ZygoteProcess:
         kill_tree(self.pid, self.pgid, signal.SIGKILL)
 
 
-class ZygoteLauncher:
+class ZygoteLauncher(Backend):
     """Starts Python processes by forking them from one warm zygote; others as subprocesses.
+
+    The local backend with ``LocalSettings(zygote=True)`` (see :meth:`LocalLauncher.create`).
 
     Args:
         preload: modules the zygote imports before forking.
@@ -107,6 +97,18 @@ class ZygoteLauncher:
     def warm(cls, watchdog: Optional[Any] = None) -> "ZygoteLauncher":
         """A launcher whose zygote starts importing at once (the job's factory)."""
         return cls(warm=True, watchdog=watchdog)
+
+    local_only = True
+
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        return cls.warm(ctx.watchdog)
+
+    @classmethod
+    def preflight(cls, plan: Plan) -> None:
+        from launcher.execution.local import check_scheduler_port
+
+        check_scheduler_port(plan)
 
     # ------------------------------------------------------------------ zygote process
 
@@ -148,7 +150,7 @@ class ZygoteLauncher:
                     if child is None:
                         self._early[pid] = rc
                 if child is not None:
-                    child._exited(rc)
+                    child.exited(rc)
                 continue
             with self._reply_cv:
                 self._replies.append(msg)
@@ -159,7 +161,7 @@ class ZygoteLauncher:
             self._reply_cv.notify_all()
             pending = [c for c in self._children.values() if c.poll() is None]
         for child in pending:
-            child._exited(255)
+            child.exited(255)
 
     # ------------------------------------------------------------------ Launcher
 
@@ -206,7 +208,7 @@ class ZygoteLauncher:
             if "pid" not in reply:
                 raise LaunchError(f"{proc.name}: the zygote could not start it: {reply.get('error')}")
         if early is not None:
-            child._exited(early)
+            child.exited(early)
         return child
 
     def close(self) -> None:
@@ -235,59 +237,8 @@ def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
     """In the forked child: become the planned process, run it, exit with its code (never returns)."""
     code = 1
     try:
-        os.setsid()
-        import atexit
-
-        atexit._clear()  # type: ignore[attr-defined]  # the zygote's own handlers are not this process's
-        for fd in own_fds:
-            os.close(fd)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
-        signal.set_wakeup_fd(-1)
-        fd = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        os.close(devnull)
-        import io
-
-        sys.stdin = open(0, "r", closefd=False)
-        unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
-        sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=unbuffered)
-        sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        import runpy
-
-        argv = list(request["argv"])
-        try:
-            if argv[0] == "-m":
-                sys.argv = [argv[1]] + argv[2:]
-                sys.path[0] = os.getcwd()
-                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-            else:
-                script = argv[0]
-                sys.argv = argv
-                sys.path[0] = os.path.dirname(os.path.abspath(script))
-                runpy.run_path(script, run_name="__main__")
-            code = 0
-        except SystemExit as exc:
-            if exc.code is None:
-                code = 0
-            elif isinstance(exc.code, int):
-                code = exc.code
-            else:
-                sys.stderr.write(f"{exc.code}\n")
-                code = 1
-        except BaseException:  # noqa: BLE001 - the script's uncaught exception, as python reports it
-            import traceback
-
-            traceback.print_exc()
-            code = 1
+        _become(request, own_fds)
+        code = _run_program(list(request["argv"]))
     except BaseException:  # noqa: BLE001 - setting the child up failed: say why in its log (fd 2)
         import traceback
 
@@ -310,8 +261,67 @@ def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
     os._exit(code & 0xFF if code >= 0 else 1)
 
 
-def serve(preload: Sequence[str]) -> None:
-    """The zygote's main loop (see the module doc)."""
+def _become(request: Dict[str, Any], own_fds: Sequence[int]) -> None:
+    """Own session, default signals, the zygote's fds closed, stdio on the log, cwd and env."""
+    os.setsid()
+    import atexit
+
+    atexit._clear()  # type: ignore[attr-defined]  # the zygote's own handlers are not this process's
+    for fd in own_fds:
+        os.close(fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+    signal.set_wakeup_fd(-1)
+    fd = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(devnull)
+    import io
+
+    sys.stdin = open(0, "r", closefd=False)
+    unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
+    sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=unbuffered)
+    sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+
+
+def _run_program(argv: List[str]) -> int:
+    """Run ``script args...`` or ``-m module args...`` as ``__main__``; its exit code."""
+    import runpy
+
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1]] + argv[2:]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            script = argv[0]
+            sys.argv = argv
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            runpy.run_path(script, run_name="__main__")
+        return 0
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        sys.stderr.write(f"{exc.code}\n")
+        return 1
+    except BaseException:  # noqa: BLE001 - the script's uncaught exception, as python reports it
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def _preload(preload: Sequence[str]) -> None:
+    """Import the preload modules (a missing one is skipped: the ranks import what they need)."""
     import importlib
 
     os.environ.pop("MS_ROLE", None)
@@ -319,9 +329,14 @@ def serve(preload: Sequence[str]) -> None:
         try:
             importlib.import_module(name)
         except ImportError:
-            pass  # not installed here: the ranks import what they need themselves
+            pass
     if threading.active_count() > 1:
         sys.stderr.write("zygote: the preload started threads; forking is not safe\n")
+
+
+def serve(preload: Sequence[str]) -> None:
+    """The zygote's main loop (see the module doc)."""
+    _preload(preload)
     out = sys.stdout.buffer
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)

@@ -9,11 +9,17 @@ variables are repeated in every context.
 """
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
+from launcher.planning import layout
 from launcher.planning.inventory import Host, Inventory
+from launcher.planning.kinds import Method, Role
+
+if TYPE_CHECKING:
+    from launcher.planning.plan import Plan, ProcPlan
 
 #: A generated ssh config for OpenMPI's rsh agent, in the job dir (per-host ssh settings).
 SSH_CONFIG_NAME = "ssh_config"
@@ -162,3 +168,67 @@ def rsh_agent(hosts: Sequence[Host], ssh_config: Optional[str], generated_path: 
         if any(c.isspace() for c in part):
             raise PlanError(f"OpenMPI's rsh agent cannot take {part!r} (it splits on spaces); use a path without spaces", field="--ssh-config")
     return " ".join(parts), config
+
+
+@dataclass(frozen=True)
+class MpirunPlan:
+    """The mpirun backend's planned settings (``Plan.backend_settings``).
+
+    Attributes:
+        options: mpirun options with the rsh agent, NICs and hostfile resolved for the job.
+        wrapper: the per-rank wrapper script (``templates/mslaunch-rank.sh``).
+        log_name: the workers' log name with ``{rank}`` for the rank (the wrapper fills it in).
+    """
+
+    options: MpiOptions
+    wrapper: str
+    log_name: str = layout.worker_log_template()
+
+
+#: Per-rank layout variables the wrapper derives from OMPI_COMM_WORLD_RANK instead of -x.
+_WRAPPER_DERIVED = ("RANK_ID", "DEVICE_ID", "LOCAL_RANK", "MS_NODE_ID")
+
+
+def mpirun_command(plan: "Plan", log_dir: Optional[str] = None) -> Tuple[str, ...]:
+    """The mpirun argv of ``plan``: one context for the scheduler (dynamic), then one per host
+    with its ranks (pure).
+
+    Args:
+        plan: a plan for the mpirun launcher (``plan.backend_settings`` is a :class:`MpirunPlan`).
+        log_dir: where the ranks' logs go (a restart attempt's folder); default the job dir.
+
+    Raises:
+        PlanError: the plan was not made for the mpirun launcher.
+    """
+    settings = plan.backend_settings
+    if not isinstance(settings, MpirunPlan):
+        raise PlanError("the plan has no mpirun settings (it was not planned for --launcher mpirun)", field="--launcher")
+    log_dir = plan.job_dir if log_dir is None else log_dir
+    contexts: List[MpiContext] = []
+    if plan.scheduler is not None:
+        sched = plan.scheduler
+        log = sched.log if log_dir == plan.job_dir else posixpath.join(log_dir, posixpath.relpath(sched.log, plan.job_dir))
+        env = context_env(sched.env_dict(), ctx_base="0", role=Role.SCHEDULER, log=log)
+        contexts.append(MpiContext(host=sched.host, np=1, env=env, argv=(settings.wrapper,) + sched.argv))
+    for host in plan.hosts:
+        mine = [r for r in plan.ranks if r.host == host.name]
+        if mine:
+            contexts.append(_rank_context(plan, settings.wrapper, mine, sum(c.np for c in contexts), log_dir))
+    return mpirun_argv(contexts, settings.options)
+
+
+def _rank_context(plan: "Plan", wrapper: str, mine: Sequence["ProcPlan"], base: int, log_dir: str) -> MpiContext:
+    """The app context of one host's ranks; ``base``: the MPI rank of its first process."""
+    env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
+    settings = dict(
+        ctx_base=str(base),
+        role=Role.WORKER,
+        first_rank=str(mine[0].rank),
+        devices=",".join(str(r.device_id) for r in mine),
+        log_dir=log_dir,
+        log_name=plan.backend_settings.log_name,
+        method=plan.method,
+    )
+    if plan.method == Method.RANKTABLE:
+        settings["cwd_prefix"] = layout.rank_cwd_prefix(plan.job_dir)
+    return MpiContext(host=mine[0].host, np=len(mine), env=context_env(env, **settings), argv=(wrapper,) + mine[0].argv)

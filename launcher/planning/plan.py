@@ -3,7 +3,7 @@
 A :class:`JobSpec` is everything the user asked for, with every external fact passed in
 (interpreter, cwd, job dir, which env names the user already set, whether we run as root).
 :func:`build_plan` turns it into a :class:`Plan`: per-process argv, env, cwd and log path, the
-artefacts to write into the job dir, and for the mpirun launcher its exact argv.
+artefacts to write into the job dir, and the chosen backend's own settings (mpirun: its argv builder's input).
 
 Every path of the job directory comes from :mod:`launcher.planning.layout`, which documents it.
 """
@@ -184,7 +184,13 @@ class Artefact:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything execution needs; a value (``to_json`` gives the ``plan --json`` shape)."""
+    """Everything execution needs; a value (``to_json`` gives the ``plan --json`` shape).
+
+    ``backend_settings`` is the chosen backend's own planned settings, read only by that
+    backend's pure argv builder (mpirun: :class:`launcher.planning.mpi.MpirunPlan`, built by
+    :func:`launcher.planning.mpi.mpirun_command`); ``plan.json`` shows what the backend's
+    ``describe`` adds (``to_json(backend=...)``).
+    """
 
     job_id: str
     job_dir: str
@@ -197,7 +203,7 @@ class Plan:
     artefacts: Tuple[Artefact, ...]
     master_addr: Optional[str]
     master_port: Optional[int]
-    mpirun_argv: Optional[Tuple[str, ...]] = None
+    backend_settings: Any = None
     ssh_config: Optional[str] = None
     cpu_notes: Tuple[str, ...] = ()
     cpu_warnings: Tuple[str, ...] = ()
@@ -207,7 +213,9 @@ class Plan:
         """Scheduler first (it must be up before the workers), then ranks."""
         return ((self.scheduler,) if self.scheduler is not None else ()) + self.ranks
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self, backend: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """The ``plan --json`` shape; ``backend``: entries the backend adds (its argv)."""
+
         def proc(p: ProcPlan) -> Dict[str, Any]:
             d = {
                 "rank": p.rank,
@@ -243,8 +251,7 @@ class Plan:
             out["scheduler"] = sched
             out["master_addr"] = self.master_addr
             out["master_port"] = self.master_port
-        if self.mpirun_argv is not None:
-            out["mpirun"] = list(self.mpirun_argv)
+        out.update(backend or {})
         if self.ssh_config is not None:
             out["ssh_config"] = self.ssh_config
         if self.cpu_notes:
@@ -253,8 +260,7 @@ class Plan:
 
 
 def _choose_launcher(spec: JobSpec) -> str:
-    if spec.launcher is not None and spec.launcher not in LAUNCHERS:
-        raise PlanError(f"unknown launcher {spec.launcher!r}; use one of {', '.join(LAUNCHERS)}", field="--launcher")
+    # Names are checked by the CLI against the backend registry (a backend may be added there).
     if spec.method == Method.MPI:
         if spec.launcher not in (None, "mpirun"):
             raise PlanError("the mpi method needs --launcher mpirun (OpenMPI assigns the ranks)", field="--launcher")
@@ -325,22 +331,23 @@ def build_plan(spec: JobSpec) -> Plan:
     ]
     scheduler = _scheduler_proc(spec, world, sched_host, sched_addr, proc_env)
 
-    mpirun_argv = None
+    backend_settings = None
     if launcher == "mpirun":
         mpi_opts = spec.mpi
         remote = [h for h in used if not h.is_local]
         if remote and mpi_opts.rsh_agent is None:
             agent, config = mpi.rsh_agent(remote, spec.ssh_config, posixpath.join(spec.job_dir, mpi.SSH_CONFIG_NAME))
             if config is not None:
-                artefacts.append(Artefact(mpi.SSH_CONFIG_NAME, "ssh_config", config))
+                artefacts.append(Artefact(mpi.SSH_CONFIG_NAME, ArtefactKind.SSH_CONFIG, config))
             mpi_opts = replace(mpi_opts, rsh_agent=agent)
         if mpi_opts.nic is None:
             nics = list(dict.fromkeys(h.nic for h in used if h.nic is not None))
             if nics:
                 mpi_opts = replace(mpi_opts, nic=",".join(nics))
         if mpi_opts.hostfile is not None:
-            artefacts.append(Artefact(HOSTFILE_NAME, "hostfile", mpi.render_hostfile(used_inv)))
-        mpirun_argv = _mpirun(spec, ranks, scheduler, used, mpi_opts)
+            artefacts.append(Artefact(HOSTFILE_NAME, ArtefactKind.HOSTFILE, mpi.render_hostfile(used_inv)))
+        assert spec.wrapper is not None
+        backend_settings = mpi.MpirunPlan(mpi_opts, spec.wrapper, layout.worker_log_template(spec.worker_log_name))
 
     return Plan(
         job_id=spec.job_id,
@@ -354,7 +361,7 @@ def build_plan(spec: JobSpec) -> Plan:
         artefacts=tuple(artefacts),
         master_addr=sched_addr,
         master_port=spec.master_port if spec.method == Method.DYNAMIC else None,
-        mpirun_argv=mpirun_argv,
+        backend_settings=backend_settings,
         ssh_config=spec.ssh_config,
         cpu_notes=proc_env.cpu_notes,
         cpu_warnings=proc_env.cpu.warnings,
@@ -514,43 +521,3 @@ def _node_slots(spec: JobSpec, launcher: str) -> Tuple[Tuple[RankSlot, ...], Inv
     slots = node_slots(spec.np, spec.node.local_worker_num, spec.node.node_rank, hosts[0].name)
     host = replace(hosts[0], slots=len(slots), devices=tuple(s.device_id for s in slots), max_slots=None)
     return slots, Inventory((host,), source=spec.inventory.source)
-
-
-#: Per-rank layout variables the wrapper derives from OMPI_COMM_WORLD_RANK instead of -x.
-_WRAPPER_DERIVED = ("RANK_ID", "DEVICE_ID", "LOCAL_RANK", "MS_NODE_ID")
-
-
-def _mpirun(spec: JobSpec, ranks: List[ProcPlan], scheduler: Optional[ProcPlan], used: List[Host], opts: mpi.MpiOptions) -> Tuple[str, ...]:
-    """One context for the scheduler (dynamic), then one per host with its ranks."""
-    assert spec.wrapper is not None
-    contexts: List[mpi.MpiContext] = []
-    base = 0
-    if scheduler is not None:
-        contexts.append(
-            mpi.MpiContext(
-                host=scheduler.host,
-                np=1,
-                env=mpi.context_env(scheduler.env_dict(), ctx_base="0", role=Role.SCHEDULER, log=scheduler.log),
-                argv=(spec.wrapper,) + scheduler.argv,
-            )
-        )
-        base = 1
-    for host in used:
-        mine = [r for r in ranks if r.host == host.name]
-        if not mine:
-            continue
-        env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
-        wrapper = dict(
-            ctx_base=str(base),
-            role=Role.WORKER,
-            first_rank=str(mine[0].rank),
-            devices=",".join(str(r.device_id) for r in mine),
-            log_dir=spec.job_dir,
-            log_name=layout.worker_log_template(spec.worker_log_name),
-            method=spec.method,
-        )
-        if spec.method == Method.RANKTABLE:
-            wrapper["cwd_prefix"] = layout.rank_cwd_prefix(spec.job_dir)
-        contexts.append(mpi.MpiContext(host=host.name, np=len(mine), env=mpi.context_env(env, **wrapper), argv=(spec.wrapper,) + mine[0].argv))
-        base += len(mine)
-    return mpi.mpirun_argv(contexts, opts)

@@ -13,7 +13,7 @@ from launcher.logs.follow import job_log_sources
 from launcher.logs.metricsfile import job_metric_sources
 from launcher.planning import layout
 from launcher.planning.inventory import parse_host_list, parse_hostfile
-from launcher.planning.mpi import MpiOptions
+from launcher.planning.mpi import MpiOptions, mpirun_command
 from launcher.planning.plan import JobSpec, build_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -106,7 +106,7 @@ def test_ranktable_plan_cwds_and_artefact_from_the_layout():
 def test_mpirun_wrapper_is_given_the_log_name():
     plan = build_plan(spec(inventory=parse_host_list("localhost:2"), method="mpi", launcher="mpirun",
                            wrapper="/opt/w.sh", mpi=MpiOptions(), worker_log_name="train"))
-    argv = list(plan.mpirun_argv)
+    argv = list(mpirun_command(plan))
     assert argv[argv.index("MSLAUNCH_LOG_DIR=" + JOB) + 2] == "MSLAUNCH_LOG_NAME=train_{rank}.log"
     assert not any("worker_" in a for a in argv)
 

@@ -10,7 +10,7 @@ import pytest
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning.envs import parse_env_file
 from launcher.planning.inventory import parse_host_list, parse_hostfile
-from launcher.planning.mpi import MpiOptions
+from launcher.planning.mpi import MpiOptions, mpirun_command
 from launcher.planning.plan import JobSpec, build_plan
 
 INV = parse_hostfile("10.0.0.1 slots=8\n10.0.0.2 slots=8\n", "h.txt")
@@ -87,7 +87,7 @@ def test_mpi_16_ranks_and_mpirun_argv():
         "PYTHONUNBUFFERED": "1", "RANK_ID": "10", "RANK_SIZE": "16", "DEVICE_ID": "2", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "8",
     }
     ctx = ["-x", "PYTHONUNBUFFERED=1", "-x", "RANK_SIZE=16", "-x", "LOCAL_WORLD_SIZE=8"]
-    assert plan.mpirun_argv == tuple(
+    assert mpirun_command(plan) == tuple(
         ["mpirun", "-H", "10.0.0.1:8,10.0.0.2:8", "--allow-run-as-root",
          "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
          "--mca", "plm_rsh_agent", "ssh -o BatchMode=yes", "--mca", "plm_rsh_no_tree_spawn", "1",
@@ -107,7 +107,7 @@ def test_mpi_16_ranks_and_mpirun_argv():
 def test_dynamic_under_mpirun_has_scheduler_context():
     inv = parse_host_list("localhost:2")
     plan = build_plan(spec(inventory=inv, launcher="mpirun", wrapper="/w.sh", mpi=MpiOptions(hostfile="/j/hostfile")))
-    argv = list(plan.mpirun_argv)
+    argv = list(mpirun_command(plan))
     assert argv[:3] == ["mpirun", "--hostfile", "/j/hostfile"]
     assert argv.count(":") == 1
     first = argv[: argv.index(":")]

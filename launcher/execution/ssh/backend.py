@@ -28,6 +28,7 @@ from typing import List, Optional
 import paramiko
 
 from launcher.errors import LaunchError
+from launcher.execution.backend import Backend, BackendContext, ProcessHandle, register_backend
 from launcher.execution.ssh.agent import LOST_RC, AgentConfig, agent_command, parse_message
 from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
 from launcher.execution.ssh.settings import PING_INTERVAL, START_TIMEOUT, SSHSettings
@@ -35,7 +36,7 @@ from launcher.execution.ssh.transfer import put_file
 from launcher.planning.plan import Plan, ProcPlan
 
 
-class SshProcess:
+class SshProcess(ProcessHandle):
     """One rank running under the remote agent (implements the supervisor's Handle).
 
     Attributes:
@@ -247,7 +248,7 @@ class SshProcess:
         self._finish(status if status else LOST_RC, f"the mslaunch agent on {self.host} exited with status {status}: {said}")
 
 
-class SshLauncher:
+class SshLauncher(Backend):
     """Starts a plan's processes on remote hosts over SSH (the supervisor's Launcher).
 
     Args:
@@ -318,6 +319,10 @@ class SshLauncher:
         self._handles.append(handle)
         return handle
 
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        return cls(ctx.plan, ctx.settings_for("ssh") or SSHSettings())
+
     def _ping_loop(self) -> None:
         while not self._stop.wait(PING_INTERVAL):
             for h in list(self._handles):
@@ -332,3 +337,6 @@ class SshLauncher:
             t.start()
         for t in threads:
             t.join(5.0)
+
+
+register_backend("ssh", SshLauncher)

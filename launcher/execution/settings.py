@@ -1,0 +1,41 @@
+"""Typed supervision settings, built once by the CLI (``mslaunch run``, ``mslaunch check``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from launcher.errors import PlanError
+
+
+@dataclass(frozen=True)
+class SuperviseOptions:
+    """Supervision knobs (CLI: --grace, --timeout, --start-timeout, --max-restarts, --sched-wait).
+
+    The defaults here are the CLI's defaults (the options read them from this class).
+
+    Attributes:
+        grace: seconds between SIGTERM and SIGKILL at teardown.
+        timeout: bound on the whole job in seconds, or None.
+        start_timeout: seconds for the scheduler's port to accept connections.
+        max_restarts: restarts of the whole group after a failure.
+        sched_grace: seconds the scheduler gets to exit by itself once every worker exited 0.
+        scheduler_first: start the workers only once the scheduler's port accepts; False starts
+            them right after the scheduler process (they retry registering) and checks the port
+            after, with the same --start-timeout.
+
+    Raises:
+        PlanError: a negative --max-restarts or --grace.
+    """
+
+    grace: float = 5.0
+    timeout: Optional[float] = None
+    start_timeout: float = 60.0
+    max_restarts: int = 0
+    sched_grace: float = 0.25
+    scheduler_first: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_restarts < 0:
+            raise PlanError("--max-restarts must be >= 0", field="--max-restarts")
+        if self.grace < 0:
+            raise PlanError("--grace must be >= 0", field="--grace")

@@ -1,0 +1,88 @@
+"""An in-memory backend for supervisor tests: no processes, exits scripted per process name.
+
+Each planned process gets a :class:`FakeProcess` that "runs" until the test's script ends it:
+a script entry ``name -> Exit(rc, exit_time=None)`` ends it at start; a missing entry keeps it
+running until teardown, where ``terminate()`` ends it with -SIGTERM (or never, if the name is
+in ``stubborn``) and ``kill()`` with -SIGKILL.  Every call is logged in order on the backend.
+"""
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+from launcher.errors import LaunchError
+from launcher.execution.backend import Backend, BackendContext, ReportedProcess
+from launcher.planning.plan import Plan, ProcPlan
+
+
+@dataclass(frozen=True)
+class Exit:
+    """End the process at start with ``rc``; ``exit_time``: the exit time the handle reports."""
+
+    rc: int
+    exit_time: Optional[float] = None
+
+
+class FakeProcess(ReportedProcess):
+    def __init__(self, backend: "FakeBackend", plan: ProcPlan, log_path: str) -> None:
+        self.backend = backend
+        self.plan = plan
+        self.host = plan.host
+        self.log_path = log_path
+        self.started = time.time()
+        self._init_exit()
+
+    def has_exited(self) -> bool:
+        return self._done.is_set()
+
+    def terminate(self) -> None:
+        self.backend.calls.append(("terminate", self.plan.name))
+        if self.plan.name not in self.backend.stubborn:
+            self.exited(-signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.backend.calls.append(("kill", self.plan.name))
+        self.exited(-signal.SIGKILL)
+
+
+@dataclass
+class FakeBackend(Backend):
+    """One attempt's fake backend (see the module doc)."""
+
+    script: Dict[str, Exit] = field(default_factory=dict)
+    stubborn: Set[str] = field(default_factory=set)
+    fail_start: Dict[str, str] = field(default_factory=dict)
+    calls: List[Tuple[str, str]] = field(default_factory=list)
+    handles: List[FakeProcess] = field(default_factory=list)
+    closed: bool = False
+
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        return cls()
+
+    def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
+        self.calls.append(("start", proc.name))
+        if proc.name in self.fail_start:
+            raise LaunchError(self.fail_start[proc.name])
+        handle = FakeProcess(self, proc, log_path)
+        self.handles.append(handle)
+        planned = self.script.get(proc.name)
+        if planned is not None:
+            handle.exited(planned.rc, planned.exit_time)
+        return handle
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def fake_plan(job_dir: str, ranks: int = 3) -> Plan:
+    """A plan of ``ranks`` workers on this machine, no scheduler (nothing to dial)."""
+    procs = tuple(
+        ProcPlan(name=f"rank {r}", role="worker", host="localhost", rank=r, local_rank=r, node_rank=0, device_id=r,
+                 argv=("train",), env=(), cwd=job_dir, log=f"{job_dir}/worker_{r}.log")
+        for r in range(ranks)
+    )
+    return Plan(job_id="j1", job_dir=job_dir, method="dynamic", launcher="fake", world_size=ranks, hosts=(), ranks=procs,
+                scheduler=None, artefacts=(), master_addr=None, master_port=None)

@@ -1,0 +1,152 @@
+"""The supervisor against an in-memory backend: fail fast, teardown order, restarts, timeout,
+root cause, start failures (see :mod:`tests.execution.fakebackend`)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from launcher.errors import LaunchError
+from launcher.execution.results import FAILED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT
+from launcher.execution.settings import SuperviseOptions
+from launcher.execution.supervisor import Supervisor
+from tests.execution.fakebackend import Exit, FakeBackend, fake_plan
+
+
+class Recorder:
+    """Backends per attempt (``scripts[k]`` configures attempt k) and the supervisor's events."""
+
+    def __init__(self, *scripts: Dict[str, Any]) -> None:
+        self.scripts = scripts
+        self.backends: List[FakeBackend] = []
+        self.events: List[Tuple[str, Dict[str, Any]]] = []
+
+    def factory(self, attempt: int, adir: str) -> FakeBackend:
+        config = self.scripts[min(attempt, len(self.scripts) - 1)]
+        if "raise" in config:
+            raise LaunchError(config["raise"])
+        backend = FakeBackend(**config)
+        self.backends.append(backend)
+        return backend
+
+    def event(self, kind: str, data: Dict[str, Any]) -> None:
+        self.events.append((kind, data))
+
+
+def supervise(tmp_path, recorder: Recorder, **options: Any):
+    plan = fake_plan(str(tmp_path / "job"))
+    sup = Supervisor(plan, recorder.factory, SuperviseOptions(grace=options.pop("grace", 5.0), **options), on_event=recorder.event)
+    return sup.run()
+
+
+def test_success_starts_in_plan_order_and_closes_the_backend(tmp_path):
+    rec = Recorder({"script": {n: Exit(0) for n in ("rank 0", "rank 1", "rank 2")}})
+    result = supervise(tmp_path, rec)
+    assert (result.status, result.exit_code, result.attempts, result.root_cause) == (SUCCEEDED, 0, 1, None)
+    (backend,) = rec.backends
+    assert [c for c in backend.calls if c[0] == "start"] == [("start", "rank 0"), ("start", "rank 1"), ("start", "rank 2")]
+    assert [c for c in backend.calls if c[0] == "terminate"] == []  # nothing left running: nothing to terminate
+    assert backend.closed
+    assert [k for k, _ in rec.events] == ["started", "started", "started"]
+
+
+def test_fail_fast_tears_down_the_others_in_order(tmp_path):
+    rec = Recorder({"script": {"rank 1": Exit(3)}})
+    result = supervise(tmp_path, rec)
+    assert (result.status, result.exit_code) == (FAILED, 3)
+    assert result.root_cause is not None and result.root_cause.name == "rank 1"
+    assert result.message == "rank 1 on localhost failed: exit code 3"
+    backend = rec.backends[0]
+    # SIGTERM to the running ones (in start order), then SIGKILL to every group.
+    assert [c for c in backend.calls if c[0] != "start"] == [
+        ("terminate", "rank 0"), ("terminate", "rank 2"), ("kill", "rank 0"), ("kill", "rank 1"), ("kill", "rank 2"),
+    ]
+    by_name = {p.name: p for p in result.processes}
+    assert by_name["rank 1"].returncode == 3 and not by_name["rank 1"].torn_down
+    assert by_name["rank 0"].torn_down and by_name["rank 0"].signal == "SIGTERM"
+    kinds = [k for k, _ in rec.events]
+    assert kinds == ["started", "started", "started", "failure", "teardown"]
+    assert rec.events[3][1] == {"name": "rank 1", "host": "localhost", "returncode": 3}
+    assert rec.events[4][1] == {"names": ["rank 0", "rank 2"]}
+
+
+def test_root_cause_is_the_earliest_exit_not_the_first_reported(tmp_path):
+    # rank 0 is started (and reported) first, but rank 2 exited earlier.
+    rec = Recorder({"script": {"rank 0": Exit(4, exit_time=2000.0), "rank 2": Exit(-9, exit_time=1000.0)}})
+    result = supervise(tmp_path, rec)
+    assert result.status == FAILED
+    assert result.root_cause is not None and result.root_cause.name == "rank 2"
+    assert result.root_cause.reason == "killed by SIGKILL" and result.exit_code == 137
+
+
+def test_restart_after_a_failure_keeps_every_attempt(tmp_path):
+    rec = Recorder({"script": {"rank 0": Exit(2)}}, {"script": {n: Exit(0) for n in ("rank 0", "rank 1", "rank 2")}})
+    result = supervise(tmp_path, rec, max_restarts=2)
+    assert (result.status, result.attempts) == (SUCCEEDED, 2)
+    assert [a.status for a in result.history] == [FAILED, SUCCEEDED]
+    assert [a.log_dir for a in result.history] == [str(tmp_path / "job"), str(tmp_path / "job" / "attempt_1")]
+    assert os.path.isdir(tmp_path / "job" / "attempt_1")
+    restart = [d for k, d in rec.events if k == "restart"]
+    assert len(restart) == 1 and restart[0]["attempt"] == 1 and restart[0]["cause"].name == "rank 0"
+    assert all(b.closed for b in rec.backends) and len(rec.backends) == 2
+
+
+def test_restarts_stop_at_max_restarts(tmp_path):
+    rec = Recorder({"script": {"rank 2": Exit(1)}})
+    result = supervise(tmp_path, rec, max_restarts=1)
+    assert (result.status, result.exit_code, result.attempts) == (FAILED, 1, 2)
+
+
+def test_timeout_tears_down_and_exits_124(tmp_path):
+    rec = Recorder({})  # nothing ever exits by itself
+    result = supervise(tmp_path, rec, timeout=0.2)
+    assert (result.status, result.exit_code) == (TIMEOUT, TIMEOUT_EXIT)
+    assert result.message == "the job ran past --timeout 0.2 s"
+    assert all(p.torn_down for p in result.processes) and len(result.processes) == 3
+    assert [k for k, _ in rec.events][-2:] == ["timeout", "teardown"]
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    rec = Recorder({"script": {"rank 0": Exit(1)}, "stubborn": {"rank 1"}})
+    result = supervise(tmp_path, rec, grace=0.1)
+    by_name = {p.name: p for p in result.processes}
+    assert by_name["rank 1"].signal == "SIGKILL" and by_name["rank 1"].torn_down
+    assert by_name["rank 2"].signal == "SIGTERM"
+
+
+def test_start_failure_on_a_restart_is_recorded_in_that_attempt(tmp_path):
+    ok = {"script": {n: Exit(0) for n in ("rank 0", "rank 1", "rank 2")}}
+    rec = Recorder({"script": {"rank 1": Exit(3)}}, {"raise": "cannot connect to h1:22 (connection refused)"}, ok)
+    result = supervise(tmp_path, rec, max_restarts=2)
+    assert [a.status for a in result.history] == [FAILED, FAILED, SUCCEEDED]
+    second = result.history[1]
+    assert second.message == "attempt 1 could not start: cannot connect to h1:22 (connection refused)"
+    assert second.exit_code == 1 and second.processes == ()
+    summary = json.loads(json.dumps(result.to_json()))
+    assert summary["attempt_results"][1]["message"] == second.message and summary["status"] == SUCCEEDED
+
+
+def test_start_failure_on_the_last_attempt_fails_the_job(tmp_path):
+    rec = Recorder({"script": {"rank 1": Exit(3)}}, {"raise": "cannot connect to h1:22"})
+    result = supervise(tmp_path, rec, max_restarts=1)
+    assert (result.status, result.exit_code, result.attempts) == (FAILED, 1, 2)
+    assert result.message == "attempt 1 could not start: cannot connect to h1:22"
+
+
+def test_set_up_failure_of_the_first_attempt_reaches_the_caller(tmp_path):
+    rec = Recorder({"raise": "cannot connect to h1:22"})
+    with pytest.raises(LaunchError, match="cannot connect to h1:22"):
+        supervise(tmp_path, rec, max_restarts=3)
+
+
+def test_a_process_that_cannot_start_fails_the_attempt_and_the_started_ones_are_torn_down(tmp_path):
+    rec = Recorder({"fail_start": {"rank 1": "rank 1: cannot run 'train': no such file"}})
+    result = supervise(tmp_path, rec)
+    assert (result.status, result.exit_code) == (FAILED, 1)
+    assert result.message == "rank 1: cannot run 'train': no such file"
+    by_name = {p.name: p for p in result.processes}
+    assert by_name["rank 1"].reason == "rank 1: cannot run 'train': no such file"
+    assert by_name["rank 0"].torn_down and "rank 2" not in by_name  # nothing after the failure starts
+    assert result.root_cause is not None and result.root_cause.name == "rank 1"
