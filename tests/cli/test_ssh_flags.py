@@ -41,7 +41,7 @@ def test_run_hands_one_settings_value_to_the_runner(monkeypatch, tmp_path):
                 "--ssh-start-timeout", "7", "x.py"], monkeypatch, tmp_path)
     assert isinstance(r.exception, Stop), r.output
     (_, kwargs), = seen
-    assert kwargs["ssh"] == SSHSettings(accept_new=True, connect_timeout=2.5, start_timeout=7.0)
+    assert kwargs["backend_settings"]["ssh"] == SSHSettings(accept_new=True, connect_timeout=2.5, start_timeout=7.0)
 
 
 def test_run_defaults(monkeypatch, tmp_path):
@@ -51,7 +51,7 @@ def test_run_defaults(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "run_plan", recorder(seen))
     r = invoke(["run", "--np", "1", "--cpu-tune", "off", "x.py"], monkeypatch, tmp_path)
     assert isinstance(r.exception, Stop), r.output
-    assert seen[0][1]["ssh"] == SSHSettings()
+    assert seen[0][1]["backend_settings"]["ssh"] == SSHSettings()
 
 
 def test_doctor_gets_the_settings_with_the_jobs_ssh_config(monkeypatch, tmp_path):
