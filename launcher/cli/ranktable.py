@@ -182,7 +182,6 @@ def show(
 ) -> None:
     """Print a rank table as a table: server, device, device IP, rank (and host IP / SuperPoD for 1.2)."""
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
     from launcher.planning.ranktable import read_rank_table, table_size
@@ -192,16 +191,44 @@ def show(
     if not isinstance(servers, list):
         raise RankTableError("no server_list; is this a rank table? (try: mslaunch ranktable validate)", path=file)
     v12 = table.get("version") == "1.2"
+    out = _devices_table(servers, v12, _super_pods(table) if v12 else {})
+    # Not a terminal (a pipe, a file): do not squeeze the table into 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    n_servers, n_devices = table_size(table)
+    console.print(
+        Text(
+            f"{file}: version {_cell(table.get('version'))}, status {_cell(table.get('status'))}, "
+            f"{n_servers} servers, {n_devices} devices"
+        ),
+        soft_wrap=True,
+    )
+    console.print(out)
+
+
+def _cell(value: Any) -> Any:
+    """A table cell showing ``value`` as plain text (None: empty; never read as markup)."""
+    from rich.text import Text
+
+    return Text("" if value is None else str(value))
+
+
+def _super_pods(table: Dict[str, Any]) -> Dict[str, str]:
+    """server id -> SuperPoD id from a 1.2 table's ``super_pod_list`` (for display only)."""
     pods: Dict[str, str] = {}
-    if v12 and isinstance(table.get("super_pod_list"), list):
+    if isinstance(table.get("super_pod_list"), list):
         for pod in table["super_pod_list"]:
             if isinstance(pod, dict) and isinstance(pod.get("server_list"), list):
                 for member in pod["server_list"]:
                     if isinstance(member, dict):
-                        pods.setdefault(str(member.get("server_id")), str(pod.get("super_pod_id")))  # display only
+                        pods.setdefault(str(member.get("server_id")), str(pod.get("super_pod_id")))
+    return pods
 
-    def cell(value: Any) -> Text:
-        return Text("" if value is None else str(value))
+
+def _devices_table(servers: List[Any], v12: bool, pods: Dict[str, str]) -> Any:
+    """The rich table of ``show``: one row per device, one section per server; malformed
+    entries are skipped (``validate`` reports them)."""
+    from rich.table import Table
+    from rich.text import Text
 
     out = Table()
     out.add_column("server")
@@ -224,20 +251,10 @@ def show(
                 continue
             row = [Text(sid)]
             if v12:
-                row += [cell(server.get("host_ip")), cell(pods.get(sid))]
-            row += [cell(dev.get("device_id")), cell(dev.get("device_ip"))]
+                row += [_cell(server.get("host_ip")), _cell(pods.get(sid))]
+            row += [_cell(dev.get("device_id")), _cell(dev.get("device_ip"))]
             if v12:
-                row.append(cell(dev.get("super_device_id")))
-            row.append(cell(dev.get("rank_id")))
+                row.append(_cell(dev.get("super_device_id")))
+            row.append(_cell(dev.get("rank_id")))
             out.add_row(*row, end_section=dev is devices[-1])
-    # Not a terminal (a pipe, a file): do not squeeze the table into 80 columns.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-    n_servers, n_devices = table_size(table)
-    console.print(
-        Text(
-            f"{file}: version {cell(table.get('version'))}, status {cell(table.get('status'))}, "
-            f"{n_servers} servers, {n_devices} devices"
-        ),
-        soft_wrap=True,
-    )
-    console.print(out)
+    return out

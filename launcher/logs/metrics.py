@@ -203,26 +203,41 @@ def _parse(line: str) -> Optional[Metric]:
         if idx >= 0:
             return _parse_mslaunch(line[idx + len(METRIC_PREFIX) + 1:].strip())
         return None
-    if "epoch" in line:
-        m = _LOSS_NONFINITE_RE.search(line)
-        if m:
-            return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True,
-                          loss_text="NAN or INF", event="nonfinite_loss")
-        m = _LOSS_RE.search(line)
-        if m:
-            fields = _loss_fields(m.group(3))
-            if fields:
-                return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True, **fields)
-        m = _INVALID_RE.search(line)
-        if m:
-            return Metric(kind="step", source="trainer", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True,
-                          loss_text=m.group(3).rstrip(","), event="nonfinite_loss")
-        m = _TIME_RE.search(line)
-        if m:
-            return Metric(kind="epoch", source="timemonitor", step_time_ms=float(m.group(3)))
-        m = _THRU_RE.search(line)
-        if m:
-            return Metric(kind="epoch", source="trainer", epoch=int(m.group(1)), samples_per_s=float(m.group(2)))
+    for parse in (_parse_epoch_line, _parse_mindformers, _parse_result_line):
+        metric = parse(line)
+        if metric is not None:
+            return metric
+    return None
+
+
+def _parse_epoch_line(line: str) -> Optional[Metric]:
+    """LossMonitor / TimeMonitor lines and the trainer's invalid-loss and throughput lines."""
+    if "epoch" not in line:
+        return None
+    m = _LOSS_NONFINITE_RE.search(line)
+    if m:
+        return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True,
+                      loss_text="NAN or INF", event="nonfinite_loss")
+    m = _LOSS_RE.search(line)
+    if m:
+        fields = _loss_fields(m.group(3))
+        if fields:
+            return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True, **fields)
+    m = _INVALID_RE.search(line)
+    if m:
+        return Metric(kind="step", source="trainer", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True,
+                      loss_text=m.group(3).rstrip(","), event="nonfinite_loss")
+    m = _TIME_RE.search(line)
+    if m:
+        return Metric(kind="epoch", source="timemonitor", step_time_ms=float(m.group(3)))
+    m = _THRU_RE.search(line)
+    if m:
+        return Metric(kind="epoch", source="trainer", epoch=int(m.group(1)), samples_per_s=float(m.group(2)))
+    return None
+
+
+def _parse_mindformers(line: str) -> Optional[Metric]:
+    """MindFormers' step lines and its samples/s/p lines."""
     if "Epoch:[" in line:
         m = _MF_RE.search(line)
         if m:
@@ -235,6 +250,11 @@ def _parse(line: str) -> Optional[Metric]:
         m = _MF_RATE_RE.search(line)
         if m:
             return Metric(kind="step", source="mindformers", samples_per_s=float(m.group(1)))
+    return None
+
+
+def _parse_result_line(line: str) -> Optional[Metric]:
+    """Eval results (the callback's and the trainer's ``accuracy:``) and the trainer's ``data:`` line."""
     if "Eval result" in line:
         m = _EVAL_RE.search(line)
         if m:

@@ -291,28 +291,7 @@ def snapshot(
         st = progress.ranks.get(rank) or RankState(rank)
         out = last_output.get(rank)
         age = None if out is None else max(0.0, now - out)
-        is_silent = False
-        if rank in exits:
-            p = exits[rank]
-            if p.get("exit_code") == 0 and not p.get("signal"):
-                state = "done"
-            elif p.get("torn_down"):
-                state = "stopped"
-            elif p.get("exit_code") is None and p.get("signal") is None:
-                state = "stopped" if job_state != "running" else "running"
-            else:
-                state = "failed"
-        elif job_state == "running":
-            if out is None:
-                state = "waiting"
-            elif age is not None and age > silent_after:
-                state, is_silent = "silent", True
-            else:
-                state = "running"
-        elif job_state == "lost":
-            state = "lost"
-        else:
-            state = "done" if job_state == "succeeded" else "stopped"
+        state, is_silent = _rank_state(exits.get(rank), job_state, out is not None, age, silent_after)
         if is_silent:
             silent.append(rank)
         rows.append(RankRow(
@@ -324,12 +303,44 @@ def snapshot(
     rates = [r.samples_per_s for r in rows if r.samples_per_s is not None]
     slowest = max(times, key=lambda r: times[r]) if times else None
     fastest = min(times, key=lambda r: times[r]) if times else None
-    eta: Optional[float] = None
-    if job_state == "running":
-        left = [(r.total_steps - r.step) * r.step_time_ms / 1000.0 for r in rows
-                if r.total_steps is not None and r.step is not None and r.step_time_ms and r.state in ("running", "silent")]
-        if left:
-            eta = max(0.0, max(left))
+    eta = _eta(rows) if job_state == "running" else None
     return Snapshot(job_id=job_id, state=job_state, time=now, rows=tuple(rows), samples_per_s=sum(rates) if rates else None,
                     slowest_rank=slowest, fastest_rank=fastest, median_step_time_ms=median, eta_s=eta,
                     stragglers=stragglers, silent=tuple(silent))
+
+
+def _rank_state(exit_: Optional[Dict[str, Any]], job_state: str, has_output: bool, age: Optional[float],
+                silent_after: float) -> Tuple[str, bool]:
+    """One rank's ``(state, silent)`` for :func:`snapshot`.
+
+    Args:
+        exit_: the rank's entry of ``summary.json`` ``processes``, None while it has none.
+        job_state: the job's state.
+        has_output: the rank has written output (its log exists).
+        age: seconds since its last output, None without output.
+        silent_after: a running rank quiet for longer is silent.
+    """
+    if exit_ is not None:
+        if exit_.get("exit_code") == 0 and not exit_.get("signal"):
+            return "done", False
+        if exit_.get("torn_down"):
+            return "stopped", False
+        if exit_.get("exit_code") is None and exit_.get("signal") is None:
+            return ("stopped" if job_state != "running" else "running"), False
+        return "failed", False
+    if job_state == "running":
+        if not has_output:
+            return "waiting", False
+        if age is not None and age > silent_after:
+            return "silent", True
+        return "running", False
+    if job_state == "lost":
+        return "lost", False
+    return ("done" if job_state == "succeeded" else "stopped"), False
+
+
+def _eta(rows: List[RankRow]) -> Optional[float]:
+    """Seconds until the slowest running rank finishes its step budget, None when unknown."""
+    left = [(r.total_steps - r.step) * r.step_time_ms / 1000.0 for r in rows
+            if r.total_steps is not None and r.step is not None and r.step_time_ms and r.state in ("running", "silent")]
+    return max(0.0, max(left)) if left else None

@@ -208,13 +208,7 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
         MsLaunchError: matplotlib is missing, the job dir has no ``plan.json``, or ``out_dir``
             cannot be written.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MsLaunchError("mslaunch report needs matplotlib: pip install 'mslaunch[report]' (or pip install matplotlib)") from None
+    plt = _pyplot()
     if plan is None:
         raise MsLaunchError("not a job directory (no plan.json)", path=job_dir)
     records = _records(job_dir)
@@ -234,14 +228,42 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
     except OSError as exc:
         raise MsLaunchError(f"cannot write the plots: {exc.strerror}", path=out_dir) from None
 
-    prog = Progress()
-    prog.extend(records)
+    parts = _html_summary(job_dir, plan, summary)
+    parts += _html_events(records, events, t0)
+    parts += _html_ranks(plan, records)
+    parts += _html_figures(paths)
+    parts.append(f"<p class=\"foot\">metrics: {len(records)} records from {html.escape(os.path.join(job_dir, METRICS_FILE))}</p></body></html>\n")
+    html_path = os.path.join(out_dir, "report.html")
+    try:
+        with open(html_path, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(parts))
+    except OSError as exc:
+        raise MsLaunchError(f"cannot write: {exc.strerror}", path=html_path) from None
+    return html_path
+
+
+def _pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (no display needed).
+
+    Raises:
+        MsLaunchError: matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MsLaunchError("mslaunch report needs matplotlib: pip install 'mslaunch[report]' (or pip install matplotlib)") from None
+    return plt
+
+
+def _html_summary(job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str, Any]]) -> List[str]:
+    """The page's head, title, summary table and (for a failed job) its root cause."""
     esc = html.escape
-    parts: List[str] = []
     title = f"mslaunch report: job {esc(str(plan.get('job_id', '')))}"
-    parts.append(f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>\n<style>{_CSS}</style></head><body>")
-    parts.append(f"<h1>{title}</h1>")
-    parts.append("<h2>Summary</h2><table class=\"kv\" id=\"summary\">")
+    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>\n<style>{_CSS}</style></head><body>",
+             f"<h1>{title}</h1>", "<h2>Summary</h2><table class=\"kv\" id=\"summary\">"]
     for k, v in _summary_rows(plan, summary, job_dir):
         parts.append(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>")
     parts.append("</table>")
@@ -250,6 +272,13 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
         parts.append(f"<h2>Root cause</h2><p id=\"root-cause\"><b>{esc(str(cause.get('name')))}</b> on {esc(str(cause.get('host')))}: "
                      f"{esc(str(cause.get('reason')))} (log <code>{esc(str(cause.get('log')))}</code>)</p>")
         parts.append("<pre>" + esc("\n".join(cause.get("tail") or [])) + "</pre>")
+    return parts
+
+
+def _html_events(records: List[Dict[str, Any]], events: List[Dict[str, Any]], t0: float) -> List[str]:
+    """The timeline of the job's events (times relative to ``t0``) and the non-finite losses."""
+    esc = html.escape
+    parts: List[str] = []
     nonfinite = [r for r in records if r.get("event")]
     timeline = [e for e in events if e.get("kind") in _TIMELINE_KINDS]
     if timeline:
@@ -264,7 +293,14 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
         for r in nonfinite:
             parts.append(f"<li>rank {r.get('rank')}: loss became {esc(str(r.get('loss_text')))} at epoch {r.get('epoch')} step {r.get('step')}</li>")
         parts.append("</ul>")
-    parts.append("<h2>Ranks</h2><table id=\"ranks\"><tr><th>rank</th><th>host</th><th>steps</th><th>last loss</th><th>ms/step</th><th>samples/s</th><th>eval</th></tr>")
+    return parts
+
+
+def _html_ranks(plan: Dict[str, Any], records: List[Dict[str, Any]]) -> List[str]:
+    """The per-rank table: host, steps, last loss, step time, throughput, eval metrics."""
+    prog = Progress()
+    prog.extend(records)
+    parts = ["<h2>Ranks</h2><table id=\"ranks\"><tr><th>rank</th><th>host</th><th>steps</th><th>last loss</th><th>ms/step</th><th>samples/s</th><th>eval</th></tr>"]
     hosts = {r.get("rank"): r.get("host") for r in plan.get("ranks", [])}
     for rank in range(int(plan.get("world_size") or 0)):
         st = prog.ranks.get(rank)
@@ -274,22 +310,22 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
         else:
             ev = ", ".join(f"{k} {v:.4g}" for k, v in st.eval.items()) or "-"
             cells += [str(st.global_step if st.global_step is not None else "-"), _num(st.loss, 4), _num(st.step_time_ms, 0), _num(st.samples_per_s, 1), ev]
-        parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+        parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
+    return parts
+
+
+def _html_figures(paths: Dict[str, str]) -> List[str]:
+    """The plots embedded as base64 PNGs, each linking to its file."""
+    esc = html.escape
     captions = {"loss": "Loss vs step", "step_time": "Step time per rank", "throughput": "Throughput over time", "timeline": "Timeline"}
+    parts: List[str] = []
     for name in PLOTS:
         with open(paths[name], "rb") as fh:
             data = base64.b64encode(fh.read()).decode("ascii")
         parts.append(f"<figure><img id=\"plot-{name}\" class=\"plot\" alt=\"{esc(captions[name])}\" src=\"data:image/png;base64,{data}\">"
                      f"<figcaption>{esc(captions[name])} (<a href=\"{name}.png\">{name}.png</a>)</figcaption></figure>")
-    parts.append(f"<p class=\"foot\">metrics: {len(records)} records from {esc(os.path.join(job_dir, METRICS_FILE))}</p></body></html>\n")
-    html_path = os.path.join(out_dir, "report.html")
-    try:
-        with open(html_path, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(parts))
-    except OSError as exc:
-        raise MsLaunchError(f"cannot write: {exc.strerror}", path=html_path) from None
-    return html_path
+    return parts
 
 
 def _num(value: Optional[float], digits: int) -> str:

@@ -54,295 +54,31 @@ import os
 import re
 import sys
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 import mindspore as ms
 import mindspore.dataset as ds
-import mindspore.dataset.transforms as transforms
-import mindspore.dataset.vision as vision
 from mindspore import Tensor, nn, ops
-from mindspore.common.initializer import HeNormal, Normal
 
+# The network and the data live in their own modules; these names stay importable from here.
+from launcher.workloads.cifar10_data import (  # noqa: F401
+    CIFAR_FOLDER, UsageError, build_pipeline, open_cifar10, read_cifar10_bin, resolve_cifar_folder,
+)
 from launcher.workloads.cluster import distributed_from_env
 from launcher.workloads.cputhreads import apply_cpu_threads
+from launcher.workloads.resnet50 import (  # noqa: F401
+    Bottleneck, ResNet, SoftmaxCrossEntropyExpand, count_parameters, resnet50,
+)
 
-CIFAR_FOLDER = "cifar-10-batches-bin"
-CIFAR_RECORD_BYTES = 1 + 3 * 32 * 32
-CIFAR_RECORDS_PER_FILE = 10000  # what MindSpore's Cifar10Dataset reads from every file
-# The tutorials' normalisation (the seeds' create_dataset), applied after rescale to [0, 1].
-CIFAR_MEAN = (0.4465, 0.4822, 0.4914)
-CIFAR_STD = (0.2010, 0.1994, 0.2023)
 CKPT_PREFIX = "resnet50"
 _CKPT_RE = re.compile(r"^" + CKPT_PREFIX + r"-(\d+)_(\d+)\.ckpt$")
 
 
-class UsageError(Exception):
-    """Bad arguments or data: reported as one line on stderr, exit code 2."""
-
-
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-# --------------------------------------------------------------------------------------------
-# Network
-# --------------------------------------------------------------------------------------------
-
-
-def _conv(in_c: int, out_c: int, kernel: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(
-        in_c,
-        out_c,
-        kernel_size=kernel,
-        stride=stride,
-        pad_mode="pad",
-        padding=kernel // 2,
-        has_bias=False,
-        weight_init=HeNormal(mode="fan_out", nonlinearity="relu"),
-    )
-
-
-def _bn(channels: int, zero_gamma: bool = False) -> nn.BatchNorm2d:
-    return nn.BatchNorm2d(channels, momentum=0.9, eps=1e-5, gamma_init="zeros" if zero_gamma else "ones")
-
-
-class Bottleneck(nn.Cell):
-    """ResNet v1.5 bottleneck: 1x1 -> 3x3 (stride here) -> 1x1 (x4), projection shortcut when needed.
-
-    The last BatchNorm's gamma starts at zero, so every block starts as the identity (faster early
-    training, same parameter count).
-    """
-
-    expansion = 4
-
-    def __init__(self, in_c: int, mid_c: int, stride: int) -> None:
-        super().__init__()
-        out_c = mid_c * self.expansion
-        self.conv1 = _conv(in_c, mid_c, 1)
-        self.bn1 = _bn(mid_c)
-        self.conv2 = _conv(mid_c, mid_c, 3, stride)
-        self.bn2 = _bn(mid_c)
-        self.conv3 = _conv(mid_c, out_c, 1)
-        self.bn3 = _bn(out_c, zero_gamma=True)
-        self.relu = nn.ReLU()
-        self.has_down = stride != 1 or in_c != out_c
-        if self.has_down:
-            self.down = nn.SequentialCell([_conv(in_c, out_c, 1, stride), _bn(out_c)])
-
-    def construct(self, x):
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        if self.has_down:
-            identity = self.down(x)
-        return self.relu(out + identity)
-
-
-class ResNet(nn.Cell):
-    """ResNet with bottleneck blocks; ``layers=(3, 4, 6, 3)`` is ResNet-50."""
-
-    def __init__(self, layers: Sequence[int], num_classes: int) -> None:
-        super().__init__()
-        self.conv1 = _conv(3, 64, 7, 2)
-        self.bn1 = _bn(64)
-        self.relu = nn.ReLU()
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
-        blocks: List[nn.Cell] = []
-        in_c = 64
-        for i, (n, mid) in enumerate(zip(layers, (64, 128, 256, 512))):
-            for j in range(n):
-                stride = 2 if (i > 0 and j == 0) else 1
-                blocks.append(Bottleneck(in_c, mid, stride))
-                in_c = mid * Bottleneck.expansion
-        self.layers = nn.SequentialCell(blocks)
-        self.mean = ops.ReduceMean(keep_dims=False)
-        self.fc = nn.Dense(in_c, num_classes, weight_init=Normal(0.01), bias_init="zeros")
-
-    def construct(self, x):
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layers(x)
-        x = self.mean(x, (2, 3))
-        return self.fc(x)
-
-
-def resnet50(num_classes: int = 10) -> ResNet:
-    """ResNet-50 (bottleneck blocks 3-4-6-3, 2048-d features, one dense layer with bias)."""
-    return ResNet((3, 4, 6, 3), num_classes)
-
-
-def count_parameters(net: nn.Cell, trainable_only: bool = True) -> int:
-    """Number of scalar parameters of ``net`` (by default only the trainable ones, i.e. not the
-    BatchNorm moving statistics). ResNet-50 with 10 classes: 23,528,522."""
-    params = net.trainable_params() if trainable_only else net.get_parameters()
-    return int(sum(int(np.prod(p.shape)) for p in params))
-
-
-class SoftmaxCrossEntropyExpand(nn.Cell):
-    """Softmax cross-entropy spelled out in primitive ops (the tutorials' loss for auto parallel)."""
-
-    def __init__(self, sparse: bool = False) -> None:
-        super().__init__()
-        self.exp = ops.Exp()
-        self.sum = ops.ReduceSum(keep_dims=True)
-        self.onehot = ops.OneHot()
-        self.on_value = Tensor(1.0, ms.float32)
-        self.off_value = Tensor(0.0, ms.float32)
-        self.div = ops.RealDiv()
-        self.log = ops.Log()
-        self.sum_cross_entropy = ops.ReduceSum(keep_dims=False)
-        self.mul = ops.Mul()
-        self.mul2 = ops.Mul()
-        self.mean = ops.ReduceMean(keep_dims=False)
-        self.sparse = sparse
-        self.max = ops.ReduceMax(keep_dims=True)
-        self.sub = ops.Sub()
-
-    def construct(self, logit, label):
-        logit_max = self.max(logit, -1)
-        exp = self.exp(self.sub(logit, logit_max))
-        exp_sum = self.sum(exp, -1)
-        softmax_result = self.div(exp, exp_sum)
-        if self.sparse:
-            label = self.onehot(label, ops.shape(logit)[1], self.on_value, self.off_value)
-        softmax_result_log = self.log(softmax_result)
-        loss = self.sum_cross_entropy((self.mul(softmax_result_log, label)), -1)
-        loss = self.mul2(ops.scalar_to_tensor(-1.0), loss)
-        loss = self.mean(loss, -1)
-        return loss
-
-
-# --------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------
-
-
-def resolve_cifar_folder(data_path: str) -> str:
-    """The ``cifar-10-batches-bin`` folder for ``data_path`` (that folder or its parent).
-
-    Raises:
-        UsageError: neither ``data_path`` nor ``data_path/cifar-10-batches-bin`` holds .bin files.
-    """
-    for cand in (os.path.join(data_path, CIFAR_FOLDER), data_path):
-        if os.path.isdir(cand) and any(n.endswith(".bin") for n in os.listdir(cand)):
-            return cand
-    raise UsageError(
-        f"{data_path}: no CIFAR-10 binary files here or in {CIFAR_FOLDER}/ "
-        "(download cifar-10-binary.tar.gz, or run: mslaunch data synth-cifar10 DIR)"
-    )
-
-
-def _cifar_files(folder: str, usage: str) -> List[str]:
-    key = "data_batch" if usage == "train" else "test_batch"
-    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".bin") and key in n)
-
-
-def read_cifar10_bin(folder: str, usage: str) -> Tuple[np.ndarray, np.ndarray]:
-    """All records of ``usage`` ('train' | 'test') in ``folder`` with numpy.
-
-    Returns:
-        (images uint8 (N, 32, 32, 3) HWC, labels uint32 (N,)), in file order (files sorted by name),
-        i.e. the rows ``Cifar10Dataset(folder, usage, shuffle=False)`` yields for full-size files.
-
-    Raises:
-        UsageError: no file, or a file whose size is not a multiple of 3073 bytes.
-    """
-    files = _cifar_files(folder, usage)
-    if not files:
-        raise UsageError(f"{folder}: no {'data_batch*' if usage == 'train' else 'test_batch*'}.bin file")
-    chunks = []
-    for path in files:
-        raw = np.fromfile(path, dtype=np.uint8)
-        if raw.size == 0 or raw.size % CIFAR_RECORD_BYTES:
-            raise UsageError(f"{path}: {raw.size} bytes is not a whole number of CIFAR-10 records (3073 bytes each)")
-        chunks.append(raw.reshape(-1, CIFAR_RECORD_BYTES))
-    rec = np.concatenate(chunks)
-    labels = rec[:, 0].astype(np.uint32)
-    images = np.ascontiguousarray(rec[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-    return images, labels
-
-
-class _CifarRecords:
-    """Random-access source over in-memory records for ``GeneratorDataset`` (which then shards and
-    shuffles with the same samplers as ``Cifar10Dataset``). Rows are (image HWC uint8, 0-d uint32
-    label array); a 0-d array rather than a numpy scalar, which MindSpore 2.10's row conversion
-    (``np.array(x, copy=False)``) rejects under numpy 2."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
-        self._images = images
-        self._labels = labels.reshape(-1, 1)
-
-    def __getitem__(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
-        return self._images[index], self._labels[index].reshape(())
-
-    def __len__(self) -> int:
-        return len(self._images)
-
-
-def open_cifar10(
-    data_path: str,
-    usage: str,
-    num_shards: Optional[int] = None,
-    shard_id: Optional[int] = None,
-    shuffle: bool = True,
-    sampler: Optional[ds.Sampler] = None,
-    num_parallel_workers: int = 2,
-) -> Tuple[ds.Dataset, str]:
-    """The raw CIFAR-10 source (columns ``image`` uint8 HWC, ``label`` uint32), optionally sharded.
-
-    Uses ``Cifar10Dataset`` when every file of ``usage`` holds exactly 10000 records (the real
-    dataset), else the same records read by :func:`read_cifar10_bin` in a ``GeneratorDataset``.
-
-    Returns:
-        (dataset, a one-line description of the source).
-    """
-    folder = resolve_cifar_folder(data_path)
-    files = _cifar_files(folder, usage)
-    if not files:
-        raise UsageError(f"{folder}: no {'data_batch*' if usage == 'train' else 'test_batch*'}.bin file")
-    kw: Dict[str, object] = {}
-    if sampler is not None:
-        kw["sampler"] = sampler
-    else:
-        kw["shuffle"] = shuffle
-        if num_shards is not None and num_shards > 1:
-            kw["num_shards"] = num_shards
-            kw["shard_id"] = shard_id
-    full = all(os.path.getsize(f) == CIFAR_RECORD_BYTES * CIFAR_RECORDS_PER_FILE for f in files)
-    if full:
-        dataset = ds.Cifar10Dataset(folder, usage=usage, num_parallel_workers=num_parallel_workers, **kw)
-        return dataset, f"Cifar10Dataset {folder} ({usage}, {len(files) * CIFAR_RECORDS_PER_FILE} records)"
-    images, labels = read_cifar10_bin(folder, usage)
-    dataset = ds.GeneratorDataset(
-        _CifarRecords(images, labels), column_names=["image", "label"], python_multiprocessing=False, **kw
-    )
-    return dataset, (
-        f"{folder} ({usage}, {len(labels)} records; files are not 10000 records each, which "
-        "Cifar10Dataset requires, so read with numpy)"
-    )
-
-
-def build_pipeline(
-    source: ds.Dataset, batch_size: int, image_size: int, train: bool, workers: int = 2, shuffle_buffer: int = 1000
-) -> ds.Dataset:
-    """The tutorials' create_dataset pipeline on ``source`` (augmentation only when ``train``)."""
-    ops_img = []
-    if train:
-        ops_img += [vision.RandomCrop((32, 32), (4, 4, 4, 4)), vision.RandomHorizontalFlip()]
-    if image_size != 32:
-        ops_img.append(vision.Resize((image_size, image_size)))
-    ops_img += [
-        vision.Rescale(1.0 / 255.0, 0.0),
-        vision.Normalize(CIFAR_MEAN, CIFAR_STD),
-        vision.HWC2CHW(),
-    ]
-    dataset = source.map(operations=transforms.TypeCast(ms.int32), input_columns="label")
-    dataset = dataset.map(operations=ops_img, input_columns="image", num_parallel_workers=workers)
-    if train:
-        dataset = dataset.shuffle(buffer_size=shuffle_buffer)
-    return dataset.batch(batch_size=batch_size, drop_remainder=train)
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,34 +229,38 @@ def evaluate(net: nn.Cell, args: argparse.Namespace, rank: int, size: int) -> fl
     return correct / total if total else 0.0
 
 
-def train(args: argparse.Namespace, distributed: bool) -> int:
-    """Run the training described by ``args``; returns the exit code."""
+def _init_parallel(args: argparse.Namespace, distributed: bool) -> Tuple[int, int]:
+    """Graph mode on ``--device-target``; when distributed, the parallel context and ``init()``.
+
+    Returns:
+        ``(rank, group size)``; ``(0, 1)`` when not distributed.
+    """
     from mindspore.communication import get_group_size, get_rank, init
 
     ms.set_context(mode=ms.GRAPH_MODE)
     set_device(args.device_target)
     if args.device_target == "CPU":
         apply_cpu_threads()
-    if distributed:
-        mode = {
-            "data_parallel": ms.ParallelMode.DATA_PARALLEL,
-            "auto_parallel": ms.ParallelMode.AUTO_PARALLEL,
-            "semi_auto_parallel": ms.ParallelMode.SEMI_AUTO_PARALLEL,
-        }[args.parallel_mode]
-        # As the tutorials: parallel context first, then init() (blocks until the cluster is built).
-        ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
-        init()
-        rank, size = get_rank(), get_group_size()
-    else:
-        rank, size = 0, 1
-    # Same seed on every rank: identical initial weights (data parallel) and one common shuffle
-    # order, which the DistributedSampler splits into disjoint shards.
-    ms.set_seed(args.seed)
-    ds.config.set_seed(args.seed)
+    if not distributed:
+        return 0, 1
+    mode = {
+        "data_parallel": ms.ParallelMode.DATA_PARALLEL,
+        "auto_parallel": ms.ParallelMode.AUTO_PARALLEL,
+        "semi_auto_parallel": ms.ParallelMode.SEMI_AUTO_PARALLEL,
+    }[args.parallel_mode]
+    # As the tutorials: parallel context first, then init() (blocks until the cluster is built).
+    ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
+    init()
+    return get_rank(), get_group_size()
 
-    net = resnet50(num_classes=10)
-    _say(f"params: {count_parameters(net)}")
 
+def _training_data(args: argparse.Namespace, rank: int, size: int) -> Tuple[ds.Dataset, int]:
+    """This rank's training pipeline and the steps per epoch; prints the ``data:`` and the
+    ``MSLAUNCH_METRIC`` step-budget lines.
+
+    Raises:
+        UsageError: the shard holds less than one batch.
+    """
     source, desc = open_cifar10(
         args.data_path, "train", num_shards=size, shard_id=rank, shuffle=True, num_parallel_workers=args.workers
     )
@@ -534,28 +274,110 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     _say(f"data: {desc}; rank {rank} of {size}: {batches_per_pass} batches of {args.batch_size} per pass")
     # The step budget for `mslaunch top` (progress, ETA): the documented machine-readable line.
     _say("MSLAUNCH_METRIC " + json.dumps({"batch_size": args.batch_size, "epochs": args.epochs, "steps_per_epoch": spe}))
+    return data, spe
 
+
+def _resume(ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe: int) -> Tuple[int, int, int]:
+    """Load this rank's newest checkpoint into ``train_net`` (``--resume``).
+
+    Returns:
+        ``(epoch, step, global_step)``: the position before the next step (``step`` steps of
+        ``epoch`` done); ``(1, 0, 0)`` when there is no checkpoint.
+
+    Raises:
+        UsageError: the checkpoint does not match the network.
+    """
+    found = list_checkpoints(ckpt_dir) if ckpt_dir else []
+    if not found:
+        _say(f"resume: no checkpoint in {ckpt_dir}; starting from scratch")
+        return 1, 0, 0
+    path = found[-1][2]
+    params = ms.load_checkpoint(path)
+    meta = {k: params.pop(k) for k in ("epoch_num", "step_num", "global_step_saved") if k in params}
+    not_loaded, _ = ms.load_param_into_net(train_net, params, strict_load=True)
+    if not_loaded:
+        raise UsageError(f"{path}: does not match this network ({len(not_loaded)} parameters missing)")
+    epoch = int(_scalar(meta.get("epoch_num", found[-1][0])))
+    step = int(_scalar(meta.get("step_num", found[-1][1])))
+    global_step = int(_scalar(meta.get("global_step_saved", opt.global_step.asnumpy())))
+    if step >= spe:
+        epoch, step = epoch + 1, 0
+    _say(f"resume: {path} (global step {global_step}); continuing at epoch {epoch} step {step + 1}")
+    return epoch, step, global_step
+
+
+@dataclass
+class _Loop:
+    """What the training loop carries from epoch to epoch."""
+
+    args: argparse.Namespace
+    train_net: nn.Cell
+    batches: Iterator[Tuple[Tensor, Tensor]]  # the endless stream of (image, label) batches
+    ckpt_dir: Optional[str]
+    spe: int  # steps per epoch
+    size: int  # ranks
+    global_step: int
+    compiled: bool = False  # the first step of a process compiles the graph (it is not timed)
+
+
+def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
+    """Train ``epoch`` from step ``step`` + 1 to its end: loss lines, the throughput line and the
+    checkpoints.  Returns False (after one line on stderr) when the loss is not finite."""
+    args = loop.args
+    t_epoch, timed_steps, timed_time = time.perf_counter(), 0, 0.0
+    while step < loop.spe:
+        t0 = time.perf_counter()
+        image, label = next(loop.batches)
+        loss = float(loop.train_net(image, label).asnumpy())
+        dt = time.perf_counter() - t0
+        step += 1
+        loop.global_step += 1
+        if not math.isfinite(loss):
+            sys.stderr.write(f"epoch: {epoch} step: {step}. Invalid loss {loss}, terminating training.\n")
+            return False
+        if step % args.log_every == 0:
+            _say(f"epoch: {epoch} step: {step}, loss is {loss:.7g}")
+        if loop.compiled:
+            timed_steps += 1
+            timed_time += dt
+        loop.compiled = True
+        if loop.ckpt_dir and args.ckpt_every and loop.global_step % args.ckpt_every == 0 and step < loop.spe:
+            _save(loop, epoch, step)
+    if timed_steps == 0:  # an epoch of one (compiling) step: report what we have
+        timed_steps, timed_time = loop.spe, time.perf_counter() - t_epoch
+    per_rank = timed_steps * args.batch_size / timed_time if timed_time > 0 else 0.0
+    _say(
+        f"epoch {epoch} throughput: {per_rank:.1f} img/s per rank, "
+        f"{per_rank * loop.size:.1f} img/s total ({loop.size} ranks)"
+    )
+    if loop.ckpt_dir:
+        _save(loop, epoch, step)
+    return True
+
+
+def _save(loop: _Loop, epoch: int, step: int) -> None:
+    """Write a checkpoint at this position and print its ``checkpoint:`` line."""
+    assert loop.ckpt_dir is not None
+    path = save_checkpoint(loop.train_net, loop.ckpt_dir, epoch, step, loop.global_step, loop.args.keep_checkpoints)
+    _say(f"checkpoint: {path}")
+
+
+def train(args: argparse.Namespace, distributed: bool) -> int:
+    """Run the training described by ``args``; returns the exit code."""
+    rank, size = _init_parallel(args, distributed)
+    # Same seed on every rank: identical initial weights (data parallel) and one common shuffle
+    # order, which the DistributedSampler splits into disjoint shards.
+    ms.set_seed(args.seed)
+    ds.config.set_seed(args.seed)
+
+    net = resnet50(num_classes=10)
+    _say(f"params: {count_parameters(net)}")
+    data, spe = _training_data(args, rank, size)
     opt, train_net = make_train_step(net, args.lr, args.momentum)
 
     ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
-    epoch, step, global_step = 1, 0, 0  # position *before* the next step: epoch, steps done in it
-    if args.resume:
-        found = list_checkpoints(ckpt_dir) if ckpt_dir else []
-        if not found:
-            _say(f"resume: no checkpoint in {ckpt_dir}; starting from scratch")
-        else:
-            path = found[-1][2]
-            params = ms.load_checkpoint(path)
-            meta = {k: params.pop(k) for k in ("epoch_num", "step_num", "global_step_saved") if k in params}
-            not_loaded, _ = ms.load_param_into_net(train_net, params, strict_load=True)
-            if not_loaded:
-                raise UsageError(f"{path}: does not match this network ({len(not_loaded)} parameters missing)")
-            epoch = int(_scalar(meta.get("epoch_num", found[-1][0])))
-            step = int(_scalar(meta.get("step_num", found[-1][1])))
-            global_step = int(_scalar(meta.get("global_step_saved", opt.global_step.asnumpy())))
-            if step >= spe:
-                epoch, step = epoch + 1, 0
-            _say(f"resume: {path} (global step {global_step}); continuing at epoch {epoch} step {step + 1}")
+    # The position *before* the next step: epoch, steps done in it, steps done in all.
+    epoch, step, global_step = _resume(ckpt_dir, train_net, opt, spe) if args.resume else (1, 0, 0)
     if epoch > args.epochs:
         _say(f"nothing to train: already at epoch {epoch - 1} of --epochs {args.epochs}")
     else:
@@ -563,39 +385,11 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         # draws a new order (seed + global step) instead of replaying the first run's batches.
         if global_step:
             ds.config.set_seed(args.seed + global_step)
-        iterator = data.repeat().create_tuple_iterator(num_epochs=1)
-        compiled = False
+        batches = data.repeat().create_tuple_iterator(num_epochs=1)
+        loop = _Loop(args, train_net, batches, ckpt_dir, spe, size, global_step)
         while epoch <= args.epochs:
-            t_epoch, timed_steps, timed_time = time.perf_counter(), 0, 0.0
-            while step < spe:
-                t0 = time.perf_counter()
-                image, label = next(iterator)
-                loss = float(train_net(image, label).asnumpy())
-                dt = time.perf_counter() - t0
-                step += 1
-                global_step += 1
-                if not math.isfinite(loss):
-                    sys.stderr.write(f"epoch: {epoch} step: {step}. Invalid loss {loss}, terminating training.\n")
-                    return 1
-                if step % args.log_every == 0:
-                    _say(f"epoch: {epoch} step: {step}, loss is {loss:.7g}")
-                if compiled:  # the first step of a process compiles the graph: not timed
-                    timed_steps += 1
-                    timed_time += dt
-                compiled = True
-                if ckpt_dir and args.ckpt_every and global_step % args.ckpt_every == 0 and step < spe:
-                    path = save_checkpoint(train_net, ckpt_dir, epoch, step, global_step, args.keep_checkpoints)
-                    _say(f"checkpoint: {path}")
-            if timed_steps == 0:  # an epoch of one (compiling) step: report what we have
-                timed_steps, timed_time = spe, time.perf_counter() - t_epoch
-            per_rank = timed_steps * args.batch_size / timed_time if timed_time > 0 else 0.0
-            _say(
-                f"epoch {epoch} throughput: {per_rank:.1f} img/s per rank, "
-                f"{per_rank * size:.1f} img/s total ({size} ranks)"
-            )
-            if ckpt_dir:
-                path = save_checkpoint(train_net, ckpt_dir, epoch, step, global_step, args.keep_checkpoints)
-                _say(f"checkpoint: {path}")
+            if not _train_epoch(loop, epoch, step):
+                return 1
             epoch, step = epoch + 1, 0
     if args.eval:
         _say(f"accuracy: {evaluate(net, args, rank, size):.4f}")
