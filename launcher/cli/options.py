@@ -323,14 +323,7 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
         raise PlanError(f"no such option {opts.program[0]!r} (options go before the script; see --help)", field="SCRIPT")
     if opts.module and opts.no_python:
         raise PlanError("-m and --no-python exclude each other", field="-m")
-    from launcher.jobs.jobdir import validate_job_id
-
-    if opts.job_id is not None:
-        validate_job_id(opts.job_id)  # also "" (an empty --job-id is a mistake, not "pick one")
-    job_id = validate_job_id(job_id or opts.job_id or new_job_id())
-    if opts.log_dir is not None and not opts.log_dir.strip():
-        raise PlanError("--log-dir must not be empty", field="--log-dir")
-    job_dir = os.path.abspath(opts.log_dir) if opts.log_dir else os.path.abspath(os.path.join("mslaunch_logs", job_id))
+    job_id, job_dir = _job_id_and_dir(opts, job_id)
     env_pairs = tuple(envs.parse_env_assignment(e) for e in opts.env)
     env_files = tuple((path, _read_env_file(path)) for path in opts.env_file)
     device_ips = None
@@ -382,6 +375,24 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
         ssh_config=ssh_config,
         cpu=cpu_spec(opts, inventory, program, env_pairs),
     )
+
+
+def _job_id_and_dir(opts: JobOptions, job_id: Optional[str]) -> Tuple[str, str]:
+    """The job's id (``job_id``, ``--job-id`` or a new one; validated) and its directory.
+
+    Raises:
+        JobError / PlanError: a bad ``--job-id`` (an empty one too: a mistake, not "pick one"),
+            an empty ``--log-dir``.
+    """
+    from launcher.jobs.jobdir import validate_job_id
+
+    if opts.job_id is not None:
+        validate_job_id(opts.job_id)
+    job_id = validate_job_id(job_id or opts.job_id or new_job_id())
+    if opts.log_dir is not None and not opts.log_dir.strip():
+        raise PlanError("--log-dir must not be empty", field="--log-dir")
+    job_dir = os.path.abspath(opts.log_dir) if opts.log_dir else os.path.abspath(os.path.join("mslaunch_logs", job_id))
+    return job_id, job_dir
 
 
 def _hccn_pair(text: str) -> Tuple[str, str]:

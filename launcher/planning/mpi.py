@@ -10,13 +10,13 @@ variables are repeated in every context.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning import layout
 from launcher.planning.inventory import Host, Inventory
-from launcher.planning.kinds import Method, Role
+from launcher.planning.kinds import ArtefactKind, Method, Role
 
 if TYPE_CHECKING:
     from launcher.planning.plan import Plan, ProcPlan
@@ -183,6 +183,34 @@ class MpirunPlan:
     options: MpiOptions
     wrapper: str
     log_name: str = layout.worker_log_template()
+
+
+def plan_mpirun(
+    options: MpiOptions, wrapper: Optional[str], log_name: str, used: Inventory, ssh_config: Optional[str], job_dir: str,
+) -> Tuple[MpirunPlan, Tuple[Tuple[str, str, str], ...]]:
+    """The mpirun backend's settings for a job on ``used``, and the files it needs in the job dir.
+
+    Resolves what the user left open: the rsh agent for remote hosts (with a generated ssh config
+    when their inventory ``ssh:`` settings differ), the NICs from the inventory, the hostfile.
+
+    Returns:
+        ``(settings, files)``; ``files``: ``(name, kind, text)`` of each artefact to write.
+    """
+    assert wrapper is not None
+    files: List[Tuple[str, str, str]] = []
+    remote = [h for h in used.hosts if not h.is_local]
+    if remote and options.rsh_agent is None:
+        agent, config = rsh_agent(remote, ssh_config, posixpath.join(job_dir, SSH_CONFIG_NAME))
+        if config is not None:
+            files.append((SSH_CONFIG_NAME, ArtefactKind.SSH_CONFIG, config))
+        options = replace(options, rsh_agent=agent)
+    if options.nic is None:
+        nics = list(dict.fromkeys(h.nic for h in used.hosts if h.nic is not None))
+        if nics:
+            options = replace(options, nic=",".join(nics))
+    if options.hostfile is not None:
+        files.append((layout.HOSTFILE_FILE, ArtefactKind.HOSTFILE, render_hostfile(used)))
+    return MpirunPlan(options, wrapper, log_name), tuple(files)
 
 
 #: Per-rank layout variables the wrapper derives from OMPI_COMM_WORLD_RANK instead of -x.

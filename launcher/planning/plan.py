@@ -307,7 +307,8 @@ def build_plan(spec: JobSpec) -> Plan:
     the hosts, or to this node in per-node mode (:func:`_rank_slots`); gather the env layers and
     the CPU plan (:class:`ProcEnv`); the rank table artefact (:func:`_rank_table`); place the
     scheduler (:func:`_scheduler_place`); one :class:`ProcPlan` per rank (:func:`_rank_proc`)
-    and the scheduler's (:func:`_scheduler_proc`); for the mpirun launcher its argv.
+    and the scheduler's (:func:`_scheduler_proc`); for the mpirun launcher its settings
+    (:func:`launcher.planning.mpi.plan_mpirun`).
 
     Raises:
         PlanError: unknown method/launcher, more ranks than slots, a reserved variable set by
@@ -333,21 +334,9 @@ def build_plan(spec: JobSpec) -> Plan:
 
     backend_settings = None
     if launcher == "mpirun":
-        mpi_opts = spec.mpi
-        remote = [h for h in used if not h.is_local]
-        if remote and mpi_opts.rsh_agent is None:
-            agent, config = mpi.rsh_agent(remote, spec.ssh_config, posixpath.join(spec.job_dir, mpi.SSH_CONFIG_NAME))
-            if config is not None:
-                artefacts.append(Artefact(mpi.SSH_CONFIG_NAME, ArtefactKind.SSH_CONFIG, config))
-            mpi_opts = replace(mpi_opts, rsh_agent=agent)
-        if mpi_opts.nic is None:
-            nics = list(dict.fromkeys(h.nic for h in used if h.nic is not None))
-            if nics:
-                mpi_opts = replace(mpi_opts, nic=",".join(nics))
-        if mpi_opts.hostfile is not None:
-            artefacts.append(Artefact(HOSTFILE_NAME, ArtefactKind.HOSTFILE, mpi.render_hostfile(used_inv)))
-        assert spec.wrapper is not None
-        backend_settings = mpi.MpirunPlan(mpi_opts, spec.wrapper, layout.worker_log_template(spec.worker_log_name))
+        backend_settings, files = mpi.plan_mpirun(spec.mpi, spec.wrapper, layout.worker_log_template(spec.worker_log_name), used_inv,
+                                                  spec.ssh_config, spec.job_dir)
+        artefacts += [Artefact(name, kind, text) for name, kind, text in files]
 
     return Plan(
         job_id=spec.job_id,
