@@ -19,7 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.test_parser_bounds import CHILD, EXPECTED  # noqa: E402
+from tests.planning.test_parser_bounds import CHILD, EXPECTED  # noqa: E402
 
 ANCHOR = "anchor-ascend_2x8.yaml"
 ANCHOR_CHILD = CHILD.replace(
