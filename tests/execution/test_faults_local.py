@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.harness.faultkit import ESCAPER, Fault, escaper, kill_all, marked, mslaunch, handles_sigterm, new_marker, survivors, tree, wait_for
+from tests.harness.faultkit import ESCAPER, Fault, escaper, kill_all, marked, mslaunch, new_marker, signal_during_startup, survivors, tree, wait_for
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -69,14 +69,7 @@ def test_stop_signal_during_startup_sweep(tmp_path, sig):
         argv = mslaunch("--np", "2", "--master-port", "auto", "--no-sched-wait", "--log-dir", str(job), "--tee", "none",
                         "--grace", "2", "--no-python", sys.executable, ESCAPER, marker, "hang")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-        assert wait_for(lambda: handles_sigterm(proc.pid), 60)
-        try:
-            proc.communicate(timeout=delay)
-        except subprocess.TimeoutExpired:
-            pass
-        snapshot = tree(proc.pid)
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
+        snapshot, _, err = signal_during_startup(proc, delay, sig)
         try:
             assert proc.returncode == 128 + sig, (delay, proc.returncode, err)
             assert "mslaunch" in err, (delay, err)

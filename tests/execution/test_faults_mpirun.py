@@ -9,12 +9,11 @@ import os
 import shutil
 import signal
 import stat
-import subprocess
 
 import psutil
 import pytest
 
-from tests.harness.faultkit import Fault, alive, escaper, handles_sigterm, kill_all, marked, survivors, tree, wait_for
+from tests.harness.faultkit import Fault, alive, escaper, kill_all, marked, signal_during_startup, survivors, tree, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -61,14 +60,7 @@ def test_stop_signal_during_startup(fault, sig):
     for i, delay in enumerate((0.1, 0.6, 1.5)):
         fault.dir = fault.tmp / f"job{i}"
         proc = fault.popen(*escaper(fault, "hang"), extra=MPI)
-        assert wait_for(lambda: handles_sigterm(proc.pid), 60)
-        try:
-            proc.communicate(timeout=delay)
-        except subprocess.TimeoutExpired:
-            pass
-        snapshot = tree(proc.pid)
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
+        snapshot, _, err = signal_during_startup(proc, delay, sig)
         assert proc.returncode == 128 + sig, (delay, err)
         s = fault.summary()
         assert (s["status"], s["exit_code"]) == ("stopped", 128 + sig), delay

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Tuple
 
 import psutil
 
@@ -137,3 +137,17 @@ def handles_sigterm(pid: int) -> bool:
     except (OSError, ValueError):
         pass
     return False
+
+
+def signal_during_startup(proc: "subprocess.Popen[str]", delay: float, sig: int) -> Tuple[Dict[int, float], str, str]:
+    """Send ``sig`` to a starting ``mslaunch`` ``delay`` s after its handler is installed (or
+    when it ended, if sooner); returns the process tree seen just before, and its output."""
+    assert wait_for(lambda: handles_sigterm(proc.pid), 60)
+    try:
+        proc.communicate(timeout=delay)
+    except subprocess.TimeoutExpired:
+        pass
+    snapshot = tree(proc.pid)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    return snapshot, out, err
