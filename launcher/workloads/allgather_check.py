@@ -18,10 +18,9 @@ check cannot run: one line on stderr, exit 2.
 """
 from __future__ import annotations
 
-import sys
 from typing import List, Optional, Sequence
 
-from launcher.workloads.cluster import join_collective_cluster
+from launcher.workloads.cluster import exit_now, join_collective_cluster
 
 
 def diagnose(gathered: Sequence[int], size: int) -> Optional[str]:
@@ -71,4 +70,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

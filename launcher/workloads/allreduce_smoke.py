@@ -10,10 +10,9 @@ Without a distributed environment: one line on stderr, exit 2.
 """
 from __future__ import annotations
 
-import sys
 from typing import Optional, Sequence
 
-from launcher.workloads.cluster import join_collective_cluster
+from launcher.workloads.cluster import exit_now, join_collective_cluster
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -41,4 +40,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
