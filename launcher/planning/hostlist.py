@@ -1,0 +1,136 @@
+"""Slurm hostlists: expand ``node[01-04,07],gpu-[1-2]a`` to host names and fold them back (pure).
+
+Expansion and folding are ClusterShell's :class:`~ClusterShell.NodeSet.NodeSet` (a maintained
+library that reads Slurm's syntax, zero padding included), not a pattern of our own. Around it
+this module adds what an inventory needs:
+
+- the order written is kept for the comma-separated elements (``b1,a[1-2]`` gives
+  ``b1, a1, a2``), as ``scontrol show hostnames`` does; inside one bracket expression the names
+  come in ascending order;
+- ClusterShell's own extensions that Slurm does not have (``@group`` lookups, which read files
+  under /etc, the set operators ``!``, ``&``, ``^`` and range steps ``/N``) are refused, so an
+  expansion never depends on this machine's configuration;
+- a bound: a list naming more than ``limit`` hosts is refused before anything is expanded
+  (``node[1-100000000]`` costs nothing to refuse).
+"""
+from __future__ import annotations
+
+from typing import Iterable, List
+
+from launcher.errors import InventoryError
+
+#: Characters ClusterShell treats as group or set operators; Slurm hostlists never contain them.
+NOT_SLURM = frozenset("@!&^*?/")
+#: Longest hostlist text accepted (a 10k-node allocation's folded list is far shorter).
+MAX_TEXT = 1 << 20
+
+
+def has_brackets(text: str) -> bool:
+    """Whether ``text`` uses hostlist ranges (``[...]``) and so needs expanding."""
+    return "[" in text
+
+
+def split_elements(text: str) -> List[str]:
+    """``text`` split at the commas outside brackets (``a[1,2],b`` → ``['a[1,2]', 'b']``).
+
+    Raises:
+        InventoryError: unbalanced or nested brackets.
+    """
+    parts: List[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise InventoryError(f"nested '[' at character {i + 1} of hostlist {clip(text)}")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise InventoryError(f"']' without '[' at character {i + 1} of hostlist {clip(text)}")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise InventoryError(f"missing ']' in hostlist {clip(text)}")
+    parts.append(text[start:])
+    return parts
+
+
+def expand_hostlist(text: str, *, limit: int, what: str = "hostlist") -> List[str]:
+    """The host names a Slurm hostlist names, in the order written.
+
+    Args:
+        text: ``node[01-04,07]``, ``gpu-[1-2]a``, ``a1,b[2-3]``, or a plain name.
+        limit: the most names accepted (refused before expanding).
+        what: how messages name the source (a flag, ``file:line``...).
+
+    Raises:
+        InventoryError: empty elements, bad ranges (``x[3-1]``), unbalanced brackets, Slurm-foreign
+            syntax, or more than ``limit`` names.
+    """
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+    from ClusterShell.NodeSet import RESOLVER_NOGROUP
+
+    if len(text) > MAX_TEXT:
+        raise InventoryError(f"{what} is longer than {MAX_TEXT} characters")
+    bad = sorted(set(text) & NOT_SLURM)
+    if bad or any(ch.isspace() for ch in text):
+        shown = repr(bad[0]) if bad else "white space"
+        raise InventoryError(f"{what} {clip(text)} contains {shown}, which no Slurm hostlist has")
+    names: List[str] = []
+    for element in split_elements(text):
+        if not element:
+            raise InventoryError(f"{what} {clip(text)} has an empty element (check the commas)")
+        if not has_brackets(element):
+            names.append(element)
+        else:
+            if len(names) + bound(element) > limit:
+                raise InventoryError(f"{what} {clip(text)} names more than {limit} hosts")
+            try:
+                nodes = NodeSet(element, resolver=RESOLVER_NOGROUP)
+            except (NodeSetException, ValueError, TypeError) as exc:
+                raise InventoryError(f"{what} {clip(text)}: {exc}") from None
+            count = len(nodes)
+            if len(names) + count > limit:
+                raise InventoryError(f"{what} {clip(text)} names more than {limit} hosts")
+            names.extend(nodes)
+        if len(names) > limit:
+            raise InventoryError(f"{what} {clip(text)} names more than {limit} hosts")
+    return names
+
+
+def bound(element: str) -> int:
+    """An upper bound of the names one element (``a[1-4,7]b[01-02]``) expands to, computed from
+    its ranges' ends without expanding them: ClusterShell materialises every name of a range, so
+    ``node[1-100000000]`` must be refused before it reaches it. Pieces that are not ``N`` or
+    ``N-M`` count 1 (ClusterShell refuses them)."""
+    total = 1
+    for group in element.split("[")[1:]:
+        count = 0
+        for piece in group.split("]", 1)[0].split(","):
+            lo, _, hi = piece.partition("-")
+            if hi and lo.isdigit() and hi.isdigit() and len(lo) < 19 and len(hi) < 19:
+                count += max(int(hi) - int(lo) + 1, 1)
+            elif hi and lo.isdigit() and hi.isdigit():
+                count += 1 << 62
+            else:
+                count += 1
+        total *= max(count, 1)
+    return total
+
+
+def fold_hostlist(names: Iterable[str]) -> str:
+    """The shortest Slurm hostlist ClusterShell folds ``names`` into (sorted, padding kept)."""
+    from ClusterShell.NodeSet import NodeSet
+    from ClusterShell.NodeSet import RESOLVER_NOGROUP
+
+    return str(NodeSet.fromlist(list(names), resolver=RESOLVER_NOGROUP))
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """``repr`` of ``text`` shortened for messages."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+__all__ = ["expand_hostlist", "fold_hostlist", "has_brackets", "split_elements"]
