@@ -16,19 +16,12 @@ import pytest
 
 pytestmark = pytest.mark.mindspore
 
-try:
-    import mindspore  # noqa: F401
-    HAVE_MS = True
-except Exception:  # pragma: no cover - depends on the machine
-    HAVE_MS = False
+from tests.harness.mindspore import require_mindspore
 
 
 @pytest.fixture(autouse=True)
 def _need_mindspore():
-    if not HAVE_MS:
-        if os.environ.get("CI"):
-            pytest.fail("mindspore is missing in CI (make test installs the [train] extra)")
-        pytest.skip("mindspore not installed (pip install -e '.[train]')")
+    require_mindspore()
 
 
 def mslaunch(*args, cwd, timeout=300, env=None):

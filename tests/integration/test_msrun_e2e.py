@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+from tests.harness.mindspore import require_mindspore
 from tests.integration.test_e2e_mindspore import assert_no_pids_left as assert_summary_pids_gone
 
 pytestmark = pytest.mark.mindspore
@@ -36,19 +37,9 @@ MSRUN = os.path.join(BIN, "msrun")
 #: files mslaunch adds to a log dir besides msrun's logs
 MSLAUNCH_FILES = {"plan.json", "summary.json", "job.json", "events.jsonl", "metrics.jsonl"}
 
-try:
-    import mindspore  # noqa: F401
-    HAVE_MS = True
-except Exception:  # pragma: no cover - depends on the machine
-    HAVE_MS = False
-
-
 @pytest.fixture(autouse=True)
 def _need_mindspore():
-    if not HAVE_MS or not os.access(MSRUN, os.X_OK):
-        if os.environ.get("CI"):
-            pytest.fail("mindspore (with msrun) is missing in CI (make test installs the [train] extra)")
-        pytest.skip("mindspore not installed (pip install -e '.[train]')")
+    require_mindspore(also=os.access(MSRUN, os.X_OK), what="mindspore (with msrun)")
 
 
 def job_env(**extra: str) -> Dict[str, str]:
