@@ -43,7 +43,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Protocol, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Tuple, Type
 
 from launcher.errors import LaunchError
 from launcher.execution.results import ProcResult
@@ -144,6 +144,15 @@ class ProcessHandle(ABC):
 
         Teardown leaves such a process alone, so its own exit counts (it may be the earliest
         failure).  Default: False (not known), which tears it down like a running one.
+        """
+        return False
+
+    def notify_exit(self, callback: Callable[[int], None]) -> bool:
+        """Ask for ``callback(returncode)`` once the process exited (what ``wait()`` returns),
+        called from a thread of the backend, so the supervisor needs no waiter thread per
+        process.  Returns False when the backend does not offer it (default): the supervisor
+        then blocks a thread in ``wait()``.  A backend that returns True calls ``callback``
+        exactly once (at once if the process already exited).
         """
         return False
 

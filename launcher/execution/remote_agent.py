@@ -1,144 +1,119 @@
-"""The remote agent: runs one rank on a remote host under the ssh launcher.
+"""The remote agent: runs every rank of one host under the ssh launcher (one agent per host).
 
 This file is sent as source text to the remote host (mslaunch need not be installed there) and
-runs under the host's Python (``python:`` in the inventory, else ``python3``), started by
-:mod:`launcher.execution.ssh` as::
+runs under the host's Python (``python:`` in the inventory, else ``python3``), started once per
+host by :mod:`launcher.execution.ssh` as::
 
     exec <python> -S -u -c '<BOOTSTRAP>'
 
 It must therefore stay self-contained: standard library only, Python >= 3.6, no imports from
-``launcher``.  :data:`BOOTSTRAP` reads the first line of stdin, a JSON object
-``{"src": <this file>, "cfg": {...}}``, and calls :func:`main` with ``cfg``:
+``launcher``, no annotations.  :data:`BOOTSTRAP` reads a decimal length line and then that many
+bytes of JSON ``{"src": <this file>, "cfg": {...}}`` from stdin with ``os.read`` (nothing is
+left in a Python buffer, so the agent reads fd 0 directly afterwards) and calls :func:`main`
+with ``cfg``:
 
-    argv       the rank's argv (a list; never given to a shell)
-    env        variables set on top of the login environment (a dict, taken literally)
-    cwd        working directory
-    mkdir      create ``cwd`` first (``mkdir -p``)
-    env_dump   write the rank's full environment as ``K=V`` lines here (ranktable method), or null
-    ping_timeout  seconds without a line on stdin after which the rank is ended (link lost)
-    heartbeat  seconds between heartbeats on stderr
+    host          the host's name as the inventory gives it (for messages)
+    ping_timeout  seconds without a byte on stdin after which every rank is ended (link lost)
+    heartbeat     seconds between heartbeat frames
 
-Protocol (the channel's stdout carries the rank's stdout *and* stderr, untouched; the agent's
-own stderr carries only protocol lines, each starting with :data:`MARK`)::
+Protocol.  Launcher -> agent (stdin): one JSON object per line::
 
-    local -> agent (stdin):  "ping" | "TERM" | "KILL", one per line; EOF = the launcher is gone
-    agent -> local (stderr): "@@mslaunch started <pid>"
-                             "@@mslaunch hb"                 every ``heartbeat`` s
-                             "@@mslaunch error <message>"    the rank could not be started
-                             "@@mslaunch exit <returncode>"  last line; negative = killed by signal
+    {"op": "start", "id": K, "cfg": {"argv": [...], "env": {...}, "cwd": D, "mkdir": B, "env_dump": P}}
+    {"op": "ping"}
+    {"op": "term", "id": K}   SIGTERM to rank K's process group ("id" null or absent: every rank)
+    {"op": "kill", "id": K}   SIGKILL to rank K's group and every process attributed to it (null: all)
+    EOF                       the launcher is gone: end every rank
 
-State machine::
+Agent -> launcher (stdout): :data:`MAGIC`, then frames of a 9-byte header ``struct.pack("!cII", kind, id, length)``
+then ``length`` bytes::
 
-    starting --Popen ok--> running --rank exits--> reaping --> "exit rc", agent exits 0
-    starting --Popen fails--> "error ...", "exit 127"
-    running --TERM--> SIGTERM to the rank's process group (the launcher sends KILL after its grace)
-    running --KILL--> SIGKILL to the group and every descendant
-    running --stdin EOF, or no line for ping_timeout s--> SIGTERM, 2 s, SIGKILL (the remote side
-             cleans itself up when the link or mslaunch is gone)
+    b"O"  output of rank ``id`` (its stdout and stderr, one pipe: the kernel's order is kept)
+    b"M"  a JSON message: {"ev": "ready", "pid": P} (first frame), {"ev": "hb"},
+          {"ev": "started", "id": K, "pid": P}, {"ev": "error", "id": K, "msg": S},
+          {"ev": "exit", "id": K, "rc": RC, "time": EPOCH}  (RC negative: killed by that signal;
+          the last frame of rank K: every byte of its output comes before it)
 
-The rank runs in its own session (``start_new_session``), so its process group is its pid; the
-agent is a child subreaper (Linux), so whatever the rank leaves behind is re-parented to the agent
-and killed when the rank exits.  Nothing here runs a shell.
+The agent's stderr carries nothing of the protocol (only what Python itself might print).
+
+State machine of one rank::
+
+    start op --cwd/env dump/exec fail--> "error", "exit 127"
+    start op --spawned--> running ("started" pid) --reaped--> draining (leftovers of the rank
+        killed, its pipe read to EOF, at most 2 s) --> "exit rc"
+    running --term op--> SIGTERM to its group;  --kill op--> SIGKILL to its group and tree
+
+State machine of the agent::
+
+    running --stdin EOF, a signal, a write error, or no byte on stdin for ping_timeout s-->
+    ending: SIGTERM to every rank group and descendant, 2 s, SIGKILL, reap, exit frames
+    (best effort), exit
+
+The agent is single-threaded: one ``select`` loop over stdin, every rank's pipe, stdout (when
+output is queued; stdout is non-blocking, so a stalled link never stops the ping timeout) and a
+SIGCHLD wake-up pipe.  Each rank runs in its own session (``start_new_session``), so its process
+group is its pid; the agent is a child subreaper (Linux), so orphans of a rank are re-parented
+to it; they are attributed to their rank by snapshots of the process tree (``/proc``, every
+second while ranks run) and by their group/session, and are killed when that rank exits.
+Nothing here runs a shell.
 """
+import json
 import os
+import select
 import signal
+import struct
 import subprocess
-import sys
-import threading
 import time
 
-MARK = "@@mslaunch"
+#: Written once before the first frame: whatever a login shell printed to stdout before the
+#: agent started comes before it and is not taken for frames.
+MAGIC = b"@@mslaunch-agent-frames\n"
 
-#: Python code given to ``python -c``: read the config line, compile this module, run main.
+#: Header of an agent -> launcher frame: kind (1 byte), rank id, payload length.
+HEADER = struct.Struct("!cII")
+
+#: Python code given to ``python -c``: read the length line and the payload, run main.
 BOOTSTRAP = (
-    "import sys,json;c=json.loads(sys.stdin.buffer.readline().decode('utf-8'));"
-    "g={'__name__':'mslaunch_agent'};exec(compile(c['src'],'mslaunch_agent','exec'),g);g['main'](c['cfg'])"
+    "import os,json\n"
+    "def r(n):\n"
+    " b=b''\n"
+    " while len(b)<n:\n"
+    "  c=os.read(0,n-len(b))\n"
+    "  if not c:os._exit(3)\n"
+    "  b+=c\n"
+    " return b\n"
+    "h=b''\n"
+    "while h[-1:]!=b'\\n':h+=r(1)\n"
+    "c=json.loads(r(int(h)).decode('utf-8'))\n"
+    "g={'__name__':'mslaunch_agent'};exec(compile(c['src'],'mslaunch_agent','exec'),g);g['main'](c['cfg'])\n"
 )
 
-_SEND_LOCK = threading.Lock()
+#: Stop reading the ranks' pipes while this much output waits for the link.
+OUT_LIMIT = 8 << 20
+#: Seconds a finished rank's pipe may stay open (a leftover we could not attribute holds it).
+DRAIN_LIMIT = 2.0
+#: Seconds between process-tree snapshots while ranks run.
+SNAPSHOT_EVERY = 1.0
 
 
-def main(cfg):  # type: ignore[no-untyped-def]  # (kept 3.6-compatible and annotation-free)
-    """Run one rank as ``cfg`` says, speak the protocol, and exit the process (never returns)."""
+def main(cfg):  # type: ignore[no-untyped-def]
+    """Serve the launcher as ``cfg`` says until it goes away; exits the process (never returns)."""
     become_subreaper()
-    env = rank_env(cfg)
-    host = cfg.get("host", "this host")
-    cwd = prepare_cwd(cfg, host)
-    write_env_dump(cfg.get("env_dump"), env, host)
-    proc = start_rank([str(a) for a in cfg["argv"]], cwd, env, host)
-    send("started %d" % proc.pid)
-    link = Link(proc)
-    link.start(float(cfg.get("heartbeat", 1.0)))
-    rc, lost = wait_rank(proc, link, float(cfg.get("ping_timeout", 8.0)))
-    reap_leftovers(proc)
-    link.done.set()
-    if lost:
-        never_block_on_stderr()
-    send("exit %d" % rc)
-    os._exit(0)  # not sys.exit: the stdin reader thread may be blocked in a read
-
-
-def send(text):  # type: ignore[no-untyped-def]
-    """Write one protocol line (``MARK text``) to stderr, whole, from any thread."""
-    data = ("%s %s\n" % (MARK, text)).encode("utf-8", "replace")
-    with _SEND_LOCK:
-        try:
-            while data:
-                n = os.write(2, data)
-                data = data[n:]
-        except OSError:
-            pass
-
-
-def fail(message):  # type: ignore[no-untyped-def]
-    """The rank cannot be started: say why, report exit 127, and end the agent."""
-    send("error " + message.replace("\n", " "))
-    send("exit 127")
+    agent = Agent(cfg)
+    try:
+        agent.run()
+    finally:
+        agent.end_all()
     os._exit(0)
 
 
 def become_subreaper():  # type: ignore[no-untyped-def]
-    """Orphans of the rank are re-parented to the agent (Linux ``PR_SET_CHILD_SUBREAPER``)."""
+    """Orphans of the ranks are re-parented to the agent (Linux ``PR_SET_CHILD_SUBREAPER``)."""
     try:
         import ctypes
 
         ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
     except Exception:
         pass
-
-
-def rank_env(cfg):  # type: ignore[no-untyped-def]
-    """The login environment with ``cfg["env"]`` on top (values taken literally)."""
-    env = dict(os.environ)
-    env.update({str(k): str(v) for k, v in cfg.get("env", {}).items()})
-    return env
-
-
-def prepare_cwd(cfg, host):  # type: ignore[no-untyped-def]
-    """The rank's working directory (created when ``cfg["mkdir"]``), or None; fails if missing."""
-    cwd = cfg.get("cwd") or None
-    if cwd is None:
-        return None
-    if cfg.get("mkdir"):
-        try:
-            os.makedirs(cwd, 0o700, exist_ok=True)
-        except OSError as exc:
-            fail("cannot create working directory %s on %s: %s" % (cwd, host, exc.strerror or exc))
-    if not os.path.isdir(cwd):
-        fail("working directory %s does not exist on %s; run from a folder that exists on every host" % (cwd, host))
-    return cwd
-
-
-def write_env_dump(path, env, host):  # type: ignore[no-untyped-def]
-    """Write ``env`` as ``K=V`` lines to ``path`` (0600), if a path is given; fails if it cannot."""
-    if not path:
-        return
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write("".join("%s=%s\n" % (k, v) for k, v in env.items()))
-    except OSError as exc:
-        fail("cannot write %s on %s: %s" % (path, host, exc.strerror or exc))
 
 
 def _child_setup():  # type: ignore[no-untyped-def]
@@ -151,156 +126,408 @@ def _child_setup():  # type: ignore[no-untyped-def]
         pass
 
 
-def start_rank(argv, cwd, env, host):  # type: ignore[no-untyped-def]
-    """Start the rank in its own session, stdout+stderr on our stdout; fails if it cannot start."""
-    try:
-        return subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=1, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True, preexec_fn=_child_setup,
-        )
-    except FileNotFoundError:
-        fail("cannot run %r on %s: no such file; check the program path (or python: in the inventory)" % (argv[0], host))
-    except PermissionError:
-        fail("cannot run %r on %s: permission denied (is it executable?)" % (argv[0], host))
-    except OSError as exc:
-        fail("cannot start %r on %s: %s" % (argv[0], host, exc.strerror or exc))
-
-
-def descendants():  # type: ignore[no-untyped-def]
-    """Pids below the agent (its children, theirs, ...), from /proc."""
-    me = os.getpid()
-    parent = {}
+def proc_table():  # type: ignore[no-untyped-def]
+    """``{pid: (ppid, pgid, sid)}`` of every process, from /proc."""
+    out = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return []
+        return out
     for name in names:
         if not name.isdigit():
             continue
         try:
             with open("/proc/%s/stat" % name, "rb") as fh:
-                parent[int(name)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
+                f = fh.read().rsplit(b")", 1)[1].split()
+            out[int(name)] = (int(f[1]), int(f[2]), int(f[3]))
         except (OSError, ValueError, IndexError):
             pass
-    out, frontier = [], [me]
+    return out
+
+
+def below(table, roots):  # type: ignore[no-untyped-def]
+    """Pids descending from any of ``roots`` in ``table`` (roots excluded)."""
+    children = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, frontier = [], list(roots)
+    seen = set(roots)
     while frontier:
-        nxt = [p for p, pp in parent.items() if pp in frontier and p != me]
+        nxt = []
+        for p in frontier:
+            for c in children.get(p, ()):
+                if c not in seen:
+                    seen.add(c)
+                    nxt.append(c)
         out.extend(nxt)
         frontier = nxt
     return out
 
 
-def signal_tree(proc, sig):  # type: ignore[no-untyped-def]
-    """``sig`` to the rank's process group and every descendant of the agent."""
-    found = descendants()
+def _kill(pid, sig):  # type: ignore[no-untyped-def]
     try:
-        os.killpg(proc.pid, sig)
+        os.kill(pid, sig)
     except OSError:
         pass
-    for pid in found:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
 
 
-class Link(object):
-    """The launcher's side of the channel: control lines on stdin, heartbeats on stderr.
+def _killpg(pgid, sig):  # type: ignore[no-untyped-def]
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
 
-    ``last`` is when a line last arrived, ``eof`` is set when stdin closes, ``done`` stops the
-    heartbeats.
-    """
 
-    def __init__(self, proc):  # type: ignore[no-untyped-def]
-        self.proc = proc
-        self.last = time.monotonic()
-        self.eof = threading.Event()
-        self.done = threading.Event()
+class Rank(object):
+    """One rank: its id, process, pipe, and what is known of its tree."""
 
-    def start(self, heartbeat):  # type: ignore[no-untyped-def]
-        for target, args in ((self._read, ()), (self._beat, (heartbeat,))):
-            t = threading.Thread(target=target, args=args)
-            t.daemon = True
-            t.start()
+    def __init__(self, rid):  # type: ignore[no-untyped-def]
+        self.id = rid
+        self.pid = None
+        self.popen = None
+        self.fd = None
+        self.rc = None
+        self.ended_at = None
+        self.reaped_mono = None
+        self.tree = set()  # pids seen below it in snapshots
+        self.reported = False
 
-    def _read(self):  # type: ignore[no-untyped-def]
-        stdin = sys.stdin.buffer
-        while True:
+
+class Agent(object):
+    """The select loop serving one launcher connection (see the module doc)."""
+
+    def __init__(self, cfg):  # type: ignore[no-untyped-def]
+        self.host = cfg.get("host", "this host")
+        self.ping_timeout = float(cfg.get("ping_timeout", 8.0))
+        self.heartbeat = float(cfg.get("heartbeat", 1.0))
+        self.ranks = {}
+        self.by_pid = {}
+        self.out = bytearray()
+        self.inbuf = b""
+        self.last_in = time.monotonic()
+        self.gone = False  # the launcher is gone (EOF, silence, signal, write error)
+        self.me = os.getpid()
+        self.base_env = dict(os.environ)
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w, 1):
+            _nonblock(fd)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, _noop)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        self.out += MAGIC
+        self.message({"ev": "ready", "pid": self.me})
+
+    # ------------------------------------------------------------ output
+
+    def frame(self, kind, rid, data):  # type: ignore[no-untyped-def]
+        self.out += HEADER.pack(kind, rid, len(data))
+        self.out += data
+
+    def message(self, obj):  # type: ignore[no-untyped-def]
+        self.frame(b"M", int(obj.get("id", 0) or 0), json.dumps(obj).encode("utf-8"))
+
+    def flush(self):  # type: ignore[no-untyped-def]
+        """Write what stdout takes now; a broken link means the launcher is gone."""
+        while self.out:
             try:
-                line = stdin.readline()
-            except (OSError, ValueError):
-                line = b""
-            if not line:
-                self.eof.set()
+                n = os.write(1, bytes(self.out[:1 << 20]))
+            except (BlockingIOError, InterruptedError):
                 return
-            self.last = time.monotonic()
-            word = line.strip()
-            if word == b"TERM":  # the group only, as the local launcher does
+            except OSError:
+                self.out = bytearray()
+                self.gone = True
+                return
+            del self.out[:n]
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self):  # type: ignore[no-untyped-def]
+        next_beat = time.monotonic() + self.heartbeat
+        next_snap = time.monotonic() + SNAPSHOT_EVERY
+        while not self.gone:
+            now = time.monotonic()
+            if now >= next_beat:
+                self.message({"ev": "hb"})
+                next_beat = now + self.heartbeat
+            if now >= next_snap:
+                if any(r.rc is None and r.pid is not None for r in self.ranks.values()):
+                    self.snapshot()
+                next_snap = now + SNAPSHOT_EVERY
+            rlist = [0, self.wake_r]
+            if len(self.out) < OUT_LIMIT:
+                rlist += [r.fd for r in self.ranks.values() if r.fd is not None]
+            wlist = [1] if self.out else []
+            timeout = max(0.0, min(next_beat - now, 0.25))
+            try:
+                readable, writable, _ = select.select(rlist, wlist, [], timeout)
+            except (OSError, ValueError):
+                readable, writable = [], []
+            if 0 in readable:
+                self.read_stdin()
+            if self.wake_r in readable:
                 try:
-                    os.killpg(self.proc.pid, signal.SIGTERM)
+                    while os.read(self.wake_r, 4096):
+                        pass
                 except OSError:
                     pass
-            elif word == b"KILL":
-                signal_tree(self.proc, signal.SIGKILL)
+            for r in list(self.ranks.values()):
+                if r.fd is not None and r.fd in readable:
+                    self.read_rank(r)
+            self.reap()
+            self.finish_ranks()
+            if writable or self.out:
+                self.flush()
+            if time.monotonic() - self.last_in > self.ping_timeout:
+                self.gone = True
 
-    def _beat(self, interval):  # type: ignore[no-untyped-def]
-        while not self.done.wait(interval):
-            send("hb")
+    def _on_signal(self, signum, frame):  # type: ignore[no-untyped-def]
+        self.gone = True
 
-    def silent_for(self, seconds):  # type: ignore[no-untyped-def]
-        """The launcher closed stdin or said nothing for ``seconds``."""
-        return self.eof.is_set() or time.monotonic() - self.last > seconds
-
-
-def wait_rank(proc, link, ping_timeout):  # type: ignore[no-untyped-def]
-    """Wait for the rank; if the launcher goes silent, end it (SIGTERM, 2 s, SIGKILL).
-
-    Returns ``(returncode, lost)``.
-    """
-    while True:
+    def read_stdin(self):  # type: ignore[no-untyped-def]
         try:
-            return proc.wait(timeout=0.2), False
-        except subprocess.TimeoutExpired:
-            pass
-        if link.silent_for(ping_timeout):  # the launcher or the link is gone: end the rank ourselves
-            signal_tree(proc, signal.SIGTERM)
-            try:
-                return proc.wait(timeout=2.0), True
-            except subprocess.TimeoutExpired:
-                signal_tree(proc, signal.SIGKILL)
-                return proc.wait(), True
-
-
-def reap_leftovers(proc):  # type: ignore[no-untyped-def]
-    """The rank is gone: kill whatever it left behind and reap it (we are its subreaper)."""
-    for _ in range(50):
-        left = descendants()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        if not left:
+            data = os.read(0, 65536)
+        except (BlockingIOError, InterruptedError):
             return
-        for pid in left:
+        except OSError:
+            data = b""
+        if not data:
+            self.gone = True
+            return
+        self.last_in = time.monotonic()
+        self.inbuf += data
+        while b"\n" in self.inbuf:
+            line, self.inbuf = self.inbuf.split(b"\n", 1)
+            if line.strip():
+                try:
+                    op = json.loads(line.decode("utf-8"))
+                except ValueError:
+                    continue
+                self.handle(op)
+
+    def handle(self, op):  # type: ignore[no-untyped-def]
+        kind = op.get("op")
+        if kind == "start":
+            self.start(int(op["id"]), op.get("cfg") or {})
+        elif kind in ("term", "kill"):
+            rid = op.get("id")
+            targets = list(self.ranks.values()) if rid is None else [self.ranks[rid]] if rid in self.ranks else []
+            for r in targets:
+                if kind == "term":
+                    if r.rc is None and r.pid is not None:  # the group only, as the local launcher does
+                        _killpg(r.pid, signal.SIGTERM)
+                else:
+                    self.kill_tree(r)
+
+    # ------------------------------------------------------------ ranks
+
+    def start(self, rid, cfg):  # type: ignore[no-untyped-def]
+        """Start rank ``rid``; failures become "error" and "exit 127" for that rank only."""
+        r = Rank(rid)
+        self.ranks[rid] = r
+        try:
+            env = dict(self.base_env)
+            env.update({str(k): str(v) for k, v in (cfg.get("env") or {}).items()})
+            argv = [str(a) for a in cfg["argv"]]
+            cwd = self.prepare_cwd(cfg)
+            self.write_env_dump(cfg.get("env_dump"), env)
+            rfd, wfd = os.pipe()
             try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        deadline = time.monotonic() + 0.5
-        while time.monotonic() < deadline:
+                popen = subprocess.Popen(
+                    argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=wfd, stderr=wfd,
+                    start_new_session=True, close_fds=True, preexec_fn=_child_setup,
+                )
+            except BaseException:
+                os.close(rfd)
+                raise
+            finally:
+                os.close(wfd)
+        except _StartError as exc:
+            return self.failed(r, str(exc))
+        except FileNotFoundError:
+            return self.failed(r, "cannot run %r on %s: no such file; check the program path (or python: in the inventory)"
+                               % (cfg["argv"][0], self.host))
+        except PermissionError:
+            return self.failed(r, "cannot run %r on %s: permission denied (is it executable?)" % (cfg["argv"][0], self.host))
+        except (OSError, KeyError, IndexError, TypeError, ValueError) as exc:
+            what = cfg.get("argv", ["?"])[0] if isinstance(cfg.get("argv"), list) and cfg.get("argv") else "?"
+            return self.failed(r, "cannot start %r on %s: %s" % (what, self.host, getattr(exc, "strerror", None) or exc))
+        _nonblock(rfd)
+        r.popen, r.pid, r.fd = popen, popen.pid, rfd
+        self.by_pid[popen.pid] = r
+        self.message({"ev": "started", "id": rid, "pid": popen.pid})
+
+    def failed(self, r, msg):  # type: ignore[no-untyped-def]
+        self.message({"ev": "error", "id": r.id, "msg": msg.replace("\n", " ")})
+        r.rc, r.ended_at, r.reported = 127, time.time(), True
+        self.message({"ev": "exit", "id": r.id, "rc": 127, "time": r.ended_at})
+
+    def prepare_cwd(self, cfg):  # type: ignore[no-untyped-def]
+        cwd = cfg.get("cwd") or None
+        if cwd is None:
+            return None
+        if cfg.get("mkdir"):
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                os.makedirs(cwd, 0o700, exist_ok=True)
+            except OSError as exc:
+                raise _StartError("cannot create working directory %s on %s: %s" % (cwd, self.host, exc.strerror or exc))
+        if not os.path.isdir(cwd):
+            raise _StartError("working directory %s does not exist on %s; run from a folder that exists on every host" % (cwd, self.host))
+        return cwd
+
+    def write_env_dump(self, path, env):  # type: ignore[no-untyped-def]
+        if not path:
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write("".join("%s=%s\n" % (k, v) for k, v in env.items()))
+        except OSError as exc:
+            raise _StartError("cannot write %s on %s: %s" % (path, self.host, exc.strerror or exc))
+
+    def read_rank(self, r):  # type: ignore[no-untyped-def]
+        """Frame what rank ``r``'s pipe holds; close it at EOF."""
+        try:
+            data = os.read(r.fd, 65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.frame(b"O", r.id, data)
+        else:
+            os.close(r.fd)
+            r.fd = None
+
+    def reap(self):  # type: ignore[no-untyped-def]
+        """Collect every exited child: ranks get their returncode, orphans are just reaped."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                break
+                return
+            except InterruptedError:
+                continue
             if pid == 0:
-                time.sleep(0.01)
+                return
+            r = self.by_pid.pop(pid, None)
+            if r is None:
+                continue
+            r.rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            r.ended_at = time.time()
+            r.reaped_mono = time.monotonic()
+            if r.popen is not None:
+                r.popen.returncode = r.rc  # subprocess must not wait for it again
+            self.kill_leftovers(r)
+
+    def finish_ranks(self):  # type: ignore[no-untyped-def]
+        """Report ranks that exited once their output is all framed (or the drain limit passed)."""
+        for r in self.ranks.values():
+            if r.reported or r.rc is None:
+                continue
+            if r.fd is not None:
+                while r.fd is not None:  # read what is there now
+                    before = len(self.out)
+                    self.read_rank(r)
+                    if len(self.out) == before:
+                        break
+                if r.fd is not None and time.monotonic() - r.reaped_mono < DRAIN_LIMIT:
+                    continue
+                if r.fd is not None:
+                    os.close(r.fd)
+                    r.fd = None
+            r.reported = True
+            self.message({"ev": "exit", "id": r.id, "rc": r.rc, "time": r.ended_at})
+
+    # ------------------------------------------------------------ trees
+
+    def snapshot(self, table=None):  # type: ignore[no-untyped-def]
+        """Remember which processes live below each running rank; returns the table."""
+        table = table if table is not None else proc_table()
+        for r in self.ranks.values():
+            if r.rc is None and r.pid is not None:
+                r.tree.update(below(table, [r.pid]))
+        return table
+
+    def owned(self, r, table):  # type: ignore[no-untyped-def]
+        """Pids of live processes that belong to rank ``r``: its group or session, its tree,
+        their descendants; orphans nobody else claims when no other rank runs."""
+        roots = set()
+        others_running = any(o is not r and o.rc is None and o.pid is not None for o in self.ranks.values())
+        for pid, (ppid, pgid, sid) in table.items():
+            if pid == self.me:
+                continue
+            if pid in r.tree or (r.pid is not None and (pgid == r.pid or sid == r.pid or pid == r.pid)):
+                roots.add(pid)
+            elif ppid == self.me and pid not in self.by_pid and not others_running:
+                if not any(pid in o.tree for o in self.ranks.values() if o is not r):
+                    roots.add(pid)
+        roots.discard(self.me)
+        return roots | set(below(table, roots))
+
+    def kill_tree(self, r):  # type: ignore[no-untyped-def]
+        """SIGKILL to rank ``r``'s group and every process attributed to it."""
+        if r.pid is None:
+            return
+        table = proc_table()
+        if r.rc is None:
+            self.snapshot(table)
+        for pid in self.owned(r, table):
+            if pid not in self.by_pid or pid == r.pid:
+                _kill(pid, signal.SIGKILL)
+        if r.rc is None:
+            _killpg(r.pid, signal.SIGKILL)
+
+    def kill_leftovers(self, r):  # type: ignore[no-untyped-def]
+        """Rank ``r`` exited: kill whatever it left behind (we are its subreaper)."""
+        table = proc_table()
+        for pid in self.owned(r, table):
+            if pid not in self.by_pid:
+                _kill(pid, signal.SIGKILL)
+
+    def end_all(self):  # type: ignore[no-untyped-def]
+        """The launcher is gone: SIGTERM every rank and descendant, 2 s, SIGKILL, reap, report."""
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+        def everything(sig):  # type: ignore[no-untyped-def]
+            for r in self.ranks.values():
+                if r.rc is None and r.pid is not None:
+                    _killpg(r.pid, sig)
+            for pid in below(proc_table(), [self.me]):
+                _kill(pid, sig)
+
+        everything(signal.SIGTERM)
+        deadline = time.monotonic() + 2.0
+        while self.by_pid and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.02)
+        for _ in range(50):
+            everything(signal.SIGKILL)
+            self.reap()
+            if not below(proc_table(), [self.me]):
+                break
+            time.sleep(0.02)
+        self.reap()
+        for r in self.ranks.values():
+            if r.fd is not None:
+                try:
+                    os.close(r.fd)
+                except OSError:
+                    pass
+                r.fd = None
+        self.finish_ranks()
+        self.flush()
 
 
-def never_block_on_stderr():  # type: ignore[no-untyped-def]
-    """Nobody may be reading our stderr any more: make writes to it non-blocking."""
-    try:
-        import fcntl
+class _StartError(Exception):
+    """A rank cannot be started (its message is sent as the rank's "error")."""
 
-        fcntl.fcntl(2, fcntl.F_SETFL, fcntl.fcntl(2, fcntl.F_GETFL) | os.O_NONBLOCK)
-    except Exception:
-        pass
+
+def _nonblock(fd):  # type: ignore[no-untyped-def]
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+
+
+def _noop(signum, frame):  # type: ignore[no-untyped-def]
+    pass

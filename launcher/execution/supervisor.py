@@ -13,7 +13,8 @@ State machine of one attempt::
 A backend that cannot be set up on a restart attempt (a host unreachable) fails that attempt
 (recorded in its :class:`AttemptResult`); on the first attempt its error reaches the caller.
 
-Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue;
+Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue
+(or the backend posts each exit itself, :meth:`ProcessHandle.notify_exit`: no thread per process);
 the main thread blocks on that queue.  Signals to mslaunch become :class:`Interrupted`
 exceptions, so ``finally`` blocks always tear down.  A watchdog process (see
 :mod:`launcher.execution.watchdog`) kills every process of the job if mslaunch itself is killed.
@@ -75,6 +76,8 @@ class _Attempt:
         """Register ``handle``; a thread blocks in its ``wait()`` and posts the exit."""
         idx = len(self.handles)
         self.handles.append(handle)
+        if handle.notify_exit(lambda rc: self.events.put((idx, rc, time.time()))):
+            return idx  # the backend reports the exit itself (no thread per process)
 
         def waiter() -> None:
             try:

@@ -1,4 +1,4 @@
-"""The ssh backend: paramiko connections to remote hosts, one remote agent per rank.
+"""The ssh backend: paramiko connections to remote hosts, one remote agent per host.
 
 Modules (each imports only those above it)::
 
@@ -7,8 +7,8 @@ Modules (each imports only those above it)::
     hostkeys    known_hosts policies: refuse unknown keys, or trust on first use
     connection  SshConnection, connect_each / connect_all over a bounded thread pool
     transfer    SFTP: put_file (atomic, read back), read_file
-    agent       the launcher's side of the remote agent protocol (AgentConfig, messages)
-    backend     SshLauncher and its handles (SshProcess)
+    agent       the launcher's side of the host agent protocol (AgentConfig, requests, frames)
+    backend     SshLauncher, its host agents (HostAgent) and rank handles (SshProcess)
     collect     collect_files: one file from many hosts
 
 Only this package (and :mod:`launcher.execution.doctor`) talks SSH.  It never logs key
@@ -33,8 +33,9 @@ _EXPORTS: Dict[str, tuple] = {
     "_describe_connect_error": ("connection", "describe_connect_error"),
     "_parallel": ("connection", "run_parallel"),
     **{n: ("transfer", n) for n in ("put_file", "read_file")},
-    **{n: ("agent", n) for n in ("AgentConfig", "LOST_RC", "agent_source", "agent_command", "parse_message")},
-    **{n: ("backend", n) for n in ("SshLauncher", "SshProcess")},
+    **{n: ("agent", n) for n in ("AgentConfig", "LOST_RC", "agent_source", "agent_command", "bootstrap_payload", "op_line",
+                                  "FrameReader")},
+    **{n: ("backend", n) for n in ("SshLauncher", "SshProcess", "HostAgent")},
     "collect_files": ("collect", "collect_files"),
 }
 

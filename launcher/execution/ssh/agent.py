@@ -1,12 +1,13 @@
-"""The launcher's side of the remote agent protocol (:mod:`launcher.execution.remote_agent`).
+"""The launcher's side of the host agent protocol (:mod:`launcher.execution.remote_agent`).
 
-Each rank runs under the agent, sent as source text over the channel's stdin (the remote host
-needs only a Python 3; ``python:`` in the inventory, else ``python3``).  The one remote command
-line is ``exec <python> -S -u -c <bootstrap>`` (:func:`agent_command`, every piece
-``shlex.quote``-d); argv, env and cwd travel as JSON on stdin (:meth:`AgentConfig.payload`) and
-never meet a shell.  The agent's stderr carries the protocol (:func:`parse_message`):
-``started <pid>``, heartbeats, ``error <message>``, ``exit <rc>``; the launcher writes ``ping``,
-``TERM`` and ``KILL`` lines to its stdin.
+One agent runs per host, sent as source text over the channel's stdin (the remote host needs
+only a Python 3; ``python:`` in the inventory, else ``python3``).  The one remote command line is
+``exec <python> -S -u -c <bootstrap>`` (:func:`agent_command`, every piece ``shlex.quote``-d);
+the agent's source and its settings follow on stdin (:func:`bootstrap_payload`), then one JSON
+line per request: ``start`` a rank (:meth:`AgentConfig.start_op`: argv, env and cwd travel as
+JSON and never meet a shell), ``ping``, ``term``/``kill`` one rank or every rank.  The agent
+answers with frames on stdout (:class:`FrameReader`): each rank's output, and messages
+(``ready``, ``hb``, ``started``, ``error``, ``exit`` with the exit's time).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import json
 import posixpath
 import shlex
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from launcher.execution.ssh.settings import PING_INTERVAL
 from launcher.planning.plan import ProcPlan
@@ -43,9 +44,30 @@ def agent_command(python: str) -> str:
     return "exec " + " ".join(shlex.quote(p) for p in (python, "-S", "-u", "-c", BOOTSTRAP))
 
 
+def bootstrap_payload(host: str, ping_timeout: float, heartbeat: float = PING_INTERVAL) -> bytes:
+    """What the bootstrap reads first: a decimal length line, then ``{"src", "cfg"}`` as JSON.
+
+    Args:
+        host: the host's name (for the agent's messages).
+        ping_timeout: seconds without a ping after which the agent ends every rank.
+        heartbeat: seconds between the agent's heartbeats.
+    """
+    body = json.dumps({"src": agent_source(), "cfg": {"host": host, "ping_timeout": ping_timeout, "heartbeat": heartbeat}}).encode("utf-8")
+    return str(len(body)).encode("ascii") + b"\n" + body
+
+
+def op_line(op: str, rank_id: Optional[int] = None, **extra: Any) -> bytes:
+    """One request line: ``{"op": op, "id": rank_id, ...}`` (``id`` None: every rank)."""
+    obj: Dict[str, Any] = {"op": op}
+    if op != "ping":
+        obj["id"] = rank_id
+    obj.update(extra)
+    return json.dumps(obj).encode("utf-8") + b"\n"
+
+
 @dataclass(frozen=True)
 class AgentConfig:
-    """What the agent is told about its rank (the ``cfg`` object of the first stdin line).
+    """What the agent is told about one rank (the ``cfg`` of its ``start`` request).
 
     Attributes:
         argv: the rank's argv (never given to a shell).
@@ -53,8 +75,6 @@ class AgentConfig:
         cwd: working directory.
         mkdir: create ``cwd`` first (it lies under the job directory).
         env_dump: where the agent writes the rank's full environment (ranktable method), or None.
-        ping_timeout: seconds without a ping after which the agent ends its rank.
-        heartbeat: seconds between the agent's heartbeats.
         host: the host's name as the inventory gives it (for messages).
     """
 
@@ -63,12 +83,10 @@ class AgentConfig:
     cwd: str
     mkdir: bool
     env_dump: Optional[str]
-    ping_timeout: float
-    heartbeat: float
     host: str
 
     @classmethod
-    def for_rank(cls, proc: ProcPlan, cwd: str, job_dir: str, ping_timeout: float) -> "AgentConfig":
+    def for_rank(cls, proc: ProcPlan, cwd: str, job_dir: str) -> "AgentConfig":
         """The config of ``proc`` run in ``cwd`` (created by the agent when under ``job_dir``)."""
         under_job = cwd == job_dir or cwd.startswith(job_dir.rstrip("/") + "/")
         return cls(
@@ -77,27 +95,65 @@ class AgentConfig:
             cwd=cwd,
             mkdir=under_job,
             env_dump=posixpath.join(cwd, posixpath.basename(proc.env_dump)) if proc.env_dump else None,
-            ping_timeout=ping_timeout,
-            heartbeat=PING_INTERVAL,
             host=proc.host,
         )
 
     def to_json(self) -> Dict[str, Any]:
-        """The JSON object :func:`launcher.execution.remote_agent.main` reads."""
-        return {"argv": list(self.argv), "env": dict(self.env), "cwd": self.cwd, "mkdir": self.mkdir, "env_dump": self.env_dump,
-                "ping_timeout": self.ping_timeout, "heartbeat": self.heartbeat, "host": self.host}
+        """The JSON object the agent's ``start`` request carries."""
+        return {"argv": list(self.argv), "env": dict(self.env), "cwd": self.cwd, "mkdir": self.mkdir, "env_dump": self.env_dump}
 
-    def payload(self) -> bytes:
-        """The first stdin line: the agent's source and this config, as one JSON line."""
-        return json.dumps({"src": agent_source(), "cfg": self.to_json()}).encode("utf-8") + b"\n"
+    def start_op(self, rank_id: int) -> bytes:
+        """The ``start`` request line for this rank under id ``rank_id``."""
+        return op_line("start", rank_id, cfg=self.to_json())
 
 
-def parse_message(line: str) -> Optional[Tuple[str, str]]:
-    """``(kind, argument)`` of an agent protocol line (``@@mslaunch started 42`` -> ``("started",
-    "42")``), or None for any other stderr line."""
-    from launcher.execution.remote_agent import MARK
+#: A decoded agent frame: ``("O", rank_id, bytes)`` output, or ``("M", rank_id, dict)`` a message.
+Frame = Tuple[str, int, Any]
 
-    if not line.startswith(MARK + " "):
-        return None
-    kind, _, arg = line[len(MARK) + 1:].partition(" ")
-    return kind, arg
+
+class FrameReader:
+    """Incremental decoder of the agent's stdout (see :mod:`launcher.execution.remote_agent`).
+
+    :meth:`feed` takes bytes as they arrive and yields whole frames; a partial frame waits for
+    the rest.  A message that is not JSON becomes ``{"ev": "garbled"}``.
+    """
+
+    def __init__(self) -> None:
+        from launcher.execution.remote_agent import HEADER
+
+        self._header = HEADER
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[Frame]:
+        self._buf += data
+        size = self._header.size
+        pos = 0
+        buf = self._buf
+        try:
+            while len(buf) - pos >= size:
+                kind, rid, length = self._header.unpack_from(buf, pos)
+                if len(buf) - pos - size < length:
+                    break
+                body = bytes(buf[pos + size:pos + size + length])
+                pos += size + length
+                if kind == b"O":
+                    yield "O", rid, body
+                else:
+                    try:
+                        msg = json.loads(body.decode("utf-8"))
+                    except ValueError:
+                        msg = {"ev": "garbled"}
+                    yield "M", rid, msg if isinstance(msg, dict) else {"ev": "garbled"}
+        finally:
+            del buf[:pos]
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete frame still waiting."""
+        return len(self._buf)
+
+
+def split_lines(buf: bytes) -> Tuple[List[str], bytes]:
+    """Whole lines of ``buf`` (decoded, without newlines) and the incomplete rest."""
+    *lines, rest = buf.split(b"\n")
+    return [line.decode("utf-8", "replace") for line in lines], rest

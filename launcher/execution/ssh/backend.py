@@ -1,255 +1,451 @@
-"""The ssh launcher: one paramiko connection per host, one remote agent per rank.
+"""The ssh launcher: one paramiko connection, one SSH session and one agent per host.
 
 :class:`SshLauncher` connects to every host of the plan at once (:func:`~.connection.connect_all`),
-copies the rank tables there (:func:`~.transfer.put_file`) and starts each rank under the remote
-agent (:mod:`~.agent`).  The rank's stdout+stderr stream into its local log file (one thread per
-channel, a write per chunk), so ``mslaunch logs tail`` works unchanged.  Every second mslaunch
-pings every agent; a host that says nothing for ``lost_after`` seconds (or whose connection
-closes) is *lost*: its ranks' :meth:`SshProcess.wait` returns 255 with ``reason`` "connection to
-H lost", and the supervisor tears the job down everywhere.  An agent that hears no ping for
-``agent_timeout`` seconds ends its rank itself, so a cut link leaves nothing behind on the far side.
+copies the rank tables there (:func:`~.transfer.put_file`) and opens one session per host (in
+parallel) that runs the host agent (:mod:`~.agent`, :mod:`launcher.execution.remote_agent`).
+Each :meth:`SshLauncher.start` sends one ``start`` request to the rank's host agent, which spawns
+the rank at once; the agent multiplexes every rank's output over the one channel, and one
+thread in mslaunch (:class:`_Pump`, ``select`` over every channel) writes each rank's output into
+its local log file as it arrives, so ``mslaunch logs tail`` works unchanged.  mslaunch's threads
+therefore grow per host (paramiko's transport and a sender per connection), never per rank.
 
-Handle state machine (:class:`SshProcess`)::
+Every second mslaunch pings every agent; an agent that says nothing for ``lost_after`` seconds
+(or whose connection closes) makes its host *lost*: the wait of each of its unfinished ranks
+returns 255 with ``reason`` "connection to H lost", and the supervisor tears the job down
+everywhere.  An agent that hears no ping for ``agent_timeout`` seconds, or whose session closes,
+ends all of its host's ranks itself, so a cut link or a killed mslaunch leaves nothing behind.
 
-    opening --session open, payload sent--> starting --"started <pid>"--> running
-    opening/starting --session fails, or no word within start_timeout--> done (255, reason)
-    running --"exit <rc>" then EOF--> done (rc)
-    running --silent for lost_after s, or connection closed--> done (255, "connection ... lost")
+Host agent state machine (:class:`HostAgent`)::
+
+    opening --session opened, agent sent--> starting --"ready" frame--> ready
+    opening --session cannot be opened--> ended (every rank: 255, "cannot start the agent ...")
+    starting --no word within start_timeout--> ended (every rank: 255, "did not start within
+             --ssh-start-timeout"; a slow login shell is "not started", not "lost")
+    ready --silent for lost_after s, or the connection closed--> ended (255, "connection ... lost")
+    starting/ready --channel EOF--> ended (unfinished ranks: the agent's exit status and its
+             last stderr lines, or "connection ... lost (closed)")
+
+Rank handle state machine (:class:`SshProcess`)::
+
+    requested --"started" pid--> running --"exit" rc, time--> done (rc)
+    requested --"error" msg, "exit 127"--> done (127, reason)
+    requested/running --its host agent ended--> done (255 or the agent's status, reason)
 """
 from __future__ import annotations
 
+import collections
+import os
 import posixpath
-import socket
+import selectors
 import threading
 import time
 from dataclasses import replace
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import paramiko
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ProcessHandle, register_backend
-from launcher.execution.ssh.agent import LOST_RC, AgentConfig, agent_command, parse_message
+from launcher.execution.ssh.agent import LOST_RC, AgentConfig, FrameReader, agent_command, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
 from launcher.execution.ssh.settings import PING_INTERVAL, START_TIMEOUT, SSHSettings
 from launcher.execution.ssh.transfer import put_file
 from launcher.planning.plan import Plan, ProcPlan
 
+#: Seconds between liveness checks of every host agent.
+_TICK = 0.25
+#: Log files kept open at once (the least recently written are closed beyond that).
+_MAX_OPEN_LOGS = 256
+#: Bytes read from one channel before the pump turns to the others.
+_READ_BUDGET = 1 << 20
+#: Seconds to wait for the exit status of an agent whose channel reached EOF.
+_STATUS_WAIT = 2.0
+
+
+class _LogFiles:
+    """Appends to many log files through a bounded set of open descriptors (LRU)."""
+
+    def __init__(self, max_open: int = _MAX_OPEN_LOGS) -> None:
+        self._fds: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+        self._max = max_open
+        self._lock = threading.Lock()
+
+    def write(self, path: str, data: bytes) -> None:
+        """Append ``data`` to ``path`` at once (unbuffered).
+
+        Raises:
+            OSError: the file cannot be opened or written.
+        """
+        with self._lock:
+            fd = self._fds.pop(path, None)
+            if fd is None:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                while len(self._fds) >= self._max:
+                    _, old = self._fds.popitem(last=False)
+                    os.close(old)
+            self._fds[path] = fd
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+
+    def close(self, path: Optional[str] = None) -> None:
+        """Close ``path``'s descriptor (every one when None)."""
+        with self._lock:
+            paths = list(self._fds) if path is None else [path]
+            for p in paths:
+                fd = self._fds.pop(p, None)
+                if fd is not None:
+                    os.close(fd)
+
 
 class SshProcess(ProcessHandle):
-    """One rank running under the remote agent (implements the supervisor's Handle).
+    """One rank run by its host's agent (implements the supervisor's handle).
 
     Attributes:
         plan, host, log_path, started: as for every handle.
         pid: the rank's pid on its host, once the agent reported it.
+        exit_time: epoch seconds of the exit as the agent saw it (its host's clock).
         reason: why it failed when the exit code does not say (lost host, cannot start).
     """
 
-    def __init__(self, plan: ProcPlan, conn: SshConnection, command: str, payload: bytes, log_path: str, lost_after: float,
-                 start_timeout: float = START_TIMEOUT) -> None:
+    def __init__(self, plan: ProcPlan, agent: "HostAgent", rank_id: int, log_path: str) -> None:
         self.plan = plan
         self.host = plan.host
         self.log_path = log_path
         self.started = time.time()
         self.pid: Optional[int] = None
         self.reason: Optional[str] = None
-        self._conn = conn
-        self._chan: Optional[paramiko.Channel] = None
-        self._pending: List[bytes] = []  # control lines asked for before the session was open
-        self._lost_after = lost_after
-        self._start_timeout = start_timeout
-        self._last_heard = time.monotonic()
-        self._heard_any = False
+        self.exit_time: Optional[float] = None
+        self.rank_id = rank_id
+        self._agent = agent
         self._rc: Optional[int] = None
-        self._trailer: Optional[int] = None
         self._done = threading.Event()
         self._lock = threading.Lock()
-        self._agent_lines: List[str] = []
-        self._out = threading.Thread(target=self._read_stdout, name=f"ssh-out-{plan.name}", daemon=True)
-        self._err = threading.Thread(target=self._read_stderr, name=f"ssh-err-{plan.name}", daemon=True)
-        # Opening the session takes round trips: do it in the background so that the ranks of a
-        # job start concurrently (a failure ends this handle with a reason, like a failed rank).
-        threading.Thread(target=self._open, args=(command, payload), name=f"ssh-open-{plan.name}", daemon=True).start()
-
-    def _open(self, command: str, payload: bytes) -> None:
-        try:
-            chan = self._conn.open_channel()
-        except LaunchError as exc:
-            self._finish(LOST_RC, f"cannot start {self.plan.name} on {self.host}: {exc}")
-            return
-        try:
-            chan.exec_command(command)
-            chan.sendall(payload)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            chan.close()
-            self._finish(LOST_RC, f"cannot start {self.plan.name} on {self.host}: {exc}")
-            return
-        with self._lock:
-            self._chan = chan
-            pending, self._pending = self._pending, []
-        for line in pending:
-            self._conn.send(chan, line)
-        self._out.start()
-        self._err.start()
-
-    def _control(self, line: bytes) -> None:
-        with self._lock:
-            if self._done.is_set():
-                return
-            if self._chan is None:
-                self._pending.append(line)
-                return
-            chan = self._chan
-        self._conn.send(chan, line)
+        self._listeners: List[Callable[[int], None]] = []
 
     # ------------------------------------------------------------ Handle
 
     def wait(self) -> int:
         """Block until the rank exits or its host is lost; its returncode (negative: signal;
         255: lost)."""
-        while not self._done.wait(0.25):
-            self._check_lost()
+        self._done.wait()
         assert self._rc is not None
         return self._rc
 
     def poll(self) -> Optional[int]:
-        self._check_lost()
         return self._rc if self._done.is_set() else None
 
+    def has_exited(self) -> bool:
+        return self._done.is_set()
+
+    def notify_exit(self, callback: Callable[[int], None]) -> bool:
+        """``callback(returncode)`` once the rank exits (from the pump thread); no waiter thread."""
+        with self._lock:
+            if not self._done.is_set():
+                self._listeners.append(callback)
+                return True
+        assert self._rc is not None
+        callback(self._rc)
+        return True
+
     def terminate(self) -> None:
-        """SIGTERM to the rank's process group (via the agent)."""
-        self._control(b"TERM\n")
+        """SIGTERM to the rank's process group (via its host agent)."""
+        if not self._done.is_set():
+            self._agent.control(op_line("term", self.rank_id))
 
     def kill(self) -> None:
-        """SIGKILL to the rank's group and every descendant (via the agent)."""
-        self._control(b"KILL\n")
+        """SIGKILL to the rank's group and every descendant (via its host agent; the agent also
+        kills what an exited rank left behind)."""
+        if not self._done.is_set():
+            self._agent.control(op_line("kill", self.rank_id))
 
-    # ------------------------------------------------------------ internals
+    # ------------------------------------------------------------ from the pump
 
     @property
     def done(self) -> bool:
         return self._done.is_set()
 
-    def ping(self) -> None:
-        chan = self._chan
-        if chan is not None and not self._done.is_set():
-            self._conn.send(chan, b"ping\n")
-
-    def _finish(self, rc: int, reason: Optional[str] = None) -> None:
+    def finish(self, rc: int, reason: Optional[str] = None, exit_time: Optional[float] = None) -> None:
+        """Record the exit (the first report wins), log the reason, wake waiters and listeners."""
         with self._lock:
             if self._done.is_set():
                 return
             self._rc = rc
             if reason is not None:
                 self.reason = reason
+            self.exit_time = exit_time
+            listeners, self._listeners = self._listeners, []
+            if reason is not None:
+                self._agent.log_line(self, f"mslaunch: {reason}")
+            self._agent.logs.close(self.log_path)
             self._done.set()
-        if reason is not None:
-            self._log_line(f"mslaunch: {reason}")
+        for cb in listeners:
+            try:
+                cb(rc)
+            except Exception:
+                pass
 
-    def _check_lost(self) -> None:
-        if self._done.is_set():
-            return
-        quiet = time.monotonic() - self._last_heard
-        if not self._heard_any:
-            # Nothing from the agent yet: the login shell is still running (or hangs).
-            if quiet > self._start_timeout:
-                self._finish(LOST_RC, f"the mslaunch agent on {self.host} did not start within --ssh-start-timeout "
-                                      f"{self._start_timeout:g} s (a slow or hanging login shell?)")
-            elif not self._conn.active():
-                self._finish(LOST_RC, f"connection to {self.host} lost (closed)")
-            return
-        if quiet > self._lost_after:
-            self._finish(LOST_RC, f"connection to {self.host} lost (no answer for {quiet:.0f} s)")
-        elif not self._conn.active():
-            self._finish(LOST_RC, f"connection to {self.host} lost (closed)")
 
-    def _log_line(self, text: str) -> None:
+class HostAgent:
+    """The one agent session on one host: its channel, its ranks, its liveness (see the module
+    doc for the state machine).  Its methods run in the pump thread except :meth:`open` (set-up),
+    :meth:`add` and :meth:`control` (any thread)."""
+
+    def __init__(self, conn: SshConnection, python: str, settings: SSHSettings, logs: _LogFiles) -> None:
+        self.conn = conn
+        self.host = conn.name
+        self.python = python
+        self.settings = settings
+        self.logs = logs
+        self.chan: Optional[paramiko.Channel] = None
+        self.state = "opening"
+        self.opened_at = time.monotonic()
+        self.last_heard = self.opened_at
+        self.agent_pid: Optional[int] = None
+        self.handles: Dict[int, SshProcess] = {}
+        self._lock = threading.Lock()
+        self._reader = FrameReader()
+        self._synced = False
+        self._junk = b""
+        self._err = b""
+        self._said: List[str] = []
+        self._end: Optional[tuple] = None  # (rc, reason) for ranks of an ended agent
+        self._eof_since: Optional[float] = None
+
+    # ------------------------------------------------------------ set-up / requests
+
+    def open(self) -> None:
+        """Open the session and send the agent (blocking round trips; run in parallel)."""
         try:
-            with open(self.log_path, "ab") as fh:
-                fh.write(text.encode("utf-8", "replace") + b"\n")
+            chan = self.conn.open_channel()
+        except LaunchError as exc:
+            self._ended(LOST_RC, f"cannot start the mslaunch agent on {self.host}: {exc}")
+            return
+        try:
+            chan.exec_command(agent_command(self.python))
+            chan.sendall(bootstrap_payload(self.host, self.settings.agent_timeout, PING_INTERVAL))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            chan.close()
+            self._ended(LOST_RC, f"cannot start the mslaunch agent on {self.host}: {exc}")
+            return
+        with self._lock:
+            self.chan = chan
+            self.opened_at = self.last_heard = time.monotonic()
+            self.state = "starting"
+
+    def add(self, handle: SshProcess, request: bytes) -> None:
+        """Route frames of ``handle.rank_id`` to ``handle`` and send its start ``request``."""
+        with self._lock:
+            end = self._end
+            if end is None:
+                self.handles[handle.rank_id] = handle
+        if end is not None:
+            handle.finish(*end)
+            return
+        self.control(request)
+
+    def control(self, line: bytes) -> None:
+        """Queue one request line to the agent (never blocks; dropped once the agent ended)."""
+        chan = self.chan
+        if chan is not None and self._end is None:
+            self.conn.send(chan, line)
+
+    def stop(self, kill: bool = False) -> None:
+        """SIGTERM (or SIGKILL, whole trees) to every rank of this host."""
+        self.control(op_line("kill" if kill else "term", None))
+
+    def log_line(self, handle: SshProcess, text: str) -> None:
+        try:
+            self.logs.write(handle.log_path, text.encode("utf-8", "replace") + b"\n")
         except OSError:
             pass
 
-    def _recv(self, stderr: bool) -> bytes:
-        """The channel's next chunk of stdout (or stderr); ``b""`` at EOF or on any error."""
-        read = self._chan.recv_stderr if stderr else self._chan.recv  # type: ignore[union-attr]
-        while True:
-            try:
-                return read(4096 if stderr else 65536)
-            except socket.timeout:
-                continue
-            except Exception:
-                return b""
+    @property
+    def ended(self) -> bool:
+        return self._end is not None
 
-    def _read_stdout(self) -> None:
+    # ------------------------------------------------------------ the pump's side
+
+    def pump(self) -> None:
+        """Read what the channel holds (bounded), dispatch frames, notice EOF."""
+        chan = self.chan
+        if chan is None or self._end is not None:
+            return
+        budget = _READ_BUDGET
         try:
-            with open(self.log_path, "ab", buffering=0) as fh:
-                while True:
-                    data = self._recv(stderr=False)
-                    if not data:
-                        return
-                    fh.write(data)
-        except OSError as exc:
-            self._finish(1, f"cannot write {self.log_path}: {exc.strerror}")
+            while budget > 0 and chan.recv_stderr_ready():
+                data = chan.recv_stderr(65536)
+                budget -= len(data)
+                self._stderr(data)
+            while budget > 0 and chan.recv_ready():
+                data = chan.recv(65536)
+                if not data:
+                    break
+                budget -= len(data)
+                self._stdout(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        if (chan.closed or chan.eof_received) and not chan.recv_ready() and not chan.recv_stderr_ready():
+            if self._eof_since is None:
+                self._eof_since = time.monotonic()
 
-    def _read_stderr(self) -> None:
-        buf = b""
-        while True:
-            data = self._recv(stderr=True)
-            if not data:
-                break
-            self._last_heard = time.monotonic()
-            self._heard_any = True
-            buf += data
-            while b"\n" in buf:
-                raw, buf = buf.split(b"\n", 1)
-                line = raw.decode("utf-8", "replace")
-                message = parse_message(line)
-                if message is not None:
-                    self._message(*message)
-                elif line.strip():
-                    self._agent_lines = (self._agent_lines + [line])[-5:]
-                    self._log_line(f"mslaunch-agent: {line}")
-        self._stderr_closed()
+    def _stdout(self, data: bytes) -> None:
+        self.last_heard = time.monotonic()
+        if not self._synced:
+            from launcher.execution.remote_agent import MAGIC
 
-    def _message(self, kind: str, arg: str) -> None:
-        if kind == "started":
-            try:
-                self.pid = int(arg)
-            except ValueError:
-                pass
-        elif kind == "error":
-            self.reason = arg
-        elif kind == "exit":
-            try:
-                self._trailer = int(arg)
-            except ValueError:
-                self._trailer = 1
+            self._junk += data
+            at = self._junk.find(MAGIC)
+            if at < 0:
+                if len(self._junk) > 1 << 16:  # a login shell that writes a lot to stdout
+                    self._note_junk(self._junk[:-len(MAGIC)])
+                    self._junk = self._junk[-len(MAGIC):]
+                return
+            self._note_junk(self._junk[:at])
+            data, self._junk, self._synced = self._junk[at + len(MAGIC):], b"", True
+        for kind, rid, body in self._reader.feed(data):
+            if kind == "O":
+                handle = self.handles.get(rid)
+                if handle is not None:
+                    try:
+                        self.logs.write(handle.log_path, body)
+                    except OSError as exc:
+                        handle.finish(1, f"cannot write {handle.log_path}: {exc.strerror}")
+            else:
+                self._message(rid, body)
 
-    def _stderr_closed(self) -> None:
-        if self._trailer is not None:
-            self._out.join(5.0)  # the rest of the output arrives before the channel's EOF
-            self._finish(self._trailer, self.reason)
+    def _note_junk(self, junk: bytes) -> None:
+        lines = [line for line in junk.decode("utf-8", "replace").splitlines() if line.strip()]
+        for line in lines:
+            self._said = (self._said + [line])[-5:]
+
+    def _message(self, rid: int, msg: Dict[str, Any]) -> None:
+        ev = msg.get("ev")
+        if ev == "ready":
+            self.state = "ready"
+            self.agent_pid = msg.get("pid")
             return
-        if self._done.is_set():
+        handle = self.handles.get(rid)
+        if handle is None:
             return
-        status = None
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            if self._chan.exit_status_ready():  # type: ignore[union-attr]
-                status = self._chan.recv_exit_status()  # type: ignore[union-attr]
-                break
-            time.sleep(0.02)
-        if status is None or status < 0 or not self._conn.active():
-            self._finish(LOST_RC, f"connection to {self.host} lost (closed)")
+        if ev == "started":
+            handle.pid = msg.get("pid")
+        elif ev == "error":
+            handle.reason = str(msg.get("msg", ""))
+        elif ev == "exit":
+            rc = msg.get("rc")
+            when = msg.get("time")
+            handle.finish(rc if isinstance(rc, int) else 1, handle.reason, float(when) if isinstance(when, (int, float)) else None)
+
+    def _stderr(self, data: bytes) -> None:
+        lines, self._err = split_lines(self._err + data)
+        for line in lines:
+            if not line.strip():
+                continue
+            self._said = (self._said + [line])[-5:]
+            for h in list(self.handles.values()):
+                if not h.done:
+                    self.log_line(h, f"mslaunch-agent: {line}")
+
+    def check(self, now: float) -> None:
+        """Liveness: start timeout, silence, closed connection, and the end of the channel."""
+        if self._end is not None or self.state == "opening":
             return
-        self._out.join(2.0)
-        said = "; ".join(self._agent_lines[-2:]) or "no output"
-        self._finish(status if status else LOST_RC, f"the mslaunch agent on {self.host} exited with status {status}: {said}")
+        chan = self.chan
+        assert chan is not None
+        if self._eof_since is not None:
+            if chan.exit_status_ready() or now - self._eof_since > _STATUS_WAIT:
+                self._channel_ended()
+            return
+        quiet = now - self.last_heard
+        if self.state == "starting":
+            # Nothing from the agent yet: the login shell is still running (or hangs).
+            if quiet > self.settings.start_timeout:
+                self._ended(LOST_RC, f"the mslaunch agent on {self.host} did not start within --ssh-start-timeout "
+                                     f"{self.settings.start_timeout:g} s (a slow or hanging login shell?)")
+            elif not self.conn.active():
+                self._ended(LOST_RC, f"connection to {self.host} lost (closed)")
+            return
+        if quiet > self.settings.lost_after:
+            self._ended(LOST_RC, f"connection to {self.host} lost (no answer for {quiet:.0f} s)")
+        elif not self.conn.active():
+            self._ended(LOST_RC, f"connection to {self.host} lost (closed)")
+
+    def ping(self) -> None:
+        if self.state == "ready" and self._end is None:
+            self.control(op_line("ping"))
+
+    def _channel_ended(self) -> None:
+        chan = self.chan
+        assert chan is not None
+        status = chan.recv_exit_status() if chan.exit_status_ready() else None
+        if status is None or status < 0 or not self.conn.active():
+            self._ended(LOST_RC, f"connection to {self.host} lost (closed)")
+            return
+        said = "; ".join(self._said[-2:]) or "no output"
+        self._ended(status if status else LOST_RC, f"the mslaunch agent on {self.host} exited with status {status}: {said}")
+
+    def _ended(self, rc: int, reason: str) -> None:
+        """The agent is gone: every unfinished rank ends with ``rc`` and ``reason``."""
+        with self._lock:
+            if self._end is not None:
+                return
+            self._end = (rc, reason)
+            self.state = "ended"
+            handles = list(self.handles.values())
+        for h in handles:
+            h.finish(rc, reason)
+
+
+class _Pump(threading.Thread):
+    """The one thread that reads every host agent's channel (``selectors``), checks liveness
+    and pings; it never blocks on a link (requests go through each connection's sender)."""
+
+    def __init__(self, agents: List[HostAgent]) -> None:
+        super().__init__(name="ssh-pump", daemon=True)
+        self.agents = agents
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        registered: Dict[int, HostAgent] = {}
+        for a in self.agents:
+            if a.chan is not None and not a.ended:
+                fd = a.chan.fileno()
+                sel.register(fd, selectors.EVENT_READ, a)
+                registered[fd] = a
+        next_ping = time.monotonic() + PING_INTERVAL
+        next_check = time.monotonic()
+        try:
+            while not self.stopping.is_set():
+                for key, _ in sel.select(_TICK):
+                    key.data.pump()
+                    if key.data._eof_since is not None:  # the channel stays readable from now on
+                        sel.unregister(key.fd)
+                        registered.pop(key.fd, None)
+                now = time.monotonic()
+                if now >= next_check:
+                    for a in self.agents:
+                        a.check(now)
+                    next_check = now + _TICK
+                for fd, a in list(registered.items()):
+                    if a.ended:
+                        sel.unregister(fd)
+                        del registered[fd]
+                if now >= next_ping:
+                    for a in self.agents:
+                        a.ping()
+                    next_ping = now + PING_INTERVAL
+                if not registered and all(a.ended for a in self.agents):
+                    self.stopping.wait(_TICK)
+        finally:
+            sel.close()
 
 
 class SshLauncher(Backend):
-    """Starts a plan's processes on remote hosts over SSH (the supervisor's Launcher).
+    """Starts a plan's processes on remote hosts over SSH, one agent per host (the supervisor's
+    backend).
 
     Args:
         plan: the plan; every host of it is connected to at once.
@@ -258,7 +454,8 @@ class SshLauncher(Backend):
 
     Raises:
         LaunchError: a host cannot be reached / authenticated / verified (every failed host is
-            named), or a rank table cannot be copied to a host.
+            named), or a rank table cannot be copied to a host.  A host whose agent session
+            cannot be opened does not raise: its ranks end with 255 and the reason.
     """
 
     def __init__(self, plan: Plan, settings: SSHSettings = SSHSettings()) -> None:
@@ -268,75 +465,96 @@ class SshLauncher(Backend):
         self.settings = settings
         self._hosts = {h.name: h for h in plan.hosts}
         self._handles: List[SshProcess] = []
-        self._stop = threading.Event()
+        self._next_id = 0
+        self.logs = _LogFiles()
+        self.agents: Dict[str, HostAgent] = {}
+        self._pump: Optional[_Pump] = None
         self.conns = connect_all(list(plan.hosts), settings)
         try:
             self._copy_artefacts()
+            self._open_agents()
         except BaseException:
             self.close()
             raise
-        self._pinger = threading.Thread(target=self._ping_loop, name="ssh-ping", daemon=True)
-        self._pinger.start()
 
     def _copy_artefacts(self) -> None:
         """Rank tables go to the same path on every host (their ranks read RANK_TABLE_FILE)."""
         tables = [a for a in self.plan.artefacts if a.kind == "rank_table"]
         if not tables:
             return
-        from launcher.execution.supervisor import Interrupted
 
         def copy(conn: SshConnection) -> None:
             for art in tables:
                 put_file(conn, posixpath.join(self.plan.job_dir, art.name), art.content.encode("utf-8"))
 
-        try:
-            results = run_parallel(copy, list(self.conns.values()), self.settings.pool)
-        except Interrupted as exc:
-            raise LaunchError("interrupted while copying the rank table", exit_code=128 + exc.signum) from None
+        results = self._parallel(copy, list(self.conns.values()), "copying the rank table")
         errors = [str(exc) for _, exc in results if exc is not None]
         if errors:
             raise LaunchError("; ".join(errors))
 
+    def _open_agents(self) -> None:
+        """One session per host with ranks, opened in parallel; then the pump starts."""
+        used = {p.host for p in self.plan.processes}
+        for name, conn in self.conns.items():
+            if name not in used:
+                continue
+            host = self._hosts.get(name)
+            python = host.python if host is not None and host.python else "python3"
+            self.agents[name] = HostAgent(conn, python, self.settings, self.logs)
+        self._parallel(lambda a: a.open(), list(self.agents.values()), "starting the host agents")
+        self._pump = _Pump(list(self.agents.values()))
+        self._pump.start()
+
+    def _parallel(self, fn: Callable[[Any], Any], items: List[Any], what: str) -> List[Any]:
+        from launcher.execution.supervisor import Interrupted
+
+        try:
+            return run_parallel(fn, items, self.settings.pool)
+        except Interrupted as exc:
+            raise LaunchError(f"interrupted while {what}", exit_code=128 + exc.signum) from None
+
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> SshProcess:
-        """Start ``proc`` on its host; returns at once (the session opens in the background and
-        the agent reports the pid later; a session that cannot be opened ends the handle with 255
-        and a reason).
+        """Ask ``proc``'s host agent to start it; returns at once (the agent reports the pid
+        later; a host whose agent cannot start or is lost ends the handle with 255 and a reason).
 
         Raises:
             LaunchError: the host is not connected.
         """
-        conn = self.conns.get(proc.host)
-        if conn is None:
+        agent = self.agents.get(proc.host)
+        if agent is None:
             raise LaunchError(f"{proc.name}: host {proc.host} is not in the plan's hosts")
-        host = self._hosts.get(proc.host)
-        python = host.python if host is not None and host.python else "python3"
-        payload = AgentConfig.for_rank(proc, cwd, self.plan.job_dir, self.settings.agent_timeout).payload()
-        if not conn.active():
-            raise LaunchError(f"{proc.name}: the connection to {conn.target.label} is closed")
+        if not agent.conn.active():
+            raise LaunchError(f"{proc.name}: the connection to {agent.conn.target.label} is closed")
         # The log exists (and is empty) before the process, as for local ranks.
         open(log_path, "ab").close()
-        handle = SshProcess(proc, conn, agent_command(python), payload, log_path, self.settings.lost_after, self.settings.start_timeout)
+        handle = SshProcess(proc, agent, self._next_id, log_path)
+        self._next_id += 1
         self._handles.append(handle)
+        agent.add(handle, AgentConfig.for_rank(proc, cwd, self.plan.job_dir).start_op(handle.rank_id))
         return handle
+
+    def stop_host(self, host: str, kill: bool = False) -> None:
+        """SIGTERM (``kill``: SIGKILL to whole trees) to every rank on ``host``."""
+        agent = self.agents.get(host)
+        if agent is not None:
+            agent.stop(kill)
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
         return cls(ctx.plan, ctx.settings_for("ssh") or SSHSettings())
 
-    def _ping_loop(self) -> None:
-        while not self._stop.wait(PING_INTERVAL):
-            for h in list(self._handles):
-                h.ping()
-
     def close(self) -> None:
-        """Stop pinging and close every connection (agents still running then end their ranks)."""
-        self._stop.set()
+        """Stop the pump and close every connection (agents still running then end their ranks)."""
+        if self._pump is not None:
+            self._pump.stopping.set()
+            self._pump.join(5.0)
         conns = list(getattr(self, "conns", {}).values())
         threads = [threading.Thread(target=c.close, daemon=True) for c in conns]
         for t in threads:
             t.start()
         for t in threads:
             t.join(5.0)
+        self.logs.close()
 
 
 register_backend("ssh", SshLauncher)
