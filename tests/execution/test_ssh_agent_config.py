@@ -1,11 +1,12 @@
-"""The launcher's side of the remote agent protocol: the typed config a rank's agent gets, the
-first stdin line, and the protocol lines it sends back."""
+"""The launcher's side of the host agent protocol: the typed config of a rank's start request,
+the bootstrap payload, request lines, and the frame decoder."""
 import json
 
 import pytest
 
 from launcher.execution import remote_agent
-from launcher.execution.ssh.agent import AgentConfig, agent_source, parse_message
+from launcher.execution.remote_agent import HEADER
+from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
 from launcher.planning.plan import ProcPlan
 
 
@@ -22,42 +23,53 @@ def proc(env_dump=None):
     ("/home/u/project", False),
 ])
 def test_the_agent_creates_cwd_only_under_the_job_dir(cwd, mkdir):
-    assert AgentConfig.for_rank(proc(), cwd, "/j/job", 8.0).mkdir is mkdir
+    assert AgentConfig.for_rank(proc(), cwd, "/j/job").mkdir is mkdir
 
 
-def test_config_json_is_what_the_agent_reads():
-    cfg = AgentConfig.for_rank(proc(env_dump="/j/job/device1/env1.log"), "/j/job/attempt_1/device1", "/j/job", 8.0)
+def test_start_request_is_one_json_line_with_the_rank_config():
+    cfg = AgentConfig.for_rank(proc(env_dump="/j/job/device1/env1.log"), "/j/job/attempt_1/device1", "/j/job")
     assert cfg.to_json() == {
         "argv": ["python3", "train.py", "--lr", "0.1"],
         "env": {"RANK_ID": "1", "A": "x y"},
         "cwd": "/j/job/attempt_1/device1",
         "mkdir": True,
         "env_dump": "/j/job/attempt_1/device1/env1.log",  # the dump goes to the attempt's rank dir
-        "ping_timeout": 8.0,
-        "heartbeat": 1.0,
-        "host": "h2",
     }
-    assert AgentConfig.for_rank(proc(), "/w", "/j/job", 3.0).to_json()["env_dump"] is None
+    line = cfg.start_op(7)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert json.loads(line) == {"op": "start", "id": 7, "cfg": cfg.to_json()}
+    assert AgentConfig.for_rank(proc(), "/w", "/j/job").to_json()["env_dump"] is None
 
 
-def test_payload_is_one_json_line_with_the_agent_source():
-    cfg = AgentConfig.for_rank(proc(), "/w", "/j/job", 8.0)
-    data = cfg.payload()
-    assert data.endswith(b"\n") and data.count(b"\n") == 1
-    first = json.loads(data)
-    assert first == {"src": agent_source(), "cfg": cfg.to_json()}
+def test_requests():
+    assert json.loads(op_line("ping")) == {"op": "ping"}
+    assert json.loads(op_line("term", 3)) == {"op": "term", "id": 3}
+    assert json.loads(op_line("kill", None)) == {"op": "kill", "id": None}
+
+
+def test_bootstrap_payload_is_a_length_line_then_the_source_and_settings():
+    data = bootstrap_payload("h2", 8.0, 1.0)
+    head, body = data.split(b"\n", 1)
+    assert int(head) == len(body)
+    first = json.loads(body)
+    assert first == {"src": agent_source(), "cfg": {"host": "h2", "ping_timeout": 8.0, "heartbeat": 1.0}}
     with open(remote_agent.__file__, encoding="utf-8") as fh:
         assert first["src"] == fh.read()
 
 
-@pytest.mark.parametrize("line,parsed", [
-    ("@@mslaunch started 4242", ("started", "4242")),
-    ("@@mslaunch hb", ("hb", "")),
-    ("@@mslaunch error cannot run 'x' on h2: no such file", ("error", "cannot run 'x' on h2: no such file")),
-    ("@@mslaunch exit -9", ("exit", "-9")),
-    ("@@mslaunchexit 0", None),
-    ("Traceback (most recent call last):", None),
-    ("", None),
-])
-def test_protocol_lines(line, parsed):
-    assert parse_message(line) == parsed
+def test_frames_decode_across_any_split():
+    stream = (HEADER.pack(b"M", 0, 14) + b'{"ev":"ready"}' + HEADER.pack(b"O", 5, 6) + b"a\nb\nc\n"
+              + HEADER.pack(b"O", 5, 0) + HEADER.pack(b"M", 5, 3) + b"{x}" + HEADER.pack(b"M", 5, 23) + b'{"ev":"exit","rc":-9}  ')
+    want = [("M", 0, {"ev": "ready"}), ("O", 5, b"a\nb\nc\n"), ("O", 5, b""), ("M", 5, {"ev": "garbled"}), ("M", 5, {"ev": "exit", "rc": -9})]
+    for step in (1, 2, 7, 9, 10, len(stream)):
+        reader = FrameReader()
+        got = []
+        for i in range(0, len(stream), step):
+            got += list(reader.feed(stream[i:i + step]))
+        assert got == want, step
+        assert reader.pending == 0
+
+
+def test_split_lines_keeps_the_incomplete_rest():
+    assert split_lines(b"one\ntwo\nthr") == (["one", "two"], b"thr")
+    assert split_lines(b"") == ([], b"")

@@ -1,5 +1,6 @@
 """The ssh launcher's parts without a cluster: ssh config resolution, quoting, host key policies,
-the remote agent run as a local process, mpirun's rsh agent planning and doctor's checks.
+mpirun's rsh agent planning and doctor's checks (the host agent run locally:
+``tests/execution/test_remote_agent.py``).
 
 (Everything that needs real sshds is in ``tests/integration/test_multihost.py``.)
 """
@@ -22,7 +23,7 @@ from launcher.errors import LaunchError, PlanError
 from launcher.execution import ssh
 from launcher.execution.doctor import Check, DoctorJob, check_rows
 from launcher.execution.mpirun import MPIRUN_CHECK
-from launcher.execution.remote_agent import BOOTSTRAP, MARK
+from launcher.execution.remote_agent import BOOTSTRAP
 from launcher.planning import mpi
 from launcher.planning.inventory import Host, Inventory, SshOptions, parse_cluster_yaml, parse_host_list
 from launcher.planning.plan import JobSpec, build_plan
@@ -186,148 +187,6 @@ def _make_key(tmp_path) -> str:
     if not path.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return str(path)
-
-
-# ------------------------------------------------------------------------------ the agent, locally
-
-
-class Agent:
-    """The remote agent run as a local subprocess, stdin kept open like an ssh channel."""
-
-    def __init__(self, tmp_path, argv: List[str], env: Optional[Dict[str, str]] = None, **cfg):
-        self.cfg = {"argv": argv, "env": env or {}, "cwd": str(tmp_path), "ping_timeout": 30, "heartbeat": 0.2, "host": "here"}
-        self.cfg.update(cfg)
-        self.proc = subprocess.Popen([sys.executable, "-S", "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True)
-        self.send(json.dumps({"src": ssh.agent_source(), "cfg": self.cfg}))
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def messages(self, err: bytes) -> List[str]:
-        return [line[len(MARK) + 1:] for line in err.decode().splitlines() if line.startswith(MARK)]
-
-    def finish(self, timeout: float = 20) -> tuple:
-        """Read until the agent exits (stdin stays open: no EOF unless the test closed it)."""
-        import threading
-
-        got: Dict[str, bytes] = {}
-        readers = [threading.Thread(target=lambda k=k, f=f: got.__setitem__(k, f.read())) for k, f in (("out", self.proc.stdout), ("err", self.proc.stderr))]
-        for t in readers:
-            t.start()
-        self.proc.wait(timeout=timeout)
-        for t in readers:
-            t.join(timeout)
-        if not self.proc.stdin.closed:  # type: ignore[union-attr]
-            self.proc.stdin.close()  # type: ignore[union-attr]
-        err = got.get("err", b"")
-        return got.get("out", b"").decode(), [m for m in self.messages(err) if m != "hb"], err.decode()
-
-    def rank_pid(self, timeout: float = 10) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for child in psutil.Process(self.proc.pid).children():
-                return child.pid
-            time.sleep(0.02)
-        raise AssertionError("the rank did not start")
-
-
-def _gone(pids: List[int], within: float = 5.0) -> List[int]:
-    deadline = time.monotonic() + within
-    while True:
-        left = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    left.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
-
-
-def test_agent_runs_the_rank_with_literal_env_and_reports_its_exit(tmp_path):
-    evil = "$(touch pwned) ; `touch pwned2` 'q' \"dq\" a b"
-    a = Agent(tmp_path, ["sh", "-c", 'printf "%s\\n" "$EVIL"; printf "%s\\n" "$@"; echo err >&2; exit 7', "sh", evil, "two words"],
-              env={"EVIL": evil})
-    out, msgs, _ = a.finish()
-    assert out.splitlines() == [evil, evil, "two words", "err"]
-    assert msgs[0].startswith("started ") and msgs[-1] == "exit 7"
-    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
-
-
-def test_agent_trailer_carries_exit_codes_and_signals(tmp_path):
-    for argv, want in ((["sh", "-c", "exit 3"], "exit 3"), (["sh", "-c", "kill -9 $$"], "exit -9")):
-        a = Agent(tmp_path, argv)
-        _, msgs, _ = a.finish()
-        assert msgs[-1] == want
-
-
-def test_agent_term_kill_and_whole_tree(tmp_path):
-    a = Agent(tmp_path, ["sh", "-c", "trap '' TERM; sleep 300 & setsid sleep 301 & wait"])
-    rank = a.rank_pid()
-    deadline = time.monotonic() + 10
-    while True:  # both background sleeps started
-        tree = [rank] + [c.pid for c in psutil.Process(rank).children(recursive=True)]
-        if len(tree) == 3 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert len(tree) == 3
-    a.send("TERM")  # to the group only; the shell ignores it, and its children inherit that
-    time.sleep(0.3)  # an absence (nothing dies) has no event to wait on
-    assert _gone(tree, within=0) == tree
-    a.send("KILL")
-    _, msgs, _ = a.finish()
-    assert msgs[-1] == "exit -9"
-    assert _gone(tree) == []
-
-
-def test_agent_ends_the_rank_on_stdin_eof(tmp_path):
-    a = Agent(tmp_path, ["sh", "-c", "sleep 300 & wait"])
-    rank = a.rank_pid()
-    tree = [rank] + [c.pid for c in psutil.Process(rank).children(recursive=True)]
-    a.proc.stdin.close()  # type: ignore[union-attr]
-    _, msgs, _ = a.finish()
-    assert msgs[-1] == "exit -15"
-    assert _gone(tree) == []
-
-
-def test_agent_ends_the_rank_when_pings_stop(tmp_path):
-    a = Agent(tmp_path, ["sleep", "300"], ping_timeout=1.0)
-    rank = a.rank_pid()
-    t0 = time.monotonic()
-    for _ in range(4):  # pings keep it alive
-        a.send("ping")
-        time.sleep(0.4)
-    assert psutil.Process(rank).is_running()
-    deadline = time.monotonic() + 10
-    while a.proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert a.proc.poll() == 0 and time.monotonic() - t0 >= 1.6
-    assert _gone([rank]) == []
-    a.finish()
-
-
-def test_agent_reports_a_program_that_cannot_start(tmp_path):
-    a = Agent(tmp_path, ["/no/such/prog"])
-    _, msgs, _ = a.finish()
-    assert msgs == ["error cannot run '/no/such/prog' on here: no such file; check the program path (or python: in the inventory)", "exit 127"]
-    a = Agent(tmp_path, ["true"], cwd=str(tmp_path / "missing"))
-    _, msgs, _ = a.finish()
-    assert msgs[0].startswith(f"error working directory {tmp_path}/missing does not exist on here")
-
-
-def test_agent_makes_cwd_and_dumps_env(tmp_path):
-    cwd = tmp_path / "job" / "device3"
-    a = Agent(tmp_path, ["sh", "-c", "pwd"], env={"RANK_ID": "3", "X": "a b"}, cwd=str(cwd), mkdir=True, env_dump=str(cwd / "env3.log"))
-    out, msgs, _ = a.finish()
-    assert out.strip() == str(cwd)
-    dump = (cwd / "env3.log").read_text().splitlines()
-    assert "RANK_ID=3" in dump and "X=a b" in dump
-    assert oct((cwd / "env3.log").stat().st_mode & 0o777) == "0o600"
 
 
 # ------------------------------------------------------------------------------ mpirun's rsh agent
