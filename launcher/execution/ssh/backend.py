@@ -23,7 +23,8 @@ Host agent state machine (:class:`HostAgent`)::
              --ssh-start-timeout"; a slow login shell is "not started", not "lost")
     ready --silent for lost_after s, or the connection closed--> ended (255, "connection ... lost")
     starting/ready --channel EOF--> ended (unfinished ranks: the agent's exit status and its
-             last stderr lines, or "connection ... lost (closed)")
+             last stderr lines, "ended without an exit status" when it was killed, or
+             "connection ... lost (closed)")
 
 Rank handle state machine (:class:`SshProcess`)::
 
@@ -211,7 +212,7 @@ class HostAgent:
         self._err = b""
         self._said: List[str] = []
         self._end: Optional[tuple] = None  # (rc, reason) for ranks of an ended agent
-        self._eof_since: Optional[float] = None
+        self.eof_since: Optional[float] = None
 
     # ------------------------------------------------------------ set-up / requests
 
@@ -287,8 +288,8 @@ class HostAgent:
         except (OSError, EOFError, paramiko.SSHException):
             pass
         if (chan.closed or chan.eof_received) and not chan.recv_ready() and not chan.recv_stderr_ready():
-            if self._eof_since is None:
-                self._eof_since = time.monotonic()
+            if self.eof_since is None:
+                self.eof_since = time.monotonic()
 
     def _stdout(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
@@ -354,8 +355,8 @@ class HostAgent:
             return
         chan = self.chan
         assert chan is not None
-        if self._eof_since is not None:
-            if chan.exit_status_ready() or now - self._eof_since > _STATUS_WAIT:
+        if self.eof_since is not None:
+            if chan.exit_status_ready() or now - self.eof_since > _STATUS_WAIT:
                 self._channel_ended()
             return
         quiet = now - self.last_heard
@@ -380,10 +381,13 @@ class HostAgent:
         chan = self.chan
         assert chan is not None
         status = chan.recv_exit_status() if chan.exit_status_ready() else None
-        if status is None or status < 0 or not self.conn.active():
+        if not self.conn.active():
             self._ended(LOST_RC, f"connection to {self.host} lost (closed)")
             return
         said = "; ".join(self._said[-2:]) or "no output"
+        if status is None or status < 0:  # sshd sent exit-signal (paramiko keeps no status)
+            self._ended(LOST_RC, f"the mslaunch agent on {self.host} ended without an exit status (killed by a signal?): {said}")
+            return
         self._ended(status if status else LOST_RC, f"the mslaunch agent on {self.host} exited with status {status}: {said}")
 
     def _ended(self, rc: int, reason: str) -> None:
@@ -421,7 +425,7 @@ class _Pump(threading.Thread):
             while not self.stopping.is_set():
                 for key, _ in sel.select(_TICK):
                     key.data.pump()
-                    if key.data._eof_since is not None:  # the channel stays readable from now on
+                    if key.data.eof_since is not None:  # the channel stays readable from now on
                         sel.unregister(key.fd)
                         registered.pop(key.fd, None)
                 now = time.monotonic()
