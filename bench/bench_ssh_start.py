@@ -6,7 +6,7 @@ Each "host" is a network namespace with its own sshd (``tests/harness/netns_clus
 into a shared folder, then sleeping 1 s.  For each cluster size, alternating
 runs of
 
-* ``mslaunch run`` of the dynamic method (parallel connects, one remote agent per rank; the
+* ``mslaunch run`` of the dynamic method (parallel connects, one remote agent per host; the
   scheduler on host 1 first, as in every real job), timed from just before the command starts
   to the latest rank timestamp, and
 * the same ranks started one ``ssh`` at a time by a serial loop of the OpenSSH client

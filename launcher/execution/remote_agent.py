@@ -52,8 +52,9 @@ The agent is single-threaded: one ``select`` loop over stdin, every rank's pipe,
 output is queued; stdout is non-blocking, so a stalled link never stops the ping timeout) and a
 SIGCHLD wake-up pipe.  Each rank runs in its own session (``start_new_session``), so its process
 group is its pid; the agent is a child subreaper (Linux), so orphans of a rank are re-parented
-to it; they are attributed to their rank by snapshots of the process tree (``/proc``, every
-second while ranks run) and by their group/session, and are killed when that rank exits.
+to it; they are attributed to their rank by snapshots of its tree (every second while ranks
+run, walked from each rank's ``/proc/<pid>/task/*/children`` files) and by their group/session,
+and are killed when that rank exits.
 Nothing here runs a shell.
 """
 import json
@@ -142,6 +143,41 @@ def proc_table():  # type: ignore[no-untyped-def]
             out[int(name)] = (int(f[1]), int(f[2]), int(f[3]))
         except (OSError, ValueError, IndexError):
             pass
+    return out
+
+
+def children_of(pid):  # type: ignore[no-untyped-def]
+    """Child pids of ``pid`` from ``/proc/<pid>/task/*/children``, or None where the kernel
+    lacks that file."""
+    out = []
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def tree_below(pid):  # type: ignore[no-untyped-def]
+    """Descendants of ``pid`` walked from its children files (cheap: no scan of every
+    process), or None where the kernel lacks them."""
+    out, frontier = [], [pid]
+    while frontier:
+        nxt = []
+        for p in frontier:
+            kids = children_of(p)
+            if kids is None:
+                return None
+            nxt.extend(kids)
+        out.extend(nxt)
+        frontier = nxt
     return out
 
 
@@ -242,14 +278,20 @@ class Agent(object):
 
     # ------------------------------------------------------------ the loop
 
+    def beat(self):  # type: ignore[no-untyped-def]
+        """Queue a heartbeat when one is due; returns when the next one is."""
+        now = time.monotonic()
+        if now >= self.next_beat:
+            self.message({"ev": "hb"})
+            self.next_beat = now + self.heartbeat
+        return self.next_beat
+
     def run(self):  # type: ignore[no-untyped-def]
-        next_beat = time.monotonic() + self.heartbeat
+        self.next_beat = time.monotonic() + self.heartbeat
         next_snap = time.monotonic() + SNAPSHOT_EVERY
         while not self.gone:
+            next_beat = self.beat()
             now = time.monotonic()
-            if now >= next_beat:
-                self.message({"ev": "hb"})
-                next_beat = now + self.heartbeat
             if now >= next_snap:
                 if any(r.rc is None and r.pid is not None for r in self.ranks.values()):
                     self.snapshot()
@@ -304,6 +346,8 @@ class Agent(object):
                 except ValueError:
                     continue
                 self.handle(op)
+                self.beat()  # many starts on a loaded host: the launcher still hears from us
+                self.flush()
 
     def handle(self, op):  # type: ignore[no-untyped-def]
         kind = op.get("op")
@@ -400,16 +444,18 @@ class Agent(object):
             r.fd = None
 
     def reap(self):  # type: ignore[no-untyped-def]
-        """Collect every exited child: ranks get their returncode, orphans are just reaped."""
+        """Collect every exited child: ranks get their returncode (and what they left behind is
+        killed), orphans are just reaped."""
+        exited = []
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                break
             except InterruptedError:
                 continue
             if pid == 0:
-                return
+                break
             r = self.by_pid.pop(pid, None)
             if r is None:
                 continue
@@ -418,7 +464,11 @@ class Agent(object):
             r.reaped_mono = time.monotonic()
             if r.popen is not None:
                 r.popen.returncode = r.rc  # subprocess must not wait for it again
-            self.kill_leftovers(r)
+            exited.append(r)
+        if exited:
+            table = proc_table()  # one scan for every rank that exited
+            for r in exited:
+                self.kill_leftovers(r, table)
 
     def finish_ranks(self):  # type: ignore[no-untyped-def]
         """Report ranks that exited once their output is all framed (or the drain limit passed)."""
@@ -442,12 +492,18 @@ class Agent(object):
     # ------------------------------------------------------------ trees
 
     def snapshot(self, table=None):  # type: ignore[no-untyped-def]
-        """Remember which processes live below each running rank; returns the table."""
-        table = table if table is not None else proc_table()
-        for r in self.ranks.values():
-            if r.rc is None and r.pid is not None:
-                r.tree.update(below(table, [r.pid]))
-        return table
+        """Remember which processes live below each running rank (from ``table``, else from
+        the ranks' children files, else from a scan of every process)."""
+        running = [r for r in self.ranks.values() if r.rc is None and r.pid is not None]
+        if table is None:
+            trees = [tree_below(r.pid) for r in running]
+            if all(t is not None for t in trees):
+                for r, t in zip(running, trees):
+                    r.tree.update(t)
+                return
+            table = proc_table()
+        for r in running:
+            r.tree.update(below(table, [r.pid]))
 
     def owned(self, r, table):  # type: ignore[no-untyped-def]
         """Pids of live processes that belong to rank ``r``: its group or session, its tree,
@@ -478,9 +534,8 @@ class Agent(object):
         if r.rc is None:
             _killpg(r.pid, signal.SIGKILL)
 
-    def kill_leftovers(self, r):  # type: ignore[no-untyped-def]
+    def kill_leftovers(self, r, table):  # type: ignore[no-untyped-def]
         """Rank ``r`` exited: kill whatever it left behind (we are its subreaper)."""
-        table = proc_table()
         for pid in self.owned(r, table):
             if pid not in self.by_pid:
                 _kill(pid, signal.SIGKILL)

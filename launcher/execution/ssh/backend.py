@@ -360,6 +360,9 @@ class HostAgent:
                 self._channel_ended()
             return
         quiet = now - self.last_heard
+        if quiet > min(self.settings.lost_after, self.settings.start_timeout):
+            self.pump()  # words already here (this thread was slow) are not silence
+            quiet = now - self.last_heard
         if self.state == "starting":
             # Nothing from the agent yet: the login shell is still running (or hangs).
             if quiet > self.settings.start_timeout:
