@@ -12,7 +12,7 @@ from launcher.errors import LaunchError
 from launcher.execution.results import FAILED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.supervisor import Supervisor
-from tests.execution.fakebackend import Exit, FakeBackend, fake_plan
+from tests.execution.fakebackend import Exit, FakeBackend, FakeProcess, fake_plan
 
 
 class Recorder:
@@ -150,3 +150,56 @@ def test_a_process_that_cannot_start_fails_the_attempt_and_the_started_ones_are_
     assert by_name["rank 1"].reason == "rank 1: cannot run 'train': no such file"
     assert by_name["rank 0"].torn_down and "rank 2" not in by_name  # nothing after the failure starts
     assert result.root_cause is not None and result.root_cause.name == "rank 1"
+
+
+class _ReportingProcess(FakeProcess):
+    """A handle that reports its exit through ``notify_exit``; ``wait()`` must not be called."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._callbacks: List[Any] = []
+        self.waited = False
+
+    def notify_exit(self, callback) -> bool:
+        if self._done.is_set():
+            callback(self._rc)
+        else:
+            self._callbacks.append(callback)
+        return True
+
+    def exited(self, rc: int, exit_time=None) -> None:
+        first = not self._done.is_set()
+        super().exited(rc, exit_time)
+        if first:
+            for cb in self._callbacks:
+                cb(rc)
+
+    def wait(self) -> int:
+        self.waited = True
+        raise AssertionError("the supervisor blocked a thread in wait()")
+
+
+class _ReportingBackend(FakeBackend):
+    def start(self, proc, log_path: str, cwd: str):
+        self.calls.append(("start", proc.name))
+        handle = _ReportingProcess(self, proc, log_path)
+        self.handles.append(handle)
+        planned = self.script.get(proc.name)
+        if planned is not None:
+            handle.exited(planned.rc, planned.exit_time)
+        return handle
+
+
+def test_backends_that_report_exits_need_no_waiter_thread(tmp_path):
+    backends: List[FakeBackend] = []
+
+    def factory(attempt: int, adir: str) -> FakeBackend:
+        backends.append(_ReportingBackend(script={"rank 1": Exit(3)}))
+        return backends[-1]
+
+    plan = fake_plan(str(tmp_path / "job"))
+    result = Supervisor(plan, factory, SuperviseOptions(grace=5.0)).run()
+    assert (result.status, result.exit_code) == (FAILED, 3)
+    by_name = {p.name: p for p in result.processes}
+    assert by_name["rank 1"].returncode == 3 and by_name["rank 0"].signal == "SIGTERM" and by_name["rank 2"].signal == "SIGTERM"
+    assert not any(h.waited for h in backends[0].handles)
