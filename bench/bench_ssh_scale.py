@@ -8,7 +8,9 @@ scheduler (host 1) only listens.  Measured:
 
 1. **start-up**: time from just before ``mslaunch run`` to the latest rank's own start stamp,
    for 1 host x 8 ranks (the anchor) and 16 (and 32) hosts x 8 ranks, runs interleaved, median
-   of ``--runs``; ratio to the anchor (target: 16 x 8 <= 2.5x).
+   of ``--runs``; ratio to the anchor (target: 16 x 8 <= 2.5x).  Beside each: the floor, the same
+   number of rank programs started at once on this machine without SSH (every namespace host
+   shares this machine's CPUs, so 128 ranks cost 16x the CPU of 8 here, unlike on real hosts).
 2. **failure-to-exit**: 16 x 8 ranks, one rank exits 1 after 2 s: from that rank's exit stamp to
    the moment ``mslaunch`` has exited (target <= 1 s); then processes left on any host (0).
 3. **threads and RSS** of the mslaunch process while every rank runs: 1 x 8, 16 x 1 and 16 x 8
@@ -169,6 +171,24 @@ def start_time(b: Bench, hosts: int) -> float:
     return max(values) - start
 
 
+def local_floor(b: Bench, n: int) -> float:
+    """The same ``n`` rank programs started at once on this machine without SSH or mslaunch:
+    from the first spawn to the latest start stamp (the CPU floor every host shares here)."""
+    b.n += 1
+    stamps = os.path.join(b.work, f"stamps{b.n}")
+    os.mkdir(stamps)
+    start = time.time()
+    procs = [subprocess.Popen([sys.executable, "-S", os.path.join(b.work, "rank.py"), stamps, "sleep", "1"],
+                              env=dict(b.env, RANK_ID=str(r)), cwd=b.work) for r in range(n)]
+    values = stamps_of(stamps)
+    while len(values) < n:
+        time.sleep(0.01)
+        values = stamps_of(stamps)
+    for p in procs:
+        p.wait()
+    return max(values) - start
+
+
 def fail_to_exit(b: Bench, hosts: int) -> Tuple[float, int]:
     proc, stamps, _, _ = b.launch(hosts, PER_HOST, "fail", "2")
     wait_stamps(stamps, hosts * PER_HOST, proc)
@@ -232,16 +252,19 @@ def main() -> int:
         print(f"ssh backend, one agent per host; {os.cpu_count()} CPUs (machine shared); login shell: {login}")
         start_time(b, 1)  # warm-up
         times: Dict[int, List[float]] = {s: [] for s in sizes}
+        floor: Dict[int, List[float]] = {s: [] for s in sizes}
         for _ in range(args.runs):
             for s in sizes:
                 times[s].append(start_time(b, s))
-                print(f"  start {s} x {PER_HOST}: {times[s][-1]:.3f} s", file=sys.stderr)
+                floor[s].append(local_floor(b, s * PER_HOST))
+                print(f"  start {s} x {PER_HOST}: {times[s][-1]:.3f} s (local floor {floor[s][-1]:.3f} s)", file=sys.stderr)
         base = statistics.median(times[sizes[0]])
         print(f"\n1. time until every rank started (median of {args.runs}):")
         for s in sizes:
             med = statistics.median(times[s])
             print(f"   {s:>2} hosts x {PER_HOST} = {s * PER_HOST:>3} ranks: {med:.3f} s  ({med / base:.2f}x the {sizes[0]} x {PER_HOST} anchor)"
                   f"   runs: {', '.join(f'{t:.3f}' for t in times[s])}")
+            print(f"      floor: the same {s * PER_HOST} rank programs started at once here, no SSH: {statistics.median(floor[s]):.3f} s")
         if 16 in times:
             ratio = statistics.median(times[16]) / base
             met = ratio <= START_RATIO
