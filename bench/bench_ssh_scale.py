@@ -3,8 +3,10 @@
 
 One namespace cluster (``tests/harness/netns_cluster.py``: one network namespace and one sshd
 per "host"; needs root, ``ip netns`` and OpenSSH) of the largest size asked for; smaller jobs
-use its first hosts.  Ranks are MindSpore-free ``python -S`` programs; the dynamic method's
-scheduler (host 1) only listens.  Measured:
+use its first hosts.  Ranks are MindSpore-free programs: ``--ranks sh`` (default) a shell
+script stamping its start with ``date`` (no interpreter start-up, so the figures show the launch
+path, not 128 Python start-ups on this machine's shared cores), ``--ranks python`` a ``python -S``
+script; the dynamic method's scheduler (host 1) is the Python script and only listens.  Measured:
 
 1. **start-up**: time from just before ``mslaunch run`` to the latest rank's own start stamp,
    for 1 host x 8 ranks (the anchor) and 16 (and 32) hosts x 8 ranks, runs interleaved, median
@@ -26,7 +28,7 @@ ratios compare figures taken in the same run.
 
 Usage::
 
-    python bench/bench_ssh_scale.py [--sizes 1,16,32] [--runs 3] [--log-seconds 60] [--bashrc]
+    python bench/bench_ssh_scale.py [--sizes 1,16,32] [--runs 3] [--log-seconds 60] [--bashrc] [--ranks sh|python]
 
 Exit code: 0 when every target is met, 1 otherwise, 2 when namespace clusters cannot run here.
 """
@@ -84,16 +86,40 @@ elif mode == "log":
         print("rank%s line %d" % (rank, i), flush=True)
 """
 
+#: The light rank program (``--ranks sh``): a shell and ``date``, no interpreter start-up; the
+#: dynamic method's scheduler and the logs run use the Python program.
+RANK_SH = """\
+#!/bin/sh
+if [ "$MS_ROLE" = MS_SCHED ]; then exec "$RANK_PYTHON" -S "$(dirname "$0")/rank.py" "$@"; fi
+date +%s.%N > "$1/rank_$RANK_ID"
+case "$2" in
+  sleep) sleep "$3" ;;
+  fail) if [ "$RANK_ID" = 9 ]; then sleep "$3"; date +%s.%N > "$1/failed"; exit 1; fi; sleep 3600 ;;
+  *) exec "$RANK_PYTHON" -S "$(dirname "$0")/rank.py" "$@" ;;
+esac
+"""
+
 
 class Bench:
-    def __init__(self, cluster, work: str) -> None:
+    def __init__(self, cluster, work: str, ranks: str) -> None:
         self.c = cluster
         self.work = work
-        self.env = dict(os.environ, MSLAUNCH_SSH_CONFIG=cluster.ssh_config, MSLAUNCH_HOME=os.path.join(work, "home"))
+        self.env = dict(os.environ, MSLAUNCH_SSH_CONFIG=cluster.ssh_config, MSLAUNCH_HOME=os.path.join(work, "home"),
+                        RANK_PYTHON=sys.executable)
         self.env.pop("PYTHONUNBUFFERED", None)
         with open(os.path.join(work, "rank.py"), "w") as fh:
             fh.write(RANK_PROGRAM)
+        with open(os.path.join(work, "rank.sh"), "w") as fh:
+            fh.write(RANK_SH)
+        os.chmod(os.path.join(work, "rank.sh"), 0o755)
+        self.ranks = ranks
         self.n = 0
+
+    def program(self, mode: str) -> List[str]:
+        """The rank's argv before its arguments (the logs run always uses Python)."""
+        if self.ranks == "sh" and mode != "log":
+            return [os.path.join(self.work, "rank.sh")]
+        return [sys.executable, "-S", os.path.join(self.work, "rank.py")]
 
     def hostfile(self, hosts: int, per_host: int) -> str:
         path = os.path.join(self.work, f"hosts_{hosts}x{per_host}")
@@ -107,8 +133,8 @@ class Bench:
         os.mkdir(stamps)
         job = os.path.join(self.work, f"job{self.n}")
         argv = [sys.executable, "-m", "launcher", "run", "-q", "--hosts", self.hostfile(hosts, per_host), "--launcher", "ssh",
-                "--master-port", "auto", "--log-dir", job, "--grace", "2", "--no-python", sys.executable, "-S",
-                os.path.join(self.work, "rank.py"), stamps, mode, arg]
+                "--master-port", "auto", "--log-dir", job, "--grace", "2", "--env", f"RANK_PYTHON={sys.executable}", "--no-python",
+                *self.program(mode), stamps, mode, arg]
         start = time.time()
         proc = subprocess.Popen(argv, cwd=self.work, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         return proc, stamps, job, start
@@ -178,7 +204,7 @@ def local_floor(b: Bench, n: int) -> float:
     stamps = os.path.join(b.work, f"stamps{b.n}")
     os.mkdir(stamps)
     start = time.time()
-    procs = [subprocess.Popen([sys.executable, "-S", os.path.join(b.work, "rank.py"), stamps, "sleep", "1"],
+    procs = [subprocess.Popen([*b.program("sleep"), stamps, "sleep", "1"],
                               env=dict(b.env, RANK_ID=str(r)), cwd=b.work) for r in range(n)]
     values = stamps_of(stamps)
     while len(values) < n:
@@ -234,6 +260,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per size (median reported)")
     parser.add_argument("--log-seconds", type=float, default=60.0, help="seconds of the logs run")
     parser.add_argument("--bashrc", action="store_true", help="sessions run root's ~/.bashrc (pyenv init here)")
+    parser.add_argument("--ranks", choices=("sh", "python"), default="sh",
+                        help="rank program for start-up and failure runs: sh + date (light) or python -S")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     from tests.harness.conftest_netns import netns_unavailable_reason
@@ -247,9 +275,10 @@ def main() -> int:
     big = 16 if max(sizes) >= 16 else max(sizes)
     with NamespaceCluster(max(sizes), slots=PER_HOST, source_bashrc=args.bashrc) as cluster, \
             tempfile.TemporaryDirectory(prefix="mslscale-") as work:
-        b = Bench(cluster, work)
+        b = Bench(cluster, work, args.ranks)
         login = "root's ~/.bashrc (pyenv init)" if args.bashrc else "no rc files"
-        print(f"ssh backend, one agent per host; {os.cpu_count()} CPUs (machine shared); login shell: {login}")
+        print(f"ssh backend, one agent per host; {os.cpu_count()} CPUs (machine shared); login shell: {login}; "
+              f"rank program: {'sh + date' if args.ranks == 'sh' else 'python -S'}")
         start_time(b, 1)  # warm-up
         times: Dict[int, List[float]] = {s: [] for s in sizes}
         floor: Dict[int, List[float]] = {s: [] for s in sizes}

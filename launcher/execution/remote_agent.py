@@ -50,7 +50,8 @@ State machine of the agent::
 
 The agent is single-threaded: one ``select`` loop over stdin, every rank's pipe, stdout (when
 output is queued; stdout is non-blocking, so a stalled link never stops the ping timeout) and a
-SIGCHLD wake-up pipe.  Each rank runs in its own session (``start_new_session``), so its process
+SIGCHLD wake-up pipe.  Output is written once :data:`BATCH` bytes are queued or the oldest has
+waited :data:`FLUSH_DELAY` s, so many ranks' lines leave in few SSH packets.  Each rank runs in its own session (``start_new_session``), so its process
 group is its pid; the agent is a child subreaper (Linux), so orphans of a rank are re-parented
 to it; they are attributed to their rank by snapshots of its tree (every second while ranks
 run, walked from each rank's ``/proc/<pid>/task/*/children`` files) and by their group/session,
@@ -90,6 +91,10 @@ BOOTSTRAP = (
 
 #: Stop reading the ranks' pipes while this much output waits for the link.
 OUT_LIMIT = 8 << 20
+#: Output waits at most this long (or until BATCH bytes are queued) before it is written, so
+#: that many ranks' lines leave in few SSH packets.
+FLUSH_DELAY = 0.02
+BATCH = 64 << 10
 #: Seconds a finished rank's pipe may stay open (a leftover we could not attribute holds it).
 DRAIN_LIMIT = 2.0
 #: Seconds between process-tree snapshots while ranks run.
@@ -239,6 +244,7 @@ class Agent(object):
         self.ranks = {}
         self.by_pid = {}
         self.out = bytearray()
+        self.out_since = 0.0
         self.inbuf = b""
         self.last_in = time.monotonic()
         self.gone = False  # the launcher is gone (EOF, silence, signal, write error)
@@ -257,6 +263,8 @@ class Agent(object):
     # ------------------------------------------------------------ output
 
     def frame(self, kind, rid, data):  # type: ignore[no-untyped-def]
+        if not self.out:
+            self.out_since = time.monotonic()
         self.out += HEADER.pack(kind, rid, len(data))
         self.out += data
 
@@ -275,6 +283,10 @@ class Agent(object):
                 self.gone = True
                 return
             del self.out[:n]
+
+    def flush_due(self, now):  # type: ignore[no-untyped-def]
+        """Queued output is big enough or old enough to be written."""
+        return bool(self.out) and (len(self.out) >= BATCH or now - self.out_since >= FLUSH_DELAY)
 
     # ------------------------------------------------------------ the loop
 
@@ -299,8 +311,11 @@ class Agent(object):
             rlist = [0, self.wake_r]
             if len(self.out) < OUT_LIMIT:
                 rlist += [r.fd for r in self.ranks.values() if r.fd is not None]
-            wlist = [1] if self.out else []
-            timeout = max(0.0, min(next_beat - now, 0.25))
+            wlist = [1] if self.flush_due(now) else []
+            timeout = min(next_beat - now, 0.25)
+            if self.out and not wlist:
+                timeout = min(timeout, self.out_since + FLUSH_DELAY - now)
+            timeout = max(0.0, timeout)
             try:
                 readable, writable, _ = select.select(rlist, wlist, [], timeout)
             except (OSError, ValueError):
@@ -318,7 +333,7 @@ class Agent(object):
                     self.read_rank(r)
             self.reap()
             self.finish_ranks()
-            if writable or self.out:
+            if self.flush_due(time.monotonic()):
                 self.flush()
             if time.monotonic() - self.last_in > self.ping_timeout:
                 self.gone = True

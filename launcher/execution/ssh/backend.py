@@ -413,9 +413,23 @@ class _Pump(threading.Thread):
         super().__init__(name="ssh-pump", daemon=True)
         self.agents = agents
         self.stopping = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the loop at once (it wakes from ``select``) and wait for it."""
+        self.stopping.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        self.join(timeout)
+        if not self.is_alive():
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
 
     def run(self) -> None:
         sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
         registered: Dict[int, HostAgent] = {}
         for a in self.agents:
             if a.chan is not None and not a.ended:
@@ -427,6 +441,8 @@ class _Pump(threading.Thread):
         try:
             while not self.stopping.is_set():
                 for key, _ in sel.select(_TICK):
+                    if key.data is None:  # woken by stop()
+                        continue
                     key.data.pump()
                     if key.data.eof_since is not None:  # the channel stays readable from now on
                         sel.unregister(key.fd)
@@ -444,8 +460,6 @@ class _Pump(threading.Thread):
                     for a in self.agents:
                         a.ping()
                     next_ping = now + PING_INTERVAL
-                if not registered and all(a.ended for a in self.agents):
-                    self.stopping.wait(_TICK)
         finally:
             sel.close()
 
@@ -553,8 +567,7 @@ class SshLauncher(Backend):
     def close(self) -> None:
         """Stop the pump and close every connection (agents still running then end their ranks)."""
         if self._pump is not None:
-            self._pump.stopping.set()
-            self._pump.join(5.0)
+            self._pump.stop()
         conns = list(getattr(self, "conns", {}).values())
         threads = [threading.Thread(target=c.close, daemon=True) for c in conns]
         for t in threads:
