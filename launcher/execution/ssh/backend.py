@@ -49,7 +49,7 @@ from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ProcessHandle, register_backend
 from launcher.execution.ssh.agent import LOST_RC, AgentConfig, FrameReader, agent_command, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
-from launcher.execution.ssh.settings import PING_INTERVAL, START_TIMEOUT, SSHSettings
+from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.execution.ssh.transfer import put_file
 from launcher.planning.plan import Plan, ProcPlan
 

@@ -15,9 +15,9 @@ CONNECT_TIMEOUT = 10.0
 PING_INTERVAL = 1.0
 #: Seconds without a word from an agent after which its host counts as lost.
 LOST_AFTER = 5.0
-#: Seconds without a ping after which an agent ends its rank by itself.
+#: Seconds without a ping after which a host agent ends every rank of its host by itself.
 AGENT_TIMEOUT = 8.0
-#: Default seconds for a host's agent to say "started" (``--ssh-start-timeout``): the login
+#: Default seconds for a host's agent to say "ready" (``--ssh-start-timeout``): the login
 #: shell runs first (profile scripts, pyenv, ...), so this is longer than the liveness window.
 START_TIMEOUT = 30.0
 
@@ -34,7 +34,7 @@ class SSHSettings:
         start_timeout: seconds for a host's agent to start (``--ssh-start-timeout``).
         known_hosts: known_hosts file to use instead of the config's ``UserKnownHostsFile``.
         lost_after: seconds of silence after which a host counts as lost, once its agent started.
-        agent_timeout: seconds without a ping after which an agent ends its rank.
+        agent_timeout: seconds without a ping after which a host agent ends its host's ranks.
         pool: connections opened at once.
     """
 
