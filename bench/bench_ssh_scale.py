@@ -13,7 +13,7 @@ script; the dynamic method's scheduler (host 1) is the Python script and only li
    of ``--runs``; ratio to the anchor (target: 16 x 8 <= 2.5x).  Beside each: the floor, the same
    number of rank programs started at once on this machine without SSH (every namespace host
    shares this machine's CPUs, so 128 ranks cost 16x the CPU of 8 here, unlike on real hosts).
-2. **failure-to-exit**: 16 x 8 ranks, one rank exits 1 after 2 s: from that rank's exit stamp to
+2. **failure-to-exit**: 16 x 8 ranks, one rank exits 1 once all started (+1 s): from its exit stamp to
    the moment ``mslaunch`` has exited (target <= 1 s); then processes left on any host (0).
 3. **threads and RSS** of the mslaunch process while every rank runs: 1 x 8, 16 x 1 and 16 x 8
    (threads must not grow per rank).
@@ -70,8 +70,10 @@ with open(os.path.join(stamps, "rank_" + rank), "w") as fh:
 if mode == "sleep":
     time.sleep(float(arg))
 elif mode == "fail":
-    if rank == "9":
-        time.sleep(float(arg))
+    if rank == "9":  # every rank started, then 1 s
+        while len([f for f in os.listdir(stamps) if f.startswith("rank_")]) < int(arg):
+            time.sleep(0.05)
+        time.sleep(1)
         with open(os.path.join(stamps, "failed"), "w") as fh:
             fh.write(repr(time.time()))
         sys.exit(1)
@@ -94,7 +96,10 @@ if [ "$MS_ROLE" = MS_SCHED ]; then exec "$RANK_PYTHON" -S "$(dirname "$0")/rank.
 date +%s.%N > "$1/rank_$RANK_ID"
 case "$2" in
   sleep) sleep "$3" ;;
-  fail) if [ "$RANK_ID" = 9 ]; then sleep "$3"; date +%s.%N > "$1/failed"; exit 1; fi; sleep 3600 ;;
+  fail) if [ "$RANK_ID" = 9 ]; then
+          while [ "$(ls "$1" | grep -c rank_)" -lt "$3" ]; do sleep 0.05; done
+          sleep 1; date +%s.%N > "$1/failed"; exit 1
+        fi; sleep 3600 ;;
   *) exec "$RANK_PYTHON" -S "$(dirname "$0")/rank.py" "$@" ;;
 esac
 """
@@ -216,7 +221,7 @@ def local_floor(b: Bench, n: int) -> float:
 
 
 def fail_to_exit(b: Bench, hosts: int) -> Tuple[float, int]:
-    proc, stamps, _, _ = b.launch(hosts, PER_HOST, "fail", "2")
+    proc, stamps, _, _ = b.launch(hosts, PER_HOST, "fail", str(hosts * PER_HOST))
     wait_stamps(stamps, hosts * PER_HOST, proc)
     rc, when, _ = wait_exit(proc)
     failed = float(open(os.path.join(stamps, "failed")).read())
@@ -300,7 +305,7 @@ def main() -> int:
             ok &= met
             print(f"   16 x 8 / 1 x 8 = {ratio:.2f} (target <= {START_RATIO:g}): {'met' if met else 'NOT met'}")
 
-        print(f"\n2. failure-to-exit, {big} x {PER_HOST} ranks (rank 9 exits 1 after 2 s):")
+        print(f"\n2. failure-to-exit, {big} x {PER_HOST} ranks (rank 9 exits 1 once every rank started, + 1 s):")
         fte = []
         for _ in range(args.runs):
             took, left = fail_to_exit(b, big)
