@@ -48,7 +48,7 @@ State machine of the agent::
     ending: SIGTERM to every rank group and descendant, 2 s, SIGKILL, reap, exit frames
     (best effort), exit
 
-The agent is single-threaded: one ``select`` loop over stdin, every rank's pipe, stdout (when
+The agent is single-threaded: one ``poll`` loop over stdin, every rank's pipe, stdout (when
 output is queued; stdout is non-blocking, so a stalled link never stops the ping timeout) and a
 SIGCHLD wake-up pipe.  Output is written once :data:`BATCH` bytes are queued or the oldest has
 waited :data:`FLUSH_DELAY` s, so many ranks' lines leave in few SSH packets.  Each rank runs in its own session (``start_new_session``), so its process
@@ -316,10 +316,7 @@ class Agent(object):
             if self.out and not wlist:
                 timeout = min(timeout, self.out_since + FLUSH_DELAY - now)
             timeout = max(0.0, timeout)
-            try:
-                readable, writable, _ = select.select(rlist, wlist, [], timeout)
-            except (OSError, ValueError):
-                readable, writable = [], []
+            readable, writable = _poll(rlist, wlist, timeout)
             if 0 in readable:
                 self.read_stdin()
             if self.wake_r in readable:
@@ -591,6 +588,26 @@ class Agent(object):
 
 class _StartError(Exception):
     """A rank cannot be started (its message is sent as the rank's "error")."""
+
+
+def _poll(rlist, wlist, timeout):  # type: ignore[no-untyped-def]
+    """``select`` without its 1024-descriptor limit: (readable, writable) sets of fds."""
+    poller = select.poll()
+    for fd in rlist:
+        poller.register(fd, select.POLLIN)
+    for fd in wlist:
+        poller.register(fd, select.POLLOUT)
+    try:
+        events = poller.poll(timeout * 1000.0)
+    except (OSError, ValueError):
+        return set(), set()
+    readable, writable = set(), set()
+    for fd, ev in events:
+        if fd in wlist:
+            writable.add(fd)
+        if ev & (select.POLLIN | select.POLLHUP | select.POLLERR | select.POLLNVAL) and fd in rlist:
+            readable.add(fd)
+    return readable, writable
 
 
 def _nonblock(fd):  # type: ignore[no-untyped-def]
