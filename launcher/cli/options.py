@@ -341,7 +341,9 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
         # MS_SCHED_HOST must be an address every host reaches: an ssh alias's HostName.
         from launcher.execution.ssh import resolve_addrs
 
-        inventory = resolve_addrs(inventory, ssh_config)
+        # only the scheduler's host, the first, is dialled by address: one lookup, not one per host
+        first = resolve_addrs(Inventory(inventory.hosts[:1]), ssh_config).hosts[0]
+        inventory = Inventory((first,) + inventory.hosts[1:], source=inventory.source)
     mpi_opts = MpiOptions(
         allow_run_as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
         oversubscribe=opts.oversubscribe,

@@ -29,7 +29,7 @@ import os
 
 from launcher.errors import InventoryError
 from launcher.planning.clusteryaml import parse_cluster_yaml
-from launcher.planning.hostfile import parse_host_list, parse_hostfile
+from launcher.planning.hostfile import MAX_HOSTFILE_BYTES, parse_host_list, parse_hostfile
 from launcher.planning.hostfilter import apply_filters, parse_filter
 from launcher.planning.hosts import (
     LOCAL_NAMES, MAX_DEVICE_ID, MAX_ENV_ENTRY_BYTES, MAX_HOSTS, MAX_SLOTS, Host, Inventory, SshOptions, env_problem, is_local,
@@ -51,7 +51,7 @@ def read_inventory(path: str) -> Inventory:
     if path.endswith((".yaml", ".yml")):
         text = read_text(path, InventoryError, missing, "a cluster file", limit=MAX_YAML_CHARS)
         return parse_cluster_yaml(text, path=path, base_dir=os.path.dirname(os.path.abspath(path)))
-    return parse_hostfile(read_text(path, InventoryError, missing, "a hostfile"), path=path)
+    return parse_hostfile(read_text(path, InventoryError, missing, "a hostfile", limit=MAX_HOSTFILE_BYTES), path=path)
 
 
 def local_inventory(slots: int) -> Inventory:

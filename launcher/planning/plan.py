@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning import cpu, envs, layout, mpi
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.kinds import ArtefactKind, Method, Role
 from launcher.planning.procenv import ProcEnv
-from launcher.planning.ranks import RankSlot, assign_ranks, node_slots, used_inventory
+from launcher.planning.ranks import RankSlot, assign_ranks, new_frozen, node_slots, used_inventory
 
 LAUNCHERS = ("local", "ssh", "mpirun")
 DEFAULT_MASTER_PORT = 8118
@@ -327,8 +327,9 @@ def build_plan(spec: JobSpec) -> Plan:
     hosts_by_name = {h.name: h for h in used}
     # msrun without --node_rank on a multi-node job: MindSpore assigns the ranks.
     auto_ranks = spec.node is not None and spec.node.node_rank is None and spec.node.local_worker_num < world
+    cache = _RankCache(spec, proc_env)
     ranks: List[ProcPlan] = [
-        _rank_proc(spec, slot, hosts_by_name[slot.host], proc_env, sched_addr, table_path, auto_ranks) for slot in slots
+        _rank_proc(spec, slot, hosts_by_name[slot.host], proc_env, sched_addr, table_path, auto_ranks, cache) for slot in slots
     ]
     scheduler = _scheduler_proc(spec, world, sched_host, sched_addr, proc_env)
 
@@ -436,10 +437,53 @@ def _scheduler_place(spec: JobSpec, used: Sequence[Host]) -> Tuple[Optional[Host
     return _master(spec, list(used))
 
 
+class _RankCache:
+    """What every rank of one host (or of one local index) shares, computed once: its argv and
+    its user-side env (ranks not bound to cores here), and the ``numactl`` prefix per local
+    index.  Keeps :func:`build_plan` linear with a small constant at 100,000 ranks."""
+
+    def __init__(self, spec: JobSpec, proc_env: ProcEnv) -> None:
+        self.spec = spec
+        self.proc_env = proc_env
+        self.argv: Dict[str, Tuple[str, ...]] = {}
+        self.env: Dict[str, Dict[str, str]] = {}
+        self.numa: Dict[int, Tuple[str, ...]] = {}
+        self.log = layout.worker_log_filler(spec.job_dir, spec.worker_log_name)
+        self.dynamic: Optional[Callable[[RankSlot], Dict[str, str]]] = None
+
+    def dynamic_env(self, slot: RankSlot, sched_addr: str) -> Dict[str, str]:
+        """``envs.dynamic_worker_env(slot, sched_addr, ...)`` (the shared part built once)."""
+        if self.dynamic is None:
+            self.dynamic = envs.dynamic_worker_layout(slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out)
+        return self.dynamic(slot)
+
+    def program(self, host: Host, local_rank: int) -> Tuple[str, ...]:
+        """``numa_prefix(...) + program_argv(spec, host)`` for a rank at ``local_rank`` on ``host``."""
+        argv = self.argv.get(host.name)
+        if argv is None:
+            argv = self.argv[host.name] = program_argv(self.spec, host)
+        prefix = self.numa.get(local_rank)
+        if prefix is None:
+            prefix = self.numa[local_rank] = numa_prefix(self.spec.bind_numa, f"device{local_rank}")
+        return prefix + argv if prefix else argv
+
+    def user_env(self, host: Host, rank: int) -> Dict[str, str]:
+        """``proc_env.user_env(host, rank)``: shared between ranks, so never change it."""
+        if rank in self.proc_env.local_index:
+            return self.proc_env.user_env(host, rank)
+        env = self.env.get(host.name)
+        if env is None:
+            env = self.env[host.name] = self.proc_env.user_env(host, rank)
+        return env
+
+
 def _rank_proc(
     spec: JobSpec, slot: RankSlot, host: Host, proc_env: ProcEnv, sched_addr: Optional[str], table_path: str, auto_ranks: bool,
+    cache: Optional[_RankCache] = None,
 ) -> ProcPlan:
     """The plan of one rank: the method's layout variables over the user's env, its cwd and log."""
+    if cache is None:
+        cache = _RankCache(spec, proc_env)
     cwd = spec.cwd
     env_dump = None
     rank: Optional[int] = slot.rank
@@ -449,7 +493,7 @@ def _rank_proc(
         log_index = slot.local_rank if spec.sim_rank_id is not None else slot.rank
     elif spec.method == Method.DYNAMIC:
         assert sched_addr is not None
-        env_layout = envs.dynamic_worker_env(slot, sched_addr, spec.master_port, spec.cluster_time_out)
+        env_layout = cache.dynamic_env(slot, sched_addr)
         if auto_ranks:
             for key in ("MS_NODE_ID", "RANK_ID"):
                 env_layout.pop(key)
@@ -460,7 +504,8 @@ def _rank_proc(
         env_dump = layout.env_dump_path(cwd, slot.rank)
     else:
         env_layout = envs.mpi_env(slot)
-    return ProcPlan(
+    return new_frozen(
+        ProcPlan,
         name=f"rank {slot.rank}" if rank is not None else f"worker {slot.local_rank}",
         role=Role.WORKER,
         host=slot.host,
@@ -468,10 +513,10 @@ def _rank_proc(
         local_rank=slot.local_rank,
         node_rank=slot.node_rank,
         device_id=slot.device_id,
-        argv=numa_prefix(spec.bind_numa, f"device{slot.local_rank}") + program_argv(spec, host),
-        env=envs.layered(proc_env.user_env(host, slot.rank), env_layout),
+        argv=cache.program(host, slot.local_rank),
+        env=envs.layered(cache.user_env(host, slot.rank), env_layout),
         cwd=cwd,
-        log=layout.worker_log(spec.job_dir, log_index, spec.worker_log_name),
+        log=cache.log(log_index),
         env_dump=env_dump,
         cpus=proc_env.rank_cpus(slot.rank),
     )
