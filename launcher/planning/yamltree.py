@@ -32,6 +32,8 @@ MAX_YAML_NODES = 300_000
 _PLAIN_INT_RE = re.compile(r"(?:0|[1-9][0-9]{0,17})\Z")
 _PLAIN_WORD_RE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*\Z")
 #: Plain words YAML 1.1 resolves to something other than a string (booleans, null, .inf, ...).
+_IPV4_RE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}\Z")
+_QUOTES = ("'", '"')
 _YAML_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null", "~", ".inf", ".nan"})
 _COLLECTION_TAGS = {None, "!", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
 
@@ -199,6 +201,11 @@ class _Composer:
                 return Node(int(text), line)
             if _PLAIN_WORD_RE.match(text) and text.lower() not in _YAML_WORDS:
                 return Node(text, line)
+            if _IPV4_RE.match(text):  # never an int, float or timestamp in YAML 1.1
+                return Node(text, line)
+        elif tag is None and event.style in _QUOTES and event.implicit[1]:  # '...' and "...": strings
+            _check_str(event.value, f"value {clip(event.value)}", self.where, line)
+            return Node(event.value, line)
         if tag is None or tag == "!":
             tag = self.resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
         node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
