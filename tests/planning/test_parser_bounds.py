@@ -54,19 +54,28 @@ CHILD = textwrap.dedent(
 
     def table(text):
         def run():
-            t = ranktable.read_rank_table(write("t.json", text))
+            t = ranktable.read_rank_table(write("t.json", text() if callable(text) else text))
             ranktable.validate_rank_table(t)
             return ranktable.rank_table_json(t)
         return run
 
-    def big_table():
-        servers = [{"server_id": "10.%d.%d.1" % (i // 256, i % 256), "device": [
-            {"device_id": str(d), "device_ip": "192.%d.%d.%d" % (d, i // 256, i % 256), "rank_id": "0"} for d in range(8)],
-            "host_nic_ip": "reserve"} for i in range(2048)]
+    def big_table(count=2048, devices=0):
+        """A valid table: ``count`` v1.0 servers of 8 devices, or (``devices``) v1.2 servers of that many."""
+        servers = [{"server_id": "10.%d.%d.1" % (i // 256, i % 256), "host_ip": "172.%d.%d.1" % (i // 256, i % 256), "device": [
+            {"device_id": str(d), "super_device_id": "0", "device_ip": "192.%d.%d.%d" % (d, i // 256, i % 256), "rank_id": "0"}
+            for d in range(devices or 8)], "host_nic_ip": "reserve"} for i in range(count)]
         servers.sort(key=lambda s: s["server_id"])
         for n, dev in enumerate(d for s in servers for d in s["device"]):
-            dev["rank_id"] = str(n)
-        return json.dumps({"version": "1.0", "server_count": "2048", "server_list": servers, "status": "completed"}, indent=2)
+            dev["rank_id"] = dev["super_device_id"] = str(n)
+            if not devices:
+                del dev["super_device_id"]
+        for s in servers:
+            if not devices:
+                del s["host_ip"]
+        if devices:
+            pods = [{"super_pod_id": "0", "server_list": [{"server_id": s["server_id"]} for s in servers]}]
+            return {"version": "1.2", "server_count": str(count), "server_list": servers, "super_pod_list": pods, "status": "completed"}
+        return json.dumps({"version": "1.0", "server_count": str(count), "server_list": servers, "status": "completed"}, indent=2)
 
     CASES = {
         "yaml-bomb-9x9-unused": yaml_file(bomb(9, 9, "unused")),
@@ -102,7 +111,8 @@ CHILD = textwrap.dedent(
         "hccn-1MiB": lambda: hccn.read_hccn_conf(write("hccn.conf", "netmask_0=255.255.255.0\n" * 44000)),
         "json-deep-100k": table("[" * 100000 + "]" * 100000),
         "json-4MiB-of-objects": table("[" + ",".join(["{}"] * 1390000) + "]"),
-        "json-most-values": table("[" + ",".join(["{}"] * 149000) + "]"),
+        "json-most-values": table("[" + ",".join(["{}"] * 224000) + "]"),
+        "json-4096-a3-servers": table(lambda: __import__("json").dumps(big_table(4096, 16), indent=2)),
         "json-huge-number": table('{"version": ' + "9" * 4000000 + "}"),
         "json-nan": table('{"version": NaN}'),
         "json-largest-valid-table": table(big_table()),
@@ -156,12 +166,13 @@ EXPECTED: Dict[str, str] = {
     "env-file-nul": "B: the value contains a NUL character",
     "hccn-1MiB": "larger than 1 MiB",
     "json-deep-100k": "invalid rank table: JSON nested deeper than 64 levels",
-    "json-4MiB-of-objects": "invalid rank table: about 2780000 JSON values, more than the 300000",
+    "json-4MiB-of-objects": "invalid rank table: about 2780000 JSON values, more than the 450000",
     "json-most-values": "ok",
     "json-huge-number": "invalid JSON: number",
     "json-nan": "invalid JSON: NaN is not a JSON number",
     "json-largest-valid-table": "ok",
-    "dev-zero": "larger than 4 MiB",
+    "json-4096-a3-servers": "ok",
+    "dev-zero": "larger than 16 MiB",
 }
 
 

@@ -454,14 +454,14 @@ READERS = [
     (read_inventory, "h.txt", "a hostfile", "8 MiB"),
     (read_inventory, "c.yaml", "a cluster file", "4 MiB"),
     (read_hccn_conf, "hccn.conf", "an hccn.conf file", "1 MiB"),
-    (read_rank_table, "t.json", "a rank table file", "4 MiB"),
+    (read_rank_table, "t.json", "a rank table file", "16 MiB"),
 ]
 
 
 @pytest.mark.parametrize("reader, name, kind, size", READERS)
 def test_oversized_files_are_refused(tmp_path, reader, name: str, kind: str, size: str) -> None:
     path = tmp_path / name
-    limit = {"8 MiB": 8 << 20, "4 MiB": 4 << 20, "1 MiB": 1 << 20}[size]
+    limit = {"16 MiB": 16 << 20, "8 MiB": 8 << 20, "4 MiB": 4 << 20, "1 MiB": 1 << 20}[size]
     path.write_bytes(b"# x\n" * (limit // 4) + b"#")
     with pytest.raises(MsLaunchError) as info:
         reader(str(path))
