@@ -450,6 +450,39 @@ class _RankCache:
         self.numa: Dict[int, Tuple[str, ...]] = {}
         self.log = layout.worker_log_filler(spec.job_dir, spec.worker_log_name)
         self.dynamic: Optional[Callable[[RankSlot], Dict[str, str]]] = None
+        self.prefix: Dict[str, Optional[Tuple[Tuple[str, str], ...]]] = {}
+        self.pairs: Dict[Tuple[str, int], Tuple[str, str]] = {}
+
+    def dynamic_worker_pairs(self, host: Host, slot: RankSlot, sched_addr: str) -> Tuple[Tuple[str, str], ...]:
+        """``envs.layered(proc_env.user_env(host, rank), envs.dynamic_worker_env(slot, ...))``.
+
+        When the host's user-side env sets none of the layout's keys (the usual case) the
+        result is that env's pairs, then the layout's shared pairs (one tuple per host), then
+        the rank's own six, with the pairs that repeat across ranks shared."""
+        prefix = self.prefix.get(host.name, ())
+        if prefix == ():
+            prefix = None
+            if slot.rank not in self.proc_env.local_index:
+                user = self.user_env(host, slot.rank)
+                shared = envs.dynamic_worker_layout(slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out)(slot)
+                if not set(user) & set(shared):
+                    del shared["MS_NODE_ID"], shared["RANK_ID"], shared["RANK_SIZE"], shared["DEVICE_ID"]
+                    del shared["LOCAL_RANK"], shared["LOCAL_WORLD_SIZE"]
+                    prefix = tuple(user.items()) + tuple(shared.items())
+            self.prefix[host.name] = prefix
+        if prefix is None or slot.rank in self.proc_env.local_index:
+            return envs.layered(self.user_env(host, slot.rank), self.dynamic_env(slot, sched_addr))
+        rank = str(slot.rank)
+        return prefix + (("MS_NODE_ID", rank), ("RANK_ID", rank), self.pair("RANK_SIZE", slot.world_size),
+                         self.pair("DEVICE_ID", slot.device_id), self.pair("LOCAL_RANK", slot.local_rank),
+                         self.pair("LOCAL_WORLD_SIZE", slot.local_world_size))
+
+    def pair(self, key: str, value: int) -> Tuple[str, str]:
+        """``(key, str(value))``, one tuple per distinct pair."""
+        found = self.pairs.get((key, value))
+        if found is None:
+            found = self.pairs[(key, value)] = (key, str(value))
+        return found
 
     def dynamic_env(self, slot: RankSlot, sched_addr: str) -> Dict[str, str]:
         """``envs.dynamic_worker_env(slot, sched_addr, ...)`` (the shared part built once)."""
@@ -486,11 +519,16 @@ def _rank_proc(
         cache = _RankCache(spec, proc_env)
     cwd = spec.cwd
     env_dump = None
+    env_pairs: Optional[Tuple[Tuple[str, str], ...]] = None
+    env_layout: Dict[str, str] = {}
     rank: Optional[int] = slot.rank
     log_index = slot.rank
     if spec.sim_level is not None:
         env_layout = envs.simulation_env(slot, spec.sim_rank_id is not None)
         log_index = slot.local_rank if spec.sim_rank_id is not None else slot.rank
+    elif spec.method == Method.DYNAMIC and not auto_ranks:
+        assert sched_addr is not None
+        env_pairs = cache.dynamic_worker_pairs(host, slot, sched_addr)
     elif spec.method == Method.DYNAMIC:
         assert sched_addr is not None
         env_layout = cache.dynamic_env(slot, sched_addr)
@@ -514,7 +552,7 @@ def _rank_proc(
         node_rank=slot.node_rank,
         device_id=slot.device_id,
         argv=cache.program(host, slot.local_rank),
-        env=envs.layered(cache.user_env(host, slot.rank), env_layout),
+        env=env_pairs if env_pairs is not None else envs.layered(cache.user_env(host, slot.rank), env_layout),
         cwd=cwd,
         log=cache.log(log_index),
         env_dump=env_dump,

@@ -111,3 +111,60 @@ def test_dumps_indented_is_json_dumps(value: Any) -> None:
                     lambda inner: st.lists(inner, max_size=4), max_leaves=10))
 def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
     assert json.loads(dumps_indented(value)) == value
+
+
+# --------------------------------------------------------------------------------------------
+# build_plan's per-host caches give each rank the env, argv and log of the one-rank definitions
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_plain)
+def test_dumps_indented_is_json_dumps(value: Any) -> None:
+    """Byte for byte, including non-ASCII, surrogates and integers beyond 64 bits (fallbacks)."""
+    assert dumps_indented(value) == json.dumps(value, indent=2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5),
+                    lambda inner: st.lists(inner, max_size=4), max_leaves=10))
+def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
+    assert json.loads(dumps_indented(value)) == value
+
+
+# --------------------------------------------------------------------------------------------
+# build_plan's per-host caches give each rank the env, argv and log of the one-rank definitions
+
+
+def _definition_env(spec: Any, plan: Any, proc_env: Any, rank_proc: Any) -> None:
+    from launcher.planning.plan import ProcEnv, _rank_proc  # noqa: F401
+
+    del spec, plan, proc_env, rank_proc
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    hosts=st.lists(st.integers(1, 4), min_size=1, max_size=6),
+    user_env=st.lists(st.sampled_from(["LOCAL_RANK", "LOCAL_WORLD_SIZE", "MS_TOPO_TIMEOUT", "FOO", "PYTHONUNBUFFERED"]),
+                      unique=True, max_size=3),
+    host_env=st.booleans(),
+    timeout=st.one_of(st.none(), st.integers(1, 900)),
+)
+def test_cached_rank_envs_match_the_definition(hosts: Any, user_env: Any, host_env: bool, timeout: Any) -> None:
+    from launcher.planning.plan import JobSpec, ProcEnv, build_plan, program_argv
+
+    inv = parse_host_list(",".join(f"h{i}:{n}" for i, n in enumerate(hosts)))
+    if host_env:  # one host with its own env, overlapping the layout's keys or not
+        inv = Inventory((replace(inv.hosts[0], env=(("LOCAL_RANK", "x"), ("BAR", "1"))),) + inv.hosts[1:])
+    spec = JobSpec(inventory=inv, program=("train.py",), python="/usr/bin/python3", cwd="/w", job_dir="/w/j", job_id="j",
+                   env=tuple((k, "user") for k in user_env), cluster_time_out=timeout)
+    plan = build_plan(spec)
+    slots = assign_ranks(inv)
+    used = list(used_inventory(inv, slots).hosts)
+    proc_env = ProcEnv.build(spec, plan.launcher, slots, used)
+    by_name = {h.name: h for h in used}
+    for slot, proc in zip(slots, plan.ranks):
+        host = by_name[slot.host]
+        want = envs.layered(proc_env.user_env(host, slot.rank), envs.dynamic_worker_env(slot, plan.master_addr, 8118, timeout))
+        assert proc.env == want
+        assert proc.argv == program_argv(spec, host)
+        assert proc.log == layout.worker_log("/w/j", slot.rank)
