@@ -82,8 +82,8 @@ def env_show(
 
 @hostfile_app.command("gen")
 def hostfile_gen(
-    hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile or YAML cluster file."),
-    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile, YAML cluster file or Slurm hostlist."),
+    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 or node[1-4]:8."),
     include: Optional[str] = typer.Option(None, "--include", help="Only these hosts/devices: host1:0,1@host2."),
     exclude: Optional[str] = typer.Option(None, "--exclude", help="Not these hosts/devices."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),

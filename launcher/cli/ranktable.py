@@ -35,12 +35,13 @@ _CHIP_HELP = (
 
 def _load_inventory(hosts: Optional[str], host_list: Optional[str]) -> Any:
     """The unfiltered inventory from ``--hosts FILE`` or ``-H LIST`` (exactly one of them)."""
-    from launcher.planning.inventory import parse_host_list, read_inventory
+    from launcher.planning.inventory import parse_host_list, read_hosts_arg
 
     if hosts and host_list:
         raise RankTableError("give either --hosts FILE or -H LIST, not both", field="--hosts")
     if hosts:
-        return read_inventory(hosts)
+        # a hostlist (--hosts "$SLURM_JOB_NODELIST") names Ascend servers: 8 devices unless host:N
+        return read_hosts_arg(hosts, default_slots=8)
     if host_list:
         return parse_host_list(host_list)
     raise RankTableError("pass --hosts FILE (hostfile or cluster YAML) or -H h1:8,h2:8", field="--hosts")
@@ -81,8 +82,11 @@ def _emit(text: str, output: Optional[str], table: Any) -> None:
 @app.command("gen")
 @with_ssh_settings("config", "accept_new", "connect_timeout", when="--collect", panel=None)
 def gen(
-    hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile or YAML cluster file."),
-    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 (instead of --hosts)."),
+    hosts: Optional[str] = typer.Option(
+        None, "--hosts", "--hostfile", "-f",
+        help="Hostfile, YAML cluster file, or a Slurm hostlist (node[01-04], 8 devices each unless node[01-04]:N).",
+    ),
+    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 or node[1-4]:8 (instead of --hosts)."),
     hccn_dir: Optional[str] = typer.Option(
         None, "--hccn-dir", help="Folder of hccn.conf copies named <host> or <host>.conf."
     ),

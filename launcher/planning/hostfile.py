@@ -65,31 +65,46 @@ def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
     return Inventory(tuple(hosts), source=path)
 
 
-def parse_host_list(text: str) -> Inventory:
-    """Parse ``-H h1:8,h2:8`` (``h`` alone = 1 slot; mpirun's syntax).
+def parse_host_list(text: str, default_slots: int = 1, field: str = "-H") -> Inventory:
+    """Parse ``-H h1:8,h2:8`` (``h`` alone = ``default_slots``; mpirun's syntax), where a host may
+    be a Slurm hostlist: ``node[1-4]:8``, ``node[01-02,07]``, ``$SLURM_JOB_NODELIST``.
+
+    A hostlist's hosts share its slot count and come in the order written (see
+    :func:`launcher.planning.hostlist.expand_hostlist`); ``[fe80::1]`` and other names starting
+    with ``[`` stay host names.
 
     Raises:
-        InventoryError: with ``field='-H'`` for malformed entries or duplicates.
+        InventoryError: with ``field`` for malformed entries, bad hostlists, more than
+            :data:`MAX_HOSTS` hosts (refused before expanding) or duplicates.
     """
+    from launcher.planning.hostlist import expand_hostlist, is_hostlist_name, split_elements
+
     hosts: List[Host] = []
-    items = [i.strip() for i in text.split(",")]
+    try:
+        items = [i.strip() for i in split_elements(text)] if "[" in text else [i.strip() for i in text.split(",")]
+    except InventoryError as exc:
+        raise InventoryError(exc.message, field=field) from None
     if len(items) > MAX_HOSTS:
-        raise InventoryError(f"more than {MAX_HOSTS} hosts", field="-H")
+        raise InventoryError(f"more than {MAX_HOSTS} hosts", field=field)
     for idx, item in enumerate(items):
         if not item:
-            raise InventoryError(f"empty entry #{idx + 1} in host list {clip(text)}; write h1:8,h2:8", field="-H")
+            raise InventoryError(f"empty entry #{idx + 1} in host list {clip(text)}; write h1:8,h2:8", field=field)
         name, sep, count = item.rpartition(":") if item.count(":") == 1 else (item, "", "")
         if not sep:
             name = item
         try:
-            slots = positive_int(count, f"slot count of {clip(name)}", None, None) if sep else 1
-            check_host_name(name, None, None)
+            slots = positive_int(count, f"slot count of {clip(name)}", None, None) if sep else default_slots
+            names = [name]
+            if is_hostlist_name(name):
+                names = expand_hostlist(name, limit=MAX_HOSTS - len(hosts), what=f"hostlist {idx + 1}")
+            for one in names:
+                check_host_name(one, None, None)
         except InventoryError as exc:
-            raise InventoryError(exc.message + " (write h1:8,h2:8)", field="-H") from None
-        hosts.append(Host(name=name, slots=slots, source=f"-H entry {idx + 1}"))
+            raise InventoryError(exc.message + " (write h1:8,h2:8 or node[1-4]:8)", field=field) from None
+        hosts.extend(Host(name=one, slots=slots, source=f"{field} entry {idx + 1}") for one in names)
     seen = set()
     for h in hosts:
         if h.name in seen:
-            raise InventoryError(f"duplicate host {h.name!r}; list each host once with its total slots", field="-H")
+            raise InventoryError(f"duplicate host {h.name!r}; list each host once with its total slots", field=field)
         seen.add(h.name)
     return Inventory(tuple(hosts), source=None)
