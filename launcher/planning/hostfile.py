@@ -100,7 +100,8 @@ def parse_host_list(text: str, default_slots: int = 1, field: str = "-H") -> Inv
             for one in names:
                 check_host_name(one, None, None)
         except InventoryError as exc:
-            raise InventoryError(exc.message + " (write h1:8,h2:8 or node[1-4]:8)", field=field) from None
+            hint = " (write h1:8,h2:8 or node[1-4]:8)" if is_hostlist_name(name) else " (write h1:8,h2:8)"
+            raise InventoryError(exc.message + hint, field=field) from None
         hosts.extend(Host(name=one, slots=slots, source=f"{field} entry {idx + 1}") for one in names)
     seen = set()
     for h in hosts:
