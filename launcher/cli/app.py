@@ -6,10 +6,11 @@ signal N).
 """
 from __future__ import annotations
 
-import json
+import contextlib
+import gc
 import shlex
 import sys
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -34,19 +35,25 @@ app.add_typer(hostfile_app, name="hostfile")
 @with_job_options
 def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    show_all: bool = typer.Option(False, "--all", help="Print every process of a big plan (else the first and last ones)."),
     *,
     opts: JobOptions,
 ) -> None:
-    """Print the full plan of a job (per rank: host, rank, device, cwd, argv, env) without starting it."""
-    plan = plan_from(opts)
-    if as_json:
-        from launcher.execution.backend import plan_json
+    """Print the plan of a job (per rank: host, rank, device, cwd, argv, env) without starting it.
 
-        sys.stdout.write(json.dumps(plan_json(plan), indent=2) + "\n")
-        return
+    Plans of more than 64 processes show the first and last 8 and a count of the others unless
+    ``--all`` is given; ``--json`` is always complete."""
+    with no_gc():
+        plan = plan_from(opts)
+        if as_json:
+            from launcher.execution.backend import plan_json
+            from launcher.planning.jsontext import dumps_indented
+
+            sys.stdout.write(dumps_indented(plan_json(plan)) + "\n")
+            return
     from launcher.cli.render import print_plan
 
-    print_plan(plan)
+    print_plan(plan, everything=show_all)
 
 
 @env_app.command("show", context_settings=PROGRAM_CONTEXT)
@@ -75,8 +82,8 @@ def env_show(
 
 @hostfile_app.command("gen")
 def hostfile_gen(
-    hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile or YAML cluster file."),
-    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile, YAML cluster file or Slurm hostlist."),
+    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 or node[1-4]:8."),
     include: Optional[str] = typer.Option(None, "--include", help="Only these hosts/devices: host1:0,1@host2."),
     exclude: Optional[str] = typer.Option(None, "--exclude", help="Not these hosts/devices."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
@@ -87,6 +94,23 @@ def hostfile_gen(
     if not hosts and not host_list:
         raise PlanError("pass --hosts FILE or -H LIST", field="--hosts")
     _emit(render_hostfile(load_inventory(hosts, host_list, include, exclude)), output)
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a big plan is built and encoded: a plan is
+    hundreds of thousands of acyclic objects, and the collector's passes over them cost a
+    third of the time at 80,000 ranks.  On the way out the objects made meanwhile are moved to
+    the collector's permanent generation (``gc.freeze``), so re-enabling it does not start a
+    pass over all of them; reference counting still frees everything."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was:
+            gc.enable()
 
 
 def _emit(text: str, output: Optional[str]) -> None:

@@ -111,16 +111,21 @@ def logs_tail(
     sys.stdout.flush()
     if not follow:
         return
-    follower = Follower(lambda: job_log_sources(latest_attempt_dir(folder), ranks), lambda s, l: (emit(s, l), sys.stdout.flush()), from_start=True)
+    follower = Follower(lambda: job_log_sources(latest_attempt_dir(folder), ranks), emit, from_start=True)
     follower.seek(offsets)  # continue after what was shown
+    checked = 0.0
     try:
         while True:
-            follower.poll()
+            emitted = follower.poll()
+            sys.stdout.flush()  # once per sweep, not per line (1,000 ranks' lines)
             # the job ended (summary written) or nobody runs it any more (lost, corrupt, finished)
-            if os.path.lexists(os.path.join(folder, SUMMARY_FILE)) or lock_holder(folder) is None:
-                follower.flush()
-                return
-            time.sleep(0.2)
+            if time.monotonic() - checked >= 1.0 or not emitted:
+                checked = time.monotonic()
+                if os.path.lexists(os.path.join(folder, SUMMARY_FILE)) or lock_holder(folder) is None:
+                    follower.flush()
+                    sys.stdout.flush()
+                    return
+            time.sleep(follower.next_wait(emitted))
     except KeyboardInterrupt:
         return
 

@@ -21,7 +21,7 @@ from launcher.cli.ssh_flags import job_ssh_config, ssh_parameter
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.backend import backend_names
 from launcher.planning import envs
-from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_inventory
+from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_hosts_arg, read_inventory  # noqa: F401
 from launcher.planning.mpi import MpiOptions
 from launcher.planning.plan import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, build_plan, worker_log_name
 
@@ -80,8 +80,8 @@ def _opt(name: str, annotation: Any, default: Any) -> None:
     _OPTIONS.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
 
 
-_opt("hosts", Optional[str], typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile (host slots=N) or YAML cluster file.", rich_help_panel="Inventory"))
-_opt("host_list", Optional[str], typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 (mpirun's -H).", rich_help_panel="Inventory"))
+_opt("hosts", Optional[str], typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile (host slots=N), YAML cluster file, or a Slurm hostlist (node[01-04]).", rich_help_panel="Inventory"))
+_opt("host_list", Optional[str], typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 (mpirun's -H) or Slurm hostlists: node[1-4]:8.", rich_help_panel="Inventory"))
 _opt("np", Optional[int], typer.Option(None, "--np", "-n", "--worker-num", "--worker_num", help="Total ranks (default: every slot).", rich_help_panel="Inventory"))
 _opt("per_host", Optional[int], typer.Option(None, "--per-host", "--local-worker-num", "--local_worker_num", help="At most this many ranks per host.", rich_help_panel="Inventory"))
 _opt("include", Optional[str], typer.Option(None, "--include", help="Only these hosts/devices: host1:0,1@host2.", rich_help_panel="Inventory"))
@@ -160,7 +160,7 @@ def load_inventory(
     if hosts and host_list:
         raise PlanError("give either --hosts FILE or -H LIST, not both", field="--hosts")
     if hosts:
-        inv = read_inventory(hosts)
+        inv = read_hosts_arg(hosts)  # a file, or a (Slurm) host list such as node[01-04]
     elif host_list:
         inv = parse_host_list(host_list)
     else:
@@ -341,7 +341,9 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
         # MS_SCHED_HOST must be an address every host reaches: an ssh alias's HostName.
         from launcher.execution.ssh import resolve_addrs
 
-        inventory = resolve_addrs(inventory, ssh_config)
+        # only the scheduler's host, the first, is dialled by address: one lookup, not one per host
+        first = resolve_addrs(Inventory(inventory.hosts[:1]), ssh_config).hosts[0]
+        inventory = Inventory((first,) + inventory.hosts[1:], source=inventory.source)
     mpi_opts = MpiOptions(
         allow_run_as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
         oversubscribe=opts.oversubscribe,

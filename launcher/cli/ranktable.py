@@ -10,8 +10,9 @@ Only ``show`` imports rich; ``gen`` stays on a lean import path (its start-up is
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 
@@ -34,12 +35,13 @@ _CHIP_HELP = (
 
 def _load_inventory(hosts: Optional[str], host_list: Optional[str]) -> Any:
     """The unfiltered inventory from ``--hosts FILE`` or ``-H LIST`` (exactly one of them)."""
-    from launcher.planning.inventory import parse_host_list, read_inventory
+    from launcher.planning.inventory import parse_host_list, read_hosts_arg
 
     if hosts and host_list:
         raise RankTableError("give either --hosts FILE or -H LIST, not both", field="--hosts")
     if hosts:
-        return read_inventory(hosts)
+        # a hostlist (--hosts "$SLURM_JOB_NODELIST") names Ascend servers: 8 devices unless host:N
+        return read_hosts_arg(hosts, default_slots=8)
     if host_list:
         return parse_host_list(host_list)
     raise RankTableError("pass --hosts FILE (hostfile or cluster YAML) or -H h1:8,h2:8", field="--hosts")
@@ -80,8 +82,11 @@ def _emit(text: str, output: Optional[str], table: Any) -> None:
 @app.command("gen")
 @with_ssh_settings("config", "accept_new", "connect_timeout", when="--collect", panel=None)
 def gen(
-    hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile or YAML cluster file."),
-    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 (instead of --hosts)."),
+    hosts: Optional[str] = typer.Option(
+        None, "--hosts", "--hostfile", "-f",
+        help="Hostfile, YAML cluster file, or a Slurm hostlist (node[01-04], 8 devices each unless node[01-04]:N).",
+    ),
+    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 or node[1-4]:8 (instead of --hosts)."),
     hccn_dir: Optional[str] = typer.Option(
         None, "--hccn-dir", help="Folder of hccn.conf copies named <host> or <host>.conf."
     ),
@@ -176,14 +181,25 @@ def validate(
     sys.stdout.write(f"OK: {servers} server{'s' if servers != 1 else ''}, {ranks} rank{'s' if ranks != 1 else ''}\n")
 
 
+#: ``show`` lists every server of tables up to this size; bigger ones show a summary and the
+#: first and last :data:`SHOW_EDGE` servers unless ``--all`` is given.
+SHOW_SERVERS_OVER = 16
+SHOW_EDGE = 4
+#: Tables of more rows than this are drawn by :func:`_plain_table` even on a terminal (rich
+#: lays out a few thousand rows a second).
+RICH_ROWS = 2000
+
+
 @app.command("show")
 def show(
     file: str = typer.Argument(..., help="The rank table JSON file.", metavar="FILE"),
+    show_all: bool = typer.Option(False, "--all", help="Every server of a big table (else a summary and the first/last ones)."),
 ) -> None:
-    """Print a rank table as a table: server, device, device IP, rank (and host IP / SuperPoD for 1.2)."""
-    from rich.console import Console
-    from rich.text import Text
+    """Print a rank table as a table: server, device, device IP, rank (and host IP / SuperPoD for 1.2).
 
+    Tables of more than 16 servers print a summary line and the first and last 4 servers unless
+    --all is given.
+    """
     from launcher.planning.ranktable import read_rank_table, table_size
 
     table = read_rank_table(file)
@@ -191,25 +207,139 @@ def show(
     if not isinstance(servers, list):
         raise RankTableError("no server_list; is this a rank table? (try: mslaunch ranktable validate)", path=file)
     v12 = table.get("version") == "1.2"
-    out = _devices_table(servers, v12, _super_pods(table) if v12 else {})
-    # Not a terminal (a pipe, a file): do not squeeze the table into 80 columns.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    pods = _super_pods(table) if v12 else {}
     n_servers, n_devices = table_size(table)
-    console.print(
-        Text(
-            f"{file}: version {_cell(table.get('version'))}, status {_cell(table.get('status'))}, "
-            f"{n_servers} servers, {n_devices} devices"
-        ),
-        soft_wrap=True,
-    )
-    console.print(out)
+    head = [f"{file}: version {_text(table.get('version'))}, status {_text(table.get('status'))}, "
+            f"{n_servers} servers, {n_devices} devices"]
+    groups = _device_rows(servers, v12, pods)
+    hidden = 0
+    if not show_all and len(groups) > SHOW_SERVERS_OVER:
+        head.append(_summary(groups, pods))
+        hidden = len(groups) - 2 * SHOW_EDGE
+        hidden_devices = sum(len(g) for g in groups[SHOW_EDGE:-SHOW_EDGE])
+        groups = groups[:SHOW_EDGE] + [[["⋮"] * len(_columns(v12))]] + groups[-SHOW_EDGE:]
+    rows = sum(len(g) for g in groups)
+    tty = sys.stdout.isatty()
+    if tty and rows <= RICH_ROWS:
+        _print_rich(head, groups, v12)
+    else:
+        sys.stdout.write("\n".join(head) + "\n" + _plain_table(_columns(v12), groups))
+    if hidden:
+        sys.stdout.write(f"... {hidden} servers ({hidden_devices} devices) not shown: mslaunch ranktable show --all {file}\n")
 
 
-def _cell(value: Any) -> Any:
-    """A table cell showing ``value`` as plain text (None: empty; never read as markup)."""
+def _columns(v12: bool) -> List[Tuple[str, str]]:
+    """``(header, justify)`` of the device table's columns."""
+    cols = [("server", "left")]
+    if v12:
+        cols += [("host IP", "left"), ("SuperPoD", "left")]
+    cols += [("device", "right"), ("device IP", "left")]
+    if v12:
+        cols.append(("super device", "right"))
+    cols.append(("rank", "right"))
+    return cols
+
+
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _text(value: Any) -> str:
+    """A cell's text (None: empty); control characters shown escaped (``\\x1b``), never sent
+    to the terminal."""
+    text = "" if value is None else str(value)
+    return _CONTROL_RE.sub(lambda m: repr(m.group())[1:-1], text) if _CONTROL_RE.search(text) else text
+
+
+def _device_rows(servers: List[Any], v12: bool, pods: Dict[str, str]) -> List[List[List[str]]]:
+    """One group of rows per server, one row of cell texts per device; malformed entries are
+    skipped (``validate`` reports them), servers without devices give no group."""
+    groups: List[List[List[str]]] = []
+    for server in servers:
+        if not isinstance(server, dict):
+            continue
+        sid = _text(server.get("server_id"))
+        raw_devices = server.get("device")
+        devices: List[Any] = raw_devices if isinstance(raw_devices, list) else []
+        rows: List[List[str]] = []
+        for dev in devices:
+            if not isinstance(dev, dict):
+                continue
+            row = [sid]
+            if v12:
+                row += [_text(server.get("host_ip")), _text(pods.get(sid))]
+            row += [_text(dev.get("device_id")), _text(dev.get("device_ip"))]
+            if v12:
+                row.append(_text(dev.get("super_device_id")))
+            row.append(_text(dev.get("rank_id")))
+            rows.append(row)
+        if rows:
+            groups.append(rows)
+    return groups
+
+
+def _summary(groups: List[List[List[str]]], pods: Dict[str, str]) -> str:
+    """One line: the rank range, devices per server (how many servers have each count), SuperPoDs."""
+    ranks = [int(row[-1]) for rows in groups for row in rows if row[-1].isdigit()]
+    per_server: Dict[int, int] = {}
+    for rows in groups:
+        per_server[len(rows)] = per_server.get(len(rows), 0) + 1
+    counts = ", ".join(f"{n} on {k} server{'s' if k != 1 else ''}" for n, k in sorted(per_server.items()))
+    text = f"ranks {min(ranks)}..{max(ranks)}; devices per server: {counts}" if ranks else f"devices per server: {counts}"
+    if pods:
+        text += f"; {len(set(pods.values()))} SuperPoDs"
+    return text
+
+
+def _plain_table(columns: List[Tuple[str, str]], groups: List[List[List[str]]]) -> str:
+    """The device table drawn as rich draws it (heavy-head box, a rule between groups), in one
+    pass over the rows: what ``show`` prints for big tables and when not on a terminal."""
+    from rich.cells import cell_len
+
+    widths = [cell_len(h) for h, _ in columns]
+    for rows in groups:
+        for row in rows:
+            for i, cell in enumerate(row):
+                n = cell_len(cell) if not cell.isascii() else len(cell)
+                if n > widths[i]:
+                    widths[i] = n
+    right = [j == "right" for _, j in columns]
+
+    def line(cells: List[str], bar: str) -> str:
+        out = []
+        for cell, width, r in zip(cells, widths, right):
+            pad = " " * (width - (len(cell) if cell.isascii() else cell_len(cell)))
+            out.append(f" {pad}{cell} " if r else f" {cell}{pad} ")
+        return bar + bar.join(out) + bar + "\n"
+
+    def rule(left: str, mid: str, end: str, fill: str) -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + end + "\n"
+
+    parts = [rule("┏", "┳", "┓", "━"), line([h for h, _ in columns], "┃"), rule("┡", "╇", "┩", "━")]
+    between = rule("├", "┼", "┤", "─")
+    for k, rows in enumerate(groups):
+        if k:
+            parts.append(between)
+        parts.extend(line(row, "│") for row in rows)
+    parts.append(rule("└", "┴", "┘", "─"))
+    return "".join(parts)
+
+
+def _print_rich(head: List[str], groups: List[List[List[str]]], v12: bool) -> None:
+    """The header lines and the device table through rich (terminals: styled, fitted to the width)."""
+    from rich.console import Console
+    from rich.table import Table
     from rich.text import Text
 
-    return Text("" if value is None else str(value))
+    console = Console(highlight=False)
+    for line in head:
+        console.print(Text(line), soft_wrap=True)
+    out = Table()
+    for header, justify in _columns(v12):
+        out.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for rows in groups:
+        for i, row in enumerate(rows):
+            out.add_row(*(Text(c) for c in row), end_section=i == len(rows) - 1)
+    console.print(out)
 
 
 def _super_pods(table: Dict[str, Any]) -> Dict[str, str]:
@@ -222,39 +352,3 @@ def _super_pods(table: Dict[str, Any]) -> Dict[str, str]:
                     if isinstance(member, dict):
                         pods.setdefault(str(member.get("server_id")), str(pod.get("super_pod_id")))
     return pods
-
-
-def _devices_table(servers: List[Any], v12: bool, pods: Dict[str, str]) -> Any:
-    """The rich table of ``show``: one row per device, one section per server; malformed
-    entries are skipped (``validate`` reports them)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    out = Table()
-    out.add_column("server")
-    if v12:
-        out.add_column("host IP")
-        out.add_column("SuperPoD")
-    out.add_column("device", justify="right")
-    out.add_column("device IP")
-    if v12:
-        out.add_column("super device", justify="right")
-    out.add_column("rank", justify="right")
-    for server in servers:
-        if not isinstance(server, dict):
-            continue
-        sid = "" if server.get("server_id") is None else str(server.get("server_id"))
-        raw_devices = server.get("device")
-        devices: List[Any] = raw_devices if isinstance(raw_devices, list) else []
-        for dev in devices:
-            if not isinstance(dev, dict):
-                continue
-            row = [Text(sid)]
-            if v12:
-                row += [_cell(server.get("host_ip")), _cell(pods.get(sid))]
-            row += [_cell(dev.get("device_id")), _cell(dev.get("device_ip"))]
-            if v12:
-                row.append(_cell(dev.get("super_device_id")))
-            row.append(_cell(dev.get("rank_id")))
-            out.add_row(*row, end_section=dev is devices[-1])
-    return out

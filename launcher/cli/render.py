@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from rich.console import Console
 
@@ -23,28 +23,65 @@ def console(stderr: bool = False) -> Console:
     return _console
 
 
-def print_plan(plan: Plan) -> None:
-    """The plan, one block per process (argv and env in full), then artefacts and mpirun's argv."""
+#: Plans with more processes than this print the first and last :data:`PLAN_EDGE` of them
+#: (``plan --all`` prints every one; ``--json`` is always complete).
+PLAN_SUMMARY_OVER = 64
+PLAN_EDGE = 8
+
+
+def print_plan(plan: Plan, everything: bool = False) -> None:
+    """The plan, one block per process (argv and env in full), then artefacts and mpirun's argv.
+
+    Args:
+        plan: the plan.
+        everything: every process even in a big plan; otherwise a plan of more than
+            :data:`PLAN_SUMMARY_OVER` processes shows the first and last :data:`PLAN_EDGE` and
+            one line counting the others.
+    """
     con = console()
     out = con.print
+    hosts = plan.hosts
+    shown_hosts = ",".join(h.name for h in hosts) if len(hosts) <= 2 * PLAN_EDGE or everything else (
+        ",".join(h.name for h in hosts[:PLAN_EDGE]) + f",... ({len(hosts)} hosts)")
     out(f"[bold]job[/bold] {plan.job_id}  method={plan.method}  launcher={plan.launcher}  "
-        f"world_size={plan.world_size}  hosts={','.join(h.name for h in plan.hosts)}", soft_wrap=True)
+        f"world_size={plan.world_size}  hosts={shown_hosts}", soft_wrap=True, highlight=False)
     out(f"[bold]job dir[/bold] {plan.job_dir}", soft_wrap=True)
     if plan.scheduler is not None:
         out(f"[bold]scheduler[/bold] {plan.master_addr}:{plan.master_port} on {plan.scheduler.host}", soft_wrap=True)
-    for p in plan.processes:
+    procs = plan.processes
+    skipped = 0
+    if not everything and len(procs) > PLAN_SUMMARY_OVER:
+        skipped = len(procs) - 2 * PLAN_EDGE
+        procs = procs[:PLAN_EDGE] + procs[-PLAN_EDGE:]
+    # rich renders a few thousand lines a second: blocks go out as plain text unless styled for a terminal
+    plain = not con.is_terminal
+    chunk: List[str] = []
+    for i, p in enumerate(procs):
+        if skipped and i == PLAN_EDGE:
+            note = f"... {skipped} processes not shown (mslaunch plan --all, or --json)"
+            chunk.append(note + "\n") if plain else out(note, soft_wrap=True, highlight=False, markup=False)
         where = f"host={p.host}"
         if p.rank is not None:
             where += f" rank={p.rank} local_rank={p.local_rank} node_rank={p.node_rank} device_id={p.device_id}"
-        out(f"[bold cyan]{p.name}[/bold cyan]  {where}", soft_wrap=True, highlight=False)
-        out(f"  cwd:  {p.cwd}", soft_wrap=True, highlight=False)
-        out(f"  argv: {' '.join(shlex.quote(a) for a in p.argv)}", soft_wrap=True, highlight=False, markup=False)
-        out(f"  env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in p.env)}", soft_wrap=True, highlight=False, markup=False)
-        out(f"  log:  {p.log}", soft_wrap=True, highlight=False)
+        lines = [
+            f"  cwd:  {p.cwd}",
+            f"  argv: {' '.join(shlex.quote(a) for a in p.argv)}",
+            f"  env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in p.env)}",
+            f"  log:  {p.log}",
+        ]
         if p.cpus is not None:
             from launcher.planning.cpu import format_cpus
 
-            out(f"  cpus: {format_cpus(p.cpus)}", soft_wrap=True, highlight=False)
+            lines.append(f"  cpus: {format_cpus(p.cpus)}")
+        if plain:
+            chunk.append(f"{p.name}  {where}\n" + "\n".join(lines) + "\n")
+            if len(chunk) >= 512:
+                _write_plain(con, chunk)
+            continue
+        out(f"[bold cyan]{p.name}[/bold cyan]  {where}", soft_wrap=True, highlight=False)
+        for line in lines:
+            out(line, soft_wrap=True, highlight=False, markup=False)
+    _write_plain(con, chunk)
     for a in plan.artefacts:
         out(f"[bold]artefact[/bold] {a.kind}: {plan.job_dir}/{a.name}", soft_wrap=True)
     for note in plan.cpu_notes:
@@ -57,6 +94,13 @@ def print_plan(plan: Plan) -> None:
         if isinstance(value, list) and all(isinstance(a, str) for a in value):
             out(f"[bold]{key}[/bold]", soft_wrap=True)
             out(" ".join(shlex.quote(a) for a in value), soft_wrap=True, highlight=False, markup=False)
+
+
+def _write_plain(con: Console, chunk: List[str]) -> None:
+    """Write ``chunk``'s text to the console's file as is (and empty it)."""
+    if chunk:
+        con.file.write("".join(chunk))
+        chunk.clear()
 
 
 def print_result(result: "JobResult", quiet: bool = False) -> None:

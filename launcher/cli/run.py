@@ -1,7 +1,6 @@
 """``mslaunch run``: plan, start, supervise, report."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -66,8 +65,9 @@ def run_cmd(
     if dry_run:
         if as_json:
             from launcher.execution.backend import plan_json
+            from launcher.planning.jsontext import dumps_indented
 
-            sys.stdout.write(json.dumps(plan_json(plan), indent=2) + "\n")
+            sys.stdout.write(dumps_indented(plan_json(plan)) + "\n")
         else:
             from launcher.cli.render import print_plan
 

@@ -1,8 +1,11 @@
 """Following per-rank log files: merged, prefixed, new lines and new files as they appear.
 
-Used by ``mslaunch run``'s console (tee) and by ``mslaunch logs tail``.  Files are polled
-(every ``interval`` seconds, a stat and a read per file): cheap for the handful of files a
-job has, and it works the same for files that remote ranks stream into.
+Used by ``mslaunch run``'s console (tee) and by ``mslaunch logs tail``.  Files are polled in
+one sweep (a stat per file, a read of the files that grew), which works the same for files
+that remote ranks stream into and on every file system.  A job of 1,000+ ranks stays cheap to
+follow: the file set is listed again at most every ``rescan`` seconds (not at every sweep), and
+sweeps that find nothing back off from ``interval`` to :data:`MAX_INTERVAL` seconds, starting
+over at ``interval`` as soon as lines arrive (``bench/bench_logs_follow.py`` measures it).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import os
 import re
 import stat
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -21,6 +25,9 @@ ERROR_RE = re.compile(r"(Traceback \(most recent call last\)|\b\w*(Error|Excepti
 
 #: Most bytes a follower reads from one file per poll (bounds memory when a rank writes a lot).
 MAX_READ = 8 * 1024 * 1024
+
+#: Longest wait between two sweeps that found nothing new (see :meth:`Follower.next_wait`).
+MAX_INTERVAL = 1.0
 
 #: Most bytes :func:`last_lines` reads from the end of a file.
 MAX_TAIL = 16 * 1024 * 1024
@@ -71,14 +78,31 @@ class Follower:
         sources: called at each poll; returns the files to follow now (new ones are picked up).
         emit: called with ``(source, line)`` for each new line (without its newline).
         from_start: read files from their start (else from their current end).
-        interval: seconds between polls in :meth:`run`.
+        interval: seconds between polls in :meth:`run` while lines arrive (idle sweeps back off
+            to :data:`MAX_INTERVAL`).
+        rescan: seconds between two calls of ``sources`` (the first poll and :meth:`flush`
+            always call it): new files are picked up within about that time.
+        clock: the monotonic clock (tests pass their own).
     """
 
-    def __init__(self, sources: Callable[[], Iterable[LogSource]], emit: Callable[[LogSource, str], None], from_start: bool = True, interval: float = 0.2) -> None:
+    def __init__(
+        self,
+        sources: Callable[[], Iterable[LogSource]],
+        emit: Callable[[LogSource, str], None],
+        from_start: bool = True,
+        interval: float = 0.2,
+        rescan: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._sources = sources
         self._emit = emit
         self._from_start = from_start
         self._interval = interval
+        self._rescan = rescan
+        self._clock = clock
+        self._listed: List[LogSource] = []
+        self._listed_at: Optional[float] = None
+        self._wait = interval
         self._offsets: Dict[str, int] = {}
         self._partial: Dict[str, bytes] = {}
         self._known: Dict[str, LogSource] = {}
@@ -88,10 +112,24 @@ class Follower:
         """Continue these files from the given byte offsets (e.g. after showing their tails)."""
         self._offsets.update(offsets)
 
-    def poll(self) -> int:
-        """Read what is new in every file; returns the number of lines emitted."""
+    def next_wait(self, emitted: int) -> float:
+        """Seconds to wait before the next sweep, given the lines the last one emitted: the base
+        interval while lines arrive, doubling up to :data:`MAX_INTERVAL` while none do."""
+        self._wait = self._interval if emitted else min(self._wait * 2, max(MAX_INTERVAL, self._interval))
+        return self._wait
+
+    def poll(self, rescan: bool = False) -> int:
+        """Read what is new in every file; returns the number of lines emitted.
+
+        Args:
+            rescan: list the files again now (else only every ``rescan`` seconds).
+        """
+        now = self._clock()
+        if rescan or self._listed_at is None or now - self._listed_at >= self._rescan:
+            self._listed = list(self._sources())
+            self._listed_at = now
         count = 0
-        for src in self._sources():
+        for src in self._listed:
             if src.path not in self._known:
                 self._known[src.path] = src
                 if not self._from_start:
@@ -131,17 +169,19 @@ class Follower:
         return len(lines) - 1
 
     def flush(self) -> None:
-        """Emit partial last lines (files that do not end with a newline)."""
-        self.poll()
+        """Read what is left (listing the files again), then emit partial last lines (files that
+        do not end with a newline)."""
+        self.poll(rescan=True)
         for path, rest in list(self._partial.items()):
             if rest:
                 self._emit(self._known[path], rest.decode("utf-8", "replace"))
         self._partial.clear()
 
     def run(self, stop: threading.Event) -> None:
-        """Poll until ``stop`` is set, then read what is left once more."""
-        while not stop.wait(self._interval):
-            self.poll()
+        """Poll until ``stop`` is set (backing off while nothing is new), then read what is left once more."""
+        wait = self._interval
+        while not stop.wait(wait):
+            wait = self.next_wait(self.poll())
         self.flush()
 
 

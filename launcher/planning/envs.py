@@ -15,7 +15,7 @@ torchrun.  Precedence, lowest first (later layers win):
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning.inventory import env_problem
@@ -159,11 +159,29 @@ def dynamic_scheduler_env(world_size: int, sched_host: str, sched_port: int, top
 
 def dynamic_worker_env(slot: RankSlot, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None) -> Dict[str, str]:
     """A worker's layout: ``MS_ROLE=MS_WORKER``, the shared values, ``MS_NODE_ID`` = rank."""
-    env = dynamic_scheduler_env(slot.world_size, sched_host, sched_port, topo_timeout)
-    env["MS_ROLE"] = "MS_WORKER"
-    env["MS_NODE_ID"] = str(slot.rank)
-    env.update(_common(slot))
-    return env
+    return dynamic_worker_layout(slot.world_size, sched_host, sched_port, topo_timeout)(slot)
+
+
+def dynamic_worker_layout(
+    world_size: int, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None,
+) -> Callable[[RankSlot], Dict[str, str]]:
+    """:func:`dynamic_worker_env` for many ranks of one job: the values every worker shares are
+    built once; the function returned adds a rank's own (a fresh dict per call)."""
+    shared = dynamic_scheduler_env(world_size, sched_host, sched_port, topo_timeout)
+    shared["MS_ROLE"] = "MS_WORKER"
+
+    def layout(slot: RankSlot) -> Dict[str, str]:
+        env = dict(shared)
+        rank = str(slot.rank)
+        env["MS_NODE_ID"] = rank
+        env["RANK_ID"] = rank
+        env["RANK_SIZE"] = str(slot.world_size)
+        env["DEVICE_ID"] = str(slot.device_id)
+        env["LOCAL_RANK"] = str(slot.local_rank)
+        env["LOCAL_WORLD_SIZE"] = str(slot.local_world_size)
+        return env
+
+    return layout
 
 
 def simulation_env(slot: RankSlot, single: bool = False) -> Dict[str, str]:

@@ -32,7 +32,7 @@ MAX_SLOTS = 1024
 #: Largest device id a host may list.
 MAX_DEVICE_ID = 1023
 #: Most hosts one inventory may hold.
-MAX_HOSTS = 16384
+MAX_HOSTS = 32768
 #: Longest ``NAME=VALUE`` string Linux passes to a new process (MAX_ARG_STRLEN, 32 pages).
 MAX_ENV_ENTRY_BYTES = 128 * 1024 - 1
 

@@ -26,10 +26,11 @@ This module is the one import for all of it; the pieces live by source:
 from __future__ import annotations
 
 import os
+import re
 
 from launcher.errors import InventoryError
 from launcher.planning.clusteryaml import parse_cluster_yaml
-from launcher.planning.hostfile import parse_host_list, parse_hostfile
+from launcher.planning.hostfile import MAX_HOSTFILE_BYTES, parse_host_list, parse_hostfile
 from launcher.planning.hostfilter import apply_filters, parse_filter
 from launcher.planning.hosts import (
     LOCAL_NAMES, MAX_DEVICE_ID, MAX_ENV_ENTRY_BYTES, MAX_HOSTS, MAX_SLOTS, Host, Inventory, SshOptions, env_problem, is_local,
@@ -41,7 +42,7 @@ __all__ = [
     "LOCAL_NAMES", "MAX_DEVICE_ID", "MAX_ENV_ENTRY_BYTES", "MAX_HOSTS", "MAX_SLOTS", "MAX_YAML_CHARS",
     "MAX_YAML_DEPTH", "MAX_YAML_NODES", "Host", "Inventory", "SshOptions", "apply_filters", "env_problem",
     "is_local", "local_inventory", "parse_cluster_yaml", "parse_filter", "parse_host_list", "parse_hostfile",
-    "read_inventory",
+    "read_hosts_arg", "read_inventory",
 ]
 
 
@@ -51,7 +52,30 @@ def read_inventory(path: str) -> Inventory:
     if path.endswith((".yaml", ".yml")):
         text = read_text(path, InventoryError, missing, "a cluster file", limit=MAX_YAML_CHARS)
         return parse_cluster_yaml(text, path=path, base_dir=os.path.dirname(os.path.abspath(path)))
-    return parse_hostfile(read_text(path, InventoryError, missing, "a hostfile"), path=path)
+    return parse_hostfile(read_text(path, InventoryError, missing, "a hostfile", limit=MAX_HOSTFILE_BYTES), path=path)
+
+
+#: Endings that make a ``--hosts`` value a file name even when no such file exists.
+_FILE_ENDINGS = (".yaml", ".yml", ".txt", ".json", ".conf", ".hosts", ".hostfile", ".list")
+
+
+def read_hosts_arg(value: str, default_slots: int = 1, flag: str = "--hosts") -> Inventory:
+    """``--hosts VALUE``: a hostfile or cluster YAML when ``VALUE`` is a file, else a host list
+    or Slurm hostlist (``node[01-04]``, ``$SLURM_JOB_NODELIST``; see :func:`parse_host_list`),
+    its hosts having ``default_slots`` unless written ``host:N``.
+
+    A value with a ``/``, with a file-like ending (``hosts.txt``) or with characters no host
+    name has is always a file name, so a mistyped path is reported as a missing file.
+
+    Raises:
+        InventoryError: as :func:`read_inventory` or :func:`parse_host_list` (``field=flag``).
+    """
+    if os.path.exists(value) or "/" in value or value.endswith(_FILE_ENDINGS) or not _HOSTS_ARG_RE.fullmatch(value):
+        return read_inventory(value)
+    return parse_host_list(value, default_slots=default_slots, field=flag)
+
+
+_HOSTS_ARG_RE = re.compile(r"[A-Za-z0-9_.\-:\[\],%]+")
 
 
 def local_inventory(slots: int) -> Inventory:

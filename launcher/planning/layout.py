@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 __all__ = [
     "ATTEMPT_DIR_GLOB", "DEFAULT_WORKER_LOG_PREFIX", "DETACH_LOG", "EVENTS_FILE", "HOSTFILE_FILE",
@@ -129,6 +129,13 @@ def parse_worker_log(name: str) -> Optional[int]:
 def worker_log(folder: str, index: int, prefix: Optional[str] = None) -> str:
     """A worker's log path in ``folder`` (the job dir or an attempt dir)."""
     return posixpath.join(folder, worker_log_name(index, prefix))
+
+
+def worker_log_filler(folder: str, prefix: Optional[str] = None) -> Callable[[int], str]:
+    """``lambda index: worker_log(folder, index, prefix)``, with the path's fixed parts joined
+    once (plans of 100,000 ranks)."""
+    head, _, tail = posixpath.join(folder, worker_log_template(prefix)).rpartition(RANK_PLACEHOLDER)
+    return lambda index: f"{head}{index}{tail}"
 
 
 def scheduler_log(folder: str) -> str:

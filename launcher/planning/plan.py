@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning import cpu, envs, layout, mpi
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.kinds import ArtefactKind, Method, Role
 from launcher.planning.procenv import ProcEnv
-from launcher.planning.ranks import RankSlot, assign_ranks, node_slots, used_inventory
+from launcher.planning.ranks import RankSlot, assign_ranks, new_frozen, node_slots, used_inventory
 
 LAUNCHERS = ("local", "ssh", "mpirun")
 DEFAULT_MASTER_PORT = 8118
@@ -327,8 +327,9 @@ def build_plan(spec: JobSpec) -> Plan:
     hosts_by_name = {h.name: h for h in used}
     # msrun without --node_rank on a multi-node job: MindSpore assigns the ranks.
     auto_ranks = spec.node is not None and spec.node.node_rank is None and spec.node.local_worker_num < world
+    cache = _RankCache(spec, proc_env)
     ranks: List[ProcPlan] = [
-        _rank_proc(spec, slot, hosts_by_name[slot.host], proc_env, sched_addr, table_path, auto_ranks) for slot in slots
+        _rank_proc(spec, slot, hosts_by_name[slot.host], proc_env, sched_addr, table_path, auto_ranks, cache) for slot in slots
     ]
     scheduler = _scheduler_proc(spec, world, sched_host, sched_addr, proc_env)
 
@@ -436,20 +437,101 @@ def _scheduler_place(spec: JobSpec, used: Sequence[Host]) -> Tuple[Optional[Host
     return _master(spec, list(used))
 
 
+class _RankCache:
+    """What every rank of one host (or of one local index) shares, computed once: its argv and
+    its user-side env (ranks not bound to cores here), and the ``numactl`` prefix per local
+    index.  Keeps :func:`build_plan` linear with a small constant at 100,000 ranks."""
+
+    def __init__(self, spec: JobSpec, proc_env: ProcEnv) -> None:
+        self.spec = spec
+        self.proc_env = proc_env
+        self.argv: Dict[str, Tuple[str, ...]] = {}
+        self.env: Dict[str, Dict[str, str]] = {}
+        self.numa: Dict[int, Tuple[str, ...]] = {}
+        self.log = layout.worker_log_filler(spec.job_dir, spec.worker_log_name)
+        self.dynamic: Optional[Callable[[RankSlot], Dict[str, str]]] = None
+        self.prefix: Dict[str, Optional[Tuple[Tuple[str, str], ...]]] = {}
+        self.pairs: Dict[Tuple[str, int], Tuple[str, str]] = {}
+
+    def dynamic_worker_pairs(self, host: Host, slot: RankSlot, sched_addr: str) -> Tuple[Tuple[str, str], ...]:
+        """``envs.layered(proc_env.user_env(host, rank), envs.dynamic_worker_env(slot, ...))``.
+
+        When the host's user-side env sets none of the layout's keys (the usual case) the
+        result is that env's pairs, then the layout's shared pairs (one tuple per host), then
+        the rank's own six, with the pairs that repeat across ranks shared."""
+        prefix = self.prefix.get(host.name, ())
+        if prefix == ():
+            prefix = None
+            if slot.rank not in self.proc_env.local_index:
+                user = self.user_env(host, slot.rank)
+                shared = envs.dynamic_worker_layout(slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out)(slot)
+                if not set(user) & set(shared):
+                    del shared["MS_NODE_ID"], shared["RANK_ID"], shared["RANK_SIZE"], shared["DEVICE_ID"]
+                    del shared["LOCAL_RANK"], shared["LOCAL_WORLD_SIZE"]
+                    prefix = tuple(user.items()) + tuple(shared.items())
+            self.prefix[host.name] = prefix
+        if prefix is None or slot.rank in self.proc_env.local_index:
+            return envs.layered(self.user_env(host, slot.rank), self.dynamic_env(slot, sched_addr))
+        rank = str(slot.rank)
+        return prefix + (("MS_NODE_ID", rank), ("RANK_ID", rank), self.pair("RANK_SIZE", slot.world_size),
+                         self.pair("DEVICE_ID", slot.device_id), self.pair("LOCAL_RANK", slot.local_rank),
+                         self.pair("LOCAL_WORLD_SIZE", slot.local_world_size))
+
+    def pair(self, key: str, value: int) -> Tuple[str, str]:
+        """``(key, str(value))``, one tuple per distinct pair."""
+        found = self.pairs.get((key, value))
+        if found is None:
+            found = self.pairs[(key, value)] = (key, str(value))
+        return found
+
+    def dynamic_env(self, slot: RankSlot, sched_addr: str) -> Dict[str, str]:
+        """``envs.dynamic_worker_env(slot, sched_addr, ...)`` (the shared part built once)."""
+        if self.dynamic is None:
+            self.dynamic = envs.dynamic_worker_layout(slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out)
+        return self.dynamic(slot)
+
+    def program(self, host: Host, local_rank: int) -> Tuple[str, ...]:
+        """``numa_prefix(...) + program_argv(spec, host)`` for a rank at ``local_rank`` on ``host``."""
+        argv = self.argv.get(host.name)
+        if argv is None:
+            argv = self.argv[host.name] = program_argv(self.spec, host)
+        prefix = self.numa.get(local_rank)
+        if prefix is None:
+            prefix = self.numa[local_rank] = numa_prefix(self.spec.bind_numa, f"device{local_rank}")
+        return prefix + argv if prefix else argv
+
+    def user_env(self, host: Host, rank: int) -> Dict[str, str]:
+        """``proc_env.user_env(host, rank)``: shared between ranks, so never change it."""
+        if rank in self.proc_env.local_index:
+            return self.proc_env.user_env(host, rank)
+        env = self.env.get(host.name)
+        if env is None:
+            env = self.env[host.name] = self.proc_env.user_env(host, rank)
+        return env
+
+
 def _rank_proc(
     spec: JobSpec, slot: RankSlot, host: Host, proc_env: ProcEnv, sched_addr: Optional[str], table_path: str, auto_ranks: bool,
+    cache: Optional[_RankCache] = None,
 ) -> ProcPlan:
     """The plan of one rank: the method's layout variables over the user's env, its cwd and log."""
+    if cache is None:
+        cache = _RankCache(spec, proc_env)
     cwd = spec.cwd
     env_dump = None
+    env_pairs: Optional[Tuple[Tuple[str, str], ...]] = None
+    env_layout: Dict[str, str] = {}
     rank: Optional[int] = slot.rank
     log_index = slot.rank
     if spec.sim_level is not None:
         env_layout = envs.simulation_env(slot, spec.sim_rank_id is not None)
         log_index = slot.local_rank if spec.sim_rank_id is not None else slot.rank
+    elif spec.method == Method.DYNAMIC and not auto_ranks:
+        assert sched_addr is not None
+        env_pairs = cache.dynamic_worker_pairs(host, slot, sched_addr)
     elif spec.method == Method.DYNAMIC:
         assert sched_addr is not None
-        env_layout = envs.dynamic_worker_env(slot, sched_addr, spec.master_port, spec.cluster_time_out)
+        env_layout = cache.dynamic_env(slot, sched_addr)
         if auto_ranks:
             for key in ("MS_NODE_ID", "RANK_ID"):
                 env_layout.pop(key)
@@ -460,7 +542,8 @@ def _rank_proc(
         env_dump = layout.env_dump_path(cwd, slot.rank)
     else:
         env_layout = envs.mpi_env(slot)
-    return ProcPlan(
+    return new_frozen(
+        ProcPlan,
         name=f"rank {slot.rank}" if rank is not None else f"worker {slot.local_rank}",
         role=Role.WORKER,
         host=slot.host,
@@ -468,10 +551,10 @@ def _rank_proc(
         local_rank=slot.local_rank,
         node_rank=slot.node_rank,
         device_id=slot.device_id,
-        argv=numa_prefix(spec.bind_numa, f"device{slot.local_rank}") + program_argv(spec, host),
-        env=envs.layered(proc_env.user_env(host, slot.rank), env_layout),
+        argv=cache.program(host, slot.local_rank),
+        env=env_pairs if env_pairs is not None else envs.layered(cache.user_env(host, slot.rank), env_layout),
         cwd=cwd,
-        log=layout.worker_log(spec.job_dir, log_index, spec.worker_log_name),
+        log=cache.log(log_index),
         env_dump=env_dump,
         cpus=proc_env.rank_cpus(slot.rank),
     )

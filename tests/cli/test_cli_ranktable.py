@@ -265,3 +265,74 @@ def test_module_does_not_import_rich() -> None:
     code = "import sys, launcher.cli.ranktable; print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# show on big tables
+
+
+def _table_file(tmp_path, servers: int, v12: bool = False) -> str:
+    from tests.planning.test_ranktable_scale import big_table
+
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(big_table(servers, 8, v12)))
+    return str(path)
+
+
+def test_show_big_table_summarises(tmp_path) -> None:
+    path = _table_file(tmp_path, 40, v12=True)
+    r = mslaunch("show", path)
+    assert (r.returncode, r.stderr) == (0, "")
+    out = lines(r.stdout)
+    assert out[0] == f"{path}: version 1.2, status completed, 40 servers, 320 devices"
+    assert out[1] == "ranks 0..319; devices per server: 8 on 40 servers; 1 SuperPoDs"
+    servers = [line.split()[1] for line in out if line.startswith("│ 10.")]
+    assert len(servers) == 8 * 8
+    firsts = sorted({s for s in servers})
+    assert firsts == ["10.0.0.1", "10.0.1.1", "10.0.10.1", "10.0.11.1", "10.0.6.1", "10.0.7.1", "10.0.8.1", "10.0.9.1"]
+    assert len([line for line in out if line.startswith("│ ⋮")]) == 1
+    assert out[-1] == f"... 32 servers (256 devices) not shown: mslaunch ranktable show --all {path}"
+
+
+def test_show_all_lists_every_device(tmp_path) -> None:
+    path = _table_file(tmp_path, 40)
+    out = lines(mslaunch("show", "--all", path).stdout)
+    rows = [line for line in out if line.startswith("│ 10.")]
+    assert len(rows) == 320 and [int(row.split("│")[-2]) for row in rows] == list(range(320))
+    assert not any("not shown" in line for line in out)
+
+
+@pytest.mark.parametrize("v12", [False, True])
+def test_plain_table_is_what_rich_draws(v12: bool) -> None:
+    """The fast renderer of big tables draws the same characters as rich's table (small case)."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from launcher.cli.ranktable import _columns, _device_rows, _plain_table, _super_pods
+    from tests.planning.test_ranktable_scale import big_table
+
+    table = big_table(3, 8, v12)
+    table["server_list"][1]["device"][0]["device_ip"] = "1.2.3.4-ü"  # wide/unusual text too
+    pods = _super_pods(table) if v12 else {}
+    groups = _device_rows(table["server_list"], v12, pods)
+    rich_table = Table()
+    for header, justify in _columns(v12):
+        rich_table.add_column(header, justify=justify)
+    for rows in groups:
+        for i, row in enumerate(rows):
+            rich_table.add_row(*(Text(c) for c in row), end_section=i == len(rows) - 1)
+    buf = io.StringIO()
+    Console(file=buf, width=200, highlight=False).print(rich_table)
+    assert _plain_table(_columns(v12), groups) == buf.getvalue()
+
+
+def test_show_escapes_control_characters(tmp_path) -> None:
+    path = tmp_path / "t.json"
+    table = json.loads(read(GOLDEN8))
+    table["server_list"][0]["server_id"] = "a\x1b[31mb"
+    path.write_text(json.dumps(table))
+    r = mslaunch("show", str(path))
+    assert "\x1b" not in r.stdout and "a\\x1b[31mb" in r.stdout

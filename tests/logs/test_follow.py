@@ -29,6 +29,7 @@ class Seen:
 
 
 def follower_of(folder, seen, **kw):
+    kw.setdefault("rescan", 0)  # list the folder at every poll (the rescan interval has its own test)
     return Follower(lambda: job_log_sources(str(folder)), seen, **kw)
 
 
@@ -171,7 +172,7 @@ def test_attempt_folders_switch_to_the_new_attempts_files(tmp_path):
     write(tmp_path / "worker_0.log", "attempt 0\n")
     current = [str(tmp_path)]
     seen = Seen()
-    f = Follower(lambda: job_log_sources(current[0]), seen)
+    f = Follower(lambda: job_log_sources(current[0]), seen, rescan=0)
     f.poll()
     assert seen.take() == [("rank 0", "attempt 0")]
     attempt = tmp_path / "attempt_1"
@@ -230,3 +231,68 @@ def test_last_lines_of_what_is_not_a_regular_file(tmp_path):
     os.mkfifo(fifo)  # opening and reading a FIFO must not block
     assert last_lines(str(fifo), 5) == ([], 0)
     assert last_lines(str(tmp_path / "missing.log"), 5) == ([], 0)
+
+
+def test_files_are_listed_again_only_every_rescan_seconds(tmp_path):
+    """A sweep stats the known files; the folder is listed at most every ``rescan`` seconds
+    (and by flush), so new files show up after that, from their start."""
+    now = [100.0]
+    calls = []
+
+    def sources():
+        calls.append(now[0])
+        return job_log_sources(str(tmp_path))
+
+    seen = Seen()
+    f = Follower(sources, seen, rescan=1.0, clock=lambda: now[0])
+    write(tmp_path / "worker_0.log", "a\n")
+    assert f.poll() == 1 and calls == [100.0]
+    write(tmp_path / "worker_1.log", "b\n")
+    write(tmp_path / "worker_0.log", "c\n")
+    now[0] = 100.5
+    assert f.poll() == 1 and calls == [100.0]  # rank 0's new line, rank 1 not listed yet
+    now[0] = 101.0
+    assert f.poll() == 1 and calls == [100.0, 101.0]
+    assert seen.take() == [("rank 0", "a"), ("rank 0", "c"), ("rank 1", "b")]
+    write(tmp_path / "worker_2.log", "d")
+    f.flush()
+    assert calls == [100.0, 101.0, 101.0] and seen.take() == [("rank 2", "d")]
+
+
+def test_idle_sweeps_back_off_and_lines_reset_the_wait(tmp_path):
+    f = follower_of(tmp_path, Seen(), interval=0.1)
+    waits = [f.next_wait(0) for _ in range(6)]
+    assert waits == [0.2, 0.4, 0.8, follow.MAX_INTERVAL, follow.MAX_INTERVAL, follow.MAX_INTERVAL]
+    assert f.next_wait(3) == 0.1 and f.next_wait(0) == 0.2
+
+
+def test_lines_from_1500_files_all_arrive_in_order(tmp_path):
+    """1,500 rank logs growing while a follower thread runs: every line of every file arrives,
+    in each file's order, with the right label."""
+    files, rounds = 1500, 4
+    got = {}
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def emit(src, line):
+        with lock:
+            got.setdefault(src.rank, []).append(line)
+            if sum(len(v) for v in got.values()) == files * rounds:
+                done.set()
+
+    f = Follower(lambda: job_log_sources(str(tmp_path)), emit, interval=0.01, rescan=0.05)
+    stop = threading.Event()
+    t = threading.Thread(target=f.run, args=(stop,))
+    t.start()
+    try:
+        for k in range(rounds):
+            for r in range(files):
+                with open(tmp_path / f"worker_{r}.log", "a") as fh:
+                    fh.write(f"rank {r} line {k}\n")
+        assert done.wait(120), f"{sum(len(v) for v in got.values())} of {files * rounds} lines arrived"
+    finally:
+        stop.set()
+        t.join(30)
+    assert not t.is_alive()
+    assert sorted(got) == list(range(files))
+    assert all(got[r] == [f"rank {r} line {k}" for k in range(rounds)] for r in range(files))

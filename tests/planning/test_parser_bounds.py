@@ -46,27 +46,36 @@ CHILD = textwrap.dedent(
         return under + ":\n" + "\n".join(rows) + "\nhosts: [localhost]\n"
 
     def yaml_file(text):
-        return lambda: inventory.read_inventory(write("c.yaml", text))
+        return lambda: inventory.read_inventory(write("c.yaml", text() if callable(text) else text))
 
     def hostfile(text):
-        # hostfile gen: read, then render
-        return lambda: mpi.render_hostfile(inventory.read_inventory(write("hosts.txt", text)))
+        # hostfile gen: read, then render (big texts are made by the case that uses them)
+        return lambda: mpi.render_hostfile(inventory.read_inventory(write("hosts.txt", text() if callable(text) else text)))
 
     def table(text):
         def run():
-            t = ranktable.read_rank_table(write("t.json", text))
+            t = ranktable.read_rank_table(write("t.json", text() if callable(text) else text))
             ranktable.validate_rank_table(t)
             return ranktable.rank_table_json(t)
         return run
 
-    def big_table():
-        servers = [{"server_id": "10.%d.%d.1" % (i // 256, i % 256), "device": [
-            {"device_id": str(d), "device_ip": "192.%d.%d.%d" % (d, i // 256, i % 256), "rank_id": "0"} for d in range(8)],
-            "host_nic_ip": "reserve"} for i in range(2048)]
+    def big_table(count=2048, devices=0):
+        """A valid table: ``count`` v1.0 servers of 8 devices, or (``devices``) v1.2 servers of that many."""
+        servers = [{"server_id": "10.%d.%d.1" % (i // 256, i % 256), "host_ip": "172.%d.%d.1" % (i // 256, i % 256), "device": [
+            {"device_id": str(d), "super_device_id": "0", "device_ip": "192.%d.%d.%d" % (d, i // 256, i % 256), "rank_id": "0"}
+            for d in range(devices or 8)], "host_nic_ip": "reserve"} for i in range(count)]
         servers.sort(key=lambda s: s["server_id"])
         for n, dev in enumerate(d for s in servers for d in s["device"]):
-            dev["rank_id"] = str(n)
-        return json.dumps({"version": "1.0", "server_count": "2048", "server_list": servers, "status": "completed"}, indent=2)
+            dev["rank_id"] = dev["super_device_id"] = str(n)
+            if not devices:
+                del dev["super_device_id"]
+        for s in servers:
+            if not devices:
+                del s["host_ip"]
+        if devices:
+            pods = [{"super_pod_id": "0", "server_list": [{"server_id": s["server_id"]} for s in servers]}]
+            return {"version": "1.2", "server_count": str(count), "server_list": servers, "super_pod_list": pods, "status": "completed"}
+        return json.dumps({"version": "1.0", "server_count": str(count), "server_list": servers, "status": "completed"}, indent=2)
 
     CASES = {
         "yaml-bomb-9x9-unused": yaml_file(bomb(9, 9, "unused")),
@@ -81,19 +90,29 @@ CHILD = textwrap.dedent(
         "yaml-nul": yaml_file("hosts:\n  - host: a\x00\n"),
         "yaml-largest-valid": yaml_file("hosts:\n" + "".join(
             "  - {host: node%d, slots: 8, devices: [0, 1, 2, 3, 4, 5, 6, 7], env: {A: b}}\n" % i for i in range(6400))),
-        "yaml-most-hosts": yaml_file("defaults: {slots: 1}\nhosts: [" + ", ".join("h%d" % i for i in range(16000)) + "]\n"),
-        "yaml-most-nodes": yaml_file("hosts: [" + ", ".join(["a"] * 170000) + "]\n"),
+        "yaml-most-hosts": yaml_file("defaults: {slots: 1}\nhosts: [" + ", ".join("h%d" % i for i in range(32000)) + "]\n"),
+        "yaml-10k-hosts-with-devices": yaml_file(lambda: "defaults: {slots: 8}\nhosts:\n" + "".join(
+            "  - {host: node%05d.cluster.example.com, devices: [0, 1, 2, 3, 4, 5, 6, 7], hccn_conf: /etc/hccn/%05d.conf}\n" % (i, i)
+            for i in range(10000))),
+        "yaml-most-nodes": yaml_file(lambda: "hosts: [" + ", ".join(["a"] * 290000) + "]\n"),
+        "yaml-nodes-over-cap": yaml_file(lambda: "hosts: [" + ", ".join(["a"] * 1390000) + "]\n"),
         "hostfile-slots-1e20": hostfile("node1 slots=99999999999999999999\n"),
         "hostfile-slots-1e8": hostfile("node1 slots=100000000\n"),
-        "hostfile-largest": hostfile("".join("n%d slots=1024\n" % i for i in range(16384))),
+        "hostfile-largest": hostfile("".join("n%d slots=1024\n" % i for i in range(32768))),
         "hostfile-1MiB-of-hosts": hostfile("".join("h%06d\n" % i for i in range(120000))),
+        "hostfile-8MiB-of-newlines": hostfile(lambda: "\n" * ((8 << 20) - 1)),
+        "hostfile-8MiB-of-comments": hostfile(lambda: "#\n" * ((4 << 20) - 1)),
+        "hostfile-50MB": hostfile(lambda: "node1 slots=8\n" + "# padding\n" * 5000000),
         "host-list-huge": lambda: ranks.assign_ranks(inventory.parse_host_list(",".join("h%d:1024" % i for i in range(16384)))),
+        "ranks-16384x8": lambda: ranks.used_inventory(*(lambda inv: (inv, ranks.assign_ranks(inv)))(
+            inventory.parse_host_list(",".join("h%d:8" % i for i in range(16384))))),
         "plan-np-1e20": lambda: ranks.assign_ranks(inventory.local_inventory(10 ** 20)),
         "env-file-nul": lambda: envs.parse_env_file(open(write("e.env", "A=1\n" * 200000 + "B=\x00\n")).read(), "e.env"),
         "hccn-1MiB": lambda: hccn.read_hccn_conf(write("hccn.conf", "netmask_0=255.255.255.0\n" * 44000)),
         "json-deep-100k": table("[" * 100000 + "]" * 100000),
         "json-4MiB-of-objects": table("[" + ",".join(["{}"] * 1390000) + "]"),
-        "json-most-values": table("[" + ",".join(["{}"] * 149000) + "]"),
+        "json-most-values": table("[" + ",".join(["{}"] * 224000) + "]"),
+        "json-4096-a3-servers": table(lambda: __import__("json").dumps(big_table(4096, 16), indent=2)),
         "json-huge-number": table('{"version": ' + "9" * 4000000 + "}"),
         "json-nan": table('{"version": NaN}'),
         "json-largest-valid-table": table(big_table()),
@@ -125,28 +144,35 @@ EXPECTED: Dict[str, str] = {
     "yaml-recursive-alias": "recursive alias *h",
     "yaml-flow-seq-100k": "nested deeper than",
     "yaml-flow-map-100k": "nested deeper than",
-    "yaml-block-3000": "larger than 512 KiB",
+    "yaml-block-3000": "larger than 4 MiB",
     "yaml-block-deep-in-cap": "nested deeper than",
     "yaml-tagged-key": "invalid YAML value 'y' for tag !!float",
     "yaml-nul": "invalid YAML: character U+0000",
     "yaml-largest-valid": "ok",
     "yaml-most-hosts": "ok",
-    "yaml-most-nodes": "more than 16384 hosts",
+    "yaml-10k-hosts-with-devices": "ok",
+    "yaml-most-nodes": "more than 32768 hosts",
+    "yaml-nodes-over-cap": "the document expands to more than 300000 YAML nodes",
     "hostfile-slots-1e20": "slots must be in 1..1024",
     "hostfile-slots-1e8": "slots must be in 1..1024",
     "hostfile-largest": "ok",
-    "hostfile-1MiB-of-hosts": "more than 16384 hosts",
-    "host-list-huge": "the inventory has 16777216 slots, more than the 16384 ranks",
+    "hostfile-1MiB-of-hosts": "more than 32768 hosts",
+    "hostfile-8MiB-of-newlines": "no hosts in hostfile",
+    "hostfile-8MiB-of-comments": "no hosts in hostfile",
+    "hostfile-50MB": "larger than 8 MiB",
+    "host-list-huge": "the inventory has 16777216 slots, more than the 131072 ranks",
+    "ranks-16384x8": "ok",
     "plan-np-1e20": "this machine alone takes 1..1024 ranks",
     "env-file-nul": "B: the value contains a NUL character",
     "hccn-1MiB": "larger than 1 MiB",
     "json-deep-100k": "invalid rank table: JSON nested deeper than 64 levels",
-    "json-4MiB-of-objects": "invalid rank table: about 2780000 JSON values, more than the 300000",
+    "json-4MiB-of-objects": "invalid rank table: about 2780000 JSON values, more than the 450000",
     "json-most-values": "ok",
     "json-huge-number": "invalid JSON: number",
     "json-nan": "invalid JSON: NaN is not a JSON number",
     "json-largest-valid-table": "ok",
-    "dev-zero": "larger than 4 MiB",
+    "json-4096-a3-servers": "ok",
+    "dev-zero": "larger than 16 MiB",
 }
 
 

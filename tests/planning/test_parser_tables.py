@@ -123,7 +123,8 @@ def test_yaml_deep_nesting_is_refused(text: str) -> None:
 
 def test_yaml_3000_level_block_list_is_refused_by_size() -> None:
     text = "hosts:\n" + "".join(" " * (i + 1) + "-\n" for i in range(3000))
-    assert yaml_error(text) == "c.yaml: larger than 512 KiB; is this a cluster file?"
+    assert len(text) > inv_mod.MAX_YAML_CHARS
+    assert yaml_error(text) == "c.yaml: larger than 4 MiB; is this a cluster file?"
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,11 +306,12 @@ def test_np_is_bounded(np: int) -> None:
 
 
 def test_every_slot_of_a_huge_inventory_is_bounded() -> None:
-    inv = parse_hostfile("".join(f"h{i} slots={MAX_SLOTS}\n" for i in range(20)), "h.txt")
+    hosts = MAX_WORLD_SIZE // MAX_SLOTS + 1
+    inv = parse_hostfile("".join(f"h{i} slots={MAX_SLOTS}\n" for i in range(hosts)), "h.txt")
     with pytest.raises(PlanError) as info:
         assign_ranks(inv)
     assert str(info.value) == (
-        f"--np: the inventory has {20 * MAX_SLOTS} slots, more than the {MAX_WORLD_SIZE} ranks one job may have; "
+        f"--np: the inventory has {hosts * MAX_SLOTS} slots, more than the {MAX_WORLD_SIZE} ranks one job may have; "
         "pass --np, --per-host or --include"
     )
     assert len(assign_ranks(inv, np=16)) == 16
@@ -449,17 +451,17 @@ def test_rank_table_not_utf8(tmp_path, data: bytes, line: int) -> None:
 
 
 READERS = [
-    (read_inventory, "h.txt", "a hostfile", "1 MiB"),
-    (read_inventory, "c.yaml", "a cluster file", "512 KiB"),
+    (read_inventory, "h.txt", "a hostfile", "8 MiB"),
+    (read_inventory, "c.yaml", "a cluster file", "4 MiB"),
     (read_hccn_conf, "hccn.conf", "an hccn.conf file", "1 MiB"),
-    (read_rank_table, "t.json", "a rank table file", "4 MiB"),
+    (read_rank_table, "t.json", "a rank table file", "16 MiB"),
 ]
 
 
 @pytest.mark.parametrize("reader, name, kind, size", READERS)
 def test_oversized_files_are_refused(tmp_path, reader, name: str, kind: str, size: str) -> None:
     path = tmp_path / name
-    limit = {"4 MiB": 4 << 20, "1 MiB": 1 << 20, "512 KiB": 512 << 10}[size]
+    limit = {"16 MiB": 16 << 20, "8 MiB": 8 << 20, "4 MiB": 4 << 20, "1 MiB": 1 << 20}[size]
     path.write_bytes(b"# x\n" * (limit // 4) + b"#")
     with pytest.raises(MsLaunchError) as info:
         reader(str(path))
@@ -477,13 +479,13 @@ def test_endless_files_are_refused(tmp_path, reader, name: str, kind: str, size:
 
 def test_yaml_text_over_its_own_cap(tmp_path) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text("hosts: [a]\n" + "#" * (600 * 1024) + "\n")
+    path.write_text("hosts: [a]\n" + "#" * (4200 * 1024) + "\n")
     with pytest.raises(InventoryError) as info:
         read_inventory(str(path))
-    assert str(info.value) == f"{path}: larger than 512 KiB; is this a cluster file?"
+    assert str(info.value) == f"{path}: larger than 4 MiB; is this a cluster file?"
     with pytest.raises(InventoryError) as info:
-        parse_cluster_yaml("#" * (600 * 1024), "c.yaml")
-    assert str(info.value) == "c.yaml: larger than 512 KiB; is this a cluster file?"
+        parse_cluster_yaml("#" * (4200 * 1024), "c.yaml")
+    assert str(info.value) == "c.yaml: larger than 4 MiB; is this a cluster file?"
 
 
 @pytest.mark.parametrize("path", ["bad\x00path", "/proc/self/mem"])

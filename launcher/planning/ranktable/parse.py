@@ -69,21 +69,41 @@ def parse_rank_table_json(text: str, path: Optional[str] = None) -> Any:
         raise RankTableError(f"invalid rank table: JSON nested deeper than {MAX_JSON_DEPTH} levels", path=where) from None
     except ValueError as exc:  # e.g. an integer literal beyond the digit limit
         raise RankTableError(f"invalid JSON: {str(exc).splitlines()[0] if str(exc) else exc!r}", path=where) from None
-    _check_json_value(value, where)
+    if "\0" in text or _BAD_ESCAPE_RE.search(text):
+        _check_json_value(value, where)  # some string may hold NUL or a surrogate: look at every one
+    else:
+        _check_json_depth(value, where)  # UTF-8 text without such escapes: only the nesting to check
     return value
 
 
-#: Most devices a rank table may list (the most ranks one job may have).
-MAX_TABLE_DEVICES = 16384
+#: Most devices a rank table may list: 4,096 Atlas A3 servers of 16 devices (8,192 of 8).
+MAX_TABLE_DEVICES = 65536
 #: Most JSON values (counted as commas and opening brackets, an upper bound) a rank table may
-#: hold: a 16384-device table has about 90,000.
-MAX_JSON_VALUES = 300_000
+#: hold: a 65,536-device v1.2 table has about 400,000.
+MAX_JSON_VALUES = 450_000
 #: Deepest nesting :func:`parse_rank_table_json` accepts (a rank table needs 5).
 MAX_JSON_DEPTH = 64
-#: Largest rank table file read (bytes): a 16384-device table (the most ranks a job may have) is about 2 MB.
-MAX_RANK_TABLE_BYTES = 4 << 20
+#: Largest rank table file read (bytes): a 65,536-device v1.2 table (4,096 A3 servers) is about
+#: 12 MB as ``ranktable gen`` writes it (4,096 servers of 8 devices: 3.5 MB in v1.0, 5.5 MB in v1.2).
+MAX_RANK_TABLE_BYTES = 16 << 20
 
 _BAD_TEXT_RE = re.compile("[\0\ud800-\udfff]")
+#: A JSON escape that can make a NUL or a surrogate (the text itself, decoded from UTF-8, holds no
+#: surrogates).  Conservative: ``\\u0000`` written as an escaped backslash also matches.
+_BAD_ESCAPE_RE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def _check_json_depth(value: Any, where: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_JSON_DEPTH` (the check of :func:`_check_json_value`
+    without its look at strings), visiting containers only."""
+    stack: List[Tuple[Any, int]] = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise RankTableError(f"invalid rank table: JSON nested deeper than {MAX_JSON_DEPTH} levels", path=where)
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
 
 
 def _check_json_value(value: Any, where: str) -> None:

@@ -97,12 +97,9 @@ def rank_table_json(table: Any) -> str:
         pods = top.get("super_pod_list")
         if isinstance(pods, list):
             top["super_pod_list"] = [_ordered(p, _POD_ORDER) for p in pods]
-    parts: List[str] = []
-    try:
-        _render(top, "", parts)
-    except TypeError:
-        return json.dumps(top, indent=2) + "\n"
-    return "".join(parts) + "\n"
+    from launcher.planning.jsontext import dumps_indented
+
+    return dumps_indented(top) + "\n"
 
 
 def table_size(table: Any) -> Tuple[int, int]:
