@@ -35,13 +35,14 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from tests.harness.netns_cluster import NamespaceCluster, NamespaceClusterError
 
@@ -188,22 +189,63 @@ class SlurmCluster:
         while time.monotonic() < end:
             jobs = self.run(["squeue", "-h", "-o", "%i"], timeout=15)
             if jobs.returncode == 0 and not jobs.stdout.strip() and self.idle_nodes() == sorted(self.nodes):
+                self.wait_quiet(max(1.0, end - time.monotonic()))
                 return
             time.sleep(0.1)
         raise SlurmClusterError(f"nodes not idle after {timeout:g} s: idle={self.idle_nodes()} "
                                 f"queue={self.run(['squeue', '-h']).stdout.strip()!r}")
 
-    def node_pids(self) -> Dict[str, List[int]]:
+    def node_pids(self, include_slurm: bool = True) -> Dict[str, List[int]]:
         """Pids in each node's namespace other than sshd and that node's slurmd, by node name
-        (only nodes with such processes are listed): what jobs left behind."""
+        (only nodes with such processes are listed): what jobs left behind.
+
+        ``include_slurm=False`` leaves out ``slurmstepd`` (Slurm's per-step daemon, which
+        lingers ~1-2 s after its step ended): then only the jobs' own processes are listed.
+        """
         out: Dict[str, List[int]] = {}
         for node, h in zip(self.nodes, self.net.hosts):
             daemon = self._pids.get(node)
             keep = {daemon} | _descendants_of(daemon) if daemon else set()
             pids = [p for p in self.net.pids_in(h.index) if p not in keep]
+            if not include_slurm:
+                pids = [p for p in pids if not _cmdline(p).startswith("slurmstepd")]
             if pids:
                 out[node] = pids
         return out
+
+    def wait_quiet(self, timeout: float = 30.0) -> None:
+        """Wait until no process is left in any node but sshd and slurmd (slurmstepd included).
+
+        Raises:
+            SlurmClusterError: something is still there after ``timeout``.
+        """
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if not self.node_pids():
+                return
+            time.sleep(0.05)
+        left = {n: [(p, _cmdline(p)[:80]) for p in ps] for n, ps in self.node_pids().items()}
+        raise SlurmClusterError(f"processes left on the nodes after {timeout:g} s: {left}")
+
+    @contextlib.contextmanager
+    def allocation(self, nodes: int = 3, per_node: int = 2, extra: Sequence[str] = ()) -> Iterator[Dict[str, str]]:
+        """An allocation (``salloc --no-shell``) for the duration of the ``with``; yields the
+        environment a process inside it has (as under ``salloc``: ``SLURM_JOB_ID``,
+        ``SLURM_JOB_NODELIST``, ``SLURM_NTASKS_PER_NODE``, ``SLURM_CONF``).  Cancelled after it."""
+        res = self.run(["salloc", "--no-shell", f"-N{nodes}", f"--ntasks-per-node={per_node}", "--immediate=30", *extra], timeout=60)
+        m = re.search(r"Granted job allocation (\d+)", res.stderr)
+        if res.returncode != 0 or not m:
+            raise SlurmClusterError(f"salloc failed: {res.stderr.strip()}")
+        job = m.group(1)
+        try:
+            nodelist = self.run(["squeue", "-h", "-j", job, "-o", "%N"]).stdout.strip()
+            env = self.env()
+            env.update({"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": nodelist, "SLURM_NODELIST": nodelist,
+                        "SLURM_NTASKS_PER_NODE": str(per_node), "SLURM_JOB_NUM_NODES": str(nodes)})
+            yield env
+        finally:
+            self.run(["scancel", job], timeout=30)
+            self.wait_idle()
 
     def daemon_pids(self) -> Dict[str, int]:
         """``slurmctld`` and each node's daemon launcher pid."""
@@ -290,6 +332,14 @@ class SlurmCluster:
     def _write_state(self) -> None:
         with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as fh:
             json.dump({"nodes": self.nodes, "pids": self._pids}, fh)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
 
 
 def _state(pid: int) -> Optional[str]:
