@@ -7,7 +7,7 @@ import re
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 import typer
 
@@ -113,11 +113,17 @@ def logs_tail(
         return
     follower = Follower(lambda: job_log_sources(latest_attempt_dir(folder), ranks), lambda s, l: (emit(s, l), sys.stdout.flush()), from_start=True)
     follower.seek(offsets)  # continue after what was shown
+    queued = _slurm_queued(info.slurm_job_id)
     try:
         while True:
             follower.poll()
+            if queued is not None:  # a Slurm job (mslaunch sbatch): until it left the queue (requeues included)
+                if not queued() and lock_holder(folder) is None:
+                    follower.poll()
+                    follower.flush()
+                    return
             # the job ended (summary written) or nobody runs it any more (lost, corrupt, finished)
-            if os.path.lexists(os.path.join(folder, SUMMARY_FILE)) or lock_holder(folder) is None:
+            elif os.path.lexists(os.path.join(folder, SUMMARY_FILE)) or lock_holder(folder) is None:
                 follower.flush()
                 return
             time.sleep(0.2)
@@ -264,3 +270,19 @@ def _stop_slurm_job(info: "JobInfo", wait: float) -> bool:
         raise JobError(f"job {info.job_id} (Slurm job {info.slurm_job_id}) did not leave the queue within {wait:g} s", exit_code=1)
     sys.stdout.write(f"stopped job {info.job_id} (scancel {info.slurm_job_id})\n")
     return True
+
+
+def _slurm_queued(slurm_job_id: Optional[str]) -> "Optional[Callable[[], bool]]":
+    """For a Slurm job: a check "still in Slurm's queue" asking squeue at most every 2 s; else None."""
+    if slurm_job_id is None:
+        return None
+    from launcher.execution.slurm.submit import job_state
+
+    last = [0.0, True]
+
+    def queued() -> bool:
+        if time.monotonic() - float(last[0]) >= 2.0:
+            last[0], last[1] = time.monotonic(), job_state(slurm_job_id) is not None
+        return bool(last[1])
+
+    return queued

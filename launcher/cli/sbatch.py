@@ -31,6 +31,10 @@ _SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?([A-Z0-9]+)(?:@(\d+))?$")
 #: run options sbatch sets itself.
 _OWN = ("--launcher", "--log-dir", "--log_dir", "--job-id", "--detach", "-d")
 
+#: run options without a value (every other run option takes one, unless written ``--opt=value``).
+_FLAGS = frozenset({"--no-python", "--mpi-hostfile", "--oversubscribe", "--json", "--quiet", "-q", "--sched-wait",
+                    "--no-sched-wait", "--zygote", "--accept-new", "--ssh-accept-new"})
+
 CONTEXT = dict(PROGRAM_CONTEXT, allow_extra_args=True)
 
 
@@ -123,11 +127,14 @@ def _split_run_args(args: List[str]) -> Tuple[List[str], Optional[str], Optional
                                 field=name)
             out.append(a)
             i += 1
+            if not eq and name not in _FLAGS and i < len(args):  # its value
+                out.append(args[i])
+                i += 1
             continue
-        seen_program = seen_program or not a.startswith("-")
+        seen_program = True
         out.append(a)
         i += 1
-    if not any(not a.startswith("-") for a in out):
+    if not seen_program:
         raise PlanError("missing SCRIPT: mslaunch sbatch [sbatch options] [run options] SCRIPT [ARGS]", field="SCRIPT")
     return out, log_dir, job_id
 

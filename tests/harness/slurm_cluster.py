@@ -77,6 +77,7 @@ MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 SlurmctldTimeout=10
 SlurmdTimeout=10
 MessageTimeout=5
@@ -246,6 +247,18 @@ class SlurmCluster:
         finally:
             self.run(["scancel", job], timeout=30)
             self.wait_idle()
+
+    def release_requeued(self, job: str, timeout: float = 60.0) -> None:
+        """Start a requeued job now: Slurm holds a requeued batch job back (BeginTime ~2 min on);
+        this sets its start time to now once it is pending again."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            state = self.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+            if state == "PENDING":
+                self.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+                return
+            time.sleep(0.1)
+        raise SlurmClusterError(f"job {job} was not pending again within {timeout:g} s")
 
     def daemon_pids(self) -> Dict[str, int]:
         """``slurmctld`` and each node's daemon launcher pid."""

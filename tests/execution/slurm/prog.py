@@ -15,7 +15,7 @@ import time
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
 seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 0.3
 rank = os.environ.get("RANK_ID")
-keys = sorted(k for k in os.environ if k.startswith(("MS_", "RANK_", "DEVICE_", "LOCAL_", "MSL_TEST_")))
+keys = sorted(k for k in os.environ if k.startswith(("MS_", "RANK_", "DEVICE_", "LOCAL_", "MSL_TEST_", "SLURM_RESTART")))
 print(json.dumps({"rank": rank, "node": socket.gethostname(), "env": {k: os.environ[k] for k in keys}, "cwd": os.getcwd()}), flush=True)
 if os.environ.get("PROG_PIDS"):
     with open(os.path.join(os.environ["PROG_PIDS"], str(rank if rank is not None else "sched")), "w") as fh:
