@@ -130,6 +130,8 @@ def _split_run_args(args: List[str]) -> Tuple[List[str], Optional[str], Optional
             if not eq and name not in _FLAGS and i < len(args):  # its value
                 out.append(args[i])
                 i += 1
+            if name in ("-m", "--module"):  # the module's own arguments follow
+                seen_program = True
             continue
         seen_program = True
         out.append(a)

@@ -59,3 +59,11 @@ def test_bad_input_is_one_line(tmp_path) -> None:
         res = _run(tmp_path, *args)
         assert res.returncode == 2, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_module_and_its_arguments_go_to_run(tmp_path) -> None:
+    res = _run(tmp_path, "--dry-run", "--job-id", "m1", "--np", "2", "-m", "pkg.train", "--log-dir", "x", "--lr", "1")
+    assert res.returncode == 0, res.stderr
+    run_line = next(line for line in res.stdout.splitlines() if " -m launcher run " in line)
+    # --log-dir after the module belongs to the module
+    assert run_line.endswith("--job-id m1 --log-dir \"$LOG_DIR\" --tee none --np 2 -m pkg.train --log-dir x --lr 1 &")

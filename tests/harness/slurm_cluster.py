@@ -250,15 +250,20 @@ class SlurmCluster:
 
     def release_requeued(self, job: str, timeout: float = 60.0) -> None:
         """Start a requeued job now: Slurm holds a requeued batch job back (BeginTime ~2 min on);
-        this sets its start time to now once it is pending again."""
+        this sets its start time to now while it waits for it, until it runs again (or left the
+        queue).  Call it after the job was asked to requeue."""
         end = time.monotonic() + timeout
+        seen_pending = False
         while time.monotonic() < end:
-            state = self.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
-            if state == "PENDING":
-                self.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+            state = self.run(["squeue", "-h", "-j", job, "-o", "%T %r"]).stdout.strip()
+            if state.startswith("PENDING"):
+                seen_pending = True
+                if "BeginTime" in state:
+                    self.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+            elif seen_pending or not state:
                 return
-            time.sleep(0.1)
-        raise SlurmClusterError(f"job {job} was not pending again within {timeout:g} s")
+            time.sleep(0.2)
+        raise SlurmClusterError(f"job {job} did not run again within {timeout:g} s (state {state!r})")
 
     def daemon_pids(self) -> Dict[str, int]:
         """``slurmctld`` and each node's daemon launcher pid."""

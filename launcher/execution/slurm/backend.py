@@ -147,7 +147,7 @@ class SrunStepProcess(LocalProcess):
                 if code != 0 and not stopped:
                     own_failure = True
                 out.append(ProcResult(req.proc.name, req.proc.rank, host, code, started, end.get("ended") or when, req.log_path,
-                                      torn_down=stopped, reason="stopped by Slurm/mslaunch" if stopped else None, pid=start.get("pid")))
+                                      torn_down=stopped, reason=(note or "stopped by Slurm/mslaunch") if stopped else None, pid=start.get("pid")))
             elif rc == 0:
                 out.append(ProcResult(req.proc.name, req.proc.rank, host, 0, started, when, req.log_path, pid=start.get("pid")))
             else:
