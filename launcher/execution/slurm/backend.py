@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import (
-    Backend, BackendContext, StartRequest, ToolCheck, WatchdogLink, register_backend,
+    Backend, BackendContext, StartRequest, WatchdogLink, register_backend,
 )
 from launcher.execution.local import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
@@ -263,5 +263,5 @@ class SlurmBackend(Backend):
         return cancel_steps(self.job_id, self.name, signal_name)
 
 
-SLURM_CHECK = ToolCheck("srun", "srun", "apt-get install slurm-client")
-register_backend("slurm", SlurmBackend, doctor_check=SLURM_CHECK)
+# No per-host ToolCheck: 'doctor --launcher slurm' checks Slurm itself (launcher.execution.slurm.doctor).
+register_backend("slurm", SlurmBackend)
