@@ -33,7 +33,7 @@ _OWN = ("--launcher", "--log-dir", "--log_dir", "--job-id", "--detach", "-d")
 
 #: run options without a value (every other run option takes one, unless written ``--opt=value``).
 _FLAGS = frozenset({"--no-python", "--mpi-hostfile", "--oversubscribe", "--json", "--quiet", "-q", "--sched-wait",
-                    "--no-sched-wait", "--zygote", "--accept-new", "--ssh-accept-new"})
+                    "--no-sched-wait", "--zygote"})
 
 CONTEXT = dict(PROGRAM_CONTEXT, allow_extra_args=True)
 
