@@ -33,7 +33,7 @@ def mslaunch_with_toy(tmp_path, *args: str, piddir=None) -> subprocess.Completed
 def test_registration_alone_makes_the_name_known():
     from launcher.cli.options import check_launcher
 
-    with pytest.raises(PlanError, match="use one of local, ssh, mpirun$"):
+    with pytest.raises(PlanError, match="use one of local, ssh, mpirun, slurm$"):
         check_launcher("toy")
     toy = importlib.reload(importlib.import_module("tests.execution.toy_backend"))  # (re-)registers "toy"
 
@@ -48,7 +48,7 @@ def test_registration_alone_makes_the_name_known():
 
 def test_toy_backend_in_the_cli_help_and_dry_run(tmp_path):
     r = mslaunch_with_toy(tmp_path, "run", "--help")
-    assert r.returncode == 0 and "local | ssh | mpirun | toy" in r.stdout, r.stdout
+    assert r.returncode == 0 and "local | ssh | mpirun | slurm | toy" in r.stdout, r.stdout
     r = mslaunch_with_toy(tmp_path, "run", "--dry-run", "--json", "--launcher", "toy", "--np", "2", PROG, "ok")
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
