@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-pytest_plugins = ["tests.harness.conftest_netns"]
+pytest_plugins = ["tests.harness.conftest_netns", "tests.harness.conftest_slurm"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -135,6 +135,9 @@ def _register() -> None:
     from launcher.cli import top
 
     top.register(app)
+    from launcher.cli import sbatch
+
+    sbatch.register(app)
     from launcher.cli import ranktable
 
     app.add_typer(ranktable.app, name="ranktable")

@@ -41,6 +41,9 @@ def doctor_cmd(
     from launcher.execution.doctor import DoctorJob, reports_json, run_doctor
     from launcher.planning.plan import build_plan
 
+    if opts.launcher == "slurm":
+        _slurm_doctor(opts, as_json)
+        return
     if not opts.hosts and not opts.host_list:
         raise PlanError("pass --hosts FILE or -H LIST: doctor checks the hosts of an inventory", field="--hosts")
     method = opts.method
@@ -206,3 +209,26 @@ def _short(text: str, width: int = 28) -> str:
     from rich.markup import escape
 
     return escape(text if len(text) <= width else text[: width - 1] + "…")
+
+
+def _slurm_doctor(opts: JobOptions, as_json: bool) -> None:
+    """``doctor --launcher slurm`` (see :mod:`launcher.execution.slurm.doctor`); exit 1 on any ✗."""
+    import os
+
+    from launcher.execution.slurm.doctor import slurm_checks
+
+    checks = slurm_checks(os.environ, opts.np, opts.python or sys.executable)
+    if as_json:
+        sys.stdout.write(json.dumps([c.to_json() for c in checks], indent=2) + "\n")
+    else:
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table()
+        for col in ("check", "", "detail"):
+            table.add_column(col, overflow="fold")
+        for c in checks:
+            table.add_row(escape(c.name), "✓" if c.ok else "✗", escape(c.detail))
+        Console().print(table)
+    raise typer.Exit(0 if all(c.ok for c in checks) else 1)

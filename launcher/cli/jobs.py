@@ -7,7 +7,7 @@ import re
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 import typer
 
@@ -113,15 +113,20 @@ def logs_tail(
         return
     follower = Follower(lambda: job_log_sources(latest_attempt_dir(folder), ranks), emit, from_start=True)
     follower.seek(offsets)  # continue after what was shown
+    queued = _slurm_queued(info.slurm_job_id)
     checked = 0.0
     try:
         while True:
             emitted = follower.poll()
             sys.stdout.flush()  # once per sweep, not per line (1,000 ranks' lines)
-            # the job ended (summary written) or nobody runs it any more (lost, corrupt, finished)
             if time.monotonic() - checked >= 1.0 or not emitted:
                 checked = time.monotonic()
-                if os.path.lexists(os.path.join(folder, SUMMARY_FILE)) or lock_holder(folder) is None:
+                if queued is not None:  # a Slurm job (mslaunch sbatch): until it left the queue (requeues included)
+                    ended = not queued() and lock_holder(folder) is None
+                else:  # the job ended (summary written) or nobody runs it any more (lost, corrupt, finished)
+                    ended = os.path.lexists(os.path.join(folder, SUMMARY_FILE)) or lock_holder(folder) is None
+                if ended:
+                    follower.poll()
                     follower.flush()
                     sys.stdout.flush()
                     return
@@ -209,6 +214,10 @@ def status_cmd(
             sys.stdout.write(f"  problem: {info.problem}\n")
         if info.ranks is not None:
             sys.stdout.write(f"  ranks: {info.ranks}\n")
+        if info.slurm_job_id is not None:
+            from launcher.execution.slurm.submit import job_state
+
+            sys.stdout.write(f"  slurm job: {info.slurm_job_id} ({job_state(info.slurm_job_id) or 'not in the queue'})\n")
         for r, st in sorted(progress.ranks.items()):
             step = st.global_step if st.global_step is not None else st.step
             loss = "-" if st.loss is None else ("NaN/Inf" if st.loss != st.loss else f"{st.loss:.6g}")
@@ -218,7 +227,7 @@ def status_cmd(
             cause = info.summary.get("root_cause")
             if cause:
                 sys.stdout.write(f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} (log {cause.get('log', '?')})\n")
-    raise typer.Exit(0 if info.state in (JobStatus.RUNNING, JobStatus.SUCCEEDED) else 1)
+    raise typer.Exit(0 if info.state in (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.SUBMITTED) else 1)
 
 
 def stop_cmd(
@@ -231,6 +240,8 @@ def stop_cmd(
     if wait < 0:
         raise MsLaunchError(f"--wait must be >= 0, got {wait:g}", field="--wait")
     info = find_job(job)
+    if info.slurm_job_id is not None and _stop_slurm_job(info, wait):
+        return
     pid = info.running_pid  # the holder of the job dir's lock: the supervisor, never a reused pid
     if pid is None:
         why = f"{info.state}: {info.problem}" if info.problem else info.state
@@ -245,3 +256,37 @@ def stop_cmd(
     if lock_holder(info.job_dir) == pid:
         raise JobError(f"job {info.job_id} (pid {pid}) did not stop within {wait:g} s", exit_code=1)
     sys.stdout.write(f"stopped job {info.job_id}\n")
+
+
+def _stop_slurm_job(info: "JobInfo", wait: float) -> bool:
+    """``stop`` of a job that runs in a Slurm allocation: ``scancel`` its Slurm job (its mslaunch
+    gets SIGTERM and tears the ranks down), then wait until it left the queue.  False when the
+    Slurm job is no longer queued (then the job is stopped like any other)."""
+    from launcher.execution.slurm.submit import cancel, job_state
+
+    if job_state(info.slurm_job_id) is None:  # type: ignore[arg-type]
+        return False
+    cancel(info.slurm_job_id)  # type: ignore[arg-type]
+    deadline = time.monotonic() + wait
+    while job_state(info.slurm_job_id) is not None and time.monotonic() < deadline:  # type: ignore[arg-type]
+        time.sleep(0.2)
+    if job_state(info.slurm_job_id) is not None:  # type: ignore[arg-type]
+        raise JobError(f"job {info.job_id} (Slurm job {info.slurm_job_id}) did not leave the queue within {wait:g} s", exit_code=1)
+    sys.stdout.write(f"stopped job {info.job_id} (scancel {info.slurm_job_id})\n")
+    return True
+
+
+def _slurm_queued(slurm_job_id: Optional[str]) -> "Optional[Callable[[], bool]]":
+    """For a Slurm job: a check "still in Slurm's queue" asking squeue at most every 2 s; else None."""
+    if slurm_job_id is None:
+        return None
+    from launcher.execution.slurm.submit import job_state
+
+    last = [0.0, True]
+
+    def queued() -> bool:
+        if time.monotonic() - float(last[0]) >= 2.0:
+            last[0], last[1] = time.monotonic(), job_state(slurm_job_id) is not None
+        return bool(last[1])
+
+    return queued

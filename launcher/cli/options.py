@@ -168,6 +168,24 @@ def load_inventory(
     return apply_filters(inv, include, exclude)
 
 
+def slurm_inventory(opts: JobOptions, environ: Mapping[str, str]) -> Inventory:
+    """``--launcher slurm``: the allocation's nodes (narrowed by ``-H``), each with its NodeAddr.
+
+    Raises:
+        PlanError: not inside an allocation, or ``--hosts`` given (the allocation is the inventory).
+        InventoryError: a malformed SLURM_* variable or a -H node outside the allocation.
+    """
+    from launcher.planning.slurmalloc import allocation_inventory, parse_allocation, parse_narrow
+
+    if opts.hosts:
+        raise PlanError("--launcher slurm takes its hosts from the allocation; drop --hosts (narrow with -H)", field="--hosts")
+    alloc = parse_allocation(environ, opts.per_host)
+    from launcher.execution.slurm.nodes import node_addrs
+
+    inv = allocation_inventory(alloc, node_addrs(alloc.nodes), parse_narrow(opts.host_list) if opts.host_list else None)
+    return apply_filters(inv, opts.include, opts.exclude)
+
+
 def _read_env_file(path: str) -> Tuple[Tuple[str, str], ...]:
     from launcher.planning.textfile import read_text
 
@@ -317,7 +335,10 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
 
 
 def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec]) -> JobSpec:
-    inventory = load_inventory(opts.hosts, opts.host_list, opts.include, opts.exclude, (opts.per_host if node else opts.np) or opts.per_host or opts.np or 1)
+    if opts.launcher == "slurm":
+        inventory = slurm_inventory(opts, os.environ)
+    else:
+        inventory = load_inventory(opts.hosts, opts.host_list, opts.include, opts.exclude, (opts.per_host if node else opts.np) or opts.per_host or opts.np or 1)
     program: Tuple[str, ...] = ((opts.module,) if opts.module else ()) + opts.program
     if not opts.module and opts.program and opts.program[0].startswith("-"):
         raise PlanError(f"no such option {opts.program[0]!r} (options go before the script; see --help)", field="SCRIPT")
@@ -337,7 +358,7 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
         wrapper = template_path("mslaunch-rank.sh")
     port = master_port(opts) if opts.method == "dynamic" else DEFAULT_MASTER_PORT
     ssh_config = job_ssh_config(opts.ssh_config, inventory.all_local)
-    if opts.method == "dynamic" and not inventory.all_local and opts.master_addr is None:
+    if opts.method == "dynamic" and not inventory.all_local and opts.master_addr is None and opts.launcher != "slurm":
         # MS_SCHED_HOST must be an address every host reaches: an ssh alias's HostName.
         from launcher.execution.ssh import resolve_addrs
 

@@ -13,6 +13,7 @@ BUILTIN: Dict[str, str] = {
     "local": "launcher.execution.local",
     "ssh": "launcher.execution.ssh.backend",
     "mpirun": "launcher.execution.mpirun",
+    "slurm": "launcher.execution.slurm.backend",
 }
 
 

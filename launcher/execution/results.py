@@ -9,6 +9,7 @@ from launcher.planning.kinds import JobStatus, describe_returncode, signal_name
 
 #: Job states written to summary.json.
 SUCCEEDED, FAILED, TIMEOUT, STOPPED = JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMEOUT, JobStatus.STOPPED
+PREEMPTED = JobStatus.PREEMPTED
 
 #: mslaunch's exit code for a job that ran past --timeout (GNU timeout's convention).
 TIMEOUT_EXIT = 124

@@ -77,7 +77,8 @@ def write_job_files(plan: Plan, argv: List[str]) -> None:
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.PLAN_FILE), plan_json(plan))
     for art in plan.artefacts:
         write_atomic(os.path.join(plan.job_dir, art.name), art.content, mode=0o600)
-    jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv)
+    extra = {"slurm_job_id": os.environ["SLURM_JOB_ID"]} if plan.launcher == "slurm" and os.environ.get("SLURM_JOB_ID") else None
+    jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv, extra=extra)
 
 
 def prepare_ranktable_dirs(plan: Plan, adir: str, local_only: bool = False) -> None:

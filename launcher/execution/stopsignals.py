@@ -14,7 +14,9 @@ import signal
 import threading
 from typing import Any, Dict, List, Optional
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: SIGUSR1 is Slurm's preemption / time-limit warning (``sbatch --signal=B:USR1@<s>``): the job
+#: stops the same graceful way and its summary says ``preempted``.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 
 #: Stop signals received, in order (cleared by :func:`reset`).
 pending: List[int] = []

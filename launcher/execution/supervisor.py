@@ -33,7 +33,7 @@ from launcher.errors import LaunchError
 from launcher.execution import stopsignals
 from launcher.execution.backend import Backend, ProcessHandle, StartRequest, attempt_path
 from launcher.execution.results import (
-    FAILED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
+    FAILED, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
     earliest_failure, exit_code_of, lost_nodes_note, tail_lines,
 )
 from launcher.execution.settings import SuperviseOptions
@@ -219,7 +219,8 @@ class Supervisor:
                 outcome = self._watch(state, deadline)
             except Interrupted as exc:
                 signum = exc.signum
-                outcome = _Outcome(STOPPED, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
+                status = PREEMPTED if signum == signal.SIGUSR1 else STOPPED
+                outcome = _Outcome(status, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
                 _quietly(lambda: self.on_event("interrupted", {"signal": signum}))
             except _Timeout:
                 outcome = _Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")

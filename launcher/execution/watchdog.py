@@ -10,6 +10,9 @@ Lines on the pipe::
                          right after forking it.  ``starttime`` is field 22 of /proc/<pid>/stat
                          (a recycled pid never matches).
     -<pid>               written by mslaunch once it reaped that process.
+    run <JSON argv>      a command to run after the kills below, if mslaunch dies (a backend
+                         whose processes live outside this machine's process tree, e.g. the
+                         slurm backend's ``scancel`` of its job steps); each gets 30 s.
     exit                 mslaunch finished its own teardown: end quietly.
 
 On end-of-file without ``exit`` (mslaunch was killed, even with SIGKILL), every registered
@@ -143,6 +146,25 @@ def end_all(registered: Dict[int, str], token: Optional[str], rounds: int = 50) 
     return seen
 
 
+def on_death(link: "object", argv: List[str]) -> None:
+    """Ask the watchdog behind ``link`` (a :class:`Watchdog` or anything with its ``fd``) to run
+    ``argv`` if mslaunch dies without tearing the job down."""
+    import json
+
+    try:
+        os.write(link.fd, ("run " + json.dumps(list(argv)) + "\n").encode())  # type: ignore[attr-defined]
+    except OSError:
+        pass
+
+
+def _run_cleanups(cleanups: List[List[str]]) -> None:
+    for argv in cleanups:
+        try:
+            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            pass
+
+
 class Watchdog:
     """Client of :mod:`launcher.execution.watchdog` (one per ``mslaunch run``).
 
@@ -200,6 +222,7 @@ def main(argv: List[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal ^C is for mslaunch, not for us
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     registered: Dict[int, str] = {}
+    cleanups: List[List[str]] = []
     for raw in sys.stdin.buffer:
         line = raw.decode("ascii", "replace").strip()
         if line == "exit":
@@ -210,7 +233,17 @@ def main(argv: List[str]) -> int:
                 registered[int(parts[0])] = parts[1]
         elif line.startswith("-") and line[1:].isdigit():
             registered.pop(int(line[1:]), None)
+        elif line.startswith("run "):
+            import json
+
+            try:
+                argv = json.loads(line[4:])
+            except ValueError:
+                continue
+            if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv) and argv not in cleanups:
+                cleanups.append(argv)
     end_all(registered, token)
+    _run_cleanups(cleanups)
     return 0
 
 

@@ -68,17 +68,35 @@ def write_json(path: str, obj: Any, mode: int = 0o600) -> None:
 
 
 
-def register(job_id: str, job_dir: str, pid: int, argv: List[str]) -> None:
+def register(job_id: str, job_dir: str, pid: int, argv: List[str], extra: Optional[Dict[str, Any]] = None) -> None:
     """Record a job in the registry (and ``job.json`` in its dir).
+
+    Args:
+        extra: more fields for both records (e.g. ``slurm_job_id`` inside a Slurm allocation).
 
     Raises:
         JobError: ``job_id`` is not a valid id, or the registry cannot be written.
     """
     path = registry_path(job_id)
     record = {"job_id": job_id, "job_dir": os.path.abspath(job_dir), "pid": pid, "started": time.time(), "argv": argv}
+    record.update(extra or {})
     ensure_registry_dir()
     write_json(os.path.join(job_dir, JOB_FILE), dict(record, state="running"))
     write_json(path, record)
+
+
+def register_submitted(job_id: str, job_dir: str, slurm_job_id: str, argv: List[str]) -> None:
+    """Record a job submitted with ``mslaunch sbatch`` (registry entry and ``sbatch.json``; no
+    ``job.json``: the run inside the allocation claims the job dir and writes it).
+
+    Raises:
+        JobError: ``job_id`` is not a valid id, or the registry cannot be written.
+    """
+    record = {"job_id": job_id, "job_dir": os.path.abspath(job_dir), "started": time.time(), "argv": argv,
+              "slurm_job_id": slurm_job_id}
+    ensure_registry_dir()
+    write_json(os.path.join(job_dir, layout.SBATCH_FILE), record)
+    write_json(registry_path(job_id), record)
 
 
 # --- reading jobs back ---------------------------------------------------------------------------
@@ -103,6 +121,7 @@ class JobInfo:
     plan: Optional[Dict[str, Any]]
     problem: Optional[str] = None
     running_pid: Optional[int] = None
+    slurm_job_id: Optional[str] = None
 
     @property
     def ranks(self) -> Optional[int]:
@@ -158,8 +177,11 @@ def job_info(job_dir: str, record: Optional[Dict[str, Any]] = None, job_id: Opti
             except CorruptJobFile as exc:
                 files[name] = None
                 problems.append(str(exc))
+        submitted = _sbatch_record(job_dir)
+        if submitted is not None:
+            record = dict(submitted, **record)
         if not problems and files.get(JOB_FILE) is None and files.get(PLAN_FILE) is None and files.get(SUMMARY_FILE) is None \
-                and running_pid is None:
+                and running_pid is None and submitted is None:
             problems.append(f"{job_dir}: holds no job files ({PLAN_FILE}, {JOB_FILE}, {SUMMARY_FILE})")
     job_file = files.get(JOB_FILE) or {}
     plan = files.get(PLAN_FILE)
@@ -176,10 +198,23 @@ def job_info(job_dir: str, record: Optional[Dict[str, Any]] = None, job_id: Opti
         state = JobStatus.RUNNING
     elif summary is not None:
         state = str(summary["status"])
+    elif record.get("slurm_job_id") and files.get(JOB_FILE) is None and files.get(PLAN_FILE) is None:
+        state = JobStatus.SUBMITTED
     else:
         state = JobStatus.LOST
+    slurm_id = job_file.get("slurm_job_id") or record.get("slurm_job_id")
     return JobInfo(job_id=shown_id, job_dir=job_dir, pid=pid, started=started, state=state, summary=summary, plan=plan,
-                   problem="; ".join(problems) if problems else None, running_pid=running_pid)
+                   problem="; ".join(problems) if problems else None, running_pid=running_pid,
+                   slurm_job_id=str(slurm_id) if isinstance(slurm_id, (str, int)) and not isinstance(slurm_id, bool) else None)
+
+
+def _sbatch_record(job_dir: str) -> Optional[Dict[str, Any]]:
+    """``sbatch.json`` of a job submitted with ``mslaunch sbatch`` (validated as a registry
+    entry), or None."""
+    try:
+        return read_job_file(os.path.join(job_dir, layout.SBATCH_FILE), "registry")
+    except CorruptJobFile:
+        return None
 
 
 def _registry_entry(folder: str, name: str) -> JobInfo:

@@ -25,7 +25,8 @@ LOCK_FILE = layout.LOCK_FILE
 PREVIOUS_DIR = layout.PREVIOUS_DIR
 #: Entries an otherwise empty directory may hold and still be used as a new job dir: the lock, a
 #: detached run's console log, and the previous job's files (``.previous/``).
-_EMPTY_OK = frozenset({LOCK_FILE, layout.DETACH_LOG, PREVIOUS_DIR})
+_EMPTY_OK = frozenset({LOCK_FILE, layout.DETACH_LOG, PREVIOUS_DIR,
+                       layout.SBATCH_SCRIPT, layout.SBATCH_FILE, layout.SBATCH_OUTPUT})  # written by mslaunch sbatch
 
 
 class JobLock:

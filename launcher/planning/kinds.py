@@ -67,6 +67,10 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     TIMEOUT = "timeout"
     STOPPED = "stopped"
+    #: stopped gracefully on Slurm's preemption / time-limit warning (``--signal=USR1@<s>``)
+    PREEMPTED = "preempted"
+    #: submitted with ``mslaunch sbatch``; its run has not started yet
+    SUBMITTED = "submitted"
     #: a job whose supervising mslaunch still holds its lock
     RUNNING = "running"
     #: no lock holder and no summary: its mslaunch died without a word

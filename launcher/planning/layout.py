@@ -69,6 +69,10 @@ RANK_PLACEHOLDER = "{rank}"
 WORKER_LOG_GLOB = f"{DEFAULT_WORKER_LOG_PREFIX}_*.log"
 #: Glob of the attempt folders of a job dir.
 ATTEMPT_DIR_GLOB = "attempt_*"
+#: ``mslaunch sbatch``: the batch script, its record (Slurm job id) and Slurm's output for it.
+SBATCH_SCRIPT = "sbatch.sh"
+SBATCH_FILE = "sbatch.json"
+SBATCH_OUTPUT = "slurm.out"
 
 _WORKER_LOG_RE = re.compile(re.escape(DEFAULT_WORKER_LOG_PREFIX) + r"_([0-9]+)\.log\Z")
 _ATTEMPT_DIR_RE = re.compile(r"attempt_([0-9]+)\Z")

@@ -33,12 +33,12 @@ def mslaunch_with_toy(tmp_path, *args: str, piddir=None) -> subprocess.Completed
 def test_registration_alone_makes_the_name_known():
     from launcher.cli.options import check_launcher
 
-    with pytest.raises(PlanError, match="use one of local, ssh, mpirun$"):
+    with pytest.raises(PlanError, match="use one of local, ssh, mpirun, slurm$"):
         check_launcher("toy")
     toy = importlib.reload(importlib.import_module("tests.execution.toy_backend"))  # (re-)registers "toy"
 
     try:
-        assert backend_names() == ("local", "ssh", "mpirun", "toy")
+        assert backend_names() == ("local", "ssh", "mpirun", "slurm", "toy")
         assert get_backend("toy").factory is toy.ToyBackend
         check_launcher("toy")
     finally:
@@ -48,13 +48,14 @@ def test_registration_alone_makes_the_name_known():
 
 def test_toy_backend_in_the_cli_help_and_dry_run(tmp_path):
     r = mslaunch_with_toy(tmp_path, "run", "--help")
-    assert r.returncode == 0 and "local | ssh | mpirun | toy" in r.stdout, r.stdout
+    flat = " ".join(r.stdout.replace("\u2502", " ").split())  # rich wraps the help text inside its box
+    assert r.returncode == 0 and "local | ssh | mpirun | slurm | toy" in flat, r.stdout
     r = mslaunch_with_toy(tmp_path, "run", "--dry-run", "--json", "--launcher", "toy", "--np", "2", PROG, "ok")
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["launcher"] == "toy" and plan["toy"] == ["toy-launch", "--procs", "3"]
     r = mslaunch_with_toy(tmp_path, "run", "--launcher", "nope", "--np", "2", PROG, "ok")
-    assert r.returncode == 2 and "unknown launcher 'nope'; use one of local, ssh, mpirun, toy" in r.stderr
+    assert r.returncode == 2 and "unknown launcher 'nope'; use one of local, ssh, mpirun, slurm, toy" in r.stderr
 
 
 def test_toy_backend_runs_a_2_rank_job(tmp_path):

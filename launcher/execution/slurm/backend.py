@@ -1,0 +1,267 @@
+"""The slurm backend (``--launcher slurm``): srun job steps inside a Slurm allocation.
+
+One attempt starts at most two job steps, both named ``mslaunch-<job id>-a<attempt>``:
+
+* the dynamic method's scheduler: one task on the first node, started first;
+* every worker: ONE step of ``world_size`` tasks, task ``r`` on rank ``r``'s planned node
+  (``--distribution=arbitrary`` + ``SLURM_HOSTFILE``), ``--kill-on-bad-exit=1``.
+
+Each task runs the shim (:mod:`launcher.execution.slurm.shim`), which runs its rank with exactly
+the plan's argv/env/cwd, writes the rank's output to its ``worker_<rank>.log`` and its own exit
+code or signal to ``<attempt dir>/slurm/rank_<r>.exit.json``.  One step for all workers (rather
+than one step per rank) costs one srun process and one step creation whatever the world size,
+and lets Slurm end every task within ~0.1 s when one fails; the per-task records keep what one
+step per rank would give: the failing rank's own code, node and time.
+
+On-disk (per attempt dir)::
+
+    srun.log, srun_scheduler.log    srun's own output (its errors)
+    slurm/tasks.json                what the shims run (argv, env, cwd, log per process)
+    slurm/hostfile                  SLURM_HOSTFILE: rank r's node on line r
+    slurm/<key>.start.json, slurm/<key>.exit.json   the shims' records (see the shim)
+
+The job dir must be on a filesystem every node of the allocation sees (it is where the shims
+read their tasks and write logs and records).
+
+Teardown: SIGTERM to srun (srun passes it to every task; the shims pass it to their ranks), the
+grace, then ``scancel --signal=KILL`` and ``scancel`` of the attempt's steps and SIGKILL to srun.
+If mslaunch dies, the job's watchdog kills srun and then runs
+``python -m launcher.execution.slurm.cancel <job> <step name>`` (registered at create time).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from dataclasses import replace
+from typing import Any, Dict, List, Optional, Tuple
+
+from launcher.errors import LaunchError
+from launcher.execution.backend import (
+    Backend, BackendContext, StartRequest, WatchdogLink, register_backend,
+)
+from launcher.execution.local import LocalProcess, kill_tree, start_local
+from launcher.execution.results import ProcResult
+from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.slurmalloc import srun_steps
+
+#: Folder of the shims' files in an attempt dir.
+STATUS_DIR = "slurm"
+
+
+def step_name(plan: Plan, attempt: int) -> str:
+    """The ``--job-name`` of an attempt's steps."""
+    return f"mslaunch-{plan.job_id}-a{attempt}"
+
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _steps(plan: Plan, attempt_dir: str, attempt: int) -> Tuple[Optional[Any], Any]:
+    nodes = [p.host for p in plan.ranks]
+    sched = plan.scheduler.host if plan.scheduler is not None else None
+    tasks = os.path.join(attempt_dir, STATUS_DIR, "tasks.json")
+    return srun_steps(nodes, sched, sys.executable, tasks, step_name(plan, attempt))
+
+
+class SrunStepProcess(LocalProcess):
+    """The local srun of one step, standing for the processes of that step (see :meth:`outcomes`)."""
+
+    def __init__(self, base: LocalProcess, backend: "SlurmBackend", procs: List[StartRequest], role_plan: ProcPlan) -> None:
+        super().__init__(role_plan, base.popen, base.log_path)
+        self.srun_log = base.log_path
+        self.backend = backend
+        self.procs = procs
+        if role_plan.role == "scheduler":
+            self.log_path = procs[0].log_path
+            self.host = procs[0].proc.host
+
+    def step_ids(self) -> List[str]:
+        """``J.S`` of this step, from the shims' start records (empty until a task started)."""
+        ids = set()
+        for req in self.procs:
+            key = "scheduler" if req.proc.rank is None else f"rank_{req.proc.rank}"
+            rec = _read_json(os.path.join(self.backend.status_dir, f"{key}.start.json")) or {}
+            if rec.get("job") and rec.get("step"):
+                ids.add(f"{rec['job']}.{rec['step']}")
+        return sorted(ids)
+
+    def _scancel(self, signal_name: Optional[str]) -> None:
+        ids = self.step_ids()
+        if ids:
+            from launcher.execution.slurm.cancel import scancel
+
+            scancel(ids, signal_name)
+        else:
+            self.backend.cancel(signal_name)
+
+    def terminate(self) -> None:
+        """SIGTERM to every task of the step (``scancel --signal=TERM``; the shims pass it to
+        their ranks), so ranks get the grace.  (srun itself, given SIGTERM, would SIGKILL them.)"""
+        if self.popen.poll() is None:
+            self._scancel("TERM")
+
+    def kill(self) -> None:
+        """SIGKILL the step's tasks through Slurm, cancel the step, SIGKILL srun."""
+        if self.popen.poll() is None:
+            self._scancel("KILL")
+            self._scancel(None)
+        kill_tree(self.pid, self.pgid, signal.SIGKILL)
+
+    def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None) -> List[ProcResult]:
+        """One result per process of the step, from the shims' records (see the module doc).
+
+        A record's ``stopped`` flag marks an exit caused by a stop (Slurm ending the step after
+        another task failed, or teardown): torn down, not a cause.  A process without an exit
+        record was ended by Slurm (SIGKILL) or never started; when no process failed by itself
+        and srun failed without being torn down, srun is added as the failure (its log says why).
+        """
+        out: List[ProcResult] = []
+        sdir = self.backend.status_dir
+        own_failure = False
+        records = []
+        for req in self.procs:
+            key = "scheduler" if req.proc.rank is None else f"rank_{req.proc.rank}"
+            records.append((req, _read_json(os.path.join(sdir, f"{key}.start.json")) or {}, _read_json(os.path.join(sdir, f"{key}.exit.json"))))
+        # Slurm signals a step's processes one by one: a rank may die of the SIGTERM before its
+        # shim learns of the stop.  A SIGTERM exit after another process's own failure, or
+        # while mslaunch tore the step down, is a consequence, not a cause.
+        causes = [float(e.get("ended") or 0) for _, _, e in records
+                  if e is not None and int(e.get("returncode", 1)) not in (0, -signal.SIGTERM, 128 + signal.SIGTERM) and not e.get("stopped")]
+        first_cause = min(causes) if causes else None
+        for req, start, end in records:
+            host = str((end or start).get("node") or req.proc.host)
+            started = start.get("started") or self.started
+            if end is not None:
+                code = int(end.get("returncode", 1))
+                by_term = code in (-signal.SIGTERM, 128 + signal.SIGTERM)
+                stopped = code != 0 and (bool(end.get("stopped")) or (by_term and (torn or (first_cause is not None and float(end.get("ended") or 0) >= first_cause))))
+                if code != 0 and not stopped:
+                    own_failure = True
+                out.append(ProcResult(req.proc.name, req.proc.rank, host, code, started, end.get("ended") or when, req.log_path,
+                                      torn_down=stopped, reason=(note or "stopped by Slurm/mslaunch") if stopped else None, pid=start.get("pid")))
+            elif rc == 0:
+                out.append(ProcResult(req.proc.name, req.proc.rank, host, 0, started, when, req.log_path, pid=start.get("pid")))
+            else:
+                out.append(ProcResult(req.proc.name, req.proc.rank, host, None, started, when, req.log_path, torn_down=True,
+                                      reason="ended by Slurm" if start else "not started by srun", pid=start.get("pid")))
+        if rc not in (0, None) and not own_failure and not torn:
+            out.append(ProcResult("srun" if self.plan.role != "scheduler" else "srun (scheduler)", None, "localhost", rc,
+                                  self.started, when, self.srun_log, pid=self.pid, reason=note))
+        return out
+
+
+class SlurmBackend(Backend):
+    """Starts an attempt's processes as srun job steps (see the module doc).
+
+    Args:
+        plan: the plan (``--launcher slurm``).
+        attempt: the attempt number (names the steps).
+        attempt_dir: the attempt's folder.
+        job_id: the Slurm job (allocation) id.
+        watchdog: the job's watchdog (srun registers with it; it cancels the steps if mslaunch dies).
+    """
+
+    def __init__(self, plan: Plan, attempt: int, attempt_dir: str, job_id: str, watchdog: Optional[WatchdogLink]) -> None:
+        self.plan = plan
+        self.attempt = attempt
+        self.attempt_dir = attempt_dir
+        self.job_id = job_id
+        self.watchdog = watchdog
+        self.name = step_name(plan, attempt)
+        self.status_dir = os.path.join(attempt_dir, STATUS_DIR)
+
+    @classmethod
+    def create(cls, ctx: BackendContext) -> Backend:
+        """Raises LaunchError outside an allocation or without srun."""
+        cls.preflight(ctx.plan)
+        job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID") or ""
+        backend = cls(ctx.plan, ctx.attempt, ctx.attempt_dir or ctx.plan.job_dir, job_id, ctx.watchdog)
+        if ctx.watchdog is not None:
+            from launcher.execution.watchdog import on_death
+
+            on_death(ctx.watchdog, [sys.executable, "-m", "launcher.execution.slurm.cancel", job_id, backend.name])
+        return backend
+
+    @classmethod
+    def preflight(cls, plan: Plan) -> None:
+        if not (os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")):
+            raise LaunchError("--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set); "
+                              "use salloc/sbatch, or 'mslaunch sbatch ...'")
+        if shutil.which("srun") is None:
+            raise LaunchError("srun not found; install the Slurm client (Debian: apt-get install slurm-client)")
+
+    @classmethod
+    def describe(cls, plan: Plan) -> Dict[str, Any]:
+        sched, workers = _steps(plan, plan.job_dir, 0)
+        out: Dict[str, Any] = {"srun": list(workers.argv), "slurm_hostfile": list(workers.hostfile)}
+        if sched is not None:
+            out["srun_scheduler"] = list(sched.argv)
+        return out
+
+    def requests(self, plan: Plan, attempt_dir: str) -> Tuple[StartRequest, ...]:
+        """Write ``slurm/tasks.json`` and ``slurm/hostfile``; the scheduler's step (if any), then
+        the workers' step."""
+        planned = super().requests(plan, attempt_dir)
+        sched_req = [r for r in planned if r.proc.role == "scheduler"]
+        worker_reqs = [r for r in planned if r.proc.role != "scheduler"]
+        os.makedirs(self.status_dir, exist_ok=True)
+        from launcher.jobs.jobdir import write_json
+
+        def entry(r: StartRequest) -> Dict[str, Any]:
+            return {"name": r.proc.name, "rank": r.proc.rank, "argv": list(r.proc.argv), "env": [list(kv) for kv in r.proc.env],
+                    "cwd": r.cwd, "log": r.log_path}
+
+        tasks = os.path.join(self.status_dir, "tasks.json")
+        write_json(tasks, {"scheduler": entry(sched_req[0]) if sched_req else None, "workers": [entry(r) for r in worker_reqs],
+                           "status_dir": self.status_dir})
+        sched, workers = _steps(plan, attempt_dir, self.attempt)
+        hostfile = os.path.join(self.status_dir, "hostfile")
+        with open(hostfile, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(workers.hostfile) + "\n")
+        out: List[StartRequest] = []
+        cwd = worker_reqs[0].cwd if worker_reqs else plan.job_dir
+        if sched is not None and sched_req:
+            proc = replace(sched_req[0].proc, argv=sched.argv, env=())
+            out.append(StartRequest(proc, os.path.join(attempt_dir, "srun_scheduler.log"), cwd))
+        log = os.path.join(attempt_dir, "srun.log")
+        proc = ProcPlan(name="srun", role="launcher", host="localhost", rank=None, local_rank=None, node_rank=None,
+                        device_id=None, argv=workers.argv, env=(("SLURM_HOSTFILE", hostfile),), cwd=cwd, log=log)
+        out.append(StartRequest(proc, log, cwd))
+        self._sched_reqs = sched_req
+        self._worker_reqs = worker_reqs
+        return tuple(out)
+
+    def start(self, proc: ProcPlan, log_path: str, cwd: str) -> SrunStepProcess:
+        """Start one srun (the scheduler's step or the workers' step).
+
+        Raises:
+            LaunchError: srun cannot be run.
+        """
+        # srun registers with the watchdog (by pid) but does not pass the job token on: tasks on
+        # the nodes are ended through Slurm (scancel), as they must be on a real cluster.
+        from launcher.execution.watchdog import TOKEN_VAR
+
+        proc = replace(proc, argv=("env", "-u", TOKEN_VAR) + tuple(proc.argv))
+        base = start_local(proc, log_path, cwd=cwd, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
+        if proc.role == "scheduler":
+            return SrunStepProcess(base, self, list(self._sched_reqs), proc)
+        return SrunStepProcess(base, self, list(self._worker_reqs), proc)
+
+    def cancel(self, signal_name: Optional[str] = None) -> List[str]:
+        """``scancel`` this attempt's steps (``--signal`` only when given); their ids."""
+        from launcher.execution.slurm.cancel import cancel_steps
+
+        return cancel_steps(self.job_id, self.name, signal_name)
+
+
+# No per-host ToolCheck: 'doctor --launcher slurm' checks Slurm itself (launcher.execution.slurm.doctor).
+register_backend("slurm", SlurmBackend)

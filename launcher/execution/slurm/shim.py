@@ -1,0 +1,137 @@
+"""The per-task shim of the slurm backend: runs one planned process inside a Slurm task.
+
+``python -m launcher.execution.slurm.shim TASKS_FILE workers|scheduler``
+
+Runs on a Slurm node (the job dir is on a filesystem every node sees).  It reads
+``TASKS_FILE`` (written by the backend before srun starts)::
+
+    {"scheduler": PROC or null, "workers": [PROC, ...], "status_dir": DIR}
+    PROC = {"name", "rank", "argv", "env": [[K, V], ...], "cwd", "log"}
+
+picks its process (``workers``: index ``SLURM_PROCID``), and runs it as a child in its own
+session with exactly that argv/cwd and ``os.environ`` + the planned env, output appended to
+the planned log.  Its own records, in ``status_dir`` (written atomically)::
+
+    <key>.start.json   {"pid", "node", "started", "job", "step"}      when the child started
+    <key>.exit.json    {"returncode", "ended", "node", "stopped"}     when it ended
+
+``key`` is ``rank_<r>`` or ``scheduler``; ``returncode`` follows subprocess (negative: killed by
+that signal); ``stopped`` is true when the shim was asked to stop (SIGTERM/SIGINT/SIGHUP, e.g.
+Slurm ending the step because another task failed) before the child ended, so that exit is a
+consequence, not a cause.  A stop signal is passed on to the child's process group.  The shim
+exits with the child's code (128+N for signal N), so ``--kill-on-bad-exit`` sees a failure.
+
+Standard library only: it runs once per rank on every node.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+
+def _write(path: str, data: Dict[str, Any]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def _child_setup() -> None:
+    """In the rank before exec: die with the shim (PR_SET_PDEATHSIG=SIGKILL), so a rank never
+    outlives the task Slurm tracks, whatever ends the shim."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        os._exit(137)
+
+
+def _subreaper() -> None:
+    """Make the shim a child subreaper: what the rank orphans stays below the shim (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 2 or argv[1] not in ("workers", "scheduler"):
+        sys.stderr.write("usage: python -m launcher.execution.slurm.shim TASKS_FILE workers|scheduler\n")
+        return 2
+    with open(argv[0], encoding="utf-8") as fh:
+        tasks = json.load(fh)
+    if argv[1] == "scheduler":
+        proc, key = tasks["scheduler"], "scheduler"
+    else:
+        index = int(os.environ["SLURM_PROCID"])
+        proc = tasks["workers"][index]
+        key = f"rank_{proc['rank']}"
+    status_dir = tasks["status_dir"]
+    node = socket.gethostname()
+    env = dict(os.environ)
+    # The job token marks mslaunch's processes on the launching machine for its watchdog; ranks
+    # on the nodes are ended through Slurm (scancel), so they do not carry it.
+    env.pop("MSLAUNCH_JOB_TOKEN", None)
+    env.update({k: v for k, v in proc["env"]})
+    stopped = False
+    child: "subprocess.Popen[bytes] | None" = None
+
+    def on_stop(signum: int, _frame: Any) -> None:
+        nonlocal stopped
+        stopped = True
+        if child is not None:
+            try:
+                os.killpg(child.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_stop)
+    with open(proc["log"], "ab", buffering=0) as log:
+        try:
+            _subreaper()
+            child = subprocess.Popen(proc["argv"], cwd=proc["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                     preexec_fn=_child_setup)
+        except OSError as exc:
+            log.write(f"mslaunch: cannot start {proc['argv'][0]!r} on {node}: {exc.strerror}\n".encode())
+            _write(os.path.join(status_dir, f"{key}.exit.json"), {"returncode": 127, "ended": time.time(), "node": node, "stopped": stopped})
+            return 127
+    _write(os.path.join(status_dir, f"{key}.start.json"), {
+        "pid": child.pid, "node": node, "started": time.time(),
+        "job": os.environ.get("SLURM_JOB_ID"), "step": os.environ.get("SLURM_STEP_ID"),
+    })
+    if stopped:  # a stop signal came before the child existed
+        try:
+            os.killpg(child.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+            continue
+    ended = time.time()
+    _write(os.path.join(status_dir, f"{key}.exit.json"), {"returncode": rc, "ended": ended, "node": node, "stopped": stopped})
+    # whatever the rank left in its session ends with it
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return 128 - rc if rc < 0 else rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,69 @@
+"""``mslaunch sbatch --dry-run``: the batch script (no Slurm needed), and bad input."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from launcher.cli.sbatch import render_script
+from tests.conftest import mslaunch_argv
+
+
+def test_render_script_whole_text() -> None:
+    text = render_script(job_id="j1", job_dir="/jobs/j 1", cwd="/work", python="/py", directives=["--nodes=3", "--requeue"],
+                         run_args=["--np", "6", "train.py", "--lr", "0.1"], requeue=True, environ_conf=None)
+    assert text == (
+        "#!/bin/bash\n"
+        "#SBATCH --nodes=3\n"
+        "#SBATCH --requeue\n"
+        "# Written by 'mslaunch sbatch': runs the job inside the allocation with --launcher slurm.\n"
+        "set -u\n"
+        "cd /work\n"
+        "K=${SLURM_RESTART_COUNT:-0}\n"
+        "if [ \"$K\" -gt 0 ]; then LOG_DIR='/jobs/j 1'/attempt_$K; else LOG_DIR='/jobs/j 1'; fi\n"
+        "/py -m launcher run --launcher slurm --job-id j1 --log-dir \"$LOG_DIR\" --tee none --np 6 train.py --lr 0.1 &\n"
+        "pid=$!\n"
+        "trap 'kill -USR1 $pid 2>/dev/null' USR1\n"
+        "trap 'kill -TERM $pid 2>/dev/null' TERM INT\n"
+        "while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done\n"
+        "if grep -q '\"status\": \"preempted\"' \"$LOG_DIR/summary.json\" 2>/dev/null; then\n"
+        "  echo \"mslaunch: preempted; requeueing Slurm job $SLURM_JOB_ID\"\n"
+        "  scontrol requeue \"$SLURM_JOB_ID\"\n"
+        "fi\n"
+        "exit $rc\n"
+    )
+
+
+def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return subprocess.run(mslaunch_argv("sbatch", *args), capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=env)
+
+
+def test_dry_run_prints_the_script_and_writes_nothing(tmp_path) -> None:
+    res = _run(tmp_path, "-N", "3", "--ntasks-per-node", "2", "--signal", "USR1@90", "--requeue", "--sbatch-arg=--qos=high",
+               "--dry-run", "--job-id", "abc", "--np", "6", "train.py", "--epochs", "2")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    job_dir = os.path.join(str(tmp_path), "mslaunch_logs", "abc")
+    assert lines[:9] == ["#!/bin/bash", "#SBATCH --job-name=mslaunch-abc", f"#SBATCH --output={job_dir}/slurm.out",
+                         "#SBATCH --open-mode=append", "#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=2",
+                         "#SBATCH --signal=B:USR1@90", "#SBATCH --requeue", "#SBATCH --qos=high"]
+    run_line = next(line for line in lines if " -m launcher run " in line)
+    assert run_line.endswith("--job-id abc --log-dir \"$LOG_DIR\" --tee none --np 6 train.py --epochs 2 &")
+    assert not os.path.exists(os.path.join(str(tmp_path), "mslaunch_logs"))
+
+
+def test_bad_input_is_one_line(tmp_path) -> None:
+    for args, needle in ((["--signal", "KILL@5", "x.py"], "--signal"), (["--dry-run", "--launcher", "ssh", "x.py"], "--launcher"),
+                         (["--dry-run", "--np", "2"], "SCRIPT")):
+        res = _run(tmp_path, *args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_module_and_its_arguments_go_to_run(tmp_path) -> None:
+    res = _run(tmp_path, "--dry-run", "--job-id", "m1", "--np", "2", "-m", "pkg.train", "--log-dir", "x", "--lr", "1")
+    assert res.returncode == 0, res.stderr
+    run_line = next(line for line in res.stdout.splitlines() if " -m launcher run " in line)
+    # --log-dir after the module belongs to the module
+    assert run_line.endswith("--job-id m1 --log-dir \"$LOG_DIR\" --tee none --np 2 -m pkg.train --log-dir x --lr 1 &")

@@ -1,0 +1,35 @@
+"""A tiny rank program for the slurm backend tests (no MindSpore).
+
+``prog.py MODE SECONDS``: prints its rank, node and MS_*/RANK_* env as JSON to its log, records
+its pid in ``$PROG_PIDS/<rank>`` (if set), then per MODE: ``ok`` sleeps SECONDS and exits 0,
+``fail`` makes rank 3 exit 3 after 0.5 s (others sleep SECONDS), ``hang`` ignores SIGTERM
+and sleeps. The scheduler (MS_ROLE=MS_SCHED) listens on MS_SCHED_PORT until SIGTERM / SECONDS.
+"""
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 0.3
+rank = os.environ.get("RANK_ID")
+keys = sorted(k for k in os.environ if k.startswith(("MS_", "RANK_", "DEVICE_", "LOCAL_", "MSL_TEST_", "SLURM_RESTART")))
+print(json.dumps({"rank": rank, "node": socket.gethostname(), "env": {k: os.environ[k] for k in keys}, "cwd": os.getcwd()}), flush=True)
+if os.environ.get("PROG_PIDS"):
+    with open(os.path.join(os.environ["PROG_PIDS"], str(rank if rank is not None else "sched")), "w") as fh:
+        fh.write(str(os.getpid()))
+if os.environ.get("MS_ROLE") == "MS_SCHED":
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", int(os.environ["MS_SCHED_PORT"])))
+    srv.listen()
+    time.sleep(seconds)
+    sys.exit(0)
+if mode == "hang":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "fail" and rank == "3":
+    time.sleep(0.5)
+    sys.exit(3)
+time.sleep(seconds)

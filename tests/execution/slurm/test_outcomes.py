@@ -1,0 +1,64 @@
+"""How the slurm backend turns the shims' records into one result per rank (no cluster needed)."""
+from __future__ import annotations
+
+import json
+import signal
+from types import SimpleNamespace
+
+from launcher.execution.backend import StartRequest
+from launcher.execution.results import earliest_failure
+from launcher.execution.slurm.backend import SrunStepProcess
+from launcher.planning.plan import ProcPlan
+
+
+def _proc(rank, role="worker", name=None):
+    return ProcPlan(name=name or f"rank {rank}", role=role, host=f"node{rank + 1 if rank is not None else 1}", rank=rank, local_rank=0,
+                    node_rank=0, device_id=None, argv=("x",), env=(), cwd="/", log=f"/j/worker_{rank}.log")
+
+
+def _handle(tmp_path, ranks):
+    h = object.__new__(SrunStepProcess)
+    h.backend = SimpleNamespace(status_dir=str(tmp_path))
+    h.procs = [StartRequest(_proc(r), f"/j/worker_{r}.log", "/") for r in ranks]
+    h.plan = _proc(None, role="launcher", name="srun")
+    h.started, h.srun_log, h.pid = 1.0, "/j/srun.log", 42
+    return h
+
+
+def _record(tmp_path, rank, rc, ended, stopped=False, node="n"):
+    (tmp_path / f"rank_{rank}.start.json").write_text(json.dumps({"pid": 100 + rank, "node": node, "started": 1.0, "job": "7", "step": "1"}))
+    (tmp_path / f"rank_{rank}.exit.json").write_text(json.dumps({"returncode": rc, "ended": ended, "node": node, "stopped": stopped}))
+
+
+def test_the_failing_rank_is_the_cause_and_later_sigterm_exits_are_consequences(tmp_path) -> None:
+    _record(tmp_path, 0, -signal.SIGTERM, 5.2)              # killed by Slurm's SIGTERM before its shim saw the stop
+    _record(tmp_path, 1, 3, 5.0, node="node2")              # the real failure
+    _record(tmp_path, 2, 143, 5.3, stopped=True)            # its shim saw the stop
+    (tmp_path / "rank_3.start.json").write_text(json.dumps({"pid": 103, "node": "node3", "started": 1.0}))  # SIGKILLed: no exit record
+    results = _handle(tmp_path, [0, 1, 2, 3]).outcomes(143, 6.0, False)
+    by_rank = {r.rank: r for r in results}
+    assert [r.rank for r in results] == [0, 1, 2, 3]
+    assert by_rank[1].returncode == 3 and not by_rank[1].torn_down and by_rank[1].host == "node2"
+    assert by_rank[0].torn_down and by_rank[2].torn_down and by_rank[3].torn_down
+    assert by_rank[3].returncode is None and by_rank[3].reason == "ended by Slurm"
+    cause = earliest_failure(results)
+    assert cause is not None and cause.rank == 1 and cause.exit_code == 3 and cause.pid == 101
+
+
+def test_a_sigterm_death_with_no_other_cause_is_the_failure(tmp_path) -> None:
+    _record(tmp_path, 0, 0, 5.0)
+    _record(tmp_path, 1, -signal.SIGTERM, 5.1)
+    results = _handle(tmp_path, [0, 1]).outcomes(143, 6.0, False)
+    assert earliest_failure(results).rank == 1
+
+
+def test_srun_itself_failed_before_any_task(tmp_path) -> None:
+    results = _handle(tmp_path, [0, 1]).outcomes(1, 2.0, False)
+    assert [(r.name, r.returncode, r.torn_down) for r in results] == [
+        ("rank 0", None, True), ("rank 1", None, True), ("srun", 1, False)]
+    assert earliest_failure(results).name == "srun" and results[0].reason == "not started by srun"
+
+
+def test_success_without_records_is_success(tmp_path) -> None:
+    results = _handle(tmp_path, [0]).outcomes(0, 2.0, False)
+    assert [(r.rank, r.returncode) for r in results] == [(0, 0)]

@@ -1,0 +1,123 @@
+"""``mslaunch sbatch`` on a real 3-node Slurm cluster: submit, ps/status/logs tail -f/stop
+(scancel), and preemption: SIGUSR1 -> summary 'preempted' -> requeue -> the next run in
+attempt_1/ (also when Slurm requeues the job itself)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from typing import Dict, List
+
+import pytest
+
+from tests.conftest import mslaunch_argv
+from tests.harness.slurm_cluster import SlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.netns]
+
+PROG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "execution", "slurm", "prog.py")
+
+
+def _env(slurm: SlurmCluster, tmp_path) -> Dict[str, str]:
+    env = slurm.env()
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    env["PROG_PIDS"] = str(tmp_path / "pids")
+    os.makedirs(env["PROG_PIDS"], exist_ok=True)
+    return env
+
+
+def _ms(env: Dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(mslaunch_argv(*args), env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _wait_for(cond, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _submit(slurm: SlurmCluster, env: Dict[str, str], tmp_path, *args: str) -> List[str]:
+    res = subprocess.run(mslaunch_argv("sbatch", *args), env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    ids = res.stdout.split()
+    assert len(ids) == 2 and ids[0].isdigit(), res.stdout
+    return ids
+
+
+def _queued(slurm: SlurmCluster, sid: str) -> bool:
+    return bool(slurm.run(["squeue", "-h", "-j", sid, "-o", "%T"]).stdout.strip())
+
+
+def test_submit_ps_status_logs_tail_and_stop(slurm: SlurmCluster, tmp_path) -> None:
+    env = _env(slurm, tmp_path)
+    job_dir = tmp_path / "job"
+    sid, jid = _submit(slurm, env, tmp_path, "-N", "3", "--ntasks-per-node", "2", "--log-dir", str(job_dir), "--np", "6", "--grace", "1",
+                       PROG, "ok", "300")
+    assert (job_dir / "sbatch.sh").read_text().startswith("#!/bin/bash\n#SBATCH")
+    tail = subprocess.Popen(mslaunch_argv("logs", "tail", jid, "-f"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: len(os.listdir(tmp_path / "pids")) == 7, 90, "the scheduler and 6 ranks started")
+        status = _ms(env, "status", jid)
+        assert status.returncode == 0 and f"job {jid}: running" in status.stdout and f"slurm job: {sid} (RUNNING)" in status.stdout, status.stdout
+        ps = _ms(env, "ps")
+        assert jid in ps.stdout and "running" in ps.stdout
+        stop = _ms(env, "stop", jid)
+        assert stop.returncode == 0 and f"scancel {sid}" in stop.stdout, stop.stderr
+        assert not _queued(slurm, sid)
+        out, _ = tail.communicate(timeout=60)  # -f ends by itself once the Slurm job left the queue
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.wait()
+    assert tail.returncode == 0
+    for rank in range(6):
+        assert f"[rank {rank}]" in out, out
+    slurm.wait_idle()
+    assert slurm.node_pids() == {}
+    status = _ms(env, "status", jid)
+    assert f"slurm job: {sid} (not in the queue)" in status.stdout
+
+
+def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: SlurmCluster, tmp_path) -> None:
+    env = _env(slurm, tmp_path)
+    job_dir = tmp_path / "job"
+    sid, jid = _submit(slurm, env, tmp_path, "-N", "3", "--ntasks-per-node", "1", "--signal", "USR1@30", "--requeue",
+                       "--log-dir", str(job_dir), "--np", "3", PROG, "ok", "4")
+    _wait_for(lambda: len(os.listdir(tmp_path / "pids")) == 4, 90, "the first run started")
+    # Slurm's warning before preemption / the time limit (what --signal=B:USR1@30 makes Slurm send)
+    res = slurm.run(["scancel", "--signal=USR1", "--batch", sid])
+    assert res.returncode == 0, res.stderr
+    slurm.release_requeued(sid)
+    _wait_for(lambda: (job_dir / "attempt_1" / "summary.json").exists() and not _queued(slurm, sid), 120, "the requeued run to end")
+    first = json.loads((job_dir / "summary.json").read_text())
+    assert first["status"] == "preempted"
+    ranks = [p for p in first["processes"] if p["rank"] is not None]
+    assert [p["signal"] for p in ranks] == ["SIGTERM"] * 3  # stopped gracefully
+    second = json.loads((job_dir / "attempt_1" / "summary.json").read_text())
+    assert second["status"] == "succeeded" and second["job_id"] == jid
+    seen = json.loads((job_dir / "attempt_1" / "worker_0.log").read_text().splitlines()[0])
+    assert seen["env"].get("SLURM_RESTART_COUNT") == "1"
+    assert "requeueing Slurm job" in (job_dir / "slurm.out").read_text()
+    status = _ms(env, "status", jid)  # the registry follows the latest run
+    assert f"job {jid}: succeeded" in status.stdout and str(job_dir / "attempt_1") in status.stdout
+    slurm.wait_idle()
+    assert slurm.node_pids() == {}
+
+
+def test_a_job_requeued_by_slurm_continues_in_attempt_1(slurm: SlurmCluster, tmp_path) -> None:
+    env = _env(slurm, tmp_path)
+    job_dir = tmp_path / "job"
+    sid, jid = _submit(slurm, env, tmp_path, "-N", "2", "--ntasks-per-node", "1", "--requeue", "--log-dir", str(job_dir),
+                       "--np", "2", PROG, "ok", "3")
+    _wait_for(lambda: len(os.listdir(tmp_path / "pids")) == 3, 90, "the first run started")
+    res = slurm.run(["scontrol", "requeue", sid])
+    assert res.returncode == 0, res.stderr
+    slurm.release_requeued(sid)
+    _wait_for(lambda: (job_dir / "attempt_1" / "summary.json").exists() and not _queued(slurm, sid), 120, "the requeued run to end")
+    assert json.loads((job_dir / "attempt_1" / "summary.json").read_text())["status"] == "succeeded"
+    slurm.wait_idle()
+    assert slurm.node_pids() == {}

@@ -1,0 +1,82 @@
+"""Slurm allocations as inventories and the srun argv (pure; table-driven)."""
+from __future__ import annotations
+
+import pytest
+
+from launcher.errors import InventoryError, PlanError
+from launcher.planning.slurmalloc import (
+    Allocation, allocation_inventory, in_allocation, parse_allocation, parse_counts, parse_narrow, parse_node_addrs, srun_steps,
+)
+
+
+@pytest.mark.parametrize("text,n,expected", [
+    ("2", 1, (2,)),
+    ("2(x3)", 3, (2, 2, 2)),
+    ("2(x2),1", 3, (2, 2, 1)),
+    ("4,8(x2)", 3, (4, 8, 8)),
+])
+def test_parse_counts(text, n, expected) -> None:
+    assert parse_counts(text, n, "SLURM_TASKS_PER_NODE") == expected
+
+
+@pytest.mark.parametrize("text,n", [("2(x3)", 2), ("x", 1), ("2(3)", 1), ("", 1), ("1(x99999999)", 1)])
+def test_parse_counts_refuses(text, n) -> None:
+    with pytest.raises(InventoryError, match="SLURM_TASKS_PER_NODE"):
+        parse_counts(text, n, "SLURM_TASKS_PER_NODE")
+
+
+@pytest.mark.parametrize("env,per_host,nodes,slots", [
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NTASKS_PER_NODE": "2"}, None, ("node1", "node2", "node3"), (2, 2, 2)),
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu-[1-2]a,x", "SLURM_TASKS_PER_NODE": "2(x2),1"}, None, ("gpu-1a", "gpu-2a", "x"), (2, 2, 1)),
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[01-02]", "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_CPUS_PER_NODE": "4(x2)"}, None, ("n01", "n02"), (4, 4)),
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[01-02]", "SLURM_NTASKS_PER_NODE": "2"}, 3, ("n01", "n02"), (3, 3)),
+    ({"SLURM_JOBID": "7", "SLURM_NODELIST": "linux[1,2]"}, None, ("linux1", "linux2"), (1, 1)),
+])
+def test_parse_allocation(env, per_host, nodes, slots) -> None:
+    alloc = parse_allocation(env, per_host)
+    assert alloc == Allocation("7", nodes, slots, 0)
+
+
+def test_restart_count_is_read() -> None:
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "a", "SLURM_RESTART_COUNT": "2"}
+    assert parse_allocation(env).restart_count == 2
+
+
+def test_outside_an_allocation() -> None:
+    assert not in_allocation({})
+    with pytest.raises(PlanError, match="salloc.*mslaunch sbatch"):
+        parse_allocation({"PATH": "/bin"})
+
+
+def test_node_addrs_from_scontrol() -> None:
+    text = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.213.0.1 NodeHostName=node1 State=IDLE\n"
+            "NodeName=node2 NodeAddr=10.213.0.2 State=ALLOCATED\n\n")
+    assert parse_node_addrs(text) == {"node1": "10.213.0.1", "node2": "10.213.0.2"}
+
+
+def test_inventory_and_narrowing() -> None:
+    alloc = Allocation("9", ("node1", "node2", "node3"), (2, 2, 2))
+    addrs = {"node1": "10.0.0.1", "node2": "10.0.0.2", "node3": "10.0.0.3"}
+    inv = allocation_inventory(alloc, addrs)
+    assert [(h.name, h.slots, h.addr) for h in inv.hosts] == [("node1", 2, "10.0.0.1"), ("node2", 2, "10.0.0.2"), ("node3", 2, "10.0.0.3")]
+    narrow = allocation_inventory(alloc, addrs, parse_narrow("node[2-3]:1"))
+    assert [(h.name, h.slots) for h in narrow.hosts] == [("node2", 1), ("node3", 1)]
+    assert parse_narrow("node3,node1:4") == [("node3", None), ("node1", 4)]
+    with pytest.raises(InventoryError, match="node9.*not in the allocation"):
+        allocation_inventory(alloc, addrs, parse_narrow("node9"))
+    with pytest.raises(InventoryError, match="slots"):
+        parse_narrow("node1:0")
+
+
+def test_srun_steps_whole_argv() -> None:
+    sched, workers = srun_steps(["n1", "n1", "n2"], "n1", "/py", "/j/slurm/tasks.json", "mslaunch-j-a0")
+    common = ["srun", "--job-name=mslaunch-j-a0", "--overlap", "--overcommit", "--input=none", "--kill-on-bad-exit=1",
+              "--cpu-bind=none", "--export=ALL"]
+    assert sched is not None
+    assert list(sched.argv) == common + ["--nodes=1", "--ntasks=1", "--nodelist=n1", "/py", "-m", "launcher.execution.slurm.shim",
+                                         "/j/slurm/tasks.json", "scheduler"]
+    assert list(workers.argv) == common + ["--nodes=2", "--ntasks=3", "--distribution=arbitrary", "/py", "-m",
+                                           "launcher.execution.slurm.shim", "/j/slurm/tasks.json", "workers"]
+    assert workers.hostfile == ("n1", "n1", "n2")
+    none, _ = srun_steps(["n1"], None, "/py", "/t", "s")
+    assert none is None
