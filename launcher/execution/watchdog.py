@@ -55,7 +55,7 @@ def starttime(pid: int) -> Optional[str]:
     return fields[19].decode() if len(fields) > 19 else None
 
 
-def _parents() -> Dict[int, int]:
+def process_parents() -> Dict[int, int]:
     """pid -> ppid of every process, from /proc."""
     out: Dict[int, int] = {}
     for name in os.listdir("/proc"):
@@ -125,7 +125,7 @@ def end_all(registered: Dict[int, str], token: Optional[str], rounds: int = 50) 
     roots = {pid for pid, st in registered.items() if starttime(pid) == st}
     seen: Set[int] = set()
     for _ in range(rounds):
-        parents = _parents()
+        parents = process_parents()
         found = (roots | descendants(roots, parents)) & set(parents)
         if token is not None:
             found |= _carrying(token, parents)
@@ -140,7 +140,7 @@ def end_all(registered: Dict[int, str], token: Optional[str], rounds: int = 50) 
     # Last sweep: anything the roots' deaths re-parented that still carries the token.
     if token is not None:
         time.sleep(0.05)
-        left = _carrying(token, _parents()) - {me}
+        left = _carrying(token, process_parents()) - {me}
         _kill(left, signal.SIGKILL)
         seen |= left
     return seen

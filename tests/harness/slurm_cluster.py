@@ -44,6 +44,7 @@ import sys
 import time
 from typing import Dict, Iterator, List, Optional, Sequence
 
+from launcher.execution.watchdog import descendants, process_parents
 from tests.harness.netns_cluster import NamespaceCluster, NamespaceClusterError
 
 #: The Slurm executables the cluster needs.
@@ -369,28 +370,10 @@ def _state(pid: int) -> Optional[str]:
 
 
 def _descendants_of(pid: Optional[int]) -> set:
+    """Every pid below ``pid`` now (the watchdog's own walk of /proc)."""
     if pid is None:
         return set()
-    children: Dict[int, List[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    ppid = int(fh.read().rsplit(b")", 1)[-1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    out: set = set()
-    frontier = [pid]
-    while frontier:
-        nxt = []
-        for p in frontier:
-            for c in children.get(p, ()):
-                if c not in out:
-                    out.add(c)
-                    nxt.append(c)
-        frontier = nxt
-    return out
+    return descendants([pid], process_parents())
 
 
 def _kill_tree(pid: int) -> None:

@@ -117,30 +117,6 @@ def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
 # build_plan's per-host caches give each rank the env, argv and log of the one-rank definitions
 
 
-@settings(max_examples=400, deadline=None)
-@given(json_plain)
-def test_dumps_indented_is_json_dumps(value: Any) -> None:
-    """Byte for byte, including non-ASCII, surrogates and integers beyond 64 bits (fallbacks)."""
-    assert dumps_indented(value) == json.dumps(value, indent=2)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.recursive(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5),
-                    lambda inner: st.lists(inner, max_size=4), max_leaves=10))
-def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
-    assert json.loads(dumps_indented(value)) == value
-
-
-# --------------------------------------------------------------------------------------------
-# build_plan's per-host caches give each rank the env, argv and log of the one-rank definitions
-
-
-def _definition_env(spec: Any, plan: Any, proc_env: Any, rank_proc: Any) -> None:
-    from launcher.planning.plan import ProcEnv, _rank_proc  # noqa: F401
-
-    del spec, plan, proc_env, rank_proc
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     hosts=st.lists(st.integers(1, 4), min_size=1, max_size=6),
