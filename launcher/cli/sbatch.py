@@ -19,7 +19,7 @@ import os
 import re
 import shlex
 import sys
-from typing import List, Optional, Tuple
+from typing import FrozenSet, List, Optional, Set, Tuple
 
 import typer
 
@@ -31,9 +31,6 @@ _SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?([A-Z0-9]+)(?:@(\d+))?$")
 #: run options sbatch sets itself.
 _OWN = ("--launcher", "--log-dir", "--log_dir", "--job-id", "--detach", "-d")
 
-#: run options without a value (every other run option takes one, unless written ``--opt=value``).
-_FLAGS = frozenset({"--no-python", "--mpi-hostfile", "--oversubscribe", "--json", "--quiet", "-q", "--sched-wait",
-                    "--no-sched-wait", "--zygote"})
 
 CONTEXT = dict(PROGRAM_CONTEXT, allow_extra_args=True)
 
@@ -96,8 +93,25 @@ def render_script(*, job_id: str, job_dir: str, cwd: str, python: str, directive
     return "\n".join(lines) + "\n"
 
 
-def _split_run_args(args: List[str]) -> Tuple[List[str], Optional[str], Optional[str]]:
+def run_flag_names(ctx: typer.Context) -> FrozenSet[str]:
+    """The ``run`` options that take no value (flags, ``--x/--no-x`` pairs), read from the ``run``
+    command itself, so a new flag of ``run`` is known here without a list to keep in step."""
+    root = ctx.find_root()
+    group = root.command
+    run = group.get_command(root, "run") if hasattr(group, "get_command") else None
+    names: Set[str] = set()
+    for param in getattr(run, "params", ()):  # typer's own click objects: read by their attributes
+        if param.param_type_name == "option" and (getattr(param, "is_flag", False) or getattr(param, "count", False)):
+            names.update(param.opts)
+            names.update(param.secondary_opts)
+    return frozenset(names)
+
+
+def _split_run_args(args: List[str], flags: FrozenSet[str]) -> Tuple[List[str], Optional[str], Optional[str]]:
     """``run`` options and program as given, minus ``--log-dir`` / ``--job-id`` (returned).
+
+    ``flags`` are the run options that take no value (:func:`run_flag_names`); every other
+    option takes the next argument unless written ``--opt=value``.
 
     Raises:
         PlanError: ``--launcher`` / ``--detach`` (sbatch sets them), no SCRIPT.
@@ -127,7 +141,7 @@ def _split_run_args(args: List[str]) -> Tuple[List[str], Optional[str], Optional
                                 field=name)
             out.append(a)
             i += 1
-            if not eq and name not in _FLAGS and i < len(args):  # its value
+            if not eq and name not in flags and i < len(args):  # its value
                 out.append(args[i])
                 i += 1
             if name in ("-m", "--module"):  # the module's own arguments follow
@@ -160,7 +174,7 @@ def sbatch_cmd(
 
     Prints the Slurm job id, then the mslaunch job id; 'mslaunch ps/status/logs tail/stop' work on it.
     """
-    run_args, log_dir, job_id = _split_run_args(list(ctx.args))
+    run_args, log_dir, job_id = _split_run_args(list(ctx.args), run_flag_names(ctx))
     from launcher.jobs.jobdir import validate_job_id
 
     job_id = validate_job_id(job_id) if job_id is not None else new_job_id()
