@@ -250,21 +250,44 @@ class SlurmCluster:
             self.wait_idle()
 
     def release_requeued(self, job: str, timeout: float = 60.0) -> None:
-        """Start a requeued job now: Slurm holds a requeued batch job back (BeginTime ~2 min on);
-        this sets its start time to now while it waits for it, until it runs again (or left the
-        queue).  Call it after the job was asked to requeue."""
+        """Start a requeued job soon: Slurm holds a requeued batch job back (BeginTime ~2 min on);
+        this moves its start time forward while it waits, until it runs again (or left the
+        queue).  Call it after the job was asked to requeue.
+
+        The new start is set only once every node is idle (the previous run ended everywhere)
+        and to one second later: each slurmd revokes the previous run's credential when it ends
+        it, and refuses a credential created in the same second as that revocation ("Job
+        credential revoked": the requeued job is then killed instead of started)."""
         end = time.monotonic() + timeout
         seen_pending = False
+        state = ""
         while time.monotonic() < end:
             state = self.run(["squeue", "-h", "-j", job, "-o", "%T %r"]).stdout.strip()
             if state.startswith("PENDING"):
                 seen_pending = True
-                if "BeginTime" in state:
-                    self.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+                if "BeginTime" in state and self.idle_nodes() == sorted(self.nodes):
+                    self.run(["scontrol", "update", f"jobid={job}", "StartTime=now+1"])
             elif seen_pending or not state:
                 return
             time.sleep(0.2)
         raise SlurmClusterError(f"job {job} did not run again within {timeout:g} s (state {state!r})")
+
+    def wait_left_queue(self, job: str, timeout: float) -> None:
+        """Wait until Slurm job ``job`` is no longer in the queue (ended, requeues included)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if not self.run(["squeue", "-h", "-j", job, "-o", "%i"]).stdout.strip():
+                return
+            time.sleep(0.2)
+        raise SlurmClusterError(f"job {job} still in the queue after {timeout:g} s")
+
+    def ctld_log_lines(self, needle: str) -> List[str]:
+        """slurmctld's log lines containing ``needle`` (for failure messages)."""
+        try:
+            with open(os.path.join(self.dir, "log", "slurmctld.log"), errors="replace") as fh:
+                return [line.rstrip() for line in fh if needle in line]
+        except OSError:
+            return []
 
     def daemon_pids(self) -> Dict[str, int]:
         """``slurmctld`` and each node's daemon launcher pid."""

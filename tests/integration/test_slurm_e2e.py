@@ -77,9 +77,9 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         time.sleep(0.2)
     assert slurm.run(["scancel", "--signal=USR1", "--batch", sid]).returncode == 0
     slurm.release_requeued(sid, timeout=120)
-    end = time.monotonic() + 400
-    while time.monotonic() < end and (not (job / "attempt_1" / "summary.json").exists() or slurm.run(["squeue", "-h", "-j", sid]).stdout.strip()):
-        time.sleep(0.5)
+    slurm.wait_left_queue(sid, 400)
+    assert (job / "attempt_1" / "summary.json").exists(), (
+        slurm.ctld_log_lines(f"JobId={sid}")[-6:], (job / "slurm.out").read_text()[-2000:])
     first = json.loads((job / "summary.json").read_text())
     assert first["status"] == "preempted", first
     second = json.loads((job / "attempt_1" / "summary.json").read_text())

@@ -82,6 +82,13 @@ def test_submit_ps_status_logs_tail_and_stop(slurm: SlurmCluster, tmp_path) -> N
     assert f"slurm job: {sid} (not in the queue)" in status.stdout
 
 
+def _requeued_run_ended(slurm: SlurmCluster, sid: str, job_dir) -> None:
+    """Wait until the Slurm job left the queue, then require its requeued run's summary."""
+    slurm.wait_left_queue(sid, 120)
+    assert (job_dir / "attempt_1" / "summary.json").exists(), (
+        slurm.ctld_log_lines(f"JobId={sid}")[-6:], (job_dir / "slurm.out").read_text()[-2000:])
+
+
 def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     job_dir = tmp_path / "job"
@@ -92,7 +99,7 @@ def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: Sl
     res = slurm.run(["scancel", "--signal=USR1", "--batch", sid])
     assert res.returncode == 0, res.stderr
     slurm.release_requeued(sid)
-    _wait_for(lambda: (job_dir / "attempt_1" / "summary.json").exists() and not _queued(slurm, sid), 120, "the requeued run to end")
+    _requeued_run_ended(slurm, sid, job_dir)
     first = json.loads((job_dir / "summary.json").read_text())
     assert first["status"] == "preempted"
     ranks = [p for p in first["processes"] if p["rank"] is not None]
@@ -117,7 +124,7 @@ def test_a_job_requeued_by_slurm_continues_in_attempt_1(slurm: SlurmCluster, tmp
     res = slurm.run(["scontrol", "requeue", sid])
     assert res.returncode == 0, res.stderr
     slurm.release_requeued(sid)
-    _wait_for(lambda: (job_dir / "attempt_1" / "summary.json").exists() and not _queued(slurm, sid), 120, "the requeued run to end")
+    _requeued_run_ended(slurm, sid, job_dir)
     assert json.loads((job_dir / "attempt_1" / "summary.json").read_text())["status"] == "succeeded"
     slurm.wait_idle()
     assert slurm.node_pids() == {}
