@@ -301,15 +301,20 @@ class Supervisor:
         from launcher.execution.ports import wait_accepting
 
         handle = state.handles[idx]
+        others = [h for i, h in enumerate(state.handles) if i != idx]  # workers already started (--no-sched-wait)
         limit = self.options.start_timeout
         if deadline is not None:
             limit = min(limit, max(0.0, deadline - time.monotonic()))
         addr, port = self.plan.master_addr, self.plan.master_port
         assert addr is not None and port is not None
-        ok = wait_accepting(addr, port, limit, alive=lambda: handle.poll() is None)
+
+        def a_worker_failed() -> bool:
+            return any(h.poll() not in (None, 0) for h in others)
+
+        ok = wait_accepting(addr, port, limit, alive=lambda: handle.poll() is None and not a_worker_failed())
         stopsignals.check()
-        if ok:
-            return
+        if ok or a_worker_failed():
+            return  # a worker that failed meanwhile is judged by _watch at once (fail fast)
         self._check_deadline(deadline)
         rc = handle.poll()
         if rc is not None:

@@ -98,6 +98,19 @@ def test_earliest_of_two_close_failures_is_the_root_cause(fault):
     assert survivors(fault.marker, {}) == []
 
 
+def test_a_worker_failing_while_the_scheduler_port_is_awaited_fails_fast(fault):
+    """--no-sched-wait: workers start at once and mslaunch still waits for the scheduler's port
+    (here it never opens); a worker's failure meanwhile ends the job now, as the root cause --
+    not after --start-timeout as "the port did not accept"."""
+    r = fault.run(PROG, "deaf", "0.2", "1", "5", extra=("--start-timeout", "500"), timeout=400)
+    assert r.returncode == 5, r.stderr
+    s = fault.summary()
+    assert s["root_cause"]["name"] == "rank 1", s["root_cause"]
+    sched = [p for p in s["processes"] if p["name"] == "scheduler"][0]
+    assert sched["torn_down"] is True and "did not accept" not in r.stderr, (sched, r.stderr)
+    assert survivors(fault.marker, {}) == []
+
+
 def test_every_attempt_is_in_the_summary(fault):
     r = fault.run(PROG, "failonce", "0.2", "1", "7", extra=("--max-restarts", "1", "--env", f"PIDDIR={fault.piddir}"))
     assert r.returncode == 0, r.stderr

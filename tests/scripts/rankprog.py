@@ -10,7 +10,8 @@ MODE: ok (sleep SECONDS, exit 0) | fail (TARGET_RANK exits CODE after SECONDS) |
       sigkill (TARGET_RANK kills itself with SIGKILL after SECONDS) | hang |
       stubborn (ignore SIGTERM, sleep forever) | failonce (TARGET_RANK fails with CODE unless
       $PIDDIR/failed-once exists; creates it) | env (print the env as K=V lines, then cwd=...,
-      cpus=<its CPU affinity> and argv=<JSON list>, exit 0)
+      cpus=<its CPU affinity> and argv=<JSON list>, exit 0) | deaf (like fail, but the
+      scheduler never listens: a worker fails while the scheduler's port is still awaited)
 
 The first line is ``<name> started pid=<pid> netns=<inode of its network namespace>``; the
 scheduler listens on ``MS_SCHED_HOST`` (127.0.0.1 if unset).
@@ -41,6 +42,8 @@ except OSError:
     netns = 0
 print(f"{name} started pid={os.getpid()} netns={netns}", flush=True)
 
+if role == "MS_SCHED" and mode == "deaf":
+    time.sleep(600)
 if role == "MS_SCHED":
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -60,7 +63,7 @@ if mode == "stubborn":
     time.sleep(600)
 if mode == "hang":
     time.sleep(600)
-if mode in ("fail", "sigkill", "failonce") and rank == target:
+if mode in ("fail", "sigkill", "failonce", "deaf") and rank == target:
     time.sleep(secs)
     if mode == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -72,7 +75,7 @@ if mode in ("fail", "sigkill", "failonce") and rank == target:
         open(marker, "w").close()
     print(f"RuntimeError: {name} fails with {code}", flush=True)
     sys.exit(code)
-if mode in ("fail", "sigkill"):
+if mode in ("fail", "sigkill", "deaf"):
     time.sleep(600)  # the others wait to be torn down
 time.sleep(secs)
 print(f"{name} done", flush=True)
