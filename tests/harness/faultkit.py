@@ -75,6 +75,14 @@ def wait_for(cond, timeout: float, interval: float = 0.05):
         time.sleep(interval)
 
 
+def wait_or_fail(cond, timeout: float, what: str, interval: float = 0.05):
+    """:func:`wait_for`, failing the test with "timed out waiting for <what>" if ``cond`` never holds."""
+    value = wait_for(cond, timeout, interval)
+    if not value:
+        raise AssertionError(f"timed out waiting for {what}")
+    return value
+
+
 def survivors(marker: str, snapshot: Dict[int, float], timeout: float = 20.0) -> List[int]:
     """Wait until nothing marked and nothing of ``snapshot`` runs; what is left then."""
     left = wait_for(lambda: not (marked(marker) or alive(snapshot)), timeout)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from typing import Dict, List
 
 import pytest
 
 from tests.conftest import mslaunch_argv
+from tests.harness.faultkit import wait_or_fail
 from tests.harness.slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.netns]
@@ -29,15 +29,6 @@ def _env(slurm: SlurmCluster, tmp_path) -> Dict[str, str]:
 
 def _ms(env: Dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(mslaunch_argv(*args), env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def _wait_for(cond, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _submit(slurm: SlurmCluster, env: Dict[str, str], tmp_path, *args: str) -> List[str]:
@@ -60,7 +51,7 @@ def test_submit_ps_status_logs_tail_and_stop(slurm: SlurmCluster, tmp_path) -> N
     assert (job_dir / "sbatch.sh").read_text().startswith("#!/bin/bash\n#SBATCH")
     tail = subprocess.Popen(mslaunch_argv("logs", "tail", jid, "-f"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: len(os.listdir(tmp_path / "pids")) == 7, 90, "the scheduler and 6 ranks started")
+        wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 7, 90, "the scheduler and 6 ranks started")
         status = _ms(env, "status", jid)
         assert status.returncode == 0 and f"job {jid}: running" in status.stdout and f"slurm job: {sid} (RUNNING)" in status.stdout, status.stdout
         ps = _ms(env, "ps")
@@ -94,7 +85,7 @@ def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: Sl
     job_dir = tmp_path / "job"
     sid, jid = _submit(slurm, env, tmp_path, "-N", "3", "--ntasks-per-node", "1", "--signal", "USR1@30", "--requeue",
                        "--log-dir", str(job_dir), "--np", "3", PROG, "ok", "4")
-    _wait_for(lambda: len(os.listdir(tmp_path / "pids")) == 4, 90, "the first run started")
+    wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 4, 90, "the first run started")
     # Slurm's warning before preemption / the time limit (what --signal=B:USR1@30 makes Slurm send)
     res = slurm.run(["scancel", "--signal=USR1", "--batch", sid])
     assert res.returncode == 0, res.stderr
@@ -120,7 +111,7 @@ def test_a_job_requeued_by_slurm_continues_in_attempt_1(slurm: SlurmCluster, tmp
     job_dir = tmp_path / "job"
     sid, jid = _submit(slurm, env, tmp_path, "-N", "2", "--ntasks-per-node", "1", "--requeue", "--log-dir", str(job_dir),
                        "--np", "2", PROG, "ok", "3")
-    _wait_for(lambda: len(os.listdir(tmp_path / "pids")) == 3, 90, "the first run started")
+    wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 3, 90, "the first run started")
     res = slurm.run(["scontrol", "requeue", sid])
     assert res.returncode == 0, res.stderr
     slurm.release_requeued(sid)

@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Dict, List
 
 import pytest
 
 from tests.conftest import mslaunch_argv
+from tests.harness.faultkit import wait_or_fail
 from tests.harness.slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.netns]
@@ -32,15 +32,6 @@ def _log_json(path: str) -> Dict:
         return json.loads(fh.readline())
 
 
-def _wait_for(cond, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _gone(pids: List[int]) -> bool:
     return not any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().rsplit(")", 1)[-1].split()[0] != "Z" for p in pids)
 
@@ -53,7 +44,7 @@ def _assert_nothing_left(slurm: SlurmCluster, alloc_job: str) -> None:
         steps = slurm.run(["squeue", "-h", "--steps", "-j", alloc_job, "-o", "%i %j"]).stdout.split("\n")
         return [s for s in steps if "mslaunch-" in s] == []
 
-    _wait_for(no_steps, 30, "the job's steps to complete")
+    wait_or_fail(no_steps, 30, "the job's steps to complete")
     slurm.wait_quiet()
 
 
@@ -111,7 +102,7 @@ def _start(slurm_env: Dict[str, str], tmp_path, *args: str) -> subprocess.Popen:
 
 def _rank_pids(tmp_path, n: int) -> List[int]:
     d = tmp_path / "pids"
-    _wait_for(lambda: len(os.listdir(d)) >= n and all((d / f).read_text() for f in os.listdir(d)), 60, f"{n} processes started")
+    wait_or_fail(lambda: len(os.listdir(d)) >= n and all((d / f).read_text() for f in os.listdir(d)), 60, f"{n} processes started")
     return [int((d / f).read_text()) for f in os.listdir(d)]
 
 
@@ -148,8 +139,8 @@ def test_sigkill_of_mslaunch_leaves_nothing_on_any_node(slurm: SlurmCluster, tmp
                 proc.kill()
                 proc.wait()
         # the watchdog kills srun and cancels the steps (ranks that ignore SIGTERM included)
-        _wait_for(lambda: _gone(pids), 60, "every rank gone after mslaunch was SIGKILLed")
-        _wait_for(lambda: slurm.node_pids(include_slurm=False) == {}, 30, "no job process on any node")
+        wait_or_fail(lambda: _gone(pids), 60, "every rank gone after mslaunch was SIGKILLed")
+        wait_or_fail(lambda: slurm.node_pids(include_slurm=False) == {}, 30, "no job process on any node")
         _assert_nothing_left(slurm, env["SLURM_JOB_ID"])
 
 
