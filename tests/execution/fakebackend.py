@@ -51,6 +51,9 @@ class FakeProcess(ReportedProcess):
 class FakeBackend(Backend):
     """One attempt's fake backend (see the module doc)."""
 
+    #: the handle type :meth:`start` makes (subclasses give their own)
+    handle_class = FakeProcess
+
     script: Dict[str, Exit] = field(default_factory=dict)
     stubborn: Set[str] = field(default_factory=set)
     fail_start: Dict[str, str] = field(default_factory=dict)
@@ -66,7 +69,7 @@ class FakeBackend(Backend):
         self.calls.append(("start", proc.name))
         if proc.name in self.fail_start:
             raise LaunchError(self.fail_start[proc.name])
-        handle = FakeProcess(self, proc, log_path)
+        handle = self.handle_class(self, proc, log_path)
         self.handles.append(handle)
         planned = self.script.get(proc.name)
         if planned is not None:

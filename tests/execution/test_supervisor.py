@@ -180,14 +180,7 @@ class _ReportingProcess(FakeProcess):
 
 
 class _ReportingBackend(FakeBackend):
-    def start(self, proc, log_path: str, cwd: str):
-        self.calls.append(("start", proc.name))
-        handle = _ReportingProcess(self, proc, log_path)
-        self.handles.append(handle)
-        planned = self.script.get(proc.name)
-        if planned is not None:
-            handle.exited(planned.rc, planned.exit_time)
-        return handle
+    handle_class = _ReportingProcess
 
 
 def test_backends_that_report_exits_need_no_waiter_thread(tmp_path):
