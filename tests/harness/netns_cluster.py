@@ -150,10 +150,26 @@ def _proc_state(pid: int) -> Optional[str]:
     return data.rsplit(")", 1)[-1].split()[0]
 
 
+_PF_EXITING = 0x4  # linux/sched.h: the task is in do_exit()
+
+
 def _alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
-    state = _proc_state(pid)
-    return state is not None and state not in ("Z", "X")
+    """True if ``pid`` exists, is not a zombie and is not already exiting.
+
+    A process between ``exit_mm()`` and becoming a zombie still shows its namespaces in /proc but no
+    longer its executable, and its state letter is not yet ``Z``; the kernel's ``PF_EXITING`` flag
+    (field 9 of /proc/<pid>/stat) marks it.  It is gone in all but bookkeeping.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().decode("ascii", "replace").rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    try:
+        flags = int(fields[6])
+    except (IndexError, ValueError):
+        flags = 0
+    return fields[:1] not in (["Z"], ["X"], []) and not flags & _PF_EXITING
 
 
 def _cmdline(pid: int) -> List[str]:
