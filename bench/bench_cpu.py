@@ -10,7 +10,13 @@ after epoch 1 has compiled and warmed up) through ``mslaunch run`` and prints, i
    ratio = best manual / defaults (target <= 1.15);
 3. **two local ranks**: total img/s with the defaults (core range and 1 thread per rank) and with
    ``--cpu-tune off`` (as before); ratios against one process with the defaults
-   (target >= 0.85, goal 0.9).
+   (target >= 0.85, goal 0.9);
+4. **what bounds two ranks here**: one process on one core with one thread (a rank's compute
+   share), and the gradient AllReduce between 2 local ranks on its own (``bench/allreduce_cost.py``:
+   23.5 M float32 elements, wall and CPU seconds per call). A data-parallel step of 2 ranks takes at
+   least compute + AllReduce (on 2 cores the collective's CPU cannot hide behind compute), so
+   ``2 x 32 / (t_compute_1_thread + t_allreduce)`` bounds the 2-rank img/s; printed as a ratio to one
+   process beside the measured one.
 
 The configurations run in alternating rounds (``--rounds``, default 2), so a change of load on a
 shared machine hits all of them; each figure is the median over rounds and every single run is
@@ -52,6 +58,22 @@ def mslaunch_run(np: int, extra: Sequence[str], data: str, steps: int, log_dir: 
     if p.returncode != 0 or not found:
         raise RuntimeError(f"mslaunch run failed ({p.returncode}): {p.stderr[-800:]}")
     return float(found[-1][1])
+
+
+_COST = re.compile(r"allreduce-cost rank=\d+ elements=\d+ wall=([\d.]+) cpu=([\d.]+) sys=([\d.]+) ok=True")
+
+
+def allreduce_cost(log_dir: str, env: Dict[str, str]) -> Dict[str, float]:
+    """Run ``bench/allreduce_cost.py`` on 2 local ranks; rank 0's median wall/cpu/sys seconds per call."""
+    argv = [sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--tee", "none", "--quiet",
+            "--log-dir", log_dir, "--env", "GLOG_v=3", os.path.join(ROOT, "bench", "allreduce_cost.py")]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    with open(os.path.join(log_dir, "worker_0.log"), encoding="utf-8", errors="replace") as f:
+        found = _COST.findall(f.read())
+    if p.returncode != 0 or not found:
+        raise RuntimeError(f"mslaunch run failed ({p.returncode}): {p.stderr[-800:]}")
+    wall, cpu, sys_ = (float(x) for x in found[-1])
+    return {"wall": wall, "cpu": cpu, "sys": sys_}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -102,10 +124,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             if v.error is None:
                 extra = ["--cpu-tune", "off"] + (["--env", f"ONEDNN_MAX_CPU_ISA={v.isa}"] if v.isa else [])
                 configs[f"1 process, manual {v.isa or 'default ISA'}"] = (1, extra)
+        configs["1 process, 1 core, 1 thread"] = (1, ["--bind-core", '{"device0": ["0"]}', "--env", "MSLAUNCH_CPU_THREADS=1", "--env", "OMP_NUM_THREADS=1"])
         configs["2 ranks, defaults"] = (2, [])
         configs["2 ranks, --cpu-tune off"] = (2, ["--cpu-tune", "off"])
         runs: Dict[str, List[float]] = {k: [] for k in configs}
+        allreduce: List[Dict[str, float]] = []
         for r in range(args.rounds):
+            log_dir = os.path.join(tmp, f"r{r}-allreduce")
+            try:
+                allreduce.append(allreduce_cost(log_dir, env))
+                print(f"  round {r + 1} gradient AllReduce, 2 local ranks: {allreduce[-1]['wall']:.2f} s wall, "
+                      f"{allreduce[-1]['cpu']:.2f} s CPU ({allreduce[-1]['sys']:.2f} s system) per rank and call "
+                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
+            except RuntimeError as exc:
+                print(f"  round {r + 1} gradient AllReduce: {exc}")
             for name, (np, extra) in configs.items():
                 log_dir = os.path.join(tmp, f"r{r}-{len(runs[name])}-{np}-{abs(hash(name))}")
                 try:
@@ -125,6 +157,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         for k in ("2 ranks, defaults", "2 ranks, --cpu-tune off"):
             if one and k in med:
                 print(f"ratio {k} / 1 process defaults: {med[k]:.1f} / {one:.1f} = {med[k] / one:.2f} (target >= 0.85 with defaults)")
+        single = med.get("1 process, 1 core, 1 thread")
+        if one and single and allreduce:
+            t_ar = statistics.median(a["wall"] for a in allreduce)
+            cpu_ar = statistics.median(a["cpu"] for a in allreduce)
+            t_step = 32 / single  # the trainer's per-rank batch
+            bound = 2 * 32 / (t_step + t_ar)
+            print(f"bound for 2 ranks: one rank's step computes in {t_step:.2f} s (1 core, 1 thread: {single:.1f} img/s); "
+                  f"the gradient AllReduce takes {t_ar:.2f} s wall, {cpu_ar:.2f} s CPU per rank; "
+                  f"2 x 32 / ({t_step:.2f} + {t_ar:.2f}) = {bound:.1f} img/s = {bound / one:.2f} of 1 process")
         if "2 ranks, defaults" in med and "2 ranks, --cpu-tune off" in med:
             a, b = med["2 ranks, defaults"], med["2 ranks, --cpu-tune off"]
             print(f"ratio 2 ranks, defaults / off: {a:.1f} / {b:.1f} = {a / b:.2f}")

@@ -27,7 +27,6 @@ cannot run here.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
 import subprocess
@@ -39,14 +38,9 @@ from typing import Dict, List, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-RANK_PROGRAM = """\
-import os, socket, sys, time
-if os.environ.get("MS_ROLE") == "MS_SCHED":
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((os.environ["MS_SCHED_HOST"], int(os.environ["MS_SCHED_PORT"])))
-    s.listen(64)
-    time.sleep(60)
+from benchkit import RANK_PROGRAM_HEAD, exit_if_cannot_run, wait_stamps  # noqa: E402
+
+RANK_PROGRAM = RANK_PROGRAM_HEAD + """\
 rank = os.environ["RANK_ID"]
 with open(os.path.join(sys.argv[1], "rank_" + rank), "w") as fh:
     fh.write(repr(time.time()))
@@ -58,21 +52,6 @@ if sys.argv[2] == "fail" and rank == "3":
 time.sleep(1.0 if sys.argv[2] == "ok" else 60.0)
 """
 RANKS = 6
-
-
-def _stamps(folder: str, n: int, timeout: float = 60.0) -> float:
-    end = time.time() + timeout
-    while True:
-        values = []
-        for f in glob.glob(os.path.join(folder, "rank_*")):
-            text = open(f).read().strip()
-            if text:
-                values.append(float(text))
-        if len(values) >= n:
-            return max(values)
-        if time.time() > end:
-            raise RuntimeError(f"only {len(values)} of {n} ranks started")
-        time.sleep(0.02)
 
 
 def run_job(backend: str, mode: str, work: str, env: Dict[str, str], hostfile: str) -> Tuple[float, float, int]:
@@ -88,7 +67,7 @@ def run_job(backend: str, mode: str, work: str, env: Dict[str, str], hostfile: s
     want = 0 if mode == "ok" else 3
     if proc.returncode != want:
         raise RuntimeError(f"{backend} {mode}: exit {proc.returncode}: {proc.stderr[-2000:]}")
-    started = _stamps(stamps, RANKS) - start
+    started = max(wait_stamps(stamps, RANKS, timeout=60.0)) - start
     fail_to_exit = 0.0
     if mode == "fail":
         fail_to_exit = ended - float(open(os.path.join(stamps, "failed")).read())
@@ -99,13 +78,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per backend and case (median reported)")
     args = parser.parse_args()
-    from tests.harness.conftest_netns import netns_unavailable_reason
-    from tests.harness.slurm_cluster import SlurmCluster, slurm_unavailable_reason
+    exit_if_cannot_run(slurm=True)
+    from tests.harness.slurm_cluster import SlurmCluster
 
-    reason = netns_unavailable_reason() or slurm_unavailable_reason()
-    if reason is not None:
-        print(f"cannot run: {reason}", file=sys.stderr)
-        return 2
     results: Dict[Tuple[str, str], List[Tuple[float, float]]] = {}
     left_total = 0
     with SlurmCluster(3) as cluster, tempfile.TemporaryDirectory(prefix="mslbench-") as work:

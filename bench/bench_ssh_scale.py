@@ -35,7 +35,6 @@ Exit code: 0 when every target is met, 1 otherwise, 2 when namespace clusters ca
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import resource
 import signal
@@ -50,20 +49,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import psutil  # noqa: E402
+from benchkit import RANK_PROGRAM_HEAD, exit_if_cannot_run, stamps_of, wait_stamps  # noqa: E402
 
 START_RATIO = 2.5
 FAIL_TO_EXIT = 1.0
 PER_HOST = 8
 
-RANK_PROGRAM = """\
-import os, socket, sys, time
+RANK_PROGRAM = RANK_PROGRAM_HEAD + """\
 stamps, mode, arg = sys.argv[1], sys.argv[2], sys.argv[3]
-if os.environ.get("MS_ROLE") == "MS_SCHED":  # the dynamic cluster's scheduler: listen, then wait
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((os.environ["MS_SCHED_HOST"], int(os.environ["MS_SCHED_PORT"])))
-    s.listen(256)
-    time.sleep(3600)
 rank = os.environ["RANK_ID"]
 with open(os.path.join(stamps, "rank_" + rank), "w") as fh:
     fh.write(repr(time.time()))
@@ -151,31 +144,6 @@ class Bench:
             if n == 0 or time.time() > deadline:
                 return n
             time.sleep(0.1)
-
-
-def stamps_of(stamps: str) -> List[float]:
-    out = []
-    for f in glob.glob(os.path.join(stamps, "rank_*")):
-        try:
-            text = open(f).read().strip()
-        except OSError:
-            continue
-        if text:
-            out.append(float(text))
-    return out
-
-
-def wait_stamps(stamps: str, n: int, proc: subprocess.Popen, timeout: float = 120.0) -> List[float]:
-    deadline = time.time() + timeout
-    while True:
-        values = stamps_of(stamps)
-        if len(values) >= n:
-            return values
-        if proc.poll() is not None:
-            raise RuntimeError(f"mslaunch exited ({proc.returncode}) with {len(values)} of {n} ranks started: {proc.stderr.read()[-2000:]}")
-        if time.time() > deadline:
-            raise RuntimeError(f"only {len(values)} of {n} ranks started")
-        time.sleep(0.01)
 
 
 def wait_exit(proc: subprocess.Popen, timeout: float = 120.0) -> Tuple[int, float, float]:
@@ -269,13 +237,9 @@ def main() -> int:
                         help="rank program for start-up and failure runs: sh + date (light) or python -S")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    from tests.harness.conftest_netns import netns_unavailable_reason
+    exit_if_cannot_run()
     from tests.harness.netns_cluster import NamespaceCluster
 
-    reason = netns_unavailable_reason()
-    if reason is not None:
-        print(f"cannot run: {reason}", file=sys.stderr)
-        return 2
     ok = True
     big = 16 if max(sizes) >= 16 else max(sizes)
     with NamespaceCluster(max(sizes), slots=PER_HOST, source_bashrc=args.bashrc) as cluster, \

@@ -27,7 +27,6 @@ namespace clusters cannot run here.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import shlex
 import statistics
@@ -40,18 +39,13 @@ from typing import Dict, List, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchkit import RANK_PROGRAM_HEAD, exit_if_cannot_run, wait_stamps  # noqa: E402
+
 TARGET_RATIO = 2.0
 RANK_SLEEP = 1.0
 
 
-RANK_PROGRAM = """\
-import os, socket, sys, time
-if os.environ.get("MS_ROLE") == "MS_SCHED":  # the dynamic cluster's scheduler: listen, then wait
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((os.environ["MS_SCHED_HOST"], int(os.environ["MS_SCHED_PORT"])))
-    s.listen(64)
-    time.sleep(60)
+RANK_PROGRAM = RANK_PROGRAM_HEAD + """\
 with open(os.path.join(sys.argv[1], "rank_" + os.environ["RANK_ID"]), "w") as fh:
     fh.write(repr(time.time()))
 time.sleep(float(sys.argv[2]))
@@ -65,22 +59,7 @@ def rank_argv(work: str, stamps: str) -> List[str]:
 
 def latest_stamp(stamps: str, n: int, timeout: float = 60.0) -> float:
     """The latest of the ``n`` rank timestamps (waits until all exist and are written)."""
-    deadline = time.time() + timeout
-    while True:
-        files = glob.glob(os.path.join(stamps, "rank_*"))
-        values = []
-        for f in files:
-            try:
-                text = open(f).read().strip()
-            except OSError:
-                text = ""
-            if text:
-                values.append(float(text))
-        if len(values) >= n:
-            return max(values)
-        if time.time() > deadline:
-            raise RuntimeError(f"only {len(values)} of {n} ranks started")
-        time.sleep(0.02)
+    return max(wait_stamps(stamps, n, timeout=timeout))
 
 
 def time_mslaunch(cluster, work: str, env: Dict[str, str]) -> float:
@@ -132,12 +111,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per size and method (median reported)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    from tests.harness.conftest_netns import netns_unavailable_reason
-
-    reason = netns_unavailable_reason()
-    if reason is not None:
-        print(f"cannot run: {reason}", file=sys.stderr)
-        return 2
+    exit_if_cannot_run()
     rows = []
     for size in sizes:
         ours, serial = measure(size, args.runs)
