@@ -28,7 +28,7 @@ Agent -> launcher (stdout): :data:`MAGIC`, then frames of a 9-byte header ``stru
 then ``length`` bytes::
 
     b"O"  output of rank ``id`` (its stdout and stderr, one pipe: the kernel's order is kept)
-    b"M"  a JSON message: {"ev": "ready", "pid": P} (first frame), {"ev": "hb"},
+    b"M"  a JSON message: {"ev": "ready", "pid": P, "time": EPOCH} (first frame), {"ev": "hb", "time": EPOCH},
           {"ev": "started", "id": K, "pid": P}, {"ev": "error", "id": K, "msg": S},
           {"ev": "exit", "id": K, "rc": RC, "time": EPOCH}  (RC negative: killed by that signal;
           the last frame of rank K: every byte of its output comes before it)
@@ -258,7 +258,7 @@ class Agent(object):
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         self.out += MAGIC
-        self.message({"ev": "ready", "pid": self.me})
+        self.message({"ev": "ready", "pid": self.me, "time": time.time()})
 
     # ------------------------------------------------------------ output
 
@@ -294,7 +294,7 @@ class Agent(object):
         """Queue a heartbeat when one is due; returns when the next one is."""
         now = time.monotonic()
         if now >= self.next_beat:
-            self.message({"ev": "hb"})
+            self.message({"ev": "hb", "time": time.time()})
             self.next_beat = now + self.heartbeat
         return self.next_beat
 

@@ -73,3 +73,22 @@ def test_frames_decode_across_any_split():
 def test_split_lines_keeps_the_incomplete_rest():
     assert split_lines(b"one\ntwo\nthr") == (["one", "two"], b"thr")
     assert split_lines(b"") == ([], b"")
+
+
+def test_exit_times_of_a_host_whose_clock_is_off_land_on_the_launchers_clock():
+    """A host whose clock runs 100 s behind: its agent's exit times are moved onto this
+    machine's clock by the least offset its time-stamped messages showed."""
+    import time
+    from types import SimpleNamespace
+
+    from launcher.execution.ssh.backend import HostAgent, _LogFiles
+
+    agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, _LogFiles())  # type: ignore[arg-type]
+    assert agent.local_time(1000.0) == 1000.0  # nothing heard yet: as the agent says
+    now = time.time()
+    agent._message(0, {"ev": "ready", "pid": 7, "time": now - 100.0})
+    agent._message(0, {"ev": "hb", "time": now - 100.0 - 5.0})  # a late heartbeat: larger offset, ignored
+    agent._message(0, {"ev": "hb"})  # an agent that sends no time: nothing changes
+    assert agent.clock_offset is not None and 100.0 <= agent.clock_offset < 100.0 + 5
+    assert abs(agent.local_time(now - 100.0 - 1.0) - (now - 1.0)) < 5
+    assert agent.local_time("soon") is None

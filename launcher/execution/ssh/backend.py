@@ -106,7 +106,8 @@ class SshProcess(ProcessHandle):
     Attributes:
         plan, host, log_path, started: as for every handle.
         pid: the rank's pid on its host, once the agent reported it.
-        exit_time: epoch seconds of the exit as the agent saw it (its host's clock).
+        exit_time: epoch seconds of the exit as the agent saw it, on this machine's clock (the
+            agent's clock shifted by :attr:`HostAgent.clock_offset`).
         reason: why it failed when the exit code does not say (lost host, cannot start).
     """
 
@@ -213,6 +214,9 @@ class HostAgent:
         self._said: List[str] = []
         self._end: Optional[tuple] = None  # (rc, reason) for ranks of an ended agent
         self.eof_since: Optional[float] = None
+        #: This machine's clock minus the agent's host clock, plus the least delay seen: the
+        #: smallest ``time.time() - sent`` over the agent's time-stamped messages (None until one).
+        self.clock_offset: Optional[float] = None
 
     # ------------------------------------------------------------ set-up / requests
 
@@ -323,6 +327,11 @@ class HostAgent:
 
     def _message(self, rid: int, msg: Dict[str, Any]) -> None:
         ev = msg.get("ev")
+        sent = msg.get("time")
+        if ev in ("ready", "hb") and isinstance(sent, (int, float)):
+            offset = time.time() - float(sent)
+            if self.clock_offset is None or offset < self.clock_offset:
+                self.clock_offset = offset
         if ev == "ready":
             self.state = "ready"
             self.agent_pid = msg.get("pid")
@@ -336,8 +345,14 @@ class HostAgent:
             handle.reason = str(msg.get("msg", ""))
         elif ev == "exit":
             rc = msg.get("rc")
-            when = msg.get("time")
-            handle.finish(rc if isinstance(rc, int) else 1, handle.reason, float(when) if isinstance(when, (int, float)) else None)
+            handle.finish(rc if isinstance(rc, int) else 1, handle.reason, self.local_time(msg.get("time")))
+
+    def local_time(self, when: Any) -> Optional[float]:
+        """The agent's epoch time ``when`` on this machine's clock (so exits on different hosts
+        compare, whatever their clocks' skew); None when ``when`` is not a number."""
+        if not isinstance(when, (int, float)):
+            return None
+        return float(when) + (self.clock_offset or 0.0)
 
     def _stderr(self, data: bytes) -> None:
         lines, self._err = split_lines(self._err + data)
