@@ -92,3 +92,30 @@ def test_exit_times_of_a_host_whose_clock_is_off_land_on_the_launchers_clock():
     assert agent.clock_offset is not None and 100.0 <= agent.clock_offset < 100.0 + 5
     assert abs(agent.local_time(now - 100.0 - 1.0) - (now - 1.0)) < 5
     assert agent.local_time("soon") is None
+
+
+@pytest.mark.parametrize("header", [HEADER.pack(b"X", 0, 3), HEADER.pack(b"O", 1, 0xFFFFFFF0)], ids=["unknown kind", "huge length"])
+def test_a_stream_that_is_not_frames_is_an_error_not_a_huge_buffer(header):
+    from launcher.execution.ssh.agent import FrameError
+
+    reader = FrameReader()
+    assert list(reader.feed(HEADER.pack(b"M", 0, 2) + b"{}")) == [("M", 0, {})]
+    with pytest.raises(FrameError):
+        list(reader.feed(header + b"abc"))
+
+
+def test_a_garbled_agent_stream_ends_the_hosts_ranks_with_a_hint_and_closes_the_session():
+    from types import SimpleNamespace
+
+    from launcher.execution.ssh.backend import HostAgent, _LogFiles
+    from launcher.execution.remote_agent import MAGIC
+
+    agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, _LogFiles())  # type: ignore[arg-type]
+    ended = []
+    agent.handles[0] = SimpleNamespace(finish=lambda rc, reason=None: ended.append((rc, reason)))  # type: ignore[assignment]
+    closed = []
+    agent.chan = SimpleNamespace(close=lambda: closed.append(True))  # type: ignore[assignment]
+    agent._stdout(MAGIC + HEADER.pack(b"M", 0, 2) + b"{}" + b"Welcome to h1! Last login: ...\n" * 4)
+    assert len(ended) == 1 and ended[0][0] == 255
+    assert "output from h1 is garbled" in ended[0][1] and "stdout after login" in ended[0][1]
+    assert closed == [True] and agent.state == "ended"

@@ -110,12 +110,22 @@ class AgentConfig:
 #: A decoded agent frame: ``("O", rank_id, bytes)`` output, or ``("M", rank_id, dict)`` a message.
 Frame = Tuple[str, int, Any]
 
+#: Largest frame the agent ever sends (its output frames hold one 64 KiB pipe read, its messages
+#: a few hundred bytes); a larger length means the stream is not the agent's frames.
+MAX_FRAME = 1 << 20
+
+
+class FrameError(ValueError):
+    """The agent's stdout is not a frame stream (an unknown kind, or an impossible length)."""
+
 
 class FrameReader:
     """Incremental decoder of the agent's stdout (see :mod:`launcher.execution.remote_agent`).
 
     :meth:`feed` takes bytes as they arrive and yields whole frames; a partial frame waits for
-    the rest.  A message that is not JSON becomes ``{"ev": "garbled"}``.
+    the rest.  A message that is not JSON becomes ``{"ev": "garbled"}``.  A header of an unknown
+    kind or a length over :data:`MAX_FRAME` raises :class:`FrameError` (so a stream that is not
+    the agent's never makes the reader buffer gigabytes waiting for a frame's end).
     """
 
     def __init__(self) -> None:
@@ -132,6 +142,8 @@ class FrameReader:
         try:
             while len(buf) - pos >= size:
                 kind, rid, length = self._header.unpack_from(buf, pos)
+                if kind not in (b"O", b"M") or length > MAX_FRAME:
+                    raise FrameError(f"frame kind {kind!r}, length {length}")
                 if len(buf) - pos - size < length:
                     break
                 body = bytes(buf[pos + size:pos + size + length])

@@ -47,7 +47,7 @@ import paramiko
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ProcessHandle, register_backend
-from launcher.execution.ssh.agent import LOST_RC, AgentConfig, FrameReader, agent_command, bootstrap_payload, op_line, split_lines
+from launcher.execution.ssh.agent import LOST_RC, AgentConfig, FrameError, FrameReader, agent_command, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.execution.ssh.transfer import put_file
@@ -309,16 +309,23 @@ class HostAgent:
                 return
             self._note_junk(self._junk[:at])
             data, self._junk, self._synced = self._junk[at + len(MAGIC):], b"", True
-        for kind, rid, body in self._reader.feed(data):
-            if kind == "O":
-                handle = self.handles.get(rid)
-                if handle is not None:
-                    try:
-                        self.logs.write(handle.log_path, body)
-                    except OSError as exc:
-                        handle.finish(1, f"cannot write {handle.log_path}: {exc.strerror}")
-            else:
-                self._message(rid, body)
+        try:
+            for kind, rid, body in self._reader.feed(data):
+                if kind == "O":
+                    handle = self.handles.get(rid)
+                    if handle is not None:
+                        try:
+                            self.logs.write(handle.log_path, body)
+                        except OSError as exc:
+                            handle.finish(1, f"cannot write {handle.log_path}: {exc.strerror}")
+                else:
+                    self._message(rid, body)
+        except FrameError as exc:
+            # Closing the session makes the agent end its ranks (stdin EOF).
+            self._ended(LOST_RC, f"the mslaunch agent's output from {self.host} is garbled ({exc}): does something on "
+                                 "that host write to the SSH session's stdout after login (a background job of a shell rc file)?")
+            if self.chan is not None:
+                self.chan.close()
 
     def _note_junk(self, junk: bytes) -> None:
         lines = [line for line in junk.decode("utf-8", "replace").splitlines() if line.strip()]
