@@ -256,10 +256,6 @@ class HostAgent:
         if chan is not None and self._end is None:
             self.conn.send(chan, line)
 
-    def stop(self, kill: bool = False) -> None:
-        """SIGTERM (or SIGKILL, whole trees) to every rank of this host."""
-        self.control(op_line("kill" if kill else "term", None))
-
     def log_line(self, handle: SshProcess, text: str) -> None:
         try:
             self.logs.write(handle.log_path, text.encode("utf-8", "replace") + b"\n")
@@ -575,12 +571,6 @@ class SshLauncher(Backend):
         self._handles.append(handle)
         agent.add(handle, AgentConfig.for_rank(proc, cwd, self.plan.job_dir).start_op(handle.rank_id))
         return handle
-
-    def stop_host(self, host: str, kill: bool = False) -> None:
-        """SIGTERM (``kill``: SIGKILL to whole trees) to every rank on ``host``."""
-        agent = self.agents.get(host)
-        if agent is not None:
-            agent.stop(kill)
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
