@@ -9,8 +9,8 @@ from launcher.planning.hosts import SURROGATE_RE, clip, show
 
 
 class Node:
-    """A YAML value with the 1-based line it started on: the document root (and, in
-    :mod:`launcher.planning.clusteryaml`, a value taken out of its collection)."""
+    """A YAML value with the 1-based line it started on: the document's root (values inside
+    collections have their lines in the collection's ``lines``)."""
 
     __slots__ = ("value", "line")
 
