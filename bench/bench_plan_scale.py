@@ -11,21 +11,29 @@ In one run, alternating the cases so machine load hits them alike, it times (wal
 
 and prints, per inventory kind, the per-host cost ``(t(N) - t(10)) / (N - 10)`` and the ratio of
 that cost at 10k to the one at 1k (1.0 = linear growth; a quadratic planner gives ~10), beside
-the targets: plan for 10k x 8 <= 2 s, each rank-table command for 4,096 servers <= 2 s.
+the targets: plan for 10k x 8 <= 2 s, each rank-table command for 4,096 servers <= 2 s.  The
+anchors: ``plan`` of 10 hosts (start-up and imports of the whole CLI) and ``ranktable validate``
+of a one-server table (start-up of the rank-table commands, which skip the others' imports).
 
-Usage: python bench/bench_plan_scale.py [--runs 3] [--sizes 1000,2000,4000,10000]
-Exit code: 0 when every target is met, 1 otherwise.
+``--baseline DIR`` also runs every case from another checkout of the project (e.g. the commit
+before a change: ``git archive REV launcher bench | tar -x -C DIR``), alternating with this one,
+and prints both medians and their ratio per case: on a shared machine, a before/after that
+load hits alike.
+
+Usage: python bench/bench_plan_scale.py [--runs 3] [--sizes 1000,2000,4000,10000] [--baseline DIR]
+Exit code: 0 when every target is met (by this checkout), 1 otherwise.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -77,15 +85,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sizes", default="1000,2000,4000,10000")
+    parser.add_argument("--baseline", metavar="DIR", help="another checkout to run every case from too, alternating")
     args = parser.parse_args()
     sizes = [ANCHOR_HOSTS] + [int(s) for s in args.sizes.split(",")]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     py = sys.executable
     ok = True
     with tempfile.TemporaryDirectory(prefix="bench_plan_scale_") as tmp:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
+        trees = {"this": ROOT} if not args.baseline else {"this": ROOT, "baseline": os.path.abspath(args.baseline)}
+        envs: Dict[str, Dict[str, str]] = {}
+        for label, tree in trees.items():
+            env = dict(os.environ)
+            env["PYTHONPATH"] = tree + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache", label)
+            envs[label] = env
         cases: Dict[str, List[str]] = {}
         for n in sizes:
             for kind, path in write_inventories(tmp, n).items():
@@ -94,53 +107,94 @@ def main() -> int:
                 cases[f"plan --json {kind} {n}"] = base + ["--json", "--", "train.py"]
         hostfile, hccn = make_cluster(tmp, 4096)
         a3 = write_a3_yaml(tmp, 4096)
-        t10, t12 = os.path.join(tmp, "t10.json"), os.path.join(tmp, "t12.json")
+        t1 = write_one_server_table(tmp)
         rt = [py, "-m", "launcher", "ranktable"]
-        table_cases = {
-            "ranktable gen 1.0": rt + ["gen", "--hosts", hostfile, "--hccn-dir", hccn, "-o", t10],
-            "ranktable gen 1.2": rt + ["gen", "--hosts", a3, "--version", "1.2", "-o", t12],
-            "ranktable validate 1.0": rt + ["validate", t10],
-            "ranktable validate 1.2": rt + ["validate", t12],
-            "ranktable show 1.0": rt + ["show", t10],
-            "ranktable show 1.2": rt + ["show", t12],
-            "ranktable show --all 1.2": rt + ["show", "--all", t12],
-        }
-        cases.update(table_cases)
-        times: Dict[str, List[float]] = {name: [] for name in cases}
-        for name, argv in cases.items():  # warm-up; gen also writes the tables the others read
-            run_once(argv, env, tmp)
+        table_cases: Dict[str, List[str]] = {}
+        for label in trees:  # each checkout reads the tables it wrote
+            t10, t12 = os.path.join(tmp, f"t10-{label}.json"), os.path.join(tmp, f"t12-{label}.json")
+            table_cases.update({
+                f"ranktable gen 1.0@{label}": rt + ["gen", "--hosts", hostfile, "--hccn-dir", hccn, "-o", t10],
+                f"ranktable gen 1.2@{label}": rt + ["gen", "--hosts", a3, "--version", "1.2", "-o", t12],
+                f"ranktable validate 1.0@{label}": rt + ["validate", t10],
+                f"ranktable validate 1.2@{label}": rt + ["validate", t12],
+                f"ranktable show 1.0@{label}": rt + ["show", t10],
+                f"ranktable show 1.2@{label}": rt + ["show", t12],
+                f"ranktable show --all 1.2@{label}": rt + ["show", "--all", t12],
+            })
+        runs: Dict[str, Tuple[List[str], Dict[str, str]]] = {}
+        per_tree: List[List[str]] = []
+        for label in trees:
+            mine = {f"{name}@{label}": argv for name, argv in cases.items()}
+            mine[f"{RT_ANCHOR}@{label}"] = rt + ["validate", t1]
+            mine.update({name: argv for name, argv in table_cases.items() if name.endswith("@" + label)})
+            runs.update({name: (argv, envs[label]) for name, argv in mine.items()})
+            per_tree.append(list(mine))
+        order = [name for same_case in zip(*per_tree) for name in same_case]  # this, baseline, next case...
+        times: Dict[str, List[float]] = {name: [] for name in runs}
+        for name in order:  # warm-up; gen also writes the tables the others read
+            run_once(runs[name][0], runs[name][1], tmp)
         for _ in range(args.runs):
-            for name, argv in cases.items():
-                times[name].append(run_once(argv, env, tmp))
+            for name in order:  # both checkouts' runs of a case next to each other
+                times[name].append(run_once(runs[name][0], runs[name][1], tmp))
     med = {name: statistics.median(v) for name, v in times.items()}
-    print(f"{args.runs} alternating runs per case, median wall s, whole process; {os.cpu_count()} CPUs "
+    ok = report(med, sizes, "this", args.runs)
+    if args.baseline:
+        print(f"\nbaseline {args.baseline} (same run, alternating):")
+        report(med, sizes, "baseline", args.runs)
+        print("\nbefore/after, same run (median s; ratio this/baseline):")
+        names = [n.rsplit("@", 1)[0] for n in order if n.endswith("@this")]
+        for name in names:
+            before, after = med[f"{name}@baseline"], med[f"{name}@this"]
+            print(f"  {name:<28} {before:6.2f} -> {after:6.2f}  ({after / before:.2f})")
+    return 0 if ok else 1
+
+
+RT_ANCHOR = "ranktable validate 1 server"
+
+
+def write_one_server_table(folder: str) -> str:
+    """A valid one-server, 8-device v1.0 rank table (the rank-table commands' anchor)."""
+    path = os.path.join(folder, "t1.json")
+    devices = [{"device_id": str(d), "device_ip": f"192.{d % 4 + 1}.0.{d // 4 + 1}", "rank_id": str(d)} for d in range(8)]
+    table = {"version": "1.0", "server_count": "1", "server_list": [{"server_id": "node0", "device": devices,
+                                                                        "host_nic_ip": "reserve"}], "status": "completed"}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(table, fh)
+    return path
+
+
+def report(med: Dict[str, float], sizes: List[int], label: str, runs: int) -> bool:
+    """Print the figures of one checkout (``label``) and whether it meets every target."""
+    ok = True
+    m = {name.rsplit("@", 1)[0]: t for name, t in med.items() if name.endswith("@" + label)}
+    print(f"{runs} alternating runs per case, median wall s, whole process; {os.cpu_count()} CPUs "
           f"(machine possibly shared: compare within this run)")
     print(f"{'hosts x 8':>10} {'ranks':>7} | {'yaml':>6} {'yaml --json':>11} | {'hostfile':>8} {'hostfile --json':>15}")
     for n in sizes:
-        print(f"{n:>10} {8 * n:>7} | {med[f'plan yaml {n}']:>6.2f} {med[f'plan --json yaml {n}']:>11.2f} | "
-              f"{med[f'plan hostfile {n}']:>8.2f} {med[f'plan --json hostfile {n}']:>15.2f}")
+        print(f"{n:>10} {8 * n:>7} | {m[f'plan yaml {n}']:>6.2f} {m[f'plan --json yaml {n}']:>11.2f} | "
+              f"{m[f'plan hostfile {n}']:>8.2f} {m[f'plan --json hostfile {n}']:>15.2f}")
     small, big = sizes[1], sizes[-1]
     for kind in ("yaml", "hostfile"):
         for flag in ("", "--json "):
-            anchor = med[f"plan {flag}{kind} {ANCHOR_HOSTS}"]
-            per_small = (med[f"plan {flag}{kind} {small}"] - anchor) / (small - ANCHOR_HOSTS)
-            per_big = (med[f"plan {flag}{kind} {big}"] - anchor) / (big - ANCHOR_HOSTS)
+            anchor = m[f"plan {flag}{kind} {ANCHOR_HOSTS}"]
+            per_small = (m[f"plan {flag}{kind} {small}"] - anchor) / (small - ANCHOR_HOSTS)
+            per_big = (m[f"plan {flag}{kind} {big}"] - anchor) / (big - ANCHOR_HOSTS)
             ratio = per_big / per_small if per_small > 0 else float("nan")
             print(f"plan {flag}{kind}: per-host cost {per_small * 1e6:.0f} us at {small}, {per_big * 1e6:.0f} us at {big} "
                   f"(anchor {anchor:.2f} s at {ANCHOR_HOSTS} hosts): ratio {ratio:.2f} (1.0 = linear)")
     for kind in ("yaml", "hostfile"):
-        t = med[f"plan {kind} {big}"]
+        t = m[f"plan {kind} {big}"]
         met = t <= TARGET_PLAN_S
         ok &= met
         print(f"target plan {kind} {big} x 8 <= {TARGET_PLAN_S:.1f} s: {'met' if met else 'NOT met'} ({t:.2f} s; "
-              f"--json, {8 * big} ranks in full: {med[f'plan --json {kind} {big}']:.2f} s)")
-    print("rank tables, 4,096 servers x 8 devices:")
-    for name in table_cases:
-        met = med[name] <= TARGET_TABLE_S
+              f"--json, {8 * big} ranks in full: {m[f'plan --json {kind} {big}']:.2f} s)")
+    print(f"rank tables, 4,096 servers x 8 devices (anchor: {RT_ANCHOR} {m[RT_ANCHOR]:.2f} s):")
+    for name in [n for n in m if n.startswith("ranktable ") and n != RT_ANCHOR]:
+        met = m[name] <= TARGET_TABLE_S
         ok &= met or "--all" in name
-        print(f"  {name:<26} {med[name]:6.2f} s  {'met' if met else 'NOT met'} (target <= {TARGET_TABLE_S:.1f} s"
+        print(f"  {name:<26} {m[name]:6.2f} s  {'met' if met else 'NOT met'} (target <= {TARGET_TABLE_S:.1f} s"
               f"{'; not a target' if '--all' in name else ''})")
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

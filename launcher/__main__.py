@@ -1,12 +1,30 @@
+"""``python -m launcher`` and the ``mslaunch`` command (see :func:`main`)."""
 import sys
 
-if [a for a in sys.argv[1:] if not a.startswith("-")][:1] == ["run"]:
-    # First thing: a stop signal during start-up must become a "stopped" job, not a lost one.
-    from launcher.execution import stopsignals
 
-    stopsignals.install()
+def main() -> None:
+    """Run ``mslaunch`` with ``sys.argv``.
 
-from launcher.cli.app import main  # noqa: E402
+    ``mslaunch ranktable ...`` goes straight to :func:`launcher.cli.ranktable.main`: rank tables
+    need none of the other commands, whose imports are most of the start-up time.  Everything
+    else goes to :func:`launcher.cli.app.main`.
+    """
+    args = sys.argv[1:]
+    if args[:1] == ["ranktable"]:
+        from launcher.cli.ranktable import main as ranktable_main
+
+        ranktable_main(args[1:])
+        return
+    if [a for a in args if not a.startswith("-")][:1] == ["run"]:
+        # First thing: a stop signal during start-up must become a "stopped" job, not a lost one.
+        from launcher.execution import stopsignals
+
+        stopsignals.install()
+
+    from launcher.cli.app import main as app_main
+
+    app_main()
+
 
 if __name__ == "__main__":
     main()

@@ -23,10 +23,11 @@ from typing import Dict, Optional
 from launcher.errors import RankTableError
 from launcher.planning.textfile import read_text
 
-__all__ = ["is_ipv4", "parse_hccn_conf", "read_hccn_conf"]
+__all__ = ["IPV4_RE", "is_ipv4", "parse_hccn_conf", "read_hccn_conf"]
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
-_IPV4_RE = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}\Z")
+#: A dotted-quad IPv4 address (what :func:`is_ipv4` accepts).
+IPV4_RE = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}\Z")
 _KEY_RE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
 _ADDRESS_RE = re.compile(r"address_([0-9]{1,6})\Z")
 
@@ -43,7 +44,7 @@ def is_ipv4(text: object) -> bool:
     Returns:
         True for strings such as ``"192.1.27.6"``; False otherwise (never raises).
     """
-    return isinstance(text, str) and _IPV4_RE.match(text) is not None
+    return isinstance(text, str) and IPV4_RE.match(text) is not None
 
 
 def parse_hccn_conf(text: str, path: Optional[str] = None) -> Dict[int, str]:

@@ -451,14 +451,14 @@ class _RankCache:
         self.log = layout.worker_log_filler(spec.job_dir, spec.worker_log_name)
         self.dynamic: Optional[Callable[[RankSlot], Dict[str, str]]] = None
         self.prefix: Dict[str, Optional[Tuple[Tuple[str, str], ...]]] = {}
-        self.pairs: Dict[Tuple[str, int], Tuple[str, str]] = {}
+        self.tails: Dict[Tuple[int, int, int, int], Tuple[Tuple[str, str], ...]] = {}
 
     def dynamic_worker_pairs(self, host: Host, slot: RankSlot, sched_addr: str) -> Tuple[Tuple[str, str], ...]:
         """``envs.layered(proc_env.user_env(host, rank), envs.dynamic_worker_env(slot, ...))``.
 
         When the host's user-side env sets none of the layout's keys (the usual case) the
         result is that env's pairs, then the layout's shared pairs (one tuple per host), then
-        the rank's own six, with the pairs that repeat across ranks shared."""
+        the rank's own six, with the four that repeat across ranks shared (:meth:`tail`)."""
         prefix = self.prefix.get(host.name, ())
         if prefix == ():
             prefix = None
@@ -473,15 +473,18 @@ class _RankCache:
         if prefix is None or slot.rank in self.proc_env.local_index:
             return envs.layered(self.user_env(host, slot.rank), self.dynamic_env(slot, sched_addr))
         rank = str(slot.rank)
-        return prefix + (("MS_NODE_ID", rank), ("RANK_ID", rank), self.pair("RANK_SIZE", slot.world_size),
-                         self.pair("DEVICE_ID", slot.device_id), self.pair("LOCAL_RANK", slot.local_rank),
-                         self.pair("LOCAL_WORLD_SIZE", slot.local_world_size))
+        return prefix + (("MS_NODE_ID", rank), ("RANK_ID", rank)) + self.tail(slot)
 
-    def pair(self, key: str, value: int) -> Tuple[str, str]:
-        """``(key, str(value))``, one tuple per distinct pair."""
-        found = self.pairs.get((key, value))
+    def tail(self, slot: RankSlot) -> Tuple[Tuple[str, str], ...]:
+        """The rank's last four pairs (RANK_SIZE, DEVICE_ID, LOCAL_RANK, LOCAL_WORLD_SIZE): one
+        tuple per distinct combination, shared by the ranks that have it (a few per job)."""
+        key = (slot.world_size, slot.device_id, slot.local_rank, slot.local_world_size)
+        found = self.tails.get(key)
         if found is None:
-            found = self.pairs[(key, value)] = (key, str(value))
+            found = self.tails[key] = (
+                ("RANK_SIZE", str(slot.world_size)), ("DEVICE_ID", str(slot.device_id)),
+                ("LOCAL_RANK", str(slot.local_rank)), ("LOCAL_WORLD_SIZE", str(slot.local_world_size)),
+            )
         return found
 
     def dynamic_env(self, slot: RankSlot, sched_addr: str) -> Dict[str, str]:

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import pytest
 
@@ -336,3 +336,42 @@ def test_show_escapes_control_characters(tmp_path) -> None:
     path.write_text(json.dumps(table))
     r = mslaunch("show", str(path))
     assert "\x1b" not in r.stdout and "a\\x1b[31mb" in r.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# start-up: `mslaunch ranktable` does not build the other commands
+
+
+def _via_full_app(*args: str) -> subprocess.CompletedProcess:
+    """``mslaunch ranktable ARGS`` through the app that holds every command."""
+    code = f"import sys; from launcher.cli.app import main; main(['ranktable', *{list(args)!r}])"
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(), ("--help",), ("gen", "--help"), ("show", "-h"), ("bogus",), ("gen", "--bogus"), ("validate", "no-such-table.json"),
+     ("gen", "-H", "n1:8", "--version", "2.0")],
+    ids=["no-args", "help", "gen-help", "show-help", "unknown-command", "unknown-flag", "missing-file", "bad-version"],
+)
+def test_ranktable_alone_answers_as_the_full_app(args: Tuple[str, ...]) -> None:
+    lean, full = mslaunch(*args), _via_full_app(*args)
+    assert (lean.returncode, lean.stdout, lean.stderr) == (full.returncode, full.stdout, full.stderr)
+    assert lean.stdout or lean.stderr
+
+
+def test_ranktable_does_not_import_the_other_commands(tmp_path) -> None:
+    table = tmp_path / "t.json"
+    table.write_text(read(os.path.join(ROOT, "tests", "data", "seed001_rank_table_8pcs.json")))
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print(sorted(m for m in sys.modules if m.startswith(('launcher.cli.app', "
+        "'launcher.cli.options', 'launcher.cli.run', 'launcher.planning.plan'))), file=sys.stderr))\n"
+        f"sys.argv = ['mslaunch', 'ranktable', 'validate', {str(table)!r}]\n"
+        "from launcher.__main__ import main\n"
+        "main()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "OK: 1 server, 8 ranks\n", "[]\n")

@@ -935,3 +935,41 @@ def test_rank_table_host_order() -> None:
     inv = a3_inventory()
     assert [h.name for h in rank_table_host_order(inv.hosts, "1.2")] == ["n2a", "n2b", "n10"]
     assert [h.name for h in rank_table_host_order(inv.hosts, "1.0")] == ["n10", "n2a", "n2b"]
+
+
+_device_edits = st.lists(
+    st.tuples(
+        st.integers(0, 2),  # server (taken modulo the table's)
+        st.integers(0, 7),  # device (likewise)
+        st.sampled_from(["device_id", "device_ip", "rank_id", "super_device_id", "device_port", "host_port", "x"]),
+        st.sampled_from(["copy", "delete", "set"]),  # copy: the next device's value of the key
+        _text_or_junk | st.sampled_from(["192.1.1.1", "3", "16", "00"]),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["seed16", "a3"]), _device_edits, st.sampled_from(["910", "910b"]))
+def test_validate_fast_device_check_agrees_with_the_full_one(base: str, edits: list, chip: str) -> None:
+    """Valid tables with a few device fields changed (junk, missing keys, a value copied from the
+    next device): the fast per-device check may only say "no problem" where the full check
+    finds none."""
+    from unittest import mock
+
+    from launcher.planning.ranktable import validate as validate_mod
+
+    table = seed(16) if base == "seed16" else copy.deepcopy(A3_TABLE)
+    for s, d, key, action, value in edits:
+        devices = table["server_list"][s % len(table["server_list"])]["device"]
+        device = devices[d % len(devices)]
+        if action == "delete":
+            device.pop(key, None)
+        elif action == "copy":
+            device[key] = devices[(d + 1) % len(devices)].get(key)
+        else:
+            device[key] = value
+    fast = validate_rank_table(table, chip=chip)
+    with mock.patch.object(validate_mod, "_device_ok", lambda *args: validate_mod._PROBLEM):
+        full = validate_rank_table(table, chip=chip)
+    assert fast == full

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from launcher.errors import RankTableError
-from launcher.planning.hccn import is_ipv4
-from launcher.planning.ranktable.common import CHIPS, STATUSES, VERSIONS, Violation, json_kind, canonical_uint
+from launcher.planning.hccn import IPV4_RE, is_ipv4
+from launcher.planning.ranktable.common import CHIPS, STATUSES, UINT_RE, VERSIONS, Violation, json_kind, canonical_uint
 
 _DIGITS_RE = re.compile(r"[0-9]{1,20}\Z")
+_UINT_MATCH = UINT_RE.match
+_IPV4_MATCH = IPV4_RE.match
 _V12_OPTIONAL_DEVICE_KEYS = ("device_port", "backup_device_ip", "backup_device_port", "host_port")
 
 
@@ -87,12 +89,12 @@ def validate_rank_table(obj: Any, chip: str = "910") -> List[Violation]:
     v12 = version == "1.2"
     table = _TableScan(chip=chip, v12=v12, multi=len(servers) > 1)
     server_ids: List[Optional[str]] = []
-    rank_paths: List[List[Tuple[str, Optional[int]]]] = []
+    server_ranks: List[List[Optional[int]]] = []
     for i, server in enumerate(servers):
         sid, ranks = _check_server(ck, table, i, server)
         server_ids.append(sid)
-        rank_paths.append(ranks)
-    _check_ranks(ck, rank_paths)
+        server_ranks.append(ranks)
+    _check_ranks(ck, server_ranks)
     pod_of = _check_super_pods(ck, obj, server_ids) if v12 else None
     _check_server_order(ck, server_ids, pod_of)
     return ck.found
@@ -138,19 +140,24 @@ class _TableScan:
     multi: bool
     #: server_id -> index of the server that has it first
     sid_first: Dict[str, int] = field(default_factory=dict)
-    #: device IP -> JSON path of the device that has it first
-    ip_first: Dict[str, str] = field(default_factory=dict)
+    #: device IP -> (server index, device index) of the device that has it first
+    ip_first: Dict[str, Tuple[int, int]] = field(default_factory=dict)
 
     @property
     def max_device(self) -> int:
         return 15 if self.v12 else 7
 
 
-def _check_server(ck: _Checker, table: _TableScan, i: int, server: Any) -> Tuple[Optional[str], List[Tuple[str, Optional[int]]]]:
+def _device_path(i: int, k: int) -> str:
+    """The JSON path of device ``k`` of server ``i``."""
+    return f"server_list[{i}].device[{k}]"
+
+
+def _check_server(ck: _Checker, table: _TableScan, i: int, server: Any) -> Tuple[Optional[str], List[Optional[int]]]:
     """One ``server_list`` entry and its devices; returns its server_id (None when unusable)
-    and ``(json path, rank id or None)`` per device."""
+    and the rank id of each device (None when missing or malformed)."""
     sp = f"server_list[{i}]"
-    ranks: List[Tuple[str, Optional[int]]] = []
+    ranks: List[Optional[int]] = []
     if not isinstance(server, dict):
         ck.bad(sp, f"must be an object, got {json_kind(server)}")
         return None, ranks
@@ -177,21 +184,59 @@ def _check_server(ck: _Checker, table: _TableScan, i: int, server: Any) -> Tuple
         return sid, ranks
     ids_here: Dict[int, int] = {}
     for k, dev in enumerate(devices):
-        ranks.append(_check_device(ck, table, sp, k, dev, ids_here))
+        rid = _device_ok(table, i, k, dev, ids_here)
+        ranks.append(rid if rid is not _PROBLEM else _check_device(ck, table, i, k, dev, ids_here))
     _check_device_count(ck, f"{sp}.device", len(devices), list(ids_here), table.chip, table.v12, table.multi)
     return sid, ranks
 
 
-def _check_device(ck: _Checker, table: _TableScan, sp: str, k: int, dev: Any, ids_here: Dict[int, int]) -> Tuple[str, Optional[int]]:
-    """Device ``k`` of server ``sp``: ids, IP and rank; records its device id in ``ids_here``.
+#: What :func:`_device_ok` returns for a device it leaves to :func:`_check_device`.
+_PROBLEM: Any = object()
+
+
+def _device_ok(table: _TableScan, i: int, k: int, dev: Any, ids_here: Dict[int, int]) -> Any:
+    """The rank id of device ``k`` of server ``i`` when the device has no problem at all (the
+    common case, checked without building a JSON path), recording its device id and IP as
+    :func:`_check_device` does; else :data:`_PROBLEM`, having recorded nothing."""
+    if type(dev) is not dict:
+        return _PROBLEM
+    did_text = dev.get("device_id")
+    ip = dev.get("device_ip")
+    rid_text = dev.get("rank_id")
+    if (
+        type(did_text) is not str or type(ip) is not str or type(rid_text) is not str
+        or not _UINT_MATCH(did_text) or not _UINT_MATCH(rid_text) or not _IPV4_MATCH(ip)
+        or ip in table.ip_first
+    ):
+        return _PROBLEM
+    did = int(did_text)
+    if did > table.max_device or did in ids_here:
+        return _PROBLEM
+    if table.v12:
+        sdid = dev.get("super_device_id")
+        if type(sdid) is not str or not _DIGITS_RE.match(sdid):
+            return _PROBLEM
+        if len(dev) != 4:  # optional keys present: each must be a string
+            for key in _V12_OPTIONAL_DEVICE_KEYS:
+                if key in dev and type(dev[key]) is not str:
+                    return _PROBLEM
+    ids_here[did] = k
+    table.ip_first[ip] = (i, k)
+    return int(rid_text)
+
+
+def _check_device(ck: _Checker, table: _TableScan, i: int, k: int, dev: Any, ids_here: Dict[int, int]) -> Optional[int]:
+    """Device ``k`` of server ``i``: ids, IP and rank, every problem recorded; records its device
+    id in ``ids_here`` and its IP in ``table.ip_first``.
 
     Returns:
-        The JSON path of its ``rank_id`` and the rank (None when missing or malformed).
+        The rank (None when missing or malformed).
     """
-    dp = f"{sp}.device[{k}]"
+    sp = f"server_list[{i}]"
+    dp = _device_path(i, k)
     if not isinstance(dev, dict):
         ck.bad(dp, f"must be an object, got {json_kind(dev)}")
-        return f"{dp}.rank_id", None
+        return None
     did_text = ck.string(dev, "device_id", dp)
     did = canonical_uint(did_text)
     if did_text is not None:
@@ -208,9 +253,9 @@ def _check_device(ck: _Checker, table: _TableScan, sp: str, k: int, dev: Any, id
         if not is_ipv4(ip):
             ck.bad(f"{dp}.device_ip", f"{json_kind(ip)} is not an IPv4 address")
         elif ip in table.ip_first:
-            ck.bad(f"{dp}.device_ip", f"device IP {ip} is also used by {table.ip_first[ip]}")
+            ck.bad(f"{dp}.device_ip", f"device IP {ip} is also used by {_device_path(*table.ip_first[ip])}")
         else:
-            table.ip_first[ip] = dp
+            table.ip_first[ip] = (i, k)
     rid_text = ck.string(dev, "rank_id", dp)
     rid = canonical_uint(rid_text)
     if rid_text is not None and rid is None:
@@ -221,7 +266,7 @@ def _check_device(ck: _Checker, table: _TableScan, sp: str, k: int, dev: Any, id
             ck.bad(f"{dp}.super_device_id", f"must be a number in a string, got {json_kind(sdid)}")
         for key in _V12_OPTIONAL_DEVICE_KEYS:
             ck.string(dev, key, dp, required=False)
-    return f"{dp}.rank_id", rid
+    return rid
 
 
 def _check_device_count(
@@ -248,25 +293,33 @@ def _check_device_count(
         )
 
 
-def _check_ranks(ck: _Checker, per_server: List[List[Tuple[str, Optional[int]]]]) -> None:
-    """Rank ids unique, covering 0..N-1, consecutive within servers, increasing in server order."""
-    first: Dict[int, str] = {}
+def _check_ranks(ck: _Checker, per_server: List[List[Optional[int]]]) -> None:
+    """Rank ids unique, covering 0..N-1, consecutive within servers, increasing in server order
+    (``per_server[i][k]``: the rank of device ``k`` of server ``i``, None when malformed)."""
+    flat = [rid for ranks in per_server for rid in ranks]
+    if flat == list(range(len(flat))):  # 0..N-1 in order: every rule below holds
+        return
+
+    def path(i: int, k: int) -> str:
+        return f"{_device_path(i, k)}.rank_id"
+
+    first: Dict[int, Tuple[int, int]] = {}
     complete = True
-    for ranks in per_server:
-        for path, rid in ranks:
+    for i, ranks in enumerate(per_server):
+        for k, rid in enumerate(ranks):
             if rid is None:
                 complete = False
             elif rid in first:
-                ck.bad(path, f"rank_id {rid} is also {first[rid]}")
+                ck.bad(path(i, k), f"rank_id {rid} is also {path(*first[rid])}")
             else:
-                first[rid] = path
+                first[rid] = (i, k)
     if not complete:
         return
-    total = sum(len(r) for r in per_server)
-    for ranks in per_server:
-        for path, rid in ranks:
+    total = len(flat)
+    for i, ranks in enumerate(per_server):
+        for k, rid in enumerate(ranks):
             if rid is not None and rid >= total:
-                ck.bad(path, f"rank_id {rid} is outside 0..{total - 1} (the table has {total} devices)")
+                ck.bad(path(i, k), f"rank_id {rid} is outside 0..{total - 1} (the table has {total} devices)")
     missing = [r for r in range(total) if r not in first]
     if missing:
         shown = ", ".join(str(r) for r in missing[:10]) + (", ..." if len(missing) > 10 else "")
@@ -276,23 +329,22 @@ def _check_ranks(ck: _Checker, per_server: List[List[Tuple[str, Optional[int]]]]
     for i, ranks in enumerate(per_server):
         if not ranks:
             continue
-        path0, r0 = ranks[0]
+        r0 = ranks[0]
         if previous_last is None:
             if r0 != 0:
-                ck.bad(path0, f"the first server's ranks must start at 0, got {r0}")
+                ck.bad(path(i, 0), f"the first server's ranks must start at 0, got {r0}")
         elif r0 != previous_last + 1:
             ck.bad(
-                path0,
+                path(i, 0),
                 f"ranks must continue in server order: server_list[{previous_index}] ends at {previous_last}, "
                 f"so this server starts at {previous_last + 1}, got {r0}",
             )
         for k in range(1, len(ranks)):
-            path, rid = ranks[k]
-            prev = ranks[k - 1][1]
+            rid, prev = ranks[k], ranks[k - 1]
             if prev is not None and rid != prev + 1:
-                ck.bad(path, f"rank ids within a server must be consecutive: expected {prev + 1} after {prev}, got {rid}")
+                ck.bad(path(i, k), f"rank ids within a server must be consecutive: expected {prev + 1} after {prev}, got {rid}")
                 break
-        previous_last, previous_index = ranks[-1][1], i
+        previous_last, previous_index = ranks[-1], i
 
 
 def _check_super_pods(ck: _Checker, obj: Dict[Any, Any], server_ids: List[Optional[str]]) -> Dict[str, str]:
