@@ -6,14 +6,13 @@ signal N).
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import shlex
 import sys
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import typer
 
+from launcher.cli.gcpause import no_gc
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, load_inventory, plan_from, with_job_options
 from launcher.errors import MsLaunchError, PlanError
 
@@ -94,23 +93,6 @@ def hostfile_gen(
     if not hosts and not host_list:
         raise PlanError("pass --hosts FILE or -H LIST", field="--hosts")
     _emit(render_hostfile(load_inventory(hosts, host_list, include, exclude)), output)
-
-
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a big plan is built and encoded: a plan is
-    hundreds of thousands of acyclic objects, and the collector's passes over them cost a
-    third of the time at 80,000 ranks.  On the way out the objects made meanwhile are moved to
-    the collector's permanent generation (``gc.freeze``), so re-enabling it does not start a
-    pass over all of them; reference counting still frees everything."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if was:
-            gc.enable()
 
 
 def _emit(text: str, output: Optional[str]) -> None:

@@ -10,7 +10,6 @@ Only ``show`` imports rich; ``gen`` stays on a lean import path (its start-up is
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import re
 import sys
@@ -18,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import typer
 
+from launcher.cli.gcpause import no_gc
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import MsLaunchError, RankTableError
 from launcher.execution.ssh.settings import SSHSettings
@@ -64,7 +64,7 @@ _CHIP_HELP = (
 
 def _gc_paused(command: F) -> F:
     """Run ``command`` with Python's cyclic garbage collector paused (as ``mslaunch plan`` does,
-    see :func:`launcher.cli.app.no_gc`): a table of 4,096 servers is a few hundred thousand
+    see :func:`launcher.cli.gcpause.no_gc`): a table of 4,096 servers is a few hundred thousand
     acyclic objects, and the collector's passes over them cost about a tenth of the time.  On
     the way out the objects made meanwhile go to the permanent generation (``gc.freeze``), so
     re-enabling the collector does not start a pass over them; reference counting still frees
@@ -72,14 +72,8 @@ def _gc_paused(command: F) -> F:
 
     @functools.wraps(command)
     def paused(*args: Any, **kwargs: Any) -> Any:
-        was = gc.isenabled()
-        gc.disable()
-        try:
+        with no_gc():
             return command(*args, **kwargs)
-        finally:
-            gc.freeze()
-            if was:
-                gc.enable()
 
     return paused  # type: ignore[return-value]
 
