@@ -29,7 +29,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
 
-    from launcher.workloads.cluster import exit_now, join_collective_cluster
+    from launcher.workloads.cluster import all_reduce_sum, exit_now, join_collective_cluster
 
     code = join_collective_cluster("allreduce_cost", __doc__.splitlines()[0], [])
     if code is not None:
@@ -37,22 +37,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import numpy as np
 
-    from mindspore import Tensor, nn, ops
+    from mindspore import Tensor
     from mindspore.communication import get_group_size, get_rank
 
     from launcher.workloads.cputhreads import apply_cpu_threads
 
     apply_cpu_threads()
-
-    class _Sum(nn.Cell):
-        def __init__(self) -> None:
-            super().__init__()
-            self.all_reduce = ops.AllReduce()
-
-        def construct(self, x):
-            return self.all_reduce(x)
-
-    net = _Sum()
+    net = all_reduce_sum()
     x = Tensor(np.ones((args.elements,), np.float32))
     net(x).asnumpy()
     wall: List[float] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from launcher.workloads.cluster import exit_now, join_collective_cluster
+from launcher.workloads.cluster import all_reduce_sum, exit_now, join_collective_cluster
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -22,19 +22,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import numpy as np
 
-    from mindspore import Tensor, nn, ops
+    from mindspore import Tensor
     from mindspore.communication import get_group_size, get_rank
 
-    class _Sum(nn.Cell):
-        def __init__(self) -> None:
-            super().__init__()
-            self.all_reduce = ops.AllReduce()
-
-        def construct(self, x):
-            return self.all_reduce(x)
-
     rank, size = get_rank(), get_group_size()
-    total = float(_Sum()(Tensor(np.array([[rank + 1.0]], dtype=np.float32))).asnumpy().reshape(-1)[0])
+    total = float(all_reduce_sum()(Tensor(np.array([[rank + 1.0]], dtype=np.float32))).asnumpy().reshape(-1)[0])
     print(f"mslaunch-allreduce rank={rank} sum={total}", flush=True)
     return 0 if total == size * (size + 1) / 2 else 1
 

@@ -50,6 +50,22 @@ def join_collective_cluster(prog: str, description: str, argv: Optional[Sequence
     return None
 
 
+def all_reduce_sum() -> "object":
+    """A MindSpore cell that sums a tensor over every rank of the world group (``ops.AllReduce``);
+    call it after :func:`join_collective_cluster` returned None."""
+    from mindspore import nn, ops
+
+    class _AllReduceSum(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.all_reduce = ops.AllReduce()
+
+        def construct(self, x):
+            return self.all_reduce(x)
+
+    return _AllReduceSum()
+
+
 def exit_now(code: int) -> "NoReturn":
     """End a collective check without MindSpore's C++ teardown: run the atexit handlers (the
     cluster's finalize), flush, then ``os._exit``. The static destructors after a finished
