@@ -65,9 +65,15 @@ def parse_counts(text: str, n: int, what: str) -> Tuple[int, ...]:
     return tuple(out)
 
 
+def allocation_job_id(environ: Mapping[str, str]) -> str:
+    """The Slurm job id of the allocation ``environ`` is inside (``SLURM_JOB_ID``, or the older
+    ``SLURM_JOBID``); ``""`` outside one."""
+    return environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
+
+
 def in_allocation(environ: Mapping[str, str]) -> bool:
     """Whether ``environ`` is that of a process inside a Slurm allocation."""
-    return bool(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
+    return bool(allocation_job_id(environ))
 
 
 def parse_allocation(environ: Mapping[str, str], per_host: Optional[int] = None) -> Allocation:
@@ -81,7 +87,7 @@ def parse_allocation(environ: Mapping[str, str], per_host: Optional[int] = None)
         PlanError: not inside an allocation (says to use salloc or ``mslaunch sbatch``).
         InventoryError: a malformed variable.
     """
-    job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    job_id = allocation_job_id(environ)
     if not job_id:
         raise PlanError("--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set); "
                         "run it under salloc/sbatch, or submit with 'mslaunch sbatch ...'", field="--launcher")

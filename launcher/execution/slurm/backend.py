@@ -44,8 +44,9 @@ from launcher.execution.backend import (
 )
 from launcher.execution.local import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
+from launcher.execution.slurm.shim import record_key
 from launcher.planning.plan import Plan, ProcPlan
-from launcher.planning.slurmalloc import srun_steps
+from launcher.planning.slurmalloc import allocation_job_id, srun_steps
 
 #: Folder of the shims' files in an attempt dir.
 STATUS_DIR = "slurm"
@@ -63,6 +64,14 @@ def _read_json(path: str) -> Optional[Dict[str, Any]]:
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
+
+
+def _records(status_dir: str, proc: ProcPlan) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """The shim's start record of ``proc`` (``{}`` until it started) and its exit record (None
+    until it ended)."""
+    key = record_key(proc.rank)
+    return (_read_json(os.path.join(status_dir, f"{key}.start.json")) or {},
+            _read_json(os.path.join(status_dir, f"{key}.exit.json")))
 
 
 def _steps(plan: Plan, attempt_dir: str, attempt: int) -> Tuple[Optional[Any], Any]:
@@ -88,8 +97,7 @@ class SrunStepProcess(LocalProcess):
         """``J.S`` of this step, from the shims' start records (empty until a task started)."""
         ids = set()
         for req in self.procs:
-            key = "scheduler" if req.proc.rank is None else f"rank_{req.proc.rank}"
-            rec = _read_json(os.path.join(self.backend.status_dir, f"{key}.start.json")) or {}
+            rec, _ = _records(self.backend.status_dir, req.proc)
             if rec.get("job") and rec.get("step"):
                 ids.add(f"{rec['job']}.{rec['step']}")
         return sorted(ids)
@@ -125,12 +133,8 @@ class SrunStepProcess(LocalProcess):
         and srun failed without being torn down, srun is added as the failure (its log says why).
         """
         out: List[ProcResult] = []
-        sdir = self.backend.status_dir
         own_failure = False
-        records = []
-        for req in self.procs:
-            key = "scheduler" if req.proc.rank is None else f"rank_{req.proc.rank}"
-            records.append((req, _read_json(os.path.join(sdir, f"{key}.start.json")) or {}, _read_json(os.path.join(sdir, f"{key}.exit.json"))))
+        records = [(req, *_records(self.backend.status_dir, req.proc)) for req in self.procs]
         # Slurm signals a step's processes one by one: a rank may die of the SIGTERM before its
         # shim learns of the stop.  A SIGTERM exit after another process's own failure, or
         # while mslaunch tore the step down, is a consequence, not a cause.
@@ -183,7 +187,7 @@ class SlurmBackend(Backend):
     def create(cls, ctx: BackendContext) -> Backend:
         """Raises LaunchError outside an allocation or without srun."""
         cls.preflight(ctx.plan)
-        job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID") or ""
+        job_id = allocation_job_id(os.environ)
         backend = cls(ctx.plan, ctx.attempt, ctx.attempt_dir or ctx.plan.job_dir, job_id, ctx.watchdog)
         if ctx.watchdog is not None:
             from launcher.execution.watchdog import on_death
@@ -193,7 +197,7 @@ class SlurmBackend(Backend):
 
     @classmethod
     def preflight(cls, plan: Plan) -> None:
-        if not (os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")):
+        if not allocation_job_id(os.environ):
             raise LaunchError("--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set); "
                               "use salloc/sbatch, or 'mslaunch sbatch ...'")
         if shutil.which("srun") is None:

@@ -32,7 +32,12 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
+
+
+def record_key(rank: Optional[int]) -> str:
+    """The ``<key>`` of a process's records: ``rank_<r>``, or ``scheduler`` (rank None)."""
+    return "scheduler" if rank is None else f"rank_{rank}"
 
 
 def _write(path: str, data: Dict[str, Any]) -> None:
@@ -71,12 +76,8 @@ def main(argv: List[str]) -> int:
         return 2
     with open(argv[0], encoding="utf-8") as fh:
         tasks = json.load(fh)
-    if argv[1] == "scheduler":
-        proc, key = tasks["scheduler"], "scheduler"
-    else:
-        index = int(os.environ["SLURM_PROCID"])
-        proc = tasks["workers"][index]
-        key = f"rank_{proc['rank']}"
+    proc = tasks["scheduler"] if argv[1] == "scheduler" else tasks["workers"][int(os.environ["SLURM_PROCID"])]
+    key = record_key(proc["rank"])
     status_dir = tasks["status_dir"]
     node = socket.gethostname()
     env = dict(os.environ)
