@@ -264,14 +264,15 @@ def _stop_slurm_job(info: "JobInfo", wait: float) -> bool:
     Slurm job is no longer queued (then the job is stopped like any other)."""
     from launcher.execution.slurm.submit import cancel, job_state
 
-    if job_state(info.slurm_job_id) is None:  # type: ignore[arg-type]
+    sid = info.slurm_job_id
+    if sid is None or job_state(sid) is None:
         return False
-    cancel(info.slurm_job_id)  # type: ignore[arg-type]
+    cancel(sid)
     deadline = time.monotonic() + wait
-    while job_state(info.slurm_job_id) is not None and time.monotonic() < deadline:  # type: ignore[arg-type]
+    while job_state(sid) is not None:
+        if time.monotonic() >= deadline:
+            raise JobError(f"job {info.job_id} (Slurm job {sid}) did not leave the queue within {wait:g} s", exit_code=1)
         time.sleep(0.2)
-    if job_state(info.slurm_job_id) is not None:  # type: ignore[arg-type]
-        raise JobError(f"job {info.job_id} (Slurm job {info.slurm_job_id}) did not leave the queue within {wait:g} s", exit_code=1)
     sys.stdout.write(f"stopped job {info.job_id} (scancel {info.slurm_job_id})\n")
     return True
 
