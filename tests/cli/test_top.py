@@ -24,6 +24,8 @@ ROOT = os.path.dirname(HERE)
 PROG = os.path.join(HERE, "scripts", "metricprog.py")
 
 from tests.integration.test_multihost import cluster  # noqa: E402,F401  (the namespace cluster fixture, emptied after each test)
+from tests.harness.ci import require_tool
+from tests.harness.mindspore import require_mindspore
 
 
 def alive(pid: int) -> bool:
@@ -150,13 +152,7 @@ def test_nan_loss_is_an_event_in_metrics_top_and_the_report(job, tmp_path):
 
 
 def _chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    if os.environ.get("CI"):
-        pytest.fail("chromium is missing in CI (make installs it)")
-    pytest.skip("chromium not installed (apt-get install chromium)")
+    return require_tool("chromium", "chromium-browser", "google-chrome", package="chromium")
 
 
 def test_report_renders_its_charts_in_headless_chromium(job, tmp_path):
@@ -201,12 +197,7 @@ def test_report_renders_its_charts_in_headless_chromium(job, tmp_path):
 
 
 def _tmux():
-    path = shutil.which("tmux")
-    if path:
-        return path
-    if os.environ.get("CI"):
-        pytest.fail("tmux is missing in CI (make installs it)")
-    pytest.skip("tmux not installed (apt-get install tmux)")
+    return require_tool("tmux", package="tmux")
 
 
 def test_live_view_under_tmux_run_and_top(job, tmp_path):
@@ -256,12 +247,7 @@ def shlex_quote(s: str) -> str:
 @pytest.mark.mindspore
 def test_reference_trainer_two_workers_top_matches_the_logs(job, tmp_path):
     """One real job: the reference trainer at 2 workers; top sees both ranks step, metrics.jsonl has every step."""
-    try:
-        import mindspore  # noqa: F401
-    except Exception:
-        if os.environ.get("CI"):
-            pytest.fail("mindspore is missing in CI (make test installs the [train] extra)")
-        pytest.skip("mindspore not installed (pip install -e '.[train]')")
+    require_mindspore()
     from launcher.workloads.cifar10_synth import write_synthetic_cifar10
 
     data = tmp_path / "data"
@@ -345,10 +331,7 @@ def test_a_restarted_job_top_follows_the_new_attempt_and_the_report_shows_the_re
 
 @pytest.mark.mpi
 def test_top_for_a_job_started_through_mpirun(job):
-    if shutil.which("mpirun") is None:
-        if os.environ.get("CI"):
-            pytest.fail("mpirun is missing in CI (make test installs openmpi-bin)")
-        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    require_tool("mpirun", package="openmpi-bin")
     r = job.run("5", "0.1", "--straggler", "1", extra=("--tee", "none", "--launcher", "mpirun"))
     assert r.returncode == 0, r.stderr
     snap = job.top()

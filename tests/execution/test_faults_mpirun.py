@@ -6,7 +6,6 @@ keep the local backend's modes.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import stat
 
@@ -14,16 +13,14 @@ import psutil
 import pytest
 
 from tests.harness.faultkit import Fault, alive, escaper, kill_all, marked, signal_during_startup, survivors, tree, wait_for
+from tests.harness.ci import require_tool
 
 pytestmark = pytest.mark.mpi
 
 
 @pytest.fixture
 def fault(tmp_path):
-    if shutil.which("mpirun") is None:
-        if os.environ.get("CI"):
-            pytest.fail("mpirun is missing in CI (make test installs openmpi-bin)")
-        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    require_tool("mpirun", package="openmpi-bin")
     f = Fault(tmp_path)
     yield f
     kill_all(marked(f.marker))

@@ -14,6 +14,7 @@ import stat
 import pytest
 
 from tests.harness.faultkit import Fault, escaper, kill_all, marked, survivors, tree, wait_for
+from tests.harness.ci import require_tool
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -77,10 +78,7 @@ def test_agent_that_never_starts_is_reported_as_not_started(fault, tmp_path):
 
 
 def test_mpirun_gets_the_ssh_config_mslaunch_resolved_from_home(fault, tmp_path):
-    if shutil.which("mpirun") is None:
-        if os.environ.get("CI"):
-            pytest.fail("mpirun is missing in CI (make test installs openmpi-bin)")
-        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    require_tool("mpirun", package="openmpi-bin")
     c = fault.c
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)

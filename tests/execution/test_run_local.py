@@ -18,6 +18,8 @@ import xml.etree.ElementTree as ET
 import psutil
 import pytest
 
+from tests.harness.ci import require_tool
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
 
@@ -268,10 +270,7 @@ def test_bad_program_is_a_start_failure(job, tmp_path):
 
 @pytest.mark.mpi
 def test_mpirun_launcher_runs_and_names_failing_rank(job):
-    if shutil.which("mpirun") is None:
-        if os.environ.get("CI"):
-            pytest.fail("mpirun is missing in CI (make test installs openmpi-bin)")
-        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    require_tool("mpirun", package="openmpi-bin")
     r = job.run("env", np=2, extra=("--launcher", "mpirun", "--method", "mpi"))
     assert r.returncode == 0, r.stderr + (job.dir / "mpirun.log").read_text()
     for rank in (0, 1):

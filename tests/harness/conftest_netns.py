@@ -27,13 +27,10 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
+from tests.harness.ci import skip_or_fail
 from tests.harness.netns_cluster import SSHD, NamespaceCluster
 
 __all__ = ["netns_cluster", "make_netns_cluster", "netns_unavailable_reason", "require_netns"]
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,11 +57,8 @@ def netns_unavailable_reason() -> Optional[str]:
 def require_netns() -> None:
     """Skip the calling test (fail it under CI) if namespace clusters cannot run here."""
     reason = netns_unavailable_reason()
-    if reason is None:
-        return
-    if _in_ci():
-        pytest.fail(f"CI is set but {reason}", pytrace=False)
-    pytest.skip(reason)
+    if reason is not None:
+        skip_or_fail(reason)
 
 
 # One shared cluster per process, reference-counted: if these fixtures are both registered as a

@@ -14,7 +14,8 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from tests.harness.conftest_netns import _in_ci, require_netns
+from tests.harness.ci import skip_or_fail
+from tests.harness.conftest_netns import require_netns
 from tests.harness.slurm_cluster import SlurmCluster, slurm_unavailable_reason
 
 __all__ = ["slurm_cluster", "slurm", "require_slurm"]
@@ -26,11 +27,8 @@ def require_slurm() -> None:
     """Skip the calling test (fail it under CI) if a Slurm test cluster cannot run here."""
     require_netns()
     reason = slurm_unavailable_reason()
-    if reason is None:
-        return
-    if _in_ci():
-        pytest.fail(f"CI is set but {reason}", pytrace=False)
-    pytest.skip(reason)
+    if reason is not None:
+        skip_or_fail(reason)
 
 
 @pytest.fixture(scope="session")

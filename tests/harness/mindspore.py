@@ -7,9 +7,8 @@ fails, because ``make test`` installs the ``[train]`` extra and CI must run thes
 from __future__ import annotations
 
 import importlib.util
-import os
 
-import pytest
+from tests.harness.ci import skip_or_fail
 
 HAVE_MS = importlib.util.find_spec("mindspore") is not None
 
@@ -23,6 +22,4 @@ def require_mindspore(*, also: bool = True, what: str = "mindspore") -> None:
     """
     if HAVE_MS and also:
         return
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} is missing in CI (make test installs the [train] extra)")
-    pytest.skip(f"{what} not installed (pip install -e '.[train]')")
+    skip_or_fail(f"{what} not installed (pip install -e '.[train]')", f"{what} is missing in CI (make test installs the [train] extra)")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ import pytest
 pytestmark = pytest.mark.mindspore
 
 from tests.harness.mindspore import require_mindspore
+from tests.harness.ci import require_tool
 
 
 @pytest.fixture(autouse=True)
@@ -56,8 +56,7 @@ def test_allreduce_local_dynamic(tmp_path):
 
 
 def test_allreduce_through_mpirun(tmp_path):
-    if shutil.which("mpirun") is None:
-        pytest.fail("mpirun missing (make test installs openmpi-bin)") if os.environ.get("CI") else pytest.skip("no mpirun")
+    require_tool("mpirun", package="openmpi-bin")
     r = mslaunch("run", "--np", "2", "--master-port", "auto", "--launcher", "mpirun", "--log-dir", str(tmp_path / "job"),
                  "-m", "launcher.workloads.allreduce_smoke", cwd=tmp_path)
     assert r.returncode == 0, r.stderr + open(tmp_path / "job" / "mpirun.log").read()[-2000:]

@@ -20,16 +20,14 @@ from typing import Dict, List
 
 import pytest
 
+from tests.harness.ci import skip_or_fail
+from tests.harness.mindspore import require_mindspore
 from tests.harness.netns_cluster import NamespaceCluster
 
 pytestmark = pytest.mark.netns
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def netns_inode(c: NamespaceCluster, host) -> int:
@@ -319,9 +317,7 @@ def test_rank_table_job_finds_its_table_on_every_host(job, tmp_path):
 @pytest.fixture
 def need_mpirun():
     if shutil.which("mpirun") is None:
-        if _in_ci():
-            pytest.fail("mpirun is missing in CI (make test installs openmpi-bin)")
-        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+        skip_or_fail("mpirun not installed (apt-get install openmpi-bin)", "mpirun is missing in CI (make test installs openmpi-bin)")
 
 
 @pytest.mark.mpi
@@ -438,12 +434,7 @@ def test_ranktable_gen_collects_hccn_conf_over_ssh(make_netns_cluster, tmp_path)
 
 @pytest.fixture
 def need_mindspore():
-    try:
-        import mindspore  # noqa: F401
-    except Exception:
-        if _in_ci():
-            pytest.fail("mindspore is missing in CI (make test installs the [train] extra)")
-        pytest.skip("mindspore not installed (pip install -e '.[train]')")
+    require_mindspore()
 
 
 def allreduce_sums(job, n: int) -> Dict[int, float]:

@@ -14,6 +14,7 @@ import pytest
 
 from launcher.errors import MsLaunchError
 from launcher.workloads import cifar10_synth as synth
+from tests.harness.mindspore import require_mindspore
 
 REC = 3073
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -21,10 +22,7 @@ TRAIN_NAMES = [f"data_batch_{i}.bin" for i in range(1, 6)]
 
 
 def _need_mindspore() -> None:
-    try:
-        import mindspore  # noqa: F401
-    except Exception as exc:  # ImportError, or a broken install
-        pytest.skip(f"needs mindspore (pip install mslaunch[train]): import failed: {exc}")
+    require_mindspore()
 
 
 def _records(path: Path) -> np.ndarray:
