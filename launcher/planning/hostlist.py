@@ -8,6 +8,10 @@ this module adds what an inventory needs:
   (``b1,a[1-2]`` gives ``b1, a1, a2``), ranges inside brackets in order (``n[3,1-2]`` gives
   ``n3, n1, n2``; each range is read by ClusterShell's ``RangeSet``), the first bracket of
   ``a[1-2]b[5-6]`` varying slowest;
+- zero padding as Slurm reads it: the width is the low end's, as written (``n[01-2]`` gives
+  ``n01, n02``; ``n[1-02]`` gives ``n1, n2``; ``n[98-101]`` and ``n[05-101]`` run past the width
+  as Slurm does). ClusterShell refuses ends of unequal padding, so such a range is rewritten
+  into ranges it reads (:func:`slurm_ranges`) before it is expanded;
 - ClusterShell's own extensions that Slurm does not have (``@group`` lookups, which read files
   under /etc, the set operators ``!``, ``&``, ``^`` and range steps ``/N``) are refused, so an
   expansion never depends on this machine's configuration;
@@ -70,7 +74,7 @@ def expand_hostlist(text: str, *, limit: int, what: str = "hostlist") -> List[st
         The names; duplicates are kept (an inventory refuses them, naming the host).
 
     Raises:
-        InventoryError: empty elements, bad ranges (``x[3-1]``, ``x[01-2]``), unbalanced brackets,
+        InventoryError: empty elements, bad ranges (``x[3-1]``, ``x[a-b]``), unbalanced brackets,
             Slurm-foreign syntax, or more than ``limit`` names.
     """
     if len(text) > MAX_TEXT:
@@ -107,7 +111,8 @@ def _expand_element(element: str, what: str, text: str) -> List[str]:
         values: List[str] = []
         for piece in group.split(","):
             try:
-                values.extend(RangeSet(piece))
+                for part in slurm_ranges(piece):
+                    values.extend(RangeSet(part))
             except (RangeSetParseError, ValueError, TypeError) as exc:
                 detail = str(exc).split(" : ")[0] if str(exc) else "not a range"
                 raise InventoryError(f"{what} {clip(text)}: bad range {piece!r} in {clip(element)} ({detail})") from None
@@ -115,6 +120,22 @@ def _expand_element(element: str, what: str, text: str) -> List[str]:
         names = [name + value + literal for name in names for value in values]
         if not rest:
             return names
+
+
+def slurm_ranges(piece: str) -> List[str]:
+    """One range of a bracket (``N`` or ``LO-HI``) as ranges ClusterShell's ``RangeSet`` reads with
+    Slurm's meaning: the names are zero padded to the width of ``LO`` as written, whatever ``HI``'s
+    width (``01-2`` -> ``01-02``; ``1-02`` -> ``1-2``; ``05-101`` -> ``05-99, 100-101``).
+    Anything else (``3-1``, ``a-b``) is left for ``RangeSet`` to refuse."""
+    lo, dash, hi = piece.partition("-")
+    if not (dash and lo.isdigit() and hi.isdigit()) or len(lo) > 18 or len(hi) > 18:
+        return [piece]
+    if int(hi) < int(lo):  # refused by RangeSet for what it is, not for its padding
+        return [f"{int(lo)}-{int(hi)}"]
+    width, top = len(lo), int(hi)
+    if len(str(top)) <= width:
+        return [f"{lo}-{str(top).zfill(width)}"]
+    return [f"{lo}-{'9' * width}", f"{10 ** width}-{top}"]
 
 
 def is_hostlist_name(name: str) -> bool:
@@ -166,4 +187,4 @@ def clip(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-__all__ = ["expand_hostlist", "fold_hostlist", "has_brackets", "is_hostlist_name", "split_elements"]
+__all__ = ["expand_hostlist", "fold_hostlist", "has_brackets", "is_hostlist_name", "slurm_ranges", "split_elements"]

@@ -22,15 +22,16 @@ PREFIX_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_.-"
 
 
 def random_range(rnd: Any) -> str:
-    """``N`` or ``LO-HI`` with LO <= HI and one padding for both ends (as Slurm and ClusterShell read)."""
+    """``N`` or ``LO-HI`` with LO <= HI, each end written with or without zero padding of its own
+    (Slurm pads to LO's width as written, whatever HI's; HI may run past that width)."""
     width = rnd.randint(1, 4)
     lo = rnd.randint(0, 10 ** width - 1)
-    hi = rnd.randint(lo, min(lo + 12, 10 ** width - 1))
-    if rnd.random() < 0.5:  # zero padded to ``width``
-        return str(lo).zfill(width) if lo == hi else f"{str(lo).zfill(width)}-{str(hi).zfill(width)}"
-    if len(str(lo)) != len(str(hi)) and rnd.random() < 0.5:
-        return str(lo)
-    return str(lo) if lo == hi else f"{lo}-{hi}"
+    hi = rnd.randint(lo, lo + 12)
+    lo_text = str(lo).zfill(width) if rnd.random() < 0.5 else str(lo)
+    if lo == hi and rnd.random() < 0.5:
+        return lo_text
+    hi_text = str(hi).zfill(rnd.randint(1, 5)) if rnd.random() < 0.5 else str(hi)
+    return f"{lo_text}-{hi_text}"
 
 
 def random_hostlist(rnd: Any) -> str:
@@ -91,6 +92,13 @@ def test_fold_expand_round_trips(parts: Any) -> None:
     ("a[1-2]-ib[0-1]", ["a1-ib0", "a1-ib1", "a2-ib0", "a2-ib1"]),
     ("gpu-[1-2]a", ["gpu-1a", "gpu-2a"]),  # ClusterShell reads a suffix; Slurm 22.05 refuses it
     ("n[09-10]", ["n09", "n10"]),
+    # zero padding is the low end's, as written (scontrol show hostnames, Slurm 22.05)
+    ("n[01-2]", ["n01", "n02"]),
+    ("n[1-02]", ["n1", "n2"]),
+    ("n[0-01]", ["n0", "n1"]),
+    ("n[005-12]", ["n005", "n006", "n007", "n008", "n009", "n010", "n011", "n012"]),
+    ("n[98-101],m[099-100]", ["n98", "n99", "n100", "n101", "m099", "m100"]),
+    ("m[05-100]", [f"m{i:02d}" for i in range(5, 101)]),
 ])
 def test_expand_examples(text: str, names: List[str]) -> None:
     assert expand_hostlist(text, limit=LIMIT) == names
@@ -98,7 +106,8 @@ def test_expand_examples(text: str, names: List[str]) -> None:
 
 @pytest.mark.parametrize("text, message", [
     ("n[3-1]", "hostlist 'n[3-1]': bad range '3-1' in 'n[3-1]' (invalid values in range)"),
-    ("n[01-2]", "hostlist 'n[01-2]': bad range '01-2' in 'n[01-2]' (padding length mismatch)"),
+    ("n[010-9]", "hostlist 'n[010-9]': bad range '010-9' in 'n[010-9]' (invalid values in range)"),
+    ("n[a-b]", "hostlist 'n[a-b]': bad range 'a-b' in 'n[a-b]' (cannot convert string to integer)"),
     ("n[1-2", "missing ']' in hostlist 'n[1-2'"),
     ("n[1-100000000]", "hostlist 'n[1-100000000]' names more than 100000 hosts"),
     ("@group", "hostlist '@group' contains '@', which no Slurm hostlist has"),
