@@ -30,6 +30,8 @@ from launcher.planning import layout
 _SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?([A-Z0-9]+)(?:@(\d+))?$")
 #: run options sbatch sets itself.
 _OWN = ("--launcher", "--log-dir", "--log_dir", "--job-id", "--detach", "-d")
+#: exit 0 when the summary (argv[1]) says the run was preempted.
+_PREEMPTED_TEST = "import json,sys; sys.exit(json.load(open(sys.argv[1]))['status'] != 'preempted')"
 
 
 CONTEXT = dict(PROGRAM_CONTEXT, allow_extra_args=True)
@@ -84,7 +86,7 @@ def render_script(*, job_id: str, job_dir: str, cwd: str, python: str, directive
     ]
     if requeue:
         lines += [
-            "if grep -q '\"status\": \"preempted\"' \"$LOG_DIR/summary.json\" 2>/dev/null; then",
+            f"if {q(python)} -c {q(_PREEMPTED_TEST)} \"$LOG_DIR/summary.json\" 2>/dev/null; then",
             "  echo \"mslaunch: preempted; requeueing Slurm job $SLURM_JOB_ID\"",
             "  scontrol requeue \"$SLURM_JOB_ID\"",
             "fi",

@@ -26,12 +26,28 @@ def test_render_script_whole_text() -> None:
         "trap 'kill -USR1 $pid 2>/dev/null' USR1\n"
         "trap 'kill -TERM $pid 2>/dev/null' TERM INT\n"
         "while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done\n"
-        "if grep -q '\"status\": \"preempted\"' \"$LOG_DIR/summary.json\" 2>/dev/null; then\n"
+        "if /py -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))['\"'\"'status'\"'\"'] != '\"'\"'preempted'\"'\"')' "
+        "\"$LOG_DIR/summary.json\" 2>/dev/null; then\n"
         "  echo \"mslaunch: preempted; requeueing Slurm job $SLURM_JOB_ID\"\n"
         "  scontrol requeue \"$SLURM_JOB_ID\"\n"
         "fi\n"
         "exit $rc\n"
     )
+
+
+def test_the_requeue_test_reads_the_summarys_status(tmp_path) -> None:
+    """The script requeues only when the run's summary says ``preempted`` (exit 0 of the test)."""
+    from launcher.cli.sbatch import _PREEMPTED_TEST
+
+    summary = tmp_path / "summary.json"
+    for text, code in (('{"status": "preempted", "processes": []}', 0), ('{"status": "stopped", "cause": "\\"status\\": \\"preempted\\""}', 1),
+                       ('{"status": "fai', 1), (None, 1)):
+        if text is None:
+            summary.unlink()
+        else:
+            summary.write_text(text)
+        res = subprocess.run([sys.executable, "-c", _PREEMPTED_TEST, str(summary)], capture_output=True, timeout=60)
+        assert res.returncode == code, (text, res.stderr)
 
 
 def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
