@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from launcher.workloads.cluster import exit_now, join_collective_cluster
+from launcher.workloads.cluster import all_gather, exit_now, join_collective_cluster
 
 
 def diagnose(gathered: Sequence[int], size: int) -> Optional[str]:
@@ -47,19 +47,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import numpy as np
 
-    from mindspore import Tensor, nn, ops
+    from mindspore import Tensor
     from mindspore.communication import get_group_size, get_rank
 
-    class _Gather(nn.Cell):
-        def __init__(self) -> None:
-            super().__init__()
-            self.all_gather = ops.AllGather()
-
-        def construct(self, x):
-            return self.all_gather(x)
-
     rank, size = get_rank(), get_group_size()
-    out = _Gather()(Tensor(np.array([[rank]], dtype=np.float32))).asnumpy()
+    out = all_gather()(Tensor(np.array([[rank]], dtype=np.float32))).asnumpy()
     gathered: List[int] = [int(round(float(v))) for v in out.reshape(-1)]
     print(f"mslaunch-check rank={rank} size={size} gathered={','.join(map(str, gathered))}", flush=True)
     problem = diagnose(gathered, size)

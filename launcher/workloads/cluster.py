@@ -66,6 +66,22 @@ def all_reduce_sum() -> "object":
     return _AllReduceSum()
 
 
+def all_gather() -> "object":
+    """A MindSpore cell that concatenates a tensor of every rank of the world group along axis 0,
+    in rank order (``ops.AllGather``); call it after the communication is initialised."""
+    from mindspore import nn, ops
+
+    class _AllGather(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.all_gather = ops.AllGather()
+
+        def construct(self, x):
+            return self.all_gather(x)
+
+    return _AllGather()
+
+
 def exit_now(code: int) -> "NoReturn":
     """End a collective check without MindSpore's C++ teardown: run the atexit handlers (the
     cluster's finalize), flush, then ``os._exit``. The static destructors after a finished

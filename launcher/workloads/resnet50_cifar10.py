@@ -40,8 +40,19 @@ Checkpoints (``--ckpt-dir``): ``<ckpt-dir>/ckpt_<rank>/resnet50-<epoch>_<step>.c
 epoch (and every ``--ckpt-every`` steps), atomically (temp file + ``os.replace``), keeping the
 newest ``--keep-checkpoints``. A checkpoint holds the network parameters, the optimizer state
 (momentum accumulators, ``global_step``) and ``epoch_num`` / ``step_num`` / ``global_step``.
-``--resume`` loads the newest one of this rank and continues at the next step: ``--epochs`` is the
-total number of epochs, so ``--resume --epochs 3`` after a 2-epoch run trains epoch 3.
+``--resume`` loads the newest one and continues at the next step: ``--epochs`` is the total number
+of epochs, so ``--resume --epochs 3`` after a 2-epoch run trains epoch 3.
+
+With several ranks, every rank must resume from the same step (data parallel: the same weights).
+A job stopped while its ranks write a checkpoint (a preemption, a failure) can leave the newest
+one on some ranks only, so:
+
+- a rank removes the checkpoints older than its newest ``--keep-checkpoints`` only after the next
+  step, whose gradient AllReduce cannot finish before every rank has saved (at the end of a run
+  the one before the newest stays);
+- ``--resume`` gathers every rank's checkpoint positions (AllGather) and loads the newest one that
+  every rank has; newer ones of this rank (steps that are trained again) are removed. No common
+  one while some rank has one is an error (exit 2) naming each rank's newest.
 
 Exit codes: 0 done; 1 training failed (e.g. the loss became NaN); 2 bad arguments or data.
 """
@@ -55,25 +66,27 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 import mindspore as ms
 import mindspore.dataset as ds
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, nn
 
 # The network and the data live in their own modules; these names stay importable from here.
 from launcher.workloads.cifar10_data import (  # noqa: F401
     CIFAR_FOLDER, UsageError, build_pipeline, open_cifar10, read_cifar10_bin, resolve_cifar_folder,
 )
-from launcher.workloads.cluster import distributed_from_env
+from launcher.workloads.cluster import all_gather, all_reduce_sum, distributed_from_env
 from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.resnet50 import (  # noqa: F401
     Bottleneck, ResNet, SoftmaxCrossEntropyExpand, count_parameters, resnet50,
 )
 
 CKPT_PREFIX = "resnet50"
+#: How many of each rank's newest checkpoints a distributed ``--resume`` compares.
+RESUME_CANDIDATES = 16
 _CKPT_RE = re.compile(r"^" + CKPT_PREFIX + r"-(\d+)_(\d+)\.ckpt$")
 
 
@@ -99,7 +112,8 @@ def list_checkpoints(ckpt_dir: str) -> List[Tuple[int, int, str]]:
 
 
 def save_checkpoint(train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, global_step: int, keep: int) -> str:
-    """Write ``resnet50-<epoch>_<step>.ckpt`` atomically; drop all but the newest ``keep``."""
+    """Write ``resnet50-<epoch>_<step>.ckpt`` atomically; then :func:`prune_checkpoints` to
+    ``keep`` (0: prune nothing)."""
     os.makedirs(ckpt_dir, exist_ok=True)
     final = os.path.join(ckpt_dir, f"{CKPT_PREFIX}-{epoch}_{step}.ckpt")
     tmp = os.path.join(ckpt_dir, f".tmp-{os.getpid()}-{CKPT_PREFIX}-{epoch}_{step}.ckpt")
@@ -107,13 +121,32 @@ def save_checkpoint(train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, gl
         train_net, tmp, append_dict={"epoch_num": epoch, "step_num": step, "global_step_saved": global_step}
     )
     os.replace(tmp, final)
-    if keep > 0:
-        for _, _, old in list_checkpoints(ckpt_dir)[:-keep]:
-            try:
-                os.unlink(old)
-            except OSError:
-                pass
+    prune_checkpoints(ckpt_dir, keep)
     return final
+
+
+def prune_checkpoints(ckpt_dir: str, keep: int) -> None:
+    """Remove all but the newest ``keep`` checkpoints (0: none), and temp files that other
+    processes left half-written (the folder is this rank's alone)."""
+    doomed = [path for _, _, path in list_checkpoints(ckpt_dir)[:-keep]] if keep > 0 else []
+    mine = f".tmp-{os.getpid()}-"
+    doomed += [os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(".tmp-") and not n.startswith(mine)]
+    for path in doomed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def common_checkpoint(positions: Sequence[Sequence[Tuple[int, int]]]) -> Optional[Tuple[int, int]]:
+    """The newest ``(epoch, step)`` that every rank has a checkpoint of (``positions[r]`` are rank
+    r's); None when there is none."""
+    if not positions:
+        return None
+    common = set(positions[0])
+    for theirs in positions[1:]:
+        common &= set(theirs)
+    return max(common) if common else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,7 +191,7 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
     p.add_argument("--ckpt-dir", default=None, help="save checkpoints to CKPT_DIR/ckpt_<rank>/")
     p.add_argument("--ckpt-every", type=int, default=0, help="also save every N global steps (0: epoch ends only)")
     p.add_argument("--keep-checkpoints", type=int, default=1, help="newest checkpoints to keep (0: all)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of this rank")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint (with several ranks: the newest every rank has)")
     p.add_argument("--eval", action="store_true", help="print the test-set accuracy at the end")
     p.add_argument("--seed", type=int, default=1, help="weights, data order and augmentation seed")
     p.add_argument("--log-every", type=int, default=1, help="print the loss every N steps (default 1)")
@@ -194,15 +227,6 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
     return args
 
 
-class _EvalAllReduce(nn.Cell):
-    def __init__(self) -> None:
-        super().__init__()
-        self.all_reduce = ops.AllReduce()
-
-    def construct(self, x):
-        return self.all_reduce(x)
-
-
 def evaluate(net: nn.Cell, args: argparse.Namespace, rank: int, size: int) -> float:
     """Top-1 accuracy on the whole test set; with ``size`` > 1 each rank scores every size-th
     image and the counts are summed with AllReduce. The last partial batch is zero-padded to the
@@ -224,7 +248,7 @@ def evaluate(net: nn.Cell, args: argparse.Namespace, rank: int, size: int) -> fl
         correct += int((logits.argmax(axis=1) == label).sum())
         total += k
     if size > 1:
-        summed = _EvalAllReduce()(Tensor(np.array([correct, total], dtype=np.float32))).asnumpy()
+        summed = all_reduce_sum()(Tensor(np.array([correct, total], dtype=np.float32))).asnumpy()
         correct, total = int(round(float(summed[0]))), int(round(float(summed[1])))
     return correct / total if total else 0.0
 
@@ -277,28 +301,67 @@ def _training_data(args: argparse.Namespace, rank: int, size: int) -> Tuple[ds.D
     return data, spe
 
 
-def _resume(ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe: int) -> Tuple[int, int, int]:
-    """Load this rank's newest checkpoint into ``train_net`` (``--resume``).
+def _gather_positions(mine: Sequence[Tuple[int, int]], size: int) -> List[List[Tuple[int, int]]]:
+    """Every rank's checkpoint positions (``(epoch, step)``, at most :data:`RESUME_CANDIDATES`),
+    by rank, through one AllGather."""
+    row = np.full((1, 2 * RESUME_CANDIDATES), -1.0, dtype=np.float32)
+    for i, (epoch, step) in enumerate(list(mine)[-RESUME_CANDIDATES:]):
+        row[0, 2 * i], row[0, 2 * i + 1] = epoch, step
+    table = all_gather()(Tensor(row)).asnumpy().reshape(size, RESUME_CANDIDATES, 2)
+    return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
+
+
+def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions
+                 ) -> Optional[str]:
+    """The checkpoint ``--resume`` loads: this rank's newest, or with ``size`` > 1 the newest one
+    every rank has (newer ones of this rank are removed); None: start from scratch.
+    ``gather(mine, size)`` gives every rank's positions (:func:`_gather_positions`).
+
+    Raises:
+        UsageError: some rank has checkpoints but none is common to all.
+    """
+    found = list_checkpoints(ckpt_dir) if ckpt_dir else []
+    if size == 1:
+        return found[-1][2] if found else None
+    positions = gather([(e, st) for e, st, _ in found], size)
+    if not any(positions):
+        return None
+    pick = common_checkpoint(positions)
+    if pick is None:
+        newest = ", ".join(f"rank {r} {f'{CKPT_PREFIX}-{p[-1][0]}_{p[-1][1]}' if p else 'none'}"
+                           for r, p in enumerate(positions))
+        raise UsageError(f"--resume: the ranks have no checkpoint in common (newest: {newest}); every rank "
+                         "needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)")
+    for epoch, step, path in found:
+        if (epoch, step) > pick:
+            os.unlink(path)
+            _say(f"resume: removed {path}: not on every rank (those steps are trained again)")
+    return next(path for epoch, step, path in found if (epoch, step) == pick)
+
+
+def _resume(ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe: int, size: int) -> Tuple[int, int, int]:
+    """Load the checkpoint of :func:`resume_point` into ``train_net`` (``--resume``).
 
     Returns:
         ``(epoch, step, global_step)``: the position before the next step (``step`` steps of
         ``epoch`` done); ``(1, 0, 0)`` when there is no checkpoint.
 
     Raises:
-        UsageError: the checkpoint does not match the network.
+        UsageError: the checkpoint does not match the network; the ranks have none in common.
     """
-    found = list_checkpoints(ckpt_dir) if ckpt_dir else []
-    if not found:
+    path = resume_point(ckpt_dir, size)
+    if path is None:
         _say(f"resume: no checkpoint in {ckpt_dir}; starting from scratch")
         return 1, 0, 0
-    path = found[-1][2]
+    m = _CKPT_RE.match(os.path.basename(path))
+    assert m is not None
     params = ms.load_checkpoint(path)
     meta = {k: params.pop(k) for k in ("epoch_num", "step_num", "global_step_saved") if k in params}
     not_loaded, _ = ms.load_param_into_net(train_net, params, strict_load=True)
     if not_loaded:
         raise UsageError(f"{path}: does not match this network ({len(not_loaded)} parameters missing)")
-    epoch = int(_scalar(meta.get("epoch_num", found[-1][0])))
-    step = int(_scalar(meta.get("step_num", found[-1][1])))
+    epoch = int(_scalar(meta.get("epoch_num", m.group(1))))
+    step = int(_scalar(meta.get("step_num", m.group(2))))
     global_step = int(_scalar(meta.get("global_step_saved", opt.global_step.asnumpy())))
     if step >= spe:
         epoch, step = epoch + 1, 0
@@ -318,6 +381,7 @@ class _Loop:
     size: int  # ranks
     global_step: int
     compiled: bool = False  # the first step of a process compiles the graph (it is not timed)
+    prune_due: bool = False  # a checkpoint was saved: prune the older ones after the next step
 
 
 def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
@@ -332,6 +396,9 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
         dt = time.perf_counter() - t0
         step += 1
         loop.global_step += 1
+        if loop.prune_due:  # this step's AllReduce needed every rank: all have saved the newest
+            prune_checkpoints(loop.ckpt_dir or "", loop.args.keep_checkpoints)
+            loop.prune_due = False
         if not math.isfinite(loss):
             sys.stderr.write(f"epoch: {epoch} step: {step}. Invalid loss {loss}, terminating training.\n")
             return False
@@ -358,7 +425,10 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
 def _save(loop: _Loop, epoch: int, step: int) -> None:
     """Write a checkpoint at this position and print its ``checkpoint:`` line."""
     assert loop.ckpt_dir is not None
-    path = save_checkpoint(loop.train_net, loop.ckpt_dir, epoch, step, loop.global_step, loop.args.keep_checkpoints)
+    alone = loop.size == 1
+    path = save_checkpoint(loop.train_net, loop.ckpt_dir, epoch, step, loop.global_step,
+                           loop.args.keep_checkpoints if alone else 0)
+    loop.prune_due = not alone
     _say(f"checkpoint: {path}")
 
 
@@ -377,7 +447,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
 
     ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
     # The position *before* the next step: epoch, steps done in it, steps done in all.
-    epoch, step, global_step = _resume(ckpt_dir, train_net, opt, spe) if args.resume else (1, 0, 0)
+    epoch, step, global_step = _resume(ckpt_dir, train_net, opt, spe, size) if args.resume else (1, 0, 0)
     if epoch > args.epochs:
         _say(f"nothing to train: already at epoch {epoch - 1} of --epochs {args.epochs}")
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import time
 import pytest
 
 from tests.conftest import mslaunch_argv
+from tests.harness.faultkit import wait_or_fail
 from tests.harness.mindspore import require_mindspore
 from tests.harness.slurm_cluster import SlurmCluster
 
@@ -76,6 +78,11 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         assert slurm.run(["squeue", "-h", "-j", sid]).stdout.strip(), (job / "slurm.out").read_text()
         time.sleep(0.2)
     assert slurm.run(["scancel", "--signal=USR1", "--batch", sid]).returncode == 0
+    wait_or_fail(lambda: (job / "summary.json").exists(), 120, "the preempted run's summary")
+    # As if the preemption had come while rank 0 saved a newer checkpoint that rank 1 did not:
+    # the requeued ranks must still resume from one common step.
+    newer = ckpt / "ckpt_0" / "resnet50-2_3.ckpt"
+    shutil.copyfile(ckpt / "ckpt_0" / "resnet50-1_8.ckpt", newer)
     slurm.release_requeued(sid, timeout=120)
     slurm.wait_left_queue(sid, 400)
     assert (job / "attempt_1" / "summary.json").exists(), (
@@ -84,8 +91,11 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
     assert first["status"] == "preempted", first
     second = json.loads((job / "attempt_1" / "summary.json").read_text())
     assert second["status"] == "succeeded", (job / "attempt_1" / "worker_0.log").read_text()[-3000:]
-    log = (job / "attempt_1" / "worker_0.log").read_text(errors="replace")
-    m = re.search(r"resume: (\S+resnet50-1_8\.ckpt) \(global step 8\); continuing at epoch 2", log)
-    assert m, log[-3000:]
+    for rank in (0, 1):
+        log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
+        m = re.search(r"resume: (\S+resnet50-1_8\.ckpt) \(global step 8\); continuing at epoch 2", log)
+        assert m, log[-3000:]
+    assert f"resume: removed {newer}: not on every rank (those steps are trained again)" in (
+        job / "attempt_1" / "worker_0.log").read_text(errors="replace")
     slurm.wait_idle()
     assert slurm.node_pids() == {}

@@ -143,3 +143,59 @@ def test_auto_parallel_on_cpu_is_a_one_line_error_with_exit_2() -> None:
 )
 def test_allgather_check_diagnosis(gathered: List[int], size: int, problem: object) -> None:
     assert diagnose(gathered, size) == problem
+
+
+def _ckpt_files(folder, *positions: Tuple[int, int]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for epoch, step in positions:
+        (folder / f"resnet50-{epoch}_{step}.ckpt").write_bytes(b"x")
+
+
+@pytest.mark.mindspore
+def test_distributed_resume_takes_the_newest_checkpoint_every_rank_has(tmp_path) -> None:
+    """A rank stopped while the others saved lacks their newest checkpoint: every rank resumes
+    from the newest common one, and the newer ones of a rank (steps trained again) go."""
+    _need_mindspore()
+    from launcher.workloads.resnet50_cifar10 import UsageError, common_checkpoint, resume_point
+
+    assert common_checkpoint([[(1, 8), (2, 8)], [(1, 8)], [(1, 8), (2, 8)]]) == (1, 8)
+    assert common_checkpoint([[(1, 4), (1, 8), (2, 4)], [(1, 8), (2, 4)]]) == (2, 4)
+    assert common_checkpoint([[(1, 8)], [(2, 8)]]) is None and common_checkpoint([]) is None
+
+    mine = tmp_path / "ckpt_0"
+    _ckpt_files(mine, (1, 4), (1, 8), (2, 4))
+    seen = []
+
+    def gather(positions, size):  # what the AllGather gives: this rank's, then rank 1's
+        seen.append((list(positions), size))
+        return [list(positions), [(1, 4), (1, 8)]]
+
+    assert resume_point(str(mine), 2, gather) == str(mine / "resnet50-1_8.ckpt")
+    assert seen == [([(1, 4), (1, 8), (2, 4)], 2)]
+    assert sorted(os.listdir(mine)) == ["resnet50-1_4.ckpt", "resnet50-1_8.ckpt"]
+    # alone: the newest, nothing gathered
+    assert resume_point(str(mine), 1, None) == str(mine / "resnet50-1_8.ckpt")
+    # no rank has one: from scratch
+    assert resume_point(str(tmp_path / "none"), 2, lambda p, n: [[], []]) is None
+    # some rank has one, but none is common: one message naming each rank's newest
+    with pytest.raises(UsageError) as info:
+        resume_point(str(mine), 3, lambda p, n: [list(p), [(2, 8)], []])
+    assert str(info.value) == (
+        "--resume: the ranks have no checkpoint in common (newest: rank 0 resnet50-1_8, rank 1 resnet50-2_8, rank 2 none); "
+        "every rank needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)")
+    assert sorted(os.listdir(mine)) == ["resnet50-1_4.ckpt", "resnet50-1_8.ckpt"]  # nothing removed on an error
+
+
+@pytest.mark.mindspore
+def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_path) -> None:
+    _need_mindspore()
+    from launcher.workloads.resnet50_cifar10 import prune_checkpoints
+
+    _ckpt_files(tmp_path, (1, 2), (1, 10), (2, 1))
+    (tmp_path / ".tmp-1-resnet50-3_1.ckpt").write_bytes(b"half")  # a process killed mid-save
+    mine = tmp_path / f".tmp-{os.getpid()}-resnet50-3_1.ckpt"  # this process, saving now
+    mine.write_bytes(b"")
+    prune_checkpoints(str(tmp_path), 2)
+    assert sorted(os.listdir(tmp_path)) == sorted([mine.name, "resnet50-1_10.ckpt", "resnet50-2_1.ckpt"])
+    prune_checkpoints(str(tmp_path), 0)  # 0: keep every checkpoint
+    assert len(os.listdir(tmp_path)) == 3
