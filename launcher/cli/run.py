@@ -234,6 +234,8 @@ class _Console:
             msg = f"the job ran past --timeout {data['timeout']:g} s; tearing down"
         elif kind == "interrupted":
             msg = f"received signal {data['signal']}; tearing down"
+        elif kind == "cluster_stop":
+            msg = f"{data['message']}; tearing down"
         elif kind == "restart":
             from launcher.jobs.jobdir import attempt_dir
 

@@ -259,6 +259,13 @@ class Backend(ABC):
     def close(self) -> None:
         """Release what :meth:`create` set up (connections, helper processes); default: nothing."""
 
+    def outside_stop(self) -> Optional[Tuple[str, str]]:
+        """Whether the cluster's own scheduler is ending this attempt (a preemption, its time
+        limit, a cancel), asked after a stop signal or a failure, before :meth:`close`:
+        ``(status, message)`` for the summary (``preempted``, ``timeout`` or ``stopped``), or
+        None (the default: the failure or the signal is judged as usual)."""
+        return None
+
 
 # ---------------------------------------------------------------------------- registry
 

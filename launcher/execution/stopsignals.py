@@ -79,6 +79,19 @@ def reset() -> None:
     arm(False)
 
 
+class recorded_only:
+    """Within the block a stop signal is only recorded, not raised, even when armed: for a short
+    call that must finish (asking the cluster's scheduler why the job ends, while it signals
+    mslaunch more than once)."""
+
+    def __enter__(self) -> None:
+        self._was = _armed[0]
+        _armed[0] = False
+
+    def __exit__(self, *exc: Any) -> None:
+        _armed[0] = self._was
+
+
 class blocked:
     """Defer SIGINT/SIGTERM/SIGHUP for the duration of the block (main thread only): a
     process being started is registered before a stop signal can interrupt."""

@@ -71,6 +71,7 @@ class _Attempt:
         self.notes: Dict[int, str] = {}
         self.events: "queue.Queue[Tuple[int, int, float]]" = queue.Queue()
         self.start_failure: Optional[ProcResult] = None
+        self.backend: Optional[Backend] = None  # once created
 
     def add(self, handle: ProcessHandle) -> int:
         """Register ``handle``; a thread blocks in its ``wait()`` and posts the exit."""
@@ -214,19 +215,23 @@ class Supervisor:
                 os.makedirs(adir, mode=0o700, exist_ok=True)
                 if self.prepare_attempt is not None:
                     self.prepare_attempt(attempt, adir)
-                backend = self._create_backend(attempt, adir)
+                backend = state.backend = self._create_backend(attempt, adir)
                 self._start_all(state, backend, adir, deadline)
                 outcome = self._watch(state, deadline)
             except Interrupted as exc:
                 signum = exc.signum
-                status = PREEMPTED if signum == signal.SIGUSR1 else STOPPED
-                outcome = _Outcome(status, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
-                _quietly(lambda: self.on_event("interrupted", {"signal": signum}))
+                outside = None if signum == signal.SIGUSR1 else self._cluster_stop(state, 128 + signum)
+                if outside is not None:  # e.g. scancel: Slurm signalled mslaunch
+                    outcome = outside
+                else:
+                    status = PREEMPTED if signum == signal.SIGUSR1 else STOPPED
+                    outcome = _Outcome(status, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
+                    _quietly(lambda: self.on_event("interrupted", {"signal": signum}))
             except _Timeout:
                 outcome = _Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")
                 _quietly(lambda: self.on_event("timeout", {"timeout": self.options.timeout}))
             except _StartFailed as exc:
-                outcome = _Outcome(FAILED, exc.code, exc.message)
+                outcome = self._cluster_stop(state, 128 + signal.SIGTERM) or _Outcome(FAILED, exc.code, exc.message)
             finally:
                 stopsignals.arm(False)  # from here on signals are only recorded: teardown runs to the end
                 self._teardown(state, announce=outcome.status != SUCCEEDED)
@@ -352,15 +357,27 @@ class Supervisor:
                 pending.discard(idx)
                 rc, _ = state.exits[idx]
                 if rc != 0:
-                    return self._failed(state.handles[idx].plan.name, state.handles[idx], rc)
+                    return self._failed(state, state.handles[idx].plan.name, state.handles[idx], rc)
         for idx in sched:
             if idx in state.exits and pending and state.exits[idx][0] != 0:
-                return self._failed("scheduler", state.handles[idx], state.exits[idx][0])
+                return self._failed(state, "scheduler", state.handles[idx], state.exits[idx][0])
         return None
 
-    def _failed(self, name: str, handle: ProcessHandle, rc: int) -> _Outcome:
+    def _failed(self, state: _Attempt, name: str, handle: ProcessHandle, rc: int) -> _Outcome:
+        """A process failed: the attempt's outcome, announced, unless the cluster's scheduler is
+        ending the job (its processes die of its signals: a preemption is not their failure)."""
+        outside = self._cluster_stop(state, exit_code_of(rc) or 1)
+        if outside is not None:
+            return outside
         self.on_event("failure", {"name": name, "host": handle.host, "returncode": rc})
         return _Outcome(FAILED, exit_code_of(rc))
+
+    def _cluster_stop(self, state: _Attempt, code: int) -> Optional[_Outcome]:
+        """:func:`_outside_stop` of the attempt's backend, announced (``cluster_stop``)."""
+        outside = _outside_stop(state.backend, code)
+        if outside is not None:
+            _quietly(lambda: self.on_event("cluster_stop", {"status": outside.status, "message": outside.message}))
+        return outside
 
     def _check_deadline(self, deadline: Optional[float]) -> None:
         if deadline is not None and time.monotonic() >= deadline:
@@ -425,6 +442,21 @@ class _StartFailed(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+def _outside_stop(backend: Optional[Backend], code: int) -> Optional[_Outcome]:
+    """The cluster scheduler's own reason to end the attempt, if it has one
+    (:meth:`Backend.outside_stop`: a preemption, its time limit, a cancel), as the outcome
+    (``code`` unless it is a time limit), so such an attempt is not judged a failure of its ranks."""
+    try:
+        with stopsignals.recorded_only():  # Slurm may signal mslaunch again meanwhile
+            why = backend.outside_stop() if backend is not None else None
+    except Exception:  # asking must not turn a judged attempt into a crash
+        why = None
+    if why is None:
+        return None
+    status, message = why
+    return _Outcome(status, TIMEOUT_EXIT if status == TIMEOUT else code, message)
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

@@ -28,7 +28,7 @@ from launcher.planning.kinds import EventKind
 
 #: The events the report's timeline lists (``started`` events are drawn as bars instead).
 _TIMELINE_KINDS = (EventKind.JOB_START, EventKind.FAILURE, EventKind.TEARDOWN, EventKind.RESTART, EventKind.TIMEOUT,
-                   EventKind.INTERRUPTED, EventKind.JOB_END)
+                   EventKind.INTERRUPTED, EventKind.CLUSTER_STOP, EventKind.JOB_END)
 
 __all__ = ["write_report", "PLOTS"]
 
@@ -152,7 +152,8 @@ def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], events: List[Dic
     ax.axvline(0, color="black", linewidth=1)
     ax.axvline(end - t0, color="black", linewidth=1)
     styles = {"failure": ("red", "--"), "teardown": ("grey", ":"), "restart": ("tab:orange", "-."),
-              "timeout": ("tab:purple", "--"), "interrupted": ("tab:purple", ":")}
+              "timeout": ("tab:purple", "--"), "interrupted": ("tab:purple", ":"),
+              "cluster_stop": ("tab:purple", ":")}
     attempt = 1
     for e in events:
         kind = e.get("kind")

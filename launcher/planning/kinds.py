@@ -97,6 +97,7 @@ class EventKind(StrEnum):
     RESTART = "restart"
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
+    CLUSTER_STOP = "cluster_stop"  # the cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)
     JOB_END = "job_end"
 
 

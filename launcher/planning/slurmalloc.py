@@ -216,3 +216,43 @@ def srun_steps(nodes_by_task: Sequence[str], scheduler_node: Optional[str], pyth
                                  python, "-m", "launcher.execution.slurm.shim", tasks_file, "workers"),
                        hostfile=tuple(nodes_by_task))
     return sched, workers
+
+
+def parse_job_record(text: str) -> Dict[str, str]:
+    """The fields of ``scontrol show job -o JOB`` (one line of ``Key=Value``) as a dict; the first
+    of a repeated key wins. Values with spaces (a command line) are cut at the space: only the
+    state fields (``JobState``, ``Reason``, ``Restarts``, ``PreemptTime``) are read."""
+    fields: Dict[str, str] = {}
+    for token in text.split():
+        key, eq, value = token.partition("=")
+        if eq and key and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def outside_stop(fields: Mapping[str, str], job_id: str, restart_count: int) -> Optional[Tuple[str, str]]:
+    """Whether Slurm itself is ending the run of job ``job_id`` that mslaunch runs in (its
+    ``scontrol show job`` fields, asked after a stop signal or a failure), as ``(status, message)``
+    for the summary; None when Slurm is not (the failure is the job's own).
+
+    - a preemption (``PreemptTime`` set: Slurm signals the steps at once and ends the job after
+      the partition's ``GraceTime``), or a requeue (``Restarts`` above this run's
+      ``SLURM_RESTART_COUNT``, ``restart_count``): ``preempted`` — the job runs again;
+    - the time limit (``Reason=TimeLimit``, ``TIMEOUT``, ``DEADLINE``): ``timeout``;
+    - a cancel (``CANCELLED``, or ``COMPLETING`` while mslaunch still runs in it): ``stopped``.
+    """
+    state = fields.get("JobState", "")
+    reason = fields.get("Reason", "None")
+    preempt = fields.get("PreemptTime", "None")
+    restarts_text = fields.get("Restarts", "0")
+    restarts = int(restarts_text) if restarts_text.isdigit() else 0
+    if preempt not in ("None", "Unknown", "") or state == "PREEMPTED":
+        when = f" at {preempt}" if preempt not in ("None", "Unknown", "") else ""
+        return "preempted", f"Slurm preempted job {job_id}{when}"
+    if restarts > restart_count or state.startswith("REQUEUE"):
+        return "preempted", f"Slurm requeued job {job_id}"
+    if state in ("TIMEOUT", "DEADLINE") or reason in ("TimeLimit", "DeadLine"):
+        return "timeout", f"Slurm job {job_id} reached its time limit"
+    if state in ("CANCELLED", "COMPLETING"):
+        return "stopped", f"Slurm cancelled job {job_id}"
+    return None

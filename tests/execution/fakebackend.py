@@ -60,10 +60,17 @@ class FakeBackend(Backend):
     calls: List[Tuple[str, str]] = field(default_factory=list)
     handles: List[FakeProcess] = field(default_factory=list)
     closed: bool = False
+    #: what :meth:`outside_stop` answers (a cluster scheduler ending the job), asked how often
+    outside: Optional[Tuple[str, str]] = None
+    outside_asked: int = 0
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
         return cls()
+
+    def outside_stop(self) -> Optional[Tuple[str, str]]:
+        self.outside_asked += 1
+        return self.outside
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
         self.calls.append(("start", proc.name))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from typing import Any, Dict, List, Tuple
 
 import pytest
 
 from launcher.errors import LaunchError
-from launcher.execution.results import FAILED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT
+from launcher.execution.results import FAILED, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.supervisor import Supervisor
 from tests.execution.fakebackend import Exit, FakeBackend, FakeProcess, fake_plan
@@ -106,6 +107,53 @@ def test_timeout_tears_down_and_exits_124(tmp_path):
     assert result.message == "the job ran past --timeout 0.2 s"
     assert all(p.torn_down for p in result.processes) and len(result.processes) == 3
     assert [k for k, _ in rec.events][-2:] == ["timeout", "teardown"]
+
+
+def test_a_job_the_cluster_preempts_is_preempted_not_failed_and_not_restarted(tmp_path):
+    """Slurm signals the ranks of a preempted job itself: their deaths are not the job's failure."""
+    rec = Recorder({"script": {"rank 1": Exit(143)}, "outside": ("preempted", "Slurm preempted job 5 at T")})
+    result = supervise(tmp_path, rec, max_restarts=2)
+    assert (result.status, result.exit_code, result.attempts) == (PREEMPTED, 143, 1)
+    assert result.message == "Slurm preempted job 5 at T" and result.root_cause is None
+    assert [k for k, _ in rec.events] == ["started", "started", "started", "cluster_stop", "teardown"]
+    assert rec.events[3][1] == {"status": "preempted", "message": "Slurm preempted job 5 at T"}
+    assert rec.backends[0].outside_asked == 1 and rec.backends[0].closed
+
+
+def test_a_failure_is_judged_as_usual_when_the_cluster_is_not_ending_the_job(tmp_path):
+    rec = Recorder({"script": {"rank 1": Exit(3)}})
+    result = supervise(tmp_path, rec)
+    assert (result.status, result.exit_code, result.root_cause.name) == (FAILED, 3, "rank 1")
+    assert rec.backends[0].outside_asked == 1
+
+
+def test_the_clusters_time_limit_is_a_timeout(tmp_path):
+    rec = Recorder({"script": {"rank 0": Exit(-15)}, "outside": ("timeout", "Slurm job 5 reached its time limit")})
+    result = supervise(tmp_path, rec)
+    assert (result.status, result.exit_code, result.message) == (TIMEOUT, TIMEOUT_EXIT, "Slurm job 5 reached its time limit")
+
+
+def test_a_stop_signal_sent_by_the_cluster_names_the_cluster(tmp_path):
+    """scancel: Slurm sends SIGTERM to mslaunch (through the batch script); the summary says who."""
+
+    class SignalledBackend(FakeBackend):
+        def start(self, proc, log_path, cwd):
+            handle = super().start(proc, log_path, cwd)
+            if proc.name == "rank 2":
+                os.kill(os.getpid(), signal.SIGTERM)  # the supervisor's handler raises at once
+            return handle
+
+    backends: List[FakeBackend] = []
+
+    def factory(attempt: int, adir: str) -> FakeBackend:
+        backends.append(SignalledBackend(outside=("stopped", "Slurm cancelled job 5")))
+        return backends[-1]
+
+    events: List[str] = []
+    sup = Supervisor(fake_plan(str(tmp_path / "job")), factory, SuperviseOptions(grace=1.0), on_event=lambda k, d: events.append(k))
+    result = sup.run()
+    assert (result.status, result.exit_code, result.message) == (STOPPED, 143, "Slurm cancelled job 5")
+    assert "cluster_stop" in events and "interrupted" not in events
 
 
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):

@@ -5,7 +5,8 @@ import pytest
 
 from launcher.errors import InventoryError, PlanError
 from launcher.planning.slurmalloc import (
-    Allocation, allocation_inventory, in_allocation, parse_allocation, parse_counts, parse_narrow, parse_node_addrs, srun_steps,
+    Allocation, allocation_inventory, in_allocation, outside_stop, parse_allocation, parse_counts, parse_job_record, parse_narrow,
+    parse_node_addrs, srun_steps,
 )
 
 
@@ -80,3 +81,35 @@ def test_srun_steps_whole_argv() -> None:
     assert workers.hostfile == ("n1", "n1", "n2")
     none, _ = srun_steps(["n1"], None, "/py", "/t", "s")
     assert none is None
+
+
+# scontrol show job -o lines as Slurm 22.05 prints them while mslaunch still runs in the job
+# (captured on the test cluster: a preemption with GraceTime, scontrol requeue, the time limit, scancel).
+_RECORD = ("JobId=13 JobName=mslaunch-x UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901757 Nice=0 "
+           "Account=(null) QOS=(null) JobState={state} Reason={reason} Dependency=(null) Requeue=1 Restarts={restarts} "
+           "BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A "
+           "SubmitTime=2026-11-23T22:21:36 PreemptEligibleTime=2026-11-23T22:21:36 PreemptTime={preempt} "
+           "Command=/tmp/my job/sbatch.sh WorkDir=/tmp/exp")
+
+
+@pytest.mark.parametrize("state, reason, restarts, preempt, count, expected", [
+    ("RUNNING", "None", "0", "2026-11-23T22:21:39", 0, ("preempted", "Slurm preempted job 13 at 2026-11-23T22:21:39")),
+    ("PREEMPTED", "None", "0", "None", 0, ("preempted", "Slurm preempted job 13")),
+    ("COMPLETING", "None", "1", "None", 0, ("preempted", "Slurm requeued job 13")),
+    ("COMPLETING", "None", "2", "None", 1, ("preempted", "Slurm requeued job 13")),
+    ("COMPLETING", "TimeLimit", "0", "None", 0, ("timeout", "Slurm job 13 reached its time limit")),
+    ("TIMEOUT", "None", "0", "None", 0, ("timeout", "Slurm job 13 reached its time limit")),
+    ("COMPLETING", "None", "0", "None", 0, ("stopped", "Slurm cancelled job 13")),
+    ("CANCELLED", "None", "1", "None", 1, ("stopped", "Slurm cancelled job 13")),
+    ("RUNNING", "None", "1", "None", 1, None),  # a requeued run whose rank failed by itself
+    ("RUNNING", "None", "0", "None", 0, None),
+])
+def test_slurms_own_reason_to_end_a_job(state, reason, restarts, preempt, count, expected) -> None:
+    fields = parse_job_record(_RECORD.format(state=state, reason=reason, restarts=restarts, preempt=preempt))
+    assert fields["JobState"] == state and fields["Command"] == "/tmp/my"  # a value with a space is cut there
+    assert outside_stop(fields, "13", count) == expected
+
+
+def test_no_record_no_outside_reason() -> None:
+    assert parse_job_record("") == {} and outside_stop({}, "13", 0) is None
+    assert parse_job_record("slurm_load_jobs error: Invalid job id specified") == {}

@@ -46,7 +46,7 @@ from launcher.execution.local import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
 from launcher.execution.slurm.shim import record_key
 from launcher.planning.plan import Plan, ProcPlan
-from launcher.planning.slurmalloc import allocation_job_id, srun_steps
+from launcher.planning.slurmalloc import allocation_job_id, outside_stop, srun_steps
 
 #: Folder of the shims' files in an attempt dir.
 STATUS_DIR = "slurm"
@@ -259,6 +259,14 @@ class SlurmBackend(Backend):
         if proc.role == "scheduler":
             return SrunStepProcess(base, self, list(self._sched_reqs), proc)
         return SrunStepProcess(base, self, list(self._worker_reqs), proc)
+
+    def outside_stop(self) -> Optional[Tuple[str, str]]:
+        """Slurm's own reason to end the run (see :func:`~launcher.planning.slurmalloc.outside_stop`),
+        from one ``scontrol show job``."""
+        from launcher.execution.slurm.submit import job_record
+
+        restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+        return outside_stop(job_record(self.job_id, timeout=3.0), self.job_id, int(restarts) if restarts.isdigit() else 0)
 
     def cancel(self, signal_name: Optional[str] = None) -> List[str]:
         """``scancel`` this attempt's steps (``--signal`` only when given); their ids."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import subprocess
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from launcher.errors import LaunchError
 
@@ -41,6 +41,18 @@ def job_state(slurm_job_id: str, timeout: float = 15.0) -> Optional[str]:
     res = _run(["squeue", "-h", "-j", slurm_job_id, "-o", "%T"], timeout)
     state = res.stdout.strip().splitlines()
     return state[0].strip() if res.returncode == 0 and state else None
+
+
+def job_record(slurm_job_id: str, timeout: float = 5.0) -> Dict[str, str]:
+    """``scontrol show job -o JOB``'s fields (:func:`~launcher.planning.slurmalloc.parse_job_record`);
+    ``{}`` when Slurm cannot be asked or does not know the job."""
+    from launcher.planning.slurmalloc import parse_job_record
+
+    try:
+        res = _run(["scontrol", "show", "job", "-o", slurm_job_id], timeout)
+    except LaunchError:
+        return {}
+    return parse_job_record(res.stdout) if res.returncode == 0 else {}
 
 
 def cancel(slurm_job_id: str, timeout: float = 15.0) -> None:
