@@ -9,9 +9,11 @@ The sbatch options come first; everything from the first other option (or the sc
 given to ``mslaunch run`` unchanged.  Preemption: ``--signal USR1@<s>`` makes Slurm send SIGUSR1
 to mslaunch ``<s>`` seconds before the end (``B:`` is added: the batch script's mslaunch gets it,
 not the ranks); mslaunch then stops the ranks gracefully (SIGTERM, ``--grace``) and writes the
-summary as ``preempted``; with ``--requeue`` the script then requeues the job
-(``scontrol requeue``) and the next run continues in ``<job dir>/attempt_<k>/``
-(``k`` = ``SLURM_RESTART_COUNT``); a job requeued by Slurm itself does the same.
+summary as ``preempted``, as it does when Slurm preempts the job (see
+:meth:`~launcher.execution.backend.Backend.outside_stop`); with ``--requeue`` the script then
+requeues the job unless Slurm does (:mod:`launcher.execution.slurm.requeue`) and the next run
+continues in ``<job dir>/attempt_<k>/`` (``k`` = ``SLURM_RESTART_COUNT``); a job requeued by
+Slurm itself does the same.
 """
 from __future__ import annotations
 
@@ -30,8 +32,6 @@ from launcher.planning import layout
 _SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?([A-Z0-9]+)(?:@(\d+))?$")
 #: run options sbatch sets itself.
 _OWN = ("--launcher", "--log-dir", "--log_dir", "--job-id", "--detach", "-d")
-#: exit 0 when the summary (argv[1]) says the run was preempted.
-_PREEMPTED_TEST = "import json,sys; sys.exit(json.load(open(sys.argv[1]))['status'] != 'preempted')"
 
 
 CONTEXT = dict(PROGRAM_CONTEXT, allow_extra_args=True)
@@ -84,13 +84,8 @@ def render_script(*, job_id: str, job_dir: str, cwd: str, python: str, directive
         "trap 'kill -TERM $pid 2>/dev/null' TERM INT",
         "while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done",
     ]
-    if requeue:
-        lines += [
-            f"if {q(python)} -c {q(_PREEMPTED_TEST)} \"$LOG_DIR/summary.json\" 2>/dev/null; then",
-            "  echo \"mslaunch: preempted; requeueing Slurm job $SLURM_JOB_ID\"",
-            "  scontrol requeue \"$SLURM_JOB_ID\"",
-            "fi",
-        ]
+    if requeue:  # a preempted run requeues its job, unless Slurm does it already
+        lines.append(f"{q(python)} -m launcher.execution.slurm.requeue \"$LOG_DIR/summary.json\"")
     lines.append("exit $rc")
     return "\n".join(lines) + "\n"
 

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from launcher.cli.sbatch import render_script
 from tests.conftest import mslaunch_argv
 
@@ -26,28 +28,32 @@ def test_render_script_whole_text() -> None:
         "trap 'kill -USR1 $pid 2>/dev/null' USR1\n"
         "trap 'kill -TERM $pid 2>/dev/null' TERM INT\n"
         "while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done\n"
-        "if /py -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))['\"'\"'status'\"'\"'] != '\"'\"'preempted'\"'\"')' "
-        "\"$LOG_DIR/summary.json\" 2>/dev/null; then\n"
-        "  echo \"mslaunch: preempted; requeueing Slurm job $SLURM_JOB_ID\"\n"
-        "  scontrol requeue \"$SLURM_JOB_ID\"\n"
-        "fi\n"
+        "/py -m launcher.execution.slurm.requeue \"$LOG_DIR/summary.json\"\n"
         "exit $rc\n"
     )
 
 
-def test_the_requeue_test_reads_the_summarys_status(tmp_path) -> None:
-    """The script requeues only when the run's summary says ``preempted`` (exit 0 of the test)."""
-    from launcher.cli.sbatch import _PREEMPTED_TEST
+@pytest.mark.parametrize("summary, restarts, count, expected", [
+    ({"status": "preempted"}, "0", 0, True),        # SIGUSR1 warning, or a preemption that signalled the steps
+    ({"status": "preempted"}, "", 0, True),         # Slurm could not be asked: requeue (the run asked for it)
+    ({"status": "preempted"}, "2", 1, False),       # Slurm requeues it already (scontrol requeue, REQUEUE mode)
+    ({"status": "preempted"}, "1", 1, True),        # a requeued run preempted again
+    ({"status": "stopped"}, "0", 0, False),
+    ({"status": "failed", "message": "preempted"}, "0", 0, False),
+    (None, "0", 0, False),                          # no summary (mslaunch was killed)
+])
+def test_the_script_requeues_a_preempted_run_once(summary, restarts, count, expected) -> None:
+    from launcher.execution.slurm.requeue import should_requeue
 
-    summary = tmp_path / "summary.json"
-    for text, code in (('{"status": "preempted", "processes": []}', 0), ('{"status": "stopped", "cause": "\\"status\\": \\"preempted\\""}', 1),
-                       ('{"status": "fai', 1), (None, 1)):
-        if text is None:
-            summary.unlink()
-        else:
-            summary.write_text(text)
-        res = subprocess.run([sys.executable, "-c", _PREEMPTED_TEST, str(summary)], capture_output=True, timeout=60)
-        assert res.returncode == code, (text, res.stderr)
+    assert should_requeue(summary, {"Restarts": restarts} if restarts else {}, count) is expected
+
+
+def test_requeue_step_outside_slurm_does_nothing(tmp_path) -> None:
+    (tmp_path / "summary.json").write_text('{"status": "preempted"}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    res = subprocess.run([sys.executable, "-m", "launcher.execution.slurm.requeue", str(tmp_path / "summary.json")],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert (res.returncode, res.stdout) == (1, "")
 
 
 def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """``mslaunch sbatch`` on a real 3-node Slurm cluster: submit, ps/status/logs tail -f/stop
 (scancel), and preemption: SIGUSR1 -> summary 'preempted' -> requeue -> the next run in
-attempt_1/ (also when Slurm requeues the job itself)."""
+attempt_1/ (also when Slurm requeues the job itself, and on a real preemption by a job of a
+higher-priority partition)."""
 from __future__ import annotations
 
 import json
@@ -116,6 +117,44 @@ def test_a_job_requeued_by_slurm_continues_in_attempt_1(slurm: SlurmCluster, tmp
     assert res.returncode == 0, res.stderr
     slurm.release_requeued(sid)
     _requeued_run_ended(slurm, sid, job_dir)
+    first = json.loads((job_dir / "summary.json").read_text())
+    assert (first["status"], first["message"]) == ("preempted", f"Slurm requeued job {sid}")
+    # Slurm requeued it: the script must not requeue it once more (that would skip attempt_1)
+    assert "requeueing Slurm job" not in (job_dir / "slurm.out").read_text()
     assert json.loads((job_dir / "attempt_1" / "summary.json").read_text())["status"] == "succeeded"
+    assert not (job_dir / "attempt_2").exists()
+    slurm.wait_idle()
+    assert slurm.node_pids() == {}
+
+
+def test_a_job_preempted_by_a_higher_priority_job_is_requeued_and_continues(slurm: SlurmCluster, tmp_path) -> None:
+    """A real preemption: a job of the higher-tier partition 'urgent' needs every node. Slurm
+    (PreemptMode=REQUEUE, GraceTime) signals the steps at once, not the batch script: mslaunch
+    must judge that a preemption, not a failure of its ranks, and the script requeue the job."""
+    env = _env(slurm, tmp_path)
+    job_dir = tmp_path / "job"
+    sid, jid = _submit(slurm, env, tmp_path, "-N", "3", "--ntasks-per-node", "1", "--requeue", "--log-dir", str(job_dir),
+                       "--np", "3", PROG, "ok", "300/1")
+    wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 4, 90, "the first run started")
+    urgent = slurm.run(["sbatch", "--parsable", "-p", "urgent", "-N3", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 1"])
+    assert urgent.returncode == 0, urgent.stderr
+    wait_or_fail(lambda: (job_dir / "summary.json").exists(), 60, "the preempted run's summary")
+    slurm.release_requeued(sid, timeout=120)
+    _requeued_run_ended(slurm, sid, job_dir)
+    first = json.loads((job_dir / "summary.json").read_text())
+    assert first["status"] == "preempted" and first["message"].startswith(f"Slurm preempted job {sid} at "), first
+    assert first["root_cause"] is None
+    ranks = [p for p in first["processes"] if p["rank"] is not None]
+    assert len(ranks) == 3 and all(p["torn_down"] for p in ranks), ranks
+    out = (job_dir / "slurm.out").read_text()
+    assert f"mslaunch: Slurm preempted job {sid} at " in out and " failed (" not in out, out[-3000:]
+    assert out.count(f"requeueing Slurm job {sid}") == 1
+    second = json.loads((job_dir / "attempt_1" / "summary.json").read_text())
+    assert second["status"] == "succeeded", second
+    seen = json.loads((job_dir / "attempt_1" / "worker_0.log").read_text().splitlines()[0])
+    assert seen["env"].get("SLURM_RESTART_COUNT") == "1"
+    assert not (job_dir / "attempt_2").exists()
+    events = [json.loads(line)["kind"] for line in open(job_dir / "events.jsonl")]
+    assert "cluster_stop" in events and "failure" not in events
     slurm.wait_idle()
     assert slurm.node_pids() == {}

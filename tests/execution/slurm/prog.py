@@ -1,6 +1,6 @@
 """A tiny rank program for the slurm backend tests (no MindSpore).
 
-``prog.py MODE SECONDS``: prints its rank, node and MS_*/RANK_* env as JSON to its log, records
+``prog.py MODE SECONDS`` (or ``N/M``: M seconds in a requeued run): prints its rank, node and MS_*/RANK_* env as JSON to its log, records
 its pid in ``$PROG_PIDS/<rank>`` (if set), then per MODE: ``ok`` sleeps SECONDS and exits 0,
 ``fail`` makes rank 3 exit 3 after 0.5 s (others sleep SECONDS), ``hang`` ignores SIGTERM
 and sleeps. The scheduler (MS_ROLE=MS_SCHED) listens on MS_SCHED_PORT until SIGTERM / SECONDS.
@@ -13,7 +13,9 @@ import sys
 import time
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
-seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 0.3
+when = sys.argv[2] if len(sys.argv) > 2 else "0.3"
+first, _, again = when.partition("/")  # "N/M": N seconds, M in a requeued run (SLURM_RESTART_COUNT > 0)
+seconds = float(again if again and os.environ.get("SLURM_RESTART_COUNT", "0") != "0" else first)
 rank = os.environ.get("RANK_ID")
 keys = sorted(k for k in os.environ if k.startswith(("MS_", "RANK_", "DEVICE_", "LOCAL_", "MSL_TEST_", "SLURM_RESTART")))
 print(json.dumps({"rank": rank, "node": socket.gethostname(), "env": {k: os.environ[k] for k in keys}, "cwd": os.getcwd()}), flush=True)
