@@ -68,6 +68,8 @@ def test_submit_ps_status_logs_tail_and_stop(slurm: SlurmCluster, tmp_path) -> N
     assert tail.returncode == 0
     for rank in range(6):
         assert f"[rank {rank}]" in out, out
+    summary = json.loads((job_dir / "summary.json").read_text())  # -f ended: the run wrote it
+    assert (summary["status"], summary["message"]) == ("stopped", f"Slurm cancelled job {sid}"), summary
     slurm.wait_idle()
     assert slurm.node_pids() == {}
     status = _ms(env, "status", jid)
