@@ -50,36 +50,35 @@ def join_collective_cluster(prog: str, description: str, argv: Optional[Sequence
     return None
 
 
+def _one_op_cell(make_op: "object") -> "object":
+    """A MindSpore cell whose ``construct(x)`` applies one operator made by ``make_op()``."""
+    from mindspore import nn
+
+    class _OneOp(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.op = make_op()  # type: ignore[operator]
+
+        def construct(self, x):
+            return self.op(x)
+
+    return _OneOp()
+
+
 def all_reduce_sum() -> "object":
     """A MindSpore cell that sums a tensor over every rank of the world group (``ops.AllReduce``);
     call it after :func:`join_collective_cluster` returned None."""
-    from mindspore import nn, ops
+    from mindspore import ops
 
-    class _AllReduceSum(nn.Cell):
-        def __init__(self) -> None:
-            super().__init__()
-            self.all_reduce = ops.AllReduce()
-
-        def construct(self, x):
-            return self.all_reduce(x)
-
-    return _AllReduceSum()
+    return _one_op_cell(ops.AllReduce)
 
 
 def all_gather() -> "object":
     """A MindSpore cell that concatenates a tensor of every rank of the world group along axis 0,
     in rank order (``ops.AllGather``); call it after the communication is initialised."""
-    from mindspore import nn, ops
+    from mindspore import ops
 
-    class _AllGather(nn.Cell):
-        def __init__(self) -> None:
-            super().__init__()
-            self.all_gather = ops.AllGather()
-
-        def construct(self, x):
-            return self.all_gather(x)
-
-    return _AllGather()
+    return _one_op_cell(ops.AllGather)
 
 
 def exit_now(code: int) -> "NoReturn":
