@@ -26,7 +26,7 @@ import queue
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
@@ -59,6 +59,7 @@ class _Outcome:
     status: str
     code: int
     message: Optional[str] = None
+    by_cluster: bool = False  # the cluster's scheduler ended the attempt (see _outside_stop)
 
 
 class _Attempt:
@@ -200,6 +201,8 @@ class Supervisor:
         state = _Attempt()
         outcome = self._supervise(state, attempt, adir, deadline)
         results = state.results()
+        if outcome.by_cluster:  # what died of the scheduler's signals did not fail by itself
+            results = [replace(r, torn_down=True, reason=r.reason or outcome.message) if r.failed else r for r in results]
         status, code, cause, message = self._judge(outcome, results, adir)
         return AttemptResult(attempt, adir, status, code, started, time.time(), tuple(results), cause, message)
 
@@ -456,7 +459,7 @@ def _outside_stop(backend: Optional[Backend], code: int) -> Optional[_Outcome]:
     if why is None:
         return None
     status, message = why
-    return _Outcome(status, TIMEOUT_EXIT if status == TIMEOUT else code, message)
+    return _Outcome(status, TIMEOUT_EXIT if status == TIMEOUT else code, message, by_cluster=True)
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

@@ -118,6 +118,10 @@ def test_a_job_the_cluster_preempts_is_preempted_not_failed_and_not_restarted(tm
     assert [k for k, _ in rec.events] == ["started", "started", "started", "cluster_stop", "teardown"]
     assert rec.events[3][1] == {"status": "preempted", "message": "Slurm preempted job 5 at T"}
     assert rec.backends[0].outside_asked == 1 and rec.backends[0].closed
+    # rank 1 died of the scheduler's signal, the others were torn down: none failed by itself
+    by_name = {p.name: p for p in result.processes}
+    assert not any(p.failed for p in result.processes)
+    assert (by_name["rank 1"].returncode, by_name["rank 1"].reason) == (143, "Slurm preempted job 5 at T")
 
 
 def test_a_failure_is_judged_as_usual_when_the_cluster_is_not_ending_the_job(tmp_path):
