@@ -4,7 +4,8 @@
 CLI's imports), so a stop signal during start-up is never lost: it is recorded in
 :data:`pending`, and the supervisor turns it into a ``stopped`` job with a summary (nothing is
 started once a stop signal is pending).  While the supervisor starts and watches processes
-the handler is *armed* and raises :class:`Interrupted` at once, so ``finally`` blocks tear down.
+the handler is *armed* and raises :class:`Interrupted` at once, so ``finally`` blocks tear down;
+raising disarms it, so a second signal cannot interrupt the handling of the first.
 
 This module is imported before anything else: standard library only, nothing heavy.
 """
@@ -34,6 +35,9 @@ class Interrupted(Exception):
 def _handler(signum: int, frame: Any) -> None:
     pending.append(signum)
     if _armed[0]:
+        # One Interrupted per arming: a second signal while the first is handled (Slurm sends
+        # SIGTERM to mslaunch and its batch script forwards another) is only recorded.
+        _armed[0] = False
         raise Interrupted(signum)
 
 

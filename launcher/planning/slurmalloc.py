@@ -235,8 +235,8 @@ def outside_stop(fields: Mapping[str, str], job_id: str, restart_count: int) -> 
     ``scontrol show job`` fields, asked after a stop signal or a failure), as ``(status, message)``
     for the summary; None when Slurm is not (the failure is the job's own).
 
-    - a preemption (``PreemptTime`` set: Slurm signals the steps at once and ends the job after
-      the partition's ``GraceTime``), or a requeue (``Restarts`` above this run's
+    - a preemption (``PreemptTime`` set, not before this run's ``StartTime``: Slurm signals the
+      steps at once and ends the job after the partition's ``GraceTime``), or a requeue (``Restarts`` above this run's
       ``SLURM_RESTART_COUNT``, ``restart_count``): ``preempted`` — the job runs again;
     - the time limit (``Reason=TimeLimit``, ``TIMEOUT``, ``DEADLINE``): ``timeout``;
     - a cancel (``CANCELLED``, or ``COMPLETING`` while mslaunch still runs in it): ``stopped``.
@@ -244,11 +244,13 @@ def outside_stop(fields: Mapping[str, str], job_id: str, restart_count: int) -> 
     state = fields.get("JobState", "")
     reason = fields.get("Reason", "None")
     preempt = fields.get("PreemptTime", "None")
+    start = fields.get("StartTime", "")
+    if preempt in ("None", "Unknown", "") or (start[:1].isdigit() and preempt < start):
+        preempt = ""  # none, or that of an earlier run of a requeued job (ISO times compare as text)
     restarts_text = fields.get("Restarts", "0")
     restarts = int(restarts_text) if restarts_text.isdigit() else 0
-    if preempt not in ("None", "Unknown", "") or state == "PREEMPTED":
-        when = f" at {preempt}" if preempt not in ("None", "Unknown", "") else ""
-        return "preempted", f"Slurm preempted job {job_id}{when}"
+    if preempt or state == "PREEMPTED":
+        return "preempted", f"Slurm preempted job {job_id}" + (f" at {preempt}" if preempt else "")
     if restarts > restart_count or state.startswith("REQUEUE"):
         return "preempted", f"Slurm requeued job {job_id}"
     if state in ("TIMEOUT", "DEADLINE") or reason in ("TimeLimit", "DeadLine"):

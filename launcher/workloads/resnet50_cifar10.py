@@ -334,7 +334,10 @@ def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[
                          "needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)")
     for epoch, step, path in found:
         if (epoch, step) > pick:
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                raise UsageError(f"--resume: cannot remove {path} (not on every rank): {exc.strerror}") from None
             _say(f"resume: removed {path}: not on every rank (those steps are trained again)")
     return next(path for epoch, step, path in found if (epoch, step) == pick)
 

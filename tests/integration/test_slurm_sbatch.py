@@ -132,12 +132,14 @@ def test_a_job_requeued_by_slurm_continues_in_attempt_1(slurm: SlurmCluster, tmp
 def test_a_job_preempted_by_a_higher_priority_job_is_requeued_and_continues(slurm: SlurmCluster, tmp_path) -> None:
     """A real preemption: a job of the higher-tier partition 'urgent' needs every node. Slurm
     (PreemptMode=REQUEUE, GraceTime) signals the steps at once, not the batch script: mslaunch
-    must judge that a preemption, not a failure of its ranks, and the script requeue the job."""
+    must judge that a preemption, not a failure of its ranks, and the script requeue the job.
+    In the requeued run rank 3 fails by itself: that is a failure again (the job keeps its old
+    PreemptTime), and a failed run is not requeued."""
     env = _env(slurm, tmp_path)
     job_dir = tmp_path / "job"
-    sid, jid = _submit(slurm, env, tmp_path, "-N", "3", "--ntasks-per-node", "1", "--requeue", "--log-dir", str(job_dir),
-                       "--np", "3", PROG, "ok", "300/1")
-    wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 4, 90, "the first run started")
+    sid, jid = _submit(slurm, env, tmp_path, "-N", "2", "--ntasks-per-node", "2", "--requeue", "--log-dir", str(job_dir),
+                       "--np", "4", PROG, "fail-requeued", "300/30")
+    wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 5, 90, "the first run started")
     urgent = slurm.run(["sbatch", "--parsable", "-p", "urgent", "-N3", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 1"])
     assert urgent.returncode == 0, urgent.stderr
     wait_or_fail(lambda: (job_dir / "summary.json").exists(), 60, "the preempted run's summary")
@@ -145,18 +147,18 @@ def test_a_job_preempted_by_a_higher_priority_job_is_requeued_and_continues(slur
     _requeued_run_ended(slurm, sid, job_dir)
     first = json.loads((job_dir / "summary.json").read_text())
     assert first["status"] == "preempted" and first["message"].startswith(f"Slurm preempted job {sid} at "), first
-    assert first["root_cause"] is None
+    assert first["root_cause"] is None and first["exit_code"] == 143
     ranks = [p for p in first["processes"] if p["rank"] is not None]
-    assert len(ranks) == 3 and all(p["torn_down"] for p in ranks), ranks
+    assert len(ranks) == 4 and all(p["torn_down"] for p in ranks), ranks
     out = (job_dir / "slurm.out").read_text()
-    assert f"mslaunch: Slurm preempted job {sid} at " in out and " failed (" not in out, out[-3000:]
-    assert out.count(f"requeueing Slurm job {sid}") == 1
+    assert f"mslaunch: Slurm preempted job {sid} at " in out and out.count(f"requeueing Slurm job {sid}") == 1, out[-3000:]
+    events = [json.loads(line)["kind"] for line in open(job_dir / "events.jsonl")]
+    assert "cluster_stop" in events and "failure" not in events
     second = json.loads((job_dir / "attempt_1" / "summary.json").read_text())
-    assert second["status"] == "succeeded", second
+    assert (second["status"], second["exit_code"]) == ("failed", 3), second
+    assert (second["root_cause"]["name"], second["root_cause"]["host"]) == ("rank 3", "node2")
     seen = json.loads((job_dir / "attempt_1" / "worker_0.log").read_text().splitlines()[0])
     assert seen["env"].get("SLURM_RESTART_COUNT") == "1"
     assert not (job_dir / "attempt_2").exists()
-    events = [json.loads(line)["kind"] for line in open(job_dir / "events.jsonl")]
-    assert "cluster_stop" in events and "failure" not in events
     slurm.wait_idle()
     assert slurm.node_pids() == {}

@@ -89,6 +89,7 @@ _RECORD = ("JobId=13 JobName=mslaunch-x UserId=root(0) GroupId=root(0) MCS_label
            "Account=(null) QOS=(null) JobState={state} Reason={reason} Dependency=(null) Requeue=1 Restarts={restarts} "
            "BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A "
            "SubmitTime=2026-11-23T22:21:36 PreemptEligibleTime=2026-11-23T22:21:36 PreemptTime={preempt} "
+           "StartTime=2026-11-23T22:21:37 "
            "Command=/tmp/my job/sbatch.sh WorkDir=/tmp/exp")
 
 
@@ -102,6 +103,7 @@ _RECORD = ("JobId=13 JobName=mslaunch-x UserId=root(0) GroupId=root(0) MCS_label
     ("COMPLETING", "None", "0", "None", 0, ("stopped", "Slurm cancelled job 13")),
     ("CANCELLED", "None", "1", "None", 1, ("stopped", "Slurm cancelled job 13")),
     ("RUNNING", "None", "1", "None", 1, None),  # a requeued run whose rank failed by itself
+    ("RUNNING", "None", "1", "2026-11-23T22:20:01", 1, None),  # ... after an earlier run was preempted
     ("RUNNING", "None", "0", "None", 0, None),
 ])
 def test_slurms_own_reason_to_end_a_job(state, reason, restarts, preempt, count, expected) -> None:

@@ -2,7 +2,8 @@
 
 ``prog.py MODE SECONDS`` (or ``N/M``: M seconds in a requeued run): prints its rank, node and MS_*/RANK_* env as JSON to its log, records
 its pid in ``$PROG_PIDS/<rank>`` (if set), then per MODE: ``ok`` sleeps SECONDS and exits 0,
-``fail`` makes rank 3 exit 3 after 0.5 s (others sleep SECONDS), ``hang`` ignores SIGTERM
+``fail`` makes rank 3 exit 3 after 0.5 s (others sleep SECONDS), ``fail-requeued`` the same in a
+requeued run only, ``hang`` ignores SIGTERM
 and sleeps. The scheduler (MS_ROLE=MS_SCHED) listens on MS_SCHED_PORT until SIGTERM / SECONDS.
 """
 import json
@@ -31,7 +32,8 @@ if os.environ.get("MS_ROLE") == "MS_SCHED":
     sys.exit(0)
 if mode == "hang":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-if mode == "fail" and rank == "3":
+requeued = os.environ.get("SLURM_RESTART_COUNT", "0") != "0"
+if mode in ("fail", "fail-requeued") and rank == "3" and (mode == "fail" or requeued):
     time.sleep(0.5)
     sys.exit(3)
 time.sleep(seconds)
