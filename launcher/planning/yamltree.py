@@ -99,7 +99,10 @@ def yaml_tree(text: str, where: str) -> Optional[Node]:
         return composer.compose(loader.get_event)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise composer.fail(f"invalid YAML: {exc.problem or exc.context or 'syntax error'}", mark.line + 1 if mark else None) from None
+        line = mark.line + 1 if mark else None
+        if "maximum nesting depth" in str(exc.problem):  # libyaml's own bound (1,000 levels), met while it scans ahead
+            raise composer.fail(f"nested deeper than {MAX_YAML_DEPTH} levels", line) from None
+        raise composer.fail(f"invalid YAML: {exc.problem or exc.context or 'syntax error'}", line) from None
     except yaml.reader.ReaderError as exc:
         char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
         line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None

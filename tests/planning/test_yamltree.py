@@ -139,3 +139,20 @@ def test_an_alias_is_its_anchors_value() -> None:
     top = composed("a: &x {k0: [1, 2]}\nb: *x\nc: &s text\nd: *s\n")
     assert top["b"] is top["a"] and top["d"] == "text"
     assert top.lines == {"a": 1, "b": 2, "c": 3, "d": 4}
+
+
+@pytest.mark.parametrize("parser", ["libyaml", "pure Python"])
+@pytest.mark.parametrize("text, line", [
+    ("hosts: " + "[" * 2_000 + "]" * 2_000 + "\n", 1),  # past libyaml's own bound (1,000), which it meets while scanning ahead
+    ("hosts: " + "{a: " * 2_000 + "1" + "}" * 2_000 + "\n", 1),
+    ("hosts:\n" + "- " * 2_000 + "x\n", 2),  # block sequences, one per '- '
+    ("hosts: " + "[" * 40 + "]" * 40 + "\n", 1),
+])
+def test_deep_nesting_is_one_message_whatever_the_parser(monkeypatch, parser: str, text: str, line: int) -> None:
+    if parser == "pure Python":
+        monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    elif getattr(yaml, "CSafeLoader", None) is None:
+        pytest.skip("PyYAML is built without libyaml here")
+    with pytest.raises(InventoryError) as info:
+        yaml_tree(text, "c.yaml")
+    assert str(info.value) == f"c.yaml:{line}: nested deeper than 32 levels"
