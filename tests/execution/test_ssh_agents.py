@@ -69,6 +69,20 @@ def session_children(c, host) -> List[psutil.Process]:
     return out
 
 
+def described(left: Dict[str, List[int]]) -> Dict[str, List[str]]:
+    """``all_pids()`` with each process's state, parent and command line (for a failure message)."""
+    out: Dict[str, List[str]] = {}
+    for host, pids in left.items():
+        for pid in pids:
+            try:
+                p = psutil.Process(pid)
+                parent = p.parent()
+                out.setdefault(host, []).append(f"{pid} {p.status()} parent={parent.name() if parent else None} {p.cmdline()!r:.120}")
+            except psutil.Error as exc:
+                out.setdefault(host, []).append(f"{pid} gone ({type(exc).__name__})")
+    return out
+
+
 def started(tmp_path, n: int) -> bool:
     d = tmp_path / "pids"
     return d.is_dir() and len([f for f in os.listdir(d) if f.endswith(".pids")]) >= n
@@ -107,7 +121,8 @@ def test_ranks_of_a_host_share_one_session_and_threads_do_not_grow_per_rank(clus
         finally:
             stop(p)
         assert p.returncode == 130
-        assert wait_for(lambda: c.all_pids() == {}, 20), c.all_pids()
+        left = c.all_pids()
+        assert left == {}, described(left)  # at once: mslaunch waited for its agents to exit
     assert threads[4] == threads[1], threads  # 13 ranks vs 4 ranks: the same threads
 
 
@@ -176,3 +191,17 @@ def test_killed_agent_makes_its_host_ranks_lost(cluster, tmp_path):
     lost = [q for q in s["processes"] if q["host"] == c.hosts[1].ip]
     assert [q["exit_code"] for q in lost] == [255, 255]
     assert all(q["reason"] == cause["reason"] for q in lost)
+
+
+@pytest.mark.parametrize("mode, code", [("ok", 0), ("fail", 6), ("sigkill", 137)])
+def test_no_agent_outlives_mslaunch(cluster, tmp_path, mode: str, code: int):
+    """Checked the moment mslaunch exited, not waited for: every host is empty (mslaunch waits for
+    each agent's exit status before it closes the connections)."""
+    c = cluster
+    inv = inventory(c, tmp_path / "inv.yaml", 2)
+    (tmp_path / "pids").mkdir()
+    r = subprocess.run(mslaunch(c, tmp_path, inv, PROG, mode, "0.3", "2", "6"), capture_output=True, text=True,
+                       env=env_for(c), cwd=str(tmp_path), timeout=120)
+    left = c.all_pids()
+    assert r.returncode == code, r.stderr
+    assert left == {}, described(left)

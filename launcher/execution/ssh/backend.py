@@ -61,6 +61,8 @@ _MAX_OPEN_LOGS = 256
 _READ_BUDGET = 1 << 20
 #: Seconds to wait for the exit status of an agent whose channel reached EOF.
 _STATUS_WAIT = 2.0
+#: Seconds to wait at close for the agents to exit (an agent ending ranks that still run takes ~2 s).
+_AGENT_EXIT_WAIT = 3.0
 
 
 class _LogFiles:
@@ -577,9 +579,10 @@ class SshLauncher(Backend):
         return cls(ctx.plan, ctx.settings_for("ssh") or SSHSettings())
 
     def close(self) -> None:
-        """Stop the pump and close every connection (agents still running then end their ranks)."""
+        """Stop the pump, let every agent exit, and close every connection."""
         if self._pump is not None:
             self._pump.stop()
+        self._let_agents_exit()
         conns = list(getattr(self, "conns", {}).values())
         threads = [threading.Thread(target=c.close, daemon=True) for c in conns]
         for t in threads:
@@ -587,6 +590,24 @@ class SshLauncher(Backend):
         for t in threads:
             t.join(5.0)
         self.logs.close()
+
+
+    def _let_agents_exit(self, timeout: float = _AGENT_EXIT_WAIT) -> None:
+        """End every agent's stdin and wait (at most ``timeout`` s, all hosts at once) until sshd
+        reports its exit, so no agent outlives mslaunch: closing the connections alone lets
+        each agent end by itself a moment after mslaunch exited.  An agent whose ranks still
+        run ends them first (SIGTERM, 2 s, SIGKILL); a lost connection is not waited for."""
+        waiting = []
+        for agent in self.agents.values():
+            chan = agent.chan
+            if chan is None or chan.closed or chan.exit_status_ready() or not agent.conn.active():
+                continue
+            agent.conn.send_eof(chan)
+            waiting.append(chan)
+        deadline = time.monotonic() + timeout
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.005)
+            waiting = [c for c in waiting if not (c.closed or c.exit_status_ready())]
 
 
 register_backend("ssh", SshLauncher)

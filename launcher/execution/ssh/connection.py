@@ -119,7 +119,7 @@ class SshConnection:
         self._accept_new = accept_new
         self._clients = [client]
         self._lock = threading.Lock()
-        self._outbox: "queue.Queue[Optional[Tuple[paramiko.Channel, bytes]]]" = queue.Queue()
+        self._outbox: "queue.Queue[Optional[Tuple[paramiko.Channel, Optional[bytes]]]]" = queue.Queue()  # None: EOF
         self._sender = threading.Thread(target=self._send_loop, name=f"ssh-send-{target.name}", daemon=True)
         self._sender.start()
         self.closed = False
@@ -168,6 +168,11 @@ class SshConnection:
         if not self.closed:
             self._outbox.put((chan, data))
 
+    def send_eof(self, chan: paramiko.Channel) -> None:
+        """Queue the end of ``chan``'s stdin, after what is queued for it (never blocks)."""
+        if not self.closed:
+            self._outbox.put((chan, None))
+
     def _send_loop(self) -> None:
         while True:
             item = self._outbox.get()
@@ -175,7 +180,11 @@ class SshConnection:
                 return
             chan, data = item
             try:
-                if not chan.closed:
+                if chan.closed:
+                    continue
+                if data is None:
+                    chan.shutdown_write()
+                else:
                     chan.sendall(data)
             except Exception:
                 pass
