@@ -31,10 +31,13 @@ def synth_cifar10(
     Point the trainer at DIR: python -m launcher.workloads.resnet50_cifar10 --data-path DIR.
     """
     # numpy is only needed here, so the rest of the CLI does not import it.
-    from launcher.workloads.cifar10_synth import write_synthetic_cifar10
+    from launcher.workloads.cifar10_synth import SynthDataError, write_synthetic_cifar10
 
     if directory.exists() and not directory.is_dir():
         raise MsLaunchError("exists and is not a directory", path=str(directory))
-    path = write_synthetic_cifar10(str(directory), train=train, test=test, seed=seed)
+    try:
+        path = write_synthetic_cifar10(str(directory), train=train, test=test, seed=seed)
+    except SynthDataError as exc:
+        raise MsLaunchError(exc.message, path=exc.path) from None
     typer.echo(f"wrote {path}: {train} train records (data_batch_1..5.bin), {test} test records "
                f"(test_batch.bin), batches.meta.txt; seed {seed}")

@@ -18,8 +18,10 @@ from launcher.planning import layout
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.kinds import ArtefactKind, Method, Role
 
+from launcher.planning.mpiopts import MpiOptions  # noqa: F401 - re-exported: its old home
+
 if TYPE_CHECKING:
-    from launcher.planning.plan import Plan, ProcPlan
+    from launcher.planning.jobspec import Plan, ProcPlan
 
 #: A generated ssh config for OpenMPI's rsh agent, in the job dir (per-host ssh settings).
 SSH_CONFIG_NAME = "ssh_config"
@@ -44,29 +46,6 @@ class MpiContext:
     np: int
     env: Tuple[Tuple[str, str], ...]
     argv: Tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class MpiOptions:
-    """mpirun settings that are not per context.
-
-    Attributes:
-        mpirun: the mpirun executable.
-        allow_run_as_root: add ``--allow-run-as-root`` (mslaunch runs as root).
-        oversubscribe: add ``--oversubscribe``.
-        nic: interface for ``btl_tcp_if_include`` / ``oob_tcp_if_include``.
-        rsh_agent: ssh command line for OpenMPI's rsh agent (``plm_rsh_agent``), or None.
-        hostfile: path of a generated hostfile to pass with ``--hostfile``, or None for ``-H``.
-        extra: ``--mpi-arg`` passthrough, in order.
-    """
-
-    mpirun: str = "mpirun"
-    allow_run_as_root: bool = False
-    oversubscribe: bool = False
-    nic: Optional[str] = None
-    rsh_agent: Optional[str] = None
-    hostfile: Optional[str] = None
-    extra: Tuple[str, ...] = ()
 
 
 def host_slot_list(counts: Sequence[Tuple[str, int]]) -> str:

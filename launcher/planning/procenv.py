@@ -9,8 +9,8 @@ from launcher.planning.inventory import Host
 from launcher.planning.kinds import Method
 from launcher.planning.ranks import RankSlot
 
-if TYPE_CHECKING:  # plan.py imports this module; the spec is only read here
-    from launcher.planning.plan import JobSpec
+if TYPE_CHECKING:
+    from launcher.planning.jobspec import JobSpec
 
 
 @dataclass(frozen=True)

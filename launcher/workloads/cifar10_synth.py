@@ -32,12 +32,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from typing import List, Optional, Sequence
 
 import numpy as np
-
-from launcher.errors import MsLaunchError
-from launcher.jobs.files import write_atomic
 
 #: The folder name CIFAR-10's binary tarball unpacks to (and Cifar10Dataset is pointed at).
 FOLDER = "cifar-10-batches-bin"
@@ -76,6 +74,43 @@ _COLOURS = np.array(
     dtype=np.float32,
 )
 
+
+
+class SynthDataError(Exception):
+    """A count is out of range or the data cannot be written (one line; ``path`` names the file).
+
+    The workloads stand apart from the launcher's layers, so this is their own exception; the
+    ``mslaunch data`` command turns it into the launcher's one-line error.
+    """
+
+    def __init__(self, message: str, path: Optional[str] = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.message = message
+        self.path = path
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``:
+    readers see the old file or the whole new one, never a part; a failed write leaves no
+    temporary file.
+
+    Raises:
+        OSError: the write or the rename failed (the caller names the folder).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 def _templates() -> np.ndarray:
     """The 10 class templates, float32 of shape (10, 3, 32, 32), values around 0..255."""
@@ -131,14 +166,14 @@ def write_synthetic_cifar10(directory: str, train: int = 2000, test: int = 500, 
         The path of the ``cifar-10-batches-bin`` folder written.
 
     Raises:
-        MsLaunchError: a count is out of range, or the folder cannot be written.
+        SynthDataError: a count is out of range, or the folder cannot be written.
     """
     if train < len(TRAIN_FILES):
-        raise MsLaunchError(f"--train must be at least {len(TRAIN_FILES)} (one record per batch file), got {train}")
+        raise SynthDataError(f"--train must be at least {len(TRAIN_FILES)} (one record per batch file), got {train}")
     if test < 1:
-        raise MsLaunchError(f"--test must be at least 1, got {test}")
+        raise SynthDataError(f"--test must be at least 1, got {test}")
     if seed < 0:
-        raise MsLaunchError(f"--seed must be >= 0, got {seed}")
+        raise SynthDataError(f"--seed must be >= 0, got {seed}")
     out_dir = os.path.join(os.fspath(directory), FOLDER)
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -146,12 +181,12 @@ def write_synthetic_cifar10(directory: str, train: int = 2000, test: int = 500, 
         test_rec = _records(test, np.random.default_rng([seed, 1]))
         start = 0
         for name, size in zip(TRAIN_FILES, _split(train, len(TRAIN_FILES))):
-            write_atomic(os.path.join(out_dir, name), train_rec[start : start + size].tobytes())
+            _write_atomic(os.path.join(out_dir, name), train_rec[start : start + size].tobytes())
             start += size
-        write_atomic(os.path.join(out_dir, TEST_FILE), test_rec.tobytes())
-        write_atomic(os.path.join(out_dir, META_FILE), ("\n".join(CLASSES) + "\n").encode("ascii"))
+        _write_atomic(os.path.join(out_dir, TEST_FILE), test_rec.tobytes())
+        _write_atomic(os.path.join(out_dir, META_FILE), ("\n".join(CLASSES) + "\n").encode("ascii"))
     except OSError as exc:
-        raise MsLaunchError(f"cannot write synthetic CIFAR-10: {exc.strerror or exc}", path=out_dir) from exc
+        raise SynthDataError(f"cannot write synthetic CIFAR-10: {exc.strerror or exc}", path=out_dir) from exc
     return out_dir
 
 
@@ -168,7 +203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         path = write_synthetic_cifar10(args.dir, train=args.train, test=args.test, seed=args.seed)
-    except MsLaunchError as exc:
+    except SynthDataError as exc:
         sys.stderr.write(f"cifar10_synth: error: {exc}\n")
         return 2
     print(f"wrote {args.train} train + {args.test} test records (seed {args.seed}) to {path}", flush=True)

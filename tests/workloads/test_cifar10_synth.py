@@ -123,7 +123,7 @@ def test_a_failed_write_leaves_old_files_intact_and_no_temp_files(
         real_replace(src, dst)
 
     monkeypatch.setattr(synth.os, "replace", failing)
-    with pytest.raises(MsLaunchError, match="No space left on device"):
+    with pytest.raises(synth.SynthDataError, match="No space left on device"):
         synth.write_synthetic_cifar10(str(tmp_path), train=10, test=2, seed=1)
     after = _bytes_of(folder)
     assert sorted(after) == sorted(before)  # the failed temp file was removed
@@ -141,9 +141,9 @@ def test_a_failed_write_leaves_old_files_intact_and_no_temp_files(
         ({"seed": -1}, "--seed must be >= 0"),
     ],
 )
-def test_bad_counts_raise_mslaunch_error(tmp_path: Path, kwargs: dict, message: str) -> None:
+def test_bad_counts_raise_a_one_line_error(tmp_path: Path, kwargs: dict, message: str) -> None:
     args = {"train": 10, "test": 2, "seed": 0, **kwargs}
-    with pytest.raises(MsLaunchError, match=message):
+    with pytest.raises(synth.SynthDataError, match=message):
         synth.write_synthetic_cifar10(str(tmp_path), **args)
     assert not (tmp_path / "cifar-10-batches-bin").exists()
 

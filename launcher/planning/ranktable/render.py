@@ -1,10 +1,10 @@
 """Rank table JSON out: stable key order, the seeds' layout, a fast indented encoder (pure)."""
 from __future__ import annotations
 
-import json
-import json.encoder
 import re
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Sequence, Tuple
+
+from launcher.planning.jsontext import _render, dumps_indented  # noqa: F401 - _render re-exported (its old home)
 
 _UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._:\-]")
 
@@ -46,49 +46,6 @@ class _InOrder:
         return answer
 
 
-_encode_str = json.encoder.encode_basestring_ascii  # the C function when _json is available
-
-
-def _render(value: Any, indent: str, out: List[str]) -> None:
-    """Append ``json.dumps(value, indent=2)`` text to ``out`` (same bytes, without the slow
-    pure-Python encoder that ``json`` falls back to whenever ``indent`` is set).
-
-    Raises:
-        TypeError: a dict key that is not a string (the caller falls back to ``json.dumps``).
-    """
-    if isinstance(value, str):
-        out.append(_encode_str(value))
-    elif isinstance(value, dict):
-        _render_items("{", "}", value.items(), True, indent, out)
-    elif isinstance(value, list):
-        _render_items("[", "]", value, False, indent, out)
-    else:
-        out.append(json.dumps(value))
-
-
-def _render_items(open_: str, close: str, items: Iterable[Any], keyed: bool, indent: str, out: List[str]) -> None:
-    """Append an object's ``(key, value)`` items (``keyed``) or a list's values, one a line
-    indented by two more spaces, between ``open_`` and ``close`` (``{}`` / ``[]`` when empty).
-
-    Raises:
-        TypeError: a key that is not a string.
-    """
-    inner = indent + "  "
-    first = open_ + "\n" + inner
-    sep = first
-    for item in items:
-        out.append(sep)
-        if keyed:
-            key, item = item
-            if not isinstance(key, str):
-                raise TypeError("non-string key")
-            out.append(_encode_str(key))
-            out.append(": ")
-        _render(item, inner, out)
-        sep = ",\n" + inner
-    out.append(open_ + close if sep is first else "\n" + indent + close)
-
-
 def rank_table_json(table: Any) -> str:
     """Render a rank table as stable JSON text.
 
@@ -121,8 +78,6 @@ def rank_table_json(table: Any) -> str:
         pods = top.get("super_pod_list")
         if isinstance(pods, list):
             top["super_pod_list"] = [_ordered(p, _POD_ORDER) for p in pods]
-    from launcher.planning.jsontext import dumps_indented
-
     return dumps_indented(top) + "\n"
 
 
