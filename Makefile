@@ -1,5 +1,6 @@
 # mslaunch: `make run` runs the reference job, `make test` runs the test suite.
-# Both install what they need: Debian packages (as root), a venv in .venv, the package.
+# Both install what they need: `run` a venv in .venv with mslaunch and MindSpore (pip only);
+# `test` also the Debian packages of the real parts the tests use (as root) and the dev extras.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,9 +9,11 @@ APT_PKGS := openmpi-bin openssh-server openssh-client iproute2 tmux chromium slu
 DATA ?= data/synth-cifar10
 NP ?= 2
 STEPS ?= 60
+# Parallel test workers: most tests wait on processes, not on the CPU.
+JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv test run bench clean
+.PHONY: all deps venv venv-run test test-fast run bench clean
 
 all: test
 
@@ -23,23 +26,39 @@ deps:
 	  else echo "missing Debian packages:$$missing (run as root, or install them; tests that need them will skip)"; fi; \
 	fi
 
-$(VENV)/.stamp-install: setup.cfg pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+# What `make run` needs: mslaunch and MindSpore (the train extra), from PyPI.
+$(VENV)/.stamp-run: setup.cfg pyproject.toml
+	@set -e; start=$$(date +%s); \
+	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+	$(PY) -m pip install -q --upgrade pip; \
+	$(PY) -m pip install -q -e '.[train]'; \
+	echo "make run: pip install took $$(( $$(date +%s) - start )) s"
+	touch $@
+
+# What `make test` needs on top: the dev and report extras.
+$(VENV)/.stamp-install: $(VENV)/.stamp-run
 	$(PY) -m pip install -q -e '.[train,dev,report]'
 	touch $@
 
+venv-run: $(VENV)/.stamp-run
 venv: $(VENV)/.stamp-install
 
 test: deps venv
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
 
-run: deps venv
-	$(PY) -m launcher data synth-cifar10 $(DATA) --train 3000 --test 500
-	$(VENV)/bin/mslaunch run --np $(NP) --master-port auto --env GLOG_v=3 \
-	  -m launcher.workloads.resnet50_cifar10 --data-path $(DATA) --image-size 32 \
-	  --epochs 1 --steps-per-epoch $(STEPS) --eval
+# The edit-test loop: unit tests of every layer, no real parts (namespaces, Slurm, mpirun,
+# MindSpore, browsers) and no end-to-end runs.
+test-fast: venv
+	$(PY) -m pytest -n $(JOBS) -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
+
+run: venv-run
+	@set -e; start=$$(date +%s); \
+	$(VENV)/bin/mslaunch data synth-cifar10 $(DATA) --train 3000 --test 500; \
+	echo "make run: data took $$(( $$(date +%s) - start )) s"; start=$$(date +%s); \
+	$(VENV)/bin/mslaunch run --np $(NP) --master-port auto --env GLOG_v=3 -m launcher.workloads.resnet50_cifar10 \
+	    --data-path $(DATA) --image-size 32 --epochs 1 --steps-per-epoch $(STEPS) --eval; \
+	echo "make run: training took $$(( $$(date +%s) - start )) s"
 
 bench: deps venv
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

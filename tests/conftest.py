@@ -28,3 +28,15 @@ def _mslaunch_home(tmp_path_factory, monkeypatch, _cpu_probe_cache):
 def mslaunch_argv(*args: str):
     """argv that runs the CLI under this interpreter."""
     return [sys.executable, "-m", "launcher", *args]
+
+
+_E2E_DIRS = ("integration", "docs")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests under tests/integration and tests/docs run whole jobs: mark them ``e2e``
+    (``make test-fast`` leaves them out)."""
+    for item in items:
+        parts = item.nodeid.split("/")
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in _E2E_DIRS:
+            item.add_marker(pytest.mark.e2e)

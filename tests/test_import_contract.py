@@ -1,4 +1,4 @@
-"""The import contract (``[importlinter]`` in setup.cfg) holds, and breaks when it should.
+"""The import contract (``[importlinter]`` in setup.cfg) holds, and breaks when it should; no module is over 500 lines.
 
 ``lint-imports`` runs on the real tree, then on copies of the package with one forbidden import
 added per contract (to a new module or appended to an existing one): each copy must fail naming the contract and the offending import.
@@ -28,16 +28,23 @@ def copy_tree(tmp_path) -> str:
     return root
 
 
+WORKLOADS = "Workloads stand alone: they import nothing from the launcher but launcher.workloads"
+ACYCLIC = "No import cycles between the modules of a package (lazy imports count)"
+MAX_LINES = 500
+
+
 def test_the_real_tree_keeps_every_contract():
     r = lint(REPO)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "3 kept, 0 broken" in r.stdout
+    assert "4 kept, 0 broken" in r.stdout
 
 
 @pytest.mark.parametrize("module,line,contract", [
     ("launcher/planning/_forbidden.py", "from launcher.execution import ports\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
     ("launcher/errors.py", "import launcher.planning.plan\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
-    ("launcher/workloads/_forbidden.py", "def f():\n    from launcher.execution.ssh import settings\n", "Workloads import nothing from execution or cli"),
+    ("launcher/workloads/_forbidden.py", "def f():\n    from launcher.execution.ssh import settings\n", WORKLOADS),
+    ("launcher/workloads/_forbidden.py", "from launcher.errors import MsLaunchError\n", WORKLOADS),
+    ("launcher/workloads/cluster.py", "def f():\n    from launcher.jobs import files\n", WORKLOADS),
     ("launcher/jobs/_forbidden.py", "from launcher.cli import options\n", "Nothing imports cli (but the entry point)"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
@@ -50,3 +57,33 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     assert f"{contract} BROKEN" in r.stdout
     imported = line.split("import ")[-1].strip() if line.startswith("import ") else line.split("from ")[-1].split(" import")[0]
     assert imported in r.stdout  # the report names the offending import
+
+
+@pytest.mark.parametrize("module,line", [
+    # a lazy import inside a function that closes a cycle (kinds is imported by plan's modules)
+    ("launcher/planning/kinds.py", "def f():\n    from launcher.planning import plan\n"),
+    # an import under TYPE_CHECKING counts too
+    ("launcher/planning/layout.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from launcher.planning.jobspec import Plan\n"),
+    # between two subpackages' modules of execution
+    ("launcher/execution/backend.py", "def f():\n    from launcher.execution import supervisor\n"),
+])
+def test_an_import_cycle_breaks_the_acyclic_contract(tmp_path, module, line):
+    root = copy_tree(tmp_path)
+    with open(os.path.join(root, module), "a", encoding="utf-8") as fh:
+        fh.write(line)
+    r = lint(root)
+    assert r.returncode != 0, r.stdout
+    assert f"{ACYCLIC} BROKEN" in r.stdout
+
+
+def test_no_module_is_over_500_lines():
+    big = []
+    for folder, _dirs, files in os.walk(os.path.join(REPO, "launcher")):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as fh:
+                    n = sum(1 for _ in fh)
+                if n > MAX_LINES:
+                    big.append(f"{os.path.relpath(path, REPO)} ({n} lines)")
+    assert big == [], "split these by responsibility: " + ", ".join(big)

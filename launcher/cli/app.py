@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import typer
 
+from launcher.cli.docs import epilog
 from launcher.cli.gcpause import no_gc
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, load_inventory, plan_from, with_job_options
 from launcher.errors import MsLaunchError, PlanError
@@ -30,7 +31,7 @@ app.add_typer(env_app, name="env")
 app.add_typer(hostfile_app, name="hostfile")
 
 
-@app.command("plan", context_settings=PROGRAM_CONTEXT)
+@app.command("plan", context_settings=PROGRAM_CONTEXT, epilog=epilog("running"))
 @with_job_options
 def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
@@ -55,7 +56,7 @@ def plan_cmd(
     print_plan(plan, everything=show_all)
 
 
-@env_app.command("show", context_settings=PROGRAM_CONTEXT)
+@env_app.command("show", context_settings=PROGRAM_CONTEXT, epilog=epilog("running"))
 @with_job_options
 def env_show(
     rank: Optional[int] = typer.Option(None, "--rank", "-r", help="The rank whose env to print."),
@@ -79,7 +80,7 @@ def env_show(
         sys.stdout.write(f"export {key}={shlex.quote(value)}\n")
 
 
-@hostfile_app.command("gen")
+@hostfile_app.command("gen", epilog=epilog("inventories"))
 def hostfile_gen(
     hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile, YAML cluster file or Slurm hostlist."),
     host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 or node[1-4]:8."),

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 import typer
 
+from launcher.cli.docs import epilog
 from launcher.cli.options import JobOptions, build_spec, with_job_options
 from launcher.errors import PlanError
 from launcher.planning import layout
@@ -24,7 +25,7 @@ _LINE_RE = re.compile(r"^mslaunch-check rank=(\d+) size=(\d+) gathered=([\d,]*)\
 
 
 def register(app: typer.Typer) -> None:
-    app.command("check")(check_cmd)
+    app.command("check", epilog=epilog("workload"))(check_cmd)
 
 
 def parse_check_lines(text: str) -> Optional[Tuple[int, int, List[int]]]:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import typer
 
+from launcher.cli.docs import epilog
 from launcher.errors import MsLaunchError
 
 app = typer.Typer(no_args_is_help=True, help="Datasets for the shipped workloads.")
@@ -17,7 +18,7 @@ def _group() -> None:
     # has a single command, also when this app is run on its own.
 
 
-@app.command("synth-cifar10")
+@app.command("synth-cifar10", epilog=epilog("workload"))
 def synth_cifar10(
     directory: Path = typer.Argument(
         ..., metavar="DIR", help="Parent folder; the data goes to DIR/cifar-10-batches-bin (created if missing)."

@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional
 
 import typer
 
+from launcher.cli.docs import epilog
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, with_job_options
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import PlanError
@@ -21,7 +22,7 @@ from launcher.execution.ssh.settings import SSHSettings
 
 
 def register(app: typer.Typer) -> None:
-    app.command("doctor", context_settings=PROGRAM_CONTEXT)(doctor_cmd)
+    app.command("doctor", context_settings=PROGRAM_CONTEXT, epilog=epilog("ssh"))(doctor_cmd)
 
 
 @with_job_options

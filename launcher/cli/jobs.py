@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable, List, Optional
 
 import typer
 
+from launcher.cli.docs import epilog
 from launcher.errors import JobError, MsLaunchError
 from launcher.planning.kinds import JobStatus
 
@@ -22,9 +23,9 @@ logs_app = typer.Typer(help="Per-rank logs of a job.", no_args_is_help=True)
 
 def register(app: typer.Typer) -> None:
     app.add_typer(logs_app, name="logs")
-    app.command("ps")(ps_cmd)
-    app.command("status")(status_cmd)
-    app.command("stop")(stop_cmd)
+    app.command("ps", epilog=epilog("running"))(ps_cmd)
+    app.command("status", epilog=epilog("running"))(status_cmd)
+    app.command("stop", epilog=epilog("running"))(stop_cmd)
 
 
 def _job(job: Optional[str], log_dir: Optional[str]) -> "JobInfo":
@@ -72,7 +73,7 @@ def _parse_ranks(text: Optional[str], world_size: Optional[int] = None) -> Optio
     return ranks
 
 
-@logs_app.command("tail")
+@logs_app.command("tail", epilog=epilog("watching"))
 def logs_tail(
     job: Optional[str] = typer.Argument(None, help="Job id (or prefix, or job dir); default: the newest job."),
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="The job directory."),

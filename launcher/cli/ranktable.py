@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import typer
 
+from launcher.cli.docs import epilog
 from launcher.cli.gcpause import no_gc
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import MsLaunchError, RankTableError
@@ -24,6 +25,7 @@ from launcher.execution.ssh.settings import SSHSettings
 
 app = typer.Typer(
     help="HCCL rank tables (Ascend): generate from an inventory, merge per-host tables, validate, show.",
+    epilog=epilog("ranktables"),
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
     # as the top-level app has them, for when :func:`main` runs this app by itself

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 
+from launcher.cli.docs import epilog
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import MsLaunchError, PlanError
@@ -23,7 +24,7 @@ TEE_MODES = ("none", "rank0", "all", "errors")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run", context_settings=PROGRAM_CONTEXT)(run_cmd)
+    app.command("run", context_settings=PROGRAM_CONTEXT, epilog=epilog("running"))(run_cmd)
 
 
 @with_job_options

@@ -17,13 +17,14 @@ from typing import Any, Callable, Dict, List, Optional
 
 import typer
 
+from launcher.cli.docs import epilog
 from launcher.errors import JobError, MsLaunchError
 from launcher.logs.progress import SILENT_AFTER, STRAGGLER_RATIO, Progress, Snapshot, snapshot
 
 
 def register(app: typer.Typer) -> None:
-    app.command("top")(top_cmd)
-    app.command("report")(report_cmd)
+    app.command("top", epilog=epilog("watching"))(top_cmd)
+    app.command("report", epilog=epilog("watching"))(report_cmd)
 
 
 def _resolve(job: Optional[str], log_dir: Optional[str]) -> str:

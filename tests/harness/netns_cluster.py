@@ -1014,7 +1014,7 @@ def _describe(cluster: NamespaceCluster) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``up`` / ``down`` / ``status`` for a namespace cluster kept in ``--dir``; returns the exit code."""
+    """``up`` / ``down`` / ``status`` / ``subnet`` for a namespace cluster kept in ``--dir``; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m tests.harness.netns_cluster", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="create the cluster and leave it running")
@@ -1027,6 +1027,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     down.add_argument("--dir", required=True)
     status = sub.add_parser("status", help="print the hosts of a running cluster")
     status.add_argument("--dir", required=True)
+    subnet = sub.add_parser("subnet", help="print the cluster's subnet (for --nic)")
+    subnet.add_argument("--dir", required=True)
     args = parser.parse_args(argv)
 
     try:
@@ -1041,6 +1043,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cluster = NamespaceCluster.from_state(args.dir)
         if args.command == "status":
             print(_describe(cluster))
+            return 0
+        if args.command == "subnet":
+            print(cluster.subnet)
             return 0
         cluster.close()
         print(f"namespace cluster {cluster.prefix} removed")
