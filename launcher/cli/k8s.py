@@ -157,6 +157,11 @@ def _check_run(opts: JobOptions, params: Dict[str, Any], groups: List[List[str]]
 
         if not parse_msrun_bool(opts.join, "--join"):
             raise PlanError("--join False would end the pod at once; drop it", field="--join")
+    from launcher.planning.kinds import Method
+
+    if opts.method != Method.DYNAMIC and opts.method in tuple(m.value for m in Method):
+        raise PlanError(f"--method {opts.method}: the pods run MindSpore's dynamic cluster (per-node mode); drop --method",
+                        field="--method")
     if opts.master_port.strip().lower() == "auto":
         raise PlanError("--master_port auto cannot work across pods (each would pick its own); give a port number", field="--master_port")
     try:
@@ -171,6 +176,10 @@ def _plan_stand_ins(opts: JobOptions, nodes: int, per_host: int) -> None:
     from launcher.cli.options import build_spec
     from launcher.planning.plan import build_plan
 
+    from launcher.planning.cpu import CPU_TUNE_MODES
+
+    if opts.cpu_tune.strip().lower() not in CPU_TUNE_MODES:  # the stand-ins plan with it off (no probe of this machine)
+        raise PlanError(f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune")
     for node in sorted({0, nodes - 1}):
         stand_in = replace(opts, np=nodes * per_host, per_host=per_host, node_rank=str(node), master_addr=None,
                            cpu_tune="off", env_file=(), rank_table_file=None)

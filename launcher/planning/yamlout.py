@@ -51,9 +51,19 @@ def scalar(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     text = str(value)
-    if _PLAIN.match(text) and not text.endswith(":") and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) == "tag:yaml.org,2002:str":
+    if _PLAIN.fullmatch(text) and not text.endswith(":") and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) == "tag:yaml.org,2002:str":
         return text
-    return json.dumps(text, ensure_ascii=False)
+    return _NON_PRINTABLE.sub(_escape_char, json.dumps(text, ensure_ascii=False))
+
+
+#: Characters written as escapes in a quoted scalar: those a YAML stream may not hold (YAML 1.1's
+#: c-printable, PyYAML's reader), the line breaks YAML folds (NEL, LS, PS) and the BOM.
+_NON_PRINTABLE = re.compile("[^\x09\x0A\x0D\x20-\x7E\xA0-\u2027\u202A-\uD7FF\uE000-\uFEFE\uFF00-\uFFFD\U00010000-\U0010FFFF]")
+
+
+def _escape_char(m: "re.Match[str]") -> str:
+    code = ord(m.group(0))
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def _is_block(value: Any) -> bool:
