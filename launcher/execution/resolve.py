@@ -29,7 +29,7 @@ def lookup_ipv4(name: str) -> Optional[str]:
 
 
 def wait_resolved(name: str, timeout: float, *, field: str = "--master_addr", on_wait: Optional[Callable[[], None]] = None,
-                  lookup: Callable[[str], Optional[str]] = lookup_ipv4) -> str:
+                  lookup: Optional[Callable[[str], Optional[str]]] = None) -> str:
     """``name`` as an IPv4 address, waiting up to ``timeout`` seconds for it to resolve.
 
     Args:
@@ -37,13 +37,14 @@ def wait_resolved(name: str, timeout: float, *, field: str = "--master_addr", on
         timeout: seconds to keep trying.
         field: the option named in the error.
         on_wait: called once, when the first lookup fails (to say that we wait).
-        lookup: the resolver (tests pass their own).
+        lookup: the resolver (default :func:`lookup_ipv4`; tests pass their own).
 
     Raises:
         LaunchError: it did not resolve in time (one line, exit code 1).
     """
     if is_ip(name):
         return name
+    lookup = lookup or lookup_ipv4
     deadline = time.monotonic() + timeout
     pause = 0.05
     told = False
