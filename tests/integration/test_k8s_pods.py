@@ -27,7 +27,6 @@ import pytest
 from tests.harness.k8s_pods import IndexedJobPods
 from tests.harness.mindspore import require_mindspore
 
-pytestmark = [pytest.mark.netns]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE = "local/mslaunch:test"
@@ -59,13 +58,16 @@ def app_dir(tmp_path, script_src: str, name: str):
     return wd
 
 
+@pytest.mark.netns
+@pytest.mark.mindspore
 def test_reverse_start_order_forms_the_cluster(make_netns_cluster, tmp_path):
     """Pod 2 starts first and waits for pod 0's DNS name; then pod 1, then pod 0: the 6 ranks
     AllReduce 1+..+6 = 21 on every rank; each pod's stdout has its own ranks' result lines."""
     require_mindspore()
     cluster = make_netns_cluster(3)
     wd = app_dir(tmp_path, os.path.join(ROOT, "launcher", "workloads", "allreduce_smoke.py"), "train.py")
-    manifest = gen(wd, "--cpu-tune", "off", "--cluster_time_out", "180", "--start-timeout", "240", "train.py")
+    manifest = gen(wd, "--cpu-tune", "off", "--cluster_time_out", "180", "--start-timeout", "240", "--worker_log_name", "w_{hostname}",
+                   "train.py")
     with IndexedJobPods(cluster, manifest, image_env(), str(tmp_path)) as job:
         job.start(2)
         assert job.wait_output(2, r"waiting for the scheduler's address k8s\w+-0\.k8s\w+ to resolve", 120), job.pods[2].output()
@@ -88,9 +90,14 @@ def test_reverse_start_order_forms_the_cluster(make_netns_cluster, tmp_path):
         docs = [json.load(open(p)) for p in plans]
         assert {proc["env"]["MS_SCHED_HOST"] for d in docs for proc in d["ranks"]} == {cluster.host(0).ip}
         assert [d.get("scheduler") is not None for d in sorted(docs, key=lambda d: d["ranks"][0]["rank"])] == [True, False, False]
+        # each pod's host name is <job>-<index> (msrun's {hostname} in the worker log names)
+        name = job.job_name
+        assert sorted(os.path.basename(p["log"]) for d in docs for p in d["ranks"]) == [f"w_{name}-{r // 2}_{r}.log" for r in range(6)]
     assert cluster.all_pids() == {}
 
 
+@pytest.mark.netns
+@pytest.mark.mindspore
 def test_one_failing_pod_ends_every_pod(make_netns_cluster, tmp_path):
     """Rank 3 (pod 1) exits 3 after the cluster is built: pod 1 exits 3, the Job fails
     (podFailurePolicy FailJob) and the other pods are terminated; nothing is left in any pod."""
@@ -114,6 +121,7 @@ def test_one_failing_pod_ends_every_pod(make_netns_cluster, tmp_path):
     assert cluster.all_pids() == {}
 
 
+@pytest.mark.netns
 def test_scheduler_name_never_resolves(make_netns_cluster, tmp_path):
     """Only pod 1 exists: pod 0's name never resolves; pod 1 fails after --start-timeout with one
     line naming the address (exit 1), and nothing is left in the pod."""
@@ -132,3 +140,15 @@ def test_scheduler_name_never_resolves(make_netns_cluster, tmp_path):
         assert "Traceback" not in out
         job._reap(pod)
         assert pod.leftovers == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("$(A)", "1"), ("x$(A)y$(B)", "x1y2"), ("$(NOPE)", "$(NOPE)"), ("$$(A)", "$(A)"), ("$$$(A)", "$1"),
+    ("$A", "$A"), ("$", "$"), ("$(A", "$(A"), ("a$$b", "a$b"), ("$()", "$()"),
+])
+def test_kubelet_expansion(text, expected):
+    """The harness expands $(VAR) as Kubernetes documents it (a missing variable is left as is,
+    $$ is an escaped $)."""
+    from tests.harness.k8s_pods import expand
+
+    assert expand(text, {"A": "1", "B": "2"}) == expected
