@@ -149,6 +149,10 @@ def _check_run(opts: JobOptions, params: Dict[str, Any], groups: List[List[str]]
             if own in param.opts or own in param.secondary_opts or (param.name and own.lstrip("-").replace("-", "_") == param.name):
                 raise PlanError(f"{name} is set by mslaunch k8s gen: {why}; drop it", field=name)
     from launcher.cli.run import TEE_MODES
+    from launcher.execution.settings import SuperviseOptions
+
+    SuperviseOptions(grace=params["grace"], timeout=params["timeout"], start_timeout=params["start_timeout"],
+                     max_restarts=params["max_restarts"])  # run's own checks of these
 
     if params.get("tee") is not None and params["tee"] not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {params['tee']!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
@@ -255,6 +259,7 @@ def gen_cmd(
         run_args=tuple(_escape(t) for t in [t for g in keep for t in g] + program),
         flavor=params["flavor"], namespace=params["namespace"], master_port=port, workdir=params["workdir"],
         cpu=params["cpu"], memory=params["memory"], device=device.upper() if device else None,
+        grace=float(run_params["grace"]),
     )
     text = render_manifests(job)  # checks the job's own fields (name, image, quantities...)
     _plan_stand_ins(opts, nodes_n, per)

@@ -22,6 +22,7 @@ comments); :func:`render_manifests` the YAML text.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -41,6 +42,11 @@ VOLCANO_TASK = "node"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 #: The command every pod runs (``mslaunch`` must be on the image's PATH).
 POD_COMMAND = ("mslaunch", "run")
+
+#: Kubernetes' default ``terminationGracePeriodSeconds``, and what mslaunch needs beyond ``--grace``
+#: to end its ranks and write the summary.
+DEFAULT_TERMINATION_GRACE = 30
+GRACE_MARGIN = 10
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -67,6 +73,8 @@ class K8sJob:
         device: the job's device target as mslaunch determines it (``--device-target`` /
             ``DEVICE_TARGET``), upper case, or None: ``ASCEND``/``GPU`` add ``per_host`` devices
             per pod (:data:`DEVICE_RESOURCES`).
+        grace: ``mslaunch run --grace`` (seconds between SIGTERM and SIGKILL of the ranks); a pod
+            being deleted gets it plus :data:`GRACE_MARGIN` when that exceeds Kubernetes' 30 s.
     """
 
     name: str
@@ -81,6 +89,7 @@ class K8sJob:
     cpu: Optional[str] = None
     memory: Optional[str] = None
     device: Optional[str] = None
+    grace: float = 5.0
 
     @property
     def world_size(self) -> int:
@@ -211,8 +220,16 @@ def _pod_spec(job: K8sJob, container: str) -> Dict[str, Any]:
     if job.flavor == "indexed":
         spec["subdomain"] = Note(job.name, "the headless Service above: pod i is <job>-i.<service> in DNS")
     spec["restartPolicy"] = Note("Never", "a failed pod is not restarted in place: its ranks cannot rejoin a running cluster")
+    _termination_grace(job, spec)
     spec["containers"] = [_container(job, container)]
     return spec
+
+
+def _termination_grace(job: K8sJob, spec: Dict[str, Any]) -> None:
+    """``terminationGracePeriodSeconds`` when ``--grace`` needs more than Kubernetes' default."""
+    need = int(math.ceil(job.grace)) + GRACE_MARGIN
+    if need > DEFAULT_TERMINATION_GRACE:
+        spec["terminationGracePeriodSeconds"] = Note(need, f"--grace {job.grace:g} s for the ranks, then mslaunch's summary")
 
 
 def _indexed(job: K8sJob) -> List[Any]:
@@ -282,13 +299,19 @@ def _ascendjob(job: K8sJob) -> List[Any]:
         labels["ring-controller.atlas"] = "ascend-910b"
     labels.update(_labels(job))
 
+    def _ascend_pod_spec() -> Dict[str, Any]:
+        spec: Dict[str, Any] = {}
+        _termination_grace(job, spec)
+        spec["containers"] = [_container(job, ASCEND_CONTAINER)]
+        return spec
+
     def replica(count: int) -> Dict[str, Any]:
         return {
             "replicas": count,
             "restartPolicy": "Never",
             "template": {
                 "metadata": {"labels": dict(labels)},
-                "spec": {"containers": [_container(job, ASCEND_CONTAINER)]},
+                "spec": _ascend_pod_spec(),
             },
         }
 

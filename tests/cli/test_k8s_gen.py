@@ -94,6 +94,8 @@ def test_output_file_written_atomically(capsys, tmp_path):
     (["--job-id", "a/b"], "job id"),
     (["--cpu-tune", "max"], "unknown --cpu-tune"),
     (["--grace", "soon"], "run option:"),
+    (["--grace", "-1"], "--grace must be >= 0"),
+    (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
     (["--nodes", "2", "--nodes", "3", "--env", "A=1", "--nodes", "4"], "given twice"),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(capsys, tmp_path, args, words):

@@ -245,3 +245,16 @@ def test_longest_names_fit():
     check_job(job(name="x" * 61, nodes=10))   # pod host names x...x-9: 63 characters
     check_job(job(name="x" * 56, nodes=10, flavor="volcano"))  # x...x-node-9
     assert pod_args(job(nodes=1, per_host=1))[:4] == ["--worker_num", "1", "--local_worker_num", "1"]
+
+
+@pytest.mark.parametrize("flavor", ["indexed", "volcano", "ascendjob"])
+@pytest.mark.parametrize("grace, expected", [(5.0, None), (20.0, None), (20.5, 31), (60.0, 70)])
+def test_termination_grace_covers_mslaunch_grace(flavor, grace, expected):
+    parsed, _ = docs(job(flavor=flavor, grace=grace))
+    d = parsed[-1]
+    pod = {"indexed": lambda: d["spec"]["template"]["spec"], "volcano": lambda: d["spec"]["tasks"][0]["template"]["spec"],
+           "ascendjob": lambda: d["spec"]["replicaSpecs"]["Master"]["template"]["spec"]}[flavor]()
+    assert pod.get("terminationGracePeriodSeconds") == expected
+    if flavor == "indexed":
+        for version in VERSIONS:
+            kv.validate(d, version, strict=True)
