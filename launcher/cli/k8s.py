@@ -218,11 +218,9 @@ def gen_cmd(
 ) -> None:
     """Write the manifests of a job whose pods each run 'mslaunch run' for one node.
 
-    mslaunch k8s gen --nodes N --per-host K --image IMAGE [options] [run options] SCRIPT [ARGS]
+    Give --nodes N --per-host K --image IMAGE and the options below, then any 'mslaunch run' options, then SCRIPT and its ARGS.
 
-    The run options (as for 'mslaunch run') are checked now: a bad one is refused here, not in
-    the pods.  Device resources (huawei.com/Ascend910, nvidia.com/gpu: K per pod) follow the
-    job's --device-target / DEVICE_TARGET.
+    The run options are checked now: a bad one is refused here, not in the pods. Device resources (huawei.com/Ascend910 or nvidia.com/gpu, K per pod) follow the job's --device-target or DEVICE_TARGET.
     """
     gen_names = _names(ctx.command)
     run_cmd = _run_command(ctx)

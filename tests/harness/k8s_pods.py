@@ -35,7 +35,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -213,7 +213,8 @@ class IndexedJobPods:
         return Pod(index=index, name=name, hostname=f"{self.job_name}-{index}", netns=host.netns, ip=host.ip,
                    annotations=annotations, labels=labels, uid=str(uuid.uuid4()))
 
-    def _container_env(self, pod: Pod, container: Dict[str, Any]) -> Dict[str, str]:
+    def _container_env(self, pod: Pod, container: Dict[str, Any]) -> Tuple[Dict[str, str], Dict[str, str]]:
+        """(the process's whole env, the variables ``$(VAR)`` may refer to: service variables and ``env`` entries)."""
         entries = list(container.get("env") or [])
         if not any(e["name"] == "JOB_COMPLETION_INDEX" for e in entries):  # the Job controller adds it
             entries.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}})
@@ -228,7 +229,7 @@ class IndexedJobPods:
         env = dict(self.image_env)
         env["HOSTNAME"] = pod.hostname
         env.update(defined)
-        return env, defined  # type: ignore[return-value]
+        return env, defined
 
     def start(self, index: int) -> Pod:
         """Create pod ``index`` (its DNS record appears in every pod) and start its container."""

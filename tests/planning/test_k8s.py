@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import yaml
@@ -258,3 +259,22 @@ def test_termination_grace_covers_mslaunch_grace(flavor, grace, expected):
     if flavor == "indexed":
         for version in VERSIONS:
             kv.validate(d, version, strict=True)
+
+
+def test_kubernetes_validate_command_line_strict(tmp_path):
+    """The same check as a user runs it: ``kubernetes-validate --strict -k VERSION FILE``."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("kubernetes-validate", path=os.path.dirname(sys.executable)) or shutil.which("kubernetes-validate")
+    assert exe, "kubernetes-validate is in the dev extra"
+    _, text = docs(job(nodes=16, cpu="8", memory="64Gi", device="ASCEND", workdir="/app"))
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    for version in VERSIONS:
+        r = subprocess.run([exe, "--strict", "-k", version, str(path)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.count("INFO") == 2, (r.stdout, r.stderr)
+    path.write_text(text.replace("completionMode: Indexed", "completionMode: Indexed\n  completionsTotal: 3"))
+    r = subprocess.run([exe, "--strict", "-k", VERSIONS[0], str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
