@@ -153,7 +153,6 @@ def _check_run(opts: JobOptions, params: Dict[str, Any], groups: List[List[str]]
 
     SuperviseOptions(grace=params["grace"], timeout=params["timeout"], start_timeout=params["start_timeout"],
                      max_restarts=params["max_restarts"])  # run's own checks of these
-
     if params.get("tee") is not None and params["tee"] not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {params['tee']!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     if opts.join is not None:
@@ -178,9 +177,8 @@ def _plan_stand_ins(opts: JobOptions, nodes: int, per_host: int) -> None:
     """Plan node 0 and the last node as ``mslaunch run`` in their pods would (this machine as
     the stand-in host): the errors of the run options come out here, not in the pods."""
     from launcher.cli.options import build_spec
-    from launcher.planning.plan import build_plan
-
     from launcher.planning.cpu import CPU_TUNE_MODES
+    from launcher.planning.plan import build_plan
 
     if opts.cpu_tune.strip().lower() not in CPU_TUNE_MODES:  # the stand-ins plan with it off (no probe of this machine)
         raise PlanError(f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune")
