@@ -92,6 +92,8 @@ class Pod:
     returncode: Optional[int] = None
     terminated: bool = False
     leftovers: List[int] = field(default_factory=list)
+    started_at: Optional[float] = None  #: time.monotonic() when its container started
+    ended_at: Optional[float] = None  #: when the harness saw its main process end
 
     def field_value(self, path: str, namespace: str) -> str:
         simple = {"metadata.name": self.name, "metadata.namespace": namespace, "metadata.uid": self.uid,
@@ -255,6 +257,7 @@ class IndexedJobPods:
                                         start_new_session=True)
         finally:
             out.close()
+        pod.started_at = time.monotonic()
         return pod
 
     def wait_output(self, index: int, pattern: str, timeout: float) -> bool:
@@ -274,6 +277,7 @@ class IndexedJobPods:
         """The container's main process ended: record what was left in the pod, then kill it."""
         assert pod.proc is not None
         pod.returncode = pod.proc.returncode
+        pod.ended_at = time.monotonic()
         deadline = time.monotonic() + 3.0
         left = self.cluster.pids_in(pod.index)
         while left and time.monotonic() < deadline:  # exiting children get a moment to go
@@ -298,17 +302,19 @@ class IndexedJobPods:
                 return rule["action"] == "FailJob"
         return self.failed > self.backoff_limit
 
-    def _terminate(self, pod: Pod) -> None:
-        """Delete a running pod: SIGTERM to the main process, the grace period, then SIGKILL."""
-        if pod.proc is None or pod.proc.poll() is not None:
-            return
-        pod.terminated = True
-        pod.proc.send_signal(signal.SIGTERM)
-        try:
-            pod.proc.wait(self.grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(pod.proc.pid, signal.SIGKILL)
-            pod.proc.wait()
+    def _terminate_all(self) -> None:
+        """Delete every running pod at once: SIGTERM to each main process, the grace period, then SIGKILL."""
+        running = [p for p in self.pods.values() if p.proc is not None and p.proc.poll() is None]
+        for pod in running:
+            pod.terminated = True
+            pod.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        deadline = time.monotonic() + self.grace
+        for pod in running:
+            try:
+                pod.proc.wait(max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                os.killpg(pod.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+                pod.proc.wait()  # type: ignore[union-attr]
 
     def run(self, timeout: float) -> str:
         """Play the Job controller until the Job completes or fails (every pod must be started).
@@ -330,8 +336,7 @@ class IndexedJobPods:
                     self.failed += 1
                     if self._fails_job(pod):
                         self.status = "Failed"
-                        for other in self.pods.values():
-                            self._terminate(other)
+                        self._terminate_all()
             if len(done) == self.completions and len(self.pods) == self.completions:
                 if self.status is None:
                     self.status = "Complete" if all(p.returncode == 0 for p in self.pods.values()) else "Failed"
