@@ -121,6 +121,9 @@ def _register() -> None:
     from launcher.cli import sbatch
 
     sbatch.register(app)
+    from launcher.cli import k8s
+
+    k8s.register(app)
     from launcher.cli import ranktable
 
     app.add_typer(ranktable.app, name="ranktable")

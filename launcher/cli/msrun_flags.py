@@ -10,8 +10,9 @@ from launcher.errors import PlanError
 #: Where ``--node_rank auto`` finds this node's index, first match wins: the Ascend
 #: Kubernetes operator (and msrun users by hand) set ``MS_NODE_RANK``; Slurm sets
 #: ``SLURM_NODEID`` in a step; OpenMPI sets ``OMPI_COMM_WORLD_RANK`` (start one mslaunch per
-#: node, e.g. ``mpirun --map-by ppr:1:node``).
-NODE_RANK_VARS = ("MS_NODE_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_RANK")
+#: node, e.g. ``mpirun --map-by ppr:1:node``); a Kubernetes Indexed Job sets
+#: ``JOB_COMPLETION_INDEX``, Volcano's ``env`` plugin ``VC_TASK_INDEX``.
+NODE_RANK_VARS = ("MS_NODE_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_RANK", "JOB_COMPLETION_INDEX", "VC_TASK_INDEX")
 
 
 def parse_msrun_bool(text: str, field: str) -> bool:

@@ -107,7 +107,7 @@ _opt("nic", Optional[str], typer.Option(None, "--nic", help="Network interface f
 _OPTIONS.append(ssh_parameter("config"))
 _opt("cpu_tune", str, typer.Option("auto", "--cpu-tune", help="auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job | off.", rich_help_panel="CPU"))
 _opt("bind_core", Optional[str], typer.Option(None, "--bind-core", "--bind_core", help="msrun's: True | False | JSON {\"device0\": [\"0-3\"], ...}: cores per local rank.", rich_help_panel="CPU"))
-_opt("node_rank", Optional[str], typer.Option(None, "--node-rank", "--node_rank", help="Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, SLURM_NODEID, OMPI_COMM_WORLD_RANK).", rich_help_panel="msrun"))
+_opt("node_rank", Optional[str], typer.Option(None, "--node-rank", "--node_rank", help="Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, SLURM_NODEID, OMPI_COMM_WORLD_RANK, JOB_COMPLETION_INDEX, VC_TASK_INDEX).", rich_help_panel="msrun"))
 _opt("join", Optional[str], typer.Option(None, "--join", metavar="BOOL", help="msrun's --join: True runs attached (the default), False like --detach.", rich_help_panel="msrun"))
 _opt("bind_numa", Optional[str], typer.Option(None, "--bind-numa", "--bind_numa", metavar="BOOL|JSON", help="msrun's --bind_numa: True, a {\"deviceN\": [\"nodes\"]} dict or a bind JSON file (numactl --membind per rank).", rich_help_panel="msrun"))
 _opt("sim_level", Optional[int], typer.Option(None, "--sim-level", "--sim_level", help="msrun's --sim_level 0-3: MindSpore dry run (MS_SIMULATION_LEVEL), no scheduler.", rich_help_panel="msrun"))
@@ -127,16 +127,21 @@ def with_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name) for name in _FIELDS}
-        for name in ("env", "env_file", "hccn", "mpi_arg", "program"):
-            values[name] = tuple(values[name] or ())
-        return func(*args, opts=JobOptions(**values), **kwargs)
+        return func(*args, opts=job_options({name: kwargs.pop(name) for name in _FIELDS}), **kwargs)
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD else p for p in own]
     arguments = [p for p in params if isinstance(p.default, typer.models.ArgumentInfo)]
     others = [p for p in params if p not in arguments]
     wrapper.__signature__ = sig.replace(parameters=others + _OPTIONS[:-1] + arguments + _OPTIONS[-1:])  # type: ignore[attr-defined]
     return wrapper
+
+
+def job_options(params: Mapping[str, Any]) -> JobOptions:
+    """The :class:`JobOptions` of a command's parsed parameters (e.g. ``run``'s click context)."""
+    values = {name: params[name] for name in _FIELDS}
+    for name in ("env", "env_file", "hccn", "mpi_arg", "program"):
+        values[name] = tuple(values[name] or ())
+    return JobOptions(**values)
 
 
 def check_launcher(name: Optional[str]) -> None:

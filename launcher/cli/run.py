@@ -53,12 +53,17 @@ def run_cmd(
     --timeout; 130/143/129 when stopped by SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
     2 for bad input.
     """
+    from launcher.cli.pod import console_default, resolve_master
+
+    tee = console_default(opts, tee, os.environ)  # in a Kubernetes pod: every rank's lines on stdout
     # the live view replaces the prefixed lines only when nothing asked for lines (--tee, msrun's --tail_worker_log)
     live = tee is None and opts.tail_worker_log is None and not quiet and not detach and sys.stdout.isatty()
     tee = tee or "errors"
     if tee not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
+    if not dry_run:
+        opts = resolve_master(opts, start_timeout, os.environ)  # a pod's DNS name: wait for it, use its address
     spec = build_spec(opts)
     plan = build_plan(spec)
     if opts.join is not None and not parse_msrun_bool(opts.join, "--join"):

@@ -1,0 +1,114 @@
+"""``mslaunch k8s gen``: the CLI around launcher/planning/k8s.py (options in either order, the run
+options parsed by run's own parser and planned against stand-in hosts, bad input refused with
+one line, exit 2 and nothing written)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from launcher.cli.app import main
+
+BASE = ["k8s", "gen", "--nodes", "2", "--per-host", "2", "--image", "reg/ms:1"]
+
+
+def gen(capsys, *args: str):
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def container(text: str) -> dict:
+    jobdoc = [d for d in yaml.safe_load_all(text) if d["kind"] == "Job"][0]
+    return jobdoc["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_options_in_either_order_and_run_options_passed_through(capsys):
+    code, out, err = gen(capsys, "k8s", "gen", "--nodes", "3", "--env", "A=$(HOME)", "--per-host", "2", "--master_port", "9000",
+                         "--image", "reg/ms:1", "--cpu-tune", "off", "--cpu", "4", "train.py", "--lr", "0.1", "--image", "not-gen's")
+    assert (code, err) == (0, "")
+    c = container(out)
+    assert c["image"] == "reg/ms:1" and c["resources"]["limits"]["cpu"] == "4"
+    assert c["args"] == ["--worker_num", "6", "--local_worker_num", "2", "--node_rank", "$(JOB_COMPLETION_INDEX)",
+                         "--master_addr", "train-0.train", "--master_port", "9000",
+                         "--env", "A=$$(HOME)", "--cpu-tune", "off",  # '$' doubled: the kubelet gives back A=$(HOME)
+                         "train.py", "--lr", "0.1", "--image", "not-gen's"]  # SCRIPT's own arguments are its own
+
+
+def test_module_and_np_equal_and_device_target(capsys):
+    code, out, err = gen(capsys, *BASE, "--np", "4", "--name", "ar", "-m", "launcher.workloads.allreduce_smoke", "--device-target", "GPU")
+    assert code == 0, err
+    c = container(out)
+    assert c["args"][-4:] == ["-m", "launcher.workloads.allreduce_smoke", "--device-target", "GPU"]
+    assert c["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+
+
+@pytest.mark.parametrize("flavor", ["volcano", "ascendjob"])
+def test_other_flavors(capsys, flavor):
+    code, out, err = gen(capsys, *BASE, "--flavor", flavor, "--env", "DEVICE_TARGET=Ascend", "train.py")
+    assert code == 0, err
+    (doc,) = list(yaml.safe_load_all(out))
+    assert doc["kind"] == {"volcano": "Job", "ascendjob": "AscendJob"}[flavor]
+    assert "huawei.com/Ascend910: 2" in out
+
+
+def test_output_file_written_atomically(capsys, tmp_path):
+    code, out, err = gen(capsys, *BASE, "-o", "job.yaml", "train.py")
+    assert (code, out) == (0, "")
+    assert err == "wrote job.yaml: indexed, 2 pod(s) x 2 rank(s)\n"
+    assert len(list(yaml.safe_load_all((tmp_path / "job.yaml").read_text()))) == 2
+    assert sorted(os.listdir(tmp_path)) == ["job.yaml"]  # no temporary file, no job dir
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--nodes", "0"], "--nodes must be at least 1, got 0"),
+    (["--per-host", "0"], "--per-host must be at least 1"),
+    (["--name", "My_Job"], "is not a DNS label"),
+    (["--namespace", "a.b"], "is not a DNS label"),
+    (["--image", "reg/ms 1"], "without blanks"),
+    (["--np", "5"], "--np 5 is not --nodes x --per-host = 2 x 2 = 4"),
+    (["--flavor", "kubeflow"], "unknown flavor"),
+    (["--cpu", "lots"], "not a Kubernetes quantity"),
+    (["--bogus", "3"], "no such option '--bogus'"),
+    (["--method", "nonsense"], "unknown method 'nonsense'"),
+    (["--method", "ranktable"], "per-node mode"),
+    (["--master_port", "auto"], "cannot work across pods"),
+    (["--node_rank", "1"], "--node_rank is set by mslaunch k8s gen"),
+    (["--master-addr", "x"], "--master-addr is set by mslaunch k8s gen"),
+    (["-H", "a:2"], "-H is set by mslaunch k8s gen"),
+    (["--launcher", "ssh"], "--launcher is set by mslaunch k8s gen"),
+    (["--detach"], "--detach is set by mslaunch k8s gen"),
+    (["--join", "False"], "--join False would end the pod"),
+    (["--tee", "loud"], "unknown --tee mode 'loud'"),
+    (["--sim_level", "9"], "--sim_level must be 0, 1, 2 or 3"),
+    (["--job-id", "a/b"], "job id"),
+    (["--cpu-tune", "max"], "unknown --cpu-tune"),
+    (["--grace", "soon"], "run option:"),
+    (["--grace", "-1"], "--grace must be >= 0"),
+    (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
+    (["--nodes", "2", "--nodes", "3", "--env", "A=1", "--nodes", "4"], "given twice"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(capsys, tmp_path, args, words):
+    (tmp_path / "job.yaml").write_text("old\n")
+    code, out, err = gen(capsys, *BASE, "-o", "job.yaml", *args, "train.py")
+    assert code == 2, (out, err)
+    assert out == "" and err.count("\n") == 1 and err.startswith("mslaunch: error: ") and words.lower() in err.lower(), err
+    assert (tmp_path / "job.yaml").read_text() == "old\n"
+    assert sorted(os.listdir(tmp_path)) == ["job.yaml"]
+
+
+def test_missing_image_and_script(capsys):
+    code, _, err = gen(capsys, "k8s", "gen", "--nodes", "2", "--per-host", "1", "train.py")
+    assert code == 2 and "missing --image" in err and err.count("\n") == 1
+    code, _, err = gen(capsys, *BASE)
+    assert code == 2 and "missing SCRIPT" in err and err.count("\n") == 1
