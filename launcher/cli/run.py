@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import typer
 
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
+from launcher.cli.program_check import check_program
+from launcher.cli.submit_check import stand_in
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.settings import SuperviseOptions
@@ -29,6 +31,7 @@ def register(app: typer.Typer) -> None:
 @with_job_options
 @with_ssh_settings("accept_new", "connect_timeout", "start_timeout")
 def run_cmd(
+    ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing.", rich_help_panel="Run"),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON.", rich_help_panel="Run"),
     grace: float = typer.Option(SuperviseOptions.grace, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
@@ -58,10 +61,17 @@ def run_cmd(
     if tee not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
-    spec = build_spec(opts)
+    stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
+    spec = build_spec(opts, allocation=stand_in_env)
     plan = build_plan(spec)
+    check_program(spec, os.environ if stand_in_env is None else stand_in_env)
     if opts.join is not None and not parse_msrun_bool(opts.join, "--join"):
         detach = True  # msrun --join=False: start the job and return
+    if stand_in_env is not None:  # checked up to where the run would start anything
+        if detach:
+            raise PlanError("--join False would end the batch job at once (the run returns); drop it", field="--join")
+        _check_ci_outputs(summary_json, junit)
+        return
     if dry_run:
         if as_json:
             from launcher.execution.backend import plan_json

@@ -62,6 +62,7 @@ def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_dry_run_prints_the_script_and_writes_nothing(tmp_path) -> None:
+    (tmp_path / "train.py").write_text("")
     res = _run(tmp_path, "-N", "3", "--ntasks-per-node", "2", "--signal", "USR1@90", "--requeue", "--sbatch-arg=--qos=high",
                "--dry-run", "--job-id", "abc", "--np", "6", "train.py", "--epochs", "2")
     assert res.returncode == 0, res.stderr
@@ -87,13 +88,14 @@ def test_module_and_its_arguments_go_to_run(tmp_path) -> None:
     res = _run(tmp_path, "--dry-run", "--job-id", "m1", "--np", "2", "-m", "pkg.train", "--log-dir", "x", "--lr", "1")
     assert res.returncode == 0, res.stderr
     run_line = next(line for line in res.stdout.splitlines() if " -m launcher run " in line)
-    # --log-dir after the module belongs to the module
-    assert run_line.endswith("--job-id m1 --log-dir \"$LOG_DIR\" --tee none --np 2 -m pkg.train --log-dir x --lr 1 &")
+    # --log-dir after the module belongs to the module ('--' keeps it so for run)
+    assert run_line.endswith("--job-id m1 --log-dir \"$LOG_DIR\" --tee none --np 2 -m pkg.train -- --log-dir x --lr 1 &")
 
 
 def test_flags_of_run_take_no_value(tmp_path) -> None:
     """Which run options take no value is read from the run command: flags (ssh ones and
     ``--x/--no-x`` pairs included) never swallow the script that follows them."""
+    (tmp_path / "train.py").write_text("")
     res = _run(tmp_path, "--dry-run", "--job-id", "f1", "--np", "2", "--no-sched-wait", "--ssh-accept-new", "--quiet",
                "train.py", "--epochs", "1")
     assert res.returncode == 0, res.stderr
