@@ -12,7 +12,7 @@ import typer
 
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
 from launcher.cli.program_check import check_program
-from launcher.cli.submit_check import stand_in
+from launcher.cli.submit_check import stand_in, stand_in_options
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.settings import SuperviseOptions
@@ -62,6 +62,8 @@ def run_cmd(
         raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
+    if stand_in_env is not None:
+        opts = stand_in_options(opts)
     spec = build_spec(opts, allocation=stand_in_env)
     plan = build_plan(spec)
     check_program(spec, os.environ if stand_in_env is None else stand_in_env)

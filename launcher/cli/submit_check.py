@@ -72,3 +72,27 @@ def check_run(ctx: Any, environ: Mapping[str, str]) -> None:
         raise
     finally:
         ctx.meta.pop(_KEY, None)
+
+
+def stand_in_options(opts: Any) -> Any:
+    """The run options (a :class:`~launcher.cli.options.JobOptions`) as checked against the
+    stand-in: ``--hccn HOST=PATH`` names a real node, so each pair's form and file are checked
+    here and the pairs dropped (the stand-in nodes have placeholder device IPs instead).
+
+    Raises:
+        PlanError / RankTableError: a malformed pair or hccn.conf; the ranktable method with no
+            source of device IPs (the allocation's nodes have none of their own).
+    """
+    from dataclasses import replace
+
+    if opts.method != "ranktable" or opts.rank_table_file:
+        return opts  # the run reads no hccn.conf then
+    if not opts.hccn and not opts.hccn_dir:
+        raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or --rank-table-file",
+                        field="--method")
+    from launcher.cli.options import _hccn_pair
+    from launcher.planning.hccn import read_hccn_conf
+
+    for text in opts.hccn:
+        read_hccn_conf(_hccn_pair(text)[1])
+    return replace(opts, hccn=())

@@ -19,13 +19,15 @@ At submit time the run options are checked against a stand-in of that allocation
 ``node1..nodeN`` (the least N of a ``MIN-MAX`` range) with the ``SLURM_*`` variables Slurm
 would export (:func:`stand_in_environ`), read by the same
 :func:`~launcher.planning.slurmalloc.parse_allocation` the run uses inside the allocation.
-Checks that need the real node names (``-H``, ``--include``/``--exclude``) are left to the run
-in the allocation; only their syntax is checked here (:func:`stand_in_inventory`).
+Checks that need the real node names (``-H``, ``--include``/``--exclude``, the hccn.conf
+files named after the nodes) are left to the run in the allocation; only their syntax is
+checked here (:func:`stand_in_inventory`).
 """
 from __future__ import annotations
 
+import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 from launcher.errors import PlanError
@@ -187,7 +189,9 @@ def stand_in_inventory(alloc: Allocation, host_list: Optional[str], include: Opt
     """The stand-in allocation as an inventory (node names as addresses).
 
     ``-H``, ``--include`` and ``--exclude`` name real nodes, unknown at submit time: only their
-    syntax is checked (as the run reads them), and they are not applied.
+    syntax is checked (as the run reads them), and they are not applied.  Device IPs come from
+    hccn.conf files named after the real nodes (``--hccn-dir``): each stand-in device has a
+    placeholder address (198.18.0.0/15, never dialled), used where no file names the stand-in.
 
     Raises:
         InventoryError: a malformed ``-H``, ``--include`` or ``--exclude``, or both filters.
@@ -201,4 +205,9 @@ def stand_in_inventory(alloc: Allocation, host_list: Optional[str], include: Opt
     for flag, text in (("--include", include), ("--exclude", exclude)):
         if text:  # an empty filter filters nothing (as in the run)
             parse_filter(text, flag)
-    return allocation_inventory(alloc, {}, None)
+    inv = allocation_inventory(alloc, {}, None)
+    base = int(ipaddress.IPv4Address("198.18.0.0"))  # unique per device (a rank table refuses repeats)
+    hosts = tuple(replace(h, device_ips=tuple((d, str(ipaddress.IPv4Address(base + (i * len(h.device_ids) + k) % (1 << 17))))
+                                              for k, d in enumerate(h.device_ids)))
+                  for i, h in enumerate(inv.hosts))
+    return Inventory(hosts, source=inv.source)

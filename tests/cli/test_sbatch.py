@@ -101,3 +101,65 @@ def test_flags_of_run_take_no_value(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     run_line = next(line for line in res.stdout.splitlines() if " -m launcher run " in line)
     assert run_line.endswith("--tee none --np 2 --no-sched-wait --ssh-accept-new --quiet train.py --epochs 1 &"), run_line
+
+
+# ---------------------------------------------------------------- submit-time checks (issue 27)
+
+from tests.cli.bad_run_options import BAD_RUN_OPTIONS, NOT_VALIDATED, case_ids  # noqa: E402
+
+
+def _main(monkeypatch, capsys, tmp_path, *args: str):
+    """``mslaunch ARGS`` in this process (as ``main`` runs it): ``(exit code, stdout, stderr)``."""
+    from launcher.cli.app import main
+
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return exc.value.code or 0, out, err
+
+
+def _refused(code: int, out: str, err: str, needle: str) -> None:
+    assert code == 2, (code, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("mslaunch: error: "), err
+    assert needle in err and "Traceback" not in err, err
+
+
+def _run_options(command):
+    return {p.name: list(p.opts) + list(p.secondary_opts) for p in command.params}
+
+
+def test_every_run_option_has_a_bad_case() -> None:
+    """New run options (and so new run validations) must join the table of bad cases."""
+    import typer
+
+    from launcher.cli.app import _register, app
+
+    _register()
+    run = typer.main.get_command(app).commands["run"]
+    covered = set()
+    for _id, options, _needle, _real in BAD_RUN_OPTIONS:
+        for name, opts in _run_options(run).items():
+            if any(o.split("=")[0] in opts for o in options if o.startswith("-")):
+                covered.add(name)
+    missing = set(_run_options(run)) - covered - set(NOT_VALIDATED)
+    assert not missing, f"run options without a bad case in tests/cli/bad_run_options.py: {sorted(missing)}"
+    assert not covered & set(NOT_VALIDATED), covered & set(NOT_VALIDATED)
+
+
+@pytest.mark.parametrize("case", BAD_RUN_OPTIONS, ids=case_ids())
+def test_every_run_validation_error_is_refused_by_sbatch(case, monkeypatch, capsys, tmp_path) -> None:
+    """``run`` refuses the case (so it is a run validation), and ``sbatch --dry-run`` refuses it
+    at submit time the same way: one line, exit 2, nothing printed or written."""
+    _id, options, needle, real = case
+    (tmp_path / "prog.py").write_text("")
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "run", *(() if real else ("--dry-run",)), "--np", "1",
+                           "--cpu-tune", "off", *options, "prog.py")
+    assert code == 2 and needle in " ".join(err.split()), err  # (run's parser's usage errors are typer's box)
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--dry-run", "--np", "1", *options, "prog.py")
+    _refused(code, out, err, needle)
+    assert out == ""
+    assert sorted(os.listdir(tmp_path)) == ["prog.py"]
