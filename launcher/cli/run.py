@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
 @with_ssh_settings("accept_new", "connect_timeout", "start_timeout")
 def run_cmd(
     ctx: typer.Context,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing.", rich_help_panel="Run"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing (the options and the program are checked first).", rich_help_panel="Run"),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON.", rich_help_panel="Run"),
     grace: float = typer.Option(SuperviseOptions.grace, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
