@@ -11,7 +11,7 @@ import functools
 import inspect
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace as _replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import typer
@@ -24,6 +24,7 @@ from launcher.planning import envs
 from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_hosts_arg, read_inventory  # noqa: F401
 from launcher.planning.mpi import MpiOptions
 from launcher.planning.plan import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, build_plan, worker_log_name
+from launcher.planning.sbatchshape import stand_in_inventory
 
 if TYPE_CHECKING:
     from launcher.planning.cpu import CpuSpec
@@ -173,8 +174,9 @@ def load_inventory(
     return apply_filters(inv, include, exclude)
 
 
-def slurm_inventory(opts: JobOptions, environ: Mapping[str, str]) -> Inventory:
-    """``--launcher slurm``: the allocation's nodes (narrowed by ``-H``), each with its NodeAddr.
+def slurm_inventory(opts: JobOptions, environ: Mapping[str, str], stand_in: bool = False) -> Inventory:
+    """``--launcher slurm``: the allocation's nodes (narrowed by ``-H``), each with its NodeAddr
+    (``stand_in``: ``mslaunch sbatch``'s stand-in, see :func:`~launcher.planning.sbatchshape.stand_in_inventory`).
 
     Raises:
         PlanError: not inside an allocation, or ``--hosts`` given (the allocation is the inventory).
@@ -185,6 +187,8 @@ def slurm_inventory(opts: JobOptions, environ: Mapping[str, str]) -> Inventory:
     if opts.hosts:
         raise PlanError("--launcher slurm takes its hosts from the allocation; drop --hosts (narrow with -H)", field="--hosts")
     alloc = parse_allocation(environ, opts.per_host)
+    if stand_in:
+        return stand_in_inventory(alloc, opts.host_list, opts.include, opts.exclude)
     from launcher.execution.slurm.nodes import node_addrs
 
     inv = allocation_inventory(alloc, node_addrs(alloc.nodes), parse_narrow(opts.host_list) if opts.host_list else None)
@@ -282,7 +286,7 @@ def _node_mode(opts: JobOptions, environ: Mapping[str, str]) -> Tuple[Optional[N
             raise PlanError(f"--node_rank must be an integer or 'auto', got {opts.node_rank!r}", field="--node_rank") from None
         if node_rank == -1:
             node_rank = None  # msrun's default: MindSpore assigns the ranks
-    elif opts.hosts is None and opts.host_list is None and np is not None and per_host is not None and per_host < np:
+    elif opts.launcher != "slurm" and opts.hosts is None and opts.host_list is None and np is not None and per_host is not None and per_host < np:
         if environ.get("MS_NODE_RANK"):
             node_rank, _ = node_rank_from_env({"MS_NODE_RANK": environ["MS_NODE_RANK"]})
     else:
@@ -301,12 +305,10 @@ def _node_mode(opts: JobOptions, environ: Mapping[str, str]) -> Tuple[Optional[N
     return NodeSpec(node_rank=node_rank, local_worker_num=per_host, owns_master=owns), np, per_host, addr, port
 
 
-def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
-    """Read every input the options name and build the job spec."""
-    node, np, per_host, master_addr, port_text = _node_mode(opts, os.environ)
+def build_spec(opts: JobOptions, job_id: Optional[str] = None, allocation: Optional[Mapping[str, str]] = None) -> JobSpec:
+    """Read every input the options name and build the job spec (``allocation``: the environ of a stand-in Slurm allocation)."""
+    node, np, per_host, master_addr, port_text = _node_mode(opts, os.environ if allocation is None else allocation)
     if node is not None:
-        from dataclasses import replace as _replace
-
         opts = _replace(opts, np=np, per_host=per_host, master_addr=master_addr, master_port=port_text)
     if opts.sim_level is not None and opts.sim_level not in (0, 1, 2, 3):
         raise PlanError(f"--sim_level must be 0, 1, 2 or 3, got {opts.sim_level}", field="--sim_level")
@@ -325,9 +327,7 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
         from launcher.execution.ports import local_ip_towards
 
         log_name = worker_log_name(opts.worker_log_name, local_ip_towards(opts.master_addr or "127.0.0.1"), socket.gethostname())
-    spec = _build_spec(opts, job_id, node)
-    from dataclasses import replace as _replace
-
+    spec = _build_spec(opts, job_id, node, allocation)
     return _replace(
         spec,
         node=node,
@@ -339,9 +339,9 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None) -> JobSpec:
     )
 
 
-def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec]) -> JobSpec:
+def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec], allocation: Optional[Mapping[str, str]] = None) -> JobSpec:
     if opts.launcher == "slurm":
-        inventory = slurm_inventory(opts, os.environ)
+        inventory = slurm_inventory(opts, os.environ if allocation is None else allocation, stand_in=allocation is not None)
     else:
         inventory = load_inventory(opts.hosts, opts.host_list, opts.include, opts.exclude, (opts.per_host if node else opts.np) or opts.per_host or opts.np or 1)
     program: Tuple[str, ...] = ((opts.module,) if opts.module else ()) + opts.program

@@ -12,6 +12,8 @@ import typer
 
 from launcher.cli.docs import epilog
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
+from launcher.cli.program_check import check_program
+from launcher.cli.submit_check import stand_in, stand_in_options
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.settings import SuperviseOptions
@@ -30,7 +32,8 @@ def register(app: typer.Typer) -> None:
 @with_job_options
 @with_ssh_settings("accept_new", "connect_timeout", "start_timeout")
 def run_cmd(
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing.", rich_help_panel="Run"),
+    ctx: typer.Context,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing (the options and the program are checked first).", rich_help_panel="Run"),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON.", rich_help_panel="Run"),
     grace: float = typer.Option(SuperviseOptions.grace, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
@@ -62,12 +65,21 @@ def run_cmd(
     if tee not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
-    if not dry_run:
+    stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
+    if stand_in_env is not None:
+        opts = stand_in_options(opts)
+    elif not dry_run:
         opts = resolve_master(opts, start_timeout, os.environ)  # a pod's DNS name: wait for it, use its address
-    spec = build_spec(opts)
+    spec = build_spec(opts, allocation=stand_in_env)
     plan = build_plan(spec)
+    check_program(spec, os.environ if stand_in_env is None else stand_in_env)
     if opts.join is not None and not parse_msrun_bool(opts.join, "--join"):
         detach = True  # msrun --join=False: start the job and return
+    if stand_in_env is not None:  # checked up to where the run would start anything
+        if detach:
+            raise PlanError("--join False would end the batch job at once (the run returns); drop it", field="--join")
+        _check_ci_outputs(summary_json, junit)
+        return
     if dry_run:
         if as_json:
             from launcher.execution.backend import plan_json

@@ -1,12 +1,18 @@
-"""``mslaunch sbatch [sbatch options] [run options] SCRIPT [ARGS]``: submit a job to Slurm.
+"""``mslaunch sbatch [OPTIONS] SCRIPT [ARGS]``: submit a job to Slurm.
 
 Writes a batch script into the job dir (``sbatch.sh``; ``--dry-run`` prints it and submits
 nothing) that runs ``mslaunch run --launcher slurm`` inside the allocation, submits it with
 ``sbatch --parsable``, prints the Slurm job id and the mslaunch job id, and registers the job so
 ``mslaunch ps / status / logs tail / stop`` work for it (``stop`` = ``scancel``).
 
-The sbatch options come first; everything from the first other option (or the script) on is
-given to ``mslaunch run`` unchanged.  Preemption: ``--signal USR1@<s>`` makes Slurm send SIGUSR1
+Before SCRIPT, sbatch's options and ``mslaunch run``'s come in any order
+(:mod:`launcher.cli.sbatch_args`).  The allocation is sized from ``--np``/``--per-host`` where
+``-N``/``--ntasks``/``--ntasks-per-node`` are not given (:mod:`launcher.planning.sbatchshape`).
+Before anything is written, the script's ``mslaunch run`` is checked as it will run in the
+allocation, against a stand-in of it (:mod:`launcher.cli.submit_check`): a job that would fail
+there on its options or a missing program is refused now, one line, exit 2.
+
+Preemption: ``--signal USR1@<s>`` makes Slurm send SIGUSR1
 to mslaunch ``<s>`` seconds before the end (``B:`` is added: the batch script's mslaunch gets it,
 not the ranks); mslaunch then stops the ranks gracefully (SIGTERM, ``--grace``) and writes the
 summary as ``preempted``, as it does when Slurm preempts the job (see
@@ -21,24 +27,46 @@ import os
 import re
 import shlex
 import sys
-from typing import FrozenSet, List, Optional, Set, Tuple
+from typing import Any, List, Optional
 
 import typer
+from typer.core import TyperCommand
 
-from launcher.cli.options import PROGRAM_CONTEXT, new_job_id
+from launcher.cli.options import new_job_id
+from launcher.cli.sbatch_args import SplitArgs, option_names, split_args
 from launcher.errors import PlanError
 from launcher.planning import layout
+from launcher.planning.sbatchshape import Shape, derive_shape
 
 _SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?([A-Z0-9]+)(?:@(\d+))?$")
-#: run options sbatch sets itself.
-_OWN = ("--launcher", "--log-dir", "--log_dir", "--job-id", "--detach", "-d")
+#: where :class:`SbatchCommand` leaves the split arguments for :func:`sbatch_cmd`.
+_SPLIT = "mslaunch.sbatch.split"
+_HELP = ("-h", "--help")
+#: sbatch options that size the job: mslaunch sbatch's own, never through --sbatch-arg.
+_SHAPE_OPTS = ("-N", "--nodes", "-n", "--ntasks", "--ntasks-per-node")
 
 
-CONTEXT = dict(PROGRAM_CONTEXT, allow_extra_args=True)
+class SbatchCommand(TyperCommand):
+    """``sbatch``'s arguments are split (:func:`~launcher.cli.sbatch_args.split_args`) before
+    its own options are parsed: the run options and the program wait in ``ctx.meta``."""
+
+    def parse_args(self, ctx: Any, args: List[str]) -> List[str]:
+        root = ctx.find_root()
+        run = root.command.get_command(root, "run")
+        try:
+            split = split_args(list(args), option_names(self, _HELP), option_names(run, _HELP))
+        except PlanError:
+            if any(a in _HELP for a in args):  # 'mslaunch sbatch --help' needs no SCRIPT
+                return super().parse_args(ctx, ["--help"])
+            raise
+        ctx.meta[_SPLIT] = split
+        super().parse_args(ctx, split.sbatch)
+        return []
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sbatch", context_settings=CONTEXT)(sbatch_cmd)
+    app.command("sbatch", cls=SbatchCommand, options_metavar="[OPTIONS] SCRIPT [ARGS]...",
+                context_settings={"help_option_names": list(_HELP)})(sbatch_cmd)
 
 
 def _signal_directive(text: str) -> str:
@@ -90,98 +118,48 @@ def render_script(*, job_id: str, job_dir: str, cwd: str, python: str, directive
     return "\n".join(lines) + "\n"
 
 
-def run_flag_names(ctx: typer.Context) -> FrozenSet[str]:
-    """The ``run`` options that take no value (flags, ``--x/--no-x`` pairs), read from the ``run``
-    command itself, so a new flag of ``run`` is known here without a list to keep in step."""
-    root = ctx.find_root()
-    group = root.command
-    run = group.get_command(root, "run") if hasattr(group, "get_command") else None
-    names: Set[str] = set()
-    for param in getattr(run, "params", ()):  # typer's own click objects: read by their attributes
-        if param.param_type_name == "option" and (getattr(param, "is_flag", False) or getattr(param, "count", False)):
-            names.update(param.opts)
-            names.update(param.secondary_opts)
-    return frozenset(names)
-
-
-def _split_run_args(args: List[str], flags: FrozenSet[str]) -> Tuple[List[str], Optional[str], Optional[str]]:
-    """``run`` options and program as given, minus ``--log-dir`` / ``--job-id`` (returned).
-
-    ``flags`` are the run options that take no value (:func:`run_flag_names`); every other
-    option takes the next argument unless written ``--opt=value``.
-
-    Raises:
-        PlanError: ``--launcher`` / ``--detach`` (sbatch sets them), no SCRIPT.
-    """
-    out: List[str] = []
-    log_dir = job_id = None
-    i = 0
-    seen_program = False
-    while i < len(args):
-        a = args[i]
-        if not seen_program and a.startswith("-"):
-            name, eq, value = a.partition("=")
-            if name in ("--log-dir", "--log_dir", "--job-id"):
-                if not eq:
-                    if i + 1 >= len(args):
-                        raise PlanError(f"{name} needs a value", field=name)
-                    value = args[i + 1]
-                    i += 1
-                if name == "--job-id":
-                    job_id = value
-                else:
-                    log_dir = value
-                i += 1
-                continue
-            if name in _OWN:
-                raise PlanError(f"{name} is set by mslaunch sbatch (the job runs with --launcher slurm in the allocation); drop it",
-                                field=name)
-            out.append(a)
-            i += 1
-            if not eq and name not in flags and i < len(args):  # its value
-                out.append(args[i])
-                i += 1
-            if name in ("-m", "--module"):  # the module's own arguments follow
-                seen_program = True
-            continue
-        seen_program = True
-        out.append(a)
-        i += 1
-    if not seen_program:
-        raise PlanError("missing SCRIPT: mslaunch sbatch [sbatch options] [run options] SCRIPT [ARGS]", field="SCRIPT")
-    return out, log_dir, job_id
-
-
 def sbatch_cmd(
     ctx: typer.Context,
-    nodes: Optional[str] = typer.Option(None, "--nodes", "-N", help="sbatch --nodes.", rich_help_panel="sbatch"),
-    ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="sbatch --ntasks-per-node (ranks per node by default).", rich_help_panel="sbatch"),
+    nodes: Optional[str] = typer.Option(None, "--nodes", "-N", metavar="N|MIN-MAX", help="sbatch --nodes (default: derived from --np and --per-host).", rich_help_panel="sbatch"),
+    ntasks: Optional[int] = typer.Option(None, "--ntasks", help="sbatch --ntasks (-n is mslaunch run's --np).", rich_help_panel="sbatch"),
+    ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="sbatch --ntasks-per-node (default: --per-host, else derived from --np).", rich_help_panel="sbatch"),
     partition: Optional[str] = typer.Option(None, "--partition", "-p", help="sbatch --partition.", rich_help_panel="sbatch"),
     time_limit: Optional[str] = typer.Option(None, "--time", "-t", help="sbatch --time.", rich_help_panel="sbatch"),
-    job_name: Optional[str] = typer.Option(None, "--job-name", "-J", help="sbatch --job-name (default: mslaunch-<job id>).", rich_help_panel="sbatch"),
+    job_name: Optional[str] = typer.Option(None, "--job-name", "-J", help="sbatch --job-name: Slurm's name of the job (default: mslaunch-<job id>; the mslaunch job id is --job-id).", rich_help_panel="sbatch"),
     account: Optional[str] = typer.Option(None, "--account", "-A", help="sbatch --account.", rich_help_panel="sbatch"),
     gres: Optional[str] = typer.Option(None, "--gres", help="sbatch --gres (e.g. gpu:8).", rich_help_panel="sbatch"),
     exclusive: bool = typer.Option(False, "--exclusive", help="sbatch --exclusive.", rich_help_panel="sbatch"),
     signal_opt: Optional[str] = typer.Option(None, "--signal", help="Preemption warning: USR1@SECONDS (mslaunch stops the ranks gracefully; summary 'preempted').", rich_help_panel="sbatch"),
     requeue: bool = typer.Option(False, "--requeue", help="Let Slurm requeue the job; after a --signal warning mslaunch requeues it; runs continue in attempt_<k>/.", rich_help_panel="sbatch"),
     sbatch_arg: List[str] = typer.Option([], "--sbatch-arg", help="Any other sbatch option, e.g. --sbatch-arg=--qos=high (repeatable).", rich_help_panel="sbatch"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the batch script; submit nothing.", rich_help_panel="sbatch"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the job and print the batch script; write and submit nothing (anywhere before SCRIPT: never passed to run).", rich_help_panel="sbatch"),
 ) -> None:
     """Submit a job to Slurm: a batch script running 'mslaunch run --launcher slurm' in the allocation.
 
+    Before SCRIPT, the sbatch options below and mslaunch run's options (mslaunch run --help) come in any order. -h/--help and --dry-run are sbatch's; --job-id and --log-dir name the mslaunch job and its directory; -n is run's --np (Slurm's is --ntasks). See docs/slurm.md.
+
+    Without -N/--ntasks/--ntasks-per-node the allocation is sized from --np and --per-host (--np 16 --per-host 8: 2 nodes x 8 tasks).
+
+    The job is checked as it will run in the allocation before anything is written: bad run options, a job too big for the allocation asked for or a missing SCRIPT are refused (exit 2).
+
     Prints the Slurm job id, then the mslaunch job id; 'mslaunch ps/status/logs tail/stop' work on it.
     """
-    run_args, log_dir, job_id = _split_run_args(list(ctx.args), run_flag_names(ctx))
+    from launcher.cli.submit_check import check_run, parse_run, submit_environ
     from launcher.jobs.jobdir import validate_job_id
+    from launcher.planning.sbatchshape import stand_in_environ
 
-    job_id = validate_job_id(job_id) if job_id is not None else new_job_id()
-    if log_dir is not None and not log_dir.strip():
+    split: SplitArgs = ctx.meta.pop(_SPLIT)
+    job_id = validate_job_id(split.job_id) if split.job_id is not None else new_job_id()
+    if split.log_dir is not None and not split.log_dir.strip():
         raise PlanError("--log-dir must not be empty", field="--log-dir")
-    job_dir = os.path.abspath(log_dir) if log_dir else os.path.abspath(os.path.join("mslaunch_logs", job_id))
+    job_dir = os.path.abspath(split.log_dir) if split.log_dir else os.path.abspath(os.path.join("mslaunch_logs", job_id))
+    extras = _extra_directives(sbatch_arg)
+    # the batch script's run, parsed by run's own parser (its usage errors now)
+    run_ctx = parse_run(ctx, ["--launcher", "slurm", "--job-id", job_id, "--log-dir", job_dir, "--tee", "none"] + split.run_argv())
+    shape = derive_shape(nodes, ntasks, ntasks_per_node, run_ctx.params.get("np"), run_ctx.params.get("per_host"))
     directives = [f"--job-name={job_name or 'mslaunch-' + job_id}", f"--output={os.path.join(job_dir, layout.SBATCH_OUTPUT)}",
-                  "--open-mode=append"]
-    for flag, value in (("--nodes", nodes), ("--ntasks-per-node", ntasks_per_node), ("--partition", partition),
-                        ("--time", time_limit), ("--account", account), ("--gres", gres)):
+                  "--open-mode=append"] + shape.directives()
+    for flag, value in (("--partition", partition), ("--time", time_limit), ("--account", account), ("--gres", gres)):
         if value is not None:
             directives.append(f"{flag}={value}")
     if exclusive:
@@ -189,24 +167,72 @@ def sbatch_cmd(
     if signal_opt:
         directives.append(f"--signal={_signal_directive(signal_opt)}")
     directives.append("--requeue" if requeue else "--no-requeue")
-    for extra in sbatch_arg:
-        if not extra.startswith("-") or "\n" in extra:
-            raise PlanError(f"--sbatch-arg {extra!r}: give one sbatch option, e.g. --sbatch-arg=--qos=high", field="--sbatch-arg")
-        directives.append(extra)
+    directives += extras
+    check_run(run_ctx, submit_environ(stand_in_environ(shape), os.environ))  # against a stand-in of the allocation
     script = render_script(job_id=job_id, job_dir=job_dir, cwd=os.getcwd(), python=sys.executable, directives=directives,
-                           run_args=run_args, requeue=requeue, environ_conf=os.environ.get("SLURM_CONF"))
+                           run_args=split.run_argv(), requeue=requeue, environ_conf=os.environ.get("SLURM_CONF"))
+    _note_derived(shape)
     if dry_run:
         sys.stdout.write(script)
         return
-    from launcher.execution.slurm.submit import submit
-    from launcher.jobs.files import write_atomic
-    from launcher.jobs.jobdir import prepare_job_dir, register_submitted
+    slurm_id = _write_and_submit(job_dir, script)
+    from launcher.jobs.jobdir import register_submitted
 
-    prepare_job_dir(job_dir)
-    path = os.path.join(job_dir, layout.SBATCH_SCRIPT)
-    write_atomic(path, script, mode=0o700)
-    slurm_id = submit(path, os.getcwd())
     register_submitted(job_id, job_dir, slurm_id, ["mslaunch", "sbatch"] + [a for a in sys.argv[2:]])
     sys.stdout.write(f"{slurm_id}\n{job_id}\n")
     sys.stderr.write(f"mslaunch: submitted Slurm job {slurm_id} as mslaunch job {job_id}; logs: {job_dir}\n"
                      f"  follow: mslaunch logs tail {job_id} -f    stop: mslaunch stop {job_id}\n")
+
+
+def _extra_directives(sbatch_arg: List[str]) -> List[str]:
+    """``--sbatch-arg`` values: one sbatch option each, none that sizes the job.
+
+    Raises:
+        PlanError: not an option, a newline, or ``-N``/``--nodes``/``-n``/``--ntasks``/``--ntasks-per-node``.
+    """
+    out = []
+    for extra in sbatch_arg:
+        if not extra.startswith("-") or "\n" in extra:
+            raise PlanError(f"--sbatch-arg {extra!r}: give one sbatch option, e.g. --sbatch-arg=--qos=high", field="--sbatch-arg")
+        name = extra.partition("=")[0] if extra.startswith("--") else extra[:2]
+        if name in _SHAPE_OPTS:
+            raise PlanError(f"--sbatch-arg {extra!r}: give -N/--ntasks/--ntasks-per-node as mslaunch sbatch options "
+                            "(they size the job and are checked against --np)", field="--sbatch-arg")
+        out.append(extra)
+    return out
+
+
+def _note_derived(shape: Shape) -> None:
+    if shape.derived:
+        shown = " ".join(d for d in shape.directives() if d.partition("=")[0] in shape.derived)
+        sys.stderr.write(f"mslaunch: allocation {shown} (derived from --np/--per-host)\n")
+
+
+def _write_and_submit(job_dir: str, script: str) -> str:
+    """Write ``sbatch.sh`` into a new (or empty) job dir and submit it; the Slurm job id.
+
+    If sbatch refuses the job, the script and the directories this call created are removed.
+
+    Raises:
+        LaunchError: sbatch refused the job (its message) or is missing.
+    """
+    from launcher.execution.slurm.submit import submit
+    from launcher.jobs.files import write_atomic
+    from launcher.jobs.jobdir import prepare_job_dir
+
+    parent = os.path.dirname(job_dir)
+    parent_existed = os.path.isdir(parent)
+    created = prepare_job_dir(job_dir)
+    path = os.path.join(job_dir, layout.SBATCH_SCRIPT)
+    write_atomic(path, script, mode=0o700)
+    try:
+        return submit(path, os.getcwd())
+    except BaseException:
+        os.unlink(path)
+        for made, folder in ((created, job_dir), (not parent_existed, parent)):
+            if made:
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break
+        raise

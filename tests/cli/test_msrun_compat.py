@@ -189,6 +189,7 @@ def dry_run(args, monkeypatch, tmp_path, env=None):
     from launcher.cli.app import _register, app
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "net.py").write_text("")  # run checks that the script exists
     for name in options.NODE_RANK_VARS + ("MS_WORKER_NUM", "MS_LOCAL_WORKER", "MS_SCHED_HOST", "MS_SCHED_PORT"):
         monkeypatch.delenv(name, raising=False)
     for k, v in (env or {}).items():

@@ -66,6 +66,7 @@ def test_small_plan_is_printed_whole(tmp_path) -> None:
 
 def test_dry_run_json_is_the_plan_json(tmp_path) -> None:
     args = ["-H", "a:2,b:2", "--job-id", "same", "--", "train.py"]
+    (tmp_path / "train.py").write_text("")  # run checks that the script exists
     plan = mslaunch("plan", "--json", *args, cwd=str(tmp_path))
     dry = mslaunch("run", "--dry-run", "--json", *args, cwd=str(tmp_path))
     assert plan == dry == json.dumps(json.loads(plan), indent=2) + "\n"

@@ -62,6 +62,7 @@ def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_dry_run_prints_the_script_and_writes_nothing(tmp_path) -> None:
+    (tmp_path / "train.py").write_text("")
     res = _run(tmp_path, "-N", "3", "--ntasks-per-node", "2", "--signal", "USR1@90", "--requeue", "--sbatch-arg=--qos=high",
                "--dry-run", "--job-id", "abc", "--np", "6", "train.py", "--epochs", "2")
     assert res.returncode == 0, res.stderr
@@ -87,15 +88,187 @@ def test_module_and_its_arguments_go_to_run(tmp_path) -> None:
     res = _run(tmp_path, "--dry-run", "--job-id", "m1", "--np", "2", "-m", "pkg.train", "--log-dir", "x", "--lr", "1")
     assert res.returncode == 0, res.stderr
     run_line = next(line for line in res.stdout.splitlines() if " -m launcher run " in line)
-    # --log-dir after the module belongs to the module
-    assert run_line.endswith("--job-id m1 --log-dir \"$LOG_DIR\" --tee none --np 2 -m pkg.train --log-dir x --lr 1 &")
+    # --log-dir after the module belongs to the module ('--' keeps it so for run)
+    assert run_line.endswith("--job-id m1 --log-dir \"$LOG_DIR\" --tee none --np 2 -m pkg.train -- --log-dir x --lr 1 &")
 
 
 def test_flags_of_run_take_no_value(tmp_path) -> None:
     """Which run options take no value is read from the run command: flags (ssh ones and
     ``--x/--no-x`` pairs included) never swallow the script that follows them."""
+    (tmp_path / "train.py").write_text("")
     res = _run(tmp_path, "--dry-run", "--job-id", "f1", "--np", "2", "--no-sched-wait", "--ssh-accept-new", "--quiet",
                "train.py", "--epochs", "1")
     assert res.returncode == 0, res.stderr
     run_line = next(line for line in res.stdout.splitlines() if " -m launcher run " in line)
     assert run_line.endswith("--tee none --np 2 --no-sched-wait --ssh-accept-new --quiet train.py --epochs 1 &"), run_line
+
+
+# ---------------------------------------------------------------- submit-time checks (issue 27)
+
+from tests.cli.bad_run_options import BAD_RUN_OPTIONS, NOT_VALIDATED, case_ids  # noqa: E402
+
+
+def _main(monkeypatch, capsys, tmp_path, *args: str):
+    """``mslaunch ARGS`` in this process (as ``main`` runs it): ``(exit code, stdout, stderr)``."""
+    from launcher.cli.app import main
+
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return exc.value.code or 0, out, err
+
+
+def _refused(code: int, out: str, err: str, needle: str) -> None:
+    assert code == 2, (code, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("mslaunch: error: "), err
+    assert needle in err and "Traceback" not in err, err
+
+
+def _run_options(command):
+    return {p.name: list(p.opts) + list(p.secondary_opts) for p in command.params}
+
+
+def test_every_run_option_has_a_bad_case() -> None:
+    """New run options (and so new run validations) must join the table of bad cases."""
+    import typer
+
+    from launcher.cli.app import _register, app
+
+    _register()
+    run = typer.main.get_command(app).commands["run"]
+    covered = set()
+    for _id, options, _needle, _real in BAD_RUN_OPTIONS:
+        for name, opts in _run_options(run).items():
+            if any(o.split("=")[0] in opts for o in options if o.startswith("-")):
+                covered.add(name)
+    missing = set(_run_options(run)) - covered - set(NOT_VALIDATED)
+    assert not missing, f"run options without a bad case in tests/cli/bad_run_options.py: {sorted(missing)}"
+    assert not covered & set(NOT_VALIDATED), covered & set(NOT_VALIDATED)
+
+
+@pytest.mark.parametrize("case", BAD_RUN_OPTIONS, ids=case_ids())
+def test_every_run_validation_error_is_refused_by_sbatch(case, monkeypatch, capsys, tmp_path) -> None:
+    """``run`` refuses the case (so it is a run validation), and ``sbatch --dry-run`` refuses it
+    at submit time the same way: one line, exit 2, nothing printed or written."""
+    _id, options, needle, real = case
+    (tmp_path / "prog.py").write_text("")
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "run", *(() if real else ("--dry-run",)), "--np", "1",
+                           "--cpu-tune", "off", *options, "prog.py")
+    assert code == 2 and needle in " ".join(err.split()), err  # (run's parser's usage errors are typer's box)
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--dry-run", "--np", "1", *options, "prog.py")
+    _refused(code, out, err, needle)
+    assert out == ""
+    assert sorted(os.listdir(tmp_path)) == ["prog.py"]
+
+
+def _script(monkeypatch, capsys, tmp_path, *args: str) -> str:
+    (tmp_path / "prog.py").write_text("")
+    before = sorted(os.listdir(tmp_path))
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--dry-run", "--job-id", "j1", *args)
+    assert code == 0, err
+    assert sorted(os.listdir(tmp_path)) == before  # nothing written
+    return out
+
+
+def _shape_lines(script: str):
+    keys = ("#SBATCH --nodes", "#SBATCH --ntasks", "#SBATCH --ntasks-per-node")
+    return [line for line in script.splitlines() if line.split("=")[0] in keys]
+
+
+@pytest.mark.parametrize("args, lines", [
+    (["--np", "16", "--per-host", "8"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8"]),
+    (["--np", "4", "--per-host", "2"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2"]),
+    (["--np", "4"], ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=4"]),
+    (["-N", "2", "--np", "4"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2"]),
+    (["--ntasks-per-node", "4", "--np", "8"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4"]),
+    (["-N", "3", "--ntasks-per-node", "2", "--np", "6"], ["#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=2"]),
+    (["--ntasks", "6", "--np", "6"], ["#SBATCH --ntasks=6"]),
+    (["-N", "2"], ["#SBATCH --nodes=2"]),
+])
+def test_derived_sbatch_lines(args, lines, monkeypatch, capsys, tmp_path) -> None:
+    assert _shape_lines(_script(monkeypatch, capsys, tmp_path, *args, "prog.py")) == lines
+
+
+def test_options_in_either_order_make_the_same_script(monkeypatch, capsys, tmp_path) -> None:
+    """sbatch's options are sbatch's wherever they stand before SCRIPT, run's are run's."""
+    one = _script(monkeypatch, capsys, tmp_path, "-N", "1", "--job-name", "X", "--np", "1", "--grace", "2", "prog.py", "--job-name", "Y")
+    two = _script(monkeypatch, capsys, tmp_path, "--np", "1", "--job-name", "X", "--grace=2", "-N1", "prog.py", "--job-name", "Y")
+    assert "#SBATCH --job-name=X" in one.splitlines()
+    run_line = next(line for line in one.splitlines() if " -m launcher run " in line)
+    assert run_line.endswith("--tee none --np 1 --grace 2 prog.py --job-name Y &"), run_line  # after SCRIPT: the program's
+    assert two.replace("--grace=2", "--grace 2") == one
+
+
+def test_dry_run_and_help_anywhere_before_script_are_sbatchs(monkeypatch, capsys, tmp_path) -> None:
+    # without Slurm here, a submission would fail: --dry-run after run options must not submit
+    out = _script(monkeypatch, capsys, tmp_path, "--np", "1", "--grace", "1", "--dry-run", "prog.py")
+    assert out.startswith("#!/bin/bash\n") and "--dry-run" not in out
+    code, out, _err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--np", "1", "--help")
+    assert code == 0 and "Usage: mslaunch sbatch [OPTIONS] SCRIPT [ARGS]..." in " ".join(out.split()), out
+    code, out, _err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--help")
+    assert code == 0 and "--ntasks-per-node" in out
+
+
+def test_shared_option_names_are_the_documented_ones() -> None:
+    """Names both commands have take sbatch's meaning; docs/slurm.md lists each of them."""
+    import typer
+
+    from launcher.cli.app import _register, app
+    from launcher.cli.sbatch_args import option_names, shared_names
+
+    _register()
+    group = typer.main.get_command(app)
+    shared = shared_names(option_names(group.commands["sbatch"], ("-h", "--help")), option_names(group.commands["run"], ("-h", "--help")))
+    assert shared == ["--dry-run", "--help", "-h"]
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "slurm.md")).read()
+    table = [line for line in doc.splitlines() if line.startswith("| `")]
+    for name in shared + ["--job-id", "--log-dir", "--job-name", "-n", "-m", "-e", "-H", "-q", "-d", "--launcher", "--json", "--tee"]:
+        assert any(f"`{name}`" in row.split("|")[1] for row in table), name
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--np", "1", "--launcher", "ssh", "prog.py"], "--launcher: is set by mslaunch sbatch"),
+    (["--np", "1", "-d", "prog.py"], "-d: is set by mslaunch sbatch"),
+    (["--np", "1", "--json", "prog.py"], "--json goes with 'mslaunch run --dry-run'"),
+    (["--np", "1", "--join", "False", "prog.py"], "--join False would end the batch job"),
+    (["--np", "1", "--sbatch-arg=--nodes=2", "prog.py"], "give -N/--ntasks/--ntasks-per-node as mslaunch sbatch options"),
+    (["--np", "1", "--sbatch-arg", "-n4", "prog.py"], "give -N/--ntasks/--ntasks-per-node"),
+    (["--np", "1", "--grace"], "--grace: needs a value"),
+    (["--np", "1", "--exclusive=yes", "prog.py"], "--exclusive: takes no value"),
+    (["--np", "1", "--job-name", "X"], "missing SCRIPT"),
+    (["-N", "2-x", "--np", "1", "prog.py"], "expected a node count N or MIN-MAX"),
+    (["--np", "1", "--per-host", "4", "--ntasks-per-node", "2", "prog.py"], "--per-host 4 is more than the --ntasks-per-node 2"),
+])
+def test_sbatchs_own_refusals(args, needle, monkeypatch, capsys, tmp_path) -> None:
+    (tmp_path / "prog.py").write_text("")
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--dry-run", *args)
+    _refused(code, out, err, needle)
+    assert sorted(os.listdir(tmp_path)) == ["prog.py"]
+
+
+def test_checks_that_need_real_node_names_are_left_to_the_allocation(monkeypatch, capsys, tmp_path) -> None:
+    (tmp_path / "hccn").mkdir()
+    (tmp_path / "hccn" / "gpu7.conf").write_text("address_0=192.1.1.1\naddress_1=192.1.1.2\n")
+    out = _script(monkeypatch, capsys, tmp_path, "-N", "2", "--np", "4", "-H", "gpu[7-8]", "--include", "gpu7@gpu8", "prog.py")
+    assert "-H 'gpu[7-8]' --include gpu7@gpu8 prog.py &" in out
+    _script(monkeypatch, capsys, tmp_path, "--np", "2", "--method", "ranktable", "--hccn-dir", "hccn", "prog.py")
+    _script(monkeypatch, capsys, tmp_path, "--np", "2", "--method", "ranktable", "--hccn", "gpu7=hccn/gpu7.conf", "prog.py")
+
+
+def test_a_refused_submission_leaves_no_script_behind(monkeypatch, capsys, tmp_path) -> None:
+    """sbatch (a stand-in on PATH) refuses the job: no job dir, no mslaunch_logs/ left."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2\nexit 1\n")
+    (bindir / "sbatch").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "prog.py").write_text("")
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    code, out, err = _main(monkeypatch, capsys, work, "sbatch", "-p", "nope", "--np", "1", "prog.py")
+    assert code == 1 and "Invalid partition name" in err and out == "", err
+    assert sorted(os.listdir(work)) == ["prog.py"]

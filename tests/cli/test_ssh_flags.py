@@ -20,6 +20,7 @@ class Stop(LaunchError):
 
 def invoke(args, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("")  # run checks that the script exists
     monkeypatch.delenv("MSLAUNCH_SSH_CONFIG", raising=False)
     _register()
     return CliRunner().invoke(app, args)

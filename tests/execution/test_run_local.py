@@ -259,10 +259,19 @@ def test_logs_tail_follow_and_grep(job, tmp_path):
 
 
 def test_bad_program_is_a_start_failure(job, tmp_path):
+    # a missing program is refused before anything starts (exit 2, no job files)
     r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "1", "--log-dir", str(job.dir), "--no-python", "--master-port", "auto",
                         str(tmp_path / "missing.sh")], capture_output=True, text=True, env=job.environ, timeout=60)
+    assert r.returncode == 2 and f"no such file '{tmp_path}/missing.sh'" in r.stderr, r.stderr
+    assert not (job.dir / "summary.json").exists()
+    # one that is there but cannot be executed fails at start
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00\x01\x02")
+    junk.chmod(0o755)
+    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "1", "--log-dir", str(job.dir), "--no-python", "--master-port", "auto",
+                        str(junk)], capture_output=True, text=True, env=job.environ, timeout=60)
     assert r.returncode == 1
-    assert f"cannot run '{tmp_path}/missing.sh': no such file" in r.stderr
+    assert f"cannot start '{junk}': Exec format error" in r.stderr, r.stderr
     # the scheduler (started first) did not survive
     s = job.summary()
     assert s["status"] == "failed"

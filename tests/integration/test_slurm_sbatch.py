@@ -162,3 +162,84 @@ def test_a_job_preempted_by_a_higher_priority_job_is_requeued_and_continues(slur
     assert not (job_dir / "attempt_2").exists()
     slurm.wait_idle()
     assert slurm.node_pids() == {}
+
+
+# ---------------------------------------------------------------- submit-time checks, the allocation from the job
+
+from tests.cli.bad_run_options import BAD_RUN_OPTIONS  # noqa: E402
+
+#: the cases of issue 27: (id, sbatch arguments, needle of the one-line error)
+ISSUE_CASES = [
+    ("bogus-option", ["-N", "1", "--np", "1", "--bogus", "3", "prog.py"], "--bogus"),
+    ("np-zero", ["-N", "1", "--np", "0", "prog.py"], "--np must be at least 1"),
+    ("method", ["-N", "1", "--np", "1", "--method", "nonsense", "prog.py"], "unknown method 'nonsense'"),
+    ("ranks-do-not-fit", ["-N", "2", "--ntasks-per-node", "2", "--np", "9", "prog.py"], "9 ranks do not fit"),
+    ("missing-script", ["-N", "2", "--np", "4", "missing_script.py"], "no such file 'missing_script.py'"),
+]
+REFUSED = ISSUE_CASES + [(f"run-{cid}", ["--np", "1", *options, "prog.py"], needle) for cid, options, needle, _real in BAD_RUN_OPTIONS]
+
+
+def _submissions(slurm: SlurmCluster) -> int:
+    """Batch jobs slurmctld has taken so far (its log line per submission)."""
+    return len(slurm.ctld_log_lines("_slurm_rpc_submit_batch_job"))
+
+
+def _queue(slurm: SlurmCluster) -> str:
+    res = slurm.run(["squeue", "-h", "-o", "%i %j %T"])
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+@pytest.mark.parametrize("cid, args, needle", REFUSED, ids=[c[0] for c in REFUSED])
+def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(slurm: SlurmCluster, tmp_path, cid, args, needle) -> None:
+    """Each case of issue 27 and every run validation error: refused by a real submission
+    (no --dry-run) with one line, exit 2; Slurm got nothing, nothing was written."""
+    env = _env(slurm, tmp_path)
+    (tmp_path / "prog.py").write_text("")
+    before_queue, before_count = _queue(slurm), _submissions(slurm)
+    res = subprocess.run(mslaunch_argv("sbatch", *args), env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert res.stdout == ""
+    assert (_queue(slurm), _submissions(slurm)) == (before_queue, before_count)
+    assert sorted(os.listdir(tmp_path)) == ["pids", "prog.py"]
+
+
+def test_dry_run_anywhere_before_script_submits_nothing(slurm: SlurmCluster, tmp_path) -> None:
+    env = _env(slurm, tmp_path)
+    before_queue, before_count = _queue(slurm), _submissions(slurm)
+    res = subprocess.run(mslaunch_argv("sbatch", "-N", "1", "--np", "1", "--dry-run", PROG, "ok", "1"), env=env, capture_output=True,
+                         text=True, timeout=60, cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("#!/bin/bash\n") and "--dry-run" not in res.stdout
+    assert (_queue(slurm), _submissions(slurm)) == (before_queue, before_count)
+    assert sorted(os.listdir(tmp_path)) == ["pids"]
+
+
+def test_a_job_sized_from_np_and_per_host_runs_on_two_nodes(slurm: SlurmCluster, tmp_path) -> None:
+    """Only --np 4 --per-host 2 (and --job-name after them: sbatch's): the script asks for 2
+    nodes x 2 tasks, and the 4 ranks run 2 on each of 2 nodes."""
+    env = _env(slurm, tmp_path)
+    before = _submissions(slurm)
+    sid, jid = _submit(slurm, env, tmp_path, "--np", "4", "--per-host", "2", "--job-name", "sized-by-np", PROG, "ok", "300")
+    job_dir = tmp_path / "mslaunch_logs" / jid
+    script = (job_dir / "sbatch.sh").read_text().splitlines()
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --job-name=sized-by-np" in script
+    assert _submissions(slurm) == before + 1
+    wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 5, 90, "the scheduler and 4 ranks started")
+    res = slurm.run(["squeue", "-h", "-j", sid, "-o", "%j %D %T"])
+    assert res.stdout.split() == ["sized-by-np", "2", "RUNNING"], res.stdout
+    stop = _ms(env, "stop", jid)
+    assert stop.returncode == 0, stop.stderr
+    slurm.wait_left_queue(sid, 60)
+    wait_or_fail(lambda: (job_dir / "summary.json").exists(), 60, "the run's summary")
+    nodes = {}
+    for rank in range(4):
+        seen = json.loads((job_dir / f"worker_{rank}.log").read_text().splitlines()[0])
+        nodes.setdefault(seen["node"], []).append(rank)
+    assert sorted(nodes.values()) == [[0, 1], [2, 3]] and len(nodes) == 2, nodes
+    summary = json.loads((job_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped", summary
+    assert sorted(p["rank"] for p in summary["processes"] if p["rank"] is not None) == [0, 1, 2, 3]
+    slurm.wait_idle()
+    assert slurm.node_pids() == {}
