@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 from rich.console import Console
 
+from launcher.planning.hosts import SshOptions
 from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
@@ -46,6 +47,11 @@ def print_plan(plan: Plan, everything: bool = False) -> None:
     out(f"[bold]job[/bold] {plan.job_id}  method={plan.method}  launcher={plan.launcher}  "
         f"world_size={plan.world_size}  hosts={shown_hosts}", soft_wrap=True, highlight=False)
     out(f"[bold]job dir[/bold] {plan.job_dir}", soft_wrap=True)
+    reached = [h for h in hosts if h.ssh.user is not None or h.ssh.port is not None]
+    for h in reached if everything or len(reached) <= 2 * PLAN_EDGE else reached[:PLAN_EDGE]:
+        out(f"[bold]ssh[/bold] {h.name}: {ssh_text(h.ssh)}", soft_wrap=True, highlight=False)
+    if len(reached) > 2 * PLAN_EDGE and not everything:
+        out(f"[bold]ssh[/bold] ... {len(reached) - PLAN_EDGE} more hosts with their own ssh user or port", soft_wrap=True, highlight=False)
     if plan.scheduler is not None:
         out(f"[bold]scheduler[/bold] {plan.master_addr}:{plan.master_port} on {plan.scheduler.host}", soft_wrap=True)
     procs = plan.processes
@@ -94,6 +100,11 @@ def print_plan(plan: Plan, everything: bool = False) -> None:
         if isinstance(value, list) and all(isinstance(a, str) for a in value):
             out(f"[bold]{key}[/bold]", soft_wrap=True)
             out(" ".join(shlex.quote(a) for a in value), soft_wrap=True, highlight=False, markup=False)
+
+
+def ssh_text(ssh: SshOptions) -> str:
+    """A host's own SSH settings for the plan: ``user=U port=P`` (those that are set)."""
+    return " ".join(f"{k}={v}" for k, v in (("user", ssh.user), ("port", ssh.port), ("key", ssh.key)) if v is not None)
 
 
 def _write_plain(con: Console, chunk: List[str]) -> None:
