@@ -175,10 +175,10 @@ def _age(started: Optional[float]) -> str:
 
 def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finished jobs (default: running ones and the last 10).")) -> None:
     """List jobs: id, state, ranks, age, log dir."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from launcher.cli.render import make_console
     from launcher.jobs.jobdir import list_jobs
 
     jobs = list_jobs()
@@ -192,7 +192,7 @@ def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finish
     for j in jobs:
         state = j.state if j.problem is None else f"{j.state}: {j.problem}"
         table.add_row(escape(j.job_id), escape(state), "-" if j.ranks is None else str(j.ranks), _age(j.started), escape(j.job_dir))
-    Console().print(table)
+    make_console().print(table)
 
 
 def status_cmd(

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from rich.console import Console
 
@@ -14,13 +14,26 @@ if TYPE_CHECKING:
 
 _console: Optional[Console] = None
 
+#: Width of a console that is not a terminal (a pipe, a file, a CI log): tables take the width
+#: their cells need, so a path is printed whole, never folded at 80 columns.
+UNWRAPPED_WIDTH = 1 << 16
+
+
+def make_console(stderr: bool = False, **kwargs: Any) -> Console:
+    """A rich console for stdout (or stderr): a terminal's width on a terminal; elsewhere no
+    width at all in effect (:data:`UNWRAPPED_WIDTH`), so nothing is wrapped or folded."""
+    con = Console(stderr=stderr, **kwargs)
+    if con.is_terminal:
+        return con
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, **kwargs)
+
 
 def console(stderr: bool = False) -> Console:
     global _console
     if stderr:
-        return Console(stderr=True)
+        return make_console(stderr=True)
     if _console is None:
-        _console = Console()
+        _console = make_console()
     return _console
 
 
@@ -125,7 +138,11 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
     if quiet:
         con.print(f"mslaunch: job {result.job_id} {result.status} (exit {result.exit_code}) in {secs:.1f} s", highlight=False)
         return
-    table = Table(title=f"job {result.job_id}: {result.status} in {secs:.1f} s", title_justify="left")
+    title = f"job {result.job_id}: {result.status} in {secs:.1f} s"
+    wide = con.is_terminal  # else the table is as wide as its cells: paths whole, no padded title
+    if not wide:
+        con.print(title, highlight=False, markup=False, soft_wrap=True)
+    table = Table(title=title if wide else None, title_justify="left")
     for col in ("process", "host", "result", "log"):
         table.add_column(col, overflow="fold")
     for p in result.processes:
@@ -141,7 +158,9 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
         rc = result.root_cause
         body = "\n".join(rc.tail) if rc.tail else "(empty log)"
         title = f"root cause: {rc.name} on {rc.host}: {rc.reason}"
-        con.print(Panel(Text(body), title=title, subtitle=rc.log, border_style="red"))
+        con.print(Panel(Text(body), title=title, subtitle=rc.log if wide else None, border_style="red", expand=wide))
+        if not wide:
+            con.print(f"root cause log: {rc.log}", highlight=False, markup=False, soft_wrap=True)
     if result.message:
         con.print(f"mslaunch: {result.message}", highlight=False, markup=False, soft_wrap=True)
     con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False, soft_wrap=True)
