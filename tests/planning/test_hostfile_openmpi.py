@@ -126,6 +126,13 @@ CASES: List[Tuple[str, str, Expect]] = _generated() + [
 ]
 
 
+# the example hostfiles mean the same to OpenMPI
+CASES += [
+    (f"example-{name[:-4]}", open(os.path.join(ROOT, "hostfiles", name)).read(), SAME)
+    for name in sorted(os.listdir(os.path.join(ROOT, "hostfiles"))) if name.endswith(".txt")
+]
+
+
 def mslaunch_reads(text: str) -> Optional[OmpiResult]:
     """mslaunch's reading of ``text`` in the probe's terms (None when refused)."""
     try:
