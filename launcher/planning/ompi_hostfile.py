@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from launcher.errors import InventoryError
+from launcher.planning.hostlist import expand_hostlist, is_hostlist_name
 from launcher.planning.hosts import MAX_HOSTS, Host, Inventory, SshOptions, check_host_name, clip, positive_int
 
 #: Keys that set a host's slots.
@@ -53,6 +54,7 @@ USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}\Z")
 #: A line whose first non-blank character starts something other than a ``#`` comment.
 _CONTENT_LINE_RE = re.compile(r"^[^\S\n]*([^#\s][^\n]*)", re.MULTILINE)
 _EQUALS_RE = re.compile(r"\s*=\s*")
+_SPACED_EQUALS_RE = re.compile(r"\s=|=\s")
 _BLOCK_RE = re.compile(r"/\*|\*/")
 
 
@@ -111,8 +113,6 @@ def _logical_lines(text: str) -> Iterator[Tuple[int, str]]:
 
 def _host_spec(spec: str, where: str, lineno: int) -> Tuple[List[str], Optional[str], Optional[int]]:
     """The names, user and ``:N`` slots of a line's first word."""
-    from launcher.planning.hostlist import expand_hostlist, is_hostlist_name
-
     if spec.startswith("^"):
         raise InventoryError(f"{clip(spec)}: '^host' lines are not read (OpenMPI 4.1 does not exclude with them); use --exclude", path=where, line=lineno)
     if spec.startswith("+"):
@@ -129,7 +129,7 @@ def _host_spec(spec: str, where: str, lineno: int) -> Tuple[List[str], Optional[
         spec, count = spec.split(":", 1)
         slots = positive_int(count, "slot count after ':'", where, lineno)
     names = [spec]
-    if is_hostlist_name(spec):
+    if "[" in spec and is_hostlist_name(spec):
         try:
             names = expand_hostlist(spec, limit=MAX_HOSTS, what="hostlist")
         except InventoryError as exc:
@@ -191,7 +191,7 @@ def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
         except InventoryError as exc:
             raise InventoryError(exc.message, path=where, line=exc.line) from None
         lineno, line = item
-        parts = _EQUALS_RE.sub("=", line).split()
+        parts = (_EQUALS_RE.sub("=", line) if _SPACED_EQUALS_RE.search(line) else line).split()
         names, user, colon_slots = _host_spec(parts[0], where, lineno)
         for name in names:
             entry = entries.get(name)
