@@ -222,14 +222,15 @@ def _slurm_doctor(opts: JobOptions, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps([c.to_json() for c in checks], indent=2) + "\n")
     else:
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
+
+        from launcher.cli.render import make_console
 
         table = Table()
         for col in ("check", "", "detail"):
             table.add_column(col, overflow="fold")
         for c in checks:
             table.add_row(escape(c.name), "✓" if c.ok else "✗", escape(c.detail))
-        Console().print(table)
+        make_console().print(table)
     raise typer.Exit(0 if all(c.ok for c in checks) else 1)

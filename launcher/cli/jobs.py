@@ -84,7 +84,8 @@ def logs_tail(
 ) -> None:
     """Show the last lines of every rank's log, prefixed `[rank N]`; with -f, follow them."""
     from launcher.jobs.jobdir import latest_attempt_dir, lock_holder
-    from launcher.logs.follow import Follower, job_log_sources, last_lines, prefix
+    from launcher.logs.follow import Follower, LogSource, job_log_sources, last_lines, prefix
+    from launcher.logs.joblogs import job_logs, missing_note
     from launcher.planning.layout import SUMMARY_FILE
 
     if lines < 0:
@@ -104,12 +105,17 @@ def logs_tail(
             sys.stdout.write(prefix(src, colour) + line + "\n")
 
     offsets = {}
-    for src in job_log_sources(attempt, ranks):
+    present, missing = job_logs(attempt, ranks)
+    for log in present:
+        src = LogSource(log.label, log.path, log.rank)
         text, end = last_lines(src.path, lines)
         for line in text:
             emit(src, line)
         offsets[src.path] = end
     sys.stdout.flush()
+    note = missing_note(missing)
+    if note is not None:
+        sys.stderr.write(f"mslaunch: {note}\n")
     if not follow:
         return
     follower = Follower(lambda: job_log_sources(latest_attempt_dir(folder), ranks), emit, from_start=True)
@@ -143,15 +149,18 @@ def logs_ls(
 ) -> None:
     """List a job's log files with their sizes."""
     from launcher.jobs.jobdir import latest_attempt_dir
-    from launcher.logs.follow import job_log_sources
+    from launcher.logs.joblogs import job_logs
 
     folder = _job(job, log_dir).job_dir
-    for src in job_log_sources(latest_attempt_dir(folder)):
+    present, missing = job_logs(latest_attempt_dir(folder))
+    gone = {log.path for log in missing}
+    for log in sorted(present + missing, key=lambda log: (log.rank is None, log.rank or 0)):
         try:
-            size = os.path.getsize(src.path)
+            size = str(os.path.getsize(log.path))
         except OSError:
-            size = 0
-        sys.stdout.write(f"{src.label:<12} {size:>10}  {src.path}\n")
+            size = "-"
+        note = "  (no log yet)" if log.path in gone else ""
+        sys.stdout.write(f"{log.label:<12} {size:>10}  {log.path}{note}\n")
 
 
 def _age(started: Optional[float]) -> str:
@@ -167,10 +176,10 @@ def _age(started: Optional[float]) -> str:
 
 def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finished jobs (default: running ones and the last 10).")) -> None:
     """List jobs: id, state, ranks, age, log dir."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from launcher.cli.render import make_console
     from launcher.jobs.jobdir import list_jobs
 
     jobs = list_jobs()
@@ -184,7 +193,7 @@ def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finish
     for j in jobs:
         state = j.state if j.problem is None else f"{j.state}: {j.problem}"
         table.add_row(escape(j.job_id), escape(state), "-" if j.ranks is None else str(j.ranks), _age(j.started), escape(j.job_dir))
-    Console().print(table)
+    make_console().print(table)
 
 
 def status_cmd(

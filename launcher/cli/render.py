@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from rich.console import Console
 
+from launcher.planning.hosts import SshOptions
 from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
@@ -13,13 +14,26 @@ if TYPE_CHECKING:
 
 _console: Optional[Console] = None
 
+#: Width of a console that is not a terminal (a pipe, a file, a CI log): tables take the width
+#: their cells need, so a path is printed whole, never folded at 80 columns.
+UNWRAPPED_WIDTH = 1 << 16
+
+
+def make_console(stderr: bool = False, **kwargs: Any) -> Console:
+    """A rich console for stdout (or stderr): a terminal's width on a terminal; elsewhere no
+    width at all in effect (:data:`UNWRAPPED_WIDTH`), so nothing is wrapped or folded."""
+    con = Console(stderr=stderr, **kwargs)
+    if con.is_terminal:
+        return con
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, **kwargs)
+
 
 def console(stderr: bool = False) -> Console:
     global _console
     if stderr:
-        return Console(stderr=True)
+        return make_console(stderr=True)
     if _console is None:
-        _console = Console()
+        _console = make_console()
     return _console
 
 
@@ -46,6 +60,11 @@ def print_plan(plan: Plan, everything: bool = False) -> None:
     out(f"[bold]job[/bold] {plan.job_id}  method={plan.method}  launcher={plan.launcher}  "
         f"world_size={plan.world_size}  hosts={shown_hosts}", soft_wrap=True, highlight=False)
     out(f"[bold]job dir[/bold] {plan.job_dir}", soft_wrap=True)
+    reached = [h for h in hosts if h.ssh.user is not None or h.ssh.port is not None]
+    for h in reached if everything or len(reached) <= 2 * PLAN_EDGE else reached[:PLAN_EDGE]:
+        out(f"[bold]ssh[/bold] {h.name}: {ssh_text(h.ssh)}", soft_wrap=True, highlight=False)
+    if len(reached) > 2 * PLAN_EDGE and not everything:
+        out(f"[bold]ssh[/bold] ... {len(reached) - PLAN_EDGE} more hosts with their own ssh user or port", soft_wrap=True, highlight=False)
     if plan.scheduler is not None:
         out(f"[bold]scheduler[/bold] {plan.master_addr}:{plan.master_port} on {plan.scheduler.host}", soft_wrap=True)
     procs = plan.processes
@@ -96,6 +115,11 @@ def print_plan(plan: Plan, everything: bool = False) -> None:
             out(" ".join(shlex.quote(a) for a in value), soft_wrap=True, highlight=False, markup=False)
 
 
+def ssh_text(ssh: SshOptions) -> str:
+    """A host's own SSH settings for the plan: ``user=U port=P`` (those that are set)."""
+    return " ".join(f"{k}={v}" for k, v in (("user", ssh.user), ("port", ssh.port), ("key", ssh.key)) if v is not None)
+
+
 def _write_plain(con: Console, chunk: List[str]) -> None:
     """Write ``chunk``'s text to the console's file as is (and empty it)."""
     if chunk:
@@ -114,7 +138,11 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
     if quiet:
         con.print(f"mslaunch: job {result.job_id} {result.status} (exit {result.exit_code}) in {secs:.1f} s", highlight=False)
         return
-    table = Table(title=f"job {result.job_id}: {result.status} in {secs:.1f} s", title_justify="left")
+    title = f"job {result.job_id}: {result.status} in {secs:.1f} s"
+    wide = con.is_terminal  # else the table is as wide as its cells: paths whole, no padded title
+    if not wide:
+        con.print(title, highlight=False, markup=False, soft_wrap=True)
+    table = Table(title=title if wide else None, title_justify="left")
     for col in ("process", "host", "result", "log"):
         table.add_column(col, overflow="fold")
     for p in result.processes:
@@ -130,7 +158,9 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
         rc = result.root_cause
         body = "\n".join(rc.tail) if rc.tail else "(empty log)"
         title = f"root cause: {rc.name} on {rc.host}: {rc.reason}"
-        con.print(Panel(Text(body), title=title, subtitle=rc.log, border_style="red"))
+        con.print(Panel(Text(body), title=title, subtitle=rc.log if wide else None, border_style="red", expand=wide))
+        if not wide:
+            con.print(f"root cause log: {rc.log}", highlight=False, markup=False, soft_wrap=True)
     if result.message:
         con.print(f"mslaunch: {result.message}", highlight=False, markup=False, soft_wrap=True)
     con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False, soft_wrap=True)

@@ -9,7 +9,6 @@ over at ``interval`` as soon as lines arrive (``bench/bench_logs_follow.py`` mea
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 import stat
@@ -18,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from launcher.planning import layout
+from launcher.logs.joblogs import job_logs
 
 #: Lines the default console mode shows from every rank (not only rank 0).
 ERROR_RE = re.compile(r"(Traceback \(most recent call last\)|\b\w*(Error|Exception)\b|\bERROR\b|\bFATAL\b|\bfailed\b|^\s+File \")")
@@ -46,21 +45,10 @@ class LogSource:
 
 
 def job_log_sources(folder: str, ranks: Optional[Sequence[int]] = None, scheduler: bool = True) -> List[LogSource]:
-    """The log files in a job (or attempt) folder, ranks ascending, scheduler last."""
-    out: List[Tuple[int, LogSource]] = []
-    for path in glob.glob(os.path.join(glob.escape(folder), layout.WORKER_LOG_GLOB)):
-        rank = layout.parse_worker_log(os.path.basename(path))
-        if rank is None:
-            continue
-        if ranks is not None and rank not in ranks:
-            continue
-        out.append((rank, LogSource(f"rank {rank}", path, rank)))
-    out.sort(key=lambda x: x[0])
-    sources = [s for _, s in out]
-    sched = layout.scheduler_log(folder)
-    if scheduler and ranks is None and os.path.exists(sched):
-        sources.append(LogSource("scheduler", sched, None))
-    return sources
+    """The log files in a job (or attempt) folder that exist, ranks ascending, scheduler last:
+    the names the job recorded in its plan.json (see :mod:`launcher.logs.joblogs`)."""
+    present, _ = job_logs(folder, ranks, scheduler)
+    return [LogSource(log.label, log.path, log.rank) for log in present]
 
 
 def prefix(source: LogSource, colour: bool) -> str:

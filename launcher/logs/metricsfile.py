@@ -77,6 +77,7 @@ class LogMetrics:
         self._clock = clock
         self._derivers: Dict[str, RankDeriver] = {}
         self._batch: Dict[str, List[Any]] = {}
+        self._ranks: Dict[str, Optional[int]] = {}
         self._follower = Follower(lambda: job_metric_sources(self.job_dir), self._collect, from_start=True)
 
     def _collect(self, src: LogSource, line: str) -> None:
@@ -84,6 +85,7 @@ class LogMetrics:
             return
         metric = parse_line(line)
         if metric is not None:
+            self._ranks[src.path] = src.rank
             self._batch.setdefault(src.path, []).append(metric)
 
     def poll(self, final: bool = False) -> List[Dict[str, Any]]:
@@ -97,7 +99,7 @@ class LogMetrics:
         for path, metrics in self._batch.items():
             deriver = self._derivers.get(path)
             if deriver is None:
-                rank = layout.parse_worker_log(os.path.basename(path))
+                rank = self._ranks.get(path)  # the job's own record of whose log this is
                 deriver = self._derivers[path] = RankDeriver(rank if rank is not None else -1, _attempt_of(self.job_dir, path))
             records.extend(deriver.feed(metrics, now))
         self._batch.clear()

@@ -301,12 +301,23 @@ def snapshot(
             nonfinite_loss=any(e.get("event") == "nonfinite_loss" for e in st.events),
         ))
     rates = [r.samples_per_s for r in rows if r.samples_per_s is not None]
-    slowest = max(times, key=lambda r: times[r]) if times else None
-    fastest = min(times, key=lambda r: times[r]) if times else None
+    slowest, fastest = _spread(times)
     eta = _eta(rows) if job_state == "running" else None
     return Snapshot(job_id=job_id, state=job_state, time=now, rows=tuple(rows), samples_per_s=sum(rates) if rates else None,
                     slowest_rank=slowest, fastest_rank=fastest, median_step_time_ms=median, eta_s=eta,
                     stragglers=stragglers, silent=tuple(silent))
+
+
+def _spread(times: Dict[int, float]) -> Tuple[Optional[int], Optional[int]]:
+    """``(slowest rank, fastest rank)`` by step time, or ``(None, None)`` when there is no spread:
+    fewer than two ranks with step times, or all of them equal at the precision shown (whole ms)."""
+    if len(times) < 2:
+        return None, None
+    slowest = max(times, key=lambda r: (times[r], -r))
+    fastest = min(times, key=lambda r: (times[r], r))
+    if round(times[slowest]) <= round(times[fastest]):
+        return None, None
+    return slowest, fastest
 
 
 def _rank_state(exit_: Optional[Dict[str, Any]], job_state: str, has_output: bool, age: Optional[float],

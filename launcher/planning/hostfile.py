@@ -1,68 +1,17 @@
-"""OpenMPI hostfiles and mpirun's ``-H`` host lists (pure)."""
+"""OpenMPI hostfiles (read by :mod:`launcher.planning.ompi_hostfile`) and mpirun's ``-H`` host lists (pure)."""
 from __future__ import annotations
 
-import re
-from typing import List, Optional
+from typing import List
 
 from launcher.errors import InventoryError
-from launcher.planning.hosts import MAX_HOSTS, Host, Inventory, check_host_name, check_unique_hosts, clip, positive_int
+from launcher.planning.hosts import MAX_HOSTS, Host, Inventory, check_host_name, clip, positive_int
+from launcher.planning.ompi_hostfile import parse_hostfile
+
+__all__ = ["MAX_HOSTFILE_BYTES", "parse_host_list", "parse_hostfile"]
 
 #: Largest hostfile read (bytes): 16,384 hosts with long names and comments.  Parsing is linear,
 #: lines are read one at a time, and host lines stop at :data:`MAX_HOSTS`.
 MAX_HOSTFILE_BYTES = 8 << 20
-
-#: A line whose first non-blank character starts something other than a comment.
-_CONTENT_LINE_RE = re.compile(r"^[^\S\n]*([^#\s][^\n]*)", re.MULTILINE)
-
-
-def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
-    """Parse an OpenMPI hostfile.
-
-    Accepted lines: ``host``, ``host slots=N``, ``host slots=N max_slots=M``, ``host:N``;
-    ``#`` starts a comment; blank lines are skipped.
-
-    Raises:
-        InventoryError: naming ``path:line`` for any malformed line, slots outside
-            ``1..MAX_SLOTS``, more than :data:`MAX_HOSTS` hosts, a duplicate host, or an empty file.
-    """
-    hosts: List[Host] = []
-    where = path or "<hostfile>"
-    lineno, counted = 1, 0
-    for match in _CONTENT_LINE_RE.finditer(text):  # blank and comment lines are skipped in C
-        lineno += text.count("\n", counted, match.start())
-        counted = match.start()
-        line = match.group(1).split("#", 1)[0].strip()
-        if len(hosts) >= MAX_HOSTS:
-            raise InventoryError(f"more than {MAX_HOSTS} hosts", path=where, line=lineno)
-        parts = line.split()
-        name = parts[0]
-        slots: Optional[int] = None
-        max_slots: Optional[int] = None
-        if ":" in name and not name.startswith("[") and name.count(":") == 1:
-            name, count = name.split(":", 1)
-            slots = positive_int(count, "slot count after ':'", where, lineno)
-        check_host_name(name, where, lineno)
-        for item in parts[1:]:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise InventoryError(f"expected key=value, got {clip(item)} (e.g. 'slots=8')", path=where, line=lineno)
-            if key in ("slots", "slot", "cpu", "count"):
-                if slots is not None:
-                    raise InventoryError("slots given twice", path=where, line=lineno)
-                slots = positive_int(value, "slots", where, lineno)
-            elif key in ("max_slots", "max-slots"):
-                max_slots = positive_int(value, "max_slots", where, lineno)
-            else:
-                raise InventoryError(f"unknown hostfile key {clip(key)}; use slots=N or max_slots=N", path=where, line=lineno)
-        if slots is None:
-            slots = 1
-        if max_slots is not None and max_slots < slots:
-            raise InventoryError(f"max_slots={max_slots} is below slots={slots}", path=where, line=lineno)
-        hosts.append(Host(name=name, slots=slots, max_slots=max_slots, source=f"{where}:{lineno}"))
-    if not hosts:
-        raise InventoryError("no hosts in hostfile; add lines like 'node1 slots=8'", path=where)
-    check_unique_hosts(hosts, where)
-    return Inventory(tuple(hosts), source=path)
 
 
 def parse_host_list(text: str, default_slots: int = 1, field: str = "-H") -> Inventory:

@@ -2,8 +2,9 @@
 
 Three sources, each with a pure ``parse_*`` on text and a thin ``read_*`` on a path:
 
-* an OpenMPI hostfile (``host slots=N [max_slots=M]``, ``host:N``, bare ``host`` = 1 slot,
-  ``#`` comments and blank lines),
+* an OpenMPI hostfile, read as OpenMPI 4.1 reads it (``host slots = N max_slots=M``, every key
+  alias, ``username=`` / ``user@host`` and ``port=``, ``#``, ``//`` and ``/* */`` comments; see
+  :mod:`launcher.planning.ompi_hostfile`), plus ``host:N`` and hostlists,
 * a ``-H h1:8,h2:8`` list,
 * a YAML cluster file (see :func:`parse_cluster_yaml` for its keys).
 
@@ -19,7 +20,7 @@ This module is the one import for all of it; the pieces live by source:
 
 * :mod:`launcher.planning.hosts`: the model (:class:`Host`, :class:`Inventory`, :data:`LOCAL_NAMES`,
   :func:`is_local`) and the shared checks and bounds;
-* :mod:`launcher.planning.hostfile`: OpenMPI hostfiles and ``-H`` lists;
+* :mod:`launcher.planning.hostfile`: ``-H`` lists, and OpenMPI hostfiles (:mod:`launcher.planning.ompi_hostfile`);
 * :mod:`launcher.planning.clusteryaml` (with :mod:`launcher.planning.yamltree`): YAML cluster files;
 * :mod:`launcher.planning.hostfilter`: ``--include`` / ``--exclude``.
 """

@@ -249,6 +249,9 @@ class Plan:
             out["master_addr"] = self.master_addr
             out["master_port"] = self.master_port
         out.update(backend or {})
+        ssh = {h.name: {k: v for k, v in (("user", h.ssh.user), ("port", h.ssh.port)) if v is not None} for h in self.hosts}
+        if any(ssh.values()):  # the hosts' own SSH user/port (hostfile username=/port=, YAML ssh:)
+            out["host_ssh"] = {name: value for name, value in ssh.items() if value}
         if self.ssh_config is not None:
             out["ssh_config"] = self.ssh_config
         if self.cpu_notes:

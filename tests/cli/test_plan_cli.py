@@ -70,3 +70,20 @@ def test_dry_run_json_is_the_plan_json(tmp_path) -> None:
     plan = mslaunch("plan", "--json", *args, cwd=str(tmp_path))
     dry = mslaunch("run", "--dry-run", "--json", *args, cwd=str(tmp_path))
     assert plan == dry == json.dumps(json.loads(plan), indent=2) + "\n"
+
+
+def test_plan_shows_the_hostfile_ssh_user_and_port(tmp_path) -> None:
+    (tmp_path / "hosts").write_text("n1 slots = 1 username=bob port=2222\nalice@n2 port= 2200\nn3\n")
+    text = mslaunch("plan", "--hosts", "hosts", "--launcher", "ssh", "--", "python", "-c", "pass", cwd=str(tmp_path))
+    assert [line for line in text.splitlines() if line.startswith("ssh ")] == ["ssh n1: user=bob port=2222", "ssh n2: user=alice port=2200"]
+    plan = json.loads(mslaunch("plan", "--hosts", "hosts", "--json", "--", "python", "-c", "pass", cwd=str(tmp_path)))
+    assert plan["host_ssh"] == {"n1": {"user": "bob", "port": 2222}, "n2": {"user": "alice", "port": 2200}}
+    mpi = json.loads(mslaunch("plan", "--hosts", "hosts", "--json", "--method", "mpi", "--", "python", "-c", "pass", cwd=str(tmp_path)))
+    argv = mpi["mpirun"]
+    agent = argv[argv.index("plm_rsh_agent") + 1]
+    assert agent.startswith("ssh -F ") and agent.endswith("/ssh_config -o BatchMode=yes")
+    from launcher.planning.inventory import read_inventory
+    from launcher.planning.mpi import rsh_agent
+
+    _, config = rsh_agent(read_inventory(str(tmp_path / "hosts")).hosts, None, "/j/ssh_config")  # what that file holds
+    assert config is not None and config.splitlines()[1:] == ["Host n1", "    User bob", "    Port 2222", "Host n2", "    User alice", "    Port 2200"]

@@ -210,3 +210,19 @@ def test_time_monitor_step_time_gives_samples_when_the_batch_is_known():
     d = RankDeriver(rank=0)
     recs = _feed(d, ['MSLAUNCH_METRIC {"batch_size": 16}', "Train epoch time: 2000.000 ms, per step time: 200.000 ms"], 1.0)
     assert recs[1]["kind"] == "epoch" and recs[1]["samples_per_s"] == 80.0
+
+
+@pytest.mark.parametrize(
+    "times, slowest, fastest",
+    [
+        ({0: 1005.0, 1: 1005.0}, None, None),  # equal ranks: no spread
+        ({1: 1005.0}, None, None),  # one rank with step times (of two): nothing to compare
+        ({0: 1005.2, 1: 1004.8, 2: 1005.4}, None, None),  # equal at the precision shown (whole ms)
+        ({0: 100.0, 1: 125.0, 2: 100.0}, 1, 0),  # a spread: the lowest rank among equals is named
+        ({0: 125.0, 1: 100.0, 2: 125.0}, 0, 1),
+    ],
+)
+def test_snapshot_names_slowest_and_fastest_only_when_there_is_a_spread(times, slowest, fastest):
+    snap = snapshot("j", "running", 50.0, 3, {}, _progress(times), {r: 49.0 for r in range(3)})
+    assert (snap.slowest_rank, snap.fastest_rank) == (slowest, fastest)
+    assert snap.to_json()["totals"]["slowest_rank"] == slowest and snap.stragglers == ()

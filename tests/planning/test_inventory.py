@@ -29,6 +29,16 @@ def names_slots(inv):
         ("# comment\n\n  node1   slots=2 max_slots=4  # trailing\n", [("node1", 2, 4)]),
         ("node1:4\nnode2\n", [("node1", 4, None), ("node2", 1, None)]),
         ("10.0.0.1 slots=8\n10.0.0.2 slots=8", [("10.0.0.1", 8, None), ("10.0.0.2", 8, None)]),
+        # OpenMPI's forms: spaces around '=', every alias, max_slots alone, repeated lines
+        ("a slots = 2\nb slots= 3 max_slots = 4\nc slots =5\n", [("a", 2, None), ("b", 3, 4), ("c", 5, None)]),
+        ("a cpu=2\nb count=3 slots-max=4\nc max-cpu=6 cpu_max=5\nd count_max=2 max_count=3 count-max=4 max-slots=5\n",
+         [("a", 2, None), ("b", 3, 4), ("c", 5, 5), ("d", 5, 5)]),
+        ("a max_slots=3\nb slots_max=2 slots=1\n", [("a", 3, 3), ("b", 1, 2)]),
+        ("a\na\nb\na\n", [("a", 3, None), ("b", 1, None)]),
+        ("a slots=2\na\nb\nb max_slots=4\n", [("a", 3, None), ("b", 2, 4)]),
+        ("a slots=2 // c\n// x\n/* one\n two */ b /* three */ c slots=3\n/* open", [("a", 2, None), ("b", 1, None), ("c", 3, None)]),
+        ("a\tslots=2\f\v\nb slots=2#c\nc#c\n", [("a", 2, None), ("b", 2, None), ("c", 1, None)]),
+        ("n[1-2] slots=2\n", [("n1", 2, None), ("n2", 2, None)]),
     ],
 )
 def test_parse_hostfile(text, expected):
@@ -40,11 +50,24 @@ def test_parse_hostfile(text, expected):
     [
         ("node1 slots=0\n", "h.txt:1: slots must be a positive integer, got '0'"),
         ("node1 slots=8\n\nnode2 slots=x\n", "h.txt:3: slots must be a positive integer, got 'x'"),
-        ("node1 slots=8\nnode1 slots=8\n", "h.txt:2: duplicate host 'node1' (first at h.txt:1); list each host once with its total slots"),
-        ("node1 cpus=8\n", "h.txt:1: unknown hostfile key 'cpus'; use slots=N or max_slots=N"),
+        ("node1 slots=8\nnode1 slots=8\n",
+         "h.txt:2: host 'node1' is listed again (first at line 1) with slots=: a repeated line adds one slot; list each host once with its total slots"),
+        ("node1 cpus=8\n", "h.txt:1: unknown hostfile key 'cpus'; use slots=N, max_slots=N, username=U or port=P"),
         ("node1 8\n", "h.txt:1: expected key=value, got '8' (e.g. 'slots=8')"),
         ("# nothing\n", "h.txt: no hosts in hostfile; add lines like 'node1 slots=8'"),
         ("node1 slots=4 max_slots=2\n", "h.txt:1: max_slots=2 is below slots=4"),
+        ("node1 max_slots=2 slots=4\n", "h.txt:1: max_slots=2 is below slots=4 of host 'node1'"),
+        ("node1 foo slots=2\n", "h.txt:1: expected key=value, got 'foo' (e.g. 'slots=8')"),
+        ("node1 username=\n", "h.txt:1: username must be a user name (letters, digits, '_', '.', '-'), got ''"),
+        ("node1 username=-oProxyCommand\n", "h.txt:1: username must be a user name (letters, digits, '_', '.', '-'), got '-oProxyCommand'"),
+        ("node1 port=65536\n", "h.txt:1: port must be in 1..65535, got '65536'"),
+        ("node1\nbob@node1\n", "h.txt:2: host 'node1' is listed again (first at line 1) with another user"),
+        ("node1 port=22\nnode1 port=23\n", "h.txt:2: host 'node1' is listed again (first at line 1) with another user or port"),
+        ("a\n^node1\n", "h.txt:2: '^node1': '^host' lines are not read (OpenMPI 4.1 does not exclude with them); use --exclude"),
+        ("rank 0=node1 slot=0\n", "h.txt:1: 'rank N=host' is a rankfile line; list hosts here (mslaunch assigns the ranks)"),
+        ("+n0\n", "h.txt:1: '+n0': relative nodes (+n0, +e) need an existing allocation; name the hosts"),
+        ("a\nx */ b\n", "h.txt:2: expected key=value, got '*/' (e.g. 'slots=8')"),
+        ("a /* x */\n*/\n", "h.txt:2: '*/' without an opening '/*'"),
         ("bad$host slots=1\n", "h.txt:1: invalid host name 'bad$host'"),
     ],
 )
@@ -52,6 +75,23 @@ def test_parse_hostfile_errors(text, message):
     with pytest.raises(InventoryError) as err:
         parse_hostfile(text, "h.txt")
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    "text, ssh",
+    [
+        ("a username=bob port=2222\n", ("bob", 2222)),
+        ("a user_name = bob\n", ("bob", None)),
+        ("a user-name=first.last\n", ("first.last", None)),
+        ("bob@a port = 22\n", ("bob", 22)),
+        ("bob@a username=eve\n", ("eve", None)),
+        ("a port=2222\na\n", (None, 2222)),
+        ("a\na username=bob\n", ("bob", None)),
+    ],
+)
+def test_hostfile_ssh_user_and_port(text, ssh):
+    (host,) = parse_hostfile(text, "h.txt").hosts
+    assert (host.name, host.ssh) == ("a", SshOptions(user=ssh[0], port=ssh[1]))
 
 
 def test_host_list():
