@@ -31,12 +31,24 @@ def mslaunch_argv(*args: str):
 
 
 _E2E_DIRS = ("integration", "docs")
+#: Modules whose tests run whole jobs or the CLI as processes, many times over (each start of
+#: ``python -m launcher`` costs about half a second of CPU): end to end, not unit tests.
+_E2E_MODULES = {
+    "tests/cli/test_cli_ranktable.py", "tests/cli/test_msrun_compat.py", "tests/cli/test_parser_cli.py",
+    "tests/cli/test_plan_cli.py", "tests/cli/test_sbatch.py", "tests/cli/test_top.py",
+    "tests/execution/test_faults_local.py", "tests/execution/test_run_local.py", "tests/execution/test_zygote.py",
+    "tests/execution/test_toy_backend.py", "tests/execution/test_stopsignals.py", "tests/execution/test_junit.py",
+    "tests/jobs/test_jobdir_corrupt.py", "tests/jobs/test_jobdir_paths.py",
+    "tests/logs/test_logs_bad_refs.py", "tests/logs/test_logs_tail_files.py",
+    "tests/planning/test_parser_bounds.py",
+}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests under tests/integration and tests/docs run whole jobs: mark them ``e2e``
-    (``make test-fast`` leaves them out)."""
+    """Tests under tests/integration and tests/docs, and those of :data:`_E2E_MODULES`, run whole
+    jobs: mark them ``e2e`` (``make test-fast`` leaves them out)."""
     for item in items:
-        parts = item.nodeid.split("/")
-        if len(parts) > 1 and parts[0] == "tests" and parts[1] in _E2E_DIRS:
+        path = item.nodeid.split("::", 1)[0]
+        parts = path.split("/")
+        if (len(parts) > 1 and parts[0] == "tests" and parts[1] in _E2E_DIRS) or path in _E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
