@@ -102,6 +102,7 @@ class ZygoteLauncher(Backend):
 
     Attributes:
         fallback: why the ranks start as plain processes, or None.
+        ready_info: the zygote's ``ready`` report (``seconds``, ``threads_after_import``).
     """
 
     local_only = True
@@ -113,6 +114,7 @@ class ZygoteLauncher(Backend):
         self.preload_env = dict(preload_env or {})
         self.on_note = on_note
         self.fallback: Optional[str] = None
+        self.ready_info: Dict[str, Any] = {}
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._lock = threading.Lock()
         self._replies: "list[Dict[str, Any]]" = []
@@ -187,6 +189,7 @@ class ZygoteLauncher(Backend):
             with self._reply_cv:
                 if self._state is None:  # the first line: ready, or why not
                     self._state = "ready" if "ready" in msg else str(msg.get("unsafe") or msg)
+                    self.ready_info = msg.get("ready") or {}
                 else:
                     self._replies.append(msg)
                 self._reply_cv.notify_all()

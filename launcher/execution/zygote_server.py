@@ -44,10 +44,11 @@ def threads() -> List[str]:
     return out
 
 
-def fork_safety(preload: Sequence[str]) -> Optional[str]:
+def fork_safety(preload: Sequence[str], before: List[str]) -> Optional[str]:
     """None when this process is single-threaded (after letting ``pthread_atfork`` handlers stop
-    their pools with one throw-away fork); else why forking from it is not safe."""
-    if len(threads()) > 1:
+    their pools with one throw-away fork); else why forking from it is not safe.  ``before``:
+    the threads found after the import (:func:`threads`)."""
+    if len(before) > 1:
         pid = os.fork()
         if pid == 0:
             os._exit(0)
@@ -171,11 +172,12 @@ def serve(preload: Sequence[str]) -> None:
         out.flush()
 
     _preload(preload)
-    why = fork_safety(preload)
+    before = threads()
+    why = fork_safety(preload, before)
     if why is not None:
         say({"unsafe": why})
         return
-    say({"ready": {"seconds": round(time.monotonic() - started, 3)}})
+    say({"ready": {"seconds": round(time.monotonic() - started, 3), "threads_after_import": before}})
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
