@@ -42,6 +42,7 @@ def run_cmd(
     junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
     sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
     zygote: Optional[bool] = typer.Option(None, "--zygote/--no-zygote", help="Import MindSpore once and fork each local Python rank from it (faster start). Default: on for MindSpore CPU jobs of the local launcher, with a fallback to plain processes when the import is not fork-safe; --no-zygote: plain processes.", rich_help_panel="Run"),
+    minimal_scheduler: Optional[bool] = typer.Option(None, "--minimal-scheduler/--script-scheduler", help="With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() alone (default), or runs your script as msrun does (--script-scheduler).", rich_help_panel="Run"),
     *,
     opts: JobOptions,
     ssh: SSHSettings,
@@ -83,14 +84,16 @@ def run_cmd(
     from launcher.jobs import jobdir
     from launcher.jobs.files import write_atomic
 
-    from launcher.cli.startmode import start_mode
+    from launcher.cli.startmode import scheduler_mode, start_mode
 
     use_zygote, start_note = start_mode(plan, spec.cpu.mindspore_cpu, zygote)
+    fork_scheduler, sched_note = scheduler_mode(plan, use_zygote, spec.cpu.mindspore_cpu, minimal_scheduler)
+    start_note = "; ".join(n for n in (start_note, sched_note) if n) or None
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None, live=live, start_note=start_note)
     try:
         result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=console.start,
-                          backend_settings={"ssh": ssh, "local": LocalSettings(zygote=use_zygote, on_note=console.note)})
+                          backend_settings={"ssh": ssh, "local": LocalSettings(zygote=use_zygote, on_note=console.note, fork_scheduler=fork_scheduler)})
     finally:
         console.stop()
     problems = []  # a CI output that cannot be written never hides the job's result or exit code

@@ -42,3 +42,20 @@ def start_mode(plan: Plan, mindspore_cpu: bool, zygote: Optional[bool]) -> Tuple
     if not _own_interpreter(plan):
         return False, "one process per rank (the ranks' interpreter is not mslaunch's, so the zygote cannot fork them)"
     return True, FORKED + "; --no-zygote: one process per rank"
+
+
+def scheduler_mode(plan: Plan, use_zygote: bool, mindspore_cpu: bool, minimal: Optional[bool]) -> Tuple[bool, Optional[str]]:
+    """Whether the zygote forks the dynamic cluster's scheduler running MindSpore's ``init()``
+    alone (:mod:`launcher.workloads.scheduler`), and what the header says about it.
+
+    The default with the zygote on a MindSpore CPU job; ``--script-scheduler`` (``minimal``
+    False) runs the user's script as the scheduler, as msrun does; ``--minimal-scheduler`` asks
+    for it with ``--zygote`` on any job.  Never without the zygote or a scheduler.
+    """
+    if not use_zygote or plan.scheduler is None or plan.method != "dynamic":
+        return False, None
+    if minimal is False:
+        return False, "the scheduler runs your script (--script-scheduler)"
+    if minimal is None and not mindspore_cpu:
+        return False, None
+    return True, "the scheduler runs MindSpore's init() alone, forked too (--script-scheduler: your script, as msrun)"

@@ -25,10 +25,13 @@ class LocalSettings:
         zygote: fork local Python ranks from one process that imported MindSpore once
             (see :mod:`launcher.execution.zygote`; the CLI's default for MindSpore CPU jobs).
         on_note: called with a one-line message when the zygote falls back to plain processes.
+        fork_scheduler: with the zygote, fork the scheduler too, running MindSpore's ``init()``
+            alone instead of the user's script (:mod:`launcher.workloads.scheduler`).
     """
 
     zygote: bool = False
     on_note: Optional[Callable[[str], None]] = None
+    fork_scheduler: bool = False
 
 
 class LocalLauncher(Backend):
@@ -46,7 +49,7 @@ class LocalLauncher(Backend):
         if settings.zygote:
             from launcher.execution.zygote import ZygoteLauncher, shared_env
 
-            return ZygoteLauncher.warm(ctx.watchdog, shared_env(ctx.plan), settings.on_note)
+            return ZygoteLauncher.warm(ctx.watchdog, shared_env(ctx.plan), settings.on_note, settings.fork_scheduler)
         return cls(ctx.watchdog)
 
     @classmethod

@@ -12,8 +12,10 @@ asks for it on any job; the CLI decides, see ``docs/cpu-performance.md``).
 * The zygote imports under the environment every worker shares (``os.environ`` plus the values
   common to the planned workers' env, e.g. ``GLOG_v``, ``OMP_NUM_THREADS``), without ``MS_ROLE``,
   so what a library reads once at import is what a plain worker would have read.
-* The scheduler starts as an ordinary subprocess while the zygote imports (both in parallel), so
-  the zygote costs no extra wall time before the workers.
+* The scheduler (``fork_scheduler``, the CLI's default with the zygote) is forked too, running
+  MindSpore's ``init()`` alone (:mod:`launcher.workloads.scheduler`) instead of the user's whole
+  script: one import of MindSpore for the whole job.  Otherwise it starts as an ordinary
+  subprocess running the script while the zygote imports (both in parallel).
 * Fork safety is checked, not assumed: the zygote answers ``unsafe`` when it is not a
   single-threaded process after the import (see the server's doc).  Then, and when the zygote
   ends or cannot start, the ranks start as plain processes (:func:`start_local`) and ``on_note``
@@ -49,6 +51,8 @@ from launcher.planning.plan import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
 PRELOAD = ("mindspore", "mindspore.communication")
+#: The scheduler program forked from the zygote (``fork_scheduler``): MindSpore's ``init()`` only.
+SCHEDULER_MODULE = "launcher.workloads.scheduler"
 
 
 class ZygoteProcess(ReportedProcess):
@@ -97,6 +101,9 @@ class ZygoteLauncher(Backend):
         warm: start the zygote (its import) at once.
         watchdog: the job's watchdog link (the zygote, a subreaper, registers with it).
         preload_env: variables to import under, on top of ``os.environ`` (see :func:`shared_env`).
+        fork_scheduler: fork the dynamic cluster's scheduler from the zygote too, running
+            :data:`SCHEDULER_MODULE` (MindSpore's ``init()`` alone) instead of the user's script;
+            else (and after a fallback) the scheduler is a plain process running the script.
         on_note: called once with a one-line message when the ranks start as plain processes
             instead (the zygote is not fork-safe, ended, or could not start).
 
@@ -108,8 +115,10 @@ class ZygoteLauncher(Backend):
     local_only = True
 
     def __init__(self, preload: Sequence[str] = PRELOAD, warm: bool = False, watchdog: Optional[Any] = None,
-                 preload_env: Optional[Dict[str, str]] = None, on_note: Optional[Callable[[str], None]] = None) -> None:
+                 preload_env: Optional[Dict[str, str]] = None, on_note: Optional[Callable[[str], None]] = None,
+                 fork_scheduler: bool = False) -> None:
         self.preload = tuple(preload)
+        self.fork_scheduler = fork_scheduler
         self.watchdog = watchdog
         self.preload_env = dict(preload_env or {})
         self.on_note = on_note
@@ -129,9 +138,9 @@ class ZygoteLauncher(Backend):
 
     @classmethod
     def warm(cls, watchdog: Optional[Any] = None, preload_env: Optional[Dict[str, str]] = None,
-             on_note: Optional[Callable[[str], None]] = None) -> "ZygoteLauncher":
+             on_note: Optional[Callable[[str], None]] = None, fork_scheduler: bool = False) -> "ZygoteLauncher":
         """A launcher whose zygote starts importing at once (the job's factory)."""
-        return cls(warm=True, watchdog=watchdog, preload_env=preload_env, on_note=on_note)
+        return cls(warm=True, watchdog=watchdog, preload_env=preload_env, on_note=on_note, fork_scheduler=fork_scheduler)
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
@@ -225,14 +234,15 @@ class ZygoteLauncher(Backend):
         that are not forkable, and every process after a fallback start as ordinary subprocesses
         (the scheduler then imports in parallel with the zygote, and the workers, which wait for
         its port anyway, are forked once both are ready)."""
-        if proc.role == "scheduler" or not self.forkable(proc) or self.fallback is not None:
+        scheduler = proc.role == "scheduler"
+        if (scheduler and not self.fork_scheduler) or not self.forkable(proc) or self.fallback is not None:
             return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
         env = dict(os.environ)
         env.update(proc.env)
         if self.watchdog is not None:
             env[TOKEN_VAR] = self.watchdog.token
-        request = {"argv": list(proc.argv[1:]), "env": env, "cwd": cwd, "log": log_path,
-                   "cpus": list(proc.cpus) if proc.cpus else None}
+        argv = ["-m", SCHEDULER_MODULE] if scheduler else list(proc.argv[1:])
+        request = {"argv": argv, "env": env, "cwd": cwd, "log": log_path, "cpus": list(proc.cpus) if proc.cpus else None}
         early: Optional[int] = None
         with self._lock:
             zyg = self._ensure()

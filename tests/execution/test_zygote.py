@@ -145,3 +145,27 @@ def test_cli_zygote_falls_back_when_the_interpreter_starts_a_thread(tmp_path):
     assert "starting the ranks as plain processes" in r.stderr
     for i in (0, 1):
         assert "started pid=" in (tmp_path / "job" / f"worker_{i}.log").read_text()
+
+
+def test_fork_scheduler_runs_the_scheduler_module_instead_of_the_script(tmp_path, monkeypatch):
+    """``fork_scheduler``: the scheduler is forked from the zygote and runs SCHEDULER_MODULE with
+    its planned env; without it the scheduler is a plain process running its planned argv."""
+    import launcher.execution.zygote as zygote_mod
+
+    (tmp_path / "fake_sched.py").write_text("import os, sys\nprint('sched', os.environ['MS_ROLE'], sys.argv[1:])\n")
+    script = tmp_path / "user.py"
+    script.write_text("print('user script')\n")
+    monkeypatch.setattr(zygote_mod, "SCHEDULER_MODULE", "fake_sched")
+    sched = ProcPlan(name="scheduler", role="scheduler", host="localhost", rank=None, local_rank=None, node_rank=0, device_id=None,
+                     argv=(sys.executable, str(script)), env=(("MS_ROLE", "MS_SCHED"),), cwd=str(tmp_path), log="")
+    z = ZygoteLauncher(preload=("json",), preload_env={"PYTHONPATH": str(tmp_path)}, fork_scheduler=True)
+    plain = ZygoteLauncher(preload=("json",))
+    try:
+        h = z.start(sched, str(tmp_path / "s.log"), str(tmp_path))
+        assert isinstance(h, ZygoteProcess) and h.wait() == 0
+        assert (tmp_path / "s.log").read_text() == "sched MS_SCHED []\n"
+        h = plain.start(sched, str(tmp_path / "p.log"), str(tmp_path))
+        assert isinstance(h, LocalProcess) and h.wait() == 0 and (tmp_path / "p.log").read_text() == "user script\n"
+    finally:
+        z.close()
+        plain.close()
