@@ -169,3 +169,19 @@ def test_fork_scheduler_runs_the_scheduler_module_instead_of_the_script(tmp_path
     finally:
         z.close()
         plain.close()
+
+
+def test_a_forked_rank_runs_on_its_planned_cores(tmp_path):
+    """``--bind-core True`` with the zygote: the child sets its planned affinity right after the fork."""
+    core = sorted(os.sched_getaffinity(0))[-1]
+    script = tmp_path / "s.py"
+    script.write_text("import os\nprint(sorted(os.sched_getaffinity(0)))\n")
+    p = ProcPlan(name="rank 0", role="worker", host="localhost", rank=0, local_rank=0, node_rank=0, device_id=0,
+                 argv=(sys.executable, str(script)), env=(), cwd=str(tmp_path), log="", cpus=(core,))
+    z = ZygoteLauncher(preload=("json",))
+    try:
+        h = z.start(p, str(tmp_path / "r.log"), str(tmp_path))
+        assert isinstance(h, ZygoteProcess) and h.wait() == 0
+        assert (tmp_path / "r.log").read_text() == f"[{core}]\n"
+    finally:
+        z.close()
