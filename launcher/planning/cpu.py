@@ -411,7 +411,7 @@ def _core_ranges(
     spec: CpuSpec, local_ranks: int, tune: bool, notes: List[str], warnings: List[str],
 ) -> Tuple[Dict[int, Tuple[int, ...]], Optional[Tuple[int, ...]]]:
     """Cores per local rank (and the scheduler's): from a ``--bind-core`` dict, or an even split of
-    this machine's cores (``--bind-core`` on, or tuning 2+ ranks); empty when nothing is bound.
+    this machine's cores (``--bind-core True``); empty when nothing is bound (the default).
 
     Raises:
         PlanError: a ``--bind-core`` dict with fewer devices than local ranks, or a CPU not here.
