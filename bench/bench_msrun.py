@@ -6,14 +6,17 @@
     MNIST-format set (idx files) generated here.  Target: mslaunch / msrun <= 0.70.
 (b) the 2-worker AllReduce (``launcher/workloads/allreduce_smoke.py``).  Target <= 0.55.
 
-Each round runs msrun, mslaunch and mslaunch --zygote back to back with the same command line
-(only ``msrun`` replaced by ``python -m launcher run``); the order rotates between rounds so that
-load on this shared machine hits all three.  Every round is printed, then the medians and their
-ratios against msrun.  Each run
-is checked: exit code 0, and every worker's log has its result line.
+Each round runs msrun, mslaunch's default path (no flag) and every opt-in path
+(``--script-scheduler``: the zygote, but the scheduler runs the user's script as a plain process;
+``--no-zygote``: one process per rank; ``--bind-core True``: each rank pinned to its own cores;
+``--no-zygote --bind-core True``: the old default) back to back with the same command line (only ``msrun``
+replaced by ``python -m launcher run``); the order rotates between rounds so that load on this
+shared machine hits all of them.  Every round is printed, then per path the median, its ratio
+against msrun's median, and the spread (the slowest run / the median: the default path's target
+is <= 1.5).  Each run is checked: exit code 0, and every worker's log has its result line.
+``uptime`` is printed before and after (the machine is shared).
 
-Usage: python bench/bench_msrun.py [--pairs 3] [--only a|b] [-- extra mslaunch flags]
-(``--pairs``: rounds.)
+Usage: python bench/bench_msrun.py [--rounds 3] [--only a|b] [--paths default,no-zygote,...] [-- extra mslaunch flags]
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -127,39 +130,75 @@ def check(log_dir: str, n: int, marker: str) -> None:
             raise SystemExit(f"result line {marker!r} missing in {path}")
 
 
-def pairs(name: str, n: int, script: str, marker: str, runs: int, work: str, env: dict, extra: List[str]) -> Dict[str, float]:
-    """``runs`` rounds of msrun, mslaunch and mslaunch --zygote (order rotating); medians."""
-    times: Dict[str, List[float]] = {"msrun": [], "mslaunch": [], "mslaunch --zygote": []}
+#: The paths timed against msrun: name -> mslaunch flags ("default": none).
+PATHS: Dict[str, List[str]] = {
+    "default": [],
+    "script-scheduler": ["--script-scheduler"],
+    "no-zygote": ["--no-zygote"],
+    "bind-core": ["--bind-core", "True"],
+    "no-zygote+bind-core": ["--no-zygote", "--bind-core", "True"],
+}
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def rounds(name: str, n: int, script: str, marker: str, runs: int, work: str, env: dict, extra: List[str],
+           paths: Sequence[str]) -> Dict[str, List[float]]:
+    """``runs`` rounds of msrun and every mslaunch path (order rotating); the times per path."""
+    times: Dict[str, List[float]] = {"msrun": []}
+    times.update({p: [] for p in paths})
     for i in range(runs):
         flags = [f"--worker_num={n}", f"--local_worker_num={n}", f"--master_port={free_port()}", "--join=True", "--cluster_time_out=300"]
-        order: List[Tuple[str, Callable[[str], List[str]]]] = [
-            ("msrun", lambda d: [os.path.join(BIN, "msrun")] + flags + [f"--log_dir={d}", script]),
-            ("mslaunch", lambda d: [PY, "-m", "launcher", "run"] + flags + [f"--log_dir={d}"] + extra + [script]),
-            ("mslaunch --zygote", lambda d: [PY, "-m", "launcher", "run"] + flags + [f"--log_dir={d}", "--zygote"] + extra + [script]),
-        ]
-        order = order[i % 3:] + order[:i % 3]
+
+        def make(who: str, d: str) -> List[str]:
+            if who == "msrun":
+                return [os.path.join(BIN, "msrun")] + flags + [f"--log_dir={d}", script]
+            return [PY, "-m", "launcher", "run"] + flags + [f"--log_dir={d}"] + PATHS[who] + extra + [script]
+
+        order = list(times)
+        order = order[i % len(order):] + order[:i % len(order)]
         got = {}
-        for who, make in order:
-            d = os.path.join(work, f"{name}_{who.replace(' --', '_')}_{i}")
-            t, rc = timed(make(d), work, env)
+        for who in order:
+            d = os.path.join(work, f"{name}_{who}_{i}")
+            t, rc = timed(make(who, d), work, env)
             if rc != 0:
                 raise SystemExit(f"{who} exited {rc}; logs in {d}")
             check(d, n, marker)
             got[who] = t
             times[who].append(t)
-        print(f"    round {i + 1} ({order[0][0]} first): msrun {got['msrun']:.2f} s, mslaunch {got['mslaunch']:.2f} s "
-              f"(ratio {got['mslaunch'] / got['msrun']:.2f}), mslaunch --zygote {got['mslaunch --zygote']:.2f} s "
-              f"(ratio {got['mslaunch --zygote'] / got['msrun']:.2f})", flush=True)
-    return {k: statistics.median(v) for k, v in times.items()}
+        msr = got["msrun"]
+        print(f"    round {i + 1} ({order[0]} first): msrun {msr:.2f} s; "
+              + "; ".join(f"{p} {got[p]:.2f} s ({got[p] / msr:.2f})" for p in paths), flush=True)
+    return times
+
+
+def report(part: str, target: float, times: Dict[str, List[float]]) -> None:
+    med = {k: statistics.median(v) for k, v in times.items()}
+    msr = med["msrun"]
+    print(f"({part}) medians (ratio to msrun's; slowest run / median), target for default <= {target:.2f}, spread <= 1.50:")
+    for who, m in med.items():
+        ratio = "" if who == "msrun" else f", ratio {m / msr:.2f}"
+        print(f"    {who:<22} {m:6.2f} s{ratio}; spread {max(times[who]) / m:.2f}; runs {', '.join(f'{t:.1f}' for t in times[who])}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--rounds", "--pairs", type=int, default=3)
     ap.add_argument("--only", choices=["a", "b"])
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, from {', '.join(PATHS)}")
     ap.add_argument("extra", nargs="*", help="extra mslaunch flags (after --)")
     args = ap.parse_args()
+    paths = [p for p in args.paths.split(",") if p]
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown:
+        raise SystemExit(f"--paths: unknown {', '.join(unknown)}; use {', '.join(PATHS)}")
     work = tempfile.mkdtemp(prefix="mslaunch-bench-msrun-")
+    print(f"load before: {uptime()}", flush=True)
     try:
         mnist = os.path.join(work, "mnist")
         write_mnist(mnist)
@@ -169,16 +208,15 @@ def main() -> None:
             fh.write(TRAIN_SCRIPT)
         results = []
         if args.only in (None, "b"):
-            print(f"(b) 2-worker AllReduce, {args.pairs} rounds", flush=True)
+            print(f"(b) 2-worker AllReduce, {args.rounds} rounds", flush=True)
             smoke = os.path.join(ROOT, "launcher", "workloads", "allreduce_smoke.py")
-            results.append(("b", 0.55, pairs("allreduce2", 2, smoke, "sum=3", args.pairs, work, env, args.extra)))
+            results.append(("b", 0.55, rounds("allreduce2", 2, smoke, "sum=3", args.rounds, work, env, args.extra, paths)))
         if args.only in (None, "a"):
-            print(f"(a) 8-worker data-parallel MNIST-format job, {args.pairs} rounds", flush=True)
-            results.append(("a", 0.70, pairs("mnist8", 8, net, "mnist rank=", args.pairs, work, env, args.extra)))
-        for part, target, med in results:
-            msr = med["msrun"]
-            print(f"({part}) medians: msrun {msr:.2f} s; mslaunch {med['mslaunch']:.2f} s, ratio {med['mslaunch'] / msr:.2f}; "
-                  f"mslaunch --zygote {med['mslaunch --zygote']:.2f} s, ratio {med['mslaunch --zygote'] / msr:.2f} (target <= {target:.2f})")
+            print(f"(a) 8-worker data-parallel MNIST-format job, {args.rounds} rounds", flush=True)
+            results.append(("a", 0.70, rounds("mnist8", 8, net, "mnist rank=", args.rounds, work, env, args.extra, paths)))
+        for part, target, times in results:
+            report(part, target, times)
+        print(f"load after: {uptime()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

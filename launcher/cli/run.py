@@ -45,7 +45,8 @@ def run_cmd(
     summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
     junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
     sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
-    zygote: bool = typer.Option(False, "--zygote", help="Import MindSpore once and fork each local Python rank from it (faster start; opt-in, proven on CPU dynamic clusters).", rich_help_panel="Run"),
+    zygote: Optional[bool] = typer.Option(None, "--zygote/--no-zygote", help="Import MindSpore once and fork each local Python rank from it (faster start). Default: on for MindSpore CPU jobs of the local launcher, with a fallback to plain processes when the import is not fork-safe; --no-zygote: plain processes.", rich_help_panel="Run"),
+    minimal_scheduler: Optional[bool] = typer.Option(None, "--minimal-scheduler/--script-scheduler", help="With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() alone (default), or runs your script as msrun does (--script-scheduler).", rich_help_panel="Run"),
     *,
     opts: JobOptions,
     ssh: SSHSettings,
@@ -101,11 +102,16 @@ def run_cmd(
     from launcher.jobs import jobdir
     from launcher.jobs.files import write_atomic
 
+    from launcher.cli.startmode import scheduler_mode, start_mode
+
+    use_zygote, start_note = start_mode(plan, spec.cpu.mindspore_cpu, zygote)
+    fork_scheduler, sched_note = scheduler_mode(plan, use_zygote, spec.cpu.mindspore_cpu, minimal_scheduler)
+    start_note = "; ".join(n for n in (start_note, sched_note) if n) or None
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
-                       tail_all=opts.tail_worker_log is not None, live=live)
+                       tail_all=opts.tail_worker_log is not None, live=live, start_note=start_note)
     try:
         result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=console.start,
-                          backend_settings={"ssh": ssh, "local": LocalSettings(zygote=zygote)})
+                          backend_settings={"ssh": ssh, "local": LocalSettings(zygote=use_zygote, on_note=console.note, fork_scheduler=fork_scheduler)})
     finally:
         console.stop()
     problems = []  # a CI output that cannot be written never hides the job's result or exit code
@@ -181,7 +187,7 @@ class _Console:
     """Rank output on the console while the job runs (a follower over the log files)."""
 
     def __init__(self, plan: Plan, tee: str, ranks: Optional[Tuple[int, ...]] = None, tail_all: bool = False,
-                 live: bool = False) -> None:
+                 live: bool = False, start_note: Optional[str] = None) -> None:
         """``ranks``/``tail_all``: msrun's ``--tail_worker_log`` (every line of those ranks, or of
         every rank when ``tail_all`` and ``ranks`` is None), replacing ``--tee``.  ``live``: the
         live per-rank view (a terminal and no ``--tee``), with every rank's error lines above it."""
@@ -190,6 +196,7 @@ class _Console:
         self.ranks = ranks
         self.tail_all = tail_all
         self.live = live
+        self.start_note = start_note
         self.colour = sys.stdout.isatty()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -202,6 +209,8 @@ class _Console:
         for note in self.plan.cpu_notes:
             kind = "warning" if note in self.plan.cpu_warnings else "cpu"
             sys.stderr.write(f"mslaunch: {kind}: {note}\n")
+        if self.start_note:
+            sys.stderr.write(f"mslaunch: start: {self.start_note}\n")
         if self.tee == "none":
             return
         from launcher.logs.follow import ERROR_RE, Follower, LogSource, job_log_sources, prefix
@@ -240,6 +249,12 @@ class _Console:
         follower = Follower(sources, emit, from_start=True, interval=0.2)
         self._thread = threading.Thread(target=follower.run, args=(self._stop,), name="tee", daemon=True)
         self._thread.start()
+
+    def note(self, message: str) -> None:
+        """A one-line message from the backend (e.g. the zygote's fallback), on stderr."""
+        with self._lock:
+            sys.stderr.write(f"mslaunch: {message}\n")
+            sys.stderr.flush()
 
     def event(self, kind: str, data: Dict[str, Any]) -> None:
         msg = None

@@ -1,49 +1,58 @@
-"""The zygote launcher (opt-in, ``mslaunch run --zygote``): import MindSpore once, fork every rank.
+"""The zygote launcher: import MindSpore once, fork every local Python rank from that process.
 
 Every MindSpore process of a job pays ``import mindspore`` (~1.5 s of CPU here, several seconds
-when 8 ranks import at once on 2 cores).  The zygote is one helper process that imports the
-preload modules once and then forks each planned Python process from that warm state; the
-children share the imported pages copy-on-write.
+when 8 ranks import at once on 2 cores).  The zygote is one helper process
+(:mod:`launcher.execution.zygote_server`) that imports the preload modules once and then forks
+each planned Python worker from that warm state; the children share the imported pages
+copy-on-write.
 
-Protocol (one JSON object per line)::
+The default for MindSpore CPU jobs of the local launcher (``--no-zygote`` opts out, ``--zygote``
+asks for it on any job; the CLI decides, see ``docs/cpu-performance.md``).
 
-    mslaunch -> zygote (stdin):  {"argv": [...], "env": {...}, "cwd": "...", "log": "..."}
-    zygote -> mslaunch (stdout): {"pid": N} | {"error": "..."}   (one reply per request, in order)
-                                 {"exit": N, "status": RC}       (when child N ended; RC < 0: signal)
+* The zygote imports under the environment every worker shares (``os.environ`` plus the values
+  common to the planned workers' env, e.g. ``GLOG_v``, ``OMP_NUM_THREADS``), without ``MS_ROLE``,
+  so what a library reads once at import is what a plain worker would have read.
+* The scheduler (``fork_scheduler``, the CLI's default with the zygote) is forked too, running
+  MindSpore's ``init()`` alone (:mod:`launcher.workloads.scheduler`) instead of the user's whole
+  script: one import of MindSpore for the whole job.  Otherwise it starts as an ordinary
+  subprocess running the script while the zygote imports (both in parallel).
+* Fork safety is checked, not assumed: the zygote answers ``unsafe`` when it is not a
+  single-threaded process after the import (see the server's doc).  Then, and when the zygote
+  ends or cannot start, the ranks start as plain processes (:func:`start_local`) and ``on_note``
+  says so once.
+* Each child leads its own session (its group is what teardown signals), gets exactly the
+  planned environment, cwd, log file and cores, and runs the script with :func:`runpy.run_path`
+  (``python -m``: :func:`runpy.run_module`) as ``__main__``.
+* Processes that are not ``<this python> script`` / ``<this python> -m module`` (``--no-python``,
+  ``--python``, a numactl prefix) start as ordinary subprocesses.
+* The zygote ends when its stdin closes (mslaunch ended the job or died) or with mslaunch
+  (``PR_SET_PDEATHSIG``, or the watchdog that freezes and kills its tree).
 
-The zygote ends when its stdin closes (mslaunch ended the job or died) or with mslaunch
-(``PR_SET_PDEATHSIG``).  Each child leads its own session (its group is what teardown signals),
-gets exactly the planned environment, cwd and log file, and runs the script with
-:func:`runpy.run_path` (``python -m``: :func:`runpy.run_module`) as ``__main__``.
-
-The scheduler starts as an ordinary subprocess while the zygote imports (both in parallel),
-so the zygote costs no extra wall time before the workers.
-
-Safety: forking is safe only while no device runtime and no threads exist in the zygote.  The
-preload imports ``mindspore`` (CPU host code only; GPU/Ascend runtimes start later, in the
-child's ``set_device``/``init``) and nothing else; the zygote never calls MindSpore.  Processes
-that are not ``<this python> script`` / ``<this python> -m module`` (``--no-python``,
-``--python``, a numactl prefix) start as ordinary subprocesses.  That is why it stays opt-in:
-it is proven on CPU dynamic clusters here, not on every device and method.
+Device runtimes (GPU/Ascend) must not start before a fork: the preload is ``import mindspore``
+only (host code; runtimes start in the child's ``set_device``/``init``), and the zygote never
+calls MindSpore; the CLI still makes the zygote the default on CPU jobs only.
 """
 from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ReportedProcess
+from launcher.execution.localproc import _child_setup, check_scheduler_port, kill_tree, start_local
+from launcher.execution.watchdog import TOKEN_VAR
 from launcher.planning.plan import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
 PRELOAD = ("mindspore", "mindspore.communication")
+#: The scheduler program forked from the zygote (``fork_scheduler``): MindSpore's ``init()`` only.
+SCHEDULER_MODULE = "launcher.workloads.scheduler"
 
 
 class ZygoteProcess(ReportedProcess):
@@ -59,15 +68,27 @@ class ZygoteProcess(ReportedProcess):
         self._init_exit()
 
     def terminate(self) -> None:
-        from launcher.execution.local import kill_tree
-
         if not self._done.is_set():
             kill_tree(self.pid, self.pgid, signal.SIGTERM)
 
     def kill(self) -> None:
-        from launcher.execution.local import kill_tree
-
         kill_tree(self.pid, self.pgid, signal.SIGKILL)
+
+
+#: Names of a worker's env the zygote does not import under (per-process roles).
+_NOT_AT_IMPORT = frozenset({"MS_ROLE", TOKEN_VAR})
+
+
+def shared_env(plan: Plan) -> Dict[str, str]:
+    """The variables every planned worker has with the same value (what the zygote imports
+    under, on top of ``os.environ``), without the roles of :data:`_NOT_AT_IMPORT`."""
+    envs = [p.env_dict() for p in plan.ranks]
+    if not envs:
+        return {}
+    common = dict(envs[0])
+    for env in envs[1:]:
+        common = {k: v for k, v in common.items() if env.get(k) == v}
+    return {k: v for k, v in common.items() if k not in _NOT_AT_IMPORT}
 
 
 class ZygoteLauncher(Backend):
@@ -77,15 +98,37 @@ class ZygoteLauncher(Backend):
 
     Args:
         preload: modules the zygote imports before forking.
+        warm: start the zygote (its import) at once.
+        watchdog: the job's watchdog link (the zygote, a subreaper, registers with it).
+        preload_env: variables to import under, on top of ``os.environ`` (see :func:`shared_env`).
+        fork_scheduler: fork the dynamic cluster's scheduler from the zygote too, running
+            :data:`SCHEDULER_MODULE` (MindSpore's ``init()`` alone) instead of the user's script;
+            else (and after a fallback) the scheduler is a plain process running the script.
+        on_note: called once with a one-line message when the ranks start as plain processes
+            instead (the zygote is not fork-safe, ended, or could not start).
+
+    Attributes:
+        fallback: why the ranks start as plain processes, or None.
+        ready_info: the zygote's ``ready`` report (``seconds``, ``threads_after_import``).
     """
 
-    def __init__(self, preload: Sequence[str] = PRELOAD, warm: bool = False, watchdog: Optional[Any] = None) -> None:
+    local_only = True
+
+    def __init__(self, preload: Sequence[str] = PRELOAD, warm: bool = False, watchdog: Optional[Any] = None,
+                 preload_env: Optional[Dict[str, str]] = None, on_note: Optional[Callable[[str], None]] = None,
+                 fork_scheduler: bool = False) -> None:
         self.preload = tuple(preload)
-        self.watchdog = watchdog  # the job's watchdog link: the zygote (a subreaper) registers with it
+        self.fork_scheduler = fork_scheduler
+        self.watchdog = watchdog
+        self.preload_env = dict(preload_env or {})
+        self.on_note = on_note
+        self.fallback: Optional[str] = None
+        self.ready_info: Dict[str, Any] = {}
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._lock = threading.Lock()
         self._replies: "list[Dict[str, Any]]" = []
         self._reply_cv = threading.Condition()
+        self._state: Optional[str] = None  # None: importing; "ready"; or why it cannot fork
         self._children: Dict[int, ZygoteProcess] = {}
         self._early: Dict[int, int] = {}
         self._reader: Optional[threading.Thread] = None
@@ -94,44 +137,44 @@ class ZygoteLauncher(Backend):
                 self._ensure()  # imports while the scheduler starts and binds its port
 
     @classmethod
-    def warm(cls, watchdog: Optional[Any] = None) -> "ZygoteLauncher":
+    def warm(cls, watchdog: Optional[Any] = None, preload_env: Optional[Dict[str, str]] = None,
+             on_note: Optional[Callable[[str], None]] = None, fork_scheduler: bool = False) -> "ZygoteLauncher":
         """A launcher whose zygote starts importing at once (the job's factory)."""
-        return cls(warm=True, watchdog=watchdog)
-
-    local_only = True
+        return cls(warm=True, watchdog=watchdog, preload_env=preload_env, on_note=on_note, fork_scheduler=fork_scheduler)
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
-        return cls.warm(ctx.watchdog)
+        return cls.warm(ctx.watchdog, shared_env(ctx.plan))
 
     @classmethod
     def preflight(cls, plan: Plan) -> None:
-        from launcher.execution.local import check_scheduler_port
-
         check_scheduler_port(plan)
 
     # ------------------------------------------------------------------ zygote process
 
-    def _ensure(self) -> "subprocess.Popen[bytes]":
-        if self._proc is not None and self._proc.poll() is None:
+    def _ensure(self) -> Optional["subprocess.Popen[bytes]"]:
+        """The zygote process, started if needed; None when it cannot start (then ``fallback``)."""
+        if self._proc is not None:
             return self._proc
-        from launcher.execution.local import _child_setup
-        from launcher.execution.watchdog import TOKEN_VAR
-
         # Like a local rank: a subreaper registered with the watchdog and carrying the job's token,
         # so a SIGKILL of mslaunch ends the zygote and every process it forked, however deep.
         env = dict(os.environ)
+        env.update(self.preload_env)
         fd: Optional[int] = None
         sig = signal.SIGKILL
         if self.watchdog is not None:
             env[TOKEN_VAR] = self.watchdog.token
             fd, sig = self.watchdog.fd, signal.SIGSTOP
         parent = os.getpid()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher.execution.zygote", *self.preload],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-            start_new_session=True, preexec_fn=lambda: _child_setup(sig, fd, parent), close_fds=True,
-        )
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "launcher.execution.zygote_server", *self.preload],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                start_new_session=True, preexec_fn=lambda: _child_setup(sig, fd, parent), close_fds=True,
+            )
+        except OSError as exc:
+            self._fall_back(f"the zygote could not start ({exc.strerror})")
+            return None
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
         return self._proc
@@ -153,15 +196,27 @@ class ZygoteLauncher(Backend):
                     child.exited(rc)
                 continue
             with self._reply_cv:
-                self._replies.append(msg)
+                if self._state is None:  # the first line: ready, or why not
+                    self._state = "ready" if "ready" in msg else str(msg.get("unsafe") or msg)
+                    self.ready_info = msg.get("ready") or {}
+                else:
+                    self._replies.append(msg)
                 self._reply_cv.notify_all()
         # The zygote is gone: children it had not reported are lost to us (they die with it).
         with self._reply_cv:
+            if self._state is None:
+                self._state = "the zygote ended during its import"
             self._replies.append({"error": "the zygote process ended"})
             self._reply_cv.notify_all()
             pending = [c for c in self._children.values() if c.poll() is None]
         for child in pending:
             child.exited(255)
+
+    def _fall_back(self, why: str) -> None:
+        if self.fallback is None:
+            self.fallback = why
+            if self.on_note is not None:
+                self.on_note(f"zygote: {why}; starting the ranks as plain processes")
 
     # ------------------------------------------------------------------ Launcher
 
@@ -175,41 +230,57 @@ class ZygoteLauncher(Backend):
         return not argv[1].startswith("-")
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> Any:
-        """Fork ``proc`` from the zygote; the scheduler and non-forkable processes start as
-        ordinary subprocesses (the scheduler then imports in parallel with the zygote, and the
-        workers, which wait for its port anyway, are forked once both are ready)."""
-        if proc.role == "scheduler" or not self.forkable(proc):
-            from launcher.execution.local import start_local
-
+        """Fork ``proc`` from the zygote once it is ready and fork-safe; the scheduler, processes
+        that are not forkable, and every process after a fallback start as ordinary subprocesses
+        (the scheduler then imports in parallel with the zygote, and the workers, which wait for
+        its port anyway, are forked once both are ready)."""
+        scheduler = proc.role == "scheduler"
+        if (scheduler and not self.fork_scheduler) or not self.forkable(proc) or self.fallback is not None:
             return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
         env = dict(os.environ)
         env.update(proc.env)
         if self.watchdog is not None:
-            from launcher.execution.watchdog import TOKEN_VAR
-
             env[TOKEN_VAR] = self.watchdog.token
-        request = {"argv": list(proc.argv[1:]), "env": env, "cwd": cwd, "log": log_path}
+        argv = ["-m", SCHEDULER_MODULE] if scheduler else list(proc.argv[1:])
+        request = {"argv": argv, "env": env, "cwd": cwd, "log": log_path, "cpus": list(proc.cpus) if proc.cpus else None}
+        early: Optional[int] = None
         with self._lock:
             zyg = self._ensure()
-            assert zyg.stdin is not None
-            try:
-                zyg.stdin.write((json.dumps(request) + "\n").encode())
-                zyg.stdin.flush()
-            except (BrokenPipeError, OSError) as exc:
-                raise LaunchError(f"{proc.name}: the zygote is gone ({exc})") from None
-            with self._reply_cv:
-                while not self._replies:
-                    self._reply_cv.wait()
-                reply = self._replies.pop(0)
-                if "pid" in reply:
-                    child = ZygoteProcess(proc, int(reply["pid"]), log_path)
-                    self._children[child.pid] = child
-                    early = self._early.pop(child.pid, None)
+            reply: Dict[str, Any] = {}
+            if zyg is not None:
+                with self._reply_cv:
+                    while self._state is None:
+                        self._reply_cv.wait()
+                    if self._state != "ready":
+                        self._fall_back(self._state)
+                if self.fallback is None:
+                    reply = self._request(zyg, request, proc)
+            if "unsafe" in reply:
+                self._fall_back(str(reply["unsafe"]))
+            if self.fallback is not None:
+                return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
             if "pid" not in reply:
                 raise LaunchError(f"{proc.name}: the zygote could not start it: {reply.get('error')}")
+            with self._reply_cv:
+                child = ZygoteProcess(proc, int(reply["pid"]), log_path)
+                self._children[child.pid] = child
+                early = self._early.pop(child.pid, None)
         if early is not None:
             child.exited(early)
         return child
+
+    def _request(self, zyg: "subprocess.Popen[bytes]", request: Dict[str, Any], proc: ProcPlan) -> Dict[str, Any]:
+        """Send one fork request; the zygote's reply (under ``self._lock``)."""
+        assert zyg.stdin is not None
+        try:
+            zyg.stdin.write((json.dumps(request) + "\n").encode())
+            zyg.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise LaunchError(f"{proc.name}: the zygote is gone ({exc})") from None
+        with self._reply_cv:
+            while not self._replies:
+                self._reply_cv.wait()
+            return self._replies.pop(0)
 
     def close(self) -> None:
         """End the zygote (its stdin closes; it exits)."""
@@ -228,166 +299,3 @@ class ZygoteLauncher(Backend):
             proc.wait()
         if self._reader is not None:
             self._reader.join(timeout=5)
-
-
-# ---------------------------------------------------------------------- the zygote itself
-
-
-def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
-    """In the forked child: become the planned process, run it, exit with its code (never returns)."""
-    code = 1
-    try:
-        _become(request, own_fds)
-        code = _run_program(list(request["argv"]))
-    except BaseException:  # noqa: BLE001 - setting the child up failed: say why in its log (fd 2)
-        import traceback
-
-        try:
-            os.write(2, ("mslaunch zygote: " + traceback.format_exc()).encode())
-        except OSError:
-            pass
-        code = 1
-    # atexit handlers registered since the fork (e.g. MindSpore's finalize after init()) run and
-    # streams are flushed; then os._exit: C++ static destructors of the zygote's MindSpore import
-    # wait for threads that do not exist in a forked child and would hang.
-    try:
-        import atexit
-
-        atexit._run_exitfuncs()  # type: ignore[attr-defined]
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
-        pass
-    os._exit(code & 0xFF if code >= 0 else 1)
-
-
-def _become(request: Dict[str, Any], own_fds: Sequence[int]) -> None:
-    """Own session, default signals, the zygote's fds closed, stdio on the log, cwd and env."""
-    os.setsid()
-    import atexit
-
-    atexit._clear()  # type: ignore[attr-defined]  # the zygote's own handlers are not this process's
-    for fd in own_fds:
-        os.close(fd)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
-    signal.set_wakeup_fd(-1)
-    fd = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    os.close(devnull)
-    import io
-
-    sys.stdin = open(0, "r", closefd=False)
-    unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
-    sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), line_buffering=True, write_through=unbuffered)
-    sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), line_buffering=True, write_through=True)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-
-
-def _run_program(argv: List[str]) -> int:
-    """Run ``script args...`` or ``-m module args...`` as ``__main__``; its exit code."""
-    import runpy
-
-    try:
-        if argv[0] == "-m":
-            sys.argv = [argv[1]] + argv[2:]
-            sys.path[0] = os.getcwd()
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            script = argv[0]
-            sys.argv = argv
-            sys.path[0] = os.path.dirname(os.path.abspath(script))
-            runpy.run_path(script, run_name="__main__")
-        return 0
-    except SystemExit as exc:
-        if exc.code is None:
-            return 0
-        if isinstance(exc.code, int):
-            return exc.code
-        sys.stderr.write(f"{exc.code}\n")
-        return 1
-    except BaseException:  # noqa: BLE001 - the script's uncaught exception, as python reports it
-        import traceback
-
-        traceback.print_exc()
-        return 1
-
-
-def _preload(preload: Sequence[str]) -> None:
-    """Import the preload modules (a missing one is skipped: the ranks import what they need)."""
-    import importlib
-
-    os.environ.pop("MS_ROLE", None)
-    for name in preload:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-    if threading.active_count() > 1:
-        sys.stderr.write("zygote: the preload started threads; forking is not safe\n")
-
-
-def serve(preload: Sequence[str]) -> None:
-    """The zygote's main loop (see the module doc)."""
-    _preload(preload)
-    out = sys.stdout.buffer
-    rfd, wfd = os.pipe()
-    os.set_blocking(wfd, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wfd)
-    stdin = sys.stdin.buffer.raw  # type: ignore[attr-defined]
-    buf = b""
-
-    def say(msg: Dict[str, Any]) -> None:
-        out.write((json.dumps(msg) + "\n").encode())
-        out.flush()
-
-    def reap() -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            say({"exit": pid, "status": rc})
-
-    open_input = True
-    while open_input:
-        try:
-            ready, _, _ = select.select([stdin, rfd], [], [])
-        except InterruptedError:
-            continue
-        if rfd in ready:
-            os.read(rfd, 4096)
-            reap()
-        if stdin in ready:
-            chunk = os.read(stdin.fileno(), 65536)
-            if not chunk:
-                open_input = False
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                try:
-                    request = json.loads(line)
-                    out.flush()
-                    pid = os.fork()
-                except (ValueError, OSError) as exc:
-                    say({"error": str(exc)})
-                    continue
-                if pid == 0:
-                    _child(request, (rfd, wfd))
-                say({"pid": pid})
-        reap()
-
-
-if __name__ == "__main__":
-    serve(sys.argv[1:])

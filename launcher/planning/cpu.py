@@ -15,14 +15,14 @@ launching environment, inventory env, ``--env-file``, ``--env``):
 * ``OMP_NUM_THREADS=<t>`` and ``MSLAUNCH_CPU_THREADS=<t>`` (MindSpore 2.10 reads no variable
   for its kernel thread pool; ``launcher.workloads.cputhreads.apply_cpu_threads()`` applies it),
   where ``t`` is the size of the rank's core range;
-* with two or more local ranks, its own contiguous core range: k ranks on N cores get
-  ``N // k`` cores each (the first ``N % k`` one more). With k > N no affinity is set (pinned to
-  shared cores, a rank that waits in a collective keeps its core's share while another core
-  idles; measured 1.6x slower at 8 ranks on 2 cores), one thread each, and a warning says so;
-  ``--bind-core True`` still pins them round-robin.
+* no affinity by default: each of k ranks on N cores gets ``N // k`` threads (at least 1),
+  and the kernel places them. Pinning was measured not to pay on the default path (short jobs
+  started 0.86-1.40x msrun, erratically; training throughput 0.99-1.12x), see
+  docs/cpu-performance.md. With k > N a warning says the cores are oversubscribed.
 
-``--bind-core`` (msrun's ``--bind_core``): ``True`` = the automatic ranges above, for any job;
-``False`` = no affinity; a dict ``{"device0": ["0-3"], "device1": ["4,5"], "scheduler": ["6"]}``
+``--bind-core`` (msrun's ``--bind_core``): ``True`` = contiguous core ranges, for any job: k
+ranks on N cores get ``N // k`` cores each (the first ``N % k`` one more; k > N: one core
+each, round-robin), and threads sized to the range; ``False`` = no affinity; a dict ``{"device0": ["0-3"], "device1": ["4,5"], "scheduler": ["6"]}``
 gives core lists per local rank (in order; msrun's device index is the local rank on CPU).
 """
 from __future__ import annotations
@@ -373,7 +373,7 @@ def plan_cpu(spec: CpuSpec, local_ranks: int, user_env: Mapping[str, str], user_
     per_rank_env: Dict[int, Dict[str, str]] = {}
     for i in range(local_ranks):
         e = dict(env)
-        threads = _threads_per_rank(spec, local_ranks, ranges.get(i)) if tune else 0
+        threads = _threads_per_rank(spec, local_ranks, ranges.get(i), i) if tune else 0
         if threads:
             for var in THREAD_VARS:
                 if var not in user_set:
@@ -411,7 +411,7 @@ def _core_ranges(
     spec: CpuSpec, local_ranks: int, tune: bool, notes: List[str], warnings: List[str],
 ) -> Tuple[Dict[int, Tuple[int, ...]], Optional[Tuple[int, ...]]]:
     """Cores per local rank (and the scheduler's): from a ``--bind-core`` dict, or an even split of
-    this machine's cores (``--bind-core`` on, or tuning 2+ ranks); empty when nothing is bound.
+    this machine's cores (``--bind-core True``); empty when nothing is bound (the default).
 
     Raises:
         PlanError: a ``--bind-core`` dict with fewer devices than local ranks, or a CPU not here.
@@ -431,13 +431,13 @@ def _core_ranges(
         notes.append("cores per rank from --bind-core: " + ", ".join(f"local rank {i}: {format_cpus(c)}" for i, c in ranges.items()))
         return ranges, (tuple(bind["scheduler"]) if "scheduler" in bind else None)
     oversubscribed = f"{local_ranks} ranks on {n} cores: several ranks share each core (oversubscribed; expect each rank to run slower)"
-    if n and bind is None and tune and local_ranks > n:
-        # pinned to shared cores, a rank waiting in a collective keeps its core's share while
-        # another core idles: leave the balancing to the kernel
-        notes.append(f"{local_ranks} local rank(s) on {n} core(s): no core ranges (more ranks than cores; the kernel balances them)")
-        warnings.append(oversubscribed)
+    if n and bind is None and tune and local_ranks >= 2:
+        # measured: pinning made short jobs slower and erratic and training no faster
+        notes.append(f"{local_ranks} local rank(s) on {n} core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)")
+        if local_ranks > n:
+            warnings.append(oversubscribed)
         return {}, None
-    if n and ((bind is True) or (bind is None and tune and local_ranks >= 2)):
+    if n and bind is True:
         ranges = dict(enumerate(split_cores(local_ranks, spec.local_cpus)))
         notes.append(f"{local_ranks} local rank(s) on {n} core(s): " + ", ".join(f"local rank {i}: cores {format_cpus(c)}" for i, c in ranges.items()))
         if local_ranks > n:
@@ -446,10 +446,16 @@ def _core_ranges(
     return {}, None
 
 
-def _threads_per_rank(spec: CpuSpec, local_ranks: int, cores: Optional[Tuple[int, ...]]) -> int:
+def _threads_per_rank(spec: CpuSpec, local_ranks: int, cores: Optional[Tuple[int, ...]], index: int) -> int:
     """Threads for one tuned rank: its cores (1 when ranks outnumber the cores, unless bound by
-    a ``--bind-core`` dict), else an even share of this machine's cores; 0: set nothing."""
+    a ``--bind-core`` dict), else the size of the range it would get if bound (an even share of
+    this machine's cores, the first ``N % k`` ranks one more; 1 when ranks outnumber the cores);
+    0: set nothing."""
     n = len(spec.local_cpus)
     if cores is not None:
         return len(cores) if local_ranks <= n or isinstance(spec.bind_core, Mapping) else 1
-    return max(1, n // local_ranks) if n else 0
+    if not n:
+        return 0
+    if local_ranks > n:
+        return 1
+    return len(split_cores(local_ranks, spec.local_cpus)[index])

@@ -1,4 +1,4 @@
-"""The opt-in zygote launcher with tiny processes (no MindSpore needed; MindSpore end to end is in
+"""The zygote launcher with tiny processes (no MindSpore needed; MindSpore end to end is in
 ``tests/integration/test_msrun_e2e.py``)."""
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import sys
 import time
 
 import psutil
+import pytest
 
-from launcher.execution.zygote import ZygoteLauncher
+from launcher.execution.localproc import LocalProcess
+from launcher.execution.zygote import ZygoteLauncher, ZygoteProcess
 from launcher.planning.plan import ProcPlan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -90,3 +92,96 @@ def test_cli_zygote_fail_fast(tmp_path):
     assert r.returncode == 7, r.stderr
     summary = json.loads((tmp_path / "job" / "summary.json").read_text())
     assert summary["root_cause"]["name"] == "rank 1" and summary["root_cause"]["exit_code"] == 7
+
+
+def test_a_preload_whose_pool_stops_at_fork_is_forked_from(tmp_path):
+    """numpy's OpenBLAS starts a worker pool at import; its atfork handler stops it, so the zygote
+    is single-threaded at the fork and forks (the MindSpore preload's only extra thread)."""
+    pytest.importorskip("numpy")
+    script = tmp_path / "s.py"
+    script.write_text("import os\nprint(len(os.listdir('/proc/self/task')))\n")
+    z = ZygoteLauncher(preload=("numpy",), preload_env={"OPENBLAS_NUM_THREADS": "2"})
+    try:
+        h = z.start(proc("rank 0", [sys.executable, str(script)], cwd=str(tmp_path)), str(tmp_path / "r.log"), str(tmp_path))
+        assert isinstance(h, ZygoteProcess) and h.wait() == 0
+        assert len(z.ready_info["threads_after_import"]) == 2 and z.fallback is None
+        assert (tmp_path / "r.log").read_text() == "1\n"  # the child starts single-threaded
+    finally:
+        z.close()
+
+
+def test_a_preload_that_starts_a_thread_falls_back_to_plain_processes(tmp_path):
+    """A module that starts a thread at import is not fork-safe: the zygote says so and exits;
+    every rank starts as a plain process, and the note says why, once."""
+    (tmp_path / "threaded.py").write_text("import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n")
+    script = tmp_path / "s.py"
+    script.write_text("import os, sys\nprint(os.getppid() == int(sys.argv[1]))\n")
+    notes = []
+    z = ZygoteLauncher(preload=("threaded",), preload_env={"PYTHONPATH": str(tmp_path)}, on_note=notes.append)
+    try:
+        handles = [z.start(proc(f"rank {i}", [sys.executable, str(script), str(os.getpid())], cwd=str(tmp_path)),
+                           str(tmp_path / f"{i}.log"), str(tmp_path)) for i in (0, 1)]
+        assert all(isinstance(h, LocalProcess) and h.wait() == 0 for h in handles)
+        assert [(tmp_path / f"{i}.log").read_text() for i in (0, 1)] == ["True\n", "True\n"]  # children of mslaunch
+        assert len(notes) == 1 and "1 thread(s) besides the main one after importing threaded" in notes[0]
+        assert notes[0].endswith("starting the ranks as plain processes") and z.fallback in notes[0]
+        z._proc.wait(timeout=30)  # the zygote exited by itself
+    finally:
+        z.close()
+
+
+def test_cli_zygote_falls_back_when_the_interpreter_starts_a_thread(tmp_path):
+    """``--zygote`` where every Python process starts a thread at start-up (a sitecustomize): the
+    job runs on plain processes and succeeds; the header says how ranks start, a line the fallback."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n")
+    env = dict(os.environ, PIDDIR=str(tmp_path), PYTHONPATH=os.pathsep.join([str(site), ROOT]))
+    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "2", "--zygote", "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
+                        "--tee", "none", RANKPROG, "ok", "0.1"], capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "mslaunch: start: Python ranks forked from one process that imported mindspore once" in r.stderr
+    assert "mslaunch: zygote: 1 thread(s) besides the main one after" in r.stderr
+    assert "starting the ranks as plain processes" in r.stderr
+    for i in (0, 1):
+        assert "started pid=" in (tmp_path / "job" / f"worker_{i}.log").read_text()
+
+
+def test_fork_scheduler_runs_the_scheduler_module_instead_of_the_script(tmp_path, monkeypatch):
+    """``fork_scheduler``: the scheduler is forked from the zygote and runs SCHEDULER_MODULE with
+    its planned env; without it the scheduler is a plain process running its planned argv."""
+    import launcher.execution.zygote as zygote_mod
+
+    (tmp_path / "fake_sched.py").write_text("import os, sys\nprint('sched', os.environ['MS_ROLE'], sys.argv[1:])\n")
+    script = tmp_path / "user.py"
+    script.write_text("print('user script')\n")
+    monkeypatch.setattr(zygote_mod, "SCHEDULER_MODULE", "fake_sched")
+    sched = ProcPlan(name="scheduler", role="scheduler", host="localhost", rank=None, local_rank=None, node_rank=0, device_id=None,
+                     argv=(sys.executable, str(script)), env=(("MS_ROLE", "MS_SCHED"),), cwd=str(tmp_path), log="")
+    z = ZygoteLauncher(preload=("json",), preload_env={"PYTHONPATH": str(tmp_path)}, fork_scheduler=True)
+    plain = ZygoteLauncher(preload=("json",))
+    try:
+        h = z.start(sched, str(tmp_path / "s.log"), str(tmp_path))
+        assert isinstance(h, ZygoteProcess) and h.wait() == 0
+        assert (tmp_path / "s.log").read_text() == "sched MS_SCHED []\n"
+        h = plain.start(sched, str(tmp_path / "p.log"), str(tmp_path))
+        assert isinstance(h, LocalProcess) and h.wait() == 0 and (tmp_path / "p.log").read_text() == "user script\n"
+    finally:
+        z.close()
+        plain.close()
+
+
+def test_a_forked_rank_runs_on_its_planned_cores(tmp_path):
+    """``--bind-core True`` with the zygote: the child sets its planned affinity right after the fork."""
+    core = sorted(os.sched_getaffinity(0))[-1]
+    script = tmp_path / "s.py"
+    script.write_text("import os\nprint(sorted(os.sched_getaffinity(0)))\n")
+    p = ProcPlan(name="rank 0", role="worker", host="localhost", rank=0, local_rank=0, node_rank=0, device_id=0,
+                 argv=(sys.executable, str(script)), env=(), cwd=str(tmp_path), log="", cpus=(core,))
+    z = ZygoteLauncher(preload=("json",))
+    try:
+        h = z.start(p, str(tmp_path / "r.log"), str(tmp_path))
+        assert isinstance(h, ZygoteProcess) and h.wait() == 0
+        assert (tmp_path / "r.log").read_text() == f"[{core}]\n"
+    finally:
+        z.close()

@@ -165,14 +165,21 @@ def test_two_nodes_worker_failure_on_node1(netns_cluster, tmp_path):
     assert netns_cluster.all_pids() == {}
 
 
-def test_zygote_forked_ranks_run_collectives(tmp_path):
-    """``--zygote``: the scheduler starts normally while the zygote imports MindSpore; both
-    workers are forked from it, build the cluster and AllReduce correctly; nothing is left."""
+def test_zygote_forked_ranks_run_collectives_by_default(tmp_path):
+    """No flag (a MindSpore CPU job): the zygote imports MindSpore once; it is single-threaded
+    after that import, so the scheduler (MindSpore's init() alone) and both workers are forked
+    from it (no fallback line), build the cluster and AllReduce correctly; nothing is left.  No
+    rank is bound to a core by default."""
     log_dir = tmp_path / "z"
     r = subprocess.run(launcher_argv("mslaunch") + ["--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
-                                                    f"--log_dir={log_dir}", "--zygote", NET],
+                                                    f"--log_dir={log_dir}", NET],
                        cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert "mslaunch: start: Python ranks forked from one process that imported mindspore once" in r.stderr, r.stderr
+    assert "mslaunch: zygote:" not in r.stderr, r.stderr
+    assert "the scheduler runs MindSpore's init() alone" in r.stderr  # forked too, not the script
+    plan = json.loads((log_dir / "plan.json").read_text())
+    assert all("cpus" not in p for p in plan["ranks"]) and any("no core binding" in n for n in plan["cpu"]["notes"])
     names = ["worker_0.log", "worker_1.log"]
     assert results(str(log_dir), names) == {"worker_0.log": (0, 2, 3.0), "worker_1.log": (1, 2, 3.0)}
     summary = assert_summary_pids_gone(str(log_dir))

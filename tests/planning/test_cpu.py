@@ -14,6 +14,7 @@ from launcher.errors import PlanError
 from launcher.execution import cpuprobe
 from launcher.planning.cpu import (
     CpuSpec,
+    format_cpus,
     ProbeError,
     isa_advice,
     parse_bind_core,
@@ -133,19 +134,30 @@ def ms_spec(**kw):
     return CpuSpec(**base)
 
 
-def test_two_ranks_on_two_cores_get_a_core_and_one_thread_each_and_the_isa():
+def test_two_ranks_on_two_cores_get_one_thread_each_and_the_isa_but_no_affinity_by_default():
     p = plan_cpu(ms_spec(), 2, {}, frozenset())
-    assert dict(p.cpus) == {0: (0,), 1: (1,)}
+    assert dict(p.cpus) == {}
     for i in (0, 1):
         assert dict(p.env[i]) == {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MSLAUNCH_CPU_THREADS": "1"}
     assert p.warnings == ()
     assert any(n.startswith("set ONEDNN_MAX_CPU_ISA=AVX2") for n in p.notes)
+    assert "2 local rank(s) on 2 core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)" in p.notes
+
+
+def test_bind_core_true_pins_each_rank_to_its_range_with_the_same_threads_and_isa():
+    p = plan_cpu(ms_spec(bind_core=True), 2, {}, frozenset())
+    assert dict(p.cpus) == {0: (0,), 1: (1,)}
+    assert dict(p.env) == plan_cpu(ms_spec(), 2, {}, frozenset()).env
+    assert "2 local rank(s) on 2 core(s): local rank 0: cores 0, local rank 1: cores 1" in p.notes
 
 
 def test_three_ranks_on_eight_cores():
     p = plan_cpu(ms_spec(local_cpus=tuple(range(8))), 3, {}, frozenset())
     assert [p.env[i]["OMP_NUM_THREADS"] for i in range(3)] == ["3", "3", "2"]
-    assert dict(p.cpus) == {0: (0, 1, 2), 1: (3, 4, 5), 2: (6, 7)}
+    assert dict(p.cpus) == {}
+    pinned = plan_cpu(ms_spec(local_cpus=tuple(range(8)), bind_core=True), 3, {}, frozenset())
+    assert dict(pinned.cpus) == {0: (0, 1, 2), 1: (3, 4, 5), 2: (6, 7)}
+    assert [pinned.env[i]["OMP_NUM_THREADS"] for i in range(3)] == ["3", "3", "2"]
 
 
 def test_one_rank_is_not_bound_and_gets_every_core():
@@ -242,6 +254,11 @@ def job(**kw):
 def test_plan_carries_env_cpus_and_notes_and_user_env_wins():
     plan = build_plan(job(env=(("OMP_NUM_THREADS", "2"),)))
     r0, r1 = plan.ranks
+    assert (r0.cpus, r1.cpus, plan.scheduler.cpus) == (None, None, None)
+    out = plan.to_json()
+    assert all("cpus" not in p for p in out["ranks"]) and "no core binding" in " ".join(out["cpu"]["notes"])
+    plan = build_plan(job(env=(("OMP_NUM_THREADS", "2"),), cpu=ms_spec(bind_core=True)))
+    r0, r1 = plan.ranks
     assert (r0.cpus, r1.cpus, plan.scheduler.cpus) == ((0,), (1,), None)
     assert r0.env_dict()["ONEDNN_MAX_CPU_ISA"] == "AVX2" and r0.env_dict()["OMP_NUM_THREADS"] == "2"
     assert r0.env_dict()["MSLAUNCH_CPU_THREADS"] == "1"
@@ -255,6 +272,9 @@ def test_plan_under_mpirun_sets_threads_but_no_affinity():
     plan = build_plan(job(launcher="mpirun", wrapper="/t/mslaunch-rank.sh"))
     assert all(r.cpus is None for r in plan.ranks)
     assert plan.ranks[0].env_dict()["OMP_NUM_THREADS"] == "1"
+    assert not any("mpirun binds them itself" in n for n in plan.cpu_notes)  # nothing to bind by default
+    plan = build_plan(job(launcher="mpirun", wrapper="/t/mslaunch-rank.sh", cpu=ms_spec(bind_core=True)))
+    assert all(r.cpus is None for r in plan.ranks)
     assert any("mpirun binds them itself" in n for n in plan.cpu_notes)
 
 
@@ -390,7 +410,9 @@ def test_real_probe_on_this_cpu_and_what_the_plan_does_with_it(tmp_path):
     assert plan["cpu"]["notes"], plan
     assert "OMP_NUM_THREADS" in envs[0], (plan["cpu"], envs[0])
     assert all(e["OMP_NUM_THREADS"] == e["MSLAUNCH_CPU_THREADS"] == str(max(1, n // 2)) for e in envs)
+    assert all("cpus" not in p for p in plan["ranks"])  # no affinity by default
     if n >= 2:
-        assert [p["cpus"] for p in plan["ranks"]] != [None, None]
+        pinned = json.loads(cli("plan", "--json", "--np", "2", "--bind-core", "True", "-m", "launcher.workloads.resnet50_cifar10").stdout)
+        assert [p["cpus"] for p in pinned["ranks"]] == [format_cpus(c) for c in split_cores(2, sorted(os.sched_getaffinity(0)))]
     off = json.loads(cli("plan", "--json", "--np", "2", "--cpu-tune", "off", "-m", "launcher.workloads.resnet50_cifar10").stdout)
     assert "cpu" not in off and all("OMP_NUM_THREADS" not in p["env"] for p in off["ranks"])

@@ -1,0 +1,61 @@
+"""How ``mslaunch run`` starts local Python ranks: forked from the zygote, or plain processes.
+
+The zygote (:mod:`launcher.execution.zygote`) is the default for MindSpore CPU jobs (the CPU
+tuning's detection: a Python program that imports ``mindspore``, ``--method dynamic``, no other
+device target, MindSpore in the ranks' interpreter) of the local launcher, when the ranks run
+under mslaunch's own interpreter.  ``--zygote`` asks for it on any job of the local launcher,
+``--no-zygote`` turns it off.  Whatever the choice, the zygote falls back to plain processes
+when its import is not fork-safe (said on the console when it happens).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Tuple
+
+from launcher.planning.plan import Plan
+
+FORKED = "Python ranks forked from one process that imported mindspore once (the zygote; plain processes if that import is not fork-safe)"
+
+
+def _own_interpreter(plan: Plan) -> bool:
+    me = os.path.realpath(sys.executable)
+    return bool(plan.ranks) and all(p.argv and os.path.realpath(p.argv[0]) == me for p in plan.ranks)
+
+
+def start_mode(plan: Plan, mindspore_cpu: bool, zygote: Optional[bool]) -> Tuple[bool, Optional[str]]:
+    """Whether to use the zygote, and the header line that says how ranks start (None: say nothing).
+
+    Args:
+        plan: the job's plan.
+        mindspore_cpu: the CLI's verdict that the ranks run MindSpore on CPU.
+        zygote: ``--zygote`` (True), ``--no-zygote`` (False), neither (None).
+    """
+    if plan.launcher != "local":
+        return False, ("--zygote applies to the local launcher only; not used" if zygote else None)
+    if zygote is False:
+        return False, "one process per rank (--no-zygote)" if mindspore_cpu else None
+    if zygote is True:
+        return True, FORKED + " (--zygote)"
+    if not (mindspore_cpu and plan.method == "dynamic"):
+        return False, None
+    if not _own_interpreter(plan):
+        return False, "one process per rank (the ranks' interpreter is not mslaunch's, so the zygote cannot fork them)"
+    return True, FORKED + "; --no-zygote: one process per rank"
+
+
+def scheduler_mode(plan: Plan, use_zygote: bool, mindspore_cpu: bool, minimal: Optional[bool]) -> Tuple[bool, Optional[str]]:
+    """Whether the zygote forks the dynamic cluster's scheduler running MindSpore's ``init()``
+    alone (:mod:`launcher.workloads.scheduler`), and what the header says about it.
+
+    The default with the zygote on a MindSpore CPU job; ``--script-scheduler`` (``minimal``
+    False) runs the user's script as the scheduler, as msrun does; ``--minimal-scheduler`` asks
+    for it with ``--zygote`` on any job.  Never without the zygote or a scheduler.
+    """
+    if not use_zygote or plan.scheduler is None or plan.method != "dynamic":
+        return False, None
+    if minimal is False:
+        return False, "the scheduler runs your script (--script-scheduler)"
+    if minimal is None and not mindspore_cpu:
+        return False, None
+    return True, "the scheduler runs MindSpore's init() alone, forked too (--script-scheduler: your script, as msrun)"
