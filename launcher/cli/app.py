@@ -14,7 +14,8 @@ import typer
 
 from launcher.cli.docs import epilog
 from launcher.cli.gcpause import no_gc
-from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, load_inventory, plan_from, with_job_options
+from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, with_job_options
+from launcher.cli.spec import load_inventory, plan_from
 from launcher.errors import MsLaunchError, PlanError
 
 app = typer.Typer(

@@ -15,7 +15,8 @@ from typing import Dict, List, Optional, Tuple
 import typer
 
 from launcher.cli.docs import epilog
-from launcher.cli.options import JobOptions, build_spec, with_job_options
+from launcher.cli.options import JobOptions, with_job_options
+from launcher.cli.spec import build_spec
 from launcher.errors import PlanError
 from launcher.planning import layout
 from launcher.planning.plan import build_plan

@@ -15,7 +15,8 @@ from typing import Any, Dict, Optional
 import typer
 
 from launcher.cli.docs import epilog
-from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, with_job_options
+from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, with_job_options
+from launcher.cli.spec import build_spec
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import PlanError
 from launcher.execution.ssh.settings import SSHSettings

@@ -176,7 +176,7 @@ def _check_run(opts: JobOptions, params: Dict[str, Any], groups: List[List[str]]
 def _plan_stand_ins(opts: JobOptions, nodes: int, per_host: int) -> None:
     """Plan node 0 and the last node as ``mslaunch run`` in their pods would (this machine as
     the stand-in host): the errors of the run options come out here, not in the pods."""
-    from launcher.cli.options import build_spec
+    from launcher.cli.spec import build_spec
     from launcher.planning.cpu import CPU_TUNE_MODES
     from launcher.planning.plan import build_plan
 
@@ -242,7 +242,7 @@ def gen_cmd(
     port = _check_run(opts, run_params, groups, run_names[0])
     if not opts.program and not opts.module:
         raise PlanError("missing SCRIPT: mslaunch k8s gen [options] [run options] SCRIPT [ARGS]", field="SCRIPT")
-    from launcher.cli.options import _device_target
+    from launcher.cli.spec import _device_target
     from launcher.planning import envs
 
     env_pairs = dict(envs.parse_env_assignment(e) for e in opts.env)

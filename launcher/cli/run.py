@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import typer
 
 from launcher.cli.docs import epilog
-from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, build_spec, parse_msrun_bool, tail_ranks, with_job_options
+from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, parse_msrun_bool, tail_ranks, with_job_options
+from launcher.cli.spec import build_spec
 from launcher.cli.program_check import check_program
 from launcher.cli.submit_check import stand_in, stand_in_options
 from launcher.cli.ssh_flags import with_ssh_settings

@@ -32,7 +32,7 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperCommand
 
-from launcher.cli.options import new_job_id
+from launcher.cli.spec import new_job_id
 from launcher.cli.sbatch_args import SplitArgs, option_names, split_args
 from launcher.errors import PlanError
 from launcher.planning import layout

@@ -70,6 +70,7 @@ NOT_VALIDATED: Dict[str, str] = {
     "quiet": "a flag",
     "sched_wait": "a flag",
     "zygote": "a flag",
+    "minimal_scheduler": "a flag (--script-scheduler)",
     "ssh_accept_new": "a flag",
     "mpi_hostfile": "a flag",
     "oversubscribe": "a flag",

@@ -367,7 +367,7 @@ def test_ranktable_does_not_import_the_other_commands(tmp_path) -> None:
     code = (
         "import atexit, sys\n"
         "atexit.register(lambda: print(sorted(m for m in sys.modules if m.startswith(('launcher.cli.app', "
-        "'launcher.cli.options', 'launcher.cli.run', 'launcher.planning.plan'))), file=sys.stderr))\n"
+        "'launcher.cli.options', 'launcher.cli.spec', 'launcher.cli.run', 'launcher.planning.plan'))), file=sys.stderr))\n"
         f"sys.argv = ['mslaunch', 'ranktable', 'validate', {str(table)!r}]\n"
         "from launcher.__main__ import main\n"
         "main()\n"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from launcher.execution import remote_agent
+from launcher.execution import remote_agent, remote_proctree
 from launcher.execution.remote_agent import HEADER
 from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
 from launcher.planning.plan import ProcPlan
@@ -53,8 +53,25 @@ def test_bootstrap_payload_is_a_length_line_then_the_source_and_settings():
     assert int(head) == len(body)
     first = json.loads(body)
     assert first == {"src": agent_source(), "cfg": {"host": "h2", "ping_timeout": 8.0, "heartbeat": 1.0}}
-    with open(remote_agent.__file__, encoding="utf-8") as fh:
-        assert first["src"] == fh.read()
+    sources = []
+    for module in (remote_proctree, remote_agent):  # the helpers first: the agent uses them
+        with open(module.__file__, encoding="utf-8") as fh:
+            sources.append(fh.read())
+    assert first["src"] == "\n\n".join(sources)
+
+
+def test_the_agent_source_runs_without_the_launcher_package(tmp_path):
+    """Sent to a host, the source must define everything itself (no ``launcher`` there)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['launcher'] = None\n"  # as on a host without mslaunch
+            "g = {'__name__': 'mslaunch_agent'}\n"
+            "exec(compile(sys.stdin.read(), 'mslaunch_agent', 'exec'), g)\n"
+            "print(sorted(n for n in ('main', 'proc_table', 'tree_below', '_poll', 'Agent') if callable(g.get(n))))\n")
+    out = subprocess.run([sys.executable, "-S", "-c", code], input=agent_source(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['Agent',", "'_poll',", "'main',", "'proc_table',", "'tree_below']"]
 
 
 def test_frames_decode_across_any_split():

@@ -31,7 +31,7 @@ def mslaunch_with_toy(tmp_path, *args: str, piddir=None) -> subprocess.Completed
 
 
 def test_registration_alone_makes_the_name_known():
-    from launcher.cli.options import check_launcher
+    from launcher.cli.spec import check_launcher
 
     with pytest.raises(PlanError, match="use one of local, ssh, mpirun, slurm$"):
         check_launcher("toy")

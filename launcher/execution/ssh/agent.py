@@ -27,13 +27,19 @@ _AGENT_SOURCE: Optional[str] = None
 
 
 def agent_source() -> str:
-    """The source text of :mod:`launcher.execution.remote_agent` (read once)."""
+    """The source text the host runs: :mod:`launcher.execution.remote_proctree`, then
+    :mod:`launcher.execution.remote_agent` (whose import of the helpers then fails and is
+    skipped: the host has no ``launcher`` package, and ``python -S`` reads no site-packages).
+    Read once."""
     global _AGENT_SOURCE
     if _AGENT_SOURCE is None:
-        from launcher.execution import remote_agent
+        from launcher.execution import remote_agent, remote_proctree
 
-        with open(remote_agent.__file__, "r", encoding="utf-8") as fh:
-            _AGENT_SOURCE = fh.read()
+        parts = []
+        for module in (remote_proctree, remote_agent):
+            with open(module.__file__, "r", encoding="utf-8") as fh:
+                parts.append(fh.read())
+        _AGENT_SOURCE = "\n\n".join(parts)
     return _AGENT_SOURCE
 
 
