@@ -1,0 +1,156 @@
+"""The reference trainer's checkpoints: names, saving and pruning per rank, and the one
+checkpoint every rank of a distributed ``--resume`` loads (the newest one they all have, agreed
+through one AllGather).  Imports MindSpore; nothing from the launcher.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+from launcher.workloads.cifar10_data import UsageError
+from launcher.workloads.cluster import all_gather
+
+CKPT_PREFIX = "resnet50"
+#: How many of each rank's newest checkpoints a distributed ``--resume`` compares.
+RESUME_CANDIDATES = 16
+_CKPT_RE = re.compile(r"^" + CKPT_PREFIX + r"-(\d+)_(\d+)\.ckpt$")
+
+
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def list_checkpoints(ckpt_dir: str) -> List[Tuple[int, int, str]]:
+    """``(epoch, step, path)`` of this module's checkpoints in ``ckpt_dir``, oldest first."""
+    if not os.path.isdir(ckpt_dir):
+        return []
+    found = []
+    for name in os.listdir(ckpt_dir):
+        m = _CKPT_RE.match(name)
+        if m:
+            found.append((int(m.group(1)), int(m.group(2)), os.path.join(ckpt_dir, name)))
+    return sorted(found)
+
+
+def save_checkpoint(train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, global_step: int, keep: int) -> str:
+    """Write ``resnet50-<epoch>_<step>.ckpt`` atomically; then :func:`prune_checkpoints` to
+    ``keep`` (0: prune nothing)."""
+    os.makedirs(ckpt_dir, exist_ok=True)
+    final = os.path.join(ckpt_dir, f"{CKPT_PREFIX}-{epoch}_{step}.ckpt")
+    tmp = os.path.join(ckpt_dir, f".tmp-{os.getpid()}-{CKPT_PREFIX}-{epoch}_{step}.ckpt")
+    ms.save_checkpoint(
+        train_net, tmp, append_dict={"epoch_num": epoch, "step_num": step, "global_step_saved": global_step}
+    )
+    os.replace(tmp, final)
+    prune_checkpoints(ckpt_dir, keep)
+    return final
+
+
+def prune_checkpoints(ckpt_dir: str, keep: int) -> None:
+    """Remove all but the newest ``keep`` checkpoints (0: none), and temp files that other
+    processes left half-written (the folder is this rank's alone)."""
+    doomed = [path for _, _, path in list_checkpoints(ckpt_dir)[:-keep]] if keep > 0 else []
+    mine = f".tmp-{os.getpid()}-"
+    doomed += [os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(".tmp-") and not n.startswith(mine)]
+    for path in doomed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def common_checkpoint(positions: Sequence[Sequence[Tuple[int, int]]]) -> Optional[Tuple[int, int]]:
+    """The newest ``(epoch, step)`` that every rank has a checkpoint of (``positions[r]`` are rank
+    r's); None when there is none."""
+    if not positions:
+        return None
+    common = set(positions[0])
+    for theirs in positions[1:]:
+        common &= set(theirs)
+    return max(common) if common else None
+
+
+def _gather_positions(mine: Sequence[Tuple[int, int]], size: int) -> List[List[Tuple[int, int]]]:
+    """Every rank's checkpoint positions (``(epoch, step)``, at most :data:`RESUME_CANDIDATES`),
+    by rank, through one AllGather."""
+    row = np.full((1, 2 * RESUME_CANDIDATES), -1.0, dtype=np.float32)
+    for i, (epoch, step) in enumerate(list(mine)[-RESUME_CANDIDATES:]):
+        row[0, 2 * i], row[0, 2 * i + 1] = epoch, step
+    table = all_gather()(Tensor(row)).asnumpy().reshape(size, RESUME_CANDIDATES, 2)
+    return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
+
+
+def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions
+                 ) -> Optional[str]:
+    """The checkpoint ``--resume`` loads: this rank's newest, or with ``size`` > 1 the newest one
+    every rank has (newer ones of this rank are removed); None: start from scratch.
+    ``gather(mine, size)`` gives every rank's positions (:func:`_gather_positions`).
+
+    Raises:
+        UsageError: some rank has checkpoints but none is common to all.
+    """
+    found = list_checkpoints(ckpt_dir) if ckpt_dir else []
+    if size == 1:
+        return found[-1][2] if found else None
+    positions = gather([(e, st) for e, st, _ in found], size)
+    if not any(positions):
+        return None
+    pick = common_checkpoint(positions)
+    if pick is None:
+        newest = ", ".join(f"rank {r} {f'{CKPT_PREFIX}-{p[-1][0]}_{p[-1][1]}' if p else 'none'}"
+                           for r, p in enumerate(positions))
+        raise UsageError(f"--resume: the ranks have no checkpoint in common (newest: {newest}); every rank "
+                         "needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)")
+    for epoch, step, path in found:
+        if (epoch, step) > pick:
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                raise UsageError(f"--resume: cannot remove {path} (not on every rank): {exc.strerror}") from None
+            _say(f"resume: removed {path}: not on every rank (those steps are trained again)")
+    return next(path for epoch, step, path in found if (epoch, step) == pick)
+
+
+def _resume(ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe: int, size: int) -> Tuple[int, int, int]:
+    """Load the checkpoint of :func:`resume_point` into ``train_net`` (``--resume``).
+
+    Returns:
+        ``(epoch, step, global_step)``: the position before the next step (``step`` steps of
+        ``epoch`` done); ``(1, 0, 0)`` when there is no checkpoint.
+
+    Raises:
+        UsageError: the checkpoint does not match the network; the ranks have none in common.
+    """
+    path = resume_point(ckpt_dir, size)
+    if path is None:
+        _say(f"resume: no checkpoint in {ckpt_dir}; starting from scratch")
+        return 1, 0, 0
+    m = _CKPT_RE.match(os.path.basename(path))
+    assert m is not None
+    params = ms.load_checkpoint(path)
+    meta = {k: params.pop(k) for k in ("epoch_num", "step_num", "global_step_saved") if k in params}
+    not_loaded, _ = ms.load_param_into_net(train_net, params, strict_load=True)
+    if not_loaded:
+        raise UsageError(f"{path}: does not match this network ({len(not_loaded)} parameters missing)")
+    epoch = int(_scalar(meta.get("epoch_num", m.group(1))))
+    step = int(_scalar(meta.get("step_num", m.group(2))))
+    global_step = int(_scalar(meta.get("global_step_saved", opt.global_step.asnumpy())))
+    if step >= spe:
+        epoch, step = epoch + 1, 0
+    _say(f"resume: {path} (global step {global_step}); continuing at epoch {epoch} step {step + 1}")
+    return epoch, step, global_step
+
+
+def _scalar(value: object) -> float:
+    """A number from a checkpoint entry (Parameter, Tensor, numpy value or int)."""
+    if hasattr(value, "asnumpy"):
+        value = value.asnumpy()
+    return float(np.asarray(value).reshape(-1)[0])
