@@ -6,14 +6,14 @@ Order of work (nothing starts until every check passed):
    table (ranktable method) validates;
 2. the job dir (created 0700, or an empty one; locked for the job's life) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
 3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
-4. the supervisor (with the metrics writer: ``metrics.jsonl``; its events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
+4. the supervisor (with the metrics writer: ``metrics.jsonl``, whose lines also feed the hang watch; its events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
 """
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
@@ -26,6 +26,9 @@ from launcher.jobs.files import write_atomic
 from launcher.planning.inventory import is_local
 from launcher.planning.kinds import EventKind
 from launcher.planning.plan import Plan
+
+if TYPE_CHECKING:
+    from launcher.execution.hangwatch import HangWatch
 
 
 def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None) -> BackendFactory:
@@ -127,12 +130,15 @@ def run_plan(
     from launcher.execution.local import become_subreaper
     from launcher.logs.metricsfile import MetricsWriter, append_event
 
+    from launcher.execution.hangwatch import HangWatch
+
     become_subreaper()
-    metrics = MetricsWriter(plan.job_dir).start()  # metrics.jsonl from every rank's log, as lines arrive
+    hang = HangWatch(options.hang)
+    metrics = MetricsWriter(plan.job_dir, on_line=hang.on_line).start()  # metrics.jsonl from every rank's log, as lines arrive
     append_event(plan.job_dir, EventKind.JOB_START, {"job_id": plan.job_id})
     watchdog = Watchdog()
     try:
-        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings))
+        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang))
     finally:
         watchdog.close()
         metrics.stop()
@@ -144,9 +150,9 @@ def run_plan(
 
 def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
                     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
-                    backend_settings: Optional[Mapping[str, Any]] = None) -> Supervisor:
+                    backend_settings: Optional[Mapping[str, Any]] = None, hang: Optional["HangWatch"] = None) -> Supervisor:
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
-    ranktable dirs prepared per attempt (unless the backend does it), orphans reaped."""
+    ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch."""
     from launcher.execution.local import reap_orphans
     from launcher.logs.metricsfile import append_event
 
@@ -163,7 +169,7 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
 
     prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
     return Supervisor(plan, backend_factory(plan, backend_settings, watchdog), options, on_event=record_event, prepare_attempt=prepare,
-                      watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
+                      watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang)
 
 
 def _supervise(sup: Supervisor) -> JobResult:

@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from launcher.logs.follow import Follower, LogSource, job_log_sources
-from launcher.logs.metrics import parse_line
+from launcher.logs.metrics import Metric, parse_line
 from launcher.logs.progress import Progress, RankDeriver
 from launcher.planning import layout
 
@@ -70,11 +70,16 @@ class LogMetrics:
     Args:
         job_dir: the job directory.
         clock: the wall clock (records' ``time``).
+        on_line: called with ``(attempt, rank, metric or None)`` for every rank line as it is read
+            (the hang watch's progress).
     """
 
-    def __init__(self, job_dir: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, job_dir: str, clock: Callable[[], float] = time.time,
+                 on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None) -> None:
         self.job_dir = os.path.abspath(job_dir)
         self._clock = clock
+        self._on_line = on_line
+        self._attempts: Dict[str, int] = {}
         self._derivers: Dict[str, RankDeriver] = {}
         self._batch: Dict[str, List[Any]] = {}
         self._follower = Follower(lambda: job_metric_sources(self.job_dir), self._collect, from_start=True)
@@ -83,6 +88,11 @@ class LogMetrics:
         if src.rank is None:
             return
         metric = parse_line(line)
+        if self._on_line is not None:
+            attempt = self._attempts.get(src.path)
+            if attempt is None:
+                attempt = self._attempts[src.path] = _attempt_of(self.job_dir, src.path)
+            self._on_line(attempt, src.rank, metric)
         if metric is not None:
             self._batch.setdefault(src.path, []).append(metric)
 
@@ -110,13 +120,15 @@ class MetricsWriter:
     Args:
         job_dir: the job directory.
         interval: seconds between polls of the logs.
+        on_line: see :class:`LogMetrics`.
     """
 
-    def __init__(self, job_dir: str, interval: float = 0.5) -> None:
+    def __init__(self, job_dir: str, interval: float = 0.5,
+                 on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None) -> None:
         self.job_dir = job_dir
         self.path = os.path.join(job_dir, METRICS_FILE)
         self._interval = interval
-        self._source = LogMetrics(job_dir)
+        self._source = LogMetrics(job_dir, on_line=on_line)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.records = 0
