@@ -66,6 +66,9 @@ def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):
     assert "likely culprit: rank 1" in s["message"] and "likely culprit" in r.stderr
     events = [json.loads(line)["kind"] for line in (hjob.dir / "events.jsonl").read_text().splitlines()]
     assert "hung" in events
+    st = subprocess.run([sys.executable, "-m", "launcher", "status", str(hjob.dir)], capture_output=True, text=True, timeout=60)
+    assert st.returncode == 1 and "likely culprit: rank 1: it went silent first" in st.stdout
+    assert "rank 1: last epoch 0 step 4, main thread in stuck_reading_data (hangprog.py:" in st.stdout
     assert_all_gone(hjob.pids)
 
 
