@@ -250,7 +250,7 @@ class _Console:
             from launcher.jobs.jobdir import attempt_dir
 
             self._attempt_dir = attempt_dir(self.plan.job_dir, data["attempt"])
-            msg = f"restarting the job (attempt {data['attempt'] + 1}); logs in {self._attempt_dir}"
+            msg = f"restarting the job: attempt {data['attempt']} (MSLAUNCH_ATTEMPT={data.get('env_attempt', data['attempt'])}); logs in {self._attempt_dir}"
         if msg and self.live and getattr(self, "_rich", None) is not None and not self._stop.is_set():
             self._rich.print(f"mslaunch: {msg}", style="bold", highlight=False, markup=False, soft_wrap=True)
         elif msg:

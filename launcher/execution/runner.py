@@ -29,15 +29,19 @@ from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.hangwatch import HangWatch
+    from launcher.execution.restarts import AttemptProgress
 
 
-def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None) -> BackendFactory:
+def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None,
+                    options: Optional[SuperviseOptions] = None, attempt_base: int = 0) -> BackendFactory:
     """Makes the backend of ``plan.launcher`` for each attempt (see :mod:`launcher.execution.backend`).
 
     Args:
         plan: the plan.
         settings: backend name -> its settings object, from the CLI.
         watchdog: the job's watchdog (local processes register with it).
+        options, attempt_base: each attempt's plan carries ``MSLAUNCH_ATTEMPT`` / ``MSLAUNCH_MAX_RESTARTS``
+            (:func:`launcher.execution.restarts.attempt_plan`).
 
     Raises:
         LaunchError: no backend has the plan's name.
@@ -45,7 +49,10 @@ def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, wa
     entry = get_backend(plan.launcher)
 
     def make(attempt: int, attempt_dir: str) -> Backend:
-        return entry.create(BackendContext(plan, attempt, attempt_dir, watchdog, dict(settings or {})))
+        from launcher.execution.restarts import attempt_plan
+
+        mine = attempt_plan(plan, attempt, options.max_restarts, attempt_base) if options is not None else plan
+        return entry.create(BackendContext(mine, attempt, attempt_dir, watchdog, dict(settings or {})))
 
     return make
 
@@ -133,12 +140,17 @@ def run_plan(
     from launcher.execution.hangwatch import HangWatch
 
     become_subreaper()
+    from launcher.execution.restarts import AttemptProgress
+
     hang = HangWatch(options.hang)
-    metrics = MetricsWriter(plan.job_dir, on_line=hang.on_line).start()  # metrics.jsonl from every rank's log, as lines arrive
+    progress = AttemptProgress()
+    metrics = MetricsWriter(plan.job_dir, on_line=hang.on_line, on_records=progress.on_records)
+    progress.flush = lambda: metrics.poll(final=True)  # every file listed again, partial last lines too
+    metrics.start()  # metrics.jsonl from every rank's log, as lines arrive
     append_event(plan.job_dir, EventKind.JOB_START, {"job_id": plan.job_id})
     watchdog = Watchdog()
     try:
-        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang))
+        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress))
     finally:
         watchdog.close()
         metrics.stop()
@@ -150,7 +162,8 @@ def run_plan(
 
 def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
                     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
-                    backend_settings: Optional[Mapping[str, Any]] = None, hang: Optional["HangWatch"] = None) -> Supervisor:
+                    backend_settings: Optional[Mapping[str, Any]] = None, hang: Optional["HangWatch"] = None,
+                    progress: Optional["AttemptProgress"] = None) -> Supervisor:
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
     ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch."""
     from launcher.execution.local import reap_orphans
@@ -168,8 +181,12 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
         prepare_ranktable_dirs(plan, adir, backend.local_only)
 
     prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
-    return Supervisor(plan, backend_factory(plan, backend_settings, watchdog), options, on_event=record_event, prepare_attempt=prepare,
-                      watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang)
+    from launcher.execution.restarts import attempt_base
+
+    base = attempt_base(plan.launcher, os.environ)
+    return Supervisor(plan, backend_factory(plan, backend_settings, watchdog, options, base), options, on_event=record_event,
+                      prepare_attempt=prepare, watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang,
+                      progress=progress, attempt_base=base)
 
 
 def _supervise(sup: Supervisor) -> JobResult:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution import stopsignals
+from launcher.execution import restarts, stopsignals
 from launcher.execution.attempt import AttemptState as _Attempt
 from launcher.execution.backend import Backend, ProcessHandle, StartRequest, attempt_path
 from launcher.execution.results import (
@@ -46,6 +46,7 @@ from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.hangwatch import HangWatch
+    from launcher.execution.restarts import AttemptProgress
 
 __all__ = ["Interrupted", "Supervisor", "SuperviseOptions", "Watchdog", "attempt_path"]
 
@@ -86,6 +87,9 @@ class Supervisor:
         hang: the job's hang watch (:mod:`launcher.execution.hangwatch`), fed by the metrics writer:
             a hung attempt, or a worker whose collective timed out, ends as ``hung`` after its
             stacks are dumped.
+        progress: the attempts' steps (:mod:`launcher.execution.restarts`): each attempt's result
+            says where it resumed and the steps lost; a crash loop stops the restarts.
+        attempt_base: ``MSLAUNCH_ATTEMPT`` of the first attempt (a requeued Slurm run continues the count).
     """
 
     def __init__(
@@ -99,6 +103,8 @@ class Supervisor:
         attempt_dir: Optional[Callable[[int], str]] = None,
         reap_orphans: Optional[Callable[[Set[int]], Any]] = None,
         hang: Optional["HangWatch"] = None,
+        progress: Optional["AttemptProgress"] = None,
+        attempt_base: int = 0,
     ) -> None:
         self.plan = plan
         self.backend_factory = backend_factory
@@ -110,6 +116,8 @@ class Supervisor:
         self.current_attempt_dir = plan.job_dir
         self.reap_orphans = reap_orphans
         self.hang = hang
+        self.progress = progress
+        self.attempt_base = attempt_base
 
     # ---------------------------------------------------------------- public
 
@@ -128,10 +136,18 @@ class Supervisor:
         try:
             while True:
                 result = self._run_attempt(len(history), deadline)
+                if self.progress is not None:
+                    result = self.progress.annotate(result, history)
                 history.append(result)
                 if not self._restart_after(result):
                     return job_result(self.plan.job_id, self.plan.job_dir, started, history)
-                self.on_event("restart", {"attempt": len(history), "cause": result.root_cause})
+                stop = restarts.crash_loop(history)
+                if stop is not None:
+                    _quietly(lambda: self.on_event("stop_restarts", {"message": stop}))
+                    done = job_result(self.plan.job_id, self.plan.job_dir, started, history)
+                    return replace(done, message=f"{done.message}; {stop}" if done.message else stop, extra={"restarts_stopped": stop})
+                self.on_event("restart", {"attempt": len(history), "cause": result.root_cause, "env_attempt": self.attempt_base + len(history)})
+                restarts.wait_delay(self.options.restart_delay)
         finally:
             stopsignals.restore_after_run(previous)
 
@@ -167,7 +183,7 @@ class Supervisor:
                 backend = state.backend = self._create_backend(attempt, adir)
                 if self.hang is not None:
                     self.hang.begin(attempt, [p.rank for p in self.plan.ranks if p.rank is not None])
-                self._start_all(state, backend, adir, deadline)
+                self._start_all(state, backend, adir, deadline, attempt)
                 outcome = self._watch(state, deadline)
             except Interrupted as exc:
                 signum = exc.signum
@@ -229,9 +245,10 @@ class Supervisor:
 
     # ---------------------------------------------------------------- starting
 
-    def _start_all(self, state: _Attempt, backend: Backend, adir: str, deadline: Optional[float]) -> None:
+    def _start_all(self, state: _Attempt, backend: Backend, adir: str, deadline: Optional[float], attempt: int = 0) -> None:
         sched_idx: Optional[int] = None
-        for request in backend.requests(self.plan, adir):
+        plan = restarts.attempt_plan(self.plan, attempt, self.options.max_restarts, self.attempt_base)
+        for request in backend.requests(plan, adir):
             self._check_deadline(deadline)
             stopsignals.check()
             idx = self._start_one(state, backend, request)

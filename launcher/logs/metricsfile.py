@@ -121,21 +121,31 @@ class MetricsWriter:
         job_dir: the job directory.
         interval: seconds between polls of the logs.
         on_line: see :class:`LogMetrics`.
+        on_records: called with the records of each poll (after they are written).
     """
 
     def __init__(self, job_dir: str, interval: float = 0.5,
-                 on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None) -> None:
+                 on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None,
+                 on_records: Optional[Callable[[List[Dict[str, Any]]], None]] = None) -> None:
         self.job_dir = job_dir
         self.path = os.path.join(job_dir, METRICS_FILE)
         self._interval = interval
         self._source = LogMetrics(job_dir, on_line=on_line)
+        self._on_records = on_records
+        self._lock = threading.Lock()  # the supervisor may poll too (before it judges an attempt)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.records = 0
 
     def poll(self, final: bool = False) -> int:
         """Parse what is new and append it; returns the number of records written."""
+        with self._lock:
+            return self._poll(final)
+
+    def _poll(self, final: bool) -> int:
         records = self._source.poll(final=final)
+        if records and self._on_records is not None:
+            self._on_records(records)
         if not records:
             return 0
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)

@@ -83,6 +83,7 @@ from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.resnet50 import (  # noqa: F401
     Bottleneck, ResNet, SoftmaxCrossEntropyExpand, count_parameters, resnet50,
 )
+from launcher.workloads.restart import resume_on_restart
 
 CKPT_PREFIX = "resnet50"
 #: How many of each rank's newest checkpoints a distributed ``--resume`` compares.
@@ -224,6 +225,7 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
         )
     if args.resume and not args.ckpt_dir:
         raise UsageError("--resume needs --ckpt-dir")
+    args.resume = resume_on_restart(args.resume, args.ckpt_dir, env)  # a restart (MSLAUNCH_ATTEMPT >= 1) resumes by itself
     return args
 
 
