@@ -50,13 +50,16 @@ class HangWatch:
         self.policy = policy
         self.tracker = HangTracker(policy)
         self._clock = clock
+        self.plan_ranks: List[Tuple[int, str]] = []
 
     def on_line(self, attempt: int, rank: int, metric: Optional[Metric]) -> None:
         """A rank's line arrived (called by the metrics writer for every line)."""
         self.tracker.feed(attempt, rank, metric.progress if metric is not None else None, self._clock())
 
-    def begin(self, attempt: int, ranks: Sequence[int]) -> None:
-        self.tracker.begin(attempt, ranks, self._clock())
+    def begin(self, attempt: int, ranks: Sequence[Tuple[int, str]]) -> None:
+        """Attempt ``attempt`` starts with these ``(rank, host)``."""
+        self.plan_ranks = list(ranks)
+        self.tracker.begin(attempt, [r for r, _ in ranks], self._clock())
 
     def due(self) -> Optional[HangVerdict]:
         """The verdict when the current attempt is hung now (never when the policy is off)."""
@@ -86,22 +89,28 @@ class HangWatch:
         now = self._clock()
         files = _dump(handles, exits, folder)
         watches = {w.rank: w for w in self.tracker.ranks()}
+        alive: Dict[int, bool] = {}
+        hosts: Dict[int, str] = {}
+        for idx, h in enumerate(handles):
+            if h.plan.rank is not None and h.plan.role == "worker":
+                alive[h.plan.rank] = idx not in exits and not h.has_exited()
+                hosts[h.plan.rank] = h.host
+        for p in self.plan_ranks:  # ranks a handle stands for together (mpirun, a Slurm step)
+            hosts.setdefault(p[0], p[1])
+            if p[0] not in alive:
+                alive[p[0]] = any(idx not in exits and not h.has_exited() for idx, h in enumerate(handles) if h.plan.role != "scheduler")
         ranks: List[RankEvidence] = []
         rows: List[Dict[str, Any]] = []
-        for idx, h in enumerate(handles):
-            if h.plan.role != "worker" or h.plan.rank is None:
-                continue
-            rank = h.plan.rank
+        for rank in sorted(hosts):
             w = watches.get(rank)
             ev = RankEvidence(rank, last_step=w.last_step if w else None,
                               silent_for=None if w is None or w.last_output_at is None else now - w.last_output_at,
-                              timed_out=timed_out is not None and timed_out[0] == rank, alive=idx not in exits,
-                              stack_files=files.get(idx, []))
-            own = [f for f in ev.stack_files if h.pid is not None and f.endswith(f".pid{h.pid}.txt")] or ev.stack_files[:1]
-            if own:
-                _read_frame(own[0], ev)
+                              timed_out=timed_out is not None and timed_out[0] == rank, alive=alive.get(rank, False),
+                              stack_files=files.get(rank, []))
+            if ev.stack_files:
+                _read_frame(ev.stack_files[0], ev)
             ranks.append(ev)
-            rows.append({"rank": rank, "host": h.host, "last_step": step_text(ev.last_step),
+            rows.append({"rank": rank, "host": hosts[rank], "last_step": step_text(ev.last_step),
                          "silent_s": None if ev.silent_for is None else round(ev.silent_for, 1), "frame": ev.frame,
                          "in_collective": ev.in_collective, "alive": ev.alive, "timed_out": ev.timed_out,
                          "stack_files": [os.path.basename(f) for f in ev.stack_files]})
@@ -118,37 +127,48 @@ class HangWatch:
         return out, hang_message(out)
 
 
-def _dump(handles: Sequence[ProcessHandle], exits: Dict[int, Any], folder: str) -> Dict[int, List[str]]:
-    """Dump every running process's stacks at once: the backend's own way (remote hosts), else
-    this machine's process tree.  Returns handle index -> files."""
+def _dump(handles: Sequence[ProcessHandle], exits: Dict[int, Any], folder: str) -> Dict[Optional[int], List[str]]:
+    """Dump every running process's stacks at once: remote ranks the backend's way
+    (``handle.dump_stacks(folder)`` -> rank -> files), local ones from this machine's process tree
+    (a handle without a rank, e.g. mpirun: its descendants named by their ``RANK_ID``).
+    Returns rank -> files, the rank's own process first."""
+    import threading
+
     from launcher.execution import stackdump
 
-    local: List[Tuple[int, str, int]] = []
-    out: Dict[int, List[str]] = {}
+    out: Dict[Optional[int], List[str]] = {}
+    lock = threading.Lock()
+    local: List[Tuple[str, int]] = []
+    threads: List[threading.Thread] = []
+
+    def remote(fn: Any) -> None:
+        try:
+            got = fn(folder) or {}
+        except Exception:  # a dump must never stop the teardown
+            got = {}
+        with lock:
+            for rank, files in got.items():
+                out.setdefault(rank, []).extend(files)
+
     for idx, h in enumerate(handles):
         if idx in exits or h.has_exited():
             continue
-        name = f"rank{h.plan.rank}" if h.plan.rank is not None else h.plan.name.replace(" ", "")
-        remote = getattr(h, "dump_stacks", None)
-        if callable(remote):
-            try:
-                got = remote(folder, name)
-            except Exception:  # a dump must never stop the teardown
-                got = None
-            if got is not None:
-                out[idx] = list(got)
-                continue
-        if h.pid is not None and is_local(h.host):
-            local.append((idx, name, h.pid))
-    if local:
-        targets: List[Tuple[str, int]] = []
-        owner: Dict[str, int] = {}
-        for idx, name, pid in local:
-            for p in [pid] + stackdump.descendants(pid):
-                targets.append((name, p))
-                owner[f"{name}.pid{p}.txt"] = idx
-        for path in stackdump.dump_many(folder, targets):
-            out.setdefault(owner[os.path.basename(path)], []).append(path)
+        fn = getattr(h, "dump_stacks", None)
+        if callable(fn):
+            threads.append(threading.Thread(target=remote, args=(fn,), daemon=True))
+        elif h.pid is not None and is_local(h.host):
+            name = f"rank{h.plan.rank}" if h.plan.rank is not None else h.plan.name.replace(" ", "")
+            local.extend(stackdump.expand([(name, h.pid)], by_env=h.plan.rank is None and h.plan.role != "scheduler"))
+    for t in threads:
+        t.start()
+    from launcher.execution.remotedump import rank_of_name
+
+    for path in stackdump.dump_many(folder, local):
+        name = os.path.basename(path).rpartition(".pid")[0]
+        with lock:
+            out.setdefault(rank_of_name(name), []).append(path)
+    for t in threads:
+        t.join(60)
     return out
 
 

@@ -8,8 +8,9 @@ missing or fails, each thread's state, ``wchan`` and kernel stack (``/proc/<pid>
 readable by root) — said so in the file.  Processes are dumped at once (a thread each), every
 py-spy call bounded by :data:`PYSPY_TIMEOUT`.
 
-This module also runs stand-alone on remote hosts (``python -m launcher.execution.stackdump DIR
-NAME=PID ...``): the ssh agents and Slurm's ``srun`` on a node call it, so it uses the stdlib only.
+This module also runs stand-alone on remote hosts (``stackdump --stdout NAME=PID ...``, see
+:func:`main`): over the ssh backend's connection (as source text: mslaunch need not be installed
+there) and by an ``srun`` on a Slurm node, so it uses the stdlib only.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["PYSPY_TIMEOUT", "descendants", "dump_process", "dump_tree", "dump_many", "pyspy_path"]
+__all__ = ["PYSPY_TIMEOUT", "descendants", "dump_process", "dump_many", "expand", "pyspy_path"]
 
 #: Seconds one py-spy call may take.
 PYSPY_TIMEOUT = 10.0
@@ -114,12 +115,6 @@ def dump_process(pid: int, path: str, label: str) -> str:
     return tool
 
 
-def dump_tree(pid: int, folder: str, name: str) -> List[str]:
-    """Dump ``pid`` and its descendants into ``folder`` (``<name>.pid<P>.txt`` each); returns the files."""
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    return dump_many(folder, [(name, p) for p in [pid] + descendants(pid)])
-
-
 def dump_many(folder: str, targets: Sequence[Tuple[str, int]]) -> List[str]:
     """Dump every ``(name, pid)`` at once (a thread each); returns the files written."""
     os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -141,18 +136,61 @@ def dump_many(folder: str, targets: Sequence[Tuple[str, int]]) -> List[str]:
     return [files[i] for i in sorted(files)]
 
 
+def _rank_of(pid: int) -> Optional[str]:
+    """``RANK_ID`` from a process's environment (a rank started by mpirun's wrapper), or None."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            for item in fh.read().split(b"\0"):
+                if item.startswith(b"RANK_ID="):
+                    value = item[8:].decode("ascii", "replace")
+                    return value if value.isdigit() else None
+    except OSError:
+        return None
+    return None
+
+
+def expand(targets: Sequence[Tuple[str, int]], by_env: bool = False) -> List[Tuple[str, int]]:
+    """Each ``(name, pid)`` and its descendants (the process first).  ``by_env``: a descendant whose
+    environment has ``RANK_ID=r`` is named ``rank<r>`` (the ranks under mpirun)."""
+    out: List[Tuple[str, int]] = []
+    for name, pid in targets:
+        for p in [pid] + descendants(pid):
+            rank = _rank_of(p) if by_env else None
+            out.append((f"rank{rank}" if rank is not None else name, p))
+    return out
+
+
 def main(argv: Sequence[str]) -> int:
-    """``stackdump DIR NAME=PID ...``: dump each process and its descendants; prints the files."""
+    """``stackdump (DIR | --stdout) NAME=PID ...``: dump each process and its descendants.
+
+    With a DIR the files are written there and their paths printed; with ``--stdout`` (remote
+    hosts) each dump is printed as one JSON line ``{"name", "pid", "text"}`` instead.
+    """
+    import json
+    import tempfile
+
     if len(argv) < 1:
-        sys.stderr.write("usage: stackdump DIR NAME=PID ...\n")
+        sys.stderr.write("usage: stackdump (DIR | --stdout) NAME=PID ...\n")
         return 2
-    folder, targets = argv[0], []
+    to_stdout = argv[0] == "--stdout"
+    folder = tempfile.mkdtemp(prefix="mslaunch-stacks-") if to_stdout else argv[0]
+    targets = []
     for item in argv[1:]:
         name, _, pid = item.partition("=")
         if pid.isdigit():
-            targets.extend((name, p) for p in [int(pid)] + descendants(int(pid)))
-    for path in dump_many(folder, targets):
-        sys.stdout.write(path + "\n")
+            targets.append((name, int(pid)))
+    try:
+        for path in dump_many(folder, expand(targets)):
+            if not to_stdout:
+                sys.stdout.write(path + "\n")
+                continue
+            base = os.path.basename(path)
+            name, _, rest = base.rpartition(".pid")
+            with open(path, errors="replace") as fh:
+                sys.stdout.write(json.dumps({"name": name, "pid": int(rest[:-4]), "text": fh.read()}) + "\n")
+    finally:
+        if to_stdout:
+            shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

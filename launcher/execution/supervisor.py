@@ -182,7 +182,7 @@ class Supervisor:
                     self.prepare_attempt(attempt, adir)
                 backend = state.backend = self._create_backend(attempt, adir)
                 if self.hang is not None:
-                    self.hang.begin(attempt, [p.rank for p in self.plan.ranks if p.rank is not None])
+                    self.hang.begin(attempt, [(p.rank, p.host) for p in self.plan.ranks if p.rank is not None])
                 self._start_all(state, backend, adir, deadline, attempt)
                 outcome = self._watch(state, deadline)
             except Interrupted as exc:

@@ -9,7 +9,8 @@ for a rank whose log has shown no step yet, any new line of it.  State machine o
     auto:  waiting --(every rank logged a step)--> armed --(no new step for the limit)--> hung
            limit = max(60 s, 5 x the longest interval between two steps of a rank seen in the job)
            a job that never logs a step is never armed (not watched)
-    SECONDS: armed from the start, limit SECONDS --(no progress for the limit)--> hung
+    SECONDS: armed from the start (each rank from its first line), limit SECONDS
+           --(no progress for the limit)--> hung
     off:   never hung (but see --first-step-timeout)
     --first-step-timeout S (any mode): hung when no rank logged a step S s after the start
 
@@ -188,15 +189,17 @@ class HangTracker:
             return AUTO_FLOOR, f"auto: the {AUTO_FLOOR:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is less)"
         return None, "off"
 
-    def _last_progress(self) -> float:
-        """Monotonic time of the last progress of any rank (the attempt's start when none yet)."""
-        last = self._began
+    def _last_progress(self) -> Optional[float]:
+        """Monotonic time of the last progress of any rank: its newest step, or for a rank without
+        steps (``SECONDS`` mode) its newest line; None while no rank printed a line (a rank is
+        watched from its first line: importing and compiling may print nothing)."""
+        times: List[float] = []
         for w in self._ranks.values():
-            if w.steps:
-                last = max(last, w.last_step_at or last)
+            if w.steps and w.last_step_at is not None:
+                times.append(w.last_step_at)
             elif self.policy.mode == "fixed" and w.last_output_at is not None:
-                last = max(last, w.last_output_at)  # a rank without steps: its output lines
-        return last
+                times.append(w.last_output_at)
+        return max(times) if times else None
 
     def due(self, now: float) -> Optional[HangVerdict]:
         """The verdict when the attempt is hung at ``now``, else None."""
@@ -210,5 +213,8 @@ class HangTracker:
             limit, derived = self._limit()
             if limit is None:
                 return None
-            idle = now - self._last_progress()
+            last = self._last_progress()
+            if last is None:
+                return None
+            idle = now - last
             return HangVerdict(limit, derived, idle) if idle > limit else None

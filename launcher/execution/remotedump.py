@@ -1,0 +1,115 @@
+"""Stack dumps of ranks on other hosts: the dump runs on the rank's host and its text comes back.
+
+* ssh backend: one ``exec <python> -S -c <stackdump source> --stdout rank<R>=<pid>`` over the
+  host's open connection (mslaunch need not be installed there; py-spy is used when it is next to
+  that Python or on its PATH, else /proc);
+* slurm backend: one ``srun --jobid J --overlap -N1 -n1 -w NODE <python> -m
+  launcher.execution.stackdump --stdout ...`` per node, with the pids the shims recorded;
+* mpirun: the ranks on this machine are descendants of mpirun and are dumped here (named by their
+  ``RANK_ID``); ranks that OpenMPI started on other hosts are not reached (said in the docs).
+
+:mod:`launcher.execution.stackdump` prints one JSON line ``{"name", "pid", "text"}`` per process;
+:func:`write_dumps` turns them into ``<folder>/<name>.pid<P>.txt`` files here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["rank_of_name", "ssh_dump", "srun_dump", "write_dumps"]
+
+_NAME_RE = re.compile(r"^rank(\d+)$")
+
+#: Seconds a remote dump may take (py-spy's own bound is 10 s a process; they run at once).
+REMOTE_TIMEOUT = 30.0
+
+
+def rank_of_name(name: str) -> Optional[int]:
+    m = _NAME_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def write_dumps(folder: str, output: str) -> Dict[Optional[int], List[str]]:
+    """Write the dumps of a remote ``stackdump --stdout`` into ``folder``; rank -> files (main process first)."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    out: Dict[Optional[int], List[str]] = {}
+    for line in output.splitlines():
+        try:
+            rec = json.loads(line)
+            name, pid, text = str(rec["name"]), int(rec["pid"]), str(rec["text"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        safe = re.sub(r"[^\w.-]", "_", name)
+        path = os.path.join(folder, f"{safe}.pid{pid}.txt")
+        with open(path, "w") as fh:
+            fh.write(text)
+        out.setdefault(rank_of_name(safe), []).append(path)
+    return out
+
+
+def _targets(targets: Sequence[Tuple[str, int]]) -> List[str]:
+    return [f"{name}={pid}" for name, pid in targets]
+
+
+def ssh_dump(conn: Any, python: str, targets: Sequence[Tuple[str, int]], folder: str) -> Dict[Optional[int], List[str]]:
+    """Dump processes on an ssh host over its connection (:class:`launcher.execution.ssh.connection.SshConnection`)."""
+    from launcher.execution import stackdump
+
+    with open(stackdump.__file__, "r", encoding="utf-8") as fh:
+        source = fh.read()
+    command = " ".join(shlex.quote(p) for p in [python, "-S", "-c", source, "--stdout", *_targets(targets)])
+    rc, out, _ = conn.run(command, timeout=REMOTE_TIMEOUT)
+    return write_dumps(folder, out.decode("utf-8", "replace"))
+
+
+def srun_dump(job_id: str, node: str, targets: Sequence[Tuple[str, int]], folder: str,
+              python: Optional[str] = None) -> Dict[Optional[int], List[str]]:
+    """Dump processes on a Slurm node with an ``srun`` step of the allocation on that node."""
+    argv = ["srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1", f"--nodelist={node}", "--job-name=mslaunch-stackdump",
+            python or sys.executable, "-m", "launcher.execution.stackdump", "--stdout", *_targets(targets)]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=REMOTE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return write_dumps(folder, done.stdout.decode("utf-8", "replace"))
+
+
+def slurm_step_dump(job_id: str, status_dir: str, ranks: Sequence[Optional[int]], folder: str) -> Dict[Optional[int], List[str]]:
+    """Dump the running processes of one Slurm step: the shims' start records give each rank's
+    node and pid; one ``srun`` per node, every node at once."""
+    import threading
+
+    from launcher.execution.slurm.shim import record_key
+
+    by_node: Dict[str, List[Tuple[str, int]]] = {}
+    for rank in ranks:
+        key = record_key(rank)
+        try:
+            with open(os.path.join(status_dir, f"{key}.start.json"), encoding="utf-8") as fh:
+                rec = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if os.path.exists(os.path.join(status_dir, f"{key}.exit.json")) or not isinstance(rec.get("pid"), int):
+            continue
+        by_node.setdefault(str(rec.get("node")), []).append((key.replace("_", ""), rec["pid"]))
+    out: Dict[Optional[int], List[str]] = {}
+    lock = threading.Lock()
+
+    def one(node: str, targets: List[Tuple[str, int]]) -> None:
+        got = srun_dump(job_id, node, targets, folder)
+        with lock:
+            for rank, files in got.items():
+                out.setdefault(rank, []).extend(files)
+
+    threads = [threading.Thread(target=one, args=item, daemon=True) for item in by_node.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(REMOTE_TIMEOUT + 5)
+    return out
