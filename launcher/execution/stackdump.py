@@ -28,12 +28,27 @@ __all__ = ["PYSPY_TIMEOUT", "descendants", "dump_process", "dump_many", "expand"
 PYSPY_TIMEOUT = 10.0
 
 
-def pyspy_path() -> Optional[str]:
-    """py-spy next to this interpreter (the venv's wheel), else on PATH."""
-    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if os.access(here, os.X_OK):
-        return here
-    return shutil.which("py-spy")
+def pyspy_path(pid: Optional[int] = None) -> Optional[str]:
+    """py-spy next to the target's own interpreter (``argv[0]`` of ``pid``: a rank run by a venv's
+    Python finds that venv's wheel), else next to this interpreter, else on PATH, else
+    ``$MSLAUNCH_PYSPY``."""
+    dirs = []
+    if pid is not None:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                first = fh.read().split(b"\0")[0].decode("utf-8", "replace")
+            if os.path.isabs(first):
+                dirs.append(os.path.dirname(first))
+        except OSError:
+            pass
+    dirs.append(os.path.dirname(sys.executable))
+    for folder in dirs:
+        here = os.path.join(folder, "py-spy")
+        if os.access(here, os.X_OK):
+            return here
+    found = shutil.which("py-spy")
+    hint = os.environ.get("MSLAUNCH_PYSPY")
+    return found or (hint if hint and os.access(hint, os.X_OK) else None)
 
 
 def descendants(pid: int) -> List[int]:
@@ -97,7 +112,7 @@ def _pyspy(exe: str, pid: int, native: bool) -> Tuple[bool, str]:
 
 def dump_process(pid: int, path: str, label: str) -> str:
     """Dump one process into ``path``; returns the tool used (``py-spy --native``, ``py-spy``, ``/proc``)."""
-    exe = pyspy_path()
+    exe = pyspy_path(pid)
     why = "py-spy is not installed (pip install py-spy)"
     body, tool = "", "/proc"
     if exe is not None:
