@@ -151,14 +151,14 @@ def _dump(handles: Sequence[ProcessHandle], exits: Dict[int, Any], folder: str) 
                 out.setdefault(rank, []).extend(files)
 
     for idx, h in enumerate(handles):
-        if idx in exits or h.has_exited():
+        if idx in exits or h.has_exited() or h.plan.role == "scheduler":  # ranks only: the scheduler waits by design
             continue
         fn = getattr(h, "dump_stacks", None)
         if callable(fn):
             threads.append(threading.Thread(target=remote, args=(fn,), daemon=True))
         elif h.pid is not None and is_local(h.host):
             name = f"rank{h.plan.rank}" if h.plan.rank is not None else h.plan.name.replace(" ", "")
-            local.extend(stackdump.expand([(name, h.pid)], by_env=h.plan.rank is None and h.plan.role != "scheduler"))
+            local.extend(stackdump.expand([(name, h.pid)], by_env=h.plan.rank is None))
     for t in threads:
         t.start()
     from launcher.execution.remotedump import rank_of_name
