@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from tests.execution.test_run_local import assert_all_gone, job_pids
+from tests.harness.ci import require_tool
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "hangprog.py")
@@ -102,3 +103,16 @@ def test_hang_timeout_is_checked_before_anything_starts(hjob):
     r = hjob.run("lines", "1", "1", extra=("--hang-timeout", "soon"))
     assert r.returncode == 2 and "--hang-timeout 'soon'" in r.stderr and "Traceback" not in r.stderr
     assert not hjob.dir.exists()
+
+
+@pytest.mark.mpi
+def test_local_mpirun_ranks_are_dumped_and_named_by_rank_id(hjob):
+    require_tool("mpirun", package="openmpi-bin")
+    r = hjob.run("steps", "0.3", "100", "--stall-rank", "1", "--stall-at", "5", extra=("--launcher", "mpirun", "--hang-timeout", "4"))
+    assert r.returncode == 125, r.stderr
+    hang = hjob.summary()["hang"]
+    rows = {row["rank"]: row for row in hang["ranks"]}
+    assert rows[1]["frame"].startswith("stuck_reading_data (hangprog.py:") and rows[0]["frame"].startswith("wait_for_peers (hangprog.py:")
+    assert all(rows[r]["stack_files"][0].startswith(f"rank{r}.pid") for r in (0, 1))
+    assert hang["culprit"]["rank"] == 1
+    assert_all_gone(hjob.pids)
