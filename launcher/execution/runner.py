@@ -221,10 +221,12 @@ def junit_xml(result: JobResult) -> str:
         name = attr(p.name)
         secs = (p.ended or result.ended) - (p.started or result.started)
         body = ""
-        if p.failed:
+        culprit = result.status == "hung" and result.root_cause is not None and p.name == result.root_cause.name
+        if p.failed or culprit:  # a hung job's likely culprit was torn down, but it is the failure
             failures += 1
             tail = "\n".join(tail_lines(p.log, 20))
-            body = f"<failure message={attr(p.describe())}>{escape(not_xml.sub('', tail))}</failure>"
+            reason = result.message or p.describe() if culprit else p.describe()
+            body = f"<failure message={attr(reason)}>{escape(not_xml.sub('', tail))}</failure>"
         elif p.torn_down:
             body = f"<skipped message={attr('ended by mslaunch after another process failed')}/>"
         cases.append(f'  <testcase classname={attr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>')

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -47,10 +48,14 @@ def hjob(tmp_path):
 
 
 def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):
-    r = hjob.run("steps", "0.3", "100", "--stall-rank", "1", "--stall-at", "5", extra=("--hang-timeout", "4"))
+    junit = hjob.dir.parent / "junit.xml"
+    r = hjob.run("steps", "0.3", "100", "--stall-rank", "1", "--stall-at", "5", extra=("--hang-timeout", "4", "--junit", str(junit)))
     assert r.returncode == 125, r.stderr
     s = hjob.summary()
     assert s["status"] == "hung" and s["exit_code"] == 125
+    suite = ET.parse(junit).getroot()
+    failed = [c.get("name") for c in suite if c.find("failure") is not None]
+    assert suite.get("failures") == "1" and failed == ["rank 1"]  # CI sees the culprit as the failure
     hang = s["hang"]
     assert hang["kind"] == "no_progress" and hang["limit_s"] == 4.0 and hang["derived"] == "--hang-timeout 4 s"
     assert hang["culprit"]["rank"] == 1 and "silent first" in hang["culprit"]["evidence"]
