@@ -75,6 +75,13 @@ def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):
     st = subprocess.run([sys.executable, "-m", "launcher", "status", str(hjob.dir)], capture_output=True, text=True, timeout=60)
     assert st.returncode == 1 and "likely culprit: rank 1: it went silent first" in st.stdout
     assert "rank 1: last epoch 0 step 4, main thread in stuck_reading_data (hangprog.py:" in st.stdout
+    top = subprocess.run([sys.executable, "-m", "launcher", "top", str(hjob.dir)], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, COLUMNS="200"))
+    assert "likely culprit: rank 1: it went silent first" in top.stdout, top.stdout + top.stderr
+    rep = subprocess.run([sys.executable, "-m", "launcher", "report", str(hjob.dir), "--output", str(hjob.dir.parent / "rep")],
+                         capture_output=True, text=True, timeout=120)
+    html = (hjob.dir.parent / "rep" / "report.html").read_text()
+    assert rep.returncode == 0 and "likely culprit: rank 1: it went silent first" in html and "stuck_reading_data (hangprog.py:" in html
     assert_all_gone(hjob.pids)
 
 
