@@ -128,3 +128,11 @@ def test_local_mpirun_ranks_are_dumped_and_named_by_rank_id(hjob):
     assert all(rows[r]["stack_files"][0].startswith(f"rank{r}.pid") for r in (0, 1))
     assert hang["culprit"]["rank"] == 1
     assert_all_gone(hjob.pids)
+
+
+def test_first_step_timeout_ends_a_job_that_never_logs_a_step(hjob):
+    r = hjob.run("lines", "0.5", "3", extra=("--hang-timeout", "off", "--first-step-timeout", "3"))
+    assert r.returncode == 125, r.stderr
+    hang = hjob.summary()["hang"]
+    assert hang["derived"] == "--first-step-timeout 3 s: no rank logged a step" and hang["limit_s"] == 3.0
+    assert_all_gone(hjob.pids)
