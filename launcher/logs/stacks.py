@@ -38,7 +38,7 @@ _PY_COMM_RE = re.compile(r"(?i)(^|[/\\])(mindspore|mindformers|torch[/\\]distrib
 #: Lines of a rank's log that say its collective gave up waiting for the others (MindSpore's CPU ring,
 #: HCCL's HCCL_EXEC_TIMEOUT, NCCL's watchdog, MindSpore's dynamic-cluster receive timeout).
 COLLECTIVE_TIMEOUT_RE = re.compile(
-    r"Ring (?:ReduceScatter|AllGather|AllReduce)\w* wait receiving|wait receiving .* failed|"
+    r"Ring ?(?:ReduceScatter|AllGather|AllReduce)\w* wait (?:receiving|sending)|wait (?:receiving|sending) .* failed|"
     r"HCCL_EXEC_TIMEOUT|EI0002|hccl.*(?:timeout|time out)|"
     r"NCCL watchdog|Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|"
     r"(?:AllReduce|AllGather|ReduceScatter|Broadcast|Barrier)\w*.*(?:timed? ?out|timeout)", re.IGNORECASE)
@@ -196,9 +196,13 @@ def _fmt(step: Optional[Tuple[Optional[int], int]]) -> str:
     return f"step {n}" if epoch is None or epoch < 0 else f"epoch {epoch} step {n}"
 
 
+_ERRORISH_RE = re.compile(r"(?i)error|fail|exception|abort|caught|EI0002")
+
+
 def collective_timeout(lines: Sequence[str]) -> Optional[str]:
-    """The first line of a rank's log tail that says its collective timed out, or None."""
+    """The first line of a rank's log tail that says its collective timed out (an error line, not
+    e.g. a warning that names a timeout setting), or None."""
     for line in lines:
-        if COLLECTIVE_TIMEOUT_RE.search(line):
+        if COLLECTIVE_TIMEOUT_RE.search(line) and _ERRORISH_RE.search(line):
             return line.strip()[:300]
     return None

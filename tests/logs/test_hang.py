@@ -182,3 +182,4 @@ def test_collective_timeout_lines(line):
 
 def test_ordinary_errors_are_not_collective_timeouts():
     assert collective_timeout(["Traceback (most recent call last):", "ValueError: bad shape", "epoch: 0, step: 1, loss is 2"]) is None
+    assert collective_timeout(["[WARNING] HCCL_EXEC_TIMEOUT is 1800 s; AllReduce timeout follows it"]) is None
