@@ -237,6 +237,10 @@ def status_cmd(
             cause = info.summary.get("root_cause")
             if cause:
                 sys.stdout.write(f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} (log {cause.get('log', '?')})\n")
+            from launcher.logs.longjob import summary_notes
+
+            for line in summary_notes(info.summary):
+                sys.stdout.write(f"  {line}\n")
     raise typer.Exit(0 if info.state in (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.SUBMITTED) else 1)
 
 

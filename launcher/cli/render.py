@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from rich.console import Console
 
@@ -154,6 +154,8 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
             outcome = Text("ok", style="green")
         table.add_row(p.name, p.host, outcome, p.log)
     con.print(table)
+    if result.hang is not None:
+        con.print(hang_table(result.hang))
     if result.root_cause is not None:
         rc = result.root_cause
         body = "\n".join(rc.tail) if rc.tail else "(empty log)"
@@ -164,3 +166,25 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
     if result.message:
         con.print(f"mslaunch: {result.message}", highlight=False, markup=False, soft_wrap=True)
     con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False, soft_wrap=True)
+
+
+def hang_table(hang: Dict[str, Any]) -> Any:
+    """A hung attempt in one screen: the limit, each rank's last step and innermost main-thread frame, the culprit."""
+    from rich.table import Table
+
+    culprit = (hang.get("culprit") or {}).get("rank")
+    if hang.get("kind") == "collective_timeout":
+        title = f"hung: rank {(hang.get('timed_out') or {}).get('rank')}'s collective timed out"
+    else:
+        title = f"hung: no progress for {hang.get('idle_s')} s; limit {hang.get('limit_s')} s ({hang.get('derived')})"
+    table = Table(title=title, title_justify="left")
+    for col in ("rank", "host", "last step", "silent", "main thread (innermost frame)", "in collective"):
+        table.add_column(col, overflow="fold")
+    for r in hang.get("ranks", []):
+        mark = " <- likely culprit" if r.get("rank") == culprit else ""
+        silent = "-" if r.get("silent_s") is None else f"{r['silent_s']:g} s"
+        where = r.get("frame") or ("exited" if not r.get("alive", True) else "no stack")
+        inside = {True: "yes", False: "no"}.get(r.get("in_collective"), "timed out" if r.get("timed_out") else "?")
+        table.add_row(f"{r.get('rank')}{mark}", str(r.get("host")), r.get("last_step") or "-", silent, where, inside,
+                      style="bold red" if mark else None)
+    return table

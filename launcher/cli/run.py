@@ -39,7 +39,10 @@ def run_cmd(
     grace: float = typer.Option(SuperviseOptions.grace, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
     start_timeout: float = typer.Option(SuperviseOptions.start_timeout, "--start-timeout", help="Seconds for the scheduler's port to accept.", rich_help_panel="Run"),
-    max_restarts: int = typer.Option(SuperviseOptions.max_restarts, "--max-restarts", help="Restart the whole job this many times after a failure.", rich_help_panel="Run"),
+    max_restarts: int = typer.Option(SuperviseOptions.max_restarts, "--max-restarts", help="Restart the whole job this many times after a failure or a hang.", rich_help_panel="Run"),
+    hang_timeout: str = typer.Option("auto", "--hang-timeout", help="auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this long; auto = max(60 s, 5 x the longest step interval), armed once every rank logged a step. See docs/long-jobs.md.", rich_help_panel="Long jobs"),
+    first_step_timeout: Optional[str] = typer.Option(None, "--first-step-timeout", help="SECONDS | off: hung when no rank logged a step this long after the start (default off).", rich_help_panel="Long jobs"),
+    restart_delay: float = typer.Option(SuperviseOptions.restart_delay, "--restart-delay", help="Seconds to wait before a restart, after every process of the previous attempt is gone (Ascend: ~10 s to release devices).", rich_help_panel="Long jobs"),
     tee: Optional[str] = typer.Option(None, "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live per-rank view (as mslaunch top) plus every rank's error lines; else errors.", rich_help_panel="Run"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
@@ -55,7 +58,7 @@ def run_cmd(
     """Run a job: one process per rank (plus the scheduler), supervised, with per-rank logs.
 
     Exit code: 0 on success; the failing rank's exit code (128+N for signal N); 124 after
-    --timeout; 130/143/129 when stopped by SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
+    --timeout; 125 when hung (--hang-timeout, or a collective timed out); 130/143/129 when stopped by SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
     2 for bad input.
     """
     from launcher.cli.pod import console_default, resolve_master
@@ -66,7 +69,10 @@ def run_cmd(
     tee = tee or "errors"
     if tee not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
-    options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait)
+    from launcher.logs.hang import HangPolicy
+
+    options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait,
+                               hang=HangPolicy.parse(hang_timeout, first_step_timeout), restart_delay=restart_delay)
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
     if stand_in_env is not None:
         opts = stand_in_options(opts)
@@ -268,13 +274,17 @@ class _Console:
             msg = f"the job ran past --timeout {data['timeout']:g} s; tearing down"
         elif kind == "interrupted":
             msg = f"received signal {data['signal']}; tearing down"
+        elif kind == "hung":
+            msg = f"{data['message']}; tearing down"
+        elif kind == "stop_restarts":
+            msg = data["message"]
         elif kind == "cluster_stop":
             msg = f"{data['message']}; tearing down"
         elif kind == "restart":
             from launcher.jobs.jobdir import attempt_dir
 
             self._attempt_dir = attempt_dir(self.plan.job_dir, data["attempt"])
-            msg = f"restarting the job (attempt {data['attempt'] + 1}); logs in {self._attempt_dir}"
+            msg = f"restarting the job: attempt {data['attempt']} (MSLAUNCH_ATTEMPT={data.get('env_attempt', data['attempt'])}); logs in {self._attempt_dir}"
         if msg and self.live and getattr(self, "_rich", None) is not None and not self._stop.is_set():
             self._rich.print(f"mslaunch: {msg}", style="bold", highlight=False, markup=False, soft_wrap=True)
         elif msg:

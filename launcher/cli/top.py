@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import typer
 
@@ -83,6 +83,12 @@ class JobWatch:
             return str(self.summary.get("status", "unknown"))
         return "running" if jobdir.pid_alive(self.pid) else "lost"
 
+    def notes(self) -> List[str]:
+        """The hang and the attempts of an ended job (``summary.json``), as lines."""
+        from launcher.logs.longjob import summary_notes
+
+        return summary_notes(self.summary)
+
     def poll(self) -> Snapshot:
         """Read what is new; the snapshot of now."""
         from launcher.logs.metricsfile import log_mtimes
@@ -113,7 +119,7 @@ def _fmt_num(value: Optional[float], digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def render(snap: Snapshot, width: int = 120) -> Any:
+def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     """The rich renderable of a snapshot: the per-rank table and totals.
 
     Per-rank progress bars need ``width`` >= 100 columns; narrower terminals get one bar for
@@ -169,6 +175,7 @@ def render(snap: Snapshot, width: int = 120) -> Any:
         lines.append(Text(f"stragglers (step time far above the median): rank {', '.join(map(str, snap.stragglers))}", style="yellow"))
     if snap.silent:
         lines.append(Text(f"silent (no output for a while): rank {', '.join(map(str, snap.silent))}", style="red"))
+    lines += [Text(note, style="red" if note.startswith(("hung", "likely")) else "") for note in notes]  # hang, attempts (after the end)
     return Group(table, *lines)
 
 
@@ -187,16 +194,16 @@ def live_loop(watch: JobWatch, stop: threading.Event, interval: float, console: 
 
     console = console or Console()
     snap = watch.poll()
-    with Live(render(snap, _width(console)), console=console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False) as live:
+    with Live(render(snap, _width(console), watch.notes()), console=console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False) as live:
         while True:
             if until_end and snap.state != "running":
                 break
             if stop.wait(interval):
                 snap = watch.poll()
-                live.update(render(snap, _width(console)), refresh=True)
+                live.update(render(snap, _width(console), watch.notes()), refresh=True)
                 break
             snap = watch.poll()
-            live.update(render(snap, _width(console)), refresh=True)
+            live.update(render(snap, _width(console), watch.notes()), refresh=True)
     return snap
 
 
@@ -222,7 +229,7 @@ def top_cmd(
 
     console = Console()
     if not console.is_terminal:  # a pipe or a file: one table, no redraws
-        console.print(render(watch.poll(), console.width))
+        console.print(render(watch.poll(), console.width, watch.notes()))
         return
     try:
         live_loop(watch, threading.Event(), interval, console=console)

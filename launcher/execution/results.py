@@ -10,9 +10,12 @@ from launcher.planning.kinds import JobStatus, describe_returncode, signal_name
 #: Job states written to summary.json.
 SUCCEEDED, FAILED, TIMEOUT, STOPPED = JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMEOUT, JobStatus.STOPPED
 PREEMPTED = JobStatus.PREEMPTED
+HUNG = JobStatus.HUNG
 
 #: mslaunch's exit code for a job that ran past --timeout (GNU timeout's convention).
 TIMEOUT_EXIT = 124
+#: mslaunch's exit code for a hung job (no progress for --hang-timeout, or a collective timed out).
+HUNG_EXIT = 125
 
 
 def exit_code_of(returncode: int) -> int:
@@ -67,7 +70,7 @@ class ProcResult:
         return None if self.returncode is None else exit_code_of(self.returncode)
 
     def describe(self) -> str:
-        if self.reason and (self.returncode is None or self.failed):
+        if self.reason and (self.returncode is None or self.failed or self.torn_down):
             return self.reason  # e.g. a lost host (255) or a program that could not start
         if self.returncode is None:
             return "did not finish"
@@ -141,6 +144,8 @@ class AttemptResult:
         status, exit_code, message, root_cause: as for the job, for this attempt alone.
         started, ended: epoch seconds.
         processes: every process of the attempt.
+        hang: a hung attempt's evidence (limit, per-rank last step and frame, culprit, stacks folder).
+        extra: more keys for its JSON (where it resumed, steps lost).
     """
 
     attempt: int
@@ -152,9 +157,13 @@ class AttemptResult:
     processes: Tuple[ProcResult, ...]
     root_cause: Optional[RootCause] = None
     message: Optional[str] = None
+    hang: Optional[Dict[str, Any]] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
-        return _outcome_json(self, {"attempt": self.attempt, "log_dir": self.log_dir}, {})
+        out = _outcome_json(self, {"attempt": self.attempt, "log_dir": self.log_dir}, {})
+        out.update(self.extra)
+        return out
 
 
 @dataclass(frozen=True)
@@ -173,6 +182,7 @@ class JobResult:
     message: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
     history: Tuple[AttemptResult, ...] = ()
+    hang: Optional[Dict[str, Any]] = None
 
     def to_json(self) -> Dict[str, Any]:
         out = _outcome_json(self, {"job_id": self.job_id, "job_dir": self.job_dir},
@@ -184,6 +194,18 @@ class JobResult:
         return out
 
 
+def job_result(job_id: str, job_dir: str, started: float, history: Sequence[AttemptResult]) -> JobResult:
+    """The job's result: its last attempt, with every attempt in ``history``."""
+    import time
+
+    last = history[-1]
+    return JobResult(
+        job_id=job_id, job_dir=job_dir, status=last.status, exit_code=last.exit_code, started=started,
+        ended=time.time(), attempts=len(history), processes=last.processes, root_cause=last.root_cause,
+        message=last.message, history=tuple(history), hang=last.hang,
+    )
+
+
 def _outcome_json(result: "AttemptResult | JobResult", head: Dict[str, Any], middle: Dict[str, Any]) -> Dict[str, Any]:
     """The JSON of a job's or an attempt's outcome: ``head``, status, exit code and times,
     ``middle``, then processes, root cause and message (summary.json's key order)."""
@@ -192,6 +214,8 @@ def _outcome_json(result: "AttemptResult | JobResult", head: Dict[str, Any], mid
     out.update(middle)
     out.update(processes=[p.to_json() for p in result.processes],
                root_cause=result.root_cause.to_json() if result.root_cause else None, message=result.message)
+    if result.hang is not None:
+        out["hang"] = result.hang
     return out
 
 

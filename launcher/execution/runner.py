@@ -6,14 +6,14 @@ Order of work (nothing starts until every check passed):
    table (ranktable method) validates;
 2. the job dir (created 0700, or an empty one; locked for the job's life) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
 3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
-4. the supervisor (with the metrics writer: ``metrics.jsonl``; its events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
+4. the supervisor (with the metrics writer: ``metrics.jsonl``, whose lines also feed the hang watch; its events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
 """
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
@@ -27,14 +27,21 @@ from launcher.planning.inventory import is_local
 from launcher.planning.kinds import EventKind
 from launcher.planning.plan import Plan
 
+if TYPE_CHECKING:
+    from launcher.execution.hangwatch import HangWatch
+    from launcher.execution.restarts import AttemptProgress
 
-def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None) -> BackendFactory:
+
+def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None,
+                    options: Optional[SuperviseOptions] = None, attempt_base: int = 0) -> BackendFactory:
     """Makes the backend of ``plan.launcher`` for each attempt (see :mod:`launcher.execution.backend`).
 
     Args:
         plan: the plan.
         settings: backend name -> its settings object, from the CLI.
         watchdog: the job's watchdog (local processes register with it).
+        options, attempt_base: each attempt's plan carries ``MSLAUNCH_ATTEMPT`` / ``MSLAUNCH_MAX_RESTARTS``
+            (:func:`launcher.execution.restarts.attempt_plan`).
 
     Raises:
         LaunchError: no backend has the plan's name.
@@ -42,7 +49,10 @@ def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, wa
     entry = get_backend(plan.launcher)
 
     def make(attempt: int, attempt_dir: str) -> Backend:
-        return entry.create(BackendContext(plan, attempt, attempt_dir, watchdog, dict(settings or {})))
+        from launcher.execution.restarts import attempt_plan
+
+        mine = attempt_plan(plan, attempt, options.max_restarts, attempt_base) if options is not None else plan
+        return entry.create(BackendContext(mine, attempt, attempt_dir, watchdog, dict(settings or {})))
 
     return make
 
@@ -127,12 +137,20 @@ def run_plan(
     from launcher.execution.local import become_subreaper
     from launcher.logs.metricsfile import MetricsWriter, append_event
 
+    from launcher.execution.hangwatch import HangWatch
+
     become_subreaper()
-    metrics = MetricsWriter(plan.job_dir).start()  # metrics.jsonl from every rank's log, as lines arrive
+    from launcher.execution.restarts import AttemptProgress
+
+    hang = HangWatch(options.hang)
+    progress = AttemptProgress()
+    metrics = MetricsWriter(plan.job_dir, on_line=hang.on_line, on_records=progress.on_records)
+    progress.flush = lambda: metrics.poll(final=True)  # every file listed again, partial last lines too
+    metrics.start()  # metrics.jsonl from every rank's log, as lines arrive
     append_event(plan.job_dir, EventKind.JOB_START, {"job_id": plan.job_id})
     watchdog = Watchdog()
     try:
-        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings))
+        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress))
     finally:
         watchdog.close()
         metrics.stop()
@@ -144,9 +162,10 @@ def run_plan(
 
 def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
                     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
-                    backend_settings: Optional[Mapping[str, Any]] = None) -> Supervisor:
+                    backend_settings: Optional[Mapping[str, Any]] = None, hang: Optional["HangWatch"] = None,
+                    progress: Optional["AttemptProgress"] = None) -> Supervisor:
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
-    ranktable dirs prepared per attempt (unless the backend does it), orphans reaped."""
+    ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch."""
     from launcher.execution.local import reap_orphans
     from launcher.logs.metricsfile import append_event
 
@@ -162,8 +181,12 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
         prepare_ranktable_dirs(plan, adir, backend.local_only)
 
     prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
-    return Supervisor(plan, backend_factory(plan, backend_settings, watchdog), options, on_event=record_event, prepare_attempt=prepare,
-                      watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}))
+    from launcher.execution.restarts import attempt_base
+
+    base = attempt_base(plan.launcher, os.environ)
+    return Supervisor(plan, backend_factory(plan, backend_settings, watchdog, options, base), options, on_event=record_event,
+                      prepare_attempt=prepare, watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang,
+                      progress=progress, attempt_base=base)
 
 
 def _supervise(sup: Supervisor) -> JobResult:
@@ -198,10 +221,12 @@ def junit_xml(result: JobResult) -> str:
         name = attr(p.name)
         secs = (p.ended or result.ended) - (p.started or result.started)
         body = ""
-        if p.failed:
+        culprit = result.status == "hung" and result.root_cause is not None and p.name == result.root_cause.name
+        if p.failed or culprit:  # a hung job's likely culprit was torn down, but it is the failure
             failures += 1
             tail = "\n".join(tail_lines(p.log, 20))
-            body = f"<failure message={attr(p.describe())}>{escape(not_xml.sub('', tail))}</failure>"
+            reason = result.message or p.describe() if culprit else p.describe()
+            body = f"<failure message={attr(reason)}>{escape(not_xml.sub('', tail))}</failure>"
         elif p.torn_down:
             body = f"<skipped message={attr('ended by mslaunch after another process failed')}/>"
         cases.append(f'  <testcase classname={attr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>')

@@ -5,11 +5,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from launcher.errors import PlanError
+from launcher.logs.hang import HangPolicy
 
 
 @dataclass(frozen=True)
 class SuperviseOptions:
-    """Supervision knobs (CLI: --grace, --timeout, --start-timeout, --max-restarts, --sched-wait).
+    """Supervision knobs (CLI: --grace, --timeout, --start-timeout, --max-restarts, --sched-wait,
+    --hang-timeout, --first-step-timeout, --restart-delay).
 
     The defaults here are the CLI's defaults (the options read them from this class).
 
@@ -22,6 +24,8 @@ class SuperviseOptions:
         scheduler_first: start the workers only once the scheduler's port accepts; False starts
             them right after the scheduler process (they retry registering) and checks the port
             after, with the same --start-timeout.
+        hang: when an attempt is hung (``--hang-timeout``, ``--first-step-timeout``).
+        restart_delay: seconds between the end of every process of a failed attempt and the restart.
 
     Raises:
         PlanError: a negative --max-restarts or --grace.
@@ -33,9 +37,13 @@ class SuperviseOptions:
     max_restarts: int = 0
     sched_grace: float = 0.25
     scheduler_first: bool = True
+    hang: HangPolicy = HangPolicy()
+    restart_delay: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
             raise PlanError("--max-restarts must be >= 0", field="--max-restarts")
+        if not self.restart_delay >= 0:
+            raise PlanError("--restart-delay must be >= 0", field="--restart-delay")
         if self.grace < 0:
             raise PlanError("--grace must be >= 0", field="--grace")

@@ -8,6 +8,8 @@ State machine of one attempt::
     running  --(a process fails: non-zero exit, signal, lost connection)--> tearing_down
     running  --(every worker exited 0)--> finishing (scheduler gets ``sched_grace`` s) --> done
     running  --(--timeout | SIGINT/SIGTERM/SIGHUP to mslaunch)--> tearing_down
+    running  --(no progress for --hang-timeout | a worker's collective timed out)--> hung:
+             every running rank's stacks dumped, the culprit judged --> tearing_down
     tearing_down: SIGTERM to every process group, ``grace`` s, SIGKILL to whole trees --> done
 
 A backend that cannot be set up on a restart attempt (a host unreachable) fails that attempt
@@ -22,19 +24,18 @@ exceptions, so ``finally`` blocks always tear down.  A watchdog process (see
 from __future__ import annotations
 
 import os
-import queue
 import signal
-import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution import stopsignals
+from launcher.execution import restarts, stopsignals
+from launcher.execution.attempt import AttemptState as _Attempt
 from launcher.execution.backend import Backend, ProcessHandle, StartRequest, attempt_path
 from launcher.execution.results import (
-    FAILED, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
-    earliest_failure, exit_code_of, lost_nodes_note, tail_lines,
+    FAILED, HUNG, HUNG_EXIT, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
+    earliest_failure, exit_code_of, job_result, lost_nodes_note, tail_lines,
 )
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
@@ -42,6 +43,10 @@ from launcher.execution.watchdog import Watchdog
 from launcher.planning import layout
 from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan
+
+if TYPE_CHECKING:
+    from launcher.execution.hangwatch import HangWatch
+    from launcher.execution.restarts import AttemptProgress
 
 __all__ = ["Interrupted", "Supervisor", "SuperviseOptions", "Watchdog", "attempt_path"]
 
@@ -60,70 +65,7 @@ class _Outcome:
     code: int
     message: Optional[str] = None
     by_cluster: bool = False  # the cluster's scheduler ended the attempt (see _outside_stop)
-
-
-class _Attempt:
-    """Bookkeeping of one attempt: handles, exits, who was torn down."""
-
-    def __init__(self) -> None:
-        self.handles: List[ProcessHandle] = []
-        self.exits: Dict[int, Tuple[int, float]] = {}
-        self.torn: Dict[int, bool] = {}
-        self.notes: Dict[int, str] = {}
-        self.events: "queue.Queue[Tuple[int, int, float]]" = queue.Queue()
-        self.start_failure: Optional[ProcResult] = None
-        self.backend: Optional[Backend] = None  # once created
-
-    def add(self, handle: ProcessHandle) -> int:
-        """Register ``handle``; a thread blocks in its ``wait()`` and posts the exit."""
-        idx = len(self.handles)
-        self.handles.append(handle)
-        if handle.notify_exit(lambda rc: self.events.put((idx, rc, time.time()))):
-            return idx  # the backend reports the exit itself (no thread per process)
-
-        def waiter() -> None:
-            try:
-                rc = handle.wait()
-            except Exception as exc:  # a backend bug must not hang the job: count it as a failure
-                rc = 255
-                handle.reason = f"lost: {exc}"
-            self.events.put((idx, rc, time.time()))
-
-        threading.Thread(target=waiter, name=f"wait-{handle.plan.name}", daemon=True).start()
-        return idx
-
-    def running(self) -> List[int]:
-        return [i for i in range(len(self.handles)) if i not in self.exits]
-
-    def record(self, idx: int, rc: int, when: float) -> None:
-        self.exits.setdefault(idx, (rc, when))
-
-    def drain(self, timeout: float) -> Optional[Tuple[int, int, float]]:
-        """Record the next exit, waiting at most ``timeout`` s; None if none came."""
-        try:
-            ev = self.events.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        self.record(*ev)
-        return ev
-
-    def drain_until(self, end: float, step: float = 0.2, stop: Callable[[], bool] = lambda: False) -> None:
-        """Record exits until every process exited, ``time.monotonic()`` passes ``end`` or ``stop()``."""
-        while self.running() and time.monotonic() < end and not stop():
-            self.drain(max(0.0, min(step, end - time.monotonic())))
-
-    def results(self) -> List[ProcResult]:
-        """One result per planned process (a handle may stand for many), start failure included."""
-        out: List[ProcResult] = []
-        for idx, h in enumerate(self.handles):
-            rc, when = self.exits.get(idx, (None, None))
-            out.extend(h.outcomes(rc, when, self.torn.get(idx, False), self.notes.get(idx)))
-        failure = self.start_failure
-        if failure is None:
-            return out
-        if any(r.name == failure.name for r in out):
-            return [failure if r.name == failure.name else r for r in out]
-        return out + [failure]
+    hang: Optional[Dict[str, Any]] = None  # a hung attempt's evidence (see launcher.execution.hangwatch)
 
 
 class Supervisor:
@@ -142,6 +84,12 @@ class Supervisor:
         attempt_dir: attempt number -> its log folder (default: job dir, then attempt_<k>/).
         reap_orphans: called after each teardown with the pids of the started processes; ends
             whatever else descends from mslaunch (see :func:`launcher.execution.local.reap_orphans`).
+        hang: the job's hang watch (:mod:`launcher.execution.hangwatch`), fed by the metrics writer:
+            a hung attempt, or a worker whose collective timed out, ends as ``hung`` after its
+            stacks are dumped.
+        progress: the attempts' steps (:mod:`launcher.execution.restarts`): each attempt's result
+            says where it resumed and the steps lost; a crash loop stops the restarts.
+        attempt_base: ``MSLAUNCH_ATTEMPT`` of the first attempt (a requeued Slurm run continues the count).
     """
 
     def __init__(
@@ -154,6 +102,9 @@ class Supervisor:
         watchdog: Optional[Watchdog] = None,
         attempt_dir: Optional[Callable[[int], str]] = None,
         reap_orphans: Optional[Callable[[Set[int]], Any]] = None,
+        hang: Optional["HangWatch"] = None,
+        progress: Optional["AttemptProgress"] = None,
+        attempt_base: int = 0,
     ) -> None:
         self.plan = plan
         self.backend_factory = backend_factory
@@ -164,6 +115,9 @@ class Supervisor:
         self.attempt_dir = attempt_dir or (lambda k: layout.attempt_dir(plan.job_dir, k))
         self.current_attempt_dir = plan.job_dir
         self.reap_orphans = reap_orphans
+        self.hang = hang
+        self.progress = progress
+        self.attempt_base = attempt_base
 
     # ---------------------------------------------------------------- public
 
@@ -182,17 +136,25 @@ class Supervisor:
         try:
             while True:
                 result = self._run_attempt(len(history), deadline)
+                if self.progress is not None:
+                    result = self.progress.annotate(result, history)
                 history.append(result)
                 if not self._restart_after(result):
-                    return _job_result(self.plan, started, history)
-                self.on_event("restart", {"attempt": len(history), "cause": result.root_cause})
+                    return job_result(self.plan.job_id, self.plan.job_dir, started, history)
+                stop = restarts.crash_loop(history)
+                if stop is not None:
+                    _quietly(lambda: self.on_event("stop_restarts", {"message": stop}))
+                    done = job_result(self.plan.job_id, self.plan.job_dir, started, history)
+                    return replace(done, message=f"{done.message}; {stop}" if done.message else stop, extra={"restarts_stopped": stop})
+                self.on_event("restart", {"attempt": len(history), "cause": result.root_cause, "env_attempt": self.attempt_base + len(history)})
+                restarts.wait_delay(self.options.restart_delay)
         finally:
             stopsignals.restore_after_run(previous)
 
     # ---------------------------------------------------------------- one attempt
 
     def _restart_after(self, result: AttemptResult) -> bool:
-        return result.status == FAILED and result.attempt < self.options.max_restarts and stopsignals.first() is None
+        return result.status in (FAILED, HUNG) and result.attempt < self.options.max_restarts and stopsignals.first() is None
 
     def _run_attempt(self, attempt: int, deadline: Optional[float]) -> AttemptResult:
         adir = self.attempt_dir(attempt)
@@ -204,7 +166,7 @@ class Supervisor:
         if outcome.by_cluster:  # what died of the scheduler's signals did not fail by itself
             results = [replace(r, torn_down=True, reason=r.reason or outcome.message) if r.failed else r for r in results]
         status, code, cause, message = self._judge(outcome, results, adir)
-        return AttemptResult(attempt, adir, status, code, started, time.time(), tuple(results), cause, message)
+        return AttemptResult(attempt, adir, status, code, started, time.time(), tuple(results), cause, message, hang=outcome.hang)
 
     def _supervise(self, state: _Attempt, attempt: int, adir: str, deadline: Optional[float]) -> _Outcome:
         """Set up, start, watch and tear down one attempt; how it ended."""
@@ -219,7 +181,9 @@ class Supervisor:
                 if self.prepare_attempt is not None:
                     self.prepare_attempt(attempt, adir)
                 backend = state.backend = self._create_backend(attempt, adir)
-                self._start_all(state, backend, adir, deadline)
+                if self.hang is not None:
+                    self.hang.begin(attempt, [(p.rank, p.host) for p in self.plan.ranks if p.rank is not None])
+                self._start_all(state, backend, adir, deadline, attempt)
                 outcome = self._watch(state, deadline)
             except Interrupted as exc:
                 signum = exc.signum
@@ -233,6 +197,8 @@ class Supervisor:
             except _Timeout:
                 outcome = _Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")
                 _quietly(lambda: self.on_event("timeout", {"timeout": self.options.timeout}))
+            except _Hung as exc:
+                outcome = exc.outcome
             except _StartFailed as exc:
                 outcome = self._cluster_stop(state, 128 + signal.SIGTERM) or _Outcome(FAILED, exc.code, exc.message)
             finally:
@@ -257,6 +223,10 @@ class Supervisor:
         """Status, exit code, root cause (the earliest failure) and message of an attempt."""
         status, code, message = outcome.status, outcome.code, outcome.message
         cause = None
+        if status == HUNG:
+            from launcher.execution.hangwatch import culprit_cause
+
+            return status, code, culprit_cause(outcome.hang, results), message
         failed = earliest_failure(results)
         if status == SUCCEEDED and failed is not None:
             status = FAILED
@@ -275,9 +245,10 @@ class Supervisor:
 
     # ---------------------------------------------------------------- starting
 
-    def _start_all(self, state: _Attempt, backend: Backend, adir: str, deadline: Optional[float]) -> None:
+    def _start_all(self, state: _Attempt, backend: Backend, adir: str, deadline: Optional[float], attempt: int = 0) -> None:
         sched_idx: Optional[int] = None
-        for request in backend.requests(self.plan, adir):
+        plan = restarts.attempt_plan(self.plan, attempt, self.options.max_restarts, self.attempt_base)
+        for request in backend.requests(plan, adir):
             self._check_deadline(deadline)
             stopsignals.check()
             idx = self._start_one(state, backend, request)
@@ -349,6 +320,7 @@ class Supervisor:
             state.drain(wait)
             stopsignals.check()
             self._check_deadline(deadline)
+            self._check_hang(state)
         state.drain_until(time.monotonic() + self.options.sched_grace, stop=lambda: all(i in state.exits for i in sched))
         return _Outcome(SUCCEEDED, 0)
 
@@ -373,7 +345,23 @@ class Supervisor:
         if outside is not None:
             return outside
         self.on_event("failure", {"name": name, "host": handle.host, "returncode": rc})
+        timed_out = self.hang.timed_out(handle, tail_lines(handle.log_path, 60)) if self.hang is not None else None
+        if timed_out is not None and handle.plan.rank is not None:  # it waited for a stuck rank: a hang too
+            return self._hung(state, None, (handle.plan.rank, timed_out))
         return _Outcome(FAILED, exit_code_of(rc))
+
+    def _check_hang(self, state: _Attempt) -> None:
+        verdict = self.hang.due() if self.hang is not None else None
+        if verdict is not None:
+            raise _Hung(self._hung(state, verdict))
+
+    def _hung(self, state: _Attempt, verdict: Any, timed_out: Optional[Tuple[int, str]] = None) -> _Outcome:
+        """Dump the running ranks' stacks and judge the culprit (before teardown); announced (``hung``)."""
+        assert self.hang is not None
+        with stopsignals.recorded_only():  # the dump runs to its end
+            hang, message = self.hang.investigate(state.handles, dict(state.exits), self.current_attempt_dir, verdict, timed_out)
+        _quietly(lambda: self.on_event("hung", {"message": message, "hang": hang}))
+        return _Outcome(HUNG, HUNG_EXIT, message, hang=hang)
 
     def _cluster_stop(self, state: _Attempt, code: int) -> Optional[_Outcome]:
         """:func:`_outside_stop` of the attempt's backend, announced (``cluster_stop``)."""
@@ -424,18 +412,16 @@ class Supervisor:
                     self.watchdog.forget(h.pid)
 
 
-def _job_result(plan: Plan, started: float, history: List[AttemptResult]) -> JobResult:
-    """The job's result: its last attempt, with every attempt in ``history``."""
-    last = history[-1]
-    return JobResult(
-        job_id=plan.job_id, job_dir=plan.job_dir, status=last.status, exit_code=last.exit_code, started=started,
-        ended=time.time(), attempts=len(history), processes=last.processes, root_cause=last.root_cause,
-        message=last.message, history=tuple(history),
-    )
-
-
 class _Timeout(Exception):
     """The job ran past ``--timeout`` (internal: becomes a ``timeout`` result)."""
+
+
+class _Hung(Exception):
+    """The attempt is hung (internal: carries its outcome, stacks already dumped)."""
+
+    def __init__(self, outcome: _Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
 
 
 class _StartFailed(Exception):

@@ -6,6 +6,9 @@ logger's or mslaunch's prefix does not matter) and returns a :class:`Metric`, or
 =================  ==========================================================================
 ``lossmonitor``    ``epoch: 1 step: 40, loss is 0.09236499`` (MindSpore ``LossMonitor``; the step
                    counts within the epoch).  ``... loss is NAN or INF ...`` (its error) is an event.
+                   The same with other separators: MindSpore's tutorials print
+                   ``epoch: 0, step: 10, loss is 2.30`` (epochs and steps from 0), the model zoo
+                   ``epoch: 1, current epoch percent: 0.500, step: 100, loss is (Tensor(..., value= 7.4), ...)``.
 ``timemonitor``    ``Train epoch time: 5312.412 ms, per step time: 132.810 ms`` (``TimeMonitor``;
                    the mode word may be empty or ``Eval``; ``(data time: ...)`` may follow).
 ``mindformers``    ``{ Epoch:[  1/  2], step:[    2/   19], loss: 10.649, per_step_time: 103328ms,
@@ -16,7 +19,15 @@ logger's or mslaunch's prefix does not matter) and returns a :class:`Metric`, or
 ``trainer``        the reference trainer's ``epoch 1 throughput: 18.8 img/s per rank, 37.5 img/s
                    total (2 ranks)``, ``data: ...: 93 batches of 32 per pass`` (the batch size) and
                    ``epoch: 1 step: 3. Invalid loss nan, terminating training.`` (an event).
+``torch``          ``Epoch [1/10], Step [100/600], Loss: 0.2154`` and ``step 10/100`` (torch-style: a step
+                   keyword, then ``N/M``; with an epoch the step counts within it), Megatron's
+                   ``iteration       10/    1000 | ... lm loss: 1.0E+01 |`` (over the whole run).
+``steploss``       ``[Train] step: 399, loss: 0.086791`` (a step number and a loss right after it).
 ``mslaunch``       ``MSLAUNCH_METRIC {json object}``: the machine-readable line any script can print.
+
+A step keyword alone with a number (``saving at step 500``, ``warmup_steps: 100``) is not a step
+line: a step line has a loss after it or ``N/M`` (steps may count from 0 or 1; see
+:attr:`Metric.progress`).
 =================  ==========================================================================
 
 ``MSLAUNCH_METRIC`` keys (all optional; unknown keys are ignored, wrong types drop the key):
@@ -38,7 +49,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = ["Metric", "parse_line", "METRIC_PREFIX"]
 
@@ -46,8 +57,17 @@ METRIC_PREFIX = "MSLAUNCH_METRIC"
 _MAX_LINE = 4096  # longer lines are not metric lines (and regexes stay cheap)
 
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|-inf|-Inf|-INF|Infinity|-Infinity)"
-_LOSS_RE = re.compile(r"epoch: (\d+) step: (\d+), loss is (\[?\s*" + _NUM + r")")
-_LOSS_NONFINITE_RE = re.compile(r"epoch: (\d+) step: (\d+), loss is NAN or INF")
+_SEP = r"\s*[,;|]?\s*"
+_EPOCH_STEP = r"(?<![\w.])epoch:\s*(\d+)" + _SEP + r"(?:current epoch percent:\s*[\d.]+" + _SEP + r")?step:\s*(\d+)" + _SEP
+_TENSOR = r"(?:\(?\s*Tensor\(shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?"
+_LOSS_RE = re.compile(_EPOCH_STEP + r"loss is\s*" + _TENSOR + r"(\[?\s*" + _NUM + r")", re.IGNORECASE)
+_LOSS_NONFINITE_RE = re.compile(_EPOCH_STEP + r"loss is NAN or INF")
+_OF = r"\[?\s*(\d+)\s*/\s*(\d+)\s*\]?"
+_TORCH_STEP_RE = re.compile(r"(?<![\w.\-/])(?:global[ _]?)?(?:step|iter|iteration)\s*[:=#]?\s*" + _OF, re.IGNORECASE)
+_TORCH_EPOCH_RE = re.compile(r"(?<![\w.\-/])epoch\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?", re.IGNORECASE)
+_ANY_LOSS_RE = re.compile(r"(?<![\w.\-/])(?:lm |train[_ ])?loss\s*[:=]\s*\[?\s*(" + _NUM + r")", re.IGNORECASE)
+_STEP_LOSS_RE = re.compile(r"(?<![\w.\-/])(?:global[ _]?)?step\s*[:=]\s*(\d+)\s*[,;|]?\s*(?:(?:lm|train|avg)[_ ])?loss\s*[:=]\s*\[?\s*("
+                           + _NUM + r")", re.IGNORECASE)
 _TIME_RE = re.compile(r"(?:^|[^\w])(Train |Eval |)epoch time: ([\d.]+) ms, per step time: ([\d.]+) ms")
 _MF_RE = re.compile(r"\{ Epoch:\[\s*(\d+)/\s*(\d+)\], step:\[\s*(\d+)/\s*(\d+)\], loss:\s*\[?\s*(" + _NUM + r")")
 _MF_TIME_RE = re.compile(r"per_step_time: (\d+(?:\.\d+)?)ms")
@@ -85,6 +105,8 @@ class Metric:
         batch_size: samples per step on this rank, when the line says.
         eval: evaluation metrics (name -> number).
         event: ``nonfinite_loss`` when the loss is NaN or infinite.
+
+    A step line's :attr:`progress` is what hang detection compares: a new value is progress.
     """
 
     kind: str
@@ -102,6 +124,14 @@ class Metric:
     batch_size: Optional[int] = None
     eval: Dict[str, float] = field(default_factory=dict)
     event: Optional[str] = None
+
+    @property
+    def progress(self) -> Optional[Tuple[Optional[int], int]]:
+        """``(epoch, step)`` of a step line (epoch None when the step counts over the whole run),
+        else None.  Steps may count from 0 (MindSpore's tutorials) or 1."""
+        if self.kind != "step" or self.step is None:
+            return None
+        return (self.epoch if self.step_in_epoch else None, self.step)
 
 
 def _number(text: str) -> Optional[float]:
@@ -203,7 +233,7 @@ def _parse(line: str) -> Optional[Metric]:
         if idx >= 0:
             return _parse_mslaunch(line[idx + len(METRIC_PREFIX) + 1:].strip())
         return None
-    for parse in (_parse_epoch_line, _parse_mindformers, _parse_result_line):
+    for parse in (_parse_epoch_line, _parse_mindformers, _parse_result_line, _parse_torch):
         metric = parse(line)
         if metric is not None:
             return metric
@@ -212,7 +242,7 @@ def _parse(line: str) -> Optional[Metric]:
 
 def _parse_epoch_line(line: str) -> Optional[Metric]:
     """LossMonitor / TimeMonitor lines and the trainer's invalid-loss and throughput lines."""
-    if "epoch" not in line:
+    if "epoch" not in line and "Epoch" not in line and "EPOCH" not in line:
         return None
     m = _LOSS_NONFINITE_RE.search(line)
     if m:
@@ -275,4 +305,29 @@ def _parse_result_line(line: str) -> Optional[Metric]:
         m = _DATA_RE.match(line)
         if m:
             return Metric(kind="info", source="trainer", batch_size=int(m.group(2)))
+    return None
+
+
+def _parse_torch(line: str) -> Optional[Metric]:
+    """Torch-style ``step N/M`` lines (an epoch before it makes the step count within the epoch)
+    and ``step: N, loss: X`` lines."""
+    low = line.lower()
+    if "step" not in low and "iter" not in low:
+        return None
+    loss_m = _ANY_LOSS_RE.search(line)
+    fields = _loss_fields(loss_m.group(1)) if loss_m else {}
+    m = _TORCH_STEP_RE.search(line)
+    if m:
+        step, total = int(m.group(1)), int(m.group(2))
+        e = _TORCH_EPOCH_RE.search(line, 0, m.start())
+        if e is not None:
+            epochs = int(e.group(2)) if e.group(2) else None
+            return Metric(kind="step", source="torch", epoch=int(e.group(1)), epochs=epochs, step=step, steps_per_epoch=total,
+                          step_in_epoch=True, **fields)
+        return Metric(kind="step", source="torch", step=step, total_steps=total, **fields)
+    m = _STEP_LOSS_RE.search(line)
+    if m:
+        fields = _loss_fields(m.group(2))
+        if fields:
+            return Metric(kind="step", source="steploss", step=int(m.group(1)), **fields)
     return None

@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from launcher.logs.follow import Follower, LogSource, job_log_sources
-from launcher.logs.metrics import parse_line
+from launcher.logs.metrics import Metric, parse_line
 from launcher.logs.progress import Progress, RankDeriver
 from launcher.planning import layout
 
@@ -70,11 +70,16 @@ class LogMetrics:
     Args:
         job_dir: the job directory.
         clock: the wall clock (records' ``time``).
+        on_line: called with ``(attempt, rank, metric or None)`` for every rank line as it is read
+            (the hang watch's progress).
     """
 
-    def __init__(self, job_dir: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, job_dir: str, clock: Callable[[], float] = time.time,
+                 on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None) -> None:
         self.job_dir = os.path.abspath(job_dir)
         self._clock = clock
+        self._on_line = on_line
+        self._attempts: Dict[str, int] = {}
         self._derivers: Dict[str, RankDeriver] = {}
         self._batch: Dict[str, List[Any]] = {}
         self._ranks: Dict[str, Optional[int]] = {}
@@ -84,6 +89,11 @@ class LogMetrics:
         if src.rank is None:
             return
         metric = parse_line(line)
+        if self._on_line is not None:
+            attempt = self._attempts.get(src.path)
+            if attempt is None:
+                attempt = self._attempts[src.path] = _attempt_of(self.job_dir, src.path)
+            self._on_line(attempt, src.rank, metric)
         if metric is not None:
             self._ranks[src.path] = src.rank
             self._batch.setdefault(src.path, []).append(metric)
@@ -112,20 +122,32 @@ class MetricsWriter:
     Args:
         job_dir: the job directory.
         interval: seconds between polls of the logs.
+        on_line: see :class:`LogMetrics`.
+        on_records: called with the records of each poll (after they are written).
     """
 
-    def __init__(self, job_dir: str, interval: float = 0.5) -> None:
+    def __init__(self, job_dir: str, interval: float = 0.5,
+                 on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None,
+                 on_records: Optional[Callable[[List[Dict[str, Any]]], None]] = None) -> None:
         self.job_dir = job_dir
         self.path = os.path.join(job_dir, METRICS_FILE)
         self._interval = interval
-        self._source = LogMetrics(job_dir)
+        self._source = LogMetrics(job_dir, on_line=on_line)
+        self._on_records = on_records
+        self._lock = threading.Lock()  # the supervisor may poll too (before it judges an attempt)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.records = 0
 
     def poll(self, final: bool = False) -> int:
         """Parse what is new and append it; returns the number of records written."""
+        with self._lock:
+            return self._poll(final)
+
+    def _poll(self, final: bool) -> int:
         records = self._source.poll(final=final)
+        if records and self._on_records is not None:
+            self._on_records(records)
         if not records:
             return 0
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)

@@ -53,6 +53,8 @@ class RankDeriver:
         self._offset = 0
         self._last_epoch: Optional[int] = None
         self._last_step_in_epoch = 0
+        self._zero_epoch = False
+        self._zero_step = False
         self._history: Deque[Tuple[float, int]] = deque(maxlen=64)  # (arrival time, global step) per batch
 
     def feed(self, metrics: Sequence[Metric], when: float) -> List[Dict[str, Any]]:
@@ -103,18 +105,26 @@ class RankDeriver:
         return None
 
     def _global_step(self, m: Metric) -> Optional[int]:
+        """Steps over the whole run, counted from 1.  Epochs and steps may count from 0 (MindSpore's
+        tutorials print ``epoch: 0, step: 0``): a 0 seen once marks the rank's count as 0-based."""
         if m.step is None:
             return None
+        if m.epoch == 0:
+            self._zero_epoch = True
+        if m.step == 0:
+            self._zero_step = True
+        step = m.step + (1 if self._zero_step else 0)
         if not m.step_in_epoch or m.epoch is None:
-            return m.step
+            return step
+        epoch = m.epoch + (1 if self._zero_epoch else 0)
         if self.steps_per_epoch:
-            return (m.epoch - 1) * self.steps_per_epoch + m.step
-        if self._last_epoch is not None and m.epoch > self._last_epoch:
+            return (epoch - 1) * self.steps_per_epoch + step
+        if self._last_epoch is not None and epoch > self._last_epoch:
             self._offset += self._last_step_in_epoch
             self._last_step_in_epoch = 0
-        self._last_epoch = m.epoch if self._last_epoch is None else max(self._last_epoch, m.epoch)
-        self._last_step_in_epoch = max(self._last_step_in_epoch, m.step)
-        return self._offset + m.step
+        self._last_epoch = epoch if self._last_epoch is None else max(self._last_epoch, epoch)
+        self._last_step_in_epoch = max(self._last_step_in_epoch, step)
+        return self._offset + step
 
     def _derive(self, g: int, when: float) -> Optional[float]:
         hist = self._history

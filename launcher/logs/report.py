@@ -196,6 +196,11 @@ def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_d
              ("method", str(plan.get("method", "?"))), ("hosts", ", ".join(plan.get("hosts", [])))]
     if summary and summary.get("message"):
         rows.append(("message", str(summary["message"])))
+    if summary:
+        from launcher.logs.longjob import attempt_lines, hang_lines
+
+        rows += [("hang" if i == 0 else "", line) for i, line in enumerate(hang_lines(summary.get("hang")))]
+        rows += [("attempts" if i == 0 else "", line) for i, line in enumerate(attempt_lines(summary))]
     return rows
 
 

@@ -69,6 +69,8 @@ class JobStatus(StrEnum):
     STOPPED = "stopped"
     #: stopped gracefully on Slurm's preemption / time-limit warning (``--signal=USR1@<s>``)
     PREEMPTED = "preempted"
+    #: no rank made progress for --hang-timeout, or a rank's collective timed out (``docs/long-jobs.md``)
+    HUNG = "hung"
     #: submitted with ``mslaunch sbatch``; its run has not started yet
     SUBMITTED = "submitted"
     #: a job whose supervising mslaunch still holds its lock
@@ -97,6 +99,7 @@ class EventKind(StrEnum):
     RESTART = "restart"
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
+    HUNG = "hung"  # the attempt is hung (no progress for the limit, or a collective timed out)
     CLUSTER_STOP = "cluster_stop"  # the cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)
     JOB_END = "job_end"
 

@@ -86,6 +86,7 @@ from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.resnet50 import (  # noqa: F401
     Bottleneck, ResNet, SoftmaxCrossEntropyExpand, count_parameters, resnet50,
 )
+from launcher.workloads.restart import resume_on_restart
 
 def _say(text: str) -> None:
     print(text, flush=True)
@@ -166,6 +167,7 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
         )
     if args.resume and not args.ckpt_dir:
         raise UsageError("--resume needs --ckpt-dir")
+    args.resume = resume_on_restart(args.resume, args.ckpt_dir, env)  # a restart (MSLAUNCH_ATTEMPT >= 1) resumes by itself
     return args
 
 

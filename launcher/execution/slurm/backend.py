@@ -93,6 +93,12 @@ class SrunStepProcess(LocalProcess):
             self.log_path = procs[0].log_path
             self.host = procs[0].proc.host
 
+    def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
+        """The stacks of this step's running processes, dumped on their nodes by an srun each."""
+        from launcher.execution.slurm.dump import slurm_step_dump
+
+        return slurm_step_dump(self.backend.job_id, self.backend.status_dir, [r.proc.rank for r in self.procs], folder)
+
     def step_ids(self) -> List[str]:
         """``J.S`` of this step, from the shims' start records (empty until a task started)."""
         ids = set()

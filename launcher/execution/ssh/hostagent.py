@@ -127,6 +127,12 @@ class SshProcess(ProcessHandle):
         if not self._done.is_set():
             self._agent.control(op_line("kill", self.rank_id))
 
+    def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
+        """This rank's stacks, dumped on its host (:func:`launcher.execution.remotedump.ssh_dump`)."""
+        from launcher.execution.remotedump import ssh_dump
+
+        return ssh_dump(self._agent.conn, self._agent.python, [(f"rank{self.plan.rank}", self.pid)], folder) if self.pid else {}
+
     # ------------------------------------------------------------ from the pump
 
     @property

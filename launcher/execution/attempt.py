@@ -1,0 +1,80 @@
+"""Bookkeeping of one attempt for the supervisor: handles, exits, who was torn down.
+
+Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue
+(or the backend posts each exit itself, :meth:`ProcessHandle.notify_exit`: no thread per process).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+from launcher.execution.backend import Backend, ProcessHandle
+from launcher.execution.results import ProcResult
+
+__all__ = ["AttemptState"]
+
+
+class AttemptState:
+    """Bookkeeping of one attempt: handles, exits, who was torn down."""
+
+    def __init__(self) -> None:
+        self.handles: List[ProcessHandle] = []
+        self.exits: Dict[int, Tuple[int, float]] = {}
+        self.torn: Dict[int, bool] = {}
+        self.notes: Dict[int, str] = {}
+        self.events: "queue.Queue[Tuple[int, int, float]]" = queue.Queue()
+        self.start_failure: Optional[ProcResult] = None
+        self.backend: Optional[Backend] = None  # once created
+
+    def add(self, handle: ProcessHandle) -> int:
+        """Register ``handle``; a thread blocks in its ``wait()`` and posts the exit."""
+        idx = len(self.handles)
+        self.handles.append(handle)
+        if handle.notify_exit(lambda rc: self.events.put((idx, rc, time.time()))):
+            return idx  # the backend reports the exit itself (no thread per process)
+
+        def waiter() -> None:
+            try:
+                rc = handle.wait()
+            except Exception as exc:  # a backend bug must not hang the job: count it as a failure
+                rc = 255
+                handle.reason = f"lost: {exc}"
+            self.events.put((idx, rc, time.time()))
+
+        threading.Thread(target=waiter, name=f"wait-{handle.plan.name}", daemon=True).start()
+        return idx
+
+    def running(self) -> List[int]:
+        return [i for i in range(len(self.handles)) if i not in self.exits]
+
+    def record(self, idx: int, rc: int, when: float) -> None:
+        self.exits.setdefault(idx, (rc, when))
+
+    def drain(self, timeout: float) -> Optional[Tuple[int, int, float]]:
+        """Record the next exit, waiting at most ``timeout`` s; None if none came."""
+        try:
+            ev = self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        self.record(*ev)
+        return ev
+
+    def drain_until(self, end: float, step: float = 0.2, stop: Callable[[], bool] = lambda: False) -> None:
+        """Record exits until every process exited, ``time.monotonic()`` passes ``end`` or ``stop()``."""
+        while self.running() and time.monotonic() < end and not stop():
+            self.drain(max(0.0, min(step, end - time.monotonic())))
+
+    def results(self) -> List[ProcResult]:
+        """One result per planned process (a handle may stand for many), start failure included."""
+        out: List[ProcResult] = []
+        for idx, h in enumerate(self.handles):
+            rc, when = self.exits.get(idx, (None, None))
+            out.extend(h.outcomes(rc, when, self.torn.get(idx, False), self.notes.get(idx)))
+        failure = self.start_failure
+        if failure is None:
+            return out
+        if any(r.name == failure.name for r in out):
+            return [failure if r.name == failure.name else r for r in out]
+        return out + [failure]

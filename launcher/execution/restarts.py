@@ -1,0 +1,145 @@
+"""Restarts that resume, and crash loops that stop.
+
+* Each process of attempt ``k`` gets ``MSLAUNCH_ATTEMPT=k`` (0 in the first attempt) and
+  ``MSLAUNCH_MAX_RESTARTS`` (this run's ``--max-restarts``) in its env (:func:`attempt_plan`);
+  under ``mslaunch sbatch`` a requeued run continues the count: ``SLURM_RESTART_COUNT`` plus the
+  run's own restarts (:func:`attempt_base`).  The attempt's folder stays ``attempt_<k>`` of the
+  run, ``k`` counted within the run.
+* :class:`AttemptProgress` follows the metric records (``metrics.jsonl``'s, as they are written):
+  per attempt the first and the highest global step any rank logged.  Each attempt's result gets
+  ``ended_because``, ``resumed_from_step`` (its first step - 1, when it did not start from
+  scratch), ``best_step`` and ``steps_lost`` (the previous attempt's best step minus where this
+  one resumed).
+* Crash loop (:func:`crash_loop`): after a failed or hung attempt, when the last two attempts both
+  got no further than the best step reached before them, the job stops restarting, with one line
+  (``attempts 1 and 2 got no further than step 120: not restarting``).  An attempt marked
+  ``replanned`` (a host left out) starts the count afresh.  Attempts that logged no step tell
+  nothing: they never stop the restarts.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from launcher.execution.results import AttemptResult
+from launcher.planning.plan import Plan, ProcPlan
+
+__all__ = ["ATTEMPT_VAR", "MAX_RESTARTS_VAR", "AttemptProgress", "attempt_base", "attempt_plan", "crash_loop"]
+
+ATTEMPT_VAR = "MSLAUNCH_ATTEMPT"
+MAX_RESTARTS_VAR = "MSLAUNCH_MAX_RESTARTS"
+
+
+def attempt_base(launcher: str, environ: Mapping[str, str]) -> int:
+    """The number of the run's first attempt: ``SLURM_RESTART_COUNT`` for a (requeued) Slurm run, else 0."""
+    if launcher != "slurm":
+        return 0
+    text = environ.get("SLURM_RESTART_COUNT", "0").strip()
+    return int(text) if text.isdigit() else 0
+
+
+def _with_env(proc: ProcPlan, extra: Tuple[Tuple[str, str], ...]) -> ProcPlan:
+    names = {k for k, _ in extra}
+    return replace(proc, env=tuple((k, v) for k, v in proc.env if k not in names) + extra)
+
+
+def attempt_plan(plan: Plan, attempt: int, max_restarts: int, base: int = 0) -> Plan:
+    """``plan`` with ``MSLAUNCH_ATTEMPT`` / ``MSLAUNCH_MAX_RESTARTS`` in every process's env (pure)."""
+    extra = ((ATTEMPT_VAR, str(base + attempt)), (MAX_RESTARTS_VAR, str(max_restarts)))
+    sched = _with_env(plan.scheduler, extra) if plan.scheduler is not None else None
+    return replace(plan, ranks=tuple(_with_env(p, extra) for p in plan.ranks), scheduler=sched)
+
+
+class AttemptProgress:
+    """Per attempt: the first and the highest global step any rank logged (thread-safe).
+
+    Args:
+        flush: called before a judgement, to read what the ranks wrote last (the metrics writer's poll).
+    """
+
+    def __init__(self, flush: Optional[Callable[[], Any]] = None) -> None:
+        self.flush = flush
+        self._lock = threading.Lock()
+        self._first: Dict[int, int] = {}
+        self._best: Dict[int, int] = {}
+
+    def on_records(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Metric records as written to ``metrics.jsonl`` (``attempt``, ``global_step``)."""
+        with self._lock:
+            for rec in records:
+                g, k = rec.get("global_step"), rec.get("attempt")
+                if isinstance(g, int) and isinstance(k, int) and rec.get("kind") == "step":
+                    self._first[k] = min(self._first.get(k, g), g)
+                    self._best[k] = max(self._best.get(k, g), g)
+
+    def best(self, attempt: int) -> Optional[int]:
+        with self._lock:
+            return self._best.get(attempt)
+
+    def annotate(self, result: AttemptResult, previous: Sequence[AttemptResult]) -> AttemptResult:
+        """``result`` with ``ended_because``, ``resumed_from_step``, ``best_step`` and ``steps_lost``."""
+        if self.flush is not None:
+            try:
+                self.flush()
+            except Exception:  # metrics are best effort
+                pass
+        with self._lock:
+            first, best = self._first.get(result.attempt), self._best.get(result.attempt)
+        extra: Dict[str, Any] = dict(result.extra)
+        if result.status != "succeeded":
+            extra["ended_because"] = _why(result)
+        if first is not None and first > 1:
+            extra["resumed_from_step"] = first - 1
+        if best is not None:
+            extra["best_step"] = best
+        if previous and first is not None:
+            before = previous[-1].extra.get("best_step")
+            if isinstance(before, int):
+                extra["steps_lost"] = max(0, before - (first - 1))
+        return replace(result, extra=extra)
+
+
+def _why(result: AttemptResult) -> str:
+    if result.status == "hung":
+        culprit = (result.hang or {}).get("culprit")
+        kind = (result.hang or {}).get("kind")
+        what = "a collective timed out" if kind == "collective_timeout" else "no progress"
+        return f"hung: {what}" + (f", likely culprit rank {culprit['rank']}" if culprit else "")
+    if result.root_cause is not None:
+        rc = result.root_cause
+        return f"{rc.name} on {rc.host}: {rc.reason}"
+    return result.message or result.status
+
+
+def wait_delay(seconds: float) -> None:
+    """``--restart-delay``: wait before the next attempt (every process of the last one is gone by
+    now); a stop signal cuts it short (the next attempt then ends as stopped at once)."""
+    import time
+
+    from launcher.execution import stopsignals
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and stopsignals.first() is None:
+        time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+
+def crash_loop(history: Sequence[AttemptResult]) -> Optional[str]:
+    """The one line that stops the restarts, or None (see the module doc)."""
+    start = 0
+    for i, a in enumerate(history):
+        if a.extra.get("replanned"):
+            start = i
+    window = list(history[start:])
+    if len(window) < 3:
+        return None
+    before = [a.extra.get("best_step") for a in window[:-2]]
+    known = [b for b in before if isinstance(b, int)]
+    last_two: List[Optional[int]] = [a.extra.get("best_step") for a in window[-2:]]
+    if not known or any(not isinstance(b, int) for b in last_two):
+        return None
+    best = max(known)
+    if all(b <= best for b in last_two):  # type: ignore[operator]
+        k1, k2 = window[-2].attempt, window[-1].attempt
+        return f"attempts {k1} and {k2} got no further than step {best}: not restarting"
+    return None

@@ -1,0 +1,56 @@
+"""Stack dumps of a Slurm step's ranks, made on their nodes (see :mod:`launcher.execution.remotedump`)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from launcher.execution.remotedump import REMOTE_TIMEOUT, _targets, write_dumps
+from launcher.execution.slurm.shim import record_key
+
+
+def srun_dump(job_id: str, node: str, targets: Sequence[Tuple[str, int]], folder: str,
+              python: Optional[str] = None) -> Dict[Optional[int], List[str]]:
+    """Dump processes on a Slurm node with an ``srun`` step of the allocation on that node."""
+    argv = ["srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1", f"--nodelist={node}", "--job-name=mslaunch-stackdump",
+            python or sys.executable, "-m", "launcher.execution.stackdump", "--stdout", *_targets(targets)]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=REMOTE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return write_dumps(folder, done.stdout.decode("utf-8", "replace"))
+
+
+def slurm_step_dump(job_id: str, status_dir: str, ranks: Sequence[Optional[int]], folder: str) -> Dict[Optional[int], List[str]]:
+    """Dump the running processes of one Slurm step: the shims' start records give each rank's
+    node and pid; one ``srun`` per node, every node at once."""
+    by_node: Dict[str, List[Tuple[str, int]]] = {}
+    for rank in ranks:
+        key = record_key(rank)
+        try:
+            with open(os.path.join(status_dir, f"{key}.start.json"), encoding="utf-8") as fh:
+                rec = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if os.path.exists(os.path.join(status_dir, f"{key}.exit.json")) or not isinstance(rec.get("pid"), int):
+            continue
+        by_node.setdefault(str(rec.get("node")), []).append((key.replace("_", ""), rec["pid"]))
+    out: Dict[Optional[int], List[str]] = {}
+    lock = threading.Lock()
+
+    def one(node: str, targets: List[Tuple[str, int]]) -> None:
+        got = srun_dump(job_id, node, targets, folder)
+        with lock:
+            for rank, files in got.items():
+                out.setdefault(rank, []).extend(files)
+
+    threads = [threading.Thread(target=one, args=item, daemon=True) for item in by_node.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(REMOTE_TIMEOUT + 5)
+    return out

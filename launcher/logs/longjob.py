@@ -1,0 +1,59 @@
+"""Text lines about a long job's hangs and attempts, from ``summary.json`` (pure): what
+``mslaunch status``, ``top`` (after the end) and ``report`` show.
+
+``summary.json``'s ``hang`` object is documented in :mod:`launcher.execution.hangwatch`; each of
+``attempt_results`` may carry ``ended_because``, ``resumed_from_step``, ``best_step`` and
+``steps_lost`` (see :mod:`launcher.execution.restarts`).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional
+
+__all__ = ["attempt_lines", "hang_lines", "summary_notes"]
+
+
+def hang_lines(hang: Optional[Mapping[str, Any]]) -> List[str]:
+    """The hang in a few lines: the limit, the culprit, each rank's last step and main-thread frame."""
+    if not hang:
+        return []
+    if hang.get("kind") == "collective_timeout":
+        t = hang.get("timed_out") or {}
+        out = [f"hung: rank {t.get('rank')}'s collective timed out waiting for the others"]
+    else:
+        out = [f"hung: no progress for {hang.get('idle_s')} s; limit {hang.get('limit_s')} s ({hang.get('derived')})"]
+    culprit = hang.get("culprit")
+    out.append(f"likely culprit: rank {culprit['rank']}: {culprit['evidence']}" if culprit else "likely culprit: none stands out")
+    for r in hang.get("ranks", []):
+        where = r.get("frame") or ("exited" if not r.get("alive", True) else "no stack")
+        out.append(f"  rank {r.get('rank')}: last {r.get('last_step') or 'step -'}, main thread in {where}")
+    out.append(f"stacks: {hang.get('stacks_dir')}")
+    return out
+
+
+def attempt_lines(summary: Optional[Mapping[str, Any]]) -> List[str]:
+    """One line per attempt of a job that ran more than one: why it ended, where it resumed, steps lost."""
+    attempts: List[Dict[str, Any]] = list((summary or {}).get("attempt_results") or [])
+    if len(attempts) < 2 and not any(a.get("resumed_from_step") for a in attempts):
+        return []
+    out = []
+    for a in attempts:
+        text = f"attempt {a.get('attempt')}: {a.get('status')}"
+        why = a.get("ended_because")
+        if why:
+            text += f" ({why})"
+        if a.get("resumed_from_step") is not None:
+            text += f"; resumed at step {a['resumed_from_step']}"
+        if a.get("best_step") is not None:
+            text += f"; reached step {a['best_step']}"
+        if a.get("steps_lost"):
+            text += f"; {a['steps_lost']} step(s) lost"
+        out.append(text)
+    note = (summary or {}).get("restarts_stopped")
+    if note:
+        out.append(str(note))
+    return out
+
+
+def summary_notes(summary: Optional[Mapping[str, Any]]) -> List[str]:
+    """Everything above for one job."""
+    return hang_lines((summary or {}).get("hang")) + attempt_lines(summary)

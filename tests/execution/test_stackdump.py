@@ -1,0 +1,61 @@
+"""Stack dumps of real processes: py-spy where it is, /proc where it is not; the remote form."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from launcher.execution import stackdump
+from launcher.execution.remotedump import write_dumps
+
+SRC = stackdump.__file__
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen([sys.executable, "-c", "import time\ndef parked():\n    time.sleep(600)\nprint('up', flush=True)\nparked()"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "up\n"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_stackdump_runs_stand_alone_from_its_source_and_prints_json(sleeper):
+    src = open(SRC).read()
+    imports = set(re.findall(r"^\s*(?:from|import) (\w+)", src, re.M))
+    assert imports <= {"__future__", "json", "os", "shutil", "subprocess", "sys", "tempfile", "threading", "time", "typing"}, imports
+    out = subprocess.run([sys.executable, "-S", "-c", src, "--stdout", f"rank3={sleeper.pid}"], capture_output=True, text=True, timeout=60)
+    recs = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["name"], r["pid"]) for r in recs] == [("rank3", sleeper.pid)]
+    assert recs[0]["text"].startswith(f"# mslaunch stack dump: rank3, pid {sleeper.pid}, ") and "parked (<string>:3)" in recs[0]["text"]
+
+
+def test_without_py_spy_the_kernel_view_is_dumped_and_said_so(tmp_path):
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None or os.path.exists(os.path.join(os.path.dirname(python), "py-spy")) or shutil.which("py-spy", path="/usr/bin:/bin"):
+        pytest.skip("needs a python3 in /usr/bin without py-spy beside it")
+    sleep = subprocess.Popen(["sleep", "600"])
+    try:
+        env = {"PATH": "/usr/bin:/bin"}
+        out = subprocess.run([python, "-S", SRC, str(tmp_path), f"rank0={sleep.pid}"], capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        text = (tmp_path / f"rank0.pid{sleep.pid}.txt").read_text()
+    finally:
+        sleep.kill()
+        sleep.wait()
+    assert "tool: /proc" in text and "py-spy is not installed" in text and "the kernel's view from /proc" in text
+    assert re.search(rf'task {sleep.pid} \[S \(sleeping\)\] "sleep"  wchan: \w+', text), text
+
+
+def test_write_dumps_names_files_by_rank(tmp_path):
+    lines = "\n".join(json.dumps(r) for r in [{"name": "rank1", "pid": 7, "text": "a"}, {"name": "rank1", "pid": 9, "text": "b"},
+                                                {"name": "scheduler", "pid": 3, "text": "c"}, {"junk": 1}]) + "\nnot json\n"
+    got = write_dumps(str(tmp_path), lines)
+    assert {k: [os.path.basename(p) for p in v] for k, v in got.items()} == {1: ["rank1.pid7.txt", "rank1.pid9.txt"], None: ["scheduler.pid3.txt"]}
+    assert (tmp_path / "rank1.pid9.txt").read_text() == "b"

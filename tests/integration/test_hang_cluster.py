@@ -1,0 +1,73 @@
+"""Hang dumps made on the ranks' hosts: over ssh (namespace hosts) and under Slurm (an srun on the node).
+
+The same 2-rank MindSpore data-parallel job as ``test_hang_mindspore`` (rank 1 blocks in Python
+before the gradient AllReduce), ``--hang-timeout 10 --max-restarts 1``, one rank per host: the
+attempt is hung, each rank's stacks were dumped on its own host (rank 1 in the blocked function,
+rank 0 in MindSpore), the summary names rank 1, and attempt 1 (MSLAUNCH_ATTEMPT=1) succeeds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import mslaunch_argv
+from tests.harness.mindspore import require_mindspore
+from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+HANG = os.path.join(HERE, "scripts", "ms_dp_hang.py")
+
+
+@pytest.fixture(autouse=True)
+def _need_mindspore():
+    require_mindspore()
+
+
+def _check_hung_then_restarted(job, hosts):
+    s = json.loads((job / "summary.json").read_text())
+    first, second = s["attempt_results"]
+    assert (first["status"], second["status"]) == ("hung", "succeeded"), first.get("message")
+    hang = first["hang"]
+    assert hang["culprit"]["rank"] == 1 and first["root_cause"]["rank"] == 1
+    rows = {row["rank"]: row for row in hang["ranks"]}
+    assert [rows[r]["host"] for r in (0, 1)] == hosts
+    assert rows[1]["frame"].startswith("block_before_allreduce (ms_dp_hang.py:"), rows
+    assert "mindspore/" in rows[0]["frame"] and rows[0]["in_collective"] is True
+    for r in (0, 1):
+        text = (job / "stacks" / rows[r]["stack_files"][0]).read_text()
+        assert text.startswith(f"# mslaunch stack dump: rank{r}, pid ") and "tool: py-spy" in text
+        assert f"attempt=1 rank={r}" in (job / "attempt_1" / f"worker_{r}.log").read_text(errors="replace")
+
+
+@pytest.mark.netns
+def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F811
+    c = cluster
+    inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
+    job = tmp_path / "job"
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    r = subprocess.run(mslaunch_argv("run", "--hosts", inv, "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+                                     "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3"),
+                       capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
+    assert r.returncode == 0, r.stderr
+    _check_hung_then_restarted(job, [c.hosts[0].ip, c.hosts[1].ip])
+    assert wait_nothing_left(c) == {}
+
+
+@pytest.mark.slurm
+@pytest.mark.netns
+def test_hung_job_under_slurm_is_dumped_by_srun_on_its_nodes(slurm, tmp_path):
+    job = tmp_path / "job"
+    run = " ".join(mslaunch_argv("run", "--launcher", "slurm", "--np", "2", "--master-port", "auto", "--tee", "none", "--log-dir", str(job),
+                                 "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3"))
+    env = slurm.env()
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    res = subprocess.run(["salloc", "-N2", "--ntasks-per-node=1", "sh", "-c", f"{run}; echo rc=$?"],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    assert re.findall(r"^rc=(\d+)$", res.stdout, re.M) == ["0"], res.stdout + res.stderr
+    _check_hung_then_restarted(job, ["node1", "node2"])
+    slurm.wait_idle()
+    assert slurm.node_pids() == {}
