@@ -107,7 +107,6 @@ def test_flags_of_run_take_no_value(tmp_path) -> None:
 # ---------------------------------------------------------------- submit-time checks (issue 27)
 
 
-
 def _main(monkeypatch, capsys, tmp_path, *args: str):
     """``mslaunch ARGS`` in this process (as ``main`` runs it): ``(exit code, stdout, stderr)``."""
     from launcher.cli.app import main

@@ -167,7 +167,6 @@ def test_a_job_preempted_by_a_higher_priority_job_is_requeued_and_continues(slur
 
 # ---------------------------------------------------------------- submit-time checks, the allocation from the job
 
-
 #: the cases of issue 27: (id, sbatch arguments, needle of the one-line error)
 ISSUE_CASES = [
     ("bogus-option", ["-N", "1", "--np", "1", "--bogus", "3", "prog.py"], "--bogus"),
