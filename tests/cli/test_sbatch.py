@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from launcher.cli.sbatch import render_script
+from tests.cli.bad_run_options import BAD_RUN_OPTIONS, NOT_VALIDATED, case_ids
 from tests.conftest import mslaunch_argv
 
 
@@ -104,8 +105,6 @@ def test_flags_of_run_take_no_value(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------- submit-time checks (issue 27)
-
-from tests.cli.bad_run_options import BAD_RUN_OPTIONS, NOT_VALIDATED, case_ids  # noqa: E402
 
 
 def _main(monkeypatch, capsys, tmp_path, *args: str):

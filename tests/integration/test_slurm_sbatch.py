@@ -11,6 +11,7 @@ from typing import Dict, List
 
 import pytest
 
+from tests.cli.bad_run_options import BAD_RUN_OPTIONS
 from tests.conftest import mslaunch_argv
 from tests.harness.faultkit import wait_or_fail
 from tests.harness.slurm_cluster import SlurmCluster
@@ -165,8 +166,6 @@ def test_a_job_preempted_by_a_higher_priority_job_is_requeued_and_continues(slur
 
 
 # ---------------------------------------------------------------- submit-time checks, the allocation from the job
-
-from tests.cli.bad_run_options import BAD_RUN_OPTIONS  # noqa: E402
 
 #: the cases of issue 27: (id, sbatch arguments, needle of the one-line error)
 ISSUE_CASES = [
