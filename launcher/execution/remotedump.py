@@ -1,7 +1,7 @@
 """Stack dumps of ranks on other hosts: the dump runs on the rank's host and its text comes back.
 
-* ssh backend: one ``exec <python> -S -c <stackdump source> --stdout rank<R>=<pid>`` over the
-  host's open connection (mslaunch need not be installed there; py-spy is used when it is next to
+* ssh backend: one ``exec <python> -S -c <stackdump source> --stdout rank<R>=<pid> ...`` per host
+  (every running rank of the host at once) over the host's open connection (mslaunch need not be installed there; py-spy is used when it is next to
   that Python or on its PATH, else /proc);
 * slurm backend: one ``srun --jobid J --overlap -N1 -n1 -w NODE <python> -m
   launcher.execution.stackdump --stdout ...`` per node, with the pids the shims recorded;
@@ -19,9 +19,10 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["rank_of_name", "ssh_dump", "srun_dump", "write_dumps"]
+__all__ = ["agent_dump", "rank_of_name", "slurm_step_dump", "ssh_dump", "srun_dump", "write_dumps"]
 
 _NAME_RE = re.compile(r"^rank(\d+)$")
 
@@ -67,6 +68,23 @@ def ssh_dump(conn: Any, python: str, targets: Sequence[Tuple[str, int]], folder:
     return write_dumps(folder, out.decode("utf-8", "replace"))
 
 
+_AGENT_LOCK = threading.Lock()
+
+
+def agent_dump(agent: Any, folder: str, rank: Optional[int]) -> Dict[Optional[int], List[str]]:
+    """``rank``'s files of one dump of every running rank of an ssh host agent
+    (:class:`launcher.execution.ssh.backend.HostAgent`): the first call for a host and ``folder``
+    dumps them all in one remote command; the other ranks of that host get its result."""
+    with _AGENT_LOCK:
+        lock = agent.__dict__.setdefault("_stack_lock", threading.Lock())
+    with lock:
+        done: Dict[str, Dict[Optional[int], List[str]]] = agent.__dict__.setdefault("_stack_dumps", {})
+        if folder not in done:
+            targets = [(f"rank{h.plan.rank}", h.pid) for h in list(agent.handles.values()) if h.pid and not h.done]
+            done[folder] = ssh_dump(agent.conn, agent.python, targets, folder) if targets else {}
+        return {rank: done[folder][rank]} if rank in done[folder] else {}
+
+
 def srun_dump(job_id: str, node: str, targets: Sequence[Tuple[str, int]], folder: str,
               python: Optional[str] = None) -> Dict[Optional[int], List[str]]:
     """Dump processes on a Slurm node with an ``srun`` step of the allocation on that node."""
@@ -83,8 +101,6 @@ def srun_dump(job_id: str, node: str, targets: Sequence[Tuple[str, int]], folder
 def slurm_step_dump(job_id: str, status_dir: str, ranks: Sequence[Optional[int]], folder: str) -> Dict[Optional[int], List[str]]:
     """Dump the running processes of one Slurm step: the shims' start records give each rank's
     node and pid; one ``srun`` per node, every node at once."""
-    import threading
-
     from launcher.execution.slurm.shim import record_key
 
     by_node: Dict[str, List[Tuple[str, int]]] = {}
