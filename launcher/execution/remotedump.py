@@ -1,7 +1,7 @@
 """Stack dumps of ranks on other hosts: the dump runs on the rank's host and its text comes back.
 
-* ssh backend: one ``exec <python> -S -c <stackdump source> --stdout rank<R>=<pid>`` over the
-  host's open connection (mslaunch need not be installed there; py-spy is used when it is next to
+* ssh backend: one ``exec <python> -S -c <stackdump source> --stdout rank<R>=<pid> ...`` per host
+  (every running rank of the host at once) over the host's open connection (mslaunch need not be installed there; py-spy is used when it is next to
   that Python or on its PATH, else /proc);
 * slurm backend: one ``srun --jobid J --overlap -N1 -n1 -w NODE <python> -m
   launcher.execution.stackdump --stdout ...`` per node, with the pids the shims recorded
@@ -18,9 +18,10 @@ import json
 import os
 import re
 import shlex
+import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["rank_of_name", "ssh_dump", "write_dumps"]
+__all__ = ["agent_dump", "rank_of_name", "ssh_dump", "write_dumps"]
 
 _NAME_RE = re.compile(r"^rank(\d+)$")
 
@@ -64,3 +65,20 @@ def ssh_dump(conn: Any, python: str, targets: Sequence[Tuple[str, int]], folder:
     command = " ".join(shlex.quote(p) for p in [python, "-S", "-c", source, "--stdout", *_targets(targets)])
     rc, out, _ = conn.run(command, timeout=REMOTE_TIMEOUT)
     return write_dumps(folder, out.decode("utf-8", "replace"))
+
+
+_AGENT_LOCK = threading.Lock()
+
+
+def agent_dump(agent: Any, folder: str, rank: Optional[int]) -> Dict[Optional[int], List[str]]:
+    """``rank``'s files of one dump of every running rank of an ssh host agent
+    (:class:`launcher.execution.ssh.backend.HostAgent`): the first call for a host and ``folder``
+    dumps them all in one remote command; the other ranks of that host get its result."""
+    with _AGENT_LOCK:
+        lock = agent.__dict__.setdefault("_stack_lock", threading.Lock())
+    with lock:
+        done: Dict[str, Dict[Optional[int], List[str]]] = agent.__dict__.setdefault("_stack_dumps", {})
+        if folder not in done:
+            targets = [(f"rank{h.plan.rank}", h.pid) for h in list(agent.handles.values()) if h.pid and not h.done]
+            done[folder] = ssh_dump(agent.conn, agent.python, targets, folder) if targets else {}
+        return {rank: done[folder][rank]} if rank in done[folder] else {}

@@ -100,6 +100,7 @@ class EventKind(StrEnum):
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
     HUNG = "hung"  # the attempt is hung (no progress for the limit, or a collective timed out)
+    STOP_RESTARTS = "stop_restarts"  # a crash loop: restarts stop (docs/long-jobs.md)
     CLUSTER_STOP = "cluster_stop"  # the cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)
     JOB_END = "job_end"
 

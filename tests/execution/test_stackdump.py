@@ -59,3 +59,27 @@ def test_write_dumps_names_files_by_rank(tmp_path):
     got = write_dumps(str(tmp_path), lines)
     assert {k: [os.path.basename(p) for p in v] for k, v in got.items()} == {1: ["rank1.pid7.txt", "rank1.pid9.txt"], None: ["scheduler.pid3.txt"]}
     assert (tmp_path / "rank1.pid9.txt").read_text() == "b"
+
+
+def test_one_remote_command_dumps_every_running_rank_of_a_host(tmp_path, sleeper):
+    from types import SimpleNamespace
+
+    from launcher.execution.remotedump import agent_dump
+
+    calls = []
+
+    class Conn:  # runs the command here, as the host would
+        def run(self, command, timeout):
+            calls.append(command)
+            done = subprocess.run(command, shell=True, capture_output=True, timeout=timeout)
+            return done.returncode, done.stdout, done.stderr
+
+    def handle(rank, pid, done=False):
+        return SimpleNamespace(plan=SimpleNamespace(rank=rank), pid=pid, done=done)
+
+    agent = SimpleNamespace(conn=Conn(), python=sys.executable,
+                            handles={0: handle(0, sleeper.pid), 1: handle(1, sleeper.pid), 2: handle(2, 1, done=True)})
+    got = {r: agent_dump(agent, str(tmp_path), r) for r in (0, 1, 2)}
+    assert len(calls) == 1 and "rank0=" in calls[0] and "rank1=" in calls[0] and "rank2=" not in calls[0]
+    assert [os.path.basename(got[r][r][0]) for r in (0, 1)] == [f"rank0.pid{sleeper.pid}.txt", f"rank1.pid{sleeper.pid}.txt"]
+    assert got[2] == {}

@@ -71,3 +71,25 @@ def test_hung_job_under_slurm_is_dumped_by_srun_on_its_nodes(slurm, tmp_path):
     _check_hung_then_restarted(job, ["node1", "node2"])
     slurm.wait_idle()
     assert slurm.node_pids() == {}
+
+
+@pytest.mark.netns
+def test_ranks_of_one_ssh_host_are_dumped_on_it_in_one_go(cluster, tmp_path):  # noqa: F811
+    c = cluster
+    inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=2)
+    job, pids = tmp_path / "job", tmp_path / "pids"
+    pids.mkdir()
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    prog = os.path.join(HERE, "scripts", "hangprog.py")
+    r = subprocess.run(mslaunch_argv("run", "--hosts", inv, "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+                                     "--grace", "2", "--env", f"PIDDIR={pids}", "--hang-timeout", "4", prog, "steps", "0.3", "100",
+                                     "--stall-rank", "1", "--stall-at", "5"),
+                       capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert r.returncode == 125, r.stderr
+    hang = json.loads((job / "summary.json").read_text())["hang"]
+    rows = {row["rank"]: row for row in hang["ranks"]}
+    assert [rows[r]["host"] for r in (0, 1)] == [c.hosts[0].ip] * 2 and hang["culprit"]["rank"] == 1
+    assert rows[1]["frame"].startswith("stuck_reading_data (hangprog.py:") and rows[0]["frame"].startswith("wait_for_peers (hangprog.py:")
+    for r in (0, 1):
+        assert "tool: py-spy" in (job / "stacks" / rows[r]["stack_files"][0]).read_text()
+    assert wait_nothing_left(c) == {}

@@ -95,6 +95,9 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
         m = re.search(r"resume: (\S+resnet50-1_8\.ckpt) \(global step 8\); continuing at epoch 2", log)
         assert m, log[-3000:]
+    for folder, attempt in ((job, "0"), (job / "attempt_1", "1")):  # the requeued run continues the count (SLURM_RESTART_COUNT)
+        tasks = json.loads((folder / "slurm" / "tasks.json").read_text())
+        assert all(["MSLAUNCH_ATTEMPT", attempt] in w["env"] for w in tasks["workers"]), tasks["workers"][0]["env"]
     assert f"resume: removed {newer}: not on every rank (those steps are trained again)" in (
         job / "attempt_1" / "worker_0.log").read_text(errors="replace")
     slurm.wait_idle()

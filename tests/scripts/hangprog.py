@@ -28,7 +28,7 @@ if piddir:
 if role == "MS_SCHED":
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", int(os.environ["MS_SCHED_PORT"])))
+    srv.bind((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])))
     srv.listen(16)
     while True:
         time.sleep(3600)

@@ -128,10 +128,10 @@ class SshProcess(ProcessHandle):
             self._agent.control(op_line("kill", self.rank_id))
 
     def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
-        """This rank's stacks, dumped on its host (:func:`launcher.execution.remotedump.ssh_dump`)."""
-        from launcher.execution.remotedump import ssh_dump
+        """This rank's stacks, dumped on its host with its host's other ranks (:func:`launcher.execution.remotedump.agent_dump`)."""
+        from launcher.execution.remotedump import agent_dump
 
-        return ssh_dump(self._agent.conn, self._agent.python, [(f"rank{self.plan.rank}", self.pid)], folder) if self.pid else {}
+        return agent_dump(self._agent, folder, self.plan.rank)
 
     # ------------------------------------------------------------ from the pump
 
