@@ -28,8 +28,8 @@ def copy_tree(tmp_path) -> str:
     return root
 
 
-WORKLOADS = "Workloads stand alone: they import nothing from the launcher but launcher.workloads"
-ACYCLIC = "No import cycles between the modules of a package (lazy imports count)"
+WORKLOADS = "Workloads import only launcher.workloads"
+ACYCLIC = "No import cycles between sibling modules"
 MAX_LINES = 500
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from launcher.cli.app import app
+from launcher.cli.app import _register, app
 from launcher.cli.docs import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +25,8 @@ def test_every_epilog_page_exists(page):
     (["doctor", "--help"], "ssh.md"),
 ])
 def test_help_names_the_docs_page(argv, page):
+    if "run" not in {c.name for c in app.registered_commands}:
+        _register()  # what mslaunch's main() does before it parses
     result = CliRunner().invoke(app, argv, terminal_width=200)
     assert result.exit_code == 0, result.output
     assert f"docs/{page}" in result.output

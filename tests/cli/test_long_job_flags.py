@@ -12,6 +12,7 @@ def mslaunch(*args, cwd):
 
 
 def test_sbatch_passes_the_long_job_flags_to_run(tmp_path):
+    (tmp_path / "train.py").write_text("print('train')\n")  # sbatch checks that the program is there
     r = mslaunch("sbatch", "--dry-run", "-N", "1", "--hang-timeout", "10", "--first-step-timeout", "600", "--max-restarts", "2",
                  "--restart-delay", "10", "train.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
