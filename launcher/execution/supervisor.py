@@ -44,6 +44,10 @@ from launcher.planning import layout
 from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan
 
+#: Lines of a failed worker's log searched for a collective timeout: MindSpore's error line comes
+#: before its traceback (and a forked rank's exit prints more), 60 lines missed it.
+COLLECTIVE_TAIL = 400
+
 if TYPE_CHECKING:
     from launcher.execution.hangwatch import HangWatch
     from launcher.execution.restarts import AttemptProgress
@@ -345,7 +349,7 @@ class Supervisor:
         if outside is not None:
             return outside
         self.on_event("failure", {"name": name, "host": handle.host, "returncode": rc})
-        timed_out = self.hang.timed_out(handle, tail_lines(handle.log_path, 60)) if self.hang is not None else None
+        timed_out = self.hang.timed_out(handle, tail_lines(handle.log_path, COLLECTIVE_TAIL)) if self.hang is not None else None
         if timed_out is not None and handle.plan.rank is not None:  # it waited for a stuck rank: a hang too
             return self._hung(state, None, (handle.plan.rank, timed_out))
         return _Outcome(FAILED, exit_code_of(rc))
