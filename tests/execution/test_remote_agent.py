@@ -257,6 +257,7 @@ def test_silence_ends_every_rank(tmp_path):
         a.proc.wait(timeout=15)
         assert a.proc.returncode == 0 and time.monotonic() - t0 >= 1.6
         assert _gone(pids) == []
+        a.wait_for(lambda: len(a.exits()) == 2)  # the reader may still be taking in the last frames
         assert a.exits() == {0: -15, 1: -15}  # reported on the way out
     finally:
         a.close()
