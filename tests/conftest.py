@@ -52,14 +52,3 @@ def pytest_collection_modifyitems(config, items):
         parts = path.split("/")
         if (len(parts) > 1 and parts[0] == "tests" and parts[1] in _E2E_DIRS) or path in _E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
-    # The long ones first: pytest-xdist hands tests out in this order, so the MindSpore jobs and
-    # the cluster tests run beside the many short ones instead of after them (a long tail).
-    items.sort(key=_weight)
-
-
-def _weight(item) -> int:
-    """0 for MindSpore tests, 1 for other real-cluster and end-to-end tests, 2 for the rest."""
-    names = {m.name for m in item.iter_markers()}
-    if "mindspore" in names:
-        return 0
-    return 1 if names & {"netns", "slurm", "mpi", "e2e"} else 2
