@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.execution.test_run_local import assert_all_gone, job_pids
+from tests.execution.test_run_local import assert_all_gone, kill_recorded
 from tests.harness.ci import require_tool
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
@@ -40,11 +39,7 @@ def hjob(tmp_path):
             return json.loads((self.dir / "summary.json").read_text())
 
     yield Job()
-    for pid in job_pids(piddir) if piddir.exists() else []:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_recorded(piddir)
 
 
 def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):

@@ -39,6 +39,15 @@ def job_pids(piddir) -> list:
     return pids
 
 
+def kill_recorded(piddir) -> None:
+    """Safety net for a failing test: SIGKILL what a job recorded in ``piddir``, by pid only."""
+    for pid in job_pids(piddir) if piddir.exists() else []:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def assert_all_gone(piddir, within: float = 0.0):
     pids = job_pids(piddir)
     assert pids, "the job recorded its pids"
@@ -83,12 +92,7 @@ def job(tmp_path):
                 time.sleep(0.05)
 
     yield Job()
-    # Safety net for a failing test: kill what the job left, by recorded pid only.
-    for pid in job_pids(piddir) if piddir.exists() else []:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_recorded(piddir)
 
 
 def test_success_writes_job_dir(job):
