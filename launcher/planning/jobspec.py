@@ -24,6 +24,26 @@ HOSTFILE_NAME = layout.HOSTFILE_FILE
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """A host the plan leaves out, and why (``plan.json``'s ``excluded_hosts``).
+
+    Attributes:
+        host: the host's name as in the inventory.
+        reason: one line, e.g. ``slow: compute 1.1 GFLOPS, median 9.8`` or ``2 failures: rank 3 killed by SIGKILL``.
+        by: ``preflight`` (the health check before the start) or ``restart`` (failures in this job).
+        attempt: the first attempt planned without the host (0 for ``preflight``).
+    """
+
+    host: str
+    reason: str
+    by: str
+    attempt: int = 0
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"host": self.host, "reason": self.reason, "by": self.by, "attempt": self.attempt}
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """Per-node mode (msrun's model): this mslaunch runs one node's share of a multi-node job.
 
@@ -204,6 +224,7 @@ class Plan:
     ssh_config: Optional[str] = None
     cpu_notes: Tuple[str, ...] = ()
     cpu_warnings: Tuple[str, ...] = ()
+    excluded: Tuple[Exclusion, ...] = ()
 
     @property
     def processes(self) -> Tuple[ProcPlan, ...]:
@@ -256,4 +277,6 @@ class Plan:
             out["ssh_config"] = self.ssh_config
         if self.cpu_notes:
             out["cpu"] = {"notes": list(self.cpu_notes), "warnings": list(self.cpu_warnings)}
+        if self.excluded:
+            out["excluded_hosts"] = [e.to_json() for e in self.excluded]
         return out

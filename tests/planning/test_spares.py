@@ -1,0 +1,67 @@
+"""Spare hosts: re-planning a job without bad hosts keeps its world size (pure)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launcher.errors import PlanError
+from launcher.planning.inventory import parse_hostfile
+from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.spares import Exclusion, replan, spare_hosts
+
+INV = parse_hostfile("n1 slots=2\nn2 slots=2\nn3 slots=2\n", "h.txt")
+
+
+def spec(**kw):
+    base = dict(inventory=INV, program=("train.py",), python="/usr/bin/python3", cwd="/work",
+                job_dir="/work/mslaunch_logs/j1", job_id="j1", np=4)
+    base.update(kw)
+    return JobSpec(**base)
+
+
+def test_spares_are_the_hosts_without_ranks():
+    s = spec()
+    assert spare_hosts(s, build_plan(s)) == ("n3",)
+    assert spare_hosts(spec(np=6), build_plan(spec(np=6))) == ()
+
+
+def test_replan_moves_ranks_and_the_scheduler_to_the_spare():
+    s = spec()
+    gone = Exclusion("n1", "2 failures: rank 0 killed by SIGKILL", "restart", attempt=2)
+    plan = replan(s, [gone], 4)
+    assert plan.world_size == 4
+    assert [p.host for p in plan.ranks] == ["n2", "n2", "n3", "n3"]
+    assert plan.scheduler.host == "n2" and plan.ranks[0].env_dict()["MS_SCHED_HOST"] == "n2"
+    assert plan.excluded == (gone,)
+    doc = json.loads(json.dumps(plan.to_json()))
+    assert doc["excluded_hosts"] == [{"host": "n1", "reason": "2 failures: rank 0 killed by SIGKILL", "by": "restart", "attempt": 2}]
+    assert "excluded_hosts" not in build_plan(s).to_json()
+
+
+def test_replan_regenerates_the_hostfile_of_mpirun():
+    from launcher.planning.mpiopts import MpiOptions
+
+    s = spec(launcher="mpirun", wrapper="/t/mslaunch-rank.sh", method="mpi", mpi=MpiOptions(hostfile="/work/mslaunch_logs/j1/hostfile"))
+    plan = replan(s, [Exclusion("n2", "slow", "preflight")], 4)
+    hostfile = next(a.content for a in plan.artefacts if a.kind == "hostfile")
+    assert [line.split()[0] for line in hostfile.splitlines() if line and not line.startswith("#")] == ["n1", "n3"]
+
+
+def test_master_addr_on_an_excluded_host_is_dropped():
+    plan = replan(spec(master_addr="n1"), [Exclusion("n1", "faulty", "preflight")], 4)
+    assert plan.scheduler.host == "n2"
+
+
+@pytest.mark.parametrize("gone, np, left", [(("n1",), 6, "the other hosts have 4 slots"),
+                                             (("n1", "n2", "n3"), 2, "no host is left")])
+def test_without_enough_spares_one_line_names_the_hosts(gone, np, left):
+    with pytest.raises(PlanError) as err:
+        replan(spec(np=np), [Exclusion(h, "slow: compute", "preflight") for h in gone], np)
+    msg = str(err.value)
+    assert "\n" not in msg and left in msg and "n1: slow: compute" in msg and "lower --np" in msg
+
+
+def test_an_exclusion_is_listed_once():
+    e1, e2 = Exclusion("n1", "slow", "preflight"), Exclusion("n1", "again", "restart", 1)
+    assert replan(spec(), [e1, e2], 4).excluded == (e1,)
