@@ -9,6 +9,7 @@ import sys
 from typing import List, Optional, Tuple
 
 import pytest
+from tests.harness.cli import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "data")
@@ -24,11 +25,8 @@ def read(path: str) -> str:
 
 
 def mslaunch(*args: str, cwd: Optional[str] = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, COLUMNS="200", PYTHONPATH=ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", "ranktable", *args],
-        capture_output=True, text=True, cwd=cwd or ROOT, env=env, timeout=60,
-    )
+    """``mslaunch ranktable ARGS`` (in this process: see :mod:`tests.harness.cli`)."""
+    return run_cli("ranktable", *args, env=dict(os.environ, COLUMNS="200"), cwd=cwd or ROOT)
 
 
 def lines(text: str) -> List[str]:

@@ -1,14 +1,13 @@
 """The long-job flags on the command line: passed through sbatch, bad values refused before anything starts."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
+from tests.harness.cli import run_cli
 
 
 def mslaunch(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+    return run_cli(*args, cwd=str(cwd))  # refusals and dry runs: in this process (tests/harness/cli.py)
 
 
 def test_sbatch_passes_the_long_job_flags_to_run(tmp_path):

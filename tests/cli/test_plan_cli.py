@@ -4,16 +4,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
-import sys
 from typing import Any, Dict, List
+from tests.harness.cli import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def mslaunch(*args: str, cwd: str) -> str:
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    r = run_cli(*args, cwd=cwd)  # plan starts nothing: in this process (tests/harness/cli.py)
     assert r.returncode == 0, r.stderr
     return r.stdout
 

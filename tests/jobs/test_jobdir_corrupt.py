@@ -11,10 +11,11 @@ import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, Tuple
 
 import pytest
+
+from tests.harness.cli import run_cli
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -22,8 +23,8 @@ GOOD = "good-job"
 
 
 def cli(home: str, *args: str, cwd: str = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MSLAUNCH_HOME=home, COLUMNS="2000")
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    """``mslaunch ARGS`` with ``home`` as MSLAUNCH_HOME (in this process: these commands only read)."""
+    return run_cli(*args, env=dict(os.environ, MSLAUNCH_HOME=home, COLUMNS="2000"), cwd=cwd)
 
 
 def no_traceback(r: subprocess.CompletedProcess) -> None:
@@ -99,13 +100,11 @@ def check_isolation(template: str, tmp_path, cases: Dict[str, Tuple[Damage, str]
     good_status = cli(home, "status", GOOD)
     assert good_status.returncode == 0 and good_status.stdout.startswith(f"job {GOOD}: succeeded\n"), good_status.stdout
 
-    # the commands only read: run them a few at a time
     # (`status --json` and `logs ls` share their reading with `status` and `logs tail`: checked for the first cases only)
     first = list(cases)[:3]
     commands = [(job_id, cmd) for job_id in cases for cmd in (("status", job_id), ("logs", "tail", job_id), ("stop", job_id))]
     commands += [(job_id, cmd) for job_id in first for cmd in (("status", job_id, "--json"), ("logs", "ls", job_id))]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = dict(zip(commands, pool.map(lambda c: cli(home, *c[1]), commands)))
+    results = {c: cli(home, *c[1]) for c in commands}
     for job_id, (_, reason) in cases.items():
         st = results[(job_id, ("status", job_id))]
         no_traceback(st)
@@ -267,7 +266,8 @@ def test_registry_folder_unusable(tmp_path):
         home.mkdir()
         make(home / "jobs")
         job = tmp_path / "job"
-        r = cli(str(home), "run", "--np", "1", "--master-port", "auto", "--log-dir", str(job), "--no-python", "false")
+        r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "1", "--master-port", "auto", "--log-dir", str(job), "--no-python", "false"],
+                           capture_output=True, text=True, env=dict(os.environ, MSLAUNCH_HOME=str(home)), timeout=60)
         assert r.returncode == 2 and r.stderr.startswith(f"mslaunch: error: {home / 'jobs'}: cannot create the job registry: ")
         assert len(r.stderr.splitlines()) == 1 and not job.exists(), r.stderr
         for args in (("ps",), ("status",), ("logs", "tail"), ("stop", "x")):

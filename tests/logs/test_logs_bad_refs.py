@@ -6,13 +6,20 @@ import os
 import subprocess
 import sys
 
+from tests.harness.cli import run_cli
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
 
 
 def cli(home, *args, cwd=None):
+    """``mslaunch ARGS`` with ``home`` as MSLAUNCH_HOME, in this process (``logs`` only reads)."""
+    return run_cli(*args, env=dict(os.environ, MSLAUNCH_HOME=str(home)), cwd=cwd)
+
+
+def run_job(home, *args, cwd=None):
     env = dict(os.environ, MSLAUNCH_HOME=str(home))
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    return subprocess.run([sys.executable, "-m", "launcher", "run", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
 
 
 def test_logs_tail_and_ls_reject_what_is_not_a_job(tmp_path):
@@ -32,7 +39,7 @@ def test_logs_tail_and_ls_reject_what_is_not_a_job(tmp_path):
 
     # a real finished job, so that "newest job" exists and bad references cannot fall back to it
     job = tmp_path / "job"
-    run = cli(home, "run", "--np", "1", "--master-port", "auto", "--quiet", "--log-dir", str(job), "--no-python", sys.executable, PROG, "ok", "0.05",
+    run = run_job(home, "--np", "1", "--master-port", "auto", "--quiet", "--log-dir", str(job), "--no-python", sys.executable, PROG, "ok", "0.05",
               cwd=str(tmp_path))
     assert run.returncode == 0, run.stderr
     assert "[rank 0] rank0 done" in cli(home, "logs", "tail", cwd=str(tmp_path)).stdout

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from tests.harness.cli import run_cli
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
 
@@ -43,8 +45,7 @@ def test_logs_tail_odd_log_files(tmp_path):
             log0.unlink()
         make(log0)
         for follow in ((), ("-f",)):
-            t = subprocess.run([sys.executable, "-m", "launcher", "logs", "tail", str(job), "-n", "2", *follow],
-                               capture_output=True, text=True, env=env, timeout=60)
+            t = run_cli("logs", "tail", str(job), "-n", "2", *follow, env=env)  # in this process: the job has ended
             assert t.returncode == 0 and "Traceback" not in t.stderr, t.stderr
             lines = t.stdout.splitlines()
             assert [x for x in lines if x.startswith("[rank 0]")] == expected, (make, lines[:4])

@@ -1,0 +1,106 @@
+"""Run the mslaunch CLI in the test's own process: what ``python -m launcher ARGS`` would print
+and exit with, without starting an interpreter (each start costs about 0.6 s of CPU, and a
+suite that checks hundreds of refusals and reads of job folders paid minutes for them).
+
+For commands that start no job: refusals of bad input, ``plan``/``--dry-run``, the generators
+(``ranktable``, ``hostfile``, ``k8s gen``), and the readers of job folders (``ps``, ``status``,
+``logs tail`` without ``-f``, ``report``).  A command that would start a job fails the test
+(:func:`run_cli` refuses it): jobs run as processes, through :func:`tests.conftest.mslaunch_argv`.
+
+The environment, working directory, standard streams and ``sys.argv`` are the call's own and
+are put back after it; an exception other than ``SystemExit`` is printed as the interpreter
+would print it (a traceback on stderr, exit 1), so "no traceback" checks keep their meaning.
+"""
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import traceback
+from typing import Mapping, Optional, Sequence
+from unittest import mock
+
+__all__ = ["run_cli"]
+
+
+class _JobWouldStart(BaseException):
+    """Raised where a job would start in the test's process (BaseException: no ``except Exception`` hides it)."""
+
+
+def _refuse(*_args: object, **_kwargs: object) -> None:
+    raise _JobWouldStart("run_cli: this command starts a job; run it as a process (tests.conftest.mslaunch_argv)")
+
+
+def _stream() -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="replace", newline="", write_through=True)
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    return stream.buffer.getvalue().decode("utf-8", "replace")  # type: ignore[attr-defined]
+
+
+def run_cli(*args: str, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+            input: Optional[str] = None, timeout: Optional[float] = None) -> "subprocess.CompletedProcess[str]":
+    """``mslaunch ARGS`` in this process; the result has the shape of ``subprocess.run(..., text=True)``'s.
+
+    Args:
+        env: the whole environment of the call (as ``subprocess.run``'s ``env``); None: this one.
+        cwd: the working directory of the call.
+        input: its standard input.
+        timeout: accepted for the callers' sake; nothing here waits.
+    """
+    del timeout
+    argv = ["mslaunch", *args]
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    out, err = _stream(), _stream()
+    code = 0
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.argv = argv
+        sys.stdin, sys.stdout, sys.stderr = io.StringIO(input or ""), out, err
+        with mock.patch("launcher.execution.runner.run_plan", _refuse), mock.patch("launcher.cli.run._detach", _refuse):
+            code = _main(list(args))
+    except SystemExit as exc:
+        code = _exit_code(exc, err)
+    except _JobWouldStart:
+        raise AssertionError(f"run_cli {' '.join(args)}: this command starts a job; run it as a process") from None
+    except BaseException:  # noqa: BLE001 - what the interpreter would do with it
+        traceback.print_exc(file=err)
+        code = 1
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        if env is not None or os.environ != saved_env:
+            os.environ.clear()
+            os.environ.update(saved_env)
+    return subprocess.CompletedProcess(argv, code, _text(out), _text(err))
+
+
+def _main(args: Sequence[str]) -> int:
+    """What ``launcher/__main__.py`` does with ``args`` (a return means exit 0)."""
+    if list(args[:1]) == ["ranktable"]:
+        from launcher.cli.ranktable import main as ranktable_main
+
+        ranktable_main(list(args[1:]))
+        return 0
+    from launcher.cli.app import main
+
+    main(list(args))
+    return 0
+
+
+def _exit_code(exc: SystemExit, err: io.TextIOWrapper) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    err.write(f"{exc.code}\n")  # sys.exit("text"): the interpreter prints it and exits 1
+    return 1
