@@ -25,6 +25,7 @@ PROG = os.path.join(HERE, "scripts", "metricprog.py")
 
 from tests.integration.test_multihost import cluster  # noqa: E402,F401  (the namespace cluster fixture, emptied after each test)
 from tests.harness.ci import require_tool
+from tests.harness.cli import run_cli
 from tests.harness.mindspore import require_mindspore
 
 
@@ -50,7 +51,8 @@ def job(tmp_path):
                     "--grace", "2", *extra, PROG, *args]
 
         def cli(self, *args, timeout=60):
-            return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=timeout)
+            """top / status / stop / report: in this process (they start nothing; see tests/harness/cli.py)."""
+            return run_cli(*args, env=env, cwd=str(tmp_path), timeout=timeout)
 
         def run(self, *args, extra=(), timeout=120):
             return subprocess.run(self.run_argv(*args, extra=extra), capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=timeout)
