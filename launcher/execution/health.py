@@ -41,7 +41,7 @@ class HealthBudget:
     n: int = 256  #: matmul size
     window: float = 0.3  #: one compute window
     repeats: int = 3  #: compute windows; the best counts
-    transfer: float = 0.5  #: one transfer's duration
+    transfer: float = 1.0  #: one transfer's duration
     delay: float = 0.2  #: start every host's step together, this long after the command is sent
     start_timeout: float = 20.0  #: the probe starts, imports its kernel, opens its sink
     slack: float = 8.0  #: added to every step's own duration for its answer
