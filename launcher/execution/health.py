@@ -70,6 +70,7 @@ class _Link:
         self.host = host
         self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
         self.dead: Optional[str] = None
+        self.pid: Optional[int] = None  #: the probe's pid on its host, once it answered ``start``
 
     def _pump(self, read: Any) -> None:
         buf = b""
@@ -110,7 +111,12 @@ class _Link:
     def _said(self) -> str:
         return ""
 
-    def close(self) -> None:
+    def end(self) -> None:
+        """Ask the probe to exit (``quit``, then the end of its stdin)."""
+        raise NotImplementedError
+
+    def reap(self, deadline: float) -> None:
+        """Wait for the probe to exit until ``deadline``, then kill it."""
         raise NotImplementedError
 
 
@@ -137,13 +143,15 @@ class _LocalLink(_Link):
             err = ""
         return f": {err.splitlines()[-1]}" if err else ""
 
-    def close(self) -> None:
+    def end(self) -> None:
         try:
             self.proc.stdin.close()  # type: ignore[union-attr]
         except OSError:
             pass
+
+    def reap(self, deadline: float) -> None:
         try:
-            self.proc.wait(timeout=3)
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             import os
             import signal
@@ -170,12 +178,19 @@ class _SshLink(_Link):
             err = ""
         return f": {err.splitlines()[-1]}" if err else ""
 
-    def close(self) -> None:
+    def end(self) -> None:
         self.conn.send(self.chan, (json.dumps({"op": "quit"}) + "\n").encode())
         self.conn.send_eof(self.chan)
-        deadline = time.monotonic() + 3
+
+    def reap(self, deadline: float) -> None:
+        """Wait for the probe's exit until ``deadline``; then kill it by its pid (from ``start``)."""
         while not self.chan.exit_status_ready() and time.monotonic() < deadline:
             time.sleep(0.01)
+        if not self.chan.exit_status_ready() and self.pid is not None:
+            try:
+                self.conn.run(f"kill -9 {int(self.pid)}", timeout=5)
+            except Exception:
+                pass  # the probe's own lifetime ends it
         self.chan.close()
 
 
@@ -226,7 +241,10 @@ def run_health(
         for h in hosts:
             py = python.get(h.name) or h.python
             if h.is_local:
-                links[h.name] = _LocalLink(h.name, _argv(py or sys.executable, kernel, "", lifetime), THREAD_ENV)
+                try:
+                    links[h.name] = _LocalLink(h.name, _argv(py or sys.executable, kernel, "", lifetime), THREAD_ENV)
+                except OSError as exc:
+                    failures[h.name] = f"cannot start the probe: {exc.strerror or exc}: {py or sys.executable}"
                 continue
             conn = conns.get(h.name)
             if not isinstance(conn, SshConnection):
@@ -242,6 +260,8 @@ def run_health(
         start_t = budget.mindspore_start_timeout if kernel == "mindspore" else budget.start_timeout
         started = _ask(links, {h: {"op": "start", "kernel": kernel, "n": budget.n} for h in links}, start_t)
         port = _note(started, failures, "start", "port")
+        for h, a in started.items():
+            links[h].pid = a.get("pid")
         alive = [h for h in names if h in links and h not in failures]
         step = budget.delay + budget.window * budget.repeats + budget.slack
         done = _ask(links, {h: {"op": "compute", "window": budget.window, "repeats": budget.repeats, "delay": budget.delay}
@@ -262,14 +282,32 @@ def run_health(
         verdicts = judge(names, gflops, failures, transfers, threshold, network=network)
         return HealthResult(tuple(verdicts), time.monotonic() - t_start, note)
     finally:
-        for link in links.values():
-            try:
-                link.close()
-            except Exception:
-                pass
+        _close_all(list(links.values()))
         for c in conns.values():
             if isinstance(c, SshConnection):
                 c.close()
+
+
+def _close_all(links: Sequence[_Link], grace: float = 2.0) -> None:
+    """End every probe at once, wait up to ``grace`` seconds for all, kill the rest (in parallel)."""
+    for link in links:
+        try:
+            link.end()
+        except Exception:
+            pass
+    deadline = time.monotonic() + grace
+
+    def reap(link: _Link) -> None:
+        try:
+            link.reap(deadline)
+        except Exception:
+            pass
+
+    threads = [threading.Thread(target=reap, args=(link,), daemon=True) for link in links]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(grace + 10)
 
 
 def _note(answers: Mapping[str, Dict[str, Any]], failures: Dict[str, str], step: str, key: str) -> Dict[str, Any]:
