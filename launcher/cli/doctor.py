@@ -125,7 +125,12 @@ def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: st
     plan_opts = opts if (opts.program or opts.module) else replace(opts, program=("mslaunch-doctor-no-program.py",), no_python=False)
     if plan_opts.method == "ranktable":  # device IPs are not needed to check hosts
         plan_opts = replace(plan_opts, method="dynamic")
-    result = check_hosts(build_spec(plan_opts), ssh, kernel, threshold)
+    if opts.launcher == "slurm":
+        from launcher.cli.health import check_slurm
+
+        result = check_slurm(opts.python, kernel, threshold)
+    else:
+        result = check_hosts(build_spec(plan_opts), ssh, kernel, threshold)
     if as_json:
         sys.stdout.write(result_json(result, kernel, threshold) + "\n")
     else:

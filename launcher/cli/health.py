@@ -42,11 +42,22 @@ def check_hosts(spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float
     from launcher.execution.health import run_health
 
     if spec.launcher == "slurm":
-        raise PlanError("the health check does not run over Slurm yet: run 'mslaunch doctor --health' with an ssh "
-                        "inventory of the nodes (--hosts)", field="--launcher")
+        return check_slurm(spec.python, kernel, threshold)
     hosts = spec.inventory.hosts
     python = {h.name: h.python if h.python is not None else spec.python for h in hosts}
     return run_health(hosts, python, replace(ssh, config=spec.ssh_config), kernel=kernel, threshold=threshold)
+
+
+def check_slurm(python: Optional[str], kernel: str = "numpy", threshold: float = 0.5) -> Any:
+    """The check on every node of the Slurm allocation this runs in (one srun step per node)."""
+    import os
+
+    from launcher.execution.slurm.health import slurm_health
+    from launcher.planning.slurmalloc import in_allocation
+
+    if not in_allocation(os.environ):
+        raise PlanError("the health check over Slurm runs inside an allocation (salloc, sbatch)", field="--launcher")
+    return slurm_health(os.environ, python or sys.executable, kernel=kernel, threshold=threshold)
 
 
 def print_result(result: Any, prefix: str = "") -> None:

@@ -31,7 +31,7 @@ from launcher.planning.inventory import Host
 if TYPE_CHECKING:
     from launcher.execution.ssh.settings import SSHSettings
 
-__all__ = ["HealthBudget", "HealthResult", "run_health"]
+__all__ = ["HealthBudget", "HealthResult", "ProbeLink", "close_all", "drive", "run_health"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class HealthResult:
         return all(v.ok for v in self.verdicts)
 
 
-class _Link:
+class ProbeLink:
     """One probe: send JSON lines, receive JSON lines (a reader thread fills a queue)."""
 
     def __init__(self, host: str) -> None:
@@ -120,7 +120,7 @@ class _Link:
         raise NotImplementedError
 
 
-class _LocalLink(_Link):
+class LocalLink(ProbeLink):
     def __init__(self, host: str, argv: List[str], env: Mapping[str, str]) -> None:
         super().__init__(host)
         import os
@@ -160,7 +160,7 @@ class _LocalLink(_Link):
             self.proc.wait()
 
 
-class _SshLink(_Link):
+class SshLink(ProbeLink):
     def __init__(self, host: str, conn: Any, command: str) -> None:
         super().__init__(host)
         self.conn = conn
@@ -199,7 +199,7 @@ def _argv(python: str, kernel: str, bind: str, lifetime: float) -> List[str]:
     return [python, "-c", AGENT, cfg]
 
 
-def _ask(links: Dict[str, _Link], orders: Mapping[str, Dict[str, Any]], timeout: float) -> Dict[str, Dict[str, Any]]:
+def _ask(links: Dict[str, ProbeLink], orders: Mapping[str, Dict[str, Any]], timeout: float) -> Dict[str, Dict[str, Any]]:
     """Send each host its command at once, then collect every answer within ``timeout``."""
     for h, cmd in orders.items():
         links[h].send(cmd)
@@ -234,7 +234,7 @@ def run_health(
     failures: Dict[str, str] = {}
     remote = [h for h in hosts if not h.is_local]
     conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}
-    links: Dict[str, _Link] = {}
+    links: Dict[str, ProbeLink] = {}
     addr: Dict[str, str] = {}
     lifetime = budget.lifetime(kernel)
     try:
@@ -242,7 +242,7 @@ def run_health(
             py = python.get(h.name) or h.python
             if h.is_local:
                 try:
-                    links[h.name] = _LocalLink(h.name, _argv(py or sys.executable, kernel, "", lifetime), THREAD_ENV)
+                    links[h.name] = LocalLink(h.name, _argv(py or sys.executable, kernel, "", lifetime), THREAD_ENV)
                 except OSError as exc:
                     failures[h.name] = f"cannot start the probe: {exc.strerror or exc}: {py or sys.executable}"
                 continue
@@ -254,41 +254,59 @@ def run_health(
             env = " ".join(f"{k}={v}" for k, v in THREAD_ENV.items())
             command = f"exec env {env} " + " ".join(shlex.quote(p) for p in _argv(py or "python3", kernel, addr[h.name], lifetime))
             try:
-                links[h.name] = _SshLink(h.name, conn, command)
+                links[h.name] = SshLink(h.name, conn, command)
             except (LaunchError, Exception) as exc:  # paramiko raises its own errors on exec
                 failures[h.name] = f"cannot start the probe: {exc}"
-        start_t = budget.mindspore_start_timeout if kernel == "mindspore" else budget.start_timeout
-        started = _ask(links, {h: {"op": "start", "kernel": kernel, "n": budget.n} for h in links}, start_t)
-        port = _note(started, failures, "start", "port")
-        for h, a in started.items():
-            links[h].pid = a.get("pid")
-        alive = [h for h in names if h in links and h not in failures]
-        step = budget.delay + budget.window * budget.repeats + budget.slack
-        done = _ask(links, {h: {"op": "compute", "window": budget.window, "repeats": budget.repeats, "delay": budget.delay}
-                            for h in alive}, step)
-        gflops = _note(done, failures, "compute", "gflops")
-        netted = [h for h in names if h in addr and h not in failures]
-        transfers: List[Transfer] = []
-        network = len(netted) >= 2
-        note = "checked" if network else ("not checked: fewer than 2 hosts besides this machine answered" if remote
-                                          else "not checked: every host is this machine")
-        if network:
-            pairs, odd = round1_pairs(netted)
-            transfers = _transfers(links, pairs, addr, port, budget, 1)
-            slow, fast = slow_members(transfers, threshold)
-            candidates = slow + ([odd] if odd else [])
-            if candidates and fast:
-                transfers += _transfers(links, round2_pairs(candidates, fast), addr, port, budget, 2)
-        verdicts = judge(names, gflops, failures, transfers, threshold, network=network)
-        return HealthResult(tuple(verdicts), time.monotonic() - t_start, note)
+        return drive(names, links, failures, addr, kernel=kernel, threshold=threshold, budget=budget, t_start=t_start,
+                     no_network="not checked: fewer than 2 hosts besides this machine answered" if remote
+                     else "not checked: every host is this machine")
     finally:
-        _close_all(list(links.values()))
+        close_all(list(links.values()))
         for c in conns.values():
             if isinstance(c, SshConnection):
                 c.close()
 
 
-def _close_all(links: Sequence[_Link], grace: float = 2.0) -> None:
+def drive(
+    names: Sequence[str],
+    links: Dict[str, ProbeLink],
+    failures: Dict[str, str],
+    addr: Mapping[str, str],
+    *,
+    kernel: str,
+    threshold: float,
+    budget: HealthBudget,
+    t_start: float,
+    no_network: str = "not checked: fewer than 2 hosts answered",
+) -> HealthResult:
+    """The check over open probes (``links``; hosts without one are in ``failures``): start,
+    compute, the network rounds between the hosts of ``addr`` (host -> the address its peers
+    connect to), verdicts.  Updates ``failures``; sets each link's ``pid``."""
+    start_t = budget.mindspore_start_timeout if kernel == "mindspore" else budget.start_timeout
+    started = _ask(links, {h: {"op": "start", "kernel": kernel, "n": budget.n} for h in links}, start_t)
+    port = _note(started, failures, "start", "port")
+    for h, a in started.items():
+        links[h].pid = a.get("pid")
+    alive = [h for h in names if h in links and h not in failures]
+    step = budget.delay + budget.window * budget.repeats + budget.slack
+    done = _ask(links, {h: {"op": "compute", "window": budget.window, "repeats": budget.repeats, "delay": budget.delay}
+                        for h in alive}, step)
+    gflops = _note(done, failures, "compute", "gflops")
+    netted = [h for h in names if h in addr and h not in failures]
+    transfers: List[Transfer] = []
+    network = len(netted) >= 2
+    if network:
+        pairs, odd = round1_pairs(netted)
+        transfers = _transfers(links, pairs, addr, port, budget, 1)
+        slow, fast = slow_members(transfers, threshold)
+        candidates = slow + ([odd] if odd else [])
+        if candidates and fast:
+            transfers += _transfers(links, round2_pairs(candidates, fast), addr, port, budget, 2)
+    verdicts = judge(names, gflops, failures, transfers, threshold, network=network)
+    return HealthResult(tuple(verdicts), time.monotonic() - t_start, "checked" if network else no_network)
+
+
+def close_all(links: Sequence[ProbeLink], grace: float = 2.0) -> None:
     """End every probe at once, wait up to ``grace`` seconds for all, kill the rest (in parallel)."""
     for link in links:
         try:
@@ -297,7 +315,7 @@ def _close_all(links: Sequence[_Link], grace: float = 2.0) -> None:
             pass
     deadline = time.monotonic() + grace
 
-    def reap(link: _Link) -> None:
+    def reap(link: ProbeLink) -> None:
         try:
             link.reap(deadline)
         except Exception:
@@ -321,7 +339,7 @@ def _note(answers: Mapping[str, Dict[str, Any]], failures: Dict[str, str], step:
     return out
 
 
-def _transfers(links: Dict[str, _Link], pairs: Sequence[Tuple[str, str]], addr: Mapping[str, str],
+def _transfers(links: Dict[str, ProbeLink], pairs: Sequence[Tuple[str, str]], addr: Mapping[str, str],
                port: Mapping[str, Any], budget: HealthBudget, rnd: int) -> List[Transfer]:
     """Both members of every pair send to each other at once; one :class:`Transfer` per pair."""
     orders: Dict[str, Dict[str, Any]] = {}

@@ -14,7 +14,9 @@ command                                            answer
 ``{"op": "quit"}``                                 none: the program exits
 =================================================  ==========================================
 
-A failed command answers ``{"error": "..."}``.  The program exits at the end of its stdin, on
+With ``connect: [addr, port]`` in ``CFG`` (Slurm: one ``srun`` step per node) the lines go over a
+TCP connection to that address instead, which starts with ``{"hello": CFG's token, "addr": the
+probe's own address on that connection}``.  A failed command answers ``{"error": "..."}``.  The program exits at the end of its stdin, on
 ``quit``, and in any case ``lifetime`` seconds after it started (``CFG``'s ``lifetime``), so
 nothing is left running on a host whatever happens to the launching machine.  BLAS runs on
 one thread (the environment is set by the caller), so hosts compare fairly.
@@ -32,9 +34,17 @@ cfg = json.loads(sys.argv[1])
 _t = threading.Timer(float(cfg.get("lifetime", 60)), lambda: os._exit(3))
 _t.daemon = True
 _t.start()
+if cfg.get("connect"):
+    _cs = socket.create_connection((cfg["connect"][0], int(cfg["connect"][1])), timeout=30)
+    _cs.settimeout(None)
+    _in, _out = _cs.makefile("r", encoding="utf-8"), _cs.makefile("w", encoding="utf-8")
+    _out.write(json.dumps({"hello": cfg.get("token"), "addr": _cs.getsockname()[0]}) + "\n")
+    _out.flush()
+else:
+    _in, _out = sys.stdin, sys.stdout
 def reply(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+    _out.write(json.dumps(obj) + "\n")
+    _out.flush()
 def sink(c):
     c.settimeout(float(cfg.get("lifetime", 60)))
     try:
@@ -100,7 +110,7 @@ def send(addr, port, seconds, delay):
     return sent / el / 1e6
 run, srv, n = None, None, 256
 while True:
-    line = sys.stdin.readline()
+    line = _in.readline()
     if not line:
         break
     try:

@@ -105,3 +105,30 @@ def host_faults(cluster: NamespaceCluster, *, throttled: Tuple[HostRef, ...] = (
                 unshape_link(cluster, h)
             else:
                 cluster.start_sshd(h)
+
+
+def stop_slurmd(cluster, node: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Stop ``node``'s slurmd (a :class:`tests.harness.slurm_cluster.SlurmCluster` node) by its pid."""
+    import signal
+    import time
+
+    pid = cluster.daemon_pids()[node]
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid  # not our child (a cluster attached from its state): gone when kill(0) fails
+            try:
+                os.kill(pid, 0)
+                done = 0
+            except ProcessLookupError:
+                pass
+        if done == pid:
+            return
+        time.sleep(0.05)
+    os.killpg(pid, signal.SIGKILL)
