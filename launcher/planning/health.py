@@ -12,7 +12,8 @@ inventory (see :mod:`launcher.execution.health` for the running part):
   network figure is the best of its transfers, so the healthy member of a slow pair is cleared
   by its round-2 transfer and the slow one stays slow (DLRover's node check does the same).
 
-Verdicts: ``faulty`` when the host did not answer (connection, start, kernel or timeout),
+Verdicts: ``faulty`` when the host did not answer (connection, start, kernel or timeout) or
+none of its transfers worked (in every round it was in),
 ``slow`` when its compute or network figure is below ``threshold`` x the median of the hosts
 that answered (network: of the hosts' round-1 figures, where every pair runs at once; round 2
 only clears a host), else ``ok``.  Each verdict carries a one-line reason with the figures.
@@ -159,6 +160,9 @@ def judge(
             continue
         g = gflops.get(h)
         m = best.get(h)
+        if network and ts and all(t.error and t.mbps == 0.0 for t in ts):  # no transfer of it worked, in any round
+            out.append(Verdict(h, FAULTY, f"faulty: network: {ts[-1].error}", g, m, ts))
+            continue
         why: List[str] = []
         if g is not None and g < threshold * med_gflops:
             why.append(f"compute {g:.2f} GFLOPS, median {med_gflops:.2f}")

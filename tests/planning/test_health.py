@@ -68,3 +68,13 @@ def test_health_json_shape() -> None:
     assert data["ok"] is False and data["median"] == {"gflops": 10.0, "mbps": 50.5}
     assert data["hosts"][0] == {"host": "h1", "verdict": "slow", "gflops": 10.0, "mbps": 1.0,
                                 "reason": v[0].reason, "transfers": [{"a": "h1", "b": "h2", "round": 1, "mbps": 1.0}]}
+
+
+def test_a_host_no_transfer_of_which_worked_is_faulty() -> None:
+    """h1 refuses connections: both its rounds fail; its round-1 partner is cleared in round 2."""
+    ts = [Transfer("h1", "h2", 0.0, 1, "h2: ConnectionRefusedError: [Errno 111] Connection refused"),
+          Transfer("h3", "h4", 100.0), Transfer("h1", "h3", 0.0, 2, "h3: ConnectionRefusedError: [Errno 111] Connection refused"),
+          Transfer("h2", "h4", 98.0, 2)]
+    v = judge(HOSTS[:4], FAST, {}, ts)
+    assert [x.status for x in v] == ["faulty", "ok", "ok", "ok"]
+    assert v[0].reason == "faulty: network: h3: ConnectionRefusedError: [Errno 111] Connection refused"
