@@ -38,6 +38,7 @@ _E2E_MODULES = {
     "tests/cli/test_plan_cli.py", "tests/cli/test_sbatch.py", "tests/cli/test_top.py",
     "tests/execution/test_faults_local.py", "tests/execution/test_run_local.py", "tests/execution/test_zygote.py",
     "tests/execution/test_toy_backend.py", "tests/execution/test_stopsignals.py", "tests/execution/test_junit.py",
+    "tests/execution/test_health.py", "tests/cli/test_doctor_health.py",
     "tests/jobs/test_jobdir_corrupt.py", "tests/jobs/test_jobdir_paths.py",
     "tests/logs/test_logs_bad_refs.py", "tests/logs/test_logs_tail_files.py",
     "tests/planning/test_parser_bounds.py",

@@ -14,6 +14,7 @@ PAGES = {
     "msrun": "msrun.md",
     "long-jobs": "long-jobs.md",
     "cpu": "cpu-performance.md",
+    "health": "health.md",
 }
 
 

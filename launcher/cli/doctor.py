@@ -33,6 +33,9 @@ def doctor_cmd(
     hccn_path: str = typer.Option("/etc/hccn.conf", "--hccn-path", help="hccn.conf to look for on every host (ranktable method)."),
     max_skew: float = typer.Option(1.0, "--max-skew", help="Allowed clock difference to this machine, s."),
     cpu_probe: Optional[bool] = typer.Option(None, "--cpu-probe/--no-cpu-probe", help="Time MindSpore's CPU kernels on every host (default: when the job is a MindSpore CPU job or no program is given; cached).", rich_help_panel="CPU"),
+    health: bool = typer.Option(False, "--health", help="Instead of the checks: the health check of every inventory host (compute kernel, paired transfers; verdict ok / slow / faulty). Exit 1 when a host is slow or faulty. See docs/health.md.", rich_help_panel="Health"),
+    health_kernel: str = typer.Option("numpy", "--health-kernel", help="numpy | mindspore: the compute kernel of --health (a matmul).", rich_help_panel="Health"),
+    health_threshold: float = typer.Option(0.5, "--health-threshold", help="--health: a host below this fraction of the median (compute or network) is slow.", rich_help_panel="Health"),
     *,
     opts: JobOptions,
     ssh: SSHSettings,
@@ -43,6 +46,9 @@ def doctor_cmd(
     from launcher.execution.doctor import DoctorJob, reports_json, run_doctor
     from launcher.planning.plan import build_plan
 
+    if health:
+        _health_doctor(opts, ssh, as_json, health_kernel, health_threshold)
+        return
     if opts.launcher == "slurm":
         _slurm_doctor(opts, as_json)
         return
@@ -106,6 +112,30 @@ def doctor_cmd(
         _print_table(reports)
         _print_cpu(cpu)
     raise typer.Exit(1 if failed else 0)
+
+
+def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: str, threshold: float) -> None:
+    """``doctor --health`` (see :mod:`launcher.cli.health`); exit 1 when a host is slow or faulty."""
+    from launcher.cli.health import check_hosts, check_kernel, check_threshold, print_result, result_json
+
+    check_kernel(kernel)
+    check_threshold(threshold)
+    if opts.launcher != "slurm" and not opts.hosts and not opts.host_list:
+        raise PlanError("pass --hosts FILE or -H LIST: doctor --health checks the hosts of an inventory", field="--hosts")
+    plan_opts = opts if (opts.program or opts.module) else replace(opts, program=("mslaunch-doctor-no-program.py",), no_python=False)
+    if plan_opts.method == "ranktable":  # device IPs are not needed to check hosts
+        plan_opts = replace(plan_opts, method="dynamic")
+    if opts.launcher == "slurm":
+        from launcher.cli.health import check_slurm
+
+        result = check_slurm(opts.python, kernel, threshold)
+    else:
+        result = check_hosts(build_spec(plan_opts), ssh, kernel, threshold)
+    if as_json:
+        sys.stdout.write(result_json(result, kernel, threshold) + "\n")
+    else:
+        print_result(result)
+    raise typer.Exit(0 if result.ok else 1)
 
 
 def _imports_mindspore(opts: JobOptions) -> bool:

@@ -50,6 +50,7 @@ def run_cmd(
     junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
     sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
     zygote: Optional[bool] = typer.Option(None, "--zygote/--no-zygote", help="Import MindSpore once and fork each local Python rank from it (faster start). Default: on for MindSpore CPU jobs of the local launcher, with a fallback to plain processes when the import is not fork-safe; --no-zygote: plain processes.", rich_help_panel="Run"),
+    preflight: Optional[str] = typer.Option(None, "--preflight", metavar="MODE", help="exclude | warn | fail: check every inventory host (compute kernel, paired transfers) before starting; exclude plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See docs/health.md.", rich_help_panel="Run"),
     minimal_scheduler: Optional[bool] = typer.Option(None, "--minimal-scheduler/--script-scheduler", help="With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() alone (default), or runs your script as msrun does (--script-scheduler).", rich_help_panel="Run"),
     *,
     opts: JobOptions,
@@ -78,6 +79,9 @@ def run_cmd(
         opts = stand_in_options(opts)
     elif not dry_run:
         opts = resolve_master(opts, start_timeout, os.environ)  # a pod's DNS name: wait for it, use its address
+    from launcher.cli.health import check_mode
+
+    check_mode(preflight)
     spec = build_spec(opts, allocation=stand_in_env)
     plan = build_plan(spec)
     check_program(spec, os.environ if stand_in_env is None else stand_in_env)
@@ -104,6 +108,11 @@ def run_cmd(
         _detach(plan)
         return
 
+    pre_event: Dict[str, Any] = {}
+    if preflight is not None:
+        from launcher.cli.health import preflight as run_preflight
+
+        plan, pre_event = run_preflight(preflight, spec, plan, ssh)
     from launcher.execution.local import LocalSettings
     from launcher.execution.runner import junit_xml, run_plan
     from launcher.jobs import jobdir
@@ -117,7 +126,15 @@ def run_cmd(
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None, live=live, start_note=start_note)
     try:
-        result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=console.start,
+        def started() -> None:
+            if pre_event:
+                from launcher.logs.metricsfile import append_event
+                from launcher.planning.kinds import EventKind
+
+                append_event(plan.job_dir, EventKind.PREFLIGHT, pre_event)
+            console.start()
+
+        result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
                           backend_settings={"ssh": ssh, "local": LocalSettings(zygote=use_zygote, on_note=console.note, fork_scheduler=fork_scheduler)})
     finally:
         console.stop()

@@ -27,7 +27,7 @@ from launcher.logs.progress import Progress
 from launcher.planning.kinds import EventKind
 
 #: The events the report's timeline lists (``started`` events are drawn as bars instead).
-_TIMELINE_KINDS = (EventKind.JOB_START, EventKind.FAILURE, EventKind.TEARDOWN, EventKind.RESTART, EventKind.TIMEOUT,
+_TIMELINE_KINDS = (EventKind.PREFLIGHT, EventKind.JOB_START, EventKind.FAILURE, EventKind.TEARDOWN, EventKind.RESTART, EventKind.TIMEOUT,
                    EventKind.INTERRUPTED, EventKind.CLUSTER_STOP, EventKind.JOB_END)
 
 __all__ = ["write_report", "PLOTS"]

@@ -92,6 +92,7 @@ class ArtefactKind(StrEnum):
 class EventKind(StrEnum):
     """Kinds of the supervisor's events (``events.jsonl`` ``kind``; the report's timeline)."""
 
+    PREFLIGHT = "preflight"  # the health check before the start: verdicts, hosts left out (docs/health.md)
     JOB_START = "job_start"
     STARTED = "started"
     FAILURE = "failure"

@@ -1,0 +1,130 @@
+"""The pre-flight health check on the command line: ``doctor --health`` and ``run --preflight MODE``.
+
+See docs/health.md: every host of the inventory (spares too) runs a short compute kernel and
+paired transfers; each gets a verdict (ok / slow / faulty).  ``run --preflight exclude`` plans
+around the slow and faulty hosts when the inventory has spares for ``--np``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from launcher.errors import PlanError
+from launcher.planning.health import KERNELS, PREFLIGHT_MODES
+from launcher.planning.jobspec import JobSpec, Plan
+
+
+def check_kernel(kernel: str) -> str:
+    if kernel not in KERNELS:
+        raise PlanError(f"unknown --health-kernel {kernel!r}; use one of {', '.join(KERNELS)}", field="--health-kernel")
+    return kernel
+
+
+def check_threshold(threshold: float) -> float:
+    if not 0.0 < threshold < 1.0:
+        raise PlanError(f"--health-threshold must be between 0 and 1 (a fraction of the median), got {threshold:g}",
+                        field="--health-threshold")
+    return threshold
+
+
+def check_mode(mode: Optional[str]) -> Optional[str]:
+    if mode is not None and mode not in PREFLIGHT_MODES:
+        raise PlanError(f"unknown --preflight mode {mode!r}; use one of {', '.join(PREFLIGHT_MODES)}", field="--preflight")
+    return mode
+
+
+def check_hosts(spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float = 0.5) -> Any:
+    """Run the check on every host of ``spec``'s inventory; a
+    :class:`~launcher.execution.health.HealthResult`."""
+    from dataclasses import replace
+
+    from launcher.execution.health import run_health
+
+    if spec.launcher == "slurm":
+        return check_slurm(spec.python, kernel, threshold)
+    hosts = spec.inventory.hosts
+    python = {h.name: h.python if h.python is not None else spec.python for h in hosts}
+    return run_health(hosts, python, replace(ssh, config=spec.ssh_config), kernel=kernel, threshold=threshold)
+
+
+def check_slurm(python: Optional[str], kernel: str = "numpy", threshold: float = 0.5) -> Any:
+    """The check on every node of the Slurm allocation this runs in (one srun step per node)."""
+    import os
+
+    from launcher.execution.slurm.health import slurm_health
+    from launcher.planning.slurmalloc import in_allocation
+
+    if not in_allocation(os.environ):
+        raise PlanError("the health check over Slurm runs inside an allocation (salloc, sbatch)", field="--launcher")
+    return slurm_health(os.environ, python or sys.executable, kernel=kernel, threshold=threshold)
+
+
+def print_result(result: Any, prefix: str = "") -> None:
+    """One line per host (``h2 slow: compute 0.9 GFLOPS, median 7.5; threshold 0.5``), then a total."""
+    out = sys.stderr if prefix else sys.stdout
+    for v in result.verdicts:
+        out.write(f"{prefix}{v.line()}\n")
+    bad = [v for v in result.verdicts if not v.ok]
+    total = (f"{len(bad)} of {len(result.verdicts)} host(s) slow or faulty" if bad else f"all {len(result.verdicts)} host(s) ok")
+    out.write(f"{prefix}{total}; network {result.network_note}; {result.seconds:.1f} s\n")
+
+
+def result_json(result: Any, kernel: str, threshold: float) -> str:
+    from launcher.planning.health import health_json
+
+    return json.dumps(health_json(result.verdicts, kernel=kernel, threshold=threshold, seconds=result.seconds,
+                                  network_note=result.network_note), indent=2)
+
+
+def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any) -> Tuple[Plan, Dict[str, Any]]:
+    """``run --preflight MODE``: check every inventory host, then keep, re-plan or stop.
+
+    Returns:
+        the plan to run (re-planned without slow/faulty hosts for ``exclude``) and the event's data
+        (``events.jsonl`` kind ``preflight``).
+
+    Raises:
+        PlanError: ``fail`` and a host is slow or faulty; ``exclude`` and the hosts left have too
+            few slots (one line naming the hosts and why).
+    """
+    from launcher.planning.jobspec import Exclusion
+    from launcher.planning.spares import replan, spare_hosts
+
+    result = check_hosts(spec, ssh)
+    bad = [v for v in result.verdicts if not v.ok]
+    used = {p.host for p in plan.ranks}
+    event: Dict[str, Any] = {"mode": mode, "seconds": round(result.seconds, 2), "network": result.network_note,
+                             "hosts": [{"host": v.host, "verdict": v.status, "reason": v.reason} for v in result.verdicts],
+                             "excluded": []}
+    if not bad:
+        sys.stderr.write(f"mslaunch: preflight: all {len(result.verdicts)} host(s) ok ({result.seconds:.1f} s)\n")
+        return plan, event
+    if mode == "fail":
+        raise PlanError("preflight: " + "; ".join(v.line() for v in bad) + "; fix or leave out these hosts "
+                        "(--preflight exclude uses spare hosts)", field="--preflight")
+    if mode == "warn":
+        for v in bad:
+            sys.stderr.write(f"mslaunch: preflight: warning: {v.line()}{'' if v.host in used else ' (spare, not used)'}\n")
+        return plan, event
+    exclusions = [Exclusion(v.host, v.reason, "preflight", 0) for v in bad]
+    new = replan(spec, exclusions, plan.world_size)
+    spares = set(spare_hosts(spec, plan))
+    for v in bad:
+        sys.stderr.write(f"mslaunch: preflight: leaving out {v.line()}{_moved(v.host, plan, new, spares)}\n")
+    event["excluded"] = [e.to_json() for e in exclusions]
+    return new, event
+
+
+def _moved(host: str, old: Plan, new: Plan, spares: Any) -> str:
+    """``; ranks 2-3 now on h4 (spare)`` for a host that had ranks; `` (spare, not used)`` else."""
+    ranks = [p.rank for p in old.ranks if p.host == host]
+    if not ranks:
+        return " (spare, not used)"
+    where: List[str] = []
+    for r in ranks:
+        h = next((p.host for p in new.ranks if p.rank == r), "?")
+        if h not in where:
+            where.append(h)
+    span = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
+    return f"; {span} now on " + ", ".join(f"{h} (spare)" if h in spares else h for h in where)

@@ -1,0 +1,356 @@
+"""Run the pre-flight health check on hosts (``doctor --health``, ``run --preflight``).
+
+One probe process per host (:data:`launcher.execution.healthprobe.AGENT`), started over the
+backend's channel: a direct child for ``localhost``, an SSH session otherwise (mpirun jobs
+reach their hosts over SSH as ``doctor`` does).  The launching machine drives every probe at once
+with JSON lines (start, compute, the network rounds, quit) and turns the answers into verdicts
+with :mod:`launcher.planning.health`.  Every step waits at most a fixed time; a host that does
+not answer in time is ``faulty``.  Probes exit when their stdin ends (the session closes), on
+``quit``, and after their own ``lifetime`` at the latest.
+
+Network: only between hosts that are not this machine (``localhost`` hosts share one network
+stack; their network figure is "not checked").  The odd host out of round 1 is paired with a
+fast host in round 2.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from launcher.execution.healthprobe import AGENT, THREAD_ENV
+from launcher.planning.health import DEFAULT_THRESHOLD, Transfer, Verdict, judge, round1_pairs, round2_pairs, slow_members
+from launcher.planning.inventory import Host
+
+if TYPE_CHECKING:
+    from launcher.execution.ssh.settings import SSHSettings
+
+__all__ = ["HealthBudget", "HealthResult", "ProbeLink", "close_all", "drive", "run_health"]
+
+
+@dataclass(frozen=True)
+class HealthBudget:
+    """Sizes and time limits of the check (seconds)."""
+
+    n: int = 256  #: matmul size
+    window: float = 0.3  #: one compute window
+    repeats: int = 3  #: compute windows; the best counts
+    transfer: float = 1.0  #: one transfer's duration
+    delay: float = 0.2  #: start every host's step together, this long after the command is sent
+    start_timeout: float = 20.0  #: the probe starts, imports its kernel, opens its sink
+    slack: float = 8.0  #: added to every step's own duration for its answer
+    mindspore_start_timeout: float = 90.0
+
+    def lifetime(self, kernel: str) -> float:
+        start = self.mindspore_start_timeout if kernel == "mindspore" else self.start_timeout
+        return start + self.window * self.repeats + 2 * self.transfer + 4 * self.slack + 10
+
+
+@dataclass(frozen=True)
+class HealthResult:
+    verdicts: Tuple[Verdict, ...]
+    seconds: float
+    network_note: str
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.verdicts)
+
+
+class ProbeLink:
+    """One probe: send JSON lines, receive JSON lines (a reader thread fills a queue)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.dead: Optional[str] = None
+        self.pid: Optional[int] = None  #: the probe's pid on its host, once it answered ``start``
+
+    def _pump(self, read: Any) -> None:
+        buf = b""
+        try:
+            while True:
+                chunk = read(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    self.lines.put(line.decode("utf-8", "replace"))
+        except Exception:
+            pass
+        self.lines.put(None)
+
+    def send(self, obj: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def recv(self, deadline: float) -> Dict[str, Any]:
+        """The next answer, or ``{"error": ...}`` when the probe ended or ``deadline`` passed."""
+        if self.dead:
+            return {"error": self.dead}
+        try:
+            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            self.dead = "no answer in time"
+            return {"error": self.dead}
+        if line is None:
+            self.dead = f"the probe ended{self._said()}"
+            return {"error": self.dead}
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return {"error": f"the probe said {line[:200]!r}"}
+        return data if isinstance(data, dict) else {"error": f"the probe said {line[:200]!r}"}
+
+    def _said(self) -> str:
+        return ""
+
+    def end(self) -> None:
+        """Ask the probe to exit (``quit``, then the end of its stdin)."""
+        raise NotImplementedError
+
+    def reap(self, deadline: float) -> None:
+        """Wait for the probe to exit until ``deadline``, then kill it."""
+        raise NotImplementedError
+
+
+class LocalLink(ProbeLink):
+    def __init__(self, host: str, argv: List[str], env: Mapping[str, str]) -> None:
+        super().__init__(host)
+        import os
+
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env={**os.environ, **env}, start_new_session=True)
+        threading.Thread(target=self._pump, args=(self.proc.stdout.read1,), daemon=True).start()  # type: ignore[union-attr]
+
+    def send(self, obj: Dict[str, Any]) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(obj) + "\n").encode())  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError as exc:
+            self.dead = self.dead or f"the probe ended: {exc}"
+
+    def _said(self) -> str:
+        try:
+            err = self.proc.stderr.read1(4096).decode("utf-8", "replace").strip()  # type: ignore[union-attr]
+        except Exception:
+            err = ""
+        return f": {err.splitlines()[-1]}" if err else ""
+
+    def end(self) -> None:
+        try:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+
+    def reap(self, deadline: float) -> None:
+        try:
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            import os
+            import signal
+
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+class SshLink(ProbeLink):
+    def __init__(self, host: str, conn: Any, command: str) -> None:
+        super().__init__(host)
+        self.conn = conn
+        self.chan = conn.open_channel()
+        self.chan.exec_command(command)
+        threading.Thread(target=self._pump, args=(self.chan.recv,), daemon=True).start()
+
+    def send(self, obj: Dict[str, Any]) -> None:
+        self.conn.send(self.chan, (json.dumps(obj) + "\n").encode())
+
+    def _said(self) -> str:
+        try:
+            err = self.chan.recv_stderr(4096).decode("utf-8", "replace").strip() if self.chan.recv_stderr_ready() else ""
+        except Exception:
+            err = ""
+        return f": {err.splitlines()[-1]}" if err else ""
+
+    def end(self) -> None:
+        self.conn.send(self.chan, (json.dumps({"op": "quit"}) + "\n").encode())
+        self.conn.send_eof(self.chan)
+
+    def reap(self, deadline: float) -> None:
+        """Wait for the probe's exit until ``deadline``; then kill it by its pid (from ``start``)."""
+        while not self.chan.exit_status_ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self.chan.exit_status_ready() and self.pid is not None:
+            try:
+                self.conn.run(f"kill -9 {int(self.pid)}", timeout=5)
+            except Exception:
+                pass  # the probe's own lifetime ends it
+        self.chan.close()
+
+
+def _argv(python: str, kernel: str, bind: str, lifetime: float) -> List[str]:
+    cfg = json.dumps({"lifetime": lifetime, "bind": bind, "kernel": kernel})
+    return [python, "-c", AGENT, cfg]
+
+
+def _ask(links: Dict[str, ProbeLink], orders: Mapping[str, Dict[str, Any]], timeout: float) -> Dict[str, Dict[str, Any]]:
+    """Send each host its command at once, then collect every answer within ``timeout``."""
+    for h, cmd in orders.items():
+        links[h].send(cmd)
+    deadline = time.monotonic() + timeout
+    return {h: links[h].recv(deadline) for h in orders}
+
+
+def run_health(
+    hosts: Sequence[Host],
+    python: Mapping[str, Optional[str]],
+    ssh: Optional["SSHSettings"] = None,
+    *,
+    kernel: str = "numpy",
+    threshold: float = DEFAULT_THRESHOLD,
+    budget: HealthBudget = HealthBudget(),
+) -> HealthResult:
+    """Check every host (see the module doc) and return one verdict per host, in order.
+
+    Args:
+        hosts: the inventory's hosts (spares too).
+        python: host name -> the interpreter to run the probe with (None: ``python3`` remote,
+            this interpreter locally); it needs numpy (and MindSpore for ``kernel="mindspore"``).
+
+    Raises:
+        LaunchError: the ssh config cannot be read.
+    """
+    from launcher.execution.ssh import SSHSettings, SshConnection, connect_each
+    from launcher.errors import LaunchError
+
+    t_start = time.monotonic()
+    names = [h.name for h in hosts]
+    failures: Dict[str, str] = {}
+    remote = [h for h in hosts if not h.is_local]
+    conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}
+    links: Dict[str, ProbeLink] = {}
+    addr: Dict[str, str] = {}
+    lifetime = budget.lifetime(kernel)
+    try:
+        for h in hosts:
+            py = python.get(h.name) or h.python
+            if h.is_local:
+                try:
+                    links[h.name] = LocalLink(h.name, _argv(py or sys.executable, kernel, "", lifetime), THREAD_ENV)
+                except OSError as exc:
+                    failures[h.name] = f"cannot start the probe: {exc.strerror or exc}: {py or sys.executable}"
+                continue
+            conn = conns.get(h.name)
+            if not isinstance(conn, SshConnection):
+                failures[h.name] = f"ssh: {conn}"
+                continue
+            addr[h.name] = h.addr or conn.target.hostname
+            env = " ".join(f"{k}={v}" for k, v in THREAD_ENV.items())
+            command = f"exec env {env} " + " ".join(shlex.quote(p) for p in _argv(py or "python3", kernel, addr[h.name], lifetime))
+            try:
+                links[h.name] = SshLink(h.name, conn, command)
+            except (LaunchError, Exception) as exc:  # paramiko raises its own errors on exec
+                failures[h.name] = f"cannot start the probe: {exc}"
+        return drive(names, links, failures, addr, kernel=kernel, threshold=threshold, budget=budget, t_start=t_start,
+                     no_network="not checked: fewer than 2 hosts besides this machine answered" if remote
+                     else "not checked: every host is this machine")
+    finally:
+        close_all(list(links.values()))
+        for c in conns.values():
+            if isinstance(c, SshConnection):
+                c.close()
+
+
+def drive(
+    names: Sequence[str],
+    links: Dict[str, ProbeLink],
+    failures: Dict[str, str],
+    addr: Mapping[str, str],
+    *,
+    kernel: str,
+    threshold: float,
+    budget: HealthBudget,
+    t_start: float,
+    no_network: str = "not checked: fewer than 2 hosts answered",
+) -> HealthResult:
+    """The check over open probes (``links``; hosts without one are in ``failures``): start,
+    compute, the network rounds between the hosts of ``addr`` (host -> the address its peers
+    connect to), verdicts.  Updates ``failures``; sets each link's ``pid``."""
+    start_t = budget.mindspore_start_timeout if kernel == "mindspore" else budget.start_timeout
+    started = _ask(links, {h: {"op": "start", "kernel": kernel, "n": budget.n} for h in links}, start_t)
+    port = _note(started, failures, "start", "port")
+    for h, a in started.items():
+        links[h].pid = a.get("pid")
+    alive = [h for h in names if h in links and h not in failures]
+    step = budget.delay + budget.window * budget.repeats + budget.slack
+    done = _ask(links, {h: {"op": "compute", "window": budget.window, "repeats": budget.repeats, "delay": budget.delay}
+                        for h in alive}, step)
+    gflops = _note(done, failures, "compute", "gflops")
+    netted = [h for h in names if h in addr and h not in failures]
+    transfers: List[Transfer] = []
+    network = len(netted) >= 2
+    if network:
+        pairs, odd = round1_pairs(netted)
+        transfers = _transfers(links, pairs, addr, port, budget, 1)
+        slow, fast = slow_members(transfers, threshold)
+        candidates = slow + ([odd] if odd else [])
+        if candidates and fast:
+            transfers += _transfers(links, round2_pairs(candidates, fast), addr, port, budget, 2)
+    verdicts = judge(names, gflops, failures, transfers, threshold, network=network)
+    return HealthResult(tuple(verdicts), time.monotonic() - t_start, "checked" if network else no_network)
+
+
+def close_all(links: Sequence[ProbeLink], grace: float = 2.0) -> None:
+    """End every probe at once, wait up to ``grace`` seconds for all, kill the rest (in parallel)."""
+    for link in links:
+        try:
+            link.end()
+        except Exception:
+            pass
+    deadline = time.monotonic() + grace
+
+    def reap(link: ProbeLink) -> None:
+        try:
+            link.reap(deadline)
+        except Exception:
+            pass
+
+    threads = [threading.Thread(target=reap, args=(link,), daemon=True) for link in links]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(grace + 10)
+
+
+def _note(answers: Mapping[str, Dict[str, Any]], failures: Dict[str, str], step: str, key: str) -> Dict[str, Any]:
+    """The ``key`` of every good answer; a failed host goes to ``failures``."""
+    out: Dict[str, Any] = {}
+    for h, a in answers.items():
+        if key in a:
+            out[h] = a[key]
+        else:
+            failures.setdefault(h, f"{step}: {a.get('error', 'no answer')}")
+    return out
+
+
+def _transfers(links: Dict[str, ProbeLink], pairs: Sequence[Tuple[str, str]], addr: Mapping[str, str],
+               port: Mapping[str, Any], budget: HealthBudget, rnd: int) -> List[Transfer]:
+    """Both members of every pair send to each other at once; one :class:`Transfer` per pair."""
+    orders: Dict[str, Dict[str, Any]] = {}
+    for a, b in pairs:
+        for src, dst in ((a, b), (b, a)):
+            orders[src] = {"op": "send", "addr": addr[dst], "port": port[dst], "seconds": budget.transfer, "delay": budget.delay}
+    answers = _ask(links, orders, budget.delay + budget.transfer + budget.slack)
+    out = []
+    for a, b in pairs:
+        got = [answers[a].get("mbps"), answers[b].get("mbps")]
+        errs = [f"{h}: {answers[h]['error']}" for h in (a, b) if "error" in answers[h]]
+        mbps = min(float(x) if x is not None else 0.0 for x in got)
+        out.append(Transfer(a, b, mbps, rnd, "; ".join(errs) or None))
+    return out

@@ -1,0 +1,141 @@
+"""The health check's probe program (:data:`AGENT`), sent to every host as ``python -c AGENT CFG``.
+
+Standard library plus numpy (MindSpore with the ``mindspore`` kernel).  It speaks JSON lines:
+one command per line on stdin, one answer per line on stdout:
+
+=================================================  ==========================================
+command                                            answer
+=================================================  ==========================================
+``{"op": "start", "kernel", "n"}``                 ``{"port", "pid"}``: its TCP sink listens on
+                                                   ``port``; the kernel is imported and warm
+``{"op": "compute", "window", "repeats", "delay"}``  ``{"gflops"}``: best window of the kernel
+``{"op": "send", "addr", "port", "seconds",         ``{"mbps"}``: MB/s sent to that sink
+"delay"}``
+``{"op": "quit"}``                                 none: the program exits
+=================================================  ==========================================
+
+With ``connect: [addr, port]`` in ``CFG`` (Slurm: one ``srun`` step per node) the lines go over a
+TCP connection to that address instead, which starts with ``{"hello": CFG's token, "addr": the
+probe's own address on that connection}``.  A failed command answers ``{"error": "..."}``.  The program exits at the end of its stdin, on
+``quit``, and in any case ``lifetime`` seconds after it started (``CFG``'s ``lifetime``), so
+nothing is left running on a host whatever happens to the launching machine.  BLAS runs on
+one thread (the environment is set by the caller), so hosts compare fairly.
+"""
+from __future__ import annotations
+
+__all__ = ["AGENT", "THREAD_ENV"]
+
+#: Environment of the probe: one BLAS / OpenMP thread.
+THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+AGENT = r'''
+import json, os, socket, struct, sys, threading, time
+cfg = json.loads(sys.argv[1])
+_t = threading.Timer(float(cfg.get("lifetime", 60)), lambda: os._exit(3))
+_t.daemon = True
+_t.start()
+if cfg.get("connect"):
+    _cs = socket.create_connection((cfg["connect"][0], int(cfg["connect"][1])), timeout=30)
+    _cs.settimeout(None)
+    _in, _out = _cs.makefile("r", encoding="utf-8"), _cs.makefile("w", encoding="utf-8")
+    _out.write(json.dumps({"hello": cfg.get("token"), "addr": _cs.getsockname()[0]}) + "\n")
+    _out.flush()
+else:
+    _in, _out = sys.stdin, sys.stdout
+def reply(obj):
+    _out.write(json.dumps(obj) + "\n")
+    _out.flush()
+def sink(c):
+    c.settimeout(float(cfg.get("lifetime", 60)))
+    try:
+        while c.recv(1 << 20):
+            pass
+    except OSError:
+        pass
+    finally:
+        c.close()
+def serve(srv):
+    while True:
+        try:
+            c, _ = srv.accept()
+        except OSError:
+            return
+        threading.Thread(target=sink, args=(c,), daemon=True).start()
+def setup(kernel, n):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n)), rng.random((n, n))
+    if kernel == "mindspore":
+        import mindspore as ms
+        from mindspore import Tensor, ops
+        ms.set_context(device_target="CPU")
+        ta, tb = Tensor(a.astype(np.float32)), Tensor(b.astype(np.float32))
+        def run():
+            ops.matmul(ta, tb).asnumpy()
+    else:
+        def run():
+            np.dot(a, b)
+    run()
+    return run
+def compute(run, n, window, repeats, delay):
+    time.sleep(delay)
+    flops, best = 2.0 * n ** 3, 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        end, k = t0 + window, 0
+        while True:
+            run()
+            k += 1
+            t1 = time.perf_counter()
+            if t1 >= end:
+                break
+        best = max(best, k * flops / (t1 - t0) / 1e9)
+    return best
+def send(addr, port, seconds, delay):
+    time.sleep(delay)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 17)
+    s.settimeout(seconds + 3.0)
+    try:
+        s.connect((addr, port))
+        buf, sent = b"\0" * 65536, 0
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        while time.perf_counter() < end:
+            sent += s.send(buf)
+        el = time.perf_counter() - t0
+    finally:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    return sent / el / 1e6
+run, srv, n = None, None, 256
+while True:
+    line = _in.readline()
+    if not line:
+        break
+    try:
+        cmd = json.loads(line)
+        op = cmd.get("op")
+        if op == "quit":
+            break
+        if op == "start":
+            srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                srv.bind((cfg.get("bind") or "", 0))
+            except OSError:
+                srv.bind(("", 0))
+            srv.listen(64)
+            threading.Thread(target=serve, args=(srv,), daemon=True).start()
+            n = int(cmd.get("n", 256))
+            run = setup(cmd.get("kernel", "numpy"), n)
+            reply({"port": srv.getsockname()[1], "pid": os.getpid()})
+        elif op == "compute":
+            reply({"gflops": compute(run, n, float(cmd["window"]), int(cmd["repeats"]), float(cmd.get("delay", 0)))})
+        elif op == "send":
+            reply({"mbps": send(cmd["addr"], int(cmd["port"]), float(cmd["seconds"]), float(cmd.get("delay", 0)))})
+        else:
+            reply({"error": "unknown command %r" % op})
+    except Exception as exc:
+        reply({"error": "%s: %s" % (type(exc).__name__, exc)})
+os._exit(0)
+'''

@@ -1,0 +1,169 @@
+"""The health check over Slurm (``doctor --health --launcher slurm``, ``run --preflight`` of a
+Slurm job), inside an allocation.
+
+One ``srun --overlap`` step per node (``-N1 -n1 -w NODE``, all at once: a node whose slurmd
+does not answer fails its own step, not the others') runs the probe
+(:data:`launcher.execution.healthprobe.AGENT`), which connects back to a TCP port this machine
+opens on its address towards the nodes and speaks the same JSON lines as over SSH.  A node whose
+probe does not connect within the start time limit, or whose step ends first, is ``faulty``
+with srun's last line.  Peers reach a node's transfer sink at its ``NodeAddr``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import Any, Dict, List, Mapping, Optional
+
+from launcher.execution.health import HealthBudget, HealthResult, ProbeLink, close_all, drive
+from launcher.execution.healthprobe import AGENT, THREAD_ENV
+from launcher.planning.health import DEFAULT_THRESHOLD
+
+__all__ = ["slurm_health"]
+
+
+class _SockLink(ProbeLink):
+    """A probe that connected back; its ``srun`` is ``proc``."""
+
+    def __init__(self, host: str, sock: socket.socket) -> None:
+        super().__init__(host)
+        self.sock = sock
+        self.proc: Optional[subprocess.Popen] = None
+        threading.Thread(target=self._pump, args=(sock.recv,), daemon=True).start()
+
+    def send(self, obj: Dict[str, Any]) -> None:
+        try:
+            self.sock.sendall((json.dumps(obj) + "\n").encode())
+        except OSError as exc:
+            self.dead = self.dead or f"the probe's connection broke: {exc}"
+
+    def end(self) -> None:
+        self.send({"op": "quit"})
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def reap(self, deadline: float) -> None:
+        if self.proc is not None:
+            _stop_srun(self.proc, deadline)
+        self.sock.close()
+
+
+def _stop_srun(proc: "subprocess.Popen[bytes]", deadline: float) -> None:
+    """Wait for ``srun`` until ``deadline``; then SIGTERM (srun ends its step), then SIGKILL."""
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _my_addr(peer: str) -> str:
+    """This machine's address on the route to ``peer`` (no packet is sent)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((peer, 9))
+        return s.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+    finally:
+        s.close()
+
+
+def _last(proc: "subprocess.Popen[bytes]") -> str:
+    try:
+        err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""  # type: ignore[union-attr]
+    except (OSError, ValueError):
+        err = ""
+    lines = [x.strip() for x in err.splitlines() if x.strip()]
+    return lines[-1] if lines else f"exit code {proc.returncode}"
+
+
+def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "numpy", threshold: float = DEFAULT_THRESHOLD,
+                 budget: HealthBudget = HealthBudget()) -> HealthResult:
+    """Check every node of the allocation ``environ`` describes (see the module doc).
+
+    Raises:
+        MsLaunchError: not inside an allocation, or its variables cannot be read.
+        LaunchError: scontrol fails.
+    """
+    from launcher.execution.slurm.nodes import node_addrs
+    from launcher.planning.slurmalloc import parse_allocation
+
+    t_start = time.monotonic()
+    nodes = list(parse_allocation(environ).nodes)
+    addrs = node_addrs(nodes)
+    me = _my_addr(addrs[nodes[0]])
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind((me, 0))
+    srv.listen(len(nodes) + 8)
+    lifetime = budget.lifetime(kernel)
+    env = {**environ, **THREAD_ENV}
+    procs: Dict[str, "subprocess.Popen[bytes]"] = {}
+    links: Dict[str, ProbeLink] = {}
+    failures: Dict[str, str] = {}
+    start_t = budget.mindspore_start_timeout if kernel == "mindspore" else budget.start_timeout
+    try:
+        for node in nodes:
+            cfg = json.dumps({"lifetime": lifetime, "bind": "", "kernel": kernel, "connect": [me, srv.getsockname()[1]], "token": node})
+            argv = ["srun", "--overlap", "--overcommit", "-N1", "-n1", f"--nodelist={node}", "--input=none", "--quiet",
+                    python, "-c", AGENT, cfg]
+            try:
+                procs[node] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.PIPE, start_new_session=True)
+            except OSError as exc:
+                failures[node] = f"cannot run srun: {exc.strerror or exc}"
+        _accept(srv, nodes, procs, links, failures, time.monotonic() + start_t)
+        for node in nodes:
+            if node not in links and node not in failures:
+                failures[node] = "the probe did not connect in time (srun: slurmd down or the node unreachable?)"
+        addr = {n: addrs[n] for n in links}
+        return drive(nodes, links, failures, addr, kernel=kernel, threshold=threshold, budget=budget, t_start=t_start)
+    finally:
+        srv.close()
+        close_all(list(links.values()))
+        deadline = time.monotonic() + 2.0
+        for node, proc in procs.items():
+            if node not in links:
+                _stop_srun(proc, deadline)
+
+
+def _accept(srv: socket.socket, nodes: List[str], procs: Dict[str, "subprocess.Popen[bytes]"], links: Dict[str, ProbeLink],
+            failures: Dict[str, str], deadline: float) -> None:
+    """Take the probes' connections (each says its node first) until every node connected or
+    failed, or ``deadline``."""
+    srv.settimeout(0.1)
+    while time.monotonic() < deadline and len(links) + len(failures) < len(nodes):
+        try:
+            sock, _ = srv.accept()
+        except socket.timeout:
+            sock = None
+        if sock is not None:
+            sock.settimeout(None)
+            link = _SockLink("?", sock)
+            hello = link.recv(time.monotonic() + 5.0)
+            node = hello.get("hello")
+            if node in procs and node not in links:
+                link.host = node
+                link.proc = procs[node]
+                links[node] = link
+            else:
+                sock.close()
+        for node, proc in procs.items():
+            if node not in links and node not in failures and proc.poll() is not None:
+                failures[node] = f"srun: {_last(proc)}"

@@ -1,0 +1,36 @@
+"""The health check's runner on this machine's channel (``localhost`` hosts: the probe is a
+direct child): verdicts, a host that cannot start the probe, a probe that misses its time limit,
+and nothing left running afterwards."""
+from __future__ import annotations
+
+import os
+import sys
+
+import psutil
+
+from launcher.execution.health import HealthBudget, run_health
+from launcher.planning.hosts import Host
+
+
+def _children() -> list:
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_local_hosts_get_compute_figures_and_no_network() -> None:
+    res = run_health((Host("localhost", 1), Host("127.0.0.1", 1)), {})
+    assert [v.status for v in res.verdicts] == ["ok", "ok"]
+    assert all(v.gflops and v.gflops > 0 and v.mbps is None for v in res.verdicts)
+    assert res.network_note == "not checked: every host is this machine"
+    assert _children() == []
+
+
+def test_a_probe_that_does_not_start_or_answer_in_time_is_faulty_and_killed(tmp_path) -> None:
+    slow = tmp_path / "slowpython"
+    slow.write_text(f"#!/bin/sh\nsleep 30\nexec {sys.executable} \"$@\"\n")
+    os.chmod(slow, 0o755)
+    hosts = (Host("localhost", 1), Host("127.0.0.1", 1, python=str(slow)), Host("::1", 1, python=str(tmp_path / "nopython")))
+    res = run_health(hosts, {}, budget=HealthBudget(start_timeout=1.0))
+    assert [v.status for v in res.verdicts] == ["ok", "faulty", "faulty"]
+    assert res.verdicts[1].reason == "faulty: start: no answer in time"
+    assert res.verdicts[2].reason.startswith("faulty: cannot start the probe: No such file or directory")
+    assert _children() == []

@@ -1,0 +1,134 @@
+"""Real performance faults on namespace-cluster hosts: a CPU quota and a shaped link.
+
+* :func:`throttle_cpu` puts the host's sshd in a cgroup v1 ``cpu`` group with a CFS quota
+  (``cpu.cfs_quota_us`` per ``cpu.cfs_period_us``); everything started over ssh on that host
+  inherits it.  :func:`unthrottle` moves the processes back and removes the group.
+* :func:`shape_link` adds a ``tbf`` qdisc on the root-namespace end of the host's veth (the
+  traffic *to* the host) and on the host's own ``eth0`` (the traffic *from* it);
+  :func:`unshape_link` removes both.
+
+Use them in a ``try``/``finally`` (or :func:`host_faults`, which undoes everything it did).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from typing import Iterator, List, Tuple
+
+from tests.harness.netns_cluster import HostRef, NamespaceCluster
+
+CPU_ROOT = "/sys/fs/cgroup/cpu"
+
+
+def cgroup_v1_cpu() -> bool:
+    """This machine has the cgroup v1 cpu controller with CFS quotas."""
+    return os.path.exists(os.path.join(CPU_ROOT, "cpu.cfs_quota_us"))
+
+
+def _group(cluster: NamespaceCluster, host: HostRef) -> str:
+    return os.path.join(CPU_ROOT, f"{cluster.prefix}{cluster.host(host).name}")
+
+
+def throttle_cpu(cluster: NamespaceCluster, host: HostRef, quota_us: int = 5000, period_us: int = 100000) -> str:
+    """Put ``host``'s sshd (so every later ssh session there) under ``quota_us`` per ``period_us``."""
+    pid = cluster.sshd_pid(host)
+    if pid is None:
+        raise RuntimeError(f"{cluster.host(host).name}: sshd is not running")
+    path = _group(cluster, host)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
+        fh.write(str(period_us))
+    with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as fh:
+        fh.write(str(quota_us))
+    with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+        fh.write(str(pid))
+    return path
+
+
+def unthrottle(cluster: NamespaceCluster, host: HostRef) -> None:
+    """Move ``host``'s throttled processes back to the root group and remove the group."""
+    path = _group(cluster, host)
+    if not os.path.isdir(path):
+        return
+    with open(os.path.join(path, "cgroup.procs")) as fh:
+        pids = [line.strip() for line in fh if line.strip()]
+    for pid in pids:
+        try:
+            with open(os.path.join(CPU_ROOT, "cgroup.procs"), "w") as fh:
+                fh.write(pid)
+        except OSError:
+            pass  # gone meanwhile
+    os.rmdir(path)
+
+
+def _tc(argv: List[str]) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=10)
+
+
+def shape_link(cluster: NamespaceCluster, host: HostRef, rate: str = "8mbit") -> None:
+    """Limit ``host``'s link to ``rate`` both ways (``tc qdisc ... tbf``)."""
+    h = cluster.host(host)
+    tbf = ["root", "tbf", "rate", rate, "burst", "32kbit", "latency", "50ms"]
+    _tc(["tc", "qdisc", "replace", "dev", h.veth, *tbf])
+    _tc(["ip", "netns", "exec", h.netns, "tc", "qdisc", "replace", "dev", "eth0", *tbf])
+
+
+def unshape_link(cluster: NamespaceCluster, host: HostRef) -> None:
+    """Remove :func:`shape_link`'s qdiscs (no error when there are none)."""
+    h = cluster.host(host)
+    subprocess.run(["tc", "qdisc", "del", "dev", h.veth, "root"], capture_output=True, timeout=10)
+    subprocess.run(["ip", "netns", "exec", h.netns, "tc", "qdisc", "del", "dev", "eth0", "root"], capture_output=True, timeout=10)
+
+
+@contextlib.contextmanager
+def host_faults(cluster: NamespaceCluster, *, throttled: Tuple[HostRef, ...] = (), shaped: Tuple[HostRef, ...] = (),
+                stopped: Tuple[HostRef, ...] = ()) -> Iterator[NamespaceCluster]:
+    """Throttle, shape and stop sshd on the given hosts; undo all of it on the way out."""
+    done: List[Tuple[str, HostRef]] = []
+    try:
+        for h in throttled:
+            throttle_cpu(cluster, h)
+            done.append(("cpu", h))
+        for h in shaped:
+            shape_link(cluster, h)
+            done.append(("tc", h))
+        for h in stopped:
+            cluster.stop_sshd(h)
+            done.append(("sshd", h))
+        yield cluster
+    finally:
+        for kind, h in reversed(done):
+            if kind == "cpu":
+                unthrottle(cluster, h)
+            elif kind == "tc":
+                unshape_link(cluster, h)
+            else:
+                cluster.start_sshd(h)
+
+
+def stop_slurmd(cluster, node: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Stop ``node``'s slurmd (a :class:`tests.harness.slurm_cluster.SlurmCluster` node) by its pid."""
+    import signal
+    import time
+
+    pid = cluster.daemon_pids()[node]
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid  # not our child (a cluster attached from its state): gone when kill(0) fails
+            try:
+                os.kill(pid, 0)
+                done = 0
+            except ProcessLookupError:
+                pass
+        if done == pid:
+            return
+        time.sleep(0.05)
+    os.killpg(pid, signal.SIGKILL)

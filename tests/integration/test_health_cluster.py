@@ -1,0 +1,97 @@
+"""The pre-flight health check on a real 5-host namespace cluster, with real faults (no mocks):
+h1's sshd (so every session there) runs under a 5 % CPU quota (cgroup v1), h2's link is shaped
+to 8 Mbit/s (tc tbf), h3's sshd is stopped; h4 and h5 are healthy.
+
+One ``doctor --health --json`` proves the four verdicts and the JSON shape; then ``run
+--preflight`` with ``exclude`` (ranks move to the spares), ``fail`` and ``warn``.  Nothing may be
+left running on any host afterwards.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.harness.hostfaults import cgroup_v1_cpu, host_faults, throttle_cpu, unthrottle
+
+pytestmark = pytest.mark.netns
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+PROG = os.path.join(HERE, "scripts", "rankprog.py")
+
+
+def _mslaunch(c, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=180)
+
+
+def _nothing_left(c, timeout: float = 15.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = c.all_pids()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _run(c, tmp_path, name: str, mode: str) -> list:
+    """``run --np 4`` of the stand-in rank: the first two hosts (2 slots each); the rest are spares."""
+    return ["run", "--hosts", c.inventory_yaml, "--np", "4", "--master-port", "auto", "--log-dir", str(tmp_path / name),
+            "--tee", "none", "--preflight", mode, PROG, "ok", "0.1"]
+
+
+@pytest.fixture
+def cluster5(make_netns_cluster):
+    if not cgroup_v1_cpu():
+        pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
+    return make_netns_cluster(n_hosts=5, slots=2)
+
+
+def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
+    c = cluster5
+    ip = [h.ip for h in c.hosts]
+    with host_faults(c, throttled=(0,), shaped=(1,), stopped=(2,)):
+        r = _mslaunch(c, tmp_path, "doctor", "--health", "--json", "--hosts", c.inventory_yaml)
+        assert r.returncode == 1, r.stderr
+        data = json.loads(r.stdout)
+        assert set(data) == {"ok", "kernel", "threshold", "seconds", "median", "network", "hosts"}
+        assert data["ok"] is False and data["kernel"] == "numpy" and data["threshold"] == 0.5
+        verdicts = {h["host"]: h for h in data["hosts"]}
+        assert [verdicts[i]["verdict"] for i in ip] == ["slow", "slow", "faulty", "ok", "ok"], r.stdout
+        assert "compute" in verdicts[ip[0]]["reason"]
+        assert verdicts[ip[1]]["reason"].startswith("slow: network ") and "compute" not in verdicts[ip[1]]["reason"]
+        assert "connection refused" in verdicts[ip[2]]["reason"]
+        assert all(set(h) == {"host", "verdict", "gflops", "mbps", "reason", "transfers"} for h in data["hosts"])
+        assert _nothing_left(c) == {}
+
+        # exclude: --np 4 wants h1 and h2 (2 slots each); h3 is down, so the ranks go to h4 and h5
+        r = _mslaunch(c, tmp_path, *_run(c, tmp_path, "ex", "exclude"))
+        assert r.returncode == 0, r.stderr
+        assert f"preflight: leaving out {ip[0]} slow: compute" in r.stderr
+        assert f"preflight: leaving out {ip[2]} faulty:" in r.stderr and "(spare, not used)" in r.stderr
+        plan = json.loads((tmp_path / "ex" / "plan.json").read_text())
+        assert sorted({p["host"] for p in plan["ranks"]}) == [ip[3], ip[4]]
+        assert [e["host"] for e in plan["excluded_hosts"]] == [ip[0], ip[1], ip[2]]
+        events = [json.loads(line) for line in (tmp_path / "ex" / "events.jsonl").read_text().splitlines()]
+        pre = [e for e in events if e["kind"] == "preflight"]
+        assert len(pre) == 1 and [x["host"] for x in pre[0]["excluded"]] == [ip[0], ip[1], ip[2]]
+    assert _nothing_left(c) == {}
+
+    throttle_cpu(c, 0)  # only h1 is bad now
+    try:
+        r = _mslaunch(c, tmp_path, *_run(c, tmp_path, "fail", "fail"))
+        assert r.returncode == 2 and f"preflight: {ip[0]} slow: compute" in r.stderr, r.stderr
+        assert not (tmp_path / "fail" / "plan.json").exists()
+        r = _mslaunch(c, tmp_path, *_run(c, tmp_path, "warn", "warn"))
+        assert r.returncode == 0, r.stderr
+        assert f"preflight: warning: {ip[0]} slow: compute" in r.stderr
+        plan = json.loads((tmp_path / "warn" / "plan.json").read_text())
+        assert sorted({p["host"] for p in plan["ranks"]}) == [ip[0], ip[1]]
+    finally:
+        unthrottle(c, 0)
+    assert _nothing_left(c) == {}

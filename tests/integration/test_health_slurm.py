@@ -1,0 +1,42 @@
+"""``doctor --health --launcher slurm`` inside an allocation of a real 3-node Slurm cluster
+whose node3 slurmd was stopped after the allocation was granted: node3 is faulty, the others
+ok (one srun step per node), and no probe is left on any node."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import mslaunch_argv
+from tests.harness.conftest_slurm import require_slurm
+from tests.harness.hostfaults import stop_slurmd
+from tests.harness.slurm_cluster import SlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.netns]
+
+
+def test_a_node_whose_slurmd_is_down_is_faulty(tmp_path) -> None:
+    require_slurm()
+    with SlurmCluster(3) as cluster:  # its own: a node is broken for good
+        res = cluster.run(["salloc", "--no-shell", "-N3", "--ntasks-per-node=1", "--immediate=30"], timeout=60)
+        m = re.search(r"Granted job allocation (\d+)", res.stderr)
+        assert res.returncode == 0 and m, res.stderr
+        job = m.group(1)
+        env = cluster.env()
+        env.update({"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NODELIST": "node[1-3]",
+                    "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NUM_NODES": "3"})
+        stop_slurmd(cluster, "node3")
+        r = subprocess.run(mslaunch_argv("doctor", "--health", "--launcher", "slurm", "--json"), env=env, cwd=str(tmp_path),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, r.stderr
+        data = json.loads(r.stdout)
+        verdicts = {h["host"]: h for h in data["hosts"]}
+        assert [verdicts[n]["verdict"] for n in ("node1", "node2", "node3")] == ["ok", "ok", "faulty"], r.stdout
+        assert verdicts["node1"]["gflops"] > 0 and verdicts["node1"]["mbps"] > 0
+        assert data["network"] == "checked"
+        assert verdicts["node3"]["reason"].startswith("faulty: srun: "), verdicts["node3"]  # e.g. "Application launch failed"
+        cluster.run(["scancel", job], timeout=30)
+        left = {n: p for n, p in cluster.node_pids(include_slurm=False).items()}
+        assert left == {}
