@@ -43,6 +43,7 @@ def run_cmd(
     hang_timeout: str = typer.Option("auto", "--hang-timeout", help="auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this long; auto = max(60 s, 5 x the longest step interval), armed once every rank logged a step. See docs/long-jobs.md.", rich_help_panel="Long jobs"),
     first_step_timeout: Optional[str] = typer.Option(None, "--first-step-timeout", help="SECONDS | off: hung when no rank logged a step this long after the start (default off).", rich_help_panel="Long jobs"),
     restart_delay: float = typer.Option(SuperviseOptions.restart_delay, "--restart-delay", help="Seconds to wait before a restart, after every process of the previous attempt is gone (Ascend: ~10 s to release devices).", rich_help_panel="Long jobs"),
+    host_failures: int = typer.Option(SuperviseOptions.host_failures, "--host-failures", help="After N failures blamed on one host (a rank killed by a signal, a hang's culprit), restarts leave it out and move its ranks to spare hosts (hosts given no rank); a lost host is left out at once; 0: never for failures. See docs/spare-hosts.md.", rich_help_panel="Long jobs"),
     tee: Optional[str] = typer.Option(None, "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live per-rank view (as mslaunch top) plus every rank's error lines; else errors.", rich_help_panel="Run"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
@@ -72,7 +73,8 @@ def run_cmd(
     from launcher.logs.hang import HangPolicy
 
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait,
-                               hang=HangPolicy.parse(hang_timeout, first_step_timeout), restart_delay=restart_delay)
+                               hang=HangPolicy.parse(hang_timeout, first_step_timeout), restart_delay=restart_delay,
+                               host_failures=host_failures)
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
     if stand_in_env is not None:
         opts = stand_in_options(opts)
@@ -117,7 +119,10 @@ def run_cmd(
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None, live=live, start_note=start_note)
     try:
+        from launcher.planning.spares import replan
+
         result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=console.start,
+                          replan=lambda exclusions: replan(spec, exclusions, plan.world_size),
                           backend_settings={"ssh": ssh, "local": LocalSettings(zygote=use_zygote, on_note=console.note, fork_scheduler=fork_scheduler)})
     finally:
         console.stop()
@@ -278,6 +283,9 @@ class _Console:
             msg = f"{data['message']}; tearing down"
         elif kind == "stop_restarts":
             msg = data["message"]
+        elif kind == "host_excluded":  # the restart after it runs on the spare hosts
+            why = data["reason"] if data["reason"].startswith("host lost") else f"after {data['reason']}"
+            msg = f"restart: leaving out {data['host']} {why}" + (f"; {data['moves']}" if data.get("moves") else "")
         elif kind == "cluster_stop":
             msg = f"{data['message']}; tearing down"
         elif kind == "restart":
