@@ -119,10 +119,10 @@ def run_cmd(
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None, live=live, start_note=start_note)
     try:
-        from launcher.planning.spares import replan
+        from launcher.planning.spares import replan  # restarts leave out bad hosts (one host: nothing to move to)
 
         result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=console.start,
-                          replan=lambda exclusions: replan(spec, exclusions, plan.world_size),
+                          replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
                           backend_settings={"ssh": ssh, "local": LocalSettings(zygote=use_zygote, on_note=console.note, fork_scheduler=fork_scheduler)})
     finally:
         console.stop()

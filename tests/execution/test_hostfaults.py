@@ -3,6 +3,7 @@ restart without a host that failed too often (in-memory backend; the real thing 
 tests/integration/test_spare_hosts.py)."""
 from __future__ import annotations
 
+import json
 import signal
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -207,3 +208,31 @@ def test_a_replanned_attempt_restarts_the_crash_loop_count(tmp_path):
     assert (result.status, result.attempts) == (SUCCEEDED, 4)
     assert "restarts_stopped" not in result.extra
     assert result.history[3].extra["replanned"] is True and result.history[3].extra["best_step"] == 5
+
+
+def test_a_replan_rewrites_plan_json_and_the_hostfile_and_keeps_the_log_names(tmp_path):
+    """What the runner does between attempts (mpirun: the hostfile is generated again); the logs
+    commands still find every rank's log by the names plan.json records."""
+    from launcher.execution.runner import replan_writing, write_plan_files
+    from launcher.logs.joblogs import recorded_logs
+    from launcher.planning.inventory import parse_hostfile
+    from launcher.planning.jobspec import JobSpec
+    from launcher.planning.mpiopts import MpiOptions
+    from launcher.planning.plan import build_plan
+    from launcher.planning.spares import replan
+
+    job = str(tmp_path / "job")
+    spec = JobSpec(inventory=parse_hostfile("n1 slots=2\nn2 slots=2\nn3 slots=2\n", "h.txt"), program=("train.py",), python="/usr/bin/python3",
+                   cwd=str(tmp_path), job_dir=job, job_id="j1", np=4, launcher="mpirun", wrapper="/t/mslaunch-rank.sh", method="mpi",
+                   mpi=MpiOptions(hostfile=f"{job}/hostfile"))
+    first = build_plan(spec)
+    (tmp_path / "job").mkdir()
+    write_plan_files(first)
+    logs_before = recorded_logs(job)
+    gone = Exclusion("n2", "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)", "restart", 2)
+    plan = replan_writing(lambda ex: replan(spec, ex, 4))([gone])
+    hosts = lambda text: [line.split()[0] for line in text.splitlines() if line and not line.startswith("#")]  # noqa: E731
+    assert hosts((tmp_path / "job" / "hostfile").read_text()) == ["n1", "n3"] == sorted({p.host for p in plan.ranks})
+    doc = json.loads((tmp_path / "job" / "plan.json").read_text())
+    assert doc["excluded_hosts"] == [gone.to_json()] and [p["host"] for p in doc["ranks"]] == ["n1", "n1", "n3", "n3"]
+    assert recorded_logs(job) == logs_before and len(logs_before) == 4
