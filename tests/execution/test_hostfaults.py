@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
