@@ -13,6 +13,7 @@ PAGES = {
     "workload": "workload.md",
     "msrun": "msrun.md",
     "long-jobs": "long-jobs.md",
+    "spares": "spare-hosts.md",
     "cpu": "cpu-performance.md",
     "health": "health.md",
 }

@@ -241,6 +241,11 @@ def status_cmd(
 
             for line in summary_notes(info.summary):
                 sys.stdout.write(f"  {line}\n")
+        elif info.plan:  # still running: the hosts left out so far (plan.json of the current attempt)
+            from launcher.logs.longjob import excluded_lines
+
+            for line in excluded_lines(info.plan):
+                sys.stdout.write(f"  {line}\n")
     raise typer.Exit(0 if info.state in (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.SUBMITTED) else 1)
 
 

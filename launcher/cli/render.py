@@ -163,6 +163,10 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
         con.print(Panel(Text(body), title=title, subtitle=rc.log if wide else None, border_style="red", expand=wide))
         if not wide:
             con.print(f"root cause log: {rc.log}", highlight=False, markup=False, soft_wrap=True)
+    from launcher.logs.longjob import excluded_lines
+
+    for line in excluded_lines(result.extra):
+        con.print(f"mslaunch: {line}", highlight=False, markup=False, soft_wrap=True)
     if result.message:
         con.print(f"mslaunch: {result.message}", highlight=False, markup=False, soft_wrap=True)
     con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False, soft_wrap=True)

@@ -43,6 +43,7 @@ def run_cmd(
     hang_timeout: str = typer.Option("auto", "--hang-timeout", help="auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this long; auto = max(60 s, 5 x the longest step interval), armed once every rank logged a step. See docs/long-jobs.md.", rich_help_panel="Long jobs"),
     first_step_timeout: Optional[str] = typer.Option(None, "--first-step-timeout", help="SECONDS | off: hung when no rank logged a step this long after the start (default off).", rich_help_panel="Long jobs"),
     restart_delay: float = typer.Option(SuperviseOptions.restart_delay, "--restart-delay", help="Seconds to wait before a restart, after every process of the previous attempt is gone (Ascend: ~10 s to release devices).", rich_help_panel="Long jobs"),
+    host_failures: int = typer.Option(SuperviseOptions.host_failures, "--host-failures", help="After N failures blamed on one host (a rank killed by a signal, a hang's culprit), restarts leave it out and move its ranks to spare hosts (hosts given no rank); a lost host is left out at once; 0: never for failures. See docs/spare-hosts.md.", rich_help_panel="Long jobs"),
     tee: Optional[str] = typer.Option(None, "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live per-rank view (as mslaunch top) plus every rank's error lines; else errors.", rich_help_panel="Run"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
@@ -73,7 +74,8 @@ def run_cmd(
     from launcher.logs.hang import HangPolicy
 
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait,
-                               hang=HangPolicy.parse(hang_timeout, first_step_timeout), restart_delay=restart_delay)
+                               hang=HangPolicy.parse(hang_timeout, first_step_timeout), restart_delay=restart_delay,
+                               host_failures=host_failures)
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
     if stand_in_env is not None:
         opts = stand_in_options(opts)
@@ -134,7 +136,10 @@ def run_cmd(
                 append_event(plan.job_dir, EventKind.PREFLIGHT, pre_event)
             console.start()
 
+        from launcher.planning.spares import replan  # restarts leave out bad hosts (one host: nothing to move to)
+
         result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
+                          replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
                           backend_settings={"ssh": ssh, "local": LocalSettings(zygote=use_zygote, on_note=console.note, fork_scheduler=fork_scheduler)})
     finally:
         console.stop()
@@ -295,6 +300,9 @@ class _Console:
             msg = f"{data['message']}; tearing down"
         elif kind == "stop_restarts":
             msg = data["message"]
+        elif kind == "host_excluded":  # the restart after it runs on the spare hosts
+            why = data["reason"] if data["reason"].startswith("host lost") else f"after {data['reason']}"
+            msg = f"restart: leaving out {data['host']} {why}" + (f"; {data['moves']}" if data.get("moves") else "")
         elif kind == "cluster_stop":
             msg = f"{data['message']}; tearing down"
         elif kind == "restart":

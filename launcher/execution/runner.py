@@ -7,13 +7,18 @@ Order of work (nothing starts until every check passed):
 2. the job dir (created 0700, or an empty one; locked for the job's life) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
 3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
 4. the supervisor (with the metrics writer: ``metrics.jsonl``, whose lines also feed the hang watch; its events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
+
+A restart re-planned without bad hosts (``--host-failures``, docs/spare-hosts.md) rewrites the job
+dir's ``plan.json`` (with ``excluded_hosts``) and artefacts (rank table, hostfile) before its
+backend is made: the job dir always describes the attempt running or last run; each attempt's
+hosts stay in ``summary.json``'s ``attempt_results``.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
@@ -24,6 +29,7 @@ from launcher.execution.watchdog import Watchdog
 from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
 from launcher.planning.inventory import is_local
+from launcher.planning.jobspec import Exclusion
 from launcher.planning.kinds import EventKind
 from launcher.planning.plan import Plan
 
@@ -34,10 +40,11 @@ if TYPE_CHECKING:
 
 def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None,
                     options: Optional[SuperviseOptions] = None, attempt_base: int = 0) -> BackendFactory:
-    """Makes the backend of ``plan.launcher`` for each attempt (see :mod:`launcher.execution.backend`).
+    """Makes the backend of ``plan.launcher`` for each attempt (see :mod:`launcher.execution.backend`),
+    from the attempt's plan (``plan`` unless a restart was re-planned).
 
     Args:
-        plan: the plan.
+        plan: the job's first plan.
         settings: backend name -> its settings object, from the CLI.
         watchdog: the job's watchdog (local processes register with it).
         options, attempt_base: each attempt's plan carries ``MSLAUNCH_ATTEMPT`` / ``MSLAUNCH_MAX_RESTARTS``
@@ -48,10 +55,11 @@ def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, wa
     """
     entry = get_backend(plan.launcher)
 
-    def make(attempt: int, attempt_dir: str) -> Backend:
+    def make(attempt: int, attempt_dir: str, current: Optional[Plan] = None) -> Backend:
         from launcher.execution.restarts import attempt_plan
 
-        mine = attempt_plan(plan, attempt, options.max_restarts, attempt_base) if options is not None else plan
+        now = current if current is not None else plan
+        mine = attempt_plan(now, attempt, options.max_restarts, attempt_base) if options is not None else now
         return entry.create(BackendContext(mine, attempt, attempt_dir, watchdog, dict(settings or {})))
 
     return make
@@ -70,6 +78,15 @@ def preflight(plan: Plan) -> None:
     if backend.local_only and remote:
         raise LaunchError(f"--launcher {plan.launcher} runs on this machine only, but the inventory has {', '.join(remote)}")
     backend.preflight(plan)
+    check_artefacts(plan)
+
+
+def check_artefacts(plan: Plan) -> None:
+    """The generated rank table validates (also that of a re-planned restart).
+
+    Raises:
+        RankTableError: it does not.
+    """
     for art in plan.artefacts:
         if art.kind == "rank_table":
             from launcher.errors import RankTableError
@@ -84,11 +101,27 @@ def preflight(plan: Plan) -> None:
 def write_job_files(plan: Plan, argv: List[str]) -> None:
     """Claim and lock the job dir (see :func:`launcher.jobs.jobdir.claim_job_dir`), write its files, register."""
     jobdir.claim_job_dir(plan.job_dir)
+    write_plan_files(plan)
+    extra = {"slurm_job_id": os.environ["SLURM_JOB_ID"]} if plan.launcher == "slurm" and os.environ.get("SLURM_JOB_ID") else None
+    jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv, extra=extra)
+
+
+def write_plan_files(plan: Plan) -> None:
+    """``plan.json`` and the artefacts (rank table, hostfile) in the job dir (again after a re-plan)."""
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.PLAN_FILE), plan_json(plan))
     for art in plan.artefacts:
         write_atomic(os.path.join(plan.job_dir, art.name), art.content, mode=0o600)
-    extra = {"slurm_job_id": os.environ["SLURM_JOB_ID"]} if plan.launcher == "slurm" and os.environ.get("SLURM_JOB_ID") else None
-    jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv, extra=extra)
+
+
+def replan_writing(replan: Callable[[Sequence[Exclusion]], Plan]) -> Callable[[Sequence[Exclusion]], Plan]:
+    """``replan`` that checks the new plan (:func:`check_artefacts`) and writes its files (:func:`write_plan_files`)."""
+    def run(exclusions: Sequence[Exclusion]) -> Plan:
+        plan = replan(exclusions)
+        check_artefacts(plan)
+        write_plan_files(plan)
+        return plan
+
+    return run
 
 
 def prepare_ranktable_dirs(plan: Plan, adir: str, local_only: bool = False) -> None:
@@ -116,6 +149,7 @@ def run_plan(
     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
     backend_settings: Optional[Mapping[str, Any]] = None,
     on_started: Optional[Callable[[], None]] = None,
+    replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None,
 ) -> JobResult:
     """Run ``plan`` to the end; returns the result after writing ``summary.json``.
 
@@ -126,6 +160,8 @@ def run_plan(
         on_event: console callback (see :class:`Supervisor`).
         backend_settings: backend name -> its settings (e.g. ``{"local": LocalSettings(zygote=True)}``).
         on_started: called once the job dir is written, before anything starts.
+        replan: the plan without the given hosts, same world size (:func:`launcher.planning.spares.replan`
+            of the job's spec): restarts leave out hosts that failed ``options.host_failures`` times.
 
     Raises:
         LaunchError: the first attempt's backend could not be set up (summary.json says so too).
@@ -150,7 +186,7 @@ def run_plan(
     append_event(plan.job_dir, EventKind.JOB_START, {"job_id": plan.job_id})
     watchdog = Watchdog()
     try:
-        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress))
+        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress, replan=replan))
     finally:
         watchdog.close()
         metrics.stop()
@@ -163,9 +199,11 @@ def run_plan(
 def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
                     on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
                     backend_settings: Optional[Mapping[str, Any]] = None, hang: Optional["HangWatch"] = None,
-                    progress: Optional["AttemptProgress"] = None) -> Supervisor:
+                    progress: Optional["AttemptProgress"] = None,
+                    replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None) -> Supervisor:
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
-    ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch."""
+    ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch,
+    restarts re-planned on spare hosts (``replan``, see :func:`run_plan`)."""
     from launcher.execution.local import reap_orphans
     from launcher.logs.metricsfile import append_event
 
@@ -178,15 +216,19 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     backend = get_backend(plan.launcher).factory
 
     def prepare_dirs(attempt: int, adir: str) -> None:
-        prepare_ranktable_dirs(plan, adir, backend.local_only)
+        prepare_ranktable_dirs(sup.plan, adir, backend.local_only)  # the attempt's plan
 
     prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
     from launcher.execution.restarts import attempt_base
 
+    from launcher.execution.hostfaults import Spares
+
     base = attempt_base(plan.launcher, os.environ)
-    return Supervisor(plan, backend_factory(plan, backend_settings, watchdog, options, base), options, on_event=record_event,
-                      prepare_attempt=prepare, watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang,
-                      progress=progress, attempt_base=base)
+    spares = Spares(replan_writing(replan), options.host_failures) if replan is not None else None
+    sup = Supervisor(plan, backend_factory(plan, backend_settings, watchdog, options, base), options, on_event=record_event,
+                     prepare_attempt=prepare, watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang,
+                     progress=progress, attempt_base=base, spares=spares)
+    return sup
 
 
 def _supervise(sup: Supervisor) -> JobResult:

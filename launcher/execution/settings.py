@@ -11,7 +11,7 @@ from launcher.logs.hang import HangPolicy
 @dataclass(frozen=True)
 class SuperviseOptions:
     """Supervision knobs (CLI: --grace, --timeout, --start-timeout, --max-restarts, --sched-wait,
-    --hang-timeout, --first-step-timeout, --restart-delay).
+    --hang-timeout, --first-step-timeout, --restart-delay, --host-failures).
 
     The defaults here are the CLI's defaults (the options read them from this class).
 
@@ -26,9 +26,11 @@ class SuperviseOptions:
             after, with the same --start-timeout.
         hang: when an attempt is hung (``--hang-timeout``, ``--first-step-timeout``).
         restart_delay: seconds between the end of every process of a failed attempt and the restart.
+        host_failures: failures attributed to one host after which the next attempt is re-planned
+            without it (docs/spare-hosts.md); 0: never for failures (a lost host is still left out).
 
     Raises:
-        PlanError: a negative --max-restarts or --grace.
+        PlanError: a negative --max-restarts, --restart-delay, --grace or --host-failures.
     """
 
     grace: float = 5.0
@@ -39,11 +41,14 @@ class SuperviseOptions:
     scheduler_first: bool = True
     hang: HangPolicy = HangPolicy()
     restart_delay: float = 0.0
+    host_failures: int = 2
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
             raise PlanError("--max-restarts must be >= 0", field="--max-restarts")
         if not self.restart_delay >= 0:
             raise PlanError("--restart-delay must be >= 0", field="--restart-delay")
+        if self.host_failures < 0:
+            raise PlanError("--host-failures must be >= 0 (0: never leave a host out for its failures)", field="--host-failures")
         if self.grace < 0:
             raise PlanError("--grace must be >= 0", field="--grace")

@@ -12,6 +12,9 @@ State machine of one attempt::
              every running rank's stacks dumped, the culprit judged --> tearing_down
     tearing_down: SIGTERM to every process group, ``grace`` s, SIGKILL to whole trees --> done
 
+Between attempts, hosts that failed too often (``--host-failures``) are left out: the next
+attempt runs a new plan on the spare hosts (:mod:`launcher.execution.hostfaults`).
+
 A backend that cannot be set up on a restart attempt (a host unreachable) fails that attempt
 (recorded in its :class:`AttemptResult`); on the first attempt its error reaches the caller.
 
@@ -29,7 +32,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, MsLaunchError
 from launcher.execution import restarts, stopsignals
 from launcher.execution.attempt import AttemptState as _Attempt
 from launcher.execution.backend import Backend, ProcessHandle, StartRequest, attempt_path
@@ -50,12 +53,14 @@ COLLECTIVE_TAIL = 400
 
 if TYPE_CHECKING:
     from launcher.execution.hangwatch import HangWatch
+    from launcher.execution.hostfaults import Spares
     from launcher.execution.restarts import AttemptProgress
 
 __all__ = ["Interrupted", "Supervisor", "SuperviseOptions", "Watchdog", "attempt_path"]
 
-#: Makes the backend of one attempt: ``(attempt, attempt_dir) -> Backend``.
-BackendFactory = Callable[[int, str], Backend]
+#: Makes the backend of one attempt: ``(attempt, attempt_dir, plan) -> Backend`` (the attempt's
+#: plan: a restart may run a re-planned one).
+BackendFactory = Callable[[int, str, Plan], Backend]
 
 #: Seconds teardown waits for exits after SIGKILL.
 _KILL_WAIT = 5.0
@@ -94,6 +99,8 @@ class Supervisor:
         progress: the attempts' steps (:mod:`launcher.execution.restarts`): each attempt's result
             says where it resumed and the steps lost; a crash loop stops the restarts.
         attempt_base: ``MSLAUNCH_ATTEMPT`` of the first attempt (a requeued Slurm run continues the count).
+        spares: re-plans a restart without the hosts that failed too often (``self.plan`` becomes
+            the new plan; the event ``host_excluded`` per host); None: every attempt runs ``plan``.
     """
 
     def __init__(
@@ -109,6 +116,7 @@ class Supervisor:
         hang: Optional["HangWatch"] = None,
         progress: Optional["AttemptProgress"] = None,
         attempt_base: int = 0,
+        spares: Optional["Spares"] = None,
     ) -> None:
         self.plan = plan
         self.backend_factory = backend_factory
@@ -122,6 +130,8 @@ class Supervisor:
         self.hang = hang
         self.progress = progress
         self.attempt_base = attempt_base
+        self.spares = spares
+        self._replanned_at: Optional[int] = None  # the first attempt of the current plan, when re-planned
 
     # ---------------------------------------------------------------- public
 
@@ -140,20 +150,47 @@ class Supervisor:
         try:
             while True:
                 result = self._run_attempt(len(history), deadline)
+                if self._replanned_at == len(history):  # the crash-loop count starts afresh here
+                    result = replace(result, extra={**result.extra, "replanned": True})
                 if self.progress is not None:
                     result = self.progress.annotate(result, history)
                 history.append(result)
                 if not self._restart_after(result):
-                    return job_result(self.plan.job_id, self.plan.job_dir, started, history)
-                stop = restarts.crash_loop(history)
+                    return self._done(started, history)
+                try:
+                    moved = self._next_plan(result, len(history))
+                except MsLaunchError as exc:  # not enough spare hosts: the job stops with that line
+                    return self._stop_restarts(started, history, str(exc), alone=True)
+                stop = None if moved else restarts.crash_loop(history)
                 if stop is not None:
-                    _quietly(lambda: self.on_event("stop_restarts", {"message": stop}))
-                    done = job_result(self.plan.job_id, self.plan.job_dir, started, history)
-                    return replace(done, message=f"{done.message}; {stop}" if done.message else stop, extra={"restarts_stopped": stop})
+                    return self._stop_restarts(started, history, stop)
                 self.on_event("restart", {"attempt": len(history), "cause": result.root_cause, "env_attempt": self.attempt_base + len(history)})
                 restarts.wait_delay(self.options.restart_delay)
         finally:
             stopsignals.restore_after_run(previous)
+
+    def _done(self, started: float, history: List[AttemptResult]) -> JobResult:
+        done = job_result(self.plan.job_id, self.plan.job_dir, started, history)
+        excluded = [e.to_json() for e in self.plan.excluded]
+        return replace(done, extra={**done.extra, "excluded_hosts": excluded}) if excluded else done
+
+    def _stop_restarts(self, started: float, history: List[AttemptResult], stop: str, alone: bool = False) -> JobResult:
+        """The job ends with restarts left; ``stop`` ends its message (``alone``: is all of it)."""
+        _quietly(lambda: self.on_event("stop_restarts", {"message": stop}))
+        done = self._done(started, history)
+        message = stop if alone or not done.message else f"{done.message}; {stop}"
+        return replace(done, message=message, extra={**done.extra, "restarts_stopped": stop})
+
+    def _next_plan(self, result: AttemptResult, attempt: int) -> bool:
+        """Whether attempt ``attempt`` is re-planned without hosts that failed too often (each
+        announced: ``host_excluded``); raises PlanError when the spares are too few."""
+        nxt = self.spares.after(result, self.plan, attempt) if self.spares is not None else None
+        if nxt is None:
+            return False
+        for e in nxt.excluded:
+            _quietly(lambda: self.on_event("host_excluded", dict(e.to_json(), moves=nxt.moves)))  # noqa: B023
+        self.plan, self._replanned_at = nxt.plan, attempt
+        return True
 
     # ---------------------------------------------------------------- one attempt
 
@@ -216,7 +253,7 @@ class Supervisor:
     def _create_backend(self, attempt: int, adir: str) -> Backend:
         """The attempt's backend; a set-up failure on a restart fails that attempt only."""
         try:
-            return self.backend_factory(attempt, adir)
+            return self.backend_factory(attempt, adir, self.plan)
         except LaunchError as exc:
             stopsignals.check()  # set-up cut short by a stop signal: stopped, not failed
             if attempt == 0:

@@ -3,13 +3,14 @@
 
 ``summary.json``'s ``hang`` object is documented in :mod:`launcher.execution.hangwatch`; each of
 ``attempt_results`` may carry ``ended_because``, ``resumed_from_step``, ``best_step`` and
-``steps_lost`` (see :mod:`launcher.execution.restarts`).
+``steps_lost`` (see :mod:`launcher.execution.restarts`), and ``replanned`` when it was the first
+attempt without a host left out; ``excluded_hosts`` lists those hosts (docs/spare-hosts.md).
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
-__all__ = ["attempt_lines", "hang_lines", "summary_notes"]
+__all__ = ["attempt_lines", "excluded_lines", "hang_lines", "summary_notes"]
 
 
 def hang_lines(hang: Optional[Mapping[str, Any]]) -> List[str]:
@@ -47,6 +48,8 @@ def attempt_lines(summary: Optional[Mapping[str, Any]]) -> List[str]:
             text += f"; reached step {a['best_step']}"
         if a.get("steps_lost"):
             text += f"; {a['steps_lost']} step(s) lost"
+        if a.get("replanned"):
+            text += "; re-planned on spare hosts"
         out.append(text)
     note = (summary or {}).get("restarts_stopped")
     if note:
@@ -54,6 +57,16 @@ def attempt_lines(summary: Optional[Mapping[str, Any]]) -> List[str]:
     return out
 
 
+def excluded_lines(record: Optional[Mapping[str, Any]]) -> List[str]:
+    """One line per host left out (``excluded_hosts`` of ``summary.json`` or ``plan.json``):
+    ``left out h2 from attempt 2 (restart): 2 failures (rank 2 killed by SIGKILL, ...)``."""
+    out = []
+    for e in (record or {}).get("excluded_hosts") or []:
+        if isinstance(e, Mapping):
+            out.append(f"left out {e.get('host')} from attempt {e.get('attempt')} ({e.get('by')}): {e.get('reason')}")
+    return out
+
+
 def summary_notes(summary: Optional[Mapping[str, Any]]) -> List[str]:
     """Everything above for one job."""
-    return hang_lines((summary or {}).get("hang")) + attempt_lines(summary)
+    return hang_lines((summary or {}).get("hang")) + excluded_lines(summary) + attempt_lines(summary)

@@ -28,7 +28,7 @@ from launcher.planning.kinds import EventKind
 
 #: The events the report's timeline lists (``started`` events are drawn as bars instead).
 _TIMELINE_KINDS = (EventKind.PREFLIGHT, EventKind.JOB_START, EventKind.FAILURE, EventKind.TEARDOWN, EventKind.RESTART, EventKind.TIMEOUT,
-                   EventKind.INTERRUPTED, EventKind.CLUSTER_STOP, EventKind.JOB_END)
+                   EventKind.INTERRUPTED, EventKind.CLUSTER_STOP, EventKind.HOST_EXCLUDED, EventKind.JOB_END)
 
 __all__ = ["write_report", "PLOTS"]
 
@@ -196,8 +196,10 @@ def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_d
              ("method", str(plan.get("method", "?"))), ("hosts", ", ".join(plan.get("hosts", [])))]
     if summary and summary.get("message"):
         rows.append(("message", str(summary["message"])))
+    from launcher.logs.longjob import attempt_lines, excluded_lines, hang_lines
+
+    rows += [("excluded hosts" if i == 0 else "", line) for i, line in enumerate(excluded_lines(summary or plan))]
     if summary:
-        from launcher.logs.longjob import attempt_lines, hang_lines
 
         rows += [("hang" if i == 0 else "", line) for i, line in enumerate(hang_lines(summary.get("hang")))]
         rows += [("attempts" if i == 0 else "", line) for i, line in enumerate(attempt_lines(summary))]

@@ -102,6 +102,7 @@ class EventKind(StrEnum):
     INTERRUPTED = "interrupted"
     HUNG = "hung"  # the attempt is hung (no progress for the limit, or a collective timed out)
     STOP_RESTARTS = "stop_restarts"  # a crash loop: restarts stop (docs/long-jobs.md)
+    HOST_EXCLUDED = "host_excluded"  # a restart leaves out a host that failed too often (docs/spare-hosts.md)
     CLUSTER_STOP = "cluster_stop"  # the cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)
     JOB_END = "job_end"
 

@@ -24,7 +24,7 @@ class Recorder:
         self.backends: List[FakeBackend] = []
         self.events: List[Tuple[str, Dict[str, Any]]] = []
 
-    def factory(self, attempt: int, adir: str) -> FakeBackend:
+    def factory(self, attempt: int, adir: str, plan: Any = None) -> FakeBackend:
         config = self.scripts[min(attempt, len(self.scripts) - 1)]
         if "raise" in config:
             raise LaunchError(config["raise"])
@@ -149,7 +149,7 @@ def test_a_stop_signal_sent_by_the_cluster_names_the_cluster(tmp_path):
 
     backends: List[FakeBackend] = []
 
-    def factory(attempt: int, adir: str) -> FakeBackend:
+    def factory(attempt: int, adir: str, plan: Any = None) -> FakeBackend:
         backends.append(SignalledBackend(outside=("stopped", "Slurm cancelled job 5")))
         return backends[-1]
 
@@ -238,7 +238,7 @@ class _ReportingBackend(FakeBackend):
 def test_backends_that_report_exits_need_no_waiter_thread(tmp_path):
     backends: List[FakeBackend] = []
 
-    def factory(attempt: int, adir: str) -> FakeBackend:
+    def factory(attempt: int, adir: str, plan: Any = None) -> FakeBackend:
         backends.append(_ReportingBackend(script={"rank 1": Exit(3)}))
         return backends[-1]
 

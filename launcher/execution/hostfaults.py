@@ -1,0 +1,177 @@
+"""Failures attributed to hosts, and the hosts a restart leaves out (no I/O).
+
+Spare hosts on restart (``mslaunch run --host-failures N``, docs/spare-hosts.md): after a failed or
+hung attempt, :func:`attributed` names the hosts the attempt's failure is blamed on:
+
+* the attempt's earliest failure (its root cause), when it is a rank killed by a signal that
+  mslaunch did not send (``rank 2 killed by SIGKILL``).  What died after it is most likely a
+  consequence (a peer's collective broke), so it is not counted;
+* a hung attempt's likely culprit (the hang detector names a rank): its host (``rank 1 hang
+  culprit``);
+* a *lost* host (its ssh session or agent gone, its Slurm node down: a rank ended with a
+  ``... lost`` reason, not by mslaunch's teardown): excluded at once, whatever ``N`` is.
+
+At most one failure per host and attempt is counted.  :class:`HostFaults` keeps the counts of the
+job; a host with ``N`` failures (or lost once) is due to be left out of the next attempt, and
+:class:`Spares` asks for that attempt's plan (``replan``, given by the caller that holds the job's
+spec: :func:`launcher.planning.spares.replan`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from launcher.execution.results import FAILED, HUNG, AttemptResult, ProcResult, earliest_failure
+from launcher.planning.jobspec import Exclusion
+from launcher.planning.plan import Plan
+
+__all__ = ["Fault", "HostFaults", "Replan", "Replanned", "Spares", "attributed", "moves_text"]
+
+_LOST_RE = re.compile(r"\blost\b")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One failure blamed on a host: ``what`` (``rank 2 killed by SIGKILL``), ``lost``: the host is gone."""
+
+    host: str
+    what: str
+    lost: bool = False
+
+
+def _lost(p: ProcResult) -> bool:
+    return not p.torn_down and p.returncode in (None, 255) and bool(p.reason) and bool(_LOST_RE.search(p.reason or ""))
+
+
+def attributed(result: AttemptResult) -> List[Fault]:
+    """The faults of one attempt, at most one per host (see the module doc)."""
+    if result.status not in (FAILED, HUNG):
+        return []
+    out: Dict[str, Fault] = {}
+    for p in result.processes:
+        if _lost(p) and p.host not in out:
+            out[p.host] = Fault(p.host, f"{p.name}: {p.reason}", lost=True)
+    if result.status == HUNG:
+        culprit = (result.hang or {}).get("culprit") or {}
+        rank = culprit.get("rank")
+        host = next((p.host for p in result.processes if p.rank == rank and p.rank is not None), None)
+        if host is not None and host not in out:
+            out[host] = Fault(host, f"rank {rank} hang culprit")
+        return list(out.values())
+    first = earliest_failure(list(result.processes))
+    if first is not None and first.rank is not None and first.signal is not None and first.host not in out:
+        out[first.host] = Fault(first.host, f"rank {first.rank} killed by {first.signal}")
+    return list(out.values())
+
+
+class HostFaults:
+    """The faults per host of one job, and the hosts due to be left out.
+
+    Args:
+        limit: ``--host-failures``: failures of one host that leave it out; 0: never leave a host
+            out for failures (a lost host is still left out).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.faults: Dict[str, List[Fault]] = {}
+
+    def add(self, result: AttemptResult) -> List[Fault]:
+        """Count ``result``'s faults; the new ones."""
+        new = attributed(result)
+        for f in new:
+            self.faults.setdefault(f.host, []).append(f)
+        return new
+
+    def due(self, already: Sequence[str], attempt: int) -> List[Exclusion]:
+        """Hosts to leave out from ``attempt`` on (not in ``already``), in the order first faulted, with their reasons."""
+        out: List[Exclusion] = []
+        for host, faults in self.faults.items():
+            if host in already:
+                continue
+            lost = next((f for f in faults if f.lost), None)
+            if lost is not None:
+                out.append(Exclusion(host, f"host lost ({lost.what})", "restart", attempt))
+            elif self.limit > 0 and len(faults) >= self.limit:
+                n = len(faults)
+                out.append(Exclusion(host, f"{n} failure{'s' * (n != 1)} ({', '.join(f.what for f in faults)})", "restart", attempt))
+        return out
+
+
+def moves_text(old: Sequence[Tuple[int, str]], new: Sequence[Tuple[int, str]], old_sched: Optional[str], new_sched: Optional[str]) -> str:
+    """``ranks 2-3 move to h4`` (ranks whose host changed, grouped by their new host; ``rank 5 to h3``
+    for one), then ``the scheduler moves to h1`` when it did; empty when nothing moved."""
+    before = dict(old)
+    moved: Dict[str, List[int]] = {}
+    for rank, host in sorted(new):
+        if before.get(rank) != host:
+            moved.setdefault(host, []).append(rank)
+    parts = []
+    for i, (host, rs) in enumerate(moved.items()):
+        verb = (" move to " if len(rs) > 1 else " moves to ") if i == 0 else " to "
+        parts.append(_ranks_text(rs) + verb + host)
+    text = ", ".join(parts)
+    if new_sched is not None and new_sched != old_sched:
+        text = f"{text}; the scheduler moves to {new_sched}" if text else f"the scheduler moves to {new_sched}"
+    return text
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 2-3``, ``ranks 0-1,4``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    runs: List[str] = []
+    start = prev = ranks[0]
+    for r in list(ranks[1:]) + [None]:  # type: ignore[list-item]
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return "ranks " + ",".join(runs)
+
+
+#: Re-plans the job without the given hosts (every exclusion so far), same world size; raises
+#: :class:`launcher.errors.PlanError` (one line) when the rest has too few slots.
+Replan = Callable[[Sequence[Exclusion]], Plan]
+
+
+@dataclass(frozen=True)
+class Replanned:
+    """The plan of the next attempt, the hosts it newly leaves out, and which ranks moved where
+    (``ranks 2-3 move to h4``, see :func:`moves_text`)."""
+
+    plan: Plan
+    excluded: Tuple[Exclusion, ...]
+    moves: str
+
+
+class Spares:
+    """The supervisor's restart path to spare hosts: count each attempt's faults; when a host is
+    due (see :class:`HostFaults`), the next attempt's plan without it.
+
+    Args:
+        replan: see :data:`Replan`.
+        limit: ``--host-failures``.
+    """
+
+    def __init__(self, replan: Replan, limit: int) -> None:
+        self.replan = replan
+        self.faults = HostFaults(limit)
+
+    def after(self, result: AttemptResult, plan: Plan, next_attempt: int) -> Optional[Replanned]:
+        """Count ``result``; the re-planned next attempt, or None when no host is due.
+
+        Raises:
+            PlanError: not enough spare hosts (one line naming the hosts and their failures).
+        """
+        self.faults.add(result)
+        new = self.faults.due([e.host for e in plan.excluded], next_attempt)
+        if not new:
+            return None
+        fresh = self.replan(tuple(plan.excluded) + tuple(new))
+        rank_hosts = lambda p: [(r.rank, r.host) for r in p.ranks if r.rank is not None]  # noqa: E731
+        sched = lambda p: p.scheduler.host if p.scheduler is not None else None  # noqa: E731
+        return Replanned(fresh, tuple(new), moves_text(rank_hosts(plan), rank_hosts(fresh), sched(plan), sched(fresh)))
