@@ -12,16 +12,25 @@ from launcher.execution.health import HealthBudget, run_health
 from launcher.planning.hosts import Host
 
 
-def _children() -> list:
-    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+def _children() -> set:
+    """Live descendants of this process (a session's shared clusters are among them: compare with a snapshot)."""
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def test_local_hosts_get_compute_figures_and_no_network() -> None:
+    before = _children()
     res = run_health((Host("localhost", 1), Host("127.0.0.1", 1)), {})
     assert [v.status for v in res.verdicts] == ["ok", "ok"]
     assert all(v.gflops and v.gflops > 0 and v.mbps is None for v in res.verdicts)
     assert res.network_note == "not checked: every host is this machine"
-    assert _children() == []
+    assert _children() - before == set()
 
 
 def test_a_probe_that_does_not_start_or_answer_in_time_is_faulty_and_killed(tmp_path) -> None:
@@ -29,8 +38,9 @@ def test_a_probe_that_does_not_start_or_answer_in_time_is_faulty_and_killed(tmp_
     slow.write_text(f"#!/bin/sh\nsleep 30\nexec {sys.executable} \"$@\"\n")
     os.chmod(slow, 0o755)
     hosts = (Host("localhost", 1), Host("127.0.0.1", 1, python=str(slow)), Host("::1", 1, python=str(tmp_path / "nopython")))
+    before = _children()
     res = run_health(hosts, {}, budget=HealthBudget(start_timeout=1.0))
     assert [v.status for v in res.verdicts] == ["ok", "faulty", "faulty"]
     assert res.verdicts[1].reason == "faulty: start: no answer in time"
     assert res.verdicts[2].reason.startswith("faulty: cannot start the probe: No such file or directory")
-    assert _children() == []
+    assert _children() - before == set()

@@ -2,7 +2,7 @@
 
 Each case proves something different (~10-30 s each here):
 
-* a dynamic-method AllReduce and ``mslaunch check`` across 3 Slurm nodes inside ``salloc``;
+* ``mslaunch check`` (an AllGather over the dynamic method) across 3 Slurm nodes inside ``salloc``;
 * the reference trainer under ``mslaunch sbatch --requeue``: preempted (SIGUSR1) after its first
   checkpoint, requeued, and resumed from that checkpoint in ``attempt_1/``.
 """
@@ -37,20 +37,14 @@ def _env(slurm: SlurmCluster):
     return env
 
 
-def test_allreduce_and_check_across_three_slurm_nodes(slurm: SlurmCluster, tmp_path) -> None:
-    q = " ".join
-    run = q(mslaunch_argv("run", "--launcher", "slurm", "--np", "3", "--master-port", "auto", "--tee", "none",
-                          "--log-dir", str(tmp_path / "ar"), "-m", "launcher.workloads.allreduce_smoke"))
-    check = q(mslaunch_argv("check", "--launcher", "slurm", "--np", "3", "--master-port", "auto", "--log-dir", str(tmp_path / "ck")))
-    res = subprocess.run(["salloc", "-N3", "--ntasks-per-node=1", "sh", "-c", f"{run}; echo rc=$?; {check}; echo rc=$?"],
+def test_check_across_three_slurm_nodes(slurm: SlurmCluster, tmp_path) -> None:
+    """``mslaunch check`` (MindSpore's AllGather over the dynamic cluster) on one rank per node."""
+    check = " ".join(mslaunch_argv("check", "--launcher", "slurm", "--np", "3", "--master-port", "auto", "--log-dir", str(tmp_path / "ck")))
+    res = subprocess.run(["salloc", "-N3", "--ntasks-per-node=1", "sh", "-c", f"{check}; echo rc=$?"],
                          env=_env(slurm), capture_output=True, text=True, timeout=400, cwd=str(tmp_path))
-    assert re.findall(r"^rc=(\d+)$", res.stdout, re.M) == ["0", "0"], res.stdout + res.stderr
+    assert re.findall(r"^rc=(\d+)$", res.stdout, re.M) == ["0"], res.stdout + res.stderr
     assert "AllGather gave [0,1,2] on every rank" in res.stdout
-    for rank in range(3):
-        text = (tmp_path / "ar" / f"worker_{rank}.log").read_text(errors="replace")
-        m = re.search(r"^mslaunch-allreduce rank=(\d+) sum=([\d.]+)$", text, re.M)
-        assert m and (int(m.group(1)), float(m.group(2))) == (rank, 6.0), text[-2000:]
-    summary = json.loads((tmp_path / "ar" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "ck" / "summary.json").read_text())
     assert sorted((p["name"], p["host"]) for p in summary["processes"]) == [
         ("rank 0", "node1"), ("rank 1", "node2"), ("rank 2", "node3"), ("scheduler", "node1")]
     slurm.wait_idle()
