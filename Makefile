@@ -45,12 +45,12 @@ venv: $(VENV)/.stamp-install
 
 test: deps venv
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 
 # The edit-test loop: unit tests of every layer, no real parts (namespaces, Slurm, mpirun,
 # MindSpore, browsers) and no end-to-end runs.
 test-fast: venv
-	$(PY) -m pytest -n $(JOBS) -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist worksteal -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
 
 run: venv-run
 	@set -e; start=$$(date +%s); \

@@ -13,8 +13,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="session")
 def _cpu_probe_cache(tmp_path_factory):
-    """One CPU-probe cache for the session: the probe (a few seconds) runs once, not per test."""
-    return tmp_path_factory.mktemp("cpu-probe")
+    """One CPU-probe cache for the session: the probe (a few seconds of CPU) runs once, not per
+    test, nor per pytest-xdist worker (the workers' temp folders share a parent; the cache's
+    writes are atomic)."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cpu-probe"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture(autouse=True)
