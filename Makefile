@@ -50,7 +50,7 @@ test: deps venv
 # The edit-test loop: unit tests of every layer, no real parts (namespaces, Slurm, mpirun,
 # MindSpore, browsers) and no end-to-end runs.
 test-fast: venv
-	$(PY) -m pytest -n $(JOBS) --dist worksteal -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
+	MSLAUNCH_FAST_TESTS=1 $(PY) -m pytest -n $(JOBS) --dist worksteal -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
 
 run: venv-run
 	@set -e; start=$$(date +%s); \

@@ -10,6 +10,14 @@ pytest_plugins = ["tests.harness.conftest_netns", "tests.harness.conftest_slurm"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from tests.harness.hypo import FAST  # noqa: E402
+
+if FAST:  # make test-fast: property tests without their own count try 20 inputs (see tests/harness/hypo.py)
+    from hypothesis import settings
+
+    settings.register_profile("fast", max_examples=20)
+    settings.load_profile("fast")
+
 
 @pytest.fixture(scope="session")
 def _cpu_probe_cache(tmp_path_factory):
@@ -41,7 +49,7 @@ _E2E_DIRS = ("integration", "docs")
 _E2E_MODULES = {
     "tests/cli/test_cli_ranktable.py", "tests/cli/test_msrun_compat.py", "tests/cli/test_parser_cli.py",
     "tests/cli/test_plan_cli.py", "tests/cli/test_sbatch.py", "tests/cli/test_top.py",
-    "tests/execution/test_faults_local.py", "tests/execution/test_run_local.py", "tests/execution/test_zygote.py",
+    "tests/execution/test_faults_local.py", "tests/execution/test_run_local.py", "tests/execution/test_hang_local.py", "tests/execution/test_zygote.py",
     "tests/execution/test_toy_backend.py", "tests/execution/test_stopsignals.py", "tests/execution/test_junit.py",
     "tests/execution/test_health.py", "tests/cli/test_doctor_health.py",
     "tests/jobs/test_jobdir_corrupt.py", "tests/jobs/test_jobdir_paths.py",

@@ -15,6 +15,7 @@ import pytest
 
 from tests.execution.test_run_local import assert_all_gone, kill_recorded
 from tests.harness.ci import require_tool
+from tests.harness.cli import run_cli
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "hangprog.py")
@@ -67,14 +68,12 @@ def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):
     assert "likely culprit: rank 1" in s["message"] and "likely culprit" in r.stderr
     events = [json.loads(line)["kind"] for line in (hjob.dir / "events.jsonl").read_text().splitlines()]
     assert "hung" in events
-    st = subprocess.run([sys.executable, "-m", "launcher", "status", str(hjob.dir)], capture_output=True, text=True, timeout=60)
+    st = run_cli("status", str(hjob.dir))  # the readers run in this process (tests/harness/cli.py)
     assert st.returncode == 1 and "likely culprit: rank 1: it went silent first" in st.stdout
     assert "rank 1: last epoch 0 step 4, main thread in stuck_reading_data (hangprog.py:" in st.stdout
-    top = subprocess.run([sys.executable, "-m", "launcher", "top", str(hjob.dir)], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, COLUMNS="200"))
+    top = run_cli("top", str(hjob.dir), env=dict(os.environ, COLUMNS="200"))
     assert "likely culprit: rank 1: it went silent first" in top.stdout, top.stdout + top.stderr
-    rep = subprocess.run([sys.executable, "-m", "launcher", "report", str(hjob.dir), "--output", str(hjob.dir.parent / "rep")],
-                         capture_output=True, text=True, timeout=120)
+    rep = run_cli("report", str(hjob.dir), "--output", str(hjob.dir.parent / "rep"))
     html = (hjob.dir.parent / "rep" / "report.html").read_text()
     assert rep.returncode == 0 and "likely culprit: rank 1: it went silent first" in html and "stuck_reading_data (hangprog.py:" in html
     assert_all_gone(hjob.pids)

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -12,6 +10,7 @@ from launcher.execution.results import AttemptResult
 from launcher.planning.plan import Plan, ProcPlan
 from tests.execution.test_hang_local import PROG, hjob  # noqa: F401  (the fixture)
 from tests.execution.test_run_local import assert_all_gone
+from tests.harness.cli import run_cli
 
 
 def _proc(name, rank, env):
@@ -66,6 +65,7 @@ def test_progress_gives_resume_point_best_step_and_steps_lost():
     assert second.extra == {"resumed_from_step": 3, "best_step": 6, "steps_lost": 2}
 
 
+@pytest.mark.e2e
 def test_a_job_failing_at_the_same_step_stops_after_two_attempts_without_progress(hjob):  # noqa: F811
     r = hjob.run("fail-at", "4", extra=("--max-restarts", "5", "--restart-delay", "0.5"))
     assert r.returncode == 3, r.stderr
@@ -82,11 +82,12 @@ def test_a_job_failing_at_the_same_step_stops_after_two_attempts_without_progres
         if ev["kind"] == "restart":
             nxt = next(e for e in events[i:] if e["kind"] == "started")
             assert nxt["time"] - ev["time"] >= 0.5
-    st = subprocess.run([sys.executable, "-m", "launcher", "status", str(hjob.dir)], capture_output=True, text=True, timeout=60)
+    st = run_cli("status", str(hjob.dir))  # in this process (tests/harness/cli.py)
     assert "attempt 1: failed (rank" in st.stdout and "3 step(s) lost" in st.stdout and "not restarting" in st.stdout
     assert_all_gone(hjob.pids)
 
 
+@pytest.mark.e2e
 def test_a_hung_attempt_is_restarted_and_the_restart_knows_it(hjob):  # noqa: F811
     r = hjob.run("steps", "0.3", "12", "--stall-rank", "1", "--stall-at", "5", extra=("--hang-timeout", "4", "--max-restarts", "1"))
     assert r.returncode == 0, r.stderr

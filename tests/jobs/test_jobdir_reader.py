@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.jobs.jobdir import SCHEMAS, CorruptJobFile, job_info, parse_job_file, read_job_file
+from tests.harness.hypo import examples
 
 KINDS = sorted(SCHEMAS)
 
@@ -34,13 +35,13 @@ def assert_reads_or_corrupt(data: bytes, kind: str) -> None:
             assert check(obj[key]) is None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(KINDS), st.binary(max_size=200))
 def test_any_bytes(kind, data):
     assert_reads_or_corrupt(data, kind)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(KINDS), field_objects | json_values)
 def test_any_json(kind, value):
     assert_reads_or_corrupt(json.dumps(value).encode(), kind)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from launcher.logs.metrics import Metric, parse_line
 from launcher.logs.metricsfile import JsonlTail, LogMetrics
 from launcher.logs.progress import Progress, RankDeriver, snapshot
+from tests.harness.hypo import examples
 
 MF_LINE = ("2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - { Epoch:[  1/  2], step:[    2/   19], "
            "loss: 10.649, per_step_time: 103328ms, lr: 0.0, overflow cond: False, loss_scale: 1.0, global_norm: [1 31049], "
@@ -71,14 +72,14 @@ def test_parse_line_table(line, expected):
     assert parse_line(line) == expected
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text(max_size=300))
 def test_parse_line_never_raises_on_any_text(text):
     m = parse_line(text)
     assert m is None or isinstance(m, Metric)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from([t[0] for t in TABLE]), st.text(max_size=40), st.integers(min_value=0, max_value=80))
 def test_parse_line_never_raises_on_mutated_metric_lines(line, junk, cut):
     for text in (line[:cut] + junk, junk + line, line.replace("1", junk[:5]), "MSLAUNCH_METRIC " + junk):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from launcher.logs.metrics import parse_line
 from launcher.logs.progress import RankDeriver
+from tests.harness.hypo import examples
 
 # (source, line, expected (epoch, step) progress, expected loss or None)
 CORPUS = [
@@ -102,7 +103,7 @@ _token = st.one_of(st.sampled_from(_WORDS), st.integers(min_value=0, max_value=1
                    st.text(alphabet="abcdefghijklmnopqrstuvwxyz_.", min_size=1, max_size=8))
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(st.lists(st.tuples(_token, st.sampled_from(_SEPS)), max_size=14))
 def test_random_log_lines_without_a_step_count_are_never_progress(parts):
     line = "".join(tok + sep for tok, sep in parts)

@@ -386,6 +386,7 @@ def test_bind_core_applies_affinity_at_start_for_any_job(tmp_path):
     assert r.returncode == 2 and "--bind-core" in r.stderr
 
 
+@pytest.mark.mindspore
 def test_real_probe_on_this_cpu_and_what_the_plan_does_with_it(tmp_path):
     """The probe on this machine, then the trainer's plan: ONEDNN_MAX_CPU_ISA is set exactly when
     the measured gain is >= 1.5x (on an AVX2-only CPU: no gain, nothing set)."""

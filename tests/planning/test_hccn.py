@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from launcher.errors import MsLaunchError, RankTableError
 from launcher.planning.hccn import is_ipv4, parse_hccn_conf, read_hccn_conf
+from tests.harness.hypo import examples
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 SEED_IPS_1 = {i: f"192.{i % 4 + 1}.27.{6 + i // 4}" for i in range(8)}
@@ -107,7 +108,7 @@ def test_read_errors(tmp_path) -> None:
     assert info.value.path == str(binary)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_parse_never_raises_anything_else(text: str) -> None:
     try:
@@ -124,7 +125,7 @@ _line = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_line, max_size=12))
 def test_parse_hccn_like_text(lines: list) -> None:
     try:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from launcher.errors import InventoryError
 from launcher.planning.hostlist import expand_hostlist, fold_hostlist, is_hostlist_name
 from launcher.planning.inventory import MAX_HOSTS, parse_host_list, read_hosts_arg
+from tests.harness.hypo import examples
 
 LIMIT = 100_000
 
@@ -61,7 +62,7 @@ def scontrol_env(tmp_path: Any) -> Any:
 
 
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="scontrol (slurm-client) is not installed")
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(0, 2 ** 32))
 def test_expansion_agrees_with_scontrol(tmp_path, seed: int) -> None:
     """100 generated hostlists per ``scontrol`` call (joined by commas: the expansion of a comma list
@@ -74,7 +75,7 @@ def test_expansion_agrees_with_scontrol(tmp_path, seed: int) -> None:
     assert expand_hostlist(text, limit=LIMIT) == r.stdout.split()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["node", "gpu-", "a.b", "rack1-n"]), st.integers(0, 300), st.sampled_from([1, 3])),
                 min_size=1, max_size=60))
 def test_fold_expand_round_trips(parts: Any) -> None:

@@ -14,6 +14,7 @@ from launcher.planning.inventory import (
     parse_hostfile, read_inventory,
 )
 from launcher.planning.ranks import RankSlot, assign_ranks, used_inventory
+from tests.harness.hypo import examples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -244,7 +245,7 @@ def test_assign_ranks_errors():
 # ------------------------------------------------------------------ property tests: only MsLaunchError
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_hostfile_parser_only_raises_mslaunch_error(text):
     try:
@@ -253,7 +254,7 @@ def test_hostfile_parser_only_raises_mslaunch_error(text):
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_host_list_parser_only_raises_mslaunch_error(text):
     try:
@@ -271,7 +272,7 @@ yaml_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(st.text(), yaml_values.map(lambda v: __import__("yaml").safe_dump(v))))
 def test_yaml_parser_only_raises_mslaunch_error(text):
     try:
@@ -280,7 +281,7 @@ def test_yaml_parser_only_raises_mslaunch_error(text):
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(), st.sampled_from(["--include", "--exclude"]))
 def test_filters_only_raise_mslaunch_error(text, flag):
     try:

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from launcher.errors import PlanError
 from launcher.planning.k8s import K8sJob, build_manifests, check_job, pod_args, render_manifests
 from launcher.planning.yamlout import Note, render, render_all, scalar, strip_notes
+from tests.harness.hypo import examples
 
 kv = pytest.importorskip("kubernetes_validate")
 VERSIONS = ("1.27.0", kv.latest_version())
@@ -58,7 +59,7 @@ def test_scalars_read_back_as_the_same_string(text):
     assert yaml.safe_load(f"k: {scalar(text)}\n") == {"k": text}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.recursive(st.one_of(st.text(), st.integers(), st.booleans(), st.none()),
                     lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.text(min_size=1), kids, max_size=4)),
                     max_leaves=12))

@@ -27,8 +27,9 @@ from launcher.planning.ranktable import (
     table_size,
     validate_rank_table,
 )
+from tests.harness.hypo import examples
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 #: Any text: every code point, lone surrogates and C0/C1 controls included.
 ANY_TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=400)

@@ -233,9 +233,10 @@ def test_msrun_flag_names_are_accepted(tmp_path):
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from tests.harness.hypo import examples
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_env_file_parser_only_raises_mslaunch_error(text):
     try:

@@ -18,6 +18,7 @@ from launcher.planning.hostfile import parse_hostfile
 from launcher.planning.inventory import Inventory, parse_host_list
 from launcher.planning.jsontext import dumps_indented
 from launcher.planning.ranks import RankSlot, assign_ranks, new_frozen, used_inventory
+from tests.harness.hypo import examples
 
 
 def naive_used_inventory(inventory: Inventory, slots: Any) -> Inventory:
@@ -30,7 +31,7 @@ def naive_used_inventory(inventory: Inventory, slots: Any) -> Inventory:
     return Inventory(tuple(used), source=inventory.source)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(1, 8), min_size=1, max_size=40), st.data())
 def test_used_inventory_matches_its_definition(slots_per_host: Any, data: Any) -> None:
     inv = parse_host_list(",".join(f"h{i}:{n}" for i, n in enumerate(slots_per_host)))
@@ -99,14 +100,14 @@ json_plain = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(json_plain)
 def test_dumps_indented_is_json_dumps(value: Any) -> None:
     """Byte for byte, including non-ASCII, surrogates and integers beyond 64 bits (fallbacks)."""
     assert dumps_indented(value) == json.dumps(value, indent=2)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.recursive(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5),
                     lambda inner: st.lists(inner, max_size=4), max_leaves=10))
 def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
@@ -117,7 +118,7 @@ def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
 # build_plan's per-host caches give each rank the env, argv and log of the one-rank definitions
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     hosts=st.lists(st.integers(1, 4), min_size=1, max_size=6),
     user_env=st.lists(st.sampled_from(["LOCAL_RANK", "LOCAL_WORLD_SIZE", "MS_TOPO_TIMEOUT", "FOO", "PYTHONUNBUFFERED"]),

@@ -26,6 +26,7 @@ from launcher.planning.ranktable import (
     table_size,
     validate_rank_table,
 )
+from tests.harness.hypo import examples
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 HCCN_DIR = os.path.join(DATA, "hccn")
@@ -734,7 +735,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(json_values)
 def test_validate_never_raises_on_any_json_value(value: Any) -> None:
     result = validate_rank_table(value)
@@ -767,7 +768,7 @@ _table = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(_table, st.sampled_from(["910", "910b"]))
 def test_validate_never_raises_on_rank_table_like_values(table: Dict[str, Any], chip: str) -> None:
     result = validate_rank_table(table, chip=chip)
@@ -777,7 +778,7 @@ def test_validate_never_raises_on_rank_table_like_values(table: Dict[str, Any], 
     default_table_name(table)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_parse_json_never_raises_anything_else(text: str) -> None:
     try:
@@ -787,7 +788,7 @@ def test_parse_json_never_raises_anything_else(text: str) -> None:
     validate_rank_table(value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_values)
 def test_parse_json_round_trip_then_validate(value: Any) -> None:
     text = json.dumps(value)
@@ -897,7 +898,7 @@ def test_default_table_name(table: Dict[str, Any], name: str) -> None:
     assert default_table_name(table) == name
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_values)
 def test_fast_renderer_matches_json_dumps(value: Any) -> None:
     from launcher.planning.ranktable import _render
@@ -907,7 +908,7 @@ def test_fast_renderer_matches_json_dumps(value: Any) -> None:
     assert "".join(parts) == json.dumps(value, indent=2)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_table)
 def test_rank_table_json_round_trips(table: Dict[str, Any]) -> None:
     text = rank_table_json(table)
@@ -949,7 +950,7 @@ _device_edits = st.lists(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.sampled_from(["seed16", "a3"]), _device_edits, st.sampled_from(["910", "910b"]))
 def test_validate_fast_device_check_agrees_with_the_full_one(base: str, edits: list, chip: str) -> None:
     """Valid tables with a few device fields changed (junk, missing keys, a value copied from the

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from launcher.errors import RankTableError
 from launcher.planning.ranktable import MAX_JSON_DEPTH, parse_rank_table_json, rank_table_json, validate_rank_table
 from launcher.planning.ranktable.parse import MAX_RANK_TABLE_BYTES, MAX_TABLE_DEVICES, _check_json_depth, _check_json_value
+from tests.harness.hypo import examples
 
 
 def big_table(servers: int, devices: int = 8, v12: bool = False) -> Any:
@@ -75,7 +76,7 @@ nested = st.recursive(st.integers(0, 3) | st.text(max_size=3),
                       max_leaves=80)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(nested, st.integers(1, 6))
 def test_depth_only_check_agrees_with_the_full_walk(value: Any, wrap: int) -> None:
     for _ in range(wrap * 12):  # push some values past the limit

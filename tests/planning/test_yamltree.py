@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from launcher.errors import InventoryError
 from launcher.planning.yamltree import YamlMap, YamlSeq, yaml_tree
+from tests.harness.hypo import examples
 
 #: Scalars as written, where YAML 1.1 resolution is subtle (ints in other bases, sexagesimal,
 #: booleans, nulls, floats, timestamps, IP-like text, quoted look-alikes, non-ASCII).
@@ -94,7 +95,7 @@ def composed(text: str) -> Any:
     return root.value
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents, st.sampled_from(["block", "flow"]))
 def test_composer_builds_what_safe_load_builds(document: Any, style: str) -> None:
     text = block(document) if style == "block" else flow(document) + "\n"
