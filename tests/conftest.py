@@ -60,9 +60,13 @@ _E2E_MODULES = {
 
 def pytest_collection_modifyitems(config, items):
     """Tests under tests/integration and tests/docs, and those of :data:`_E2E_MODULES`, run whole
-    jobs: mark them ``e2e`` (``make test-fast`` leaves them out)."""
+    jobs: mark them ``e2e`` (``make test-fast`` leaves them out).  Under pytest-xdist the longest
+    tests go first, one group per worker (:func:`tests.harness.order.spread`)."""
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         parts = path.split("/")
         if (len(parts) > 1 and parts[0] == "tests" and parts[1] in _E2E_DIRS) or path in _E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
+    from tests.harness.order import spread
+
+    items[:] = spread(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
