@@ -19,7 +19,6 @@ LONG: Sequence[Tuple[Tuple[str, ...], float]] = (
     (("tests/integration/test_slurm_e2e.py::test_trainer_under_sbatch_is_preempted",), 160),
     (("tests/integration/test_hang_mindspore.py::test_trainer_killed_after_a_checkpoint",), 120),
     (("tests/workloads/test_resnet50.py::test_training_run_logs", "tests/workloads/test_resnet50.py::test_resume_continues"), 110),
-    (("tests/cli/test_top.py::test_reference_trainer_two_workers",), 60),
     (("tests/integration/test_health_cluster.py::test_health_verdicts_and_preflight_modes",), 58),
     (("tests/integration/test_hang_cluster.py::test_hung_job_over_ssh",), 55),
     (("tests/integration/test_hang_cluster.py::test_hung_job_under_slurm",), 54),

@@ -10,7 +10,9 @@ Each job costs ~10-60 s here; each case proves something different:
   summary still names rank 1 (the stuck one), not rank 0 (the one that timed out);
 * the reference trainer: rank 1 SIGKILLed after a checkpoint on both ranks; ``--max-restarts 1``
   resumes by itself from the newest common checkpoint and exits 0; ``report`` shows both attempts
-  and the steps lost.
+  and the steps lost.  The same job is the reference trainer as ``top`` sees it: both ranks
+  stepping while it runs, and at the end every step of the resumed attempt in ``metrics.jsonl``
+  with its loss, each rank done at the last step, its throughput the trainer's own figure.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import time
 import psutil
 import pytest
 
+from tests.harness.cli import run_cli
 from tests.harness.faultkit import wait_or_fail
 from tests.harness.mindspore import require_mindspore
 
@@ -111,6 +114,9 @@ def test_trainer_killed_after_a_checkpoint_resumes_by_itself(tmp_path):
             return saved(0) and saved(1) and log.exists() and "epoch: 1 step: 5," in log.read_text(errors="replace")
 
         wait_or_fail(step_after_ckpt, 300, "a checkpoint on both ranks and a step after it")
+        live = _top(job)  # the reference trainer as top sees it while it runs
+        assert live["state"] == "running" and [row["state"] for row in live["ranks"]] == ["running", "running"], live
+        assert all((row["step"] or 0) >= 2 and row["loss"] is not None and row["total_steps"] == 10 for row in live["ranks"]), live
         plan = json.loads((job / "job.json").read_text())
         pid = _rank_pid(plan, job, 1)
         os.kill(pid, signal.SIGKILL)
@@ -128,12 +134,31 @@ def test_trainer_killed_after_a_checkpoint_resumes_by_itself(tmp_path):
     for rank in (0, 1):
         log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
         assert re.search(r"resume: \S+resnet50-1_4\.ckpt \(global step 4\); continuing at epoch 1 step 5", log), log[-2000:]
+    snap, recs = _top(job), [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    for rank in (0, 1):  # top and metrics.jsonl follow the resumed attempt, step by step
+        log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
+        logged = [(int(s), float(v)) for s, v in re.findall(r"^epoch: 1 step: (\d+), loss is (\S+)$", log, re.M)]
+        assert [s for s, _ in logged] == list(range(5, 11)), log[-2000:]
+        mine = [(x["global_step"], x["loss"]) for x in recs if x["rank"] == rank and x["kind"] == "step" and x["attempt"] == 1]
+        assert mine == logged
+        row = snap["ranks"][rank]
+        assert (row["step"], row["loss"], row["state"]) == (10, logged[-1][1], "done"), row
+        per_rank = float(re.search(r"^epoch 1 throughput: ([\d.]+) img/s per rank", log, re.M).group(1))
+        assert row["samples_per_s"] == per_rank  # the trainer's own figure
+    assert snap["totals"]["samples_per_s"] == pytest.approx(sum(row["samples_per_s"] for row in snap["ranks"]))
     rep = mslaunch("report", str(job), "--output", str(tmp_path / "rep"), cwd=tmp_path, timeout=120)
     assert rep.returncode == 0, rep.stderr
     html = next((tmp_path / "rep").glob("*.html")).read_text()
     assert "attempt 0: failed (rank 1 on" in html and "attempt 1: succeeded; resumed at step 4" in html
     assert f"{second['steps_lost']} step(s) lost" in html
     assert_no_pids_left(s)
+
+
+def _top(job):
+    """``mslaunch top --json`` of the job (in this process: it only reads the job folder)."""
+    r = run_cli("top", "--json", str(job))
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
 
 
 def _rank_pid(plan, job, rank):

@@ -12,11 +12,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.harness.hostfaults import cgroup_v1_cpu, host_faults, throttle_cpu, unthrottle
+from tests.harness.hostfaults import (
+    cgroup_v1_cpu,
+    host_faults,
+    throttle_cpu,
+    unthrottle,
+)
+from tests.integration.test_multihost import wait_nothing_left
 
 pytestmark = pytest.mark.netns
 
@@ -28,15 +33,6 @@ def _mslaunch(c, tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
     return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env,
                           cwd=str(tmp_path), timeout=180)
-
-
-def _nothing_left(c, timeout: float = 15.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = c.all_pids()
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
 
 
 def _run(c, tmp_path, name: str, mode: str) -> list:
@@ -67,7 +63,7 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
         assert verdicts[ip[1]]["reason"].startswith("slow: network ") and "compute" not in verdicts[ip[1]]["reason"]
         assert "connection refused" in verdicts[ip[2]]["reason"]
         assert all(set(h) == {"host", "verdict", "gflops", "mbps", "reason", "transfers"} for h in data["hosts"])
-        assert _nothing_left(c) == {}
+        assert wait_nothing_left(c, 15.0) == {}
 
         # exclude: --np 4 wants h1 and h2 (2 slots each); h3 is down, so the ranks go to h4 and h5
         r = _mslaunch(c, tmp_path, *_run(c, tmp_path, "ex", "exclude"))
@@ -80,7 +76,7 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
         events = [json.loads(line) for line in (tmp_path / "ex" / "events.jsonl").read_text().splitlines()]
         pre = [e for e in events if e["kind"] == "preflight"]
         assert len(pre) == 1 and [x["host"] for x in pre[0]["excluded"]] == [ip[0], ip[1], ip[2]]
-    assert _nothing_left(c) == {}
+    assert wait_nothing_left(c, 15.0) == {}
 
     throttle_cpu(c, 0)  # only h1 is bad now
     try:
@@ -94,4 +90,4 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
         assert sorted({p["host"] for p in plan["ranks"]}) == [ip[0], ip[1]]
     finally:
         unthrottle(c, 0)
-    assert _nothing_left(c) == {}
+    assert wait_nothing_left(c, 15.0) == {}
