@@ -5,16 +5,13 @@ import os
 
 import pytest
 
+from tests.harness.cli import run_cli
+
 
 def _main(monkeypatch, capsys, tmp_path, *args: str):
-    from launcher.cli.app import main
-
-    monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code or 0, out, err
+    """``mslaunch ARGS`` in this process (tests/harness/cli.py): ``(exit code, stdout, stderr)``."""
+    r = run_cli(*args, cwd=str(tmp_path))
+    return r.returncode, r.stdout, r.stderr
 
 
 def _setup(tmp_path) -> None:

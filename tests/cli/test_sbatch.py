@@ -10,6 +10,7 @@ import pytest
 from launcher.cli.sbatch import render_script
 from tests.cli.bad_run_options import BAD_RUN_OPTIONS, NOT_VALIDATED, case_ids
 from tests.conftest import mslaunch_argv
+from tests.harness.cli import run_cli
 
 
 def test_render_script_whole_text() -> None:
@@ -108,17 +109,10 @@ def test_flags_of_run_take_no_value(tmp_path) -> None:
 
 
 def _main(monkeypatch, capsys, tmp_path, *args: str):
-    """``mslaunch ARGS`` in this process (as ``main`` runs it): ``(exit code, stdout, stderr)``."""
-    from launcher.cli.app import main
-
-    monkeypatch.chdir(tmp_path)
-    for key in [k for k in os.environ if k.startswith("SLURM_")]:
-        monkeypatch.delenv(key)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code or 0, out, err
+    """``mslaunch ARGS`` in this process, outside any Slurm allocation: ``(exit code, stdout, stderr)``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    r = run_cli(*args, env=env, cwd=str(tmp_path))
+    return r.returncode, r.stdout, r.stderr
 
 
 def _refused(code: int, out: str, err: str, needle: str) -> None:
