@@ -187,6 +187,13 @@ def _exe(pid: int) -> Optional[str]:
         return None
 
 
+def _not_sshd_and_alive(pid: int) -> bool:
+    exe = _exe(pid)
+    if exe == SSHD:
+        return False
+    return exe is not None or _alive(pid)
+
+
 def _netns_inode(path: str) -> Optional[int]:
     try:
         return os.stat(path).st_ino
@@ -515,7 +522,9 @@ class NamespaceCluster:
         pids = _pids_in_netns(inode)
         if include_sshd:
             return pids
-        return [p for p in pids if _exe(p) != SSHD]
+        # a process that exits between the liveness check and the readlink has no executable any
+        # more (an sshd connection child closing, say): ask again whether it is alive
+        return [p for p in pids if _not_sshd_and_alive(p)]
 
     def all_pids(self, *, include_sshd: bool = False) -> Dict[str, List[int]]:
         """:meth:`pids_in` for every host, by host name (only hosts with processes are listed)."""
