@@ -16,10 +16,15 @@ from mindspore import Tensor, nn
 from launcher.workloads.cifar10_data import UsageError
 from launcher.workloads.cluster import all_gather
 
+#: The file name prefix of the default network's checkpoints; each ``--arch`` has its own (its
+#: name), so ``--resume`` never picks another network's checkpoint.
 CKPT_PREFIX = "resnet50"
 #: How many of each rank's newest checkpoints a distributed ``--resume`` compares.
 RESUME_CANDIDATES = 16
-_CKPT_RE = re.compile(r"^" + CKPT_PREFIX + r"-(\d+)_(\d+)\.ckpt$")
+
+
+def _ckpt_re(prefix: str) -> "re.Pattern[str]":
+    return re.compile(r"^" + re.escape(prefix) + r"-(\d+)_(\d+)\.ckpt$")
 
 
 
@@ -28,36 +33,39 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def list_checkpoints(ckpt_dir: str) -> List[Tuple[int, int, str]]:
-    """``(epoch, step, path)`` of this module's checkpoints in ``ckpt_dir``, oldest first."""
+def list_checkpoints(ckpt_dir: str, prefix: str = CKPT_PREFIX) -> List[Tuple[int, int, str]]:
+    """``(epoch, step, path)`` of the ``<prefix>-<epoch>_<step>.ckpt`` files in ``ckpt_dir``,
+    oldest first."""
     if not os.path.isdir(ckpt_dir):
         return []
     found = []
+    pattern = _ckpt_re(prefix)
     for name in os.listdir(ckpt_dir):
-        m = _CKPT_RE.match(name)
+        m = pattern.match(name)
         if m:
             found.append((int(m.group(1)), int(m.group(2)), os.path.join(ckpt_dir, name)))
     return sorted(found)
 
 
-def save_checkpoint(train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, global_step: int, keep: int) -> str:
-    """Write ``resnet50-<epoch>_<step>.ckpt`` atomically; then :func:`prune_checkpoints` to
+def save_checkpoint(train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, global_step: int, keep: int,
+                    prefix: str = CKPT_PREFIX) -> str:
+    """Write ``<prefix>-<epoch>_<step>.ckpt`` atomically; then :func:`prune_checkpoints` to
     ``keep`` (0: prune nothing)."""
     os.makedirs(ckpt_dir, exist_ok=True)
-    final = os.path.join(ckpt_dir, f"{CKPT_PREFIX}-{epoch}_{step}.ckpt")
-    tmp = os.path.join(ckpt_dir, f".tmp-{os.getpid()}-{CKPT_PREFIX}-{epoch}_{step}.ckpt")
+    final = os.path.join(ckpt_dir, f"{prefix}-{epoch}_{step}.ckpt")
+    tmp = os.path.join(ckpt_dir, f".tmp-{os.getpid()}-{prefix}-{epoch}_{step}.ckpt")
     ms.save_checkpoint(
         train_net, tmp, append_dict={"epoch_num": epoch, "step_num": step, "global_step_saved": global_step}
     )
     os.replace(tmp, final)
-    prune_checkpoints(ckpt_dir, keep)
+    prune_checkpoints(ckpt_dir, keep, prefix)
     return final
 
 
-def prune_checkpoints(ckpt_dir: str, keep: int) -> None:
+def prune_checkpoints(ckpt_dir: str, keep: int, prefix: str = CKPT_PREFIX) -> None:
     """Remove all but the newest ``keep`` checkpoints (0: none), and temp files that other
     processes left half-written (the folder is this rank's alone)."""
-    doomed = [path for _, _, path in list_checkpoints(ckpt_dir)[:-keep]] if keep > 0 else []
+    doomed = [path for _, _, path in list_checkpoints(ckpt_dir, prefix)[:-keep]] if keep > 0 else []
     mine = f".tmp-{os.getpid()}-"
     doomed += [os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(".tmp-") and not n.startswith(mine)]
     for path in doomed:
@@ -88,8 +96,8 @@ def _gather_positions(mine: Sequence[Tuple[int, int]], size: int) -> List[List[T
     return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
 
 
-def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions
-                 ) -> Optional[str]:
+def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions,
+                 prefix: str = CKPT_PREFIX) -> Optional[str]:
     """The checkpoint ``--resume`` loads: this rank's newest, or with ``size`` > 1 the newest one
     every rank has (newer ones of this rank are removed); None: start from scratch.
     ``gather(mine, size)`` gives every rank's positions (:func:`_gather_positions`).
@@ -97,7 +105,7 @@ def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[
     Raises:
         UsageError: some rank has checkpoints but none is common to all.
     """
-    found = list_checkpoints(ckpt_dir) if ckpt_dir else []
+    found = list_checkpoints(ckpt_dir, prefix) if ckpt_dir else []
     if size == 1:
         return found[-1][2] if found else None
     positions = gather([(e, st) for e, st, _ in found], size)
@@ -105,7 +113,7 @@ def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[
         return None
     pick = common_checkpoint(positions)
     if pick is None:
-        newest = ", ".join(f"rank {r} {f'{CKPT_PREFIX}-{p[-1][0]}_{p[-1][1]}' if p else 'none'}"
+        newest = ", ".join(f"rank {r} {f'{prefix}-{p[-1][0]}_{p[-1][1]}' if p else 'none'}"
                            for r, p in enumerate(positions))
         raise UsageError(f"--resume: the ranks have no checkpoint in common (newest: {newest}); every rank "
                          "needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)")
@@ -119,7 +127,8 @@ def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[
     return next(path for epoch, step, path in found if (epoch, step) == pick)
 
 
-def _resume(ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe: int, size: int) -> Tuple[int, int, int]:
+def _resume(ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe: int, size: int,
+            prefix: str = CKPT_PREFIX) -> Tuple[int, int, int]:
     """Load the checkpoint of :func:`resume_point` into ``train_net`` (``--resume``).
 
     Returns:
@@ -129,11 +138,11 @@ def _resume(ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe:
     Raises:
         UsageError: the checkpoint does not match the network; the ranks have none in common.
     """
-    path = resume_point(ckpt_dir, size)
+    path = resume_point(ckpt_dir, size, prefix=prefix)
     if path is None:
         _say(f"resume: no checkpoint in {ckpt_dir}; starting from scratch")
         return 1, 0, 0
-    m = _CKPT_RE.match(os.path.basename(path))
+    m = _ckpt_re(prefix).match(os.path.basename(path))
     assert m is not None
     params = ms.load_checkpoint(path)
     meta = {k: params.pop(k) for k in ("epoch_num", "step_num", "global_step_saved") if k in params}

@@ -1,8 +1,9 @@
 """The ResNet-50 network and its loss, as the MindSpore tutorials build them (no data, no training).
 
 :func:`resnet50` is ResNet v1.5 with bottleneck blocks 3-4-6-3 (23,528,522 trainable parameters
-with 10 classes); :class:`SoftmaxCrossEntropyExpand` is the tutorials' softmax cross-entropy in
-primitive ops.  The trainer is :mod:`launcher.workloads.resnet50_cifar10`.
+with 10 classes); :func:`resnet` builds the other depths of :data:`ARCHS` from the same blocks
+(the trainer's ``--arch``); :class:`SoftmaxCrossEntropyExpand` is the tutorials' softmax
+cross-entropy in primitive ops.  The trainer is :mod:`launcher.workloads.resnet50_cifar10`.
 """
 from __future__ import annotations
 
@@ -92,9 +93,27 @@ class ResNet(nn.Cell):
         return self.fc(x)
 
 
+#: Bottleneck blocks per stage of each network the trainer offers (``--arch``); the depth in the
+#: name counts the weighted layers: 3 per block, the stem convolution and the dense layer.
+#: ResNet-50/101/152 are He et al.'s; the shallower two (timm's names) train the same way at a
+#: fraction of the cost (CI smoke jobs, trying a launcher setup).
+ARCHS = {
+    "resnet14": (1, 1, 1, 1),
+    "resnet26": (2, 2, 2, 2),
+    "resnet50": (3, 4, 6, 3),
+    "resnet101": (3, 4, 23, 3),
+    "resnet152": (3, 8, 36, 3),
+}
+
+
+def resnet(arch: str = "resnet50", num_classes: int = 10) -> ResNet:
+    """The network ``arch`` names (a key of :data:`ARCHS`)."""
+    return ResNet(ARCHS[arch], num_classes)
+
+
 def resnet50(num_classes: int = 10) -> ResNet:
     """ResNet-50 (bottleneck blocks 3-4-6-3, 2048-d features, one dense layer with bias)."""
-    return ResNet((3, 4, 6, 3), num_classes)
+    return resnet("resnet50", num_classes)
 
 
 def count_parameters(net: nn.Cell, trainable_only: bool = True) -> int:

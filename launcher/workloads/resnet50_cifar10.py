@@ -35,8 +35,13 @@ Output on stdout (flushed after every line; launchers capture it to files)::
     checkpoint: <ckpt-dir>/ckpt_<rank>/resnet50-1_40.ckpt
     accuracy: 0.8125                               (with --eval; over the whole test set)
 
-Checkpoints (``--ckpt-dir``): ``<ckpt-dir>/ckpt_<rank>/resnet50-<epoch>_<step>.ckpt`` (the
-``ModelCheckpoint`` naming; ``step`` is the step within the epoch), written at the end of every
+Network (``--arch``): ResNet-50 by default; ``resnet101`` / ``resnet152``, or the shallower
+``resnet14`` / ``resnet26`` (the same bottleneck blocks, 1 or 2 per stage: the same training and
+checkpoints at about half the cost of a ResNet-50 step and compile on CPU, for CI smoke jobs).
+
+Checkpoints (``--ckpt-dir``): ``<ckpt-dir>/ckpt_<rank>/<arch>-<epoch>_<step>.ckpt`` (the
+``ModelCheckpoint`` naming, prefixed with the network's name, so ``--resume`` never loads
+another network's; ``step`` is the step within the epoch), written at the end of every
 epoch (and every ``--ckpt-every`` steps), atomically (temp file + ``os.replace``), keeping the
 newest ``--keep-checkpoints``. A checkpoint holds the network parameters, the optimizer state
 (momentum accumulators, ``global_step``) and ``epoch_num`` / ``step_num`` / ``global_step``.
@@ -84,7 +89,7 @@ from launcher.workloads.checkpoints import (  # noqa: F401 - checkpoint names st
 )
 from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.resnet50 import (  # noqa: F401
-    Bottleneck, ResNet, SoftmaxCrossEntropyExpand, count_parameters, resnet50,
+    ARCHS, Bottleneck, ResNet, SoftmaxCrossEntropyExpand, count_parameters, resnet, resnet50,
 )
 from launcher.workloads.restart import resume_on_restart
 
@@ -125,6 +130,8 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
         description="Train ResNet-50 on CIFAR-10 (binary version) with MindSpore, alone or data-parallel.",
     )
     p.add_argument("--data-path", default=env.get("DATA_PATH"), help="folder with cifar-10-batches-bin (or it)")
+    p.add_argument("--arch", choices=tuple(ARCHS), default="resnet50",
+                   help="the network (default resnet50; resnet14/26: the same training at a fraction of the cost)")
     p.add_argument("--epochs", type=int, default=1, help="total epochs (with --resume: including finished ones)")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size (default 32)")
     p.add_argument("--image-size", type=int, default=224, help="input size (224 as the tutorials; 32: no resize)")
@@ -273,7 +280,7 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
         step += 1
         loop.global_step += 1
         if loop.prune_due:  # this step's AllReduce needed every rank: all have saved the newest
-            prune_checkpoints(loop.ckpt_dir or "", loop.args.keep_checkpoints)
+            prune_checkpoints(loop.ckpt_dir or "", loop.args.keep_checkpoints, loop.args.arch)
             loop.prune_due = False
         if not math.isfinite(loss):
             sys.stderr.write(f"epoch: {epoch} step: {step}. Invalid loss {loss}, terminating training.\n")
@@ -303,7 +310,7 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
     assert loop.ckpt_dir is not None
     alone = loop.size == 1
     path = save_checkpoint(loop.train_net, loop.ckpt_dir, epoch, step, loop.global_step,
-                           loop.args.keep_checkpoints if alone else 0)
+                           loop.args.keep_checkpoints if alone else 0, loop.args.arch)
     loop.prune_due = not alone
     _say(f"checkpoint: {path}")
 
@@ -316,14 +323,14 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     ms.set_seed(args.seed)
     ds.config.set_seed(args.seed)
 
-    net = resnet50(num_classes=10)
+    net = resnet(args.arch, num_classes=10)
     _say(f"params: {count_parameters(net)}")
     data, spe = _training_data(args, rank, size)
     opt, train_net = make_train_step(net, args.lr, args.momentum)
 
     ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
     # The position *before* the next step: epoch, steps done in it, steps done in all.
-    epoch, step, global_step = _resume(ckpt_dir, train_net, opt, spe, size) if args.resume else (1, 0, 0)
+    epoch, step, global_step = _resume(ckpt_dir, train_net, opt, spe, size, args.arch) if args.resume else (1, 0, 0)
     if epoch > args.epochs:
         _say(f"nothing to train: already at epoch {epoch - 1} of --epochs {args.epochs}")
     else:

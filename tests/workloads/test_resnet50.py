@@ -199,3 +199,30 @@ def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_pat
     assert sorted(os.listdir(tmp_path)) == sorted([mine.name, "resnet50-1_10.ckpt", "resnet50-2_1.ckpt"])
     prune_checkpoints(str(tmp_path), 0)  # 0: keep every checkpoint
     assert len(os.listdir(tmp_path)) == 3
+
+
+@pytest.mark.mindspore
+def test_each_arch_has_its_own_checkpoints_and_blocks(tmp_path) -> None:
+    """--arch: the checkpoints carry the network's name, so a resume of one network never picks
+    another's; the shallower networks are the same blocks, fewer of them."""
+    _need_mindspore()
+    from launcher.workloads.resnet50_cifar10 import ARCHS, count_parameters, list_checkpoints, parse_args, prune_checkpoints, resnet, resume_point
+
+    _ckpt_files(tmp_path, (1, 8), (2, 8))
+    (tmp_path / "resnet14-1_4.ckpt").write_bytes(b"x")
+    assert [p[:2] for p in list_checkpoints(str(tmp_path), "resnet14")] == [(1, 4)]
+    assert resume_point(str(tmp_path), 1, None, prefix="resnet14") == str(tmp_path / "resnet14-1_4.ckpt")
+    assert resume_point(str(tmp_path), 1, None) == str(tmp_path / "resnet50-2_8.ckpt")
+    assert resume_point(str(tmp_path), 1, None, prefix="resnet26") is None
+    prune_checkpoints(str(tmp_path), 1, "resnet14")  # another network's files are not this one's to prune
+    assert sorted(os.listdir(tmp_path)) == ["resnet14-1_4.ckpt", "resnet50-1_8.ckpt", "resnet50-2_8.ckpt"]
+
+    assert parse_args(["--data-path", "d"], {}).arch == "resnet50"
+    assert parse_args(["--arch", "resnet14", "--data-path", "d"], {}).arch == "resnet14"
+    for arch, blocks in ARCHS.items():
+        assert arch == f"resnet{3 * sum(blocks) + 2}"
+    small = resnet("resnet14", num_classes=10)
+    # stem + 3 convolutions per block + one projection per stage; a BatchNorm (gamma, beta) each; dense weight and bias
+    convs = 1 + 3 * 4 + 4
+    assert len(small.trainable_params()) == convs + 2 * convs + 2
+    assert count_parameters(small) < count_parameters(resnet("resnet26")) < RESNET50_PARAMS_10
