@@ -8,8 +8,8 @@ Each case proves something different:
 
 * pods started in reverse order (pod 2 first, waiting for pod 0's name to resolve) still form
   the cluster; every pod's log (its stdout) has its ranks' lines, prefixed;
-* one pod failing (a rank exits 3) fails the Job, whose policy ends every other pod; nothing is
-  left running in any pod;
+* one pod failing (a rank exits 3 while every rank runs; a program without MindSpore) fails the
+  Job, whose policy ends every other pod; nothing is left running in any pod;
 * a scheduler name that never resolves ends the pod after --start-timeout with one line.
 """
 from __future__ import annotations
@@ -96,26 +96,48 @@ def test_reverse_start_order_forms_the_cluster(make_netns_cluster, tmp_path):
     assert cluster.all_pids() == {}
 
 
+#: A program of every pod's ranks: says it is up, then runs until it is stopped; rank FAIL_RANK,
+#: once every worker of the job is up (files in the shared working dir), exits 3.  As pod 0's
+#: scheduler process it listens on the scheduler's port (what the workers' launch waits for).
+FAILING_PROG = """
+import os, socket, sys, time
+role, rank = os.environ.get("MS_ROLE"), os.environ.get("RANK_ID")
+if role == "MS_SCHED":
+    sock = socket.create_server((os.environ["MS_SCHED_HOST"], int(os.environ["MS_SCHED_PORT"])))
+elif role == "MS_WORKER":
+    open(f"up_{rank}", "w").close()
+    print(f"prog rank={rank} up", flush=True)
+    if rank == os.environ["FAIL_RANK"]:
+        while not all(os.path.exists(f"up_{r}") for r in range(6)):
+            time.sleep(0.05)
+        print(f"prog rank={rank} failing on purpose", flush=True)
+        sys.exit(3)
+time.sleep(600)
+"""
+
+
 @pytest.mark.netns
-@pytest.mark.mindspore
 def test_one_failing_pod_ends_every_pod(make_netns_cluster, tmp_path):
-    """Rank 3 (pod 1) exits 3 after the cluster is built: pod 1 exits 3, the Job fails
-    (podFailurePolicy FailJob) and the other pods are terminated; nothing is left in any pod."""
-    require_mindspore()
+    """Rank 3 (pod 1) exits 3 while every rank of every pod runs: pod 1 exits 3, the Job fails
+    (podFailurePolicy FailJob) and the other pods are terminated, their mslaunch ending their
+    ranks; nothing is left in any pod."""
     cluster = make_netns_cluster(3)
-    wd = app_dir(tmp_path, os.path.join(ROOT, "tests", "scripts", "msrun_net.py"), "net.py")
-    manifest = gen(wd, "--cpu-tune", "off", "--cluster_time_out", "180", "--env", "NET_FAIL_RANK=3", "net.py")
+    wd = tmp_path / "app"
+    wd.mkdir()
+    (wd / "prog.py").write_text(FAILING_PROG)
+    manifest = gen(wd, "--cpu-tune", "off", "--env", "FAIL_RANK=3", "prog.py")
     with IndexedJobPods(cluster, manifest, image_env(), str(tmp_path)) as job:
         for i in (0, 1, 2):
             job.start(i)
         status = job.run(timeout=500)
         logs = {i: p.output()[-3000:] for i, p in job.pods.items()}
         assert status == "Failed", logs
-        assert job.pods[1].returncode == 3, logs[1]
-        assert "net rank=3 failing on purpose" in logs[1]
-        for i in (0, 2):  # ended by the Job's failure (SIGTERM: 143), or by MindSpore's own detection first
+        assert job.pods[1].returncode == 3, logs
+        assert "prog rank=3 failing on purpose" in logs[1]
+        for i in (0, 2):  # ended by the Job's failure: SIGTERM, which their mslaunch passes to the ranks
             pod = job.pods[i]
-            assert pod.returncode != 0 and (pod.terminated or pod.returncode != 143), (i, pod.terminated, logs[i])
+            assert pod.terminated and pod.returncode != 0, (i, pod.terminated, pod.returncode, logs[i])
+            assert all(f"prog rank={r} up" in logs[i] for r in (2 * i, 2 * i + 1)), logs[i]
         for i, pod in job.pods.items():
             assert pod.leftovers == [], (i, pod.leftovers)
     assert cluster.all_pids() == {}
