@@ -12,6 +12,9 @@ STEPS ?= 60
 # Parallel test workers: most tests wait on processes, not on the CPU.
 JOBS ?= 4
 PYTEST_ARGS ?=
+# The suite starts about a thousand Python processes: they share the bytecode caches of the
+# clone (launcher/ and the tests' rewritten asserts) even where the environment turns them off.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
 .PHONY: all deps venv venv-run test test-fast run bench clean
 
@@ -45,12 +48,12 @@ venv: $(VENV)/.stamp-install
 
 test: deps venv
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(PY) -m pytest -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
+	$(PYTEST) -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 
 # The edit-test loop: unit tests of every layer, no real parts (namespaces, Slurm, mpirun,
 # MindSpore, browsers) and no end-to-end runs.
 test-fast: venv
-	MSLAUNCH_FAST_TESTS=1 $(PY) -m pytest -n $(JOBS) --dist worksteal -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
+	MSLAUNCH_FAST_TESTS=1 $(PYTEST) -n $(JOBS) --dist worksteal -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
 
 run: venv-run
 	@set -e; start=$$(date +%s); \
