@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import typer
 
@@ -107,49 +107,64 @@ def _emit(text: str, output: Optional[str]) -> None:
     sys.stderr.write(f"wrote {output}\n")
 
 
-_registered = []
+#: The modules that register the other commands, in the order of ``mslaunch --help``, with the
+#: commands each adds and the modules those commands need besides (``k8s gen`` and ``sbatch``
+#: check their run options against ``run``'s).  A command's module is imported when it runs, or
+#: every module for the full list: importing them all costs each command a tenth of a second.
+_MODULES = (
+    ("run", ("run",), ()),
+    ("jobs", ("ps", "status", "stop", "logs"), ()),
+    ("check", ("check",), ()),
+    ("doctor", ("doctor",), ()),
+    ("top", ("top", "report"), ()),
+    ("sbatch", ("sbatch",), ("run",)),
+    ("k8s", ("k8s",), ("run",)),
+    ("ranktable", ("ranktable",), ()),
+    ("data", ("data",), ()),
+)
+_OWN = ("plan", "env", "hostfile")  # this module's commands
+_ORDER = {name: i for i, name in enumerate(list(_OWN) + [c for _, cmds, _ in _MODULES for c in cmds])}
+_registered: List[str] = []
 
 
-def _register() -> None:
-    """Add every command to ``app`` (once: ``main`` may run many times in one process)."""
-    if _registered:
-        return
-    _registered.append(True)
-    from launcher.cli import check, jobs, run
+def _register_module(module: str) -> None:
+    from importlib import import_module
 
-    run.register(app)
-    jobs.register(app)
-    check.register(app)
-    from launcher.cli import doctor
-
-    doctor.register(app)
-    from launcher.cli import top
-
-    top.register(app)
-    from launcher.cli import sbatch
-
-    sbatch.register(app)
-    from launcher.cli import k8s
-
-    k8s.register(app)
-    from launcher.cli import ranktable
-
-    app.add_typer(ranktable.app, name="ranktable")
-    from launcher.cli import data
-
-    app.add_typer(data.app, name="data")
+    mod = import_module(f"launcher.cli.{module}")
+    if module in ("ranktable", "data"):
+        app.add_typer(mod.app, name=module)
+    else:
+        mod.register(app)
+    _registered.append(module)
 
 
-_commands: List[Any] = []
+def _register(command: Optional[str] = None) -> None:
+    """Add ``command``'s module (and the ones it needs) to ``app``, or every module
+    (``command`` None or not one of them); each module once (``main`` may run many times in one
+    process).  The commands keep the order of :data:`_MODULES` whatever the order of calls."""
+    wanted = [] if command in _OWN else [m for m, _, _ in _MODULES]
+    for module, cmds, needs in _MODULES:
+        if command in cmds:
+            wanted = [m for m, _, _ in _MODULES if m == module or m in needs]
+    for module in wanted:
+        if module not in _registered:
+            _register_module(module)
+    app.registered_commands.sort(key=lambda c: _ORDER.get(c.name or "", len(_ORDER)))
+    app.registered_groups.sort(key=lambda g: _ORDER.get(g.name or "", len(_ORDER)))
 
 
-def _command() -> Any:
-    """The click command of ``app``, every command registered; built once per process (building
-    it reads every command's signature: a quarter of a second)."""
-    if not _commands:
-        _register()
-        _commands.append(typer.main.get_command(app))
-    return _commands[0]
+_commands: Dict[Tuple[str, ...], Any] = {}
+
+
+def _command(args: Sequence[str] = ()) -> Any:
+    """The click command of ``app`` with what the command in ``args`` needs registered (every
+    command when it names none); built once per set of commands (building reads each
+    command's signature)."""
+    _register(next((a for a in args if not a.startswith("-")), None))
+    key = tuple(_registered)
+    if key not in _commands:
+        _commands[key] = typer.main.get_command(app)
+    return _commands[key]
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -164,7 +179,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         if not stopsignals.installed():
             stopsignals.install()  # a stop signal during start-up becomes a "stopped" job
     try:
-        _command()(args=argv, prog_name="mslaunch")
+        _command(args)(args=argv, prog_name="mslaunch")
     except MsLaunchError as exc:
         sys.stderr.write(f"mslaunch: error: {exc}\n")
         sys.exit(exc.exit_code)
