@@ -115,6 +115,21 @@ def read_cached(path: str) -> Optional[CpuProbe]:
         return None
 
 
+#: The test the probe's ``--facts --script`` step makes of a program's source (the probe's own
+#: ``_IMPORT_RE``; a test keeps the two the same).
+IMPORTS_MINDSPORE_RE = re.compile(r"^\s*(import|from)\s+mindspore\b", re.M)
+
+
+def script_imports_mindspore(path: str) -> Optional[bool]:
+    """What ``--facts --script PATH`` reports as ``imports_mindspore``, found here without starting
+    an interpreter: whether the file imports MindSpore; None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return bool(IMPORTS_MINDSPORE_RE.search(f.read()))
+    except OSError:
+        return None
+
+
 def program_facts(run: Runner, program: Tuple[str, ...] = ()) -> Dict[str, Any]:
     """The ``--facts`` output (``program``: ``("--script", path)`` / ``("--module", name)``
     adds ``imports_mindspore``).

@@ -351,6 +351,12 @@ def test_program_detection(tmp_path):
     assert cpu_probe.program_imports_mindspore(script=str(tmp_path / "b.py")) is False
     assert cpu_probe.program_imports_mindspore(script=str(tmp_path / "c.py")) is None
     assert cpu_probe.program_imports_mindspore(module="launcher.workloads.resnet50_cifar10") is True
+    # the launcher reads a script itself (no facts step for a script without MindSpore): the same answers
+    from launcher.execution.cpuprobe import IMPORTS_MINDSPORE_RE, script_imports_mindspore
+
+    assert IMPORTS_MINDSPORE_RE.pattern == cpu_probe._IMPORT_RE.pattern and IMPORTS_MINDSPORE_RE.flags == cpu_probe._IMPORT_RE.flags
+    for name in ("a.py", "b.py", "c.py"):
+        assert script_imports_mindspore(str(tmp_path / name)) is cpu_probe.program_imports_mindspore(script=str(tmp_path / name))
 
 
 # ------------------------------------------------------------------ CLI and processes
