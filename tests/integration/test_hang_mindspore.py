@@ -102,21 +102,30 @@ def test_trainer_killed_after_a_checkpoint_resumes_by_itself(tmp_path):
                    check=True, capture_output=True, timeout=120)
     argv = [sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
             "--max-restarts", "1", "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data),
-            "--image-size", "32", "--batch-size", "8", "--steps-per-epoch", "24", "--epochs", "1", "--workers", "1",
-            "--ckpt-dir", str(ckpt), "--ckpt-every", "12"]
+            "--image-size", "32", "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "1", "--workers", "1",
+            "--ckpt-dir", str(ckpt), "--ckpt-every", "6"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
     try:
         def saved(rank):
-            return (ckpt / f"ckpt_{rank}" / "resnet14-1_12.ckpt").exists()
+            return (ckpt / f"ckpt_{rank}" / "resnet14-1_6.ckpt").exists()
 
-        def step_after_ckpt():  # rank 1 went past its checkpoint: steps after it will be lost
-            log = job / "worker_1.log"
-            return saved(0) and saved(1) and log.exists() and "epoch: 1 step: 13," in log.read_text(errors="replace")
+        def logged(rank, step):
+            log = job / f"worker_{rank}.log"
+            return log.exists() and f"epoch: 1 step: {step}," in log.read_text(errors="replace")
 
-        wait_or_fail(step_after_ckpt, 300, "a checkpoint on both ranks and a step after it")
-        live = _top(job)  # the reference trainer as top sees it while it runs
+        wait_or_fail(lambda: logged(0, 2) and logged(1, 2), 300, "two steps on both ranks")
+        seen = []
+
+        def top_sees_steps():  # the reference trainer as top sees it while it runs
+            seen[:] = [_top(job)]
+            return all((row["step"] or 0) >= 2 for row in seen[0]["ranks"]) or time.sleep(0.2)
+
+        wait_or_fail(top_sees_steps, 60, "top showing two steps of both ranks")
+        live = seen[0]
         assert live["state"] == "running" and [row["state"] for row in live["ranks"]] == ["running", "running"], live
-        assert all((row["step"] or 0) >= 2 and row["loss"] is not None and row["total_steps"] == 24 for row in live["ranks"]), live
+        assert all(row["loss"] is not None and row["total_steps"] == 12 for row in live["ranks"]), live["ranks"]
+        # rank 1 went past the checkpoint both ranks saved: the steps after it will be lost
+        wait_or_fail(lambda: saved(0) and saved(1) and logged(1, 7), 300, "a checkpoint on both ranks and a step after it")
         plan = json.loads((job / "job.json").read_text())
         pid = _rank_pid(plan, job, 1)
         os.kill(pid, signal.SIGKILL)
@@ -129,27 +138,27 @@ def test_trainer_killed_after_a_checkpoint_resumes_by_itself(tmp_path):
     s = json.loads((job / "summary.json").read_text())
     first, second = s["attempt_results"]
     assert first["status"] == "failed" and "rank 1" in first["ended_because"] and "SIGKILL" in first["ended_because"]
-    assert second["status"] == "succeeded" and second["resumed_from_step"] == 12
-    assert second["steps_lost"] == first["best_step"] - 12 >= 1
+    assert second["status"] == "succeeded" and second["resumed_from_step"] == 6
+    assert second["steps_lost"] == first["best_step"] - 6 >= 1
     for rank in (0, 1):
         log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
-        assert re.search(r"resume: \S+resnet14-1_12\.ckpt \(global step 12\); continuing at epoch 1 step 13", log), log[-2000:]
+        assert re.search(r"resume: \S+resnet14-1_6\.ckpt \(global step 6\); continuing at epoch 1 step 7", log), log[-2000:]
     snap, recs = _top(job), [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
     for rank in (0, 1):  # top and metrics.jsonl follow the resumed attempt, step by step
         log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
         logged = [(int(s), float(v)) for s, v in re.findall(r"^epoch: 1 step: (\d+), loss is (\S+)$", log, re.M)]
-        assert [s for s, _ in logged] == list(range(13, 25)), log[-2000:]
+        assert [s for s, _ in logged] == list(range(7, 13)), log[-2000:]
         mine = [(x["global_step"], x["loss"]) for x in recs if x["rank"] == rank and x["kind"] == "step" and x["attempt"] == 1]
         assert mine == logged
         row = snap["ranks"][rank]
-        assert (row["step"], row["loss"], row["state"]) == (24, logged[-1][1], "done"), row
+        assert (row["step"], row["loss"], row["state"]) == (12, logged[-1][1], "done"), row
         per_rank = float(re.search(r"^epoch 1 throughput: ([\d.]+) img/s per rank", log, re.M).group(1))
         assert row["samples_per_s"] == per_rank  # the trainer's own figure
     assert snap["totals"]["samples_per_s"] == pytest.approx(sum(row["samples_per_s"] for row in snap["ranks"]))
     rep = mslaunch("report", str(job), "--output", str(tmp_path / "rep"), cwd=tmp_path, timeout=120)
     assert rep.returncode == 0, rep.stderr
     html = next((tmp_path / "rep").glob("*.html")).read_text()
-    assert "attempt 0: failed (rank 1 on" in html and "attempt 1: succeeded; resumed at step 12" in html
+    assert "attempt 0: failed (rank 1 on" in html and "attempt 1: succeeded; resumed at step 6" in html
     assert f"{second['steps_lost']} step(s) lost" in html
     assert_no_pids_left(s)
 

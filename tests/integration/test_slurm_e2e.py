@@ -60,23 +60,25 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         "sbatch", "-N", "2", "--ntasks-per-node", "1", "--signal", "USR1@60", "--requeue", "--log-dir", str(job),
         "--np", "2", "--master-port", "auto", "--grace", "10",
         "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data), "--image-size", "32",
-        "--batch-size", "8", "--steps-per-epoch", "24", "--epochs", "2", "--workers", "1", "--ckpt-dir", str(ckpt), "--resume"),
+        "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "2", "--workers", "1", "--ckpt-dir", str(ckpt), "--resume"),
         env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     sid, jid = res.stdout.split()
     def saved(rank: int) -> bool:  # the epoch-1 checkpoint of this rank is complete (written atomically)
-        return (ckpt / f"ckpt_{rank}" / "resnet14-1_24.ckpt").exists()
+        return (ckpt / f"ckpt_{rank}" / "resnet14-1_12.ckpt").exists()
 
-    end = time.monotonic() + 300
+    end, queued_at = time.monotonic() + 300, 0.0
     while time.monotonic() < end and not (saved(0) and saved(1)):
-        assert slurm.run(["squeue", "-h", "-j", sid]).stdout.strip(), (job / "slurm.out").read_text()
-        time.sleep(0.2)
+        if time.monotonic() - queued_at > 1:  # still in the queue (a job that ended would never save)
+            assert slurm.run(["squeue", "-h", "-j", sid]).stdout.strip(), (job / "slurm.out").read_text()
+            queued_at = time.monotonic()
+        time.sleep(0.1)
     assert slurm.run(["scancel", "--signal=USR1", "--batch", sid]).returncode == 0
     wait_or_fail(lambda: (job / "summary.json").exists(), 120, "the preempted run's summary")
     # As if the preemption had come while rank 0 saved a newer checkpoint that rank 1 did not:
     # the requeued ranks must still resume from one common step.
     newer = ckpt / "ckpt_0" / "resnet14-2_3.ckpt"
-    shutil.copyfile(ckpt / "ckpt_0" / "resnet14-1_24.ckpt", newer)
+    shutil.copyfile(ckpt / "ckpt_0" / "resnet14-1_12.ckpt", newer)
     slurm.release_requeued(sid, timeout=120)
     slurm.wait_left_queue(sid, 400)
     assert (job / "attempt_1" / "summary.json").exists(), (
@@ -87,7 +89,7 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
     assert second["status"] == "succeeded", (job / "attempt_1" / "worker_0.log").read_text()[-3000:]
     for rank in (0, 1):
         log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
-        m = re.search(r"resume: (\S+resnet14-1_24\.ckpt) \(global step 24\); continuing at epoch 2", log)
+        m = re.search(r"resume: (\S+resnet14-1_12\.ckpt) \(global step 12\); continuing at epoch 2", log)
         assert m, log[-3000:]
     for folder, attempt in ((job, "0"), (job / "attempt_1", "1")):  # the requeued run continues the count (SLURM_RESTART_COUNT)
         tasks = json.loads((folder / "slurm" / "tasks.json").read_text())
