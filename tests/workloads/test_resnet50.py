@@ -52,7 +52,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
     _need_mindspore()
     root = tmp_path_factory.mktemp("resnet50")
     write_synthetic_cifar10(str(root / "data"), train=1000, test=200, seed=0)
-    common = ["--data-path", str(root / "data"), "--image-size", "32", "--batch-size", "32",
+    common = ["--data-path", str(root / "data"), "--image-size", "32", "--batch-size", "16",
               "--ckpt-dir", str(root / "ckpt"), "--seed", "1", "--log-every", "1"]
     a = _run(common + ["--epochs", "1", "--steps-per-epoch", str(STEPS_A)])
     ckpts_after_a = sorted(os.listdir(root / "ckpt" / "ckpt_0")) if (root / "ckpt" / "ckpt_0").is_dir() else []
@@ -81,7 +81,7 @@ def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict
     assert a.returncode == 0, a.stdout + a.stderr
     lines = a.stdout.splitlines()
     assert lines[0] == f"params: {RESNET50_PARAMS_10}"
-    assert lines[1].startswith("data: ") and "1000 records" in lines[1] and "rank 0 of 1: 31 batches of 32" in lines[1]
+    assert lines[1].startswith("data: ") and "1000 records" in lines[1] and "rank 0 of 1: 62 batches of 16" in lines[1]
     losses = _losses(a.stdout)
     assert [(e, s) for e, s, _ in losses] == [(1, s) for s in range(1, STEPS_A + 1)]
     values = [v for _, _, v in losses]
