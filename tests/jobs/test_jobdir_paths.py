@@ -13,6 +13,8 @@ import time
 
 import psutil
 
+from tests.harness.cli import run_cli
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
 
@@ -35,6 +37,10 @@ class Env:
 
     def run(self, *opts, mode=("ok", "0.05"), cwd=None):
         return subprocess.run(self.argv(*opts, mode=mode), capture_output=True, text=True, env=self.environ, cwd=str(cwd or self.work), timeout=120)
+
+    def refused(self, *opts, cwd=None):
+        """A run that is refused before it starts: in this process (tests/harness/cli.py)."""
+        return run_cli(*self.argv(*opts)[3:], env=self.environ, cwd=str(cwd or self.work))
 
     def popen(self, *opts, mode=("ok", "0.05"), cwd=None, quiet=True):
         return subprocess.Popen(self.argv(*opts, mode=mode, quiet=quiet), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.environ,
@@ -86,7 +92,7 @@ def test_job_id_is_validated(tmp_path):
     deep.mkdir(parents=True)
     bad = ["../../x", "..", ".", ".hidden", "a/b", "/abs", "", "x" * 129, "a b", "tab\there", "-rf", "a..b", "naïve", "semi;colon", "new\nline"]
     for job_id in bad:
-        r = e.run("--job-id", job_id, cwd=deep)
+        r = e.refused("--job-id", job_id, cwd=deep)
         one_line_error(r, 2, "--job-id: ")
     assert e.started() == [] and e.registry() == []
     assert sorted(os.listdir(deep)) == [] and sorted(os.listdir(e.work)) == ["a"] and not (tmp_path / "x").exists()
@@ -144,7 +150,7 @@ def test_log_dir_that_is_not_empty_is_refused(tmp_path):
     ]
     for opts, path, fragment in cases:
         before = snapshot(path)
-        r = e.run(*opts, cwd=cwd)
+        r = e.run(*opts, cwd=cwd)  # refused by the job's start (the folder is claimed there)
         one_line_error(r, 2, fragment)
         assert snapshot(path) == before, path
     assert e.started() == first and len(e.registry()) == 1  # only the finished job
@@ -268,7 +274,7 @@ def test_ci_outputs_checked_before_start(tmp_path):
     for flag, path, fragment in cases:
         for detach in ((), ("--detach",)):
             d = tmp_path / "job"
-            r = e.run("--log-dir", str(d), flag, path, *detach)
+            r = e.refused("--log-dir", str(d), flag, path, *detach)
             one_line_error(r, 2, fragment)
             assert not d.exists()
     assert e.started() == [] and e.registry() == [] and sorted(os.listdir(existing)) == [] and a_file.read_text() == "x\n"
