@@ -441,11 +441,12 @@ class Agent(object):
         table = proc_table()
         if r.rc is None:
             self.snapshot(table)
+            # the group first, in one go: killed one by one, a shell whose child died first
+            # could end normally (exit 0) before its own SIGKILL came
+            _killpg(r.pid, signal.SIGKILL)
         for pid in self.owned(r, table):
             if pid not in self.by_pid or pid == r.pid:
                 _kill(pid, signal.SIGKILL)
-        if r.rc is None:
-            _killpg(r.pid, signal.SIGKILL)
 
     def kill_leftovers(self, r, table):  # type: ignore[no-untyped-def]
         """Rank ``r`` exited: kill whatever it left behind (we are its subreaper)."""
