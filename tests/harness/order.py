@@ -16,13 +16,16 @@ __all__ = ["LONG", "spread"]
 #: ``(nodeid prefixes, seconds)`` of the longest tests, as measured in a ``make test`` run here
 #: (CPU-bound, so under load).  Tests matched by one entry run one after the other on one worker.
 LONG: Sequence[Tuple[Tuple[str, ...], float]] = (
-    (("tests/integration/test_slurm_e2e.py::test_trainer_under_sbatch_is_preempted",), 160),
-    (("tests/integration/test_hang_mindspore.py::test_trainer_killed_after_a_checkpoint",), 120),
-    (("tests/workloads/test_resnet50.py::test_training_run_logs", "tests/workloads/test_resnet50.py::test_resume_continues"), 110),
-    (("tests/integration/test_health_cluster.py::test_health_verdicts_and_preflight_modes",), 58),
-    (("tests/integration/test_hang_cluster.py::test_hung_job_over_ssh",), 55),
-    (("tests/integration/test_hang_cluster.py::test_hung_job_under_slurm",), 54),
-    (("tests/integration/test_msrun_e2e.py::test_single_node_docs_line",), 52),
+    (("tests/integration/test_slurm_e2e.py::test_trainer_under_sbatch_is_preempted",), 113),
+    (("tests/workloads/test_resnet50.py::test_training_run_logs", "tests/workloads/test_resnet50.py::test_resume_continues"), 106),
+    (("tests/integration/test_hang_mindspore.py::test_trainer_killed_after_a_checkpoint",), 79),
+    (("tests/integration/test_hang_cluster.py::test_hung_job_over_ssh",), 63),
+    (("tests/integration/test_health_cluster.py::test_health_verdicts_and_preflight_modes",), 52),
+    (("tests/integration/test_msrun_e2e.py::test_two_nodes_node_rank_like_msrun",), 49),
+    (("tests/integration/test_hang_cluster.py::test_hung_job_under_slurm",), 47),
+    (("tests/integration/test_hang_mindspore.py::test_collective_timeout_without_hang_watch",), 42),
+    (("tests/integration/test_msrun_e2e.py::test_two_nodes_worker_failure_on_node1",), 40),
+    (("tests/integration/test_msrun_e2e.py::test_single_node_docs_line",), 35),
 )
 
 
