@@ -82,14 +82,21 @@ def all_gather() -> "object":
 
 
 def exit_now(code: int) -> "NoReturn":
-    """End a collective check without MindSpore's C++ teardown: run the atexit handlers (the
-    cluster's finalize), flush, then ``os._exit``. The static destructors after a finished
-    job add ~2.7 s a process here and now and then crash (SIGSEGV after the result line was
-    printed), which would fail a job whose collective was correct."""
+    """End a collective check without MindSpore's C++ teardown: flush, then ``os._exit``. The
+    static destructors after a finished job add ~2.7 s a process here and now and then crash
+    (SIGSEGV after the result line was printed), which would fail a job whose collective was
+    correct; so does, more rarely, the C++ cleanup MindSpore registers with ``atexit``.
+
+    Under mslaunch's own supervision (``MSLAUNCH_ATTEMPT`` set, not under mpirun) no atexit
+    handler runs: mslaunch ends the job once every worker exited 0 (the scheduler is stopped
+    then), so nothing waits for the workers to leave the cluster.  Elsewhere they run, the
+    cluster's finalize among them: the scheduler of msrun, or one mpirun started, ends only when
+    every worker has left (else it reports them lost and exits 1, which ends an mpirun job)."""
     import atexit
 
     try:
-        atexit._run_exitfuncs()  # type: ignore[attr-defined]
+        if "MSLAUNCH_ATTEMPT" not in os.environ or "OMPI_COMM_WORLD_SIZE" in os.environ:
+            atexit._run_exitfuncs()  # type: ignore[attr-defined]
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
