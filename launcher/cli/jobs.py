@@ -203,7 +203,8 @@ def status_cmd(
     """Show a job's state; exit 0 if it succeeded or is running, 1 otherwise."""
     from launcher.jobs.jobdir import find_job
 
-    from launcher.logs.metricsfile import load_progress
+    from launcher.logs.longjob import process_lines, process_table
+    from launcher.logs.metricsfile import load_progress, read_events
 
     info = find_job(job)
     progress = load_progress(info.job_dir)
@@ -214,6 +215,8 @@ def status_cmd(
             data = {"job_id": info.job_id, "job_dir": info.job_dir, "status": info.state, "pid": info.pid}
             if info.problem is not None:
                 data["problem"] = info.problem
+        if info.summary is None:  # running (or ended without a summary): its processes from events.jsonl
+            data = dict(data, processes=process_table(read_events(info.job_dir)))
         data = dict(data, progress=[{"rank": r, "step": st.global_step if st.global_step is not None else st.step,
                                      "loss": None if st.loss is None or st.loss != st.loss else st.loss, "epoch": st.epoch}
                                     for r, st in sorted(progress.ranks.items())])
@@ -224,6 +227,9 @@ def status_cmd(
             sys.stdout.write(f"  problem: {info.problem}\n")
         if info.ranks is not None:
             sys.stdout.write(f"  ranks: {info.ranks}\n")
+        if info.summary is None:
+            for line in process_lines(process_table(read_events(info.job_dir))):
+                sys.stdout.write(f"  {line}\n")
         if info.slurm_job_id is not None:
             from launcher.execution.slurm.submit import job_state
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from launcher.execution.backend import Backend, ProcessHandle
 from launcher.execution.results import ProcResult
+from launcher.planning.kinds import EventKind
 
 __all__ = ["AttemptState"]
 
@@ -19,7 +20,8 @@ __all__ = ["AttemptState"]
 class AttemptState:
     """Bookkeeping of one attempt: handles, exits, who was torn down."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None) -> None:
+        self.on_event = on_event  # gets an ``exited`` event for each exit, once, when it is recorded
         self.handles: List[ProcessHandle] = []
         self.exits: Dict[int, Tuple[int, float]] = {}
         self.torn: Dict[int, bool] = {}
@@ -50,7 +52,12 @@ class AttemptState:
         return [i for i in range(len(self.handles)) if i not in self.exits]
 
     def record(self, idx: int, rc: int, when: float) -> None:
-        self.exits.setdefault(idx, (rc, when))
+        if idx in self.exits:
+            return
+        self.exits[idx] = (rc, when)
+        if self.on_event is not None:
+            h = self.handles[idx]
+            self.on_event(EventKind.EXITED, {"name": h.plan.name, "rank": h.plan.rank, "host": h.host, "returncode": rc})
 
     def drain(self, timeout: float) -> Optional[Tuple[int, int, float]]:
         """Record the next exit, waiting at most ``timeout`` s; None if none came."""

@@ -125,7 +125,7 @@ class Supervisor:
         self.prepare_attempt = prepare_attempt
         self.watchdog = watchdog
         self.attempt_dir = attempt_dir or (lambda k: layout.attempt_dir(plan.job_dir, k))
-        self.current_attempt_dir = plan.job_dir
+        self.current_attempt_dir, self.current_attempt = plan.job_dir, 0
         self.reap_orphans = reap_orphans
         self.hang = hang
         self.progress = progress
@@ -201,7 +201,8 @@ class Supervisor:
         adir = self.attempt_dir(attempt)
         self.current_attempt_dir = adir
         started = time.time()
-        state = _Attempt()
+        self.current_attempt = attempt
+        state = _Attempt(on_event=lambda kind, data: _quietly(lambda: self.on_event(kind, dict(data, attempt=attempt))))
         outcome = self._supervise(state, attempt, adir, deadline)
         results = state.results()
         if outcome.by_cluster:  # what died of the scheduler's signals did not fail by itself
@@ -311,7 +312,8 @@ class Supervisor:
                 state.start_failure = ProcResult(proc.name, proc.rank, proc.host, None, now, now, request.log_path, reason=str(exc))
                 raise _StartFailed(str(exc), 1) from None
             idx = state.add(handle)
-        self.on_event("started", {"name": proc.name, "host": proc.host, "pid": handle.pid, "log": request.log_path})
+        self.on_event("started", {"name": proc.name, "rank": proc.rank, "host": proc.host, "pid": handle.pid,
+                                  "log": request.log_path, "attempt": self.current_attempt})
         return idx
 
     def _is_scheduler(self, request: StartRequest) -> bool:

@@ -91,6 +91,11 @@ def shared_env(plan: Plan) -> Dict[str, str]:
     return {k: v for k, v in common.items() if k not in _NOT_AT_IMPORT}
 
 
+def python_vars(env: Dict[str, str]) -> Dict[str, str]:
+    """The ``PYTHON*`` variables of ``env`` (what an interpreter reads once, at its start)."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
+
+
 class ZygoteLauncher(Backend):
     """Starts Python processes by forking them from one warm zygote; others as subprocesses.
 
@@ -158,8 +163,7 @@ class ZygoteLauncher(Backend):
             return self._proc
         # Like a local rank: a subreaper registered with the watchdog and carrying the job's token,
         # so a SIGKILL of mslaunch ends the zygote and every process it forked, however deep.
-        env = dict(os.environ)
-        env.update(self.preload_env)
+        env = self._zygote_env()
         fd: Optional[int] = None
         sig = signal.SIGKILL
         if self.watchdog is not None:
@@ -178,6 +182,12 @@ class ZygoteLauncher(Backend):
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
         return self._proc
+
+    def _zygote_env(self) -> Dict[str, str]:
+        """The environment the zygote starts (and imports) under."""
+        env = dict(os.environ)
+        env.update(self.preload_env)
+        return env
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -242,7 +252,13 @@ class ZygoteLauncher(Backend):
         if self.watchdog is not None:
             env[TOKEN_VAR] = self.watchdog.token
         argv = ["-m", SCHEDULER_MODULE] if scheduler else list(proc.argv[1:])
-        request = {"argv": argv, "env": env, "cwd": cwd, "log": log_path, "cpus": list(proc.cpus) if proc.cpus else None}
+        if not scheduler and python_vars(env) != python_vars(self._zygote_env()):
+            # The interpreter read these at its start (sys.path, hash seed, stdio, warnings...): a
+            # rank whose own differ from the zygote's is not what a fork of it would be.
+            return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
+        title = " ".join([proc.argv[0], *argv])  # what `ps` shows of the plain process
+        request = {"argv": argv, "env": env, "cwd": cwd, "log": log_path, "cpus": list(proc.cpus) if proc.cpus else None,
+                   "title": title}
         early: Optional[int] = None
         with self._lock:
             zyg = self._ensure()

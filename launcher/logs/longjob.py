@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
-__all__ = ["attempt_lines", "excluded_lines", "hang_lines", "summary_notes"]
+__all__ = ["attempt_lines", "excluded_lines", "hang_lines", "process_lines", "process_table", "summary_notes"]
 
 
 def hang_lines(hang: Optional[Mapping[str, Any]]) -> List[str]:
@@ -70,3 +70,33 @@ def excluded_lines(record: Optional[Mapping[str, Any]]) -> List[str]:
 def summary_notes(summary: Optional[Mapping[str, Any]]) -> List[str]:
     """Everything above for one job."""
     return hang_lines((summary or {}).get("hang")) + excluded_lines(summary) + attempt_lines(summary)
+
+
+def process_table(events: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """The processes of a job's current attempt, from its ``events.jsonl`` (``started`` and
+    ``exited`` events, written by the supervisor under every backend): one entry per started
+    process, in start order, ``{"name", "rank", "host", "pid", "attempt", "state", "returncode"}``
+    with ``state`` ``running`` or the exit's wording (``exit code 0``, ``killed by SIGKILL``).
+    ``pid`` is the process's pid on its host (mpirun: the pid of ``mpirun`` itself for every rank,
+    Slurm: of the rank's ``srun`` step; None where the backend has none)."""
+    from launcher.planning.kinds import EventKind, describe_returncode
+
+    attempt = max((int(e["attempt"]) for e in events if e.get("kind") == EventKind.STARTED and isinstance(e.get("attempt"), int)), default=0)
+    rows: Dict[str, Dict[str, Any]] = {}
+    for e in events:
+        if e.get("attempt", 0) != attempt or not isinstance(e.get("name"), str):
+            continue
+        if e.get("kind") == EventKind.STARTED:
+            rows[e["name"]] = {"name": e["name"], "rank": e.get("rank"), "host": e.get("host"), "pid": e.get("pid"),
+                               "attempt": attempt, "state": "running", "returncode": None}
+        elif e.get("kind") == EventKind.EXITED and e["name"] in rows and isinstance(e.get("returncode"), int):
+            rows[e["name"]].update(state=describe_returncode(e["returncode"]), returncode=e["returncode"])
+    return list(rows.values())
+
+
+def process_lines(table: List[Mapping[str, Any]]) -> List[str]:
+    """``status``'s lines for :func:`process_table`: ``rank 0  localhost  pid 4242  running``."""
+    width = max((len(str(r["name"])) for r in table), default=0)
+    hwidth = max((len(str(r["host"])) for r in table), default=0)
+    return [f"{str(r['name']):<{width}}  {str(r['host']):<{hwidth}}  pid {'-' if r['pid'] is None else r['pid']}  {r['state']}"
+            for r in table]

@@ -95,6 +95,7 @@ class EventKind(StrEnum):
     PREFLIGHT = "preflight"  # the health check before the start: verdicts, hosts left out (docs/health.md)
     JOB_START = "job_start"
     STARTED = "started"
+    EXITED = "exited"  # a process of the attempt ended (what `status` of a running job shows)
     FAILURE = "failure"
     TEARDOWN = "teardown"
     RESTART = "restart"

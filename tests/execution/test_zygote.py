@@ -119,8 +119,8 @@ def test_a_preload_that_starts_a_thread_falls_back_to_plain_processes(tmp_path):
     notes = []
     z = ZygoteLauncher(preload=("threaded",), preload_env={"PYTHONPATH": str(tmp_path)}, on_note=notes.append)
     try:
-        handles = [z.start(proc(f"rank {i}", [sys.executable, str(script), str(os.getpid())], cwd=str(tmp_path)),
-                           str(tmp_path / f"{i}.log"), str(tmp_path)) for i in (0, 1)]
+        handles = [z.start(proc(f"rank {i}", [sys.executable, str(script), str(os.getpid())], [("PYTHONPATH", str(tmp_path))],
+                                cwd=str(tmp_path)), str(tmp_path / f"{i}.log"), str(tmp_path)) for i in (0, 1)]
         assert all(isinstance(h, LocalProcess) and h.wait() == 0 for h in handles)
         assert [(tmp_path / f"{i}.log").read_text() for i in (0, 1)] == ["True\n", "True\n"]  # children of mslaunch
         assert len(notes) == 1 and "1 thread(s) besides the main one after importing threaded" in notes[0]
