@@ -50,7 +50,11 @@ def test_success_starts_in_plan_order_and_closes_the_backend(tmp_path):
     assert [c for c in backend.calls if c[0] == "start"] == [("start", "rank 0"), ("start", "rank 1"), ("start", "rank 2")]
     assert [c for c in backend.calls if c[0] == "terminate"] == []  # nothing left running: nothing to terminate
     assert backend.closed
-    assert [k for k, _ in rec.events] == ["started", "started", "started"]
+    assert [k for k, _ in rec.events if k != "exited"] == ["started", "started", "started"]
+    assert rec.events[0][1] == {"name": "rank 0", "rank": 0, "host": "localhost", "pid": rec.events[0][1]["pid"],
+                                "log": rec.events[0][1]["log"], "attempt": 0}
+    exits = sorted((d["name"], d["returncode"], d["attempt"]) for k, d in rec.events if k == "exited")
+    assert exits == [("rank 0", 0, 0), ("rank 1", 0, 0), ("rank 2", 0, 0)]  # each exit once: what status shows
 
 
 def test_fail_fast_tears_down_the_others_in_order(tmp_path):
@@ -67,10 +71,12 @@ def test_fail_fast_tears_down_the_others_in_order(tmp_path):
     by_name = {p.name: p for p in result.processes}
     assert by_name["rank 1"].returncode == 3 and not by_name["rank 1"].torn_down
     assert by_name["rank 0"].torn_down and by_name["rank 0"].signal == "SIGTERM"
-    kinds = [k for k, _ in rec.events]
-    assert kinds == ["started", "started", "started", "failure", "teardown"]
-    assert rec.events[3][1] == {"name": "rank 1", "host": "localhost", "returncode": 3}
-    assert rec.events[4][1] == {"names": ["rank 0", "rank 2"]}
+    events = [(k, d) for k, d in rec.events if k != "exited"]
+    assert [k for k, _ in events] == ["started", "started", "started", "failure", "teardown"]
+    assert events[3][1] == {"name": "rank 1", "host": "localhost", "returncode": 3}
+    assert events[4][1] == {"names": ["rank 0", "rank 2"]}
+    exits = [(d["name"], d["returncode"]) for k, d in rec.events if k == "exited"]
+    assert exits[0] == ("rank 1", 3) and sorted(n for n, _ in exits) == ["rank 0", "rank 1", "rank 2"]
 
 
 def test_root_cause_is_the_earliest_exit_not_the_first_reported(tmp_path):
@@ -106,7 +112,7 @@ def test_timeout_tears_down_and_exits_124(tmp_path):
     assert (result.status, result.exit_code) == (TIMEOUT, TIMEOUT_EXIT)
     assert result.message == "the job ran past --timeout 0.2 s"
     assert all(p.torn_down for p in result.processes) and len(result.processes) == 3
-    assert [k for k, _ in rec.events][-2:] == ["timeout", "teardown"]
+    assert [k for k, _ in rec.events if k != "exited"][-2:] == ["timeout", "teardown"]
 
 
 def test_a_job_the_cluster_preempts_is_preempted_not_failed_and_not_restarted(tmp_path):
@@ -115,8 +121,9 @@ def test_a_job_the_cluster_preempts_is_preempted_not_failed_and_not_restarted(tm
     result = supervise(tmp_path, rec, max_restarts=2)
     assert (result.status, result.exit_code, result.attempts) == (PREEMPTED, 143, 1)
     assert result.message == "Slurm preempted job 5 at T" and result.root_cause is None
-    assert [k for k, _ in rec.events] == ["started", "started", "started", "cluster_stop", "teardown"]
-    assert rec.events[3][1] == {"status": "preempted", "message": "Slurm preempted job 5 at T"}
+    events = [(k, d) for k, d in rec.events if k != "exited"]
+    assert [k for k, _ in events] == ["started", "started", "started", "cluster_stop", "teardown"]
+    assert events[3][1] == {"status": "preempted", "message": "Slurm preempted job 5 at T"}
     assert rec.backends[0].outside_asked == 1 and rec.backends[0].closed
     # rank 1 died of the scheduler's signal, the others were torn down: none failed by itself
     by_name = {p.name: p for p in result.processes}

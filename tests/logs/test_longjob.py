@@ -26,3 +26,32 @@ def test_the_report_lists_excluded_hosts_from_the_summary_or_a_running_jobs_plan
     assert ("excluded hosts", LINE) in _summary_rows(plan, SUMMARY, "/j")
     assert ("excluded hosts", LINE) in _summary_rows(plan, None, "/j")  # still running: plan.json says so
     assert not any(k == "excluded hosts" for k, _ in _summary_rows(dict(plan, excluded_hosts=[]), None, "/j"))
+
+
+def test_process_table_is_the_current_attempts_processes_with_their_state():
+    """``status`` of a running job: every process started in the newest attempt, its host and
+    pid, ``running`` until its ``exited`` event; earlier attempts' processes are not listed."""
+    from launcher.logs.longjob import process_lines, process_table
+
+    events = [
+        {"kind": "job_start"},
+        {"kind": "started", "name": "scheduler", "rank": None, "host": "h1", "pid": 10, "attempt": 0},
+        {"kind": "started", "name": "rank 0", "rank": 0, "host": "h1", "pid": 11, "attempt": 0},
+        {"kind": "exited", "name": "rank 0", "rank": 0, "host": "h1", "returncode": -9, "attempt": 0},
+        {"kind": "restart", "attempt": 1},
+        {"kind": "started", "name": "scheduler", "rank": None, "host": "h1", "pid": 20, "attempt": 1},
+        {"kind": "started", "name": "rank 0", "rank": 0, "host": "h1", "pid": 21, "attempt": 1},
+        {"kind": "started", "name": "rank 1", "rank": 1, "host": "node-02", "pid": None, "attempt": 1},
+        {"kind": "exited", "name": "rank 1", "rank": 1, "host": "node-02", "returncode": 0, "attempt": 1},
+        {"kind": "exited", "name": "rank 9", "returncode": 1, "attempt": 1},  # never started: ignored
+    ]
+    table = process_table(events)
+    assert table == [
+        {"name": "scheduler", "rank": None, "host": "h1", "pid": 20, "attempt": 1, "state": "running", "returncode": None},
+        {"name": "rank 0", "rank": 0, "host": "h1", "pid": 21, "attempt": 1, "state": "running", "returncode": None},
+        {"name": "rank 1", "rank": 1, "host": "node-02", "pid": None, "attempt": 1, "state": "exit code 0", "returncode": 0},
+    ]
+    assert process_lines(table) == ["scheduler  h1       pid 20  running", "rank 0     h1       pid 21  running",
+                                    "rank 1     node-02  pid -  exit code 0"]
+    assert process_table([{"kind": "started", "name": "rank 0", "host": "h", "pid": 5}])[0]["state"] == "running"  # old events
+    assert process_table([]) == [] and process_lines([]) == []
