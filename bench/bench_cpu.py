@@ -40,7 +40,7 @@ from typing import Dict, List, Optional, Sequence
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from launcher.execution.cpuprobe import cached_probe, local_runner  # noqa: E402
+from launcher.execution.checks.cpu import cached_probe, local_runner  # noqa: E402
 from launcher.planning.cpu import isa_advice  # noqa: E402
 
 _TPUT = re.compile(r"epoch 2 throughput: ([\d.]+) img/s per rank, ([\d.]+) img/s total")
@@ -113,7 +113,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # copy the probe under this machine's cache name so the runs below find it
         import socket
 
-        from launcher.execution.cpuprobe import cache_path
+        from launcher.execution.checks.cpu import cache_path
 
         os.makedirs(os.path.dirname(cache_path(home, socket.gethostname(), p.key)), exist_ok=True)
         with open(outcome.path, encoding="utf-8") as src, open(cache_path(home, socket.gethostname(), p.key), "w", encoding="utf-8") as dst:

@@ -33,8 +33,8 @@ from launcher.logs.metricsfile import MetricsWriter
 folder, seconds, hang = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
 kw = {}
 if hang:
-    from launcher.execution.hangwatch import HangWatch
-    from launcher.execution.restarts import AttemptProgress
+    from launcher.execution.supervision.hangwatch import HangWatch
+    from launcher.execution.supervision.restarts import AttemptProgress
     from launcher.logs.hang import HangPolicy
     watch, progress = HangWatch(HangPolicy("auto")), AttemptProgress()
     watch.begin(0, [(r, "localhost") for r in range(8)])

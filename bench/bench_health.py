@@ -47,7 +47,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     exit_if_cannot_run()
-    from launcher.execution.health import run_health
+    from launcher.execution.checks.health import run_health
     from launcher.execution.ssh.settings import SSHSettings
     from launcher.planning.inventory import read_inventory
     from tests.harness.netns_cluster import NamespaceCluster

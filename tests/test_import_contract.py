@@ -65,7 +65,7 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     # an import under TYPE_CHECKING counts too
     ("launcher/planning/layout.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from launcher.planning.jobspec import Plan\n"),
     # between two subpackages' modules of execution
-    ("launcher/execution/backend.py", "def f():\n    from launcher.execution import supervisor\n"),
+    ("launcher/execution/backend.py", "def f():\n    from launcher.execution.supervision import supervisor\n"),
 ])
 def test_an_import_cycle_breaks_the_acyclic_contract(tmp_path, module, line):
     root = copy_tree(tmp_path)

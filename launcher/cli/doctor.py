@@ -1,7 +1,7 @@
 """``mslaunch doctor``: check every host of a job in parallel before running it.
 
 Takes the same job options as ``run`` (inventory, method, launcher, program...) and prints one
-table row per host with ✓/✗ per check (see :mod:`launcher.execution.doctor`).  Exit code 0 when
+table row per host with ✓/✗ per check (see :mod:`launcher.execution.checks.doctor`).  Exit code 0 when
 nothing failed, 1 when any check shows ✗, 2 for bad input.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ def doctor_cmd(
     """Check every host in parallel: SSH, Python and MindSpore versions, the workload, the master
     port, clock skew, hccn.conf (ranktable method), mpirun (mpirun launcher). Exit 1 on any ✗."""
     from launcher.execution.backend import doctor_checks, get_backend
-    from launcher.execution.doctor import DoctorJob, reports_json, run_doctor
+    from launcher.execution.checks.doctor import DoctorJob, reports_json, run_doctor
     from launcher.planning.plan import build_plan
 
     if health:
@@ -96,7 +96,7 @@ def doctor_cmd(
         cpu_probe = spec.cpu.mode != "off" and (spec.cpu.mindspore_cpu or not has_program or _imports_mindspore(opts))
     cpu: Dict[str, Any] = {}
     if cpu_probe:
-        from launcher.execution.doctor import cpu_probes
+        from launcher.execution.checks.doctor import cpu_probes
         from launcher.jobs.jobdir import mslaunch_home
 
         with_ms = [h for h, r in zip(plan.hosts, reports) if r.check("mindspore").ok]
@@ -141,7 +141,7 @@ def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: st
 def _imports_mindspore(opts: JobOptions) -> bool:
     """The program's source imports MindSpore (checked on this machine; see ``cpu_spec``)."""
     from launcher.errors import MsLaunchError
-    from launcher.execution.cpuprobe import local_runner, program_facts
+    from launcher.execution.checks.cpu import local_runner, program_facts
 
     if opts.no_python or not (opts.module or opts.program):
         return False

@@ -36,10 +36,10 @@ def check_mode(mode: Optional[str]) -> Optional[str]:
 
 def check_hosts(spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float = 0.5) -> Any:
     """Run the check on every host of ``spec``'s inventory; a
-    :class:`~launcher.execution.health.HealthResult`."""
+    :class:`~launcher.execution.checks.health.HealthResult`."""
     from dataclasses import replace
 
-    from launcher.execution.health import run_health
+    from launcher.execution.checks.health import run_health
 
     if spec.launcher == "slurm":
         return check_slurm(spec.python, kernel, threshold)

@@ -115,7 +115,7 @@ def run_cmd(
         from launcher.cli.health import preflight as run_preflight
 
         plan, pre_event = run_preflight(preflight, spec, plan, ssh)
-    from launcher.execution.local import LocalSettings
+    from launcher.execution.local.backend import LocalSettings
     from launcher.execution.runner import junit_xml, run_plan
     from launcher.jobs import jobdir
     from launcher.jobs.files import write_atomic

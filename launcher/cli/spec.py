@@ -355,7 +355,7 @@ def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], e
         return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
     local = next(h for h in inventory.hosts if h.is_local)
     python = local.python or opts.python or sys.executable
-    from launcher.execution.cpuprobe import cached_probe, local_runner, program_facts, script_imports_mindspore
+    from launcher.execution.checks.cpu import cached_probe, local_runner, program_facts, script_imports_mindspore
     from launcher.jobs.jobdir import mslaunch_home
 
     if program and mode == "auto" and not opts.module and script_imports_mindspore(program[0]) is not True:

@@ -1,6 +1,6 @@
 """How ``mslaunch run`` starts local Python ranks: forked from the zygote, or plain processes.
 
-The zygote (:mod:`launcher.execution.zygote`) is the default for MindSpore CPU jobs (the CPU
+The zygote (:mod:`launcher.execution.local.zygote`) is the default for MindSpore CPU jobs (the CPU
 tuning's detection: a Python program that imports ``mindspore``, ``--method dynamic``, no other
 device target, MindSpore in the ranks' interpreter) of the local launcher, when the ranks run
 under mslaunch's own interpreter.  ``--zygote`` asks for it on any job of the local launcher,

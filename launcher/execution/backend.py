@@ -2,7 +2,7 @@
 
 A *backend* (``--launcher``) starts the processes of one attempt of a :class:`Plan` and hands
 back one :class:`ProcessHandle` per started process; the supervisor
-(:mod:`launcher.execution.supervisor`) drives every backend through this interface only.
+(:mod:`launcher.execution.supervision.supervisor`) drives every backend through this interface only.
 
 State machine of one attempt (one backend instance per attempt; a restart makes a new one)::
 
@@ -51,7 +51,7 @@ from launcher.planning.plan import Plan, ProcPlan
 
 
 class WatchdogLink(Protocol):
-    """What a started process needs of the job's watchdog (see :mod:`launcher.execution.watchdog`)."""
+    """What a started process needs of the job's watchdog (see :mod:`launcher.execution.local.watchdog`)."""
 
     token: str
     fd: int

@@ -10,9 +10,9 @@ from typing import Dict, Tuple
 
 #: Backend name -> its module, in the order ``--launcher`` lists them.
 BUILTIN: Dict[str, str] = {
-    "local": "launcher.execution.local",
+    "local": "launcher.execution.local.backend",
     "ssh": "launcher.execution.ssh.backend",
-    "mpirun": "launcher.execution.mpirun",
+    "mpirun": "launcher.execution.mpirun.backend",
     "slurm": "launcher.execution.slurm.backend",
 }
 

@@ -39,7 +39,7 @@ class ProcResult:
         reason: a short text when the code alone does not tell (``connection lost``, ...).
         pid: its pid (on its host).
         exit_order: the kernel's order of exits of local processes (see
-            :class:`launcher.execution.local.LocalProcess`), for exits closer together than the
+            :class:`launcher.execution.local.backend.LocalProcess`), for exits closer together than the
             reaping threads can tell apart; not in JSON.
     """
 

@@ -24,8 +24,8 @@ from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
 from launcher.execution.results import JobResult
 from launcher.execution.settings import SuperviseOptions
-from launcher.execution.supervisor import BackendFactory, Supervisor
-from launcher.execution.watchdog import Watchdog
+from launcher.execution.supervision.supervisor import BackendFactory, Supervisor
+from launcher.execution.local.watchdog import Watchdog
 from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
 from launcher.planning.inventory import is_local
@@ -34,8 +34,8 @@ from launcher.planning.kinds import EventKind
 from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
-    from launcher.execution.hangwatch import HangWatch
-    from launcher.execution.restarts import AttemptProgress
+    from launcher.execution.supervision.hangwatch import HangWatch
+    from launcher.execution.supervision.restarts import AttemptProgress
 
 
 def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None,
@@ -48,7 +48,7 @@ def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, wa
         settings: backend name -> its settings object, from the CLI.
         watchdog: the job's watchdog (local processes register with it).
         options, attempt_base: each attempt's plan carries ``MSLAUNCH_ATTEMPT`` / ``MSLAUNCH_MAX_RESTARTS``
-            (:func:`launcher.execution.restarts.attempt_plan`).
+            (:func:`launcher.execution.supervision.restarts.attempt_plan`).
 
     Raises:
         LaunchError: no backend has the plan's name.
@@ -56,7 +56,7 @@ def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, wa
     entry = get_backend(plan.launcher)
 
     def make(attempt: int, attempt_dir: str, current: Optional[Plan] = None) -> Backend:
-        from launcher.execution.restarts import attempt_plan
+        from launcher.execution.supervision.restarts import attempt_plan
 
         now = current if current is not None else plan
         mine = attempt_plan(now, attempt, options.max_restarts, attempt_base) if options is not None else now
@@ -170,13 +170,13 @@ def run_plan(
     write_job_files(plan, argv)
     if on_started is not None:
         on_started()
-    from launcher.execution.local import become_subreaper
+    from launcher.execution.local.backend import become_subreaper
     from launcher.logs.metricsfile import MetricsWriter, append_event
 
-    from launcher.execution.hangwatch import HangWatch
+    from launcher.execution.supervision.hangwatch import HangWatch
 
     become_subreaper()
-    from launcher.execution.restarts import AttemptProgress
+    from launcher.execution.supervision.restarts import AttemptProgress
 
     hang = HangWatch(options.hang)
     progress = AttemptProgress()
@@ -204,7 +204,7 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
     ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch,
     restarts re-planned on spare hosts (``replan``, see :func:`run_plan`)."""
-    from launcher.execution.local import reap_orphans
+    from launcher.execution.local.backend import reap_orphans
     from launcher.logs.metricsfile import append_event
 
     def record_event(kind: str, data: Dict[str, Any]) -> None:
@@ -219,9 +219,9 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
         prepare_ranktable_dirs(sup.plan, adir, backend.local_only)  # the attempt's plan
 
     prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
-    from launcher.execution.restarts import attempt_base
+    from launcher.execution.supervision.restarts import attempt_base
 
-    from launcher.execution.hostfaults import Spares
+    from launcher.execution.supervision.hostfaults import Spares
 
     base = attempt_base(plan.launcher, os.environ)
     spares = Spares(replan_writing(replan), options.host_failures) if replan is not None else None

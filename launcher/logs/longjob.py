@@ -1,9 +1,9 @@
 """Text lines about a long job's hangs and attempts, from ``summary.json`` (pure): what
 ``mslaunch status``, ``top`` (after the end) and ``report`` show.
 
-``summary.json``'s ``hang`` object is documented in :mod:`launcher.execution.hangwatch`; each of
+``summary.json``'s ``hang`` object is documented in :mod:`launcher.execution.supervision.hangwatch`; each of
 ``attempt_results`` may carry ``ended_because``, ``resumed_from_step``, ``best_step`` and
-``steps_lost`` (see :mod:`launcher.execution.restarts`), and ``replanned`` when it was the first
+``steps_lost`` (see :mod:`launcher.execution.supervision.restarts`), and ``replanned`` when it was the first
 attempt without a host left out; ``excluded_hosts`` lists those hosts (docs/spare-hosts.md).
 """
 from __future__ import annotations

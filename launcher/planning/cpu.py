@@ -1,7 +1,7 @@
 """CPU tuning for MindSpore ranks (pure): the oneDNN ISA setting, cores and threads per rank.
 
 Inputs are values: a parsed CPU probe result (:class:`CpuProbe`, produced by
-``launcher/workloads/cpu_probe.py`` and cached by :mod:`launcher.execution.cpuprobe`), the cores
+``launcher/workloads/cpu_probe.py`` and cached by :mod:`launcher.execution.checks.cpu`), the cores
 this machine lets mslaunch use, the number of local ranks, the names the user already set, and
 the ``--cpu-tune`` / ``--bind-core`` choices. The output (:class:`CpuPlan`) is per-rank env, a
 per-rank core list (affinity, applied by the local backend at process start), and one-line notes

@@ -1,7 +1,7 @@
 """The pre-flight health check's logic (pure): pairing rounds, medians, verdicts, JSON.
 
 ``mslaunch doctor --health`` and ``mslaunch run --preflight MODE`` measure every host of the
-inventory (see :mod:`launcher.execution.health` for the running part):
+inventory (see :mod:`launcher.execution.checks.health` for the running part):
 
 * **compute**: a fixed matmul kernel repeated for a short, fixed time on every host at once;
   the host's figure is its best window, in GFLOPS;

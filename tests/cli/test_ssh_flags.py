@@ -56,7 +56,7 @@ def test_run_defaults(monkeypatch, tmp_path):
 
 
 def test_doctor_gets_the_settings_with_the_jobs_ssh_config(monkeypatch, tmp_path):
-    from launcher.execution import doctor
+    from launcher.execution.checks import doctor
 
     config = tmp_path / "ssh_config"
     config.write_text("Host *\n  User root\n")

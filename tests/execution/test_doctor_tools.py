@@ -3,8 +3,8 @@ only for the job's backend (as the mpirun column always was)."""
 from __future__ import annotations
 
 from launcher.execution.backend import ToolCheck, doctor_checks
-from launcher.execution.doctor import CHECKS, Check, DoctorJob, check_names, check_rows
-from launcher.execution.mpirun import MPIRUN_CHECK
+from launcher.execution.checks.doctor import CHECKS, Check, DoctorJob, check_names, check_rows
+from launcher.execution.mpirun.backend import MPIRUN_CHECK
 from launcher.planning.inventory import Host
 
 SRUN = ToolCheck("srun", "srun", "apt-get install slurm-client")

@@ -8,7 +8,7 @@ import sys
 
 import psutil
 
-from launcher.execution.health import HealthBudget, run_health
+from launcher.execution.checks.health import HealthBudget, run_health
 from launcher.planning.hosts import Host
 
 

@@ -10,11 +10,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import pytest
 
 from launcher.errors import PlanError
-from launcher.execution.hostfaults import Fault, HostFaults, Spares, attributed, moves_text
-from launcher.execution.restarts import AttemptProgress
+from launcher.execution.supervision.hostfaults import Fault, HostFaults, Spares, attributed, moves_text
+from launcher.execution.supervision.restarts import AttemptProgress
 from launcher.execution.results import FAILED, HUNG, SUCCEEDED, AttemptResult, ProcResult
 from launcher.execution.settings import SuperviseOptions
-from launcher.execution.supervisor import Supervisor
+from launcher.execution.supervision.supervisor import Supervisor
 from launcher.planning.jobspec import Exclusion
 from launcher.planning.plan import Plan, ProcPlan
 from tests.execution.fakebackend import FakeBackend, FakeProcess

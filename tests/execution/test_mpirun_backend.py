@@ -8,7 +8,7 @@ import pytest
 
 from launcher.errors import LaunchError, PlanError
 from launcher.execution.backend import BackendContext, get_backend
-from launcher.execution.mpirun import MPIRUN_CHECK, MpirunLauncher
+from launcher.execution.mpirun.backend import MPIRUN_CHECK, MpirunLauncher
 from launcher.planning.inventory import parse_host_list
 from launcher.planning.mpi import MpiOptions, mpirun_command
 from launcher.planning.plan import JobSpec, build_plan

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from launcher.execution.mpirun import parse_first_failure, report_outcomes
+from launcher.execution.mpirun.backend import parse_first_failure, report_outcomes
 from launcher.execution.results import ProcResult
 from launcher.planning.inventory import parse_host_list
 from launcher.planning.plan import JobSpec, build_plan

@@ -1,4 +1,4 @@
-"""The host agent (``launcher/execution/remote_agent.py``) run as a local process, its stdin kept
+"""The host agent (``launcher/execution/ssh/remote_agent.py``) run as a local process, its stdin kept
 open like an ssh channel: many ranks under one agent, literal env, exit codes and signals,
 TERM/KILL per rank and per host, whole trees, the end of every rank on EOF or silence, output
 ordered per rank, one rank's failure while others run."""
@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import psutil
 
-from launcher.execution.remote_agent import BOOTSTRAP, MAGIC
+from launcher.execution.ssh.remote_agent import BOOTSTRAP, MAGIC
 from launcher.execution.ssh.agent import FrameReader, bootstrap_payload, op_line
 
 

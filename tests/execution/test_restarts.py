@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from launcher.execution.restarts import AttemptProgress, attempt_base, attempt_plan, crash_loop
+from launcher.execution.supervision.restarts import AttemptProgress, attempt_base, attempt_plan, crash_loop
 from launcher.execution.results import AttemptResult
 from launcher.planning.plan import Plan, ProcPlan
 from tests.execution.test_hang_local import PROG, hjob  # noqa: F401  (the fixture)

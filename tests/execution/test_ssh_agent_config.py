@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from launcher.execution import remote_agent, remote_proctree
-from launcher.execution.remote_agent import HEADER
+from launcher.execution.ssh import remote_agent, remote_proctree
+from launcher.execution.ssh.remote_agent import HEADER
 from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
 from launcher.planning.plan import ProcPlan
 
@@ -125,7 +125,7 @@ def test_a_garbled_agent_stream_ends_the_hosts_ranks_with_a_hint_and_closes_the_
     from types import SimpleNamespace
 
     from launcher.execution.ssh.backend import HostAgent, _LogFiles
-    from launcher.execution.remote_agent import MAGIC
+    from launcher.execution.ssh.remote_agent import MAGIC
 
     agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, _LogFiles())  # type: ignore[arg-type]
     ended = []

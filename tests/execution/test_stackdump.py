@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from launcher.execution import stackdump
-from launcher.execution.remotedump import write_dumps
+from launcher.execution.probes import stackdump
+from launcher.execution.probes.stackdump import write_dumps
 
 SRC = stackdump.__file__
 
@@ -29,7 +29,7 @@ def sleeper():
 def test_stackdump_runs_stand_alone_from_its_source_and_prints_json(sleeper):
     src = open(SRC).read()
     imports = set(re.findall(r"^\s*(?:from|import) (\w+)", src, re.M))
-    assert imports <= {"__future__", "json", "os", "shutil", "subprocess", "sys", "tempfile", "threading", "time", "typing"}, imports
+    assert imports <= {"__future__", "json", "os", "re", "shutil", "subprocess", "sys", "tempfile", "threading", "time", "typing"}, imports
     out = subprocess.run([sys.executable, "-S", "-c", src, "--stdout", f"rank3={sleeper.pid}"], capture_output=True, text=True, timeout=60)
     recs = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(r["name"], r["pid"]) for r in recs] == [("rank3", sleeper.pid)]
@@ -64,7 +64,7 @@ def test_write_dumps_names_files_by_rank(tmp_path):
 def test_one_remote_command_dumps_every_running_rank_of_a_host(tmp_path, sleeper):
     from types import SimpleNamespace
 
-    from launcher.execution.remotedump import agent_dump
+    from launcher.execution.ssh.dump import agent_dump
 
     calls = []
 

@@ -12,7 +12,7 @@ import pytest
 from launcher.errors import LaunchError
 from launcher.execution.results import FAILED, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT
 from launcher.execution.settings import SuperviseOptions
-from launcher.execution.supervisor import Supervisor
+from launcher.execution.supervision.supervisor import Supervisor
 from tests.execution.fakebackend import Exit, FakeBackend, FakeProcess, fake_plan
 
 

@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from launcher.execution.localproc import LocalProcess
-from launcher.execution.zygote import ZygoteLauncher, ZygoteProcess
+from launcher.execution.local.process import LocalProcess
+from launcher.execution.local.zygote import ZygoteLauncher, ZygoteProcess
 from launcher.planning.plan import ProcPlan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -150,7 +150,7 @@ def test_cli_zygote_falls_back_when_the_interpreter_starts_a_thread(tmp_path):
 def test_fork_scheduler_runs_the_scheduler_module_instead_of_the_script(tmp_path, monkeypatch):
     """``fork_scheduler``: the scheduler is forked from the zygote and runs SCHEDULER_MODULE with
     its planned env; without it the scheduler is a plain process running its planned argv."""
-    import launcher.execution.zygote as zygote_mod
+    import launcher.execution.local.zygote as zygote_mod
 
     (tmp_path / "fake_sched.py").write_text("import os, sys\nprint('sched', os.environ['MS_ROLE'], sys.argv[1:])\n")
     script = tmp_path / "user.py"

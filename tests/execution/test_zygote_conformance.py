@@ -2,7 +2,7 @@
 as a plain ``python script.py`` process.
 
 Each case of ``tests/scripts/conformance.py`` runs both ways from the same plan (argv, env, cwd,
-log): as a plain process (:func:`launcher.execution.localproc.start_local`, what ``--no-zygote``
+log): as a plain process (:func:`launcher.execution.local.process.start_local`, what ``--no-zygote``
 and every other backend start) and forked from one zygote that imported ``mindspore`` and
 ``mindspore.communication`` (the default's preload).  The exit status, the whole log (after
 replacing each run's own pid) and the files the case writes are compared.  What cannot agree is
@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from launcher.execution.localproc import LocalProcess, start_local
-from launcher.execution.zygote import PRELOAD, ZygoteLauncher, ZygoteProcess
+from launcher.execution.local.process import LocalProcess, start_local
+from launcher.execution.local.zygote import PRELOAD, ZygoteLauncher, ZygoteProcess
 from launcher.planning.plan import ProcPlan
 from tests.harness.mindspore import require_mindspore
 

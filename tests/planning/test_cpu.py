@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from launcher.errors import PlanError
-from launcher.execution import cpuprobe
+from launcher.execution.checks import cpu as cpuprobe
 from launcher.planning.cpu import (
     CpuSpec,
     format_cpus,
@@ -352,7 +352,7 @@ def test_program_detection(tmp_path):
     assert cpu_probe.program_imports_mindspore(script=str(tmp_path / "c.py")) is None
     assert cpu_probe.program_imports_mindspore(module="launcher.workloads.resnet50_cifar10") is True
     # the launcher reads a script itself (no facts step for a script without MindSpore): the same answers
-    from launcher.execution.cpuprobe import IMPORTS_MINDSPORE_RE, script_imports_mindspore
+    from launcher.execution.checks.cpu import IMPORTS_MINDSPORE_RE, script_imports_mindspore
 
     assert IMPORTS_MINDSPORE_RE.pattern == cpu_probe._IMPORT_RE.pattern and IMPORTS_MINDSPORE_RE.flags == cpu_probe._IMPORT_RE.flags
     for name in ("a.py", "b.py", "c.py"):

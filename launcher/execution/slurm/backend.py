@@ -42,7 +42,7 @@ from launcher.errors import LaunchError
 from launcher.execution.backend import (
     Backend, BackendContext, StartRequest, WatchdogLink, register_backend,
 )
-from launcher.execution.local import LocalProcess, kill_tree, start_local
+from launcher.execution.local.backend import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
 from launcher.execution.slurm.shim import record_key
 from launcher.planning.plan import Plan, ProcPlan
@@ -196,7 +196,7 @@ class SlurmBackend(Backend):
         job_id = allocation_job_id(os.environ)
         backend = cls(ctx.plan, ctx.attempt, ctx.attempt_dir or ctx.plan.job_dir, job_id, ctx.watchdog)
         if ctx.watchdog is not None:
-            from launcher.execution.watchdog import on_death
+            from launcher.execution.local.watchdog import on_death
 
             on_death(ctx.watchdog, [sys.executable, "-m", "launcher.execution.slurm.cancel", job_id, backend.name])
         return backend
@@ -258,7 +258,7 @@ class SlurmBackend(Backend):
         """
         # srun registers with the watchdog (by pid) but does not pass the job token on: tasks on
         # the nodes are ended through Slurm (scancel), as they must be on a real cluster.
-        from launcher.execution.watchdog import TOKEN_VAR
+        from launcher.execution.local.watchdog import TOKEN_VAR
 
         proc = replace(proc, argv=("env", "-u", TOKEN_VAR) + tuple(proc.argv))
         base = start_local(proc, log_path, cwd=cwd, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)

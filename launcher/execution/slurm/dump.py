@@ -1,4 +1,4 @@
-"""Stack dumps of a Slurm step's ranks, made on their nodes (see :mod:`launcher.execution.remotedump`)."""
+"""Stack dumps of a Slurm step's ranks, made on their nodes (see :mod:`launcher.execution.ssh.dump` for the ssh channel)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from launcher.execution.remotedump import REMOTE_TIMEOUT, _targets, write_dumps
+from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, targets as _targets, write_dumps
 from launcher.execution.slurm.shim import record_key
 
 
@@ -16,7 +16,7 @@ def srun_dump(job_id: str, node: str, targets: Sequence[Tuple[str, int]], folder
               python: Optional[str] = None) -> Dict[Optional[int], List[str]]:
     """Dump processes on a Slurm node with an ``srun`` step of the allocation on that node."""
     argv = ["srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1", f"--nodelist={node}", "--job-name=mslaunch-stackdump",
-            python or sys.executable, "-m", "launcher.execution.stackdump", "--stdout", *_targets(targets)]
+            python or sys.executable, "-m", "launcher.execution.probes.stackdump", "--stdout", *_targets(targets)]
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               timeout=REMOTE_TIMEOUT, check=False)

@@ -3,7 +3,7 @@ Slurm job), inside an allocation.
 
 One ``srun --overlap`` step per node (``-N1 -n1 -w NODE``, all at once: a node whose slurmd
 does not answer fails its own step, not the others') runs the probe
-(:data:`launcher.execution.healthprobe.AGENT`), which connects back to a TCP port this machine
+(:data:`launcher.execution.probes.health_probe.AGENT`), which connects back to a TCP port this machine
 opens on its address towards the nodes and speaks the same JSON lines as over SSH.  A node whose
 probe does not connect within the start time limit, or whose step ends first, is ``faulty``
 with srun's last line.  Peers reach a node's transfer sink at its ``NodeAddr``.
@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from launcher.execution.health import HealthBudget, HealthResult, ProbeLink, close_all, drive
-from launcher.execution.healthprobe import AGENT, THREAD_ENV
+from launcher.execution.checks.health import HealthBudget, HealthResult, ProbeLink, close_all, drive
+from launcher.execution.probes.health_probe import AGENT, THREAD_ENV
 from launcher.planning.health import DEFAULT_THRESHOLD
 
 __all__ = ["slurm_health"]

@@ -11,7 +11,7 @@ Modules (each imports only those above it)::
     backend     SshLauncher, its host agents (HostAgent) and rank handles (SshProcess)
     collect     collect_files: one file from many hosts
 
-Only this package (and :mod:`launcher.execution.doctor`) talks SSH.  It never logs key
+Only this package (and :mod:`launcher.execution.checks.doctor`) talks SSH.  It never logs key
 material; plans and logs hold key *paths* only.
 
 The names below are re-exported lazily (PEP 562), so ``from launcher.execution.ssh import

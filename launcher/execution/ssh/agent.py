@@ -1,4 +1,4 @@
-"""The launcher's side of the host agent protocol (:mod:`launcher.execution.remote_agent`).
+"""The launcher's side of the host agent protocol (:mod:`launcher.execution.ssh.remote_agent`).
 
 One agent runs per host, sent as source text over the channel's stdin (the remote host needs
 only a Python 3; ``python:`` in the inventory, else ``python3``).  The one remote command line is
@@ -27,13 +27,13 @@ _AGENT_SOURCE: Optional[str] = None
 
 
 def agent_source() -> str:
-    """The source text the host runs: :mod:`launcher.execution.remote_proctree`, then
-    :mod:`launcher.execution.remote_agent` (whose import of the helpers then fails and is
+    """The source text the host runs: :mod:`launcher.execution.ssh.remote_proctree`, then
+    :mod:`launcher.execution.ssh.remote_agent` (whose import of the helpers then fails and is
     skipped: the host has no ``launcher`` package, and ``python -S`` reads no site-packages).
     Read once."""
     global _AGENT_SOURCE
     if _AGENT_SOURCE is None:
-        from launcher.execution import remote_agent, remote_proctree
+        from launcher.execution.ssh import remote_agent, remote_proctree
 
         parts = []
         for module in (remote_proctree, remote_agent):
@@ -45,7 +45,7 @@ def agent_source() -> str:
 
 def agent_command(python: str) -> str:
     """The remote command line that starts the agent under ``python`` (every piece quoted)."""
-    from launcher.execution.remote_agent import BOOTSTRAP
+    from launcher.execution.ssh.remote_agent import BOOTSTRAP
 
     return "exec " + " ".join(shlex.quote(p) for p in (python, "-S", "-u", "-c", BOOTSTRAP))
 
@@ -126,7 +126,7 @@ class FrameError(ValueError):
 
 
 class FrameReader:
-    """Incremental decoder of the agent's stdout (see :mod:`launcher.execution.remote_agent`).
+    """Incremental decoder of the agent's stdout (see :mod:`launcher.execution.ssh.remote_agent`).
 
     :meth:`feed` takes bytes as they arrive and yields whole frames; a partial frame waits for
     the rest.  A message that is not JSON becomes ``{"ev": "garbled"}``.  A header of an unknown
@@ -135,7 +135,7 @@ class FrameReader:
     """
 
     def __init__(self) -> None:
-        from launcher.execution.remote_agent import HEADER
+        from launcher.execution.ssh.remote_agent import HEADER
 
         self._header = HEADER
         self._buf = bytearray()

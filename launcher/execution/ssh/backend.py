@@ -2,7 +2,7 @@
 
 :class:`SshLauncher` connects to every host of the plan at once (:func:`~.connection.connect_all`),
 copies the rank tables there (:func:`~.transfer.put_file`) and opens one session per host (in
-parallel) that runs the host agent (:mod:`~.agent`, :mod:`launcher.execution.remote_agent`).
+parallel) that runs the host agent (:mod:`~.agent`, :mod:`launcher.execution.ssh.remote_agent`).
 Each :meth:`SshLauncher.start` sends one ``start`` request to the rank's host agent, which spawns
 the rank at once; the agent multiplexes every rank's output over the one channel, and one
 thread in mslaunch (:class:`_Pump`, ``select`` over every channel) writes each rank's output into
@@ -180,7 +180,7 @@ class SshLauncher(Backend):
         self._pump.start()
 
     def _parallel(self, fn: Callable[[Any], Any], items: List[Any], what: str) -> List[Any]:
-        from launcher.execution.supervisor import Interrupted
+        from launcher.execution.stopsignals import Interrupted
 
         try:
             return run_parallel(fn, items, self.settings.pool)

@@ -346,7 +346,7 @@ def connect_all(hosts: Sequence[Host], settings: SSHSettings = SSHSettings()) ->
         LaunchError: one line per failed host (``cannot connect to 2 of 3 hosts: ...``); the
             connections that did succeed are closed first.
     """
-    from launcher.execution.supervisor import Interrupted
+    from launcher.execution.stopsignals import Interrupted
 
     try:
         results = connect_each(hosts, settings)

@@ -128,8 +128,8 @@ class SshProcess(ProcessHandle):
             self._agent.control(op_line("kill", self.rank_id))
 
     def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
-        """This rank's stacks, dumped on its host with its host's other ranks (:func:`launcher.execution.remotedump.agent_dump`)."""
-        from launcher.execution.remotedump import agent_dump
+        """This rank's stacks, dumped on its host with its host's other ranks (:func:`launcher.execution.ssh.dump.agent_dump`)."""
+        from launcher.execution.ssh.dump import agent_dump
 
         return agent_dump(self._agent, folder, self.plan.rank)
 
@@ -265,7 +265,7 @@ class HostAgent:
     def _stdout(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
         if not self._synced:
-            from launcher.execution.remote_agent import MAGIC
+            from launcher.execution.ssh.remote_agent import MAGIC
 
             self._junk += data
             at = self._junk.find(MAGIC)

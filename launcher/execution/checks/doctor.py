@@ -407,17 +407,17 @@ def cpu_probes(
     ssh: Optional["SSHSettings"] = None,
     on_probe: Optional[Any] = None,
 ) -> Dict[str, Any]:
-    """The CPU probe of every host (:func:`launcher.execution.cpuprobe.cached_probe`), one host
+    """The CPU probe of every host (:func:`launcher.execution.checks.cpu.cached_probe`), one host
     after the other (hosts may share cores; parallel timings would disturb each other).
 
     Returns:
-        host name -> :class:`~launcher.execution.cpuprobe.ProbeOutcome`, or a string saying why
+        host name -> :class:`~launcher.execution.checks.cpu.ProbeOutcome`, or a string saying why
         the host could not be probed (unreachable).
 
     Raises:
         LaunchError: the ssh config cannot be read.
     """
-    from launcher.execution.cpuprobe import cached_probe, local_runner, ssh_runner
+    from launcher.execution.checks.cpu import cached_probe, local_runner, ssh_runner
     from launcher.execution.ssh import SSHSettings, SshConnection, connect_each
 
     remote = [h for h in hosts if not h.is_local]

@@ -2,7 +2,7 @@
 
 Every MindSpore process of a job pays ``import mindspore`` (~1.5 s of CPU here, several seconds
 when 8 ranks import at once on 2 cores).  The zygote is one helper process
-(:mod:`launcher.execution.zygote_server`) that imports the preload modules once and then forks
+(:mod:`launcher.execution.local.zygote_server`) that imports the preload modules once and then forks
 each planned Python worker from that warm state; the children share the imported pages
 copy-on-write.
 
@@ -45,8 +45,8 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ReportedProcess
-from launcher.execution.localproc import _child_setup, check_scheduler_port, kill_tree, start_local
-from launcher.execution.watchdog import TOKEN_VAR
+from launcher.execution.local.process import _child_setup, check_scheduler_port, kill_tree, start_local
+from launcher.execution.local.watchdog import TOKEN_VAR
 from launcher.planning.plan import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
@@ -56,7 +56,7 @@ SCHEDULER_MODULE = "launcher.workloads.scheduler"
 
 
 class ZygoteProcess(ReportedProcess):
-    """A rank forked by the zygote (same interface as :class:`launcher.execution.local.LocalProcess`)."""
+    """A rank forked by the zygote (same interface as :class:`launcher.execution.local.backend.LocalProcess`)."""
 
     def __init__(self, plan: ProcPlan, pid: int, log_path: str) -> None:
         self.plan = plan
@@ -172,7 +172,7 @@ class ZygoteLauncher(Backend):
         parent = os.getpid()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "launcher.execution.zygote_server", *self.preload],
+                [sys.executable, "-m", "launcher.execution.local.zygote_server", *self.preload],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                 start_new_session=True, preexec_fn=lambda: _child_setup(sig, fd, parent), close_fds=True,
             )

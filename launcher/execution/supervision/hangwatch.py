@@ -7,7 +7,7 @@ supervisor, which calls :meth:`begin` at each attempt, :meth:`due` while it wait
 :meth:`investigate` before teardown when the attempt is hung or a rank's collective timed out.
 
 What a hung attempt leaves: ``<attempt dir>/stacks/`` with one file per process (see
-:mod:`launcher.execution.stackdump`; remote backends dump on the rank's host through
+:mod:`launcher.execution.probes.stackdump`; remote backends dump on the rank's host through
 :meth:`ProcessHandle.dump_stacks <launcher.execution.backend.ProcessHandle>` when they have it), and
 the ``hang`` object of ``summary.json``::
 
@@ -134,7 +134,7 @@ def _dump(handles: Sequence[ProcessHandle], exits: Dict[int, Any], folder: str) 
     Returns rank -> files, the rank's own process first."""
     import threading
 
-    from launcher.execution import stackdump
+    from launcher.execution.probes import stackdump
 
     out: Dict[Optional[int], List[str]] = {}
     lock = threading.Lock()
@@ -161,7 +161,7 @@ def _dump(handles: Sequence[ProcessHandle], exits: Dict[int, Any], folder: str) 
             local.extend(stackdump.expand([(name, h.pid)], by_env=h.plan.rank is None))
     for t in threads:
         t.start()
-    from launcher.execution.remotedump import rank_of_name
+    from launcher.execution.probes.stackdump import rank_of_name
 
     for path in stackdump.dump_many(folder, local):
         name = os.path.basename(path).rpartition(".pid")[0]

@@ -1,11 +1,11 @@
 """The job watchdog: ends every process of a job if mslaunch dies without tearing it down.
 
-mslaunch starts it first (``python -m launcher.execution.watchdog <token>``) in its own session,
+mslaunch starts it first (``python -m launcher.execution.local.watchdog <token>``) in its own session,
 with a pipe on its stdin whose write end only mslaunch and its just-forked children hold.
 Lines on the pipe::
 
     +<pid> <starttime>   written by each local process itself, between fork and exec (see
-                         :func:`launcher.execution.local.start_local`), so a process is known to
+                         :func:`launcher.execution.local.backend.start_local`), so a process is known to
                          the watchdog before it runs any code, even if mslaunch is SIGKILLed
                          right after forking it.  ``starttime`` is field 22 of /proc/<pid>/stat
                          (a recycled pid never matches).
@@ -166,13 +166,13 @@ def _run_cleanups(cleanups: List[List[str]]) -> None:
 
 
 class Watchdog:
-    """Client of :mod:`launcher.execution.watchdog` (one per ``mslaunch run``).
+    """Client of :mod:`launcher.execution.local.watchdog` (one per ``mslaunch run``).
 
     Attributes:
         pid: the watchdog's pid.
         token: the job's token (``MSLAUNCH_JOB_TOKEN`` of every local process of the job).
         fd: the write end of the watchdog's pipe (close-on-exec; processes started by
-            :func:`launcher.execution.local.start_local` register on it before exec).
+            :func:`launcher.execution.local.backend.start_local` register on it before exec).
     """
 
     def __init__(self) -> None:
@@ -182,7 +182,7 @@ class Watchdog:
         read_end, self.fd = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "launcher.execution.watchdog", self.token],
+                [sys.executable, "-m", "launcher.execution.local.watchdog", self.token],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
 """The zygote process itself (stdlib only): import the preload once, check it is safe to fork,
-then fork one child per request.  Started by :class:`launcher.execution.zygote.ZygoteLauncher`
-as ``python -m launcher.execution.zygote_server MODULE...``.
+then fork one child per request.  Started by :class:`launcher.execution.local.zygote.ZygoteLauncher`
+as ``python -m launcher.execution.local.zygote_server MODULE...``.
 
 Protocol (one JSON object per line)::
 

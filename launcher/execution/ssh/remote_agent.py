@@ -1,7 +1,7 @@
 """The remote agent: runs every rank of one host under the ssh launcher (one agent per host).
 
 This file is sent as source text to the remote host (mslaunch need not be installed there),
-after the source of its process helpers (:mod:`launcher.execution.remote_proctree`), and
+after the source of its process helpers (:mod:`launcher.execution.ssh.remote_proctree`), and
 runs under the host's Python (``python:`` in the inventory, else ``python3``), started once per
 host by :mod:`launcher.execution.ssh` as::
 
@@ -67,7 +67,7 @@ import subprocess
 import time
 
 try:  # in the launcher; sent to a host, :func:`agent_source` puts these helpers' source first
-    from launcher.execution.remote_proctree import (  # noqa: F401
+    from launcher.execution.ssh.remote_proctree import (  # noqa: F401
         _child_setup, _kill, _killpg, _noop, _nonblock, _poll, become_subreaper, below, children_of, proc_table,
         tree_below,
     )

@@ -1,6 +1,6 @@
 """Run the pre-flight health check on hosts (``doctor --health``, ``run --preflight``).
 
-One probe process per host (:data:`launcher.execution.healthprobe.AGENT`), started over the
+One probe process per host (:data:`launcher.execution.probes.health_probe.AGENT`), started over the
 backend's channel: a direct child for ``localhost``, an SSH session otherwise (mpirun jobs
 reach their hosts over SSH as ``doctor`` does).  The launching machine drives every probe at once
 with JSON lines (start, compute, the network rounds, quit) and turns the answers into verdicts
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.execution.healthprobe import AGENT, THREAD_ENV
+from launcher.execution.probes.health_probe import AGENT, THREAD_ENV
 from launcher.planning.health import DEFAULT_THRESHOLD, Transfer, Verdict, judge, round1_pairs, round2_pairs, slow_members
 from launcher.planning.inventory import Host
 

@@ -8,7 +8,7 @@ Each process:
 * leads its own session / process group, so teardown signals the whole group;
 * is a child subreaper (Linux): whatever its descendants orphan (``setsid``, double fork) is
   re-parented to it, so its process tree always holds every descendant while it lives;
-* with a watchdog (see :mod:`launcher.execution.watchdog`): registers itself on the watchdog's
+* with a watchdog (see :mod:`launcher.execution.local.watchdog`): registers itself on the watchdog's
   pipe between fork and exec, and gets ``PR_SET_PDEATHSIG`` = SIGSTOP, so the kernel freezes it
   the moment mslaunch dies and the watchdog then kills its whole tree; without one it gets
   ``PR_SET_PDEATHSIG`` = ``pdeathsig`` (SIGKILL by default).
@@ -31,7 +31,7 @@ import psutil
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import ProcessHandle, WatchdogLink
-from launcher.execution.watchdog import TOKEN_VAR, starttime
+from launcher.execution.local.watchdog import TOKEN_VAR, starttime
 from launcher.planning.plan import Plan, ProcPlan
 
 _PR_SET_PDEATHSIG = 1

@@ -1,12 +1,12 @@
-"""The local launcher: one subprocess per planned process (see :mod:`launcher.execution.localproc`),
-or, for Python ranks, forked from a zygote (see :mod:`launcher.execution.zygote`)."""
+"""The local launcher: one subprocess per planned process (see :mod:`launcher.execution.local.process`),
+or, for Python ranks, forked from a zygote (see :mod:`launcher.execution.local.zygote`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from launcher.execution.backend import Backend, BackendContext, WatchdogLink, register_backend
-from launcher.execution.localproc import (  # noqa: F401 - the names other backends and the runner use
+from launcher.execution.local.process import (  # noqa: F401 - the names other backends and the runner use
     LocalProcess,
     become_subreaper,
     check_scheduler_port,
@@ -23,7 +23,7 @@ class LocalSettings:
 
     Attributes:
         zygote: fork local Python ranks from one process that imported MindSpore once
-            (see :mod:`launcher.execution.zygote`; the CLI's default for MindSpore CPU jobs).
+            (see :mod:`launcher.execution.local.zygote`; the CLI's default for MindSpore CPU jobs).
         on_note: called with a one-line message when the zygote falls back to plain processes.
         fork_scheduler: with the zygote, fork the scheduler too, running MindSpore's ``init()``
             alone instead of the user's script (:mod:`launcher.workloads.scheduler`).
@@ -47,7 +47,7 @@ class LocalLauncher(Backend):
         """A :class:`LocalLauncher`, or with ``LocalSettings(zygote=True)`` a zygote launcher."""
         settings = ctx.settings_for("local", LocalSettings())
         if settings.zygote:
-            from launcher.execution.zygote import ZygoteLauncher, shared_env
+            from launcher.execution.local.zygote import ZygoteLauncher, shared_env
 
             return ZygoteLauncher.warm(ctx.watchdog, shared_env(ctx.plan), settings.on_note, settings.fork_scheduler)
         return cls(ctx.watchdog)

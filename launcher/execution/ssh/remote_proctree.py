@@ -1,4 +1,4 @@
-"""Process helpers of the remote agent (:mod:`launcher.execution.remote_agent`): the process
+"""Process helpers of the remote agent (:mod:`launcher.execution.ssh.remote_agent`): the process
 table from /proc, a rank's tree, signals that never raise, ``poll`` without ``select``'s limit.
 
 Sent to the remote host as source text before the agent's own (see

@@ -17,7 +17,7 @@ from launcher.errors import LaunchError
 from launcher.execution.backend import (
     Backend, BackendContext, StartRequest, ToolCheck, WatchdogLink, register_backend,
 )
-from launcher.execution.local import LocalProcess, check_scheduler_port, start_local
+from launcher.execution.local.backend import LocalProcess, check_scheduler_port, start_local
 from launcher.execution.results import ProcResult
 from launcher.planning.mpi import mpirun_command
 from launcher.planning.plan import Plan, ProcPlan

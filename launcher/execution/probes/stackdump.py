@@ -14,7 +14,9 @@ there) and by an ``srun`` on a Slurm node, so it uses the stdlib only.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,8 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["PYSPY_TIMEOUT", "descendants", "dump_process", "dump_many", "expand", "pyspy_path"]
+__all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name",
+           "targets", "write_dumps"]
 
 #: Seconds one py-spy call may take.
 PYSPY_TIMEOUT = 10.0
@@ -207,6 +210,43 @@ def main(argv: Sequence[str]) -> int:
         if to_stdout:
             shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+
+# ---------------------------------------------------------------- the launcher's side of a remote dump
+
+_NAME_RE = re.compile(r"^rank(\d+)$")
+
+#: Seconds a remote dump may take (py-spy's own bound is 10 s a process; they run at once).
+REMOTE_TIMEOUT = 30.0
+
+
+def rank_of_name(name: str) -> Optional[int]:
+    m = _NAME_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def write_dumps(folder: str, output: str) -> Dict[Optional[int], List[str]]:
+    """Write the dumps of a remote ``stackdump --stdout`` into ``folder``; rank -> files (main process first)."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    out: Dict[Optional[int], List[str]] = {}
+    for line in output.splitlines():
+        try:
+            rec = json.loads(line)
+            name, pid, text = str(rec["name"]), int(rec["pid"]), str(rec["text"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        safe = re.sub(r"[^\w.-]", "_", name)
+        path = os.path.join(folder, f"{safe}.pid{pid}.txt")
+        with open(path, "w") as fh:
+            fh.write(text)
+        out.setdefault(rank_of_name(safe), []).append(path)
+    return out
+
+
+def targets(procs: Sequence[Tuple[str, int]]) -> List[str]:
+    """``name=pid`` arguments of a ``--stdout`` dump."""
+    return [f"{name}={pid}" for name, pid in procs]
 
 
 if __name__ == "__main__":

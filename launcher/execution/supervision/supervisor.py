@@ -13,7 +13,7 @@ State machine of one attempt::
     tearing_down: SIGTERM to every process group, ``grace`` s, SIGKILL to whole trees --> done
 
 Between attempts, hosts that failed too often (``--host-failures``) are left out: the next
-attempt runs a new plan on the spare hosts (:mod:`launcher.execution.hostfaults`).
+attempt runs a new plan on the spare hosts (:mod:`launcher.execution.supervision.hostfaults`).
 
 A backend that cannot be set up on a restart attempt (a host unreachable) fails that attempt
 (recorded in its :class:`AttemptResult`); on the first attempt its error reaches the caller.
@@ -22,7 +22,7 @@ Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts 
 (or the backend posts each exit itself, :meth:`ProcessHandle.notify_exit`: no thread per process);
 the main thread blocks on that queue.  Signals to mslaunch become :class:`Interrupted`
 exceptions, so ``finally`` blocks always tear down.  A watchdog process (see
-:mod:`launcher.execution.watchdog`) kills every process of the job if mslaunch itself is killed.
+:mod:`launcher.execution.local.watchdog`) kills every process of the job if mslaunch itself is killed.
 """
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError, MsLaunchError
-from launcher.execution import restarts, stopsignals
-from launcher.execution.attempt import AttemptState as _Attempt
+from launcher.execution import stopsignals
+from launcher.execution.supervision import restarts
+from launcher.execution.supervision.state import AttemptState as _Attempt
 from launcher.execution.backend import Backend, ProcessHandle, StartRequest, attempt_path
 from launcher.execution.results import (
     FAILED, HUNG, HUNG_EXIT, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
@@ -42,7 +43,7 @@ from launcher.execution.results import (
 )
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
-from launcher.execution.watchdog import Watchdog
+from launcher.execution.local.watchdog import Watchdog
 from launcher.planning import layout
 from launcher.planning.kinds import describe_returncode
 from launcher.planning.plan import Plan
@@ -52,9 +53,9 @@ from launcher.planning.plan import Plan
 COLLECTIVE_TAIL = 400
 
 if TYPE_CHECKING:
-    from launcher.execution.hangwatch import HangWatch
-    from launcher.execution.hostfaults import Spares
-    from launcher.execution.restarts import AttemptProgress
+    from launcher.execution.supervision.hangwatch import HangWatch
+    from launcher.execution.supervision.hostfaults import Spares
+    from launcher.execution.supervision.restarts import AttemptProgress
 
 __all__ = ["Interrupted", "Supervisor", "SuperviseOptions", "Watchdog", "attempt_path"]
 
@@ -74,7 +75,7 @@ class _Outcome:
     code: int
     message: Optional[str] = None
     by_cluster: bool = False  # the cluster's scheduler ended the attempt (see _outside_stop)
-    hang: Optional[Dict[str, Any]] = None  # a hung attempt's evidence (see launcher.execution.hangwatch)
+    hang: Optional[Dict[str, Any]] = None  # a hung attempt's evidence (see launcher.execution.supervision.hangwatch)
 
 
 class Supervisor:
@@ -92,11 +93,11 @@ class Supervisor:
             are forgotten after teardown), or None.
         attempt_dir: attempt number -> its log folder (default: job dir, then attempt_<k>/).
         reap_orphans: called after each teardown with the pids of the started processes; ends
-            whatever else descends from mslaunch (see :func:`launcher.execution.local.reap_orphans`).
-        hang: the job's hang watch (:mod:`launcher.execution.hangwatch`), fed by the metrics writer:
+            whatever else descends from mslaunch (see :func:`launcher.execution.local.backend.reap_orphans`).
+        hang: the job's hang watch (:mod:`launcher.execution.supervision.hangwatch`), fed by the metrics writer:
             a hung attempt, or a worker whose collective timed out, ends as ``hung`` after its
             stacks are dumped.
-        progress: the attempts' steps (:mod:`launcher.execution.restarts`): each attempt's result
+        progress: the attempts' steps (:mod:`launcher.execution.supervision.restarts`): each attempt's result
             says where it resumed and the steps lost; a crash loop stops the restarts.
         attempt_base: ``MSLAUNCH_ATTEMPT`` of the first attempt (a requeued Slurm run continues the count).
         spares: re-plans a restart without the hosts that failed too often (``self.plan`` becomes
@@ -266,7 +267,7 @@ class Supervisor:
         status, code, message = outcome.status, outcome.code, outcome.message
         cause = None
         if status == HUNG:
-            from launcher.execution.hangwatch import culprit_cause
+            from launcher.execution.supervision.hangwatch import culprit_cause
 
             return status, code, culprit_cause(outcome.hang, results), message
         failed = earliest_failure(results)

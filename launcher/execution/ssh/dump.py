@@ -1,68 +1,35 @@
-"""Stack dumps of ranks on other hosts: the dump runs on the rank's host and its text comes back.
+"""Stack dumps of ranks on ssh hosts: the dump runs on the rank's host and its text comes back.
 
 * ssh backend: one ``exec <python> -S -c <stackdump source> --stdout rank<R>=<pid> ...`` per host
   (every running rank of the host at once) over the host's open connection (mslaunch need not be installed there; py-spy is used when it is next to
   that Python or on its PATH, else /proc);
 * slurm backend: one ``srun --jobid J --overlap -N1 -n1 -w NODE <python> -m
-  launcher.execution.stackdump --stdout ...`` per node, with the pids the shims recorded
+  launcher.execution.probes.stackdump --stdout ...`` per node, with the pids the shims recorded
   (:mod:`launcher.execution.slurm.dump`);
 * mpirun: the ranks on this machine are descendants of mpirun and are dumped here (named by their
   ``RANK_ID``); ranks that OpenMPI started on other hosts are not reached (said in the docs).
 
-:mod:`launcher.execution.stackdump` prints one JSON line ``{"name", "pid", "text"}`` per process;
+:mod:`launcher.execution.probes.stackdump` prints one JSON line ``{"name", "pid", "text"}`` per process;
 :func:`write_dumps` turns them into ``<folder>/<name>.pid<P>.txt`` files here.
 """
 from __future__ import annotations
 
-import json
-import os
-import re
 import shlex
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["agent_dump", "rank_of_name", "ssh_dump", "write_dumps"]
+from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, targets, write_dumps
 
-_NAME_RE = re.compile(r"^rank(\d+)$")
-
-#: Seconds a remote dump may take (py-spy's own bound is 10 s a process; they run at once).
-REMOTE_TIMEOUT = 30.0
+__all__ = ["agent_dump", "ssh_dump"]
 
 
-def rank_of_name(name: str) -> Optional[int]:
-    m = _NAME_RE.match(name)
-    return int(m.group(1)) if m else None
-
-
-def write_dumps(folder: str, output: str) -> Dict[Optional[int], List[str]]:
-    """Write the dumps of a remote ``stackdump --stdout`` into ``folder``; rank -> files (main process first)."""
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    out: Dict[Optional[int], List[str]] = {}
-    for line in output.splitlines():
-        try:
-            rec = json.loads(line)
-            name, pid, text = str(rec["name"]), int(rec["pid"]), str(rec["text"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        safe = re.sub(r"[^\w.-]", "_", name)
-        path = os.path.join(folder, f"{safe}.pid{pid}.txt")
-        with open(path, "w") as fh:
-            fh.write(text)
-        out.setdefault(rank_of_name(safe), []).append(path)
-    return out
-
-
-def _targets(targets: Sequence[Tuple[str, int]]) -> List[str]:
-    return [f"{name}={pid}" for name, pid in targets]
-
-
-def ssh_dump(conn: Any, python: str, targets: Sequence[Tuple[str, int]], folder: str) -> Dict[Optional[int], List[str]]:
+def ssh_dump(conn: Any, python: str, procs: Sequence[Tuple[str, int]], folder: str) -> Dict[Optional[int], List[str]]:
     """Dump processes on an ssh host over its connection (:class:`launcher.execution.ssh.connection.SshConnection`)."""
-    from launcher.execution import stackdump
+    from launcher.execution.probes import stackdump
 
     with open(stackdump.__file__, "r", encoding="utf-8") as fh:
         source = fh.read()
-    command = " ".join(shlex.quote(p) for p in [python, "-S", "-c", source, "--stdout", *_targets(targets)])
+    command = " ".join(shlex.quote(p) for p in [python, "-S", "-c", source, "--stdout", *targets(procs)])
     rc, out, _ = conn.run(command, timeout=REMOTE_TIMEOUT)
     return write_dumps(folder, out.decode("utf-8", "replace"))
 
