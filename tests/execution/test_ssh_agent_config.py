@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from launcher.execution.ssh import remote_agent, remote_proctree
-from launcher.execution.ssh.remote_agent import HEADER
+from launcher.execution import proctree
+from launcher.execution.ssh import remote_agent, remote_link
+from launcher.execution.ssh.remote_link import HEADER
 from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
 from launcher.planning.plan import ProcPlan
 
@@ -54,7 +55,7 @@ def test_bootstrap_payload_is_a_length_line_then_the_source_and_settings():
     first = json.loads(body)
     assert first == {"src": agent_source(), "cfg": {"host": "h2", "ping_timeout": 8.0, "heartbeat": 1.0}}
     sources = []
-    for module in (remote_proctree, remote_agent):  # the helpers first: the agent uses them
+    for module in (proctree, remote_link, remote_agent):  # what the agent uses first
         with open(module.__file__, encoding="utf-8") as fh:
             sources.append(fh.read())
     assert first["src"] == "\n\n".join(sources)
@@ -68,10 +69,10 @@ def test_the_agent_source_runs_without_the_launcher_package(tmp_path):
     code = ("import sys; sys.modules['launcher'] = None\n"  # as on a host without mslaunch
             "g = {'__name__': 'mslaunch_agent'}\n"
             "exec(compile(sys.stdin.read(), 'mslaunch_agent', 'exec'), g)\n"
-            "print(sorted(n for n in ('main', 'proc_table', 'tree_below', '_poll', 'Agent') if callable(g.get(n))))\n")
+            "print(sorted(n for n in ('main', 'proc_table', 'tree_below', 'poll_fds', 'Outbox', 'Agent') if callable(g.get(n))))\n")
     out = subprocess.run([sys.executable, "-S", "-c", code], input=agent_source(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["['Agent',", "'_poll',", "'main',", "'proc_table',", "'tree_below']"]
+    assert out.stdout.split() == ["['Agent',", "'Outbox',", "'main',", "'poll_fds',", "'proc_table',", "'tree_below']"]
 
 
 def test_frames_decode_across_any_split():
@@ -125,7 +126,7 @@ def test_a_garbled_agent_stream_ends_the_hosts_ranks_with_a_hint_and_closes_the_
     from types import SimpleNamespace
 
     from launcher.execution.ssh.backend import HostAgent, _LogFiles
-    from launcher.execution.ssh.remote_agent import MAGIC
+    from launcher.execution.ssh.remote_link import MAGIC
 
     agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, _LogFiles())  # type: ignore[arg-type]
     ended = []

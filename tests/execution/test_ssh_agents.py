@@ -16,7 +16,7 @@ from typing import Dict, List
 import psutil
 import pytest
 
-from launcher.execution.ssh.remote_agent import BOOTSTRAP
+from launcher.execution.ssh.remote_link import BOOTSTRAP
 from tests.harness.faultkit import wait_for
 
 pytestmark = pytest.mark.netns

@@ -23,7 +23,7 @@ from launcher.errors import LaunchError, PlanError
 from launcher.execution import ssh
 from launcher.execution.checks.doctor import Check, DoctorJob, check_rows
 from launcher.execution.mpirun.backend import MPIRUN_CHECK
-from launcher.execution.ssh.remote_agent import BOOTSTRAP
+from launcher.execution.ssh.remote_link import BOOTSTRAP
 from launcher.planning import mpi
 from launcher.planning.inventory import Host, Inventory, SshOptions, parse_cluster_yaml, parse_host_list
 from launcher.planning.plan import JobSpec, build_plan

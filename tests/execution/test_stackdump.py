@@ -10,10 +10,12 @@ import sys
 
 import pytest
 
-from launcher.execution.probes import stackdump
+from launcher.execution.probes import program_source, stackdump
 from launcher.execution.probes.stackdump import write_dumps
 
 SRC = stackdump.__file__
+#: What a host runs: proctree's source, then stackdump's (launcher.execution.probes.program_source).
+PROGRAM = program_source("launcher.execution.probes.stackdump")
 
 
 @pytest.fixture
@@ -26,11 +28,17 @@ def sleeper():
     proc.wait()
 
 
-def test_stackdump_runs_stand_alone_from_its_source_and_prints_json(sleeper):
+def test_stackdump_runs_stand_alone_from_its_source_and_prints_json(sleeper, tmp_path):
+    """As sent to a host: the standard library only (the one import from ``launcher``, proctree's,
+    is skipped: its source comes first), no ``launcher`` package there."""
     src = open(SRC).read()
     imports = set(re.findall(r"^\s*(?:from|import) (\w+)", src, re.M))
-    assert imports <= {"__future__", "json", "os", "re", "shutil", "subprocess", "sys", "tempfile", "threading", "time", "typing"}, imports
-    out = subprocess.run([sys.executable, "-S", "-c", src, "--stdout", f"rank3={sleeper.pid}"], capture_output=True, text=True, timeout=60)
+    assert imports <= {"__future__", "json", "launcher", "os", "re", "shutil", "subprocess", "sys", "tempfile", "threading", "time",
+                       "typing"}, imports
+    assert re.findall(r"^\s*from (launcher\S*) import", src, re.M) == ["launcher.execution.proctree"]
+    code = "import sys; sys.modules['launcher'] = None\nexec(compile(sys.argv.pop(1), '<string>', 'exec'))\n"
+    out = subprocess.run([sys.executable, "-S", "-c", code, PROGRAM, "--stdout", f"rank3={sleeper.pid}"], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
     recs = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(r["name"], r["pid"]) for r in recs] == [("rank3", sleeper.pid)]
     assert recs[0]["text"].startswith(f"# mslaunch stack dump: rank3, pid {sleeper.pid}, ") and "parked (<string>:3)" in recs[0]["text"]
@@ -43,7 +51,8 @@ def test_without_py_spy_the_kernel_view_is_dumped_and_said_so(tmp_path):
     sleep = subprocess.Popen(["sleep", "600"])
     try:
         env = {"PATH": "/usr/bin:/bin"}
-        out = subprocess.run([python, "-S", SRC, str(tmp_path), f"rank0={sleep.pid}"], capture_output=True, text=True, env=env, timeout=60)
+        out = subprocess.run([python, "-S", "-c", PROGRAM, str(tmp_path), f"rank0={sleep.pid}"], capture_output=True, text=True, env=env,
+                             timeout=60, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         text = (tmp_path / f"rank0.pid{sleep.pid}.txt").read_text()
     finally:

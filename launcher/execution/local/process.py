@@ -31,7 +31,8 @@ import psutil
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import ProcessHandle, WatchdogLink
-from launcher.execution.local.watchdog import TOKEN_VAR, starttime
+from launcher.execution.local.watchdog import TOKEN_VAR
+from launcher.execution.proctree import starttime
 from launcher.planning.plan import Plan, ProcPlan
 
 _PR_SET_PDEATHSIG = 1

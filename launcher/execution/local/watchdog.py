@@ -40,33 +40,15 @@ import sys
 import time
 from typing import Dict, Iterable, List, Optional, Set
 
+from launcher.execution.proctree import below, kill_quietly, parent_map, starttime
+
 #: Name of the environment variable that marks every process of a job.
 TOKEN_VAR = "MSLAUNCH_JOB_TOKEN"
 
 
-def starttime(pid: int) -> Optional[str]:
-    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    fields = data.rsplit(b")", 1)[-1].split()
-    return fields[19].decode() if len(fields) > 19 else None
-
-
 def process_parents() -> Dict[int, int]:
     """pid -> ppid of every process, from /proc."""
-    out: Dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                out[int(name)] = int(fh.read().rsplit(b")", 1)[-1].split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-    return out
+    return parent_map()
 
 
 def _carrying(token: str, pids: Iterable[int]) -> Set[int]:
@@ -85,29 +67,13 @@ def _carrying(token: str, pids: Iterable[int]) -> Set[int]:
 
 
 def descendants(roots: Iterable[int], parents: Dict[int, int]) -> Set[int]:
-    """Every pid below ``roots`` in the ``parents`` map (roots excluded)."""
-    children: Dict[int, List[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    out: Set[int] = set()
-    frontier = list(roots)
-    while frontier:
-        nxt = []
-        for p in frontier:
-            for c in children.get(p, ()):
-                if c not in out:
-                    out.add(c)
-                    nxt.append(c)
-        frontier = nxt
-    return out
+    """Every pid below ``roots`` in the ``pid -> ppid`` map ``parents``."""
+    return set(below(parents, list(roots)))
 
 
 def _kill(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_quietly(pid, sig)
 
 
 def end_all(registered: Dict[int, str], token: Optional[str], rounds: int = 50) -> Set[int]:

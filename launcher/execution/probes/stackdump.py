@@ -24,6 +24,11 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+try:  # sent to a host, :func:`launcher.execution.probes.program_source` puts proctree's source first
+    from launcher.execution.proctree import below, proc_table, tree_below
+except ImportError:
+    pass
+
 __all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name",
            "targets", "write_dumps"]
 
@@ -55,23 +60,10 @@ def pyspy_path(pid: Optional[int] = None) -> Optional[str]:
 
 
 def descendants(pid: int) -> List[int]:
-    """Every descendant of ``pid`` (from /proc's children lists), breadth first."""
-    out: List[int] = []
-    todo = [pid]
-    while todo:
-        cur = todo.pop(0)
-        kids: List[int] = []
-        try:
-            for tid in os.listdir(f"/proc/{cur}/task"):
-                with open(f"/proc/{cur}/task/{tid}/children") as fh:
-                    kids.extend(int(x) for x in fh.read().split())
-        except (OSError, ValueError):
-            pass
-        for k in kids:
-            if k not in out and k != pid:
-                out.append(k)
-                todo.append(k)
-    return out
+    """Every descendant of ``pid``, breadth first (from /proc's children lists, else a scan of
+    every process)."""
+    found = tree_below(pid)
+    return below(proc_table(), [pid]) if found is None else found
 
 
 def _read(path: str) -> str:

@@ -8,6 +8,25 @@ line per request: ``start`` a rank (:meth:`AgentConfig.start_op`: argv, env and 
 JSON and never meet a shell), ``ping``, ``term``/``kill`` one rank or every rank.  The agent
 answers with frames on stdout (:class:`FrameReader`): each rank's output, and messages
 (``ready``, ``hb``, ``started``, ``error``, ``exit`` with the exit's time).
+
+Protocol.  Launcher -> agent (stdin): one JSON object per line::
+
+    {"op": "start", "id": K, "cfg": {"argv": [...], "env": {...}, "cwd": D, "mkdir": B, "env_dump": P}}
+    {"op": "ping"}
+    {"op": "term", "id": K}   SIGTERM to rank K's process group ("id" null or absent: every rank)
+    {"op": "kill", "id": K}   SIGKILL to rank K's group and every process attributed to it (null: all)
+    EOF                       the launcher is gone: end every rank
+
+Agent -> launcher (stdout): :data:`MAGIC`, then frames of a 9-byte header ``struct.pack("!cII", kind, id, length)``
+then ``length`` bytes::
+
+    b"O"  output of rank ``id`` (its stdout and stderr, one pipe: the kernel's order is kept)
+    b"M"  a JSON message: {"ev": "ready", "pid": P, "time": EPOCH} (first frame), {"ev": "hb", "time": EPOCH},
+          {"ev": "started", "id": K, "pid": P}, {"ev": "error", "id": K, "msg": S},
+          {"ev": "exit", "id": K, "rc": RC, "time": EPOCH}  (RC negative: killed by that signal;
+          the last frame of rank K: every byte of its output comes before it)
+
+The agent's stderr carries nothing of the protocol (only what Python itself might print).
 """
 from __future__ import annotations
 
@@ -27,25 +46,20 @@ _AGENT_SOURCE: Optional[str] = None
 
 
 def agent_source() -> str:
-    """The source text the host runs: :mod:`launcher.execution.ssh.remote_proctree`, then
-    :mod:`launcher.execution.ssh.remote_agent` (whose import of the helpers then fails and is
-    skipped: the host has no ``launcher`` package, and ``python -S`` reads no site-packages).
+    """The source text the host runs: :mod:`launcher.execution.proctree`, then
+    :mod:`launcher.execution.ssh.remote_agent` (see :func:`launcher.execution.probes.program_source`).
     Read once."""
     global _AGENT_SOURCE
     if _AGENT_SOURCE is None:
-        from launcher.execution.ssh import remote_agent, remote_proctree
+        from launcher.execution.probes import program_source
 
-        parts = []
-        for module in (remote_proctree, remote_agent):
-            with open(module.__file__, "r", encoding="utf-8") as fh:
-                parts.append(fh.read())
-        _AGENT_SOURCE = "\n\n".join(parts)
+        _AGENT_SOURCE = program_source("launcher.execution.ssh.remote_link", "launcher.execution.ssh.remote_agent")
     return _AGENT_SOURCE
 
 
 def agent_command(python: str) -> str:
     """The remote command line that starts the agent under ``python`` (every piece quoted)."""
-    from launcher.execution.ssh.remote_agent import BOOTSTRAP
+    from launcher.execution.ssh.remote_link import BOOTSTRAP
 
     return "exec " + " ".join(shlex.quote(p) for p in (python, "-S", "-u", "-c", BOOTSTRAP))
 
@@ -135,7 +149,7 @@ class FrameReader:
     """
 
     def __init__(self) -> None:
-        from launcher.execution.ssh.remote_agent import HEADER
+        from launcher.execution.ssh.remote_link import HEADER
 
         self._header = HEADER
         self._buf = bytearray()

@@ -25,10 +25,9 @@ __all__ = ["agent_dump", "ssh_dump"]
 
 def ssh_dump(conn: Any, python: str, procs: Sequence[Tuple[str, int]], folder: str) -> Dict[Optional[int], List[str]]:
     """Dump processes on an ssh host over its connection (:class:`launcher.execution.ssh.connection.SshConnection`)."""
-    from launcher.execution.probes import stackdump
+    from launcher.execution.probes import program_source
 
-    with open(stackdump.__file__, "r", encoding="utf-8") as fh:
-        source = fh.read()
+    source = program_source("launcher.execution.probes.stackdump")
     command = " ".join(shlex.quote(p) for p in [python, "-S", "-c", source, "--stdout", *targets(procs)])
     rc, out, _ = conn.run(command, timeout=REMOTE_TIMEOUT)
     return write_dumps(folder, out.decode("utf-8", "replace"))

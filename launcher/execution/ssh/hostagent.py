@@ -265,7 +265,7 @@ class HostAgent:
     def _stdout(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
         if not self._synced:
-            from launcher.execution.ssh.remote_agent import MAGIC
+            from launcher.execution.ssh.remote_link import MAGIC
 
             self._junk += data
             at = self._junk.find(MAGIC)

@@ -1,7 +1,8 @@
 """The remote agent: runs every rank of one host under the ssh launcher (one agent per host).
 
 This file is sent as source text to the remote host (mslaunch need not be installed there),
-after the source of its process helpers (:mod:`launcher.execution.ssh.remote_proctree`), and
+after the sources of :mod:`launcher.execution.proctree` (processes from /proc) and
+:mod:`launcher.execution.ssh.remote_link` (the frames it writes), and
 runs under the host's Python (``python:`` in the inventory, else ``python3``), started once per
 host by :mod:`launcher.execution.ssh` as::
 
@@ -17,24 +18,7 @@ with ``cfg``:
     ping_timeout  seconds without a byte on stdin after which every rank is ended (link lost)
     heartbeat     seconds between heartbeat frames
 
-Protocol.  Launcher -> agent (stdin): one JSON object per line::
-
-    {"op": "start", "id": K, "cfg": {"argv": [...], "env": {...}, "cwd": D, "mkdir": B, "env_dump": P}}
-    {"op": "ping"}
-    {"op": "term", "id": K}   SIGTERM to rank K's process group ("id" null or absent: every rank)
-    {"op": "kill", "id": K}   SIGKILL to rank K's group and every process attributed to it (null: all)
-    EOF                       the launcher is gone: end every rank
-
-Agent -> launcher (stdout): :data:`MAGIC`, then frames of a 9-byte header ``struct.pack("!cII", kind, id, length)``
-then ``length`` bytes::
-
-    b"O"  output of rank ``id`` (its stdout and stderr, one pipe: the kernel's order is kept)
-    b"M"  a JSON message: {"ev": "ready", "pid": P, "time": EPOCH} (first frame), {"ev": "hb", "time": EPOCH},
-          {"ev": "started", "id": K, "pid": P}, {"ev": "error", "id": K, "msg": S},
-          {"ev": "exit", "id": K, "rc": RC, "time": EPOCH}  (RC negative: killed by that signal;
-          the last frame of rank K: every byte of its output comes before it)
-
-The agent's stderr carries nothing of the protocol (only what Python itself might print).
+The protocol (requests on stdin, frames on stdout) is described in :mod:`launcher.execution.ssh.agent`.
 
 State machine of one rank::
 
@@ -51,8 +35,8 @@ State machine of the agent::
 
 The agent is single-threaded: one ``poll`` loop over stdin, every rank's pipe, stdout (when
 output is queued; stdout is non-blocking, so a stalled link never stops the ping timeout) and a
-SIGCHLD wake-up pipe.  Output is written once :data:`BATCH` bytes are queued or the oldest has
-waited :data:`FLUSH_DELAY` s, so many ranks' lines leave in few SSH packets.  Each rank runs in its own session (``start_new_session``), so its process
+SIGCHLD wake-up pipe.  Output is batched into frames (:class:`launcher.execution.ssh.remote_link.Outbox`),
+so many ranks' lines leave in few SSH packets.  Each rank runs in its own session (``start_new_session``), so its process
 group is its pid; the agent is a child subreaper (Linux), so orphans of a rank are re-parented
 to it; they are attributed to their rank by snapshots of its tree (every second while ranks
 run, walked from each rank's ``/proc/<pid>/task/*/children`` files) and by their group/session,
@@ -62,47 +46,17 @@ Nothing here runs a shell.
 import json
 import os
 import signal
-import struct
 import subprocess
 import time
 
-try:  # in the launcher; sent to a host, :func:`agent_source` puts these helpers' source first
-    from launcher.execution.ssh.remote_proctree import (  # noqa: F401
-        _child_setup, _kill, _killpg, _noop, _nonblock, _poll, become_subreaper, below, children_of, proc_table,
-        tree_below,
+try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.program_source` puts its source first
+    from launcher.execution.proctree import (
+        become_subreaper, below, kill_quietly, killpg_quietly, proc_table, set_parent_death_signal, tree_below,
     )
+    from launcher.execution.ssh.remote_link import MAGIC, OUT_LIMIT, Outbox, poll_fds, set_nonblocking
 except ImportError:
     pass
 
-#: Written once before the first frame: whatever a login shell printed to stdout before the
-#: agent started comes before it and is not taken for frames.
-MAGIC = b"@@mslaunch-agent-frames\n"
-
-#: Header of an agent -> launcher frame: kind (1 byte), rank id, payload length.
-HEADER = struct.Struct("!cII")
-
-#: Python code given to ``python -c``: read the length line and the payload, run main.
-BOOTSTRAP = (
-    "import os,json\n"
-    "def r(n):\n"
-    " b=b''\n"
-    " while len(b)<n:\n"
-    "  c=os.read(0,n-len(b))\n"
-    "  if not c:os._exit(3)\n"
-    "  b+=c\n"
-    " return b\n"
-    "h=b''\n"
-    "while h[-1:]!=b'\\n':h+=r(1)\n"
-    "c=json.loads(r(int(h)).decode('utf-8'))\n"
-    "g={'__name__':'mslaunch_agent'};exec(compile(c['src'],'mslaunch_agent','exec'),g);g['main'](c['cfg'])\n"
-)
-
-#: Stop reading the ranks' pipes while this much output waits for the link.
-OUT_LIMIT = 8 << 20
-#: Output waits at most this long (or until BATCH bytes are queued) before it is written, so
-#: that many ranks' lines leave in few SSH packets.
-FLUSH_DELAY = 0.02
-BATCH = 64 << 10
 #: Seconds a finished rank's pipe may stay open (a leftover we could not attribute holds it).
 DRAIN_LIMIT = 2.0
 #: Seconds between process-tree snapshots while ranks run.
@@ -144,8 +98,7 @@ class Agent(object):
         self.heartbeat = float(cfg.get("heartbeat", 1.0))
         self.ranks = {}
         self.by_pid = {}
-        self.out = bytearray()
-        self.out_since = 0.0
+        self.outbox = Outbox(1)
         self.inbuf = b""
         self.last_in = time.monotonic()
         self.gone = False  # the launcher is gone (EOF, silence, signal, write error)
@@ -153,41 +106,26 @@ class Agent(object):
         self.base_env = dict(os.environ)
         self.wake_r, self.wake_w = os.pipe()
         for fd in (self.wake_r, self.wake_w, 1):
-            _nonblock(fd)
+            set_nonblocking(fd)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, _noop)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        self.out += MAGIC
+        self.outbox.raw(MAGIC)
         self.message({"ev": "ready", "pid": self.me, "time": time.time()})
 
     # ------------------------------------------------------------ output
 
     def frame(self, kind, rid, data):  # type: ignore[no-untyped-def]
-        if not self.out:
-            self.out_since = time.monotonic()
-        self.out += HEADER.pack(kind, rid, len(data))
-        self.out += data
+        self.outbox.frame(kind, rid, data)
 
     def message(self, obj):  # type: ignore[no-untyped-def]
-        self.frame(b"M", int(obj.get("id", 0) or 0), json.dumps(obj).encode("utf-8"))
+        self.outbox.message(obj)
 
     def flush(self):  # type: ignore[no-untyped-def]
         """Write what stdout takes now; a broken link means the launcher is gone."""
-        while self.out:
-            try:
-                n = os.write(1, bytes(self.out[:1 << 20]))
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                self.out = bytearray()
-                self.gone = True
-                return
-            del self.out[:n]
-
-    def flush_due(self, now):  # type: ignore[no-untyped-def]
-        """Queued output is big enough or old enough to be written."""
-        return bool(self.out) and (len(self.out) >= BATCH or now - self.out_since >= FLUSH_DELAY)
+        if not self.outbox.flush():
+            self.gone = True
 
     # ------------------------------------------------------------ the loop
 
@@ -210,14 +148,14 @@ class Agent(object):
                     self.snapshot()
                 next_snap = now + SNAPSHOT_EVERY
             rlist = [0, self.wake_r]
-            if len(self.out) < OUT_LIMIT:
+            if len(self.outbox) < OUT_LIMIT:
                 rlist += [r.fd for r in self.ranks.values() if r.fd is not None]
-            wlist = [1] if self.flush_due(now) else []
+            wlist = [1] if self.outbox.due(now) else []
             timeout = min(next_beat - now, 0.25)
-            if self.out and not wlist:
-                timeout = min(timeout, self.out_since + FLUSH_DELAY - now)
+            if len(self.outbox) and not wlist:
+                timeout = min(timeout, self.outbox.deadline() - now)
             timeout = max(0.0, timeout)
-            readable, writable = _poll(rlist, wlist, timeout)
+            readable, writable = poll_fds(rlist, wlist, timeout)
             if 0 in readable:
                 self.read_stdin()
             if self.wake_r in readable:
@@ -231,7 +169,7 @@ class Agent(object):
                     self.read_rank(r)
             self.reap()
             self.finish_ranks()
-            if self.flush_due(time.monotonic()):
+            if self.outbox.due(time.monotonic()):
                 self.flush()
             if time.monotonic() - self.last_in > self.ping_timeout:
                 self.gone = True
@@ -272,7 +210,7 @@ class Agent(object):
             for r in targets:
                 if kind == "term":
                     if r.rc is None and r.pid is not None:  # the group only, as the local launcher does
-                        _killpg(r.pid, signal.SIGTERM)
+                        killpg_quietly(r.pid, signal.SIGTERM)
                 else:
                     self.kill_tree(r)
 
@@ -309,7 +247,7 @@ class Agent(object):
         except (OSError, KeyError, IndexError, TypeError, ValueError) as exc:
             what = cfg.get("argv", ["?"])[0] if isinstance(cfg.get("argv"), list) and cfg.get("argv") else "?"
             return self.failed(r, "cannot start %r on %s: %s" % (what, self.host, getattr(exc, "strerror", None) or exc))
-        _nonblock(rfd)
+        set_nonblocking(rfd)
         r.popen, r.pid, r.fd = popen, popen.pid, rfd
         self.by_pid[popen.pid] = r
         self.message({"ev": "started", "id": rid, "pid": popen.pid})
@@ -390,9 +328,9 @@ class Agent(object):
                 continue
             if r.fd is not None:
                 while r.fd is not None:  # read what is there now
-                    before = len(self.out)
+                    before = len(self.outbox)
                     self.read_rank(r)
-                    if len(self.out) == before:
+                    if len(self.outbox) == before:
                         break
                 if r.fd is not None and time.monotonic() - r.reaped_mono < DRAIN_LIMIT:
                     continue
@@ -443,16 +381,16 @@ class Agent(object):
             self.snapshot(table)
             # the group first, in one go: killed one by one, a shell whose child died first
             # could end normally (exit 0) before its own SIGKILL came
-            _killpg(r.pid, signal.SIGKILL)
+            killpg_quietly(r.pid, signal.SIGKILL)
         for pid in self.owned(r, table):
             if pid not in self.by_pid or pid == r.pid:
-                _kill(pid, signal.SIGKILL)
+                kill_quietly(pid, signal.SIGKILL)
 
     def kill_leftovers(self, r, table):  # type: ignore[no-untyped-def]
         """Rank ``r`` exited: kill whatever it left behind (we are its subreaper)."""
         for pid in self.owned(r, table):
             if pid not in self.by_pid:
-                _kill(pid, signal.SIGKILL)
+                kill_quietly(pid, signal.SIGKILL)
 
     def end_all(self):  # type: ignore[no-untyped-def]
         """The launcher is gone: SIGTERM every rank and descendant, 2 s, SIGKILL, reap, report."""
@@ -461,9 +399,9 @@ class Agent(object):
         def everything(sig):  # type: ignore[no-untyped-def]
             for r in self.ranks.values():
                 if r.rc is None and r.pid is not None:
-                    _killpg(r.pid, sig)
+                    killpg_quietly(r.pid, sig)
             for pid in below(proc_table(), [self.me]):
-                _kill(pid, sig)
+                kill_quietly(pid, sig)
 
         everything(signal.SIGTERM)
         deadline = time.monotonic() + 2.0
@@ -490,3 +428,13 @@ class Agent(object):
 
 class _StartError(Exception):
     """A rank cannot be started (its message is sent as the rank's "error")."""
+
+
+def _child_setup():  # type: ignore[no-untyped-def]
+    """In a rank before exec: no blocked signals, and it dies with the agent."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    set_parent_death_signal(signal.SIGKILL)
+
+
+def _noop(signum, frame):  # type: ignore[no-untyped-def]
+    pass
