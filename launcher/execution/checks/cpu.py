@@ -35,8 +35,11 @@ Runner = Callable[[Tuple[str, ...], float], Tuple[int, bytes, bytes]]
 
 def probe_source() -> str:
     """The probe program's text (read from the package, not imported: it imports MindSpore)."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(here, "workloads", "cpu_probe.py"), encoding="utf-8") as f:
+    import importlib.util
+
+    spec = importlib.util.find_spec("launcher.workloads.cpu_probe")
+    assert spec is not None and spec.origin is not None
+    with open(spec.origin, encoding="utf-8") as f:
         return f.read()
 
 

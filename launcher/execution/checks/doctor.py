@@ -19,7 +19,7 @@ hccn.conf      the host has ``hccn_path`` with device addresses (ranktable metho
 
 Checks are plain functions of probe results returning :class:`Check` rows; a check that does
 not apply is ``None`` ("-" in the table) and a host that cannot be reached gets ``None`` for
-everything after ``ssh``.  The probe is one small Python program (:data:`PROBE`) run under
+everything after ``ssh``.  The probe is one small Python program (:mod:`launcher.execution.probes.doctor_probe`) run under
 ``python3`` (or the inventory's ``python:``) with its parameters as JSON on stdin.
 """
 from __future__ import annotations
@@ -45,75 +45,13 @@ CHECKS = ("ssh", "python", "mindspore", "workload", "master port", "clock", "hcc
 DEFAULT_MAX_SKEW = 1.0
 DEFAULT_HCCN_PATH = "/etc/hccn.conf"
 
-#: Runs on each host (Python >= 3.6, standard library only); prints one JSON object.
-PROBE = r'''
-import json, os, re, shutil, socket, subprocess, sys, time
-start = time.time()
-cfg = json.loads(sys.stdin.read())
-out = {"time": start}
-def run(argv, timeout=60):
-    try:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cfg.get("cwd") if cfg.get("cwd") and os.path.isdir(cfg["cwd"]) else None)
-        o, e = p.communicate(timeout=timeout)
-        return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace")
-    except Exception as exc:
-        return None, "", str(exc)
-py = cfg.get("python")
-if py:
-    code = ("import sys, platform\nprint(platform.python_version())\n"
-            "try:\n import importlib.metadata as m\n print(m.version('mindspore'))\n"
-            "except Exception:\n print('')\n")
-    mod = cfg.get("module")
-    if mod:
-        code += "import importlib.util\ntry:\n print(importlib.util.find_spec(%r) is not None)\nexcept Exception:\n print(False)\n" % mod
-    rc, o, e = run([py, "-c", code])
-    lines = o.splitlines()
-    if rc == 0 and lines:
-        out["python"] = lines[0].strip()
-        out["mindspore"] = lines[1].strip() if len(lines) > 1 else ""
-        if mod:
-            out["module_found"] = len(lines) > 2 and lines[2].strip() == "True"
-    else:
-        out["python_error"] = (e.strip().splitlines() or [o.strip() or "exit %s" % rc])[-1]
-script = cfg.get("script")
-if script:
-    out["script_found"] = os.path.isfile(script)
-exe = cfg.get("exe")
-if exe:
-    out["exe_found"] = bool(shutil.which(exe)) if "/" not in exe else os.access(exe, os.X_OK)
-if cfg.get("cwd"):
-    out["cwd_found"] = os.path.isdir(cfg["cwd"])
-port = cfg.get("port")
-if port:
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of a finished job is not busy
-    try:
-        s.bind(("", int(port)))
-        out["port_free"] = True
-    except OSError as exc:
-        out["port_free"] = False
-        out["port_error"] = exc.strerror or str(exc)
-    finally:
-        s.close()
-hccn = cfg.get("hccn")
-if hccn:
-    try:
-        with open(hccn) as fh:
-            text = fh.read()
-        out["hccn_devices"] = len(re.findall(r"^\s*address_\d+\s*=", text, re.M))
-    except OSError as exc:
-        out["hccn_error"] = exc.strerror or str(exc)
-for name, exe in (cfg.get("tools") or {}).items():
-    path = shutil.which(exe)
-    if path:
-        rc, o, e = run([path, "--version"], timeout=20)
-        m = re.search(r"(\d+\.\d+\.\d+)", o)
-        out[name] = m.group(1) if m else "unknown"
-    else:
-        out[name] = None
-out["elapsed"] = time.time() - start
-sys.stdout.write(json.dumps(out))
-'''
+
+
+def probe_source() -> str:
+    """The probe's source text, as ``python -S -c`` runs it on a host."""
+    from launcher.execution.probes import program_source
+
+    return program_source("launcher.execution.probes.doctor_probe")
 
 
 @dataclass(frozen=True)
@@ -209,7 +147,7 @@ def probe_local(job: DoctorJob, host: Host) -> Tuple[Dict[str, Any], float, floa
     python = host.python or sys.executable
     t0 = time.time()
     try:
-        p = subprocess.run([python, "-S", "-c", PROBE], input=json.dumps(_probe_config(job, host)).encode(),
+        p = subprocess.run([python, "-S", "-c", probe_source()], input=json.dumps(_probe_config(job, host)).encode(),
                            capture_output=True, timeout=120)
         res = _parse_probe(host.name, p.returncode, p.stdout, p.stderr)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -222,7 +160,7 @@ def probe_remote(job: DoctorJob, host: Host, conn: Any) -> Tuple[Dict[str, Any],
     from launcher.errors import LaunchError
 
     python = host.python or "python3"
-    command = "exec " + " ".join(shlex.quote(p) for p in (python, "-S", "-c", PROBE))
+    command = "exec " + " ".join(shlex.quote(p) for p in (python, "-S", "-c", probe_source()))
     t0 = time.time()
     try:
         rc, out, err = conn.run(command, stdin=json.dumps(_probe_config(job, host)).encode(), timeout=120)

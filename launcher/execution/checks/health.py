@@ -1,6 +1,6 @@
 """Run the pre-flight health check on hosts (``doctor --health``, ``run --preflight``).
 
-One probe process per host (:data:`launcher.execution.probes.health_probe.AGENT`), started over the
+One probe process per host (:mod:`launcher.execution.probes.health_probe`), started over the
 backend's channel: a direct child for ``localhost``, an SSH session otherwise (mpirun jobs
 reach their hosts over SSH as ``doctor`` does).  The launching machine drives every probe at once
 with JSON lines (start, compute, the network rounds, quit) and turns the answers into verdicts
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.execution.probes.health_probe import AGENT, THREAD_ENV
+from launcher.execution.probes.health_probe import THREAD_ENV
 from launcher.planning.health import DEFAULT_THRESHOLD, Transfer, Verdict, judge, round1_pairs, round2_pairs, slow_members
 from launcher.planning.inventory import Host
 
@@ -196,7 +196,7 @@ class SshLink(ProbeLink):
 
 def _argv(python: str, kernel: str, bind: str, lifetime: float) -> List[str]:
     cfg = json.dumps({"lifetime": lifetime, "bind": bind, "kernel": kernel})
-    return [python, "-c", AGENT, cfg]
+    return [python, "-c", probe_source(), cfg]
 
 
 def _ask(links: Dict[str, ProbeLink], orders: Mapping[str, Dict[str, Any]], timeout: float) -> Dict[str, Dict[str, Any]]:
@@ -354,3 +354,10 @@ def _transfers(links: Dict[str, ProbeLink], pairs: Sequence[Tuple[str, str]], ad
         mbps = min(float(x) if x is not None else 0.0 for x in got)
         out.append(Transfer(a, b, mbps, rnd, "; ".join(errs) or None))
     return out
+
+
+def probe_source() -> str:
+    """The probe's source text (:mod:`launcher.execution.probes.health_probe`), as ``python -c`` runs it."""
+    from launcher.execution.probes import program_source
+
+    return program_source("launcher.execution.probes.health_probe")

@@ -1,4 +1,5 @@
-"""The health check's probe program (:data:`AGENT`), sent to every host as ``python -c AGENT CFG``.
+"""The health check's probe program, sent to every host as ``python -c <this source> CFG``
+(:func:`launcher.execution.checks.health.probe_source`).
 
 Standard library plus numpy (MindSpore with the ``mindspore`` kernel).  It speaks JSON lines:
 one command per line on stdin, one answer per line on stdout:
@@ -21,32 +22,36 @@ probe's own address on that connection}``.  A failed command answers ``{"error":
 nothing is left running on a host whatever happens to the launching machine.  BLAS runs on
 one thread (the environment is set by the caller), so hosts compare fairly.
 """
-from __future__ import annotations
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
 
-__all__ = ["AGENT", "THREAD_ENV"]
+__all__ = ["THREAD_ENV", "main"]
 
 #: Environment of the probe: one BLAS / OpenMP thread.
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-AGENT = r'''
-import json, os, socket, struct, sys, threading, time
-cfg = json.loads(sys.argv[1])
-_t = threading.Timer(float(cfg.get("lifetime", 60)), lambda: os._exit(3))
-_t.daemon = True
-_t.start()
-if cfg.get("connect"):
-    _cs = socket.create_connection((cfg["connect"][0], int(cfg["connect"][1])), timeout=30)
-    _cs.settimeout(None)
-    _in, _out = _cs.makefile("r", encoding="utf-8"), _cs.makefile("w", encoding="utf-8")
-    _out.write(json.dumps({"hello": cfg.get("token"), "addr": _cs.getsockname()[0]}) + "\n")
-    _out.flush()
-else:
-    _in, _out = sys.stdin, sys.stdout
-def reply(obj):
-    _out.write(json.dumps(obj) + "\n")
-    _out.flush()
-def sink(c):
-    c.settimeout(float(cfg.get("lifetime", 60)))
+
+def _lines(cfg):  # type: ignore[no-untyped-def]
+    """The command channel: stdin/stdout, or a TCP connection back to ``cfg["connect"]``
+    (greeted with ``{"hello": token, "addr": our address}``)."""
+    if not cfg.get("connect"):
+        return sys.stdin, sys.stdout
+    cs = socket.create_connection((cfg["connect"][0], int(cfg["connect"][1])), timeout=30)
+    cs.settimeout(None)
+    rd, wr = cs.makefile("r", encoding="utf-8"), cs.makefile("w", encoding="utf-8")
+    wr.write(json.dumps({"hello": cfg.get("token"), "addr": cs.getsockname()[0]}) + "\n")
+    wr.flush()
+    return rd, wr
+
+
+def sink(c, lifetime):  # type: ignore[no-untyped-def]
+    """Read and drop what a peer sends, until it closes or ``lifetime`` s pass."""
+    c.settimeout(lifetime)
     try:
         while c.recv(1 << 20):
             pass
@@ -54,30 +59,42 @@ def sink(c):
         pass
     finally:
         c.close()
-def serve(srv):
+
+
+def serve(srv, lifetime):  # type: ignore[no-untyped-def]
+    """Accept peers on ``srv`` and sink each one in its own thread."""
     while True:
         try:
             c, _ = srv.accept()
         except OSError:
             return
-        threading.Thread(target=sink, args=(c,), daemon=True).start()
-def setup(kernel, n):
+        threading.Thread(target=sink, args=(c, lifetime), daemon=True).start()
+
+
+def setup(kernel, n):  # type: ignore[no-untyped-def]
+    """The compute kernel (an ``n``x``n`` matmul of numpy, or of MindSpore), warmed once."""
     import numpy as np
+
     rng = np.random.default_rng(0)
     a, b = rng.random((n, n)), rng.random((n, n))
     if kernel == "mindspore":
         import mindspore as ms
         from mindspore import Tensor, ops
+
         ms.set_context(device_target="CPU")
         ta, tb = Tensor(a.astype(np.float32)), Tensor(b.astype(np.float32))
-        def run():
+
+        def run():  # type: ignore[no-untyped-def]
             ops.matmul(ta, tb).asnumpy()
     else:
-        def run():
+        def run():  # type: ignore[no-untyped-def]
             np.dot(a, b)
     run()
     return run
-def compute(run, n, window, repeats, delay):
+
+
+def compute(run, n, window, repeats, delay):  # type: ignore[no-untyped-def]
+    """GFLOPS of the best of ``repeats`` windows of ``window`` s, after ``delay`` s."""
     time.sleep(delay)
     flops, best = 2.0 * n ** 3, 0.0
     for _ in range(repeats):
@@ -91,7 +108,10 @@ def compute(run, n, window, repeats, delay):
                 break
         best = max(best, k * flops / (t1 - t0) / 1e9)
     return best
-def send(addr, port, seconds, delay):
+
+
+def send(addr, port, seconds, delay):  # type: ignore[no-untyped-def]
+    """MB/s sent to a peer's sink for ``seconds`` s, after ``delay`` s."""
     time.sleep(delay)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 17)
@@ -108,34 +128,52 @@ def send(addr, port, seconds, delay):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
     return sent / el / 1e6
-run, srv, n = None, None, 256
-while True:
-    line = _in.readline()
-    if not line:
-        break
-    try:
-        cmd = json.loads(line)
-        op = cmd.get("op")
-        if op == "quit":
+
+
+def main(cfg_text):  # type: ignore[no-untyped-def]
+    """Serve commands until the end of the channel, ``quit``, or the lifetime; then exit."""
+    cfg = json.loads(cfg_text)
+    lifetime = float(cfg.get("lifetime", 60))
+    timer = threading.Timer(lifetime, lambda: os._exit(3))
+    timer.daemon = True
+    timer.start()
+    rd, wr = _lines(cfg)
+
+    def reply(obj):  # type: ignore[no-untyped-def]
+        wr.write(json.dumps(obj) + "\n")
+        wr.flush()
+
+    run, srv, n = None, None, 256
+    while True:
+        line = rd.readline()
+        if not line:
             break
-        if op == "start":
-            srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                srv.bind((cfg.get("bind") or "", 0))
-            except OSError:
-                srv.bind(("", 0))
-            srv.listen(64)
-            threading.Thread(target=serve, args=(srv,), daemon=True).start()
-            n = int(cmd.get("n", 256))
-            run = setup(cmd.get("kernel", "numpy"), n)
-            reply({"port": srv.getsockname()[1], "pid": os.getpid()})
-        elif op == "compute":
-            reply({"gflops": compute(run, n, float(cmd["window"]), int(cmd["repeats"]), float(cmd.get("delay", 0)))})
-        elif op == "send":
-            reply({"mbps": send(cmd["addr"], int(cmd["port"]), float(cmd["seconds"]), float(cmd.get("delay", 0)))})
-        else:
-            reply({"error": "unknown command %r" % op})
-    except Exception as exc:
-        reply({"error": "%s: %s" % (type(exc).__name__, exc)})
-os._exit(0)
-'''
+        try:
+            cmd = json.loads(line)
+            op = cmd.get("op")
+            if op == "quit":
+                break
+            if op == "start":
+                srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    srv.bind((cfg.get("bind") or "", 0))
+                except OSError:
+                    srv.bind(("", 0))
+                srv.listen(64)
+                threading.Thread(target=serve, args=(srv, lifetime), daemon=True).start()
+                n = int(cmd.get("n", 256))
+                run = setup(cmd.get("kernel", "numpy"), n)
+                reply({"port": srv.getsockname()[1], "pid": os.getpid()})
+            elif op == "compute":
+                reply({"gflops": compute(run, n, float(cmd["window"]), int(cmd["repeats"]), float(cmd.get("delay", 0)))})
+            elif op == "send":
+                reply({"mbps": send(cmd["addr"], int(cmd["port"]), float(cmd["seconds"]), float(cmd.get("delay", 0)))})
+            else:
+                reply({"error": "unknown command %r" % op})
+        except Exception as exc:
+            reply({"error": "%s: %s" % (type(exc).__name__, exc)})
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -17,15 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
 
-_PROBE = ("import json, platform, socket, importlib.util as u\n"
-          "ms = None\n"
-          "if u.find_spec('mindspore') is not None:\n"
-          "    from importlib.metadata import version\n"
-          "    try:\n"
-          "        ms = version('mindspore')\n"
-          "    except Exception:\n"
-          "        ms = '?'\n"
-          "print(json.dumps({'node': socket.gethostname(), 'python': platform.python_version(), 'mindspore': ms}))\n")
+from launcher.execution.probes import program_source
 
 #: Node states that make a node unusable.
 BAD_STATES = ("down", "drain", "fail", "not_responding", "unknown", "maint")
@@ -96,7 +88,7 @@ def slurm_checks(environ: Mapping[str, str], np: Optional[int], python: str = sy
     out.append(SlurmCheck("allocation", want <= slots, f"job {alloc.job_id}: {len(alloc.nodes)} node(s), {slots} slot(s)"
                           + (f"; --np {np} needs more: salloc more nodes or --ntasks-per-node" if want > slots else f" for {want} rank(s)")))
     probe = _run(["srun", "--overlap", "--overcommit", f"--nodes={len(alloc.nodes)}", "--ntasks-per-node=1",
-                  f"--ntasks={len(alloc.nodes)}", "--input=none", python, "-c", _PROBE], timeout=120)
+                  f"--ntasks={len(alloc.nodes)}", "--input=none", python, "-c", program_source("launcher.execution.probes.node_facts")], timeout=120)
     seen: Dict[str, Dict[str, object]] = {}
     for line in probe.stdout.splitlines():
         try:

@@ -3,7 +3,7 @@ Slurm job), inside an allocation.
 
 One ``srun --overlap`` step per node (``-N1 -n1 -w NODE``, all at once: a node whose slurmd
 does not answer fails its own step, not the others') runs the probe
-(:data:`launcher.execution.probes.health_probe.AGENT`), which connects back to a TCP port this machine
+(:mod:`launcher.execution.probes.health_probe`), which connects back to a TCP port this machine
 opens on its address towards the nodes and speaks the same JSON lines as over SSH.  A node whose
 probe does not connect within the start time limit, or whose step ends first, is ``faulty``
 with srun's last line.  Peers reach a node's transfer sink at its ``NodeAddr``.
@@ -20,7 +20,8 @@ import time
 from typing import Any, Dict, List, Mapping, Optional
 
 from launcher.execution.checks.health import HealthBudget, HealthResult, ProbeLink, close_all, drive
-from launcher.execution.probes.health_probe import AGENT, THREAD_ENV
+from launcher.execution.checks.health import probe_source
+from launcher.execution.probes.health_probe import THREAD_ENV
 from launcher.planning.health import DEFAULT_THRESHOLD
 
 __all__ = ["slurm_health"]
@@ -122,7 +123,7 @@ def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "nump
         for node in nodes:
             cfg = json.dumps({"lifetime": lifetime, "bind": "", "kernel": kernel, "connect": [me, srv.getsockname()[1]], "token": node})
             argv = ["srun", "--overlap", "--overcommit", "-N1", "-n1", f"--nodelist={node}", "--input=none", "--quiet",
-                    python, "-c", AGENT, cfg]
+                    python, "-c", probe_source(), cfg]
             try:
                 procs[node] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.PIPE, start_new_session=True)
