@@ -11,6 +11,7 @@ from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.results import JobResult
+    from launcher.logs.hangreport import HangReport
 
 _console: Optional[Console] = None
 
@@ -172,23 +173,17 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
     con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False, soft_wrap=True)
 
 
-def hang_table(hang: Dict[str, Any]) -> Any:
+def hang_table(hang: "HangReport") -> Any:
     """A hung attempt in one screen: the limit, each rank's last step and innermost main-thread frame, the culprit."""
     from rich.table import Table
 
-    culprit = (hang.get("culprit") or {}).get("rank")
-    if hang.get("kind") == "collective_timeout":
-        title = f"hung: rank {(hang.get('timed_out') or {}).get('rank')}'s collective timed out"
-    else:
-        title = f"hung: no progress for {hang.get('idle_s')} s; limit {hang.get('limit_s')} s ({hang.get('derived')})"
-    table = Table(title=title, title_justify="left")
+    culprit = hang.culprit.rank if hang.culprit is not None else None
+    table = Table(title=hang.title(), title_justify="left")
     for col in ("rank", "host", "last step", "silent", "main thread (innermost frame)", "in collective"):
         table.add_column(col, overflow="fold")
-    for r in hang.get("ranks", []):
-        mark = " <- likely culprit" if r.get("rank") == culprit else ""
-        silent = "-" if r.get("silent_s") is None else f"{r['silent_s']:g} s"
-        where = r.get("frame") or ("exited" if not r.get("alive", True) else "no stack")
-        inside = {True: "yes", False: "no"}.get(r.get("in_collective"), "timed out" if r.get("timed_out") else "?")
-        table.add_row(f"{r.get('rank')}{mark}", str(r.get("host")), r.get("last_step") or "-", silent, where, inside,
-                      style="bold red" if mark else None)
+    for r in hang.ranks:
+        mark = " <- likely culprit" if r.rank == culprit else ""
+        silent = "-" if r.silent_s is None else f"{r.silent_s:g} s"
+        inside = {True: "yes", False: "no"}.get(r.in_collective, "timed out" if r.timed_out else "?")  # type: ignore[arg-type]
+        table.add_row(f"{r.rank}{mark}", str(r.host), r.last_step or "-", silent, r.where, inside, style="bold red" if mark else None)
     return table

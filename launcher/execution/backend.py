@@ -156,6 +156,27 @@ class ProcessHandle(ABC):
         """
         return False
 
+    def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
+        """Dump the stacks of this process (and of what it stands for) into ``folder`` where it
+        runs; rank -> files, the rank's own process first (the hang watch calls it for every
+        running rank at once, see :mod:`launcher.execution.supervision.hangwatch`).
+
+        Default: a process on this machine is dumped from its process tree (py-spy, else /proc;
+        a handle without a rank, such as mpirun's, stands for its descendants, named by their
+        ``RANK_ID``); a process elsewhere, by a backend that has no way to reach it, gives {}.
+        Backends whose processes run on other hosts override it (ssh: on the host, through its
+        agent's connection; slurm: an ``srun`` step on the node)."""
+        from launcher.execution.probes import stackdump
+        from launcher.planning.hosts import is_local
+
+        if self.pid is None or not is_local(self.host):
+            return {}
+        name = f"rank{self.plan.rank}" if self.plan.rank is not None else self.plan.name.replace(" ", "")
+        out: Dict[Optional[int], List[str]] = {}
+        for path in stackdump.dump_many(folder, stackdump.expand([(name, self.pid)], by_env=self.plan.rank is None)):
+            out.setdefault(stackdump.rank_of_name(os.path.basename(path).rpartition(".pid")[0]), []).append(path)
+        return out
+
     def outcomes(self, returncode: Optional[int], ended: Optional[float], torn_down: bool,
                  note: Optional[str] = None) -> List[ProcResult]:
         """The results of the planned processes this handle stands for (default: itself).
@@ -177,12 +198,17 @@ class ProcessHandle(ABC):
 class ReportedProcess(ProcessHandle):
     """A handle whose exit is reported to it (by a reader thread or a test): :meth:`exited`.
 
-    Subclasses call :meth:`_init_exit` in ``__init__`` and implement terminate/kill.
+    Subclasses implement terminate/kill; the exit's state exists before their ``__init__`` runs.
     """
 
-    def _init_exit(self) -> None:
-        self._done = threading.Event()
-        self._rc: Optional[int] = None
+    _done: threading.Event
+    _rc: Optional[int]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "ReportedProcess":
+        obj = super().__new__(cls)
+        obj._done = threading.Event()
+        obj._rc = None
+        return obj
 
     def exited(self, rc: int, exit_time: Optional[float] = None) -> None:
         """Record the exit (the first report wins) and wake ``wait()``."""

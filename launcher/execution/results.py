@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from launcher.logs.hangreport import HangReport
 from launcher.planning.kinds import JobStatus, describe_returncode, signal_name
 
 #: Job states written to summary.json.
@@ -144,8 +145,13 @@ class AttemptResult:
         status, exit_code, message, root_cause: as for the job, for this attempt alone.
         started, ended: epoch seconds.
         processes: every process of the attempt.
-        hang: a hung attempt's evidence (limit, per-rank last step and frame, culprit, stacks folder).
-        extra: more keys for its JSON (where it resumed, steps lost).
+        hang: a hung attempt's report (limit, per-rank last step and frame, culprit, stacks folder).
+        ended_because: why a failed, hung or stopped attempt ended, in one line (restarts).
+        resumed_from_step: the step the attempt's ranks resumed after (its first step - 1), if > 0.
+        best_step: the furthest step any of its ranks logged.
+        steps_lost: steps the previous attempt had made that this one had to do again.
+        replanned: the first attempt after a re-plan (a host left out): the crash-loop count
+            starts afresh here.
     """
 
     attempt: int
@@ -157,12 +163,20 @@ class AttemptResult:
     processes: Tuple[ProcResult, ...]
     root_cause: Optional[RootCause] = None
     message: Optional[str] = None
-    hang: Optional[Dict[str, Any]] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
+    hang: Optional[HangReport] = None
+    ended_because: Optional[str] = None
+    resumed_from_step: Optional[int] = None
+    best_step: Optional[int] = None
+    steps_lost: Optional[int] = None
+    replanned: bool = False
 
     def to_json(self) -> Dict[str, Any]:
         out = _outcome_json(self, {"attempt": self.attempt, "log_dir": self.log_dir}, {})
-        out.update(self.extra)
+        for key in ("ended_because", "resumed_from_step", "best_step", "steps_lost"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.replanned:
+            out["replanned"] = True
         return out
 
 
@@ -182,7 +196,7 @@ class JobResult:
     message: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
     history: Tuple[AttemptResult, ...] = ()
-    hang: Optional[Dict[str, Any]] = None
+    hang: Optional[HangReport] = None
 
     def to_json(self) -> Dict[str, Any]:
         out = _outcome_json(self, {"job_id": self.job_id, "job_dir": self.job_dir},
@@ -215,7 +229,7 @@ def _outcome_json(result: "AttemptResult | JobResult", head: Dict[str, Any], mid
     out.update(processes=[p.to_json() for p in result.processes],
                root_cause=result.root_cause.to_json() if result.root_cause else None, message=result.message)
     if result.hang is not None:
-        out["hang"] = result.hang
+        out["hang"] = result.hang.to_json()
     return out
 
 

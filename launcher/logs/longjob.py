@@ -14,21 +14,11 @@ __all__ = ["attempt_lines", "excluded_lines", "hang_lines", "process_lines", "pr
 
 
 def hang_lines(hang: Optional[Mapping[str, Any]]) -> List[str]:
-    """The hang in a few lines: the limit, the culprit, each rank's last step and main-thread frame."""
-    if not hang:
-        return []
-    if hang.get("kind") == "collective_timeout":
-        t = hang.get("timed_out") or {}
-        out = [f"hung: rank {t.get('rank')}'s collective timed out waiting for the others"]
-    else:
-        out = [f"hung: no progress for {hang.get('idle_s')} s; limit {hang.get('limit_s')} s ({hang.get('derived')})"]
-    culprit = hang.get("culprit")
-    out.append(f"likely culprit: rank {culprit['rank']}: {culprit['evidence']}" if culprit else "likely culprit: none stands out")
-    for r in hang.get("ranks", []):
-        where = r.get("frame") or ("exited" if not r.get("alive", True) else "no stack")
-        out.append(f"  rank {r.get('rank')}: last {r.get('last_step') or 'step -'}, main thread in {where}")
-    out.append(f"stacks: {hang.get('stacks_dir')}")
-    return out
+    """The hang in a few lines (:meth:`launcher.logs.hangreport.HangReport.lines` of a summary's ``hang``)."""
+    from launcher.logs.hangreport import HangReport
+
+    report = HangReport.from_json(hang)
+    return report.lines() if report is not None else []
 
 
 def attempt_lines(summary: Optional[Mapping[str, Any]]) -> List[str]:

@@ -32,7 +32,6 @@ class FakeProcess(ReportedProcess):
         self.host = plan.host
         self.log_path = log_path
         self.started = time.time()
-        self._init_exit()
 
     def has_exited(self) -> bool:
         return self._done.is_set()

@@ -17,6 +17,7 @@ from launcher.execution.settings import SuperviseOptions
 from launcher.execution.supervision.supervisor import Supervisor
 from launcher.planning.jobspec import Exclusion
 from launcher.planning.plan import Plan, ProcPlan
+from launcher.logs.hangreport import HangReport
 from tests.execution.fakebackend import FakeBackend, FakeProcess
 
 KILL = -signal.SIGKILL
@@ -27,7 +28,7 @@ def _proc(rank: Optional[int], host: str, rc: Optional[int], ended: float, torn:
 
 
 def _attempt(procs: Sequence[ProcResult], status: str = FAILED, hang: Optional[Dict[str, Any]] = None, k: int = 0) -> AttemptResult:
-    return AttemptResult(k, "/j", status, 1, 0.0, 1.0, tuple(procs), hang=hang)
+    return AttemptResult(k, "/j", status, 1, 0.0, 1.0, tuple(procs), hang=HangReport.from_json(dict(hang, kind="no_progress")) if hang else None)
 
 
 @pytest.mark.parametrize("procs,status,hang,faults", [
@@ -139,7 +140,7 @@ def test_a_host_failing_twice_is_left_out_and_the_job_succeeds_on_the_spare(tmp_
     # attempts 0 and 1 ran on h1+h2 (h3 spare), attempt 2 on h1+h3
     assert [sorted({p.host for p in plan.ranks}) for plan in job.plans] == [["h1", "h2"], ["h1", "h2"], ["h1", "h3"]]
     assert {p.host for p in result.processes} == {"h1", "h3"}
-    assert [a.extra.get("replanned", False) for a in result.history] == [False, False, True]
+    assert [a.replanned for a in result.history] == [False, False, True]
     excluded = [d for k, d in job.events if k == "host_excluded"]
     assert excluded == [{"host": "h2", "reason": "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)", "by": "restart",
                          "attempt": 2, "moves": "ranks 2-3 move to h3"}]
@@ -206,7 +207,7 @@ def test_a_replanned_attempt_restarts_the_crash_loop_count(tmp_path):
                         progress=_stuck_at_step(AttemptProgress(), 5, 4), max_restarts=5, host_failures=3)
     assert (result.status, result.attempts) == (SUCCEEDED, 4)
     assert "restarts_stopped" not in result.extra
-    assert result.history[3].extra["replanned"] is True and result.history[3].extra["best_step"] == 5
+    assert result.history[3].replanned is True and result.history[3].best_step == 5
 
 
 def test_a_replan_rewrites_plan_json_and_the_hostfile_and_keeps_the_log_names(tmp_path):

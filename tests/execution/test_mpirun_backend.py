@@ -8,7 +8,7 @@ import pytest
 
 from launcher.errors import LaunchError, PlanError
 from launcher.execution.backend import BackendContext, get_backend
-from launcher.execution.mpirun.backend import MPIRUN_CHECK, MpirunLauncher
+from launcher.execution.mpirun.backend import MPIRUN_CHECK, MpirunBackend
 from launcher.planning.inventory import parse_host_list
 from launcher.planning.mpi import MpiOptions, mpirun_command
 from launcher.planning.plan import JobSpec, build_plan
@@ -43,16 +43,16 @@ def test_builder_refuses_a_plan_of_another_backend():
 def test_describe_and_registry_entry():
     plan = plan_for(method="mpi")
     entry = get_backend("mpirun")
-    assert entry.factory is MpirunLauncher and entry.doctor_check == MPIRUN_CHECK
+    assert entry.factory is MpirunBackend and entry.doctor_check == MPIRUN_CHECK
     assert entry.factory.describe(plan) == {"mpirun": list(mpirun_command(plan))}
     assert get_backend("local").factory.describe(plan) == {}
-    assert not MpirunLauncher.prepares_rank_dirs and not MpirunLauncher.local_only
+    assert not MpirunBackend.prepares_rank_dirs and not MpirunBackend.local_only
 
 
 def test_one_request_stands_for_every_process(tmp_path):
     plan = plan_for()
     adir = str(tmp_path / "attempt_1")
-    backend = MpirunLauncher.create(BackendContext(plan, 1, adir))
+    backend = MpirunBackend.create(BackendContext(plan, 1, adir))
     (req,) = backend.requests(plan, adir)
     assert req.proc.name == "mpirun" and req.proc.role == "launcher"
     assert req.log_path == os.path.join(adir, "mpirun.log")
@@ -61,7 +61,7 @@ def test_one_request_stands_for_every_process(tmp_path):
 
 def test_missing_mpirun_is_named_at_start(tmp_path):
     plan = plan_for(mpi=MpiOptions(mpirun=str(tmp_path / "no-such-mpirun")))
-    backend = MpirunLauncher.create(BackendContext(plan, 0, plan.job_dir))
+    backend = MpirunBackend.create(BackendContext(plan, 0, plan.job_dir))
     (req,) = backend.requests(plan, str(tmp_path))
     with pytest.raises(LaunchError, match="no-such-mpirun not found; install OpenMPI"):
         backend.start(req.proc, req.log_path, req.cwd)

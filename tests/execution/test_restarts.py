@@ -32,8 +32,8 @@ def test_attempt_base_continues_a_requeued_slurm_run(launcher, env, base):
     assert attempt_base(launcher, env) == base
 
 
-def _attempt(k, status="failed", **extra):
-    return AttemptResult(k, f"/j/attempt_{k}", status, 1, 0.0, 1.0, (), extra=extra)
+def _attempt(k, status="failed", **fields):
+    return AttemptResult(k, f"/j/attempt_{k}", status, 1, 0.0, 1.0, (), **fields)
 
 
 @pytest.mark.parametrize("bests,stop", [
@@ -61,8 +61,10 @@ def test_progress_gives_resume_point_best_step_and_steps_lost():
     prog.on_records([{"kind": "step", "attempt": 1, "global_step": g} for g in (4, 5, 6)] + [{"kind": "eval", "attempt": 1}])
     first = prog.annotate(_attempt(0), [])
     second = prog.annotate(_attempt(1, status="succeeded"), [first])
-    assert first.extra == {"ended_because": "failed", "best_step": 5}
-    assert second.extra == {"resumed_from_step": 3, "best_step": 6, "steps_lost": 2}
+    annotations = ("ended_because", "resumed_from_step", "best_step", "steps_lost")
+    assert {k: getattr(first, k) for k in annotations} == {"ended_because": "failed", "resumed_from_step": None, "best_step": 5, "steps_lost": None}
+    assert {k: getattr(second, k) for k in annotations} == {"ended_because": None, "resumed_from_step": 3, "best_step": 6, "steps_lost": 2}
+    assert {k: v for k, v in second.to_json().items() if k in annotations} == {"resumed_from_step": 3, "best_step": 6, "steps_lost": 2}
 
 
 @pytest.mark.e2e

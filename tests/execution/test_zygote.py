@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from launcher.execution.local.process import LocalProcess
-from launcher.execution.local.zygote import ZygoteLauncher, ZygoteProcess
+from launcher.execution.local.zygote import ZygoteBackend, ZygoteProcess
 from launcher.planning.plan import ProcPlan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,7 +29,7 @@ def test_forked_ranks_get_their_env_cwd_argv_log_and_exit_code(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import json, os, sys\nprint(json.dumps({'argv': sys.argv, 'cwd': os.getcwd(), 'x': os.environ.get('ZX'),"
                       " 'name': __name__, 'path0': sys.path[0]}))\nsys.exit(int(sys.argv[1]))\n")
-    z = ZygoteLauncher(preload=("json",))
+    z = ZygoteBackend(preload=("json",))
     try:
         handles = [z.start(proc(f"rank {i}", [sys.executable, str(script), str(code)], [("ZX", str(i))], str(tmp_path)), str(tmp_path / f"{i}.log"), str(tmp_path))
                    for i, code in enumerate((0, 5))]
@@ -50,7 +50,7 @@ def test_forked_ranks_get_their_env_cwd_argv_log_and_exit_code(tmp_path):
 
 
 def test_terminate_and_kill_end_the_whole_group(tmp_path):
-    z = ZygoteLauncher(preload=())
+    z = ZygoteBackend(preload=())
     piddir = tmp_path / "pids"
     piddir.mkdir()
     try:
@@ -75,7 +75,7 @@ def test_terminate_and_kill_end_the_whole_group(tmp_path):
 
 
 def test_non_python_argv_starts_as_a_subprocess(tmp_path):
-    z = ZygoteLauncher(preload=())
+    z = ZygoteBackend(preload=())
     try:
         h = z.start(proc("rank 0", ["/bin/sh", "-c", "echo plain; exit 4"]), str(tmp_path / "p.log"), str(tmp_path))
         assert h.wait() == 4 and (tmp_path / "p.log").read_text() == "plain\n"
@@ -100,7 +100,7 @@ def test_a_preload_whose_pool_stops_at_fork_is_forked_from(tmp_path):
     pytest.importorskip("numpy")
     script = tmp_path / "s.py"
     script.write_text("import os\nprint(len(os.listdir('/proc/self/task')))\n")
-    z = ZygoteLauncher(preload=("numpy",), preload_env={"OPENBLAS_NUM_THREADS": "2"})
+    z = ZygoteBackend(preload=("numpy",), preload_env={"OPENBLAS_NUM_THREADS": "2"})
     try:
         h = z.start(proc("rank 0", [sys.executable, str(script)], cwd=str(tmp_path)), str(tmp_path / "r.log"), str(tmp_path))
         assert isinstance(h, ZygoteProcess) and h.wait() == 0
@@ -117,7 +117,7 @@ def test_a_preload_that_starts_a_thread_falls_back_to_plain_processes(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import os, sys\nprint(os.getppid() == int(sys.argv[1]))\n")
     notes = []
-    z = ZygoteLauncher(preload=("threaded",), preload_env={"PYTHONPATH": str(tmp_path)}, on_note=notes.append)
+    z = ZygoteBackend(preload=("threaded",), preload_env={"PYTHONPATH": str(tmp_path)}, on_note=notes.append)
     try:
         handles = [z.start(proc(f"rank {i}", [sys.executable, str(script), str(os.getpid())], [("PYTHONPATH", str(tmp_path))],
                                 cwd=str(tmp_path)), str(tmp_path / f"{i}.log"), str(tmp_path)) for i in (0, 1)]
@@ -158,8 +158,8 @@ def test_fork_scheduler_runs_the_scheduler_module_instead_of_the_script(tmp_path
     monkeypatch.setattr(zygote_mod, "SCHEDULER_MODULE", "fake_sched")
     sched = ProcPlan(name="scheduler", role="scheduler", host="localhost", rank=None, local_rank=None, node_rank=0, device_id=None,
                      argv=(sys.executable, str(script)), env=(("MS_ROLE", "MS_SCHED"),), cwd=str(tmp_path), log="")
-    z = ZygoteLauncher(preload=("json",), preload_env={"PYTHONPATH": str(tmp_path)}, fork_scheduler=True)
-    plain = ZygoteLauncher(preload=("json",))
+    z = ZygoteBackend(preload=("json",), preload_env={"PYTHONPATH": str(tmp_path)}, fork_scheduler=True)
+    plain = ZygoteBackend(preload=("json",))
     try:
         h = z.start(sched, str(tmp_path / "s.log"), str(tmp_path))
         assert isinstance(h, ZygoteProcess) and h.wait() == 0
@@ -178,7 +178,7 @@ def test_a_forked_rank_runs_on_its_planned_cores(tmp_path):
     script.write_text("import os\nprint(sorted(os.sched_getaffinity(0)))\n")
     p = ProcPlan(name="rank 0", role="worker", host="localhost", rank=0, local_rank=0, node_rank=0, device_id=0,
                  argv=(sys.executable, str(script)), env=(), cwd=str(tmp_path), log="", cpus=(core,))
-    z = ZygoteLauncher(preload=("json",))
+    z = ZygoteBackend(preload=("json",))
     try:
         h = z.start(p, str(tmp_path / "r.log"), str(tmp_path))
         assert isinstance(h, ZygoteProcess) and h.wait() == 0

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from launcher.execution.local.process import LocalProcess, start_local
-from launcher.execution.local.zygote import PRELOAD, ZygoteLauncher, ZygoteProcess
+from launcher.execution.local.zygote import PRELOAD, ZygoteBackend, ZygoteProcess
 from launcher.planning.plan import ProcPlan
 from tests.harness.mindspore import require_mindspore
 
@@ -46,7 +46,7 @@ def zygote(request):
             mp.setenv("PYTHONUNBUFFERED", "1")
         else:
             mp.delenv("PYTHONUNBUFFERED", raising=False)
-        z = ZygoteLauncher(preload=PRELOAD, warm=True, preload_env=COMMON)
+        z = ZygoteBackend(preload=PRELOAD, warm=True, preload_env=COMMON)
         z.unbuffered = request.param == "unbuffered"
         yield z
         z.close()

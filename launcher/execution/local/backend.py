@@ -34,7 +34,7 @@ class LocalSettings:
     fork_scheduler: bool = False
 
 
-class LocalLauncher(Backend):
+class LocalBackend(Backend):
     """Starts processes on this machine (see :func:`start_local`)."""
 
     local_only = True
@@ -44,12 +44,12 @@ class LocalLauncher(Backend):
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
-        """A :class:`LocalLauncher`, or with ``LocalSettings(zygote=True)`` a zygote launcher."""
+        """A :class:`LocalBackend`, or with ``LocalSettings(zygote=True)`` a zygote launcher."""
         settings = ctx.settings_for("local", LocalSettings())
         if settings.zygote:
-            from launcher.execution.local.zygote import ZygoteLauncher, shared_env
+            from launcher.execution.local.zygote import ZygoteBackend, shared_env
 
-            return ZygoteLauncher.warm(ctx.watchdog, shared_env(ctx.plan), settings.on_note, settings.fork_scheduler)
+            return ZygoteBackend.warm(ctx.watchdog, shared_env(ctx.plan), settings.on_note, settings.fork_scheduler)
         return cls(ctx.watchdog)
 
     @classmethod
@@ -60,4 +60,4 @@ class LocalLauncher(Backend):
         return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
 
 
-register_backend("local", LocalLauncher)
+register_backend("local", LocalBackend)

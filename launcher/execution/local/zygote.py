@@ -65,7 +65,6 @@ class ZygoteProcess(ReportedProcess):
         self.log_path = log_path
         self.started = time.time()
         self.host = plan.host
-        self._init_exit()
 
     def terminate(self) -> None:
         if not self._done.is_set():
@@ -96,10 +95,10 @@ def python_vars(env: Dict[str, str]) -> Dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON")}
 
 
-class ZygoteLauncher(Backend):
+class ZygoteBackend(Backend):
     """Starts Python processes by forking them from one warm zygote; others as subprocesses.
 
-    The local backend with ``LocalSettings(zygote=True)`` (see :meth:`LocalLauncher.create`).
+    The local backend with ``LocalSettings(zygote=True)`` (see :meth:`LocalBackend.create`).
 
     Args:
         preload: modules the zygote imports before forking.
@@ -143,7 +142,7 @@ class ZygoteLauncher(Backend):
 
     @classmethod
     def warm(cls, watchdog: Optional[Any] = None, preload_env: Optional[Dict[str, str]] = None,
-             on_note: Optional[Callable[[str], None]] = None, fork_scheduler: bool = False) -> "ZygoteLauncher":
+             on_note: Optional[Callable[[str], None]] = None, fork_scheduler: bool = False) -> "ZygoteBackend":
         """A launcher whose zygote starts importing at once (the job's factory)."""
         return cls(warm=True, watchdog=watchdog, preload_env=preload_env, on_note=on_note, fork_scheduler=fork_scheduler)
 

@@ -1,5 +1,5 @@
 """The zygote process itself (stdlib only): import the preload once, check it is safe to fork,
-then fork one child per request.  Started by :class:`launcher.execution.local.zygote.ZygoteLauncher`
+then fork one child per request.  Started by :class:`launcher.execution.local.zygote.ZygoteBackend`
 as ``python -m launcher.execution.local.zygote_server MODULE...``.
 
 Protocol (one JSON object per line)::

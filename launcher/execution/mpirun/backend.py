@@ -110,7 +110,7 @@ def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResul
     return out
 
 
-class MpirunLauncher(Backend):
+class MpirunBackend(Backend):
     """Starts the plan's mpirun argv (:func:`launcher.planning.mpi.mpirun_command`) as one
     local process standing for every planned process.
 
@@ -167,4 +167,4 @@ class MpirunLauncher(Backend):
 
 
 MPIRUN_CHECK = ToolCheck("mpirun", "mpirun", "apt-get install openmpi-bin")
-register_backend("mpirun", MpirunLauncher, doctor_check=MPIRUN_CHECK)
+register_backend("mpirun", MpirunBackend, doctor_check=MPIRUN_CHECK)

@@ -8,7 +8,7 @@ Modules (each imports only those above it)::
     connection  SshConnection, connect_each / connect_all over a bounded thread pool
     transfer    SFTP: put_file (atomic, read back), read_file
     agent       the launcher's side of the host agent protocol (AgentConfig, requests, frames)
-    backend     SshLauncher, its host agents (HostAgent) and rank handles (SshProcess)
+    backend     SshBackend, its host agents (HostAgent) and rank handles (SshProcess)
     collect     collect_files: one file from many hosts
 
 Only this package (and :mod:`launcher.execution.checks.doctor`) talks SSH.  It never logs key
@@ -35,7 +35,7 @@ _EXPORTS: Dict[str, tuple] = {
     **{n: ("transfer", n) for n in ("put_file", "read_file")},
     **{n: ("agent", n) for n in ("AgentConfig", "LOST_RC", "agent_source", "agent_command", "bootstrap_payload", "op_line",
                                   "FrameReader")},
-    **{n: ("backend", n) for n in ("SshLauncher", "SshProcess", "HostAgent")},
+    **{n: ("backend", n) for n in ("SshBackend", "SshProcess", "HostAgent")},
     "collect_files": ("collect", "collect_files"),
 }
 

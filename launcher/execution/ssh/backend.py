@@ -1,9 +1,9 @@
 """The ssh launcher: one paramiko connection, one SSH session and one agent per host.
 
-:class:`SshLauncher` connects to every host of the plan at once (:func:`~.connection.connect_all`),
+:class:`SshBackend` connects to every host of the plan at once (:func:`~.connection.connect_all`),
 copies the rank tables there (:func:`~.transfer.put_file`) and opens one session per host (in
 parallel) that runs the host agent (:mod:`~.agent`, :mod:`launcher.execution.ssh.remote_agent`).
-Each :meth:`SshLauncher.start` sends one ``start`` request to the rank's host agent, which spawns
+Each :meth:`SshBackend.start` sends one ``start`` request to the rank's host agent, which spawns
 the rank at once; the agent multiplexes every rank's output over the one channel, and one
 thread in mslaunch (:class:`_Pump`, ``select`` over every channel) writes each rank's output into
 its local log file as it arrives, so ``mslaunch logs tail`` works unchanged.  mslaunch's threads
@@ -117,7 +117,7 @@ class _Pump(threading.Thread):
             sel.close()
 
 
-class SshLauncher(Backend):
+class SshBackend(Backend):
     """Starts a plan's processes on remote hosts over SSH, one agent per host (the supervisor's
     backend).
 
@@ -243,4 +243,4 @@ class SshLauncher(Backend):
             waiting = [c for c in waiting if not (c.closed or c.exit_status_ready())]
 
 
-register_backend("ssh", SshLauncher)
+register_backend("ssh", SshBackend)

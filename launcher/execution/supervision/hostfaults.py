@@ -53,8 +53,7 @@ def attributed(result: AttemptResult) -> List[Fault]:
         if _lost(p) and p.host not in out:
             out[p.host] = Fault(p.host, f"{p.name}: {p.reason}", lost=True)
     if result.status == HUNG:
-        culprit = (result.hang or {}).get("culprit") or {}
-        rank = culprit.get("rank")
+        rank = result.hang.culprit.rank if result.hang is not None and result.hang.culprit is not None else None
         host = next((p.host for p in result.processes if p.rank == rank and p.rank is not None), None)
         if host is not None and host not in out:
             out[host] = Fault(host, f"rank {rank} hang culprit")

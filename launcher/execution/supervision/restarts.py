@@ -22,7 +22,7 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.execution.results import AttemptResult
+from launcher.execution.results import HUNG, SUCCEEDED, AttemptResult
 from launcher.planning.plan import Plan, ProcPlan
 
 __all__ = ["ATTEMPT_VAR", "MAX_RESTARTS_VAR", "AttemptProgress", "attempt_base", "attempt_plan", "crash_loop"]
@@ -86,26 +86,19 @@ class AttemptProgress:
                 pass
         with self._lock:
             first, best = self._first.get(result.attempt), self._best.get(result.attempt)
-        extra: Dict[str, Any] = dict(result.extra)
-        if result.status != "succeeded":
-            extra["ended_because"] = _why(result)
-        if first is not None and first > 1:
-            extra["resumed_from_step"] = first - 1
-        if best is not None:
-            extra["best_step"] = best
-        if previous and first is not None:
-            before = previous[-1].extra.get("best_step")
-            if isinstance(before, int):
-                extra["steps_lost"] = max(0, before - (first - 1))
-        return replace(result, extra=extra)
+        before = previous[-1].best_step if previous else None
+        return replace(result,
+                       ended_because=_why(result) if result.status != SUCCEEDED else result.ended_because,
+                       resumed_from_step=first - 1 if first is not None and first > 1 else result.resumed_from_step,
+                       best_step=best if best is not None else result.best_step,
+                       steps_lost=max(0, before - (first - 1)) if before is not None and first is not None else result.steps_lost)
 
 
 def _why(result: AttemptResult) -> str:
-    if result.status == "hung":
-        culprit = (result.hang or {}).get("culprit")
-        kind = (result.hang or {}).get("kind")
-        what = "a collective timed out" if kind == "collective_timeout" else "no progress"
-        return f"hung: {what}" + (f", likely culprit rank {culprit['rank']}" if culprit else "")
+    if result.status == HUNG:
+        hang = result.hang
+        what = "a collective timed out" if hang is not None and hang.collective else "no progress"
+        return f"hung: {what}" + (f", likely culprit rank {hang.culprit.rank}" if hang is not None and hang.culprit else "")
     if result.root_cause is not None:
         rc = result.root_cause
         return f"{rc.name} on {rc.host}: {rc.reason}"
@@ -128,14 +121,14 @@ def crash_loop(history: Sequence[AttemptResult]) -> Optional[str]:
     """The one line that stops the restarts, or None (see the module doc)."""
     start = 0
     for i, a in enumerate(history):
-        if a.extra.get("replanned"):
+        if a.replanned:
             start = i
     window = list(history[start:])
     if len(window) < 3:
         return None
-    before = [a.extra.get("best_step") for a in window[:-2]]
+    before = [a.best_step for a in window[:-2]]
     known = [b for b in before if isinstance(b, int)]
-    last_two: List[Optional[int]] = [a.extra.get("best_step") for a in window[-2:]]
+    last_two: List[Optional[int]] = [a.best_step for a in window[-2:]]
     if not known or any(not isinstance(b, int) for b in last_two):
         return None
     best = max(known)

@@ -152,7 +152,7 @@ class Supervisor:
             while True:
                 result = self._run_attempt(len(history), deadline)
                 if self._replanned_at == len(history):  # the crash-loop count starts afresh here
-                    result = replace(result, extra={**result.extra, "replanned": True})
+                    result = replace(result, replanned=True)
                 if self.progress is not None:
                     result = self.progress.annotate(result, history)
                 history.append(result)
@@ -404,7 +404,7 @@ class Supervisor:
         assert self.hang is not None
         with stopsignals.recorded_only():  # the dump runs to its end
             hang, message = self.hang.investigate(state.handles, dict(state.exits), self.current_attempt_dir, verdict, timed_out)
-        _quietly(lambda: self.on_event("hung", {"message": message, "hang": hang}))
+        _quietly(lambda: self.on_event("hung", {"message": message, "hang": hang.to_json()}))
         return _Outcome(HUNG, HUNG_EXIT, message, hang=hang)
 
     def _cluster_stop(self, state: _Attempt, code: int) -> Optional[_Outcome]:
