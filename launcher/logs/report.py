@@ -161,7 +161,7 @@ def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], events: List[Dic
             continue
         colour, style = styles[kind]
         label = {"failure": f"failure: {e.get('name')}", "restart": f"restart (attempt {attempt + 1})"}.get(str(kind), str(kind))
-        attempt += kind == "restart"
+        attempt += kind == EventKind.RESTART
         ax.axvline(float(e["time"]) - t0, color=colour, linestyle=style, linewidth=1.5, label=label)
     if not events:  # a job from before events.jsonl: the summary's root cause
         cause = (summary or {}).get("root_cause")

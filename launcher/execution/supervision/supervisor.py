@@ -1,81 +1,43 @@
-"""The supervisor: start a plan's processes, watch them, fail fast, tear down, restart.
+"""The supervisor: a job's attempts, one after another, and what happens between them.
 
-It drives every backend through :mod:`launcher.execution.backend` only.
-
-State machine of one attempt::
-
-    starting --(scheduler port accepts, workers started)--> running
-    running  --(a process fails: non-zero exit, signal, lost connection)--> tearing_down
-    running  --(every worker exited 0)--> finishing (scheduler gets ``sched_grace`` s) --> done
-    running  --(--timeout | SIGINT/SIGTERM/SIGHUP to mslaunch)--> tearing_down
-    running  --(no progress for --hang-timeout | a worker's collective timed out)--> hung:
-             every running rank's stacks dumped, the culprit judged --> tearing_down
-    tearing_down: SIGTERM to every process group, ``grace`` s, SIGKILL to whole trees --> done
-
-Between attempts, hosts that failed too often (``--host-failures``) are left out: the next
-attempt runs a new plan on the spare hosts (:mod:`launcher.execution.supervision.hostfaults`).
+Each attempt is run by an :class:`~launcher.execution.supervision.attempt.AttemptRunner` (start,
+watch, fail fast, tear down, judge: its state machine is in that module).  Between attempts the
+supervisor decides whether to restart (``--max-restarts``, a stop signal, the crash-loop rule of
+:mod:`launcher.execution.supervision.restarts`), and leaves out hosts that failed too often
+(``--host-failures``): the next attempt runs a new plan on the spare hosts
+(:mod:`launcher.execution.supervision.hostfaults`).  Every event goes through :meth:`Supervisor.emit`
+as an :class:`~launcher.planning.kinds.EventKind`.
 
 A backend that cannot be set up on a restart attempt (a host unreachable) fails that attempt
 (recorded in its :class:`AttemptResult`); on the first attempt its error reaches the caller.
-
-Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue
-(or the backend posts each exit itself, :meth:`ProcessHandle.notify_exit`: no thread per process);
-the main thread blocks on that queue.  Signals to mslaunch become :class:`Interrupted`
-exceptions, so ``finally`` blocks always tear down.  A watchdog process (see
-:mod:`launcher.execution.local.watchdog`) kills every process of the job if mslaunch itself is killed.
+A watchdog process (see :mod:`launcher.execution.local.watchdog`) kills every process of the
+job if mslaunch itself is killed.
 """
 from __future__ import annotations
 
-import os
-import signal
 import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
 
-from launcher.errors import LaunchError, MsLaunchError
+from launcher.errors import MsLaunchError
 from launcher.execution import stopsignals
-from launcher.execution.supervision import restarts
-from launcher.execution.supervision.state import AttemptState as _Attempt
-from launcher.execution.backend import Backend, ProcessHandle, StartRequest, attempt_path
-from launcher.execution.results import (
-    FAILED, HUNG, HUNG_EXIT, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, JobResult, ProcResult, RootCause,
-    earliest_failure, exit_code_of, job_result, lost_nodes_note, tail_lines,
-)
+from launcher.execution.backend import attempt_path
+from launcher.execution.local.watchdog import Watchdog
+from launcher.execution.results import FAILED, HUNG, AttemptResult, JobResult, job_result
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
-from launcher.execution.local.watchdog import Watchdog
+from launcher.execution.supervision import restarts
+from launcher.execution.supervision.attempt import AttemptRunner, BackendFactory
 from launcher.planning import layout
-from launcher.planning.kinds import describe_returncode
+from launcher.planning.kinds import EventKind
 from launcher.planning.plan import Plan
-
-#: Lines of a failed worker's log searched for a collective timeout: MindSpore's error line comes
-#: before its traceback (and a forked rank's exit prints more), 60 lines missed it.
-COLLECTIVE_TAIL = 400
 
 if TYPE_CHECKING:
     from launcher.execution.supervision.hangwatch import HangWatch
     from launcher.execution.supervision.hostfaults import Spares
     from launcher.execution.supervision.restarts import AttemptProgress
 
-__all__ = ["Interrupted", "Supervisor", "SuperviseOptions", "Watchdog", "attempt_path"]
-
-#: Makes the backend of one attempt: ``(attempt, attempt_dir, plan) -> Backend`` (the attempt's
-#: plan: a restart may run a re-planned one).
-BackendFactory = Callable[[int, str, Plan], Backend]
-
-#: Seconds teardown waits for exits after SIGKILL.
-_KILL_WAIT = 5.0
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """How an attempt's supervision ended, before the results are judged."""
-
-    status: str
-    code: int
-    message: Optional[str] = None
-    by_cluster: bool = False  # the cluster's scheduler ended the attempt (see _outside_stop)
-    hang: Optional[Dict[str, Any]] = None  # a hung attempt's evidence (see launcher.execution.supervision.hangwatch)
+__all__ = ["BackendFactory", "Interrupted", "Supervisor", "SuperviseOptions", "Watchdog", "attempt_path"]
 
 
 class Supervisor:
@@ -85,8 +47,8 @@ class Supervisor:
         plan: the plan.
         backend_factory: makes the backend of an attempt (see :data:`BackendFactory`).
         options: supervision knobs.
-        on_event: called with ``(kind, data)`` for console output: ``started``, ``failure``,
-            ``teardown``, ``restart``, ``timeout``, ``interrupted``.
+        on_event: called with ``(kind, data)`` for every event (an :class:`EventKind`: events.jsonl,
+            then the console); see :meth:`emit`.
         prepare_attempt: called with the attempt dir before processes start (e.g. to create
             per-rank working dirs and env dumps).
         watchdog: the job's watchdog (local processes register with it themselves; reaped ones
@@ -150,7 +112,7 @@ class Supervisor:
         previous = stopsignals.install_for_run()
         try:
             while True:
-                result = self._run_attempt(len(history), deadline)
+                result = self._attempt(len(history)).run(deadline)
                 if self._replanned_at == len(history):  # the crash-loop count starts afresh here
                     result = replace(result, replanned=True)
                 if self.progress is not None:
@@ -165,7 +127,7 @@ class Supervisor:
                 stop = None if moved else restarts.crash_loop(history)
                 if stop is not None:
                     return self._stop_restarts(started, history, stop)
-                self.on_event("restart", {"attempt": len(history), "cause": result.root_cause, "env_attempt": self.attempt_base + len(history)})
+                self.emit(EventKind.RESTART, {"attempt": len(history), "cause": result.root_cause, "env_attempt": self.attempt_base + len(history)})
                 restarts.wait_delay(self.options.restart_delay)
         finally:
             stopsignals.restore_after_run(previous)
@@ -177,7 +139,7 @@ class Supervisor:
 
     def _stop_restarts(self, started: float, history: List[AttemptResult], stop: str, alone: bool = False) -> JobResult:
         """The job ends with restarts left; ``stop`` ends its message (``alone``: is all of it)."""
-        _quietly(lambda: self.on_event("stop_restarts", {"message": stop}))
+        self.emit(EventKind.STOP_RESTARTS, {"message": stop})
         done = self._done(started, history)
         message = stop if alone or not done.message else f"{done.message}; {stop}"
         return replace(done, message=message, extra={**done.extra, "restarts_stopped": stop})
@@ -189,312 +151,22 @@ class Supervisor:
         if nxt is None:
             return False
         for e in nxt.excluded:
-            _quietly(lambda: self.on_event("host_excluded", dict(e.to_json(), moves=nxt.moves)))  # noqa: B023
+            self.emit(EventKind.HOST_EXCLUDED, dict(e.to_json(), moves=nxt.moves))
         self.plan, self._replanned_at = nxt.plan, attempt
         return True
-
-    # ---------------------------------------------------------------- one attempt
 
     def _restart_after(self, result: AttemptResult) -> bool:
         return result.status in (FAILED, HUNG) and result.attempt < self.options.max_restarts and stopsignals.first() is None
 
-    def _run_attempt(self, attempt: int, deadline: Optional[float]) -> AttemptResult:
+    def _attempt(self, attempt: int) -> AttemptRunner:
         adir = self.attempt_dir(attempt)
         self.current_attempt_dir = adir
-        started = time.time()
-        self.current_attempt = attempt
-        state = _Attempt(on_event=lambda kind, data: _quietly(lambda: self.on_event(kind, dict(data, attempt=attempt))))
-        outcome = self._supervise(state, attempt, adir, deadline)
-        results = state.results()
-        if outcome.by_cluster:  # what died of the scheduler's signals did not fail by itself
-            results = [replace(r, torn_down=True, reason=r.reason or outcome.message) if r.failed else r for r in results]
-        status, code, cause, message = self._judge(outcome, results, adir)
-        return AttemptResult(attempt, adir, status, code, started, time.time(), tuple(results), cause, message, hang=outcome.hang)
+        return AttemptRunner(self.plan, attempt, adir, self.backend_factory, self.options, self.emit, self.prepare_attempt, self.watchdog,
+                             self.reap_orphans, self.hang, self.attempt_base)
 
-    def _supervise(self, state: _Attempt, attempt: int, adir: str, deadline: Optional[float]) -> _Outcome:
-        """Set up, start, watch and tear down one attempt; how it ended."""
-        backend: Optional[Backend] = None
-        outcome = _Outcome(SUCCEEDED, 0)
+    def emit(self, kind: EventKind, data: Dict[str, Any]) -> None:
+        """Tell ``on_event`` of an event; a failure there (console output) never stops the job."""
         try:
-            try:
-                # Armed: a stop signal raises Interrupted at once (also one received earlier).
-                stopsignals.arm(True)
-                stopsignals.check()
-                os.makedirs(adir, mode=0o700, exist_ok=True)
-                if self.prepare_attempt is not None:
-                    self.prepare_attempt(attempt, adir)
-                backend = state.backend = self._create_backend(attempt, adir)
-                if self.hang is not None:
-                    self.hang.begin(attempt, [(p.rank, p.host) for p in self.plan.ranks if p.rank is not None])
-                self._start_all(state, backend, adir, deadline, attempt)
-                outcome = self._watch(state, deadline)
-            except Interrupted as exc:
-                signum = exc.signum
-                outside = None if signum == signal.SIGUSR1 else self._cluster_stop(state, 128 + signum)
-                if outside is not None:  # e.g. scancel: Slurm signalled mslaunch
-                    outcome = outside
-                else:
-                    status = PREEMPTED if signum == signal.SIGUSR1 else STOPPED
-                    outcome = _Outcome(status, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
-                    _quietly(lambda: self.on_event("interrupted", {"signal": signum}))
-            except _Timeout:
-                outcome = _Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")
-                _quietly(lambda: self.on_event("timeout", {"timeout": self.options.timeout}))
-            except _Hung as exc:
-                outcome = exc.outcome
-            except _StartFailed as exc:
-                outcome = self._cluster_stop(state, 128 + signal.SIGTERM) or _Outcome(FAILED, exc.code, exc.message)
-            finally:
-                stopsignals.arm(False)  # from here on signals are only recorded: teardown runs to the end
-                self._teardown(state, announce=outcome.status != SUCCEEDED)
-        finally:
-            if backend is not None:
-                backend.close()
-        return outcome
-
-    def _create_backend(self, attempt: int, adir: str) -> Backend:
-        """The attempt's backend; a set-up failure on a restart fails that attempt only."""
-        try:
-            return self.backend_factory(attempt, adir, self.plan)
-        except LaunchError as exc:
-            stopsignals.check()  # set-up cut short by a stop signal: stopped, not failed
-            if attempt == 0:
-                raise
-            raise _StartFailed(f"attempt {attempt} could not start: {exc}", exc.exit_code) from None
-
-    def _judge(self, outcome: _Outcome, results: List[ProcResult], adir: str) -> Tuple[str, int, Optional[RootCause], Optional[str]]:
-        """Status, exit code, root cause (the earliest failure) and message of an attempt."""
-        status, code, message = outcome.status, outcome.code, outcome.message
-        cause = None
-        if status == HUNG:
-            from launcher.execution.supervision.hangwatch import culprit_cause
-
-            return status, code, culprit_cause(outcome.hang, results), message
-        failed = earliest_failure(results)
-        if status == SUCCEEDED and failed is not None:
-            status = FAILED
-        if status != FAILED:
-            return status, code, cause, message
-        if failed is not None:
-            cause = RootCause(failed, tail_lines(failed.log, 20))
-            code = failed.exit_code if failed.exit_code else 1
-            if message is None:
-                message = f"{failed.name} on {failed.host} failed: {failed.describe()}"
-        if self.plan.scheduler is not None:
-            note = lost_nodes_note(tail_lines(attempt_path(self.plan.scheduler.log, self.plan.job_dir, adir), 200))
-            if note is not None:
-                message = f"{message}; {note}" if message else note
-        return status, code or 1, cause, message
-
-    # ---------------------------------------------------------------- starting
-
-    def _start_all(self, state: _Attempt, backend: Backend, adir: str, deadline: Optional[float], attempt: int = 0) -> None:
-        sched_idx: Optional[int] = None
-        plan = restarts.attempt_plan(self.plan, attempt, self.options.max_restarts, self.attempt_base)
-        for request in backend.requests(plan, adir):
-            self._check_deadline(deadline)
-            stopsignals.check()
-            idx = self._start_one(state, backend, request)
-            if self._is_scheduler(request):
-                sched_idx = idx
-                if self.options.scheduler_first:
-                    self._wait_scheduler(state, idx, deadline)
-        if not self.options.scheduler_first and sched_idx is not None:
-            self._wait_scheduler(state, sched_idx, deadline)
-
-    def _start_one(self, state: _Attempt, backend: Backend, request: StartRequest) -> int:
-        proc = request.proc
-        # Signals wait until the process is registered: nothing started can be forgotten.
-        with stopsignals.blocked():
-            try:
-                handle = backend.start(proc, request.log_path, request.cwd)
-            except LaunchError as exc:
-                now = time.time()
-                state.start_failure = ProcResult(proc.name, proc.rank, proc.host, None, now, now, request.log_path, reason=str(exc))
-                raise _StartFailed(str(exc), 1) from None
-            idx = state.add(handle)
-        self.on_event("started", {"name": proc.name, "rank": proc.rank, "host": proc.host, "pid": handle.pid,
-                                  "log": request.log_path, "attempt": self.current_attempt})
-        return idx
-
-    def _is_scheduler(self, request: StartRequest) -> bool:
-        return request.proc.role == "scheduler" and self.plan.master_addr is not None and self.plan.master_port is not None
-
-    def _wait_scheduler(self, state: _Attempt, idx: int, deadline: Optional[float]) -> None:
-        from launcher.execution.ports import wait_accepting
-
-        handle = state.handles[idx]
-        others = [h for i, h in enumerate(state.handles) if i != idx]  # workers already started (--no-sched-wait)
-        limit = self.options.start_timeout
-        if deadline is not None:
-            limit = min(limit, max(0.0, deadline - time.monotonic()))
-        addr, port = self.plan.master_addr, self.plan.master_port
-        assert addr is not None and port is not None
-
-        def a_worker_failed() -> bool:
-            return any(h.poll() not in (None, 0) for h in others)
-
-        ok = wait_accepting(addr, port, limit, alive=lambda: handle.poll() is None and not a_worker_failed())
-        stopsignals.check()
-        if ok or a_worker_failed():
-            return  # a worker that failed meanwhile is judged by _watch at once (fail fast)
-        self._check_deadline(deadline)
-        rc = handle.poll()
-        if rc is not None:
-            state.record(idx, rc, time.time())
-            raise _StartFailed(f"the scheduler exited ({describe_returncode(rc)}) before its port {addr}:{port} accepted connections", exit_code_of(rc) or 1)
-        limit_text = f"--start-timeout {self.options.start_timeout:g} s"
-        state.start_failure = ProcResult(handle.plan.name, None, handle.host, None, handle.started, time.time(), handle.log_path,
-                                         reason=f"port {port} did not accept within {limit_text}")
-        raise _StartFailed(f"the scheduler's port {addr}:{port} did not accept connections within {limit_text}", 1)
-
-    # ---------------------------------------------------------------- watching
-
-    def _watch(self, state: _Attempt, deadline: Optional[float]) -> _Outcome:
-        """Until every worker exited 0 (then the scheduler gets its grace) or one failed."""
-        sched = [i for i, h in enumerate(state.handles) if h.plan.role == "scheduler"]
-        pending = {i for i, h in enumerate(state.handles) if h.plan.role != "scheduler"}
-        while True:
-            failure = self._failure(state, pending, sched)  # also exits seen while starting
-            if failure is not None:
-                return failure
-            if not pending:
-                break
-            wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
-            state.drain(wait)
-            stopsignals.check()
-            self._check_deadline(deadline)
-            self._check_hang(state)
-        state.drain_until(time.monotonic() + self.options.sched_grace, stop=lambda: all(i in state.exits for i in sched))
-        return _Outcome(SUCCEEDED, 0)
-
-    def _failure(self, state: _Attempt, pending: Set[int], sched: List[int]) -> Optional[_Outcome]:
-        """Drop exited workers from ``pending``; a failed worker (or a failed scheduler while
-        workers run) as an outcome, announced."""
-        for idx in sorted(pending):
-            if idx in state.exits:
-                pending.discard(idx)
-                rc, _ = state.exits[idx]
-                if rc != 0:
-                    return self._failed(state, state.handles[idx].plan.name, state.handles[idx], rc)
-        for idx in sched:
-            if idx in state.exits and pending and state.exits[idx][0] != 0:
-                return self._failed(state, "scheduler", state.handles[idx], state.exits[idx][0])
-        return None
-
-    def _failed(self, state: _Attempt, name: str, handle: ProcessHandle, rc: int) -> _Outcome:
-        """A process failed: the attempt's outcome, announced, unless the cluster's scheduler is
-        ending the job (its processes die of its signals: a preemption is not their failure)."""
-        outside = self._cluster_stop(state, exit_code_of(rc) or 1)
-        if outside is not None:
-            return outside
-        self.on_event("failure", {"name": name, "host": handle.host, "returncode": rc})
-        timed_out = self.hang.timed_out(handle, tail_lines(handle.log_path, COLLECTIVE_TAIL)) if self.hang is not None else None
-        if timed_out is not None and handle.plan.rank is not None:  # it waited for a stuck rank: a hang too
-            return self._hung(state, None, (handle.plan.rank, timed_out))
-        return _Outcome(FAILED, exit_code_of(rc))
-
-    def _check_hang(self, state: _Attempt) -> None:
-        verdict = self.hang.due() if self.hang is not None else None
-        if verdict is not None:
-            raise _Hung(self._hung(state, verdict))
-
-    def _hung(self, state: _Attempt, verdict: Any, timed_out: Optional[Tuple[int, str]] = None) -> _Outcome:
-        """Dump the running ranks' stacks and judge the culprit (before teardown); announced (``hung``)."""
-        assert self.hang is not None
-        with stopsignals.recorded_only():  # the dump runs to its end
-            hang, message = self.hang.investigate(state.handles, dict(state.exits), self.current_attempt_dir, verdict, timed_out)
-        _quietly(lambda: self.on_event("hung", {"message": message, "hang": hang.to_json()}))
-        return _Outcome(HUNG, HUNG_EXIT, message, hang=hang)
-
-    def _cluster_stop(self, state: _Attempt, code: int) -> Optional[_Outcome]:
-        """:func:`_outside_stop` of the attempt's backend, announced (``cluster_stop``)."""
-        outside = _outside_stop(state.backend, code)
-        if outside is not None:
-            _quietly(lambda: self.on_event("cluster_stop", {"status": outside.status, "message": outside.message}))
-        return outside
-
-    def _check_deadline(self, deadline: Optional[float]) -> None:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise _Timeout()
-
-    # ---------------------------------------------------------------- teardown
-
-    def _teardown(self, state: _Attempt, announce: bool = True) -> None:
-        """SIGTERM every running group, wait ``grace``, SIGKILL whole trees; always kill groups.
-
-        After a success only the scheduler can still be running; it is ended without notice.
-        A stop signal received during the grace skips the rest of it.
-        """
-        self._terminate_running(state, announce)
-        signals_seen = len(stopsignals.pending)
-        state.drain_until(time.monotonic() + self.options.grace, stop=lambda: len(stopsignals.pending) != signals_seen)
-        for handle in state.handles:
-            _quietly(handle.kill)  # whole group/tree, also leftovers of exited leaders
-        state.drain_until(time.monotonic() + _KILL_WAIT)
-        self._after_teardown(state)
-
-    def _terminate_running(self, state: _Attempt, announce: bool) -> None:
-        # A process that already ended by itself (its waiter has not posted yet) is not torn
-        # down: its own exit counts (it may be the earliest failure).
-        running = [i for i in state.running() if not state.handles[i].has_exited()]
-        if running and announce:
-            _quietly(lambda: self.on_event("teardown", {"names": [state.handles[i].plan.name for i in running]}))
-        for idx in running:
-            state.torn[idx] = True
-            if not announce:
-                state.notes[idx] = "ended after every worker finished"
-            _quietly(state.handles[idx].terminate)
-
-    def _after_teardown(self, state: _Attempt) -> None:
-        """End orphans of the attempt; tell the watchdog which local processes were reaped."""
-        if self.reap_orphans is not None:
-            self.reap_orphans({h.pid for h in state.handles if h.pid is not None})
-        if self.watchdog is not None:
-            for idx, h in enumerate(state.handles):
-                if h.pid is not None and idx in state.exits and h.pgid is not None:
-                    self.watchdog.forget(h.pid)
-
-
-class _Timeout(Exception):
-    """The job ran past ``--timeout`` (internal: becomes a ``timeout`` result)."""
-
-
-class _Hung(Exception):
-    """The attempt is hung (internal: carries its outcome, stacks already dumped)."""
-
-    def __init__(self, outcome: _Outcome) -> None:
-        super().__init__(outcome.message)
-        self.outcome = outcome
-
-
-class _StartFailed(Exception):
-    """An attempt could not start (internal: becomes a ``failed`` attempt result)."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-
-def _outside_stop(backend: Optional[Backend], code: int) -> Optional[_Outcome]:
-    """The cluster scheduler's own reason to end the attempt, if it has one
-    (:meth:`Backend.outside_stop`: a preemption, its time limit, a cancel), as the outcome
-    (``code`` unless it is a time limit), so such an attempt is not judged a failure of its ranks."""
-    try:
-        with stopsignals.recorded_only():  # Slurm may signal mslaunch again meanwhile
-            why = backend.outside_stop() if backend is not None else None
-    except Exception:  # asking must not turn a judged attempt into a crash
-        why = None
-    if why is None:
-        return None
-    status, message = why
-    return _Outcome(status, TIMEOUT_EXIT if status == TIMEOUT else code, message, by_cluster=True)
-
-
-def _quietly(fn: Callable[[], Any]) -> None:
-    """Call ``fn`` (console output, signalling); a failure there must not stop a teardown."""
-    try:
-        fn()
-    except Exception:
-        pass
+            self.on_event(kind, data)
+        except Exception:
+            pass
