@@ -12,7 +12,7 @@ from typing import Dict, List
 import pytest
 
 from tests.cli.bad_run_options import BAD_RUN_OPTIONS
-from tests.conftest import mslaunch_argv
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.faultkit import wait_or_fail
 from tests.harness.slurm_cluster import SlurmCluster
 
@@ -30,11 +30,11 @@ def _env(slurm: SlurmCluster, tmp_path) -> Dict[str, str]:
 
 
 def _ms(env: Dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(mslaunch_argv(*args), env=env, capture_output=True, text=True, timeout=timeout)
+    return run_process(*args, env=env, timeout=timeout)
 
 
 def _submit(slurm: SlurmCluster, env: Dict[str, str], tmp_path, *args: str) -> List[str]:
-    res = subprocess.run(mslaunch_argv("sbatch", *args), env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    res = run_process("sbatch", *args, env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     ids = res.stdout.split()
     assert len(ids) == 2 and ids[0].isdigit(), res.stdout
@@ -196,7 +196,7 @@ def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(slurm: Slu
     env = _env(slurm, tmp_path)
     (tmp_path / "prog.py").write_text("")
     before_queue, before_count = _queue(slurm), _submissions(slurm)
-    res = subprocess.run(mslaunch_argv("sbatch", *args), env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    res = run_process("sbatch", *args, env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert res.stdout == ""
@@ -207,8 +207,7 @@ def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(slurm: Slu
 def test_dry_run_anywhere_before_script_submits_nothing(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     before_queue, before_count = _queue(slurm), _submissions(slurm)
-    res = subprocess.run(mslaunch_argv("sbatch", "-N", "1", "--np", "1", "--dry-run", PROG, "ok", "1"), env=env, capture_output=True,
-                         text=True, timeout=60, cwd=str(tmp_path))
+    res = run_process("sbatch", "-N", "1", "--np", "1", "--dry-run", PROG, "ok", "1", env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("#!/bin/bash\n") and "--dry-run" not in res.stdout
     assert (_queue(slurm), _submissions(slurm)) == (before_queue, before_count)
