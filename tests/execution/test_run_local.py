@@ -80,8 +80,8 @@ def job(tmp_path):
             return run_process(*self.args(*args, np=np, extra=extra), env=env, cwd=str(tmp_path), timeout=timeout)
 
         def popen(self, *args, np=2, extra=()):
-            return subprocess.Popen(mslaunch_argv(*self.args(*args, np=np, extra=extra)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                    cwd=str(tmp_path))
+            return subprocess.Popen(mslaunch_argv(*self.args(*args, np=np, extra=extra)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=env, cwd=str(tmp_path))
 
         def summary(self):
             return json.loads((self.dir / "summary.json").read_text())

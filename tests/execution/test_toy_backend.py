@@ -18,6 +18,8 @@ from tests.harness.cli import run_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROG = os.path.join(ROOT, "tests", "scripts", "rankprog.py")
+
+
 def with_toy(tmp_path, *args: str, piddir=None) -> subprocess.CompletedProcess:
     """``mslaunch ARGS`` as a process, with the toy backend's module imported first (as a plugin would be)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
@@ -60,7 +62,7 @@ def test_toy_backend_runs_a_2_rank_job(tmp_path):
     job = tmp_path / "job"
     try:
         r = with_toy(tmp_path, "run", "--launcher", "toy", "--np", "2", "--master-port", "auto", "--log-dir", str(job),
-                              "--grace", "2", PROG, "ok", "0.2", piddir=piddir)
+                     "--grace", "2", PROG, "ok", "0.2", piddir=piddir)
         assert r.returncode == 0, r.stderr
         summary = json.loads((job / "summary.json").read_text())
         assert summary["status"] == "succeeded"

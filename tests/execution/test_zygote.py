@@ -14,7 +14,6 @@ import pytest
 from launcher.execution.localproc import LocalProcess
 from launcher.execution.zygote import ZygoteLauncher, ZygoteProcess
 from launcher.planning.plan import ProcPlan
-
 from tests.harness.cli import run_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -252,7 +252,8 @@ def test_shell_metacharacters_in_env_args_and_paths_arrive_literally(job):
     shutil.copy(PROG, script)
     env = dict(job.env)
     proc = run_process("run", "--hosts", c.inventory_yaml, "--master-port", "auto", "--log-dir", str(job.dir),
-                       "--env", f"PIDDIR={job.pids}", "--env", f"EVIL={evil}", str(script), "env", "0", "0", "0", evil, "a;b", "c d", env=env, cwd=str(folder), timeout=120)
+                       "--env", f"PIDDIR={job.pids}", "--env", f"EVIL={evil}", str(script), "env", "0", "0", "0", evil, "a;b", "c d",
+                       env=env, cwd=str(folder), timeout=120)
     assert proc.returncode == 0, proc.stderr
     for rank in range(6):
         lines = job.log(f"worker_{rank}.log").splitlines()

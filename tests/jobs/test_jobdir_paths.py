@@ -44,8 +44,8 @@ class Env:
         return run_cli(*self.args(*opts), env=self.environ, cwd=str(cwd or self.work))
 
     def popen(self, *opts, mode=("ok", "0.05"), cwd=None, quiet=True):
-        return subprocess.Popen(mslaunch_argv(*self.args(*opts, mode=mode, quiet=quiet)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=self.environ, cwd=str(cwd or self.work))
+        return subprocess.Popen(mslaunch_argv(*self.args(*opts, mode=mode, quiet=quiet)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=self.environ, cwd=str(cwd or self.work))
 
     def cli(self, *args):
         return run_process(*args, env=self.environ, timeout=60)

@@ -177,7 +177,8 @@ def test_cli_plan_json_2x8_each_method(tmp_path):
         "mpi": {"RANK_ID", "RANK_SIZE", "DEVICE_ID"},
     }
     for method, keys in expected_keys.items():
-        r = run_process("plan", "--json", "--hosts", str(hosts), "--method", method, "--hccn-dir", str(hccn), "--log-dir", str(tmp_path / "job"), "train.py", cwd=tmp_path, timeout=60)
+        r = run_process("plan", "--json", "--hosts", str(hosts), "--method", method, "--hccn-dir", str(hccn), "--log-dir", str(tmp_path / "job"), "train.py",
+                        cwd=tmp_path, timeout=60)
         assert r.returncode == 0, r.stderr
         data = json.loads(r.stdout)
         assert len(data["ranks"]) == 16
