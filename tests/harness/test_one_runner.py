@@ -7,13 +7,18 @@ The check reads every Python file under tests/ (its syntax tree, not its text) a
   tuple or call, or a ``-c`` program that runs the ``launcher`` module (``runpy.run_module``);
 - a function of the harness's names, or named like a runner of its own (``mslaunch``,
   ``_mslaunch``, ``run_mslaunch``, ``mslaunch_with_...``);
+- a call of the CLI's ``main()`` (``launcher.__main__``, ``launcher.cli.app``,
+  ``launcher.cli.ranktable``): in this process that is :func:`tests.harness.cli.run_cli`;
 - ``subprocess.run`` (or ``call``, ``check_call``, ``check_output``) of ``mslaunch_argv(...)``:
   directly, through a name bound to it in the same function, or through a function of the
   module that returns it; that is what :func:`tests.harness.cli.run_process` is for.
   ``subprocess.Popen`` of it stays allowed (a process the test signals or reads while it runs).
 
 A module's helper that adds something (a cluster's ssh config, a plugin imported first) is a call
-of the harness's functions with arguments, under a name of its own, and passes.
+of the harness's functions with arguments, under a name of its own, and passes.  Not runs of the
+CLI, and so not checked: typer's ``CliRunner`` on an ``app`` object (unit tests of the typer app,
+which look at the exception it raised), and ``-c`` programs that check what a fresh interpreter
+imports (tests/cli/test_app.py, tests/cli/test_cli_ranktable.py).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ HARNESS = TESTS / "harness" / "cli.py"
 OWN_NAMES = {"mslaunch_argv", "run_cli", "run_process"}
 RUNNER_NAME = re.compile(r"^_*(run_)?mslaunch(_with\w*)?$")
 WAITING_CALLS = {"run", "call", "check_call", "check_output"}
+ENTRY_MODULES = {"launcher.__main__", "launcher.cli.app", "launcher.cli.ranktable"}  # each has the CLI's main()
 
 
 def _is_argv_call(node: ast.AST) -> bool:
@@ -70,6 +76,14 @@ def _bound(scope: ast.AST, builders: Set[str]) -> Set[str]:
     return names
 
 
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
 def _launcher_pair(elts: List[ast.AST]) -> bool:
     values = [e.value if isinstance(e, ast.Constant) else None for e in elts]
     return any(a == "-m" and b == "launcher" for a, b in zip(values, values[1:]))
@@ -95,10 +109,25 @@ def _waiting_calls(tree: ast.AST, where: str) -> List[str]:
     return found
 
 
+def _entry_names(tree: ast.AST) -> Set[str]:
+    """Names the module binds to the CLI's ``main`` (``from launcher.cli.app import main``), or to a
+    module that has one (``from launcher.cli import app``), as ``NAME`` / ``NAME.main``."""
+    out: Set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module in ENTRY_MODULES:
+            out.update(a.asname or a.name for a in n.names if a.name == "main")
+        elif isinstance(n, ast.ImportFrom) and n.module in ("launcher", "launcher.cli"):
+            out.update(f"{a.asname or a.name}.main" for a in n.names if f"{n.module}.{a.name}" in ENTRY_MODULES)
+        elif isinstance(n, ast.Import):
+            out.update(f"{a.asname or a.name}.main" for a in n.names if a.name in ENTRY_MODULES)
+    return out
+
+
 def violations(source: str, where: str) -> List[str]:
     """What in ``source`` (a test module at ``where``) runs mslaunch other than through the harness."""
     tree = ast.parse(source)
     found: List[str] = []
+    entries = _entry_names(tree) if "main" in source else set()
     for node in ast.walk(tree):
         line = f"{where}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, (ast.List, ast.Tuple)) and _launcher_pair(node.elts):
@@ -109,6 +138,8 @@ def violations(source: str, where: str) -> List[str]:
             found.append(f"{line}: a program that runs the launcher module: use run_process(..., imports=...)")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (node.name in OWN_NAMES or RUNNER_NAME.match(node.name)):
             found.append(f"{line}: defines {node.name}(), a runner of its own: call tests.harness.cli's run_cli/run_process")
+        elif entries and isinstance(node, ast.Call) and _dotted(node.func) in entries:
+            found.append(f"{line}: calls the CLI's main() itself: use run_cli (in this process) or run_process")
     if "mslaunch_argv" in source:  # (the walks below cost seconds over the whole tree)
         found += _waiting_calls(tree, where)
     return sorted(set(found))
@@ -134,6 +165,10 @@ def test_no_test_module_runs_mslaunch_but_through_the_harness():
     'def run_mslaunch(*a):\n    pass\n',
     'def mslaunch_with_plugin(*a):\n    pass\n',
     'def run_cli(*a):\n    pass\n',
+    'from launcher.cli.app import main\ndef gen(*args):\n    main(list(args))\n',
+    'from launcher.__main__ import main as entry\nentry()\n',
+    'from launcher.cli import app as appmod\nappmod.main(["plan", "x.py"])\n',
+    'import launcher.cli.ranktable\nlauncher.cli.ranktable.main(["gen"])\n',
     'class Job:\n    def run_process(self):\n        pass\n',
     'import subprocess\nfrom tests.harness.cli import mslaunch_argv\nr = subprocess.run(mslaunch_argv("ps"), capture_output=True)\n',
     'import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    argv = mslaunch_argv("ps")\n    return subprocess.check_output(argv)\n',
@@ -152,6 +187,7 @@ def test_the_check_finds_a_runner_of_a_module_own(source):
     'import subprocess\nsubprocess.run(["python3", "-m", "launcher.workloads.cifar10_synth", "d"])\n',
     'def _mslaunch_home(tmp_path):\n    pass\ndef mslaunch_reads(text):\n    pass\n',
     'assert " -m launcher run " in "x -m launcher run y"\n',
+    'from launcher.cli import app as appmod\nappmod._register("k8s")\nfrom launcher.workloads.x import main\nmain([])\n',
 ])
 def test_the_check_lets_calls_of_the_harness_pass(source):
     assert violations(source, "tests/x/test_sample.py") == []
