@@ -14,7 +14,7 @@ def test_the_command_line_is_python_m_launcher_under_this_interpreter():
     assert mslaunch_argv("ps", "--all") == [sys.executable, "-m", "launcher", "ps", "--all"]
     argv = mslaunch_argv("ps", imports=("a.b", "c"))
     assert argv[:2] == [sys.executable, "-c"] and argv[3:] == ["ps"]
-    assert "import a.b; import c; " in argv[2] and argv[2].endswith("runpy.run_module('launcher', run_name='__main__')")
+    assert argv[2].index("import a.b; import c; ") < argv[2].index("runpy.run_module(")  # then the CLI, as python -m launcher
 
 
 @pytest.mark.parametrize("args", [("plan", "--np", "0", "train.py"), ("run", "--np", "2", "--bogus", "x.py"), ("status", "no-such-job")])
