@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -11,6 +10,7 @@ pytest_plugins = ["tests.harness.conftest_netns", "tests.harness.conftest_slurm"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from tests.harness.hypo import FAST  # noqa: E402
+from tests.harness.mindspore import require_mindspore  # noqa: E402
 
 if FAST:  # make test-fast: property tests without their own count try 20 inputs (see tests/harness/hypo.py)
     from hypothesis import settings
@@ -38,11 +38,6 @@ def _mslaunch_home(tmp_path_factory, monkeypatch, _cpu_probe_cache):
     return home
 
 
-def mslaunch_argv(*args: str):
-    """argv that runs the CLI under this interpreter."""
-    return [sys.executable, "-m", "launcher", *args]
-
-
 _E2E_DIRS = ("integration", "docs")
 #: Modules whose tests run whole jobs or the CLI as processes, many times over (each start of
 #: ``python -m launcher`` costs about half a second of CPU): end to end, not unit tests.
@@ -58,10 +53,21 @@ _E2E_MODULES = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test marked ``mindspore`` needs MindSpore: without it the test is skipped, or in CI failed
+    (:func:`tests.harness.mindspore.require_mindspore`, called with the marker's keyword arguments,
+    e.g. ``pytest.mark.mindspore(also=..., what=...)``), before any of its fixtures runs."""
+    marker = item.get_closest_marker("mindspore")
+    if marker is not None:
+        require_mindspore(**marker.kwargs)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests under tests/integration and tests/docs, and those of :data:`_E2E_MODULES`, run whole
     jobs: mark them ``e2e`` (``make test-fast`` leaves them out).  Under pytest-xdist the longest
-    tests go first, one group per worker (:func:`tests.harness.order.spread`)."""
+    tests go first, one group per worker (:func:`tests.harness.order.spread`, by their
+    ``pytest.mark.cost`` markers)."""
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         parts = path.split("/")
@@ -69,4 +75,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
     from tests.harness.order import spread
 
-    items[:] = spread(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    try:
+        items[:] = spread(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError as exc:  # a malformed pytest.mark.cost: say which test, stop the run
+        raise pytest.UsageError(str(exc)) from None

@@ -24,7 +24,7 @@ def read(path: str) -> str:
         return fh.read()
 
 
-def mslaunch(*args: str, cwd: Optional[str] = None) -> subprocess.CompletedProcess:
+def ranktable(*args: str, cwd: Optional[str] = None) -> subprocess.CompletedProcess:
     """``mslaunch ranktable ARGS`` (in this process: see :mod:`tests.harness.cli`)."""
     return run_cli("ranktable", *args, env=dict(os.environ, COLUMNS="200"), cwd=cwd or ROOT)
 
@@ -38,19 +38,19 @@ def lines(text: str) -> List[str]:
 
 
 def test_gen_16_to_stdout() -> None:
-    r = mslaunch("gen", "--hosts", HOSTS, "--hccn-dir", HCCN)
+    r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", HCCN)
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout == read(GOLDEN16)
 
 
 def test_gen_8_with_host_list() -> None:
-    r = mslaunch("gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN)
+    r = ranktable("gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN)
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout == read(GOLDEN8)
 
 
 def test_gen_with_hccn_files() -> None:
-    r = mslaunch(
+    r = ranktable(
         "gen", "-H", "10.0.0.2:8,10.0.0.1:8",
         "--hccn", f"10.0.0.1={HCCN}/10.0.0.1.conf", "--hccn", f"10.0.0.2={HCCN}/10.0.0.2.conf",
     )
@@ -59,12 +59,12 @@ def test_gen_with_hccn_files() -> None:
 
 
 def test_gen_include_and_exclude() -> None:
-    r = mslaunch("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--include", "10.0.0.1")
+    r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--include", "10.0.0.1")
     assert (r.returncode, r.stderr, r.stdout) == (0, "", read(GOLDEN8))
     # An --hccn for a host the filters drop is not read.
-    r = mslaunch("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--exclude", "10.0.0.2", "--hccn", "10.0.0.2=/nonexistent")
+    r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--exclude", "10.0.0.2", "--hccn", "10.0.0.2=/nonexistent")
     assert (r.returncode, r.stderr, r.stdout) == (0, "", read(GOLDEN8))
-    r = mslaunch("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--include", "10.0.0.1:0,1,2,3", "--chip", "910b")
+    r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--include", "10.0.0.1:0,1,2,3", "--chip", "910b")
     assert r.returncode == 0, r.stderr
     table = json.loads(r.stdout)
     assert [(d["device_id"], d["rank_id"]) for d in table["server_list"][0]["device"]] == [
@@ -74,19 +74,19 @@ def test_gen_include_and_exclude() -> None:
 
 def test_gen_to_file_and_folder(tmp_path) -> None:
     out = tmp_path / "rt.json"
-    r = mslaunch("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "-o", str(out))
+    r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "-o", str(out))
     assert (r.returncode, r.stdout, r.stderr) == (0, "", f"wrote {out}\n")
     assert read(str(out)) == read(GOLDEN16)
     assert sorted(os.listdir(tmp_path)) == ["rt.json"]  # no temporary file left behind
 
-    r = mslaunch("gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN, "-o", str(tmp_path))
+    r = ranktable("gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN, "-o", str(tmp_path))
     named = tmp_path / "hccl_8p_01234567_10.0.0.1.json"
     assert (r.returncode, r.stdout, r.stderr) == (0, "", f"wrote {named}\n")
     assert read(str(named)) == read(GOLDEN8)
 
 
 def test_gen_v12_from_yaml() -> None:
-    r = mslaunch("gen", "--hosts", os.path.join(ROOT, "hostfiles", "a3_superpod.yaml"), "--version", "1.2")
+    r = ranktable("gen", "--hosts", os.path.join(ROOT, "hostfiles", "a3_superpod.yaml"), "--version", "1.2")
     assert (r.returncode, r.stderr) == (0, "")
     table = json.loads(r.stdout)
     assert table["version"] == "1.2"
@@ -103,7 +103,7 @@ def test_bad_hccn_line_fails_cleanly_and_writes_nothing(tmp_path) -> None:
     text = read(str(bad)).replace("address_5=192.2.27.9", "address_5=192.2.27")
     bad.write_bytes(text.encode("utf-8"))
     out = tmp_path / "out.json"
-    r = mslaunch("gen", "--hosts", HOSTS, "--hccn-dir", str(hccn), "-o", str(out))
+    r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", str(hccn), "-o", str(out))
     assert r.returncode == 2
     assert r.stdout == ""
     assert lines(r.stderr) == [
@@ -117,7 +117,7 @@ def test_bad_hccn_line_fails_cleanly_and_writes_nothing(tmp_path) -> None:
 def test_failed_gen_leaves_an_existing_output_alone(tmp_path) -> None:
     out = tmp_path / "out.json"
     out.write_text("old\n")
-    r = mslaunch("gen", "-H", "10.0.0.1:8,10.0.0.2:4", "--hccn-dir", HCCN, "-o", str(out))
+    r = ranktable("gen", "-H", "10.0.0.1:8,10.0.0.2:4", "--hccn-dir", HCCN, "-o", str(out))
     assert r.returncode == 2
     assert lines(r.stderr) == [
         "mslaunch: error: the generated rank table is invalid: server_list[1].device: a multi-server Ascend 910 "
@@ -149,7 +149,7 @@ def test_failed_gen_leaves_an_existing_output_alone(tmp_path) -> None:
     ],
 )
 def test_gen_input_errors(args: List[str], stderr: str) -> None:
-    r = mslaunch(*args)
+    r = ranktable(*args)
     assert (r.returncode, r.stdout, lines(r.stderr)) == (2, "", [stderr])
 
 
@@ -161,7 +161,7 @@ def test_gen_input_errors(args: List[str], stderr: str) -> None:
 def singles(tmp_path) -> List[str]:
     paths = []
     for n in (1, 2):
-        r = mslaunch("gen", "-H", f"10.0.0.{n}:8", "--hccn-dir", HCCN)
+        r = ranktable("gen", "-H", f"10.0.0.{n}:8", "--hccn-dir", HCCN)
         assert r.returncode == 0, r.stderr
         path = tmp_path / f"hccl_10.0.0.{n}.json"
         path.write_text(r.stdout)
@@ -171,16 +171,16 @@ def singles(tmp_path) -> List[str]:
 
 def test_merge_equals_gen(singles: List[str], tmp_path) -> None:
     for order in (singles, list(reversed(singles))):
-        r = mslaunch("merge", *order)
+        r = ranktable("merge", *order)
         assert (r.returncode, r.stderr, r.stdout) == (0, "", read(GOLDEN16))
     out = tmp_path / "merged.json"
-    r = mslaunch("merge", singles[1], singles[0], "-o", str(out))
+    r = ranktable("merge", singles[1], singles[0], "-o", str(out))
     assert (r.returncode, r.stdout, r.stderr) == (0, "", f"wrote {out}\n")
     assert read(str(out)) == read(GOLDEN16)
 
 
 def test_merge_duplicate_server(singles: List[str]) -> None:
-    r = mslaunch("merge", singles[0], singles[0])
+    r = ranktable("merge", singles[0], singles[0])
     assert (r.returncode, r.stdout) == (2, "")
     assert lines(r.stderr) == [
         f"mslaunch: error: {singles[0]}: server_list[0].server_id: server_id '10.0.0.1' is in both "
@@ -191,7 +191,7 @@ def test_merge_duplicate_server(singles: List[str]) -> None:
 def test_merge_invalid_json(singles: List[str], tmp_path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{\n  "version": "1.0",\n  "server_list": [}\n')
-    r = mslaunch("merge", singles[0], str(bad))
+    r = ranktable("merge", singles[0], str(bad))
     assert (r.returncode, r.stdout, lines(r.stderr)) == (2, "", [f"mslaunch: error: {bad}:3:19: invalid JSON: Expecting value"])
 
 
@@ -200,9 +200,9 @@ def test_merge_invalid_json(singles: List[str], tmp_path) -> None:
 
 
 def test_validate_ok() -> None:
-    r = mslaunch("validate", GOLDEN16)
+    r = ranktable("validate", GOLDEN16)
     assert (r.returncode, r.stdout, r.stderr) == (0, "OK: 2 servers, 16 ranks\n", "")
-    r = mslaunch("validate", GOLDEN8, "--chip", "910b")
+    r = ranktable("validate", GOLDEN8, "--chip", "910b")
     assert (r.returncode, r.stdout, r.stderr) == (0, "OK: 1 server, 8 ranks\n", "")
 
 
@@ -213,7 +213,7 @@ def test_validate_reports_every_problem(tmp_path) -> None:
     table["server_list"].reverse()
     path = tmp_path / "t.json"
     path.write_text(json.dumps(table))
-    r = mslaunch("validate", str(path))
+    r = ranktable("validate", str(path))
     assert (r.returncode, r.stdout) == (1, "")
     assert lines(r.stderr) == [
         f'{path}: server_count: must be a JSON string, got number 2 (write "2")',
@@ -229,18 +229,18 @@ def test_validate_reports_every_problem(tmp_path) -> None:
 def test_validate_invalid_json_is_bad_input(tmp_path) -> None:
     path = tmp_path / "t.json"
     path.write_text('{"version": "1.0",\n "status": "completed"\n "x": 1}\n')
-    r = mslaunch("validate", str(path))
+    r = ranktable("validate", str(path))
     assert (r.returncode, r.stdout, lines(r.stderr)) == (
         2, "", [f"mslaunch: error: {path}:3:2: invalid JSON: Expecting ',' delimiter"]
     )
-    r = mslaunch("validate", str(tmp_path / "missing.json"))
+    r = ranktable("validate", str(tmp_path / "missing.json"))
     assert (r.returncode, r.stdout, lines(r.stderr)) == (
         2, "", [f"mslaunch: error: {tmp_path / 'missing.json'}: no such rank table file"]
     )
 
 
 def test_show() -> None:
-    r = mslaunch("show", GOLDEN16)
+    r = ranktable("show", GOLDEN16)
     assert (r.returncode, r.stderr) == (0, "")
     out = lines(r.stdout)
     assert out[0] == f"{GOLDEN16}: version 1.0, status completed, 2 servers, 16 devices"
@@ -253,7 +253,7 @@ def test_show() -> None:
 def test_show_not_a_rank_table(tmp_path) -> None:
     path = tmp_path / "t.json"
     path.write_text("[1, 2]\n")
-    r = mslaunch("show", str(path))
+    r = ranktable("show", str(path))
     assert (r.returncode, r.stdout, lines(r.stderr)) == (
         2, "", [f"mslaunch: error: {path}: no server_list; is this a rank table? (try: mslaunch ranktable validate)"]
     )
@@ -279,7 +279,7 @@ def _table_file(tmp_path, servers: int, v12: bool = False) -> str:
 
 def test_show_big_table_summarises(tmp_path) -> None:
     path = _table_file(tmp_path, 40, v12=True)
-    r = mslaunch("show", path)
+    r = ranktable("show", path)
     assert (r.returncode, r.stderr) == (0, "")
     out = lines(r.stdout)
     assert out[0] == f"{path}: version 1.2, status completed, 40 servers, 320 devices"
@@ -294,7 +294,7 @@ def test_show_big_table_summarises(tmp_path) -> None:
 
 def test_show_all_lists_every_device(tmp_path) -> None:
     path = _table_file(tmp_path, 40)
-    out = lines(mslaunch("show", "--all", path).stdout)
+    out = lines(ranktable("show", "--all", path).stdout)
     rows = [line for line in out if line.startswith("│ 10.")]
     assert len(rows) == 320 and [int(row.split("│")[-2]) for row in rows] == list(range(320))
     assert not any("not shown" in line for line in out)
@@ -332,7 +332,7 @@ def test_show_escapes_control_characters(tmp_path) -> None:
     table = json.loads(read(GOLDEN8))
     table["server_list"][0]["server_id"] = "a\x1b[31mb"
     path.write_text(json.dumps(table))
-    r = mslaunch("show", str(path))
+    r = ranktable("show", str(path))
     assert "\x1b" not in r.stdout and "a\\x1b[31mb" in r.stdout
 
 
@@ -354,7 +354,7 @@ def _via_full_app(*args: str) -> subprocess.CompletedProcess:
     ids=["no-args", "help", "gen-help", "show-help", "unknown-command", "unknown-flag", "missing-file", "bad-version"],
 )
 def test_ranktable_alone_answers_as_the_full_app(args: Tuple[str, ...]) -> None:
-    lean, full = mslaunch(*args), _via_full_app(*args)
+    lean, full = ranktable(*args), _via_full_app(*args)
     assert (lean.returncode, lean.stdout, lean.stderr) == (full.returncode, full.stdout, full.stderr)
     assert lean.stdout or lean.stderr
 

@@ -6,11 +6,11 @@ import subprocess
 
 import pytest
 
-from tests.conftest import mslaunch_argv
+from tests.harness.cli import run_process
 
 
 def _doctor(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(mslaunch_argv("doctor", "--health", *args), capture_output=True, text=True, cwd=str(tmp_path), timeout=120)
+    return run_process("doctor", "--health", *args, cwd=str(tmp_path), timeout=120)
 
 
 def test_json_of_local_hosts(tmp_path) -> None:

@@ -8,19 +8,15 @@ import os
 import pytest
 import yaml
 
-from launcher.cli.app import main
+from tests.harness.cli import run_cli
 
 BASE = ["k8s", "gen", "--nodes", "2", "--per-host", "2", "--image", "reg/ms:1"]
 
 
-def gen(capsys, *args: str):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+def gen(*args: str):
+    """``mslaunch ARGS``'s exit code, stdout and stderr (in this process: k8s gen starts nothing)."""
+    r = run_cli(*args)
+    return r.returncode, r.stdout, r.stderr
 
 
 @pytest.fixture(autouse=True)
@@ -33,8 +29,8 @@ def container(text: str) -> dict:
     return jobdoc["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_options_in_either_order_and_run_options_passed_through(capsys):
-    code, out, err = gen(capsys, "k8s", "gen", "--nodes", "3", "--env", "A=$(HOME)", "--per-host", "2", "--master_port", "9000",
+def test_options_in_either_order_and_run_options_passed_through():
+    code, out, err = gen("k8s", "gen", "--nodes", "3", "--env", "A=$(HOME)", "--per-host", "2", "--master_port", "9000",
                          "--image", "reg/ms:1", "--cpu-tune", "off", "--cpu", "4", "train.py", "--lr", "0.1", "--image", "not-gen's")
     assert (code, err) == (0, "")
     c = container(out)
@@ -45,8 +41,8 @@ def test_options_in_either_order_and_run_options_passed_through(capsys):
                          "train.py", "--lr", "0.1", "--image", "not-gen's"]  # SCRIPT's own arguments are its own
 
 
-def test_module_and_np_equal_and_device_target(capsys):
-    code, out, err = gen(capsys, *BASE, "--np", "4", "--name", "ar", "-m", "launcher.workloads.allreduce_smoke", "--device-target", "GPU")
+def test_module_and_np_equal_and_device_target():
+    code, out, err = gen(*BASE, "--np", "4", "--name", "ar", "-m", "launcher.workloads.allreduce_smoke", "--device-target", "GPU")
     assert code == 0, err
     c = container(out)
     assert c["args"][-4:] == ["-m", "launcher.workloads.allreduce_smoke", "--device-target", "GPU"]
@@ -54,16 +50,16 @@ def test_module_and_np_equal_and_device_target(capsys):
 
 
 @pytest.mark.parametrize("flavor", ["volcano", "ascendjob"])
-def test_other_flavors(capsys, flavor):
-    code, out, err = gen(capsys, *BASE, "--flavor", flavor, "--env", "DEVICE_TARGET=Ascend", "train.py")
+def test_other_flavors(flavor):
+    code, out, err = gen(*BASE, "--flavor", flavor, "--env", "DEVICE_TARGET=Ascend", "train.py")
     assert code == 0, err
     (doc,) = list(yaml.safe_load_all(out))
     assert doc["kind"] == {"volcano": "Job", "ascendjob": "AscendJob"}[flavor]
     assert "huawei.com/Ascend910: 2" in out
 
 
-def test_output_file_written_atomically(capsys, tmp_path):
-    code, out, err = gen(capsys, *BASE, "-o", "job.yaml", "train.py")
+def test_output_file_written_atomically(tmp_path):
+    code, out, err = gen(*BASE, "-o", "job.yaml", "train.py")
     assert (code, out) == (0, "")
     assert err == "wrote job.yaml: indexed, 2 pod(s) x 2 rank(s)\n"
     assert len(list(yaml.safe_load_all((tmp_path / "job.yaml").read_text()))) == 2
@@ -98,17 +94,17 @@ def test_output_file_written_atomically(capsys, tmp_path):
     (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
     (["--nodes", "2", "--nodes", "3", "--env", "A=1", "--nodes", "4"], "given twice"),
 ])
-def test_bad_input_one_line_exit_2_nothing_written(capsys, tmp_path, args, words):
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, words):
     (tmp_path / "job.yaml").write_text("old\n")
-    code, out, err = gen(capsys, *BASE, "-o", "job.yaml", *args, "train.py")
+    code, out, err = gen(*BASE, "-o", "job.yaml", *args, "train.py")
     assert code == 2, (out, err)
     assert out == "" and err.count("\n") == 1 and err.startswith("mslaunch: error: ") and words.lower() in err.lower(), err
     assert (tmp_path / "job.yaml").read_text() == "old\n"
     assert sorted(os.listdir(tmp_path)) == ["job.yaml"]
 
 
-def test_missing_image_and_script(capsys):
-    code, _, err = gen(capsys, "k8s", "gen", "--nodes", "2", "--per-host", "1", "train.py")
+def test_missing_image_and_script():
+    code, _, err = gen("k8s", "gen", "--nodes", "2", "--per-host", "1", "train.py")
     assert code == 2 and "missing --image" in err and err.count("\n") == 1
-    code, _, err = gen(capsys, *BASE)
+    code, _, err = gen(*BASE)
     assert code == 2 and "missing SCRIPT" in err and err.count("\n") == 1

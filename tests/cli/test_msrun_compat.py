@@ -14,6 +14,7 @@ from launcher.errors import PlanError, RankTableError
 from launcher.planning.inventory import local_inventory
 from launcher.planning.plan import JobSpec, NodeSpec, build_plan, worker_log_name
 from launcher.planning.ranks import node_slots
+from tests.harness.cli import run_process
 
 
 def spec(**kw):
@@ -270,8 +271,8 @@ def test_join_false_runs_in_the_background(tmp_path):
     import time
 
     prog = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "rankprog.py")
-    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--worker_num", "2", "--local_worker_num", "2", "--master_port", "auto",
-                        "--log_dir", "jf", "--join", "False", prog, "ok", "0.5"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = run_process("run", "--worker_num", "2", "--local_worker_num", "2", "--master_port", "auto",
+                    "--log_dir", "jf", "--join", "False", prog, "ok", "0.5", cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
     summary = tmp_path / "jf" / "summary.json"

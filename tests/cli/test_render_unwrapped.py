@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+
+from tests.harness.cli import run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -13,8 +13,8 @@ PROG = os.path.join(HERE, "scripts", "rankprog.py")
 def test_summary_and_ps_print_long_paths_whole_when_not_a_terminal(tmp_path) -> None:
     env = dict(os.environ, MSLAUNCH_HOME=str(tmp_path / "home"), COLUMNS="80")
     job = tmp_path / ("a_log_directory_whose_name_alone_is_longer_than" + "_x" * 30) / "job"
-    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--log-dir", str(job),
-                        "--tee", "none", "--grace", "2", PROG, "fail", "0.1", "1", "3"], capture_output=True, text=True, env=env, timeout=120)
+    r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job),
+                    "--tee", "none", "--grace", "2", PROG, "fail", "0.1", "1", "3", env=env, timeout=120)
     assert r.returncode == 3, r.stderr
     lines = r.stderr.splitlines()
     for name, log in (("scheduler", "scheduler.log"), ("rank 0", "worker_0.log"), ("rank 1", "worker_1.log")):
@@ -23,5 +23,5 @@ def test_summary_and_ps_print_long_paths_whole_when_not_a_terminal(tmp_path) -> 
     assert f"job {r.stderr.split('mslaunch: job ')[1].split(':')[0]}: failed in " in r.stderr
     assert f"root cause log: {job / 'worker_1.log'}" in lines
     assert [line for line in lines if line != line.rstrip()] == []  # no padding to a terminal's width
-    ps = subprocess.run([sys.executable, "-m", "launcher", "ps", "--all"], capture_output=True, text=True, env=env, timeout=60)
+    ps = run_process("ps", "--all", env=env, timeout=60)
     assert ps.returncode == 0 and any(f" {job} " in line for line in ps.stdout.splitlines()), ps.stdout

@@ -9,8 +9,7 @@ import pytest
 
 from launcher.cli.sbatch import render_script
 from tests.cli.bad_run_options import BAD_RUN_OPTIONS, NOT_VALIDATED, case_ids
-from tests.conftest import mslaunch_argv
-from tests.harness.cli import run_cli
+from tests.harness.cli import run_cli, run_process
 
 
 def test_render_script_whole_text() -> None:
@@ -60,7 +59,7 @@ def test_requeue_step_outside_slurm_does_nothing(tmp_path) -> None:
 
 def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    return subprocess.run(mslaunch_argv("sbatch", *args), capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=env)
+    return run_process("sbatch", *args, timeout=60, cwd=str(tmp_path), env=env)
 
 
 def test_dry_run_prints_the_script_and_writes_nothing(tmp_path) -> None:

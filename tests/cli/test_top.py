@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 import psutil
@@ -26,7 +25,7 @@ PROG = os.path.join(HERE, "scripts", "metricprog.py")
 
 from tests.integration.test_multihost import cluster  # noqa: E402,F401  (the namespace cluster fixture, emptied after each test)
 from tests.harness.ci import require_tool
-from tests.harness.cli import run_cli
+from tests.harness.cli import mslaunch_argv, run_cli, run_process
 
 
 def alive(pid: int) -> bool:
@@ -46,16 +45,16 @@ def job(tmp_path):
         dir = tmp_path / "job"
         environ = env
 
-        def run_argv(self, *args, extra=()):
-            return [sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--log-dir", str(self.dir),
-                    "--grace", "2", *extra, PROG, *args]
+        def run_args(self, *args, extra=()):
+            """The CLI's arguments of ``mslaunch run`` of this job."""
+            return ["run", "--np", "2", "--master-port", "auto", "--log-dir", str(self.dir), "--grace", "2", *extra, PROG, *args]
 
         def cli(self, *args, timeout=60):
             """top / status / stop / report: in this process (they start nothing; see tests/harness/cli.py)."""
             return run_cli(*args, env=env, cwd=str(tmp_path), timeout=timeout)
 
         def run(self, *args, extra=(), timeout=120):
-            return subprocess.run(self.run_argv(*args, extra=extra), capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=timeout)
+            return run_process(*self.run_args(*args, extra=extra), env=env, cwd=str(tmp_path), timeout=timeout)
 
         def top(self, *extra):
             r = self.cli("top", "--json", str(self.dir), *extra)
@@ -214,7 +213,7 @@ def test_live_view_under_tmux_run_and_top(job, tmp_path):
         return t("capture-pane", "-p", "-t", target).stdout
 
     envs = " ".join(f"{k}={shlex_quote(v)}" for k, v in job.environ.items() if k in ("PIDDIR", "PYTHONPATH", "MSLAUNCH_HOME"))
-    run_cmd = " ".join(shlex_quote(a) for a in job.run_argv("40", "0.25", "--straggler", "1"))
+    run_cmd = " ".join(shlex_quote(a) for a in mslaunch_argv(*job.run_args("40", "0.25", "--straggler", "1")))
     try:
         assert t("new-session", "-d", "-s", "run", "-n", "main", "-x", "120", "-y", "30", "bash", "--norc", "--noprofile").returncode == 0
         t("send-keys", "-t", "run:main", f"env {envs} {run_cmd}; echo RUN-EXIT=$?", "Enter")
@@ -228,7 +227,7 @@ def test_live_view_under_tmux_run_and_top(job, tmp_path):
         job.wait(lambda: (step_of(pane("run:main"), 0) or 0) > first[0], "the live table to update")
         # `mslaunch top` from another shell, on the same job.
         t("new-window", "-t", "run", "-n", "top", "bash", "--norc", "--noprofile")
-        top_cmd = " ".join(shlex_quote(a) for a in [sys.executable, "-m", "launcher", "top", str(job.dir), "--interval", "0.5"])
+        top_cmd = " ".join(shlex_quote(a) for a in mslaunch_argv("top", str(job.dir), "--interval", "0.5"))
         t("send-keys", "-t", "run:top", f"env {envs} {top_cmd}; echo TOP-EXIT=$?", "Enter")
         seen = job.wait(lambda: (lambda p: p if step_of(p, 1) else None)(pane("run:top")), "top's table")
         assert "straggler" in job.wait(lambda: (lambda p: p if "straggler" in p else None)(pane("run:top")), "rank 1 flagged as a straggler")
@@ -255,7 +254,7 @@ def test_top_over_ssh_on_the_namespace_cluster(tmp_path, cluster):
     mj = MJob(tmp_path, cluster)
     r = mj.run("6", "0.1", "--straggler", "4", extra=("--tee", "none"), program=[PROG])
     assert r.returncode == 0, r.stderr
-    snap = subprocess.run([sys.executable, "-m", "launcher", "top", "--json", str(mj.dir)], capture_output=True, text=True, env=mj.env, timeout=60)
+    snap = run_process("top", "--json", str(mj.dir), env=mj.env, timeout=60)
     assert snap.returncode == 0, snap.stderr
     data = json.loads(snap.stdout)
     hosts = [h.ip for h in cluster.hosts]

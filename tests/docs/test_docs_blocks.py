@@ -26,7 +26,6 @@ import pytest
 from tests.docs.exempt import EXEMPT
 from tests.harness.ci import require_tool
 from tests.harness.conftest_netns import require_netns
-from tests.harness.mindspore import require_mindspore
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -136,8 +135,6 @@ def test_docs_block_runs(block: Block, scratch: Path) -> None:
         require_netns()
     if "tests.harness.slurm_cluster" in block.text:
         require_tool("slurmctld", package="slurmctld")
-    if "launcher.workloads." in block.text or "mslaunch check" in block.text:
-        require_mindspore()
     token = uuid.uuid4().hex
     env = dict(os.environ)
     env.update(BLOCK_ENV.get(block.key, {}))

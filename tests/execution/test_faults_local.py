@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from tests.harness.faultkit import ESCAPER, Fault, escaper, kill_all, marked, mslaunch, new_marker, signal_during_startup, survivors, tree, wait_for
+from tests.harness.cli import mslaunch_argv
+from tests.harness.faultkit import ESCAPER, Fault, escaper, kill_all, marked, new_marker, signal_during_startup, survivors, tree, wait_for
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -66,8 +67,8 @@ def test_stop_signal_during_startup_sweep(tmp_path, sig):
     for i, delay in enumerate((0.0, 0.1, 0.25, 0.5, 0.9, 1.4, 2.0)):
         marker = new_marker()
         job = tmp_path / f"job{i}"
-        argv = mslaunch("--np", "2", "--master-port", "auto", "--no-sched-wait", "--log-dir", str(job), "--tee", "none",
-                        "--grace", "2", "--no-python", sys.executable, ESCAPER, marker, "hang")
+        argv = mslaunch_argv("run", "--np", "2", "--master-port", "auto", "--no-sched-wait", "--log-dir", str(job), "--tee", "none",
+                             "--grace", "2", "--no-python", sys.executable, ESCAPER, marker, "hang")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
         snapshot, _, err = signal_during_startup(proc, delay, sig)
         try:

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from tests.execution.test_run_local import assert_all_gone, kill_recorded
 from tests.harness.ci import require_tool
-from tests.harness.cli import run_cli
+from tests.harness.cli import run_cli, run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "hangprog.py")
@@ -32,9 +30,8 @@ def hjob(tmp_path):
         pids = piddir
 
         def run(self, *args, extra=(), timeout=120):
-            argv = [sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--log-dir", str(self.dir),
-                    "--grace", "2", "--tee", "none", *extra, PROG, *args]
-            return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=timeout)
+            return run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(self.dir), "--grace", "2", "--tee", "none",
+                               *extra, PROG, *args, env=env, cwd=str(tmp_path), timeout=timeout)
 
         def summary(self):
             return json.loads((self.dir / "summary.json").read_text())

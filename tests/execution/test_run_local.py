@@ -11,7 +11,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 
@@ -19,6 +18,7 @@ import psutil
 import pytest
 
 from tests.harness.ci import require_tool
+from tests.harness.cli import mslaunch_argv, run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -72,15 +72,16 @@ def job(tmp_path):
         pids = piddir
         environ = env
 
-        def argv(self, *args, np=2, extra=()):
-            return [sys.executable, "-m", "launcher", "run", "--np", str(np), "--master-port", "auto",
-                    "--log-dir", str(self.dir), "--grace", "2", *extra, PROG, *args]
+        def args(self, *args, np=2, extra=()):
+            """The CLI's arguments of ``mslaunch run`` of this job."""
+            return ["run", "--np", str(np), "--master-port", "auto", "--log-dir", str(self.dir), "--grace", "2", *extra, PROG, *args]
 
         def run(self, *args, np=2, extra=(), timeout=60):
-            return subprocess.run(self.argv(*args, np=np, extra=extra), capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=timeout)
+            return run_process(*self.args(*args, np=np, extra=extra), env=env, cwd=str(tmp_path), timeout=timeout)
 
         def popen(self, *args, np=2, extra=()):
-            return subprocess.Popen(self.argv(*args, np=np, extra=extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))
+            return subprocess.Popen(mslaunch_argv(*self.args(*args, np=np, extra=extra)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=env, cwd=str(tmp_path))
 
         def summary(self):
             return json.loads((self.dir / "summary.json").read_text())
@@ -177,8 +178,8 @@ def test_busy_master_port_starts_nothing(job):
         s.bind(("", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        argv = [a if a != "auto" else str(port) for a in job.argv("ok")]
-        r = subprocess.run(argv, capture_output=True, text=True, env=job.environ, timeout=30)
+        args = [a if a != "auto" else str(port) for a in job.args("ok")]
+        r = run_process(*args, env=job.environ, timeout=30)
     assert r.returncode == 1
     assert r.stderr == f"mslaunch: error: --master-port: port {port} is already in use on this machine; pass --master-port auto or another free port\n"
     assert not job.dir.exists() and os.listdir(job.pids) == []
@@ -230,11 +231,11 @@ def test_ranktable_method_dirs_and_env(job, tmp_path):
 
 def test_detach_ps_status_logs_stop(job, tmp_path):
     env = job.environ
-    r = subprocess.run(job.argv("hang", extra=("--detach",)), capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=60)
+    r = run_process(*job.args("hang", extra=("--detach",)), env=env, cwd=str(tmp_path), timeout=60)
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
     job.wait_started(3)
-    cli = lambda *a: subprocess.run([sys.executable, "-m", "launcher", *a], capture_output=True, text=True, env=env, timeout=60)  # noqa: E731
+    cli = lambda *a: run_process(*a, env=env, timeout=60)  # noqa: E731
     ps = cli("ps")
     assert job_id in ps.stdout and "running" in ps.stdout
     st = cli("status", job_id)
@@ -254,28 +255,27 @@ def test_logs_tail_follow_and_grep(job, tmp_path):
     job.wait_started(3)
     # -n 5: the 'done' lines show whether they come before the follower starts (a loaded machine
     # may start it late) or while it follows; either way exactly once, and nothing else.
-    cli = [sys.executable, "-m", "launcher", "logs", "tail", "--log-dir", str(job.dir), "-f", "-n", "5", "--grep", "done"]
-    follow = subprocess.run(cli, capture_output=True, text=True, env=job.environ, timeout=120)
+    follow = run_process("logs", "tail", "--log-dir", str(job.dir), "-f", "-n", "5", "--grep", "done", env=job.environ, timeout=120)
     p.communicate(timeout=30)
     assert p.returncode == 0
     assert sorted(follow.stdout.splitlines()) == ["[rank 0] rank0 done", "[rank 1] rank1 done"]
-    ls = subprocess.run([sys.executable, "-m", "launcher", "logs", "ls", str(job.dir)], capture_output=True, text=True, env=job.environ)
+    ls = run_process("logs", "ls", str(job.dir), env=job.environ)
     assert [line.split()[:2] for line in ls.stdout.splitlines()] == [["rank", "0"], ["rank", "1"], ["scheduler", str((job.dir / "scheduler.log").stat().st_size)]]
     assert_all_gone(job.pids)
 
 
 def test_bad_program_is_a_start_failure(job, tmp_path):
     # a missing program is refused before anything starts (exit 2, no job files)
-    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "1", "--log-dir", str(job.dir), "--no-python", "--master-port", "auto",
-                        str(tmp_path / "missing.sh")], capture_output=True, text=True, env=job.environ, timeout=60)
+    r = run_process("run", "--np", "1", "--log-dir", str(job.dir), "--no-python", "--master-port", "auto",
+                    str(tmp_path / "missing.sh"), env=job.environ, timeout=60)
     assert r.returncode == 2 and f"no such file '{tmp_path}/missing.sh'" in r.stderr, r.stderr
     assert not (job.dir / "summary.json").exists()
     # one that is there but cannot be executed fails at start
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"\x00\x01\x02")
     junk.chmod(0o755)
-    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "1", "--log-dir", str(job.dir), "--no-python", "--master-port", "auto",
-                        str(junk)], capture_output=True, text=True, env=job.environ, timeout=60)
+    r = run_process("run", "--np", "1", "--log-dir", str(job.dir), "--no-python", "--master-port", "auto",
+                    str(junk), env=job.environ, timeout=60)
     assert r.returncode == 1
     assert f"cannot start '{junk}': Exec format error" in r.stderr, r.stderr
     # the scheduler (started first) did not survive

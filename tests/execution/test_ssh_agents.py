@@ -10,13 +10,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from typing import Dict, List
 
 import psutil
 import pytest
 
 from launcher.execution.ssh.remote_link import BOOTSTRAP
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.faultkit import wait_for
 
 pytestmark = pytest.mark.netns
@@ -44,8 +44,9 @@ def inventory(c, path, slots: int) -> str:
     return str(path)
 
 
-def mslaunch(c, tmp_path, inv: str, *args: str, method=("--method", "dynamic"), extra=()) -> List[str]:
-    return [sys.executable, "-m", "launcher", "run", "--hosts", inv, "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
+def run_args(tmp_path, inv: str, *args: str, method=("--method", "dynamic"), extra=()) -> List[str]:
+    """The CLI's arguments of ``mslaunch run`` on the cluster of inventory ``inv``."""
+    return ["run", "--hosts", inv, "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
             "--grace", "2", "--env", f"PIDDIR={tmp_path / 'pids'}", *method, *extra, *args]
 
 
@@ -91,7 +92,7 @@ def started(tmp_path, n: int) -> bool:
 def hang_job(c, tmp_path, slots: int) -> subprocess.Popen:
     (tmp_path / "pids").mkdir(exist_ok=True)
     inv = inventory(c, tmp_path / f"inv{slots}.yaml", slots)
-    return subprocess.Popen(mslaunch(c, tmp_path, inv, PROG, "hang"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen(mslaunch_argv(*run_args(tmp_path, inv, PROG, "hang")), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env_for(c), cwd=str(tmp_path))
 
 
@@ -139,7 +140,7 @@ def test_many_ranks_per_host_log_their_own_lines_in_order(cluster, tmp_path):
         "for i in range(3000):\n"
         "    print('rank%s line %d' % (r, i), file=sys.stdout if i % 2 else sys.stderr, flush=True)\n")
     (tmp_path / "pids").mkdir()
-    r = subprocess.run(mslaunch(c, tmp_path, inv, str(script)), capture_output=True, text=True, env=env_for(c), cwd=str(tmp_path), timeout=120)
+    r = run_process(*run_args(tmp_path, inv, str(script)), env=env_for(c), cwd=str(tmp_path), timeout=120)
     assert r.returncode == 0, r.stderr
     for rank in range(4 * len(c.hosts)):
         lines = (tmp_path / "job" / f"worker_{rank}.log").read_text().splitlines()
@@ -150,8 +151,7 @@ def test_one_rank_fails_while_its_host_mates_run(cluster, tmp_path):
     c = cluster
     inv = inventory(c, tmp_path / "inv.yaml", 3)
     (tmp_path / "pids").mkdir()
-    r = subprocess.run(mslaunch(c, tmp_path, inv, PROG, "fail", "1.0", "4", "6"), capture_output=True, text=True,
-                       env=env_for(c), cwd=str(tmp_path), timeout=120)
+    r = run_process(*run_args(tmp_path, inv, PROG, "fail", "1.0", "4", "6"), env=env_for(c), cwd=str(tmp_path), timeout=120)
     assert r.returncode == 6, r.stderr
     s = json.loads((tmp_path / "job" / "summary.json").read_text())
     cause = s["root_cause"]
@@ -200,8 +200,7 @@ def test_no_agent_outlives_mslaunch(cluster, tmp_path, mode: str, code: int):
     c = cluster
     inv = inventory(c, tmp_path / "inv.yaml", 2)
     (tmp_path / "pids").mkdir()
-    r = subprocess.run(mslaunch(c, tmp_path, inv, PROG, mode, "0.3", "2", "6"), capture_output=True, text=True,
-                       env=env_for(c), cwd=str(tmp_path), timeout=120)
+    r = run_process(*run_args(tmp_path, inv, PROG, mode, "0.3", "2", "6"), env=env_for(c), cwd=str(tmp_path), timeout=120)
     left = c.all_pids()
     assert r.returncode == code, r.stderr
     assert left == {}, described(left)

@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 from typing import Dict, List, Optional
 
@@ -27,6 +26,7 @@ from launcher.execution.ssh.remote_link import BOOTSTRAP
 from launcher.planning import mpi
 from launcher.planning.inventory import Host, Inventory, SshOptions, parse_cluster_yaml, parse_host_list
 from launcher.planning.plan import JobSpec, build_plan
+from tests.harness.cli import run_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -119,8 +119,7 @@ def test_master_addr_is_the_resolved_hostname_in_the_plan(home, tmp_path, monkey
     cfg = tmp_path / "cfg"
     cfg.write_text(CONFIG)
     monkeypatch.setenv("MSLAUNCH_SSH_CONFIG", str(cfg))
-    r = subprocess.run([sys.executable, "-m", "launcher", "plan", "--json", "-H", "h1:1,h2:1", "--log-dir", str(tmp_path / "j"), "x.py"],
-                       capture_output=True, text=True, cwd=str(tmp_path))
+    r = run_process("plan", "--json", "-H", "h1:1,h2:1", "--log-dir", str(tmp_path / "j"), "x.py", cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert (plan["launcher"], plan["master_addr"], plan["ssh_config"]) == ("ssh", "10.9.9.1", str(cfg))

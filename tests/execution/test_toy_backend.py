@@ -8,26 +8,24 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import psutil
 import pytest
 
 from launcher.errors import PlanError
 from launcher.execution.backend import backend_names, get_backend, unregister_backend
+from tests.harness.cli import run_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROG = os.path.join(ROOT, "tests", "scripts", "rankprog.py")
-# The CLI, with the toy backend's module imported first (as a plugin would be).
-DRIVER = ("import sys, runpy; import tests.execution.toy_backend; "
-          "sys.argv = ['mslaunch'] + sys.argv[1:]; runpy.run_module('launcher', run_name='__main__')")
 
 
-def mslaunch_with_toy(tmp_path, *args: str, piddir=None) -> subprocess.CompletedProcess:
+def with_toy(tmp_path, *args: str, piddir=None) -> subprocess.CompletedProcess:
+    """``mslaunch ARGS`` as a process, with the toy backend's module imported first (as a plugin would be)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     if piddir is not None:
         env["PIDDIR"] = str(piddir)
-    return subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
+    return run_process(*args, imports=("tests.execution.toy_backend",), env=env, cwd=str(tmp_path), timeout=120)
 
 
 def test_registration_alone_makes_the_name_known():
@@ -47,14 +45,14 @@ def test_registration_alone_makes_the_name_known():
 
 
 def test_toy_backend_in_the_cli_help_and_dry_run(tmp_path):
-    r = mslaunch_with_toy(tmp_path, "run", "--help")
+    r = with_toy(tmp_path, "run", "--help")
     flat = " ".join(r.stdout.replace("\u2502", " ").split())  # rich wraps the help text inside its box
     assert r.returncode == 0 and "local | ssh | mpirun | slurm | toy" in flat, r.stdout
-    r = mslaunch_with_toy(tmp_path, "run", "--dry-run", "--json", "--launcher", "toy", "--np", "2", PROG, "ok")
+    r = with_toy(tmp_path, "run", "--dry-run", "--json", "--launcher", "toy", "--np", "2", PROG, "ok")
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["launcher"] == "toy" and plan["toy"] == ["toy-launch", "--procs", "3"]
-    r = mslaunch_with_toy(tmp_path, "run", "--launcher", "nope", "--np", "2", PROG, "ok")
+    r = with_toy(tmp_path, "run", "--launcher", "nope", "--np", "2", PROG, "ok")
     assert r.returncode == 2 and "unknown launcher 'nope'; use one of local, ssh, mpirun, slurm, toy" in r.stderr
 
 
@@ -63,8 +61,8 @@ def test_toy_backend_runs_a_2_rank_job(tmp_path):
     piddir.mkdir()
     job = tmp_path / "job"
     try:
-        r = mslaunch_with_toy(tmp_path, "run", "--launcher", "toy", "--np", "2", "--master-port", "auto", "--log-dir", str(job),
-                              "--grace", "2", PROG, "ok", "0.2", piddir=piddir)
+        r = with_toy(tmp_path, "run", "--launcher", "toy", "--np", "2", "--master-port", "auto", "--log-dir", str(job),
+                     "--grace", "2", PROG, "ok", "0.2", piddir=piddir)
         assert r.returncode == 0, r.stderr
         summary = json.loads((job / "summary.json").read_text())
         assert summary["status"] == "succeeded"
@@ -84,6 +82,6 @@ def test_toy_backend_runs_a_2_rank_job(tmp_path):
 
 
 def test_a_local_only_backend_refuses_remote_hosts(tmp_path):
-    r = mslaunch_with_toy(tmp_path, "run", "--launcher", "toy", "-H", "10.9.9.9:2", "--log-dir", str(tmp_path / "job"), PROG, "ok")
+    r = with_toy(tmp_path, "run", "--launcher", "toy", "-H", "10.9.9.9:2", "--log-dir", str(tmp_path / "job"), PROG, "ok")
     assert r.returncode == 1 and "--launcher toy runs on this machine only, but the inventory has 10.9.9.9" in r.stderr, r.stderr
     assert not (tmp_path / "job" / "plan.json").exists()  # refused before anything was written

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -15,6 +14,7 @@ import pytest
 from launcher.execution.local.process import LocalProcess
 from launcher.execution.local.zygote import ZygoteBackend, ZygoteProcess
 from launcher.planning.plan import ProcPlan
+from tests.harness.cli import run_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RANKPROG = os.path.join(ROOT, "tests", "scripts", "rankprog.py")
@@ -86,9 +86,8 @@ def test_non_python_argv_starts_as_a_subprocess(tmp_path):
 
 def test_cli_zygote_fail_fast(tmp_path):
     """``mslaunch run --zygote``: a failing forked rank fails the job with its exit code."""
-    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "2", "--zygote", "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
-                        "--grace", "1", RANKPROG, "fail", "0.3", "1", "7"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ, PIDDIR=str(tmp_path)))
+    r = run_process("run", "--np", "2", "--zygote", "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
+                    "--grace", "1", RANKPROG, "fail", "0.3", "1", "7", timeout=120, cwd=tmp_path, env=dict(os.environ, PIDDIR=str(tmp_path)))
     assert r.returncode == 7, r.stderr
     summary = json.loads((tmp_path / "job" / "summary.json").read_text())
     assert summary["root_cause"]["name"] == "rank 1" and summary["root_cause"]["exit_code"] == 7
@@ -137,8 +136,8 @@ def test_cli_zygote_falls_back_when_the_interpreter_starts_a_thread(tmp_path):
     site.mkdir()
     (site / "sitecustomize.py").write_text("import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n")
     env = dict(os.environ, PIDDIR=str(tmp_path), PYTHONPATH=os.pathsep.join([str(site), ROOT]))
-    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "2", "--zygote", "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
-                        "--tee", "none", RANKPROG, "ok", "0.1"], capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    r = run_process("run", "--np", "2", "--zygote", "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
+                    "--tee", "none", RANKPROG, "ok", "0.1", timeout=180, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert "mslaunch: start: Python ranks forked from one process that imported mindspore once" in r.stderr
     assert "mslaunch: zygote: 1 thread(s) besides the main one after" in r.stderr

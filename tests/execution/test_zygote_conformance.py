@@ -24,7 +24,6 @@ import pytest
 from launcher.execution.local.process import LocalProcess, start_local
 from launcher.execution.local.zygote import PRELOAD, ZygoteBackend, ZygoteProcess
 from launcher.planning.plan import ProcPlan
-from tests.harness.mindspore import require_mindspore
 
 pytestmark = pytest.mark.mindspore
 
@@ -40,7 +39,6 @@ def zygote(request):
     """The default's zygote, under ``PYTHONUNBUFFERED=1`` (mslaunch's default for ranks) and
     without it (``--env PYTHONUNBUFFERED=`` or a user's own choice): stdio differs between the
     two, and each must match a plain process under the same setting."""
-    require_mindspore()
     with pytest.MonkeyPatch.context() as mp:
         if request.param == "unbuffered":
             mp.setenv("PYTHONUNBUFFERED", "1")

@@ -1,15 +1,24 @@
-"""Run the mslaunch CLI in the test's own process: what ``python -m launcher ARGS`` would print
-and exit with, without starting an interpreter (each start costs about 0.6 s of CPU, and a
-suite that checks hundreds of refusals and reads of job folders paid minutes for them).
+"""The two ways a test runs the mslaunch CLI: in the test's own process, or as a process.
 
-For commands that start no job: refusals of bad input, ``plan``/``--dry-run``, the generators
-(``ranktable``, ``hostfile``, ``k8s gen``), and the readers of job folders (``ps``, ``status``,
-``logs tail`` without ``-f``, ``report``).  A command that would start a job fails the test
-(:func:`run_cli` refuses it): jobs run as processes, through :func:`tests.conftest.mslaunch_argv`.
+:func:`run_cli` runs it in this process: what ``python -m launcher ARGS`` would print and exit
+with, without starting an interpreter (each start costs about 0.6 s of CPU, and a suite that
+checks hundreds of refusals and reads of job folders paid minutes for them).  For commands that
+start no job: refusals of bad input, ``plan``/``--dry-run``, the generators (``ranktable``,
+``hostfile``, ``k8s gen``), and the readers of job folders (``ps``, ``status``, ``logs tail``
+without ``-f``, ``report``).  A command that would start a job fails the test (:func:`run_cli`
+refuses it).  The environment, working directory, standard streams and ``sys.argv`` are the
+call's own and are put back after it; an exception other than ``SystemExit`` is printed as the
+interpreter would print it (a traceback on stderr, exit 1), so "no traceback" checks keep their
+meaning.
 
-The environment, working directory, standard streams and ``sys.argv`` are the call's own and
-are put back after it; an exception other than ``SystemExit`` is printed as the interpreter
-would print it (a traceback on stderr, exit 1), so "no traceback" checks keep their meaning.
+:func:`run_process` runs it as a child process and waits for it: jobs, and whatever needs a
+process of its own (detach, signals, locks, the ranks' environment).  :func:`mslaunch_argv` is
+its command line, for a test that starts the CLI itself (``subprocess.Popen`` of a command it
+signals or reads while it runs, a shell line for ``sbatch`` or ``srun``).
+
+No test module builds ``python -m launcher`` itself or defines a runner of its own
+(``tests/harness/test_one_runner.py`` checks); a module's helper that adds something (a
+cluster's ssh config, a plugin imported first) is a call of these with arguments.
 """
 from __future__ import annotations
 
@@ -18,10 +27,13 @@ import os
 import subprocess
 import sys
 import traceback
-from typing import Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from unittest import mock
 
-__all__ = ["run_cli"]
+__all__ = ["PROCESS_TIMEOUT", "mslaunch_argv", "run_cli", "run_process"]
+
+#: Seconds :func:`run_process` waits for the CLI unless told otherwise.
+PROCESS_TIMEOUT = 120.0
 
 
 class _JobWouldStart(BaseException):
@@ -29,7 +41,7 @@ class _JobWouldStart(BaseException):
 
 
 def _refuse(*_args: object, **_kwargs: object) -> None:
-    raise _JobWouldStart("run_cli: this command starts a job; run it as a process (tests.conftest.mslaunch_argv)")
+    raise _JobWouldStart("run_cli: this command starts a job; run it as a process (tests.harness.cli.run_process)")
 
 
 def _stream() -> io.TextIOWrapper:
@@ -50,6 +62,9 @@ def run_cli(*args: str, env: Optional[Mapping[str, str]] = None, cwd: Optional[s
         cwd: the working directory of the call.
         input: its standard input.
         timeout: accepted for the callers' sake; nothing here waits.
+
+    Raises:
+        AssertionError: the command would start a job (run it with :func:`run_process`).
     """
     del timeout
     argv = ["mslaunch", *args]
@@ -104,3 +119,47 @@ def _exit_code(exc: SystemExit, err: io.TextIOWrapper) -> int:
         return exc.code
     err.write(f"{exc.code}\n")  # sys.exit("text"): the interpreter prints it and exits 1
     return 1
+
+
+def mslaunch_argv(*args: str, imports: Sequence[str] = ()) -> List[str]:
+    """The command line of ``mslaunch ARGS`` under this interpreter.
+
+    Args:
+        args: the CLI's arguments.
+        imports: modules the child imports before the CLI runs, as a plugin's would be (e.g. a
+            test backend that registers itself); empty: plain ``python -m launcher``.
+
+    Returns:
+        ``[sys.executable, "-m", "launcher", *args]``, or with ``imports`` a ``-c`` program
+        that imports them and then runs the ``launcher`` module as ``__main__``.
+    """
+    if not imports:
+        return [sys.executable, "-m", "launcher", *args]
+    driver = "".join(f"import {name}; " for name in imports)
+    driver = ("import sys, runpy; " + driver
+              + "sys.argv = ['mslaunch'] + sys.argv[1:]; runpy.run_module('launcher', run_name='__main__')")
+    return [sys.executable, "-c", driver, *args]
+
+
+def run_process(*args: str, cwd: Optional[Union[str, "os.PathLike[str]"]] = None, env: Optional[Mapping[str, str]] = None,
+                timeout: Optional[float] = PROCESS_TIMEOUT, input: Optional[str] = None, imports: Sequence[str] = (),
+                **popen: Any) -> "subprocess.CompletedProcess[str]":
+    """``mslaunch ARGS`` as a child process, waited for; stdout and stderr captured as text.
+
+    Args:
+        cwd: the child's working directory; None: this one.
+        env: the child's whole environment (as ``subprocess.run``'s); None: this one's.
+        timeout: seconds to wait before ``subprocess.TimeoutExpired``; None: no limit.
+        input: the child's standard input.
+        imports: modules imported before the CLI (see :func:`mslaunch_argv`).
+        popen: further ``subprocess.run`` arguments (``stdout=``/``stderr=`` replace the
+            captures, e.g. ``stderr=subprocess.STDOUT``; ``start_new_session=True``).
+
+    Returns:
+        ``subprocess.run``'s result (``returncode``, ``stdout``, ``stderr``).
+
+    Raises:
+        subprocess.TimeoutExpired: the child ran past ``timeout`` (it is killed first).
+    """
+    kwargs: Dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
+    return subprocess.run(mslaunch_argv(*args, imports=imports), cwd=cwd, env=env, timeout=timeout, input=input, **kwargs)

@@ -16,6 +16,8 @@ from typing import Dict, Iterable, List, Tuple
 
 import psutil
 
+from tests.harness.cli import mslaunch_argv, run_process
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 ESCAPER = os.path.join(HERE, "scripts", "escaper.py")
 
@@ -98,10 +100,6 @@ def kill_all(pids: Iterable[int]) -> None:
             pass
 
 
-def mslaunch(*args: str) -> List[str]:
-    return [sys.executable, "-m", "launcher", "run", *args]
-
-
 class Fault:
     """One fault test's job: ``mslaunch run`` with a unique marker, from ``tmp_path``."""
 
@@ -113,16 +111,17 @@ class Fault:
         self.piddir.mkdir(exist_ok=True)
         self.env = dict(os.environ if env is None else env, PIDDIR=str(self.piddir))
 
-    def argv(self, *prog, np=2, extra=()):
-        return mslaunch(*(("--np", str(np)) if np is not None else ()), "--master-port", "auto", "--no-sched-wait", "--log-dir", str(self.dir),
-                        "--grace", "2", "--tee", "none", *extra, *prog)
+    def args(self, *prog, np=2, extra=()):
+        """The CLI's arguments of ``mslaunch run`` of this job."""
+        return ["run", *(("--np", str(np)) if np is not None else ()), "--master-port", "auto", "--no-sched-wait", "--log-dir", str(self.dir),
+                "--grace", "2", "--tee", "none", *extra, *prog]
 
     def popen(self, *prog, **kw):
-        return subprocess.Popen(self.argv(*prog, **kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        return subprocess.Popen(mslaunch_argv(*self.args(*prog, **kw)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=self.env, cwd=str(self.tmp))
 
     def run(self, *prog, timeout=120, **kw):
-        return subprocess.run(self.argv(*prog, **kw), capture_output=True, text=True, env=self.env, cwd=str(self.tmp), timeout=timeout)
+        return run_process(*self.args(*prog, **kw), env=self.env, cwd=str(self.tmp), timeout=timeout)
 
     def summary(self):
         return json.loads((self.dir / "summary.json").read_text())

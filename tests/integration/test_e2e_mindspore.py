@@ -10,24 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import psutil
 import pytest
 
 pytestmark = pytest.mark.mindspore
 
-from tests.harness.mindspore import require_mindspore
-
-
-@pytest.fixture(autouse=True)
-def _need_mindspore():
-    require_mindspore()
-
-
-def mslaunch(*args, cwd, timeout=300, env=None):
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
+from tests.harness.cli import run_process
 
 
 def assert_no_pids_left(job_dir):
@@ -59,7 +48,7 @@ time.sleep(300)
 def test_mindspore_rank_failure_tears_down_fast(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text(FAIL)
-    r = mslaunch("run", "--np", "2", "--master-port", "auto", "--log-dir", str(tmp_path / "job"), str(script), cwd=tmp_path)
+    r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(tmp_path / "job"), str(script), cwd=tmp_path, timeout=300)
     assert r.returncode == 3, r.stderr
     summary = assert_no_pids_left(tmp_path / "job")
     cause = summary["root_cause"]

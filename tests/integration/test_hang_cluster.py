@@ -14,17 +14,13 @@ import subprocess
 
 import pytest
 
-from tests.conftest import mslaunch_argv
-from tests.harness.mindspore import require_mindspore
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 HANG = os.path.join(HERE, "scripts", "ms_dp_hang.py")
 
-
-@pytest.fixture(autouse=True)
-def _need_mindspore():
-    require_mindspore()
+pytestmark = pytest.mark.mindspore
 
 
 def _check_hung_then_restarted(job, hosts):
@@ -44,14 +40,14 @@ def _check_hung_then_restarted(job, hosts):
 
 
 @pytest.mark.netns
+@pytest.mark.cost(63)
 def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F811
     c = cluster
     inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
     job = tmp_path / "job"
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    r = subprocess.run(mslaunch_argv("run", "--hosts", inv, "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                                     "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3"),
-                       capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
+    r = run_process("run", "--hosts", inv, "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+                    "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3", env=env, cwd=str(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr
     _check_hung_then_restarted(job, [c.hosts[0].ip, c.hosts[1].ip])
     assert wait_nothing_left(c) == {}
@@ -59,6 +55,7 @@ def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F
 
 @pytest.mark.slurm
 @pytest.mark.netns
+@pytest.mark.cost(47)
 def test_hung_job_under_slurm_is_dumped_by_srun_on_its_nodes(slurm, tmp_path):
     job = tmp_path / "job"
     run = " ".join(mslaunch_argv("run", "--launcher", "slurm", "--np", "2", "--master-port", "auto", "--tee", "none", "--log-dir", str(job),
@@ -81,10 +78,9 @@ def test_ranks_of_one_ssh_host_are_dumped_on_it_in_one_go(cluster, tmp_path):  #
     pids.mkdir()
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
     prog = os.path.join(HERE, "scripts", "hangprog.py")
-    r = subprocess.run(mslaunch_argv("run", "--hosts", inv, "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                                     "--grace", "2", "--env", f"PIDDIR={pids}", "--hang-timeout", "4", prog, "steps", "0.3", "100",
-                                     "--stall-rank", "1", "--stall-at", "5"),
-                       capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    r = run_process("run", "--hosts", inv, "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+                    "--grace", "2", "--env", f"PIDDIR={pids}", "--hang-timeout", "4", prog, "steps", "0.3", "100",
+                    "--stall-rank", "1", "--stall-at", "5", env=env, cwd=str(tmp_path), timeout=300)
     assert r.returncode == 125, r.stderr
     hang = json.loads((job / "summary.json").read_text())["hang"]
     rows = {row["rank"]: row for row in hang["ranks"]}

@@ -27,23 +27,13 @@ import time
 import psutil
 import pytest
 
-from tests.harness.cli import run_cli
+from tests.harness.cli import mslaunch_argv, run_cli, run_process
 from tests.harness.faultkit import wait_or_fail
-from tests.harness.mindspore import require_mindspore
 
 pytestmark = pytest.mark.mindspore
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 HANG = os.path.join(HERE, "scripts", "ms_dp_hang.py")
-
-
-@pytest.fixture(autouse=True)
-def _need_mindspore():
-    require_mindspore()
-
-
-def mslaunch(*args, cwd, timeout=400):
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
 def assert_no_pids_left(summary):
@@ -58,8 +48,8 @@ def assert_no_pids_left(summary):
 
 def test_rank_blocked_before_allreduce_is_hung_dumped_named_and_restarted(tmp_path):
     job = tmp_path / "job"
-    r = mslaunch("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                 "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3", cwd=tmp_path)
+    r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+                    "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3", cwd=tmp_path, timeout=400)
     assert r.returncode == 0, r.stderr
     s = json.loads((job / "summary.json").read_text())
     first, second = s["attempt_results"]
@@ -80,10 +70,11 @@ def test_rank_blocked_before_allreduce_is_hung_dumped_named_and_restarted(tmp_pa
     assert_no_pids_left(s)
 
 
+@pytest.mark.cost(42)
 def test_collective_timeout_without_hang_watch_still_names_the_stuck_rank(tmp_path):
     job = tmp_path / "job"
-    r = mslaunch("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                 "--hang-timeout", "off", HANG, "6", "1", "3", cwd=tmp_path)
+    r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+                    "--hang-timeout", "off", HANG, "6", "1", "3", cwd=tmp_path, timeout=400)
     assert r.returncode == 125, r.stderr
     s = json.loads((job / "summary.json").read_text())
     hang = s["hang"]
@@ -96,14 +87,15 @@ def test_collective_timeout_without_hang_watch_still_names_the_stuck_rank(tmp_pa
     assert_no_pids_left(s)
 
 
+@pytest.mark.cost(79)
 def test_trainer_killed_after_a_checkpoint_resumes_by_itself(tmp_path):
     data, ckpt, job = tmp_path / "data", tmp_path / "ckpt", tmp_path / "job"
     subprocess.run([sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
                    check=True, capture_output=True, timeout=120)
-    argv = [sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-            "--max-restarts", "1", "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data),
-            "--image-size", "32", "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "1", "--workers", "1",
-            "--ckpt-dir", str(ckpt), "--ckpt-every", "6"]
+    argv = mslaunch_argv("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+                         "--max-restarts", "1", "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data),
+                         "--image-size", "32", "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "1", "--workers", "1",
+                         "--ckpt-dir", str(ckpt), "--ckpt-every", "6")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
     try:
         def saved(rank):
@@ -155,7 +147,7 @@ def test_trainer_killed_after_a_checkpoint_resumes_by_itself(tmp_path):
         per_rank = float(re.search(r"^epoch 1 throughput: ([\d.]+) img/s per rank", log, re.M).group(1))
         assert row["samples_per_s"] == per_rank  # the trainer's own figure
     assert snap["totals"]["samples_per_s"] == pytest.approx(sum(row["samples_per_s"] for row in snap["ranks"]))
-    rep = mslaunch("report", str(job), "--output", str(tmp_path / "rep"), cwd=tmp_path, timeout=120)
+    rep = run_process("report", str(job), "--output", str(tmp_path / "rep"), cwd=tmp_path, timeout=120)
     assert rep.returncode == 0, rep.stderr
     html = next((tmp_path / "rep").glob("*.html")).read_text()
     assert "attempt 0: failed (rank 1 on" in html and "attempt 1: succeeded; resumed at step 6" in html

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
+from tests.harness.cli import run_process
 from tests.harness.hostfaults import (
     cgroup_v1_cpu,
     host_faults,
@@ -29,10 +29,9 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
 
 
-def _mslaunch(c, tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env,
-                          cwd=str(tmp_path), timeout=180)
+def on_cluster(c, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """``mslaunch ARGS`` as a process, with the namespace cluster's ssh config."""
+    return run_process(*args, env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config), cwd=str(tmp_path), timeout=180)
 
 
 def _run(c, tmp_path, name: str, mode: str) -> list:
@@ -48,11 +47,12 @@ def cluster5(make_netns_cluster):
     return make_netns_cluster(n_hosts=5, slots=2)
 
 
+@pytest.mark.cost(52)
 def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
     c = cluster5
     ip = [h.ip for h in c.hosts]
     with host_faults(c, throttled=(0,), shaped=(1,), stopped=(2,)):
-        r = _mslaunch(c, tmp_path, "doctor", "--health", "--json", "--hosts", c.inventory_yaml)
+        r = on_cluster(c, tmp_path, "doctor", "--health", "--json", "--hosts", c.inventory_yaml)
         assert r.returncode == 1, r.stderr
         data = json.loads(r.stdout)
         assert set(data) == {"ok", "kernel", "threshold", "seconds", "median", "network", "hosts"}
@@ -66,7 +66,7 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
         assert wait_nothing_left(c, 15.0) == {}
 
         # exclude: --np 4 wants h1 and h2 (2 slots each); h3 is down, so the ranks go to h4 and h5
-        r = _mslaunch(c, tmp_path, *_run(c, tmp_path, "ex", "exclude"))
+        r = on_cluster(c, tmp_path, *_run(c, tmp_path, "ex", "exclude"))
         assert r.returncode == 0, r.stderr
         assert f"preflight: leaving out {ip[0]} slow: compute" in r.stderr
         assert f"preflight: leaving out {ip[2]} faulty:" in r.stderr and "(spare, not used)" in r.stderr
@@ -80,10 +80,10 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
 
     throttle_cpu(c, 0)  # only h1 is bad now
     try:
-        r = _mslaunch(c, tmp_path, *_run(c, tmp_path, "fail", "fail"))
+        r = on_cluster(c, tmp_path, *_run(c, tmp_path, "fail", "fail"))
         assert r.returncode == 2 and f"preflight: {ip[0]} slow: compute" in r.stderr, r.stderr
         assert not (tmp_path / "fail" / "plan.json").exists()
-        r = _mslaunch(c, tmp_path, *_run(c, tmp_path, "warn", "warn"))
+        r = on_cluster(c, tmp_path, *_run(c, tmp_path, "warn", "warn"))
         assert r.returncode == 0, r.stderr
         assert f"preflight: warning: {ip[0]} slow: compute" in r.stderr
         plan = json.loads((tmp_path / "warn" / "plan.json").read_text())

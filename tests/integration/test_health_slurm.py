@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 
-from tests.conftest import mslaunch_argv
+from tests.harness.cli import run_process
 from tests.harness.conftest_slurm import require_slurm
 from tests.harness.hostfaults import stop_slurmd
 from tests.harness.slurm_cluster import SlurmCluster
@@ -28,8 +27,7 @@ def test_a_node_whose_slurmd_is_down_is_faulty(tmp_path) -> None:
         env.update({"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NODELIST": "node[1-3]",
                     "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NUM_NODES": "3"})
         stop_slurmd(cluster, "node3")
-        r = subprocess.run(mslaunch_argv("doctor", "--health", "--launcher", "slurm", "--json"), env=env, cwd=str(tmp_path),
-                           capture_output=True, text=True, timeout=120)
+        r = run_process("doctor", "--health", "--launcher", "slurm", "--json", env=env, cwd=str(tmp_path), timeout=120)
         assert r.returncode == 1, r.stderr
         data = json.loads(r.stdout)
         verdicts = {h["host"]: h for h in data["hosts"]}

@@ -19,13 +19,12 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import sys
 
 import pytest
 
+from tests.harness.cli import run_process
 from tests.harness.k8s_pods import IndexedJobPods
-from tests.harness.mindspore import require_mindspore
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,9 +42,8 @@ def image_env() -> dict:
 
 def gen(workdir, *args: str) -> str:
     name = f"k8s{secrets.token_hex(3)}"
-    argv = [sys.executable, "-m", "launcher", "k8s", "gen", "--nodes", "3", "--per-host", "2", "--image", IMAGE,
-            "--workdir", str(workdir), "--name", name, *args]
-    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = run_process("k8s", "gen", "--nodes", "3", "--per-host", "2", "--image", IMAGE,
+                    "--workdir", str(workdir), "--name", name, *args, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -63,7 +61,6 @@ def app_dir(tmp_path, script_src: str, name: str):
 def test_reverse_start_order_forms_the_cluster(make_netns_cluster, tmp_path):
     """Pod 2 starts first and waits for pod 0's DNS name; then pod 1, then pod 0: the 6 ranks
     AllReduce 1+..+6 = 21 on every rank; each pod's stdout has its own ranks' result lines."""
-    require_mindspore()
     cluster = make_netns_cluster(3)
     wd = app_dir(tmp_path, os.path.join(ROOT, "launcher", "workloads", "allreduce_smoke.py"), "train.py")
     manifest = gen(wd, "--cpu-tune", "off", "--cluster_time_out", "180", "--start-timeout", "240", "--worker_log_name", "w_{hostname}",

@@ -25,21 +25,18 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from tests.harness.mindspore import require_mindspore
+from tests.harness.cli import mslaunch_argv
 from tests.integration.test_e2e_mindspore import assert_no_pids_left as assert_summary_pids_gone
-
-pytestmark = pytest.mark.mindspore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NET = os.path.join(ROOT, "tests", "scripts", "msrun_net.py")
 BIN = os.path.dirname(sys.executable)
 MSRUN = os.path.join(BIN, "msrun")
+
+pytestmark = pytest.mark.mindspore(also=os.access(MSRUN, os.X_OK), what="mindspore (with msrun)")
+
 #: files mslaunch adds to a log dir besides msrun's logs
 MSLAUNCH_FILES = {"plan.json", "summary.json", "job.json", "events.jsonl", "metrics.jsonl"}
-
-@pytest.fixture(autouse=True)
-def _need_mindspore():
-    require_mindspore(also=os.access(MSRUN, os.X_OK), what="mindspore (with msrun)")
 
 
 def job_env(**extra: str) -> Dict[str, str]:
@@ -51,7 +48,7 @@ def job_env(**extra: str) -> Dict[str, str]:
 
 
 def launcher_argv(which: str) -> List[str]:
-    return [MSRUN] if which == "msrun" else [sys.executable, "-m", "launcher", "run"]
+    return [MSRUN] if which == "msrun" else mslaunch_argv("run")
 
 
 def free_port() -> int:
@@ -73,6 +70,7 @@ def log_files(log_dir: str) -> set:
     return {n for n in os.listdir(log_dir) if os.path.isfile(os.path.join(log_dir, n))} - MSLAUNCH_FILES
 
 
+@pytest.mark.cost(35)
 def test_single_node_docs_line(tmp_path):
     """msrun docs: --worker_num --local_worker_num --master_port --log_dir --join=True
     --cluster_time_out, plus --worker_log_name={hostname} and --tail_worker_log=0."""
@@ -123,6 +121,7 @@ def wait_all(procs: List[subprocess.Popen], timeout: float = 400) -> List[int]:
                 p.wait()
 
 
+@pytest.mark.cost(49)
 def test_two_nodes_node_rank_like_msrun(netns_cluster, tmp_path):
     """msrun docs' two-node lines (--node_rank 0 / 1 on each node), each node started on its
     own inside its namespace: msrun, then mslaunch; same logs per node, AllReduce correct."""
@@ -141,6 +140,7 @@ def test_two_nodes_node_rank_like_msrun(netns_cluster, tmp_path):
     assert netns_cluster.all_pids() == {}
 
 
+@pytest.mark.cost(40)
 def test_two_nodes_worker_failure_on_node1(netns_cluster, tmp_path):
     """Rank 2 (node 1) exits 3 after the cluster is built: node 1's mslaunch fails with rank 2's
     exit code; node 0's ends too, by whichever of MindSpore's detections comes first: the

@@ -21,7 +21,7 @@ from typing import Dict, List
 import pytest
 
 from tests.harness.ci import skip_or_fail
-from tests.harness.mindspore import require_mindspore
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.netns_cluster import NamespaceCluster
 
 pytestmark = pytest.mark.netns
@@ -67,15 +67,17 @@ class MJob:
         self.env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
         self.env.pop("PYTHONUNBUFFERED", None)
 
-    def argv(self, *args, hosts=None, extra=(), program=None):
-        return [sys.executable, "-m", "launcher", "run", "--hosts", hosts or self.c.inventory_yaml, "--master-port", "auto",
+    def args(self, *args, hosts=None, extra=(), program=None):
+        """The CLI's arguments of ``mslaunch run`` of this job on the cluster."""
+        return ["run", "--hosts", hosts or self.c.inventory_yaml, "--master-port", "auto",
                 "--log-dir", str(self.dir), "--grace", "2", "--env", f"PIDDIR={self.pids}", *extra, *(program or [PROG]), *args]
 
     def run(self, *args, timeout=120, **kw):
-        return subprocess.run(self.argv(*args, **kw), capture_output=True, text=True, env=self.env, cwd=str(self.tmp), timeout=timeout)
+        return run_process(*self.args(*args, **kw), env=self.env, cwd=str(self.tmp), timeout=timeout)
 
     def popen(self, *args, **kw):
-        return subprocess.Popen(self.argv(*args, **kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, cwd=str(self.tmp))
+        return subprocess.Popen(mslaunch_argv(*self.args(*args, **kw)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
+                                cwd=str(self.tmp))
 
     def summary(self):
         return json.loads((self.dir / "summary.json").read_text())
@@ -143,11 +145,10 @@ def test_ranks_run_on_their_hosts_with_env_cwd_and_logs(job):
 
 
 def test_detached_job_logs_tail_follows_remote_ranks(job):
-    r = subprocess.run(job.argv("ok", "1.5", extra=("--detach",)), capture_output=True, text=True, env=job.env, cwd=str(job.tmp), timeout=60)
+    r = run_process(*job.args("ok", "1.5", extra=("--detach",)), env=job.env, cwd=str(job.tmp), timeout=60)
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
-    tail = subprocess.run([sys.executable, "-m", "launcher", "logs", "tail", job_id, "-f"], capture_output=True, text=True,
-                          env=job.env, cwd=str(job.tmp), timeout=60)
+    tail = run_process("logs", "tail", job_id, "-f", env=job.env, cwd=str(job.tmp), timeout=60)
     assert tail.returncode == 0, tail.stderr
     for rank in range(6):
         assert f"[rank {rank}] rank{rank} done" in tail.stdout.splitlines()
@@ -250,10 +251,9 @@ def test_shell_metacharacters_in_env_args_and_paths_arrive_literally(job):
     script = folder / f"r ank;$(touch {rel}4).py"
     shutil.copy(PROG, script)
     env = dict(job.env)
-    proc = subprocess.run(
-        [sys.executable, "-m", "launcher", "run", "--hosts", c.inventory_yaml, "--master-port", "auto", "--log-dir", str(job.dir),
-         "--env", f"PIDDIR={job.pids}", "--env", f"EVIL={evil}", str(script), "env", "0", "0", "0", evil, "a;b", "c d"],
-        capture_output=True, text=True, env=env, cwd=str(folder), timeout=120)
+    proc = run_process("run", "--hosts", c.inventory_yaml, "--master-port", "auto", "--log-dir", str(job.dir),
+                       "--env", f"PIDDIR={job.pids}", "--env", f"EVIL={evil}", str(script), "env", "0", "0", "0", evil, "a;b", "c d",
+                       env=env, cwd=str(folder), timeout=120)
     assert proc.returncode == 0, proc.stderr
     for rank in range(6):
         lines = job.log(f"worker_{rank}.log").splitlines()
@@ -343,8 +343,7 @@ def test_mpirun_across_hosts_with_hostfile_and_per_host_env(job, tmp_path, need_
 
 
 def doctor(job, *args, hosts=None):
-    r = subprocess.run([sys.executable, "-m", "launcher", "doctor", "--json", "--hosts", hosts or job.c.inventory_yaml, *args],
-                       capture_output=True, text=True, env=job.env, cwd=str(job.tmp), timeout=300)
+    r = run_process("doctor", "--json", "--hosts", hosts or job.c.inventory_yaml, *args, env=job.env, cwd=str(job.tmp), timeout=300)
     return r, (json.loads(r.stdout) if r.stdout.startswith("{") else None)
 
 
@@ -357,8 +356,7 @@ def test_doctor_all_good(job):
                                                        "clock": True, "hccn.conf": None, "mpirun": None}
     # a MindSpore program: every host's CPU probe, run over its SSH connection
     assert all(h["cpu"]["probed"] and h["cpu"]["variants"][0]["kernels"]["conv"]["impl"] for h in out["hosts"]), out["hosts"]
-    table = subprocess.run([sys.executable, "-m", "launcher", "doctor", "--hosts", job.c.inventory_yaml, PROG], capture_output=True,
-                           text=True, env=job.env, cwd=str(job.tmp), timeout=120)
+    table = run_process("doctor", "--hosts", job.c.inventory_yaml, PROG, env=job.env, cwd=str(job.tmp), timeout=120)
     assert table.returncode == 0 and "all 3 host(s) ok" in table.stdout and "✓" in table.stdout
 
 
@@ -409,13 +407,13 @@ def test_ranktable_gen_collects_hccn_conf_over_ssh(make_netns_cluster, tmp_path)
         c = make_netns_cluster(2, prefix=prefix)
         hostfile = tmp_path / "hosts"
         hostfile.write_text("".join(f"{h.ip} slots=8\n" for h in c.hosts))
-        base = [sys.executable, "-m", "launcher", "ranktable", "gen", "--hosts", str(hostfile), "--ssh-config", c.ssh_config]
-        r = subprocess.run(base + ["--collect", "--hccn-path", placeholder], capture_output=True, text=True, timeout=60)
+        base = ("ranktable", "gen", "--hosts", str(hostfile), "--ssh-config", c.ssh_config)
+        r = run_process(*base, "--collect", "--hccn-path", placeholder, timeout=60)
         assert r.returncode == 0, r.stderr
         table = json.loads(r.stdout)
         assert [[d["device_ip"] for d in s["device"]] for s in table["server_list"]] == [
             [f"192.0.2.{i * 10 + d}" for d in range(8)] for i in (1, 2)]
-        r = subprocess.run(base + ["--collect", "--hccn-path", "/etc/no-such-hccn.conf"], capture_output=True, text=True, timeout=60)
+        r = run_process(*base, "--collect", "--hccn-path", "/etc/no-such-hccn.conf", timeout=60)
         assert r.returncode == 1
         assert "cannot collect /etc/no-such-hccn.conf from 2 of 2 host(s)" in r.stderr
         assert f"/etc/no-such-hccn.conf does not exist on {c.hosts[0].ip}" in r.stderr
@@ -432,11 +430,6 @@ def test_ranktable_gen_collects_hccn_conf_over_ssh(make_netns_cluster, tmp_path)
 # ------------------------------------------------------------------------------------ MindSpore
 
 
-@pytest.fixture
-def need_mindspore():
-    require_mindspore()
-
-
 def allreduce_sums(job, n: int) -> Dict[int, float]:
     out = {}
     for rank in range(n):
@@ -448,7 +441,7 @@ def allreduce_sums(job, n: int) -> Dict[int, float]:
 
 @pytest.mark.mindspore
 @pytest.mark.mpi
-def test_allreduce_6_workers_through_mpirun_across_hosts(job, need_mindspore, need_mpirun):
+def test_allreduce_6_workers_through_mpirun_across_hosts(job, need_mpirun):
     c = job.c
     r = job.run(extra=("--launcher", "mpirun", "--nic", str(c.subnet)), program=["-m", "launcher.workloads.allreduce_smoke"], timeout=300)
     assert r.returncode == 0, r.stderr + job.log("mpirun.log")[-3000:]
@@ -459,11 +452,10 @@ def test_allreduce_6_workers_through_mpirun_across_hosts(job, need_mindspore, ne
 
 
 @pytest.mark.mindspore
-def test_check_passes_on_the_namespace_cluster(job, need_mindspore):
+def test_check_passes_on_the_namespace_cluster(job):
     c = job.c
-    argv = [sys.executable, "-m", "launcher", "check", "--hosts", c.inventory_yaml, "--per-host", "1",
-            "--master-port", "auto", "--log-dir", str(job.dir)]
-    r = subprocess.run(argv, capture_output=True, text=True, env=job.env, cwd=str(job.tmp), timeout=300)
+    r = run_process("check", "--hosts", c.inventory_yaml, "--per-host", "1", "--master-port", "auto", "--log-dir", str(job.dir),
+                    env=job.env, cwd=str(job.tmp), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     hosts = ",".join(h.ip for h in c.hosts)
     assert r.stdout.splitlines()[0] == f"✓ 3 ranks on {hosts} (dynamic, ssh): AllGather gave [0,1,2] on every rank"

@@ -7,13 +7,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.harness.ci import skip_or_fail
+from tests.harness.cli import run_process
 
 pytestmark = pytest.mark.netns
 
@@ -48,9 +47,8 @@ def test_hostfile_username_and_port_reach_the_hosts(make_netns_cluster, tmp_path
     hostfile.write_text("# OpenMPI's spelling, spaces and all\n" + "".join(f"{h.ip} slots = 1 username = root port= {PORT}\n" for h in c.hosts))
     config = wrong_config(c, tmp_path / "ssh_config")
     extra = ["--launcher", "mpirun", "--method", "mpi", "--nic", str(c.subnet)] if launcher == "mpirun" else ["--launcher", "ssh"]
-    argv = [sys.executable, "-m", "launcher", "run", "--hosts", str(hostfile), "--ssh-config", config, "--master-port", "auto",
-            "--log-dir", str(tmp_path / "job"), "--grace", "2", *extra, PROG, "env"]
-    r = subprocess.run(argv, capture_output=True, text=True, cwd=str(tmp_path), timeout=180)
+    r = run_process("run", "--hosts", str(hostfile), "--ssh-config", config, "--master-port", "auto",
+                    "--log-dir", str(tmp_path / "job"), "--grace", "2", *extra, PROG, "env", cwd=str(tmp_path), timeout=180)
     mpirun_log = tmp_path / "job" / "mpirun.log"
     assert r.returncode == 0, r.stderr + (mpirun_log.read_text() if mpirun_log.exists() else "")
     plan = json.loads((tmp_path / "job" / "plan.json").read_text())

@@ -18,17 +18,11 @@ import time
 
 import pytest
 
-from tests.conftest import mslaunch_argv
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.faultkit import wait_or_fail
-from tests.harness.mindspore import require_mindspore
 from tests.harness.slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.netns, pytest.mark.mindspore]
-
-
-@pytest.fixture(autouse=True)
-def _need_mindspore():
-    require_mindspore()
 
 
 def _env(slurm: SlurmCluster):
@@ -51,17 +45,18 @@ def test_check_across_three_slurm_nodes(slurm: SlurmCluster, tmp_path) -> None:
     assert slurm.node_pids() == {}
 
 
+@pytest.mark.cost(113)
 def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpoint(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm)
     data, ckpt, job = tmp_path / "data", tmp_path / "ckpt", tmp_path / "job"
     subprocess.run([sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
                    check=True, capture_output=True, timeout=120)
-    res = subprocess.run(mslaunch_argv(
+    res = run_process(
         "sbatch", "-N", "2", "--ntasks-per-node", "1", "--signal", "USR1@60", "--requeue", "--log-dir", str(job),
         "--np", "2", "--master-port", "auto", "--grace", "10",
         "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data), "--image-size", "32",
-        "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "2", "--workers", "1", "--ckpt-dir", str(ckpt), "--resume"),
-        env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+        "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "2", "--workers", "1", "--ckpt-dir", str(ckpt), "--resume",
+        env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     sid, jid = res.stdout.split()
     def saved(rank: int) -> bool:  # the epoch-1 checkpoint of this rank is complete (written atomically)

@@ -12,7 +12,7 @@ from typing import Dict, List
 import pytest
 
 from tests.cli.bad_run_options import BAD_RUN_OPTIONS
-from tests.conftest import mslaunch_argv
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.faultkit import wait_or_fail
 from tests.harness.slurm_cluster import SlurmCluster
 
@@ -29,12 +29,8 @@ def _env(slurm: SlurmCluster, tmp_path) -> Dict[str, str]:
     return env
 
 
-def _ms(env: Dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(mslaunch_argv(*args), env=env, capture_output=True, text=True, timeout=timeout)
-
-
 def _submit(slurm: SlurmCluster, env: Dict[str, str], tmp_path, *args: str) -> List[str]:
-    res = subprocess.run(mslaunch_argv("sbatch", *args), env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    res = run_process("sbatch", *args, env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     ids = res.stdout.split()
     assert len(ids) == 2 and ids[0].isdigit(), res.stdout
@@ -54,11 +50,11 @@ def test_submit_ps_status_logs_tail_and_stop(slurm: SlurmCluster, tmp_path) -> N
     tail = subprocess.Popen(mslaunch_argv("logs", "tail", jid, "-f"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 7, 90, "the scheduler and 6 ranks started")
-        status = _ms(env, "status", jid)
+        status = run_process("status", jid, env=env, timeout=60)
         assert status.returncode == 0 and f"job {jid}: running" in status.stdout and f"slurm job: {sid} (RUNNING)" in status.stdout, status.stdout
-        ps = _ms(env, "ps")
+        ps = run_process("ps", env=env, timeout=60)
         assert jid in ps.stdout and "running" in ps.stdout
-        stop = _ms(env, "stop", jid)
+        stop = run_process("stop", jid, env=env, timeout=60)
         assert stop.returncode == 0 and f"scancel {sid}" in stop.stdout, stop.stderr
         assert not _queued(slurm, sid)
         out, _ = tail.communicate(timeout=60)  # -f ends by itself once the Slurm job left the queue
@@ -73,7 +69,7 @@ def test_submit_ps_status_logs_tail_and_stop(slurm: SlurmCluster, tmp_path) -> N
     assert (summary["status"], summary["message"]) == ("stopped", f"Slurm cancelled job {sid}"), summary
     slurm.wait_idle()
     assert slurm.node_pids() == {}
-    status = _ms(env, "status", jid)
+    status = run_process("status", jid, env=env, timeout=60)
     assert f"slurm job: {sid} (not in the queue)" in status.stdout
 
 
@@ -104,7 +100,7 @@ def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: Sl
     seen = json.loads((job_dir / "attempt_1" / "worker_0.log").read_text().splitlines()[0])
     assert seen["env"].get("SLURM_RESTART_COUNT") == "1"
     assert "requeueing Slurm job" in (job_dir / "slurm.out").read_text()
-    status = _ms(env, "status", jid)  # the registry follows the latest run
+    status = run_process("status", jid, env=env, timeout=60)  # the registry follows the latest run
     assert f"job {jid}: succeeded" in status.stdout and str(job_dir / "attempt_1") in status.stdout
     slurm.wait_idle()
     assert slurm.node_pids() == {}
@@ -196,7 +192,7 @@ def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(slurm: Slu
     env = _env(slurm, tmp_path)
     (tmp_path / "prog.py").write_text("")
     before_queue, before_count = _queue(slurm), _submissions(slurm)
-    res = subprocess.run(mslaunch_argv("sbatch", *args), env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    res = run_process("sbatch", *args, env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert res.stdout == ""
@@ -207,8 +203,7 @@ def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(slurm: Slu
 def test_dry_run_anywhere_before_script_submits_nothing(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     before_queue, before_count = _queue(slurm), _submissions(slurm)
-    res = subprocess.run(mslaunch_argv("sbatch", "-N", "1", "--np", "1", "--dry-run", PROG, "ok", "1"), env=env, capture_output=True,
-                         text=True, timeout=60, cwd=str(tmp_path))
+    res = run_process("sbatch", "-N", "1", "--np", "1", "--dry-run", PROG, "ok", "1", env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("#!/bin/bash\n") and "--dry-run" not in res.stdout
     assert (_queue(slurm), _submissions(slurm)) == (before_queue, before_count)
@@ -228,7 +223,7 @@ def test_a_job_sized_from_np_and_per_host_runs_on_two_nodes(slurm: SlurmCluster,
     wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 5, 90, "the scheduler and 4 ranks started")
     res = slurm.run(["squeue", "-h", "-j", sid, "-o", "%j %D %T"])
     assert res.stdout.split() == ["sized-by-np", "2", "RUNNING"], res.stdout
-    stop = _ms(env, "stop", jid)
+    stop = run_process("stop", jid, env=env, timeout=60)
     assert stop.returncode == 0, stop.stderr
     slurm.wait_left_queue(sid, 60)
     wait_or_fail(lambda: (job_dir / "summary.json").exists(), 60, "the run's summary")

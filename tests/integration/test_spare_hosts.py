@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from tests.conftest import mslaunch_argv
+from tests.harness.cli import run_process
 from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.netns
@@ -34,9 +33,10 @@ def _run(c, tmp_path, name, np, *extra):
     pids.mkdir(parents=True)
     job = tmp_path / name / "job"
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    argv = mslaunch_argv("run", "--hosts", inv, "--np", str(np), "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                         "--grace", "2", "--env", f"PIDDIR={pids}", "--max-restarts", "3", *extra, BADHOST, c.hosts[1].ip, "6")
-    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300), job, env
+    r = run_process("run", "--hosts", inv, "--np", str(np), "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+                    "--grace", "2", "--env", f"PIDDIR={pids}", "--max-restarts", "3", *extra, BADHOST, c.hosts[1].ip, "6",
+                    env=env, cwd=str(tmp_path), timeout=300)
+    return r, job, env
 
 
 def test_a_bad_host_is_left_out_on_restart_and_without_a_spare_the_job_stops(cluster, tmp_path):  # noqa: F811
@@ -65,9 +65,9 @@ def test_a_bad_host_is_left_out_on_restart_and_without_a_spare_the_job_stops(clu
     assert f"mslaunch: restart: leaving out {bad} after {reason}; ranks 2-3 move to {spare}" in r.stderr.splitlines()
     log = (job / "attempt_3" / "worker_2.log").read_text()
     assert "attempt=3 rank=2 on_bad_host=False" in log and "rank2 done" in log
-    tail = subprocess.run(mslaunch_argv("logs", "tail", "--log-dir", str(job), "-r", "2,3"), capture_output=True, text=True, env=env, timeout=60)
+    tail = run_process("logs", "tail", "--log-dir", str(job), "-r", "2,3", env=env, timeout=60)
     assert tail.returncode == 0 and "[rank 2] rank2 done" in tail.stdout and "[rank 3] rank3 done" in tail.stdout, tail.stdout + tail.stderr
-    status = subprocess.run(mslaunch_argv("status", str(job)), capture_output=True, text=True, env=env, timeout=60)
+    status = run_process("status", str(job), env=env, timeout=60)
     assert f"left out {bad} from attempt 3 (restart): {reason}" in status.stdout, status.stdout + status.stderr
     assert wait_nothing_left(c) == {}
 

@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from tests.harness.mindspore import require_mindspore
+from tests.harness.cli import run_process
 from tests.integration.test_e2e_mindspore import assert_no_pids_left
 
 pytestmark = pytest.mark.mindspore
@@ -60,15 +60,6 @@ print("main code done", flush=True)
 '''
 
 
-@pytest.fixture(autouse=True)
-def _need_mindspore():
-    require_mindspore()
-
-
-def mslaunch(*args, cwd, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
 def own_lines(log):
     """The lines the program printed (MindSpore's own log lines left out), random values masked."""
     lines = [ln for ln in log.splitlines() if not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln) and ln.strip()]
@@ -88,8 +79,8 @@ def test_the_default_keeps_what_the_program_leaves_at_its_end_as_no_zygote_does(
         out = tmp_path / mode
         out.mkdir()
         log_dir = tmp_path / f"logs-{mode}"
-        r = mslaunch("run", "--np", "2", "--master-port", "auto", "--log-dir", str(log_dir), "--env", f"OUT={out}", *flags,
-                     "faithful.py", cwd=tmp_path)
+        r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(log_dir), "--env", f"OUT={out}", *flags,
+                        "faithful.py", cwd=tmp_path, timeout=300)
         assert r.returncode == 0, (mode, r.stderr[-3000:])
         assert ("forked from one process that imported mindspore once" in r.stderr) == (mode == "default"), r.stderr
         assert "mslaunch: zygote:" not in r.stderr  # no fallback
@@ -142,8 +133,8 @@ def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
     out.mkdir()
     home = tmp_path / "home"
     env = dict(os.environ, MSLAUNCH_HOME=str(home))
-    r = mslaunch("run", "--np", "2", "--master-port", "auto", "--detach", "--job-id", "findme", "--env", f"OUT={out}",
-                 "term.py", "--epochs", "3", cwd=tmp_path, env=env)
+    r = run_process("run", "--np", "2", "--master-port", "auto", "--detach", "--job-id", "findme", "--env", f"OUT={out}",
+                    "term.py", "--epochs", "3", cwd=tmp_path, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     job_dir = tmp_path / "mslaunch_logs" / "findme"
     try:
@@ -151,7 +142,7 @@ def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
         while not all((job_dir / f"worker_{i}.log").exists() and "ready" in (job_dir / f"worker_{i}.log").read_text() for i in (0, 1)):
             assert time.monotonic() < deadline, "ranks did not get ready"
             time.sleep(0.2)
-        st = mslaunch("status", "findme", "--json", cwd=tmp_path, env=env)
+        st = run_process("status", "findme", "--json", cwd=tmp_path, env=env, timeout=300)
         assert st.returncode == 0, st.stderr
         procs = {p["name"]: p for p in json.loads(st.stdout)["processes"]}
         assert {"rank 0", "rank 1"} <= set(procs)
@@ -162,10 +153,10 @@ def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
             assert " ".join(psutil.Process(p["pid"]).cmdline()).split() == [sys.executable, script, "--epochs", "3"]
         found = subprocess.run(["pgrep", "-f", f"{script} --epochs 3"], capture_output=True, text=True).stdout.split()
         assert {procs["rank 0"]["pid"], procs["rank 1"]["pid"]} <= {int(x) for x in found}
-        text = mslaunch("status", "findme", cwd=tmp_path, env=env).stdout
+        text = run_process("status", "findme", cwd=tmp_path, env=env, timeout=300).stdout
         assert re.search(rf"rank 0 +localhost +pid {procs['rank 0']['pid']} +running", text), text
     finally:
-        stop = mslaunch("stop", "findme", cwd=tmp_path, env=env)
+        stop = run_process("stop", "findme", cwd=tmp_path, env=env, timeout=300)
     assert stop.returncode == 0, stop.stderr
     assert sorted(os.listdir(out)) == ["saved_0.txt", "saved_1.txt"]
     summary = assert_no_pids_left(str(job_dir))
@@ -180,8 +171,8 @@ def test_an_8_worker_data_parallel_job_with_msruns_flags_ends_cleanly_twice(tmp_
     env = dict(os.environ, EPOCHS="4", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
     for i in range(2):
         log_dir = tmp_path / f"run{i}"
-        r = mslaunch("run", "--worker_num=8", "--local_worker_num=8", "--master_port=auto", "--join=True", "--cluster_time_out=300",
-                     f"--log_dir={log_dir}", DP, cwd=tmp_path, env=env, timeout=600)
+        r = run_process("run", "--worker_num=8", "--local_worker_num=8", "--master_port=auto", "--join=True", "--cluster_time_out=300",
+                        f"--log_dir={log_dir}", DP, cwd=tmp_path, env=env, timeout=600)
         assert r.returncode == 0, (i, r.stderr[-3000:])
         for rank in range(8):
             assert re.search(rf"^dp rank={rank} size=8 steps=16 loss=", (log_dir / f"worker_{rank}.log").read_text(), re.M), rank

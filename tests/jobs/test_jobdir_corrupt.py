@@ -15,7 +15,7 @@ from typing import Callable, Dict, Tuple
 
 import pytest
 
-from tests.harness.cli import run_cli
+from tests.harness.cli import run_cli, run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -38,9 +38,8 @@ def template(tmp_path_factory) -> str:
     piddir = work / "pids"
     piddir.mkdir()
     env = dict(os.environ, MSLAUNCH_HOME=str(work / "home"), PIDDIR=str(piddir))
-    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "1", "--master-port", "auto", "--quiet", "--job-id", "tmpl",
-                        "--log-dir", str(work / "job"), "--no-python", sys.executable, PROG, "ok", "0.05"],
-                       capture_output=True, text=True, env=env, cwd=str(work), timeout=120)
+    r = run_process("run", "--np", "1", "--master-port", "auto", "--quiet", "--job-id", "tmpl",
+                    "--log-dir", str(work / "job"), "--no-python", sys.executable, PROG, "ok", "0.05", env=env, cwd=str(work), timeout=120)
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(work / "job")) == ["events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
     return str(work / "job")
@@ -266,8 +265,8 @@ def test_registry_folder_unusable(tmp_path):
         home.mkdir()
         make(home / "jobs")
         job = tmp_path / "job"
-        r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "1", "--master-port", "auto", "--log-dir", str(job), "--no-python", "false"],
-                           capture_output=True, text=True, env=dict(os.environ, MSLAUNCH_HOME=str(home)), timeout=60)
+        r = run_process("run", "--np", "1", "--master-port", "auto", "--log-dir", str(job), "--no-python", "false",
+                        env=dict(os.environ, MSLAUNCH_HOME=str(home)), timeout=60)
         assert r.returncode == 2 and r.stderr.startswith(f"mslaunch: error: {home / 'jobs'}: cannot create the job registry: ")
         assert len(r.stderr.splitlines()) == 1 and not job.exists(), r.stderr
         for args in (("ps",), ("status",), ("logs", "tail"), ("stop", "x")):

@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from tests.harness.cli import run_cli
+from tests.harness.cli import mslaunch_argv, run_cli, run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -31,23 +31,24 @@ class Env:
         self.work.mkdir()
         self.environ = dict(os.environ, MSLAUNCH_HOME=str(self.home), PIDDIR=str(self.pids))
 
-    def argv(self, *opts, mode=("ok", "0.05"), quiet=True):
-        return [sys.executable, "-m", "launcher", "run", "--np", "1", "--master-port", "auto", "--grace", "2", *(("--quiet",) if quiet else ()), *opts,
+    def args(self, *opts, mode=("ok", "0.05"), quiet=True):
+        """The CLI's arguments of ``mslaunch run`` of the stand-in rank."""
+        return ["run", "--np", "1", "--master-port", "auto", "--grace", "2", *(("--quiet",) if quiet else ()), *opts,
                 "--no-python", sys.executable, PROG, *mode]
 
     def run(self, *opts, mode=("ok", "0.05"), cwd=None):
-        return subprocess.run(self.argv(*opts, mode=mode), capture_output=True, text=True, env=self.environ, cwd=str(cwd or self.work), timeout=120)
+        return run_process(*self.args(*opts, mode=mode), env=self.environ, cwd=str(cwd or self.work), timeout=120)
 
     def refused(self, *opts, cwd=None):
         """A run that is refused before it starts: in this process (tests/harness/cli.py)."""
-        return run_cli(*self.argv(*opts)[3:], env=self.environ, cwd=str(cwd or self.work))
+        return run_cli(*self.args(*opts), env=self.environ, cwd=str(cwd or self.work))
 
     def popen(self, *opts, mode=("ok", "0.05"), cwd=None, quiet=True):
-        return subprocess.Popen(self.argv(*opts, mode=mode, quiet=quiet), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.environ,
-                                cwd=str(cwd or self.work))
+        return subprocess.Popen(mslaunch_argv(*self.args(*opts, mode=mode, quiet=quiet)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=self.environ, cwd=str(cwd or self.work))
 
     def cli(self, *args):
-        return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=self.environ, timeout=60)
+        return run_process(*args, env=self.environ, timeout=60)
 
     def started(self):
         return sorted(n for n in os.listdir(self.pids) if n.endswith(".pids"))

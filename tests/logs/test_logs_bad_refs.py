@@ -3,10 +3,9 @@ nothing on stdout (never a silent exit 0)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
-from tests.harness.cli import run_cli
+from tests.harness.cli import run_cli, run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -19,7 +18,7 @@ def cli(home, *args, cwd=None):
 
 def run_job(home, *args, cwd=None):
     env = dict(os.environ, MSLAUNCH_HOME=str(home))
-    return subprocess.run([sys.executable, "-m", "launcher", "run", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    return run_process("run", *args, env=env, cwd=cwd, timeout=60)
 
 
 def test_logs_tail_and_ls_reject_what_is_not_a_job(tmp_path):

@@ -3,10 +3,9 @@ shows what it can, and reads only the end of a file."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
-from tests.harness.cli import run_cli
+from tests.harness.cli import run_cli, run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
@@ -15,8 +14,8 @@ PROG = os.path.join(HERE, "scripts", "rankprog.py")
 def test_logs_tail_odd_log_files(tmp_path):
     env = dict(os.environ, MSLAUNCH_HOME=str(tmp_path / "home"))
     job = tmp_path / "job"
-    r = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--quiet", "--log-dir", str(job),
-                        "--no-python", sys.executable, PROG, "ok", "0.05"], capture_output=True, text=True, env=env, timeout=120)
+    r = run_process("run", "--np", "2", "--master-port", "auto", "--quiet", "--log-dir", str(job),
+                    "--no-python", sys.executable, PROG, "ok", "0.05", env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     log0, log1 = job / "worker_0.log", job / "worker_1.log"
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from launcher.logs.follow import job_log_sources
 from launcher.logs.joblogs import job_logs, missing_note
+from tests.harness.cli import run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 ROOT = os.path.dirname(HERE)
@@ -20,7 +19,7 @@ PROG = os.path.join(HERE, "scripts", "metricprog.py")
 
 def cli(tmp_path, *args):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), PIDDIR=str(tmp_path))
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
+    return run_process(*args, env=env, cwd=str(tmp_path), timeout=120)
 
 
 @pytest.fixture(scope="module")

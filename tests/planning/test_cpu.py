@@ -2,11 +2,8 @@
 the plan/dry-run output, affinity applied by the local backend, and the real probe on this CPU."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -26,6 +23,7 @@ from launcher.planning.cpu import (
 from launcher.planning.inventory import parse_host_list
 from launcher.planning.plan import JobSpec, build_plan
 from launcher.workloads import cpu_probe
+from tests.harness.cli import run_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -366,7 +364,7 @@ def cli(*args, cwd=None, timeout=300):
     """The CLI in a launching env without thread/ISA settings (``import mindspore`` in this
     test process, e.g. by another test, sets OMP_NUM_THREADS, which would count as the user's)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout, env=env)
+    return run_process(*args, cwd=cwd or ROOT, timeout=timeout, env=env)
 
 
 def test_dry_run_of_a_non_mindspore_job_has_no_cpu_settings(tmp_path):
@@ -396,8 +394,6 @@ def test_bind_core_applies_affinity_at_start_for_any_job(tmp_path):
 def test_real_probe_on_this_cpu_and_what_the_plan_does_with_it(tmp_path):
     """The probe on this machine, then the trainer's plan: ONEDNN_MAX_CPU_ISA is set exactly when
     the measured gain is >= 1.5x (on an AVX2-only CPU: no gain, nothing set)."""
-    if importlib.util.find_spec("mindspore") is None:  # not imported here: it sets OMP_NUM_THREADS
-        pytest.skip("the real probe needs MindSpore")
     r = cli("doctor", "--json", "-H", "localhost:2", "--master-port", "auto", "-m", "launcher.workloads.resnet50_cifar10")
     assert r.returncode == 0, r.stderr
     cpu = json.loads(r.stdout)["hosts"][0]["cpu"]

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -12,6 +10,7 @@ from launcher.planning.envs import parse_env_file
 from launcher.planning.inventory import parse_host_list, parse_hostfile
 from launcher.planning.mpi import MpiOptions, mpirun_command
 from launcher.planning.plan import JobSpec, build_plan
+from tests.harness.cli import run_process
 
 INV = parse_hostfile("10.0.0.1 slots=8\n10.0.0.2 slots=8\n", "h.txt")
 IPS = {h: {d: f"192.{d % 4 + 1}.27.{6 + d // 4 + 2 * i}" for d in range(8)} for i, h in enumerate(["10.0.0.1", "10.0.0.2"])}
@@ -165,10 +164,6 @@ def test_env_file_parsing():
     assert str(err.value) == "e.env:2: expected NAME=VALUE, got 'not a pair'"
 
 
-def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
-
-
 def test_cli_plan_json_2x8_each_method(tmp_path):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("10.0.0.1 slots=8\n10.0.0.2 slots=8\n")
@@ -182,7 +177,8 @@ def test_cli_plan_json_2x8_each_method(tmp_path):
         "mpi": {"RANK_ID", "RANK_SIZE", "DEVICE_ID"},
     }
     for method, keys in expected_keys.items():
-        r = run_cli("plan", "--json", "--hosts", str(hosts), "--method", method, "--hccn-dir", str(hccn), "--log-dir", str(tmp_path / "job"), "train.py", cwd=tmp_path)
+        r = run_process("plan", "--json", "--hosts", str(hosts), "--method", method, "--hccn-dir", str(hccn), "--log-dir", str(tmp_path / "job"), "train.py",
+                        cwd=tmp_path, timeout=60)
         assert r.returncode == 0, r.stderr
         data = json.loads(r.stdout)
         assert len(data["ranks"]) == 16
@@ -200,16 +196,16 @@ def test_cli_plan_json_2x8_each_method(tmp_path):
 
 
 def test_cli_env_show_and_errors(tmp_path):
-    r = run_cli("env", "show", "--rank", "1", "-H", "localhost:2", "--env", "X=a b", "--master-port", "9100", "t.py")
+    r = run_process("env", "show", "--rank", "1", "-H", "localhost:2", "--env", "X=a b", "--master-port", "9100", "t.py", timeout=60)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert "export MS_NODE_ID=1" in lines and "export X='a b'" in lines and "export MS_SCHED_PORT=9100" in lines
     bad = tmp_path / "bad.yaml"
     bad.write_text("hosts:\n  - host: a\n    slots: -1\n")
-    r = run_cli("plan", "--hosts", str(bad), "t.py")
+    r = run_process("plan", "--hosts", str(bad), "t.py", timeout=60)
     assert r.returncode == 2
     assert r.stderr == f"mslaunch: error: {bad}:3: hosts[0].slots must be a positive integer, got -1\n"
-    r = run_cli("env", "show", "--rank", "5", "-H", "localhost:2", "t.py")
+    r = run_process("env", "show", "--rank", "5", "-H", "localhost:2", "t.py", timeout=60)
     assert (r.returncode, r.stderr) == (2, "mslaunch: error: --rank: rank 5 is not in 0..1\n")
 
 
@@ -217,15 +213,15 @@ def test_cli_hostfile_gen(tmp_path):
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text("hosts:\n  - {host: a, slots: 4}\n  - {host: b, slots: 4}\n")
     out = tmp_path / "hostfile"
-    r = run_cli("hostfile", "gen", "--hosts", str(yaml_file), "--include", "a:0,1@b", "-o", str(out))
+    r = run_process("hostfile", "gen", "--hosts", str(yaml_file), "--include", "a:0,1@b", "-o", str(out), timeout=60)
     assert r.returncode == 0, r.stderr
     assert out.read_text() == "a slots=2\nb slots=4\n"
-    r = run_cli("hostfile", "gen", "-H", "n1:2,n2")
+    r = run_process("hostfile", "gen", "-H", "n1:2,n2", timeout=60)
     assert r.stdout == "n1 slots=2\nn2 slots=1\n"
 
 
 def test_msrun_flag_names_are_accepted(tmp_path):
-    r = run_cli("plan", "--json", "--worker_num", "2", "--master_port", "9999", "--log_dir", str(tmp_path / "j"), "t.py")
+    r = run_process("plan", "--json", "--worker_num", "2", "--master_port", "9999", "--log_dir", str(tmp_path / "j"), "t.py", timeout=60)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert (data["world_size"], data["master_port"], data["job_dir"]) == (2, 9999, str(tmp_path / "j"))

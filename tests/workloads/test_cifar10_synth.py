@@ -14,15 +14,10 @@ import pytest
 
 from launcher.errors import MsLaunchError
 from launcher.workloads import cifar10_synth as synth
-from tests.harness.mindspore import require_mindspore
 
 REC = 3073
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 TRAIN_NAMES = [f"data_batch_{i}.bin" for i in range(1, 6)]
-
-
-def _need_mindspore() -> None:
-    require_mindspore()
 
 
 def _records(path: Path) -> np.ndarray:
@@ -203,7 +198,6 @@ def _shard_hashes(data_path: str, usage: str, shard: int, shuffle: bool) -> List
 def test_trainer_shards_are_disjoint_and_cover_a_small_set(tmp_path: Path, shuffle: bool) -> None:
     """2 shards over 100 records (the numpy-backed source the trainer uses for small files),
     with the trainer's shuffled sampler and a sequential one."""
-    _need_mindspore()
     synth.write_synthetic_cifar10(str(tmp_path), train=100, test=2, seed=0)
     everything = _hwc_hashes(_train_records(tmp_path / "cifar-10-batches-bin"))
     assert len(set(everything)) == 100
@@ -219,7 +213,6 @@ def test_trainer_shards_are_disjoint_and_cover_a_small_set(tmp_path: Path, shuff
 def test_uneven_shards_are_padded_by_mindspore(tmp_path: Path) -> None:
     """With a count the ranks do not divide, MindSpore's DistributedSampler pads every shard to
     the same length by wrapping around: 101 records -> 51 + 51, one record in both shards."""
-    _need_mindspore()
     synth.write_synthetic_cifar10(str(tmp_path), train=101, test=2, seed=0)
     everything = _hwc_hashes(_train_records(tmp_path / "cifar-10-batches-bin"))
     s0 = _shard_hashes(str(tmp_path), "train", 0, True)
@@ -233,7 +226,6 @@ def test_uneven_shards_are_padded_by_mindspore(tmp_path: Path) -> None:
 def test_cifar10dataset_reads_the_layout_and_shards_it(tmp_path: Path) -> None:
     """A 10000-record test_batch.bin is what MindSpore's own Cifar10Dataset reads (it needs 10000
     records per file): same images (HWC) and labels in file order, and 2 shards disjoint + complete."""
-    _need_mindspore()
     import mindspore.dataset as ds
 
     from launcher.workloads.resnet50_cifar10 import open_cifar10

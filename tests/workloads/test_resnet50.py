@@ -23,13 +23,6 @@ LOSS_RE = re.compile(r"^epoch: (\d+) step: (\d+), loss is ([0-9.eE+-]+)$")
 STEPS_A, STEPS_B = 12, 6
 
 
-def _need_mindspore() -> None:
-    try:
-        import mindspore  # noqa: F401
-    except Exception as exc:  # ImportError, or a broken install
-        pytest.skip(f"needs mindspore (pip install mslaunch[train]): import failed: {exc}")
-
-
 def _run(args: List[str], timeout: float = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")}
@@ -49,7 +42,6 @@ def _losses(stdout: str) -> List[Tuple[int, int, float]]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
     """Run A: 12 steps with checkpoints; run B: --resume to epoch 2 (6 steps) with --eval."""
-    _need_mindspore()
     root = tmp_path_factory.mktemp("resnet50")
     write_synthetic_cifar10(str(root / "data"), train=1000, test=200, seed=0)
     common = ["--data-path", str(root / "data"), "--image-size", "32", "--batch-size", "16",
@@ -62,7 +54,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
 
 @pytest.mark.mindspore
 def test_parameter_count_of_resnet50_with_10_classes() -> None:
-    _need_mindspore()
     from launcher.workloads.resnet50_cifar10 import count_parameters, resnet50
 
     net = resnet50(num_classes=10)
@@ -76,6 +67,7 @@ def test_parameter_count_of_resnet50_with_10_classes() -> None:
 
 
 @pytest.mark.mindspore
+@pytest.mark.cost(53, group="runs")
 def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict[str, object]) -> None:
     a = runs["a"]
     assert a.returncode == 0, a.stdout + a.stderr
@@ -94,6 +86,7 @@ def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict
 
 
 @pytest.mark.mindspore
+@pytest.mark.cost(53, group="runs")
 def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[str, object]) -> None:
     a, b = runs["a"], runs["b"]
     assert a.returncode == 0 and b.returncode == 0, b.stdout + b.stderr
@@ -123,7 +116,6 @@ def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[st
 
 @pytest.mark.mindspore
 def test_auto_parallel_on_cpu_is_a_one_line_error_with_exit_2() -> None:
-    _need_mindspore()
     proc = _run(["--parallel-mode", "auto_parallel", "--device-target", "CPU"], timeout=120)
     assert proc.returncode == 2
     assert proc.stdout == ""
@@ -155,7 +147,6 @@ def _ckpt_files(folder, *positions: Tuple[int, int]) -> None:
 def test_distributed_resume_takes_the_newest_checkpoint_every_rank_has(tmp_path) -> None:
     """A rank stopped while the others saved lacks their newest checkpoint: every rank resumes
     from the newest common one, and the newer ones of a rank (steps trained again) go."""
-    _need_mindspore()
     from launcher.workloads.resnet50_cifar10 import UsageError, common_checkpoint, resume_point
 
     assert common_checkpoint([[(1, 8), (2, 8)], [(1, 8)], [(1, 8), (2, 8)]]) == (1, 8)
@@ -188,7 +179,6 @@ def test_distributed_resume_takes_the_newest_checkpoint_every_rank_has(tmp_path)
 
 @pytest.mark.mindspore
 def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_path) -> None:
-    _need_mindspore()
     from launcher.workloads.resnet50_cifar10 import prune_checkpoints
 
     _ckpt_files(tmp_path, (1, 2), (1, 10), (2, 1))
@@ -205,7 +195,6 @@ def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_pat
 def test_each_arch_has_its_own_checkpoints_and_blocks(tmp_path) -> None:
     """--arch: the checkpoints carry the network's name, so a resume of one network never picks
     another's; the shallower networks are the same blocks, fewer of them."""
-    _need_mindspore()
     from launcher.workloads.resnet50_cifar10 import ARCHS, count_parameters, list_checkpoints, parse_args, prune_checkpoints, resnet, resume_point
 
     _ckpt_files(tmp_path, (1, 8), (2, 8))

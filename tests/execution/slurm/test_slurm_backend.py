@@ -8,12 +8,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from typing import Dict, List
 
 import pytest
 
-from tests.conftest import mslaunch_argv
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.faultkit import wait_or_fail
 from tests.harness.slurm_cluster import SlurmCluster
 
@@ -173,8 +172,7 @@ def test_max_restarts_runs_a_second_attempt_in_attempt_1(slurm: SlurmCluster, tm
 
 def test_outside_an_allocation_says_to_use_salloc_or_sbatch(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    res = subprocess.run(mslaunch_argv("run", "--launcher", "slurm", "--np", "2", PROG), env=env, capture_output=True,
-                         text=True, timeout=60, cwd=str(tmp_path))
+    res = run_process("run", "--launcher", "slurm", "--np", "2", PROG, env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "salloc" in lines[0] and "mslaunch sbatch" in lines[0], res.stderr

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import mslaunch_argv
+from tests.harness.cli import run_process
 from tests.harness.slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.netns]
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.netns]
 
 def _doctor(env, *args: str) -> subprocess.CompletedProcess:
     env = dict(env, PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-    return subprocess.run(mslaunch_argv("doctor", "--launcher", "slurm", "--json", *args), env=env, capture_output=True, text=True, timeout=180)
+    return run_process("doctor", "--launcher", "slurm", "--json", *args, env=env, timeout=180)
 
 
 def test_doctor_inside_an_allocation(slurm: SlurmCluster) -> None:
