@@ -414,12 +414,12 @@ def _missing_module(facts: Facts, module: str, evidence: str) -> Found:
 
 
 _NO_FILE_RES = (
-    re.compile(r"\[Errno 2\] No such file or directory: '(?P<path>[^']+)'"),
+    re.compile(r"\[Errno 2\] No such file or directory: (?P<q>['\"])(?P<path>.+?)(?P=q)(?:$|\s|,)"),
     re.compile(r"The (?:folder|file) (?P<path>\S+) does not exist or (?:is not a directory or )?permission denied"),
     re.compile(r"Invalid file, failed to open (?:file|folder|json file)?:?\s*(?P<path>[^\s,]+)"),
 )
 _NO_FILE_LINE_RES = (
-    re.compile(r"can't open file '(?P<path>[^']+)': \[Errno 2\]"),
+    re.compile(r"can't open file (?P<q>['\"])(?P<path>.+?)(?P=q): \[Errno 2\]"),
     re.compile(r"^(?:/bin/|/usr/bin/)?(?:ba|z)?sh: (?:line \d+: )?(?P<path>[^:\s]+): (?:No such file or directory|command not found)$"),
     re.compile(r"^env: '?(?P<path>[^':]+)'?: No such file or directory$"),
 )

@@ -88,7 +88,8 @@ RULES: Tuple[Rule, ...] = (
     Rule("disk_full", match_disk_full, "free space on {host} (checkpoints, logs, /tmp), or write elsewhere"),
     Rule("native_crash", match_native_crash,
          "a crash inside native code (the framework or a library), not a script error: read the native stack in the log, not the script"),
-    Rule("missing_module", match_missing_module, "install {module} on {host} for the Python the ranks run there, or set --python to one that has it"),
+    Rule("missing_module", match_missing_module,
+         "install {module} on {host} for the Python the ranks run there (or set --python to one that has it)"),
     Rule("missing_file", match_missing_file, "make {path} exist on {host} (copy it there or use a shared filesystem), or fix the path"),
     Rule("python_exception", match_python_exception, "the script raised {type} at {where}{function}: fix it there (a restart will not)"),
 )
