@@ -222,7 +222,7 @@ def match_oom(facts: Facts) -> Optional[Found]:
         return None
     parts = ["killed by SIGKILL"]
     if kill is not None:
-        parts.append(f"kernel: {cut(kill.line, 160)}")
+        parts.append(f"kernel: {cut(kill.summary, 160)}")
     if counted:
         parts.append(f"the cgroup's oom_kill count went from {before} to {after}" if before is not None else f"the cgroup's oom_kill count is {after}")
     peak, limit = cgroup_memory(rec.cgroup)
@@ -291,8 +291,12 @@ def match_address_in_use(facts: Facts) -> Optional[Found]:
 
 def match_collective_timeout_log(facts: Facts) -> Optional[Found]:
     """The rank's log says its collective gave up waiting (:func:`launcher.logs.stacks.collective_timeout`)."""
-    line = collective_timeout(_exception_lines(facts) + list(facts.lines))
-    return Found(cut(message(line))) if line else None
+    lines = _exception_lines(facts) + list(facts.lines)
+    found = collective_timeout(lines)
+    if not found:
+        return None
+    whole = next((x for x in lines if x.strip().startswith(found[:200])), found)  # the line, not its first 300 characters
+    return Found(cut(message(whole)))
 
 
 _DEVICE_MEMORY_RE = re.compile(r"Malloc device memory failed|Out of Memory!!! Request memory size|Memory not enough|halMemAlloc failed|"

@@ -40,6 +40,7 @@ _KILLED_RE = re.compile(r"(?P<scope>Memory cgroup out of memory|Out of memory(?:
                         r"Kill(?:ed)? process (?P<pid>\d+) \((?P<name>[^)]*)\)")
 _OOM_KILL_RE = re.compile(r"oom-kill:.*?\btask=(?P<name>[^,\s]+),pid=(?P<pid>\d+)")
 _USAGE_RE = re.compile(r"\bmemory: usage (?P<usage>\d+)kB, limit (?P<limit>\d+)kB")
+_ANON_RE = re.compile(r"anon-rss:\d+kB")
 _COUNT_RE = re.compile(r"^\s*oom_kill\s+(\d+)\s*$", re.MULTILINE)
 _DMESG_PREFIX_RE = re.compile(r"^\s*\[\s*\d+\.\d+\]\s*")
 
@@ -71,6 +72,15 @@ class KernelKill:
     line: str
     usage: Optional[int] = None
     limit: Optional[int] = None
+
+    @property
+    def summary(self) -> str:
+        """The kill line up to the process's name, with its anonymous RSS when the line gives it
+        (``Memory cgroup out of memory: Killed process 8132 (python3), anon-rss:65280kB``)."""
+        m = _KILLED_RE.search(self.line) or _OOM_KILL_RE.search(self.line)
+        head = self.line[:m.end()] if m else self.line
+        rss = _ANON_RE.search(self.line)
+        return head + (f", {rss.group(0)}" if rss and rss.start() >= len(head) else "")
 
 
 def kernel_kills(lines: Sequence[str]) -> List[KernelKill]:

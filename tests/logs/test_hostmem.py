@@ -17,6 +17,7 @@ def test_the_recorded_cgroup_v1_kill():
     k = kills[0]
     assert (k.pid, k.name, k.usage, k.limit) == (8132, "python3", 64 << 20, 64 << 20)
     assert k.line.startswith("Memory cgroup out of memory: Killed process 8132 (python3) total-vm:82116kB")
+    assert k.summary == "Memory cgroup out of memory: Killed process 8132 (python3), anon-rss:65280kB"
     files = read_cgroup_files(DATA)
     assert sorted(files) == ["memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control"]
     assert oom_kill_count(files) == 1 and oom_kill_count(read_cgroup_files(os.path.join(DATA, "before"))) == 0
@@ -33,6 +34,7 @@ def test_the_recorded_cgroup_v1_kill():
 def test_kernel_kill_lines(lines, expected):
     assert [(k.pid, k.name) for k in kernel_kills(lines)] == expected
     assert all(isinstance(k, KernelKill) and k.usage is None for k in kernel_kills(lines))
+    assert all(f"({k.name})" in k.summary or f"task={k.name}" in k.summary for k in kernel_kills(lines))
 
 
 @pytest.mark.parametrize("files,count", [
