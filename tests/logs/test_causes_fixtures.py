@@ -70,3 +70,42 @@ def test_the_recorded_oom_is_not_oom_without_its_host_records():
     _, fail = failure("oom_rank.log")
     bare = Failure(fail.name, fail.host, fail.returncode, fail.tail, fail.log)
     assert classify(bare).kind == "unknown"
+
+
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "failures.md")
+_JUDGED = {  # the docs' samples that no log file stands for: the failure each shows
+    "missing_module": Failure("rank 2", "node2", 1, ("Traceback (most recent call last):", '  File "/job/train.py", line 3, in <module>',
+                                                    "    import mindformers", "ModuleNotFoundError: No module named 'mindformers'")),
+    "hang": Failure("rank 1", "node2", -15, hang={
+        "kind": "no_progress", "limit_s": 60.0, "derived": "auto: the 60 s floor", "idle_s": 61.2, "stacks_dir": "/job/attempt_1/stacks",
+        "culprit": {"rank": 1, "evidence": "its last step is behind the others' (step 3 < step 4)"}, "ranks": [{"rank": 1, "host": "node2"}]}),
+    "lost_host": Failure("rank 2", "node2", 255, lost="connection to node2 lost (no answer for 30 s)"),
+}
+
+
+def doc_samples() -> List[Tuple[str, List[str]]]:
+    """The docs' sample blocks (``cause:`` / ``hint:`` lines) with the log file the paragraph before names, or ''."""
+    import re
+
+    with open(DOC, encoding="utf-8") as fh:
+        text = fh.read()
+    out = []
+    for m in re.finditer(r"((?:[^\n]+\n)*)\n```text\n(cause: .+\nhint: .+)\n```", text):
+        named = re.findall(r"`(\w+\.log)`", m.group(1))
+        out.append((named[-1] if named else "", m.group(2).splitlines()))
+    return out
+
+
+def test_the_docs_samples_are_what_the_classifier_says():
+    from launcher.logs.causes import console_lines
+
+    samples = doc_samples()
+    assert len(samples) >= 12
+    kinds = set()
+    for name, lines in samples:
+        kind = lines[0].split(":")[1].strip()
+        kinds.add(kind)
+        fail = failure(name)[1] if name else _JUDGED[kind]
+        assert console_lines(classify(fail)) == lines, name or kind
+    assert kinds >= {"oom", "python_exception", "missing_module", "missing_file", "address_in_use", "native_crash", "disk_full",
+                     "device_error", "hang", "lost_host"}
