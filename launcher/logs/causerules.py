@@ -246,7 +246,8 @@ _BIND_RES = (
     re.compile(r"\bFailed to bind\b", re.IGNORECASE),
     re.compile(r"are all in use already"),
 )
-_PORT_RES = (re.compile(r"\bport(?: is|:)?\s*(\d{2,5})\b", re.IGNORECASE), re.compile(r"(?:tcp://|\b\d{1,3}(?:\.\d{1,3}){3}|\]):(\d{2,5})\b"))
+_PORT_RES = (re.compile(r"\bport(?: is|:)?\s*(\d{2,5})\b", re.IGNORECASE), re.compile(r"(?:tcp://|\b\d{1,3}(?:\.\d{1,3}){3}|\]):(\d{2,5})\b"),
+             re.compile(r"\(['\"][^'\"]*['\"],\s*(\d{2,5})\)"))  # Python's address tuple: ('0.0.0.0', 8118)
 
 
 def _port(line: str, m: "re.Match[str]") -> Optional[str]:
@@ -351,20 +352,23 @@ def match_device_error(facts: Facts) -> Optional[Found]:
 
 
 _ENOSPC_RE = re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")
-_ENOSPC_PATH_RE = re.compile(r"No space left on device['\"]?\s*:\s*'?(?P<path>[^'\s,]+)")
+_ENOSPC_PATH_RE = re.compile(r"No space left on device['\"]?\s*:\s*(?:(?P<q>['\"])(?P<qpath>.+?)(?P=q)|(?P<path>[^'\"\s,]+))")
 
 
 def match_disk_full(facts: Facts) -> Optional[Found]:
     """No space left on a device (``[Errno 28]``, ``ENOSPC``): the ending exception chain first, then any line."""
     for exc in reversed(facts.chain):
         if _ENOSPC_RE.search(exc.text):
-            m = _ENOSPC_PATH_RE.search(exc.text)
-            return _disk_full(f"{exc.line}{_where(exc)}", m.group("path") if m else None)
+            return _disk_full(f"{exc.line}{_where(exc)}", _enospc_path(exc.text))
     hit = _first((_ENOSPC_RE,), facts.lines)
     if hit is None:
         return None
-    m = _ENOSPC_PATH_RE.search(hit[0])
-    return _disk_full(message(hit[0]), m.group("path") if m else None)
+    return _disk_full(message(hit[0]), _enospc_path(hit[0]))
+
+
+def _enospc_path(text: str) -> Optional[str]:
+    m = _ENOSPC_PATH_RE.search(text)
+    return (m.group("qpath") or m.group("path")) if m else None
 
 
 def _disk_full(evidence: str, path: Optional[str]) -> Found:
@@ -408,7 +412,7 @@ def match_missing_module(facts: Facts) -> Optional[Found]:
     if facts.exception is None and facts.signal is None:
         for line in reversed(facts.lines):
             m = _NO_MODULE_RE.search(line)
-            if m and ("python" in line.lower() or "Error while finding module" in line):
+            if m and ("python" in line.lower() or "Error while finding module" in line or re.search(r"(ModuleNotFound|Import)Error: No module", line)):
                 return _missing_module(facts, m.group("module"), line.strip())
     return None
 

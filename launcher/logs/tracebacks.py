@@ -209,13 +209,27 @@ def _exception_at(lines: Sequence[str], start: int) -> Optional[PyException]:
     return PyException(m.group("type"), (m.group("msg") or "").strip(), tuple(details), frames, i)
 
 
+def _unprefixed(lines: List[str]) -> List[str]:
+    """``lines`` without the prefix a launcher put on every line (``[rank1]: ``), when the last
+    ``Traceback`` header and the frame line after it carry the same one."""
+    for i in range(len(lines) - 1, -1, -1):
+        m = _TB_HEAD_RE.search(lines[i])
+        if m:
+            pre = lines[i][:m.start()]
+            if pre.strip() and i + 1 < len(lines) and lines[i + 1].startswith(pre) and _FRAME_RE.match(lines[i + 1][len(pre):]):
+                return [x[len(pre):] if x.startswith(pre) else x for x in lines]
+            break
+    return lines
+
+
 def exception_chain(lines: Sequence[str]) -> List[PyException]:
     """The exceptions of the last traceback in ``lines`` with the ones chained before it, oldest
     first: the last one ended the process (when an exception did).  [] when the lines hold no traceback.
 
-    A tail that cut off the ``Traceback`` header still yields the exception after its frames.
+    A tail that cut off the ``Traceback`` header still yields the exception after its frames; a
+    prefix on every line of the traceback (``[rank1]: ``) is dropped.
     """
-    clean = [strip_ansi(x) for x in lines]
+    clean = _unprefixed([strip_ansi(x) for x in lines])
     starts = [i for i, x in enumerate(clean) if _TB_HEAD_RE.search(x)]
     last_frame = max((i for i, x in enumerate(clean) if _FRAME_RE.match(x)), default=-1)
     if last_frame > (starts[-1] if starts else -1):  # frames after the last header (or no header at all: cut off)

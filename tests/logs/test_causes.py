@@ -406,3 +406,41 @@ def test_classify_always_gives_one_known_kind_with_one_line_evidence_and_hint(ta
     assert len(c.evidence) <= EVIDENCE_MAX
     if signal_of(rc) == signal.SIGKILL:
         assert c.kind != "oom"  # never without host records
+
+
+# ---------------------------------------------------------------- other shapes of the same causes
+
+def test_a_syntax_error_names_its_file_and_line():
+    tail = ("Traceback (most recent call last):", '  File "/job/run.py", line 5, in <module>', "    import train",
+            '  File "/job/train.py", line 3', "    foo(", "       ^", "SyntaxError: '(' was never closed")
+    c = classify(fail(tail))
+    assert c.kind == "python_exception" and c.evidence == "SyntaxError: '(' was never closed at /job/train.py:3"
+
+
+def test_a_traceback_with_a_prefix_on_every_line():
+    tail = tuple("[rank1]: " + x for x in tb("/job/train.py:9:step", exc="ValueError: bad shape")) + ("[rank1]: exiting",)
+    c = classify(fail(tail))
+    assert c.kind == "python_exception" and c.evidence == "ValueError: bad shape at /job/train.py:9 (step)"
+    missing = tuple("[rank1]: " + x for x in tb("/job/train.py:1:<module>", exc="ModuleNotFoundError: No module named 'mindspore'"))
+    assert classify(fail(missing)).kind == "missing_module"
+
+
+def test_a_logger_prefixed_traceback_header():
+    tail = ("2026-11-26 07:00:00,123 ERROR train failed",) + ("2026-11-26 07:00:00,124 ERROR Traceback (most recent call last):",) + \
+        tb("/job/train.py:9:step", exc="ValueError: bad shape")[1:]
+    assert classify(fail(tail)).evidence == "ValueError: bad shape at /job/train.py:9 (step)"
+
+
+def test_a_missing_module_line_without_a_traceback():
+    assert classify(fail(("[rank1]: ModuleNotFoundError: No module named 'mindspore'",))).kind == "missing_module"
+
+
+def test_a_full_disk_path_with_spaces():
+    c = classify(fail(tb("/job/t.py:4:save", exc="OSError: [Errno 28] No space left on device: '/mnt/my ckpts/a.ckpt'")))
+    assert c.kind == "disk_full" and "where /mnt/my ckpts/a.ckpt is written" in c.hint
+
+
+def test_a_taken_port_in_pythons_address_tuple():
+    exc = "OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8118): address already in use"
+    c = classify(fail(tb(f"{SITE}/aiohttp/web.py:10:start", exc=exc)))
+    assert c.kind == "address_in_use" and c.hint.startswith("port 8118 is taken on node2")
