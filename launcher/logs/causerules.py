@@ -442,7 +442,7 @@ def match_missing_file(facts: Facts) -> Optional[Found]:
             m = p.search(exc.text)
             if m:
                 return _missing_file(facts, m.group("path"), f"{exc.line}{_where(exc)}")
-    if facts.exception is None:
+    if facts.exception is None and facts.signal is None:
         for line in reversed(facts.lines):
             for p in _NO_FILE_LINE_RES + _NO_FILE_RES:
                 m = p.search(line.strip())

@@ -304,6 +304,8 @@ def test_a_traceback_in_the_log_of_a_process_killed_by_a_signal_did_not_end_it()
     tail = tb("/job/train.py:9:step", exc="KeyError: 'x'") + ("retrying", "step 2")
     assert classify(fail(tail, rc=-11)).kind == "native_crash"
     assert classify(fail(tail, rc=-9)).kind == "unknown"
+    logged = tb("/job/train.py:9:load", exc="FileNotFoundError: [Errno 2] No such file or directory: '/data/x'") + ("retrying", "step 2")
+    assert classify(fail(logged, rc=-9)).kind == "unknown" and classify(fail(logged, rc=1)).kind == "missing_file"
 
 
 def test_an_exception_that_is_really_a_missing_module():
