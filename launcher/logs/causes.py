@@ -18,12 +18,13 @@ matching gives ``unknown`` with the log's last line.  The order is the precedenc
 6. ``python_exception``: the exception that ended the process, at the user's own frame.
 
 Causes a restart cannot fix (:func:`same_unfixable`): the same Python exception at the same place,
-the same missing module, the same missing file.
+the same missing module, the same missing file; :func:`repeated_unfixable` gives the line that stops
+the restarts when the last two attempts failed so.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.logs.causerules import (
     TAIL_LINES, Facts, Failure, Found, match_address_in_use, match_collective_timeout_log, match_collective_timeout_report, match_device_error,
@@ -32,7 +33,7 @@ from launcher.logs.causerules import (
 )
 
 __all__ = ["KINDS", "RESTART_PROOF", "RULES", "TAIL_LINES", "Cause", "Failure", "Rule", "classify", "console_lines", "junit_message",
-           "same_unfixable"]
+           "repeated_unfixable", "same_unfixable"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,26 @@ def same_unfixable(a: Optional[Cause], b: Optional[Cause]) -> bool:
     if a.key is not None and b.key is not None:
         return a.key == b.key
     return a.evidence == b.evidence
+
+
+def repeated_unfixable(attempts: Sequence[Tuple[int, Optional[Cause]]]) -> Optional[str]:
+    """The one line that stops the restarts when the last two attempts failed with the same cause a
+    restart cannot fix (:func:`same_unfixable`), else None.
+
+    Args:
+        attempts: ``(attempt number, its cause)`` of the attempts so far, oldest first (those since
+            the job was last re-planned: a host left out starts the count afresh).
+
+    Returns:
+        ``attempts 0 and 1 failed the same way (missing_module: ...), which a restart cannot fix: not restarting``.
+    """
+    if len(attempts) < 2:
+        return None
+    (k1, a), (k2, b) = attempts[-2], attempts[-1]
+    if not same_unfixable(a, b):
+        return None
+    assert b is not None
+    return f"attempts {k1} and {k2} failed the same way ({b.kind}: {b.evidence}), which a restart cannot fix: not restarting"
 
 
 def console_lines(cause: Cause) -> List[str]:

@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.logs.causerules import EVIDENCE_MAX, TAIL_LINES, signal_of
-from launcher.logs.causes import KINDS, RESTART_PROOF, RULES, Cause, Failure, classify, console_lines, junit_message, same_unfixable
+from launcher.logs.causes import (
+    KINDS, RESTART_PROOF, RULES, Cause, Failure, classify, console_lines, junit_message, repeated_unfixable, same_unfixable,
+)
 from launcher.logs.hostmem import HostRecords
 from tests.harness.hypo import examples
 
@@ -375,6 +377,17 @@ def test_same_unfixable_on_causes_read_back_from_json():
     assert same_unfixable(Cause.from_json(a.to_json()), a)
     assert not same_unfixable(Cause.from_json(a.to_json()), Cause.from_json(b.to_json()))
     assert Cause.from_json({"kind": "oom"}) is None and Cause.from_json(None) is None
+
+
+def test_the_line_that_stops_the_restarts():
+    missing = classify(fail(tb("/job/t.py:3:<module>", exc="ModuleNotFoundError: No module named 'mindspore'")))
+    crash = classify(fail(("step 1",), rc=-11))
+    assert repeated_unfixable([(0, missing), (1, missing)]) == (
+        "attempts 0 and 1 failed the same way (missing_module: ModuleNotFoundError: No module named 'mindspore' at /job/t.py:3 (<module>) "
+        "(on node2)), which a restart cannot fix: not restarting")
+    assert repeated_unfixable([(3, _exc()), (4, missing), (5, _exc())]) is None  # not the last two
+    assert repeated_unfixable([(0, crash), (1, crash)]) is None and repeated_unfixable([(0, missing)]) is None
+    assert repeated_unfixable([(0, missing), (1, None)]) is None and repeated_unfixable([]) is None
 
 
 # ---------------------------------------------------------------- rendering
