@@ -152,7 +152,7 @@ def tls_across_hosts(reports: Sequence[HostDevices]) -> List[HostDevices]:
 
     When the values differ, the devices whose value differs from the majority's are faulty
     (``tls switch[1], 14 of 16 devices have tls switch[0]``); without a majority, every device
-    is (``tls switch[1]; the devices differ: 0 on h1, 1 on h2``).  Reports of other targets and
+    is (``tls switch[1]; the devices differ: 0 on h1 vs 1 on h2``).  Reports of other targets and
     devices whose TLS was not read are returned as they are.
 
     Returns:
@@ -175,7 +175,7 @@ def tls_across_hosts(reports: Sequence[HostDevices]) -> List[HostDevices]:
     for host, _, v in values:
         if host not in hosts_of.setdefault(v, []):
             hosts_of[v].append(host)
-    mixed = ", ".join(f"{v} on {', '.join(hosts_of[v])}" for v in sorted(hosts_of))
+    mixed = " vs ".join(f"{v} on {', '.join(hosts_of[v])}" for v in sorted(hosts_of))
     total = len(values)
 
     def settle(c: CheckResult) -> CheckResult:

@@ -60,7 +60,7 @@ def judge_gpu(spec: HostDeviceSpec, outcomes: Mapping[str, Outcome], setup: Tool
         listed = id_ranges(r.index for r in rows)
         enough = len(rows) >= spec.ranks
         host_checks = (CheckResult("count", OK if enough else FAULTY,
-                                   f"{len(rows)} GPU(s) for {spec.ranks} rank(s) (nvidia-smi lists {listed})", gpus_cmd.key),)
+                                   f"{len(rows)} GPU(s) for {spec.ranks} rank(s): nvidia-smi lists {listed}", gpus_cmd.key),)
     devices: List[DeviceVerdict] = []
     for n in spec.devices:
         devices.append(DeviceVerdict(n, tuple(_gpu_checks(n, rows, rows_why, apps, apps_why, gpus_cmd, apps_cmd))))

@@ -275,10 +275,10 @@ MAX_FINDINGS = 4
 
 def _evidence(c: CheckResult, device: Optional[int] = None) -> str:
     """``link status: DOWN (hccn_tool -link -g)``: the words, and the command they came from
-    unless the words already name its tool; the device's ``-i N`` is left out (the line names
+    unless the words already name it (or say its tool is not found); the device's ``-i N`` is left out (the line names
     the device), so devices with the same finding share one part."""
     text = c.evidence
-    if c.command and c.command.split()[0] not in text:
+    if c.command and c.command not in text and not text.startswith(f"{c.command.split()[0]} not found"):
         text = f"{text} ({c.command})"
     return text.replace(f"-i {device} ", "") if device is not None else text
 

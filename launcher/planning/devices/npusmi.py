@@ -193,7 +193,7 @@ def _device_rows(lines: Sequence[str], per_device: int, health_at: int, phy: boo
             raise ToolOutputError(f"npu-smi info: a line in its device table is not a row: {one_line(line, 80)}")
         if len(section) % per_device:
             raise ToolOutputError(f"npu-smi info: a device has {len(section) % per_device} row(s), its header {per_device}: "
-                                  f"{one_line('|'.join(section[-1]), 80)}")
+                                  f"{one_line(' | '.join(section[-1]), 80)}")
         for k in range(0, len(section), per_device):
             out.append(_device(section[k:k + per_device], health_at, phy, chips))
         section = []
@@ -204,7 +204,7 @@ def _device(rows: Sequence[List[str]], health_at: int, phy: bool, chips: bool) -
     first = rows[0]
     tokens = first[0].split()
     if not tokens or not _INT_RE.match(tokens[0]) or len(first) <= health_at or not first[health_at]:
-        raise ToolOutputError(f"npu-smi info: a device row is not in its header's layout: {one_line('|'.join(first), 80)}")
+        raise ToolOutputError(f"npu-smi info: a device row is not in its header's layout: {one_line(' | '.join(first), 80)}")
     npu = int(tokens[0])
     name = " ".join(tokens[1:]) or (first[1] if health_at > 1 else "")
     chip: Optional[int] = None
@@ -212,7 +212,7 @@ def _device(rows: Sequence[List[str]], health_at: int, phy: bool, chips: bool) -
     if len(rows) > 1 and (chips or rows[1][0]):
         ids = _ints(rows[1][0])
         if ids is None:
-            raise ToolOutputError(f"npu-smi info: the chip row of NPU {npu} has no chip index: {one_line('|'.join(rows[1]), 80)}")
+            raise ToolOutputError(f"npu-smi info: the chip row of NPU {npu} has no chip index: {one_line(' | '.join(rows[1]), 80)}")
         chip = ids[0]
         if phy and len(ids) > 1:
             device = ids[1]
