@@ -71,9 +71,10 @@ def not_run_reason(command: DeviceCommand, outcome: Optional[Outcome], host: str
         limit = outcome.seconds if outcome.seconds is not None else command.timeout
         return f"{command.key} timed out after {limit:g} s on {host}"
     if outcome.status == SKIPPED:
-        return f"{command.key} not run on {host}: {outcome.detail or 'skipped'}"
-    assert outcome.status == ERROR
-    return f"{command.key} could not run on {host}: {one_line(outcome.detail or 'unknown error', 100)}"
+        return f"{command.key} not run on {host}: {one_line(outcome.detail or 'skipped', 100)}"
+    if outcome.status == ERROR:
+        return f"{command.key} could not run on {host}: {one_line(outcome.detail or 'unknown error', 100)}"
+    return f"{command.key}: the probe on {host} reported an unknown outcome {one_line(repr(outcome.status), 40)}"
 
 
 def first_line(outcome: Outcome) -> str:
