@@ -273,14 +273,33 @@ _DEVICE_WORD = {ASCEND: "NPU", GPU: "GPU"}
 MAX_FINDINGS = 4
 
 
+def _words(c: CheckResult, device: Optional[int] = None) -> Tuple[str, Optional[str]]:
+    """The check's words and the command to name after them (None when the words already name
+    it, or say its tool is not found); the device's ``-i N`` is left out of both (the line
+    names the device), so devices with the same finding share one part."""
+    text, command = c.evidence, c.command
+    if command and (command in text or text.startswith(f"{command.split()[0]} not found")):
+        command = None
+    if device is not None:
+        text = text.replace(f"-i {device} ", "")
+        command = command.replace(f"-i {device} ", "") if command else None
+    return text, command
+
+
 def _evidence(c: CheckResult, device: Optional[int] = None) -> str:
-    """``link status: DOWN (hccn_tool -link -g)``: the words, and the command they came from
-    unless the words already name it (or say its tool is not found); the device's ``-i N`` is left out (the line names
-    the device), so devices with the same finding share one part."""
-    text = c.evidence
-    if c.command and c.command not in text and not text.startswith(f"{c.command.split()[0]} not found"):
-        text = f"{text} ({c.command})"
-    return text.replace(f"-i {device} ", "") if device is not None else text
+    """``link status: DOWN (hccn_tool -link -g)``: the words and the command they came from."""
+    return _joined([_words(c, device)])
+
+
+def _joined(items: Sequence[Tuple[str, Optional[str]]]) -> str:
+    """Words joined by ``; ``, each command named once after the last words that came from it:
+    ``uncorrected ECC errors (volatile): 2; retired pages pending: Yes (nvidia-smi --query-gpu)``."""
+    out: List[str] = []
+    items = list(dict.fromkeys(items))
+    for k, (text, command) in enumerate(items):
+        last = k + 1 == len(items) or items[k + 1][1] != command
+        out.append(f"{text} ({command})" if command and last else text)
+    return "; ".join(out)
 
 
 def _grouped(devices: Sequence[DeviceVerdict], wanted: str) -> List[Tuple[str, List[int]]]:
@@ -290,7 +309,7 @@ def _grouped(devices: Sequence[DeviceVerdict], wanted: str) -> List[Tuple[str, L
     for d in devices:
         if d.status != wanted:
             continue
-        text = "; ".join(_dedup(_evidence(c, d.device) for c in d.checks if c.status == wanted))
+        text = _joined([_words(c, d.device) for c in d.checks if c.status == wanted])
         groups.setdefault(text, []).append(d.device)
     return [(text, ids) for text, ids in groups.items()]
 
