@@ -137,19 +137,23 @@ def test_checks_that_could_not_run_are_named_and_are_not_faults(over, expected, 
     assert not report.failed("try") and report.failed("require") and not report.failed("off")
 
 
-def test_a_device_npu_smi_does_not_list_and_one_of_unknown_occupancy():
+def test_a_device_npu_smi_does_not_list():
+    spec = HostDeviceSpec("h1", (1, 9), 2)
+    report = judge_host("ascend", spec, ascend(spec), roce=False)
+    assert verdicts(report) == [(1, "ok", []), (9, "faulty", [("health", "faulty", "not listed by npu-smi info (it lists 0-7)")])]
+    assert report.reason() == "NPU 9: not listed by npu-smi info (it lists 0-7)"
+    assert report.note == "device NICs (hccn_tool) not checked: the job runs on one host"
+
+
+def test_a_process_table_without_an_npu_was_cut_short():
     text = fixture("npu_smi_910b_healthy.txt").replace(
         "| No running processes found in NPU 2                                                            |\n"
         "+===========================+===============+====================================================+\n", "")
-    spec = HostDeviceSpec("h1", (1, 2, 9), 3)
+    spec = HostDeviceSpec("h1", (1,), 1)
     report = judge_host("ascend", spec, ascend(spec, **{"npu-smi info": ran(text)}), roce=False)
-    assert verdicts(report) == [
-        (1, "ok", []),
-        (2, "not_checked", [("process", "not_checked", "npu-smi info's process table does not mention NPU 2")]),
-        (9, "faulty", [("health", "faulty", "not listed by npu-smi info (it lists 0-7)")]),
-    ]
-    assert report.reason() == "NPU 9: not listed by npu-smi info (it lists 0-7)"
-    assert report.note == "device NICs (hccn_tool) not checked: the job runs on one host"
+    why = ("npu-smi info's process table does not mention NPU 2 (a free NPU has a 'No running processes found' row): "
+           "its output ends early (on h1)")
+    assert verdicts(report) == [(1, "not_checked", [("health", "not_checked", why), ("process", "not_checked", why)])]
 
 
 def test_no_planned_ip_compares_nothing_but_a_missing_ip_is_still_faulty():

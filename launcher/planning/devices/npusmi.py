@@ -32,8 +32,8 @@ by position::
 * The process table's header has a ``Process id`` cell; a row starts with the NPU id (and the
   chip), then the pid, the process name (empty inside containers), the memory, and on newer
   drivers the pid in the container.  A free NPU has a ``No running processes found in NPU N``
-  row (newer drivers: a row of ``NA``).  An NPU the process table does not mention at all is
-  of unknown occupancy, not free.
+  row (newer drivers: a row of ``NA``).  Every NPU of the device table must be in the process
+  table (a process row or a free row), else the output was cut short at a row's end.
 
 An output without both tables, or whose last line is not a whole border, is refused
 (:class:`ToolOutputError`): a truncated answer is never taken for a healthy one.
@@ -106,10 +106,6 @@ class NpuSmiInfo:
         return [p for p in self.processes
                 if p.npu == device.npu and (p.chip is None or device.chip is None or p.chip == device.chip)]
 
-    def occupancy_known(self, device: NpuDevice) -> bool:
-        """Whether the process table speaks of the device's NPU at all (a row or a free row)."""
-        return device.npu in self.free_npus or any(p.npu == device.npu for p in self.processes)
-
 
 def _cells(line: str) -> Optional[List[str]]:
     """The cells of a ``| a | b |`` row, stripped; None for anything else."""
@@ -129,7 +125,8 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
 
     Raises:
         ToolOutputError: no device table, no process table, the output ends before the
-            table's last border, or a device row that is not in the layout its header gives.
+            table's last border, an NPU the process table does not mention, or a device row
+            that is not in the layout its header gives.
     """
     lines = [ln.strip() for ln in text.replace("\r", "").split("\n")]
     lines = [ln for ln in lines if ln]
@@ -151,6 +148,11 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
     phy = "phy" in chip_head or "device" in chip_head
     devices = _device_rows(lines[i:proc], len(header_rows), health_at, phy, bool(chip_head))
     processes, free = _process_rows(lines[proc:], _cells(lines[proc]) or [])
+    mentioned = set(free) | {p.npu for p in processes}
+    missing = sorted({d.npu for d in devices} - mentioned)
+    if missing:
+        raise ToolOutputError(f"npu-smi info's process table does not mention NPU {', '.join(map(str, missing))} "
+                              "(a free NPU has a 'No running processes found' row): its output ends early")
     return NpuSmiInfo(tuple(devices), tuple(processes), frozenset(free))
 
 
