@@ -3,7 +3,7 @@ host's verdict under each --device-checks policy; the TLS switch across hosts; t
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 

@@ -23,7 +23,7 @@ from launcher.planning.devices import hccntool
 from launcher.planning.devices.commands import ToolSetup, first_line, not_run_reason
 from launcher.planning.devices.model import (
     ASCEND, FAULTY, NOT_CHECKED, OK, CheckResult, DeviceCommand, DeviceVerdict, HostDevices, HostDeviceSpec, Outcome,
-    ToolOutputError, id_ranges, one_line,
+    ToolOutputError, id_ranges,
 )
 from launcher.planning.devices.npusmi import NpuSmiInfo, parse_npu_smi_info
 
