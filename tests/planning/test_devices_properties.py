@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Dict
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.planning.devices import HostDeviceSpec, Outcome, ToolOutputError, device_commands, judge_host, judge_hosts
+from launcher.planning.devices.commands import OUTPUT_LIMIT
 from launcher.planning.devices.hccntool import parse_ip, parse_link, parse_net_health, parse_tls
 from launcher.planning.devices.npusmi import parse_npu_smi_info
 from launcher.planning.devices.nvsmi import parse_compute_apps, parse_gpu_query
@@ -103,3 +105,18 @@ def test_the_whole_tables_are_healthy():
     for name in TABLES:
         report = judge_host("ascend", HostDeviceSpec("h", (0,), 1), {"npu-smi info": Outcome("exited", 0, fixture(name), "")}, roce=False)
         assert report.status == "ok", name
+
+
+LONG = OUTPUT_LIMIT  # the most the probe returns of a stream
+
+
+@pytest.mark.parametrize("text", [
+    "link status:" + " " * LONG + "x", "net health status :" + " \t" * (LONG // 2) + "\n", "ipaddr:" + " " * LONG,
+    "tls switch[" + " " * LONG, "|" * LONG + "\n", "| Health |" + " |" * (LONG // 2) + "\n", "+" + "-" * LONG + "=\n",
+    ("| 0 910B | OK | x |\n" * (LONG // 20)), ", " * LONG, "GPU-" + "a" * LONG + ", 1, x, 1\n",
+    ("link status" + " " * 100 + "\n") * (LONG // 112),
+])
+def test_long_outputs_are_read_in_one_pass(text):
+    """Inputs a backtracking regular expression would take minutes on (the suite's timeout fails
+    such a run); here every parser answers at once."""
+    _parse_all(text)

@@ -295,7 +295,7 @@ def test_commands_whole():
 
 def test_probe_order_and_time_limit():
     order = probe_order("ascend", HostDeviceSpec("h", (0, 1), 2))
-    assert order["op"] == "devices" and len(order["commands"]) == 9 and order["limit"] == 60.0  # 8 x 8 s of hccn_tool, capped
+    assert (order["op"], len(order["commands"]), order["limit"], order["output_limit"]) == ("devices", 9, 60.0, 65536)  # 8 x 8 s, capped
     assert order["commands"][1] == {"key": "hccn_tool -i 0 -link -g", "tool": "hccn_tool",
                                     "candidates": ["/usr/local/Ascend/driver/tools/hccn_tool", "hccn_tool"],
                                     "argv": ["-i", "0", "-link", "-g"], "timeout": 8.0}

@@ -3,7 +3,7 @@ host, the verdicts from what it printed, and how they join the host's health ver
 
 The running part (a probe on every host, in parallel) does, per host::
 
-    order = probe_order(target, spec)            # {"op": "devices", "commands": [...], "limit": s}
+    order = probe_order(target, spec)            # {"op": "devices", "commands": [...], "limit", "output_limit"}
     ... runs each command (see DeviceCommand, Outcome) ...
     outcomes = outcomes_from_json(answer)        # {"outcomes": [{"key", "status", ...}, ...]}
 
@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning.devices.ascend import ascend_commands, judge_ascend, tls_across_hosts
-from launcher.planning.devices.commands import ToolSetup, host_time_limit
+from launcher.planning.devices.commands import OUTPUT_LIMIT, ToolSetup, host_time_limit
 from launcher.planning.devices.gpu import gpu_commands, judge_gpu
 from launcher.planning.devices.model import (
     ASCEND, CPU, DEFAULT_POLICY, DEVICE_CHECK_POLICIES, FAULTY, NOT_CHECKED, TARGETS, CheckResult, DeviceCommand,
@@ -69,10 +69,13 @@ def device_commands(target: str, spec: HostDeviceSpec, setup: ToolSetup = ToolSe
 
 
 def probe_order(target: str, spec: HostDeviceSpec, setup: ToolSetup = ToolSetup(), roce: bool = True) -> Dict[str, Any]:
-    """The order sent to the host's probe: ``{"op": "devices", "commands": [...], "limit": s}``
-    (``limit``: seconds for all of them, see :func:`~launcher.planning.devices.commands.host_time_limit`)."""
+    """The order sent to the host's probe: ``{"op": "devices", "commands": [...], "limit": s,
+    "output_limit": bytes}`` (``limit``: seconds for all of them, see
+    :func:`~launcher.planning.devices.commands.host_time_limit`; ``output_limit``: bytes kept of
+    each stream, :data:`~launcher.planning.devices.commands.OUTPUT_LIMIT`)."""
     commands = device_commands(target, spec, setup, roce)
-    return {"op": "devices", "commands": [c.to_json() for c in commands], "limit": host_time_limit(commands, setup)}
+    return {"op": "devices", "commands": [c.to_json() for c in commands], "limit": host_time_limit(commands, setup),
+            "output_limit": OUTPUT_LIMIT}
 
 
 def outcomes_from_json(answer: Any) -> Dict[str, Outcome]:

@@ -15,7 +15,11 @@ from launcher.planning.devices.model import (
     ERROR, EXITED, NOT_FOUND, SKIPPED, TIMED_OUT, DeviceCommand, Outcome, one_line,
 )
 
-__all__ = ["HCCN_TOOL", "NPU_SMI", "NVIDIA_SMI", "ToolSetup", "first_line", "host_time_limit", "not_run_reason"]
+__all__ = ["HCCN_TOOL", "NPU_SMI", "NVIDIA_SMI", "OUTPUT_LIMIT", "ToolSetup", "first_line", "host_time_limit", "not_run_reason"]
+
+#: Bytes of each of a command's streams the probe returns (the rest is dropped; npu-smi info
+#: of a 16-device host prints about 9 KB).
+OUTPUT_LIMIT = 1 << 16
 
 NPU_SMI = ("/usr/local/bin/npu-smi", "npu-smi")
 HCCN_TOOL = ("/usr/local/Ascend/driver/tools/hccn_tool", "hccn_tool")

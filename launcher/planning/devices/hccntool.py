@@ -51,11 +51,13 @@ FAILURE_LINES: Dict[str, str] = {
     NO_IP_LINE: FAULTY,
 }
 
-_LINK_RE = re.compile(r"^\s*link\s+status\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
-_HEALTH_RE = re.compile(r"^\s*net\s+health\s+status\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
-_IPADDR_RE = re.compile(r"^\s*ipaddr\s*:\s*(\S*)\s*$", re.IGNORECASE | re.MULTILINE)
-_NETMASK_RE = re.compile(r"^\s*netmask\s*:\s*(\S*)\s*$", re.IGNORECASE | re.MULTILINE)
-_TLS_RE = re.compile(r"tls\s+switch\s*\[\s*(\d+)\s*\]", re.IGNORECASE)
+# One line each, no backtracking across spaces (outputs can be long): the value is the rest of
+# the line, stripped in Python.
+_LINK_RE = re.compile(r"^[ \t]*link[ \t]+status[ \t]*:([^\n]*)", re.IGNORECASE | re.MULTILINE)
+_HEALTH_RE = re.compile(r"^[ \t]*net[ \t]+health[ \t]+status[ \t]*:([^\n]*)", re.IGNORECASE | re.MULTILINE)
+_IPADDR_RE = re.compile(r"^[ \t]*ipaddr[ \t]*:([^\n]*)", re.IGNORECASE | re.MULTILINE)
+_NETMASK_RE = re.compile(r"^[ \t]*netmask[ \t]*:([^\n]*)", re.IGNORECASE | re.MULTILINE)
+_TLS_RE = re.compile(r"tls[ \t]+switch[ \t]*\[[ \t]*(\d{1,9})[ \t]*\]", re.IGNORECASE)
 
 
 def _norm(text: str) -> str:
@@ -77,7 +79,7 @@ def _value(regex: "re.Pattern[str]", text: str, what: str, command: str) -> str:
     match = regex.search(text.replace("\r", ""))
     if match is None:
         raise ToolOutputError(f"{command} printed no {what!r} line: {_first_line(text)}")
-    return match.group(1)
+    return match.group(1).strip()
 
 
 def parse_link(text: str, command: str = "hccn_tool -link -g") -> str:
