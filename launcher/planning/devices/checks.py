@@ -9,6 +9,23 @@ The running part (a probe on every host, in parallel) does, per host::
 
 then, over every host at once, ``judge_hosts(target, specs, answers, failures)`` and, per host,
 ``with_devices(health_verdict, report, policy)``.
+
+What the probe does with an order (standard library only):
+
+* per command, the executable is the first candidate that is an absolute path to an executable
+  file, else the first bare name found on the probe's ``PATH`` (``shutil.which``); none:
+  ``{"key", "status": "not_found"}``;
+* the commands of one ``tool`` run one after the other, in order (hccn_tool refuses a second
+  caller); different tools may run at once; each with stdin from ``/dev/null``, in its own
+  session, killed (its process group, SIGKILL) after its ``timeout``:
+  ``{"key", "status": "timed_out", "seconds": timeout}``; after a timeout the tool's remaining
+  commands are not run: ``{"key", "status": "skipped", "detail": "<key> timed out before it"}``;
+* a command that ran: ``{"key", "status": "exited", "exit_code", "stdout", "stderr", "seconds"}``
+  (UTF-8 with replacement, each stream cut to ``output_limit`` bytes; a negative exit code: the
+  signal that ended it); one that could not start: ``{"key", "status": "error", "detail"}``;
+* past ``limit`` seconds from the order, commands not yet started are ``skipped`` (detail
+  ``the host's <limit> s for device checks were spent``) and the answer is sent:
+  ``{"outcomes": [...]}``, one entry per command, in order.
 """
 from __future__ import annotations
 

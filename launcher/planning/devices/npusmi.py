@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import FrozenSet, List, Optional, Sequence, Tuple
 
 from launcher.planning.devices.model import ToolOutputError, one_line
 
@@ -254,10 +254,3 @@ def _process_rows(lines: Sequence[str], header: List[str]) -> Tuple[List[NpuProc
 def _first(lines: Sequence[str]) -> str:
     return one_line(lines[0], 80) if lines else "(nothing)"
 
-
-def devices_by_id(info: NpuSmiInfo) -> Dict[int, NpuDevice]:
-    """Device id -> its row group (the first, when an id repeats)."""
-    out: Dict[int, NpuDevice] = {}
-    for d in info.devices:
-        out.setdefault(d.device, d)
-    return out
