@@ -11,8 +11,9 @@ For each planned device N (its ``DEVICE_ID``):
 * ``hccn_tool -i N -tls -g``: the ``tls switch`` value, compared across every host by
   :func:`tls_across_hosts`.
 
-The ``hccn_tool`` checks (the devices' RoCE NICs) run when ``roce`` is true: jobs spanning
-hosts, and ``doctor``; a one-host job's devices talk over the board.
+The ``hccn_tool`` checks (the devices' RoCE NICs) run unless ``roce`` is false (for a caller
+that knows the job's devices do not talk over their NICs; by default they run: on 910 servers
+the two 4-device groups of one server talk over them too).
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def judge_ascend(spec: HostDeviceSpec, outcomes: Mapping[str, Outcome], setup: T
                 cmd = by_key[f"hccn_tool -i {n} {option} -g"]
                 checks.append(_hccn_check(cmd, outcomes.get(cmd.key), spec))
         devices.append(DeviceVerdict(n, tuple(checks)))
-    note = None if roce else "device NICs (hccn_tool) not checked: the job runs on one host"
+    note = None if roce else "device NICs (hccn_tool) not checked"
     return HostDevices(spec.host, ASCEND, tuple(devices), (), note)
 
 

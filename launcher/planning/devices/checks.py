@@ -73,7 +73,7 @@ def device_commands(target: str, spec: HostDeviceSpec, setup: ToolSetup = ToolSe
         target: ``ascend`` / ``gpu`` / ``cpu``.
         spec: the host and its planned devices.
         setup: tool locations and time limits.
-        roce: Ascend: check the devices' NICs (``hccn_tool``); pass False for a one-host job.
+        roce: Ascend: check the devices' NICs (``hccn_tool``); False leaves them out.
 
     Raises:
         PlanError: an unknown target.
