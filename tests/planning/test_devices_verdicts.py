@@ -52,6 +52,7 @@ def test_healthy_910b_host():
     report = judge_host("ascend", H1, ascend())
     assert verdicts(report) == [(i, "ok", []) for i in range(8)]
     assert report.status == "ok" and report.reason() == "devices ok: NPU 0-7"
+    assert judge_host("ascend", H1, ascend(), roce=False).reason() == "devices ok: NPU 0-7; device NICs (hccn_tool) not checked"
     assert [(c.check, c.evidence) for c in report.devices[2].checks] == [
         ("health", "Health OK"), ("process", "no running process"), ("link", "link status: UP"),
         ("net_health", "net health status: Success"), ("ip", "ipaddr:192.98.2.1"), ("tls", "tls switch[0]")]

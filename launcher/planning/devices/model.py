@@ -199,15 +199,14 @@ class HostDeviceSpec:
 
 @dataclass(frozen=True)
 class HostDevices:
-    """One host's device verdicts: per planned device, plus the host-wide checks (GPU count,
-    a tool that answered for no device).
+    """One host's device verdicts: per planned device, plus the host-wide checks (the GPU count).
 
     Attributes:
         host: the host's name.
         target: ``ascend`` / ``gpu`` / ``cpu``.
         devices: one verdict per planned device, in device order.
         host_checks: checks about the host as a whole.
-        note: why nothing was checked (``cpu``: no device tools), or None.
+        note: what was not checked and why (``cpu``: no device tools; the NICs left out), or None.
     """
 
     host: str
@@ -232,14 +231,15 @@ class HostDevices:
         return status == FAULTY or (policy == "require" and status == NOT_CHECKED)
 
     def reason(self) -> str:
-        """One line: ``devices ok: NPU 0-7``, ``NPU 3: link status: DOWN (hccn_tool -i 3 -link -g);
-        ...``, ``devices not checked: npu-smi not found on h3``."""
+        """One line: ``devices ok: NPU 0-7``, ``NPU 3: link status: DOWN (hccn_tool -link -g);
+        ...``, ``devices not checked: NPU 0-7: npu-smi not found on h3 (...)``."""
         name = _DEVICE_WORD.get(self.target, "device")
         if self.target == CPU:
             return "devices not checked: device target cpu"
         status = self.status
         if status == OK:
-            return f"devices ok: {name} {id_ranges(d.device for d in self.devices)}"
+            ok = f"devices ok: {name} {id_ranges(d.device for d in self.devices)}"
+            return f"{ok}; {self.note}" if self.note else ok
         wanted = FAULTY if status == FAULTY else NOT_CHECKED
         parts: List[str] = [_evidence(c) for c in self.host_checks if c.status == wanted]
         for group, ids in _grouped(self.devices, wanted):
