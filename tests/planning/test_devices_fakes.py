@@ -152,8 +152,8 @@ def test_the_host_is_chosen_by_slurm_ssh_or_the_default(fake_dir):
 
 
 @pytest.mark.parametrize("setup_hosts, argv, code, words", [
-    ({}, ["npu-smi", "info"], 1, "fake device tool: no case for host 'h'"),
-    ({"h": "nosuchcase"}, ["npu-smi", "info"], 1, "fake device tool: no case file nosuchcase.json"),
+    ({}, ["npu-smi", "info"], 2, "fake device tool: no case for host 'h'"),
+    ({"h": "nosuchcase"}, ["npu-smi", "info"], 2, "fake device tool: no case file nosuchcase.json"),
     ({"h": "gpu_healthy"}, ["npu-smi", "info"], 2, "fake device tool: case 'gpu_healthy' has no answer for 'npu-smi info'"),
     ({"h": "ascend_healthy"}, ["hccn_tool", "-i", "0", "-ip", "-g"], 2, "fake device tool: case 'ascend_healthy' needs net=... in the host file"),
 ])

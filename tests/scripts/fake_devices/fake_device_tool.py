@@ -125,4 +125,9 @@ def answer(tool: str, args: List[str], env: Dict[str, str]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         raise SystemExit("usage: fake_device_tool.py TOOL [ARGS...]")
-    sys.exit(answer(sys.argv[1], sys.argv[2:], dict(os.environ)))
+    try:
+        code = answer(sys.argv[1], sys.argv[2:], dict(os.environ))
+    except SystemExit as exc:  # a configuration problem: say it, exit 2
+        sys.stderr.write(f"{exc.code}\n")
+        code = 2
+    sys.exit(code)
