@@ -65,7 +65,8 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One host's finding: ``status`` ok / slow / faulty, the figures, the one-line reason."""
+    """One host's finding: ``status`` ok / slow / faulty, the figures, the one-line reason, and
+    (when they were checked) its devices' verdicts (:func:`launcher.planning.devices.with_devices`)."""
 
     host: str
     status: str
@@ -73,6 +74,7 @@ class Verdict:
     gflops: Optional[float] = None
     mbps: Optional[float] = None
     transfers: Tuple[Transfer, ...] = field(default=())
+    devices: Optional[Any] = None  # its devices' verdicts (launcher.planning.devices.HostDevices), or None
 
     @property
     def ok(self) -> bool:
@@ -90,6 +92,7 @@ class Verdict:
             "mbps": None if self.mbps is None else round(self.mbps, 1),
             "reason": self.reason,
             "transfers": [t.to_json() for t in self.transfers],
+            **({"devices": self.devices.to_json()} if self.devices is not None else {}),
         }
 
 
@@ -186,8 +189,10 @@ def _figures(g: Optional[float], m: Optional[float]) -> str:
 
 
 def health_json(verdicts: Sequence[Verdict], *, kernel: str, threshold: float, seconds: float,
-                network_note: Optional[str] = None) -> Dict[str, Any]:
-    """``doctor --health --json``: ``{"ok", "kernel", "threshold", "seconds", "median", "network", "hosts"}``."""
+                network_note: Optional[str] = None, devices: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """``doctor --health --json``: ``{"ok", "kernel", "threshold", "seconds", "median", "network", "hosts"}``,
+    and ``"devices"`` when given (``{"target", "checks", "note"}``: what was checked, see
+    :func:`launcher.planning.devices.devices_summary`)."""
     answered = [v for v in verdicts if v.status != FAULTY]
     g = [v.gflops for v in answered if v.gflops is not None]
     m = [v.mbps for v in answered if v.mbps is not None]
@@ -199,4 +204,5 @@ def health_json(verdicts: Sequence[Verdict], *, kernel: str, threshold: float, s
         "median": {"gflops": round(_median(g), 2) if g else None, "mbps": round(_median(m), 1) if m else None},
         "network": network_note or "checked",
         "hosts": [v.to_json() for v in verdicts],
+        **({"devices": dict(devices)} if devices is not None else {}),
     }
