@@ -6,8 +6,11 @@ Progress is a new step on any rank (:attr:`launcher.logs.metrics.Metric.progress
 for a rank whose log has shown no step yet, any new line of it.  State machine of one attempt
 (:meth:`HangTracker.begin` starts it)::
 
-    auto:  waiting --(every rank logged a step)--> armed --(no new step for the limit)--> hung
+    auto:  waiting --(a rank logged a step)--> armed --(no progress for the limit)--> hung
            limit = max(60 s, 5 x the longest interval between two steps of a rank seen in the job)
+           armed by the ranks that log steps: scripts often print only on rank 0; a rank that has
+           logged no step is judged by its output lines (as SECONDS does), so one that keeps
+           printing holds the verdict off while it prints, and one that printed nothing adds nothing
            a job that never logs a step is never armed (not watched)
     SECONDS: armed from the start (each rank from its first line), limit SECONDS
            --(no progress for the limit)--> hung
@@ -180,24 +183,26 @@ class HangTracker:
             assert p.seconds is not None
             return p.seconds, f"--hang-timeout {p.seconds:g} s"
         if p.mode == "auto":
-            if not self._ranks or any(w.steps == 0 for w in self._ranks.values()):
-                return None, "auto: not armed until every rank has logged a step"
+            if not any(w.steps for w in self._ranks.values()):
+                return None, "auto: not armed until a rank logs a step"
+            quiet = sum(1 for w in self._ranks.values() if not w.steps)
+            others = f"; {quiet} of {len(self._ranks)} ranks log no steps (judged by their output lines)" if quiet else ""
             scaled = AUTO_FACTOR * self._longest
             if scaled > AUTO_FLOOR:
-                return scaled, f"auto: {AUTO_FACTOR:g} x the longest step interval {self._longest:.1f} s ({self._longest_where})"
+                return scaled, f"auto: {AUTO_FACTOR:g} x the longest step interval {self._longest:.1f} s ({self._longest_where}){others}"
             longest = f"{self._longest:.1f} s" if self._longest else "none yet"
-            return AUTO_FLOOR, f"auto: the {AUTO_FLOOR:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is less)"
+            return AUTO_FLOOR, f"auto: the {AUTO_FLOOR:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is less){others}"
         return None, "off"
 
     def _last_progress(self) -> Optional[float]:
         """Monotonic time of the last progress of any rank: its newest step, or for a rank without
-        steps (``SECONDS`` mode) its newest line; None while no rank printed a line (a rank is
-        watched from its first line: importing and compiling may print nothing)."""
+        steps its newest line; None while no rank printed a line (a rank is watched from its first
+        line: importing and compiling may print nothing)."""
         times: List[float] = []
         for w in self._ranks.values():
             if w.steps and w.last_step_at is not None:
                 times.append(w.last_step_at)
-            elif self.policy.mode == "fixed" and w.last_output_at is not None:
+            elif w.last_output_at is not None:
                 times.append(w.last_output_at)
         return max(times) if times else None
 

@@ -34,16 +34,53 @@ def _steps(tr, rank, steps, start, every, epoch=0):
     return t - every
 
 
-def test_auto_is_armed_only_once_every_rank_logged_a_step():
+def test_auto_is_armed_by_the_ranks_that_log_steps():
+    tr = HangTracker(HangPolicy("auto"))
+    tr.begin(0, [0, 1, 2], 0.0)
+    for rank in (0, 1, 2):
+        tr.feed(0, rank, None, 0.5)  # start-up lines on every rank
+    assert tr.limit()[0] is None and "until a rank logs a step" in tr.limit()[1]
+    assert tr.due(10_000.0) is None  # no step yet: not watched
+    last = _steps(tr, 0, range(5), 1.0, 1.0)  # only rank 0 logs steps, then every rank stops
+    limit, derived = tr.limit()
+    assert limit == AUTO_FLOOR and "2 of 3 ranks log no steps" in derived
+    assert tr.due(last + AUTO_FLOOR - 1) is None
+    verdict = tr.due(last + AUTO_FLOOR + 1)
+    assert verdict is not None and verdict.limit == AUTO_FLOOR and verdict.idle == pytest.approx(AUTO_FLOOR + 1)
+
+
+def test_auto_a_rank_without_steps_that_keeps_printing_is_progress_and_not_the_culprit():
     tr = HangTracker(HangPolicy("auto"))
     tr.begin(0, [0, 1], 0.0)
-    _steps(tr, 0, range(5), 1.0, 1.0)
-    assert tr.limit()[0] is None and tr.due(10_000.0) is None  # rank 1 has no step yet: not watched
-    tr.feed(0, 1, (0, 0), 6.0)
-    assert tr.limit()[0] == AUTO_FLOOR and "floor" in tr.limit()[1]
-    assert tr.due(6.0 + AUTO_FLOOR - 1) is None
-    verdict = tr.due(6.0 + AUTO_FLOOR + 1)
-    assert verdict is not None and verdict.limit == AUTO_FLOOR and verdict.idle == pytest.approx(AUTO_FLOOR + 1)
+    last_step = _steps(tr, 0, range(3), 1.0, 1.0)  # rank 0: steps until 3.0, then stuck
+    t = last_step
+    while t < last_step + 5 * AUTO_FLOOR:  # rank 1: a warning every 10 s, long past rank 0's limit
+        t += 10.0
+        tr.feed(0, 1, None, t)
+        for probe in range(10):
+            assert tr.due(t + probe) is None
+    assert tr.due(t + AUTO_FLOOR - 1) is None
+    verdict = tr.due(t + AUTO_FLOOR + 1)  # then rank 1 stops too
+    assert verdict is not None and verdict.idle == pytest.approx(AUTO_FLOOR + 1)
+    now = t + AUTO_FLOOR + 1
+    evidence = [RankEvidence(w.rank, w.last_step, now - w.last_output_at) for w in tr.ranks()]  # as the hang watch judges
+    culprit = judge_culprit(evidence)
+    assert culprit is not None and culprit.rank == 0 and "silent first" in culprit.evidence
+
+
+def test_auto_with_every_rank_logging_steps_progresses_only_by_steps():
+    tr = HangTracker(HangPolicy("auto"))
+    tr.begin(0, [0, 1], 0.0)
+    for step in range(4):
+        tr.feed(0, 0, (0, step), 1.0 + step)
+        tr.feed(0, 1, (0, step), 1.5 + step)
+    assert "log no steps" not in tr.limit()[1]
+    for t in range(5, 200, 5):  # both stuck, printing warnings: not progress for ranks that log steps
+        tr.feed(0, 0, None, float(t))
+        tr.feed(0, 1, None, float(t))
+    assert tr.due(4.5 + AUTO_FLOOR - 1) is None
+    verdict = tr.due(4.5 + AUTO_FLOOR + 1)
+    assert verdict is not None and verdict.limit == AUTO_FLOOR
 
 
 def test_auto_limit_is_five_times_the_longest_interval_and_a_3x_slowdown_does_not_fire():
