@@ -13,13 +13,17 @@ from launcher.logs.stacks import RankEvidence, collective_timeout, in_collective
     ("auto", "30", HangPolicy("auto", None, 30.0)),
     ("off", None, HangPolicy("off")),
     ("12.5", "off", HangPolicy("fixed", 12.5)),
+    ("auto:5", None, HangPolicy("auto", None, None, 5.0)),
+    (" AUTO: 2.5 ", "7", HangPolicy("auto", None, 7.0, 2.5)),
 ])
 def test_policy_parse(text, first, expected):
     assert HangPolicy.parse(text, first) == expected
 
 
 @pytest.mark.parametrize("text,first,field", [("soon", None, "--hang-timeout"), ("-3", None, "--hang-timeout"),
-                                              ("auto", "nan", "--first-step-timeout"), ("inf", None, "--hang-timeout")])
+                                              ("auto", "nan", "--first-step-timeout"), ("inf", None, "--hang-timeout"),
+                                              ("auto:0", None, "--hang-timeout"), ("auto:", None, "--hang-timeout"),
+                                              ("auto:soon", None, "--hang-timeout")])
 def test_policy_parse_rejects_bad_values_naming_the_flag(text, first, field):
     with pytest.raises(PlanError) as err:
         HangPolicy.parse(text, first)
@@ -64,8 +68,7 @@ def test_auto_a_rank_without_steps_that_keeps_printing_is_progress_and_not_the_c
     assert verdict is not None and verdict.idle == pytest.approx(AUTO_FLOOR + 1)
     now = t + AUTO_FLOOR + 1
     evidence = [RankEvidence(w.rank, w.last_step, now - w.last_output_at) for w in tr.ranks()]  # as the hang watch judges
-    culprit = judge_culprit(evidence)
-    assert culprit is not None and culprit.rank == 0 and "silent first" in culprit.evidence
+    assert judge_culprit(evidence) is None  # rank 1 logs no steps: which of the two went quiet first is no evidence
 
 
 def test_auto_with_every_rank_logging_steps_progresses_only_by_steps():
@@ -81,6 +84,21 @@ def test_auto_with_every_rank_logging_steps_progresses_only_by_steps():
     assert tr.due(4.5 + AUTO_FLOOR - 1) is None
     verdict = tr.due(4.5 + AUTO_FLOOR + 1)
     assert verdict is not None and verdict.limit == AUTO_FLOOR
+
+
+def test_auto_floor_from_the_flag():
+    tr = HangTracker(HangPolicy.parse("auto:5"))
+    tr.begin(0, [0, 1], 0.0)
+    last = _steps(tr, 0, range(3), 1.0, 0.5)  # rank 0 only; rank 1 printed nothing
+    limit, derived = tr.limit()
+    assert limit == 5.0 and derived.startswith("auto: the 5 s floor") and "1 of 2 ranks log no steps" in derived
+    assert tr.due(last + 4.9) is None and tr.due(last + 5.1) is not None
+    for step in range(3, 6):  # 2 s steps: 5 x 2 s passes the floor
+        tr.feed(0, 0, (0, step), last + 2.0 * (step - 2))
+    assert tr.limit()[0] == pytest.approx(10.0)
+    assert [HangPolicy.parse(t, "30").describe() for t in ("auto:5", "auto", "off", "7")] == [
+        "auto (floor 5 s), first step within 30 s", "auto, first step within 30 s", "off, first step within 30 s",
+        "7 s, first step within 30 s"]
 
 
 def test_auto_limit_is_five_times_the_longest_interval_and_a_3x_slowdown_does_not_fire():
@@ -198,6 +216,11 @@ def test_culprit_by_step_behind_then_by_silence():
     c = judge_culprit([RankEvidence(0, (0, 4), 3.5), RankEvidence(1, (0, 4), 4.6)])
     assert c.rank == 1 and "silent first" in c.evidence
     assert judge_culprit([RankEvidence(0, (0, 4), 4.6), RankEvidence(1, (0, 4), 4.6)]) is None  # nothing stands out
+    # Ranks that log no steps (steps printed on rank 0 only) are quiet by nature: silence is compared among the others.
+    c = judge_culprit([RankEvidence(0, (0, 4), 30.0), RankEvidence(1, None, 90.0), RankEvidence(2, (0, 4), 10.0)])
+    assert c.rank == 0 and "silent first" in c.evidence
+    assert judge_culprit([RankEvidence(0, (0, 4), 30.0), RankEvidence(1, None, 90.0)]) is None
+    assert judge_culprit([RankEvidence(0, None, 30.0), RankEvidence(1, None, 9.0)]).rank == 0  # no rank logs steps: as before
 
 
 def test_a_rank_whose_collective_timed_out_is_never_the_culprit():
