@@ -64,6 +64,7 @@ _COUNTER_RE = re.compile(
 _EPOCH_RE = re.compile(r"(?<![\w.\-/])epoch(?!\w)\s*(?:[:=#]\s*)?[\[(]?\s*(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END + r")?\s*[\])]?",
                        re.IGNORECASE)
 _POSITION_RE = re.compile(r"\s*[,:|-]?\s*\[\s*(\d+)\s*/\s*(\d+)\s*(\(\s*\d+(?:\.\d+)?\s*%\s*\))?\s*\]")
+_SLASH_COUNT_RE = re.compile(r"\d\s*/\s*\d")
 _TQDM_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*\[\d+:\d")
 _VALUE = (r"[(\[]*\s*(?:(?:tensor|array|(?:np\.)?float(?:16|32|64)?)\(\s*(?:shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?[\[\s]*)?"
           r"(" + NUM + r")(?![\w]|\.\d)")
@@ -129,8 +130,9 @@ def read_progress(line: str, low: Optional[str] = None) -> Optional[Dict[str, An
         fields = _read_object(line)
         if fields is not None:
             return fields
-    # Cheap rejections first: nearly every line of a log is not progress.
-    if not has_loss and "/" not in line:
+    # Cheap rejections first: nearly every line of a log is not progress.  Without a loss only a
+    # counter with a total can make a step line.
+    if not has_loss and ("/" not in line or _SLASH_COUNT_RE.search(line) is None):
         return None
     if "step" not in low and "it" not in low and "batch" not in low and "epoch" not in low and "|" not in line:
         return None
