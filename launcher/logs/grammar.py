@@ -52,21 +52,24 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 __all__ = ["FLOAT_KEYS", "INT_KEYS", "NUM", "finite", "loss_fields", "number", "read_progress"]
 
 #: A number as scripts print it, or NaN/Inf in their usual spellings (case-insensitive).
-NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|Infinity)"
+NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|Infinity)"
 #: Keys read from JSON objects as integers / as non-negative numbers.
 INT_KEYS = ("step", "epoch", "batch_size", "epochs", "steps_per_epoch", "total_steps")
 FLOAT_KEYS = ("step_time_ms", "samples_per_s")
 
+# Whitespace runs are matched by one ``\s*`` only (never two in a row around an optional token): a line of
+# thousands of spaces must not make a regex backtrack polynomially (the parser runs on every line).
 _END = r"(?![\w%]|[.:,\-]\d)"  # a count ends here: not 1.5, 07:21, 10.0.0.1, 1,000, 2026-11, 45%
 _COUNTER_RE = re.compile(
     r"(?<![\w.\-/])(?:(global|train|training|cur|current)[ _]?)?(?:step|iteration|iter|it|batch)(?!\w)"
-    r"\s*(?:[:=#]\s*)?[\[(]?\s*#?\s*(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END + r")?", re.IGNORECASE)
-_EPOCH_RE = re.compile(r"(?<![\w.\-/])epoch(?!\w)\s*(?:[:=#]\s*)?[\[(]?\s*(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END + r")?\s*[\])]?",
+    r"\s*(?:[:=#]\s*)?(?:[\[(]\s*)?(?:#\s*)?(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END + r")?", re.IGNORECASE)
+_EPOCH_RE = re.compile(r"(?<![\w.\-/])epoch(?!\w)\s*(?:[:=#]\s*)?(?:[\[(]\s*)?(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END
+                       + r")?(?:\s*[\])])?",
                        re.IGNORECASE)
-_POSITION_RE = re.compile(r"\s*[,:|-]?\s*\[\s*(\d+)\s*/\s*(\d+)\s*(\(\s*\d+(?:\.\d+)?\s*%\s*\))?\s*\]")
+_POSITION_RE = re.compile(r"\s*(?:[,:|-]\s*)?\[\s*(\d+)\s*/\s*(\d+)\s*(?:(\(\s*\d+(?:\.\d+)?\s*%\s*\))\s*)?\]")
 _SLASH_COUNT_RE = re.compile(r"\d\s*/\s*\d")
 _TQDM_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*\[\d+:\d")
-_VALUE = (r"[(\[]*\s*(?:(?:tensor|array|(?:np\.)?float(?:16|32|64)?)\(\s*(?:shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?[\[\s]*)?"
+_VALUE = (r"(?:[(\[]\s*)*(?:(?:tensor|array|(?:np\.)?float(?:16|32|64)?)\(\s*(?:shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?(?:\[\s*)*)?"
           r"(" + NUM + r")(?![\w]|\.\d)")
 _EVAL_WORDS = ("val", "valid", "validation", "eval", "evaluation", "test", "dev")
 _LOSS_RE = re.compile(

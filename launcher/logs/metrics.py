@@ -62,15 +62,15 @@ __all__ = ["Metric", "parse_line", "METRIC_PREFIX"]
 METRIC_PREFIX = "MSLAUNCH_METRIC"
 _MAX_LINE = 4096  # longer lines are not metric lines (and regexes stay cheap)
 
-_SEP = r"\s*[,;|]?\s*"
+_SEP = r"\s*(?:[,;|]\s*)?"  # one \s* per whitespace run: no polynomial backtracking on long lines
 _EPOCH_STEP = r"(?<![\w.])epoch:\s*(\d+)" + _SEP + r"(?:current epoch percent:\s*[\d.]+" + _SEP + r")?step:\s*(\d+)" + _SEP
-_TENSOR = r"(?:\(?\s*Tensor\(shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?"
-_LOSS_RE = re.compile(_EPOCH_STEP + r"loss is\s*" + _TENSOR + r"(\[?\s*" + NUM + r")", re.IGNORECASE)
+_TENSOR = r"(?:\(\s*)?(?:Tensor\(shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?"
+_LOSS_RE = re.compile(_EPOCH_STEP + r"loss is\s*" + _TENSOR + r"((?:\[\s*)?" + NUM + r")", re.IGNORECASE)
 _LOSS_NONFINITE_RE = re.compile(_EPOCH_STEP + r"loss is NAN or INF")
 _TIME_RE = re.compile(r"(?:^|[^\w])(Train |Eval |)epoch time: ([\d.]+) ms, per step time: ([\d.]+) ms")
-_MF_RE = re.compile(r"\{ Epoch:\[\s*(\d+)/\s*(\d+)\], step:\[\s*(\d+)/\s*(\d+)\], loss:\s*\[?\s*(" + NUM + r")")
+_MF_RE = re.compile(r"\{ Epoch:\[\s*(\d+)/\s*(\d+)\], step:\[\s*(\d+)/\s*(\d+)\], loss:\s*(?:\[\s*)?(" + NUM + r")")
 _MF_TIME_RE = re.compile(r"per_step_time: (\d+(?:\.\d+)?)ms")
-_MF_RATE_RE = re.compile(r"(\d+(?:\.\d+)?) samples/s/p")
+_MF_RATE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?) samples/s/p")  # from a number's start: linear on digit runs
 _EVAL_RE = re.compile(r"Eval result: epoch (\d+), metrics: (\{.*\})")
 _ACC_RE = re.compile(r"^accuracy: (" + NUM + r")\s*$")
 _THRU_RE = re.compile(r"epoch (\d+) throughput: ([\d.]+) img/s per rank, ([\d.]+) img/s total \((\d+) ranks?\)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -273,6 +274,31 @@ def test_generated_non_progress_lines_never_parse_as_a_step(prefix, body):
     line = prefix + body
     m = parse_line(line)
     assert m is None or m.progress is None, (line, m)
+
+
+# Lines built to make regexes backtrack (long runs of spaces, brackets, digits, repeated keywords), each cut
+# to the parser's 4096-character bound.  A polynomial regex takes seconds to hours on some of them (before
+# this parser a `step` followed by 1,000 spaces took 11 s); every one must parse in linear time.
+_N = 4096
+BOMBS = {
+    "step, spaces": "step" + " " * _N, "step:, spaces": "step:" + " " * _N + "x loss 1", "loss, spaces": "step 3 loss" + " " * _N,
+    "epoch, spaces": "epoch" + " " * _N + "x loss 1", "epoch n, spaces": "epoch 1" + " " * _N + "x loss 1",
+    "position, spaces": "epoch 1 [" + " " * _N, "brackets": "step 3 loss " + "[ " * _N, "parens": "step 3 loss " + "( " * _N,
+    "tensors": "step 3 loss " + "tensor( " * _N, "steps": "step " * _N + "loss 1", "losses": "step 1 " + "loss " * _N,
+    "epochs": "epoch " * _N + "loss 1", "digits, letter": "step 3 loss " + "1" * _N + "x", "digits, dot": "step 3 loss 1." + "1" * _N + "x",
+    "slashes": "step 1 " + "1/" * _N, "tqdm": "| 1/2 [" * _N + " loss 1", "braces": "{" * _N + "} loss",
+    "LossMonitor, spaces": "epoch: 1 step: 1, loss is" + " " * _N + "x", "LossMonitor, paren": "epoch: 1 step: 1, loss is (" + " " * _N,
+    "MFLossMonitor, spaces": "{ Epoch:[ 1/ 2], step:[ 1/ 2], loss:" + " " * _N, "samples/s/p, digits": "1" * _N + "x samples/s/p",
+    "qualifiers": ("x" * 23 + "_loss 1 ") * _N, "dict": "{'step': 1, 'loss': " + "[" * 900 + "]" * 900 + "}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_lines_made_to_backtrack_parse_in_linear_time(name):
+    line = BOMBS[name][:_N]
+    start = time.process_time()  # this process's CPU: other work on the machine does not count
+    parse_line(line)
+    assert time.process_time() - start < 0.25, name  # linear: ~10 ms here
 
 
 # ---- what the counts become ----
