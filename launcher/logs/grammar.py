@@ -7,19 +7,21 @@ is ignored::
 
     step line := ... counter ... loss ...     (in either order; a counter with a total needs no loss)
                | ... epoch position ... loss ...
-               | ... tqdm-counter ... loss ...
+               | ... bar-counter ... loss ...
                | JSON object with a counter key and a loss key
 
     counter   := keyword sep? open? number ("/" total)?
     keyword   := [global|train|training|cur|current][" "|"_"]? (step | iteration | iter | it | batch)
-                 any case, a whole word: not ``warmup_steps``, ``max_steps``, ``step_size``, ``StepLR``
+                 any case, a whole word: not ``warmup_steps``, ``max_steps``, ``step_size``, ``StepLR``;
+               | (steps | iters | iterations) followed by ":" or "=" (DeepSpeed's ``steps: 100 loss: 1.2``)
     sep       := ":" | "=" | "#"            open := "[" | "("
     number    := digits, not followed by a letter, "%", or [.:,-] and a digit (not ``07:21``, ``1.5``,
                  ``10.0.0.1``, ``2026-11``)
     epoch     := "epoch" sep? open? number ("/" total)? close?
     position  := "[" n "/" N ("(" p "%)")? "]"  right after an epoch (PyTorch's MNIST example:
                  ``Train Epoch: 1 [640/60000 (1%)]``; with the percent the counter counts samples)
-    tqdm-counter := "|" n "/" N "[" elapsed   (a tqdm bar, e.g. Lightning's, with a loss postfix)
+    bar-counter := "|" n "/" N "[" elapsed    (a tqdm bar, e.g. Lightning's, with a loss postfix)
+                 | n "/" N " [" "=>." "]"    (a Keras bar: ``32/1875 [>....] - ETA: 1:23 - loss: 2.30``)
     loss      := loss-key sep? ("is")? value
     loss-key  := "loss" as a word or the last part of one (``loss``, ``Loss``, ``lm loss``,
                  ``train_loss``, ``train/loss``, ``avg_loss``, ``train_loss_step``), not an
@@ -61,14 +63,15 @@ FLOAT_KEYS = ("step_time_ms", "samples_per_s")
 # thousands of spaces must not make a regex backtrack polynomially (the parser runs on every line).
 _END = r"(?![\w%]|[.:,\-]\d)"  # a count ends here: not 1.5, 07:21, 10.0.0.1, 1,000, 2026-11, 45%
 _COUNTER_RE = re.compile(
-    r"(?<![\w.\-/])(?:(global|train|training|cur|current)[ _]?)?(?:step|iteration|iter|it|batch)(?!\w)"
-    r"\s*(?:[:=#]\s*)?(?:[\[(]\s*)?(?:#\s*)?(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END + r")?", re.IGNORECASE)
+    r"(?<![\w.\-/])(?:(global|train|training|cur|current)[ _]?)?"
+    r"(?:(?:step|iteration|iter|it|batch)(?!\w)\s*(?:[:=#]\s*)?|(?:steps|iterations|iters)\s*[:=]\s*)"
+    r"(?:[\[(]\s*)?(?:#\s*)?(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END + r")?", re.IGNORECASE)
 _EPOCH_RE = re.compile(r"(?<![\w.\-/])epoch(?!\w)\s*(?:[:=#]\s*)?(?:[\[(]\s*)?(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END
                        + r")?(?:\s*[\])])?",
                        re.IGNORECASE)
 _POSITION_RE = re.compile(r"\s*(?:[,:|-]\s*)?\[\s*(\d+)\s*/\s*(\d+)\s*(?:(\(\s*\d+(?:\.\d+)?\s*%\s*\))\s*)?\]")
 _SLASH_COUNT_RE = re.compile(r"\d\s*/\s*\d")
-_TQDM_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*\[\d+:\d")
+_BAR_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*\[\d+:\d|(?<!\S)(\d+)/(\d+) \[[=>.]*\]")
 _VALUE = (r"(?:[(\[]\s*)*(?:(?:tensor|array|(?:np\.)?float(?:16|32|64)?)\(\s*(?:shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?(?:\[\s*)*)?"
           r"(" + NUM + r")(?![\w]|\.\d)")
 _EVAL_WORDS = ("val", "valid", "validation", "eval", "evaluation", "test", "dev")
@@ -137,7 +140,7 @@ def read_progress(line: str, low: Optional[str] = None) -> Optional[Dict[str, An
     # counter with a total can make a step line.
     if not has_loss and ("/" not in line or _SLASH_COUNT_RE.search(line) is None):
         return None
-    if "step" not in low and "it" not in low and "batch" not in low and "epoch" not in low and "|" not in line:
+    if "step" not in low and "it" not in low and "batch" not in low and "epoch" not in low and "/" not in line:
         return None
     loss = _find_loss(line) if has_loss else None
     c = _COUNTER_RE.search(line)
@@ -158,9 +161,10 @@ def read_progress(line: str, low: Optional[str] = None) -> Optional[Dict[str, An
                 fields["unit"] = "samples"
             fields.update(loss)
             return fields
-    t = _TQDM_RE.search(line)
-    if t is not None:
-        return _counter_fields(line, int(t.group(1)), int(t.group(2)), None, loss)
+    b = _BAR_RE.search(line)
+    if b is not None:
+        n, total = (b.group(1), b.group(2)) if b.group(1) else (b.group(3), b.group(4))
+        return _counter_fields(line, int(n), int(total), None, loss)
     return None
 
 
@@ -213,8 +217,6 @@ def _find_loss(line: str) -> Optional[Dict[str, Any]]:
             return fields
         if first is None:
             first = fields
-    if first is None:
-        return None
     return first
 
 

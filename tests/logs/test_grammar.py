@@ -26,6 +26,8 @@ CLASSES = [
     ("batch 40 train_loss 2.5", (None, 40), 2.5),
     ("global_step 800 | lm loss 3.1", (None, 800), 3.1),
     ("loss 0.3 at step 9", (None, 9), 0.3),
+    ("steps: 100 loss: 1.2345 iter time (s): 0.123 samples/sec: 260.1", (None, 100), 1.2345),  # DeepSpeed's pipeline engine
+    ("Iterations=7, Loss=0.5", (None, 7), 0.5),
     # An epoch, then a step keyword: the step counts within the epoch (unless it says global).
     ("Epoch 1 Step 3 Loss 0.6667", (1, 3), 0.6667),
     ("epoch=2 iter=5 loss=0.1", (2, 5), 0.1),
@@ -51,6 +53,9 @@ CLASSES = [
     # A tqdm bar with a loss (PyTorch Lightning), read from its last drawing.
     ("Epoch 0:  45%|####5     | 430/938 [00:05<00:06, 80.12it/s, v_num=0, train_loss=0.312]", (0, 430), 0.312),
     ("Epoch 0:   1%| | 1/938 [00:01<, loss=0.9]\rEpoch 0:   1%| | 2/938 [00:01<, loss=0.8]\r", (0, 2), 0.8),
+    # A Keras progress bar.
+    ("  32/1875 [>.............................] - ETA: 1:23 - loss: 2.3026 - accuracy: 0.1000", (None, 32), 2.3026),
+    ("1875/1875 [==============================] - 5s 3ms/step - loss: 0.2954", (None, 1875), 0.2954),
     # JSON objects (and Python dicts) without the MSLAUNCH_METRIC prefix.
     ('{"step": 10, "loss": 0.3}', (None, 10), 0.3),
     ('[rank0]: {"global_step": 11, "train/loss": 0.25, "lr": 0.001}', (None, 11), 0.25),
@@ -96,7 +101,8 @@ NOT_PROGRESS = [
     "Namespace(batch_size=32, max_steps=1000, loss_scale=1024.0, lr=0.01)", "loss_scale: 65536, max_iter: 9000",
     '{"max_steps": 1000, "loss": "cross_entropy", "warmup_steps": 100}', "{'loss': 0.3, 'learning_rate': 5e-05, 'epoch': 0.5}",
     # a counter without a loss, a loss without a counter, an evaluation's loss
-    "saving at step 500", "checkpoint saved at step 500", "Saving checkpoint at step 500 to /ckpt/step_500.ckpt",
+    "saving at step 500", "checkpoint saved at step 500", "steps: 1000", "Train for 1000 steps, loss 2.3 expected",
+    "num steps 1000, init loss 2.3", "  32/1875 [>.............................] - ETA: 1:23", "Saving checkpoint at step 500 to /ckpt/step_500.ckpt",
     "The step 3 of graph compile took long", "Test set: Average loss: 0.0514, Accuracy: 9838/10000 (98%)",
     "loss scale: 65536, overflow: False", "step 3 val_loss 0.5", "Epoch 3/10 begins",
     " 45%|####5     | 450/1000 [00:10<00:12, 80.12it/s]",
