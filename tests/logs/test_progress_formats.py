@@ -101,12 +101,14 @@ def test_non_progress_lines_give_no_step(source, line):
 
 
 # Where progress can start: a counter keyword right before a number (``step 5``, ``iter: 3``, ``step [2``,
-# ``it=4``, ``batch 7``), an epoch's ``[n/``, a tqdm bar's ``| n/N [0``.  Lines without one must never parse
-# as a step, whatever numbers, losses and epochs they carry.
-_STEP_NUMBER = re.compile(r"(step|iter|it|batch)\w*\W{0,3}\d|epoch[\W\d]*\[\s*\d+\s*/|\|\s*\d+/\d+\s*\[\d", re.IGNORECASE)
+# ``it=4``, ``batch 7``), an epoch's ``[n/``, a tqdm bar's ``| n/N [0``, a Keras bar's ``n/N [=>..]``.  Lines
+# without one must never parse as a step, whatever numbers, losses and epochs they carry.
+_STEP_NUMBER = re.compile(r"(step|iter|it|batch)\w*\W{0,3}\d|epoch[\W\d]*\[\s*\d+\s*/|\|\s*\d+/\d+\s*\[\d|\d/\d+ \[[=>.]*\]",
+                          re.IGNORECASE)
 _WORDS = ["step", "steps", "Step", "epoch", "Epoch", "loss", "Loss", "iter", "lr", "INFO", "WARNING", "ERROR", "[Train]", "rank",
           "checkpoint", "saved", "MB", "img/s", "samples/s/p", "is", "of", "at", "time:", "ms", "per", "to", "grad_norm", "global",
-          "it", "batch", "Batch", "ITER", "train_loss", "lm loss", "tensor(", "nan", "inf", "%", "|", "{", "}", '"step":', '"loss":']
+          "it", "batch", "Batch", "ITER", "train_loss", "lm loss", "tensor(", "nan", "inf", "%", "|", "{", "}", '"step":', '"loss":',
+          "[==>..]", "- loss:"]
 _SEPS = [" ", ", ", ": ", " | ", "=", "/", " [", "] ", "(", ")", ":", "\t", "#"]
 _token = st.one_of(st.sampled_from(_WORDS), st.integers(min_value=0, max_value=10**6).map(str),
                    st.floats(allow_nan=False, allow_infinity=False, width=32).map(lambda f: f"{f:.4g}"),
