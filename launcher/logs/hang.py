@@ -1,13 +1,17 @@
 """Hang detection from the ranks' log lines: pure (times are passed in), fed by the metric follower.
 
-``--hang-timeout auto|SECONDS|off`` and ``--first-step-timeout SECONDS`` (:class:`HangPolicy`).
+``--hang-timeout auto|auto:FLOOR|SECONDS|off`` and ``--first-step-timeout SECONDS`` (:class:`HangPolicy`).
 
 Progress is a new step on any rank (:attr:`launcher.logs.metrics.Metric.progress` of its lines);
 for a rank whose log has shown no step yet, any new line of it.  State machine of one attempt
 (:meth:`HangTracker.begin` starts it)::
 
-    auto:  waiting --(every rank logged a step)--> armed --(no new step for the limit)--> hung
+    auto:  waiting --(a rank logged a step)--> armed --(no progress for the limit)--> hung
            limit = max(60 s, 5 x the longest interval between two steps of a rank seen in the job)
+           (auto:FLOOR: FLOOR s instead of 60 s)
+           armed by the ranks that log steps: scripts often print only on rank 0; a rank that has
+           logged no step is judged by its output lines (as SECONDS does), so one that keeps
+           printing holds the verdict off while it prints, and one that printed nothing adds nothing
            a job that never logs a step is never armed (not watched)
     SECONDS: armed from the start (each rank from its first line), limit SECONDS
            --(no progress for the limit)--> hung
@@ -52,15 +56,20 @@ class HangPolicy:
         mode: ``auto``, ``fixed`` (an explicit number of seconds) or ``off``.
         seconds: the fixed limit (``fixed`` only).
         first_step: ``--first-step-timeout``: seconds from the start to the first step, or None.
+        floor: ``auto``'s least limit (``--hang-timeout auto:SECONDS``; 60 s by default).
     """
 
     mode: str = "auto"
     seconds: Optional[float] = None
     first_step: Optional[float] = None
+    floor: float = AUTO_FLOOR
 
     @classmethod
     def parse(cls, text: Optional[str], first_step: Optional[str] = None) -> "HangPolicy":
-        """From the flags' texts (``--hang-timeout auto|SECONDS|off``, ``--first-step-timeout SECONDS|off``).
+        """From the flags' texts (``--hang-timeout auto|auto:FLOOR|SECONDS|off``, ``--first-step-timeout SECONDS|off``).
+
+        ``auto:FLOOR`` is ``auto`` with FLOOR seconds as its least limit instead of 60 s (jobs whose
+        steps take well under a second can be watched more tightly).
 
         Raises:
             PlanError: not auto/off/a positive number.
@@ -71,6 +80,13 @@ class HangPolicy:
         word = (text or "auto").strip().lower()
         if word == "auto":
             return cls("auto", None, first)
+        if word.startswith("auto:"):
+            try:
+                floor = _seconds(word[len("auto:"):].strip(), "--hang-timeout")
+            except PlanError:
+                raise PlanError(f"--hang-timeout {text!r}: auto:FLOOR takes a positive number of seconds (e.g. auto:20)",
+                                field="--hang-timeout") from None
+            return cls("auto", None, first, floor)
         if word in ("off", "none", "0"):
             return cls("off", None, first)
         return cls("fixed", _seconds(word, "--hang-timeout"), first)
@@ -80,7 +96,12 @@ class HangPolicy:
         return self.mode != "off" or self.first_step is not None
 
     def describe(self) -> str:
-        text = {"auto": "auto", "off": "off"}.get(self.mode, f"{self.seconds:g} s")
+        if self.mode == "auto":
+            text = "auto" if self.floor == AUTO_FLOOR else f"auto (floor {self.floor:g} s)"
+        elif self.mode == "off":
+            text = "off"
+        else:
+            text = f"{self.seconds:g} s"
         return text + (f", first step within {self.first_step:g} s" if self.first_step is not None else "")
 
 
@@ -180,24 +201,26 @@ class HangTracker:
             assert p.seconds is not None
             return p.seconds, f"--hang-timeout {p.seconds:g} s"
         if p.mode == "auto":
-            if not self._ranks or any(w.steps == 0 for w in self._ranks.values()):
-                return None, "auto: not armed until every rank has logged a step"
+            if not any(w.steps for w in self._ranks.values()):
+                return None, "auto: not armed until a rank logs a step"
+            quiet = sum(1 for w in self._ranks.values() if not w.steps)
+            others = f"; {quiet} of {len(self._ranks)} ranks log no steps (judged by their output lines)" if quiet else ""
             scaled = AUTO_FACTOR * self._longest
-            if scaled > AUTO_FLOOR:
-                return scaled, f"auto: {AUTO_FACTOR:g} x the longest step interval {self._longest:.1f} s ({self._longest_where})"
+            if scaled > p.floor:
+                return scaled, f"auto: {AUTO_FACTOR:g} x the longest step interval {self._longest:.1f} s ({self._longest_where}){others}"
             longest = f"{self._longest:.1f} s" if self._longest else "none yet"
-            return AUTO_FLOOR, f"auto: the {AUTO_FLOOR:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is less)"
+            return p.floor, f"auto: the {p.floor:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is less){others}"
         return None, "off"
 
     def _last_progress(self) -> Optional[float]:
         """Monotonic time of the last progress of any rank: its newest step, or for a rank without
-        steps (``SECONDS`` mode) its newest line; None while no rank printed a line (a rank is
-        watched from its first line: importing and compiling may print nothing)."""
+        steps its newest line; None while no rank printed a line (a rank is watched from its first
+        line: importing and compiling may print nothing)."""
         times: List[float] = []
         for w in self._ranks.values():
             if w.steps and w.last_step_at is not None:
                 times.append(w.last_step_at)
-            elif self.policy.mode == "fixed" and w.last_output_at is not None:
+            elif w.last_output_at is not None:
                 times.append(w.last_output_at)
         return max(times) if times else None
 

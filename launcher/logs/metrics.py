@@ -19,15 +19,19 @@ logger's or mslaunch's prefix does not matter) and returns a :class:`Metric`, or
 ``trainer``        the reference trainer's ``epoch 1 throughput: 18.8 img/s per rank, 37.5 img/s
                    total (2 ranks)``, ``data: ...: 93 batches of 32 per pass`` (the batch size) and
                    ``epoch: 1 step: 3. Invalid loss nan, terminating training.`` (an event).
-``torch``          ``Epoch [1/10], Step [100/600], Loss: 0.2154`` and ``step 10/100`` (torch-style: a step
-                   keyword, then ``N/M``; with an epoch the step counts within it), Megatron's
-                   ``iteration       10/    1000 | ... lm loss: 1.0E+01 |`` (over the whole run).
-``steploss``       ``[Train] step: 399, loss: 0.086791`` (a step number and a loss right after it).
 ``mslaunch``       ``MSLAUNCH_METRIC {json object}``: the machine-readable line any script can print.
+``text``           any other line the progress grammar reads (:mod:`launcher.logs.grammar`): a counter
+                   (``step``, ``iter``, ``iteration``, ``it``, ``batch``, ``global_step``, ... in
+                   any case, with or without ``:``/``=``/brackets and a ``/total``) with a loss
+                   anywhere in the line (``iter 3 | loss 0.6667``, ``[step 3] loss: 0.6667``,
+                   ``Epoch [1/10], Step [100/600], Loss: 0.2154``, Megatron's ``iteration 10/ 1000
+                   | ... lm loss: 1.0E+01 |``), PyTorch's MNIST line ``Train Epoch: 1 [640/60000
+                   (1%)]\tLoss: 0.2154`` (``unit`` ``samples``); ``step 10/100`` (a total) needs no loss.
+``json``           a JSON object (or a Python dict's repr) with a counter and a loss key, without
+                   the prefix: ``{"step": 10, "loss": 0.3}``, ``{"global_step": 5, "train/loss": 0.3}``.
 
-A step keyword alone with a number (``saving at step 500``, ``warmup_steps: 100``) is not a step
-line: a step line has a loss after it or ``N/M`` (steps may count from 0 or 1; see
-:attr:`Metric.progress`).
+A counter alone (``saving at step 500``; ``warmup_steps: 100`` is not even a counter) is not a step
+line; steps may count from 0 or 1 (see :attr:`Metric.progress`).
 =================  ==========================================================================
 
 ``MSLAUNCH_METRIC`` keys (all optional; unknown keys are ignored, wrong types drop the key):
@@ -51,35 +55,27 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from launcher.logs.grammar import FLOAT_KEYS, INT_KEYS, NUM, finite, loss_fields, number, read_progress
+
 __all__ = ["Metric", "parse_line", "METRIC_PREFIX"]
 
 METRIC_PREFIX = "MSLAUNCH_METRIC"
 _MAX_LINE = 4096  # longer lines are not metric lines (and regexes stay cheap)
 
-_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|-inf|-Inf|-INF|Infinity|-Infinity)"
-_SEP = r"\s*[,;|]?\s*"
+_SEP = r"\s*(?:[,;|]\s*)?"  # one \s* per whitespace run: no polynomial backtracking on long lines
 _EPOCH_STEP = r"(?<![\w.])epoch:\s*(\d+)" + _SEP + r"(?:current epoch percent:\s*[\d.]+" + _SEP + r")?step:\s*(\d+)" + _SEP
-_TENSOR = r"(?:\(?\s*Tensor\(shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?"
-_LOSS_RE = re.compile(_EPOCH_STEP + r"loss is\s*" + _TENSOR + r"(\[?\s*" + _NUM + r")", re.IGNORECASE)
+_TENSOR = r"(?:\(\s*)?(?:Tensor\(shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?"
+_LOSS_RE = re.compile(_EPOCH_STEP + r"loss is\s*" + _TENSOR + r"((?:\[\s*)?" + NUM + r")", re.IGNORECASE)
 _LOSS_NONFINITE_RE = re.compile(_EPOCH_STEP + r"loss is NAN or INF")
-_OF = r"\[?\s*(\d+)\s*/\s*(\d+)\s*\]?"
-_TORCH_STEP_RE = re.compile(r"(?<![\w.\-/])(?:global[ _]?)?(?:step|iter|iteration)\s*[:=#]?\s*" + _OF, re.IGNORECASE)
-_TORCH_EPOCH_RE = re.compile(r"(?<![\w.\-/])epoch\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?", re.IGNORECASE)
-_ANY_LOSS_RE = re.compile(r"(?<![\w.\-/])(?:lm |train[_ ])?loss\s*[:=]\s*\[?\s*(" + _NUM + r")", re.IGNORECASE)
-_STEP_LOSS_RE = re.compile(r"(?<![\w.\-/])(?:global[ _]?)?step\s*[:=]\s*(\d+)\s*[,;|]?\s*(?:(?:lm|train|avg)[_ ])?loss\s*[:=]\s*\[?\s*("
-                           + _NUM + r")", re.IGNORECASE)
 _TIME_RE = re.compile(r"(?:^|[^\w])(Train |Eval |)epoch time: ([\d.]+) ms, per step time: ([\d.]+) ms")
-_MF_RE = re.compile(r"\{ Epoch:\[\s*(\d+)/\s*(\d+)\], step:\[\s*(\d+)/\s*(\d+)\], loss:\s*\[?\s*(" + _NUM + r")")
+_MF_RE = re.compile(r"\{ Epoch:\[\s*(\d+)/\s*(\d+)\], step:\[\s*(\d+)/\s*(\d+)\], loss:\s*(?:\[\s*)?(" + NUM + r")")
 _MF_TIME_RE = re.compile(r"per_step_time: (\d+(?:\.\d+)?)ms")
-_MF_RATE_RE = re.compile(r"(\d+(?:\.\d+)?) samples/s/p")
+_MF_RATE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?) samples/s/p")  # from a number's start: linear on digit runs
 _EVAL_RE = re.compile(r"Eval result: epoch (\d+), metrics: (\{.*\})")
-_ACC_RE = re.compile(r"^accuracy: (" + _NUM + r")\s*$")
+_ACC_RE = re.compile(r"^accuracy: (" + NUM + r")\s*$")
 _THRU_RE = re.compile(r"epoch (\d+) throughput: ([\d.]+) img/s per rank, ([\d.]+) img/s total \((\d+) ranks?\)")
 _DATA_RE = re.compile(r"^data: .*: (\d+) batches of (\d+) per pass")
 _INVALID_RE = re.compile(r"epoch: (\d+) step: (\d+)\. Invalid loss (\S+)")
-
-_INT_KEYS = ("step", "epoch", "batch_size", "epochs", "steps_per_epoch", "total_steps")
-_FLOAT_KEYS = ("step_time_ms", "samples_per_s")
 
 
 @dataclass(frozen=True)
@@ -91,9 +87,9 @@ class Metric:
             or throughput), ``eval`` (evaluation results), ``info`` (batch size or step budget
             only), ``event`` (no numbers: e.g. the loss became NaN).
         source: the format: ``lossmonitor``, ``timemonitor``, ``mindformers``, ``eval``,
-            ``trainer``, ``mslaunch``.
+            ``trainer``, ``mslaunch``, ``text``, ``json``.
         epoch: the epoch (from 1), when the line says.
-        step: the step as printed (within the epoch for ``lossmonitor`` / ``mindformers``).
+        step: the step as printed (within the epoch when ``step_in_epoch``).
         step_in_epoch: True when ``step`` counts within ``epoch``.
         epochs: total epochs, when the line says.
         steps_per_epoch: steps per epoch, when the line says.
@@ -105,6 +101,9 @@ class Metric:
         batch_size: samples per step on this rank, when the line says.
         eval: evaluation metrics (name -> number).
         event: ``nonfinite_loss`` when the loss is NaN or infinite.
+        unit: what ``step`` counts when it is not steps: ``samples`` (PyTorch's MNIST line
+            ``Train Epoch: 1 [640/60000 (1%)]``: ``step`` is the sample position within the epoch
+            and ``steps_per_epoch`` the dataset's size).
 
     A step line's :attr:`progress` is what hang detection compares: a new value is progress.
     """
@@ -124,6 +123,7 @@ class Metric:
     batch_size: Optional[int] = None
     eval: Dict[str, float] = field(default_factory=dict)
     event: Optional[str] = None
+    unit: Optional[str] = None
 
     @property
     def progress(self) -> Optional[Tuple[Optional[int], int]]:
@@ -134,40 +134,13 @@ class Metric:
         return (self.epoch if self.step_in_epoch else None, self.step)
 
 
-def _number(text: str) -> Optional[float]:
-    try:
-        return float(text.strip().lstrip("["))
-    except ValueError:
-        return None
-
-
-def _loss_fields(text: str) -> Dict[str, Any]:
-    value = _number(text)
-    if value is None:
-        return {}
-    if math.isfinite(value):
-        return {"loss": value}
-    return {"loss_text": text.strip().lstrip("[").strip(), "event": "nonfinite_loss"}
-
-
-def _finite(value: Any) -> Optional[float]:
-    """``value`` as a finite float, or None (bools, strings, huge ints, NaN)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _eval_dict(obj: Any) -> Dict[str, float]:
     out: Dict[str, float] = {}
     if isinstance(obj, dict):
         for key, value in obj.items():
-            number = _finite(value)
-            if number is not None:
-                out[str(key)] = number
+            num = finite(value)
+            if num is not None:
+                out[str(key)] = num
     return out
 
 
@@ -179,21 +152,21 @@ def _parse_mslaunch(payload: str) -> Optional[Metric]:
     if not isinstance(obj, dict):
         return None
     kw: Dict[str, Any] = {}
-    for key in _INT_KEYS:
+    for key in INT_KEYS:
         value = obj.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             kw[key] = value
-    for key in _FLOAT_KEYS:
-        number = _finite(obj.get(key))
-        if number is not None and number >= 0:
-            kw[key] = number
+    for key in FLOAT_KEYS:
+        num = finite(obj.get(key))
+        if num is not None and num >= 0:
+            kw[key] = num
     loss = obj.get("loss")
     if isinstance(loss, float) and not math.isfinite(loss):
-        kw.update(_loss_fields(repr(loss)))
-    elif _finite(loss) is not None:
-        kw["loss"] = _finite(loss)
+        kw.update(loss_fields(repr(loss)))
+    elif finite(loss) is not None:
+        kw["loss"] = finite(loss)
     elif isinstance(loss, str):
-        kw.update(_loss_fields(loss))
+        kw.update(loss_fields(loss))
     ev = _eval_dict(obj.get("eval"))
     if ev:
         kw["eval"] = ev
@@ -214,7 +187,8 @@ def parse_line(line: str) -> Optional[Metric]:
     """The metric a log line carries, or None.  Pure; never raises on any text.
 
     Args:
-        line: one line of a rank's output (without its newline; a trailing ``\\r`` is fine).
+        line: one line of a rank's output (without its newline; a trailing ``\\r`` is fine; a line
+            a progress bar redrew with ``\\r`` is read from its last drawing).
 
     Returns:
         The :class:`Metric`, or None when the line is not a metric line.
@@ -228,16 +202,19 @@ def parse_line(line: str) -> Optional[Metric]:
 def _parse(line: str) -> Optional[Metric]:
     if len(line) > _MAX_LINE:
         return None
+    if "\r" in line:
+        line = line.rstrip("\r").rpartition("\r")[2]
     if METRIC_PREFIX in line:
         idx = line.find(METRIC_PREFIX + " ")
         if idx >= 0:
             return _parse_mslaunch(line[idx + len(METRIC_PREFIX) + 1:].strip())
         return None
-    for parse in (_parse_epoch_line, _parse_mindformers, _parse_result_line, _parse_torch):
+    for parse in (_parse_epoch_line, _parse_mindformers, _parse_result_line):
         metric = parse(line)
         if metric is not None:
             return metric
-    return None
+    fields = read_progress(line)
+    return Metric(kind="step", **fields) if fields is not None else None
 
 
 def _parse_epoch_line(line: str) -> Optional[Metric]:
@@ -250,7 +227,7 @@ def _parse_epoch_line(line: str) -> Optional[Metric]:
                       loss_text="NAN or INF", event="nonfinite_loss")
     m = _LOSS_RE.search(line)
     if m:
-        fields = _loss_fields(m.group(3))
+        fields = loss_fields(m.group(3))
         if fields:
             return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True, **fields)
     m = _INVALID_RE.search(line)
@@ -271,7 +248,7 @@ def _parse_mindformers(line: str) -> Optional[Metric]:
     if "Epoch:[" in line:
         m = _MF_RE.search(line)
         if m:
-            fields = _loss_fields(m.group(5))
+            fields = loss_fields(m.group(5))
             t = _MF_TIME_RE.search(line)
             return Metric(kind="step", source="mindformers", epoch=int(m.group(1)), epochs=int(m.group(2)), step=int(m.group(3)),
                           steps_per_epoch=int(m.group(4)), step_in_epoch=True,
@@ -298,36 +275,11 @@ def _parse_result_line(line: str) -> Optional[Metric]:
     if line.startswith("accuracy: "):
         m = _ACC_RE.match(line)
         if m:
-            value = _number(m.group(1))
+            value = number(m.group(1))
             if value is not None and math.isfinite(value):
                 return Metric(kind="eval", source="trainer", eval={"accuracy": value})
     if line.startswith("data: "):
         m = _DATA_RE.match(line)
         if m:
             return Metric(kind="info", source="trainer", batch_size=int(m.group(2)))
-    return None
-
-
-def _parse_torch(line: str) -> Optional[Metric]:
-    """Torch-style ``step N/M`` lines (an epoch before it makes the step count within the epoch)
-    and ``step: N, loss: X`` lines."""
-    low = line.lower()
-    if "step" not in low and "iter" not in low:
-        return None
-    loss_m = _ANY_LOSS_RE.search(line)
-    fields = _loss_fields(loss_m.group(1)) if loss_m else {}
-    m = _TORCH_STEP_RE.search(line)
-    if m:
-        step, total = int(m.group(1)), int(m.group(2))
-        e = _TORCH_EPOCH_RE.search(line, 0, m.start())
-        if e is not None:
-            epochs = int(e.group(2)) if e.group(2) else None
-            return Metric(kind="step", source="torch", epoch=int(e.group(1)), epochs=epochs, step=step, steps_per_epoch=total,
-                          step_in_epoch=True, **fields)
-        return Metric(kind="step", source="torch", step=step, total_steps=total, **fields)
-    m = _STEP_LOSS_RE.search(line)
-    if m:
-        fields = _loss_fields(m.group(2))
-        if fields:
-            return Metric(kind="step", source="steploss", step=int(m.group(1)), **fields)
     return None

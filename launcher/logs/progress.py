@@ -15,6 +15,16 @@ time between the arrivals of step lines; ``samples_per_s`` the printed one, else
 ``batch_size * 1000 / step_time_ms`` when the batch size is known (also for ``TimeMonitor``'s
 per-epoch step time).  A NaN/Inf loss is a record
 with ``"event": "nonfinite_loss"`` and ``loss_text``.
+
+A counter of samples (``"unit": "samples"``: PyTorch's MNIST line ``Train Epoch: 1 [640/60000
+(1%)]``, see :mod:`launcher.logs.grammar`) keeps its numbers: ``step`` is the sample position
+within the epoch, ``global_step`` the samples seen over the run (``(epoch - 1) * N + n``, so
+ordering and progress hold), ``total_steps`` the run's samples when the epochs are known; its
+``samples_per_s`` is the rate of that position (no ``step_time_ms``: a step's size is unknown).
+
+A step counted within an epoch only by guess (a ``text`` line with an epoch and a step keyword)
+is taken as counted over the run once a new epoch's first step continues the previous epoch's
+instead of starting again.
 """
 from __future__ import annotations
 
@@ -55,6 +65,7 @@ class RankDeriver:
         self._last_step_in_epoch = 0
         self._zero_epoch = False
         self._zero_step = False
+        self._run_counter = False  # a text line's step turned out to count over the run
         self._history: Deque[Tuple[float, int]] = deque(maxlen=64)  # (arrival time, global step) per batch
 
     def feed(self, metrics: Sequence[Metric], when: float) -> List[Dict[str, Any]]:
@@ -71,7 +82,7 @@ class RankDeriver:
             if m.total_steps is not None:
                 self.total_steps = m.total_steps
             rec: Dict[str, Any] = {"rank": self.rank, "attempt": self.attempt, "time": round(when, 3), "kind": m.kind, "source": m.source}
-            for key in ("epoch", "step", "loss", "loss_text", "step_time_ms", "samples_per_s", "batch_size", "event"):
+            for key in ("epoch", "step", "loss", "loss_text", "step_time_ms", "samples_per_s", "batch_size", "event", "unit"):
                 value = getattr(m, key)
                 if value is not None:
                     rec[key] = value
@@ -90,6 +101,10 @@ class RankDeriver:
         if last_global is not None:
             derived = self._derive(last_global, when)
         for rec in records:
+            if rec.get("unit") == "samples":
+                if "global_step" in rec and "samples_per_s" not in rec and derived:
+                    rec["samples_per_s"] = round(1000.0 / derived, 3)
+                continue
             if rec["kind"] == "step" and "global_step" in rec and "step_time_ms" not in rec and derived is not None:
                 rec["step_time_ms"] = round(derived, 3)
             if rec["kind"] in ("step", "epoch") and "samples_per_s" not in rec and self.batch_size and rec.get("step_time_ms"):
@@ -109,16 +124,21 @@ class RankDeriver:
         tutorials print ``epoch: 0, step: 0``): a 0 seen once marks the rank's count as 0-based."""
         if m.step is None:
             return None
+        samples = m.unit == "samples"  # a position: 0 is the start, not a 0-based count
         if m.epoch == 0:
             self._zero_epoch = True
-        if m.step == 0:
+        if m.step == 0 and not samples:
             self._zero_step = True
-        step = m.step + (1 if self._zero_step else 0)
-        if not m.step_in_epoch or m.epoch is None:
+        step = m.step + (1 if self._zero_step and not samples else 0)
+        if not m.step_in_epoch or m.epoch is None or self._run_counter:
             return step
         epoch = m.epoch + (1 if self._zero_epoch else 0)
         if self.steps_per_epoch:
             return (epoch - 1) * self.steps_per_epoch + step
+        if (m.source == "text" and self._last_epoch is not None and epoch > self._last_epoch
+                and step > self._last_step_in_epoch):  # a new epoch did not start the count again
+            self._run_counter = True
+            return step
         if self._last_epoch is not None and epoch > self._last_epoch:
             self._offset += self._last_step_in_epoch
             self._last_step_in_epoch = 0
@@ -159,6 +179,7 @@ class RankState:
     eval: Dict[str, float] = field(default_factory=dict)
     events: List[Dict[str, Any]] = field(default_factory=list)
     steps_seen: int = 0
+    unit: Optional[str] = None
 
 
 class Progress:
@@ -186,6 +207,8 @@ class Progress:
         for key in ("loss", "step_time_ms", "samples_per_s"):
             if isinstance(rec.get(key), (int, float)):
                 setattr(st, key, float(rec[key]))
+        if rec.get("kind") == "step" and isinstance(rec.get("global_step"), int):
+            st.unit = rec["unit"] if isinstance(rec.get("unit"), str) else None
         if isinstance(rec.get("eval"), dict):
             st.eval.update({k: v for k, v in rec["eval"].items() if isinstance(v, (int, float))})
         if rec.get("event"):
@@ -217,6 +240,7 @@ class RankRow:
     straggler: bool
     silent: bool
     nonfinite_loss: bool
+    unit: Optional[str] = None  # what ``step`` counts when not steps: ``samples``
 
     def to_json(self) -> Dict[str, Any]:
         loss = self.loss
@@ -227,6 +251,7 @@ class RankRow:
             "step_time_ms": self.step_time_ms, "samples_per_s": self.samples_per_s,
             "last_output_age": None if self.last_output_age is None else round(self.last_output_age, 3),
             "straggler": self.straggler, "silent": self.silent, "nonfinite_loss": self.nonfinite_loss,
+            "unit": self.unit or "steps",
         }
 
 
@@ -308,7 +333,7 @@ def snapshot(
             rank=rank, host=hosts.get(rank, "?"), state=state, epoch=st.epoch, step=st.global_step if st.global_step is not None else st.step,
             total_steps=st.total_steps, loss=st.loss, step_time_ms=st.step_time_ms, samples_per_s=st.samples_per_s,
             last_output_age=age, straggler=rank in stragglers, silent=is_silent,
-            nonfinite_loss=any(e.get("event") == "nonfinite_loss" for e in st.events),
+            nonfinite_loss=any(e.get("event") == "nonfinite_loss" for e in st.events), unit=st.unit,
         ))
     rates = [r.samples_per_s for r in rows if r.samples_per_s is not None]
     slowest, fastest = _spread(times)
@@ -361,7 +386,15 @@ def _rank_state(exit_: Optional[Dict[str, Any]], job_state: str, has_output: boo
 
 
 def _eta(rows: List[RankRow]) -> Optional[float]:
-    """Seconds until the slowest running rank finishes its step budget, None when unknown."""
-    left = [(r.total_steps - r.step) * r.step_time_ms / 1000.0 for r in rows
-            if r.total_steps is not None and r.step is not None and r.step_time_ms and r.state in ("running", "silent")]
+    """Seconds until the slowest running rank finishes its step budget, None when unknown (a counter
+    of samples: its samples left at its samples/s)."""
+    left: List[float] = []
+    for r in rows:
+        if r.total_steps is None or r.step is None or r.state not in ("running", "silent"):
+            continue
+        if r.unit == "samples":
+            if r.samples_per_s:
+                left.append((r.total_steps - r.step) / r.samples_per_s)
+        elif r.step_time_ms:
+            left.append((r.total_steps - r.step) * r.step_time_ms / 1000.0)
     return max(0.0, max(left)) if left else None

@@ -14,7 +14,8 @@ The culprit of a hang is judged by evidence, in this order (:func:`judge_culprit
 1. a rank whose main thread is outside the collective (no MindSpore / communication frame)
    while other ranks' main threads are inside it;
 2. a rank whose last step is behind the others';
-3. the rank that went silent first.
+3. the rank that went silent first (among the ranks that logged steps, when some did: a rank that
+   logs no steps may well print nothing at all, its silence says nothing).
 
 A rank that failed with a collective-timeout error (:func:`collective_timeout`) waited for the
 others: it is not the culprit by itself.
@@ -181,6 +182,8 @@ def judge_culprit(ranks: Sequence[RankEvidence]) -> Optional[Culprit]:
         if _step_key(low.last_step) < high:  # type: ignore[operator]
             return Culprit(low.rank, f"its last step is behind the others' ({_fmt(low.last_step)} < {_fmt(high)})")
     silent = [r for r in ranks if r.silent_for is not None]
+    if any(r.last_step is not None for r in silent):  # scripts often log steps on rank 0 only: the others'
+        silent = [r for r in silent if r.last_step is not None]  # silence is their normal state, no evidence
     if len(silent) > 1:
         first = max(silent, key=lambda r: (r.silent_for, -r.rank))
         gap = first.silent_for - max(r.silent_for for r in silent if r is not first)  # type: ignore[operator,type-var]

@@ -13,13 +13,17 @@ from launcher.logs.stacks import RankEvidence, collective_timeout, in_collective
     ("auto", "30", HangPolicy("auto", None, 30.0)),
     ("off", None, HangPolicy("off")),
     ("12.5", "off", HangPolicy("fixed", 12.5)),
+    ("auto:5", None, HangPolicy("auto", None, None, 5.0)),
+    (" AUTO: 2.5 ", "7", HangPolicy("auto", None, 7.0, 2.5)),
 ])
 def test_policy_parse(text, first, expected):
     assert HangPolicy.parse(text, first) == expected
 
 
 @pytest.mark.parametrize("text,first,field", [("soon", None, "--hang-timeout"), ("-3", None, "--hang-timeout"),
-                                              ("auto", "nan", "--first-step-timeout"), ("inf", None, "--hang-timeout")])
+                                              ("auto", "nan", "--first-step-timeout"), ("inf", None, "--hang-timeout"),
+                                              ("auto:0", None, "--hang-timeout"), ("auto:", None, "--hang-timeout"),
+                                              ("auto:soon", None, "--hang-timeout")])
 def test_policy_parse_rejects_bad_values_naming_the_flag(text, first, field):
     with pytest.raises(PlanError) as err:
         HangPolicy.parse(text, first)
@@ -34,16 +38,67 @@ def _steps(tr, rank, steps, start, every, epoch=0):
     return t - every
 
 
-def test_auto_is_armed_only_once_every_rank_logged_a_step():
+def test_auto_is_armed_by_the_ranks_that_log_steps():
+    tr = HangTracker(HangPolicy("auto"))
+    tr.begin(0, [0, 1, 2], 0.0)
+    for rank in (0, 1, 2):
+        tr.feed(0, rank, None, 0.5)  # start-up lines on every rank
+    assert tr.limit()[0] is None and "until a rank logs a step" in tr.limit()[1]
+    assert tr.due(10_000.0) is None  # no step yet: not watched
+    last = _steps(tr, 0, range(5), 1.0, 1.0)  # only rank 0 logs steps, then every rank stops
+    limit, derived = tr.limit()
+    assert limit == AUTO_FLOOR and "2 of 3 ranks log no steps" in derived
+    assert tr.due(last + AUTO_FLOOR - 1) is None
+    verdict = tr.due(last + AUTO_FLOOR + 1)
+    assert verdict is not None and verdict.limit == AUTO_FLOOR and verdict.idle == pytest.approx(AUTO_FLOOR + 1)
+
+
+def test_auto_a_rank_without_steps_that_keeps_printing_is_progress_and_not_the_culprit():
     tr = HangTracker(HangPolicy("auto"))
     tr.begin(0, [0, 1], 0.0)
-    _steps(tr, 0, range(5), 1.0, 1.0)
-    assert tr.limit()[0] is None and tr.due(10_000.0) is None  # rank 1 has no step yet: not watched
-    tr.feed(0, 1, (0, 0), 6.0)
-    assert tr.limit()[0] == AUTO_FLOOR and "floor" in tr.limit()[1]
-    assert tr.due(6.0 + AUTO_FLOOR - 1) is None
-    verdict = tr.due(6.0 + AUTO_FLOOR + 1)
-    assert verdict is not None and verdict.limit == AUTO_FLOOR and verdict.idle == pytest.approx(AUTO_FLOOR + 1)
+    last_step = _steps(tr, 0, range(3), 1.0, 1.0)  # rank 0: steps until 3.0, then stuck
+    t = last_step
+    while t < last_step + 5 * AUTO_FLOOR:  # rank 1: a warning every 10 s, long past rank 0's limit
+        t += 10.0
+        tr.feed(0, 1, None, t)
+        for probe in range(10):
+            assert tr.due(t + probe) is None
+    assert tr.due(t + AUTO_FLOOR - 1) is None
+    verdict = tr.due(t + AUTO_FLOOR + 1)  # then rank 1 stops too
+    assert verdict is not None and verdict.idle == pytest.approx(AUTO_FLOOR + 1)
+    now = t + AUTO_FLOOR + 1
+    evidence = [RankEvidence(w.rank, w.last_step, now - w.last_output_at) for w in tr.ranks()]  # as the hang watch judges
+    assert judge_culprit(evidence) is None  # rank 1 logs no steps: which of the two went quiet first is no evidence
+
+
+def test_auto_with_every_rank_logging_steps_progresses_only_by_steps():
+    tr = HangTracker(HangPolicy("auto"))
+    tr.begin(0, [0, 1], 0.0)
+    for step in range(4):
+        tr.feed(0, 0, (0, step), 1.0 + step)
+        tr.feed(0, 1, (0, step), 1.5 + step)
+    assert "log no steps" not in tr.limit()[1]
+    for t in range(5, 200, 5):  # both stuck, printing warnings: not progress for ranks that log steps
+        tr.feed(0, 0, None, float(t))
+        tr.feed(0, 1, None, float(t))
+    assert tr.due(4.5 + AUTO_FLOOR - 1) is None
+    verdict = tr.due(4.5 + AUTO_FLOOR + 1)
+    assert verdict is not None and verdict.limit == AUTO_FLOOR
+
+
+def test_auto_floor_from_the_flag():
+    tr = HangTracker(HangPolicy.parse("auto:5"))
+    tr.begin(0, [0, 1], 0.0)
+    last = _steps(tr, 0, range(3), 1.0, 0.5)  # rank 0 only; rank 1 printed nothing
+    limit, derived = tr.limit()
+    assert limit == 5.0 and derived.startswith("auto: the 5 s floor") and "1 of 2 ranks log no steps" in derived
+    assert tr.due(last + 4.9) is None and tr.due(last + 5.1) is not None
+    for step in range(3, 6):  # 2 s steps: 5 x 2 s passes the floor
+        tr.feed(0, 0, (0, step), last + 2.0 * (step - 2))
+    assert tr.limit()[0] == pytest.approx(10.0)
+    assert [HangPolicy.parse(t, "30").describe() for t in ("auto:5", "auto", "off", "7")] == [
+        "auto (floor 5 s), first step within 30 s", "auto, first step within 30 s", "off, first step within 30 s",
+        "7 s, first step within 30 s"]
 
 
 def test_auto_limit_is_five_times_the_longest_interval_and_a_3x_slowdown_does_not_fire():
@@ -161,6 +216,11 @@ def test_culprit_by_step_behind_then_by_silence():
     c = judge_culprit([RankEvidence(0, (0, 4), 3.5), RankEvidence(1, (0, 4), 4.6)])
     assert c.rank == 1 and "silent first" in c.evidence
     assert judge_culprit([RankEvidence(0, (0, 4), 4.6), RankEvidence(1, (0, 4), 4.6)]) is None  # nothing stands out
+    # Ranks that log no steps (steps printed on rank 0 only) are quiet by nature: silence is compared among the others.
+    c = judge_culprit([RankEvidence(0, (0, 4), 30.0), RankEvidence(1, None, 90.0), RankEvidence(2, (0, 4), 10.0)])
+    assert c.rank == 0 and "silent first" in c.evidence
+    assert judge_culprit([RankEvidence(0, (0, 4), 30.0), RankEvidence(1, None, 90.0)]) is None
+    assert judge_culprit([RankEvidence(0, None, 30.0), RankEvidence(1, None, 9.0)]).rank == 0  # no rank logs steps: as before
 
 
 def test_a_rank_whose_collective_timed_out_is_never_the_culprit():

@@ -57,6 +57,14 @@ CORPUS = [
     ("accelerate-style logger (step: N, loss: X)", "2023-05-06 19:05:07,456 - INFO - [Train] step: 399, loss: 0.086791, lr: 0.000200",
      (None, 399), 0.086791),
     ("HF-style global_step", "global_step=21, train_loss=0.4915", (None, 21), 0.4915),
+    # Lines a 2-rank job printed that the format list did not read (the grammar does).
+    ("keyword counter, no punctuation", "iter 3 | loss 0.6667 | lr 0.01", (None, 3), 0.6667),
+    ("epoch and step keywords, no punctuation", "Epoch 1 Step 3 Loss 0.6667", (1, 3), 0.6667),
+    ("bracketed counter", "[step 3] loss: 0.6667", (None, 3), 0.6667),
+    ("PyTorch MNIST example (the counter counts samples)", "Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.2154", (1, 640), 0.2154),
+    ("PyTorch ImageNet example", "Epoch: [0][  10/5005]\tTime  0.331 ( 0.593)\tData  0.000 ( 0.247)\tLoss 6.8921e+00 (6.9076e+00)",
+     (0, 10), 6.8921),
+    ("a JSON line without the prefix", '{"step": 10, "loss": 0.3}', (None, 10), 0.3),
 ]
 
 
@@ -92,12 +100,16 @@ def test_non_progress_lines_give_no_step(source, line):
     assert m is None or m.progress is None, f"{source}: {m}"
 
 
-# A step keyword right before a number (``step 5``, ``iter: 3``, ``step [2``) is where progress can start;
-# lines without one must never parse as a step, whatever numbers, losses and epochs they carry.
-_STEP_NUMBER = re.compile(r"(step|iter)\w*\W{0,3}\d", re.IGNORECASE)
+# Where progress can start: a counter keyword right before a number (``step 5``, ``iter: 3``, ``step [2``,
+# ``it=4``, ``batch 7``), an epoch's ``[n/``, a tqdm bar's ``| n/N [0``, a Keras bar's ``n/N [=>..]``.  Lines
+# without one must never parse as a step, whatever numbers, losses and epochs they carry.
+_STEP_NUMBER = re.compile(r"(step|iter|it|batch)\w*\W{0,3}\d|epoch[\W\d]*\[\s*\d+\s*/|\|\s*\d+/\d+\s*\[\d|\d/\d+ \[[=>.]*\]",
+                          re.IGNORECASE)
 _WORDS = ["step", "steps", "Step", "epoch", "Epoch", "loss", "Loss", "iter", "lr", "INFO", "WARNING", "ERROR", "[Train]", "rank",
-          "checkpoint", "saved", "MB", "img/s", "samples/s/p", "is", "of", "at", "time:", "ms", "per", "to", "grad_norm", "global"]
-_SEPS = [" ", ", ", ": ", " | ", "=", "/", " [", "] ", "(", ")", ":"]
+          "checkpoint", "saved", "MB", "img/s", "samples/s/p", "is", "of", "at", "time:", "ms", "per", "to", "grad_norm", "global",
+          "it", "batch", "Batch", "ITER", "train_loss", "lm loss", "tensor(", "nan", "inf", "%", "|", "{", "}", '"step":', '"loss":',
+          "[==>..]", "- loss:"]
+_SEPS = [" ", ", ", ": ", " | ", "=", "/", " [", "] ", "(", ")", ":", "\t", "#"]
 _token = st.one_of(st.sampled_from(_WORDS), st.integers(min_value=0, max_value=10**6).map(str),
                    st.floats(allow_nan=False, allow_infinity=False, width=32).map(lambda f: f"{f:.4g}"),
                    st.text(alphabet="abcdefghijklmnopqrstuvwxyz_.", min_size=1, max_size=8))
