@@ -45,7 +45,7 @@ class Failure:
         records: the host's kernel and cgroup records about the process (:class:`HostRecords`).
         pids: the process's pid and its descendants' (matched against the kernel's OOM lines).
         peak_rss: its peak resident memory in bytes, when known.
-        hang: the attempt's ``hang`` object of summary.json (:mod:`launcher.execution.hangwatch`), or None.
+        hang: the attempt's ``hang`` object of summary.json (:mod:`launcher.execution.supervision.hangwatch`), or None.
         lost: why its host counts as lost (``connection to h3 lost (closed)``), or None.
     """
 
