@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.harness.faultkit import ESCAPER, handles_sigterm, kill_all, new_marker, survivors, tree, wait_for  # noqa: E402
+from tests.harness.faultkit import ESCAPER, handles_sigterm, kill_all, new_marker, survivors, tree, wait_for  # noqa: E402  (after sys.path is set above)
 
 CASES = ("sigkill", "sigterm", "sigint", "crash")
 SIGNALS = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigint": signal.SIGINT}

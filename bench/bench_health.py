@@ -35,7 +35,7 @@ from typing import Dict, List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchkit import exit_if_cannot_run  # noqa: E402
+from benchkit import exit_if_cannot_run  # noqa: E402  (after sys.path is set above)
 
 TARGET_16 = 20.0
 

@@ -18,10 +18,10 @@ import argparse
 import json
 import os
 import pty
-import threading
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import psutil

@@ -19,7 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.planning.test_parser_bounds import CHILD, EXPECTED  # noqa: E402
+from tests.planning.test_parser_bounds import CHILD, EXPECTED  # noqa: E402  (after sys.path is set above)
 
 ANCHOR = "anchor-ascend_2x8.yaml"
 ANCHOR_CHILD = CHILD.replace(

@@ -38,7 +38,7 @@ from typing import Dict, List, Sequence, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from bench_ranktable import make_cluster  # noqa: E402
+from bench_ranktable import make_cluster  # noqa: E402  (after sys.path is set above)
 
 TARGET_PLAN_S = 2.0
 TARGET_TABLE_S = 2.0

@@ -25,7 +25,7 @@ from typing import List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from launcher.logs.metrics import parse_line  # noqa: E402
+from launcher.logs.metrics import parse_line  # noqa: E402  (after sys.path is set above)
 
 NOISE = [
     "[WARNING] ME(4711:140183,MainProcess):2026-11-25-13:00:01.123.456 [mindspore/train/model.py:1120] The step {n} of graph compile took long",

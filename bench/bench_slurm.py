@@ -45,7 +45,7 @@ from typing import Dict, List, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchkit import RANK_PROGRAM_HEAD, exit_if_cannot_run, wait_stamps  # noqa: E402
+from benchkit import RANK_PROGRAM_HEAD, exit_if_cannot_run, wait_stamps  # noqa: E402  (after sys.path is set above)
 
 RANK_PROGRAM = RANK_PROGRAM_HEAD + """\
 rank = os.environ["RANK_ID"]

@@ -48,8 +48,8 @@ from typing import Dict, List, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import psutil  # noqa: E402
-from benchkit import RANK_PROGRAM_HEAD, exit_if_cannot_run, stamps_of, wait_stamps  # noqa: E402
+import psutil  # noqa: E402  (after sys.path is set above)
+from benchkit import RANK_PROGRAM_HEAD, exit_if_cannot_run, stamps_of, wait_stamps  # noqa: E402  (after sys.path is set above)
 
 START_RATIO = 2.5
 FAIL_TO_EXIT = 1.0

@@ -124,10 +124,9 @@ def _kill_group(p: subprocess.Popen) -> None:
 
 def bench_single(data_path: str, rounds: int, steps: int, batch: int, image_size: int) -> Dict[str, float]:
     """Compute-only vs pipeline-fed images/s of one process (medians over ``rounds``)."""
-    import numpy as np
-
     import mindspore as ms
     import mindspore.dataset as ds
+    import numpy as np
     from mindspore import Tensor
 
     from launcher.workloads import resnet50_cifar10 as rn

@@ -5,12 +5,12 @@ import os
 
 import pytest
 
+from tests.harness.hypo import FAST
+from tests.harness.mindspore import require_mindspore
+
 pytest_plugins = ["tests.harness.conftest_netns", "tests.harness.conftest_slurm"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-from tests.harness.hypo import FAST  # noqa: E402
-from tests.harness.mindspore import require_mindspore  # noqa: E402
 
 if FAST:  # make test-fast: property tests without their own count try 20 inputs (see tests/harness/hypo.py)
     from hypothesis import settings

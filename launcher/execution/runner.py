@@ -6,7 +6,8 @@ Order of work (nothing starts until every check passed):
    table (ranktable method) validates;
 2. the job dir (created 0700, or an empty one; locked for the job's life) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
 3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
-4. the supervisor (with the metrics writer: ``metrics.jsonl``, whose lines also feed the hang watch; its events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
+4. the supervisor (with the metrics writer: ``metrics.jsonl``, whose lines also feed the hang watch; its
+   events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).
 
 A restart re-planned without bad hosts (``--host-failures``, docs/spare-hosts.md) rewrites the job
 dir's ``plan.json`` (with ``excluded_hosts``) and artefacts (rank table, hostfile) before its
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
+from launcher.execution.local.watchdog import Watchdog
 from launcher.execution.results import JobResult
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.supervision.supervisor import BackendFactory, Supervisor
-from launcher.execution.local.watchdog import Watchdog
 from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
 from launcher.planning.inventory import is_local
@@ -171,9 +172,8 @@ def run_plan(
     if on_started is not None:
         on_started()
     from launcher.execution.local.backend import become_subreaper
-    from launcher.logs.metricsfile import MetricsWriter, append_event
-
     from launcher.execution.supervision.hangwatch import HangWatch
+    from launcher.logs.metricsfile import MetricsWriter, append_event
 
     become_subreaper()
     from launcher.execution.supervision.restarts import AttemptProgress
@@ -219,9 +219,8 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
         prepare_ranktable_dirs(sup.plan, adir, backend.local_only)  # the attempt's plan
 
     prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
-    from launcher.execution.supervision.restarts import attempt_base
-
     from launcher.execution.supervision.hostfaults import Spares
+    from launcher.execution.supervision.restarts import attempt_base
 
     base = attempt_base(plan.launcher, os.environ)
     spares = Spares(replan_writing(replan), options.host_failures) if replan is not None else None
@@ -255,7 +254,7 @@ def junit_xml(result: JobResult) -> str:
     from launcher.execution.results import tail_lines
 
     not_xml = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # e.g. ANSI colours in a log: not allowed in XML 1.0
-    attr = lambda s: quoteattr(not_xml.sub("", s))  # noqa: E731
+    attr = lambda s: quoteattr(not_xml.sub("", s))  # noqa: E731  (a one-line local helper)
 
     cases = []
     failures = 0

@@ -12,8 +12,20 @@ from typing import Any, Dict, Optional, Tuple
 
 from launcher.errors import InventoryError
 from launcher.planning.hosts import (
-    CONTROL_RE, DIGITS_RE, ENV_KEY_RE, MAX_DEVICE_ID, MAX_HOSTS, MAX_SLOTS, Host, Inventory, SshOptions,
-    check_host_name, check_unique_hosts, clip, show, env_problem,
+    CONTROL_RE,
+    DIGITS_RE,
+    ENV_KEY_RE,
+    MAX_DEVICE_ID,
+    MAX_HOSTS,
+    MAX_SLOTS,
+    Host,
+    Inventory,
+    SshOptions,
+    check_host_name,
+    check_unique_hosts,
+    clip,
+    env_problem,
+    show,
 )
 from launcher.planning.yamltree import Node, YamlMap, yaml_tree
 

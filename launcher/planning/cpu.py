@@ -109,16 +109,16 @@ def parse_probe(text: str, source: str = "<probe>") -> CpuProbe:
     except ValueError as exc:
         raise ProbeError(f"not a CPU probe result ({exc})", path=source) from None
     if not isinstance(data, dict):
-        raise ProbeError(f"not a CPU probe result (a JSON object expected)", path=source)
+        raise ProbeError("not a CPU probe result (a JSON object expected)", path=source)
     if data.get("version") != PROBE_SCHEMA:
         raise ProbeError(f"probe schema {data.get('version')!r}, expected {PROBE_SCHEMA}", path=source, field="version")
     key = data.get("key")
     if not isinstance(key, str) or not key:
-        raise ProbeError(f"no key", path=source, field="key")
+        raise ProbeError("no key", path=source, field="key")
     facts = data.get("facts") if isinstance(data.get("facts"), dict) else {}
     raw_variants = data.get("variants")
     if not isinstance(raw_variants, list) or not raw_variants:
-        raise ProbeError(f"no variants", path=source, field="variants")
+        raise ProbeError("no variants", path=source, field="variants")
     variants: List[ProbeVariant] = []
     for i, v in enumerate(raw_variants):
         where = f"variants[{i}]"

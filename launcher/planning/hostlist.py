@@ -176,8 +176,7 @@ def bound(element: str) -> int:
 
 def fold_hostlist(names: Iterable[str]) -> str:
     """The shortest Slurm hostlist ClusterShell folds ``names`` into (sorted, padding kept)."""
-    from ClusterShell.NodeSet import NodeSet
-    from ClusterShell.NodeSet import RESOLVER_NOGROUP
+    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
     return str(NodeSet.fromlist(list(names), resolver=RESOLVER_NOGROUP))
 

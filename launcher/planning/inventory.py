@@ -34,7 +34,16 @@ from launcher.planning.clusteryaml import parse_cluster_yaml
 from launcher.planning.hostfile import MAX_HOSTFILE_BYTES, parse_host_list, parse_hostfile
 from launcher.planning.hostfilter import apply_filters, parse_filter
 from launcher.planning.hosts import (
-    LOCAL_NAMES, MAX_DEVICE_ID, MAX_ENV_ENTRY_BYTES, MAX_HOSTS, MAX_SLOTS, Host, Inventory, SshOptions, env_problem, is_local,
+    LOCAL_NAMES,
+    MAX_DEVICE_ID,
+    MAX_ENV_ENTRY_BYTES,
+    MAX_HOSTS,
+    MAX_SLOTS,
+    Host,
+    Inventory,
+    SshOptions,
+    env_problem,
+    is_local,
 )
 from launcher.planning.textfile import read_text
 from launcher.planning.yamltree import MAX_YAML_CHARS, MAX_YAML_DEPTH, MAX_YAML_NODES

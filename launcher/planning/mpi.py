@@ -17,7 +17,6 @@ from launcher.errors import PlanError
 from launcher.planning import layout
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.kinds import ArtefactKind, Method, Role
-
 from launcher.planning.mpiopts import MpiOptions  # noqa: F401 - re-exported: its old home
 
 if TYPE_CHECKING:

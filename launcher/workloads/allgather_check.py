@@ -46,7 +46,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return code
 
     import numpy as np
-
     from mindspore import Tensor
     from mindspore.communication import get_group_size, get_rank
 

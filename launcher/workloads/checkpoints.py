@@ -8,9 +8,8 @@ import os
 import re
 from typing import Callable, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 import mindspore as ms
+import numpy as np
 from mindspore import Tensor, nn
 
 from launcher.workloads.cifar10_data import UsageError

@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
-
 import mindspore as ms
 import mindspore.dataset as ds
 import mindspore.dataset.transforms as transforms
 import mindspore.dataset.vision as vision
+import numpy as np
 
 CIFAR_FOLDER = "cifar-10-batches-bin"
 CIFAR_RECORD_BYTES = 1 + 3 * 32 * 32

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
-import numpy as np
-
 import mindspore as ms
+import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import HeNormal, Normal
 

@@ -72,26 +72,44 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
-
 import mindspore as ms
 import mindspore.dataset as ds
+import numpy as np
 from mindspore import Tensor, nn
 
-# The network and the data live in their own modules; these names stay importable from here.
-from launcher.workloads.cifar10_data import (  # noqa: F401
-    CIFAR_FOLDER, UsageError, build_pipeline, open_cifar10, read_cifar10_bin, resolve_cifar_folder,
-)
-from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
 from launcher.workloads.checkpoints import (  # noqa: F401 - checkpoint names stay importable from here
-    CKPT_PREFIX, RESUME_CANDIDATES, _resume, common_checkpoint, list_checkpoints, prune_checkpoints, resume_point,
+    CKPT_PREFIX,
+    RESUME_CANDIDATES,
+    _resume,
+    common_checkpoint,
+    list_checkpoints,
+    prune_checkpoints,
+    resume_point,
     save_checkpoint,
 )
+
+# The network and the data live in their own modules; these names stay importable from here.
+from launcher.workloads.cifar10_data import (  # noqa: F401  (re-exported: callers import these names from here)
+    CIFAR_FOLDER,
+    UsageError,
+    build_pipeline,
+    open_cifar10,
+    read_cifar10_bin,
+    resolve_cifar_folder,
+)
+from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
 from launcher.workloads.cputhreads import apply_cpu_threads
-from launcher.workloads.resnet50 import (  # noqa: F401
-    ARCHS, Bottleneck, ResNet, SoftmaxCrossEntropyExpand, count_parameters, resnet, resnet50,
+from launcher.workloads.resnet50 import (  # noqa: F401  (re-exported: callers import these names from here)
+    ARCHS,
+    Bottleneck,
+    ResNet,
+    SoftmaxCrossEntropyExpand,
+    count_parameters,
+    resnet,
+    resnet50,
 )
 from launcher.workloads.restart import resume_on_restart
+
 
 def _say(text: str) -> None:
     print(text, flush=True)

@@ -9,6 +9,7 @@ import sys
 from typing import List, Optional, Tuple
 
 import pytest
+
 from tests.harness.cli import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -266,8 +266,6 @@ def test_join_false_runs_in_the_background(tmp_path):
     """msrun's --join=False: mslaunch starts the job detached, prints its id and returns 0; the
     job runs on to its summary (tiny processes, no MindSpore)."""
     import os
-    import subprocess
-    import sys
     import time
 
     prog = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "rankprog.py")

@@ -10,6 +10,7 @@ import os
 from typing import Dict, List
 
 import pytest
+
 from tests.harness.cli import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -5,6 +5,7 @@ import json
 import os
 import shlex
 from typing import Any, Dict, List
+
 from tests.harness.cli import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

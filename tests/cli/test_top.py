@@ -19,13 +19,13 @@ import time
 import psutil
 import pytest
 
+from tests.harness.ci import require_tool
+from tests.harness.cli import mslaunch_argv, run_cli, run_process
+from tests.integration.test_multihost import cluster  # noqa: F401  (the namespace cluster fixture, emptied after each test)
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 ROOT = os.path.dirname(HERE)
 PROG = os.path.join(HERE, "scripts", "metricprog.py")
-
-from tests.integration.test_multihost import cluster  # noqa: E402,F401  (the namespace cluster fixture, emptied after each test)
-from tests.harness.ci import require_tool
-from tests.harness.cli import mslaunch_argv, run_cli, run_process
 
 
 def alive(pid: int) -> bool:
@@ -247,7 +247,7 @@ def shlex_quote(s: str) -> str:
 
 
 @pytest.mark.netns
-def test_top_over_ssh_on_the_namespace_cluster(tmp_path, cluster):
+def test_top_over_ssh_on_the_namespace_cluster(tmp_path, cluster):  # noqa: F811  (pytest's fixture, imported above)
     """A job over the ssh launcher on 3 namespace hosts: metrics.jsonl and top see every remote rank."""
     from tests.integration.test_multihost import MJob, wait_nothing_left
 

@@ -222,8 +222,8 @@ def test_links_between_pages_resolve() -> None:
 def test_the_readme_is_a_landing_page() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 200
-    setup = [l for l in lines if re.match(r"^make (run|test)\b", l)]
-    assert [l.split()[1] for l in setup] == ["run", "test"]
+    setup = [line for line in lines if re.match(r"^make (run|test)\b", line)]
+    assert [line.split()[1] for line in setup] == ["run", "test"]
 
 
 def test_make_run_runs_the_documented_commands() -> None:

@@ -12,8 +12,8 @@ import stat
 import psutil
 import pytest
 
-from tests.harness.faultkit import Fault, alive, escaper, kill_all, marked, signal_during_startup, survivors, tree, wait_for
 from tests.harness.ci import require_tool
+from tests.harness.faultkit import Fault, alive, escaper, kill_all, marked, signal_during_startup, survivors, tree, wait_for
 
 pytestmark = pytest.mark.mpi
 

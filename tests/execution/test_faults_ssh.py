@@ -13,8 +13,8 @@ import stat
 
 import pytest
 
-from tests.harness.faultkit import Fault, escaper, kill_all, marked, survivors, tree, wait_for
 from tests.harness.ci import require_tool
+from tests.harness.faultkit import Fault, escaper, kill_all, marked, survivors, tree, wait_for
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")

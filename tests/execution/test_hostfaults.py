@@ -10,14 +10,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import pytest
 
 from launcher.errors import PlanError
-from launcher.execution.supervision.hostfaults import Fault, HostFaults, Spares, attributed, moves_text
-from launcher.execution.supervision.restarts import AttemptProgress
 from launcher.execution.results import FAILED, HUNG, SUCCEEDED, AttemptResult, ProcResult
 from launcher.execution.settings import SuperviseOptions
+from launcher.execution.supervision.hostfaults import Fault, HostFaults, Spares, attributed, moves_text
+from launcher.execution.supervision.restarts import AttemptProgress
 from launcher.execution.supervision.supervisor import Supervisor
+from launcher.logs.hangreport import HangReport
 from launcher.planning.jobspec import Exclusion
 from launcher.planning.plan import Plan, ProcPlan
-from launcher.logs.hangreport import HangReport
 from tests.execution.fakebackend import FakeBackend, FakeProcess
 
 KILL = -signal.SIGKILL
@@ -231,7 +231,7 @@ def test_a_replan_rewrites_plan_json_and_the_hostfile_and_keeps_the_log_names(tm
     logs_before = recorded_logs(job)
     gone = Exclusion("n2", "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)", "restart", 2)
     plan = replan_writing(lambda ex: replan(spec, ex, 4))([gone])
-    hosts = lambda text: [line.split()[0] for line in text.splitlines() if line and not line.startswith("#")]  # noqa: E731
+    hosts = lambda text: [line.split()[0] for line in text.splitlines() if line and not line.startswith("#")]  # noqa: E731  (a one-line local helper)
     assert hosts((tmp_path / "job" / "hostfile").read_text()) == ["n1", "n3"] == sorted({p.host for p in plan.ranks})
     doc = json.loads((tmp_path / "job" / "plan.json").read_text())
     assert doc["excluded_hosts"] == [gone.to_json()] and [p["host"] for p in doc["ranks"]] == ["n1", "n1", "n3", "n3"]

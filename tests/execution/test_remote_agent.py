@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional
 
 import psutil
 
-from launcher.execution.ssh.remote_link import BOOTSTRAP, MAGIC
 from launcher.execution.ssh.agent import FrameReader, bootstrap_payload, op_line
+from launcher.execution.ssh.remote_link import BOOTSTRAP, MAGIC
 
 
 class LocalAgent:

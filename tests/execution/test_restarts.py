@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from launcher.execution.supervision.restarts import AttemptProgress, attempt_base, attempt_plan, crash_loop
 from launcher.execution.results import AttemptResult
+from launcher.execution.supervision.restarts import AttemptProgress, attempt_base, attempt_plan, crash_loop
 from launcher.planning.plan import Plan, ProcPlan
 from tests.execution.test_hang_local import PROG, hjob  # noqa: F401  (the fixture)
 from tests.execution.test_run_local import assert_all_gone
@@ -68,7 +68,7 @@ def test_progress_gives_resume_point_best_step_and_steps_lost():
 
 
 @pytest.mark.e2e
-def test_a_job_failing_at_the_same_step_stops_after_two_attempts_without_progress(hjob):  # noqa: F811
+def test_a_job_failing_at_the_same_step_stops_after_two_attempts_without_progress(hjob):  # noqa: F811  (pytest's fixture, imported above)
     r = hjob.run("fail-at", "4", extra=("--max-restarts", "5", "--restart-delay", "0.5"))
     assert r.returncode == 3, r.stderr
     s = hjob.summary()
@@ -90,7 +90,7 @@ def test_a_job_failing_at_the_same_step_stops_after_two_attempts_without_progres
 
 
 @pytest.mark.e2e
-def test_a_hung_attempt_is_restarted_and_the_restart_knows_it(hjob):  # noqa: F811
+def test_a_hung_attempt_is_restarted_and_the_restart_knows_it(hjob):  # noqa: F811  (pytest's fixture, imported above)
     r = hjob.run("steps", "0.3", "12", "--stall-rank", "1", "--stall-at", "5", extra=("--hang-timeout", "4", "--max-restarts", "1"))
     assert r.returncode == 0, r.stderr
     s = hjob.summary()

@@ -235,7 +235,7 @@ def test_detach_ps_status_logs_stop(job, tmp_path):
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
     job.wait_started(3)
-    cli = lambda *a: run_process(*a, env=env, timeout=60)  # noqa: E731
+    cli = lambda *a: run_process(*a, env=env, timeout=60)  # noqa: E731  (a one-line local helper)
     ps = cli("ps")
     assert job_id in ps.stdout and "running" in ps.stdout
     st = cli("status", job_id)

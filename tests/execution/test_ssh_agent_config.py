@@ -6,8 +6,8 @@ import pytest
 
 from launcher.execution import proctree
 from launcher.execution.ssh import remote_agent, remote_link
-from launcher.execution.ssh.remote_link import HEADER
 from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
+from launcher.execution.ssh.remote_link import HEADER
 from launcher.planning.plan import ProcPlan
 
 

@@ -11,11 +11,8 @@ import os
 import re
 import shlex
 import subprocess
-import time
-from typing import Dict, List, Optional
 
 import paramiko
-import psutil
 import pytest
 
 from launcher.errors import LaunchError, PlanError

@@ -14,9 +14,9 @@ import os
 import psutil
 import pytest
 
-pytestmark = pytest.mark.mindspore
-
 from tests.harness.cli import run_process
+
+pytestmark = pytest.mark.mindspore
 
 
 def assert_no_pids_left(job_dir):

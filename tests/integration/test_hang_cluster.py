@@ -41,7 +41,7 @@ def _check_hung_then_restarted(job, hosts):
 
 @pytest.mark.netns
 @pytest.mark.cost(63)
-def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F811
+def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F811  (pytest's fixture, imported above)
     c = cluster
     inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
     job = tmp_path / "job"
@@ -71,7 +71,7 @@ def test_hung_job_under_slurm_is_dumped_by_srun_on_its_nodes(slurm, tmp_path):
 
 
 @pytest.mark.netns
-def test_ranks_of_one_ssh_host_are_dumped_on_it_in_one_go(cluster, tmp_path):  # noqa: F811
+def test_ranks_of_one_ssh_host_are_dumped_on_it_in_one_go(cluster, tmp_path):  # noqa: F811  (pytest's fixture, imported above)
     c = cluster
     inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=2)
     job, pids = tmp_path / "job", tmp_path / "pids"

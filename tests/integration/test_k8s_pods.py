@@ -26,7 +26,6 @@ import pytest
 from tests.harness.cli import run_process
 from tests.harness.k8s_pods import IndexedJobPods
 
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE = "local/mslaunch:test"
 

@@ -39,7 +39,7 @@ def _run(c, tmp_path, name, np, *extra):
     return r, job, env
 
 
-def test_a_bad_host_is_left_out_on_restart_and_without_a_spare_the_job_stops(cluster, tmp_path):  # noqa: F811
+def test_a_bad_host_is_left_out_on_restart_and_without_a_spare_the_job_stops(cluster, tmp_path):  # noqa: F811  (pytest's fixture, imported above)
     c = cluster
     good1, bad, spare = (h.ip for h in c.hosts)
     r, job, env = _run(c, tmp_path, "spare", 4, "--host-failures", "3", "--hang-timeout", "60")

@@ -11,8 +11,8 @@ from launcher.errors import PlanError
 from launcher.execution.checks import cpu as cpuprobe
 from launcher.planning.cpu import (
     CpuSpec,
-    format_cpus,
     ProbeError,
+    format_cpus,
     isa_advice,
     parse_bind_core,
     parse_cpu_list,

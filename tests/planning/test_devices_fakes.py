@@ -12,7 +12,13 @@ from typing import Dict, Mapping, Optional
 import pytest
 
 from launcher.planning.devices import (
-    DeviceCommand, HostDeviceSpec, Outcome, ToolSetup, device_commands, judge_host, judge_hosts,
+    DeviceCommand,
+    HostDeviceSpec,
+    Outcome,
+    ToolSetup,
+    device_commands,
+    judge_host,
+    judge_hosts,
 )
 
 FAKES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "scripts", "fake_devices"))

@@ -5,7 +5,12 @@ import pytest
 
 from launcher.errors import PlanError
 from launcher.planning.devices import (
-    HostDeviceSpec, TargetChoice, device_target, inventory_devices, planned_devices, rank_table_device_ips,
+    HostDeviceSpec,
+    TargetChoice,
+    device_target,
+    inventory_devices,
+    planned_devices,
+    rank_table_device_ips,
 )
 from launcher.planning.inventory import parse_cluster_yaml, parse_hostfile
 from launcher.planning.plan import JobSpec, build_plan

@@ -9,8 +9,18 @@ import pytest
 
 from launcher.errors import PlanError
 from launcher.planning.devices import (
-    HostDevices, HostDeviceSpec, Outcome, ToolSetup, check_policy, device_commands, host_time_limit, judge_host,
-    judge_hosts, outcomes_from_json, probe_order, with_devices,
+    HostDevices,
+    HostDeviceSpec,
+    Outcome,
+    ToolSetup,
+    check_policy,
+    device_commands,
+    host_time_limit,
+    judge_host,
+    judge_hosts,
+    outcomes_from_json,
+    probe_order,
+    with_devices,
 )
 from launcher.planning.health import Verdict, health_json
 from tests.planning.test_devices_parsers import fixture

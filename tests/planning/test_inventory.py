@@ -10,8 +10,14 @@ from hypothesis import strategies as st
 
 from launcher.errors import InventoryError, MsLaunchError, PlanError
 from launcher.planning.inventory import (
-    Host, SshOptions, apply_filters, parse_cluster_yaml, parse_filter, parse_host_list,
-    parse_hostfile, read_inventory,
+    Host,
+    SshOptions,
+    apply_filters,
+    parse_cluster_yaml,
+    parse_filter,
+    parse_host_list,
+    parse_hostfile,
+    read_inventory,
 )
 from launcher.planning.ranks import RankSlot, assign_ranks, used_inventory
 from tests.harness.hypo import examples

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning.envs import parse_env_file
@@ -11,6 +13,7 @@ from launcher.planning.inventory import parse_host_list, parse_hostfile
 from launcher.planning.mpi import MpiOptions, mpirun_command
 from launcher.planning.plan import JobSpec, build_plan
 from tests.harness.cli import run_process
+from tests.harness.hypo import examples
 
 INV = parse_hostfile("10.0.0.1 slots=8\n10.0.0.2 slots=8\n", "h.txt")
 IPS = {h: {d: f"192.{d % 4 + 1}.27.{6 + d // 4 + 2 * i}" for d in range(8)} for i, h in enumerate(["10.0.0.1", "10.0.0.2"])}
@@ -227,9 +230,6 @@ def test_msrun_flag_names_are_accepted(tmp_path):
     assert (data["world_size"], data["master_port"], data["job_dir"]) == (2, 9999, str(tmp_path / "j"))
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from tests.harness.hypo import examples
 
 
 @settings(max_examples=examples(300), deadline=None)

@@ -901,7 +901,7 @@ def test_default_table_name(table: Dict[str, Any], name: str) -> None:
 @settings(max_examples=examples(300), deadline=None)
 @given(json_values)
 def test_fast_renderer_matches_json_dumps(value: Any) -> None:
-    from launcher.planning.ranktable import _render
+    from launcher.planning.ranktable.render import _render
 
     parts: List[str] = []
     _render(value, "", parts)

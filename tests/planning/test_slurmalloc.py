@@ -5,8 +5,16 @@ import pytest
 
 from launcher.errors import InventoryError, PlanError
 from launcher.planning.slurmalloc import (
-    Allocation, allocation_inventory, in_allocation, outside_stop, parse_allocation, parse_counts, parse_job_record, parse_narrow,
-    parse_node_addrs, srun_steps,
+    Allocation,
+    allocation_inventory,
+    in_allocation,
+    outside_stop,
+    parse_allocation,
+    parse_counts,
+    parse_job_record,
+    parse_narrow,
+    parse_node_addrs,
+    srun_steps,
 )
 
 

@@ -250,9 +250,8 @@ def case_random():
     import hashlib
     import random
 
-    import numpy as np
-
     import mindspore as ms
+    import numpy as np
 
     ms.set_device("CPU")
     print(json.dumps({"numpy": float(np.random.rand()), "random": random.random(),

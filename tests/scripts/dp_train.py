@@ -7,10 +7,9 @@ dense net on its shard of a synthetic MNIST-shaped set (made here, the same on e
 """
 import os
 
-import numpy as np
-
 import mindspore as ms
 import mindspore.dataset as ds
+import numpy as np
 from mindspore import nn
 from mindspore.communication import get_group_size, get_rank, init
 

@@ -7,9 +7,8 @@ The scheduler's ``init()`` serves the cluster and ends the process.
 import os
 import sys
 
-import numpy as np
-
 import mindspore as ms
+import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.communication import get_group_size, get_rank, init
 

@@ -309,7 +309,7 @@ def run_doctor(job: DoctorJob, ssh: Optional["SSHSettings"] = None) -> List[Host
     Raises:
         LaunchError: the ssh config cannot be read.
     """
-    from launcher.execution.ssh import SSHSettings, SshConnection, connect_each, run_parallel
+    from launcher.execution.ssh import SshConnection, SSHSettings, connect_each, run_parallel
 
     remote = [h for h in job.hosts if not h.is_local]
     conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}
@@ -356,7 +356,7 @@ def cpu_probes(
         LaunchError: the ssh config cannot be read.
     """
     from launcher.execution.checks.cpu import cached_probe, local_runner, ssh_runner
-    from launcher.execution.ssh import SSHSettings, SshConnection, connect_each
+    from launcher.execution.ssh import SshConnection, SSHSettings, connect_each
 
     remote = [h for h in hosts if not h.is_local]
     conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}

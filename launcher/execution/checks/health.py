@@ -226,8 +226,8 @@ def run_health(
     Raises:
         LaunchError: the ssh config cannot be read.
     """
-    from launcher.execution.ssh import SSHSettings, SshConnection, connect_each
     from launcher.errors import LaunchError
+    from launcher.execution.ssh import SshConnection, SSHSettings, connect_each
 
     t_start = time.monotonic()
     names = [h.name for h in hosts]

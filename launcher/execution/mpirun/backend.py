@@ -15,7 +15,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import (
-    Backend, BackendContext, StartRequest, ToolCheck, WatchdogLink, register_backend,
+    Backend,
+    BackendContext,
+    StartRequest,
+    ToolCheck,
+    WatchdogLink,
+    register_backend,
 )
 from launcher.execution.local.backend import LocalProcess, check_scheduler_port, start_local
 from launcher.execution.results import ProcResult

@@ -24,7 +24,8 @@ def main():  # type: ignore[no-untyped-def]
 
     def run(argv, timeout=60):
         try:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cfg.get("cwd") if cfg.get("cwd") and os.path.isdir(cfg["cwd"]) else None)
+            cwd = cfg.get("cwd") if cfg.get("cwd") and os.path.isdir(cfg["cwd"]) else None
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
             o, e = p.communicate(timeout=timeout)
             return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace")
         except Exception as exc:

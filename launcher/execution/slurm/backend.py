@@ -40,7 +40,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import (
-    Backend, BackendContext, StartRequest, WatchdogLink, register_backend,
+    Backend,
+    BackendContext,
+    StartRequest,
+    WatchdogLink,
+    register_backend,
 )
 from launcher.execution.local.backend import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult

@@ -8,7 +8,8 @@ import sys
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, targets as _targets, write_dumps
+from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, write_dumps
+from launcher.execution.probes.stackdump import targets as _targets
 from launcher.execution.slurm.shim import record_key
 
 

@@ -19,8 +19,7 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from launcher.execution.checks.health import HealthBudget, HealthResult, ProbeLink, close_all, drive
-from launcher.execution.checks.health import probe_source
+from launcher.execution.checks.health import HealthBudget, HealthResult, ProbeLink, close_all, drive, probe_source
 from launcher.execution.probes.health_probe import THREAD_ENV
 from launcher.planning.health import DEFAULT_THRESHOLD
 

@@ -42,7 +42,6 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
-
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, register_backend
 from launcher.execution.ssh.agent import AgentConfig

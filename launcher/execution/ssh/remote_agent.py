@@ -51,7 +51,13 @@ import time
 
 try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.program_source` puts its source first
     from launcher.execution.proctree import (
-        become_subreaper, below, kill_quietly, killpg_quietly, proc_table, set_parent_death_signal, tree_below,
+        become_subreaper,
+        below,
+        kill_quietly,
+        killpg_quietly,
+        proc_table,
+        set_parent_death_signal,
+        tree_below,
     )
     from launcher.execution.ssh.remote_link import MAGIC, OUT_LIMIT, Outbox, poll_fds, set_nonblocking
 except ImportError:

@@ -33,8 +33,21 @@ from launcher.execution import stopsignals
 from launcher.execution.backend import Backend, ProcessHandle, StartRequest, attempt_path
 from launcher.execution.local.watchdog import Watchdog
 from launcher.execution.results import (
-    FAILED, HUNG, HUNG_EXIT, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT, AttemptResult, ProcResult, RootCause,
-    earliest_failure, exit_code_of, lost_nodes_note, tail_lines,
+    FAILED,
+    HUNG,
+    HUNG_EXIT,
+    PREEMPTED,
+    STOPPED,
+    SUCCEEDED,
+    TIMEOUT,
+    TIMEOUT_EXIT,
+    AttemptResult,
+    ProcResult,
+    RootCause,
+    earliest_failure,
+    exit_code_of,
+    lost_nodes_note,
+    tail_lines,
 )
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted

@@ -171,6 +171,6 @@ class Spares:
         if not new:
             return None
         fresh = self.replan(tuple(plan.excluded) + tuple(new))
-        rank_hosts = lambda p: [(r.rank, r.host) for r in p.ranks if r.rank is not None]  # noqa: E731
-        sched = lambda p: p.scheduler.host if p.scheduler is not None else None  # noqa: E731
+        rank_hosts = lambda p: [(r.rank, r.host) for r in p.ranks if r.rank is not None]  # noqa: E731  (a one-line local helper)
+        sched = lambda p: p.scheduler.host if p.scheduler is not None else None  # noqa: E731  (a one-line local helper)
         return Replanned(fresh, tuple(new), moves_text(rank_hosts(plan), rank_hosts(fresh), sched(plan), sched(fresh)))

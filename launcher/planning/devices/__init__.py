@@ -9,16 +9,41 @@
 * :mod:`~launcher.planning.devices.checks`: the entry points the health check calls.
 """
 from launcher.planning.devices.checks import (
-    check_policy, device_commands, devices_summary, judge_host, judge_hosts, outcomes_from_json, probe_order,
+    check_policy,
+    device_commands,
+    devices_summary,
+    judge_host,
+    judge_hosts,
+    outcomes_from_json,
+    probe_order,
     with_devices,
 )
 from launcher.planning.devices.commands import ToolSetup, host_time_limit
 from launcher.planning.devices.model import (
-    ASCEND, CPU, DEFAULT_POLICY, DEVICE_CHECK_POLICIES, FAULTY, GPU, NOT_CHECKED, OK, TARGETS, CheckResult,
-    DeviceCommand, DeviceVerdict, HostDevices, HostDeviceSpec, Outcome, ToolOutputError,
+    ASCEND,
+    CPU,
+    DEFAULT_POLICY,
+    DEVICE_CHECK_POLICIES,
+    FAULTY,
+    GPU,
+    NOT_CHECKED,
+    OK,
+    TARGETS,
+    CheckResult,
+    DeviceCommand,
+    DeviceVerdict,
+    HostDevices,
+    HostDeviceSpec,
+    Outcome,
+    ToolOutputError,
 )
 from launcher.planning.devices.target import (
-    TargetChoice, device_target, inventory_devices, normalize_target, planned_devices, rank_table_device_ips,
+    TargetChoice,
+    device_target,
+    inventory_devices,
+    normalize_target,
+    planned_devices,
+    rank_table_device_ips,
 )
 
 __all__ = [

@@ -23,8 +23,18 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from launcher.planning.devices import hccntool
 from launcher.planning.devices.commands import ToolSetup, first_line, not_run_reason
 from launcher.planning.devices.model import (
-    ASCEND, FAULTY, NOT_CHECKED, OK, CheckResult, DeviceCommand, DeviceVerdict, HostDevices, HostDeviceSpec, Outcome,
-    ToolOutputError, id_ranges,
+    ASCEND,
+    FAULTY,
+    NOT_CHECKED,
+    OK,
+    CheckResult,
+    DeviceCommand,
+    DeviceVerdict,
+    HostDevices,
+    HostDeviceSpec,
+    Outcome,
+    ToolOutputError,
+    id_ranges,
 )
 from launcher.planning.devices.npusmi import NpuSmiInfo, parse_npu_smi_info
 

@@ -37,8 +37,20 @@ from launcher.planning.devices.ascend import ascend_commands, judge_ascend, tls_
 from launcher.planning.devices.commands import OUTPUT_LIMIT, ToolSetup, host_time_limit
 from launcher.planning.devices.gpu import gpu_commands, judge_gpu
 from launcher.planning.devices.model import (
-    ASCEND, CPU, DEFAULT_POLICY, DEVICE_CHECK_POLICIES, FAULTY, NOT_CHECKED, TARGETS, CheckResult, DeviceCommand,
-    DeviceVerdict, HostDevices, HostDeviceSpec, Outcome, one_line,
+    ASCEND,
+    CPU,
+    DEFAULT_POLICY,
+    DEVICE_CHECK_POLICIES,
+    FAULTY,
+    NOT_CHECKED,
+    TARGETS,
+    CheckResult,
+    DeviceCommand,
+    DeviceVerdict,
+    HostDevices,
+    HostDeviceSpec,
+    Outcome,
+    one_line,
 )
 from launcher.planning.health import Verdict
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from launcher.planning.devices.model import (
-    ERROR, EXITED, NOT_FOUND, SKIPPED, TIMED_OUT, DeviceCommand, Outcome, one_line,
+    ERROR,
+    EXITED,
+    NOT_FOUND,
+    SKIPPED,
+    TIMED_OUT,
+    DeviceCommand,
+    Outcome,
+    one_line,
 )
 
 __all__ = ["HCCN_TOOL", "NPU_SMI", "NVIDIA_SMI", "OUTPUT_LIMIT", "ToolSetup", "first_line", "host_time_limit", "not_run_reason"]

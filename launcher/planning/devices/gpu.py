@@ -16,11 +16,29 @@ from typing import List, Mapping, Optional, Tuple
 
 from launcher.planning.devices.commands import ToolSetup, first_line, not_run_reason
 from launcher.planning.devices.model import (
-    FAULTY, GPU, NOT_CHECKED, OK, CheckResult, DeviceCommand, DeviceVerdict, HostDevices, HostDeviceSpec, Outcome,
-    ToolOutputError, id_ranges, one_line,
+    FAULTY,
+    GPU,
+    NOT_CHECKED,
+    OK,
+    CheckResult,
+    DeviceCommand,
+    DeviceVerdict,
+    HostDevices,
+    HostDeviceSpec,
+    Outcome,
+    ToolOutputError,
+    id_ranges,
+    one_line,
 )
 from launcher.planning.devices.nvsmi import (
-    APPS_QUERY, EXIT_STATUS, GPU_QUERY, GpuApp, GpuRow, field_state, parse_compute_apps, parse_gpu_query,
+    APPS_QUERY,
+    EXIT_STATUS,
+    GPU_QUERY,
+    GpuApp,
+    GpuRow,
+    field_state,
+    parse_compute_apps,
+    parse_gpu_query,
 )
 
 __all__ = ["gpu_commands", "judge_gpu"]

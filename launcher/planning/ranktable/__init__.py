@@ -51,14 +51,26 @@ from launcher.planning.ranktable.common import CHIPS, MAX_QUOTED, STATUSES, VERS
 from launcher.planning.ranktable.devices import resolve_device_ips
 from launcher.planning.ranktable.merge import merge_rank_tables
 from launcher.planning.ranktable.parse import (
-    MAX_JSON_DEPTH, MAX_JSON_VALUES, MAX_RANK_TABLE_BYTES, MAX_TABLE_DEVICES, parse_rank_table_json, read_rank_table,
+    MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
+    MAX_RANK_TABLE_BYTES,
+    MAX_TABLE_DEVICES,
+    parse_rank_table_json,
+    read_rank_table,
 )
-from launcher.planning.ranktable.render import _render, default_table_name, rank_table_json, table_size
+from launcher.planning.ranktable.render import default_table_name, rank_table_json, table_size
 from launcher.planning.ranktable.validate import validate_rank_table
 
 __all__ = [
     "CHIPS",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
+    "MAX_QUOTED",
+    "MAX_RANK_TABLE_BYTES",
+    "MAX_TABLE_DEVICES",
+    "STATUSES",
     "VERSIONS",
+    "DeviceIps",
     "RankTableJSONError",
     "Violation",
     "build_rank_table",

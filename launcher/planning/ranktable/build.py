@@ -6,7 +6,13 @@ from typing import Any, Dict, List, Mapping, Sequence
 from launcher.errors import RankTableError
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.ranktable.common import (
-    MAX_QUOTED, VERSIONS, DeviceIps, host_where, pod_key, pod_list, host_pod,
+    MAX_QUOTED,
+    VERSIONS,
+    DeviceIps,
+    host_pod,
+    host_where,
+    pod_key,
+    pod_list,
 )
 from launcher.planning.ranktable.validate import validate_rank_table
 
