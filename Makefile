@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # clone (launcher/ and the tests' rewritten asserts) even where the environment turns them off.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: all deps venv venv-run test test-fast run bench clean
+.PHONY: all deps venv venv-run lint test test-fast run bench clean
 
 all: test
 
@@ -46,9 +46,14 @@ $(VENV)/.stamp-install: $(VENV)/.stamp-run
 venv-run: $(VENV)/.stamp-run
 venv: $(VENV)/.stamp-install
 
-test: deps venv
-	$(VENV)/bin/lint-imports --no-cache --no-logo
+test: deps venv lint
 	$(PYTEST) -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
+
+# The import contract (setup.cfg) and ruff (pyproject.toml): layers, no cycles, sorted imports,
+# no unused names, lines under 180.
+lint: venv
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(VENV)/bin/ruff check launcher tests bench
 
 # The edit-test loop: unit tests of every layer, no real parts (namespaces, Slurm, mpirun,
 # MindSpore, browsers) and no end-to-end runs.
