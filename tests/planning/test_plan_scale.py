@@ -107,6 +107,15 @@ def test_dumps_indented_is_json_dumps(value: Any) -> None:
     assert dumps_indented(value) == json.dumps(value, indent=2)
 
 
+def test_dumps_indented_escapes_what_json_dumps_escapes() -> None:
+    """Every character json.dumps escapes, alone, in a key and among other text (orjson writes
+    DEL, U+007F, as it is: ASCII, but json.dumps escapes it)."""
+    for code in [*range(0x20), 0x22, 0x5C, 0x7F, 0x80, 0xE9, 0x2028, 0xFFFF, 0x1F600]:
+        char = chr(code)
+        for value in (char, {char: [f"a{char}b"]}):
+            assert dumps_indented(value) == json.dumps(value, indent=2), hex(code)
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(st.recursive(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5),
                     lambda inner: st.lists(inner, max_size=4), max_leaves=10))
