@@ -5,11 +5,17 @@ import sys
 def main() -> None:
     """Run ``mslaunch`` with ``sys.argv``.
 
-    ``mslaunch ranktable ...`` goes straight to :func:`launcher.cli.ranktable.main`: rank tables
-    need none of the other commands, whose imports are most of the start-up time.  Everything
-    else goes to :func:`launcher.cli.app.main`.
+    ``mslaunch --version`` prints the version and imports nothing else
+    (:mod:`launcher.cli.version`).  ``mslaunch ranktable ...`` goes straight to
+    :func:`launcher.cli.ranktable.main`: rank tables need none of the other commands, whose
+    imports are most of the start-up time.  Everything else goes to :func:`launcher.cli.app.main`.
     """
     args = sys.argv[1:]
+    if args[:1] == ["--version"]:
+        from launcher.cli.version import version_line
+
+        sys.stdout.write(version_line() + "\n")
+        return
     if args[:1] == ["ranktable"]:
         from launcher.cli.ranktable import main as ranktable_main
 

@@ -16,6 +16,7 @@ from launcher.cli.docs import epilog
 from launcher.cli.gcpause import no_gc
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, with_job_options
 from launcher.cli.spec import load_inventory, plan_from
+from launcher.cli.version import version_line
 from launcher.errors import MsLaunchError, PlanError
 
 app = typer.Typer(
@@ -30,6 +31,19 @@ env_app = typer.Typer(help="Per-rank environments.", no_args_is_help=True)
 hostfile_app = typer.Typer(help="OpenMPI hostfiles.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
 app.add_typer(hostfile_app, name="hostfile")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(version_line() + "\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print mslaunch's version and exit."),
+) -> None:
+    """The options of ``mslaunch`` itself (before the command)."""
 
 
 @app.command("plan", context_settings=PROGRAM_CONTEXT, epilog=epilog("running"))
@@ -173,6 +187,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     Usage errors (unknown flags, missing arguments) are reported by typer itself (exit 2).
     """
     args = sys.argv[1:] if argv is None else argv
+    if list(args[:1]) == ["--version"]:  # before any command's module is imported
+        sys.stdout.write(version_line() + "\n")
+        return
     if [a for a in args if not a.startswith("-")][:1] == ["run"] and argv is None:
         from launcher.execution import stopsignals
 

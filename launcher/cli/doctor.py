@@ -139,7 +139,7 @@ def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: st
 
 
 def _imports_mindspore(opts: JobOptions) -> bool:
-    """The program's source imports MindSpore (checked on this machine; see ``cpu_spec``)."""
+    """The program's source imports MindSpore (checked on this machine; see ``launcher.cli.cpuspec.cpu_spec``)."""
     from launcher.errors import MsLaunchError
     from launcher.execution.checks.cpu import local_runner, program_facts
 

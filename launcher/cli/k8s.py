@@ -242,11 +242,11 @@ def gen_cmd(
     port = _check_run(opts, run_params, groups, run_names[0])
     if not opts.program and not opts.module:
         raise PlanError("missing SCRIPT: mslaunch k8s gen [options] [run options] SCRIPT [ARGS]", field="SCRIPT")
-    from launcher.cli.spec import _device_target
+    from launcher.cli.cpuspec import device_target
     from launcher.planning import envs
 
     env_pairs = dict(envs.parse_env_assignment(e) for e in opts.env)
-    device = _device_target(((opts.module,) if opts.module else ()) + opts.program, env_pairs)
+    device = device_target(((opts.module,) if opts.module else ()) + opts.program, env_pairs)
     # pass-through run options: as given, minus the scheduler port (the manifest carries it)
     keep = [g for g in groups if g[0].partition("=")[0] not in _MASTER_PORT] if params["flavor"] != "ascendjob" else groups
     job = K8sJob(

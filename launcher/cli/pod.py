@@ -22,7 +22,7 @@ KUBERNETES_VAR = "KUBERNETES_SERVICE_HOST"
 
 
 def per_node(opts: JobOptions) -> bool:
-    """Whether ``opts`` run in per-node mode (see ``launcher.cli.spec._node_mode``)."""
+    """Whether ``opts`` run in per-node mode (see :func:`launcher.cli.spec.job_shape`)."""
     if opts.hosts is not None or opts.host_list is not None:
         return False
     if opts.node_rank is not None:

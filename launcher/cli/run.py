@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import typer
 
@@ -21,7 +21,10 @@ from launcher.execution.settings import SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
 from launcher.planning import layout
 from launcher.planning.kinds import describe_returncode
-from launcher.planning.plan import Plan, build_plan
+from launcher.planning.plan import JobSpec, Plan, build_plan
+
+if TYPE_CHECKING:
+    from launcher.cli.startmode import StartMode
 
 TEE_MODES = ("none", "rank0", "all", "errors")
 
@@ -63,24 +66,14 @@ def run_cmd(
     --timeout; 125 when hung (--hang-timeout, or a collective timed out); 130/143/129 when stopped by SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
     2 for bad input.
     """
-    from launcher.cli.pod import console_default, resolve_master
-
-    tee = console_default(opts, tee, os.environ)  # in a Kubernetes pod: every rank's lines on stdout
-    # the live view replaces the prefixed lines only when nothing asked for lines (--tee, msrun's --tail_worker_log)
-    live = tee is None and opts.tail_worker_log is None and not quiet and not detach and sys.stdout.isatty()
-    tee = tee or "errors"
-    if tee not in TEE_MODES:
-        raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
+    tee, live = _console_mode(opts, tee, quiet, detach)
     from launcher.logs.hang import HangPolicy
 
     options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait,
                                hang=HangPolicy.parse(hang_timeout, first_step_timeout), restart_delay=restart_delay,
                                host_failures=host_failures)
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
-    if stand_in_env is not None:
-        opts = stand_in_options(opts)
-    elif not dry_run:
-        opts = resolve_master(opts, start_timeout, os.environ)  # a pod's DNS name: wait for it, use its address
+    opts = _run_options(opts, stand_in_env, dry_run, start_timeout)
     from launcher.cli.health import check_mode
 
     check_mode(preflight)
@@ -95,55 +88,123 @@ def run_cmd(
         _check_ci_outputs(summary_json, junit)
         return
     if dry_run:
-        if as_json:
-            from launcher.execution.backend import plan_json
-            from launcher.planning.jsontext import dumps_indented
-
-            sys.stdout.write(dumps_indented(plan_json(plan)) + "\n")
-        else:
-            from launcher.cli.render import print_plan
-
-            print_plan(plan)
+        _print_plan(plan, as_json)
         return
     _check_ci_outputs(summary_json, junit)
     if detach:
         _detach(plan)
         return
+    plan, pre_event = _preflight(preflight, spec, plan, ssh)
+    from launcher.cli.startmode import choose
 
-    pre_event: Dict[str, Any] = {}
-    if preflight is not None:
-        from launcher.cli.health import preflight as run_preflight
+    start = choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler)
+    console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
+                       tail_all=opts.tail_worker_log is not None, live=live, start_note=start.note)
+    result = _supervise(spec, plan, options, ssh, start, console, pre_event)
+    problems = _write_ci_outputs(result, summary_json, junit)  # a CI output that cannot be written never hides the job's result
+    from launcher.cli.render import print_result
 
-        plan, pre_event = run_preflight(preflight, spec, plan, ssh)
+    print_result(result, quiet=quiet)
+    for line in problems:
+        sys.stderr.write(line + "\n")
+    raise typer.Exit(result.exit_code)
+
+
+def _console_mode(opts: JobOptions, tee: Optional[str], quiet: bool, detach: bool) -> Tuple[str, bool]:
+    """The console's ``--tee`` mode and whether it shows the live per-rank view.
+
+    In a Kubernetes pod, per-node mode prints every rank's lines on stdout; the live view
+    replaces the prefixed lines only on a terminal when nothing asked for lines (``--tee``,
+    msrun's ``--tail_worker_log``) or for silence (``--quiet``, ``--detach``).
+
+    Raises:
+        PlanError: an unknown ``--tee`` mode.
+    """
+    from launcher.cli.pod import console_default
+
+    tee = console_default(opts, tee, os.environ)
+    live = tee is None and opts.tail_worker_log is None and not quiet and not detach and sys.stdout.isatty()
+    tee = tee or "errors"
+    if tee not in TEE_MODES:
+        raise PlanError(f"unknown --tee mode {tee!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
+    return tee, live
+
+
+def _run_options(opts: JobOptions, stand_in_env: Optional[Mapping[str, str]], dry_run: bool, start_timeout: float) -> JobOptions:
+    """The options as this run plans with them: checked against ``mslaunch sbatch``'s stand-in
+    allocation (``stand_in_env``), or, for a real start in per-node mode, with the scheduler's
+    name resolved to its address (a pod's DNS name: waited for within ``start_timeout``).
+
+    Raises:
+        MsLaunchError: a ``--hccn`` pair the stand-in cannot use; the name did not resolve.
+    """
+    if stand_in_env is not None:
+        return stand_in_options(opts)
+    if dry_run:
+        return opts
+    from launcher.cli.pod import resolve_master
+
+    return resolve_master(opts, start_timeout, os.environ)
+
+
+def _print_plan(plan: Plan, as_json: bool) -> None:
+    """``--dry-run``: the plan as ``mslaunch plan`` prints it (``--json``: as JSON)."""
+    if as_json:
+        from launcher.execution.backend import plan_json
+        from launcher.planning.jsontext import dumps_indented
+
+        sys.stdout.write(dumps_indented(plan_json(plan)) + "\n")
+        return
+    from launcher.cli.render import print_plan
+
+    print_plan(plan)
+
+
+def _preflight(mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings) -> Tuple[Plan, Dict[str, Any]]:
+    """``--preflight MODE``: the health check of every host, and the plan to run (``exclude``:
+    planned around slow or faulty hosts); with the check's event for the job's metrics (empty
+    without ``--preflight``)."""
+    if mode is None:
+        return plan, {}
+    from launcher.cli.health import preflight as run_preflight
+
+    return run_preflight(mode, spec, plan, ssh)
+
+
+def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSettings, start: "StartMode", console: "_Console",
+               pre_event: Dict[str, Any]) -> Any:
+    """Start the job and supervise it to its end, its ranks' output on ``console``; the result
+    (a :class:`~launcher.execution.results.JobResult`).
+
+    Restarts leave out bad hosts when the inventory has more than one (:func:`launcher.planning.spares.replan`).
+    """
     from launcher.execution.local.backend import LocalSettings
-    from launcher.execution.runner import junit_xml, run_plan
+    from launcher.execution.runner import run_plan
+    from launcher.planning.spares import replan
+
+    def started() -> None:
+        if pre_event:
+            from launcher.logs.metricsfile import append_event
+            from launcher.planning.kinds import EventKind
+
+            append_event(plan.job_dir, EventKind.PREFLIGHT, pre_event)
+        console.start()
+
+    try:
+        return run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
+                        replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
+                        backend_settings={"ssh": ssh, "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler)})
+    finally:
+        console.stop()
+
+
+def _write_ci_outputs(result: Any, summary_json: Optional[str], junit: Optional[str]) -> List[str]:
+    """Write ``--summary-json`` and ``--junit``; the error line of each that could not be written."""
+    from launcher.execution.runner import junit_xml
     from launcher.jobs import jobdir
     from launcher.jobs.files import write_atomic
 
-    from launcher.cli.startmode import scheduler_mode, start_mode
-
-    use_zygote, start_note = start_mode(plan, spec.cpu.mindspore_cpu, zygote)
-    fork_scheduler, sched_note = scheduler_mode(plan, use_zygote, spec.cpu.mindspore_cpu, minimal_scheduler)
-    start_note = "; ".join(n for n in (start_note, sched_note) if n) or None
-    console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
-                       tail_all=opts.tail_worker_log is not None, live=live, start_note=start_note)
-    try:
-        def started() -> None:
-            if pre_event:
-                from launcher.logs.metricsfile import append_event
-                from launcher.planning.kinds import EventKind
-
-                append_event(plan.job_dir, EventKind.PREFLIGHT, pre_event)
-            console.start()
-
-        from launcher.planning.spares import replan  # restarts leave out bad hosts (one host: nothing to move to)
-
-        result = run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
-                          replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
-                          backend_settings={"ssh": ssh, "local": LocalSettings(zygote=use_zygote, on_note=console.note, fork_scheduler=fork_scheduler)})
-    finally:
-        console.stop()
-    problems = []  # a CI output that cannot be written never hides the job's result or exit code
+    problems = []
     for flag, path, write in (("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json(), mode=0o644)),
                               ("--junit", junit, lambda p: write_atomic(p, junit_xml(result), mode=0o644))):
         if path:
@@ -151,12 +212,7 @@ def run_cmd(
                 write(path)
             except MsLaunchError as exc:
                 problems.append(f"mslaunch: error: {flag}: {exc}")
-    from launcher.cli.render import print_result
-
-    print_result(result, quiet=quiet)
-    for line in problems:
-        sys.stderr.write(line + "\n")
-    raise typer.Exit(result.exit_code)
+    return problems
 
 
 def _check_ci_outputs(summary_json: Optional[str], junit: Optional[str]) -> None:

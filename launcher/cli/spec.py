@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace as _replace
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Tuple
 
-
+from launcher.cli.cpuspec import cpu_spec
 from launcher.cli.msrun_flags import NODE_RANK_VARS, node_rank_from_env, parse_bind_numa, parse_msrun_bool, tail_ranks  # noqa: F401 (re-exported)
 from launcher.cli.options import JobOptions
 from launcher.cli.ssh_flags import job_ssh_config
@@ -21,9 +21,6 @@ from launcher.planning.inventory import Inventory, apply_filters, local_inventor
 from launcher.planning.mpi import MpiOptions
 from launcher.planning.plan import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, build_plan, worker_log_name
 from launcher.planning.sbatchshape import stand_in_inventory
-
-if TYPE_CHECKING:
-    from launcher.planning.cpu import CpuSpec
 
 def check_launcher(name: Optional[str]) -> None:
     """``--launcher`` must name a registered backend (see :mod:`launcher.execution.backend`).
@@ -54,9 +51,15 @@ def load_inventory(
     return apply_filters(inv, include, exclude)
 
 
-def slurm_inventory(opts: JobOptions, environ: Mapping[str, str], stand_in: bool = False) -> Inventory:
+def slurm_inventory(opts: JobOptions, per_host: Optional[int], environ: Mapping[str, str], stand_in: bool = False) -> Inventory:
     """``--launcher slurm``: the allocation's nodes (narrowed by ``-H``), each with its NodeAddr
     (``stand_in``: ``mslaunch sbatch``'s stand-in, see :func:`~launcher.planning.sbatchshape.stand_in_inventory`).
+
+    Args:
+        opts: the job options (``-H``, ``--include``/``--exclude``).
+        per_host: ranks per node (:attr:`JobShape.per_host`), or None: the allocation's tasks per node.
+        environ: the allocation's ``SLURM_*`` variables.
+        stand_in: ``environ`` is a stand-in allocation (no node is asked for its address).
 
     Raises:
         PlanError: not inside an allocation, or ``--hosts`` given (the allocation is the inventory).
@@ -66,7 +69,7 @@ def slurm_inventory(opts: JobOptions, environ: Mapping[str, str], stand_in: bool
 
     if opts.hosts:
         raise PlanError("--launcher slurm takes its hosts from the allocation; drop --hosts (narrow with -H)", field="--hosts")
-    alloc = parse_allocation(environ, opts.per_host)
+    alloc = parse_allocation(environ, per_host)
     if stand_in:
         return stand_in_inventory(alloc, opts.host_list, opts.include, opts.exclude)
     from launcher.execution.slurm.nodes import node_addrs
@@ -76,6 +79,11 @@ def slurm_inventory(opts: JobOptions, environ: Mapping[str, str], stand_in: bool
 
 
 def _read_env_file(path: str) -> Tuple[Tuple[str, str], ...]:
+    """``--env-file PATH``'s pairs, in order.
+
+    Raises:
+        MsLaunchError: the file is missing or a line is not ``K=V`` (naming path:line).
+    """
     from launcher.planning.textfile import read_text
 
     return envs.parse_env_file(read_text(path, MsLaunchError, "no such env file", "an env file"), path)
@@ -88,16 +96,20 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def master_port(opts: JobOptions) -> int:
-    """``--master-port``: an int, or ``auto`` for a free local port."""
-    if opts.master_port == "auto":
+def master_port(text: str) -> int:
+    """``--master-port`` (:attr:`JobShape.master_port`): an int, or ``auto`` for a free local port.
+
+    Raises:
+        PlanError: neither.
+    """
+    if text == "auto":
         from launcher.execution.ports import free_port
 
         return free_port()
     try:
-        return int(opts.master_port)
+        return int(text)
     except ValueError:
-        raise PlanError(f"--master-port must be a port number or 'auto', got {opts.master_port!r}", field="--master-port") from None
+        raise PlanError(f"--master-port must be a port number or 'auto', got {text!r}", field="--master-port") from None
 
 
 def template_path(name: str) -> str:
@@ -129,134 +141,132 @@ def _read_given_rank_table(path: str) -> str:
     return os.path.abspath(path)
 
 
-def _node_mode(opts: JobOptions, environ: Mapping[str, str]) -> Tuple[Optional[NodeSpec], Optional[int], Optional[int], Optional[str], str]:
-    """Per-node mode from the msrun flags (and, for ``--node_rank auto``, the cluster manager's
-    ``MS_WORKER_NUM``/``MS_LOCAL_WORKER``/``MS_SCHED_HOST``/``MS_SCHED_PORT`` where a flag is unset).
+@dataclass(frozen=True)
+class JobShape:
+    """How many ranks the job has and where its scheduler listens: the flags as given, or in
+    per-node mode with what the cluster manager's environment and msrun's defaults fill in
+    (see :func:`job_shape`).
+
+    Attributes:
+        np: the job's total ranks (``--np``; per-node mode: ``MS_WORKER_NUM``, else 8).
+        per_host: ranks per host (``--per-host``; per-node mode: this node's workers,
+            ``MS_LOCAL_WORKER``, else 8 capped at ``np``).
+        master_addr: the scheduler's address, or None (the first host).
+        master_port: ``--master-port`` as given (a number or ``auto``), or ``MS_SCHED_PORT``.
+        node: per-node mode, or None (mslaunch plans every host's ranks).
+    """
+
+    np: Optional[int]
+    per_host: Optional[int]
+    master_addr: Optional[str]
+    master_port: str
+    node: Optional[NodeSpec] = None
+
+
+def job_shape(opts: JobOptions, environ: Mapping[str, str]) -> JobShape:
+    """The job's shape from the flags, and per-node mode from the msrun flags (and, for
+    ``--node_rank auto``, the cluster manager's ``MS_WORKER_NUM``/``MS_LOCAL_WORKER``/
+    ``MS_SCHED_HOST``/``MS_SCHED_PORT`` where a flag is unset).
 
     Per-node mode is on when ``--node_rank`` is given, or when no inventory is given and
     ``--local_worker_num`` is below ``--worker_num`` (msrun's multi-node command line); then
     ``MS_NODE_RANK`` gives the node rank if set.
 
-    Returns:
-        ``(node, np, per_host, master_addr, master_port text)``.
+    Raises:
+        PlanError: a bad ``--node_rank`` or cluster manager variable, or per-node mode with
+            ``--hosts``/``-H``.
     """
     np, per_host, addr, port = opts.np, opts.per_host, opts.master_addr, opts.master_port
     node_rank: Optional[int] = None
     if opts.node_rank is not None and opts.node_rank.strip().lower() == "auto":
         node_rank, _ = node_rank_from_env(environ)
-
-        def env_int(name: str) -> Optional[int]:
-            text = environ.get(name)
-            if not text:
-                return None
-            try:
-                return int(text)
-            except ValueError:
-                raise PlanError(f"{name}={text!r} is not an integer", field="--node_rank") from None
-
-        np = np if np is not None else env_int("MS_WORKER_NUM")
-        per_host = per_host if per_host is not None else env_int("MS_LOCAL_WORKER")
+        np = np if np is not None else _env_int(environ, "MS_WORKER_NUM")
+        per_host = per_host if per_host is not None else _env_int(environ, "MS_LOCAL_WORKER")
         addr = addr if addr is not None else (environ.get("MS_SCHED_HOST") or None)
         if port == str(DEFAULT_MASTER_PORT) and environ.get("MS_SCHED_PORT"):
             port = environ["MS_SCHED_PORT"]
     elif opts.node_rank is not None:
-        try:
-            node_rank = int(opts.node_rank)
-        except ValueError:
-            raise PlanError(f"--node_rank must be an integer or 'auto', got {opts.node_rank!r}", field="--node_rank") from None
-        if node_rank == -1:
-            node_rank = None  # msrun's default: MindSpore assigns the ranks
+        node_rank = _given_node_rank(opts.node_rank)
     elif opts.launcher != "slurm" and opts.hosts is None and opts.host_list is None and np is not None and per_host is not None and per_host < np:
         if environ.get("MS_NODE_RANK"):
             node_rank, _ = node_rank_from_env({"MS_NODE_RANK": environ["MS_NODE_RANK"]})
     else:
-        return None, np, per_host, addr, port
+        return JobShape(np=np, per_host=per_host, master_addr=addr, master_port=port)
     if opts.hosts is not None or opts.host_list is not None:
         raise PlanError("per-node mode (--node_rank) runs this node's workers only; drop --hosts/-H", field="--node_rank")
     if np is None:
         np = 8  # msrun's default --worker_num
     if per_host is None:
         per_host = 8 if np >= 8 else np  # msrun's default --local_worker_num (8), capped for small jobs
-    owns: Optional[bool] = None
-    if addr is not None:
-        from launcher.execution.ports import is_local_addr
+    node = NodeSpec(node_rank=node_rank, local_worker_num=per_host, owns_master=_owns_master(addr))
+    return JobShape(np=np, per_host=per_host, master_addr=addr, master_port=port, node=node)
 
-        owns = is_local_addr(addr)
-    return NodeSpec(node_rank=node_rank, local_worker_num=per_host, owns_master=owns), np, per_host, addr, port
+
+def _env_int(environ: Mapping[str, str], name: str) -> Optional[int]:
+    """A cluster manager's integer variable (``--node_rank auto``), None when unset or empty."""
+    text = environ.get(name)
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise PlanError(f"{name}={text!r} is not an integer", field="--node_rank") from None
+
+
+def _given_node_rank(text: str) -> Optional[int]:
+    """``--node_rank N``: N, or None for msrun's default -1 (MindSpore assigns the ranks)."""
+    try:
+        node_rank = int(text)
+    except ValueError:
+        raise PlanError(f"--node_rank must be an integer or 'auto', got {text!r}", field="--node_rank") from None
+    return None if node_rank == -1 else node_rank
+
+
+def _owns_master(addr: Optional[str]) -> Optional[bool]:
+    """Whether the scheduler's address is one of this machine's (None: no address given)."""
+    if addr is None:
+        return None
+    from launcher.execution.ports import is_local_addr
+
+    return is_local_addr(addr)
 
 
 def build_spec(opts: JobOptions, job_id: Optional[str] = None, allocation: Optional[Mapping[str, str]] = None) -> JobSpec:
-    """Read every input the options name and build the job spec (``allocation``: the environ of a stand-in Slurm allocation)."""
-    node, np, per_host, master_addr, port_text = _node_mode(opts, os.environ if allocation is None else allocation)
-    if node is not None:
-        opts = _replace(opts, np=np, per_host=per_host, master_addr=master_addr, master_port=port_text)
-    if opts.sim_level is not None and opts.sim_level not in (0, 1, 2, 3):
-        raise PlanError(f"--sim_level must be 0, 1, 2 or 3, got {opts.sim_level}", field="--sim_level")
-    if opts.sim_rank_id is not None and opts.sim_rank_id != -1 and opts.sim_level is None:
-        raise PlanError("--sim_rank_id needs --sim_level", field="--sim_rank_id")
-    if opts.join is not None:
-        parse_msrun_bool(opts.join, "--join")
-    if opts.tail_worker_log is not None:
-        tail_ranks(opts.tail_worker_log)
+    """Read every input the options name and build the job spec, in one pass.
+
+    Each step reads or checks one group of options; a step's error comes before the next
+    step's (the order users see when several options are wrong).
+
+    Args:
+        opts: the command's job options.
+        job_id: the job's id (default ``--job-id``, else a new one).
+        allocation: the environ of a stand-in Slurm allocation (``mslaunch sbatch``'s check),
+            or None: this process's environment.
+
+    Raises:
+        MsLaunchError: any input the options name is missing or malformed (the subclass and
+            its field say which).
+    """
+    environ = os.environ if allocation is None else allocation
+    shape = job_shape(opts, environ)
+    _check_msrun_flags(opts)
     bind_numa = parse_bind_numa(opts.bind_numa)
     rank_table_file = _read_given_rank_table(opts.rank_table_file) if opts.rank_table_file else None
-    log_name = None
-    if opts.worker_log_name:
-        import socket
-
-        from launcher.execution.ports import local_ip_towards
-
-        log_name = worker_log_name(opts.worker_log_name, local_ip_towards(opts.master_addr or "127.0.0.1"), socket.gethostname())
-    spec = _build_spec(opts, job_id, node, allocation)
-    return _replace(
-        spec,
-        node=node,
-        worker_log_name=log_name,
-        rank_table_file=rank_table_file,
-        sim_level=opts.sim_level,
-        sim_rank_id=opts.sim_rank_id if opts.sim_rank_id not in (None, -1) else None,
-        bind_numa=bind_numa,
-    )
-
-
-def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec], allocation: Optional[Mapping[str, str]] = None) -> JobSpec:
+    log_name = _worker_log_name(opts.worker_log_name, shape.master_addr)
     if opts.launcher == "slurm":
-        inventory = slurm_inventory(opts, os.environ if allocation is None else allocation, stand_in=allocation is not None)
+        inventory = slurm_inventory(opts, shape.per_host, environ, stand_in=allocation is not None)
     else:
-        inventory = load_inventory(opts.hosts, opts.host_list, opts.include, opts.exclude, (opts.per_host if node else opts.np) or opts.per_host or opts.np or 1)
-    program: Tuple[str, ...] = ((opts.module,) if opts.module else ()) + opts.program
-    if not opts.module and opts.program and opts.program[0].startswith("-"):
-        raise PlanError(f"no such option {opts.program[0]!r} (options go before the script; see --help)", field="SCRIPT")
-    if opts.module and opts.no_python:
-        raise PlanError("-m and --no-python exclude each other", field="-m")
+        local_slots = (shape.per_host if shape.node else shape.np) or shape.per_host or shape.np or 1
+        inventory = load_inventory(opts.hosts, opts.host_list, opts.include, opts.exclude, local_slots)
+    program = _program(opts)
     job_id, job_dir = _job_id_and_dir(opts, job_id)
     env_pairs = tuple(envs.parse_env_assignment(e) for e in opts.env)
     env_files = tuple((path, _read_env_file(path)) for path in opts.env_file)
-    device_ips = None
-    if opts.method == "ranktable" and not opts.rank_table_file:
-        from launcher.planning.ranktable import resolve_device_ips
-
-        hccn_files = dict(_hccn_pair(h) for h in opts.hccn)
-        device_ips = resolve_device_ips(inventory, hccn_dir=opts.hccn_dir, hccn_files=hccn_files)
-    wrapper = None
-    if opts.launcher == "mpirun" or opts.method == "mpi":
-        wrapper = template_path("mslaunch-rank.sh")
-    port = master_port(opts) if opts.method == "dynamic" else DEFAULT_MASTER_PORT
+    device_ips = _device_ips(opts, inventory)
+    wrapper = template_path("mslaunch-rank.sh") if opts.launcher == "mpirun" or opts.method == "mpi" else None
+    port = master_port(shape.master_port) if opts.method == "dynamic" else DEFAULT_MASTER_PORT
     ssh_config = job_ssh_config(opts.ssh_config, inventory.all_local)
-    if opts.method == "dynamic" and not inventory.all_local and opts.master_addr is None and opts.launcher != "slurm":
-        # MS_SCHED_HOST must be an address every host reaches: an ssh alias's HostName.
-        from launcher.execution.ssh import resolve_addrs
-
-        # only the scheduler's host, the first, is dialled by address: one lookup, not one per host
-        first = resolve_addrs(Inventory(inventory.hosts[:1]), ssh_config).hosts[0]
-        inventory = Inventory((first,) + inventory.hosts[1:], source=inventory.source)
-    mpi_opts = MpiOptions(
-        allow_run_as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
-        oversubscribe=opts.oversubscribe,
-        nic=opts.nic,
-        hostfile=os.path.join(job_dir, "hostfile") if opts.mpi_hostfile else None,
-        extra=opts.mpi_arg,
-    )
+    inventory = _scheduler_reachable(opts, shape.master_addr, inventory, ssh_config)
     check_launcher(opts.launcher)
     return JobSpec(
         inventory=inventory,
@@ -269,19 +279,112 @@ def _build_spec(opts: JobOptions, job_id: Optional[str], node: Optional[NodeSpec
         no_python=opts.no_python,
         method=opts.method,
         launcher=opts.launcher,
-        np=opts.np,
-        per_host=None if node is not None else opts.per_host,
-        master_addr=opts.master_addr,
+        np=shape.np,
+        per_host=None if shape.node is not None else shape.per_host,
+        master_addr=shape.master_addr,
         master_port=port,
         cluster_time_out=opts.cluster_time_out,
         env_files=env_files,
         env=env_pairs,
         user_env_keys=frozenset(os.environ),
         device_ips=device_ips,
-        mpi=mpi_opts,
+        mpi=_mpi_options(opts, job_dir),
         wrapper=wrapper,
         ssh_config=ssh_config,
         cpu=cpu_spec(opts, inventory, program, env_pairs),
+        node=shape.node,
+        worker_log_name=log_name,
+        rank_table_file=rank_table_file,
+        sim_level=opts.sim_level,
+        sim_rank_id=opts.sim_rank_id if opts.sim_rank_id not in (None, -1) else None,
+        bind_numa=bind_numa,
+    )
+
+
+def _check_msrun_flags(opts: JobOptions) -> None:
+    """msrun's ``--sim_level``/``--sim_rank_id``, ``--join`` and ``--tail_worker_log``, checked
+    before anything is read (their values are used later, by the plan and by ``run``).
+
+    Raises:
+        PlanError: a value msrun would refuse, naming its flag.
+    """
+    if opts.sim_level is not None and opts.sim_level not in (0, 1, 2, 3):
+        raise PlanError(f"--sim_level must be 0, 1, 2 or 3, got {opts.sim_level}", field="--sim_level")
+    if opts.sim_rank_id is not None and opts.sim_rank_id != -1 and opts.sim_level is None:
+        raise PlanError("--sim_rank_id needs --sim_level", field="--sim_rank_id")
+    if opts.join is not None:
+        parse_msrun_bool(opts.join, "--join")
+    if opts.tail_worker_log is not None:
+        tail_ranks(opts.tail_worker_log)
+
+
+def _worker_log_name(template: Optional[str], master_addr: Optional[str]) -> Optional[str]:
+    """``--worker_log_name`` with ``{ip}`` (this machine's address towards the scheduler) and
+    ``{hostname}`` filled in, or None when not given.
+
+    Raises:
+        PlanError: the name is not a file name prefix.
+    """
+    if not template:
+        return None
+    import socket
+
+    from launcher.execution.ports import local_ip_towards
+
+    return worker_log_name(template, local_ip_towards(master_addr or "127.0.0.1"), socket.gethostname())
+
+
+def _program(opts: JobOptions) -> Tuple[str, ...]:
+    """The program and its arguments (``-m``: the module first).
+
+    Raises:
+        PlanError: an option after the script's place (a mistyped mslaunch option), or ``-m``
+            with ``--no-python``.
+    """
+    program: Tuple[str, ...] = ((opts.module,) if opts.module else ()) + opts.program
+    if not opts.module and opts.program and opts.program[0].startswith("-"):
+        raise PlanError(f"no such option {opts.program[0]!r} (options go before the script; see --help)", field="SCRIPT")
+    if opts.module and opts.no_python:
+        raise PlanError("-m and --no-python exclude each other", field="-m")
+    return program
+
+
+def _device_ips(opts: JobOptions, inventory: Inventory) -> Optional[Mapping[str, Any]]:
+    """Each host's device IPs for a generated rank table (``--method ranktable`` without
+    ``--rank_table_file``), else None.
+
+    Raises:
+        PlanError / RankTableError: a malformed ``--hccn`` pair or hccn.conf, or a host without device IPs.
+    """
+    if opts.method != "ranktable" or opts.rank_table_file:
+        return None
+    from launcher.planning.ranktable import resolve_device_ips
+
+    hccn_files = dict(hccn_pair(h) for h in opts.hccn)
+    return resolve_device_ips(inventory, hccn_dir=opts.hccn_dir, hccn_files=hccn_files)
+
+
+def _scheduler_reachable(opts: JobOptions, master_addr: Optional[str], inventory: Inventory, ssh_config: Optional[str]) -> Inventory:
+    """``inventory`` with its first host's address resolved through the ssh config, when a
+    dynamic job with remote hosts puts its scheduler there (``MS_SCHED_HOST`` must be an
+    address every host reaches: an ssh alias's HostName); else ``inventory`` itself."""
+    if opts.method != "dynamic" or inventory.all_local or master_addr is not None or opts.launcher == "slurm":
+        return inventory
+    from launcher.execution.ssh import resolve_addrs
+
+    # only the scheduler's host, the first, is dialled by address: one lookup, not one per host
+    first = resolve_addrs(Inventory(inventory.hosts[:1]), ssh_config).hosts[0]
+    return Inventory((first,) + inventory.hosts[1:], source=inventory.source)
+
+
+def _mpi_options(opts: JobOptions, job_dir: str) -> MpiOptions:
+    """mpirun's options (read by the mpirun launcher only)."""
+    return MpiOptions(
+        allow_run_as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
+        oversubscribe=opts.oversubscribe,
+        nic=opts.nic,
+        hostfile=os.path.join(job_dir, "hostfile") if opts.mpi_hostfile else None,
+        extra=opts.mpi_arg,
     )
 
 
@@ -303,7 +406,12 @@ def _job_id_and_dir(opts: JobOptions, job_id: Optional[str]) -> Tuple[str, str]:
     return job_id, job_dir
 
 
-def _hccn_pair(text: str) -> Tuple[str, str]:
+def hccn_pair(text: str) -> Tuple[str, str]:
+    """``--hccn HOST=PATH`` as ``(host, path)``.
+
+    Raises:
+        PlanError: not of that form.
+    """
     host, sep, path = text.partition("=")
     if not sep or not host or not path:
         raise PlanError(f"expected HOST=PATH, got {text!r}", field="--hccn")
@@ -311,81 +419,5 @@ def _hccn_pair(text: str) -> Tuple[str, str]:
 
 
 def plan_from(opts: JobOptions, job_id: Optional[str] = None) -> Plan:
+    """The plan of ``opts`` (:func:`build_spec`, then :func:`~launcher.planning.plan.build_plan`)."""
     return build_plan(build_spec(opts, job_id))
-
-
-def _device_target(program: Tuple[str, ...], env: Dict[str, str]) -> Optional[str]:
-    """The device the program is told to use (``--device-target X`` / ``--device_target=X``,
-    else ``DEVICE_TARGET``), or None."""
-    for i, arg in enumerate(program):
-        for flag in ("--device-target", "--device_target"):
-            if arg == flag and i + 1 < len(program):
-                return program[i + 1]
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1]
-    return env.get("DEVICE_TARGET") or None
-
-
-def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]) -> "CpuSpec":
-    """CPU-tuning inputs: ``--cpu-tune``, ``--bind-core``, this machine's cores and, when the
-    job is a MindSpore CPU job with ranks here, this machine's (cached) CPU probe.
-
-    A job counts as a MindSpore CPU job when it is a Python program (not ``--no-python``), its
-    rendezvous is ``dynamic`` (MindSpore's CPU collectives), nothing names another device
-    (``--device-target``/``DEVICE_TARGET``), and the ranks' interpreter has MindSpore (the probe's
-    ``--facts`` step says). ``--cpu-tune on`` skips the guess (for wrappers that run MindSpore).
-    """
-    from launcher.planning.cpu import CPU_TUNE_MODES, CpuSpec, parse_bind_core
-
-    mode = opts.cpu_tune.strip().lower()
-    if mode not in CPU_TUNE_MODES:
-        raise PlanError(f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune")
-    bind = parse_bind_core(opts.bind_core)
-    try:
-        local_cpus = tuple(sorted(os.sched_getaffinity(0)))
-    except AttributeError:
-        local_cpus = tuple(range(os.cpu_count() or 1))
-    if mode == "off" or not any(h.is_local for h in inventory.hosts):
-        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
-    env = dict(os.environ)
-    env.update(env_pairs)
-    target = _device_target(program, env)
-    candidate = mode == "on" or (not opts.no_python and opts.method == "dynamic" and (target is None or target.upper() == "CPU"))
-    if not candidate:
-        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
-    local = next(h for h in inventory.hosts if h.is_local)
-    python = local.python or opts.python or sys.executable
-    from launcher.execution.checks.cpu import cached_probe, local_runner, program_facts, script_imports_mindspore
-    from launcher.jobs.jobdir import mslaunch_home
-
-    if program and mode == "auto" and not opts.module and script_imports_mindspore(program[0]) is not True:
-        # the facts step would say the same of this script (it reads the file from the same
-        # folder): not a MindSpore job, and no interpreter started to find that out
-        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
-
-    import socket
-
-    def announce(msg: str) -> None:
-        sys.stderr.write(f"mslaunch: {msg}\n")
-        sys.stderr.flush()
-
-    runner = local_runner(python)
-    tail: Tuple[str, ...] = ()
-    if program and mode == "auto":
-        tail = ("--module", program[0]) if opts.module else ("--script", program[0])
-    try:
-        facts = program_facts(runner, tail)
-    except MsLaunchError as exc:
-        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus, probe_note=str(exc))
-    is_ms = mode == "on" or (bool(facts.get("mindspore")) and facts.get("imports_mindspore") is True)
-    if not is_ms:
-        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
-    outcome = cached_probe(runner, mslaunch_home(), socket.gethostname(), on_probe=announce, facts=facts)
-    return CpuSpec(
-        mode=mode,
-        mindspore_cpu=True,
-        bind_core=bind,
-        local_cpus=local_cpus,
-        probe=outcome.probe,
-        probe_note=outcome.note,
-    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from launcher.planning.plan import Plan
@@ -59,3 +60,32 @@ def scheduler_mode(plan: Plan, use_zygote: bool, mindspore_cpu: bool, minimal: O
     if minimal is None and not mindspore_cpu:
         return False, None
     return True, "the scheduler runs MindSpore's init() alone, forked too (--script-scheduler: your script, as msrun)"
+
+
+@dataclass(frozen=True)
+class StartMode:
+    """How ``mslaunch run`` starts local Python ranks (:func:`choose`).
+
+    Attributes:
+        zygote: fork the ranks from the zygote (the local launcher's ``LocalSettings.zygote``).
+        fork_scheduler: the zygote forks the scheduler running MindSpore's ``init()`` alone.
+        note: the header line that says so, or None (say nothing).
+    """
+
+    zygote: bool
+    fork_scheduler: bool
+    note: Optional[str]
+
+
+def choose(plan: Plan, mindspore_cpu: bool, zygote: Optional[bool], minimal: Optional[bool]) -> StartMode:
+    """:func:`start_mode`, then :func:`scheduler_mode`, as one value; their notes joined by ``; ``.
+
+    Args:
+        plan: the job's plan.
+        mindspore_cpu: the CLI's verdict that the ranks run MindSpore on CPU.
+        zygote: ``--zygote`` (True), ``--no-zygote`` (False), neither (None).
+        minimal: ``--minimal-scheduler`` (True), ``--script-scheduler`` (False), neither (None).
+    """
+    use_zygote, start_note = start_mode(plan, mindspore_cpu, zygote)
+    fork_scheduler, sched_note = scheduler_mode(plan, use_zygote, mindspore_cpu, minimal)
+    return StartMode(use_zygote, fork_scheduler, "; ".join(n for n in (start_note, sched_note) if n) or None)

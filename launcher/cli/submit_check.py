@@ -90,9 +90,9 @@ def stand_in_options(opts: Any) -> Any:
     if not opts.hccn and not opts.hccn_dir:
         raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or --rank-table-file",
                         field="--method")
-    from launcher.cli.spec import _hccn_pair
+    from launcher.cli.spec import hccn_pair
     from launcher.planning.hccn import read_hccn_conf
 
     for text in opts.hccn:
-        read_hccn_conf(_hccn_pair(text)[1])
+        read_hccn_conf(hccn_pair(text)[1])
     return replace(opts, hccn=())

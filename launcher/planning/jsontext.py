@@ -18,7 +18,7 @@ def dumps_indented(value: Any) -> str:
     None, lists and dicts with string keys (what plans and rank tables hold).  Floats are valid
     JSON of the same value but may be spelled differently (``1e-07`` vs ``1e-7``).
 
-    orjson writes non-ASCII characters as UTF-8 where ``json.dumps`` escapes them, refuses
+    orjson writes non-ASCII characters (and DEL, U+007F) as they are where ``json.dumps`` escapes them, refuses
     lone surrogates, integers beyond 64 bits and non-string keys: for those values the slower
     encoders are used, so the result never depends on whether orjson is installed.
     """
@@ -31,7 +31,7 @@ def dumps_indented(value: Any) -> str:
             data = orjson.dumps(value, option=orjson.OPT_INDENT_2)
         except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
             data = None
-        if data is not None and data.isascii():
+        if data is not None and data.isascii() and b"\x7f" not in data:  # json.dumps escapes DEL too
             return data.decode("ascii")
     parts: List[str] = []
     try:

@@ -215,7 +215,11 @@ def _scheduler_place(spec: JobSpec, used: Sequence[Host]) -> Tuple[Optional[Host
 class _RankCache:
     """What every rank of one host (or of one local index) shares, computed once: its argv and
     its user-side env (ranks not bound to cores here), and the ``numactl`` prefix per local
-    index.  Keeps :func:`build_plan` linear with a small constant at 100,000 ranks."""
+    index.  Keeps :func:`build_plan` linear with a small constant at 100,000 ranks.
+
+    In every map, a key that is absent is the one "not computed yet"; a value, None included,
+    is what was computed (:attr:`prefix`: None is "this host shares no prefix").
+    """
 
     def __init__(self, spec: JobSpec, proc_env: ProcEnv) -> None:
         self.spec = spec
@@ -225,6 +229,8 @@ class _RankCache:
         self.numa: Dict[int, Tuple[str, ...]] = {}
         self.log = layout.worker_log_filler(spec.job_dir, spec.worker_log_name)
         self.dynamic: Optional[Callable[[RankSlot], Dict[str, str]]] = None
+        #: host name -> the pairs its unbound dynamic workers start with (:meth:`shared_prefix`),
+        #: or None when its user-side env sets one of the layout's keys
         self.prefix: Dict[str, Optional[Tuple[Tuple[str, str], ...]]] = {}
         self.tails: Dict[Tuple[int, int, int, int], Tuple[Tuple[str, str], ...]] = {}
 
@@ -234,21 +240,33 @@ class _RankCache:
         When the host's user-side env sets none of the layout's keys (the usual case) the
         result is that env's pairs, then the layout's shared pairs (one tuple per host), then
         the rank's own six, with the four that repeat across ranks shared (:meth:`tail`)."""
-        prefix = self.prefix.get(host.name, ())
-        if prefix == ():
-            prefix = None
-            if slot.rank not in self.proc_env.local_index:
-                user = self.user_env(host, slot.rank)
-                shared = envs.dynamic_worker_layout(slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out)(slot)
-                if not set(user) & set(shared):
-                    del shared["MS_NODE_ID"], shared["RANK_ID"], shared["RANK_SIZE"], shared["DEVICE_ID"]
-                    del shared["LOCAL_RANK"], shared["LOCAL_WORLD_SIZE"]
-                    prefix = tuple(user.items()) + tuple(shared.items())
-            self.prefix[host.name] = prefix
-        if prefix is None or slot.rank in self.proc_env.local_index:
+        if slot.rank in self.proc_env.local_index:  # bound to cores here: its own user-side env
+            return envs.layered(self.user_env(host, slot.rank), self.dynamic_env(slot, sched_addr))
+        if host.name not in self.prefix:
+            self.prefix[host.name] = self.shared_prefix(host, slot, sched_addr)
+        prefix = self.prefix[host.name]
+        if prefix is None:
             return envs.layered(self.user_env(host, slot.rank), self.dynamic_env(slot, sched_addr))
         rank = str(slot.rank)
         return prefix + (("MS_NODE_ID", rank), ("RANK_ID", rank)) + self.tail(slot)
+
+    def shared_prefix(self, host: Host, slot: RankSlot, sched_addr: str) -> Optional[Tuple[Tuple[str, str], ...]]:
+        """The pairs every unbound dynamic worker on ``host`` starts with: its user-side env,
+        then the layout's values that every worker shares; None when that env sets one of the
+        layout's keys (the layout's value must then take the user's place in the order).
+
+        Args:
+            host: the host.
+            slot: any rank of ``host`` not bound to cores here.
+            sched_addr: the scheduler's address.
+        """
+        user = self.user_env(host, slot.rank)
+        shared = envs.dynamic_worker_layout(slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out)(slot)
+        if set(user) & set(shared):
+            return None
+        for key in ("MS_NODE_ID", "RANK_ID", "RANK_SIZE", "DEVICE_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            del shared[key]
+        return tuple(user.items()) + tuple(shared.items())
 
     def tail(self, slot: RankSlot) -> Tuple[Tuple[str, str], ...]:
         """The rank's last four pairs (RANK_SIZE, DEVICE_ID, LOCAL_RANK, LOCAL_WORLD_SIZE): one
@@ -290,11 +308,9 @@ class _RankCache:
 
 def _rank_proc(
     spec: JobSpec, slot: RankSlot, host: Host, proc_env: ProcEnv, sched_addr: Optional[str], table_path: str, auto_ranks: bool,
-    cache: Optional[_RankCache] = None,
+    cache: _RankCache,
 ) -> ProcPlan:
     """The plan of one rank: the method's layout variables over the user's env, its cwd and log."""
-    if cache is None:
-        cache = _RankCache(spec, proc_env)
     cwd = spec.cwd
     env_dump = None
     env_pairs: Optional[Tuple[Tuple[str, str], ...]] = None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from launcher.cli.startmode import FORKED, scheduler_mode, start_mode
+from launcher.cli.startmode import FORKED, StartMode, choose, scheduler_mode, start_mode
 from launcher.planning.inventory import parse_host_list
 from launcher.planning.plan import JobSpec, build_plan
 
@@ -36,3 +36,13 @@ def test_the_scheduler_runs_init_alone_with_the_zygote_on_mindspore_cpu_jobs():
     assert scheduler_mode(p, False, True, None) == (False, None)  # no zygote: the script, as msrun
     assert scheduler_mode(p, True, False, None) == (False, None)  # --zygote on another job: only if asked
     assert scheduler_mode(p, True, False, True)[0] is True
+
+
+def test_choose_is_both_decisions_with_their_notes_joined():
+    p = plan()
+    sched = "the scheduler runs MindSpore's init() alone, forked too (--script-scheduler: your script, as msrun)"
+    assert choose(p, True, None, None) == StartMode(True, True, FORKED + "; --no-zygote: one process per rank; " + sched)
+    assert choose(p, True, None, False) == StartMode(True, False, FORKED + "; --no-zygote: one process per rank; "
+                                                     "the scheduler runs your script (--script-scheduler)")
+    assert choose(p, True, False, True) == StartMode(False, False, "one process per rank (--no-zygote)")
+    assert choose(p, False, None, None) == StartMode(False, False, None)  # nothing to say

@@ -107,6 +107,15 @@ def test_dumps_indented_is_json_dumps(value: Any) -> None:
     assert dumps_indented(value) == json.dumps(value, indent=2)
 
 
+def test_dumps_indented_escapes_what_json_dumps_escapes() -> None:
+    """Every character json.dumps escapes, alone, in a key and among other text (orjson writes
+    DEL, U+007F, as it is: ASCII, but json.dumps escapes it)."""
+    for code in [*range(0x20), 0x22, 0x5C, 0x7F, 0x80, 0xE9, 0x2028, 0xFFFF, 0x1F600]:
+        char = chr(code)
+        for value in (char, {char: [f"a{char}b"]}):
+            assert dumps_indented(value) == json.dumps(value, indent=2), hex(code)
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(st.recursive(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5),
                     lambda inner: st.lists(inner, max_size=4), max_leaves=10))
@@ -145,3 +154,37 @@ def test_cached_rank_envs_match_the_definition(hosts: Any, user_env: Any, host_e
         assert proc.env == want
         assert proc.argv == program_argv(spec, host)
         assert proc.log == layout.worker_log("/w/j", slot.rank)
+
+
+def test_the_rank_cache_works_out_each_hosts_shared_prefix_once_whether_it_has_one_or_not(monkeypatch: Any) -> None:
+    """A host whose env sets one of the layout's keys has no shared prefix: the cache remembers
+    that answer (None) as it remembers a prefix, and never asks again; ranks bound to cores
+    here (this machine's) never use one."""
+    from launcher.planning import plan as planmod
+    from launcher.planning.plan import JobSpec, ProcEnv, build_plan
+
+    asked = []
+    original = planmod._RankCache.shared_prefix
+
+    def spy(self: Any, host: Any, slot: Any, sched_addr: str) -> Any:
+        found = original(self, host, slot, sched_addr)
+        asked.append((host.name, found is None))
+        return found
+
+    monkeypatch.setattr(planmod._RankCache, "shared_prefix", spy)
+    inv = parse_host_list("localhost:2,h1:3,h2:3")
+    inv = Inventory((inv.hosts[0], replace(inv.hosts[1], env=(("LOCAL_RANK", "x"),)), inv.hosts[2]))
+    spec = JobSpec(inventory=inv, program=("train.py",), python="/usr/bin/python3", cwd="/w", job_dir="/w/j", job_id="j")
+    plan = build_plan(spec)
+    assert asked == [("h1", True), ("h2", False)]
+
+    slots = assign_ranks(inv)
+    proc_env = ProcEnv.build(spec, plan.launcher, slots, list(inv.hosts))
+    assert set(proc_env.local_index) == {0, 1}
+    by_name = {h.name: h for h in inv.hosts}
+    for slot, proc in zip(slots, plan.ranks):
+        want = envs.layered(proc_env.user_env(by_name[slot.host], slot.rank), envs.dynamic_worker_env(slot, plan.master_addr, 8118))
+        assert proc.env == want
+    keys = [k for k, _ in plan.ranks[2].env]  # h1's first rank: the layout's value, in the user's place
+    assert dict(plan.ranks[2].env)["LOCAL_RANK"] == "0" and keys.index("LOCAL_RANK") < keys.index("MS_ROLE")
+    assert len(keys) == len(set(keys))
