@@ -32,10 +32,15 @@ def doctor_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON instead of a table."),
     hccn_path: str = typer.Option("/etc/hccn.conf", "--hccn-path", help="hccn.conf to look for on every host (ranktable method)."),
     max_skew: float = typer.Option(1.0, "--max-skew", help="Allowed clock difference to this machine, s."),
-    cpu_probe: Optional[bool] = typer.Option(None, "--cpu-probe/--no-cpu-probe", help="Time MindSpore's CPU kernels on every host (default: when the job is a MindSpore CPU job or no program is given; cached).", rich_help_panel="CPU"),
-    health: bool = typer.Option(False, "--health", help="Instead of the checks: the health check of every inventory host (compute kernel, paired transfers; verdict ok / slow / faulty). Exit 1 when a host is slow or faulty. See docs/health.md.", rich_help_panel="Health"),
+    cpu_probe: Optional[bool] = typer.Option(None, "--cpu-probe/--no-cpu-probe", help=(
+            "Time MindSpore's CPU kernels on every host (default: when the job is a MindSpore CPU job or no program is "
+            "given; cached)."), rich_help_panel="CPU"),
+    health: bool = typer.Option(False, "--health", help=(
+            "Instead of the checks: the health check of every inventory host (compute kernel, paired transfers; verdict ok "
+            "/ slow / faulty). Exit 1 when a host is slow or faulty. See docs/health.md."), rich_help_panel="Health"),
     health_kernel: str = typer.Option("numpy", "--health-kernel", help="numpy | mindspore: the compute kernel of --health (a matmul).", rich_help_panel="Health"),
-    health_threshold: float = typer.Option(0.5, "--health-threshold", help="--health: a host below this fraction of the median (compute or network) is slow.", rich_help_panel="Health"),
+    health_threshold: float = typer.Option(0.5, "--health-threshold", help=(
+            "--health: a host below this fraction of the median (compute or network) is slow."), rich_help_panel="Health"),
     *,
     opts: JobOptions,
     ssh: SSHSettings,

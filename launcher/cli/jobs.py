@@ -202,7 +202,6 @@ def status_cmd(
 ) -> None:
     """Show a job's state; exit 0 if it succeeded or is running, 1 otherwise."""
     from launcher.jobs.jobdir import find_job
-
     from launcher.logs.longjob import process_lines, process_table
     from launcher.logs.metricsfile import load_progress, read_events
 

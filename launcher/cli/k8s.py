@@ -218,7 +218,8 @@ def gen_cmd(
 
     Give --nodes N --per-host K --image IMAGE and the options below, then any 'mslaunch run' options, then SCRIPT and its ARGS.
 
-    The run options are checked now: a bad one is refused here, not in the pods. Device resources (huawei.com/Ascend910 or nvidia.com/gpu, K per pod) follow the job's --device-target or DEVICE_TARGET.
+    The run options are checked now: a bad one is refused here, not in the pods. Device resources (huawei.com/Ascend910 or nvidia.com/gpu, K per pod)
+    follow the job's --device-target or DEVICE_TARGET.
     """
     gen_names = _names(ctx.command)
     run_cmd = _run_command(ctx)

@@ -16,7 +16,6 @@ import typer
 from launcher.cli.msrun_flags import NODE_RANK_VARS, node_rank_from_env, parse_bind_numa, parse_msrun_bool, tail_ranks  # noqa: F401 (re-exported)
 from launcher.cli.ssh_flags import ssh_parameter
 from launcher.execution.backend import backend_names
-from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_hosts_arg, read_inventory  # noqa: F401
 from launcher.planning.plan import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
@@ -74,14 +73,16 @@ def _opt(name: str, annotation: Any, default: Any) -> None:
     _OPTIONS.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
 
 
-_opt("hosts", Optional[str], typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile (host slots=N), YAML cluster file, or a Slurm hostlist (node[01-04]).", rich_help_panel="Inventory"))
+_opt("hosts", Optional[str], typer.Option(None, "--hosts", "--hostfile", "-f", help=(
+        "Hostfile (host slots=N), YAML cluster file, or a Slurm hostlist (node[01-04])."), rich_help_panel="Inventory"))
 _opt("host_list", Optional[str], typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 (mpirun's -H) or Slurm hostlists: node[1-4]:8.", rich_help_panel="Inventory"))
 _opt("np", Optional[int], typer.Option(None, "--np", "-n", "--worker-num", "--worker_num", help="Total ranks (default: every slot).", rich_help_panel="Inventory"))
 _opt("per_host", Optional[int], typer.Option(None, "--per-host", "--local-worker-num", "--local_worker_num", help="At most this many ranks per host.", rich_help_panel="Inventory"))
 _opt("include", Optional[str], typer.Option(None, "--include", help="Only these hosts/devices: host1:0,1@host2.", rich_help_panel="Inventory"))
 _opt("exclude", Optional[str], typer.Option(None, "--exclude", help="Not these hosts/devices: host1:0,1@host2.", rich_help_panel="Inventory"))
 _opt("method", str, typer.Option("dynamic", "--method", help="Rendezvous: dynamic | ranktable | mpi.", rich_help_panel="Job"))
-_opt("launcher", Optional[str], typer.Option(None, "--launcher", help=f"{' | '.join(backend_names())} (default: local if every host is this machine, else ssh).", rich_help_panel="Job"))
+_opt("launcher", Optional[str], typer.Option(None, "--launcher", help=(
+        f"{' | '.join(backend_names())} (default: local if every host is this machine, else ssh)."), rich_help_panel="Job"))
 _opt("master_addr", Optional[str], typer.Option(None, "--master-addr", "--master_addr", help="Scheduler address (default: the first host).", rich_help_panel="Job"))
 _opt("master_port", str, typer.Option(str(DEFAULT_MASTER_PORT), "--master-port", "--master_port", help="Scheduler port, or 'auto' for a free one.", rich_help_panel="Job"))
 _opt("cluster_time_out", Optional[int], typer.Option(None, "--cluster-time-out", "--cluster_time_out", help="Cluster build timeout, s (MS_TOPO_TIMEOUT).", rich_help_panel="Job"))
@@ -99,16 +100,26 @@ _opt("mpi_hostfile", bool, typer.Option(False, "--mpi-hostfile", help="Give mpir
 _opt("oversubscribe", bool, typer.Option(False, "--oversubscribe", help="Allow more processes than slots (mpirun).", rich_help_panel="mpirun"))
 _opt("nic", Optional[str], typer.Option(None, "--nic", help="Network interface for MPI traffic.", rich_help_panel="mpirun"))
 _OPTIONS.append(ssh_parameter("config"))
-_opt("cpu_tune", str, typer.Option("auto", "--cpu-tune", help="auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job | off.", rich_help_panel="CPU"))
-_opt("bind_core", Optional[str], typer.Option(None, "--bind-core", "--bind_core", help="msrun's: True | False | JSON {\"device0\": [\"0-3\"], ...}: cores per local rank.", rich_help_panel="CPU"))
-_opt("node_rank", Optional[str], typer.Option(None, "--node-rank", "--node_rank", help="Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, SLURM_NODEID, OMPI_COMM_WORLD_RANK, JOB_COMPLETION_INDEX, VC_TASK_INDEX).", rich_help_panel="msrun"))
+_opt("cpu_tune", str, typer.Option("auto", "--cpu-tune", help=(
+        "auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job | "
+        "off."), rich_help_panel="CPU"))
+_opt("bind_core", Optional[str], typer.Option(None, "--bind-core", "--bind_core", help=(
+        "msrun's: True | False | JSON {\"device0\": [\"0-3\"], ...}: cores per local rank."), rich_help_panel="CPU"))
+_opt("node_rank", Optional[str], typer.Option(None, "--node-rank", "--node_rank", help=(
+        "Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, SLURM_NODEID, "
+        "OMPI_COMM_WORLD_RANK, JOB_COMPLETION_INDEX, VC_TASK_INDEX)."), rich_help_panel="msrun"))
 _opt("join", Optional[str], typer.Option(None, "--join", metavar="BOOL", help="msrun's --join: True runs attached (the default), False like --detach.", rich_help_panel="msrun"))
-_opt("bind_numa", Optional[str], typer.Option(None, "--bind-numa", "--bind_numa", metavar="BOOL|JSON", help="msrun's --bind_numa: True, a {\"deviceN\": [\"nodes\"]} dict or a bind JSON file (numactl --membind per rank).", rich_help_panel="msrun"))
-_opt("sim_level", Optional[int], typer.Option(None, "--sim-level", "--sim_level", help="msrun's --sim_level 0-3: MindSpore dry run (MS_SIMULATION_LEVEL), no scheduler.", rich_help_panel="msrun"))
+_opt("bind_numa", Optional[str], typer.Option(None, "--bind-numa", "--bind_numa", metavar="BOOL|JSON", help=(
+        "msrun's --bind_numa: True, a {\"deviceN\": [\"nodes\"]} dict or a bind JSON file (numactl --membind per rank)."), rich_help_panel="msrun"))
+_opt("sim_level", Optional[int], typer.Option(None, "--sim-level", "--sim_level", help=(
+        "msrun's --sim_level 0-3: MindSpore dry run (MS_SIMULATION_LEVEL), no scheduler."), rich_help_panel="msrun"))
 _opt("sim_rank_id", Optional[int], typer.Option(None, "--sim-rank-id", "--sim_rank_id", help="With --sim_level: one process simulating this rank.", rich_help_panel="msrun"))
-_opt("rank_table_file", Optional[str], typer.Option(None, "--rank-table-file", "--rank_table_file", help="An existing rank table: validated, used by --method ranktable, else exported as RANK_TABLE_FILE (msrun).", rich_help_panel="msrun"))
-_opt("worker_log_name", Optional[str], typer.Option(None, "--worker-log-name", "--worker_log_name", help="Worker log names NAME_<rank>.log; {ip} and {hostname} are replaced (msrun).", rich_help_panel="msrun"))
-_opt("tail_worker_log", Optional[str], typer.Option(None, "--tail-worker-log", "--tail_worker_log", help="Ranks whose output goes to the console: -1 (all) or 0,3 (msrun).", rich_help_panel="msrun"))
+_opt("rank_table_file", Optional[str], typer.Option(None, "--rank-table-file", "--rank_table_file", help=(
+        "An existing rank table: validated, used by --method ranktable, else exported as RANK_TABLE_FILE (msrun)."), rich_help_panel="msrun"))
+_opt("worker_log_name", Optional[str], typer.Option(None, "--worker-log-name", "--worker_log_name", help=(
+        "Worker log names NAME_<rank>.log; {ip} and {hostname} are replaced (msrun)."), rich_help_panel="msrun"))
+_opt("tail_worker_log", Optional[str], typer.Option(None, "--tail-worker-log", "--tail_worker_log", help=(
+        "Ranks whose output goes to the console: -1 (all) or 0,3 (msrun)."), rich_help_panel="msrun"))
 _opt("program", Optional[List[str]], typer.Argument(None, metavar="SCRIPT [ARGS]...", help="Script (or module args with -m, or executable with --no-python) and its arguments."))
 
 _FIELDS = [p.name for p in _OPTIONS]

@@ -183,7 +183,7 @@ def gen(
         texts = collect_files(wanted, hccn_path, ssh)
         collected = {f"{name}:{hccn_path}": parse_hccn_conf(text, path=f"{name}:{hccn_path}") for name, text in texts.items()}
         files.update({name: f"{name}:{hccn_path}" for name in texts})
-        read = lambda path: collected[path] if path in collected else read_hccn_conf(path)  # noqa: E731
+        read = lambda path: collected[path] if path in collected else read_hccn_conf(path)  # noqa: E731  (a one-line local helper)
     if read is None:
         device_ips = resolve_device_ips(inventory, hccn_dir=hccn_dir, hccn_files=files)
     else:

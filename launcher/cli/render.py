@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from rich.console import Console
 

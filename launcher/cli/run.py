@@ -12,15 +12,15 @@ import typer
 
 from launcher.cli.docs import epilog
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, parse_msrun_bool, tail_ranks, with_job_options
-from launcher.cli.spec import build_spec
 from launcher.cli.program_check import check_program
-from launcher.cli.submit_check import stand_in, stand_in_options
+from launcher.cli.spec import build_spec
 from launcher.cli.ssh_flags import with_ssh_settings
+from launcher.cli.submit_check import stand_in, stand_in_options
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
 from launcher.planning import layout
-from launcher.planning.kinds import describe_returncode
+from launcher.planning.kinds import EventKind, describe_returncode
 from launcher.planning.plan import JobSpec, Plan, build_plan
 
 if TYPE_CHECKING:
@@ -42,20 +42,40 @@ def run_cmd(
     grace: float = typer.Option(SuperviseOptions.grace, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
     start_timeout: float = typer.Option(SuperviseOptions.start_timeout, "--start-timeout", help="Seconds for the scheduler's port to accept.", rich_help_panel="Run"),
-    max_restarts: int = typer.Option(SuperviseOptions.max_restarts, "--max-restarts", help="Restart the whole job this many times after a failure or a hang.", rich_help_panel="Run"),
-    hang_timeout: str = typer.Option("auto", "--hang-timeout", help="auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this long; auto = max(60 s, 5 x the longest step interval), armed once every rank logged a step. See docs/long-jobs.md.", rich_help_panel="Long jobs"),
-    first_step_timeout: Optional[str] = typer.Option(None, "--first-step-timeout", help="SECONDS | off: hung when no rank logged a step this long after the start (default off).", rich_help_panel="Long jobs"),
-    restart_delay: float = typer.Option(SuperviseOptions.restart_delay, "--restart-delay", help="Seconds to wait before a restart, after every process of the previous attempt is gone (Ascend: ~10 s to release devices).", rich_help_panel="Long jobs"),
-    host_failures: int = typer.Option(SuperviseOptions.host_failures, "--host-failures", help="After N failures blamed on one host (a rank killed by a signal, a hang's culprit), restarts leave it out and move its ranks to spare hosts (hosts given no rank); a lost host is left out at once; 0: never for failures. See docs/spare-hosts.md.", rich_help_panel="Long jobs"),
-    tee: Optional[str] = typer.Option(None, "--tee", help="Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live per-rank view (as mslaunch top) plus every rank's error lines; else errors.", rich_help_panel="Run"),
+    max_restarts: int = typer.Option(SuperviseOptions.max_restarts, "--max-restarts", help=(
+            "Restart the whole job this many times after a failure or a hang."), rich_help_panel="Run"),
+    hang_timeout: str = typer.Option("auto", "--hang-timeout", help=(
+            "auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this long;"
+            " auto = max(60 s, 5 x the longest step interval), armed once every rank logged a step. See docs/long-jobs.md."), rich_help_panel="Long jobs"),
+    first_step_timeout: Optional[str] = typer.Option(None, "--first-step-timeout", help=(
+            "SECONDS | off: hung when no rank logged a step this long after the start (default off)."), rich_help_panel="Long jobs"),
+    restart_delay: float = typer.Option(SuperviseOptions.restart_delay, "--restart-delay", help=(
+            "Seconds to wait before a restart, after every process of the previous attempt is gone (Ascend: ~10 s to "
+            "release devices)."), rich_help_panel="Long jobs"),
+    host_failures: int = typer.Option(SuperviseOptions.host_failures, "--host-failures", help=(
+            "After N failures blamed on one host (a rank killed by a signal, a hang's culprit), restarts leave it out and "
+            "move its ranks to spare hosts (hosts given no rank); a lost host is left out at once; 0: never for failures. "
+            "See docs/spare-hosts.md."), rich_help_panel="Long jobs"),
+    tee: Optional[str] = typer.Option(None, "--tee", help=(
+            "Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live "
+            "per-rank view (as mslaunch top) plus every rank's error lines; else errors."), rich_help_panel="Run"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
     summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
     junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
-    sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help="Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry registering).", rich_help_panel="Run"),
-    zygote: Optional[bool] = typer.Option(None, "--zygote/--no-zygote", help="Import MindSpore once and fork each local Python rank from it (faster start). Default: on for MindSpore CPU jobs of the local launcher, with a fallback to plain processes when the import is not fork-safe; --no-zygote: plain processes.", rich_help_panel="Run"),
-    preflight: Optional[str] = typer.Option(None, "--preflight", metavar="MODE", help="exclude | warn | fail: check every inventory host (compute kernel, paired transfers) before starting; exclude plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See docs/health.md.", rich_help_panel="Run"),
-    minimal_scheduler: Optional[bool] = typer.Option(None, "--minimal-scheduler/--script-scheduler", help="With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() alone (default), or runs your script as msrun does (--script-scheduler).", rich_help_panel="Run"),
+    sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help=(
+            "Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry "
+            "registering)."), rich_help_panel="Run"),
+    zygote: Optional[bool] = typer.Option(None, "--zygote/--no-zygote", help=(
+            "Import MindSpore once and fork each local Python rank from it (faster start). Default: on for MindSpore CPU "
+            "jobs of the local launcher, with a fallback to plain processes when the import is not fork-safe; --no-zygote: "
+            "plain processes."), rich_help_panel="Run"),
+    preflight: Optional[str] = typer.Option(None, "--preflight", metavar="MODE", help=(
+            "exclude | warn | fail: check every inventory host (compute kernel, paired transfers) before starting; exclude "
+            "plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See docs/health.md."), rich_help_panel="Run"),
+    minimal_scheduler: Optional[bool] = typer.Option(None, "--minimal-scheduler/--script-scheduler", help=(
+            "With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() alone "
+            "(default), or runs your script as msrun does (--script-scheduler)."), rich_help_panel="Run"),
     *,
     opts: JobOptions,
     ssh: SSHSettings,
@@ -341,27 +361,27 @@ class _Console:
             sys.stderr.write(f"mslaunch: {message}\n")
             sys.stderr.flush()
 
-    def event(self, kind: str, data: Dict[str, Any]) -> None:
+    def event(self, kind: EventKind, data: Dict[str, Any]) -> None:
         msg = None
-        if kind == "failure":
+        if kind == EventKind.FAILURE:
             rc = data["returncode"]
             msg = f"{data['name']} on {data['host']} failed ({describe_returncode(rc)}); tearing down the job"
-        elif kind == "teardown":
+        elif kind == EventKind.TEARDOWN:
             msg = f"stopping {len(data['names'])} process(es)"
-        elif kind == "timeout":
+        elif kind == EventKind.TIMEOUT:
             msg = f"the job ran past --timeout {data['timeout']:g} s; tearing down"
-        elif kind == "interrupted":
+        elif kind == EventKind.INTERRUPTED:
             msg = f"received signal {data['signal']}; tearing down"
-        elif kind == "hung":
+        elif kind == EventKind.HUNG:
             msg = f"{data['message']}; tearing down"
-        elif kind == "stop_restarts":
+        elif kind == EventKind.STOP_RESTARTS:
             msg = data["message"]
-        elif kind == "host_excluded":  # the restart after it runs on the spare hosts
+        elif kind == EventKind.HOST_EXCLUDED:  # the restart after it runs on the spare hosts
             why = data["reason"] if data["reason"].startswith("host lost") else f"after {data['reason']}"
             msg = f"restart: leaving out {data['host']} {why}" + (f"; {data['moves']}" if data.get("moves") else "")
-        elif kind == "cluster_stop":
+        elif kind == EventKind.CLUSTER_STOP:
             msg = f"{data['message']}; tearing down"
-        elif kind == "restart":
+        elif kind == EventKind.RESTART:
             from launcher.jobs.jobdir import attempt_dir
 
             self._attempt_dir = attempt_dir(self.plan.job_dir, data["attempt"])

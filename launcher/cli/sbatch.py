@@ -32,8 +32,8 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperCommand
 
-from launcher.cli.spec import new_job_id
 from launcher.cli.sbatch_args import SplitArgs, option_names, split_args
+from launcher.cli.spec import new_job_id
 from launcher.errors import PlanError
 from launcher.planning import layout
 from launcher.planning.sbatchshape import Shape, derive_shape
@@ -122,25 +122,33 @@ def sbatch_cmd(
     ctx: typer.Context,
     nodes: Optional[str] = typer.Option(None, "--nodes", "-N", metavar="N|MIN-MAX", help="sbatch --nodes (default: derived from --np and --per-host).", rich_help_panel="sbatch"),
     ntasks: Optional[int] = typer.Option(None, "--ntasks", help="sbatch --ntasks (-n is mslaunch run's --np).", rich_help_panel="sbatch"),
-    ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="sbatch --ntasks-per-node (default: --per-host, else derived from --np).", rich_help_panel="sbatch"),
+    ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help=(
+            "sbatch --ntasks-per-node (default: --per-host, else derived from --np)."), rich_help_panel="sbatch"),
     partition: Optional[str] = typer.Option(None, "--partition", "-p", help="sbatch --partition.", rich_help_panel="sbatch"),
     time_limit: Optional[str] = typer.Option(None, "--time", "-t", help="sbatch --time.", rich_help_panel="sbatch"),
-    job_name: Optional[str] = typer.Option(None, "--job-name", "-J", help="sbatch --job-name: Slurm's name of the job (default: mslaunch-<job id>; the mslaunch job id is --job-id).", rich_help_panel="sbatch"),
+    job_name: Optional[str] = typer.Option(None, "--job-name", "-J", help=(
+            "sbatch --job-name: Slurm's name of the job (default: mslaunch-<job id>; the mslaunch job id is --job-id)."), rich_help_panel="sbatch"),
     account: Optional[str] = typer.Option(None, "--account", "-A", help="sbatch --account.", rich_help_panel="sbatch"),
     gres: Optional[str] = typer.Option(None, "--gres", help="sbatch --gres (e.g. gpu:8).", rich_help_panel="sbatch"),
     exclusive: bool = typer.Option(False, "--exclusive", help="sbatch --exclusive.", rich_help_panel="sbatch"),
-    signal_opt: Optional[str] = typer.Option(None, "--signal", help="Preemption warning: USR1@SECONDS (mslaunch stops the ranks gracefully; summary 'preempted').", rich_help_panel="sbatch"),
-    requeue: bool = typer.Option(False, "--requeue", help="Let Slurm requeue the job; after a --signal warning mslaunch requeues it; runs continue in attempt_<k>/.", rich_help_panel="sbatch"),
+    signal_opt: Optional[str] = typer.Option(None, "--signal", help=(
+            "Preemption warning: USR1@SECONDS (mslaunch stops the ranks gracefully; summary 'preempted')."), rich_help_panel="sbatch"),
+    requeue: bool = typer.Option(False, "--requeue", help=(
+            "Let Slurm requeue the job; after a --signal warning mslaunch requeues it; runs continue in attempt_<k>/."), rich_help_panel="sbatch"),
     sbatch_arg: List[str] = typer.Option([], "--sbatch-arg", help="Any other sbatch option, e.g. --sbatch-arg=--qos=high (repeatable).", rich_help_panel="sbatch"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Check the job and print the batch script; write and submit nothing (anywhere before SCRIPT: never passed to run).", rich_help_panel="sbatch"),
+    dry_run: bool = typer.Option(False, "--dry-run", help=(
+            "Check the job and print the batch script; write and submit nothing (anywhere before SCRIPT: never passed to "
+            "run)."), rich_help_panel="sbatch"),
 ) -> None:
     """Submit a job to Slurm: a batch script running 'mslaunch run --launcher slurm' in the allocation.
 
-    Before SCRIPT, the sbatch options below and mslaunch run's options (mslaunch run --help) come in any order. -h/--help and --dry-run are sbatch's; --job-id and --log-dir name the mslaunch job and its directory; -n is run's --np (Slurm's is --ntasks). See docs/slurm.md.
+    Before SCRIPT, the sbatch options below and mslaunch run's options (mslaunch run --help) come in any order. -h/--help and --dry-run are sbatch's;
+    --job-id and --log-dir name the mslaunch job and its directory; -n is run's --np (Slurm's is --ntasks). See docs/slurm.md.
 
     Without -N/--ntasks/--ntasks-per-node the allocation is sized from --np and --per-host (--np 16 --per-host 8: 2 nodes x 8 tasks).
 
-    The job is checked as it will run in the allocation before anything is written: bad run options, a job too big for the allocation asked for or a missing SCRIPT are refused (exit 2).
+    The job is checked as it will run in the allocation before anything is written: bad run options, a job too big for the allocation asked for or a
+    missing SCRIPT are refused (exit 2).
 
     Prints the Slurm job id, then the mslaunch job id; 'mslaunch ps/status/logs tail/stop' work on it.
     """

@@ -17,10 +17,11 @@ from launcher.cli.ssh_flags import job_ssh_config
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.backend import backend_names
 from launcher.planning import envs
-from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_hosts_arg, read_inventory  # noqa: F401
+from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_hosts_arg
 from launcher.planning.mpi import MpiOptions
 from launcher.planning.plan import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, build_plan, worker_log_name
 from launcher.planning.sbatchshape import stand_in_inventory
+
 
 def check_launcher(name: Optional[str]) -> None:
     """``--launcher`` must name a registered backend (see :mod:`launcher.execution.backend`).

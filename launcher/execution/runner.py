@@ -147,7 +147,7 @@ def run_plan(
     plan: Plan,
     options: SuperviseOptions,
     argv: List[str],
-    on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
+    on_event: Optional[Callable[[EventKind, Dict[str, Any]], None]] = None,
     backend_settings: Optional[Mapping[str, Any]] = None,
     on_started: Optional[Callable[[], None]] = None,
     replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None,
@@ -197,7 +197,7 @@ def run_plan(
 
 
 def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
-                    on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
+                    on_event: Optional[Callable[[EventKind, Dict[str, Any]], None]] = None,
                     backend_settings: Optional[Mapping[str, Any]] = None, hang: Optional["HangWatch"] = None,
                     progress: Optional["AttemptProgress"] = None,
                     replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None) -> Supervisor:
@@ -207,7 +207,7 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     from launcher.execution.local.backend import reap_orphans
     from launcher.logs.metricsfile import append_event
 
-    def record_event(kind: str, data: Dict[str, Any]) -> None:
+    def record_event(kind: EventKind, data: Dict[str, Any]) -> None:
         """events.jsonl (the report's timeline), then the caller's callback."""
         append_event(plan.job_dir, kind, data)
         if on_event is not None:
