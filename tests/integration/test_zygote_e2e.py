@@ -66,6 +66,7 @@ def own_lines(log):
     return [re.sub(r'": [0-9.e-]+', '": <n>', ln) for ln in lines]
 
 
+@pytest.mark.cost(79)
 def test_the_default_keeps_what_the_program_leaves_at_its_end_as_no_zygote_does(tmp_path):
     """One 2-rank job each way: under both every rank writes its asynchronous checkpoint (and it
     loads), its non-daemon thread finishes after the main code, atexit handlers registered
@@ -124,6 +125,7 @@ time.sleep(300)
 '''
 
 
+@pytest.mark.cost(55)
 def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
     """``status --json`` of a running job lists every rank's host, pid and state; each pid's
     command line is the script's as a plain process shows it (``pgrep -f`` finds it); ``stop``
@@ -163,6 +165,7 @@ def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
     assert summary["status"] == "stopped"
 
 
+@pytest.mark.cost(44)
 def test_an_8_worker_data_parallel_job_with_msruns_flags_ends_cleanly_twice(tmp_path):
     """The job shape that failed at its end (8 workers on this machine's cores, gradient
     AllReduce, msrun's own flags), twice in a row under the default: every worker trains to

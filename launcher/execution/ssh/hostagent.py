@@ -202,8 +202,12 @@ class HostAgent:
             chan.exec_command(agent_command(self.python))
             chan.sendall(bootstrap_payload(self.host, self.settings.agent_timeout, PING_INTERVAL))
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            status, said = _early_end(chan)
             chan.close()
-            self._ended(LOST_RC, f"cannot start the mslaunch agent on {self.host}: {exc}")
+            if status is not None and status > 0:  # the remote command ended before it read the agent: why
+                self._ended(status, f"the mslaunch agent on {self.host} exited with status {status}: {said}")
+            else:
+                self._ended(LOST_RC, f"cannot start the mslaunch agent on {self.host}: {exc}")
             return
         with self._lock:
             self.chan = chan
@@ -392,3 +396,20 @@ class HostAgent:
             handles = list(self.handles.values())
         for h in handles:
             h.finish(rc, reason)
+
+
+def _early_end(chan: Any, wait: float = 5.0) -> "tuple[Optional[int], str]":
+    """The exit status and last stderr/stdout lines of a session whose command ended while the
+    agent was being sent (the host's shell could not run its Python, say): (None, "") when the
+    command did not end within ``wait`` s."""
+    deadline = time.monotonic() + wait
+    while not chan.exit_status_ready() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if not chan.exit_status_ready():
+        return None, ""
+    text = b""
+    for ready, recv in ((chan.recv_stderr_ready, chan.recv_stderr), (chan.recv_ready, chan.recv)):
+        while ready():
+            text += recv(65536)
+    lines = [line for line in text.decode("utf-8", "replace").splitlines() if line.strip()]
+    return chan.recv_exit_status(), "; ".join(lines[-2:]) or "no output"
