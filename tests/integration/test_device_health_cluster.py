@@ -78,7 +78,7 @@ def _tools(tmp_path, folder) -> str:
     return str(tools)
 
 
-def _mslaunch(c, tmp_path, folder, *args: str) -> subprocess.CompletedProcess:
+def on_cluster(c, tmp_path, folder, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config, MSLAUNCH_DEVICE_TOOLS_DIR=_tools(tmp_path, folder))
     return run_process(*args, env=env, cwd=str(tmp_path), timeout=240)
 
@@ -102,7 +102,7 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     # Ascend
     _cases(folder, c, ["ascend_healthy", "h2_faults", "h3_quirks"])
     ascend = _inventory(c, tmp_path / "ascend.yaml", (0, 1, 2), (0, 1))
-    r = _mslaunch(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", ascend, "--device-target", "ascend")
+    r = on_cluster(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", ascend, "--device-target", "ascend")
     assert r.returncode == 1, r.stdout + r.stderr
     data = json.loads(r.stdout)
     assert data["devices"] == {"target": "ascend", "source": "--device-target", "checks": "try", "note": None}
@@ -133,7 +133,7 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     # GPU
     _cases(folder, c, ["gpu_ecc_error", "gpu_occupied", "gpu_healthy"])
     gpu = _inventory(c, tmp_path / "gpu.yaml", (0, 1, 2), (2, 3))
-    r = _mslaunch(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", gpu, "--device-target", "gpu")
+    r = on_cluster(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", gpu, "--device-target", "gpu")
     assert r.returncode == 1, r.stdout + r.stderr
     hosts = {h["host"]: h for h in json.loads(r.stdout)["hosts"]}
     assert [hosts[i]["verdict"] for i in ip] == ["faulty", "faulty", "ok"], r.stdout
@@ -147,7 +147,7 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     # run --preflight exclude: planned on h2 and h3 (h1 a spare); h2's devices are faulty
     _cases(folder, c, ["ascend_healthy", "h2_faults", "h3_quirks"])
     job = _inventory(c, tmp_path / "job.yaml", (1, 2, 0), (0, 1))
-    r = _mslaunch(c, tmp_path, folder, "run", "--hosts", job, "--np", "4", "--master-port", "auto", "--log-dir",
+    r = on_cluster(c, tmp_path, folder, "run", "--hosts", job, "--np", "4", "--master-port", "auto", "--log-dir",
                   str(tmp_path / "ex"), "--tee", "none", "--preflight", "exclude", "--env", "DEVICE_TARGET=Ascend",
                   PROG, "ok", "0.1")
     assert r.returncode == 0, r.stderr
