@@ -41,6 +41,12 @@ def doctor_cmd(
     health_kernel: str = typer.Option("numpy", "--health-kernel", help="numpy | mindspore: the compute kernel of --health (a matmul).", rich_help_panel="Health"),
     health_threshold: float = typer.Option(0.5, "--health-threshold", help=(
             "--health: a host below this fraction of the median (compute or network) is slow."), rich_help_panel="Health"),
+    device_target: Optional[str] = typer.Option(None, "--device-target", help=(
+            "--health: ascend | gpu | cpu: check the hosts' NPUs (npu-smi, hccn_tool) or GPUs (nvidia-smi). Default: the "
+            "program's --device-target, else DEVICE_TARGET; none: devices not checked."), rich_help_panel="Health"),
+    device_checks: str = typer.Option("try", "--device-checks", help=(
+            "--health: off | try | require: require also fails a host whose device checks could not run (tool missing, "
+            "timed out)."), rich_help_panel="Health"),
     *,
     opts: JobOptions,
     ssh: SSHSettings,
@@ -52,7 +58,7 @@ def doctor_cmd(
     from launcher.planning.plan import build_plan
 
     if health:
-        _health_doctor(opts, ssh, as_json, health_kernel, health_threshold)
+        _health_doctor(opts, ssh, as_json, health_kernel, health_threshold, device_target, device_checks)
         return
     if opts.launcher == "slurm":
         _slurm_doctor(opts, as_json)
@@ -119,28 +125,63 @@ def doctor_cmd(
     raise typer.Exit(1 if failed else 0)
 
 
-def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: str, threshold: float) -> None:
-    """``doctor --health`` (see :mod:`launcher.cli.health`); exit 1 when a host is slow or faulty."""
+def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: str, threshold: float,
+                   device_target: Optional[str] = None, device_checks: str = "try") -> None:
+    """``doctor --health`` (see :mod:`launcher.cli.health`); exit 1 when a host is slow or faulty
+    (a faulty device makes its host faulty)."""
+    from launcher.cli.devices import doctor_devices
     from launcher.cli.health import check_hosts, check_kernel, check_threshold, print_result, result_json
+    from launcher.planning.devices import check_policy
+    from launcher.planning.devices import device_target as target_of
 
     check_kernel(kernel)
     check_threshold(threshold)
+    check_policy(device_checks)
+    if device_target is not None:
+        target_of((), {}, device_target)  # an unknown --device-target: refused before any host is reached
     if opts.launcher != "slurm" and not opts.hosts and not opts.host_list:
         raise PlanError("pass --hosts FILE or -H LIST: doctor --health checks the hosts of an inventory", field="--hosts")
     plan_opts = opts if (opts.program or opts.module) else replace(opts, program=("mslaunch-doctor-no-program.py",), no_python=False)
     if plan_opts.method == "ranktable":  # device IPs are not needed to check hosts
         plan_opts = replace(plan_opts, method="dynamic")
     if opts.launcher == "slurm":
+        from launcher.cli.health import need_allocation
+
+        need_allocation()  # before the spec: its inventory is the allocation's
+    spec = build_spec(plan_opts)
+    devices = doctor_devices(spec, device_target, device_checks)
+    if devices.choice.target == "ascend" and devices.specs and opts.method == "ranktable" and not opts.rank_table_file:
+        devices = doctor_devices(_with_device_ips(opts, spec), device_target, device_checks)
+    if opts.launcher == "slurm":
         from launcher.cli.health import check_slurm
 
-        result = check_slurm(opts.python, kernel, threshold)
+        result = check_slurm(opts.python, kernel, threshold, devices)
     else:
-        result = check_hosts(build_spec(plan_opts), ssh, kernel, threshold)
+        result = check_hosts(spec, ssh, kernel, threshold, devices)
     if as_json:
-        sys.stdout.write(result_json(result, kernel, threshold) + "\n")
+        sys.stdout.write(result_json(result, kernel, threshold, devices) + "\n")
     else:
         print_result(result)
+        note = devices.summary()["note"]
+        if note:
+            sys.stdout.write(f"{note}\n")
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _with_device_ips(opts: JobOptions, spec: Any) -> Any:
+    """``spec`` with the device IPs the ranktable method's rank table would have (hccn.conf,
+    ``--hccn``, the YAML's ``device_ips``), for the device checks; unchanged (and a note on
+    stderr) when they cannot be found: the IPs are then not compared."""
+    from launcher.cli.spec import hccn_pair
+    from launcher.errors import MsLaunchError
+    from launcher.planning.ranktable import resolve_device_ips
+
+    try:
+        ips = resolve_device_ips(spec.inventory, hccn_dir=opts.hccn_dir, hccn_files=dict(hccn_pair(h) for h in opts.hccn))
+    except MsLaunchError as exc:
+        sys.stderr.write(f"mslaunch: doctor --health: device IPs not compared: {exc}\n")
+        return spec
+    return replace(spec, device_ips=ips)
 
 
 def _imports_mindspore(opts: JobOptions) -> bool:

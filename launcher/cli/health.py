@@ -10,7 +10,9 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from launcher.cli.devices import DeviceCheck, run_devices
 from launcher.errors import PlanError
+from launcher.planning.devices import DEFAULT_POLICY
 from launcher.planning.health import KERNELS, PREFLIGHT_MODES
 from launcher.planning.jobspec import JobSpec, Plan
 
@@ -34,30 +36,45 @@ def check_mode(mode: Optional[str]) -> Optional[str]:
     return mode
 
 
-def check_hosts(spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float = 0.5) -> Any:
+def check_hosts(spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float = 0.5,
+                devices: Optional[DeviceCheck] = None) -> Any:
     """Run the check on every host of ``spec``'s inventory; a
-    :class:`~launcher.execution.checks.health.HealthResult`."""
+    :class:`~launcher.execution.checks.health.HealthResult`, with ``devices``' verdicts joined
+    into the hosts' (:meth:`~launcher.cli.devices.DeviceCheck.join`) when given."""
     from dataclasses import replace
 
     from launcher.execution.checks.health import run_health
 
     if spec.launcher == "slurm":
-        return check_slurm(spec.python, kernel, threshold)
+        return check_slurm(spec.python, kernel, threshold, devices)
     hosts = spec.inventory.hosts
     python = {h.name: h.python if h.python is not None else spec.python for h in hosts}
-    return run_health(hosts, python, replace(ssh, config=spec.ssh_config), kernel=kernel, threshold=threshold)
+    result = run_health(hosts, python, replace(ssh, config=spec.ssh_config), kernel=kernel, threshold=threshold,
+                        devices=devices.orders() if devices is not None else None)
+    return devices.join(result) if devices is not None else result
 
 
-def check_slurm(python: Optional[str], kernel: str = "numpy", threshold: float = 0.5) -> Any:
-    """The check on every node of the Slurm allocation this runs in (one srun step per node)."""
+def check_slurm(python: Optional[str], kernel: str = "numpy", threshold: float = 0.5, devices: Optional[DeviceCheck] = None) -> Any:
+    """The check on every node of the Slurm allocation this runs in (one srun step per node),
+    with ``devices``' verdicts joined in when given."""
     import os
 
     from launcher.execution.slurm.health import slurm_health
+
+    need_allocation()
+    result = slurm_health(os.environ, python or sys.executable, kernel=kernel, threshold=threshold,
+                          devices=devices.orders() if devices is not None else None)
+    return devices.join(result) if devices is not None else result
+
+
+def need_allocation() -> None:
+    """Raises PlanError when this does not run inside a Slurm allocation (salloc, sbatch)."""
+    import os
+
     from launcher.planning.slurmalloc import in_allocation
 
     if not in_allocation(os.environ):
         raise PlanError("the health check over Slurm runs inside an allocation (salloc, sbatch)", field="--launcher")
-    return slurm_health(os.environ, python or sys.executable, kernel=kernel, threshold=threshold)
 
 
 def print_result(result: Any, prefix: str = "") -> None:
@@ -70,15 +87,19 @@ def print_result(result: Any, prefix: str = "") -> None:
     out.write(f"{prefix}{total}; network {result.network_note}; {result.seconds:.1f} s\n")
 
 
-def result_json(result: Any, kernel: str, threshold: float) -> str:
+def result_json(result: Any, kernel: str, threshold: float, devices: Optional[DeviceCheck] = None) -> str:
+    """``doctor --health --json`` (with ``"devices"``: what the device step checked, when given)."""
     from launcher.planning.health import health_json
 
     return json.dumps(health_json(result.verdicts, kernel=kernel, threshold=threshold, seconds=result.seconds,
-                                  network_note=result.network_note), indent=2)
+                                  network_note=result.network_note,
+                                  devices=devices.summary() if devices is not None else None), indent=2)
 
 
-def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any) -> Tuple[Plan, Dict[str, Any]]:
-    """``run --preflight MODE``: check every inventory host, then keep, re-plan or stop.
+def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str = DEFAULT_POLICY) -> Tuple[Plan, Dict[str, Any]]:
+    """``run --preflight MODE``: check every inventory host (and, for an Ascend or GPU job, the
+    devices the plan and the spares offer; ``device_checks``: ``--device-checks``), then keep,
+    re-plan or stop.
 
     Returns:
         the plan to run (re-planned without slow/faulty hosts for ``exclude``) and the event's data
@@ -91,12 +112,16 @@ def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any) -> Tuple[Plan, Dic
     from launcher.planning.jobspec import Exclusion
     from launcher.planning.spares import replan, spare_hosts
 
-    result = check_hosts(spec, ssh)
+    devices = run_devices(spec, plan, device_checks)
+    note = devices.choice.note()
+    if note is not None and devices.choice.given is not None:  # the program names a device not known
+        sys.stderr.write(f"mslaunch: preflight: {note}\n")
+    result = check_hosts(spec, ssh, devices=devices)
     bad = [v for v in result.verdicts if not v.ok]
     used = {p.host for p in plan.ranks}
     event: Dict[str, Any] = {"mode": mode, "seconds": round(result.seconds, 2), "network": result.network_note,
                              "hosts": [{"host": v.host, "verdict": v.status, "reason": v.reason} for v in result.verdicts],
-                             "excluded": []}
+                             "excluded": [], "devices": devices.summary()}
     if not bad:
         sys.stderr.write(f"mslaunch: preflight: all {len(result.verdicts)} host(s) ok ({result.seconds:.1f} s)\n")
         return plan, event

@@ -73,6 +73,9 @@ def run_cmd(
     preflight: Optional[str] = typer.Option(None, "--preflight", metavar="MODE", help=(
             "exclude | warn | fail: check every inventory host (compute kernel, paired transfers) before starting; exclude "
             "plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See docs/health.md."), rich_help_panel="Run"),
+    device_checks: str = typer.Option("try", "--device-checks", help=(
+            "--preflight, Ascend and GPU jobs: off | try | require: check the planned NPUs/GPUs with the hosts' tools; "
+            "require also fails a host whose device checks could not run."), rich_help_panel="Run"),
     minimal_scheduler: Optional[bool] = typer.Option(None, "--minimal-scheduler/--script-scheduler", help=(
             "With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() alone "
             "(default), or runs your script as msrun does (--script-scheduler)."), rich_help_panel="Run"),
@@ -97,6 +100,9 @@ def run_cmd(
     from launcher.cli.health import check_mode
 
     check_mode(preflight)
+    from launcher.planning.devices import check_policy
+
+    check_policy(device_checks)
     spec = build_spec(opts, allocation=stand_in_env)
     plan = build_plan(spec)
     check_program(spec, os.environ if stand_in_env is None else stand_in_env)
@@ -114,7 +120,7 @@ def run_cmd(
     if detach:
         _detach(plan)
         return
-    plan, pre_event = _preflight(preflight, spec, plan, ssh)
+    plan, pre_event = _preflight(preflight, spec, plan, ssh, device_checks)
     from launcher.cli.startmode import choose
 
     start = choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler)
@@ -180,7 +186,7 @@ def _print_plan(plan: Plan, as_json: bool) -> None:
     print_plan(plan)
 
 
-def _preflight(mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings) -> Tuple[Plan, Dict[str, Any]]:
+def _preflight(mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings, device_checks: str = "try") -> Tuple[Plan, Dict[str, Any]]:
     """``--preflight MODE``: the health check of every host, and the plan to run (``exclude``:
     planned around slow or faulty hosts); with the check's event for the job's metrics (empty
     without ``--preflight``)."""
@@ -188,7 +194,7 @@ def _preflight(mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings)
         return plan, {}
     from launcher.cli.health import preflight as run_preflight
 
-    return run_preflight(mode, spec, plan, ssh)
+    return run_preflight(mode, spec, plan, ssh, device_checks)
 
 
 def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSettings, start: "StartMode", console: "_Console",

@@ -44,3 +44,22 @@ def test_a_probe_that_does_not_start_or_answer_in_time_is_faulty_and_killed(tmp_
     assert res.verdicts[1].reason == "faulty: start: no answer in time"
     assert res.verdicts[2].reason.startswith("faulty: cannot start the probe: No such file or directory")
     assert _children() - before == set()
+
+
+def test_device_orders_run_after_the_network_and_a_host_without_a_probe_has_a_reason(tmp_path) -> None:
+    tool = tmp_path / "npu-smi"
+    tool.write_text("#!/bin/sh\necho \"held by $$\"\n")
+    os.chmod(tool, 0o755)
+    order = {"op": "devices", "limit": 5.0, "output_limit": 100,
+             "commands": [{"key": "npu-smi info", "tool": "npu-smi", "candidates": [str(tool)], "argv": ["info"], "timeout": 5.0}]}
+    hosts = (Host("localhost", 1), Host("127.0.0.1", 1), Host("::1", 1, python=str(tmp_path / "nopython")))
+    before = _children()
+    res = run_health(hosts, {}, devices={"localhost": order, "127.0.0.1": {"op": "devices", "commands": [], "limit": 0},
+                                         "::1": order})
+    assert [v.status for v in res.verdicts] == ["ok", "ok", "faulty"]
+    (first,) = res.device_answers["localhost"]["outcomes"]
+    assert first["key"] == "npu-smi info" and first["status"] == "exited" and first["stdout"].startswith("held by ")
+    assert res.device_answers["127.0.0.1"] == {"outcomes": []}
+    assert set(res.device_answers) == {"localhost", "127.0.0.1"}
+    assert res.device_failures["::1"].startswith("cannot start the probe: No such file or directory")
+    assert _children() - before == set()

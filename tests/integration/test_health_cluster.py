@@ -55,7 +55,8 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
         r = on_cluster(c, tmp_path, "doctor", "--health", "--json", "--hosts", c.inventory_yaml)
         assert r.returncode == 1, r.stderr
         data = json.loads(r.stdout)
-        assert set(data) == {"ok", "kernel", "threshold", "seconds", "median", "network", "hosts"}
+        assert set(data) == {"ok", "kernel", "threshold", "seconds", "median", "network", "hosts", "devices"}
+        assert data["devices"]["target"] is None and data["devices"]["note"].startswith("devices not checked: no device target")
         assert data["ok"] is False and data["kernel"] == "numpy" and data["threshold"] == 0.5
         verdicts = {h["host"]: h for h in data["hosts"]}
         assert [verdicts[i]["verdict"] for i in ip] == ["slow", "slow", "faulty", "ok", "ok"], r.stdout

@@ -11,6 +11,12 @@ not answer in time is ``faulty``.  Probes exit when their stdin ends (the sessio
 Network: only between hosts that are not this machine (``localhost`` hosts share one network
 stack; their network figure is "not checked").  The odd host out of round 1 is paired with a
 fast host in round 2.
+
+Devices (``devices``: host -> the order of :func:`launcher.planning.devices.probe_order`): after
+the network rounds, so the tools' processes do not disturb the figures, every host that answered
+runs its device commands at once (:mod:`launcher.execution.probes.device_runner`); the launching
+machine waits the largest order's ``limit`` plus ``slack``, and each probe's lifetime grows by it.
+The answers are returned raw (:attr:`HealthResult.device_answers`), judged by the caller.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.probes.health_probe import THREAD_ENV
@@ -31,7 +37,7 @@ from launcher.planning.inventory import Host
 if TYPE_CHECKING:
     from launcher.execution.ssh.settings import SSHSettings
 
-__all__ = ["HealthBudget", "HealthResult", "ProbeLink", "close_all", "drive", "run_health"]
+__all__ = ["HealthBudget", "HealthResult", "ProbeLink", "close_all", "device_limit", "drive", "run_health"]
 
 
 @dataclass(frozen=True)
@@ -54,9 +60,20 @@ class HealthBudget:
 
 @dataclass(frozen=True)
 class HealthResult:
+    """The check's verdicts, in host order.
+
+    Attributes:
+        device_answers: host -> its probe's answer to the device order (``{"outcomes": [...]}``),
+            for the hosts that were sent one and answered.
+        device_failures: host -> why it gave no device answer (it did not answer the check, or
+            not the device order in time).
+    """
+
     verdicts: Tuple[Verdict, ...]
     seconds: float
     network_note: str
+    device_answers: Mapping[str, Any] = field(default_factory=dict)
+    device_failures: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -194,6 +211,11 @@ class SshLink(ProbeLink):
         self.chan.close()
 
 
+def device_limit(devices: Optional[Mapping[str, Mapping[str, Any]]]) -> float:
+    """The longest ``limit`` of the hosts' device orders (0 without any)."""
+    return max((float(o.get("limit", 0.0)) for o in (devices or {}).values() if o.get("commands")), default=0.0)
+
+
 def _argv(python: str, kernel: str, bind: str, lifetime: float) -> List[str]:
     cfg = json.dumps({"lifetime": lifetime, "bind": bind, "kernel": kernel})
     return [python, "-c", probe_source(), cfg]
@@ -215,6 +237,7 @@ def run_health(
     kernel: str = "numpy",
     threshold: float = DEFAULT_THRESHOLD,
     budget: HealthBudget = HealthBudget(),
+    devices: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> HealthResult:
     """Check every host (see the module doc) and return one verdict per host, in order.
 
@@ -222,6 +245,8 @@ def run_health(
         hosts: the inventory's hosts (spares too).
         python: host name -> the interpreter to run the probe with (None: ``python3`` remote,
             this interpreter locally); it needs numpy (and MindSpore for ``kernel="mindspore"``).
+        devices: host name -> its device order (:func:`launcher.planning.devices.probe_order`),
+            or None: no device step.
 
     Raises:
         LaunchError: the ssh config cannot be read.
@@ -236,7 +261,7 @@ def run_health(
     conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}
     links: Dict[str, ProbeLink] = {}
     addr: Dict[str, str] = {}
-    lifetime = budget.lifetime(kernel)
+    lifetime = budget.lifetime(kernel) + device_limit(devices)
     try:
         for h in hosts:
             py = python.get(h.name) or h.python
@@ -258,7 +283,7 @@ def run_health(
             except (LaunchError, Exception) as exc:  # paramiko raises its own errors on exec
                 failures[h.name] = f"cannot start the probe: {exc}"
         return drive(names, links, failures, addr, kernel=kernel, threshold=threshold, budget=budget, t_start=t_start,
-                     no_network="not checked: fewer than 2 hosts besides this machine answered" if remote
+                     devices=devices, no_network="not checked: fewer than 2 hosts besides this machine answered" if remote
                      else "not checked: every host is this machine")
     finally:
         close_all(list(links.values()))
@@ -278,10 +303,12 @@ def drive(
     budget: HealthBudget,
     t_start: float,
     no_network: str = "not checked: fewer than 2 hosts answered",
+    devices: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> HealthResult:
     """The check over open probes (``links``; hosts without one are in ``failures``): start,
     compute, the network rounds between the hosts of ``addr`` (host -> the address its peers
-    connect to), verdicts.  Updates ``failures``; sets each link's ``pid``."""
+    connect to), the device orders of ``devices`` (host -> order), verdicts.  Updates
+    ``failures``; sets each link's ``pid``."""
     start_t = budget.mindspore_start_timeout if kernel == "mindspore" else budget.start_timeout
     started = _ask(links, {h: {"op": "start", "kernel": kernel, "n": budget.n} for h in links}, start_t)
     port = _note(started, failures, "start", "port")
@@ -302,8 +329,35 @@ def drive(
         candidates = slow + ([odd] if odd else [])
         if candidates and fast:
             transfers += _transfers(links, round2_pairs(candidates, fast), addr, port, budget, 2)
+    answers, missing = _devices(names, links, failures, devices, budget) if devices else ({}, {})
     verdicts = judge(names, gflops, failures, transfers, threshold, network=network)
-    return HealthResult(tuple(verdicts), time.monotonic() - t_start, "checked" if network else no_network)
+    return HealthResult(tuple(verdicts), time.monotonic() - t_start, "checked" if network else no_network, answers, missing)
+
+
+def _devices(names: Sequence[str], links: Dict[str, ProbeLink], failures: Mapping[str, str],
+             devices: Mapping[str, Mapping[str, Any]], budget: HealthBudget) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """Send every host that answered so far its device order at once; the answers and, per
+    host without one, why."""
+    answers: Dict[str, Any] = {}
+    missing: Dict[str, str] = {}
+    orders: Dict[str, Dict[str, Any]] = {}
+    for h in names:
+        order = devices.get(h)
+        if order is None:
+            continue
+        if h in failures or h not in links or links[h].dead:
+            missing[h] = failures.get(h) or (links[h].dead if h in links else None) or "no probe"
+        elif not order.get("commands"):
+            answers[h] = {"outcomes": []}
+        else:
+            orders[h] = dict(order)
+    got = _ask(links, orders, device_limit(orders) + budget.slack) if orders else {}
+    for h, a in got.items():
+        if isinstance(a.get("outcomes"), list):
+            answers[h] = a
+        else:
+            missing[h] = f"device checks: {a.get('error', 'no answer')}"
+    return answers, missing
 
 
 def close_all(links: Sequence[ProbeLink], grace: float = 2.0) -> None:
@@ -357,7 +411,8 @@ def _transfers(links: Dict[str, ProbeLink], pairs: Sequence[Tuple[str, str]], ad
 
 
 def probe_source() -> str:
-    """The probe's source text (:mod:`launcher.execution.probes.health_probe`), as ``python -c`` runs it."""
+    """The probe's source text (:mod:`launcher.execution.probes.health_probe`, after
+    :mod:`launcher.execution.probes.device_runner`), as ``python -c`` runs it."""
     from launcher.execution.probes import program_source
 
-    return program_source("launcher.execution.probes.health_probe")
+    return program_source("launcher.execution.probes.device_runner", "launcher.execution.probes.health_probe")

@@ -12,6 +12,8 @@ command                                            answer
 ``{"op": "compute", "window", "repeats", "delay"}``  ``{"gflops"}``: best window of the kernel
 ``{"op": "send", "addr", "port", "seconds",         ``{"mbps"}``: MB/s sent to that sink
 "delay"}``
+``{"op": "devices", "commands", "limit",          ``{"outcomes": [...]}``: the device checks'
+"output_limit"}``                                   commands run (:mod:`~.device_runner`)
 ``{"op": "quit"}``                                 none: the program exits
 =================================================  ==========================================
 
@@ -29,6 +31,11 @@ import struct
 import sys
 import threading
 import time
+
+try:
+    from launcher.execution.probes.device_runner import run_order
+except ImportError:  # sent to a host: defined above (probe_source)
+    pass
 
 __all__ = ["THREAD_ENV", "main"]
 
@@ -168,6 +175,8 @@ def main(cfg_text):  # type: ignore[no-untyped-def]
                 reply({"gflops": compute(run, n, float(cmd["window"]), int(cmd["repeats"]), float(cmd.get("delay", 0)))})
             elif op == "send":
                 reply({"mbps": send(cmd["addr"], int(cmd["port"]), float(cmd["seconds"]), float(cmd.get("delay", 0)))})
+            elif op == "devices":
+                reply(run_order(cmd))
             else:
                 reply({"error": "unknown command %r" % op})
         except Exception as exc:

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from launcher.execution.checks.health import HealthBudget, HealthResult, ProbeLink, close_all, drive, probe_source
+from launcher.execution.checks.health import HealthBudget, HealthResult, ProbeLink, close_all, device_limit, drive, probe_source
 from launcher.execution.probes.health_probe import THREAD_ENV
 from launcher.planning.health import DEFAULT_THRESHOLD
 
@@ -95,8 +95,10 @@ def _last(proc: "subprocess.Popen[bytes]") -> str:
 
 
 def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "numpy", threshold: float = DEFAULT_THRESHOLD,
-                 budget: HealthBudget = HealthBudget()) -> HealthResult:
-    """Check every node of the allocation ``environ`` describes (see the module doc).
+                 budget: HealthBudget = HealthBudget(), devices: Optional[Mapping[str, Mapping[str, Any]]] = None) -> HealthResult:
+    """Check every node of the allocation ``environ`` describes (see the module doc); ``devices``:
+    node -> its device order, run after the network rounds (see
+    :mod:`launcher.execution.checks.health`).
 
     Raises:
         MsLaunchError: not inside an allocation, or its variables cannot be read.
@@ -112,7 +114,7 @@ def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "nump
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.bind((me, 0))
     srv.listen(len(nodes) + 8)
-    lifetime = budget.lifetime(kernel)
+    lifetime = budget.lifetime(kernel) + device_limit(devices)
     env = {**environ, **THREAD_ENV}
     procs: Dict[str, "subprocess.Popen[bytes]"] = {}
     links: Dict[str, ProbeLink] = {}
@@ -133,7 +135,8 @@ def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "nump
             if node not in links and node not in failures:
                 failures[node] = "the probe did not connect in time (srun: slurmd down or the node unreachable?)"
         addr = {n: addrs[n] for n in links}
-        return drive(nodes, links, failures, addr, kernel=kernel, threshold=threshold, budget=budget, t_start=t_start)
+        return drive(nodes, links, failures, addr, kernel=kernel, threshold=threshold, budget=budget, t_start=t_start,
+                     devices=devices)
     finally:
         srv.close()
         close_all(list(links.values()))
