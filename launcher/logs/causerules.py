@@ -489,8 +489,10 @@ def unknown(facts: Facts) -> Found:
     if facts.signal is not None:
         sig = signal_name(facts.signal)
         if facts.signal == _signal.SIGKILL:
+            rec = facts.failure.records
+            found = "no OOM record was found" if rec.kernel or rec.cgroup else "there are no host records from {host} (read for local ranks only)"
             return Found(cut(f"killed by SIGKILL; the log ends: {last}"), {"log": facts.failure.log or "its log"},
-                         hint="SIGKILL came from outside mslaunch and no OOM record was found: check the kernel log on {host} "
+                         hint="SIGKILL came from outside mslaunch and " + found + ": check the kernel log on {host} "
                               "(dmesg: the OOM killer) or who killed it")
         return Found(cut(f"killed by {sig}; the log ends: {last}"), {"log": facts.failure.log or "its log"})
     return Found(last, {"log": facts.failure.log or "its log"})
