@@ -124,6 +124,8 @@ def test_sigkill_without_evidence_is_not_oom(records, pids):
     c = classify(fail(("step 9",), rc=-9, records=records, pids=pids))
     assert c.kind == "unknown"
     assert c.evidence == "killed by SIGKILL; the log ends: step 9" and "dmesg" in c.hint
+    read = bool(records.kernel or records.cgroup)
+    assert ("no OOM record was found" in c.hint) == read and ("there are no host records from " in c.hint) == (not read)
 
 
 def test_oom_needs_sigkill():
