@@ -17,7 +17,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.results import ProcResult, tail_lines
 from launcher.logs.causerules import TAIL_LINES, Failure, signal_of
@@ -85,7 +85,8 @@ class HostRecorder:
         clock: the kernel log's clock.
     """
 
-    def __init__(self, root: str = CGROUP_ROOT, kernel_log=read_kernel_log, clock=_kernel_clock) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, root: str = CGROUP_ROOT, kernel_log: Callable[[float], Sequence[str]] = read_kernel_log,
+                 clock: Callable[[], float] = _kernel_clock) -> None:
         self.root = root
         self.kernel_log = kernel_log
         self.clock = clock
@@ -124,9 +125,11 @@ class RootTail:
 
     @classmethod
     def read(cls, path: str) -> "RootTail":
+        """The last :data:`~launcher.logs.causerules.TAIL_LINES` lines of ``path`` (of its last :data:`TAIL_BYTES`)."""
         return cls(tail_lines(path, TAIL_LINES, max_bytes=TAIL_BYTES))
 
     def shown(self, n: int = 20) -> Tuple[str, ...]:
+        """The last ``n`` lines: the root cause's tail."""
         return self.lines[-n:]
 
 

@@ -19,7 +19,8 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from launcher.execution.backend import ProcessHandle
-from launcher.execution.results import ProcResult, RootCause, tail_lines
+from launcher.execution.results import ProcResult, RootCause
+from launcher.execution.supervision.diagnose import RootTail, judge_cause
 from launcher.logs.hang import HangPolicy, HangTracker, HangVerdict, step_text
 from launcher.logs.hangreport import HangKind, HangRank, HangReport, Suspect, TimedOut
 from launcher.logs.metrics import Metric
@@ -165,8 +166,6 @@ def culprit_cause(hang: Optional[HangReport], results: List[ProcResult]) -> Opti
     the cause judged from the hang report; without a culprit, the rank whose collective timed out
     (its cause says no rank stands out); None when neither is known (a hang where no rank stands
     out: the report and the message tell it)."""
-    from launcher.execution.supervision.diagnose import RootTail, judge_cause
-
     if hang is None:
         return None
     culprit = hang.culprit
