@@ -209,4 +209,5 @@ def test_the_same_exception_twice_stops_the_restarts_without_steps(job, tmp_path
     assert [a["root_cause"]["cause"] for a in s["attempt_results"]] == [cause, cause]
     assert f"{script}:2" in cause["evidence"]
     assert f"mslaunch: {line}\n" in r.stderr
+    assert f"attempt 0 failed with python_exception: {cause['evidence']}\n" in r.stderr  # the restart's line
     check_everywhere(job, r, "python_exception", "ValueError: bad batch size 0")

@@ -122,3 +122,19 @@ def test_a_hung_attempts_culprit_gets_the_hang_cause(tmp_path):
     assert "likely culprit rank 1 on h2" in rc.cause.evidence and "/j/stacks" in rc.cause.hint
     assert culprit_cause(HangReport(HangKind.NO_PROGRESS, ranks=hang.ranks), procs) is None  # no rank stands out
     assert RootTail(("a", "b", "c")).shown(2) == ("b", "c")
+
+
+def test_a_collective_timeout_without_culprit_goes_to_the_rank_that_timed_out(tmp_path):
+    from launcher.execution.supervision.hangwatch import culprit_cause
+    from launcher.logs.hangreport import TimedOut
+
+    log = tmp_path / "worker_0.log"
+    log.write_text("step 3\n[ERROR] DISTRIBUTED(1,7f,python):2026-11-26-07:40:11.512.003 [ring.cc:88] Wait] Ring AllReduce wait receiving failed\n")
+    procs = [ProcResult("rank 0", 0, "h1", 1, 0.0, 1.0, str(log)), ProcResult("rank 1", 1, "h2", -15, 0.0, 1.0, "/l1", torn_down=True)]
+    hang = HangReport(HangKind.COLLECTIVE_TIMEOUT, stacks_dir="/j/stacks", timed_out=TimedOut(0, "Ring AllReduce wait receiving failed"),
+                      ranks=(HangRank(0, "h1"), HangRank(1, "h2")))
+    rc = culprit_cause(hang, procs)
+    assert (rc.name, rc.reason) == ("rank 0", "its collective timed out; no rank stands out")
+    assert rc.cause.kind == "collective_timeout"
+    assert rc.cause.evidence.startswith("rank 0's collective timed out waiting for the others") and "no rank stands out" in rc.cause.evidence
+    assert "compare the ranks' stacks in /j/stacks" in rc.cause.hint
