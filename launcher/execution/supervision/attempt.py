@@ -239,7 +239,7 @@ class AttemptRunner:
                 state.start_failure = ProcResult(proc.name, proc.rank, proc.host, None, now, now, request.log_path, reason=str(exc))
                 raise _StartFailed(str(exc), 1) from None
             idx = state.add(handle)
-        _quietly(lambda: self.host_records.started(handle.pid, local=handle.pgid is not None))
+            self.host_records.started(handle.pid, local=handle.pgid is not None)  # reads a few files; never raises
         self.emit(EventKind.STARTED, {"name": proc.name, "rank": proc.rank, "host": proc.host, "pid": handle.pid,
                                       "log": request.log_path, "attempt": self.attempt})
         return idx

@@ -100,8 +100,8 @@ class HostRecorder:
         try:
             with open(f"/proc/{pid}/cgroup", errors="replace") as fh:
                 folder = memory_cgroup(fh.read(), self.root)
-        except OSError:
-            pass  # it exited already
+        except (OSError, ValueError):
+            pass  # it exited already (or /proc is not Linux's)
         self._started[pid] = _Started(self.clock(), folder, read_cgroup_files(folder) if folder else {})
 
     def records(self, pid: Optional[int], returncode: Optional[int]) -> HostRecords:
@@ -134,10 +134,15 @@ class RootTail:
 
 
 def judge_cause(failed: ProcResult, tail: Sequence[str], scheduler_tail: Sequence[str] = (), scheduler_host: Optional[str] = None,
-                records: Optional[HostRecords] = None, hang: Optional[HangReport] = None) -> Cause:
+                records: Optional[HostRecords] = None, hang: Optional[HangReport] = None) -> Optional[Cause]:
     """The cause of ``failed`` (:func:`launcher.logs.causes.classify`) from its log tail, the
-    scheduler's log tail, its host's records, the attempt's hang report and whether its host was lost."""
-    return classify(Failure(
+    scheduler's log tail, its host's records, the attempt's hang report and whether its host was
+    lost; None only if classifying failed (a judged attempt must not become a crash)."""
+    failure = Failure(
         name=failed.name, host=failed.host, returncode=failed.returncode, tail=tuple(tail), log=failed.log,
         scheduler_tail=tuple(scheduler_tail), scheduler_host=scheduler_host, records=records or HostRecords(),
-        pids=(failed.pid,) if failed.pid is not None else (), hang=hang.to_json() if hang is not None else None, lost=failed.lost))
+        pids=(failed.pid,) if failed.pid is not None else (), hang=hang.to_json() if hang is not None else None, lost=failed.lost)
+    try:
+        return classify(failure)
+    except Exception:  # the classifier is pure and tested; a miss there still leaves the root cause
+        return None
