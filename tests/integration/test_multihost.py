@@ -237,6 +237,8 @@ def test_missing_python_on_a_host_is_a_clear_failure(job, tmp_path):
     assert cause["host"] == c.hosts[2].ip and cause["rank"] in (4, 5)
     assert cause["reason"].startswith(f"the mslaunch agent on {c.hosts[2].ip} exited with status 127: ")
     assert "/no/such/python3" in cause["reason"]
+    assert (cause["cause"]["kind"], cause["cause"]["hint"]) == (
+        "missing_file", f"/no/such/python3 is not on {c.hosts[2].ip}: install that Python there, or set --python to one that is")
     assert wait_nothing_left(c) == {}
 
 
