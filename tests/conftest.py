@@ -48,7 +48,7 @@ _E2E_MODULES = {
     "tests/execution/test_toy_backend.py", "tests/execution/test_stopsignals.py", "tests/execution/test_junit.py",
     "tests/execution/test_health.py", "tests/cli/test_doctor_health.py",
     "tests/jobs/test_jobdir_corrupt.py", "tests/jobs/test_jobdir_paths.py",
-    "tests/logs/test_logs_bad_refs.py", "tests/logs/test_logs_tail_files.py",
+    "tests/logs/test_logs_bad_refs.py", "tests/logs/test_logs_tail_files.py", "tests/execution/test_causes_local.py",
     "tests/planning/test_parser_bounds.py",
 }
 

@@ -16,6 +16,7 @@ PAGES = {
     "spares": "spare-hosts.md",
     "cpu": "cpu-performance.md",
     "health": "health.md",
+    "failures": "failures.md",
 }
 
 

@@ -240,8 +240,14 @@ def status_cmd(
         if info.summary:
             sys.stdout.write(f"  exit code: {info.summary.get('exit_code')}\n")
             cause = info.summary.get("root_cause")
-            if cause:
+            if isinstance(cause, dict) and cause:
+                from launcher.logs.causes import Cause, console_lines
+
                 sys.stdout.write(f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} (log {cause.get('log', '?')})\n")
+                judged = Cause.from_json(cause.get("cause"))
+                if judged is not None:
+                    for line in console_lines(judged):
+                        sys.stdout.write(f"  {line}\n")
             from launcher.logs.longjob import summary_notes
 
             for line in summary_notes(info.summary):

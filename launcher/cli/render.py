@@ -170,6 +170,11 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
         con.print(f"mslaunch: {line}", highlight=False, markup=False, soft_wrap=True)
     if result.message:
         con.print(f"mslaunch: {result.message}", highlight=False, markup=False, soft_wrap=True)
+    if result.root_cause is not None and result.root_cause.cause is not None:
+        from launcher.logs.causes import console_lines
+
+        for line in console_lines(result.root_cause.cause):
+            con.print(f"mslaunch: {line}", highlight=False, markup=False, soft_wrap=True)
     con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False, soft_wrap=True)
 
 

@@ -392,6 +392,9 @@ class _Console:
 
             self._attempt_dir = attempt_dir(self.plan.job_dir, data["attempt"])
             msg = f"restarting the job: attempt {data['attempt']} (MSLAUNCH_ATTEMPT={data.get('env_attempt', data['attempt'])}); logs in {self._attempt_dir}"
+            judged = getattr(data.get("cause"), "cause", None)  # the failed attempt's RootCause
+            if judged is not None:
+                msg += f"; attempt {data['attempt'] - 1} failed with {judged.kind}: {judged.evidence}"
         if msg and self.live and getattr(self, "_rich", None) is not None and not self._stop.is_set():
             self._rich.print(f"mslaunch: {msg}", style="bold", highlight=False, markup=False, soft_wrap=True)
         elif msg:

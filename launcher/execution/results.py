@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from launcher.logs.causes import Cause
 from launcher.logs.hangreport import HangReport
 from launcher.planning.kinds import JobStatus, describe_returncode, signal_name
 
@@ -17,6 +18,10 @@ HUNG = JobStatus.HUNG
 TIMEOUT_EXIT = 124
 #: mslaunch's exit code for a hung job (no progress for --hang-timeout, or a collective timed out).
 HUNG_EXIT = 125
+
+
+#: A process's reason that says its host was lost (``connection to h3 lost``, ``agent lost``).
+_LOST_RE = re.compile(r"\blost\b")
 
 
 def exit_code_of(returncode: int) -> int:
@@ -70,6 +75,14 @@ class ProcResult:
     def exit_code(self) -> Optional[int]:
         return None if self.returncode is None else exit_code_of(self.returncode)
 
+    @property
+    def lost(self) -> Optional[str]:
+        """Why its host counts as lost (its reason: ``connection to h3 lost (closed)``), or None: it
+        failed with no exit status (or ssh's 255) and its reason says ``lost``."""
+        if self.torn_down or self.returncode not in (None, 255) or not self.reason or not _LOST_RE.search(self.reason):
+            return None
+        return self.reason
+
     def describe(self) -> str:
         if self.reason and (self.returncode is None or self.failed or self.torn_down):
             return self.reason  # e.g. a lost host (255) or a program that could not start
@@ -95,10 +108,12 @@ class ProcResult:
 
 @dataclass(frozen=True)
 class RootCause:
-    """The earliest failure of a job: that process's result and the tail of its log."""
+    """The earliest failure of a job: that process's result, the tail of its log and the cause
+    judged from them (:func:`launcher.logs.causes.classify`; None where none was judged)."""
 
     process: ProcResult
     tail: Tuple[str, ...]
+    cause: Optional[Cause] = None
 
     @property
     def name(self) -> str:
@@ -132,6 +147,7 @@ class RootCause:
             "log": p.log,
             "tail": list(self.tail),
             "time": p.ended,
+            "cause": self.cause.to_json() if self.cause is not None else None,
         }
 
 

@@ -247,11 +247,13 @@ def _supervise(sup: Supervisor) -> JobResult:
 
 
 def junit_xml(result: JobResult) -> str:
-    """JUnit XML: one testcase per process; a failure carries its reason and log tail."""
+    """JUnit XML: one testcase per process; a failure carries its reason and log tail (the root
+    cause's process: its cause too, :func:`launcher.logs.causes.junit_message`)."""
     import re
     from xml.sax.saxutils import escape, quoteattr
 
     from launcher.execution.results import tail_lines
+    from launcher.logs.causes import junit_message
 
     not_xml = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # e.g. ANSI colours in a log: not allowed in XML 1.0
     attr = lambda s: quoteattr(not_xml.sub("", s))  # noqa: E731  (a one-line local helper)
@@ -267,6 +269,8 @@ def junit_xml(result: JobResult) -> str:
             failures += 1
             tail = "\n".join(tail_lines(p.log, 20))
             reason = result.message or p.describe() if culprit else p.describe()
+            if result.root_cause is not None and result.root_cause.cause is not None and p.name == result.root_cause.name:
+                reason = junit_message(result.root_cause.cause, reason)
             body = f"<failure message={attr(reason)}>{escape(not_xml.sub('', tail))}</failure>"
         elif p.torn_down:
             body = f"<skipped message={attr('ended by mslaunch after another process failed')}/>"

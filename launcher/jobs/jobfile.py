@@ -144,6 +144,9 @@ def _check_cause(v: Any) -> Optional[str]:
             return f"an object whose {key!r} is a string"
     if "tail" in v and not (isinstance(v["tail"], list) and all(isinstance(x, str) for x in v["tail"])):
         return "an object whose 'tail' is a list of strings"
+    judged = v.get("cause")
+    if judged is not None and not (isinstance(judged, dict) and all(isinstance(judged.get(k), str) for k in ("kind", "evidence", "hint"))):
+        return "an object whose 'cause' is null or an object of strings 'kind', 'evidence' and 'hint'"
     return None
 
 

@@ -428,8 +428,9 @@ _NO_FILE_RES = (
 )
 _NO_FILE_LINE_RES = (
     re.compile(r"can't open file (?P<q>['\"])(?P<path>.+?)(?P=q): \[Errno 2\]"),
-    re.compile(r"^(?:/bin/|/usr/bin/)?(?:ba|z)?sh: (?:line \d+: )?(?P<path>[^:\s]+): (?:No such file or directory|command not found)$"),
-    re.compile(r"^env: '?(?P<path>[^':]+)'?: No such file or directory$"),
+    # also after mslaunch's own prefix: "mslaunch: the mslaunch agent on h3 exited with status 127: bash: line 1: ..."
+    re.compile(r"(?:^|: )(?:/bin/|/usr/bin/)?(?:ba|z)?sh: (?:line \d+: )?(?P<path>[^:\s]+): (?:No such file or directory|command not found)$"),
+    re.compile(r"(?:^|: )env: '?(?P<path>[^':]+)'?: No such file or directory$"),
 )
 
 
@@ -489,8 +490,10 @@ def unknown(facts: Facts) -> Found:
     if facts.signal is not None:
         sig = signal_name(facts.signal)
         if facts.signal == _signal.SIGKILL:
+            rec = facts.failure.records
+            found = "no OOM record was found" if rec.kernel or rec.cgroup else "there are no host records from {host} (read for local ranks only)"
             return Found(cut(f"killed by SIGKILL; the log ends: {last}"), {"log": facts.failure.log or "its log"},
-                         hint="SIGKILL came from outside mslaunch and no OOM record was found: check the kernel log on {host} "
+                         hint="SIGKILL came from outside mslaunch and " + found + ": check the kernel log on {host} "
                               "(dmesg: the OOM killer) or who killed it")
         return Found(cut(f"killed by {sig}; the log ends: {last}"), {"log": facts.failure.log or "its log"})
     return Found(last, {"log": facts.failure.log or "its log"})

@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["CGROUP_FILES", "HostRecords", "KernelKill", "cgroup_memory", "format_bytes", "kernel_kills", "oom_kill_count",
-           "read_cgroup_files"]
+__all__ = ["CGROUP_FILES", "HostRecords", "KernelKill", "cgroup_memory", "format_bytes", "kernel_kills", "kernel_since", "kill_cgroups",
+           "memory_cgroup", "oom_kill_count", "read_cgroup_files"]
 
 #: The files of a cgroup folder that tell about memory and the OOM killer (v1 and v2).
 CGROUP_FILES = ("memory.events", "memory.oom_control", "memory.peak", "memory.max", "memory.max_usage_in_bytes",
@@ -43,6 +43,8 @@ _USAGE_RE = re.compile(r"\bmemory: usage (?P<usage>\d+)kB, limit (?P<limit>\d+)k
 _ANON_RE = re.compile(r"anon-rss:\d+kB")
 _COUNT_RE = re.compile(r"^\s*oom_kill\s+(\d+)\s*$", re.MULTILINE)
 _DMESG_PREFIX_RE = re.compile(r"^\s*\[\s*\d+\.\d+\]\s*")
+_DMESG_TIME_RE = re.compile(r"^\s*\[\s*(\d+\.\d+)\]")
+_MEMCG_RE = re.compile(r"oom-kill:.*?\btask_memcg=(?P<memcg>[^,\s]+),task=[^,\s]+,pid=(?P<pid>\d+)")
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,51 @@ def kernel_kills(lines: Sequence[str]) -> List[KernelKill]:
         if k:
             out.append(KernelKill(int(k.group("pid")), k.group("name"), line, *(usage or (None, None))))
     return out
+
+
+def kill_cgroups(lines: Sequence[str]) -> Dict[int, str]:
+    """pid -> the memory cgroup the OOM killer named for it (``oom-kill:...,task_memcg=/job,task=python3,pid=8132``),
+    the path inside the memory hierarchy; a later line for a pid wins."""
+    out: Dict[int, str] = {}
+    for line in lines:
+        m = _MEMCG_RE.search(line)
+        if m:
+            out[int(m.group("pid"))] = m.group("memcg")
+    return out
+
+
+def kernel_since(lines: Sequence[str], since: float) -> List[str]:
+    """The ``dmesg`` lines stamped ``since`` (seconds since boot, the kernel's clock) or later; lines
+    without a stamp follow the stamped line before them (all of them when none is stamped)."""
+    out: List[str] = []
+    keep = True
+    for line in lines:
+        m = _DMESG_TIME_RE.match(line)
+        if m:
+            keep = float(m.group(1)) >= since
+        if keep:
+            out.append(line)
+    return out
+
+
+def memory_cgroup(proc_cgroup: str, root: str = "/sys/fs/cgroup") -> Optional[str]:
+    """The folder of the memory cgroup that ``/proc/<pid>/cgroup``'s text names: cgroup v1's
+    ``N:memory:/path`` under ``<root>/memory``, else v2's ``0::/path`` under ``root``; None when neither."""
+    v2: Optional[str] = None
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if "memory" in controllers.split(","):
+            return _join(os.path.join(root, "memory"), path)
+        if controllers == "" and parts[0] == "0":
+            v2 = _join(root, path)
+    return v2
+
+
+def _join(root: str, path: str) -> str:
+    return os.path.normpath(os.path.join(root, path.strip().lstrip("/")))
 
 
 def oom_kill_count(files: Mapping[str, str]) -> Optional[int]:

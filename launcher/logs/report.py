@@ -22,6 +22,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import MsLaunchError
+from launcher.logs.causes import Cause
 from launcher.logs.metricsfile import METRICS_FILE, LogMetrics, read_events, read_records
 from launcher.logs.progress import Progress
 from launcher.planning.kinds import EventKind
@@ -183,6 +184,12 @@ def _finish(ax: Any, fig: Any, path: str, legend: bool = True) -> None:
     plt.close(fig)
 
 
+def _cause(summary: Optional[Dict[str, Any]]) -> Optional[Cause]:
+    """The cause inside a summary's ``root_cause``, or None."""
+    cause = (summary or {}).get("root_cause")
+    return Cause.from_json(cause.get("cause")) if isinstance(cause, dict) else None
+
+
 def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_dir: str) -> List[Tuple[str, str]]:
     rows = [("job", str((summary or plan).get("job_id") or os.path.basename(job_dir))), ("job dir", job_dir)]
     if summary:
@@ -196,6 +203,9 @@ def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_d
              ("method", str(plan.get("method", "?"))), ("hosts", ", ".join(plan.get("hosts", [])))]
     if summary and summary.get("message"):
         rows.append(("message", str(summary["message"])))
+    judged = _cause(summary)
+    if judged is not None:
+        rows += [("cause", f"{judged.kind}: {judged.evidence}"), ("hint", judged.hint)]
     from launcher.logs.longjob import attempt_lines, excluded_lines, hang_lines
 
     rows += [("excluded hosts" if i == 0 else "", line) for i, line in enumerate(excluded_lines(summary or plan))]
@@ -279,6 +289,9 @@ def _html_summary(job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str
     if cause:
         parts.append(f"<h2>Root cause</h2><p id=\"root-cause\"><b>{esc(str(cause.get('name')))}</b> on {esc(str(cause.get('host')))}: "
                      f"{esc(str(cause.get('reason')))} (log <code>{esc(str(cause.get('log')))}</code>)</p>")
+        judged = _cause(summary)
+        if judged is not None:
+            parts.append(f"<p id=\"cause\">cause: <b>{esc(judged.kind)}</b>: {esc(judged.evidence)}<br>hint: {esc(judged.hint)}</p>")
         parts.append("<pre>" + esc("\n".join(cause.get("tail") or [])) + "</pre>")
     return parts
 

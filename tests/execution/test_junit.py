@@ -76,3 +76,17 @@ def test_control_characters_in_a_log_still_give_well_formed_xml(tmp_path):
     suite = parse(junit_xml(job(proc("rank 0", 0, log, returncode=1))))
     body = suite.find("testcase").find("failure").text
     assert body.splitlines() == ["[31mred error[0m", "nul bell\tok", "\ufffd\ufffd bad utf-8"]
+
+
+def test_the_root_cause_process_carries_its_cause(tmp_path):
+    from launcher.execution.results import RootCause
+    from launcher.logs.causes import Cause
+
+    bad = proc("rank 1", 1, tmp_path / "w1.log", returncode=1)
+    other = proc("rank 2", 2, tmp_path / "w2.log", returncode=1)
+    cause = Cause("missing_module", "ModuleNotFoundError: No module named 'x' (on h1)", "install x on h1")
+    result = job(bad, other)
+    result = type(result)(**{**result.__dict__, "root_cause": RootCause(bad, (), cause)})
+    cases = parse(junit_xml(result)).findall("testcase")
+    assert cases[0].find("failure").get("message") == "exit code 1; missing_module: ModuleNotFoundError: No module named 'x' (on h1) (hint: install x on h1)"
+    assert cases[1].find("failure").get("message") == "exit code 1"  # only the root cause's process has it

@@ -99,3 +99,41 @@ def test_a_hung_attempt_is_restarted_and_the_restart_knows_it(hjob):  # noqa: F8
     assert s["attempt_results"][0]["ended_because"] == "hung: no progress, likely culprit rank 1"
     assert (hjob.pids / "rank1.attempt1").exists() and (hjob.dir / "attempt_1" / "worker_1.log").read_text().count("loss is") == 12
     assert_all_gone(hjob.pids)
+
+
+def _failed_with(k, cause, **fields):
+    from launcher.execution.results import ProcResult, RootCause
+
+    proc = ProcResult("rank 0", 0, "h1", 1, 0.0, 1.0, "/j/worker_0.log")
+    return _attempt(k, root_cause=RootCause(proc, (), cause), **fields)
+
+
+def _exc(where="train.py:5", message="KeyError: 'lr'"):
+    from launcher.logs.causes import Cause
+
+    return Cause("python_exception", f"{message} at {where}", "fix it", key=("python_exception", "KeyError", message, where))
+
+
+def test_the_same_unfixable_cause_twice_stops_the_restarts_without_steps():
+    history = [_failed_with(0, _exc()), _failed_with(1, _exc())]
+    assert crash_loop(history) == ("attempts 0 and 1 failed the same way (python_exception: KeyError: 'lr' at train.py:5), "
+                                   "which a restart cannot fix: not restarting")
+
+
+@pytest.mark.parametrize("second", [
+    lambda: _exc(where="train.py:6"),  # another place
+    lambda: _exc(message="KeyError: 'batch'"),  # another message
+    lambda: None,  # no cause judged
+])
+def test_different_causes_do_not_stop_the_restarts(second):
+    assert crash_loop([_failed_with(0, _exc()), _failed_with(1, second())]) is None
+
+
+def test_fixable_causes_and_a_replan_do_not_stop_the_restarts():
+    from launcher.logs.causes import Cause
+
+    killed = Cause("oom", "killed by SIGKILL; limit 48.0 MiB", "fewer ranks")
+    assert crash_loop([_failed_with(0, killed), _failed_with(1, killed)]) is None  # host-bound: counted per host instead
+    assert crash_loop([_failed_with(0, _exc()), _failed_with(1, _exc(), replanned=True)]) is None
+    assert crash_loop([_failed_with(0, _exc()), _failed_with(1, _exc(), replanned=True), _failed_with(2, _exc())]) is not None
+    assert crash_loop([_failed_with(0, _exc()), _attempt(1)]) is None  # no root cause

@@ -204,7 +204,10 @@ def test_ci_outputs(job, tmp_path):
     assert (suite.tag, suite.get("tests"), suite.get("failures")) == ("testsuite", "3", "1")
     cases = {c.get("name"): c for c in suite}
     failure = cases["rank 0"].find("failure")
-    assert failure.get("message") == "exit code 7" and "RuntimeError: rank0 fails with 7" in failure.text
+    # the line it prints is no traceback: its cause is unknown, with that line as the evidence
+    assert failure.get("message") == (f"exit code 7; unknown: RuntimeError: rank0 fails with 7 (hint: no known cause matched: read the end of "
+                                      f"{job.dir}/worker_0.log)")
+    assert "RuntimeError: rank0 fails with 7" in failure.text
     assert cases["rank 1"].find("skipped") is not None
     assert r.stdout == ""  # --quiet: no rank output
     assert_all_gone(job.pids)

@@ -185,6 +185,8 @@ def test_link_cut_to_host3_tears_down_and_names_it(job):
         cause = job.summary()["root_cause"]
         assert cause["host"] == c.hosts[2].ip and cause["rank"] in (4, 5)
         assert cause["reason"].startswith(f"connection to {c.hosts[2].ip} lost")
+        assert cause["cause"]["kind"] == "lost_host"
+        assert cause["cause"]["evidence"].startswith(f"rank {cause['rank']} on {c.hosts[2].ip}: connection to {c.hosts[2].ip} lost")
         assert f"failed: connection to {c.hosts[2].ip} lost" in err
         assert 4.0 < took < 20.0
         assert wait_nothing_left(c, 20.0) == {}  # host 3 cleaned itself up behind the cut
@@ -235,6 +237,8 @@ def test_missing_python_on_a_host_is_a_clear_failure(job, tmp_path):
     assert cause["host"] == c.hosts[2].ip and cause["rank"] in (4, 5)
     assert cause["reason"].startswith(f"the mslaunch agent on {c.hosts[2].ip} exited with status 127: ")
     assert "/no/such/python3" in cause["reason"]
+    assert (cause["cause"]["kind"], cause["cause"]["hint"]) == (
+        "missing_file", f"/no/such/python3 is not on {c.hosts[2].ip}: install that Python there, or set --python to one that is")
     assert wait_nothing_left(c) == {}
 
 

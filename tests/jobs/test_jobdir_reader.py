@@ -71,3 +71,18 @@ def test_job_info_never_raises_on_files(tmp_path):
         assert "is a symbolic link" in str(exc)
     else:
         raise AssertionError("a symlink was read")
+
+
+def test_a_summarys_root_cause_may_carry_a_cause_of_strings():
+    head = {"status": "failed", "root_cause": {"name": "rank 0", "host": "h1", "reason": "exit code 1", "log": "/l", "tail": []}}
+    good = dict(head["root_cause"], cause={"kind": "missing_module", "evidence": "No module named 'x'", "hint": "install x"})
+    assert parse_job_file(json.dumps(dict(head, root_cause=good)).encode(), "summary.json", "/j/s")["root_cause"]["cause"]["kind"] == "missing_module"
+    assert parse_job_file(json.dumps(dict(head, root_cause=dict(good, cause=None))).encode(), "summary.json", "/j/s")
+    assert parse_job_file(json.dumps(head).encode(), "summary.json", "/j/s")  # written before causes existed
+    for bad in ("oom", {"kind": "oom", "evidence": 3, "hint": "h"}, {"kind": "oom", "hint": "h"}):
+        try:
+            parse_job_file(json.dumps(dict(head, root_cause=dict(good, cause=bad))).encode(), "summary.json", "/j/s")
+        except CorruptJobFile as exc:
+            assert "'cause'" in str(exc) and "root_cause" in str(exc), str(exc)
+        else:
+            raise AssertionError(f"accepted {bad!r}")

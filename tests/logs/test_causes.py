@@ -124,6 +124,8 @@ def test_sigkill_without_evidence_is_not_oom(records, pids):
     c = classify(fail(("step 9",), rc=-9, records=records, pids=pids))
     assert c.kind == "unknown"
     assert c.evidence == "killed by SIGKILL; the log ends: step 9" and "dmesg" in c.hint
+    read = bool(records.kernel or records.cgroup)
+    assert ("no OOM record was found" in c.hint) == read and ("there are no host records from " in c.hint) == (not read)
 
 
 def test_oom_needs_sigkill():
@@ -260,7 +262,9 @@ def test_missing_file(tail, path):
 
 
 @pytest.mark.parametrize("line", ["bash: line 1: /opt/venv/bin/python3: No such file or directory", "bash: python3.9: command not found",
-                                  "env: 'python3': No such file or directory"])
+                                  "env: 'python3': No such file or directory",
+                                  # the agent's failure as mslaunch writes it into the rank's log
+                                  "mslaunch: the mslaunch agent on h3 exited with status 127: bash: line 1: /no/such/python3: No such file or directory"])
 def test_a_missing_interpreter_points_at_python(line):
     c = classify(fail((line,), rc=127))
     assert c.kind == "missing_file" and "--python" in c.hint

@@ -69,3 +69,36 @@ def test_read_cgroup_files_skips_what_is_missing(tmp_path):
     (tmp_path / "memory.stat").write_text("anon 1\n")
     assert read_cgroup_files(str(tmp_path)) == {"memory.events": "oom_kill 1\n"}
     assert read_cgroup_files(str(tmp_path / "nowhere")) == {}
+
+
+def test_kill_cgroups_names_each_killed_pids_memcg():
+    from launcher.logs.hostmem import kill_cgroups
+
+    lines = ["[ 5.0] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/a/b,task=python3,pid=81,uid=0",
+             "[ 6.0] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/,task=x,pid=9,uid=0",
+             "[ 7.0] Memory cgroup out of memory: Killed process 81 (python3) total-vm:1kB",
+             "[ 8.0] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/c,task_memcg=/c,task=python3,pid=81,uid=0"]
+    assert kill_cgroups(lines) == {81: "/c", 9: "/"}
+    assert kill_cgroups(["Out of memory: Killed process 5 (x)"]) == {}
+
+
+def test_kernel_since_keeps_stamped_lines_from_then_and_their_continuations():
+    from launcher.logs.hostmem import kernel_since
+
+    lines = ["[   99.900000] old", "  continued old", "[  100.000000] new", "  continued new", "[ 1000.5] later"]
+    assert kernel_since(lines, 100.0) == ["[  100.000000] new", "  continued new", "[ 1000.5] later"]
+    assert kernel_since(["no stamp", "at all"], 5.0) == ["no stamp", "at all"]
+    assert kernel_since(lines, 2000.0) == []
+
+
+@pytest.mark.parametrize("text,folder", [
+    ("12:memory:/job/a\n0::/\n", "/r/memory/job/a"),  # cgroup v1
+    ("4:cpu,memory:/x\n", "/r/memory/x"),
+    ("0::/system.slice/a.service\n", "/r/system.slice/a.service"),  # v2 only
+    ("3:cpu:/x\n", None),
+    ("", None),
+])
+def test_memory_cgroup_of_proc_cgroup(text, folder):
+    from launcher.logs.hostmem import memory_cgroup
+
+    assert memory_cgroup(text, "/r") == folder

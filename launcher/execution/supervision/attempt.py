@@ -52,6 +52,7 @@ from launcher.execution.results import (
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
+from launcher.execution.supervision.diagnose import HostRecorder, RootTail, judge_cause
 from launcher.execution.supervision.state import AttemptState as _Attempt
 from launcher.logs.hangreport import HangReport
 from launcher.planning.kinds import EventKind, describe_returncode
@@ -117,6 +118,7 @@ class AttemptRunner:
         self.reap_orphans = reap_orphans
         self.hang = hang
         self.attempt_base = attempt_base
+        self.host_records = HostRecorder()
 
     def run(self, deadline: Optional[float]) -> AttemptResult:
         """Set up, start, watch, tear down and judge the attempt."""
@@ -194,15 +196,20 @@ class AttemptRunner:
             status = FAILED
         if status != FAILED:
             return status, code, cause, message
+        sched_tail: Tuple[str, ...] = ()
+        if self.plan.scheduler is not None:
+            sched_tail = tail_lines(attempt_path(self.plan.scheduler.log, self.plan.job_dir, adir), 200)
         if failed is not None:
-            cause = RootCause(failed, tail_lines(failed.log, 20))
+            tail = RootTail.read(failed.log)
+            records = self.host_records.records(failed.pid, failed.returncode)
+            sched_host = self.plan.scheduler.host if self.plan.scheduler is not None else None
+            cause = RootCause(failed, tail.shown(), judge_cause(failed, tail.lines, sched_tail, sched_host, records))
             code = failed.exit_code if failed.exit_code else 1
             if message is None:
                 message = f"{failed.name} on {failed.host} failed: {failed.describe()}"
-        if self.plan.scheduler is not None:
-            note = lost_nodes_note(tail_lines(attempt_path(self.plan.scheduler.log, self.plan.job_dir, adir), 200))
-            if note is not None:
-                message = f"{message}; {note}" if message else note
+        note = lost_nodes_note(sched_tail)
+        if note is not None:
+            message = f"{message}; {note}" if message else note
         return status, code or 1, cause, message
 
     # ---------------------------------------------------------------- starting
@@ -232,6 +239,7 @@ class AttemptRunner:
                 state.start_failure = ProcResult(proc.name, proc.rank, proc.host, None, now, now, request.log_path, reason=str(exc))
                 raise _StartFailed(str(exc), 1) from None
             idx = state.add(handle)
+            self.host_records.started(handle.pid, local=handle.pgid is not None)  # reads a few files; never raises
         self.emit(EventKind.STARTED, {"name": proc.name, "rank": proc.rank, "host": proc.host, "pid": handle.pid,
                                       "log": request.log_path, "attempt": self.attempt})
         return idx

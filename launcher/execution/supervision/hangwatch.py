@@ -19,7 +19,8 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from launcher.execution.backend import ProcessHandle
-from launcher.execution.results import ProcResult, RootCause, tail_lines
+from launcher.execution.results import ProcResult, RootCause
+from launcher.execution.supervision.diagnose import RootTail, judge_cause
 from launcher.logs.hang import HangPolicy, HangTracker, HangVerdict, step_text
 from launcher.logs.hangreport import HangKind, HangRank, HangReport, Suspect, TimedOut
 from launcher.logs.metrics import Metric
@@ -161,11 +162,20 @@ def _read_frame(path: str, ev: RankEvidence) -> None:
 
 
 def culprit_cause(hang: Optional[HangReport], results: List[ProcResult]) -> Optional[RootCause]:
-    """A hung attempt's root cause: the likely culprit's process (not the rank that timed out)."""
-    culprit = hang.culprit if hang is not None else None
-    if culprit is None:
+    """A hung attempt's root cause: the likely culprit's process (not the rank that timed out), with
+    the cause judged from the hang report; without a culprit, the rank whose collective timed out
+    (its cause says no rank stands out); None when neither is known (a hang where no rank stands
+    out: the report and the message tell it)."""
+    if hang is None:
+        return None
+    culprit = hang.culprit
+    rank = culprit.rank if culprit is not None else (hang.timed_out.rank if hang.timed_out is not None else None)
+    if rank is None:
         return None
     for r in results:
-        if r.rank == culprit.rank and r.name.startswith("rank"):
-            return RootCause(replace(r, reason=f"likely culprit of the hang: {culprit.evidence}"), tail_lines(r.log, 20))
+        if r.rank == rank and r.name.startswith("rank"):
+            why = f"likely culprit of the hang: {culprit.evidence}" if culprit is not None else "its collective timed out; no rank stands out"
+            proc = replace(r, reason=why)
+            tail = RootTail.read(r.log)
+            return RootCause(proc, tail.shown(), judge_cause(proc, tail.lines, hang=hang))
     return None

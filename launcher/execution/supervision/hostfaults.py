@@ -18,17 +18,14 @@ spec: :func:`launcher.planning.spares.replan`).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from launcher.execution.results import FAILED, HUNG, AttemptResult, ProcResult, earliest_failure
+from launcher.execution.results import FAILED, HUNG, AttemptResult, earliest_failure
 from launcher.planning.jobspec import Exclusion
 from launcher.planning.plan import Plan
 
 __all__ = ["Fault", "HostFaults", "Replan", "Replanned", "Spares", "attributed", "moves_text"]
-
-_LOST_RE = re.compile(r"\blost\b")
 
 
 @dataclass(frozen=True)
@@ -40,17 +37,13 @@ class Fault:
     lost: bool = False
 
 
-def _lost(p: ProcResult) -> bool:
-    return not p.torn_down and p.returncode in (None, 255) and bool(p.reason) and bool(_LOST_RE.search(p.reason or ""))
-
-
 def attributed(result: AttemptResult) -> List[Fault]:
     """The faults of one attempt, at most one per host (see the module doc)."""
     if result.status not in (FAILED, HUNG):
         return []
     out: Dict[str, Fault] = {}
     for p in result.processes:
-        if _lost(p) and p.host not in out:
+        if p.lost is not None and p.host not in out:
             out[p.host] = Fault(p.host, f"{p.name}: {p.reason}", lost=True)
     if result.status == HUNG:
         rank = result.hang.culprit.rank if result.hang is not None and result.hang.culprit is not None else None

@@ -15,6 +15,12 @@
   (``attempts 1 and 2 got no further than step 120: not restarting``).  An attempt marked
   ``replanned`` (a host left out) starts the count afresh.  Attempts that logged no step tell
   nothing: they never stop the restarts.
+* Same unfixable cause (:func:`launcher.logs.causes.repeated_unfixable`): when the last two
+  attempts of that window failed with the same cause a restart cannot fix (the same Python
+  exception at the same place, the same missing module or file), the job stops restarting with one
+  line (``attempts 0 and 1 failed the same way (missing_module: ...), which a restart cannot fix:
+  not restarting``), whether or not they logged steps.  Host-bound causes (a lost host, a SIGKILL)
+  keep counting against their host (:mod:`launcher.execution.supervision.hostfaults`).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.results import HUNG, SUCCEEDED, AttemptResult
+from launcher.logs.causes import repeated_unfixable
 from launcher.planning.plan import Plan, ProcPlan
 
 __all__ = ["ATTEMPT_VAR", "MAX_RESTARTS_VAR", "AttemptProgress", "attempt_base", "attempt_plan", "crash_loop"]
@@ -124,6 +131,9 @@ def crash_loop(history: Sequence[AttemptResult]) -> Optional[str]:
         if a.replanned:
             start = i
     window = list(history[start:])
+    same = repeated_unfixable([(a.attempt, a.root_cause.cause if a.root_cause is not None else None) for a in window])
+    if same is not None:
+        return same
     if len(window) < 3:
         return None
     before = [a.best_step for a in window[:-2]]
