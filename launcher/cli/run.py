@@ -46,7 +46,7 @@ def run_cmd(
             "Restart the whole job this many times after a failure or a hang."), rich_help_panel="Run"),
     hang_timeout: str = typer.Option("auto", "--hang-timeout", help=(
             "auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this long;"
-            " auto = max(60 s, 5 x the longest step interval), armed once every rank logged a step. See docs/long-jobs.md."), rich_help_panel="Long jobs"),
+            " auto = max(60 s, 5 x the longest step interval), armed once a rank logs a step (auto:FLOOR sets the 60 s). See docs/long-jobs.md."), rich_help_panel="Long jobs"),
     first_step_timeout: Optional[str] = typer.Option(None, "--first-step-timeout", help=(
             "SECONDS | off: hung when no rank logged a step this long after the start (default off)."), rich_help_panel="Long jobs"),
     restart_delay: float = typer.Option(SuperviseOptions.restart_delay, "--restart-delay", help=(

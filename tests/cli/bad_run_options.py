@@ -58,6 +58,7 @@ BAD_RUN_OPTIONS: List[Case] = [
     ("max-restarts", ["--max-restarts", "-1"], "--max-restarts must be >= 0", False),
     ("tee", ["--tee", "bad"], "unknown --tee mode 'bad'", False),
     ("preflight", ["--preflight", "bogus"], "unknown --preflight mode 'bogus'", False),
+    ("device_checks", ["--preflight", "warn", "--device-checks", "maybe"], "unknown --device-checks 'maybe'; use one of off, try, require", False),
     ("hang-timeout", ["--hang-timeout", "soon"], "expected auto, off or a number of seconds", False),
     ("first-step-timeout", ["--first-step-timeout", "-3"], "must be a positive number of seconds", False),
     ("restart-delay", ["--restart-delay", "-1"], "--restart-delay must be >= 0", False),
