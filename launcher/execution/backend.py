@@ -111,6 +111,10 @@ class ProcessHandle(ABC):
         exit_time: epoch seconds of the exit as the backend saw it, or None.
         exit_order: the kernel's order of exits among this mslaunch's processes, or None.
         reason: why it failed when the exit code does not say (lost host, cannot start).
+        host_lost: set by the backend, with how, when the process ended because its host was lost
+            (the ssh session or the host's agent gone): the supervisor's host faults leave such a
+            host out at once (:mod:`launcher.execution.supervision.hostfaults`). A typed event:
+            nothing reads it from ``reason``.
     """
 
     plan: ProcPlan
@@ -122,6 +126,7 @@ class ProcessHandle(ABC):
     exit_time: Optional[float] = None
     exit_order: Optional[int] = None
     reason: Optional[str] = None
+    host_lost: Optional[str] = None
 
     @abstractmethod
     def wait(self) -> int:
@@ -191,7 +196,7 @@ class ProcessHandle(ABC):
         return [ProcResult(
             name=self.plan.name, rank=self.plan.rank, host=self.host, returncode=returncode, started=self.started,
             ended=self.exit_time or ended, log=self.log_path, torn_down=torn_down,
-            reason=self.reason or note, pid=self.pid, exit_order=self.exit_order,
+            reason=self.reason or note, pid=self.pid, exit_order=self.exit_order, host_lost=self.host_lost,
         )]
 
 

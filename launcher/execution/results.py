@@ -21,7 +21,6 @@ HUNG_EXIT = 125
 
 
 #: A process's reason that says its host was lost (``connection to h3 lost``, ``agent lost``).
-_LOST_RE = re.compile(r"\blost\b")
 
 
 def exit_code_of(returncode: int) -> int:
@@ -47,6 +46,9 @@ class ProcResult:
         exit_order: the kernel's order of exits of local processes (see
             :class:`launcher.execution.local.backend.LocalProcess`), for exits closer together than the
             reaping threads can tell apart; not in JSON.
+        host_lost: how its host was lost, when its backend says so itself
+            (:attr:`ProcessHandle.host_lost <launcher.execution.backend.ProcessHandle>`: the ssh
+            session or agent gone), else None; in JSON only when set.
     """
 
     name: str
@@ -60,6 +62,7 @@ class ProcResult:
     reason: Optional[str] = None
     pid: Optional[int] = None
     exit_order: Optional[int] = None
+    host_lost: Optional[str] = None
 
     @property
     def failed(self) -> bool:
@@ -77,11 +80,10 @@ class ProcResult:
 
     @property
     def lost(self) -> Optional[str]:
-        """Why its host counts as lost (its reason: ``connection to h3 lost (closed)``), or None: it
-        failed with no exit status (or ssh's 255) and its reason says ``lost``."""
-        if self.torn_down or self.returncode not in (None, 255) or not self.reason or not _LOST_RE.search(self.reason):
-            return None
-        return self.reason
+        """How its host was lost (``connection to h3 lost (closed)``), or None: its backend's own
+        word (:attr:`host_lost`), never read from a message; a process mslaunch tore down is not
+        the one that lost its host."""
+        return None if self.torn_down else self.host_lost
 
     def describe(self) -> str:
         if self.reason and (self.returncode is None or self.failed or self.torn_down):
@@ -103,6 +105,7 @@ class ProcResult:
             "torn_down": self.torn_down,
             "reason": self.reason,
             "pid": self.pid,
+            **({"host_lost": self.host_lost} if self.host_lost else {}),
         }
 
 

@@ -96,10 +96,12 @@ def test_cgroup_folder_v1_then_v2(tmp_path):
 
 
 def test_a_lost_host_and_the_root_causes_json():
-    lost = ProcResult("rank 3", 3, "h3", None, 0.0, 1.0, "/j/worker_3.log", reason="connection to h3 lost (closed)")
-    assert lost.lost == "connection to h3 lost (closed)"
-    assert ProcResult("rank 3", 3, "h3", 1, 0.0, 1.0, "/l", reason="connection to h3 lost").lost is None  # it exited by itself
-    assert ProcResult("rank 3", 3, "h3", None, 0.0, 1.0, "/l", torn_down=True, reason="lost").lost is None
+    lost = ProcResult("rank 3", 3, "h3", None, 0.0, 1.0, "/j/worker_3.log", reason="connection to h3 lost (closed)",
+                      host_lost="connection to h3 lost (closed)")
+    assert lost.lost == "connection to h3 lost (closed)" and lost.to_json()["host_lost"] == "connection to h3 lost (closed)"
+    assert ProcResult("rank 3", 3, "h3", None, 0.0, 1.0, "/l", reason="connection to h3 lost").lost is None  # words, not the backend's event
+    assert "host_lost" not in ProcResult("rank 3", 3, "h3", 1, 0.0, 1.0, "/l").to_json()
+    assert ProcResult("rank 3", 3, "h3", None, 0.0, 1.0, "/l", torn_down=True, reason="lost", host_lost="lost").lost is None
     cause = judge_cause(lost, ("Traceback (most recent call last):", "ValueError: x"))
     assert (cause.kind, cause.evidence) == ("lost_host", "rank 3 on h3: connection to h3 lost (closed)")
     rc = RootCause(lost, ("a",), cause)

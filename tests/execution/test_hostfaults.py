@@ -23,8 +23,11 @@ from tests.execution.fakebackend import FakeBackend, FakeProcess
 KILL = -signal.SIGKILL
 
 
-def _proc(rank: Optional[int], host: str, rc: Optional[int], ended: float, torn: bool = False, reason: Optional[str] = None) -> ProcResult:
-    return ProcResult(f"rank {rank}" if rank is not None else "scheduler", rank, host, rc, 0.0, ended, "/j/l", torn_down=torn, reason=reason)
+def _proc(rank: Optional[int], host: str, rc: Optional[int], ended: float, torn: bool = False, reason: Optional[str] = None,
+          lost: bool = False) -> ProcResult:
+    """``lost``: the backend said the host was lost (its typed ``host_lost``, with ``reason``)."""
+    return ProcResult(f"rank {rank}" if rank is not None else "scheduler", rank, host, rc, 0.0, ended, "/j/l", torn_down=torn, reason=reason,
+                      host_lost=reason if lost else None)
 
 
 def _attempt(procs: Sequence[ProcResult], status: str = FAILED, hang: Optional[Dict[str, Any]] = None, k: int = 0) -> AttemptResult:
@@ -44,9 +47,12 @@ def _attempt(procs: Sequence[ProcResult], status: str = FAILED, hang: Optional[D
     # the scheduler dying is not a rank's failure
     ([_proc(None, "h1", KILL, 1.0)], FAILED, None, []),
     # a lost host counts whatever came first, and only once per host
-    ([_proc(0, "h1", 3, 1.0), _proc(2, "h2", 255, 2.0, reason="connection to h2 lost (closed)"),
-      _proc(3, "h2", 255, 2.0, reason="connection to h2 lost (closed)")], FAILED, None,
+    ([_proc(0, "h1", 3, 1.0), _proc(2, "h2", 255, 2.0, reason="connection to h2 lost (closed)", lost=True),
+      _proc(3, "h2", 255, 2.0, reason="connection to h2 lost (closed)", lost=True)], FAILED, None,
      [Fault("h2", "rank 2: connection to h2 lost (closed)", lost=True)]),
+    # a host is lost only when its backend says so: a message with the word in it is not a lost host
+    ([_proc(2, "h2", 255, 2.0, reason="mslaunch could not wait for it: connection pool lost its lock")], FAILED, None, []),
+    ([_proc(2, "h2", None, 2.0, reason="lost: a backend's bug")], FAILED, None, []),
     # a hang: the culprit's host
     ([_proc(0, "h1", -15, 1.0, torn=True), _proc(3, "h2", -15, 1.0, torn=True)], HUNG, {"culprit": {"rank": 3, "evidence": "x"}},
      [Fault("h2", "rank 3 hang culprit")]),
@@ -61,7 +67,7 @@ def test_which_failures_count_against_a_host(procs, status, hang, faults):
 
 def test_a_host_is_due_after_n_failures_a_lost_one_at_once():
     killed = _attempt([_proc(2, "h2", KILL, 1.0)])
-    lost = _attempt([_proc(4, "h3", 255, 1.0, reason="connection to h3 lost (no answer for 30 s)")])
+    lost = _attempt([_proc(4, "h3", 255, 1.0, reason="connection to h3 lost (no answer for 30 s)", lost=True)])
     faults = HostFaults(2)
     faults.add(killed)
     assert faults.due([], 1) == []

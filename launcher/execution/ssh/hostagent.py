@@ -362,12 +362,12 @@ class HostAgent:
                 self._ended(LOST_RC, f"the mslaunch agent on {self.host} did not start within --ssh-start-timeout "
                                      f"{self.settings.start_timeout:g} s (a slow or hanging login shell?)")
             elif not self.conn.active():
-                self._ended(LOST_RC, f"connection to {self.host} lost (closed)")
+                self._ended(LOST_RC, f"connection to {self.host} lost (closed)", lost=True)
             return
         if quiet > self.settings.lost_after:
-            self._ended(LOST_RC, f"connection to {self.host} lost (no answer for {quiet:.0f} s)")
+            self._ended(LOST_RC, f"connection to {self.host} lost (no answer for {quiet:.0f} s)", lost=True)
         elif not self.conn.active():
-            self._ended(LOST_RC, f"connection to {self.host} lost (closed)")
+            self._ended(LOST_RC, f"connection to {self.host} lost (closed)", lost=True)
 
     def ping(self) -> None:
         if self.state == "ready" and self._end is None:
@@ -378,7 +378,7 @@ class HostAgent:
         assert chan is not None
         status = chan.recv_exit_status() if chan.exit_status_ready() else None
         if not self.conn.active():
-            self._ended(LOST_RC, f"connection to {self.host} lost (closed)")
+            self._ended(LOST_RC, f"connection to {self.host} lost (closed)", lost=True)
             return
         said = "; ".join(self._said[-2:]) or "no output"
         if status is None or status < 0:  # sshd sent exit-signal (paramiko keeps no status)
@@ -386,8 +386,10 @@ class HostAgent:
             return
         self._ended(status if status else LOST_RC, f"the mslaunch agent on {self.host} exited with status {status}: {said}")
 
-    def _ended(self, rc: int, reason: str) -> None:
-        """The agent is gone: every unfinished rank ends with ``rc`` and ``reason``."""
+    def _ended(self, rc: int, reason: str, lost: bool = False) -> None:
+        """The agent is gone: every unfinished rank ends with ``rc`` and ``reason``; ``lost``: because
+        the host was lost (the connection closed, or the agent went silent), which each rank says
+        as its ``host_lost``."""
         with self._lock:
             if self._end is not None:
                 return
@@ -395,6 +397,8 @@ class HostAgent:
             self.state = "ended"
             handles = list(self.handles.values())
         for h in handles:
+            if lost and not h.done:
+                h.host_lost = reason
             h.finish(rc, reason)
 
 
