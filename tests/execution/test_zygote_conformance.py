@@ -174,6 +174,20 @@ def test_exit_status_and_last_words(zygote, tmp_path, kind, rc):
         assert "my hook: RuntimeError: through the hook frames=['<module>', 'case_exit', 'deep']" in forked.log
 
 
+def test_a_script_that_cannot_be_read_or_compiled(zygote, tmp_path):
+    """A missing script is python's one line and exit 2; a SyntaxError is shown as python shows
+    it (the error, no traceback) and exit 1."""
+    (tmp_path / "bad.py").write_text("print('never')\ndef broken(:\n    pass\n")
+    for name, rc in (("missing.py", 2), ("bad.py", 1)):
+        sub = tmp_path / name.split(".")[0]
+        sub.mkdir()
+        plain, forked = start_both(zygote, sub, [], cwd=tmp_path, script=str(tmp_path / name))
+        plain.finish(), forked.finish()
+        assert plain.rc == forked.rc == rc, (plain.log, forked.log)
+        assert plain.log == forked.log and "zygote" not in forked.log
+    assert "SyntaxError" in forked.log and "Traceback" not in forked.log
+
+
 def test_what_reaches_the_log_at_the_end_and_in_which_order(zygote, tmp_path):
     """Buffered stdout, atexit handlers in order, a non-daemon thread that outlives the main code
     (and the file it writes), a global's ``__del__``, ``weakref.finalize``, a file never closed."""

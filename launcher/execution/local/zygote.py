@@ -257,7 +257,7 @@ class ZygoteBackend(Backend):
             return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
         title = " ".join([proc.argv[0], *argv])  # what `ps` shows of the plain process
         request = {"argv": argv, "env": env, "cwd": cwd, "log": log_path, "cpus": list(proc.cpus) if proc.cpus else None,
-                   "title": title}
+                   "title": title, "interpreter": proc.argv[0]}
         early: Optional[int] = None
         with self._lock:
             zyg = self._ensure()

@@ -100,6 +100,9 @@ def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
     try:
         _become(request, own_fds)
         runner = _prepare(list(request["argv"]), request.get("title"))
+    except _CannotOpen as exc:  # as python says it: "python3: can't open file 'x.py': [Errno 2] ...", exit 2
+        os.write(2, f"{request.get('interpreter') or sys.executable}: {exc}\n".encode())
+        os._exit(2)
     except BaseException:  # noqa: BLE001 - setting the child up failed: say why in its log (fd 2), exit 1
         import traceback
 
@@ -133,15 +136,28 @@ def _flush_io() -> None:
             pass
 
 
+class _CannotOpen(Exception):
+    """The script cannot be read (python's own message follows the interpreter's name)."""
+
+
+class _TopCode:
+    """Matches the code object of a script's module level (compiled when it runs)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def matches(self, code: Any) -> bool:
+        return code.co_filename == self.path and code.co_name == "<module>"
+
+
 def _report_without_zygote_frames(exc: BaseException, top_code: Any) -> None:
     """Make the interpreter's report of ``exc`` (``sys.excepthook``, whatever the program set it
     to: MindSpore's ``init()`` sets one that tells the cluster) show the traceback a plain
-    process shows: from the program's own first frame, not the zygote's."""
+    process shows: from the program's own first frame, not the zygote's; none at all when the
+    program never ran (a SyntaxError of the script: python shows only the error)."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code is not top_code:
+    while tb is not None and not (top_code.matches(tb.tb_frame.f_code) if isinstance(top_code, _TopCode) else tb.tb_frame.f_code is top_code):
         tb = tb.tb_next
-    if tb is None:
-        return
     program_hook = sys.excepthook
     trimmed = tb
 
@@ -270,9 +286,11 @@ def _prepare(argv: List[str], title: Optional[str]) -> Any:
         sys.path[0] = os.path.dirname(os.path.realpath(script))
     import io
 
-    with io.open_code(path) as f:
-        source = f.read()
-    code = compile(source, path, "exec", dont_inherit=True)
+    try:
+        with io.open_code(path) as f:
+            source = f.read()
+    except OSError as exc:
+        raise _CannotOpen(f"can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}") from None
     main.__dict__.update({"__file__": path, "__cached__": None})
     try:
         from importlib.machinery import SourceFileLoader
@@ -281,10 +299,11 @@ def _prepare(argv: List[str], title: Optional[str]) -> Any:
     except ImportError:
         pass
 
-    def run_script() -> None:
-        exec(code, main.__dict__)
 
-    run_script.top_code = code  # type: ignore[attr-defined]
+    def run_script() -> None:
+        exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)  # a SyntaxError is the program's, as in python
+
+    run_script.top_code = _TopCode(path)  # type: ignore[attr-defined]
     run_script.flush_io = _flush_io  # type: ignore[attr-defined]
     return run_script
 
