@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from launcher.logs.stacks import Culprit
 from launcher.planning.kinds import StrEnum
 
-__all__ = ["HangKind", "HangRank", "HangReport", "Suspect", "TimedOut"]
+__all__ = ["Culprit", "HangKind", "HangRank", "HangReport", "TimedOut"]
 
 
 class HangKind(StrEnum):
@@ -28,17 +29,6 @@ class HangKind(StrEnum):
 
     NO_PROGRESS = "no_progress"  # no rank made progress for the limit
     COLLECTIVE_TIMEOUT = "collective_timeout"  # a rank's collective timed out waiting for the others
-
-
-@dataclass(frozen=True)
-class Suspect:
-    """The likely culprit of a hang: its rank and the evidence that names it."""
-
-    rank: int
-    evidence: str
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"rank": self.rank, "evidence": self.evidence}
 
 
 @dataclass(frozen=True)
@@ -86,7 +76,7 @@ class HangReport:
     derived: Optional[str] = None
     idle_s: Optional[float] = None
     stacks_dir: Optional[str] = None
-    culprit: Optional[Suspect] = None
+    culprit: Optional[Culprit] = None
     timed_out: Optional[TimedOut] = None
     ranks: Tuple[HangRank, ...] = field(default_factory=tuple)
 
@@ -151,6 +141,6 @@ class HangReport:
                                       timed_out=bool(r.get("timed_out")), stack_files=tuple(r.get("stack_files") or ())))
         return cls(kind=kind, limit_s=data.get("limit_s"), derived=data.get("derived"), idle_s=data.get("idle_s"),
                    stacks_dir=data.get("stacks_dir"),
-                   culprit=Suspect(culprit["rank"], str(culprit.get("evidence", ""))) if isinstance(culprit, Mapping) and "rank" in culprit else None,
+                   culprit=Culprit(culprit["rank"], str(culprit.get("evidence", ""))) if isinstance(culprit, Mapping) and "rank" in culprit else None,
                    timed_out=TimedOut(timed.get("rank"), str(timed.get("line", ""))) if isinstance(timed, Mapping) else None,
                    ranks=tuple(ranks))

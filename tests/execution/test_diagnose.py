@@ -11,7 +11,7 @@ import sys
 from launcher.execution.results import ProcResult, RootCause
 from launcher.execution.supervision.diagnose import HostRecorder, RootTail, cgroup_folder, judge_cause
 from launcher.logs.causes import Cause
-from launcher.logs.hangreport import HangKind, HangRank, HangReport, Suspect
+from launcher.logs.hangreport import Culprit, HangKind, HangRank, HangReport
 
 
 def _files(folder, oom_kill, limit=48 << 20, peak=47 << 20):
@@ -116,7 +116,7 @@ def test_a_hung_attempts_culprit_gets_the_hang_cause(tmp_path):
     log.write_text("".join(f"line {i}\n" for i in range(500)))
     procs = [ProcResult("rank 0", 0, "h1", -15, 0.0, 1.0, "/l0", torn_down=True), ProcResult("rank 1", 1, "h2", -15, 0.0, 1.0, str(log), torn_down=True)]
     hang = HangReport(HangKind.NO_PROGRESS, limit_s=60.0, derived="--hang-timeout", idle_s=61.0, stacks_dir="/j/stacks",
-                      culprit=Suspect(1, "its main thread is in train.py:40 (load), not in a collective"),
+                      culprit=Culprit(1, "its main thread is in train.py:40 (load), not in a collective"),
                       ranks=(HangRank(0, "h1"), HangRank(1, "h2")))
     rc = culprit_cause(hang, procs)
     assert rc.name == "rank 1" and rc.tail == tuple(f"line {i}" for i in range(480, 500))

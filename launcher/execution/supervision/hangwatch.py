@@ -22,7 +22,7 @@ from launcher.execution.backend import ProcessHandle
 from launcher.execution.results import ProcResult, RootCause
 from launcher.execution.supervision.diagnose import RootTail, judge_cause
 from launcher.logs.hang import HangPolicy, HangTracker, HangVerdict, step_text
-from launcher.logs.hangreport import HangKind, HangRank, HangReport, Suspect, TimedOut
+from launcher.logs.hangreport import HangKind, HangRank, HangReport, TimedOut
 from launcher.logs.metrics import Metric
 from launcher.logs.stacks import RankEvidence, collective_timeout, in_collective, innermost_python, judge_culprit, main_thread, parse_pyspy
 
@@ -115,7 +115,7 @@ class HangWatch:
             limit, derived = self.tracker.limit()
             limit_s, idle_s = None if limit is None else round(limit, 1), None
         report = HangReport(kind=HangKind.COLLECTIVE_TIMEOUT if verdict is None else HangKind.NO_PROGRESS, limit_s=limit_s, derived=derived,
-                            idle_s=idle_s, stacks_dir=folder, culprit=Suspect(culprit.rank, culprit.evidence) if culprit else None,
+                            idle_s=idle_s, stacks_dir=folder, culprit=culprit,
                             timed_out=TimedOut(timed_out[0], timed_out[1]) if timed_out is not None else None, ranks=tuple(rows))
         return report, report.message()
 
