@@ -82,6 +82,14 @@ def _value(regex: "re.Pattern[str]", text: str, what: str, command: str) -> str:
     return match.group(1).strip()
 
 
+def _one_of(raw: str, values: Tuple[str, ...], unknown: str) -> str:
+    """The value of ``values`` that ``raw`` spells (case and spacing aside); else ToolOutputError(``unknown``)."""
+    for value in values:
+        if _norm(raw) == _norm(value):
+            return value
+    raise ToolOutputError(unknown)
+
+
 def parse_link(text: str, command: str = "hccn_tool -link -g") -> str:
     """The ``link status`` value (one of :data:`LINK_VALUES`, as listed there).
 
@@ -89,10 +97,7 @@ def parse_link(text: str, command: str = "hccn_tool -link -g") -> str:
         ToolOutputError: no such line, or a value not in :data:`LINK_VALUES`.
     """
     raw = _value(_LINK_RE, text, "link status", command)
-    for value in LINK_VALUES:
-        if _norm(raw) == _norm(value):
-            return value
-    raise ToolOutputError(f"{command}: unknown link status {one_line(raw, 40)!r} (known: {', '.join(LINK_VALUES)})")
+    return _one_of(raw, LINK_VALUES, f"{command}: unknown link status {one_line(raw, 40)!r} (known: {', '.join(LINK_VALUES)})")
 
 
 def parse_net_health(text: str, command: str = "hccn_tool -net_health -g") -> str:
@@ -102,10 +107,7 @@ def parse_net_health(text: str, command: str = "hccn_tool -net_health -g") -> st
         ToolOutputError: no such line, or a value not in :data:`NET_HEALTH_VALUES`.
     """
     raw = _value(_HEALTH_RE, text, "net health status", command)
-    for value in NET_HEALTH_VALUES:
-        if _norm(raw) == _norm(value):
-            return value
-    raise ToolOutputError(f"{command}: unknown net health status {one_line(raw, 40)!r}")
+    return _one_of(raw, NET_HEALTH_VALUES, f"{command}: unknown net health status {one_line(raw, 40)!r}")
 
 
 def parse_ip(text: str, command: str = "hccn_tool -ip -g") -> Tuple[str, str]:
