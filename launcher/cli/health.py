@@ -107,7 +107,9 @@ def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str
 
     Raises:
         PlanError: ``fail`` and a host is slow or faulty; ``exclude`` and the hosts left have too
-            few slots (one line naming the hosts and why).
+            few slots, or per-node mode (``--node_rank``: the node checks itself and cannot hand
+            its ranks to another node) and this node is slow or faulty (one line naming the hosts
+            and why).
     """
     from launcher.planning.jobspec import Exclusion
     from launcher.planning.spares import replan, spare_hosts
@@ -126,12 +128,17 @@ def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str
         sys.stderr.write(f"mslaunch: preflight: all {len(result.verdicts)} host(s) ok ({result.seconds:.1f} s)\n")
         return plan, event
     if mode == "fail":
-        raise PlanError("preflight: " + "; ".join(v.line() for v in bad) + "; fix or leave out these hosts "
+        raise PlanError("; ".join(v.line() for v in bad) + "; fix or leave out these hosts "
                         "(--preflight exclude uses spare hosts)", field="--preflight")
     if mode == "warn":
         for v in bad:
             sys.stderr.write(f"mslaunch: preflight: warning: {v.line()}{'' if v.host in used else ' (spare, not used)'}\n")
         return plan, event
+    if spec.node is not None:  # per-node mode: this node plans only its own ranks
+        import socket
+
+        raise PlanError(f"this node ({socket.gethostname()}) is {bad[0].reason}; in per-node mode (--node_rank) its ranks cannot move to "
+                        "another node: fix it, or let the cluster manager start this node's part elsewhere", field="--preflight")
     exclusions = [Exclusion(v.host, v.reason, "preflight", 0) for v in bad]
     new = replan(spec, exclusions, plan.world_size)
     spares = set(spare_hosts(spec, plan))

@@ -11,6 +11,9 @@ inventory (see :mod:`launcher.execution.checks.health` for the running part):
   median) -- and the odd host out of round 1 -- with a distinct host of a fast pair: a host's
   network figure is the best of its transfers, so the healthy member of a slow pair is cleared
   by its round-2 transfer and the slow one stays slow (DLRover's node check does the same).
+  Round 3 confirms: a host still below the bar after round 2 sends once more, with a fast host
+  it has not been paired with where there is one, so one noisy transfer on a busy machine does not
+  leave a healthy host out; its figure is still the best of its transfers.
 
 Verdicts: ``faulty`` when the host did not answer (connection, start, kernel or timeout) or
 none of its transfers worked (in every round it was in),
@@ -26,7 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     "DEFAULT_THRESHOLD", "KERNELS", "PREFLIGHT_MODES", "Transfer", "Verdict", "health_json", "judge",
-    "round1_pairs", "round2_pairs", "slow_members",
+    "confirm_pairs", "round1_pairs", "round2_pairs", "slow_members",
 ]
 
 DEFAULT_THRESHOLD = 0.5
@@ -43,7 +46,7 @@ class Transfer:
     Attributes:
         a, b: host names.
         mbps: the slower direction, MB/s (0.0 when a direction failed).
-        round: 1 or 2.
+        round: 1, 2 or 3.
         error: why a direction failed, or None.
     """
 
@@ -125,6 +128,40 @@ def round2_pairs(candidates: Sequence[str], fast: Sequence[str]) -> List[Tuple[s
     return [(c, f) for c, f in zip(candidates, fast)]
 
 
+def _network_figures(hosts: Sequence[str], transfers: Sequence[Transfer]) -> Tuple[Dict[str, List[Transfer]], Dict[str, float], float]:
+    """Each host's transfers, its best figure (hosts with a transfer) and the reference median
+    (of round 1's figures, where every pair runs at once; later rounds run fewer transfers at
+    once, so their figures only clear a host, they do not raise the bar)."""
+    mine: Dict[str, List[Transfer]] = {h: [] for h in hosts}
+    for t in transfers:
+        for h in (t.a, t.b):
+            if h in mine:
+                mine[h].append(t)
+    best = {h: max(t.mbps for t in ts) for h, ts in mine.items() if ts}
+    first = [t.mbps for t in transfers if t.round == 1 for h in (t.a, t.b) if h in best]
+    return mine, best, _median(first or list(best.values()))
+
+
+def confirm_pairs(hosts: Sequence[str], transfers: Sequence[Transfer], threshold: float) -> List[Tuple[str, str]]:
+    """Round 3: each host whose best figure is still below ``threshold`` x the median, with a
+    host at or above it -- one it has not sent to yet where there is one, each fast host used
+    once while others are left.  Hosts none of whose transfers worked are not re-tried (no
+    answer is not noise)."""
+    mine, best, med = _network_figures(hosts, transfers)
+    slow = [h for h in hosts if h in best and best[h] < threshold * med and not all(t.error and t.mbps == 0.0 for t in mine[h])]
+    fast = [h for h in hosts if h in best and best[h] >= threshold * med]
+    pairs: List[Tuple[str, str]] = []
+    used: List[str] = []
+    for h in slow:
+        if not fast:
+            break
+        met = {t.other(h) for t in mine[h]}
+        order = sorted(fast, key=lambda f: (f in met, used.count(f)))
+        pairs.append((h, order[0]))
+        used.append(order[0])
+    return pairs
+
+
 def judge(
     hosts: Sequence[str],
     gflops: Mapping[str, Optional[float]],
@@ -139,22 +176,14 @@ def judge(
         hosts: every host checked.
         gflops: host -> its compute figure (None: not measured).
         failures: host -> why it is faulty (did not answer, kernel failed, timed out).
-        transfers: every transfer of both rounds.
+        transfers: every transfer of every round.
         threshold: a figure below ``threshold`` x the median is slow.
         network: False when the network was not checked (one host, or this machine only).
     """
     answered = [h for h in hosts if h not in failures]
     med_gflops = _median([gflops[h] for h in answered if gflops.get(h) is not None])  # type: ignore[misc]
-    mine: Dict[str, List[Transfer]] = {h: [] for h in hosts}
-    for t in transfers:
-        for h in (t.a, t.b):
-            if h in mine:
-                mine[h].append(t)
-    best = {h: max(t.mbps for t in mine[h]) for h in answered if mine[h]}
-    # the reference is round 1 (every pair at once); round 2 runs fewer transfers at once, so
-    # its figures only clear a host, they do not raise the bar
-    first = [t.mbps for t in transfers if t.round == 1 for h in (t.a, t.b) if h in best]
-    med_mbps = _median(first or list(best.values()))
+    mine, best, med_mbps = _network_figures(answered, transfers)
+    mine.update({h: [t for t in transfers if h in (t.a, t.b)] for h in hosts if h not in mine})
     out: List[Verdict] = []
     for h in hosts:
         ts = tuple(mine[h])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -160,3 +161,74 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     pre = [e for e in events if e["kind"] == "preflight"]
     assert len(pre) == 1 and pre[0]["devices"]["target"] == "ascend" and pre[0]["devices"]["source"] == "DEVICE_TARGET"
     assert wait_nothing_left(c, 15.0) == {}
+
+
+#: Every pod's ranks: a stand-in scheduler (pod 0) that ends once every worker is up, workers that
+#: say they are up and end.
+POD_PROG = """
+import os, socket, time
+role, rank = os.environ.get("MS_ROLE"), os.environ.get("RANK_ID")
+if role == "MS_SCHED":
+    sock = socket.create_server((os.environ["MS_SCHED_HOST"], int(os.environ["MS_SCHED_PORT"])))
+    while not all(os.path.exists(f"up_{r}") for r in range(6)):
+        time.sleep(0.05)
+elif role == "MS_WORKER":
+    open(f"up_{rank}", "w").close()
+    print(f"prog rank={rank} up", flush=True)
+"""
+
+
+@pytest.mark.cost(40)
+def test_preflight_in_kubelet_like_pods_checks_each_pods_own_devices(make_netns_cluster, tmp_path) -> None:
+    """``k8s gen ... --preflight exclude --device-checks require``: each pod (per-node mode) checks
+    its own node's NPUs before it starts a rank.  All healthy: every pod logs its verdict and the
+    Job completes.  Pod 1's NPU 0 link down: pod 1 ends with one line naming the device (per-node
+    mode cannot hand its ranks to another node), the Job fails, the other pods are ended, and no
+    rank of pod 1 ever started; nothing is left in any pod."""
+    from tests.harness.k8s_pods import IndexedJobPods
+    from tests.integration.test_k8s_pods import gen, image_env
+
+    c = make_netns_cluster(3)
+    folder = tmp_path / "fake"
+    (folder / "hosts").mkdir(parents=True)
+    (folder / "cases").mkdir()
+    (folder / "cases" / "link_down.json").write_text(json.dumps({"base": "ascend_healthy",
+                                                                 "hccn_tool -i 0 -link": {"file": "hccn_link_down.txt"}}))
+    env = dict(image_env(), MSLAUNCH_DEVICE_TOOLS_DIR=_tools(tmp_path, folder))
+
+    def job_run(tag: str, faulty: int = -1):
+        wd = tmp_path / tag
+        wd.mkdir()
+        (wd / "prog.py").write_text(POD_PROG)
+        manifest = gen(wd, "--cpu-tune", "off", "--preflight", "exclude", "--device-checks", "require", "--env", "DEVICE_TARGET=Ascend",
+                       "--start-timeout", "60", "prog.py")
+        with IndexedJobPods(c, manifest, env, str(tmp_path / tag)) as job:
+            for i in range(3):  # each pod's host name is <job>-<i>: the fake tools answer by it
+                (folder / "hosts" / f"{job.job_name}-{i}").write_text("link_down\n" if i == faulty else "ascend_healthy\nnet=1\n")
+            for i in range(3):
+                job.start(i)
+            status = job.run(timeout=300)
+            logs = {i: p.output() for i, p in job.pods.items()}
+            for i, pod in job.pods.items():
+                assert pod.leftovers == [], (i, pod.leftovers)
+        return status, job, logs, wd
+
+    status, job, logs, wd = job_run("healthy")
+    assert status == "Complete", logs
+    for i in range(3):
+        assert "mslaunch: preflight: all 1 host(s) ok" in logs[i], logs[i][-2000:]
+        assert all(f"prog rank={r} up" in logs[i] for r in (2 * i, 2 * i + 1)), logs[i][-2000:]
+    events = [json.loads(line) for p in sorted((wd / "mslaunch_logs").glob("*/events.jsonl")) for line in p.read_text().splitlines()]
+    pre = [e for e in events if e["kind"] == "preflight"]
+    assert len(pre) == 3 and all(e["devices"]["target"] == "ascend" and e["devices"]["checks"] == "require" for e in pre), pre
+    assert all(e["hosts"][0]["reason"].endswith("; devices ok: NPU 0-1") for e in pre), pre
+
+    status, job, logs, wd = job_run("faulty", faulty=1)
+    assert status == "Failed", logs
+    assert job.pods[1].returncode == 2, logs[1][-2000:]
+    errors = [ln for ln in logs[1].splitlines() if "error" in ln]
+    assert len(errors) == 1 and "Traceback" not in logs[1], logs[1][-2000:]
+    assert re.search(rf"this node \({job.job_name}-1\) is faulty: NPU 0: link status: DOWN .*in per-node mode", errors[0]), errors[0]
+    assert "prog rank=2 up" not in logs[1] and "prog rank=3 up" not in logs[1]
+    assert not (wd / "up_2").exists() and not (wd / "up_3").exists()
+    assert c.all_pids() == {}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from launcher.planning.health import Transfer, health_json, judge, round1_pairs, round2_pairs, slow_members
+from launcher.planning.health import Transfer, confirm_pairs, health_json, judge, round1_pairs, round2_pairs, slow_members
 
 HOSTS = ["h1", "h2", "h3", "h4", "h5"]
 FAST = {h: 10.0 for h in HOSTS}
@@ -31,6 +31,28 @@ def test_round2_clears_the_healthy_member_of_a_slow_pair() -> None:
     assert [v[h].status for h in HOSTS[:4]] == ["ok", "slow", "ok", "ok"]
     assert v["h2"].reason == ("slow: network 1.1 MB/s (with h1 in round 1, h4 in round 2), median 50.5; threshold 0.5")
     assert v["h1"].mbps == 95.0
+
+
+def test_round3_confirms_a_host_still_slow_with_a_partner_it_has_not_met() -> None:
+    """The odd host's one round-2 transfer was slow (a busy moment): it sends once more, to a fast
+    host other than its round-2 partner; its best figure clears it."""
+    ts = [Transfer("h1", "h2", 500.0), Transfer("h3", "h4", 480.0), Transfer("h5", "h1", 180.0, 2)]
+    assert confirm_pairs(HOSTS, ts, 0.5) == [("h5", "h2")]
+    assert [v.status for v in judge(HOSTS, FAST, {}, ts)] == ["ok", "ok", "ok", "ok", "slow"]
+    ts.append(Transfer("h5", "h2", 470.0, 3))
+    assert confirm_pairs(HOSTS, ts, 0.5) == []
+    assert all(v.ok for v in judge(HOSTS, FAST, {}, ts))
+
+
+def test_round3_spreads_slow_hosts_over_fast_ones_and_skips_dead_links() -> None:
+    ts = [Transfer("h1", "h2", 1.0), Transfer("h3", "h4", 100.0), Transfer("h1", "h3", 1.2, 2), Transfer("h2", "h4", 1.1, 2),
+          Transfer("h5", "h3", 0.0, 2, error="connection refused")]
+    assert confirm_pairs(HOSTS, ts, 0.5) == [("h1", "h4"), ("h2", "h3")]
+    # a host none of whose transfers worked is faulty, not re-measured; no fast host: nothing to pair
+    assert confirm_pairs(["h1", "h2"], [Transfer("h1", "h2", 1.0)], 0.5) == []
+    v = {x.host: x for x in judge(HOSTS, FAST, {}, ts + [Transfer("h1", "h4", 0.9, 3), Transfer("h2", "h3", 1.3, 3)])}
+    assert v["h5"].status == "faulty" and v["h1"].status == v["h2"].status == "slow"
+    assert "h4 in round 3" in v["h1"].reason
 
 
 def test_round2_figures_do_not_raise_the_bar() -> None:

@@ -10,7 +10,7 @@ not answer in time is ``faulty``.  Probes exit when their stdin ends (the sessio
 
 Network: only between hosts that are not this machine (``localhost`` hosts share one network
 stack; their network figure is "not checked").  The odd host out of round 1 is paired with a
-fast host in round 2.
+fast host in round 2; a host still slow after it is measured once more in round 3.
 
 Devices (``devices``: host -> the order of :func:`launcher.planning.devices.probe_order`): after
 the network rounds, so the tools' processes do not disturb the figures, every host that answered
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.probes.health_probe import THREAD_ENV
-from launcher.planning.health import DEFAULT_THRESHOLD, Transfer, Verdict, judge, round1_pairs, round2_pairs, slow_members
+from launcher.planning.health import DEFAULT_THRESHOLD, Transfer, Verdict, confirm_pairs, judge, round1_pairs, round2_pairs, slow_members
 from launcher.planning.inventory import Host
 
 if TYPE_CHECKING:
@@ -329,6 +329,9 @@ def drive(
         candidates = slow + ([odd] if odd else [])
         if candidates and fast:
             transfers += _transfers(links, round2_pairs(candidates, fast), addr, port, budget, 2)
+        again = confirm_pairs(netted, transfers, threshold)
+        if again:
+            transfers += _transfers(links, again, addr, port, budget, 3)
     answers, missing = _devices(names, links, failures, devices, budget) if devices else ({}, {})
     verdicts = judge(names, gflops, failures, transfers, threshold, network=network)
     return HealthResult(tuple(verdicts), time.monotonic() - t_start, "checked" if network else no_network, answers, missing)
