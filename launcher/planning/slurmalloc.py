@@ -122,6 +122,29 @@ def parse_node_addrs(text: str) -> Dict[str, str]:
     return out
 
 
+def parse_node_states(text: str) -> Dict[str, str]:
+    """Node name -> ``State`` from ``scontrol show node -o`` (``MIXED+NOT_RESPONDING``: a base
+    state and its flags, joined by ``+``)."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        name, state = fields.get("NodeName"), fields.get("State")
+        if name and state:
+            out[name] = state
+    return out
+
+
+def node_lost(node: str, state: str) -> Optional[str]:
+    """How Slurm says ``node`` is lost, from its ``State`` (see :func:`parse_node_states`): its
+    base state is ``DOWN`` or it has the ``NOT_RESPONDING`` flag (its slurmd stopped answering
+    slurmctld: ``sinfo`` shows it with a ``*``); None for a node in any other state (``DRAIN``
+    and ``FAIL`` are an administrator's, the node still runs)."""
+    parts = state.upper().split("+")
+    if parts[0].rstrip("*") == "DOWN" or "NOT_RESPONDING" in parts[1:] or state.endswith("*"):
+        return f"Slurm node {node} is {state}"
+    return None
+
+
 def allocation_inventory(alloc: Allocation, addrs: Mapping[str, str],
                          narrow: Optional[Sequence[Tuple[str, Optional[int]]]] = None) -> Inventory:
     """The inventory of ``alloc``: one host per node (name = node name, ``addr`` = its NodeAddr).

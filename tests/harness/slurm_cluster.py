@@ -292,6 +292,28 @@ class SlurmCluster:
         except OSError:
             return []
 
+    def start_slurmd(self, node: str, timeout: float = 30.0) -> None:
+        """Start ``node``'s slurmd again (after :func:`tests.harness.hostfaults.stop_slurmd`) and
+        wait until Slurm holds the node responding (``ReturnToService=2`` takes a node that was
+        down for not responding back; it also ends what the node still runs of jobs it is no
+        longer part of).
+
+        Raises:
+            SlurmClusterError: the node does not respond within ``timeout``.
+        """
+        with open(os.path.join(self.dir, "log", "daemons.out"), "ab") as log:
+            self._spawn_slurmd(node, self.env(), log)
+        self._write_state()
+        end = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < end:
+            res = self.run(["sinfo", "-h", "-n", node, "-o", "%T"], timeout=15)
+            state = res.stdout.strip()
+            if res.returncode == 0 and state and not state.endswith("*") and state not in ("down", "unknown"):
+                return
+            time.sleep(0.1)
+        raise SlurmClusterError(f"{node} not responding {timeout:g} s after its slurmd started again (state {state!r})")
+
     def daemon_pids(self) -> Dict[str, int]:
         """``slurmctld`` and each node's daemon launcher pid."""
         return dict(self._pids)
@@ -356,12 +378,8 @@ class SlurmCluster:
             ctld = subprocess.Popen([_exe("slurmctld"), "-D", "-i", "-f", self.conf], env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             self._procs["slurmctld"], self._pids["slurmctld"] = ctld, ctld.pid
-            for node, h in zip(self.nodes, self.net.hosts):
-                script = f"hostname {node} && exec {_exe('slurmd')} -D -f {self.conf} -N {node}"
-                proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{h.netns}", "unshare", "--uts", "sh", "-c", script],
-                                        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-                self._procs[node], self._pids[node] = proc, proc.pid
+            for node in self.nodes:
+                self._spawn_slurmd(node, env, log)
         finally:
             log.close()
         end = time.monotonic() + timeout
@@ -373,6 +391,14 @@ class SlurmCluster:
                 return
             time.sleep(0.1)
         raise SlurmClusterError(f"nodes not idle after {timeout:g} s (idle: {self.idle_nodes()}); see {self.dir}/log")
+
+    def _spawn_slurmd(self, node: str, env: Dict[str, str], log: object) -> None:
+        h = self.net.hosts[self.nodes.index(node)]
+        script = f"hostname {node} && exec {_exe('slurmd')} -D -f {self.conf} -N {node}"
+        proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{h.netns}", "unshare", "--uts", "sh", "-c", script],
+                                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # type: ignore[arg-type]
+                                start_new_session=True)
+        self._procs[node], self._pids[node] = proc, proc.pid
 
     def _write_state(self) -> None:
         with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as fh:

@@ -8,12 +8,14 @@ from launcher.planning.slurmalloc import (
     Allocation,
     allocation_inventory,
     in_allocation,
+    node_lost,
     outside_stop,
     parse_allocation,
     parse_counts,
     parse_job_record,
     parse_narrow,
     parse_node_addrs,
+    parse_node_states,
     srun_steps,
 )
 
@@ -61,6 +63,21 @@ def test_node_addrs_from_scontrol() -> None:
     text = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.213.0.1 NodeHostName=node1 State=IDLE\n"
             "NodeName=node2 NodeAddr=10.213.0.2 State=ALLOCATED\n\n")
     assert parse_node_addrs(text) == {"node1": "10.213.0.1", "node2": "10.213.0.2"}
+
+
+def test_node_states_from_scontrol() -> None:
+    text = ("NodeName=node1 Arch=x86_64 NodeAddr=10.213.0.1 State=MIXED Reason=x\n"
+            "NodeName=node2 NodeAddr=10.213.0.2 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2024]\n")
+    assert parse_node_states(text) == {"node1": "MIXED", "node2": "DOWN+NOT_RESPONDING"}
+
+
+@pytest.mark.parametrize("state,lost", [
+    ("MIXED", False), ("ALLOCATED", False), ("IDLE+DRAIN", False), ("MIXED+FAIL", False), ("ALLOCATED+COMPLETING", False),
+    ("MIXED+NOT_RESPONDING", True), ("DOWN+NOT_RESPONDING", True), ("DOWN", True), ("DOWN+DRAIN", True), ("IDLE*", True),
+])
+def test_a_node_is_lost_when_down_or_not_responding(state, lost) -> None:
+    assert (node_lost("node2", state) == f"Slurm node node2 is {state}") is lost
+    assert lost or node_lost("node2", state) is None
 
 
 def test_inventory_and_narrowing() -> None:

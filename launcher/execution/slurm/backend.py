@@ -20,6 +20,10 @@ On-disk (per attempt dir)::
     slurm/hostfile                  SLURM_HOSTFILE: rank r's node on line r
     slurm/<key>.start.json, slurm/<key>.exit.json   the shims' records (see the shim)
 
+A node Slurm holds lost when the step fails (``DOWN`` or ``NOT_RESPONDING`` in ``scontrol show
+node``, e.g. its slurmd stopped) makes each of the step's processes there end with ``host_lost``,
+so a restart leaves the node out and uses a spare node of the allocation (docs/spare-hosts.md).
+
 The job dir must be on a filesystem every node of the allocation sees (it is where the shims
 read their tasks and write logs and records).
 
@@ -86,7 +90,17 @@ def _steps(plan: Plan, attempt_dir: str, attempt: int) -> Tuple[Optional[Any], A
 
 
 class SrunStepProcess(LocalProcess):
-    """The local srun of one step, standing for the processes of that step (see :meth:`outcomes`)."""
+    """The local srun of one step, standing for the processes of that step (see :meth:`outcomes`).
+
+    When srun ends by itself with a failure, the step's nodes that Slurm holds lost (``DOWN`` or
+    ``NOT_RESPONDING``: :func:`launcher.execution.slurm.nodes.lost_nodes`) are asked once, from
+    the thread that waits for srun: a node's slurmd that stops mid-job makes slurmctld mark the node
+    not responding, then down, and end the step (with ``--no-kill``, the allocation goes on
+    without the node). Each of the step's processes on such a node ends as ``host_lost``.
+    """
+
+    _lost: Optional[Dict[str, str]] = None  # node -> how Slurm holds it lost, once asked
+    _stopping = False  # mslaunch ended the step (terminate/kill): its exit says nothing of its nodes
 
     def __init__(self, base: LocalProcess, backend: "SlurmBackend", procs: List[StartRequest], role_plan: ProcPlan) -> None:
         super().__init__(role_plan, base.popen, base.log_path)
@@ -102,6 +116,19 @@ class SrunStepProcess(LocalProcess):
         from launcher.execution.slurm.dump import slurm_step_dump
 
         return slurm_step_dump(self.backend.job_id, self.backend.status_dir, [r.proc.rank for r in self.procs], folder)
+
+    def wait(self) -> int:
+        rc = super().wait()
+        self.lost_nodes(rc)
+        return rc
+
+    def lost_nodes(self, rc: Optional[int]) -> Dict[str, str]:
+        """The step's nodes Slurm holds lost once srun failed by itself (asked once), else {}."""
+        if self._lost is None:
+            if rc in (0, None) or self._stopping:
+                return {}
+            self._lost = self.backend.lost_nodes([r.proc.host for r in self.procs])
+        return self._lost
 
     def step_ids(self) -> List[str]:
         """``J.S`` of this step, from the shims' start records (empty until a task started)."""
@@ -124,11 +151,13 @@ class SrunStepProcess(LocalProcess):
     def terminate(self) -> None:
         """SIGTERM to every task of the step (``scancel --signal=TERM``; the shims pass it to
         their ranks), so ranks get the grace.  (srun itself, given SIGTERM, would SIGKILL them.)"""
+        self._stopping = True
         if self.popen.poll() is None:
             self._scancel("TERM")
 
     def kill(self) -> None:
         """SIGKILL the step's tasks through Slurm, cancel the step, SIGKILL srun."""
+        self._stopping = True
         if self.popen.poll() is None:
             self._scancel("KILL")
             self._scancel(None)
@@ -139,10 +168,13 @@ class SrunStepProcess(LocalProcess):
 
         A record's ``stopped`` flag marks an exit caused by a stop (Slurm ending the step after
         another task failed, or teardown): torn down, not a cause.  A process without an exit
-        record was ended by Slurm (SIGKILL) or never started; when no process failed by itself
-        and srun failed without being torn down, srun is added as the failure (its log says why).
+        record was ended by Slurm (SIGKILL) or never started, or, on a node Slurm holds lost
+        (:meth:`lost_nodes`), lost with its node (``host_lost``); when no process failed by
+        itself and srun failed without being torn down, srun is added as the failure (its log
+        says why).
         """
         out: List[ProcResult] = []
+        lost = self.lost_nodes(rc) if not torn else {}
         own_failure = False
         records = [(req, *_records(self.backend.status_dir, req.proc)) for req in self.procs]
         # Slurm signals a step's processes one by one: a rank may die of the SIGTERM before its
@@ -162,6 +194,11 @@ class SrunStepProcess(LocalProcess):
                     own_failure = True
                 out.append(ProcResult(req.proc.name, req.proc.rank, host, code, started, end.get("ended") or when, req.log_path,
                                       torn_down=stopped, reason=(note or "stopped by Slurm/mslaunch") if stopped else None, pid=start.get("pid")))
+            elif host in lost or req.proc.host in lost:
+                own_failure = True
+                how = lost.get(host) or lost[req.proc.host]
+                out.append(ProcResult(req.proc.name, req.proc.rank, host, None, started, when, req.log_path, reason=how,
+                                      pid=start.get("pid"), host_lost=how))
             elif rc == 0:
                 out.append(ProcResult(req.proc.name, req.proc.rank, host, 0, started, when, req.log_path, pid=start.get("pid")))
             else:
@@ -277,6 +314,12 @@ class SlurmBackend(Backend):
 
         restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
         return outside_stop(job_record(self.job_id, timeout=3.0), self.job_id, int(restarts) if restarts.isdigit() else 0)
+
+    def lost_nodes(self, nodes: List[str]) -> Dict[str, str]:
+        """Of ``nodes``, those Slurm holds lost (see :func:`launcher.execution.slurm.nodes.lost_nodes`)."""
+        from launcher.execution.slurm.nodes import lost_nodes
+
+        return lost_nodes(nodes)
 
     def cancel(self, signal_name: Optional[str] = None) -> List[str]:
         """``scancel`` this attempt's steps (``--signal`` only when given); their ids."""

@@ -1,12 +1,13 @@
-"""Node name -> address of Slurm nodes (``scontrol show node -o``): node names need not resolve
-on the nodes, but ``MS_SCHED_HOST`` must be an address every node reaches."""
+"""Slurm nodes as slurmctld knows them (``scontrol show node -o``): node name -> address (node
+names need not resolve on the nodes, but ``MS_SCHED_HOST`` must be an address every node
+reaches), and the nodes Slurm holds lost (down, or their slurmd not responding)."""
 from __future__ import annotations
 
 import subprocess
 from typing import Dict, Sequence
 
 from launcher.errors import LaunchError
-from launcher.planning.slurmalloc import parse_node_addrs
+from launcher.planning.slurmalloc import node_lost, parse_node_addrs, parse_node_states
 
 
 def node_addrs(nodes: Sequence[str], timeout: float = 30.0) -> Dict[str, str]:
@@ -28,3 +29,27 @@ def node_addrs(nodes: Sequence[str], timeout: float = 30.0) -> Dict[str, str]:
         raise LaunchError(f"scontrol show node failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
     addrs = parse_node_addrs(res.stdout)
     return {n: addrs.get(n, n) for n in nodes}
+
+
+def lost_nodes(nodes: Sequence[str], timeout: float = 5.0) -> Dict[str, str]:
+    """The nodes of ``nodes`` Slurm itself holds lost (``DOWN`` or ``NOT_RESPONDING``, see
+    :func:`~launcher.planning.slurmalloc.node_lost`), node -> how, from one ``scontrol show node
+    -o``; {} when none is, or when scontrol cannot say (no error: the caller's failure stands as
+    it is)."""
+    from launcher.planning.hostlist import fold_hostlist
+
+    if not nodes:
+        return {}
+    try:
+        res = subprocess.run(["scontrol", "show", "node", "-o", fold_hostlist(sorted(set(nodes)))], capture_output=True,
+                             text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if res.returncode != 0:
+        return {}
+    out: Dict[str, str] = {}
+    for node, state in parse_node_states(res.stdout).items():
+        how = node_lost(node, state)
+        if how is not None and node in nodes:
+            out[node] = how
+    return out

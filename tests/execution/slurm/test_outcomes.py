@@ -16,9 +16,11 @@ def _proc(rank, role="worker", name=None):
                     node_rank=0, device_id=None, argv=("x",), env=(), cwd="/", log=f"/j/worker_{rank}.log")
 
 
-def _handle(tmp_path, ranks):
+def _handle(tmp_path, ranks, lost=None):
     h = object.__new__(SrunStepProcess)
-    h.backend = SimpleNamespace(status_dir=str(tmp_path))
+    asked = []
+    h.backend = SimpleNamespace(status_dir=str(tmp_path), lost_nodes=lambda nodes: asked.append(list(nodes)) or dict(lost or {}))
+    h.asked = asked
     h.procs = [StartRequest(_proc(r), f"/j/worker_{r}.log", "/") for r in ranks]
     h.plan = _proc(None, role="launcher", name="srun")
     h.started, h.srun_log, h.pid = 1.0, "/j/srun.log", 42
@@ -62,3 +64,27 @@ def test_srun_itself_failed_before_any_task(tmp_path) -> None:
 def test_success_without_records_is_success(tmp_path) -> None:
     results = _handle(tmp_path, [0]).outcomes(0, 2.0, False)
     assert [(r.rank, r.returncode) for r in results] == [(0, 0)]
+
+
+def test_the_ranks_on_a_node_slurm_holds_lost_end_with_their_host_lost(tmp_path) -> None:
+    """node2's slurmd stopped: Slurm ended the step (SIGKILL to the other tasks); rank 1 has no
+    exit record and its node is DOWN: it is the failure, typed as a lost host, and srun is not."""
+    (tmp_path / "rank_0.start.json").write_text(json.dumps({"pid": 100, "node": "node1", "started": 1.0}))
+    (tmp_path / "rank_1.start.json").write_text(json.dumps({"pid": 101, "node": "node2", "started": 1.0}))
+    how = "Slurm node node2 is DOWN+NOT_RESPONDING"
+    h = _handle(tmp_path, [0, 1], lost={"node2": how})
+    results = h.outcomes(137, 6.0, False)
+    assert [(r.name, r.torn_down, r.lost) for r in results] == [("rank 0", True, None), ("rank 1", False, how)]
+    assert earliest_failure(results).rank == 1 and results[1].reason == how and results[1].to_json()["host_lost"] == how
+    assert h.asked == [["node1", "node2"]]
+    h.outcomes(137, 6.0, False)
+    assert len(h.asked) == 1  # asked once
+
+
+def test_nodes_are_not_asked_after_a_success_or_a_teardown(tmp_path) -> None:
+    h = _handle(tmp_path, [0, 1], lost={"node2": "Slurm node node2 is DOWN"})
+    assert all(not r.lost for r in h.outcomes(0, 6.0, False)) and h.asked == []
+    h = _handle(tmp_path, [0, 1], lost={"node2": "Slurm node node2 is DOWN"})
+    assert all(r.torn_down and not r.lost for r in h.outcomes(143, 6.0, True)) and h.asked == []
+    h._stopping = True
+    assert all(not r.lost for r in h.outcomes(143, 6.0, False)) and h.asked == []

@@ -1,0 +1,89 @@
+"""Spare nodes under Slurm, on a real 3-node Slurm 22.05 cluster (network namespaces) of its own
+(a node is broken during the test).
+
+A 2-rank job (``--np 2``, one rank per node) in a ``salloc --no-kill -N3`` allocation: node3 is the
+spare.  Once both ranks run, node2's slurmd is stopped (by its pid).  slurmctld marks node2 not
+responding, then down, and ends the step; the slurm backend reads node2's state from Slurm
+(``scontrol show node``) and ends rank 1 as a lost host.  The restart (``--max-restarts 1``)
+leaves node2 out, rank 1 moves to node3, and the job succeeds; summary.json, plan.json and the
+console name the lost node.  node2's slurmd is started again afterwards, which ends what its
+step still ran there; nothing is left on any node.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.harness.cli import mslaunch_argv
+from tests.harness.conftest_slurm import require_slurm
+from tests.harness.faultkit import wait_for, wait_or_fail
+from tests.harness.hostfaults import stop_slurmd
+from tests.harness.slurm_cluster import SlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.netns]
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+LOSTHOST = os.path.join(HERE, "scripts", "losthost.py")
+
+
+def _allocate(cluster: SlurmCluster, *extra: str) -> dict:
+    res = cluster.run(["salloc", "--no-shell", "-N3", "--ntasks-per-node=1", "--immediate=30", *extra], timeout=60)
+    m = re.search(r"Granted job allocation (\d+)", res.stderr)
+    assert res.returncode == 0 and m, res.stderr
+    job = m.group(1)
+    env = cluster.env()
+    env.update({"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NODELIST": "node[1-3]",
+                "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NUM_NODES": "3", "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    return env
+
+
+@pytest.mark.cost(60)
+def test_a_node_whose_slurmd_stops_mid_job_is_lost_and_the_restart_uses_the_spare_node(tmp_path) -> None:
+    require_slurm()
+    with SlurmCluster(3) as cluster:
+        env = _allocate(cluster, "--no-kill")
+        pids, job = tmp_path / "pids", tmp_path / "job"
+        pids.mkdir()
+        argv = mslaunch_argv("run", "--launcher", "slurm", "--np", "2", "--max-restarts", "1", "--master-port", "auto",
+                             "--log-dir", str(job), "--tee", "none", "--grace", "2", "--env", f"PIDDIR={pids}", LOSTHOST, "3")
+        proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_or_fail(lambda: (pids / "a0-r0").exists() and (pids / "a0-r1").exists() or proc.poll() is not None, 120,
+                         "both ranks of attempt 0 running")
+            assert proc.poll() is None, proc.communicate()
+            assert [(pids / f"a0-r{r}").read_text() for r in (0, 1)] == ["node1", "node2"]
+            stop_slurmd(cluster, "node2")
+            out, err = proc.communicate(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, err
+        s = json.loads((job / "summary.json").read_text())
+        first, second = s["attempt_results"]
+        assert (first["status"], second["status"], second.get("replanned")) == ("failed", "succeeded", True), first
+        cause = first["root_cause"]
+        assert (cause["rank"], cause["host"]) == (1, "node2"), cause
+        rank1 = {p["name"]: p for p in first["processes"]}["rank 1"]
+        lost = rank1["host_lost"]
+        assert re.fullmatch(r"Slurm node node2 is \S*(DOWN|NOT_RESPONDING)\S*", lost), lost
+        assert (rank1["host"], rank1["torn_down"], cause["reason"]) == ("node2", False, lost)
+        assert {p["name"]: p["torn_down"] for p in first["processes"]} == {"rank 0": True, "rank 1": False, "scheduler": True}
+        assert cause["cause"]["kind"] == "lost_host", cause
+        excluded = [{"host": "node2", "reason": f"host lost (rank 1: {lost})", "by": "restart", "attempt": 1}]
+        assert s["excluded_hosts"] == excluded
+        plan = json.loads((job / "plan.json").read_text())
+        assert plan["excluded_hosts"] == excluded and [p["host"] for p in plan["ranks"]] == ["node1", "node3"]
+        assert {p["name"]: p["host"] for p in s["processes"]} == {"rank 0": "node1", "rank 1": "node3", "scheduler": "node1"}
+        assert (pids / "a1-r1").read_text() == "node3"
+        assert "rank1 done" in (job / "attempt_1" / "worker_1.log").read_text()
+        assert f"mslaunch: restart: leaving out node2 host lost (rank 1: {lost}); rank 1 moves to node3" in err.splitlines(), err
+        # node2 still runs what its step started (its slurmd is gone, Slurm cannot reach it);
+        # started again, slurmd ends the step of a job the node is no longer part of.
+        cluster.start_slurmd("node2")
+        wait_for(lambda: not cluster.node_pids(include_slurm=False), 60)
+        assert cluster.node_pids(include_slurm=False) == {}

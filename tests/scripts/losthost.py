@@ -1,0 +1,50 @@
+"""A stand-in training rank for a job that loses a host mid-run (no MindSpore).
+
+    losthost.py STEPS
+
+Every worker writes ``$PIDDIR/a<MSLAUNCH_ATTEMPT>-r<rank>`` holding its host name (the test waits
+for these before it takes a host away) and prints ``attempt=<a> rank=<r> host=<name>``.  In
+attempt 0 it then waits until it is ended (the test loses a host meanwhile); in a later attempt
+it prints one LossMonitor line per step, tells the scheduler ``done`` and ends.  The scheduler
+role listens on MS_SCHED_PORT and ends once every worker said ``done``.
+"""
+import os
+import socket
+import sys
+import time
+
+steps = int(sys.argv[1])
+attempt = os.environ.get("MSLAUNCH_ATTEMPT", "0")
+sched = (os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"]))
+
+if os.environ.get("MS_ROLE") == "MS_SCHED":
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(sched)
+    sock.listen(16)
+    done = 0
+    while done < int(os.environ["MS_WORKER_NUM"]):  # mslaunch's port probes connect and send nothing
+        conn = sock.accept()[0]
+        conn.settimeout(10)
+        try:
+            done += conn.recv(16) == b"done"
+        except OSError:
+            pass
+        conn.close()
+    sys.exit(0)
+
+rank = int(os.environ["RANK_ID"])
+host = socket.gethostname()
+print(f"attempt={attempt} rank={rank} host={host}", flush=True)
+marker = os.path.join(os.environ["PIDDIR"], f"a{attempt}-r{rank}")
+with open(marker + ".tmp", "w") as fh:
+    fh.write(host)
+os.replace(marker + ".tmp", marker)
+while attempt == "0":
+    time.sleep(0.2)
+for step in range(1, steps + 1):
+    time.sleep(0.1)
+    print(f"epoch: 1 step: {step}, loss is {2.0 / step:.7g}", flush=True)
+with socket.create_connection(sched, timeout=10) as conn:
+    conn.sendall(b"done")
+print(f"rank{rank} done", flush=True)
