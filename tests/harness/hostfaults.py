@@ -3,6 +3,8 @@
 * :func:`throttle_cpu` puts the host's sshd in a cgroup v1 ``cpu`` group with a CFS quota
   (``cpu.cfs_quota_us`` per ``cpu.cfs_period_us``); everything started over ssh on that host
   inherits it.  :func:`unthrottle` moves the processes back and removes the group.
+  :func:`throttle_slurmd` / :func:`unthrottle_slurmd` do the same for a Slurm node's slurmd
+  (the job steps started there), and :func:`stop_slurmd` stops it.
 * :func:`shape_link` adds a ``tbf`` qdisc on the root-namespace end of the host's veth (the
   traffic *to* the host) and on the host's own ``eth0`` (the traffic *from* it);
   :func:`unshape_link` removes both.
@@ -35,7 +37,30 @@ def throttle_cpu(cluster: NamespaceCluster, host: HostRef, quota_us: int = 5000,
     pid = cluster.sshd_pid(host)
     if pid is None:
         raise RuntimeError(f"{cluster.host(host).name}: sshd is not running")
-    path = _group(cluster, host)
+    return _throttle(_group(cluster, host), pid, quota_us, period_us)
+
+
+def unthrottle(cluster: NamespaceCluster, host: HostRef) -> None:
+    """Move ``host``'s throttled processes back to the root group and remove the group."""
+    _unthrottle(_group(cluster, host))
+
+
+def throttle_slurmd(slurm, node: str, quota_us: int = 5000, period_us: int = 100000) -> str:  # type: ignore[no-untyped-def]
+    """Put ``node``'s slurmd (a :class:`tests.harness.slurm_cluster.SlurmCluster` node) under a CPU
+    quota: every job step started there later (its slurmstepd and tasks) inherits it."""
+    return _throttle(_slurmd_group(slurm, node), slurm.daemon_pids()[node], quota_us, period_us)
+
+
+def unthrottle_slurmd(slurm, node: str) -> None:  # type: ignore[no-untyped-def]
+    """Undo :func:`throttle_slurmd` (what still runs in the group moves back to the root group)."""
+    _unthrottle(_slurmd_group(slurm, node))
+
+
+def _slurmd_group(slurm, node: str) -> str:  # type: ignore[no-untyped-def]
+    return os.path.join(CPU_ROOT, f"{slurm.net.prefix}{node}")
+
+
+def _throttle(path: str, pid: int, quota_us: int, period_us: int) -> str:
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
         fh.write(str(period_us))
@@ -46,9 +71,7 @@ def throttle_cpu(cluster: NamespaceCluster, host: HostRef, quota_us: int = 5000,
     return path
 
 
-def unthrottle(cluster: NamespaceCluster, host: HostRef) -> None:
-    """Move ``host``'s throttled processes back to the root group and remove the group."""
-    path = _group(cluster, host)
+def _unthrottle(path: str) -> None:
     if not os.path.isdir(path):
         return
     with open(os.path.join(path, "cgroup.procs")) as fh:

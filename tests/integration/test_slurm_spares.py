@@ -49,7 +49,7 @@ def test_a_node_whose_slurmd_stops_mid_job_is_lost_and_the_restart_uses_the_spar
         pids, job = tmp_path / "pids", tmp_path / "job"
         pids.mkdir()
         argv = mslaunch_argv("run", "--launcher", "slurm", "--np", "2", "--max-restarts", "1", "--master-port", "auto",
-                             "--log-dir", str(job), "--tee", "none", "--grace", "2", "--env", f"PIDDIR={pids}", LOSTHOST, "3")
+                             "--log-dir", str(job), "--tee", "none", "--grace", "2", "--env", f"PIDDIR={pids}", LOSTHOST, "3", "hold")
         proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             wait_or_fail(lambda: (pids / "a0-r0").exists() and (pids / "a0-r1").exists() or proc.poll() is not None, 120,

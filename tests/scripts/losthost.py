@@ -1,11 +1,13 @@
 """A stand-in training rank for a job that loses a host mid-run (no MindSpore).
 
-    losthost.py STEPS
+    losthost.py STEPS [hold] [ARGS...]
 
 Every worker writes ``$PIDDIR/a<MSLAUNCH_ATTEMPT>-r<rank>`` holding its host name (the test waits
-for these before it takes a host away) and prints ``attempt=<a> rank=<r> host=<name>``.  In
-attempt 0 it then waits until it is ended (the test loses a host meanwhile); in a later attempt
-it prints one LossMonitor line per step, tells the scheduler ``done`` and ends.  The scheduler
+for these before it takes a host away) and prints ``attempt=<a> rank=<r> host=<name>``.  With
+``hold``, in attempt 0 it then waits until it is ended (the test loses a host meanwhile); else
+(and in a later attempt) it prints one LossMonitor line per step, tells the scheduler ``done``
+and ends.  Further arguments are ignored (``--device-target Ascend`` tells mslaunch the job's
+devices).  The scheduler
 role listens on MS_SCHED_PORT and ends once every worker said ``done``.
 """
 import os
@@ -14,6 +16,7 @@ import sys
 import time
 
 steps = int(sys.argv[1])
+hold = sys.argv[2:3] == ["hold"]
 attempt = os.environ.get("MSLAUNCH_ATTEMPT", "0")
 sched = (os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"]))
 
@@ -40,7 +43,7 @@ marker = os.path.join(os.environ["PIDDIR"], f"a{attempt}-r{rank}")
 with open(marker + ".tmp", "w") as fh:
     fh.write(host)
 os.replace(marker + ".tmp", marker)
-while attempt == "0":
+while hold and attempt == "0":
     time.sleep(0.2)
 for step in range(1, steps + 1):
     time.sleep(0.1)
