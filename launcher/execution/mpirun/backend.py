@@ -4,14 +4,23 @@ mpirun's own output goes to ``<attempt dir>/mpirun.log``; each rank's output goe
 ``worker_<rank>.log`` through the per-rank wrapper (``templates/mslaunch-rank.sh``).  When a
 rank fails, mpirun ends the others and reports the first failure; :func:`parse_first_failure`
 reads that report so the summary can name the rank.
+
+A lost host is typed from the backend's own records, not from mpirun's messages: mpirun's rsh
+agent (the ssh that runs its daemon on each remote host) is wrapped by
+:mod:`launcher.execution.mpirun.rshwatch`, which records how each host's session ended in
+``<attempt dir>/mpirun/orted_<host>.json``.  The host whose session failed first, unasked, while
+mslaunch was not tearing the attempt down (:func:`lost_host`) is lost: its ranks end with
+``host_lost`` and a restart leaves it out (docs/spare-hosts.md).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
-from typing import Any, Dict, List, Optional, Tuple
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import (
@@ -54,16 +63,76 @@ def parse_first_failure(text: str) -> Optional[Tuple[int, Optional[int], Optiona
     return int(m.group(1)), int(code.group(1)) if code else None, int(sig.group(1)) if sig else None
 
 
+#: Folder of the rsh agent wrapper's records in an attempt dir.
+STATUS_DIR = "mpirun"
+
+
+def watched_agent(argv: Tuple[str, ...], status_dir: str) -> Tuple[str, ...]:
+    """``argv`` with its ``plm_rsh_agent`` wrapped by :mod:`launcher.execution.mpirun.rshwatch`
+    (unchanged when mpirun starts no remote daemon)."""
+    out = list(argv)
+    for i in range(len(out) - 2):
+        if out[i] == "--mca" and out[i + 1] == "plm_rsh_agent":
+            words = out[i + 2].split()
+            out[i + 2] = " ".join([sys.executable, "-m", "launcher.execution.mpirun.rshwatch", status_dir, str(len(words)), *words])
+            break
+    return tuple(out)
+
+
+def lost_host(status_dir: str) -> Optional[Tuple[str, str]]:
+    """``(host, how)`` of the host mpirun lost, from the wrapper's records: the first session to
+    end with a failure while not asked to stop (ssh's 255: the connection or the daemon gone);
+    None when no session did."""
+    ended: List[Dict[str, Any]] = []
+    try:
+        names = os.listdir(status_dir)
+    except OSError:
+        return None
+    for name in names:
+        if name.startswith("orted_") and name.endswith(".json"):
+            try:
+                with open(os.path.join(status_dir, name), encoding="utf-8") as fh:
+                    rec = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            if isinstance(rec, dict) and rec.get("returncode") not in (0, None):
+                ended.append(rec)
+    if not ended:
+        return None
+    first = min(ended, key=lambda r: float(r.get("ended") or 0))
+    if first.get("stopped"):
+        return None
+    rc = int(first["returncode"])
+    why = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+    return str(first["host"]), f"mpirun's daemon on {first['host']} lost (its ssh session ended: {why})"
+
+
 class MpirunProcess(LocalProcess):
     """mpirun, standing for every process of the plan."""
+
+    _stopping = False  # mslaunch ended mpirun: its daemons' ends say nothing of their hosts
+    _lost: Optional[Tuple[str, str]] = None  # the host mpirun lost, read when mpirun ended by itself
 
     def __init__(self, base: LocalProcess, plan: Plan, adir: str) -> None:
         super().__init__(base.plan, base.popen, base.log_path)
         self.job = plan
         self.adir = adir
 
+    def wait(self) -> int:
+        """mpirun's returncode; when it failed by itself, the host it lost is read at once
+        (:func:`lost_host`), before a teardown could end other daemons' sessions."""
+        rc = super().wait()
+        if rc != 0 and not self._stopping and self._lost is None:
+            self._lost = lost_host(os.path.join(self.adir, STATUS_DIR))
+        return rc
+
+    def kill(self) -> None:
+        self._stopping = True
+        super().kill()
+
     def terminate(self) -> None:
         # mpirun forwards SIGTERM to its ranks and then ends them itself; signal only mpirun.
+        self._stopping = True
         if self.popen.poll() is None:
             try:
                 os.kill(self.pid, signal.SIGTERM)
@@ -78,16 +147,20 @@ class MpirunProcess(LocalProcess):
         except OSError:
             text = ""
         own = ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path, pid=self.pid)
-        return report_outcomes(self.job, self.adir, text, own, torn)
+        lost = self._lost if rc not in (0, None) and not torn else None
+        return report_outcomes(self.job, self.adir, text, own, torn, dict([lost]) if lost else None)
 
 
-def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResult, torn: bool) -> List[ProcResult]:
+def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResult, torn: bool,
+                    lost: Optional[Mapping[str, str]] = None) -> List[ProcResult]:
     """One result per planned process from mpirun's own result and its output (pure).
 
     All 0 when mpirun exited 0; else the first failure mpirun reported (see
     :func:`parse_first_failure`; MPI rank 0 is the scheduler when there is one) gets its code
     or signal, and every other process is "ended by mpirun".  When mpirun reported no rank
     (bad hosts, too few slots, ...) and was not torn down, ``mpirun`` itself is added as failed.
+    A process on a host of ``lost`` (:func:`lost_host`) ends lost with it (``host_lost``), and
+    is the failure: what mpirun reports then is a consequence.
 
     Args:
         plan: the plan mpirun ran.
@@ -95,9 +168,10 @@ def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResul
         report: mpirun's output (``mpirun.log``).
         mpirun: mpirun's own result (its returncode, times, log, pid).
         torn: mslaunch ended mpirun (teardown).
+        lost: host -> how it was lost, for the host mpirun lost (None: none).
     """
     rc, started, when = mpirun.returncode, mpirun.started, mpirun.ended
-    first = parse_first_failure(report) if rc not in (0, None) else None
+    first = parse_first_failure(report) if rc not in (0, None) and not lost else None
     offset = 1 if plan.scheduler is not None else 0
     out: List[ProcResult] = []
     for proc in plan.processes:
@@ -105,12 +179,14 @@ def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResul
         mpi_rank = 0 if proc.rank is None else proc.rank + offset
         if rc == 0:
             out.append(ProcResult(proc.name, proc.rank, proc.host, 0, started, when, log))
+        elif lost and proc.host in lost:
+            out.append(ProcResult(proc.name, proc.rank, proc.host, None, started, when, log, reason=lost[proc.host], host_lost=lost[proc.host]))
         elif first is not None and first[0] == mpi_rank:
             code = -first[2] if first[2] is not None else (first[1] if first[1] is not None else 1)
             out.append(ProcResult(proc.name, proc.rank, proc.host, code, started, when, log))
         else:
             out.append(ProcResult(proc.name, proc.rank, proc.host, None, started, when, log, torn_down=True, reason="ended by mpirun"))
-    if first is None and rc not in (0, None) and not torn:
+    if first is None and not lost and rc not in (0, None) and not torn:
         out.append(mpirun)  # mpirun itself failed: its own output says why
     return out
 
@@ -149,7 +225,9 @@ class MpirunBackend(Backend):
 
     def requests(self, plan: Plan, attempt_dir: str) -> Tuple[StartRequest, ...]:
         """One request: mpirun itself, logging to ``<attempt dir>/mpirun.log``."""
-        argv = mpirun_command(plan, attempt_dir)
+        status_dir = os.path.join(attempt_dir, STATUS_DIR)
+        os.makedirs(status_dir, exist_ok=True)
+        argv = watched_agent(mpirun_command(plan, attempt_dir), status_dir)
         log = os.path.join(attempt_dir, "mpirun.log")
         proc = ProcPlan(
             name="mpirun", role="launcher", host="localhost", rank=None, local_rank=None, node_rank=None,

@@ -1,0 +1,109 @@
+"""Spare hosts under ``--launcher mpirun`` on the 3-host namespace cluster (2 slots each, ``--np 4``:
+the third host is spare): mpirun's daemon (``orted``) on the second host is killed by its pid
+mid-job, as if the host went away.  The mpirun backend's own record of that host's daemon session
+(its rsh agent wrapper, :mod:`launcher.execution.mpirun.rshwatch`) types the host as lost; the
+restart (``--max-restarts 1``) leaves it out, ranks 2-3 move to the spare, and the job succeeds.
+The ranks the dead daemon left on the lost host are ended by the test afterwards (by pid: no one
+can reach them through mpirun any more); nothing else is left anywhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from tests.harness.cli import mslaunch_argv
+from tests.harness.faultkit import wait_or_fail
+from tests.integration.test_multihost import cluster, cluster_yaml, need_mpirun, wait_nothing_left  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.netns, pytest.mark.mpi]
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+LOSTHOST = os.path.join(HERE, "scripts", "losthost.py")
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.cost(40)
+def test_a_host_whose_mpirun_daemon_dies_is_lost_and_the_restart_uses_the_spare(cluster, need_mpirun, tmp_path):  # noqa: F811  (pytest's fixtures, imported above)
+    c = cluster
+    good, bad, spare = (h.ip for h in c.hosts)
+    inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=2)
+    pids, job = tmp_path / "pids", tmp_path / "job"
+    pids.mkdir()
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    argv = mslaunch_argv("run", "--launcher", "mpirun", "--hosts", inv, "--np", "4", "--max-restarts", "1", "--master-port", "auto",
+                         "--nic", str(c.subnet), "--log-dir", str(job), "--tee", "none", "--grace", "2", "--env", f"PIDDIR={pids}",
+                         LOSTHOST, "3", "hold")
+    proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_or_fail(lambda: all((pids / f"a0-r{r}").exists() for r in range(4)) or proc.poll() is not None, 120,
+                     "every rank of attempt 0 running")
+        assert proc.poll() is None, proc.communicate()
+        orted = [p for p in c.pids_in(1) if _comm(p) == "orted"]
+        assert len(orted) == 1, [(p, _comm(p)) for p in c.pids_in(1)]
+        left_on_bad = [p for p in c.pids_in(1) if p != orted[0]]  # its ranks (and their wrappers)
+        os.kill(orted[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    # the ranks the daemon left behind on the lost host: mpirun cannot reach them any more
+    for p in left_on_bad:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, err + (job / "mpirun.log").read_text()
+    s = json.loads((job / "summary.json").read_text())
+    first, second = s["attempt_results"]
+    assert (first["status"], second["status"], second.get("replanned")) == ("failed", "succeeded", True), first
+    lost = {p["name"]: p.get("host_lost") for p in first["processes"] if p.get("host_lost")}
+    how = f"mpirun's daemon on {bad} lost (its ssh session ended: exit status 255)"
+    assert lost == {"rank 2": how, "rank 3": how}, first["processes"]
+    cause = first["root_cause"]
+    assert (cause["host"], cause["reason"], cause["cause"]["kind"]) == (bad, how, "lost_host"), cause
+    excluded = [{"host": bad, "reason": f"host lost ({cause['name']}: {how})", "by": "restart", "attempt": 1}]
+    assert s["excluded_hosts"] == excluded
+    plan = json.loads((job / "plan.json").read_text())
+    assert [p["host"] for p in plan["ranks"]] == [good, good, spare, spare] and plan["excluded_hosts"] == excluded
+    assert "rank2 done" in (job / "attempt_1" / "worker_2.log").read_text()
+    assert re.search(rf"mslaunch: restart: leaving out {re.escape(bad)} host lost \(rank 2: .*\); ranks 2-3 move to {re.escape(spare)}", err), err
+    assert wait_nothing_left(c) == {}
+
+
+@pytest.mark.cost(30)
+def test_a_host_whose_rank_is_killed_is_left_out_and_is_not_taken_for_lost(cluster, need_mpirun, tmp_path):  # noqa: F811  (pytest's fixtures, imported above)
+    """``tests/scripts/badhost.py``: the second host's local rank 0 dies by SIGKILL at step 2 in
+    every attempt; ``--host-failures 1``: the restart leaves it out.  Its daemon's session ended
+    cleanly, so no host is lost."""
+    c = cluster
+    good, bad, spare = (h.ip for h in c.hosts)
+    inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=2)
+    pids, job = tmp_path / "pids", tmp_path / "job"
+    pids.mkdir()
+    r = subprocess.run(mslaunch_argv("run", "--launcher", "mpirun", "--hosts", inv, "--np", "4", "--max-restarts", "1", "--host-failures", "1",
+                                     "--master-port", "auto", "--nic", str(c.subnet), "--log-dir", str(job), "--tee", "none", "--grace", "2",
+                                     "--env", f"PIDDIR={pids}", os.path.join(HERE, "scripts", "badhost.py"), bad, "4"),
+                       env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config), cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((job / "summary.json").read_text())
+    first, second = s["attempt_results"]
+    assert (first["status"], second["status"], second.get("replanned")) == ("failed", "succeeded", True), first
+    assert not any(p.get("host_lost") for p in first["processes"]), first["processes"]
+    assert (first["root_cause"]["rank"], first["root_cause"]["host"], first["root_cause"]["signal"]) == (2, bad, "SIGKILL")
+    assert s["excluded_hosts"] == [{"host": bad, "reason": "1 failure (rank 2 killed by SIGKILL)", "by": "restart", "attempt": 1}]
+    assert {p["name"]: p["host"] for p in s["processes"] if p["rank"] is not None} == {
+        "rank 0": good, "rank 1": good, "rank 2": spare, "rank 3": spare}
+    assert wait_nothing_left(c) == {}
