@@ -112,7 +112,9 @@ class ProcessHandle(ABC):
         exit_order: the kernel's order of exits among this mslaunch's processes, or None.
         reason: why it failed when the exit code does not say (lost host, cannot start).
         host_lost: set by the backend, with how, when the process ended because its host was lost
-            (the ssh session or the host's agent gone): the supervisor's host faults leave such a
+            (ssh: the session or the host's agent gone; mpirun: the host's daemon session failed
+            first; slurm: Slurm holds the node down or not responding; mpirun and slurm fill it
+            in their ``outcomes``): the supervisor's host faults leave such a
             host out at once (:mod:`launcher.execution.supervision.hostfaults`). A typed event:
             nothing reads it from ``reason``.
     """

@@ -48,7 +48,8 @@ class ProcResult:
             reaping threads can tell apart; not in JSON.
         host_lost: how its host was lost, when its backend says so itself
             (:attr:`ProcessHandle.host_lost <launcher.execution.backend.ProcessHandle>`: the ssh
-            session or agent gone), else None; in JSON only when set.
+            session or agent gone, mpirun's daemon on it gone, its Slurm node down), else None;
+            in JSON only when set.
     """
 
     name: str

@@ -8,8 +8,9 @@ hung attempt, :func:`attributed` names the hosts the attempt's failure is blamed
   consequence (a peer's collective broke), so it is not counted;
 * a hung attempt's likely culprit (the hang detector names a rank): its host (``rank 1 hang
   culprit``);
-* a *lost* host (its ssh session or agent gone, its Slurm node down: a rank ended with a
-  ``... lost`` reason, not by mslaunch's teardown): excluded at once, whatever ``N`` is.
+* a *lost* host (its ssh session or agent gone, mpirun's daemon on it gone, its Slurm node down
+  or not responding: a rank its backend ended with ``host_lost``, not by mslaunch's teardown):
+  excluded at once, whatever ``N`` is.
 
 At most one failure per host and attempt is counted.  :class:`HostFaults` keeps the counts of the
 job; a host with ``N`` failures (or lost once) is due to be left out of the next attempt, and
