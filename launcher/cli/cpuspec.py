@@ -74,8 +74,8 @@ def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], e
         return base
     import socket
 
-    outcome = cached_probe(runner, mslaunch_home(), socket.gethostname(), on_probe=_announce, facts=facts)
-    return replace(base, mindspore_cpu=True, probe=outcome.probe, probe_note=outcome.note)
+    outcome = cached_probe(runner, mslaunch_home(), socket.gethostname(), on_probe=_announce, facts=facts, needed_only=True)
+    return replace(base, mindspore_cpu=True, probe=outcome.probe, probe_note=outcome.note, isa_settled=outcome.needless)
 
 
 def _local_cores() -> Dict[str, Any]:

@@ -166,6 +166,20 @@ class IsaAdvice:
     summary: str
 
 
+#: CPU flag prefixes of ISAs above AVX2 that oneDNN dispatches to.
+ABOVE_AVX2 = ("avx512", "amx", "avx_vnni", "avx_ne_convert", "avx_ifma")
+
+
+def cap_can_matter(flags: Sequence[str]) -> Optional[str]:
+    """None when an ``ONEDNN_MAX_CPU_ISA`` cap could change oneDNN's kernels on a CPU with
+    ``flags`` (so only the probe can tell), else why it cannot: without an ISA above AVX2,
+    oneDNN's default already stops at the probe's lowest cap (AVX2), and the caps it tries
+    (AVX2, AVX512_CORE) choose the same kernels as the default."""
+    if any(f.startswith(ABOVE_AVX2) for f in flags):
+        return None
+    return "this CPU has no ISA above AVX2 (no AVX-512, AVX-VNNI or AMX), so no cap can change oneDNN's kernels"
+
+
 def _gain(default: ProbeVariant, other: ProbeVariant) -> float:
     """Geometric mean over common kernels of default time / other time; 1.0 when oneDNN ran the
     same implementation of every kernel under both (then a difference is only noise, e.g. a
@@ -302,6 +316,8 @@ class CpuSpec:
         probe_note: why there is no probe result, or where it came from (for the notes).
         local_quota, local_quota_source: this machine's cgroup CPU quota in cores, and its file
             (:mod:`launcher.execution.probes.host_cores`); None: no quota.
+        isa_settled: not probed because no ISA cap can change oneDNN's kernels on this CPU
+            (:func:`cap_can_matter`; ``probe_note`` says why).
         remote_tune: plan the threads of remote ranks (learned at start on their hosts): the
             job may run MindSpore on CPU (its source imports it) or ``--cpu-tune on``.
     """
@@ -315,6 +331,7 @@ class CpuSpec:
     local_quota: Optional[float] = None
     local_quota_source: Optional[str] = None
     remote_tune: bool = False
+    isa_settled: bool = False
 
     @property
     def local_cores(self) -> "HostCores":
@@ -395,6 +412,9 @@ def _isa_env(spec: CpuSpec, user_set: Set[str], notes: List[str]) -> Dict[str, s
     """``ONEDNN_MAX_CPU_ISA`` from the probe, unless the user set an ISA variable; says why in ``notes``."""
     if any(v in user_set for v in ISA_VARS):
         notes.append("oneDNN ISA: left as you set it")
+        return {}
+    if spec.probe is None and spec.isa_settled:
+        notes.append(f"oneDNN ISA: unchanged: {spec.probe_note} (not probed)")
         return {}
     if spec.probe is None:
         notes.append(f"oneDNN ISA: not probed ({spec.probe_note or 'no probe result'}); nothing set")

@@ -9,8 +9,8 @@ variable the user set wins.
 Usable cores: the cpuset's size, capped by the quota rounded down (at least 1): a quota of 1.5
 cores lets 1 thread run all the time, a second would be throttled half of every period.
 
-Ranks whose host is not reached before the plan (remote hosts: the ssh agent and the Slurm
-task learn the cores at start) get a :class:`HostThreads` in the plan instead of numbers; the
+Ranks whose host is not reached before the plan (remote hosts: the ssh agent learns the
+cores at start) get a :class:`HostThreads` in the plan instead of numbers; the
 backend that reaches the host applies :func:`host_thread_env` there, with the same rule.
 """
 from __future__ import annotations
@@ -164,6 +164,6 @@ def host_thread_env(threads: HostThreads, cores: HostCores) -> HostThreadPlan:
 
 def deferred_note(threads: HostThreads, launcher: str) -> str:
     """The plan's line for a host whose cores are learned only at start."""
-    by = {"ssh": "the ssh agent", "slurm": "each Slurm task"}.get(launcher, launcher)
+    by = {"ssh": "the ssh agent"}.get(launcher, f"the {launcher} launcher")
     return (f"{threads.host}: threads per rank set at start by {by} from the host's usable cores (cpuset, cgroup CPU "
             f"quota) / {len(threads.ranks)} rank(s) (not reached before this plan)")

@@ -99,8 +99,8 @@ class ProcEnv:
         return self.cpu.cpus.get(self.local_index[rank])
 
 
-#: Launchers that reach every host before its ranks start (the ssh agent, the Slurm task's shim).
-REACHES_HOSTS = ("ssh", "slurm")
+#: Launchers that learn every host's cores before its ranks start (the ssh agent).
+REACHES_HOSTS = ("ssh",)
 
 
 def _remote_threads(spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], used: Sequence[Host],
@@ -116,6 +116,6 @@ def _remote_threads(spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], u
         user = dict(h.env)
         user.update(file_env)
         user.update(flag_env)
-        names = set(user) | (set(spec.user_env_keys) if launcher == "slurm" else set())  # srun passes the launching env on
+        names = set(user)  # the host's own environment is reported with its cores (theirs win too)
         out.append(hostcores.HostThreads(h.name, ranks, tuple(v for v in hostcores.THREAD_VARS if v not in names), user.get("OMP_NUM_THREADS")))
     return tuple(out)

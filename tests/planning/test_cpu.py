@@ -314,6 +314,23 @@ def test_cache_hit_and_a_changed_mindspore_version_reprobes(tmp_path):
     assert cpuprobe.cached_probe(host, str(tmp_path), "h2").cached is False and host.probes == 3  # per host
 
 
+@pytest.mark.parametrize("flags,probed", [(["avx", "avx2", "fma", "sse4_2"], 0), (["avx2", "fma"], 0), (["sse2"], 0),
+                                           (["avx2", "avx512f", "avx512bw", "fma"], 1), (["avx2", "avx_vnni", "fma"], 1),
+                                           (["avx2", "amx_tile"], 1)])
+def test_a_job_skips_the_probe_where_no_isa_cap_can_change_onednns_kernels(tmp_path, flags, probed):
+    host = FakeHost()
+    facts = {"mindspore": host.ms, "key": host.key(), "cpu_flags": flags}
+    out = cpuprobe.cached_probe(host, str(tmp_path), "h1", facts=facts, needed_only=True)
+    assert host.probes == probed and (out.probe is None) == (probed == 0)
+    if not probed:
+        assert "no ISA above AVX2" in out.note
+        assert out.needless
+        assert any(n.startswith("oneDNN ISA: unchanged: this CPU has no ISA above AVX2") and n.endswith("(not probed)")
+                   for n in plan_cpu(ms_spec(probe=None, probe_note=out.note, isa_settled=True), 2, {}, frozenset()).notes)
+    cpuprobe.cached_probe(host, str(tmp_path), "h2", facts=facts)  # doctor: measures anyway
+    assert host.probes == probed + 1
+
+
 def test_cache_survives_a_corrupt_file_and_a_failing_probe(tmp_path):
     host = FakeHost()
     path = cpuprobe.cache_path(str(tmp_path), "h1", host.key())
