@@ -72,7 +72,7 @@ class ProcEnv:
         notes += [hostcores.deferred_note(t, launcher) for t in at_start]
         remote = [h for h in used if not h.is_local and any(s.host == h.name for s in slots)]
         if remote and spec.cpu.remote_tune and not at_start:
-            notes.append(f"remote hosts: threads not planned (the {launcher} launcher starts their ranks; mslaunch does not reach them first)")
+            notes.append(f"remote hosts: threads not planned (the {launcher} launcher starts their ranks without mslaunch learning their cores first)")
         if remote and (cpu_plan.notes or at_start):
             notes.append("remote hosts: oneDNN ISA left as is (mslaunch doctor probes their CPU kernels)")
         return cls(
