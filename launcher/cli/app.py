@@ -93,6 +93,9 @@ def env_show(
         proc = plan.ranks[rank]
     for key, value in proc.env:
         sys.stdout.write(f"export {key}={shlex.quote(value)}\n")
+    source = plan.thread_source(proc)
+    if source is not None:
+        sys.stdout.write(f"# {source}\n")
 
 
 @hostfile_app.command("gen", epilog=epilog("inventories"))

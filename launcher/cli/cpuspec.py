@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from launcher.cli.options import JobOptions
 from launcher.errors import MsLaunchError, PlanError
@@ -49,10 +50,14 @@ def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], e
     if mode not in CPU_TUNE_MODES:
         raise PlanError(f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune")
     bind = parse_bind_core(opts.bind_core)
-    local_cpus = _local_cpus()
+    here = _local_cores()
+    base = CpuSpec(mode=mode, bind_core=bind, local_cpus=tuple(here["cpus"]), local_quota=here["quota"], local_quota_source=here["quota_source"])
+    if mode == "off" or not _may_run_mindspore_cpu(opts, mode, program, env_pairs):
+        return base
+    base = replace(base, remote_tune=any(not h.is_local for h in inventory.hosts))
     local = next((h for h in inventory.hosts if h.is_local), None)
-    if mode == "off" or local is None or not _may_run_mindspore_cpu(opts, mode, program, env_pairs):
-        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
+    if local is None:
+        return base
     from launcher.execution.checks.cpu import cached_probe, local_runner, program_facts
     from launcher.jobs.jobdir import mslaunch_home
 
@@ -63,29 +68,22 @@ def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], e
     try:
         facts = program_facts(runner, tail)
     except MsLaunchError as exc:
-        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus, probe_note=str(exc))
+        return replace(base, probe_note=str(exc))
     is_ms = mode == "on" or (bool(facts.get("mindspore")) and facts.get("imports_mindspore") is True)
     if not is_ms:
-        return CpuSpec(mode=mode, bind_core=bind, local_cpus=local_cpus)
+        return base
     import socket
 
-    outcome = cached_probe(runner, mslaunch_home(), socket.gethostname(), on_probe=_announce, facts=facts)
-    return CpuSpec(
-        mode=mode,
-        mindspore_cpu=True,
-        bind_core=bind,
-        local_cpus=local_cpus,
-        probe=outcome.probe,
-        probe_note=outcome.note,
-    )
+    outcome = cached_probe(runner, mslaunch_home(), socket.gethostname(), on_probe=_announce, facts=facts, needed_only=True)
+    return replace(base, mindspore_cpu=True, probe=outcome.probe, probe_note=outcome.note, isa_settled=outcome.needless)
 
 
-def _local_cpus() -> Tuple[int, ...]:
-    """The cores this process may run on (its affinity; every core where there is none)."""
-    try:
-        return tuple(sorted(os.sched_getaffinity(0)))
-    except AttributeError:
-        return tuple(range(os.cpu_count() or 1))
+def _local_cores() -> Dict[str, Any]:
+    """The cores this process may run on: its affinity and its cgroup CPU quota
+    (:func:`launcher.execution.probes.host_cores.read_host_cores`)."""
+    from launcher.execution.probes.host_cores import read_host_cores
+
+    return read_host_cores()  # type: ignore[no-any-return]
 
 
 def _may_run_mindspore_cpu(opts: JobOptions, mode: str, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]) -> bool:

@@ -93,6 +93,8 @@ def print_plan(plan: Plan, everything: bool = False) -> None:
             from launcher.planning.cpu import format_cpus
 
             lines.append(f"  cpus: {format_cpus(p.cpus)}")
+        if p.rank is not None and any(p.rank in t.ranks for t in plan.host_threads):
+            lines.append("  threads: set at start from the host's usable cores (see the cpu lines)")
         if plain:
             chunk.append(f"{p.name}  {where}\n" + "\n".join(lines) + "\n")
             if len(chunk) >= 512:

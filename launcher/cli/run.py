@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import typer
@@ -219,7 +220,8 @@ def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSet
     try:
         return run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
                         replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
-                        backend_settings={"ssh": ssh, "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler)})
+                        backend_settings={"ssh": replace(ssh, on_note=console.note),
+                                          "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler)})
     finally:
         console.stop()
 

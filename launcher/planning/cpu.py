@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from launcher.errors import MsLaunchError, PlanError
+from launcher.planning.hostcores import THREAD_VARS, HostCores, format_cpus, thread_shares
 
 MIN_GAIN = 1.5
 CPU_TUNE_MODES = ("auto", "on", "off")
 ISA_VARS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
-THREAD_VARS = ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS")
 PROBE_SCHEMA = 1
 
 
@@ -166,6 +166,20 @@ class IsaAdvice:
     summary: str
 
 
+#: CPU flag prefixes of ISAs above AVX2 that oneDNN dispatches to.
+ABOVE_AVX2 = ("avx512", "amx", "avx_vnni", "avx_ne_convert", "avx_ifma")
+
+
+def cap_can_matter(flags: Sequence[str]) -> Optional[str]:
+    """None when an ``ONEDNN_MAX_CPU_ISA`` cap could change oneDNN's kernels on a CPU with
+    ``flags`` (so only the probe can tell), else why it cannot: without an ISA above AVX2,
+    oneDNN's default already stops at the probe's lowest cap (AVX2), and the caps it tries
+    (AVX2, AVX512_CORE) choose the same kernels as the default."""
+    if any(f.startswith(ABOVE_AVX2) for f in flags):
+        return None
+    return "this CPU has no ISA above AVX2 (no AVX-512, AVX-VNNI or AMX), so no cap can change oneDNN's kernels"
+
+
 def _gain(default: ProbeVariant, other: ProbeVariant) -> float:
     """Geometric mean over common kernels of default time / other time; 1.0 when oneDNN ran the
     same implementation of every kernel under both (then a difference is only noise, e.g. a
@@ -215,20 +229,6 @@ def isa_advice(probe: CpuProbe, min_gain: float = MIN_GAIN) -> IsaAdvice:
 
 
 # ------------------------------------------------------------------ cores and threads
-
-
-def format_cpus(cpus: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    out: List[str] = []
-    s = sorted(set(cpus))
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
-            j += 1
-        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def parse_cpu_list(text: str, field: str = "--bind-core") -> Tuple[int, ...]:
@@ -314,6 +314,12 @@ class CpuSpec:
         local_cpus: the cores mslaunch may use on this machine (its own affinity).
         probe: this machine's probe result, or None (not run, or it failed).
         probe_note: why there is no probe result, or where it came from (for the notes).
+        local_quota, local_quota_source: this machine's cgroup CPU quota in cores, and its file
+            (:mod:`launcher.execution.probes.host_cores`); None: no quota.
+        isa_settled: not probed because no ISA cap can change oneDNN's kernels on this CPU
+            (:func:`cap_can_matter`; ``probe_note`` says why).
+        remote_tune: plan the threads of remote ranks (learned at start on their hosts): the
+            job may run MindSpore on CPU (its source imports it) or ``--cpu-tune on``.
     """
 
     mode: str = "auto"
@@ -322,6 +328,15 @@ class CpuSpec:
     local_cpus: Tuple[int, ...] = ()
     probe: Optional[CpuProbe] = None
     probe_note: Optional[str] = None
+    local_quota: Optional[float] = None
+    local_quota_source: Optional[str] = None
+    remote_tune: bool = False
+    isa_settled: bool = False
+
+    @property
+    def local_cores(self) -> "HostCores":
+        """This machine's cores as the thread rule sees them."""
+        return HostCores("this machine", self.local_cpus, self.local_quota, self.local_quota_source)
 
 
 @dataclass(frozen=True)
@@ -382,10 +397,12 @@ def plan_cpu(spec: CpuSpec, local_ranks: int, user_env: Mapping[str, str], user_
     if tune:
         sizes = sorted({v.get("MSLAUNCH_CPU_THREADS", v.get("OMP_NUM_THREADS", "")) for v in per_rank_env.values()} - {""})
         if sizes:
-            notes.append(f"threads per rank: {'/'.join(sizes)} (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS)")
+            where = f": {local_ranks} local rank(s) on {spec.local_cores.describe()}" if n and not ranges else ""
+            notes.append(f"threads per rank: {'/'.join(sizes)} (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS){where}")
         user_omp = user_env.get("OMP_NUM_THREADS")
-        if user_omp is not None and user_omp.isdigit() and n and local_ranks * int(user_omp) > n:
-            warnings.append(f"{local_ranks} ranks x OMP_NUM_THREADS={user_omp} (yours) exceed the {n} cores here (oversubscribed)")
+        usable = spec.local_cores.usable if n else 0
+        if user_omp is not None and user_omp.isdigit() and n and local_ranks * int(user_omp) > usable:
+            warnings.append(f"{local_ranks} ranks x OMP_NUM_THREADS={user_omp} (yours) exceed the {usable} usable cores here (oversubscribed)")
     elif not ranges:
         return CpuPlan()
     return CpuPlan(env=per_rank_env, cpus=ranges, scheduler_cpus=sched, notes=tuple(notes + warnings), warnings=tuple(warnings))
@@ -395,6 +412,9 @@ def _isa_env(spec: CpuSpec, user_set: Set[str], notes: List[str]) -> Dict[str, s
     """``ONEDNN_MAX_CPU_ISA`` from the probe, unless the user set an ISA variable; says why in ``notes``."""
     if any(v in user_set for v in ISA_VARS):
         notes.append("oneDNN ISA: left as you set it")
+        return {}
+    if spec.probe is None and spec.isa_settled:
+        notes.append(f"oneDNN ISA: unchanged: {spec.probe_note} (not probed)")
         return {}
     if spec.probe is None:
         notes.append(f"oneDNN ISA: not probed ({spec.probe_note or 'no probe result'}); nothing set")
@@ -433,9 +453,10 @@ def _core_ranges(
     oversubscribed = f"{local_ranks} ranks on {n} cores: several ranks share each core (oversubscribed; expect each rank to run slower)"
     if n and bind is None and tune and local_ranks >= 2:
         # measured: pinning made short jobs slower and erratic and training no faster
-        notes.append(f"{local_ranks} local rank(s) on {n} core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)")
-        if local_ranks > n:
-            warnings.append(oversubscribed)
+        usable = spec.local_cores.usable
+        notes.append(f"{local_ranks} local rank(s) on {usable} usable core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)")
+        if local_ranks > usable:
+            warnings.append(f"{local_ranks} ranks on {usable} usable core(s): several ranks share each core (oversubscribed; expect each rank to run slower)")
         return {}, None
     if n and bind is True:
         ranges = dict(enumerate(split_cores(local_ranks, spec.local_cpus)))
@@ -448,14 +469,12 @@ def _core_ranges(
 
 def _threads_per_rank(spec: CpuSpec, local_ranks: int, cores: Optional[Tuple[int, ...]], index: int) -> int:
     """Threads for one tuned rank: its cores (1 when ranks outnumber the cores, unless bound by
-    a ``--bind-core`` dict), else the size of the range it would get if bound (an even share of
-    this machine's cores, the first ``N % k`` ranks one more; 1 when ranks outnumber the cores);
-    0: set nothing."""
+    a ``--bind-core`` dict), else an even share of this machine's usable cores (its cpuset
+    capped by its cgroup quota; the first ``N % k`` ranks one more; 1 when ranks outnumber
+    them, :func:`~launcher.planning.hostcores.thread_shares`); 0: set nothing."""
     n = len(spec.local_cpus)
     if cores is not None:
         return len(cores) if local_ranks <= n or isinstance(spec.bind_core, Mapping) else 1
     if not n:
         return 0
-    if local_ranks > n:
-        return 1
-    return len(split_cores(local_ranks, spec.local_cpus)[index])
+    return thread_shares(spec.local_cores.usable, local_ranks)[index]

@@ -13,6 +13,7 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning import cpu, layout
+from launcher.planning.hostcores import HostThreads
 from launcher.planning.inventory import Host, Inventory
 from launcher.planning.kinds import Method
 from launcher.planning.mpiopts import MpiOptions
@@ -225,6 +226,20 @@ class Plan:
     cpu_notes: Tuple[str, ...] = ()
     cpu_warnings: Tuple[str, ...] = ()
     excluded: Tuple[Exclusion, ...] = ()
+    #: remote hosts whose ranks' thread variables the backend sets at start (see
+    #: :mod:`launcher.planning.hostcores`): their cores are learned there
+    host_threads: Tuple[HostThreads, ...] = ()
+
+    def thread_source(self, proc: ProcPlan) -> Optional[str]:
+        """Where ``proc``'s thread count comes from (one line), or None when mslaunch sets none."""
+        from launcher.planning.hostcores import deferred_note
+
+        for t in self.host_threads:
+            if proc.rank in t.ranks and proc.host == t.host:
+                return deferred_note(t, self.launcher)
+        if proc.rank is not None and "MSLAUNCH_CPU_THREADS" in proc.env_dict():
+            return next((n for n in self.cpu_notes if n.startswith("threads per rank")), None)
+        return None
 
     @property
     def processes(self) -> Tuple[ProcPlan, ...]:
@@ -277,6 +292,8 @@ class Plan:
             out["ssh_config"] = self.ssh_config
         if self.cpu_notes:
             out["cpu"] = {"notes": list(self.cpu_notes), "warnings": list(self.cpu_warnings)}
+            if self.host_threads:
+                out["cpu"]["threads_at_start"] = [t.to_json() for t in self.host_threads]
         if self.excluded:
             out["excluded_hosts"] = [e.to_json() for e in self.excluded]
         return out

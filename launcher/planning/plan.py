@@ -130,6 +130,7 @@ def build_plan(spec: JobSpec) -> Plan:
         ssh_config=spec.ssh_config,
         cpu_notes=proc_env.cpu_notes,
         cpu_warnings=proc_env.cpu.warnings,
+        host_threads=proc_env.host_threads,
     )
 
 

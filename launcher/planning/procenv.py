@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 
-from launcher.planning import cpu, envs
+from launcher.planning import cpu, envs, hostcores
 from launcher.planning.inventory import Host
 from launcher.planning.kinds import Method
 from launcher.planning.ranks import RankSlot
@@ -33,6 +33,8 @@ class ProcEnv:
     #: whether mslaunch itself starts the processes here, so it can bind their cores
     bind_here: bool
     cpu_notes: Tuple[str, ...]
+    #: remote hosts whose ranks' threads are set at start, where their cores are learned
+    host_threads: Tuple[hostcores.HostThreads, ...] = ()
 
     @classmethod
     def build(cls, spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], used: Sequence[Host]) -> "ProcEnv":
@@ -66,12 +68,17 @@ class ProcEnv:
         if cpu_plan.cpus and launcher != "local":
             notes.append(f"cores per rank not applied: the {launcher} launcher starts the ranks"
                          + (" (mpirun binds them itself)" if launcher == "mpirun" else ""))
-        if cpu_plan.notes and any(not h.is_local for h in used):
-            notes.append("remote hosts: not tuned (see mslaunch doctor for their CPU probe)")
+        at_start = _remote_threads(spec, launcher, slots, used, file_env, flag_env)
+        notes += [hostcores.deferred_note(t, launcher) for t in at_start]
+        remote = [h for h in used if not h.is_local and any(s.host == h.name for s in slots)]
+        if remote and spec.cpu.remote_tune and not at_start:
+            notes.append(f"remote hosts: threads not planned (the {launcher} launcher starts their ranks without mslaunch learning their cores first)")
+        if remote and (cpu_plan.notes or at_start):
+            notes.append("remote hosts: oneDNN ISA left as is (mslaunch doctor probes their CPU kernels)")
         return cls(
             tuning=envs.tuning_env(spec.method, spec.user_env_keys), file_env=file_env, flag_env=flag_env,
             msrun_env=msrun_env, cpu=cpu_plan, local_index={s.rank: i for i, s in enumerate(local_slots)},
-            bind_here=launcher == "local", cpu_notes=tuple(notes),
+            bind_here=launcher == "local", cpu_notes=tuple(notes), host_threads=at_start,
         )
 
     def user_env(self, host: Host, rank: Optional[int] = None) -> Dict[str, str]:
@@ -90,3 +97,25 @@ class ProcEnv:
         if not self.bind_here or rank not in self.local_index:
             return None
         return self.cpu.cpus.get(self.local_index[rank])
+
+
+#: Launchers that learn every host's cores before its ranks start (the ssh agent).
+REACHES_HOSTS = ("ssh",)
+
+
+def _remote_threads(spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], used: Sequence[Host],
+                    file_env: Mapping[str, str], flag_env: Mapping[str, str]) -> Tuple[hostcores.HostThreads, ...]:
+    """The remote hosts whose ranks' threads are set at start, from the cores learned there."""
+    if not spec.cpu.remote_tune or launcher not in REACHES_HOSTS:
+        return ()
+    out = []
+    for h in used:
+        ranks = tuple(s.rank for s in slots if s.host == h.name)
+        if h.is_local or not ranks:
+            continue
+        user = dict(h.env)
+        user.update(file_env)
+        user.update(flag_env)
+        names = set(user)  # the host's own environment is reported with its cores (theirs win too)
+        out.append(hostcores.HostThreads(h.name, ranks, tuple(v for v in hostcores.THREAD_VARS if v not in names), user.get("OMP_NUM_THREADS")))
+    return tuple(out)

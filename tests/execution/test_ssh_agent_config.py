@@ -5,6 +5,7 @@ import json
 import pytest
 
 from launcher.execution import proctree
+from launcher.execution.probes import host_cores
 from launcher.execution.ssh import remote_agent, remote_link
 from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.remote_link import HEADER
@@ -55,7 +56,7 @@ def test_bootstrap_payload_is_a_length_line_then_the_source_and_settings():
     first = json.loads(body)
     assert first == {"src": agent_source(), "cfg": {"host": "h2", "ping_timeout": 8.0, "heartbeat": 1.0}}
     sources = []
-    for module in (proctree, remote_link, remote_agent):  # what the agent uses first
+    for module in (proctree, host_cores, remote_link, remote_agent):  # what the agent uses first
         with open(module.__file__, encoding="utf-8") as fh:
             sources.append(fh.read())
     assert first["src"] == "\n\n".join(sources)

@@ -75,6 +75,11 @@ SSHD = "/usr/sbin/sshd"
 DEFAULT_POOL = "10.213.0.0/16"
 #: Last octet of the root namespace's address on the bridge.
 ROOT_OCTET = 254
+#: With ``cgroups=True``: the cgroup v1 ``cpu`` and ``cpuset`` hierarchies under ``/sys/fs/cgroup``
+#: inside each host's mount namespace, where a host's processes read their CPU limits.
+CGROUP_MOUNTS = ("mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpu /sys/fs/cgroup/cpuset"
+                 " && mount -t cgroup -o cpu cgroup /sys/fs/cgroup/cpu && mount -t cgroup -o cpuset cgroup /sys/fs/cgroup/cpuset")
+
 #: sshd's privilege separation directory (normally created by the service unit).
 PRIVSEP_DIR = "/run/sshd"
 #: Runs serialise subnet choice with flock on this directory (no lock file is left behind).
@@ -329,6 +334,9 @@ class NamespaceCluster:
             is left stale, stalling every later shell for 60 s, if the session is killed mid-way).
         extra_ssh_port: a second port every sshd listens on (besides 22), for inventories that
             give hosts their own SSH port; ``None``: port 22 only.
+        cgroups: mount the cgroup v1 ``cpu`` and ``cpuset`` hierarchies in each host (``ip netns
+            exec`` gives it a /sys without them), so a host's processes see the CPU limits
+            :mod:`tests.harness.cgroups` puts on its sshd.
 
     Raises:
         NamespaceClusterError: a prerequisite is missing, a name or the subnet is taken, or a
@@ -345,6 +353,7 @@ class NamespaceCluster:
         subnet: Optional[str] = None,
         start_timeout: float = 15.0,
         source_bashrc: bool = False,
+        cgroups: bool = False,
         extra_ssh_port: Optional[int] = None,
     ) -> None:
         if not 1 <= n_hosts <= 253:
@@ -357,6 +366,7 @@ class NamespaceCluster:
             raise NamespaceClusterError(f"prefix {self.prefix!r} is too long: interface names must be <= {IFNAMSIZ} chars")
         self.slots = slots
         self.source_bashrc = source_bashrc
+        self.cgroups = cgroups
         self.extra_ssh_port = extra_ssh_port
         self.bridge = f"{self.prefix}br"
         self.subnet: Optional[ipaddress.IPv4Network] = None
@@ -688,6 +698,7 @@ class NamespaceCluster:
         self.prefix = state["prefix"]
         self.slots = state["slots"]
         self.source_bashrc = bool(state.get("source_bashrc", False))
+        self.cgroups = bool(state.get("cgroups", False))
         self.bridge = state["bridge"]
         self.subnet = ipaddress.ip_network(state["subnet"]) if state.get("subnet") else None
         self.bridge_ip = state.get("bridge_ip")
@@ -880,15 +891,18 @@ class NamespaceCluster:
     def _spawn_sshd(self, h: NetnsHost) -> None:
         hd = self._host_dir(h)
         log = os.path.join(hd, "sshd.log")
+        sshd = [SSHD, "-D", "-f", os.path.join(hd, "sshd_config"), "-E", log]
+        if self.cgroups:  # 'ip netns exec' mounts a fresh /sys without /sys/fs/cgroup: mount what a host has
+            sshd = ["sh", "-c", CGROUP_MOUNTS + ' && exec "$@"', "sshd", *sshd]
         with open(log, "ab") as err:
             proc = subprocess.Popen(
-                ["ip", "netns", "exec", h.netns, SSHD, "-D", "-f", os.path.join(hd, "sshd_config"), "-E", log],
+                ["ip", "netns", "exec", h.netns, *sshd],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 start_new_session=True,  # no terminal SIGINT/SIGHUP (SIGHUP would make sshd re-exec)
             )
-        # 'ip netns exec' execs sshd in place, so proc.pid is sshd's pid.
+        # 'ip netns exec' (and the cgroups' sh) exec sshd in place, so proc.pid is sshd's pid.
         self._sshd_procs[h.name] = proc
         self._sshd_pids[h.name] = proc.pid
 
@@ -913,6 +927,7 @@ class NamespaceCluster:
             "prefix": self.prefix,
             "slots": self.slots,
             "source_bashrc": self.source_bashrc,
+            "cgroups": self.cgroups,
             "bridge": self.bridge,
             "subnet": str(self.subnet) if self.subnet else None,
             "bridge_ip": self.bridge_ip,

@@ -139,7 +139,7 @@ def test_two_ranks_on_two_cores_get_one_thread_each_and_the_isa_but_no_affinity_
         assert dict(p.env[i]) == {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MSLAUNCH_CPU_THREADS": "1"}
     assert p.warnings == ()
     assert any(n.startswith("set ONEDNN_MAX_CPU_ISA=AVX2") for n in p.notes)
-    assert "2 local rank(s) on 2 core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)" in p.notes
+    assert "2 local rank(s) on 2 usable core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)" in p.notes
 
 
 def test_bind_core_true_pins_each_rank_to_its_range_with_the_same_threads_and_isa():
@@ -167,7 +167,7 @@ def test_more_ranks_than_cores_warns_and_leaves_balancing_to_the_kernel():
     p = plan_cpu(ms_spec(), 5, {}, frozenset())
     assert dict(p.cpus) == {}  # no affinity: pinned to shared cores, ranks cannot use an idle core
     assert all(dict(p.env[i]) == {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MSLAUNCH_CPU_THREADS": "1"} for i in range(5))
-    assert len(p.warnings) == 1 and "5 ranks on 2 cores" in p.warnings[0] and p.warnings[0] in p.notes
+    assert len(p.warnings) == 1 and "5 ranks on 2 usable core(s)" in p.warnings[0] and p.warnings[0] in p.notes
     pinned = plan_cpu(ms_spec(bind_core=True), 5, {}, frozenset())  # asked for: round-robin, as before
     assert [pinned.cpus[i] for i in range(5)] == [(0,), (1,), (0,), (1,), (0,)]
     assert all(pinned.env[i]["OMP_NUM_THREADS"] == "1" for i in range(5)) and len(pinned.warnings) == 1
@@ -177,7 +177,7 @@ def test_user_values_win_and_oversubscription_by_the_user_warns():
     p = plan_cpu(ms_spec(), 2, {"OMP_NUM_THREADS": "4"}, frozenset({"ONEDNN_MAX_CPU_ISA"}))
     assert dict(p.env[0]) == {"MSLAUNCH_CPU_THREADS": "1"}
     assert "oneDNN ISA: left as you set it" in p.notes
-    assert any("OMP_NUM_THREADS=4 (yours) exceed the 2 cores" in w for w in p.warnings)
+    assert any("OMP_NUM_THREADS=4 (yours) exceed the 2 usable cores" in w for w in p.warnings)
     p = plan_cpu(ms_spec(), 2, {"DNNL_MAX_CPU_ISA": "AVX2"}, frozenset())
     assert "ONEDNN_MAX_CPU_ISA" not in p.env[0]
 
@@ -312,6 +312,23 @@ def test_cache_hit_and_a_changed_mindspore_version_reprobes(tmp_path):
     newer = cpuprobe.cached_probe(host, str(tmp_path), "h1")
     assert not newer.cached and host.probes == 2 and newer.probe.mindspore == "2.10.1"
     assert cpuprobe.cached_probe(host, str(tmp_path), "h2").cached is False and host.probes == 3  # per host
+
+
+@pytest.mark.parametrize("flags,probed", [(["avx", "avx2", "fma", "sse4_2"], 0), (["avx2", "fma"], 0), (["sse2"], 0),
+                                           (["avx2", "avx512f", "avx512bw", "fma"], 1), (["avx2", "avx_vnni", "fma"], 1),
+                                           (["avx2", "amx_tile"], 1)])
+def test_a_job_skips_the_probe_where_no_isa_cap_can_change_onednns_kernels(tmp_path, flags, probed):
+    host = FakeHost()
+    facts = {"mindspore": host.ms, "key": host.key(), "cpu_flags": flags}
+    out = cpuprobe.cached_probe(host, str(tmp_path), "h1", facts=facts, needed_only=True)
+    assert host.probes == probed and (out.probe is None) == (probed == 0)
+    if not probed:
+        assert "no ISA above AVX2" in out.note
+        assert out.needless
+        assert any(n.startswith("oneDNN ISA: unchanged: this CPU has no ISA above AVX2") and n.endswith("(not probed)")
+                   for n in plan_cpu(ms_spec(probe=None, probe_note=out.note, isa_settled=True), 2, {}, frozenset()).notes)
+    cpuprobe.cached_probe(host, str(tmp_path), "h2", facts=facts)  # doctor: measures anyway
+    assert host.probes == probed + 1
 
 
 def test_cache_survives_a_corrupt_file_and_a_failing_probe(tmp_path):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.planning.cpu import CpuProbe, ProbeError, parse_probe
+from launcher.planning.cpu import CpuProbe, ProbeError, cap_can_matter, parse_probe
 
 PROBE_TIMEOUT = 180.0
 FACTS_TIMEOUT = 30.0
@@ -92,6 +92,7 @@ class ProbeOutcome:
         cached: the result came from the cache.
         path: the cache file, if any.
         note: why there is no result, or "cached"/"probed in N s".
+        needless: not probed because no ISA cap can change oneDNN's kernels there (``note`` says why).
     """
 
     probe: Optional[CpuProbe]
@@ -99,6 +100,7 @@ class ProbeOutcome:
     cached: bool
     path: Optional[str]
     note: str
+    needless: bool = False
 
 
 def _safe(name: str) -> str:
@@ -144,7 +146,7 @@ def program_facts(run: Runner, program: Tuple[str, ...] = ()) -> Dict[str, Any]:
 
 
 def cached_probe(run: Runner, home: str, host: str, refresh: bool = False, on_probe: Optional[Callable[[str], None]] = None,
-                 facts: Optional[Dict[str, Any]] = None) -> ProbeOutcome:
+                 facts: Optional[Dict[str, Any]] = None, needed_only: bool = False) -> ProbeOutcome:
     """The probe result of ``host`` (reached through ``run``), from the cache when its key matches.
 
     Args:
@@ -154,6 +156,9 @@ def cached_probe(run: Runner, home: str, host: str, refresh: bool = False, on_pr
         refresh: ignore the cache and probe again.
         on_probe: called with a one-line message before a (slow) probe run.
         facts: the ``--facts`` output if the caller has it already.
+        needed_only: do not probe a CPU on which no ISA cap can change oneDNN's kernels
+            (:func:`~launcher.planning.cpu.cap_can_matter`: the answer is known, ~10 s saved on
+            a cold cache); ``doctor`` measures anyway.
 
     Returns:
         The outcome; ``probe`` is None when that interpreter has no MindSpore or the probe
@@ -166,6 +171,10 @@ def cached_probe(run: Runner, home: str, host: str, refresh: bool = False, on_pr
             return ProbeOutcome(None, {}, False, None, str(exc))
     if not facts.get("mindspore"):
         return ProbeOutcome(None, facts, False, None, "no MindSpore in the ranks' interpreter")
+    flags = facts.get("cpu_flags")
+    needless = cap_can_matter([str(f) for f in flags]) if needed_only and isinstance(flags, list) and flags else None
+    if needless is not None:
+        return ProbeOutcome(None, facts, False, None, needless, needless=True)
     key = str(facts.get("key", ""))
     path = cache_path(home, host, key)
     if not refresh:

@@ -46,14 +46,16 @@ _AGENT_SOURCE: Optional[str] = None
 
 
 def agent_source() -> str:
-    """The source text the host runs: :mod:`launcher.execution.proctree`, then
+    """The source text the host runs: :mod:`launcher.execution.proctree`,
+    :mod:`launcher.execution.probes.host_cores` (the host's cores, in its "ready" message), then
     :mod:`launcher.execution.ssh.remote_agent` (see :func:`launcher.execution.probes.program_source`).
     Read once."""
     global _AGENT_SOURCE
     if _AGENT_SOURCE is None:
         from launcher.execution.probes import program_source
 
-        _AGENT_SOURCE = program_source("launcher.execution.ssh.remote_link", "launcher.execution.ssh.remote_agent")
+        _AGENT_SOURCE = program_source("launcher.execution.probes.host_cores", "launcher.execution.ssh.remote_link",
+                                       "launcher.execution.ssh.remote_agent")
     return _AGENT_SOURCE
 
 

@@ -42,13 +42,14 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, MsLaunchError
 from launcher.execution.backend import Backend, BackendContext, register_backend
 from launcher.execution.ssh.agent import AgentConfig
 from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
 from launcher.execution.ssh.hostagent import HostAgent, SshProcess, _LogFiles  # noqa: F401 (_LogFiles re-exported)
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.execution.ssh.transfer import put_file
+from launcher.planning.hostcores import HostCores, HostThreadPlan, HostThreads, host_thread_env, parse_host_cores
 from launcher.planning.plan import Plan, ProcPlan
 
 #: Seconds between liveness checks of every host agent.
@@ -131,7 +132,7 @@ class SshBackend(Backend):
             cannot be opened does not raise: its ranks end with 255 and the reason.
     """
 
-    def __init__(self, plan: Plan, settings: SSHSettings = SSHSettings()) -> None:
+    def __init__(self, plan: Plan, settings: SSHSettings = SSHSettings(), record_dir: Optional[str] = None) -> None:
         self.plan = plan
         if settings.config is None and plan.ssh_config:
             settings = replace(settings, config=plan.ssh_config)
@@ -142,6 +143,10 @@ class SshBackend(Backend):
         self.logs = _LogFiles()
         self.agents: Dict[str, HostAgent] = {}
         self._pump: Optional[_Pump] = None
+        self._threads = {t.host: t for t in plan.host_threads}
+        self._thread_plans: Dict[str, Optional[HostThreadPlan]] = {}
+        self._thread_lock = threading.Lock()
+        self.record_dir = record_dir
         self.conns = connect_all(list(plan.hosts), settings)
         try:
             self._copy_artefacts()
@@ -200,15 +205,72 @@ class SshBackend(Backend):
             raise LaunchError(f"{proc.name}: the connection to {agent.conn.target.label} is closed")
         # The log exists (and is empty) before the process, as for local ranks.
         open(log_path, "ab").close()
+        proc = self._with_threads(proc, agent)
         handle = SshProcess(proc, agent, self._next_id, log_path)
         self._next_id += 1
         self._handles.append(handle)
         agent.add(handle, AgentConfig.for_rank(proc, cwd, self.plan.job_dir).start_op(handle.rank_id))
         return handle
 
+    def _with_threads(self, proc: ProcPlan, agent: HostAgent) -> ProcPlan:
+        """``proc`` with the thread variables its host's cores give it (``plan.host_threads``:
+        learned from the agent's "ready" message, decided once per host by the pure rule of
+        :func:`~launcher.planning.hostcores.host_thread_env`); unchanged for other ranks or
+        when the agent reported no cores."""
+        threads = self._threads.get(proc.host)
+        if threads is None or proc.rank not in threads.ranks:
+            return proc
+        with self._thread_lock:
+            if proc.host not in self._thread_plans:
+                self._thread_plans[proc.host] = self._decide(threads, agent)
+            decided = self._thread_plans[proc.host]
+        env = decided.env.get(proc.rank) if decided is not None else None
+        if not env:
+            return proc
+        return replace(proc, env=tuple(env.items()) + tuple(proc.env))
+
+    def _decide(self, threads: HostThreads, agent: HostAgent) -> Optional[HostThreadPlan]:
+        """The thread plan of one host from its agent's cores report; says it (``on_note``) and
+        records it in ``<record_dir>/host-threads.json``."""
+        if not agent.wait_ready():
+            return None  # the agent ended: its ranks end too, with the reason
+        try:
+            cores = parse_host_cores(agent.cores, threads.host, f"the ssh agent on {threads.host}")
+        except MsLaunchError as exc:
+            self._note(f"{threads.host}: threads not set (the agent reported no cores: {exc})", False)
+            return None
+        decided = host_thread_env(threads, cores)
+        for line in decided.notes:
+            self._note(line, False)
+        for line in decided.warnings:
+            self._note(line, True)
+        if self.record_dir is not None:
+            self._record(cores, threads, decided)
+        return decided
+
+    def _note(self, line: str, warning: bool) -> None:
+        if self.settings.on_note is not None:
+            self.settings.on_note(("warning: " if warning else "cpu: ") + line)
+
+    def _record(self, cores: HostCores, threads: HostThreads, decided: HostThreadPlan) -> None:
+        """One entry per host in ``host-threads.json`` (what was learned, what was set)."""
+        import json
+
+        path = os.path.join(str(self.record_dir), "host-threads.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            data = {}
+        data[threads.host] = {"cores": cores.to_json(), "env": {str(r): dict(e) for r, e in decided.env.items()},
+                              "notes": list(decided.notes), "warnings": list(decided.warnings)}
+        from launcher.jobs.files import write_atomic
+
+        write_atomic(path, json.dumps(data, indent=1) + "\n", mode=0o644)
+
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
-        return cls(ctx.plan, ctx.settings_for("ssh") or SSHSettings())
+        return cls(ctx.plan, ctx.settings_for("ssh") or SSHSettings(), record_dir=ctx.attempt_dir)
 
     def close(self) -> None:
         """Stop the pump, let every agent exit, and close every connection."""

@@ -188,6 +188,15 @@ class HostAgent:
         #: This machine's clock minus the agent's host clock, plus the least delay seen: the
         #: smallest ``time.time() - sent`` over the agent's time-stamped messages (None until one).
         self.clock_offset: Optional[float] = None
+        #: the host's cores as its agent read them (its "ready" message), None until then
+        self.cores: Optional[Dict[str, Any]] = None
+        self._heard = threading.Event()  # set on "ready" or when the agent ended
+
+    def wait_ready(self) -> bool:
+        """Block until the agent said "ready" (True) or ended (False); bounded by the pump's
+        start timeout (``--ssh-start-timeout``), which ends an agent that does not start."""
+        self._heard.wait()
+        return self._end is None
 
     # ------------------------------------------------------------ set-up / requests
 
@@ -313,6 +322,9 @@ class HostAgent:
         if ev == "ready":
             self.state = "ready"
             self.agent_pid = msg.get("pid")
+            cores = msg.get("cores")
+            self.cores = cores if isinstance(cores, dict) else None
+            self._heard.set()
             return
         handle = self.handles.get(rid)
         if handle is None:
@@ -396,6 +408,7 @@ class HostAgent:
             self._end = (rc, reason)
             self.state = "ended"
             handles = list(self.handles.values())
+        self._heard.set()
         for h in handles:
             if lost and not h.done:
                 h.host_lost = reason

@@ -50,6 +50,7 @@ import subprocess
 import time
 
 try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.program_source` puts its source first
+    from launcher.execution.probes.host_cores import read_host_cores
     from launcher.execution.proctree import (
         become_subreaper,
         below,
@@ -118,7 +119,11 @@ class Agent(object):
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         self.outbox.raw(MAGIC)
-        self.message({"ev": "ready", "pid": self.me, "time": time.time()})
+        try:
+            cores = read_host_cores()
+        except Exception as exc:  # noqa: BLE001 - the agent runs without it; the launcher then sets no threads here
+            cores = {"error": str(exc)}
+        self.message({"ev": "ready", "pid": self.me, "time": time.time(), "cores": cores})
 
     # ------------------------------------------------------------ output
 

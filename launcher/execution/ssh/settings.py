@@ -4,8 +4,8 @@ This module imports nothing heavy (no paramiko), so the CLI can build the value 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 #: Connections opened at once.
 DEFAULT_POOL = 32
@@ -36,6 +36,8 @@ class SSHSettings:
         lost_after: seconds of silence after which a host counts as lost, once its agent started.
         agent_timeout: seconds without a ping after which a host agent ends its host's ranks.
         pool: connections opened at once.
+        on_note: called with one line for the console (e.g. the threads a host's cores gave its
+            ranks, learned at start); None: not shown.
     """
 
     config: Optional[str] = None
@@ -46,3 +48,4 @@ class SSHSettings:
     lost_after: float = LOST_AFTER
     agent_timeout: float = AGENT_TIMEOUT
     pool: int = DEFAULT_POOL
+    on_note: Optional[Callable[[str], None]] = field(default=None, compare=False)
