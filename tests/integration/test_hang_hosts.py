@@ -78,3 +78,32 @@ def test_per_node_mode_hang_ends_both_nodes_hung_with_stacks(cluster, tmp_path, 
     if hang.startswith("auto"):
         assert all(n["derived"].startswith("auto") for n in (node0, node1)), (node0["derived"], node1["derived"])
     assert wait_nothing_left(c) == {}
+
+
+@pytest.mark.mpi
+@pytest.mark.cost(25)
+def test_mpirun_ranks_on_other_hosts_are_dumped_on_their_hosts(cluster, tmp_path, need_mpirun):  # noqa: F811  (pytest's fixture, imported above)
+    """mpirun across the three namespace hosts (2 ranks each, the scheduler on h1); rank 3 (h2)
+    blocks: every rank's stacks were dumped on its own host by py-spy over ssh (none of them is a
+    process below this machine's mpirun: they are found on their host by the job's marker in
+    their environment), the report names rank 3, and nothing is left."""
+    c = cluster
+    job, pids = tmp_path / "job", tmp_path / "pids"
+    pids.mkdir()
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    r = run_process("run", "--hosts", c.inventory_yaml, "--launcher", "mpirun", "--env", f"PIDDIR={pids}", "--nic", str(c.subnet), "--master-port", "auto",
+                    "--log-dir", str(job), "--tee", "none", "--grace", "2", "--hang-timeout", "5",
+                    HANG, "steps", "0.4", "200", "--stall-rank", "3", "--stall-at", "6", env=env, cwd=str(tmp_path), timeout=300)
+    assert r.returncode == 125, r.stderr + (job / "mpirun.log").read_text(errors="replace")[-3000:]
+    s = json.loads((job / "summary.json").read_text())
+    hang = s["hang"]
+    rows = {row["rank"]: row for row in hang["ranks"]}
+    assert sorted(rows) == list(range(6)) and hang["culprit"]["rank"] == 3, hang
+    for rank, row in rows.items():
+        assert row["host"] == c.hosts[rank // 2].ip and row["stack_files"], row
+        text = (job / "stacks" / row["stack_files"][0]).read_text()
+        assert text.startswith(f"# mslaunch stack dump: rank{rank}, pid ") and "tool: py-spy" in text, text[:300]
+        assert row["stack_files"][0] == f"rank{rank}.pid{(pids / f'rank{rank}.pids').read_text().split()[0]}.txt"  # the rank's own process
+        want = "stuck_reading_data (hangprog.py:" if rank == 3 else "wait_for_peers (hangprog.py:"
+        assert row["frame"].startswith(want), row
+    assert wait_nothing_left(c) == {}
