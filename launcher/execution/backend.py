@@ -172,7 +172,8 @@ class ProcessHandle(ABC):
         a handle without a rank, such as mpirun's, stands for its descendants, named by their
         ``RANK_ID``); a process elsewhere, by a backend that has no way to reach it, gives {}.
         Backends whose processes run on other hosts override it (ssh: on the host, through its
-        agent's connection; slurm: an ``srun`` step on the node)."""
+        agent's connection; slurm: an ``srun`` step on the node; mpirun: the ranks on other hosts
+        over ssh, found there by the job's marker)."""
         from launcher.execution.probes import stackdump
         from launcher.planning.hosts import is_local
 

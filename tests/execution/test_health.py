@@ -63,3 +63,48 @@ def test_device_orders_run_after_the_network_and_a_host_without_a_probe_has_a_re
     assert set(res.device_answers) == {"localhost", "127.0.0.1"}
     assert res.device_failures["::1"].startswith("cannot start the probe: No such file or directory")
     assert _children() - before == set()
+
+
+def test_the_kill_of_a_probe_on_a_host_that_no_longer_answers_is_not_waited_for() -> None:
+    """SshLink.reap on a connection whose every command blocks (a host whose link is gone): the
+    probe did not exit, its kill is sent and waited for ``kill`` seconds only (the kill is still
+    blocked when reap returns); the probe's lifetime ends it on its host."""
+    import threading
+    import time
+
+    from launcher.execution.checks.health import SshLink
+
+    release = threading.Event()
+    calls = []
+
+    class Chan:
+        closed = False
+
+        def exec_command(self, command: str) -> None:
+            pass
+
+        def recv(self, n: int) -> bytes:
+            release.wait()
+            return b""
+
+        def exit_status_ready(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            self.closed = True
+
+    class Conn:  # a connection to a host that no longer answers
+        def open_channel(self) -> Chan:
+            return Chan()
+
+        def run(self, command: str, timeout: float = 30.0):
+            calls.append(command)
+            release.wait()
+
+    link = SshLink("h3", Conn(), "probe")
+    link.pid = 4242
+    try:
+        link.reap(time.monotonic(), kill=0.2)
+        assert calls == ["kill -9 4242"] and not release.is_set() and link.chan.closed
+    finally:
+        release.set()

@@ -92,3 +92,39 @@ def test_one_remote_command_dumps_every_running_rank_of_a_host(tmp_path, sleeper
     assert len(calls) == 1 and "rank0=" in calls[0] and "rank1=" in calls[0] and "rank2=" not in calls[0]
     assert [os.path.basename(got[r][r][0]) for r in (0, 1)] == [f"rank0.pid{sleeper.pid}.txt", f"rank1.pid{sleeper.pid}.txt"]
     assert got[2] == {}
+
+
+def test_marker_mode_finds_the_job_ranks_by_their_environment(tmp_path):
+    """``--marker KEY=VALUE --ranks``: as a host runs it for mpirun's ranks: a rank's process (the
+    wrapper's RANK_ID set for its exec) first, then its child, and no process of another job
+    (another marker value) or of a rank not asked for."""
+    code = "import os, subprocess, sys, time\nif sys.argv[1:] == ['parent']:\n    subprocess.Popen([sys.executable, __file__])\n" \
+           "print('up', flush=True)\ntime.sleep(600)\n"
+    script = tmp_path / "r.py"
+    script.write_text(code)
+    procs = []
+
+    def start(marker: str, rank: str):
+        env = dict(os.environ, MSLAUNCH_LOG_DIR=marker, RANK_ID=rank)
+        p = subprocess.Popen(["/bin/sh", "-c", f'RANK_ID={rank} exec {sys.executable} {script} parent'], env={**env, "RANK_ID": ""},
+                             stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        assert p.stdout.readline() == "up\n" and p.stdout.readline() == "up\n"
+        return p
+
+    try:
+        mine = start(str(tmp_path / "a"), "2")
+        start(str(tmp_path / "b"), "2")  # another job's rank 2
+        start(str(tmp_path / "a"), "5")  # a rank this host was not asked for
+        out = subprocess.run([sys.executable, "-S", "-c", PROGRAM, "--stdout", "--marker", f"MSLAUNCH_LOG_DIR={tmp_path / 'a'}", "--ranks", "2,3"],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        recs = [json.loads(line) for line in out.stdout.splitlines()]
+        child = stackdump.descendants(mine.pid)
+        assert [(r["name"], r["pid"]) for r in recs] == [("rank2", mine.pid)] + [("rank2", p) for p in child], out.stderr
+        assert len(child) == 1 and "tool: py-spy" in recs[0]["text"]
+    finally:
+        for p in procs:
+            for pid in stackdump.descendants(p.pid):
+                os.kill(pid, 9)
+            p.kill()
+            p.wait()

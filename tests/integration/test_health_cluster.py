@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -21,7 +23,7 @@ from tests.harness.hostfaults import (
     throttle_cpu,
     unthrottle,
 )
-from tests.integration.test_multihost import wait_nothing_left
+from tests.integration.test_multihost import cluster_yaml, wait_nothing_left
 
 pytestmark = pytest.mark.netns
 
@@ -92,3 +94,47 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
     finally:
         unthrottle(c, 0)
     assert wait_nothing_left(c, 15.0) == {}
+
+
+@pytest.mark.cost(25)
+@pytest.mark.parametrize("kernel", ["numpy", pytest.param("mindspore", marks=pytest.mark.mindspore)])
+def test_a_host_whose_link_is_cut_mid_check_is_faulty_within_the_step_limits(make_netns_cluster, tmp_path, kernel) -> None:
+    """h3's link is cut as its compute step begins (its Python, ``tests/scripts/cut_on_compute.py``,
+    drops every packet h3 sends, from the compute order on: silence, as a link lost on the way): h3 is ``faulty`` naming the compute
+    step, h1 and h2 get their verdicts, and ``doctor --health`` ends within the limits of the steps
+    run after the cut (from :class:`HealthBudget`), not the probe's lifetime nor the ssh connect
+    timeout (30 s here: the kill of h3's probe, over a link that is gone, is not waited for that
+    long); nothing is left on h1 and h2 at once, nor on h3 once its link is back (its probe's
+    lifetime bounds it).  With either kernel (MindSpore's: a longer start, so a longer lifetime;
+    the steps after the start are the same)."""
+    from launcher.execution.checks.health import HealthBudget
+
+    c = make_netns_cluster(n_hosts=3, slots=2)
+    ip = [h.ip for h in c.hosts]
+    stamp, wrapper = tmp_path / "cut-at", tmp_path / "python-cut"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {os.path.join(HERE, 'scripts', 'cut_on_compute.py')} {stamp} \"$@\"\n")
+    wrapper.chmod(0o755)
+    inv = cluster_yaml(c, tmp_path / "inv.yaml", per_host=lambda i: [f"python: {wrapper}"] if i == 2 else [])
+    budget = HealthBudget()
+    try:
+        r = on_cluster(c, tmp_path, "doctor", "--health", "--json", "--hosts", inv, "--ssh-connect-timeout", "30",
+                       "--health-kernel", kernel)
+        ended = time.time()
+        assert r.returncode == 1, r.stdout + r.stderr
+        data = json.loads(r.stdout)
+        verdicts = {h["host"]: h for h in data["hosts"]}
+        assert verdicts[ip[2]]["verdict"] == "faulty" and verdicts[ip[2]]["reason"] == "faulty: compute: no answer in time", verdicts[ip[2]]
+        assert all(verdicts[h]["verdict"] in ("ok", "slow") and verdicts[h]["gflops"] for h in ip[:2]), data["hosts"]
+        assert data["network"] == "checked" and verdicts[ip[0]]["mbps"] and verdicts[ip[1]]["mbps"], data
+        rounds = {t["round"] for h in data["hosts"] for t in h["transfers"]}
+        # after the cut: the compute step, the network rounds run, the end (grace, kills, connections' close)
+        limit = budget.compute_limit() + len(rounds) * budget.transfer_limit() + budget.close + 2 * budget.kill
+        after_cut = ended - float(stamp.read_text())
+        assert after_cut <= limit <= budget.after_start_limit() < budget.lifetime(kernel), (after_cut, limit)
+        deadline = time.monotonic() + 15.0
+        while (c.pids_in(0) or c.pids_in(1)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert c.pids_in(0) == [] and c.pids_in(1) == []
+    finally:
+        c.exec_in(2, ["ip", "rule", "del", "priority", "1"], check=True)
+    assert wait_nothing_left(c, budget.lifetime(kernel)) == {}

@@ -52,6 +52,24 @@ class HealthBudget:
     start_timeout: float = 20.0  #: the probe starts, imports its kernel, opens its sink
     slack: float = 8.0  #: added to every step's own duration for its answer
     mindspore_start_timeout: float = 90.0
+    close: float = 2.0  #: at the end, the probes' grace to exit before they are killed
+    kill: float = 3.0  #: the kill of a probe that did not exit, and the close of the connections (each bounded)
+
+    def compute_limit(self) -> float:
+        """How long the compute step waits for its answers."""
+        return self.delay + self.window * self.repeats + self.slack
+
+    def transfer_limit(self) -> float:
+        """How long one network round waits for its answers."""
+        return self.delay + self.transfer + self.slack
+
+    def after_start_limit(self, devices: float = 0.0) -> float:
+        """The longest the check goes on once every probe answered ``start``: compute, the three
+        network rounds at most, the device step (its orders' longest ``limit``, 0: none), the end
+        (the probes' grace, their kills, the connections' close).  Whatever a host does (its link
+        cut, its probe stuck), the check is over by then, well within the probes' lifetime."""
+        return (self.compute_limit() + 3 * self.transfer_limit() + (devices + self.slack if devices else 0.0)
+                + self.close + 2 * self.kill)
 
     def lifetime(self, kernel: str) -> float:
         start = self.mindspore_start_timeout if kernel == "mindspore" else self.start_timeout
@@ -132,8 +150,8 @@ class ProbeLink:
         """Ask the probe to exit (``quit``, then the end of its stdin)."""
         raise NotImplementedError
 
-    def reap(self, deadline: float) -> None:
-        """Wait for the probe to exit until ``deadline``, then kill it."""
+    def reap(self, deadline: float, kill: float) -> None:
+        """Wait for the probe to exit until ``deadline``, then kill it (waiting ``kill`` seconds at most)."""
         raise NotImplementedError
 
 
@@ -166,7 +184,7 @@ class LocalLink(ProbeLink):
         except OSError:
             pass
 
-    def reap(self, deadline: float) -> None:
+    def reap(self, deadline: float, kill: float) -> None:
         try:
             self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -199,15 +217,22 @@ class SshLink(ProbeLink):
         self.conn.send(self.chan, (json.dumps({"op": "quit"}) + "\n").encode())
         self.conn.send_eof(self.chan)
 
-    def reap(self, deadline: float) -> None:
-        """Wait for the probe's exit until ``deadline``; then kill it by its pid (from ``start``)."""
+    def reap(self, deadline: float, kill: float) -> None:
+        """Wait for the probe's exit until ``deadline``; then kill it by its pid (from ``start``),
+        waiting ``kill`` seconds at most: a host whose link is gone never answers (opening the
+        session would wait the connect timeout); the probe's own lifetime ends it there."""
         while not self.chan.exit_status_ready() and time.monotonic() < deadline:
             time.sleep(0.01)
         if not self.chan.exit_status_ready() and self.pid is not None:
-            try:
-                self.conn.run(f"kill -9 {int(self.pid)}", timeout=5)
-            except Exception:
-                pass  # the probe's own lifetime ends it
+            def run() -> None:
+                try:
+                    self.conn.run(f"kill -9 {int(self.pid)}", timeout=kill)  # type: ignore[arg-type]
+                except Exception:
+                    pass  # the probe's own lifetime ends it
+
+            t = threading.Thread(target=run, name=f"health-kill-{self.host}", daemon=True)
+            t.start()
+            t.join(kill)
         self.chan.close()
 
 
@@ -286,10 +311,12 @@ def run_health(
                      devices=devices, no_network="not checked: fewer than 2 hosts besides this machine answered" if remote
                      else "not checked: every host is this machine")
     finally:
-        close_all(list(links.values()))
-        for c in conns.values():
-            if isinstance(c, SshConnection):
-                c.close()
+        close_all(list(links.values()), budget.close, budget.kill)
+        shut = [threading.Thread(target=c.close, args=(budget.kill,), daemon=True) for c in conns.values() if isinstance(c, SshConnection)]
+        for t in shut:  # at once: each close is bounded (a host whose link is gone does not hold the others up)
+            t.start()
+        for t in shut:
+            t.join(budget.kill + 1)
 
 
 def drive(
@@ -315,9 +342,8 @@ def drive(
     for h, a in started.items():
         links[h].pid = a.get("pid")
     alive = [h for h in names if h in links and h not in failures]
-    step = budget.delay + budget.window * budget.repeats + budget.slack
     done = _ask(links, {h: {"op": "compute", "window": budget.window, "repeats": budget.repeats, "delay": budget.delay}
-                        for h in alive}, step)
+                        for h in alive}, budget.compute_limit())
     gflops = _note(done, failures, "compute", "gflops")
     netted = [h for h in names if h in addr and h not in failures]
     transfers: List[Transfer] = []
@@ -363,8 +389,9 @@ def _devices(names: Sequence[str], links: Dict[str, ProbeLink], failures: Mappin
     return answers, missing
 
 
-def close_all(links: Sequence[ProbeLink], grace: float = 2.0) -> None:
-    """End every probe at once, wait up to ``grace`` seconds for all, kill the rest (in parallel)."""
+def close_all(links: Sequence[ProbeLink], grace: float = HealthBudget.close, kill: float = HealthBudget.kill) -> None:
+    """End every probe at once, wait up to ``grace`` seconds for all, kill the rest (in parallel,
+    each kill waited for ``kill`` seconds at most)."""
     for link in links:
         try:
             link.end()
@@ -374,7 +401,7 @@ def close_all(links: Sequence[ProbeLink], grace: float = 2.0) -> None:
 
     def reap(link: ProbeLink) -> None:
         try:
-            link.reap(deadline)
+            link.reap(deadline, kill)
         except Exception:
             pass
 
@@ -403,7 +430,7 @@ def _transfers(links: Dict[str, ProbeLink], pairs: Sequence[Tuple[str, str]], ad
     for a, b in pairs:
         for src, dst in ((a, b), (b, a)):
             orders[src] = {"op": "send", "addr": addr[dst], "port": port[dst], "seconds": budget.transfer, "delay": budget.delay}
-    answers = _ask(links, orders, budget.delay + budget.transfer + budget.slack)
+    answers = _ask(links, orders, budget.transfer_limit())
     out = []
     for a, b in pairs:
         got = [answers[a].get("mbps"), answers[b].get("mbps")]

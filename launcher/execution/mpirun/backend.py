@@ -139,6 +139,19 @@ class MpirunProcess(LocalProcess):
             except ProcessLookupError:
                 pass
 
+    def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
+        """The ranks on this machine (mpirun's descendants, named by their ``RANK_ID``), then those
+        OpenMPI started on other hosts, dumped on their hosts over ssh (:mod:`launcher.execution.mpirun.dump`)."""
+        from launcher.execution.mpirun.dump import remote_dumps
+        from launcher.planning.mpi import MpirunPlan
+
+        out = super().dump_stacks(folder)
+        settings = self.job.backend_settings
+        agent = settings.options.rsh_agent if isinstance(settings, MpirunPlan) else None
+        for rank, files in remote_dumps(self.job, agent, self.adir, folder, skip=[r for r in out if r is not None]).items():
+            out.setdefault(rank, []).extend(files)
+        return out
+
     def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None) -> List[ProcResult]:
         """Per-process results from mpirun's exit and its report (see :func:`report_outcomes`)."""
         try:

@@ -29,7 +29,7 @@ try:  # sent to a host, :func:`launcher.execution.probes.program_source` puts pr
 except ImportError:
     pass
 
-__all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name",
+__all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name", "ranks_by_marker",
            "targets", "write_dumps"]
 
 #: Seconds one py-spy call may take.
@@ -170,27 +170,62 @@ def expand(targets: Sequence[Tuple[str, int]], by_env: bool = False) -> List[Tup
     return out
 
 
+def _environ(pid: int) -> Dict[bytes, bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            items = fh.read().split(b"\0")
+    except OSError:
+        return {}
+    return dict(item.partition(b"=")[::2] for item in items if b"=" in item)
+
+
+def ranks_by_marker(key: str, value: str, ranks: Sequence[int]) -> List[Tuple[str, int]]:
+    """``(rank<R>, pid)`` of the top process of each of ``ranks`` on this host: a process whose
+    environment (as it was started, ``/proc/PID/environ``) holds ``key=value`` (the job's marker)
+    and ``RANK_ID=R``, whose parent holds no such ``RANK_ID`` (the ranks OpenMPI started, found
+    without reading any command line)."""
+    table = proc_table()
+    want = {str(r).encode() for r in ranks}
+    found: Dict[int, bytes] = {}
+    for pid in table:
+        env = _environ(pid)
+        if env.get(key.encode()) == value.encode() and env.get(b"RANK_ID") in want:
+            found[pid] = env[b"RANK_ID"]
+    tops = [(f"rank{rank.decode()}", pid) for pid, rank in found.items() if found.get(table[pid][0]) != rank]
+    return sorted(tops, key=lambda t: (int(t[0][4:]), t[1]))
+
+
 def main(argv: Sequence[str]) -> int:
-    """``stackdump (DIR | --stdout) NAME=PID ...``: dump each process and its descendants.
+    """``stackdump (DIR | --stdout) (NAME=PID ... | --marker KEY=VALUE --ranks R,R...)``: dump each
+    process and its descendants.
 
     With a DIR the files are written there and their paths printed; with ``--stdout`` (remote
-    hosts) each dump is printed as one JSON line ``{"name", "pid", "text"}`` instead.
+    hosts) each dump is printed as one JSON line ``{"name", "pid", "text"}`` instead.  With
+    ``--marker`` the processes are the ranks found by :func:`ranks_by_marker` (their descendants
+    named by their ``RANK_ID``).
     """
     import json
     import tempfile
 
     if len(argv) < 1:
-        sys.stderr.write("usage: stackdump (DIR | --stdout) NAME=PID ...\n")
+        sys.stderr.write("usage: stackdump (DIR | --stdout) (NAME=PID ... | --marker KEY=VALUE --ranks R,R...)\n")
         return 2
     to_stdout = argv[0] == "--stdout"
     folder = tempfile.mkdtemp(prefix="mslaunch-stacks-") if to_stdout else argv[0]
     targets = []
-    for item in argv[1:]:
+    rest = list(argv[1:])
+    by_env = "--marker" in rest and "--ranks" in rest
+    if by_env:
+        key, _, value = rest[rest.index("--marker") + 1].partition("=")
+        ranks = [int(r) for r in rest[rest.index("--ranks") + 1].split(",") if r.isdigit()]
+        targets = ranks_by_marker(key, value, ranks)
+        rest = []
+    for item in rest:
         name, _, pid = item.partition("=")
         if pid.isdigit():
             targets.append((name, int(pid)))
     try:
-        for path in dump_many(folder, expand(targets)):
+        for path in dump_many(folder, expand(targets, by_env=by_env)):
             if not to_stdout:
                 sys.stdout.write(path + "\n")
                 continue

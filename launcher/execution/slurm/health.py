@@ -48,7 +48,7 @@ class _SockLink(ProbeLink):
         except OSError:
             pass
 
-    def reap(self, deadline: float) -> None:
+    def reap(self, deadline: float, kill: float) -> None:  # srun's own stop bounds the kill (_stop_srun)
         if self.proc is not None:
             _stop_srun(self.proc, deadline)
         self.sock.close()

@@ -7,7 +7,8 @@
   launcher.execution.probes.stackdump --stdout ...`` per node, with the pids the shims recorded
   (:mod:`launcher.execution.slurm.dump`);
 * mpirun: the ranks on this machine are descendants of mpirun and are dumped here (named by their
-  ``RANK_ID``); ranks that OpenMPI started on other hosts are not reached (said in the docs).
+  ``RANK_ID``); those OpenMPI started on other hosts are found there by the job's marker in their
+  environment, one ssh command a host (:mod:`launcher.execution.mpirun.dump`).
 
 :mod:`launcher.execution.probes.stackdump` prints one JSON line ``{"name", "pid", "text"}`` per process;
 :func:`write_dumps` turns them into ``<folder>/<name>.pid<P>.txt`` files here.
