@@ -43,6 +43,7 @@ class JobOptions:
     env_file: Tuple[str, ...]
     module: Optional[str]
     no_python: bool
+    cold_restarts: bool
     python: Optional[str]
     hccn_dir: Optional[str]
     hccn: Tuple[str, ...]
@@ -89,6 +90,9 @@ _opt("cluster_time_out", Optional[int], typer.Option(None, "--cluster-time-out",
 _opt("env", List[str], typer.Option([], "--env", "-e", help="K=V for every rank (repeatable; wins over --env-file).", rich_help_panel="Job"))
 _opt("env_file", List[str], typer.Option([], "--env-file", help="File of K=V lines for every rank (repeatable).", rich_help_panel="Job"))
 _opt("module", Optional[str], typer.Option(None, "-m", "--module", help="Run a Python module (python -m).", rich_help_panel="Job"))
+_opt("cold_restarts", bool, typer.Option(False, "--cold-restarts", help=(
+    "A restart starts from nothing, as a new job would: no MindSpore compile cache in the job dir "
+    "(MS_COMPILER_CACHE_*), a new zygote per attempt. See docs/long-jobs.md."), rich_help_panel="Job"))
 _opt("no_python", bool, typer.Option(False, "--no-python", help="Run the program as an executable, not under Python.", rich_help_panel="Job"))
 _opt("python", Optional[str], typer.Option(None, "--python", help="Interpreter for Python programs (default: the one mslaunch runs under).", rich_help_panel="Job"))
 _opt("hccn_dir", Optional[str], typer.Option(None, "--hccn-dir", help="Folder of per-host hccn.conf copies (ranktable method).", rich_help_panel="Rank table"))

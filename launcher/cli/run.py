@@ -219,7 +219,8 @@ def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSet
     try:
         return run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
                         replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
-                        backend_settings={"ssh": ssh, "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler)})
+                        backend_settings={"ssh": ssh, "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler,
+                                                                    keep_zygote=spec.compile_cache)})  # off with --cold-restarts
     finally:
         console.stop()
 

@@ -35,7 +35,7 @@ def test_forked_ranks_get_their_env_cwd_argv_log_and_exit_code(tmp_path):
                    for i, code in enumerate((0, 5))]
         assert [h.wait() for h in handles] == [0, 5]
         for i, h in enumerate(handles):
-            assert h.pid != z._proc.pid
+            assert h.pid != z.process.pid
             got = json.loads((tmp_path / f"{i}.log").read_text())
             assert got == {"argv": [str(script), str((0, 5)[i])], "cwd": str(tmp_path), "x": str(i), "name": "__main__", "path0": str(tmp_path)}
         # -m MODULE; an uncaught exception is exit 1 with its traceback in the log
@@ -46,7 +46,7 @@ def test_forked_ranks_get_their_env_cwd_argv_log_and_exit_code(tmp_path):
         assert boom.wait() == 1 and "RuntimeError: boom" in (tmp_path / "b.log").read_text()
     finally:
         z.close()
-    assert z._proc.poll() is not None
+    assert z.process.poll() is not None
 
 
 def test_terminate_and_kill_end_the_whole_group(tmp_path):
@@ -79,7 +79,7 @@ def test_non_python_argv_starts_as_a_subprocess(tmp_path):
     try:
         h = z.start(proc("rank 0", ["/bin/sh", "-c", "echo plain; exit 4"]), str(tmp_path / "p.log"), str(tmp_path))
         assert h.wait() == 4 and (tmp_path / "p.log").read_text() == "plain\n"
-        assert z._proc is None  # no zygote was needed
+        assert z.process is None  # no zygote was needed
     finally:
         z.close()
 
@@ -124,7 +124,7 @@ def test_a_preload_that_starts_a_thread_falls_back_to_plain_processes(tmp_path):
         assert [(tmp_path / f"{i}.log").read_text() for i in (0, 1)] == ["True\n", "True\n"]  # children of mslaunch
         assert len(notes) == 1 and "1 thread(s) besides the main one after importing threaded" in notes[0]
         assert notes[0].endswith("starting the ranks as plain processes") and z.fallback in notes[0]
-        z._proc.wait(timeout=30)  # the zygote exited by itself
+        z.process.wait(timeout=30)  # the zygote exited by itself
     finally:
         z.close()
 

@@ -5,9 +5,12 @@ as ``python -m launcher.execution.local.zygote_server MODULE...``.
 Protocol (one JSON object per line)::
 
     mslaunch -> zygote (stdin):  {"argv": [...], "env": {...}, "cwd": "...", "log": "...", "cpus": [..] | null}
+    mslaunch -> zygote (stdin):  {"ping": true}  (is it fit to serve another attempt?)
     zygote -> mslaunch (stdout): first {"ready": {"seconds": S}} or {"unsafe": "why"} (then it exits);
                                  then one reply per request, in order:
                                  {"pid": N} | {"error": "..."} | {"unsafe": "why"}
+                                 | {"pong": {"threads": [...], "children": [pids]}} (after reaping:
+                                 every ended child's exit is reported before it)
                                  and {"exit": N, "status": RC} when child N ended (RC < 0: signal)
 
 Fork safety (see docs/cpu-performance.md): a fork copies only the forking thread; a lock held by
@@ -65,6 +68,19 @@ def threads() -> List[str]:
         except OSError:
             pass  # ended meanwhile
     return out
+
+
+def children() -> List[int]:
+    """The pids of this process's live children (forked, or adopted as a subreaper), from
+    ``/proc/self/task/<tid>/children``; zombies not yet reaped count too."""
+    out: List[int] = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out.extend(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return sorted(out)
 
 
 def fork_safety(preload: Sequence[str], before: List[str]) -> Optional[str]:
@@ -445,6 +461,10 @@ def serve(preload: Sequence[str]) -> None:
                     request = json.loads(line)
                 except ValueError as exc:
                     say({"error": str(exc)})
+                    continue
+                if request.get("ping"):  # after the exits of every child that ended (reported first)
+                    reap()
+                    say({"pong": {"threads": threads(), "children": children()}})
                     continue
                 found = threads()
                 if len(found) > 1:  # something started a thread since: fork no more
