@@ -42,7 +42,7 @@ from typing import Dict, List, Optional
 from benchkit import exit_if_cannot_run
 
 PY = sys.executable
-MODES: Dict[str, List[str]] = {"warm": [], "cold": ["--cold-restarts"]}
+MODES: Dict[str, List[str]] = {"warm": [], "cold": ["--cold-restarts"], "cache": ["--compile-cache"]}
 KILL_AFTER = 6
 PHASES = ("teardown", "start", "cluster", "data", "ckpt", "compile")
 

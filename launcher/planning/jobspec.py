@@ -128,7 +128,7 @@ class JobSpec:
             ``numactl --membind N --cpunodebind N``.
         compile_cache: give every process MindSpore's compile cache in the job dir
             (:func:`launcher.planning.envs.compile_cache_env`) unless the user sets its
-            variables; False with ``--cold-restarts``.
+            variables (``--compile-cache``).
     """
 
     inventory: Inventory
@@ -161,7 +161,7 @@ class JobSpec:
     sim_level: Optional[int] = None
     sim_rank_id: Optional[int] = None
     bind_numa: Tuple[Tuple[str, str], ...] = ()
-    compile_cache: bool = True
+    compile_cache: bool = False
 
 
 def numa_prefix(bind_numa: Tuple[Tuple[str, str], ...], key: str) -> Tuple[str, ...]:

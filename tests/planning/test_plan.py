@@ -16,14 +16,14 @@ from tests.harness.cli import run_process
 from tests.harness.hypo import examples
 
 INV = parse_hostfile("10.0.0.1 slots=8\n10.0.0.2 slots=8\n", "h.txt")
-#: The job's MindSpore compile cache, in every process's env unless the user sets it (envs.compile_cache_env).
+#: The job's MindSpore compile cache (--compile-cache), in every process's env unless the user sets it (envs.compile_cache_env).
 CACHE = {"MS_COMPILER_CACHE_ENABLE": "1", "MS_COMPILER_CACHE_PATH": "/work/mslaunch_logs/j1/compile_cache"}
 IPS = {h: {d: f"192.{d % 4 + 1}.27.{6 + d // 4 + 2 * i}" for d in range(8)} for i, h in enumerate(["10.0.0.1", "10.0.0.2"])}
 
 
 def spec(**kw):
     base = dict(inventory=INV, program=("train.py", "--epochs", "1"), python="/usr/bin/python3", cwd="/work",
-                job_dir="/work/mslaunch_logs/j1", job_id="j1")
+                job_dir="/work/mslaunch_logs/j1", job_id="j1", compile_cache=True)
     base.update(kw)
     return JobSpec(**base)
 
@@ -58,24 +58,25 @@ def test_dynamic_master_override_and_tuning_skipped_when_user_set():
     assert env["MS_RETRY_INTERVAL_UPPER"] == "1"
 
 
-@pytest.mark.parametrize("where", ["launching env", "--env", "--env-file", "host env", "--cold-restarts"])
+@pytest.mark.parametrize("where", ["launching env", "--env", "--env-file", "host env", "without --compile-cache"])
 @pytest.mark.parametrize("name", ["MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH"])
 def test_compile_cache_is_left_to_a_user_who_sets_either_variable(where, name):
     """The user's own compile cache settings (either name, in any layer) keep mslaunch's out
-    entirely (no half-set pair); ``--cold-restarts`` (compile_cache=False) sets none."""
+    entirely (no half-set pair); without ``--compile-cache`` (the default) none is set."""
     from dataclasses import replace
 
     inv = parse_hostfile("10.0.0.1 slots=2\n", "h.txt")
     user = {"launching env": dict(user_env_keys=frozenset({name})), "--env": dict(env=((name, "0"),)),
-            "--env-file": dict(env_files=(("e.env", ((name, "0"),)),)), "--cold-restarts": dict(compile_cache=False),
+            "--env-file": dict(env_files=(("e.env", ((name, "0"),)),)), "without --compile-cache": dict(compile_cache=False),
             "host env": dict(inventory=replace(inv, hosts=tuple(replace(h, env=((name, "0"),)) for h in inv.hosts)))}[where]
     plan = build_plan(spec(**{"inventory": inv, **user}))
     other = next(k for k in CACHE if k != name)
     for proc in plan.processes:
         env = proc.env_dict()
         assert other not in env, (where, env)
-        assert env.get(name) == (None if where in ("launching env", "--cold-restarts") else "0"), (where, env)
+        assert env.get(name) == (None if where in ("launching env", "without --compile-cache") else "0"), (where, env)
     assert build_plan(spec(inventory=inv)).ranks[0].env_dict().items() >= CACHE.items()
+    assert not set(CACHE) & set(build_plan(spec(inventory=inv, compile_cache=False)).ranks[0].env_dict())
 
 
 def test_ranktable_16_ranks():

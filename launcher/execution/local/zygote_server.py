@@ -128,6 +128,7 @@ def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
             pass
         os._exit(1)
     _skip_inherited_native_exit()
+    _argv_at_import(list(request["argv"]))
     try:
         runner()
     except SystemExit:
@@ -249,6 +250,39 @@ def _new_stdio() -> None:
                                 newline="\n", line_buffering=not unbuffered and (tty or fd == 2), write_through=unbuffered)
         setattr(sys, name, text)
         setattr(sys, f"__{name}__", text)
+
+
+def _argv_at_import(argv: List[str]) -> None:
+    """Module state that a preloaded library computed from ``sys.argv`` and ``sys.path`` when the
+    zygote imported it, computed again from the rank's own, as its import in a plain process
+    would have: ``mindspore.graph.api``'s ``entry_script_path`` (``realpath(sys.argv[0])``: the
+    script, or the module's file under ``python -m``) and ``sys_path`` (``sys.path`` without the
+    script's folder).  MindSpore's compile cache (``MS_COMPILER_CACHE_ENABLE``) hashes that
+    script and the files it imports to tell a changed program; with the zygote's values it would
+    hash the zygote's own files and reuse graphs of a program that changed."""
+    api = sys.modules.get("mindspore.graph.api")
+    if api is None or not hasattr(api, "entry_script_path"):
+        return
+    first = argv[0]
+    if first == "-m":
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(argv[1])
+            if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
+                spec = importlib.util.find_spec(argv[1] + ".__main__")
+            first = spec.origin if spec is not None and spec.origin else argv[1]
+        except (ImportError, ValueError):
+            first = argv[1]  # python -m fails on it anyway
+    paths = list(sys.path)
+    entry = None
+    if first != "":
+        entry = os.path.realpath(first)
+        folder = os.path.split(entry)[0]
+        if folder in paths:
+            paths.remove(folder)
+    api.entry_script_path = entry
+    api.sys_path = paths
 
 
 def _reseed() -> None:
