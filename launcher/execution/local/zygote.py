@@ -196,7 +196,8 @@ class _Zygote:
             return self.replies.pop(0)
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None and self.state == "ready"
+        """Running, and ready to fork or still importing."""
+        return self.proc is not None and self.proc.poll() is None and self.state in (None, "ready")
 
     def reusable(self, env: Dict[str, str], timeout: float = 10.0) -> Optional[str]:
         """None when a new attempt may fork from this zygote as from a new one; else why not.
@@ -212,6 +213,9 @@ class _Zygote:
             return "it ended"
         if _comparable(self.env) != _comparable(env):
             return "the new attempt's environment differs from the one it imported under"
+        state = self.wait_ready()
+        if state != "ready":
+            return state
         end = time.monotonic() + timeout
         while True:
             reply = self.request({"ping": True}, max(0.1, end - time.monotonic()))
@@ -265,7 +269,8 @@ class ZygotePool:
         refused: why a kept zygote was not reused, one line per time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, settle: float = 10.0) -> None:
+        self.settle = settle  # seconds the last attempt's processes get to be reaped under a kept zygote
         self._kept: Optional[_Zygote] = None
         self._lock = threading.Lock()
         self.reused = 0
@@ -283,7 +288,7 @@ class ZygotePool:
             zyg, self._kept = self._kept, None
         if zyg is None:
             return None
-        why = "it imported other modules" if zyg.preload != tuple(preload) else zyg.reusable(env)
+        why = "it imported other modules" if zyg.preload != tuple(preload) else zyg.reusable(env, self.settle)
         if why is None:
             self.reused += 1
             return zyg
