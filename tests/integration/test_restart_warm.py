@@ -40,11 +40,16 @@ def _started(job, attempt, rank):
     return None
 
 
-def _own_lines(path):
-    """The lines the trainer printed: MindSpore's log lines left out, timing figures masked."""
-    text = path.read_text(errors="replace")
+def _own_lines(path, root, upto=None):
+    """The lines the trainer printed: MindSpore's log lines left out, timing figures and the
+    run's folder masked; with ``upto``, up to the line starting so (where the kill cut attempt 0:
+    a rank may or may not log one more step before it)."""
+    text = path.read_text(errors="replace").replace(str(root), "<run>")
     lines = [ln for ln in text.splitlines() if ln.strip() and not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln)]
-    return [re.sub(r"throughput: .*", "throughput: <timing>", ln) for ln in lines]
+    lines = [re.sub(r"throughput: .*", "throughput: <timing>", ln) for ln in lines]
+    if upto is not None:
+        lines = lines[:next(i for i, ln in enumerate(lines) if ln.startswith(upto)) + 1]
+    return lines
 
 
 def _run(tmp_path, data, mode, flags):
@@ -72,7 +77,8 @@ def _run(tmp_path, data, mode, flags):
     seen = {
         "exit": proc.returncode,
         "attempts": [(a["status"], a.get("resumed_from_step")) for a in summary["attempt_results"]],
-        "lines": {(k, r): _own_lines(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log") for k in (0, 1) for r in (0, 1)},
+        "lines": {(k, r): _own_lines(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log", tmp_path / mode,
+                                     None if k else "epoch: 1 step: 6,") for k in (0, 1) for r in (0, 1)},
         "files": {str(p.relative_to(ckpt)): p.read_bytes() for p in sorted(ckpt.rglob("*")) if p.is_file()},
     }
     return seen, parents, err
