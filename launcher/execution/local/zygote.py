@@ -27,6 +27,9 @@ asks for it on any job; the CLI decides, see ``docs/cpu-performance.md``).
   ``--python``, a numactl prefix) start as ordinary subprocesses.
 * The zygote ends when its stdin closes (mslaunch ended the job or died) or with mslaunch
   (``PR_SET_PDEATHSIG``, or the watchdog that freezes and kills its tree).
+* With a :class:`ZygotePool` (the job's, in ``LocalSettings``), an attempt's zygote outlives the
+  attempt: the restart forks from it when :meth:`_Zygote.reusable` says it is fit, else a new
+  one imports; the pool ends it when the job is over (``LocalBackend.end_job``).
 
 Device runtimes (GPU/Ascend) must not start before a fork: the preload is ``import mindspore``
 only (host code; runtimes start in the child's ``set_device``/``init``), and the zygote never
