@@ -35,6 +35,8 @@ import sys
 import time
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
+from launcher.execution.local.zygote_libs import argv_at_import, reseed
+
 #: The signal dispositions this interpreter started with (a new Python process's: SIGINT raises
 #: KeyboardInterrupt, SIGPIPE and SIGXFSZ ignored, the rest as inherited); a child gets them back.
 _START_SIGNALS = {sig: signal.getsignal(sig) for sig in signal.valid_signals()
@@ -128,7 +130,7 @@ def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
             pass
         os._exit(1)
     _skip_inherited_native_exit()
-    _argv_at_import(list(request["argv"]))
+    argv_at_import(list(request["argv"]))
     try:
         runner()
     except SystemExit:
@@ -210,7 +212,7 @@ def _become(request: Dict[str, Any], own_fds: Sequence[int]) -> None:
     os.environ.update(_child_env(request["env"]))
     if request.get("cpus"):
         os.sched_setaffinity(0, [int(c) for c in request["cpus"]])
-    _reseed()
+    reseed()
 
 
 def _child_env(env: Dict[str, str]) -> Dict[str, str]:
@@ -250,52 +252,6 @@ def _new_stdio() -> None:
                                 newline="\n", line_buffering=not unbuffered and (tty or fd == 2), write_through=unbuffered)
         setattr(sys, name, text)
         setattr(sys, f"__{name}__", text)
-
-
-def _argv_at_import(argv: List[str]) -> None:
-    """Module state that a preloaded library computed from ``sys.argv`` and ``sys.path`` when the
-    zygote imported it, computed again from the rank's own, as its import in a plain process
-    would have: ``mindspore.graph.api``'s ``entry_script_path`` (``realpath(sys.argv[0])``: the
-    script, or the module's file under ``python -m``) and ``sys_path`` (``sys.path`` without the
-    script's folder).  MindSpore's compile cache (``MS_COMPILER_CACHE_ENABLE``) hashes that
-    script and the files it imports to tell a changed program; with the zygote's values it would
-    hash the zygote's own files and reuse graphs of a program that changed."""
-    api = sys.modules.get("mindspore.graph.api")
-    if api is None or not hasattr(api, "entry_script_path"):
-        return
-    first = argv[0]
-    if first == "-m":
-        import importlib.util
-
-        try:
-            spec = importlib.util.find_spec(argv[1])
-            if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
-                spec = importlib.util.find_spec(argv[1] + ".__main__")
-            first = spec.origin if spec is not None and spec.origin else argv[1]
-        except (ImportError, ValueError):
-            first = argv[1]  # python -m fails on it anyway
-    paths = list(sys.path)
-    entry = None
-    if first != "":
-        entry = os.path.realpath(first)
-        folder = os.path.split(entry)[0]
-        if folder in paths:
-            paths.remove(folder)
-    api.entry_script_path = entry
-    api.sys_path = paths
-
-
-def _reseed() -> None:
-    """New entropy for every generator a new process seeds at import and the zygote's import
-    already seeded: Python's ``random`` reseeds itself at fork (its ``register_at_fork`` hook);
-    numpy's legacy global ``RandomState`` (``numpy.random.rand``, ``shuffle``, ...), seeded once
-    when ``numpy.random`` is imported, does not, and would draw the same numbers on every rank.
-    MindSpore's generators seed themselves at first use, in the child (checked by
-    ``tests/execution/test_zygote_conformance.py``, which compares the generators of two fresh
-    imports with those of two forked children)."""
-    mtrand = sys.modules.get("numpy.random.mtrand")
-    if mtrand is not None:
-        mtrand._rand.seed()  # type: ignore[attr-defined]  # no argument: fresh OS entropy, as at import
 
 
 def _prepare(argv: List[str], title: Optional[str]) -> Any:
