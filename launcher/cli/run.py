@@ -124,7 +124,7 @@ def run_cmd(
     plan, pre_event = _preflight(preflight, spec, plan, ssh, device_checks)
     from launcher.cli.startmode import choose
 
-    start = choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler)
+    start = replace(choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler), keep_zygote=not opts.cold_restarts)
     console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None, live=live, start_note=start.note)
     result = _supervise(spec, plan, options, ssh, start, console, pre_event)
@@ -221,7 +221,8 @@ def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSet
         return run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
                         replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
                         backend_settings={"ssh": replace(ssh, on_note=console.note),
-                                          "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler)})
+                                          "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler,
+                                                                 keep_zygote=start.keep_zygote)})
     finally:
         console.stop()
 

@@ -288,6 +288,7 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None, allocation: Optio
         env_files=env_files,
         env=env_pairs,
         user_env_keys=frozenset(os.environ),
+        compile_cache=opts.compile_cache,
         device_ips=device_ips,
         mpi=_mpi_options(opts, job_dir),
         wrapper=wrapper,

@@ -70,11 +70,13 @@ class StartMode:
         zygote: fork the ranks from the zygote (the local launcher's ``LocalSettings.zygote``).
         fork_scheduler: the zygote forks the scheduler running MindSpore's ``init()`` alone.
         note: the header line that says so, or None (say nothing).
+        keep_zygote: a restart forks from the last attempt's zygote when it is healthy (off: ``--cold-restarts``).
     """
 
     zygote: bool
     fork_scheduler: bool
     note: Optional[str]
+    keep_zygote: bool = True
 
 
 def choose(plan: Plan, mindspore_cpu: bool, zygote: Optional[bool], minimal: Optional[bool]) -> StartMode:

@@ -43,7 +43,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Set, Tuple, Type
 
 from launcher.errors import LaunchError
 from launcher.execution.results import ProcResult
@@ -291,7 +291,18 @@ class Backend(ABC):
         """
 
     def close(self) -> None:
-        """Release what :meth:`create` set up (connections, helper processes); default: nothing."""
+        """Release what :meth:`create` set up (connections, helper processes); default: nothing.
+        A backend may keep a helper for the job's next attempt instead (see :meth:`end_job`)."""
+
+    def keeps(self) -> Set[int]:
+        """Pids of this machine's helper processes the backend keeps for the next attempt, which
+        the teardown's orphan reaper must spare (e.g. the local launcher's warm zygote); default none."""
+        return set()
+
+    @classmethod
+    def end_job(cls, settings: Mapping[str, Any]) -> None:
+        """The job's last attempt is over: end what its attempts kept for a restart (``settings``:
+        the CLI's backend settings, as in :class:`BackendContext`); default: nothing."""
 
     def outside_stop(self) -> Optional[Tuple[str, str]]:
         """Whether the cluster's own scheduler is ending this attempt (a preemption, its time

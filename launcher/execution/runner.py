@@ -188,7 +188,10 @@ def run_plan(
     try:
         result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress, replan=replan))
     finally:
-        watchdog.close()
+        try:
+            get_backend(plan.launcher).factory.end_job(dict(backend_settings or {}))  # what attempts kept for a restart
+        finally:
+            watchdog.close()
         metrics.stop()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
     append_event(plan.job_dir, EventKind.JOB_END, {"status": result.status, "exit_code": result.exit_code})

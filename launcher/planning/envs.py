@@ -125,13 +125,36 @@ def check_reserved(method: str, layers: Iterable[Tuple[str, Iterable[Tuple[str, 
                 raise PlanError(f"{key} is set by mslaunch for the {method} method ({reserved[key]})", field=where)
 
 
-def tuning_env(method: str, user_env_keys: Iterable[str]) -> Dict[str, str]:
-    """Launcher defaults that the user has not set in the launching environment."""
+def tuning_env(method: str, user_env_keys: Iterable[str], compile_cache: Optional[str] = None,
+               user_keys: Iterable[str] = ()) -> Dict[str, str]:
+    """Launcher defaults that the user has not set in the launching environment.
+
+    Args:
+        method: the rendezvous method.
+        user_env_keys: names set in the launching environment.
+        compile_cache: the job's compile-cache folder (:func:`compile_cache_env`), or None.
+        user_keys: names the user sets in any layer (host env, ``--env-file``, ``--env``): the
+            compile cache is left alone when one of :data:`COMPILE_CACHE_VARS` is among them.
+    """
     skip = set(user_env_keys)
     pairs: List[Tuple[str, str]] = [("PYTHONUNBUFFERED", "1")]
     if method == Method.DYNAMIC:
         pairs.extend(DYNAMIC_TUNING)
+    if compile_cache is not None and not (set(COMPILE_CACHE_VARS) & (skip | set(user_keys))):
+        pairs.extend(compile_cache_env(compile_cache).items())
     return {k: v for k, v in pairs if k not in skip}
+
+
+#: MindSpore's compile cache: on, and where (read by every process at its first graph compile).
+COMPILE_CACHE_VARS: Tuple[str, str] = ("MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH")
+
+
+def compile_cache_env(folder: str) -> Dict[str, str]:
+    """The variables that make MindSpore keep its compiled graphs in ``folder`` (``rank_<id>/``
+    per rank) and load them on the next compile of the same graph: a restart of the job skips
+    the frontend's compile.  MindSpore checks the hash of the network's Python files and compiles
+    anew when they changed."""
+    return {COMPILE_CACHE_VARS[0]: "1", COMPILE_CACHE_VARS[1]: folder}
 
 
 def _common(slot: RankSlot) -> Dict[str, str]:

@@ -127,6 +127,9 @@ class JobSpec:
         bind_numa: msrun's ``--bind_numa`` dict as ``(key, NUMA nodes)`` pairs, keys
             ``device<local index>`` or ``scheduler``: those processes start under
             ``numactl --membind N --cpunodebind N``.
+        compile_cache: give every process MindSpore's compile cache in the job dir
+            (:func:`launcher.planning.envs.compile_cache_env`) unless the user sets its
+            variables (``--compile-cache``).
     """
 
     inventory: Inventory
@@ -159,6 +162,7 @@ class JobSpec:
     sim_level: Optional[int] = None
     sim_rank_id: Optional[int] = None
     bind_numa: Tuple[Tuple[str, str], ...] = ()
+    compile_cache: bool = False
 
 
 def numa_prefix(bind_numa: Tuple[Tuple[str, str], ...], key: str) -> Tuple[str, ...]:

@@ -23,6 +23,8 @@ Job directory (``--log-dir``, default ``./mslaunch_logs/<job-id>/``)::
       worker_<rank>.log    one per rank (msrun's names; ``--worker_log_name NAME``: NAME_<rank>.log)
       device<rank>/        ranktable method: the rank's cwd, holding env<rank>.log
       attempt_<k>/         restart attempt k (k >= 1): the same log names and rank cwds
+      compile_cache/       MindSpore's compile cache of the job's ranks (``MS_COMPILER_CACHE_PATH``;
+                           MindSpore writes ``rank_<id>/`` in it), shared by its attempts
       .previous/           the job that used this --log-dir before (msrun's --log_dir reuse)
 
 Paths are built with :mod:`posixpath`: a plan names paths on every host of the job.
@@ -34,10 +36,10 @@ import re
 from typing import Callable, Optional
 
 __all__ = [
-    "ATTEMPT_DIR_GLOB", "DEFAULT_WORKER_LOG_PREFIX", "DETACH_LOG", "EVENTS_FILE", "HOSTFILE_FILE",
+    "ATTEMPT_DIR_GLOB", "COMPILE_CACHE_DIR", "DEFAULT_WORKER_LOG_PREFIX", "DETACH_LOG", "EVENTS_FILE", "HOSTFILE_FILE",
     "JOB_FILE", "LOCK_FILE", "METRICS_FILE", "MPIRUN_LOG", "PLAN_FILE", "PREVIOUS_DIR", "RANK_PLACEHOLDER",
     "RANK_TABLE_FILE", "SCHEDULER_LOG", "SSH_CONFIG_FILE", "SUMMARY_FILE", "WORKER_LOG_GLOB",
-    "artefact_path", "attempt_dir", "attempt_dir_name", "env_dump_path", "fill_rank", "job_file", "parse_attempt_dir",
+    "artefact_path", "attempt_dir", "compile_cache_dir", "attempt_dir_name", "env_dump_path", "fill_rank", "job_file", "parse_attempt_dir",
     "parse_worker_log", "rank_cwd", "rank_cwd_prefix", "scheduler_log", "worker_log",
     "worker_log_name", "worker_log_template",
 ]
@@ -58,6 +60,8 @@ HOSTFILE_FILE = "hostfile"
 SSH_CONFIG_FILE = "ssh_config"
 
 SCHEDULER_LOG = "scheduler.log"
+#: MindSpore's compile cache of the job (see :func:`compile_cache_dir`).
+COMPILE_CACHE_DIR = "compile_cache"
 #: mpirun's own output (the mpirun launcher), in the job dir or an attempt dir.
 MPIRUN_LOG = "mpirun.log"
 #: Prefix of worker logs unless ``--worker_log_name`` gives another (msrun's default).
@@ -87,6 +91,11 @@ def job_file(job_dir: str, name: str) -> str:
 def artefact_path(job_dir: str, name: str) -> str:
     """Where an artefact named ``name`` (relative to the job dir) is written."""
     return posixpath.join(job_dir, name)
+
+
+def compile_cache_dir(job_dir: str) -> str:
+    """``<job_dir>/compile_cache``: where the ranks' compiled graphs are kept for the job's restarts."""
+    return posixpath.join(job_dir, COMPILE_CACHE_DIR)
 
 
 def attempt_dir_name(attempt: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 
-from launcher.planning import cpu, envs, hostcores
+from launcher.planning import cpu, envs, hostcores, layout
 from launcher.planning.inventory import Host
 from launcher.planning.kinds import Method
 from launcher.planning.ranks import RankSlot
@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 class ProcEnv:
     """Where each process's environment and cores come from.
 
-    A process's user env is, lowest layer first: the method's tuning defaults, the rank's CPU
+    A process's user env is, lowest layer first: the method's tuning defaults (with the job's
+    MindSpore compile cache, unless the user sets it or ``compile_cache`` is off), the rank's CPU
     tuning (local ranks), its host's inventory ``env``, ``--env-file``s, ``--env``, then what
     msrun's flags imply (``RANK_TABLE_FILE``, ``MS_SIMULATION_LEVEL``); the method's layout
     variables go on top (:func:`launcher.planning.envs.layered`).
@@ -76,7 +77,9 @@ class ProcEnv:
         if remote and (cpu_plan.notes or at_start):
             notes.append("remote hosts: oneDNN ISA left as is (mslaunch doctor probes their CPU kernels)")
         return cls(
-            tuning=envs.tuning_env(spec.method, spec.user_env_keys), file_env=file_env, flag_env=flag_env,
+            tuning=envs.tuning_env(spec.method, spec.user_env_keys, layout.compile_cache_dir(spec.job_dir) if spec.compile_cache else None,
+                                   user_keys=set(local_user_env) | {k for h in used for k, _ in h.env}),
+            file_env=file_env, flag_env=flag_env,
             msrun_env=msrun_env, cpu=cpu_plan, local_index={s.rank: i for i, s in enumerate(local_slots)},
             bind_here=launcher == "local", cpu_notes=tuple(notes), host_threads=at_start,
         )

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from launcher.execution.local.process import LocalProcess
-from launcher.execution.local.zygote import ZygoteBackend, ZygoteProcess
+from launcher.execution.local.zygote import ZygoteBackend, ZygotePool, ZygoteProcess
 from launcher.planning.plan import ProcPlan
 from tests.harness.cli import run_process
 
@@ -35,7 +35,7 @@ def test_forked_ranks_get_their_env_cwd_argv_log_and_exit_code(tmp_path):
                    for i, code in enumerate((0, 5))]
         assert [h.wait() for h in handles] == [0, 5]
         for i, h in enumerate(handles):
-            assert h.pid != z._proc.pid
+            assert h.pid != z.process.pid
             got = json.loads((tmp_path / f"{i}.log").read_text())
             assert got == {"argv": [str(script), str((0, 5)[i])], "cwd": str(tmp_path), "x": str(i), "name": "__main__", "path0": str(tmp_path)}
         # -m MODULE; an uncaught exception is exit 1 with its traceback in the log
@@ -46,7 +46,7 @@ def test_forked_ranks_get_their_env_cwd_argv_log_and_exit_code(tmp_path):
         assert boom.wait() == 1 and "RuntimeError: boom" in (tmp_path / "b.log").read_text()
     finally:
         z.close()
-    assert z._proc.poll() is not None
+    assert z.process.poll() is not None
 
 
 def test_terminate_and_kill_end_the_whole_group(tmp_path):
@@ -79,7 +79,7 @@ def test_non_python_argv_starts_as_a_subprocess(tmp_path):
     try:
         h = z.start(proc("rank 0", ["/bin/sh", "-c", "echo plain; exit 4"]), str(tmp_path / "p.log"), str(tmp_path))
         assert h.wait() == 4 and (tmp_path / "p.log").read_text() == "plain\n"
-        assert z._proc is None  # no zygote was needed
+        assert z.process is None  # no zygote was needed
     finally:
         z.close()
 
@@ -124,7 +124,7 @@ def test_a_preload_that_starts_a_thread_falls_back_to_plain_processes(tmp_path):
         assert [(tmp_path / f"{i}.log").read_text() for i in (0, 1)] == ["True\n", "True\n"]  # children of mslaunch
         assert len(notes) == 1 and "1 thread(s) besides the main one after importing threaded" in notes[0]
         assert notes[0].endswith("starting the ranks as plain processes") and z.fallback in notes[0]
-        z._proc.wait(timeout=30)  # the zygote exited by itself
+        z.process.wait(timeout=30)  # the zygote exited by itself
     finally:
         z.close()
 
@@ -184,3 +184,85 @@ def test_a_forked_rank_runs_on_its_planned_cores(tmp_path):
         assert (tmp_path / "r.log").read_text() == f"[{core}]\n"
     finally:
         z.close()
+
+
+# ---------------------------------------------------------------- a zygote kept across attempts
+
+STEP = "import os, sys, time\nprint(os.environ['ZX'], os.getppid(), flush=True)\ntime.sleep(float(sys.argv[1]))\n"
+
+
+def _wait_line(path, limit=60):
+    deadline = time.monotonic() + limit
+    while not (path.exists() and path.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, f"no line in {path}"
+        time.sleep(0.05)
+    return path.read_text().split()
+
+
+def _failed_attempt(pool, tmp_path, script, kill=True, **kw):
+    """Attempt 0: one rank forked, then SIGKILLed (as teardown ends it), the backend closed; (backend, handle)."""
+    a = ZygoteBackend(preload=("json",), warm=True, pool=pool, **kw)
+    h = a.start(proc("rank 0", [sys.executable, str(script), "60"], [("ZX", "0")], str(tmp_path)), str(tmp_path / "a0.log"), str(tmp_path))
+    assert _wait_line(tmp_path / "a0.log") == ["0", str(a.process.pid)]
+    assert a.keeps() == {a.process.pid}  # spared by the orphan reaper while it may serve a restart
+    if kill:
+        h.kill()
+        assert h.wait() == -signal.SIGKILL
+    a.close()
+    return a, h
+
+
+def test_a_restart_forks_from_the_last_attempts_zygote_when_it_is_healthy(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(STEP)
+    pool = ZygotePool()
+    try:
+        a, _ = _failed_attempt(pool, tmp_path, script)
+        kept = a.process
+        assert kept.poll() is None and pool.pids() == {kept.pid}  # waiting for the next attempt
+        b = ZygoteBackend(preload=("json",), warm=True, pool=pool)
+        assert b.reused and b.process is kept and pool.reused == 1 and pool.refused == []
+        h = b.start(proc("rank 0", [sys.executable, str(script), "0"], [("ZX", "1")], str(tmp_path)), str(tmp_path / "a1.log"), str(tmp_path))
+        assert h.wait() == 0 and _wait_line(tmp_path / "a1.log") == ["1", str(kept.pid)]
+        b.close()
+    finally:
+        pool.close()
+    assert kept.poll() is not None and pool.pids() == set()
+
+
+def test_a_kept_zygote_is_not_reused_when_it_is_not_fit(tmp_path):
+    """Not reused (a new zygote imports; the old one ends): a process of the last attempt still
+    runs under it; the new attempt's environment differs; it died."""
+    script = tmp_path / "s.py"
+    script.write_text(STEP)
+    notes = []
+    pool = ZygotePool(settle=0.5)
+    try:
+        a, left = _failed_attempt(pool, tmp_path, script, kill=False)
+        try:
+            b = ZygoteBackend(preload=("json",), warm=True, pool=pool, on_note=notes.append)
+            assert not b.reused and b.process.pid != a.process.pid and a.process.poll() is not None
+            assert pool.refused == ["1 process(es) of the last attempt still run under it"]
+            assert notes == ["zygote: the last attempt's zygote is not reused (1 process(es) of the last attempt still run under it); a new one imports"]
+        finally:
+            left.kill()
+        ok = b.start(proc("rank 0", [sys.executable, str(script), "0"], [("ZX", "1")], str(tmp_path)), str(tmp_path / "b.log"), str(tmp_path))
+        assert ok.wait() == 0
+        b.close()
+        c = ZygoteBackend(preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3"})
+        assert not c.reused and pool.refused[-1] == "the new attempt's environment differs from the one it imported under"
+        c.close()
+        d = ZygoteBackend(preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3"})
+        assert d.reused  # the same environment (MSLAUNCH_* aside) again: fit
+        os.kill(d.process.pid, signal.SIGKILL)
+        d.process.wait()
+        d.close()
+        e = ZygoteBackend(preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3", "MSLAUNCH_ATTEMPT": "1"})
+        assert not e.reused and e.process.poll() is None
+        e.close()
+        f = ZygoteBackend(preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3", "MSLAUNCH_ATTEMPT": "2"})
+        assert f.reused  # only the attempt number differs
+        f.close()
+    finally:
+        pool.close()
+    assert pool.reused == 2 and len(pool.refused) == 2

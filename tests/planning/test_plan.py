@@ -16,12 +16,14 @@ from tests.harness.cli import run_process
 from tests.harness.hypo import examples
 
 INV = parse_hostfile("10.0.0.1 slots=8\n10.0.0.2 slots=8\n", "h.txt")
+#: The job's MindSpore compile cache (--compile-cache), in every process's env unless the user sets it (envs.compile_cache_env).
+CACHE = {"MS_COMPILER_CACHE_ENABLE": "1", "MS_COMPILER_CACHE_PATH": "/work/mslaunch_logs/j1/compile_cache"}
 IPS = {h: {d: f"192.{d % 4 + 1}.27.{6 + d // 4 + 2 * i}" for d in range(8)} for i, h in enumerate(["10.0.0.1", "10.0.0.2"])}
 
 
 def spec(**kw):
     base = dict(inventory=INV, program=("train.py", "--epochs", "1"), python="/usr/bin/python3", cwd="/work",
-                job_dir="/work/mslaunch_logs/j1", job_id="j1")
+                job_dir="/work/mslaunch_logs/j1", job_id="j1", compile_cache=True)
     base.update(kw)
     return JobSpec(**base)
 
@@ -34,13 +36,13 @@ def test_dynamic_16_ranks():
     assert r9.argv == ("/usr/bin/python3", "/work/train.py", "--epochs", "1")
     assert r9.cwd == "/work"
     assert r9.env_dict() == {
-        "PYTHONUNBUFFERED": "1", "MS_RETRY_INTERVAL_LOWER": "0", "MS_RETRY_INTERVAL_UPPER": "1",
+        "PYTHONUNBUFFERED": "1", "MS_RETRY_INTERVAL_LOWER": "0", "MS_RETRY_INTERVAL_UPPER": "1", **CACHE,
         "MS_ROLE": "MS_WORKER", "MS_WORKER_NUM": "16", "MS_SCHED_HOST": "10.0.0.1", "MS_SCHED_PORT": "8118",
         "MS_NODE_ID": "9", "RANK_ID": "9", "RANK_SIZE": "16", "DEVICE_ID": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8",
     }
     assert plan.scheduler is not None and plan.scheduler.host == "10.0.0.1"
     assert plan.scheduler.env_dict() == {
-        "PYTHONUNBUFFERED": "1", "MS_RETRY_INTERVAL_LOWER": "0", "MS_RETRY_INTERVAL_UPPER": "1",
+        "PYTHONUNBUFFERED": "1", "MS_RETRY_INTERVAL_LOWER": "0", "MS_RETRY_INTERVAL_UPPER": "1", **CACHE,
         "MS_ROLE": "MS_SCHED", "MS_WORKER_NUM": "16", "MS_SCHED_HOST": "10.0.0.1", "MS_SCHED_PORT": "8118",
     }
     assert plan.ranks[15].log == "/work/mslaunch_logs/j1/worker_15.log"
@@ -56,6 +58,27 @@ def test_dynamic_master_override_and_tuning_skipped_when_user_set():
     assert env["MS_RETRY_INTERVAL_UPPER"] == "1"
 
 
+@pytest.mark.parametrize("where", ["launching env", "--env", "--env-file", "host env", "without --compile-cache"])
+@pytest.mark.parametrize("name", ["MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH"])
+def test_compile_cache_is_left_to_a_user_who_sets_either_variable(where, name):
+    """The user's own compile cache settings (either name, in any layer) keep mslaunch's out
+    entirely (no half-set pair); without ``--compile-cache`` (the default) none is set."""
+    from dataclasses import replace
+
+    inv = parse_hostfile("10.0.0.1 slots=2\n", "h.txt")
+    user = {"launching env": dict(user_env_keys=frozenset({name})), "--env": dict(env=((name, "0"),)),
+            "--env-file": dict(env_files=(("e.env", ((name, "0"),)),)), "without --compile-cache": dict(compile_cache=False),
+            "host env": dict(inventory=replace(inv, hosts=tuple(replace(h, env=((name, "0"),)) for h in inv.hosts)))}[where]
+    plan = build_plan(spec(**{"inventory": inv, **user}))
+    other = next(k for k in CACHE if k != name)
+    for proc in plan.processes:
+        env = proc.env_dict()
+        assert other not in env, (where, env)
+        assert env.get(name) == (None if where in ("launching env", "without --compile-cache") else "0"), (where, env)
+    assert build_plan(spec(inventory=inv)).ranks[0].env_dict().items() >= CACHE.items()
+    assert not set(CACHE) & set(build_plan(spec(inventory=inv, compile_cache=False)).ranks[0].env_dict())
+
+
 def test_ranktable_16_ranks():
     plan = build_plan(spec(method="ranktable", device_ips=IPS))
     assert plan.scheduler is None and len(plan.ranks) == 16
@@ -63,7 +86,7 @@ def test_ranktable_16_ranks():
     assert r12.cwd == "/work/mslaunch_logs/j1/device12"
     assert r12.env_dump == "/work/mslaunch_logs/j1/device12/env12.log"
     assert r12.env_dict() == {
-        "PYTHONUNBUFFERED": "1", "RANK_TABLE_FILE": "/work/mslaunch_logs/j1/rank_table.json",
+        "PYTHONUNBUFFERED": "1", **CACHE, "RANK_TABLE_FILE": "/work/mslaunch_logs/j1/rank_table.json",
         "RANK_ID": "12", "RANK_SIZE": "16", "DEVICE_ID": "4", "LOCAL_RANK": "4", "LOCAL_WORLD_SIZE": "8",
     }
     (art,) = plan.artefacts
@@ -86,9 +109,10 @@ def test_mpi_16_ranks_and_mpirun_argv():
     plan = build_plan(spec(method="mpi", wrapper="/opt/w.sh", mpi=MpiOptions(allow_run_as_root=True, nic="eth0")))
     assert plan.launcher == "mpirun" and plan.scheduler is None
     assert plan.ranks[10].env_dict() == {
-        "PYTHONUNBUFFERED": "1", "RANK_ID": "10", "RANK_SIZE": "16", "DEVICE_ID": "2", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "8",
+        "PYTHONUNBUFFERED": "1", **CACHE, "RANK_ID": "10", "RANK_SIZE": "16", "DEVICE_ID": "2", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "8",
     }
-    ctx = ["-x", "PYTHONUNBUFFERED=1", "-x", "RANK_SIZE=16", "-x", "LOCAL_WORLD_SIZE=8"]
+    ctx = ["-x", "PYTHONUNBUFFERED=1", "-x", "MS_COMPILER_CACHE_ENABLE=1", "-x", "MS_COMPILER_CACHE_PATH=/work/mslaunch_logs/j1/compile_cache",
+           "-x", "RANK_SIZE=16", "-x", "LOCAL_WORLD_SIZE=8"]
     assert mpirun_command(plan) == tuple(
         ["mpirun", "-H", "10.0.0.1:8,10.0.0.2:8", "--allow-run-as-root",
          "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",

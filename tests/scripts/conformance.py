@@ -106,6 +106,11 @@ def case_process():
         "sigmasks": {k: status.get(k) for k in ("SigBlk", "SigIgn", "NoNewPrivs", "Seccomp", "Cpus_allowed_list")},
         "atexit_handlers": atexit._ncallbacks(),
         "pid_is_new": os.getpid() != os.getppid(),
+        # what MindSpore read of argv and sys.path at its import: its compile cache hashes the
+        # entry script and the files it imports to tell a changed program (MS_COMPILER_CACHE_ENABLE)
+        "mindspore_entry_script": mindspore.graph.api.entry_script_path,
+        "mindspore_sys_path": mindspore.graph.api.sys_path,
+        "mindspore_cache_deps": mindspore.graph.api._get_compile_cache_dep_files(),
     }
     json.dump(seen, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

@@ -2,8 +2,8 @@
 or, for Python ranks, forked from a zygote (see :mod:`launcher.execution.local.zygote`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from launcher.execution.backend import Backend, BackendContext, WatchdogLink, register_backend
 from launcher.execution.local.process import (  # noqa: F401 - the names other backends and the runner use
@@ -16,6 +16,15 @@ from launcher.execution.local.process import (  # noqa: F401 - the names other b
 )
 from launcher.planning.plan import Plan, ProcPlan
 
+if TYPE_CHECKING:
+    from launcher.execution.local.zygote import ZygotePool
+
+
+def _new_pool() -> "ZygotePool":
+    from launcher.execution.local.zygote import ZygotePool
+
+    return ZygotePool()
+
 
 @dataclass(frozen=True)
 class LocalSettings:
@@ -27,11 +36,16 @@ class LocalSettings:
         on_note: called with a one-line message when the zygote falls back to plain processes.
         fork_scheduler: with the zygote, fork the scheduler too, running MindSpore's ``init()``
             alone instead of the user's script (:mod:`launcher.workloads.scheduler`).
+        keep_zygote: a restart forks from the last attempt's zygote when that is safe (see
+            :class:`launcher.execution.local.zygote.ZygotePool`); False: each attempt imports anew.
+        pool: where the zygote waits between attempts (one job at a time; ended by :meth:`LocalBackend.end_job`).
     """
 
     zygote: bool = False
     on_note: Optional[Callable[[str], None]] = None
     fork_scheduler: bool = False
+    keep_zygote: bool = True
+    pool: "ZygotePool" = field(default_factory=lambda: _new_pool())
 
 
 class LocalBackend(Backend):
@@ -49,8 +63,16 @@ class LocalBackend(Backend):
         if settings.zygote:
             from launcher.execution.local.zygote import ZygoteBackend, shared_env
 
-            return ZygoteBackend.warm(ctx.watchdog, shared_env(ctx.plan), settings.on_note, settings.fork_scheduler)
+            return ZygoteBackend.warm(ctx.watchdog, shared_env(ctx.plan), settings.on_note, settings.fork_scheduler,
+                                      pool=settings.pool if settings.keep_zygote else None)
         return cls(ctx.watchdog)
+
+    @classmethod
+    def end_job(cls, settings: Mapping[str, Any]) -> None:
+        """End the zygote kept for a restart, if any."""
+        local = settings.get("local")
+        if isinstance(local, LocalSettings):
+            local.pool.close()
 
     @classmethod
     def preflight(cls, plan: Plan) -> None:

@@ -5,9 +5,12 @@ as ``python -m launcher.execution.local.zygote_server MODULE...``.
 Protocol (one JSON object per line)::
 
     mslaunch -> zygote (stdin):  {"argv": [...], "env": {...}, "cwd": "...", "log": "...", "cpus": [..] | null}
+    mslaunch -> zygote (stdin):  {"ping": true}  (is it fit to serve another attempt?)
     zygote -> mslaunch (stdout): first {"ready": {"seconds": S}} or {"unsafe": "why"} (then it exits);
                                  then one reply per request, in order:
                                  {"pid": N} | {"error": "..."} | {"unsafe": "why"}
+                                 | {"pong": {"threads": [...], "children": [pids]}} (after reaping:
+                                 every ended child's exit is reported before it)
                                  and {"exit": N, "status": RC} when child N ended (RC < 0: signal)
 
 Fork safety (see docs/cpu-performance.md): a fork copies only the forking thread; a lock held by
@@ -31,6 +34,8 @@ import signal
 import sys
 import time
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+
+from launcher.execution.local.zygote_libs import argv_at_import, reseed
 
 #: The signal dispositions this interpreter started with (a new Python process's: SIGINT raises
 #: KeyboardInterrupt, SIGPIPE and SIGXFSZ ignored, the rest as inherited); a child gets them back.
@@ -65,6 +70,19 @@ def threads() -> List[str]:
         except OSError:
             pass  # ended meanwhile
     return out
+
+
+def children() -> List[int]:
+    """The pids of this process's live children (forked, or adopted as a subreaper), from
+    ``/proc/self/task/<tid>/children``; zombies not yet reaped count too."""
+    out: List[int] = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out.extend(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return sorted(out)
 
 
 def fork_safety(preload: Sequence[str], before: List[str]) -> Optional[str]:
@@ -112,6 +130,7 @@ def _child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
             pass
         os._exit(1)
     _skip_inherited_native_exit()
+    argv_at_import(list(request["argv"]))
     try:
         runner()
     except SystemExit:
@@ -193,7 +212,7 @@ def _become(request: Dict[str, Any], own_fds: Sequence[int]) -> None:
     os.environ.update(_child_env(request["env"]))
     if request.get("cpus"):
         os.sched_setaffinity(0, [int(c) for c in request["cpus"]])
-    _reseed()
+    reseed()
 
 
 def _child_env(env: Dict[str, str]) -> Dict[str, str]:
@@ -233,19 +252,6 @@ def _new_stdio() -> None:
                                 newline="\n", line_buffering=not unbuffered and (tty or fd == 2), write_through=unbuffered)
         setattr(sys, name, text)
         setattr(sys, f"__{name}__", text)
-
-
-def _reseed() -> None:
-    """New entropy for every generator a new process seeds at import and the zygote's import
-    already seeded: Python's ``random`` reseeds itself at fork (its ``register_at_fork`` hook);
-    numpy's legacy global ``RandomState`` (``numpy.random.rand``, ``shuffle``, ...), seeded once
-    when ``numpy.random`` is imported, does not, and would draw the same numbers on every rank.
-    MindSpore's generators seed themselves at first use, in the child (checked by
-    ``tests/execution/test_zygote_conformance.py``, which compares the generators of two fresh
-    imports with those of two forked children)."""
-    mtrand = sys.modules.get("numpy.random.mtrand")
-    if mtrand is not None:
-        mtrand._rand.seed()  # type: ignore[attr-defined]  # no argument: fresh OS entropy, as at import
 
 
 def _prepare(argv: List[str], title: Optional[str]) -> Any:
@@ -445,6 +451,10 @@ def serve(preload: Sequence[str]) -> None:
                     request = json.loads(line)
                 except ValueError as exc:
                     say({"error": str(exc)})
+                    continue
+                if request.get("ping"):  # after the exits of every child that ended (reported first)
+                    reap()
+                    say({"pong": {"threads": threads(), "children": children()}})
                     continue
                 found = threads()
                 if len(found) > 1:  # something started a thread since: fork no more

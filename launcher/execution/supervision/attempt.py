@@ -376,7 +376,13 @@ class AttemptRunner:
     def _after_teardown(self, state: _Attempt) -> None:
         """End orphans of the attempt; tell the watchdog which local processes were reaped."""
         if self.reap_orphans is not None:
-            self.reap_orphans({h.pid for h in state.handles if h.pid is not None})
+            kept: Set[int] = set()
+            if state.backend is not None:
+                try:
+                    kept = set(state.backend.keeps())  # e.g. the warm zygote a restart forks from
+                except Exception:  # asking must not stop a teardown
+                    kept = set()
+            self.reap_orphans({h.pid for h in state.handles if h.pid is not None} | kept)
         if self.watchdog is not None:
             for idx, h in enumerate(state.handles):
                 if h.pid is not None and idx in state.exits and h.pgid is not None:

@@ -1,0 +1,102 @@
+"""A restart that forks from the last attempt's warm zygote against one that starts from nothing
+(``--cold-restarts``), with real MindSpore 2.10: the same program, killed the same way, must look
+the same to its user either way.
+
+The reference trainer (2 ranks, ``--ckpt-every 4``) has rank 1 SIGKILLed once it logged step 6;
+``--max-restarts 1`` resumes it from the step-4 checkpoint.  Compared between the two runs: the
+exit code, every attempt's status and resume step, each rank's own lines in both attempts (the
+losses included; MindSpore's log lines and the timing figures left out), and the checkpoint files
+at the end (byte for byte).  That the default's restart really forked from the kept zygote, and
+the cold one from a new one, is checked on the ranks' parent process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.harness.cli import mslaunch_argv
+from tests.harness.faultkit import wait_or_fail
+from tests.integration.test_hang_mindspore import assert_no_pids_left
+
+pytestmark = pytest.mark.mindspore
+
+
+def _ppid(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("PPid:")).split()[1])
+
+
+def _started(job, attempt, rank):
+    for line in (job / "events.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        if ev.get("kind") == "started" and ev.get("name") == f"rank {rank}" and ev.get("attempt", 0) == attempt:
+            return int(ev["pid"])
+    return None
+
+
+def _own_lines(path, root, upto=None):
+    """The lines the trainer printed: MindSpore's log lines left out, timing figures and the
+    run's folder masked; with ``upto``, up to the line starting so (where the kill cut attempt 0:
+    a rank may or may not log one more step before it)."""
+    text = path.read_text(errors="replace").replace(str(root), "<run>")
+    lines = [ln for ln in text.splitlines() if ln.strip() and not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln)]
+    lines = [re.sub(r"throughput: .*", "throughput: <timing>", ln) for ln in lines]
+    if upto is not None:
+        lines = lines[:next(i for i, ln in enumerate(lines) if ln.startswith(upto)) + 1]
+    return lines
+
+
+def _run(tmp_path, data, mode, flags):
+    job, ckpt = tmp_path / mode / "job", tmp_path / mode / "ckpt"
+    argv = mslaunch_argv("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none", "--max-restarts", "1", *flags,
+                         "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data), "--image-size", "32",
+                         "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "1", "--workers", "1", "--ckpt-dir", str(ckpt),
+                         "--ckpt-every", "4")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    parents = {}
+    try:
+        log1 = job / "worker_1.log"
+        wait_or_fail(lambda: log1.exists() and "epoch: 1 step: 6," in log1.read_text(errors="replace"), 300, "step 6 on rank 1")
+        parents[0] = _ppid(_started(job, 0, 0))
+        os.kill(_started(job, 0, 1), signal.SIGKILL)
+        wait_or_fail(lambda: (job / "events.jsonl").exists() and _started(job, 1, 0) is not None, 300, "attempt 1 started")
+        parents[1] = _ppid(_started(job, 1, 0))  # it trains 8 steps: running while this reads
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    summary = json.loads((job / "summary.json").read_text())
+    assert_no_pids_left(summary)
+    seen = {
+        "exit": proc.returncode,
+        "attempts": [(a["status"], a.get("resumed_from_step")) for a in summary["attempt_results"]],
+        "lines": {(k, r): _own_lines(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log", tmp_path / mode,
+                                     None if k else "epoch: 1 step: 6,") for k in (0, 1) for r in (0, 1)},
+        "files": {str(p.relative_to(ckpt)): p.read_bytes() for p in sorted(ckpt.rglob("*")) if p.is_file()},
+    }
+    return seen, parents, err
+
+
+@pytest.mark.cost(150)
+def test_a_restart_from_the_warm_zygote_looks_the_same_as_a_cold_one(tmp_path):
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
+                   check=True, capture_output=True, timeout=120)
+    warm, warm_parents, err_w = _run(tmp_path, data, "warm", [])
+    cold, cold_parents, err_c = _run(tmp_path, data, "cold", ["--cold-restarts"])
+    assert warm["exit"] == cold["exit"] == 0, (err_w, err_c)
+    assert warm["attempts"] == cold["attempts"] == [("failed", None), ("succeeded", 4)]
+    for key in warm["lines"]:
+        assert warm["lines"][key] == cold["lines"][key], key
+    assert any(ln.startswith("resume: ") and "(global step 4); continuing at epoch 1 step 5" in ln for ln in warm["lines"][(1, 0)])
+    assert [ln for ln in warm["lines"][(1, 1)] if ln.startswith("epoch: 1 step: ")][-1].startswith("epoch: 1 step: 12,")
+    assert warm["files"].keys() == cold["files"].keys() and warm["files"] and warm["files"] == cold["files"]
+    # the default's restart forked from the zygote of attempt 0; --cold-restarts from a new one
+    assert warm_parents[1] == warm_parents[0] and cold_parents[1] != cold_parents[0]
