@@ -12,8 +12,10 @@
 #                        (launcher.planning.layout.worker_log_template; e.g. worker_{rank}.log)
 #   MSLAUNCH_METHOD      dynamic | ranktable | mpi
 #   MSLAUNCH_CWD_PREFIX  ranktable: the rank runs in <prefix><rank>/ and dumps env there
-# and the wrapper exports RANK_ID, DEVICE_ID, LOCAL_RANK (and MS_NODE_ID for dynamic),
-# then runs the program with its output in the rank's log.
+#   MSLAUNCH_THREADS     remote hosts: the thread variables to set (e.g. OMP_NUM_THREADS,MSLAUNCH_CPU_THREADS)
+#   MSLAUNCH_HOST        with MSLAUNCH_THREADS: the host's name in the plan
+# and the wrapper exports RANK_ID, DEVICE_ID, LOCAL_RANK (and MS_NODE_ID for dynamic), the
+# thread variables (see set_threads), then runs the program with its output in the rank's log.
 #
 # orted makes each process it starts (this wrapper) a process group leader and signals whole
 # groups at teardown; but when a rank exits by itself, whatever it left running in its group
@@ -26,7 +28,9 @@ run_and_reap() {
     log=$1
     shift
     set +e
-    "$@" >"$log" 2>&1 </dev/null &
+    : >"$log"
+    [ -z "$notes" ] || printf '%s\n' "$notes" >>"$log"
+    "$@" >>"$log" 2>&1 </dev/null &
     wait $!
     rc=$?
     reap_group
@@ -55,11 +59,137 @@ reap_group() {
     return 0
 }
 
+count_cpus() {
+    # The number of CPUs in a cpu list such as 0-3,6 (Cpus_allowed_list of /proc/<pid>/status).
+    awk -F, '{ n = 0; for (i = 1; i <= NF; i++) { if (split($i, r, "-") == 2) n += r[2] - r[1] + 1; else if ($i != "") n++ } print n }'
+}
+
+cpus_of() {
+    # Cpus_allowed_list of process $1 (empty when it is gone).
+    awk '$1 == "Cpus_allowed_list:" { print $2 }' "/proc/$1/status" 2>/dev/null || true
+}
+
+cgroup_quota() {
+    # "<cores> <source>" of the tightest CPU quota of this process's cgroup and its ancestors
+    # (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us), nothing without one: the
+    # reading of launcher/execution/probes/host_cores.py's cgroup_quota, in awk.  $1, $2: the
+    # mountinfo and cgroup files (default this process's).
+    awk -v cgfile="${2:-/proc/self/cgroup}" '
+    function rd(path,   line, ok) { line = ""; ok = (getline line < path); close(path); return ok > 0 ? line : "" }
+    BEGIN {
+        while ((getline l < cgfile) > 0) {
+            i1 = index(l, ":"); rest = substr(l, i1 + 1); i2 = index(rest, ":")
+            ctl = substr(rest, 1, i2 - 1); path = substr(rest, i2 + 1)
+            if (ctl == "") v2path = path
+            nc = split(ctl, cs, ",")
+            for (j = 1; j <= nc; j++) if (cs[j] == "cpu") v1path = path
+        }
+        close(cgfile); best = -1
+    }
+    {
+        sep = index($0, " - "); if (!sep) next
+        nl = split(substr($0, 1, sep - 1), left, " "); nt = split(substr($0, sep + 3), tail, " ")
+        if (nl < 5 || nt < 3) next
+        if (tail[1] == "cgroup2") { ver = 2; path = v2path; have = (v2path != "") }
+        else if (tail[1] == "cgroup") {
+            ver = 1; path = v1path; have = 0; nc = split(tail[3], cs, ",")
+            for (j = 1; j <= nc; j++) if (cs[j] == "cpu") have = (v1path != "")
+        } else next
+        if (!have) next
+        root = left[4]; mnt = left[5]; rel = path; r = root; sub(/\/+$/, "", r)
+        if (root != "/" && root != "" && (path == root || substr(path, 1, length(r) + 1) == r "/")) rel = substr(path, length(r) + 1)
+        gsub(/^\/+|\/+$/, "", rel)
+        np = (rel == "") ? 0 : split(rel, parts, "/")
+        for (i = np; i >= 0; i--) {
+            sub_ = ""; for (j = 1; j <= i; j++) sub_ = sub_ "/" parts[j]
+            dir = mnt sub_; q = -1
+            if (ver == 1) {
+                qs = rd(dir "/cpu.cfs_quota_us"); ps = rd(dir "/cpu.cfs_period_us")
+                if (qs ~ /^[0-9]+$/ && ps ~ /^[0-9]+$/ && qs + 0 > 0 && ps + 0 > 0) q = qs / ps
+                name = "cgroup v1 cpu.cfs_quota_us"
+            } else {
+                split(rd(dir "/cpu.max"), m, " "); if (m[2] == "") m[2] = 100000
+                if (m[1] ~ /^[0-9]+$/ && m[2] ~ /^[0-9]+$/ && m[1] + 0 > 0 && m[2] + 0 > 0) q = m[1] / m[2]
+                name = "cgroup v2 cpu.max"
+            }
+            if (q > 0 && (best < 0 || q < best)) { best = q; src = name " " (sub_ == "" ? "/" : sub_) }
+        }
+    }
+    END { if (best > 0) printf "%g %s\n", int(best * 1000 + 0.5) / 1000, src }
+    ' "${1:-/proc/self/mountinfo}"
+}
+
+set_threads() {
+    # Remote hosts (MSLAUNCH_THREADS): the thread variables of this rank from its host's usable
+    # cores, by launcher/planning/hostcores.py's rule: usable = the cpuset (this host's, as its
+    # mpirun daemon, the wrapper's parent, has it) capped by the cgroup quota rounded down, at
+    # least 1; k ranks here get usable / k each, the first usable % k one more, at least 1; a
+    # rank mpirun bound to fewer CPUs (a binding the user asked for) gets at most those.  A
+    # variable already set here (the host's own environment) wins.  Local rank 0 notes what it
+    # decided (and warns when the ranks outnumber the cores) at the top of its log, and records it
+    # in <log dir>/host-threads/<host>.json.
+    [ -n "${MSLAUNCH_THREADS:-}" ] || return 0
+    k=$(printf '%s\n' "$MSLAUNCH_DEVICES" | awk -F, '{ print NF }')
+    own_list=$(cpus_of $$)
+    host_list=$(cpus_of "$PPID")
+    [ -n "$host_list" ] || host_list=$own_list
+    [ -n "$own_list" ] || return 0
+    own=$(printf '%s\n' "$own_list" | count_cpus)
+    usable=$(printf '%s\n' "$host_list" | count_cpus)
+    cpus_n=$usable
+    quota=$(cgroup_quota)
+    q=; src=
+    if [ -n "$quota" ]; then
+        q=${quota%% *}
+        src=${quota#* }
+        qi=${q%%.*}
+        [ "$qi" -ge 1 ] 2>/dev/null || qi=1
+        [ "$qi" -lt "$usable" ] && usable=$qi
+    fi
+    if [ "$usable" -le "$k" ]; then
+        n=1; sizes=1
+    else
+        n=$((usable / k + (idx < usable % k ? 1 : 0)))
+        sizes=$((usable / k))
+        [ $((usable % k)) = 0 ] || sizes="$sizes/$((usable / k + 1))"
+    fi
+    if [ "$own" -lt "$cpus_n" ] && [ "$own" -lt "$n" ]; then n=$own; fi
+    set_list=
+    for v in $(printf '%s\n' "$MSLAUNCH_THREADS" | tr ',' ' '); do
+        if eval "[ -z \"\${$v+x}\" ]"; then
+            eval "$v=$n; export $v"
+            set_list="${set_list:+$set_list, }$v"
+        fi
+    done
+    [ "$idx" = 0 ] || return 0
+    if [ -n "$q" ]; then how="$src: $q core(s)"; else how="no cgroup CPU quota"; fi
+    bound=
+    [ "$own" -lt "$cpus_n" ] && bound=" (rank 0 bound by mpirun to CPUs $own_list)"
+    notes="mslaunch: cpu: ${MSLAUNCH_HOST}: threads per rank $sizes (${set_list:-yours: nothing set}): $k rank(s) on $usable usable core(s) (cpuset $host_list, $how; read by the rank wrapper on ${MSLAUNCH_HOST})$bound"
+    warning=
+    if [ "$k" -gt "$usable" ]; then
+        warning="${MSLAUNCH_HOST}: $k ranks on $usable usable core(s): several ranks share each core (oversubscribed; expect each rank to run slower)"
+    elif [ -n "${OMP_NUM_THREADS:-}" ] && ! printf '%s' "$set_list" | grep -q OMP_NUM_THREADS \
+            && [ "$OMP_NUM_THREADS" -eq "$OMP_NUM_THREADS" ] 2>/dev/null && [ $((k * OMP_NUM_THREADS)) -gt "$usable" ]; then
+        warning="${MSLAUNCH_HOST}: $k ranks x OMP_NUM_THREADS=$OMP_NUM_THREADS (yours) exceed its $usable usable core(s) (oversubscribed)"
+    fi
+    [ -z "$warning" ] || notes="$notes
+mslaunch: warning: $warning"
+    mkdir -p "$MSLAUNCH_LOG_DIR/host-threads"
+    esc() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }
+    printf '{"host": "%s", "cpus": "%s", "quota": %s, "quota_source": %s, "usable": %s, "ranks": %s, "threads": "%s", "set": "%s", "bound_rank0": "%s", "warning": %s, "learned": "the rank wrapper on %s"}\n' \
+        "$(esc "$MSLAUNCH_HOST")" "$host_list" "${q:-null}" "$( [ -n "$src" ] && printf '"%s"' "$(esc "$src")" || printf null)" \
+        "$usable" "$k" "$sizes" "$set_list" "$own_list" "$( [ -n "$warning" ] && printf '"%s"' "$(esc "$warning")" || printf null)" \
+        "$(esc "$MSLAUNCH_HOST")" >"$MSLAUNCH_LOG_DIR/host-threads/$MSLAUNCH_HOST.json"
+}
+
+notes=
 idx=$((OMPI_COMM_WORLD_RANK - MSLAUNCH_CTX_BASE))
 if [ "$MSLAUNCH_ROLE" = scheduler ]; then
     mkdir -p "$(dirname "$MSLAUNCH_LOG")"
     run_and_reap "$MSLAUNCH_LOG" "$@"
 fi
+set_threads
 rank=$((MSLAUNCH_FIRST_RANK + idx))
 device=$(printf '%s\n' "$MSLAUNCH_DEVICES" | cut -d, -f$((idx + 1)))
 RANK_ID=$rank

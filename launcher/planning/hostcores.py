@@ -9,9 +9,12 @@ variable the user set wins.
 Usable cores: the cpuset's size, capped by the quota rounded down (at least 1): a quota of 1.5
 cores lets 1 thread run all the time, a second would be throttled half of every period.
 
-Ranks whose host is not reached before the plan (remote hosts: the ssh agent learns the
-cores at start) get a :class:`HostThreads` in the plan instead of numbers; the
-backend that reaches the host applies :func:`host_thread_env` there, with the same rule.
+Ranks whose host is not reached before the plan (remote hosts) get a :class:`HostThreads` in the
+plan instead of numbers, and what reaches the host at start applies the same rule there: the ssh
+agent (:func:`host_thread_env` on this machine, from the cores the agent read), the Slurm task
+shim on each node (:func:`host_thread_env` on the node, ``SLURM_CPUS_PER_TASK`` capping a rank's
+share), the mpirun rank wrapper ``templates/mslaunch-rank.sh`` (the same arithmetic in sh:
+:func:`thread_shares` and :attr:`HostCores.usable`).
 """
 from __future__ import annotations
 
@@ -142,16 +145,23 @@ class HostThreadPlan:
     warnings: Tuple[str, ...]
 
 
-def host_thread_env(threads: HostThreads, cores: HostCores) -> HostThreadPlan:
+def host_thread_env(threads: HostThreads, cores: HostCores, per_rank: Optional[int] = None,
+                    per_rank_source: str = "") -> HostThreadPlan:
     """The thread variables of ``threads.ranks`` on a host with ``cores``, and one note saying
-    where the numbers came from (plus a warning when the ranks outnumber the usable cores)."""
+    where the numbers came from (plus a warning when the ranks outnumber the usable cores).
+
+    ``per_rank``: CPUs the scheduler gave each rank (Slurm's ``SLURM_CPUS_PER_TASK``, named in
+    ``per_rank_source``): the host's usable cores are then capped at ``per_rank`` x ranks, so a
+    rank gets ``per_rank`` threads when the host has them, fewer when its cpuset or quota is tighter."""
     k = len(threads.ranks)
-    shares = thread_shares(cores.usable, k)
+    usable = cores.usable if per_rank is None or per_rank < 1 else min(cores.usable, per_rank * k)
+    shares = thread_shares(usable, k)
     names = tuple(v for v in threads.set_vars if v not in cores.preset)
     env = {rank: {var: str(n) for var in names} for rank, n in zip(threads.ranks, shares)}
     sizes = "/".join(sorted({str(n) for n in shares}))
     what = ", ".join(names) if names else "yours: nothing set"
-    notes: List[str] = [f"{cores.host}: threads per rank {sizes} ({what}): {k} rank(s) on {cores.describe()}"]
+    cap = f"; at most {per_rank} per rank ({per_rank_source or 'CPUs per task'})" if per_rank is not None and per_rank >= 1 else ""
+    notes: List[str] = [f"{cores.host}: threads per rank {sizes} ({what}): {k} rank(s) on {cores.describe()}{cap}"]
     warnings: List[str] = []
     if k > cores.usable:
         warnings.append(f"{cores.host}: {k} ranks on {cores.usable} usable core(s): several ranks share each core "
@@ -164,6 +174,7 @@ def host_thread_env(threads: HostThreads, cores: HostCores) -> HostThreadPlan:
 
 def deferred_note(threads: HostThreads, launcher: str) -> str:
     """The plan's line for a host whose cores are learned only at start."""
-    by = {"ssh": "the ssh agent"}.get(launcher, f"the {launcher} launcher")
+    by = {"ssh": "the ssh agent", "slurm": "the Slurm task shim on each node",
+          "mpirun": "the rank wrapper (mslaunch-rank.sh) on each host"}.get(launcher, f"the {launcher} launcher")
     return (f"{threads.host}: threads per rank set at start by {by} from the host's usable cores (cpuset, cgroup CPU "
             f"quota) / {len(threads.ranks)} rank(s) (not reached before this plan)")

@@ -81,6 +81,12 @@ def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[st
         # ("hwloc_shmem_topology_write") when the chosen hole collides with their stack.
         argv += ["--mca", "plm_rsh_agent", options.rsh_agent, "--mca", "plm_rsh_no_tree_spawn", "1",
                  "--mca", "rtc_hwloc_vmhole", "none", "--leave-session-attached"]
+    if not any(a.split("=", 1)[0] in USER_BINDING for a in options.extra) and "hwloc_base_binding_policy" not in options.extra:
+        # OpenMPI 4.1 binds each process to a core when it starts two or fewer, to a socket when
+        # more: a rank would then run its threads on one core. mslaunch sizes each rank's threads
+        # from its host's usable cores instead (the rank wrapper), as the Slurm backend does with
+        # --cpu-bind=none; a binding the user asks for (--mpi-arg) is left alone and caps them.
+        argv += ["--bind-to", "none"]
     argv += list(options.extra)
     # A context's --host names the host's slots over all contexts: contexts that share a host
     # (the scheduler's and the first host's ranks) then fit side by side.
@@ -95,6 +101,11 @@ def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[st
             argv += ["-x", f"{key}={value}"]
         argv += list(ctx.argv)
     return tuple(argv)
+
+
+#: mpirun options by which a user chooses the ranks' binding (then mslaunch adds no ``--bind-to``).
+USER_BINDING = ("--bind-to", "-bind-to", "--map-by", "-map-by", "--cpu-set", "-cpu-set", "--cpu-list", "-cpu-list",
+                "--rankfile", "-rankfile", "-rf")
 
 
 def context_env(base: Mapping[str, str], **wrapper: str) -> Tuple[Tuple[str, str], ...]:
@@ -237,4 +248,9 @@ def _rank_context(plan: "Plan", wrapper: str, mine: Sequence["ProcPlan"], base: 
     )
     if plan.method == Method.RANKTABLE:
         settings["cwd_prefix"] = layout.rank_cwd_prefix(plan.job_dir)
+    threads = next((t for t in plan.host_threads if t.host == mine[0].host), None)
+    if threads is not None and threads.set_vars:
+        # the wrapper sets these from the host's usable cores (launcher.planning.hostcores' rule)
+        settings["threads"] = ",".join(threads.set_vars)
+        settings["host"] = mine[0].host
     return MpiContext(host=mine[0].host, np=len(mine), env=context_env(env, **settings), argv=(wrapper,) + mine[0].argv)

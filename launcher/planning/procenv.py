@@ -102,8 +102,10 @@ class ProcEnv:
         return self.cpu.cpus.get(self.local_index[rank])
 
 
-#: Launchers that learn every host's cores before its ranks start (the ssh agent).
-REACHES_HOSTS = ("ssh",)
+#: Launchers whose ranks' threads are set on their host at start, from the cores read there: the
+#: ssh agent, the Slurm task shim (:mod:`launcher.execution.slurm.shim`), mpirun's rank wrapper
+#: (``templates/mslaunch-rank.sh``).
+REACHES_HOSTS = ("ssh", "slurm", "mpirun")
 
 
 def _remote_threads(spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], used: Sequence[Host],

@@ -111,6 +111,32 @@ def parse_allocation(environ: Mapping[str, str], per_host: Optional[int] = None)
     return Allocation(job_id=job_id, nodes=nodes, slots=slots, restart_count=int(restart) if restart.isdigit() else 0)
 
 
+def tasks_on_node(environ: Mapping[str, str]) -> Optional[Tuple[int, int]]:
+    """``(tasks of this step on this node, this task's index among them)`` inside a Slurm task,
+    from ``SLURM_STEP_TASKS_PER_NODE`` (``2(x2),1``, this node's entry at ``SLURM_NODEID``), else
+    ``SLURM_NTASKS_PER_NODE``, else ``SLURM_TASKS_PER_NODE``, and ``SLURM_LOCALID``; None when
+    they are missing or malformed."""
+    local = environ.get("SLURM_LOCALID", "")
+    node = environ.get("SLURM_NODEID", "0")
+    if not local.isdigit() or not node.isdigit():
+        return None
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        text = environ.get(name)
+        if not text:
+            continue
+        counts: List[int] = []
+        for part in text.split(","):
+            m = _COUNT_RE.match(part.strip())
+            if not m:
+                return None
+            counts.extend([int(m.group(1))] * min(int(m.group(2) or 1), MAX_HOSTS))
+        index = int(node) if len(counts) > 1 else 0
+        if index < len(counts) and int(local) < counts[index]:
+            return counts[index], int(local)
+        return None
+    return None
+
+
 def parse_node_addrs(text: str) -> Dict[str, str]:
     """Node name -> NodeAddr from ``scontrol show node -o`` (one node per line, ``Key=Value``)."""
     out: Dict[str, str] = {}

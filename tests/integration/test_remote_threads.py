@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -79,4 +80,55 @@ def test_remote_ranks_get_threads_from_their_hosts_usable_cores(make_netns_clust
         assert [seen[i]["ms"] for i in range(3)] == ["1", "1", "2"]
         assert "h1: 2 ranks x OMP_NUM_THREADS=3 (yours) exceed its 1 usable core(s)" in r.stderr
         assert "h2: 1 ranks x OMP_NUM_THREADS=3 (yours) exceed its 2 usable core(s)" in r.stderr
+    assert c.all_pids() == {}
+
+
+@pytest.mark.mpi
+@pytest.mark.cost(30)
+def test_mpirun_ranks_get_threads_from_their_hosts_usable_cores(make_netns_cluster, tmp_path):
+    """The same hosts under mpirun: each rank's wrapper reads its host's cpuset and quota."""
+    reason = unavailable_reason()
+    if reason is not None:
+        skip_or_fail(reason)
+    if shutil.which("mpirun") is None:
+        skip_or_fail("mpirun not installed (apt-get install openmpi-bin)")
+    c = make_netns_cluster(2, cgroups=True)
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config, MSLAUNCH_HOME=str(tmp_path / "home"))
+    common = ["-H", "h1:2,h2:1", "--launcher", "mpirun", "--method", "mpi", "--nic", str(c.subnet), "--cpu-tune", "on"]
+
+    planned = run_process("plan", *common, PROG, "env", env=env, cwd=str(tmp_path))
+    assert planned.returncode == 0, planned.stderr
+    assert "h1: threads per rank set at start by the rank wrapper (mslaunch-rank.sh) on each host" in planned.stdout
+    assert "threads not planned" not in planned.stdout
+
+    with cpu_limit(c.sshd_pid("h1"), cpus="0", quota=0.5) as group:
+        job = tmp_path / "job"
+        r = run_process("run", *common, "--log-dir", str(job), PROG, "env", env=env, cwd=str(tmp_path), timeout=120)
+        assert r.returncode == 0, r.stderr + (job / "mpirun.log").read_text()
+        seen = _records(str(job))
+        # h1: cpuset {0} and 0.5 core -> 1 usable core, 2 ranks: 1 thread each, oversubscribed
+        assert seen[0]["cpus"] == [0] and seen[1]["cpus"] == [0]
+        assert (seen[0]["omp"], seen[0]["ms"], seen[1]["omp"], seen[1]["ms"]) == ("1", "1", "1", "1")
+        # h2: both cores (mpirun binds nothing: --bind-to none), no quota, 1 rank: 2 threads
+        assert seen[2]["cpus"] == [0, 1] and (seen[2]["omp"], seen[2]["ms"]) == ("2", "2")
+        first = (job / "worker_0.log").read_text()
+        assert (f"mslaunch: cpu: h1: threads per rank 1 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 2 rank(s) on 1 usable core(s) "
+                f"(cpuset 0, cgroup v1 cpu.cfs_quota_us /{group}: 0.5 core(s); read by the rank wrapper on h1)") in first
+        assert "mslaunch: warning: h1: 2 ranks on 1 usable core(s)" in first
+        assert "mslaunch:" not in (job / "worker_1.log").read_text()
+        assert "warning" not in (job / "worker_2.log").read_text()
+        h1 = json.loads((job / "host-threads" / "h1.json").read_text())
+        assert (h1["cpus"], h1["quota"], h1["usable"], h1["ranks"]) == ("0", 0.5, 1, 2)
+        assert json.loads((job / "host-threads" / "h2.json").read_text())["usable"] == 2
+
+        # the user's own OMP_NUM_THREADS wins; mslaunch still sizes MindSpore's pool, and warns
+        job2 = tmp_path / "job2"
+        r = run_process("run", *common, "--env", "OMP_NUM_THREADS=3", "--log-dir", str(job2), PROG, "env", env=env,
+                        cwd=str(tmp_path), timeout=120)
+        assert r.returncode == 0, r.stderr
+        seen = _records(str(job2))
+        assert [seen[i]["omp"] for i in range(3)] == ["3", "3", "3"]
+        assert [seen[i]["ms"] for i in range(3)] == ["1", "1", "2"]
+        assert "h1: 2 ranks on 1 usable core(s)" in (job2 / "worker_0.log").read_text()
+        assert "h2: 1 ranks x OMP_NUM_THREADS=3 (yours) exceed its 2 usable core(s)" in (job2 / "worker_2.log").read_text()
     assert c.all_pids() == {}

@@ -46,3 +46,13 @@ def test_a_bad_report_names_the_host_and_the_field(data, field):
     assert e.value.path == "h3" and e.value.field == field
     with pytest.raises(HostCoresError):
         parse_host_cores(["not", "an", "object"], "h3", "x")
+
+
+def test_cpus_per_task_caps_each_ranks_share_of_the_host():
+    cores = HostCores("n1", tuple(range(8)), learned="the Slurm task shim on n1")
+    p = host_thread_env(HostThreads("n1", (0, 1)), cores, per_rank=2, per_rank_source="SLURM_CPUS_PER_TASK=2")
+    assert [p.env[r]["OMP_NUM_THREADS"] for r in (0, 1)] == ["2", "2"]
+    assert p.notes[0].endswith("; at most 2 per rank (SLURM_CPUS_PER_TASK=2)") and p.warnings == ()
+    tight = HostCores("n1", (0, 1, 2), quota=2.5)  # 2 usable: the cpuset and quota win over the request
+    p = host_thread_env(HostThreads("n1", (0, 1, 2)), tight, per_rank=4)
+    assert [p.env[r]["OMP_NUM_THREADS"] for r in (0, 1, 2)] == ["1", "1", "1"] and len(p.warnings) == 1

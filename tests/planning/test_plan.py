@@ -117,7 +117,7 @@ def test_mpi_16_ranks_and_mpirun_argv():
         ["mpirun", "-H", "10.0.0.1:8,10.0.0.2:8", "--allow-run-as-root",
          "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
          "--mca", "plm_rsh_agent", "ssh -o BatchMode=yes", "--mca", "plm_rsh_no_tree_spawn", "1",
-         "--mca", "rtc_hwloc_vmhole", "none", "--leave-session-attached",
+         "--mca", "rtc_hwloc_vmhole", "none", "--leave-session-attached", "--bind-to", "none",
          "-np", "8", "--host", "10.0.0.1:8"] + ctx + [
             "-x", "MSLAUNCH_CTX_BASE=0", "-x", "MSLAUNCH_ROLE=worker", "-x", "MSLAUNCH_FIRST_RANK=0",
             "-x", "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7", "-x", "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1",
@@ -137,7 +137,7 @@ def test_dynamic_under_mpirun_has_scheduler_context():
     assert argv[:3] == ["mpirun", "--hostfile", "/j/hostfile"]
     assert argv.count(":") == 1
     first = argv[: argv.index(":")]
-    assert first[3:7] == ["-np", "1", "--host", "localhost:3"]
+    assert first[3:9] == ["--bind-to", "none", "-np", "1", "--host", "localhost:3"]
     assert "MS_ROLE=MS_SCHED" in first and "MSLAUNCH_ROLE=scheduler" in first
     second = argv[argv.index(":") + 1:]
     assert second[:4] == ["-np", "2", "--host", "localhost:3"]

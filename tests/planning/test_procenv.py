@@ -5,6 +5,7 @@ from __future__ import annotations
 from launcher.planning.cpu import CpuSpec
 from launcher.planning.hostcores import HostThreads
 from launcher.planning.inventory import parse_host_list
+from launcher.planning.mpi import MpiOptions, mpirun_command
 from launcher.planning.plan import JobSpec, build_plan
 
 
@@ -35,10 +36,24 @@ def test_a_users_thread_variable_for_a_host_is_not_set_at_start():
     assert plan.host_threads[0].set_vars == ("MSLAUNCH_CPU_THREADS",) and plan.host_threads[0].user_omp == "4"
 
 
-def test_launchers_that_do_not_reach_the_hosts_first_say_so():
+def test_mpirun_and_slurm_set_remote_threads_at_start_too():
     plan = build_plan(job(launcher="mpirun", wrapper="/t/mslaunch-rank.sh"))
-    assert plan.host_threads == ()
-    assert any(n.startswith("remote hosts: threads not planned (the mpirun launcher") for n in plan.cpu_notes)
+    assert plan.host_threads == (HostThreads("h2", (2, 3)), HostThreads("h3", (4,)))
+    assert not any(n.startswith("remote hosts: threads not planned") for n in plan.cpu_notes)
+    assert any(n.startswith("h2: threads per rank set at start by the rank wrapper (mslaunch-rank.sh) on each host") for n in plan.cpu_notes)
+    contexts = " ".join(mpirun_command(plan)).split(" : ")
+    h2 = next(c for c in contexts if "--host h2:" in c)
+    assert "-x MSLAUNCH_THREADS=OMP_NUM_THREADS,MSLAUNCH_CPU_THREADS" in h2 and "-x MSLAUNCH_HOST=h2" in h2
+    local = [c for c in contexts if "--host localhost:" in c]
+    assert len(local) == 2 and not any("MSLAUNCH_THREADS=" in c for c in local)  # planned here, from this machine's cores
+    plan = build_plan(job(launcher="mpirun", wrapper="/t/mslaunch-rank.sh", env=(("OMP_NUM_THREADS", "3"), ("MSLAUNCH_CPU_THREADS", "2"))))
+    assert not any(a.startswith("MSLAUNCH_THREADS=") for a in mpirun_command(plan))
+
+
+def test_a_users_mpirun_binding_is_left_alone():
+    plan = build_plan(job(launcher="mpirun", wrapper="/t/w.sh", mpi=MpiOptions(extra=("--map-by", "ppr:1:core:PE=2"))))
+    argv = list(mpirun_command(plan))
+    assert "--bind-to" not in argv and argv[argv.index("--map-by") + 1] == "ppr:1:core:PE=2"
 
 
 def test_a_local_cgroup_quota_caps_the_local_threads_and_warns():

@@ -17,6 +17,7 @@ from launcher.planning.slurmalloc import (
     parse_node_addrs,
     parse_node_states,
     srun_steps,
+    tasks_on_node,
 )
 
 
@@ -140,3 +141,16 @@ def test_slurms_own_reason_to_end_a_job(state, reason, restarts, preempt, count,
 def test_no_record_no_outside_reason() -> None:
     assert parse_job_record("") == {} and outside_stop({}, "13", 0) is None
     assert parse_job_record("slurm_load_jobs error: Invalid job id specified") == {}
+
+
+@pytest.mark.parametrize("environ,expected", [
+    ({"SLURM_STEP_TASKS_PER_NODE": "2(x2),1", "SLURM_NODEID": "2", "SLURM_LOCALID": "0"}, (1, 0)),
+    ({"SLURM_STEP_TASKS_PER_NODE": "3,1", "SLURM_NODEID": "0", "SLURM_LOCALID": "2"}, (3, 2)),
+    ({"SLURM_NTASKS_PER_NODE": "4", "SLURM_NODEID": "5", "SLURM_LOCALID": "1"}, (4, 1)),
+    ({"SLURM_TASKS_PER_NODE": "2(x3)", "SLURM_NODEID": "1", "SLURM_LOCALID": "1"}, (2, 1)),
+    ({"SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_LOCALID": "3"}, None),
+    ({"SLURM_STEP_TASKS_PER_NODE": "x", "SLURM_LOCALID": "0"}, None),
+    ({"SLURM_STEP_TASKS_PER_NODE": "2"}, None),
+])
+def test_tasks_on_node_reads_this_nodes_count_and_the_local_id(environ, expected):
+    assert tasks_on_node(environ) == expected

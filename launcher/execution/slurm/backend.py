@@ -267,9 +267,15 @@ class SlurmBackend(Backend):
         os.makedirs(self.status_dir, exist_ok=True)
         from launcher.jobs.jobdir import write_json
 
+        threads = {r: t for t in plan.host_threads for r in t.ranks}
+
         def entry(r: StartRequest) -> Dict[str, Any]:
-            return {"name": r.proc.name, "rank": r.proc.rank, "argv": list(r.proc.argv), "env": [list(kv) for kv in r.proc.env],
-                    "cwd": r.cwd, "log": r.log_path}
+            out = {"name": r.proc.name, "rank": r.proc.rank, "argv": list(r.proc.argv), "env": [list(kv) for kv in r.proc.env],
+                   "cwd": r.cwd, "log": r.log_path}
+            t = threads.get(r.proc.rank) if r.proc.rank is not None else None
+            if t is not None and t.set_vars:  # set by the shim from its node's cores
+                out["threads"] = {"set": list(t.set_vars), "user_omp": t.user_omp}
+            return out
 
         tasks = os.path.join(self.status_dir, "tasks.json")
         write_json(tasks, {"scheduler": entry(sched_req[0]) if sched_req else None, "workers": [entry(r) for r in worker_reqs],

@@ -6,7 +6,8 @@ Runs on a Slurm node (the job dir is on a filesystem every node sees).  It reads
 ``TASKS_FILE`` (written by the backend before srun starts)::
 
     {"scheduler": PROC or null, "workers": [PROC, ...], "status_dir": DIR}
-    PROC = {"name", "rank", "argv", "env": [[K, V], ...], "cwd", "log"}
+    PROC = {"name", "rank", "argv", "env": [[K, V], ...], "cwd", "log"[, "threads": THREADS]}
+    THREADS = {"set": [VAR, ...], "user_omp": STR or null}     (ranks of a remote host)
 
 picks its process (``workers``: index ``SLURM_PROCID``), and runs it as a child in its own
 session with exactly that argv/cwd and ``os.environ`` + the planned env, output appended to
@@ -21,7 +22,12 @@ Slurm ending the step because another task failed) before the child ended, so th
 consequence, not a cause.  A stop signal is passed on to the child's process group.  The shim
 exits with the child's code (128+N for signal N), so ``--kill-on-bad-exit`` sees a failure.
 
-Standard library only: it runs once per rank on every node.
+A worker with ``threads`` gets those thread variables from its node's usable cores (see
+:func:`thread_env`); the first task on a node writes what it decided at the top of its log and in
+``<attempt dir>/host-threads/<node>.json``.
+
+Standard library only, but for the thread rule (:mod:`launcher.planning.hostcores`, imported only
+for a worker with ``threads``): it runs once per rank on every node.
 """
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 def record_key(rank: Optional[int]) -> str:
@@ -70,6 +76,38 @@ def _subreaper() -> None:
         pass
 
 
+def thread_env(threads: Dict[str, Any], node: str, environ: Dict[str, str]) -> Tuple[Dict[str, str], List[str], Optional[Dict[str, Any]]]:
+    """This task's thread variables from its node's usable cores, by the rule of
+    :func:`launcher.planning.hostcores.host_thread_env`: the cpuset and cgroup CPU quota this task
+    runs under (:mod:`launcher.execution.probes.host_cores`) shared by the step's tasks on this
+    node (:func:`launcher.planning.slurmalloc.tasks_on_node`), each at most
+    ``SLURM_CPUS_PER_TASK`` when the user asked Slurm for CPUs per task; a thread variable already
+    in the environment (the user's) wins.
+
+    Returns ``(env, lines, record)``: the variables, and for the node's first task the lines
+    for its log (what was decided, a warning when oversubscribed) and the node's record; ``[]``
+    and None for the others."""
+    from launcher.execution.probes.host_cores import read_host_cores
+    from launcher.planning.hostcores import HostThreads, host_thread_env, parse_host_cores
+    from launcher.planning.slurmalloc import tasks_on_node
+
+    here = tasks_on_node(environ)
+    if here is None:
+        return {}, [f"mslaunch: cpu: {node}: threads not set (no SLURM_STEP_TASKS_PER_NODE/SLURM_LOCALID in the task)"], None
+    k, local = here
+    per_task = environ.get("SLURM_CPUS_PER_TASK", "")
+    per_rank = int(per_task) if per_task.isdigit() and int(per_task) > 0 else None
+    cores = parse_host_cores(read_host_cores(), node, f"the Slurm task shim on {node}")
+    decided = host_thread_env(HostThreads(node, tuple(range(k)), tuple(threads.get("set") or ()), threads.get("user_omp")),
+                              cores, per_rank, f"SLURM_CPUS_PER_TASK={per_task}")
+    if local != 0:
+        return dict(decided.env.get(local, {})), [], None
+    lines = [f"mslaunch: cpu: {n}" for n in decided.notes] + [f"mslaunch: warning: {w}" for w in decided.warnings]
+    record = {"cores": cores.to_json(), "env": {str(r): dict(e) for r, e in decided.env.items()}, "cpus_per_task": per_rank,
+              "notes": list(decided.notes), "warnings": list(decided.warnings)}
+    return dict(decided.env.get(local, {})), lines, record
+
+
 def main(argv: List[str]) -> int:
     if len(argv) != 2 or argv[1] not in ("workers", "scheduler"):
         sys.stderr.write("usage: python -m launcher.execution.slurm.shim TASKS_FILE workers|scheduler\n")
@@ -85,6 +123,17 @@ def main(argv: List[str]) -> int:
     # on the nodes are ended through Slurm (scancel), so they do not carry it.
     env.pop("MSLAUNCH_JOB_TOKEN", None)
     env.update({k: v for k, v in proc["env"]})
+    lines: List[str] = []
+    if proc.get("threads") and argv[1] == "workers":
+        try:
+            more, lines, record = thread_env(proc["threads"], node, env)
+        except Exception as exc:  # noqa: BLE001 - the rank runs without them; its log says why
+            more, lines, record = {}, [f"mslaunch: cpu: {node}: threads not set ({exc})"], None
+        env.update(more)
+        if record is not None:
+            folder = os.path.join(os.path.dirname(status_dir), "host-threads")
+            os.makedirs(folder, exist_ok=True)
+            _write(os.path.join(folder, f"{node}.json"), record)
     stopped = False
     child: "subprocess.Popen[bytes] | None" = None
 
@@ -100,6 +149,8 @@ def main(argv: List[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_stop)
     with open(proc["log"], "ab", buffering=0) as log:
+        if lines:
+            log.write(("\n".join(lines) + "\n").encode())
         try:
             _subreaper()
             child = subprocess.Popen(proc["argv"], cwd=proc["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log,
