@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from tests.harness.cli import mslaunch_argv
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.faultkit import wait_or_fail
 from tests.integration.test_multihost import cluster, cluster_yaml, need_mpirun, wait_nothing_left  # noqa: F401  (fixtures)
 
@@ -93,10 +93,10 @@ def test_a_host_whose_rank_is_killed_is_left_out_and_is_not_taken_for_lost(clust
     inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=2)
     pids, job = tmp_path / "pids", tmp_path / "job"
     pids.mkdir()
-    r = subprocess.run(mslaunch_argv("run", "--launcher", "mpirun", "--hosts", inv, "--np", "4", "--max-restarts", "1", "--host-failures", "1",
+    r = run_process("run", "--launcher", "mpirun", "--hosts", inv, "--np", "4", "--max-restarts", "1", "--host-failures", "1",
                                      "--master-port", "auto", "--nic", str(c.subnet), "--log-dir", str(job), "--tee", "none", "--grace", "2",
-                                     "--env", f"PIDDIR={pids}", os.path.join(HERE, "scripts", "badhost.py"), bad, "4"),
-                       env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config), cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+                                     "--env", f"PIDDIR={pids}", os.path.join(HERE, "scripts", "badhost.py"), bad, "4",
+                       env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config), cwd=str(tmp_path), timeout=300)
     assert r.returncode == 0, r.stderr
     s = json.loads((job / "summary.json").read_text())
     first, second = s["attempt_results"]
