@@ -48,6 +48,7 @@ On-disk layout of the work directory::
     cluster.yaml               the same hosts as a mslaunch YAML inventory with ssh {user, port, key}
     hosts/h<i>/sshd_config     that host's sshd configuration
     hosts/h<i>/ssh_host_ed25519_key[.pub], sshd.pid, sshd.log
+    hosts/h<i>/tmp             that host's OpenMPI session dirs (OMPI_MCA_orte_tmpdir_base in its sessions)
 """
 from __future__ import annotations
 
@@ -885,8 +886,12 @@ class NamespaceCluster:
                     "LoginGraceTime 30\n"
                     "LogLevel VERBOSE\n"
                     "Subsystem sftp internal-sftp\n"
-                    + ("" if self.source_bashrc else "SetEnv SHLVL=1\n")
+                    # the hosts share this machine's /tmp: each host's OpenMPI daemons keep their
+                    # session dirs in their own folder, as on separate machines (two daemons of one
+                    # job creating /tmp/ompi.<node>.<uid>/jf.<job> at once can fail with EEXIST)
+                    + f"SetEnv OMPI_MCA_orte_tmpdir_base={hd}/tmp" + ("" if self.source_bashrc else " SHLVL=1") + "\n"
                 )
+            os.makedirs(os.path.join(hd, "tmp"), mode=0o1777, exist_ok=True)
 
     def _spawn_sshd(self, h: NetnsHost) -> None:
         hd = self._host_dir(h)
