@@ -48,6 +48,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ReportedProcess
+from launcher.execution.local.joinsched import JoinWatch, batch_start_wanted
 from launcher.execution.local.process import _child_setup, check_scheduler_port, kill_tree, start_local
 from launcher.execution.local.watchdog import TOKEN_VAR
 from launcher.planning.plan import Plan, ProcPlan
@@ -329,6 +330,8 @@ class ZygoteBackend(Backend):
         pool: the job's :class:`ZygotePool`: the zygote of the last attempt is taken from it
             when it is safe to reuse, and handed back to it at :meth:`close`; None: each
             attempt's zygote ends with it.
+        batch_join: a dynamic cluster's worker joins it under ``SCHED_BATCH``, then gets
+            ``SCHED_OTHER`` back (see :mod:`launcher.execution.local.joinsched`).
 
     Attributes:
         fallback: why the ranks start as plain processes, or None.
@@ -339,13 +342,14 @@ class ZygoteBackend(Backend):
 
     def __init__(self, preload: Sequence[str] = PRELOAD, warm: bool = False, watchdog: Optional[Any] = None,
                  preload_env: Optional[Dict[str, str]] = None, on_note: Optional[Callable[[str], None]] = None,
-                 fork_scheduler: bool = False, pool: Optional[ZygotePool] = None) -> None:
+                 fork_scheduler: bool = False, pool: Optional[ZygotePool] = None, batch_join: bool = True) -> None:
         self.preload = tuple(preload)
         self.fork_scheduler = fork_scheduler
         self.watchdog = watchdog
         self.preload_env = dict(preload_env or {})
         self.on_note = on_note
         self.pool = pool
+        self.join: Optional[JoinWatch] = JoinWatch() if batch_join else None
         self.fallback: Optional[str] = None
         self.reused = False
         self._zyg: Optional[_Zygote] = None
@@ -447,8 +451,9 @@ class ZygoteBackend(Backend):
             # rank whose own differ from the zygote's is not what a fork of it would be.
             return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
         title = " ".join([proc.argv[0], *argv])  # what `ps` shows of the plain process
+        batch = self.join is not None and not scheduler and batch_start_wanted(env)
         request = {"argv": argv, "env": env, "cwd": cwd, "log": log_path, "cpus": list(proc.cpus) if proc.cpus else None,
-                   "title": title, "interpreter": proc.argv[0]}
+                   "title": title, "interpreter": proc.argv[0], "batch_start": batch}
         early: Optional[int] = None
         with self._lock:
             zyg = self._ensure()
@@ -470,6 +475,8 @@ class ZygoteBackend(Backend):
                 child = ZygoteProcess(proc, int(reply["pid"]), log_path)
                 zyg.children[child.pid] = child
                 early = zyg.early.pop(child.pid, None)
+        if batch:
+            self.join.watch(child.pid, log_path)  # type: ignore[union-attr]
         if early is not None:
             child.exited(early)
         return child
@@ -483,6 +490,8 @@ class ZygoteBackend(Backend):
 
     def close(self) -> None:
         """Hand the zygote to the pool (a restart may fork from it), or end it."""
+        if self.join is not None:
+            self.join.close()
         zyg, self._zyg = self._zyg, None
         if zyg is None:
             return

@@ -4,7 +4,8 @@ as ``python -m launcher.execution.local.zygote_server MODULE...``.
 
 Protocol (one JSON object per line)::
 
-    mslaunch -> zygote (stdin):  {"argv": [...], "env": {...}, "cwd": "...", "log": "...", "cpus": [..] | null}
+    mslaunch -> zygote (stdin):  {"argv": [...], "env": {...}, "cwd": "...", "log": "...", "cpus": [..] | null,
+                                  "batch_start": bool (start under SCHED_BATCH: joinsched.py)}
     mslaunch -> zygote (stdin):  {"ping": true}  (is it fit to serve another attempt?)
     zygote -> mslaunch (stdout): first {"ready": {"seconds": S}} or {"unsafe": "why"} (then it exits);
                                  then one reply per request, in order:
@@ -212,6 +213,8 @@ def _become(request: Dict[str, Any], own_fds: Sequence[int]) -> None:
     os.environ.update(_child_env(request["env"]))
     if request.get("cpus"):
         os.sched_setaffinity(0, [int(c) for c in request["cpus"]])
+    if request.get("batch_start"):  # until it joined the cluster (launcher.execution.local.joinsched)
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     reseed()
 
 
