@@ -17,8 +17,8 @@ the ranks' ``init()``, the network built), *data* (to ``data:``: the input pipel
 ``resume:``: the train step built and the checkpoint loaded; attempt 0 has none) and *compile*
 (to the first step line: the graph compiled, or taken from the compile cache, and one step run).
 
-Modes (each round runs them back to back, the order rotating): ``warm`` is the default (compile
-cache in the job dir, the zygote kept across attempts); ``cold`` is ``--cold-restarts`` (a restart
+Modes (each round runs them back to back, the order rotating): ``warm`` is the default (the
+zygote kept across attempts); ``cold`` is ``--cold-restarts`` (a restart
 starts from nothing, as before).  The load average is printed before and after.
 
 Usage: python bench/bench_recovery.py [--rounds 3] [--modes warm,cold] [--keep DIR]
