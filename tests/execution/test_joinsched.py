@@ -21,6 +21,9 @@ os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 stop = threading.Event()
 t = threading.Thread(target=stop.wait); t.start()
 here = sys.argv[1]
+while not os.path.exists(os.path.join(here, "pre")):
+    time.sleep(0.01)
+print("warming up: not the marker", flush=True)
 while not os.path.exists(os.path.join(here, "go")):
     time.sleep(0.01)
 print(sys.argv[2], flush=True)
@@ -59,8 +62,9 @@ def test_restored_on_every_thread_once_joined(tmp_path):
     try:
         _wait(lambda: os.sched_getscheduler(proc.pid) == os.SCHED_BATCH)
         watch.watch(proc.pid, log)
-        time.sleep(0.2)
-        assert watch.restored == []  # no marker yet: still batch
+        (tmp_path / "pre").write_text("")
+        _wait(lambda: (watch.seen(proc.pid) or 0) > 0)  # the watch has read a line that is not the marker
+        assert watch.restored == []
         assert os.sched_getscheduler(proc.pid) == os.SCHED_BATCH
         (tmp_path / "go").write_text("")
         _wait(lambda: watch.restored)
@@ -77,6 +81,7 @@ def test_other_lines_do_not_restore_but_the_limit_does(tmp_path):
     watch = JoinWatch(limit=0.5)
     try:
         _wait(lambda: os.sched_getscheduler(proc.pid) == os.SCHED_BATCH)
+        (tmp_path / "pre").write_text("")
         (tmp_path / "go").write_text("")
         watch.watch(proc.pid, log)
         _wait(lambda: watch.restored)
@@ -107,3 +112,19 @@ def test_only_dynamic_workers_under_the_default_policy():
     assert batch_start_wanted({"MS_ROLE": "MS_WORKER"}) == (os.sched_getscheduler(0) == os.SCHED_OTHER)
     assert not batch_start_wanted({"MS_ROLE": "MS_SCHED"})
     assert not batch_start_wanted({})
+
+
+def test_processes_started_during_the_start_up_get_the_normal_policy_too(tmp_path):
+    """A rank that started a helper process while under SCHED_BATCH: both get SCHED_OTHER back."""
+    child = ("import os, subprocess, sys\nos.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))\n"
+             "g = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE)\n"
+             "print(g.pid, flush=True)\nsys.stdin.read()\ng.stdin.close(); g.wait()\n")
+    proc = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(proc.stdout.readline())
+        _wait(lambda: os.sched_getscheduler(grandchild) == os.SCHED_BATCH)
+        assert restore_normal(proc.pid) >= 2
+        assert os.sched_getscheduler(proc.pid) == os.sched_getscheduler(grandchild) == os.SCHED_OTHER
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0

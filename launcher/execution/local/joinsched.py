@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
+from launcher.execution.proctree import tree_below
+
 __all__ = ["JOINED_MARKERS", "JoinWatch", "batch_start_wanted", "restore_normal"]
 
 #: Lines a MindSpore worker logs (at its default ``GLOG_v``) at the end of ``init()``.
@@ -42,16 +44,21 @@ def batch_start_wanted(env: Dict[str, str]) -> bool:
 
 
 def restore_normal(pid: int) -> int:
-    """Every ``SCHED_BATCH`` thread of ``pid`` back to ``SCHED_OTHER``; how many were changed.
+    """Every ``SCHED_BATCH`` thread of ``pid`` and of the processes it started (they inherited
+    the policy during the start-up) back to ``SCHED_OTHER``; how many were changed.
 
-    Passes over ``/proc/<pid>/task`` until one changes nothing (a thread cloned from a batch
-    thread during a pass is batch too; the next pass catches it)."""
+    Passes over ``/proc/<pid>/task`` (and the descendants') until one changes nothing (a thread
+    cloned from a batch thread during a pass is batch too; the next pass catches it)."""
     changed = 0
     for _ in range(20):
         this_pass = 0
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except OSError:
+        tids: List[int] = []
+        for p in [pid, *(tree_below(pid) or [])]:
+            try:
+                tids += [int(t) for t in os.listdir(f"/proc/{p}/task")]
+            except OSError:
+                continue
+        if not tids:
             return changed
         for tid in tids:
             try:
@@ -91,6 +98,12 @@ class JoinWatch:
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._run, name="join-sched", daemon=True)
                 self._thread.start()
+
+    def seen(self, pid: int) -> Optional[int]:
+        """Bytes of ``pid``'s log read since it was watched (None: not watched any more)."""
+        with self._lock:
+            item = self._watched.get(pid)
+        return None if item is None else item[2]
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll):

@@ -327,9 +327,8 @@ class ZygoteBackend(Backend):
             else (and after a fallback) the scheduler is a plain process running the script.
         on_note: called once with a one-line message when the ranks start as plain processes
             instead (the zygote is not fork-safe, ended, or could not start).
-        pool: the job's :class:`ZygotePool`: the zygote of the last attempt is taken from it
-            when it is safe to reuse, and handed back to it at :meth:`close`; None: each
-            attempt's zygote ends with it.
+        pool: the job's :class:`ZygotePool`: the last attempt's zygote is taken from it when it is
+            safe to reuse, and handed back to it at :meth:`close`; None: it ends with the attempt.
         batch_join: a dynamic cluster's worker joins it under ``SCHED_BATCH``, then gets
             ``SCHED_OTHER`` back (see :mod:`launcher.execution.local.joinsched`).
 
