@@ -76,6 +76,8 @@ NOT_VALIDATED: Dict[str, str] = {
     "quiet": "a flag",
     "sched_wait": "a flag",
     "zygote": "a flag",
+    "cold_restarts": "a flag",
+    "compile_cache": "a flag",
     "minimal_scheduler": "a flag (--script-scheduler)",
     "ssh_accept_new": "a flag",
     "mpi_hostfile": "a flag",
