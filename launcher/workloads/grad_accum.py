@@ -77,9 +77,9 @@ class ApplyAccumulated(nn.Cell):
         self.hyper_map = ops.HyperMap()
         self.grad_reducer: nn.Cell = nn.Identity()
         if distributed:
-            mean = bool(ms.get_auto_parallel_context("gradients_mean"))
-            degree = int(ms.get_auto_parallel_context("device_num"))
-            self.grad_reducer = nn.DistributedGradReducer(optimizer.parameters, mean, degree)
+            # as TrainOneStepCell's: the context's gradients_mean, and the world group's size
+            # (the context's device_num stays 1 unless it was set)
+            self.grad_reducer = nn.DistributedGradReducer(optimizer.parameters)
 
     def construct(self):
         grads = self.grad_reducer(self.accum)
