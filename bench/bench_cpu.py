@@ -130,7 +130,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(outcome.path, encoding="utf-8") as src, open(cache_path(home, socket.gethostname(), p.key), "w", encoding="utf-8") as dst:
             dst.write(src.read())
 
-        k = args.grad_accum
+        accum_k = args.grad_accum
         configs: Dict[str, tuple] = {"1 process, defaults": (1, [])}
         for v in p.variants:
             if v.error is None:
@@ -140,7 +140,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         configs["2 ranks, defaults"] = (2, [])
         configs["2 ranks, --cpu-tune off"] = (2, ["--cpu-tune", "off"])
         # gradient accumulation: K micro-batches of 32 per rank, one AllReduce per K
-        configs[f"2 ranks, --grad-accum {k}"] = (2, [], k)
+        configs[f"2 ranks, --grad-accum {accum_k}"] = (2, [], accum_k)
         if args.only:
             wanted = [w.strip() for w in args.only.split(";") if w.strip()]
             configs = {name: c for name, c in configs.items() if any(name.startswith(w) for w in wanted)}
@@ -174,7 +174,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for k in ("2 ranks, defaults", "2 ranks, --cpu-tune off"):
             if one and k in med:
                 print(f"ratio {k} / 1 process defaults: {med[k]:.1f} / {one:.1f} = {med[k] / one:.2f} (target >= 0.85 with defaults)")
-        accum = f"2 ranks, --grad-accum {k}"
+        accum = f"2 ranks, --grad-accum {accum_k}"
         if one and accum in med:
             print(f"ratio {accum} / 1 process defaults (both: per-rank batch 32): {med[accum]:.1f} / {one:.1f} = "
                   f"{med[accum] / one:.2f} (target >= 0.85)")
@@ -187,8 +187,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"bound for 2 ranks: one rank's step computes in {t_step:.2f} s (1 core, 1 thread: {single:.1f} img/s); "
                   f"the gradient AllReduce takes {t_ar:.2f} s wall, {cpu_ar:.2f} s CPU per rank; "
                   f"2 x 32 / ({t_step:.2f} + {t_ar:.2f}) = {bound:.1f} img/s = {bound / one:.2f} of 1 process")
-            bound_k = 2 * k * 32 / (k * t_step + t_ar)
-            print(f"bound for 2 ranks with --grad-accum {k}: 2 x {k} x 32 / ({k} x {t_step:.2f} + {t_ar:.2f}) = "
+            bound_k = 2 * accum_k * 32 / (accum_k * t_step + t_ar)
+            print(f"bound for 2 ranks with --grad-accum {accum_k}: 2 x {accum_k} x 32 / ({accum_k} x {t_step:.2f} + {t_ar:.2f}) = "
                   f"{bound_k:.1f} img/s = {bound_k / one:.2f} of 1 process")
         if "2 ranks, defaults" in med and "2 ranks, --cpu-tune off" in med:
             a, b = med["2 ranks, defaults"], med["2 ranks, --cpu-tune off"]

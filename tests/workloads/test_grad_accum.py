@@ -17,6 +17,8 @@ from typing import List
 
 import pytest
 
+from launcher.logs.metrics import parse_line
+from launcher.logs.progress import RankDeriver
 from launcher.workloads.cifar10_synth import write_synthetic_cifar10
 
 MODULE = "launcher.workloads.resnet50_cifar10"
@@ -105,6 +107,14 @@ def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp
     budget = json.loads(next(ln for ln in lines if ln.startswith("MSLAUNCH_METRIC ")).split(" ", 1)[1])
     assert budget == {"batch_size": 32, "epochs": 1, "steps_per_epoch": steps, "grad_accum": 4, "micro_batch_size": 8}
     assert f"checkpoint: {tmp_path / 'ckpt' / 'ckpt_0' / f'resnet14-1_{steps}.ckpt'}" in lines
+    # what `mslaunch top` and metrics.jsonl make of these lines: optimizer steps of 32 images
+    deriver, records = RankDeriver(0), []
+    for i, line in enumerate(lines):
+        m = parse_line(line)
+        if m is not None:
+            records += deriver.feed([m], when=float(i))
+    assert deriver.batch_size == 32 and deriver.total() == steps
+    assert [r["global_step"] for r in records if r["kind"] == "step"] == list(range(1, steps + 1))
 
     # the learning curves: the same 32 images and weights at step 1, so the same loss up to
     # BatchNorm (which normalises over each micro-batch of 8); then both fall alike
