@@ -60,7 +60,7 @@ def _allreduces(path: str) -> int:
         return sum(1 for line in f if re.search(r"= AllReduce\(", line))
 
 
-@pytest.mark.cost(45)
+@pytest.mark.cost(25)
 def test_two_ranks_allreduce_once_per_k_micro_batches(tmp_path) -> None:
     write_synthetic_cifar10(str(tmp_path / "data"), train=400, test=20, seed=0)
     ir, ckpt, steps = tmp_path / "ir", tmp_path / "ckpt", 2
@@ -96,7 +96,7 @@ def test_two_ranks_allreduce_once_per_k_micro_batches(tmp_path) -> None:
     assert any(not np.allclose(params[0][n].asnumpy(), params[1][n].asnumpy()) for n in stats)
 
 
-@pytest.mark.cost(20)
+@pytest.mark.cost(10)
 def test_two_ranks_update_with_the_mean_gradient_of_all_micro_batches(tmp_path) -> None:
     script = tmp_path / "linear.py"
     script.write_text(LINEAR)

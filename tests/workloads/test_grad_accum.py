@@ -73,7 +73,7 @@ def _losses(stdout: str) -> List[float]:
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(30)
+@pytest.mark.cost(15)
 def test_k_micro_batches_update_the_weights_as_one_batch_k_times_the_size() -> None:
     r = subprocess.run([sys.executable, "-c", EQUIVALENCE], capture_output=True, text=True, timeout=300, env=_env())
     assert r.returncode == 0, r.stderr[-3000:]
@@ -89,7 +89,7 @@ def test_k_micro_batches_update_the_weights_as_one_batch_k_times_the_size() -> N
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(70)
+@pytest.mark.cost(40)
 def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp_path) -> None:
     write_synthetic_cifar10(str(tmp_path / "data"), train=1000, test=100, seed=0)
     steps = 16
@@ -134,6 +134,7 @@ def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp
 
 
 @pytest.mark.mindspore
+@pytest.mark.cost(10)
 def test_grad_accum_below_one_and_outside_data_parallel_are_one_line_errors(tmp_path) -> None:
     write_synthetic_cifar10(str(tmp_path / "data"), train=40, test=10, seed=0)
     r = _trainer(["--data-path", str(tmp_path / "data"), "--grad-accum", "0"])
