@@ -23,7 +23,16 @@ random-access ``GeneratorDataset``. Both sources shard with the same ``Distribut
 the same pipeline as the tutorials' ``create_dataset``: random crop 32 (pad 4), random horizontal
 flip, resize to ``--image-size`` (skipped at 32), rescale 1/255, normalize with the CIFAR
 mean/std, HWC2CHW, label cast to int32, shuffle, batch (drop_remainder). The batch stream repeats
-forever; an *epoch* is ``--steps-per-epoch`` batches (0: one pass over this rank's shard).
+forever; an *epoch* is ``--steps-per-epoch`` steps (0: one pass over this rank's shard).
+
+Gradient accumulation (``--grad-accum K``, default 1): a step is one *optimizer* step over K
+batches of ``--batch-size`` (micro-batches): their gradients are summed on each rank, then one
+gradient AllReduce and one update (:mod:`launcher.workloads.grad_accum`). Every count the trainer
+prints or saves is in optimizer steps: the loss lines (the loss is the mean over the K
+micro-batches), ``steps_per_epoch`` and ``batch_size`` (K x ``--batch-size``) of the
+``MSLAUNCH_METRIC`` line, the checkpoint names and ``--resume``; a checkpoint holds no accumulator,
+so a run can resume with another K. Data parallel (and alone) only: auto and semi-auto parallel
+are refused (MindSpore accumulates there only inside one graph).
 
 Output on stdout (flushed after every line; launchers capture it to files)::
 
@@ -70,7 +79,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Iterator, Mapping, Optional, Sequence, Tuple
 
 import mindspore as ms
 import mindspore.dataset as ds
@@ -99,6 +108,7 @@ from launcher.workloads.cifar10_data import (  # noqa: F401  (re-exported: calle
 )
 from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
 from launcher.workloads.cputhreads import apply_cpu_threads
+from launcher.workloads.grad_accum import AccumulatingStep, one_batch_step
 from launcher.workloads.resnet50 import (  # noqa: F401  (re-exported: callers import these names from here)
     ARCHS,
     Bottleneck,
@@ -124,11 +134,19 @@ def make_train_step(net: nn.Cell, lr: float = 0.01, momentum: float = 0.9) -> Tu
     """``(optimizer, train step)``: expanded softmax cross-entropy (sparse labels), Momentum, and
     ``TrainOneStepCell``, which all-reduces the gradients (mean) when the parallel mode is
     data parallel. Call ``train_step(images, labels)`` -> loss; compiled on the first call."""
-    loss_fn = SoftmaxCrossEntropyExpand(sparse=True)
     opt = nn.Momentum(net.trainable_params(), learning_rate=lr, momentum=momentum)
-    train_step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
+    train_step = nn.TrainOneStepCell(nn.WithLossCell(net, SoftmaxCrossEntropyExpand(sparse=True)), opt)
     train_step.set_train(True)
     return opt, train_step
+
+
+def make_accumulating_step(net: nn.Cell, k: int, distributed: bool, lr: float = 0.01,
+                           momentum: float = 0.9) -> Tuple[nn.Optimizer, AccumulatingStep]:
+    """``(optimizer, step)`` for ``--grad-accum k``: the loss and optimizer of
+    :func:`make_train_step`, ``k`` micro-batches per optimizer step and one gradient AllReduce
+    when ``distributed`` (:mod:`launcher.workloads.grad_accum`)."""
+    opt = nn.Momentum(net.trainable_params(), learning_rate=lr, momentum=momentum)
+    return opt, AccumulatingStep(nn.WithLossCell(net, SoftmaxCrossEntropyExpand(sparse=True)), opt, k, distributed)
 
 
 def set_device(target: str) -> None:
@@ -163,6 +181,9 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
     p.add_argument("--eval", action="store_true", help="print the test-set accuracy at the end")
     p.add_argument("--seed", type=int, default=1, help="weights, data order and augmentation seed")
     p.add_argument("--log-every", type=int, default=1, help="print the loss every N steps (default 1)")
+    p.add_argument("--grad-accum", type=int, default=1, metavar="K",
+                   help="micro-batches of --batch-size per optimizer step: their gradients are summed on each "
+                        "rank, then one AllReduce and one update (default 1); steps count optimizer steps")
     p.add_argument(
         "--parallel-mode",
         default="data_parallel",
@@ -177,7 +198,7 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
     )
     p.add_argument("--workers", type=int, default=2, help="dataset map workers (default 2)")
     args = p.parse_args(argv)
-    for name in ("epochs", "batch_size", "image_size", "log_every", "workers"):
+    for name in ("epochs", "batch_size", "image_size", "log_every", "workers", "grad_accum"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("steps_per_epoch", "ckpt_every", "keep_checkpoints"):
@@ -189,6 +210,12 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
         raise UsageError(
             f"--parallel-mode {args.parallel_mode} is not supported on CPU (MindSpore supports only "
             "data_parallel there); use --parallel-mode data_parallel or --device-target GPU/Ascend"
+        )
+    if args.grad_accum > 1 and args.parallel_mode != "data_parallel":
+        raise UsageError(
+            f"--grad-accum {args.grad_accum} needs --parallel-mode data_parallel: in {args.parallel_mode} MindSpore "
+            "puts a gradient AllReduce in every backward pass (it accumulates only inside one graph, with "
+            "mindspore.parallel.nn.GradAccumulation); use data_parallel or --grad-accum 1"
         )
     if args.resume and not args.ckpt_dir:
         raise UsageError("--resume needs --ckpt-dir")
@@ -259,14 +286,22 @@ def _training_data(args: argparse.Namespace, rank: int, size: int) -> Tuple[ds.D
     )
     data = build_pipeline(source, args.batch_size, args.image_size, train=True, workers=args.workers)
     batches_per_pass = data.get_dataset_size()
-    if batches_per_pass < 1:
-        raise UsageError(
-            f"{desc}: shard {rank}/{size} has fewer than --batch-size {args.batch_size} records"
-        )
-    spe = min(args.steps_per_epoch, batches_per_pass) if args.steps_per_epoch else batches_per_pass
-    _say(f"data: {desc}; rank {rank} of {size}: {batches_per_pass} batches of {args.batch_size} per pass")
+    k = args.grad_accum
+    steps_per_pass = batches_per_pass // k  # optimizer steps: k batches each
+    if steps_per_pass < 1:
+        need = f"--batch-size {args.batch_size}" if k == 1 else f"--grad-accum {k} x --batch-size {args.batch_size}"
+        raise UsageError(f"{desc}: shard {rank}/{size} has fewer than {need} records")
+    spe = min(args.steps_per_epoch, steps_per_pass) if args.steps_per_epoch else steps_per_pass
+    line = f"data: {desc}; rank {rank} of {size}: {batches_per_pass} batches of {args.batch_size} per pass"
+    if k > 1:
+        line += f"; --grad-accum {k}: {steps_per_pass} optimizer steps of {k} batches per pass (steps count optimizer steps)"
+    _say(line)
     # The step budget for `mslaunch top` (progress, ETA): the documented machine-readable line.
-    _say("MSLAUNCH_METRIC " + json.dumps({"batch_size": args.batch_size, "epochs": args.epochs, "steps_per_epoch": spe}))
+    # A step is an optimizer step: its batch is k micro-batches.
+    budget = {"batch_size": k * args.batch_size, "epochs": args.epochs, "steps_per_epoch": spe}
+    if k > 1:
+        budget.update(grad_accum=k, micro_batch_size=args.batch_size)
+    _say("MSLAUNCH_METRIC " + json.dumps(budget))
     return data, spe
 
 
@@ -275,7 +310,8 @@ class _Loop:
     """What the training loop carries from epoch to epoch."""
 
     args: argparse.Namespace
-    train_net: nn.Cell
+    train_net: nn.Cell  # what checkpoints save: the network with its loss and the optimizer
+    step_fn: Callable[[Iterator[Tuple[Tensor, Tensor]]], float]  # one optimizer step on the next batches: its loss
     batches: Iterator[Tuple[Tensor, Tensor]]  # the endless stream of (image, label) batches
     ckpt_dir: Optional[str]
     spe: int  # steps per epoch
@@ -292,8 +328,7 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
     t_epoch, timed_steps, timed_time = time.perf_counter(), 0, 0.0
     while step < loop.spe:
         t0 = time.perf_counter()
-        image, label = next(loop.batches)
-        loss = float(loop.train_net(image, label).asnumpy())
+        loss = loop.step_fn(loop.batches)  # --grad-accum batches, one optimizer step
         dt = time.perf_counter() - t0
         step += 1
         loop.global_step += 1
@@ -313,7 +348,7 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
             _save(loop, epoch, step)
     if timed_steps == 0:  # an epoch of one (compiling) step: report what we have
         timed_steps, timed_time = loop.spe, time.perf_counter() - t_epoch
-    per_rank = timed_steps * args.batch_size / timed_time if timed_time > 0 else 0.0
+    per_rank = timed_steps * args.grad_accum * args.batch_size / timed_time if timed_time > 0 else 0.0
     _say(
         f"epoch {epoch} throughput: {per_rank:.1f} img/s per rank, "
         f"{per_rank * loop.size:.1f} img/s total ({loop.size} ranks)"
@@ -344,7 +379,12 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     net = resnet(args.arch, num_classes=10)
     _say(f"params: {count_parameters(net)}")
     data, spe = _training_data(args, rank, size)
-    opt, train_net = make_train_step(net, args.lr, args.momentum)
+    if args.grad_accum > 1:
+        opt, accumulating = make_accumulating_step(net, args.grad_accum, distributed, args.lr, args.momentum)
+        train_net, step_fn = accumulating.state, accumulating.step  # a checkpoint holds no accumulator
+    else:
+        opt, train_net = make_train_step(net, args.lr, args.momentum)
+        step_fn = one_batch_step(train_net)
 
     ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
     # The position *before* the next step: epoch, steps done in it, steps done in all.
@@ -357,7 +397,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         if global_step:
             ds.config.set_seed(args.seed + global_step)
         batches = data.repeat().create_tuple_iterator(num_epochs=1)
-        loop = _Loop(args, train_net, batches, ckpt_dir, spe, size, global_step)
+        loop = _Loop(args, train_net, step_fn, batches, ckpt_dir, spe, size, global_step)
         while epoch <= args.epochs:
             if not _train_epoch(loop, epoch, step):
                 return 1

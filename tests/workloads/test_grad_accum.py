@@ -1,0 +1,149 @@
+"""Gradient accumulation (``--grad-accum K``) with real MindSpore on CPU, in graph mode.
+
+Two cases: the trainer's accumulating cells on ResNet-14 with BatchNorm in inference mode, where
+K micro-batches must update the weights exactly as one batch of K times the size; and the trainer itself, where
+K=4 micro-batches of 8 must train like K=1 batches of 32 from the same seed (same images per
+step), count optimizer steps in every line and checkpoint, and resume with another K.
+The 2-rank case (one AllReduce per K micro-batches) is in tests/integration/test_grad_accum_e2e.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import List
+
+import pytest
+
+from launcher.logs.metrics import parse_line
+from launcher.logs.progress import RankDeriver
+from launcher.workloads.cifar10_synth import write_synthetic_cifar10
+
+MODULE = "launcher.workloads.resnet50_cifar10"
+LOSS_RE = re.compile(r"^epoch: (\d+) step: (\d+), loss is ([0-9.eE+-]+)$")
+
+# K=1 (the trainer's TrainOneStepCell, batch 32) against K=4 (its accumulating cells, 4 x 8) on
+# ResNet-14 with the same weights and data, BatchNorm in inference mode (so a batch of 32 and four
+# of 8 are the same function); prints the largest weight difference and facts about the cells.
+EQUIVALENCE = r"""
+import json, numpy as np, mindspore as ms
+from mindspore import Tensor
+from launcher.workloads.grad_accum import one_batch_step
+from launcher.workloads.resnet50_cifar10 import make_accumulating_step, make_train_step, resnet
+ms.set_context(mode=ms.GRAPH_MODE); ms.set_device("CPU")
+rng = np.random.default_rng(0)
+x = rng.normal(size=(2, 32, 3, 32, 32)).astype(np.float32)
+y = rng.integers(0, 10, size=(2, 32)).astype(np.int32)
+ms.set_seed(1); net1 = resnet("resnet14"); opt1, one = make_train_step(net1, lr=0.05); one.set_train(False)
+step1 = one_batch_step(one)
+losses1 = [step1(iter([(Tensor(x[i]), Tensor(y[i]))])) for i in range(2)]
+ms.set_seed(1); net4 = resnet("resnet14"); opt4, acc = make_accumulating_step(net4, 4, False, lr=0.05)
+acc.accumulate.set_train(False)
+micro = lambda i: iter([(Tensor(x[i][j * 8:(j + 1) * 8]), Tensor(y[i][j * 8:(j + 1) * 8])) for j in range(4)])
+losses4 = [acc.step(micro(i)) for i in range(2)]
+print(json.dumps({
+    "losses1": losses1, "losses4": losses4,
+    "max_weight_diff": max(float(np.abs(a.asnumpy() - b.asnumpy()).max())
+                           for a, b in zip(net1.trainable_params(), net4.trainable_params())),
+    "max_moved": max(float(np.abs(a.asnumpy()).max()) for a in opt1.moments),
+    "accum_left": max(float(np.abs(p.asnumpy()).max()) for p in acc.accum),
+    "accum_names": sorted(p.name for p in acc.accum)[:1],
+    "state_names_equal": sorted(p.name for p in acc.state.get_parameters()) == sorted(p.name for p in one.get_parameters()),
+    "global_steps": [int(opt1.global_step.asnumpy()[0]), int(opt4.global_step.asnumpy()[0])],
+    "applied": acc.applied,
+}))
+"""
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")}
+    env["GLOG_v"] = "3"
+    return env
+
+
+def _trainer(args: List[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", MODULE, *args], capture_output=True, text=True, timeout=300, env=_env())
+
+
+def _losses(stdout: str) -> List[float]:
+    return [float(m.group(3)) for m in map(LOSS_RE.match, stdout.splitlines()) if m]
+
+
+@pytest.mark.mindspore
+@pytest.mark.cost(15)
+def test_k_micro_batches_update_the_weights_as_one_batch_k_times_the_size() -> None:
+    r = subprocess.run([sys.executable, "-c", EQUIVALENCE], capture_output=True, text=True, timeout=300, env=_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["max_moved"] > 1e-3  # the weights did move: the comparison below means something
+    assert out["max_weight_diff"] < 1e-5, out
+    # each step's loss is the mean over its K micro-batches: the loss of the whole batch
+    assert out["losses4"] == pytest.approx(out["losses1"], abs=1e-5)
+    assert out["accum_left"] == 0.0  # zeroed after every optimizer step
+    assert out["global_steps"] == [2, 2] and out["applied"] == 2  # optimizer steps, not micro-batches
+    assert out["accum_names"][0].startswith("grad_accum.")
+    assert out["state_names_equal"]  # checkpoints of K=1 and K=4 hold the same names
+
+
+@pytest.mark.mindspore
+@pytest.mark.cost(40)
+def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp_path) -> None:
+    write_synthetic_cifar10(str(tmp_path / "data"), train=1000, test=100, seed=0)
+    steps = 16
+    common = ["--data-path", str(tmp_path / "data"), "--image-size", "32", "--arch", "resnet14", "--seed", "1",
+              "--epochs", "1", "--steps-per-epoch", str(steps)]
+    one = _trainer(common + ["--batch-size", "32"])
+    acc = _trainer(common + ["--batch-size", "8", "--grad-accum", "4", "--ckpt-dir", str(tmp_path / "ckpt")])
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert acc.returncode == 0, acc.stderr[-3000:]
+
+    # every line counts optimizer steps: 16 loss lines, the step budget of 16 steps of 4 x 8 images
+    lines = acc.stdout.splitlines()
+    assert [m.group(2) for m in map(LOSS_RE.match, lines) if m] == [str(s) for s in range(1, steps + 1)]
+    assert "125 batches of 8 per pass; --grad-accum 4: 31 optimizer steps of 4 batches per pass" in lines[1]
+    budget = json.loads(next(ln for ln in lines if ln.startswith("MSLAUNCH_METRIC ")).split(" ", 1)[1])
+    assert budget == {"batch_size": 32, "epochs": 1, "steps_per_epoch": steps, "grad_accum": 4, "micro_batch_size": 8}
+    assert f"checkpoint: {tmp_path / 'ckpt' / 'ckpt_0' / f'resnet14-1_{steps}.ckpt'}" in lines
+    # what `mslaunch top` and metrics.jsonl make of these lines: optimizer steps of 32 images
+    deriver, records = RankDeriver(0), []
+    for i, line in enumerate(lines):
+        m = parse_line(line)
+        if m is not None:
+            records += deriver.feed([m], when=float(i))
+    assert deriver.batch_size == 32 and deriver.total() == steps
+    assert [r["global_step"] for r in records if r["kind"] == "step"] == list(range(1, steps + 1))
+
+    # the learning curves: the same 32 images and weights at step 1, so the same loss up to
+    # BatchNorm (which normalises over each micro-batch of 8); then both fall alike
+    l1, l4 = _losses(one.stdout), _losses(acc.stdout)
+    assert len(l1) == len(l4) == steps
+    assert abs(l1[0] - l4[0]) < 0.1, (l1, l4)
+    first, last1, last4 = l1[0], sum(l1[-4:]) / 4, sum(l4[-4:]) / 4
+    assert last1 < 0.7 * first and last4 < 0.7 * first, (l1, l4)
+    assert abs(last4 - last1) < 0.6, (l1, l4)
+
+    # --resume with K=1 from the K=4 checkpoint: it holds no accumulator, and the step count goes on
+    more = _trainer(common[:-4] + ["--epochs", "2", "--steps-per-epoch", str(steps // 4), "--batch-size", "32",
+                                   "--ckpt-dir", str(tmp_path / "ckpt"), "--resume"])
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert "(global step 16); continuing at epoch 2 step 1" in more.stdout, more.stdout
+    assert f"checkpoint: {tmp_path / 'ckpt' / 'ckpt_0' / f'resnet14-2_{steps // 4}.ckpt'}" in more.stdout.splitlines()
+
+
+@pytest.mark.mindspore
+@pytest.mark.cost(10)
+def test_grad_accum_below_one_and_outside_data_parallel_are_one_line_errors(tmp_path) -> None:
+    write_synthetic_cifar10(str(tmp_path / "data"), train=40, test=10, seed=0)
+    r = _trainer(["--data-path", str(tmp_path / "data"), "--grad-accum", "0"])
+    assert r.returncode == 2 and r.stderr == "resnet50_cifar10: error: --grad-accum must be >= 1, got 0\n"
+    r = _trainer(["--data-path", str(tmp_path / "data"), "--device-target", "GPU", "--parallel-mode", "auto_parallel",
+                  "--grad-accum", "4"])
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "needs --parallel-mode data_parallel" in r.stderr
+    # a shard smaller than one optimizer step's K batches
+    r = _trainer(["--data-path", str(tmp_path / "data"), "--image-size", "32", "--arch", "resnet14",
+                  "--batch-size", "8", "--grad-accum", "8"])
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    assert "fewer than --grad-accum 8 x --batch-size 8 records" in r.stderr
