@@ -16,6 +16,8 @@ import socket
 import sys
 import time
 
+from sched_done import tell_done
+
 bad_ip, steps = sys.argv[1], int(sys.argv[2])
 role = os.environ.get("MS_ROLE", "")
 piddir = os.environ["PIDDIR"]
@@ -55,6 +57,5 @@ for step in range(1, steps + 1):
         open(os.path.join(piddir, f"a{attempt}-r{rank}-step2"), "w").close()
         while not all(os.path.exists(os.path.join(piddir, f"a{attempt}-r{r}-step2")) for r in range(world)):
             time.sleep(0.05)
-with socket.create_connection((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])), timeout=10) as conn:
-    conn.sendall(b"done")
+tell_done()
 print(f"rank{rank} done", flush=True)

@@ -6,7 +6,7 @@ Every worker writes ``$PIDDIR/a<MSLAUNCH_ATTEMPT>-r<rank>`` holding its host nam
 for these before it takes a host away) and prints ``attempt=<a> rank=<r> host=<name>``.  With
 ``hold``, in attempt 0 it then waits until it is ended (the test loses a host meanwhile); else
 (and in a later attempt) it prints one LossMonitor line per step, tells the scheduler ``done``
-and ends.  Further arguments are ignored (``--device-target Ascend`` tells mslaunch the job's
+(waiting for it to listen: it starts with the ranks) and ends.  Further arguments are ignored (``--device-target Ascend`` tells mslaunch the job's
 devices).  The scheduler
 role listens on MS_SCHED_PORT and ends once every worker said ``done``.
 """
@@ -14,6 +14,8 @@ import os
 import socket
 import sys
 import time
+
+from sched_done import tell_done
 
 steps = int(sys.argv[1])
 hold = sys.argv[2:3] == ["hold"]
@@ -48,6 +50,5 @@ while hold and attempt == "0":
 for step in range(1, steps + 1):
     time.sleep(0.1)
     print(f"epoch: 1 step: {step}, loss is {2.0 / step:.7g}", flush=True)
-with socket.create_connection(sched, timeout=10) as conn:
-    conn.sendall(b"done")
+tell_done()
 print(f"rank{rank} done", flush=True)
