@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 
-from sched_done import tell_done
+from sched_done import serve_until_done, tell_done
 
 bad_ip, steps = sys.argv[1], int(sys.argv[2])
 role = os.environ.get("MS_ROLE", "")
@@ -24,19 +24,7 @@ piddir = os.environ["PIDDIR"]
 attempt = os.environ.get("MSLAUNCH_ATTEMPT", "0")
 
 if role == "MS_SCHED":
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])))
-    sock.listen(16)
-    done = 0
-    while done < int(os.environ["MS_WORKER_NUM"]):  # mslaunch's port probes connect and send nothing
-        conn = sock.accept()[0]
-        conn.settimeout(10)
-        try:
-            done += conn.recv(16) == b"done"
-        except OSError:
-            pass
-        conn.close()
+    serve_until_done()
     sys.exit(0)
 
 rank, world = int(os.environ["RANK_ID"]), int(os.environ["RANK_SIZE"])

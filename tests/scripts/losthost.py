@@ -15,27 +15,14 @@ import socket
 import sys
 import time
 
-from sched_done import tell_done
+from sched_done import serve_until_done, tell_done
 
 steps = int(sys.argv[1])
 hold = sys.argv[2:3] == ["hold"]
 attempt = os.environ.get("MSLAUNCH_ATTEMPT", "0")
-sched = (os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"]))
 
 if os.environ.get("MS_ROLE") == "MS_SCHED":
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(sched)
-    sock.listen(16)
-    done = 0
-    while done < int(os.environ["MS_WORKER_NUM"]):  # mslaunch's port probes connect and send nothing
-        conn = sock.accept()[0]
-        conn.settimeout(10)
-        try:
-            done += conn.recv(16) == b"done"
-        except OSError:
-            pass
-        conn.close()
+    serve_until_done()
     sys.exit(0)
 
 rank = int(os.environ["RANK_ID"])

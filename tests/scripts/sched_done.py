@@ -1,4 +1,5 @@
-"""What the stand-in rank programs of tests/scripts share: tell the stand-in scheduler ``done``.
+"""What the stand-in rank programs of tests/scripts share: a stand-in scheduler that ends once
+every worker said ``done``, and the workers' ``done``.
 
 The scheduler starts with the ranks (under mpirun nothing waits for it to listen first), so a
 refused connection is retried for up to ``limit`` seconds."""
@@ -7,8 +8,29 @@ import socket
 import time
 
 
+def _address():
+    return os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])
+
+
+def serve_until_done() -> None:
+    """Listen on the scheduler's address until every worker (``MS_WORKER_NUM``) said ``done``."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(_address())
+    sock.listen(16)
+    done = 0
+    while done < int(os.environ["MS_WORKER_NUM"]):  # mslaunch's port probes connect and send nothing
+        conn = sock.accept()[0]
+        conn.settimeout(10)
+        try:
+            done += conn.recv(16) == b"done"
+        except OSError:
+            pass
+        conn.close()
+
+
 def tell_done(limit: float = 60.0) -> None:
-    sched = (os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"]))
+    sched = _address()
     deadline = time.monotonic() + limit
     while True:
         try:
