@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import threading
 from typing import Dict, List, Optional, Sequence
 
-from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, write_dumps
+from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, dump_each, write_dumps
 from launcher.planning.hosts import is_local
 from launcher.planning.plan import Plan
 
@@ -54,24 +53,14 @@ def remote_dumps(plan: Plan, rsh_agent: Optional[str], attempt_dir: str, folder:
     for proc in plan.ranks:
         if proc.rank is not None and proc.rank not in skip and not is_local(proc.host):
             by_host.setdefault(proc.host, []).append(proc.rank)
-    out: Dict[Optional[int], List[str]] = {}
-    lock = threading.Lock()
 
-    def one(host: str, ranks: List[int]) -> None:
+    def one(host: str, ranks: List[int]) -> Dict[Optional[int], List[str]]:
         argv = ssh_argv(rsh_agent, host, host_command(python.get(host, "python3"), attempt_dir, ranks))
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                   timeout=REMOTE_TIMEOUT, check=False)
         except (OSError, subprocess.TimeoutExpired):
-            return
-        got = write_dumps(folder, done.stdout.decode("utf-8", "replace"))
-        with lock:
-            for rank, files in got.items():
-                out.setdefault(rank, []).extend(files)
+            return {}
+        return write_dumps(folder, done.stdout.decode("utf-8", "replace"))
 
-    threads = [threading.Thread(target=one, args=item, daemon=True) for item in by_host.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(REMOTE_TIMEOUT + 5)
-    return out
+    return dump_each(by_host, one)

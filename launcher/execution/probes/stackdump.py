@@ -22,14 +22,14 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 try:  # sent to a host, :func:`launcher.execution.probes.program_source` puts proctree's source first
     from launcher.execution.proctree import below, proc_table, tree_below
 except ImportError:
     pass
 
-__all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name", "ranks_by_marker",
+__all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_each", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name", "ranks_by_marker",
            "targets", "write_dumps"]
 
 #: Seconds one py-spy call may take.
@@ -268,6 +268,26 @@ def write_dumps(folder: str, output: str) -> Dict[Optional[int], List[str]]:
         with open(path, "w") as fh:
             fh.write(text)
         out.setdefault(rank_of_name(safe), []).append(path)
+    return out
+
+
+def dump_each(groups: Dict[str, Any], dump_one: Callable[[str, Any], Dict[Optional[int], List[str]]]) -> Dict[Optional[int], List[str]]:
+    """``dump_one(host, what)`` for every host of ``groups`` at once (each within
+    :data:`REMOTE_TIMEOUT`); every host's rank -> files, merged."""
+    out: Dict[Optional[int], List[str]] = {}
+    lock = threading.Lock()
+
+    def one(host: str, what: Any) -> None:
+        got = dump_one(host, what)
+        with lock:
+            for rank, files in got.items():
+                out.setdefault(rank, []).extend(files)
+
+    threads = [threading.Thread(target=one, args=item, daemon=True) for item in groups.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(REMOTE_TIMEOUT + 5)
     return out
 
 

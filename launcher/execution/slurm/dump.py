@@ -5,10 +5,9 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, write_dumps
+from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, dump_each, write_dumps
 from launcher.execution.probes.stackdump import targets as _targets
 from launcher.execution.slurm.shim import record_key
 
@@ -40,18 +39,4 @@ def slurm_step_dump(job_id: str, status_dir: str, ranks: Sequence[Optional[int]]
         if os.path.exists(os.path.join(status_dir, f"{key}.exit.json")) or not isinstance(rec.get("pid"), int):
             continue
         by_node.setdefault(str(rec.get("node")), []).append((key.replace("_", ""), rec["pid"]))
-    out: Dict[Optional[int], List[str]] = {}
-    lock = threading.Lock()
-
-    def one(node: str, targets: List[Tuple[str, int]]) -> None:
-        got = srun_dump(job_id, node, targets, folder)
-        with lock:
-            for rank, files in got.items():
-                out.setdefault(rank, []).extend(files)
-
-    threads = [threading.Thread(target=one, args=item, daemon=True) for item in by_node.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(REMOTE_TIMEOUT + 5)
-    return out
+    return dump_each(by_node, lambda node, targets: srun_dump(job_id, node, targets, folder))
