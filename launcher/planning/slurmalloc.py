@@ -137,27 +137,26 @@ def tasks_on_node(environ: Mapping[str, str]) -> Optional[Tuple[int, int]]:
     return None
 
 
-def parse_node_addrs(text: str) -> Dict[str, str]:
-    """Node name -> NodeAddr from ``scontrol show node -o`` (one node per line, ``Key=Value``)."""
+def _node_field(text: str, key: str) -> Dict[str, str]:
+    """Node name -> the value of ``key`` from ``scontrol show node -o`` (one node per line, ``Key=Value``)."""
     out: Dict[str, str] = {}
     for line in text.splitlines():
         fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-        name, addr = fields.get("NodeName"), fields.get("NodeAddr")
-        if name and addr:
-            out[name] = addr
+        name, value = fields.get("NodeName"), fields.get(key)
+        if name and value:
+            out[name] = value
     return out
+
+
+def parse_node_addrs(text: str) -> Dict[str, str]:
+    """Node name -> NodeAddr from ``scontrol show node -o``."""
+    return _node_field(text, "NodeAddr")
 
 
 def parse_node_states(text: str) -> Dict[str, str]:
     """Node name -> ``State`` from ``scontrol show node -o`` (``MIXED+NOT_RESPONDING``: a base
     state and its flags, joined by ``+``)."""
-    out: Dict[str, str] = {}
-    for line in text.splitlines():
-        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-        name, state = fields.get("NodeName"), fields.get("State")
-        if name and state:
-            out[name] = state
-    return out
+    return _node_field(text, "State")
 
 
 def node_lost(node: str, state: str) -> Optional[str]:

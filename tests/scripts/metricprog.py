@@ -14,9 +14,10 @@ listens on MS_SCHED_PORT like MindSpore's and exits once every worker connected 
 import argparse
 import json
 import os
-import socket
 import sys
 import time
+
+from sched_done import serve_until_done, tell_done
 
 p = argparse.ArgumentParser()
 p.add_argument("steps", type=int)
@@ -38,20 +39,7 @@ if piddir:
         fh.write(f"{os.getpid()}\n")
 
 if role == "MS_SCHED":
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])))
-    sock.listen(16)
-    sock.settimeout(600)
-    done = 0
-    while done < int(os.environ.get("MS_WORKER_NUM", "1")):  # every worker says "done", then the scheduler ends (as MindSpore's)
-        conn = sock.accept()[0]  # (mslaunch's port probes connect and send nothing)
-        conn.settimeout(10)
-        try:
-            done += conn.recv(16) == b"done"
-        except OSError:
-            pass
-        conn.close()
+    serve_until_done()
     sys.exit(0)
 
 print("MSLAUNCH_METRIC " + json.dumps({"batch_size": 32, "total_steps": args.steps}), flush=True)
@@ -79,6 +67,4 @@ for step in range(1, args.steps + 1):
 elapsed = (time.time() - t_start) * 1000
 print(f"Train epoch time: {elapsed:5.3f} ms, per step time: {elapsed / args.steps:5.3f} ms", flush=True)
 if os.environ.get("MS_SCHED_PORT"):
-    from sched_done import tell_done
-
     tell_done()

@@ -12,14 +12,16 @@ def _address():
     return os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])
 
 
-def serve_until_done() -> None:
-    """Listen on the scheduler's address until every worker (``MS_WORKER_NUM``) said ``done``."""
+def serve_until_done(timeout: float = 600.0) -> None:
+    """Listen on the scheduler's address until every worker (``MS_WORKER_NUM``, default 1) said
+    ``done`` (as MindSpore's scheduler ends); give up after ``timeout`` seconds without a caller."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(_address())
     sock.listen(16)
+    sock.settimeout(timeout)
     done = 0
-    while done < int(os.environ["MS_WORKER_NUM"]):  # mslaunch's port probes connect and send nothing
+    while done < int(os.environ.get("MS_WORKER_NUM", "1")):  # mslaunch's port probes connect and send nothing
         conn = sock.accept()[0]
         conn.settimeout(10)
         try:

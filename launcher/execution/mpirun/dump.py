@@ -13,10 +13,9 @@ or other free text is parsed).  Each dump comes back as JSON lines and is writte
 from __future__ import annotations
 
 import shlex
-import subprocess
 from typing import Dict, List, Optional, Sequence
 
-from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, dump_each, write_dumps
+from launcher.execution.probes.stackdump import dump_each, remote_dump
 from launcher.planning.hosts import is_local
 from launcher.planning.plan import Plan
 
@@ -56,11 +55,6 @@ def remote_dumps(plan: Plan, rsh_agent: Optional[str], attempt_dir: str, folder:
 
     def one(host: str, ranks: List[int]) -> Dict[Optional[int], List[str]]:
         argv = ssh_argv(rsh_agent, host, host_command(python.get(host, "python3"), attempt_dir, ranks))
-        try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  timeout=REMOTE_TIMEOUT, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return {}
-        return write_dumps(folder, done.stdout.decode("utf-8", "replace"))
+        return remote_dump(argv, folder)
 
     return dump_each(by_host, one)

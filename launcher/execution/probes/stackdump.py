@@ -29,7 +29,7 @@ try:  # sent to a host, :func:`launcher.execution.probes.program_source` puts pr
 except ImportError:
     pass
 
-__all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_each", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name", "ranks_by_marker",
+__all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_each", "remote_dump", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name", "ranks_by_marker",
            "targets", "write_dumps"]
 
 #: Seconds one py-spy call may take.
@@ -269,6 +269,17 @@ def write_dumps(folder: str, output: str) -> Dict[Optional[int], List[str]]:
             fh.write(text)
         out.setdefault(rank_of_name(safe), []).append(path)
     return out
+
+
+def remote_dump(argv: Sequence[str], folder: str) -> Dict[Optional[int], List[str]]:
+    """Run ``argv`` (a ``stackdump --stdout`` on another host: over ssh, in an srun step) within
+    :data:`REMOTE_TIMEOUT` and write its dumps into ``folder``; rank -> files ({} when it failed)."""
+    try:
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=REMOTE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return write_dumps(folder, done.stdout.decode("utf-8", "replace"))
 
 
 def dump_each(groups: Dict[str, Any], dump_one: Callable[[str, Any], Dict[Optional[int], List[str]]]) -> Dict[Optional[int], List[str]]:

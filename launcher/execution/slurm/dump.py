@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, dump_each, write_dumps
+from launcher.execution.probes.stackdump import dump_each, remote_dump
 from launcher.execution.probes.stackdump import targets as _targets
 from launcher.execution.slurm.shim import record_key
 
@@ -17,12 +16,7 @@ def srun_dump(job_id: str, node: str, targets: Sequence[Tuple[str, int]], folder
     """Dump processes on a Slurm node with an ``srun`` step of the allocation on that node."""
     argv = ["srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1", f"--nodelist={node}", "--job-name=mslaunch-stackdump",
             python or sys.executable, "-m", "launcher.execution.probes.stackdump", "--stdout", *_targets(targets)]
-    try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              timeout=REMOTE_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return write_dumps(folder, done.stdout.decode("utf-8", "replace"))
+    return remote_dump(argv, folder)
 
 
 def slurm_step_dump(job_id: str, status_dir: str, ranks: Sequence[Optional[int]], folder: str) -> Dict[Optional[int], List[str]]:
