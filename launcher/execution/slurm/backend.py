@@ -89,6 +89,10 @@ def _steps(plan: Plan, attempt_dir: str, attempt: int) -> Tuple[Optional[Any], A
     return srun_steps(nodes, sched, sys.executable, tasks, step_name(plan, attempt))
 
 
+_STOP_CODES = frozenset({-signal.SIGTERM, 128 + signal.SIGTERM})
+_KILL_CODES = frozenset({-signal.SIGKILL, 128 + signal.SIGKILL})
+
+
 class SrunStepProcess(LocalProcess):
     """The local srun of one step, standing for the processes of that step (see :meth:`outcomes`).
 
@@ -180,20 +184,25 @@ class SrunStepProcess(LocalProcess):
         # Slurm signals a step's processes one by one: a rank may die of the SIGTERM before its
         # shim learns of the stop.  A SIGTERM exit after another process's own failure, or
         # while mslaunch tore the step down, is a consequence, not a cause.
+        # When Slurm lost a node of the step, it ends the step's tasks on the other nodes
+        # (SIGTERM, then SIGKILL after KillWait): such a signal exit is the node's consequence.
+        ended_by_slurm = _STOP_CODES | (_KILL_CODES if lost else frozenset())
         causes = [float(e.get("ended") or 0) for _, _, e in records
-                  if e is not None and int(e.get("returncode", 1)) not in (0, -signal.SIGTERM, 128 + signal.SIGTERM) and not e.get("stopped")]
+                  if e is not None and int(e.get("returncode", 1)) not in ended_by_slurm | {0} and not e.get("stopped")]
         first_cause = min(causes) if causes else None
         for req, start, end in records:
             host = str((end or start).get("node") or req.proc.host)
             started = start.get("started") or self.started
             if end is not None:
                 code = int(end.get("returncode", 1))
-                by_term = code in (-signal.SIGTERM, 128 + signal.SIGTERM)
-                stopped = code != 0 and (bool(end.get("stopped")) or (by_term and (torn or (first_cause is not None and float(end.get("ended") or 0) >= first_cause))))
+                by_slurm = code in ended_by_slurm
+                after_cause = first_cause is not None and float(end.get("ended") or 0) >= first_cause
+                stopped = code != 0 and (bool(end.get("stopped")) or (by_slurm and (torn or bool(lost) or after_cause)))
                 if code != 0 and not stopped:
                     own_failure = True
+                reason = note or (f"ended by Slurm: node {', '.join(sorted(lost))} lost" if lost else "stopped by Slurm/mslaunch")
                 out.append(ProcResult(req.proc.name, req.proc.rank, host, code, started, end.get("ended") or when, req.log_path,
-                                      torn_down=stopped, reason=(note or "stopped by Slurm/mslaunch") if stopped else None, pid=start.get("pid")))
+                                      torn_down=stopped, reason=reason if stopped else None, pid=start.get("pid")))
             elif host in lost or req.proc.host in lost:
                 own_failure = True
                 how = lost.get(host) or lost[req.proc.host]

@@ -81,6 +81,26 @@ def test_the_ranks_on_a_node_slurm_holds_lost_end_with_their_host_lost(tmp_path)
     assert len(h.asked) == 1  # asked once
 
 
+def test_a_signal_exit_on_a_surviving_node_is_a_consequence_of_the_lost_node(tmp_path) -> None:
+    """Slurm ended the step because node2 was lost, and rank 0's shim on node1 lived long enough
+    to record its SIGKILL (or SIGTERM) exit, earlier than srun's end: the lost node is still the
+    cause, and rank 0 was ended by Slurm.  A rank that failed by itself stays a failure."""
+    how = "Slurm node node2 is DOWN"
+    for code in (137, -signal.SIGKILL, 143, -signal.SIGTERM):
+        _record(tmp_path, 0, code, 3.0, node="node1")
+        (tmp_path / "rank_1.start.json").write_text(json.dumps({"pid": 101, "node": "node2", "started": 1.0}))
+        results = _handle(tmp_path, [0, 1], lost={"node2": how}).outcomes(137, 6.0, False)
+        assert [(r.name, r.torn_down, r.lost) for r in results] == [("rank 0", True, None), ("rank 1", False, how)], code
+        assert earliest_failure(results).rank == 1 and results[0].reason == "ended by Slurm: node node2 lost"
+    _record(tmp_path, 0, 5, 3.0, node="node1")
+    results = _handle(tmp_path, [0, 1], lost={"node2": how}).outcomes(137, 6.0, False)
+    assert [(r.name, r.torn_down) for r in results] == [("rank 0", False), ("rank 1", False)]
+    assert earliest_failure(results).rank == 0
+    # without a lost node, a SIGKILL exit is a failure of its own
+    _record(tmp_path, 0, 137, 3.0, node="node1")
+    assert earliest_failure(_handle(tmp_path, [0, 1]).outcomes(137, 6.0, False)).rank == 0
+
+
 def test_nodes_are_not_asked_after_a_success_or_a_teardown(tmp_path) -> None:
     h = _handle(tmp_path, [0, 1], lost={"node2": "Slurm node node2 is DOWN"})
     assert all(not r.lost for r in h.outcomes(0, 6.0, False)) and h.asked == []
