@@ -18,10 +18,12 @@ the ranks' ``init()``, the network built), *data* (to ``data:``: the input pipel
 (to the first step line: the graph compiled, or taken from the compile cache, and one step run).
 
 Modes (each round runs them back to back, the order rotating): ``warm`` is the default (the
-zygote kept across attempts); ``cold`` is ``--cold-restarts`` (a restart
-starts from nothing, as before).  The load average is printed before and after.
+zygote kept across attempts, and the trainer's graphs taken from MindSpore's compile cache in the
+job dir); ``nocache`` turns the cache off (``--env MS_COMPILER_CACHE_ENABLE=0``); ``cold`` is
+``--cold-restarts`` (a restart imports MindSpore again, the cache still used); ``coldnocache`` is
+both off, a restart as it was before either.  The load average is printed before and after.
 
-Usage: python bench/bench_recovery.py [--rounds 3] [--modes warm,cold] [--keep DIR]
+Usage: python bench/bench_recovery.py [--rounds 3] [--modes warm,nocache,cold,coldnocache] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ from typing import Dict, List, Optional
 from benchkit import exit_if_cannot_run
 
 PY = sys.executable
-MODES: Dict[str, List[str]] = {"warm": [], "cold": ["--cold-restarts"], "cache": ["--compile-cache"]}
+MODES: Dict[str, List[str]] = {"warm": [], "cold": ["--cold-restarts"], "nocache": ["--env", "MS_COMPILER_CACHE_ENABLE=0"],
+                               "coldnocache": ["--cold-restarts", "--env", "MS_COMPILER_CACHE_ENABLE=0"]}
 KILL_AFTER = 6
 PHASES = ("teardown", "start", "cluster", "data", "ckpt", "compile")
 
@@ -174,7 +177,7 @@ def load() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--modes", default="warm,cold")
+    ap.add_argument("--modes", default="warm,nocache,cold,coldnocache")
     ap.add_argument("--keep", default=None, help="keep the jobs' folders under this folder")
     args = ap.parse_args()
     exit_if_cannot_run()

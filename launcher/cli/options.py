@@ -95,9 +95,9 @@ _opt("cold_restarts", bool, typer.Option(False, "--cold-restarts", help=(
     "A restart imports MindSpore in a new zygote instead of forking from the last attempt's (when that one is "
     "healthy). See docs/long-jobs.md."), rich_help_panel="Job"))
 _opt("compile_cache", bool, typer.Option(False, "--compile-cache", help=(
-    "Keep MindSpore's compiled graphs in the job dir for its restarts (MS_COMPILER_CACHE_*). Only for programs "
-    "that compile the same graphs in the same order in every attempt: MindSpore 2.10 finds a cached graph by "
-    "its position. See docs/long-jobs.md."), rich_help_panel="Job"))
+    "Keep MindSpore's compiled graphs in the job dir for its restarts (MS_COMPILER_CACHE_*) for any program (the "
+    "reference trainer does it by itself). Only for programs that compile the same graphs in the same order in "
+    "every attempt: MindSpore 2.10 finds a cached graph by its position. See docs/long-jobs.md."), rich_help_panel="Job"))
 _opt("no_python", bool, typer.Option(False, "--no-python", help="Run the program as an executable, not under Python.", rich_help_panel="Job"))
 _opt("python", Optional[str], typer.Option(None, "--python", help="Interpreter for Python programs (default: the one mslaunch runs under).", rich_help_panel="Job"))
 _opt("hccn_dir", Optional[str], typer.Option(None, "--hccn-dir", help="Folder of per-host hccn.conf copies (ranktable method).", rich_help_panel="Rank table"))

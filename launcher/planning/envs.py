@@ -126,7 +126,7 @@ def check_reserved(method: str, layers: Iterable[Tuple[str, Iterable[Tuple[str, 
 
 
 def tuning_env(method: str, user_env_keys: Iterable[str], compile_cache: Optional[str] = None,
-               user_keys: Iterable[str] = ()) -> Dict[str, str]:
+               user_keys: Iterable[str] = (), cache_offer: Optional[str] = None) -> Dict[str, str]:
     """Launcher defaults that the user has not set in the launching environment.
 
     Args:
@@ -135,6 +135,9 @@ def tuning_env(method: str, user_env_keys: Iterable[str], compile_cache: Optiona
         compile_cache: the job's compile-cache folder (:func:`compile_cache_env`), or None.
         user_keys: names the user sets in any layer (host env, ``--env-file``, ``--env``): the
             compile cache is left alone when one of :data:`COMPILE_CACHE_VARS` is among them.
+        cache_offer: the job's compile-cache folder offered to every process as
+            :data:`COMPILE_CACHE_OFFER` (a program that compiles the same graphs in the same
+            order in every attempt turns MindSpore's cache on there itself), or None.
     """
     skip = set(user_env_keys)
     pairs: List[Tuple[str, str]] = [("PYTHONUNBUFFERED", "1")]
@@ -142,11 +145,18 @@ def tuning_env(method: str, user_env_keys: Iterable[str], compile_cache: Optiona
         pairs.extend(DYNAMIC_TUNING)
     if compile_cache is not None and not (set(COMPILE_CACHE_VARS) & (skip | set(user_keys))):
         pairs.extend(compile_cache_env(compile_cache).items())
+    if cache_offer is not None:
+        pairs.append((COMPILE_CACHE_OFFER, cache_offer))
     return {k: v for k, v in pairs if k not in skip}
 
 
 #: MindSpore's compile cache: on, and where (read by every process at its first graph compile).
 COMPILE_CACHE_VARS: Tuple[str, str] = ("MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH")
+
+
+#: The job's compile-cache folder, offered to every process: MindSpore's cache stays off unless the
+#: program turns it on (the reference trainer does: launcher/workloads/compile_cache.py).
+COMPILE_CACHE_OFFER = "MSLAUNCH_COMPILE_CACHE"
 
 
 def compile_cache_env(folder: str) -> Dict[str, str]:

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 class ProcEnv:
     """Where each process's environment and cores come from.
 
-    A process's user env is, lowest layer first: the method's tuning defaults (with the job's
-    MindSpore compile cache, unless the user sets it or ``compile_cache`` is off), the rank's CPU
+    A process's user env is, lowest layer first: the method's tuning defaults (the job's
+    compile-cache folder offered as ``MSLAUNCH_COMPILE_CACHE``, and MindSpore's compile cache on
+    there with ``compile_cache`` unless the user sets it), the rank's CPU
     tuning (local ranks), its host's inventory ``env``, ``--env-file``s, ``--env``, then what
     msrun's flags imply (``RANK_TABLE_FILE``, ``MS_SIMULATION_LEVEL``); the method's layout
     variables go on top (:func:`launcher.planning.envs.layered`).
@@ -68,7 +69,8 @@ class ProcEnv:
         notes = list(cpu_plan.notes)
         if cpu_plan.cpus and launcher != "local":
             notes.append(f"cores per rank not applied: the {launcher} launcher starts the ranks"
-                         + (" (mpirun binds them itself)" if launcher == "mpirun" else ""))
+                         + (" (mslaunch passes --bind-to none; --mpi-arg=--bind-to --mpi-arg=core binds them by mpirun)"
+                            if launcher == "mpirun" else ""))
         at_start = _remote_threads(spec, launcher, slots, used, file_env, flag_env)
         notes += [hostcores.deferred_note(t, launcher) for t in at_start]
         remote = [h for h in used if not h.is_local and any(s.host == h.name for s in slots)]
@@ -78,7 +80,8 @@ class ProcEnv:
             notes.append("remote hosts: oneDNN ISA left as is (mslaunch doctor probes their CPU kernels)")
         return cls(
             tuning=envs.tuning_env(spec.method, spec.user_env_keys, layout.compile_cache_dir(spec.job_dir) if spec.compile_cache else None,
-                                   user_keys=set(local_user_env) | {k for h in used for k, _ in h.env}),
+                                   user_keys=set(local_user_env) | {k for h in used for k, _ in h.env},
+                                   cache_offer=layout.compile_cache_dir(spec.job_dir)),
             file_env=file_env, flag_env=flag_env,
             msrun_env=msrun_env, cpu=cpu_plan, local_index={s.rank: i for i, s in enumerate(local_slots)},
             bind_here=launcher == "local", cpu_notes=tuple(notes), host_threads=at_start,

@@ -95,6 +95,16 @@ def _gather_positions(mine: Sequence[Tuple[int, int]], size: int) -> List[List[T
     return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
 
 
+def align_compile_order(ckpt_dir: Optional[str], size: int,
+                        gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions) -> None:
+    """In a distributed run with checkpoints that does not resume, gather the positions anyway
+    (and ignore them): every attempt, resuming or not, then compiles that AllGather first and the
+    train step after it, which MindSpore's compile cache needs (it finds a graph by its position:
+    launcher.workloads.compile_cache)."""
+    if ckpt_dir and size > 1:
+        gather([], size)
+
+
 def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions,
                  prefix: str = CKPT_PREFIX) -> Optional[str]:
     """The checkpoint ``--resume`` loads: this rank's newest, or with ``size`` > 1 the newest one

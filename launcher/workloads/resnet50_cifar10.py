@@ -68,6 +68,11 @@ one on some ranks only, so:
   every rank has; newer ones of this rank (steps that are trained again) are removed. No common
   one while some rank has one is an error (exit 2) naming each rank's newest.
 
+Compile cache: under mslaunch (``MSLAUNCH_COMPILE_CACHE``, the job's folder) the trainer turns
+MindSpore's compile cache on there, unless ``MS_COMPILER_CACHE_*`` is set, so a restart takes its
+graphs from it (launcher/workloads/compile_cache.py); a distributed run with ``--ckpt-dir`` then
+gathers the checkpoint positions in every attempt, so that graph comes first in each.
+
 Exit codes: 0 done; 1 training failed (e.g. the loss became NaN); 2 bad arguments or data.
 """
 from __future__ import annotations
@@ -90,6 +95,7 @@ from launcher.workloads.checkpoints import (  # noqa: F401 - checkpoint names st
     CKPT_PREFIX,
     RESUME_CANDIDATES,
     _resume,
+    align_compile_order,
     common_checkpoint,
     list_checkpoints,
     prune_checkpoints,
@@ -107,6 +113,7 @@ from launcher.workloads.cifar10_data import (  # noqa: F401  (re-exported: calle
     resolve_cifar_folder,
 )
 from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
+from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.grad_accum import AccumulatingStep, one_batch_step
 from launcher.workloads.resnet50 import (  # noqa: F401  (re-exported: callers import these names from here)
@@ -370,6 +377,10 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
 
 def train(args: argparse.Namespace, distributed: bool) -> int:
     """Run the training described by ``args``; returns the exit code."""
+    # Data parallel only: the (semi-)auto-parallel modes plan strategies that a cached graph would skip.
+    cache = use_offered_cache(os.environ) if args.parallel_mode == "data_parallel" else None
+    if cache:
+        _say(f"compile cache: {cache} (MindSpore's; a restart takes the graphs it compiles from there)")
     rank, size = _init_parallel(args, distributed)
     # Same seed on every rank: identical initial weights (data parallel) and one common shuffle
     # order, which the DistributedSampler splits into disjoint shards.
@@ -387,10 +398,13 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         step_fn = one_batch_step(train_net)
 
     ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
+    if cache:  # every attempt compiles the same graphs in the same order
+        align_compile_order(ckpt_dir if not args.resume else None, size)
     # The position *before* the next step: epoch, steps done in it, steps done in all.
     epoch, step, global_step = _resume(ckpt_dir, train_net, opt, spe, size, args.arch) if args.resume else (1, 0, 0)
     if epoch > args.epochs:
         _say(f"nothing to train: already at epoch {epoch - 1} of --epochs {args.epochs}")
+        stop_caching(os.environ)  # no train step here: the graphs after it would shift
     else:
         # The stream of batches is endless; an epoch is the next `spe` batches of it. A resumed run
         # draws a new order (seed + global step) instead of replaying the first run's batches.

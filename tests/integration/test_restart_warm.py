@@ -1,13 +1,16 @@
-"""A restart that forks from the last attempt's warm zygote against one that starts from nothing
-(``--cold-restarts``), with real MindSpore 2.10: the same program, killed the same way, must look
-the same to its user either way.
+"""A restart that forks from the last attempt's warm zygote and takes the trainer's graphs from
+MindSpore's compile cache (the default) against one that starts from nothing (``--cold-restarts``,
+the cache turned off with ``MS_COMPILER_CACHE_ENABLE=0``), with real MindSpore 2.10: the same
+program, killed the same way, must look the same to its user either way.
 
 The reference trainer (2 ranks, ``--ckpt-every 4``) has rank 1 SIGKILLed once it logged step 6;
 ``--max-restarts 1`` resumes it from the step-4 checkpoint.  Compared between the two runs: the
 exit code, every attempt's status and resume step, each rank's own lines in both attempts (the
 losses included; MindSpore's log lines and the timing figures left out), and the checkpoint files
 at the end (byte for byte).  That the default's restart really forked from the kept zygote, and
-the cold one from a new one, is checked on the ranks' parent process.
+the cold one from a new one, is checked on the ranks' parent process; that the default's restart
+took both of its graphs (the resume's AllGather, then the train step) from the cache, on MindSpore's
+own log line, and the cold one compiled them.
 """
 from __future__ import annotations
 
@@ -45,11 +48,19 @@ def _own_lines(path, root, upto=None):
     run's folder masked; with ``upto``, up to the line starting so (where the kill cut attempt 0:
     a rank may or may not log one more step before it)."""
     text = path.read_text(errors="replace").replace(str(root), "<run>")
-    lines = [ln for ln in text.splitlines() if ln.strip() and not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln)]
+    lines = [ln for ln in text.splitlines() if ln.strip() and not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln)
+             and not ln.startswith("compile cache: ")]
     lines = [re.sub(r"throughput: .*", "throughput: <timing>", ln) for ln in lines]
     if upto is not None:
         lines = lines[:next(i for i, ln in enumerate(lines) if ln.startswith(upto)) + 1]
     return lines
+
+
+def _cache_use(path):
+    """(the trainer's ``compile cache:`` line, how many graphs MindSpore took from the cache)."""
+    text = path.read_text(errors="replace")
+    return (any(ln.startswith("compile cache: ") for ln in text.splitlines()),
+            text.count("Use the compilation cache and execute the backend actions only"))
 
 
 def _run(tmp_path, data, mode, flags):
@@ -80,6 +91,8 @@ def _run(tmp_path, data, mode, flags):
         "lines": {(k, r): _own_lines(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log", tmp_path / mode,
                                      None if k else "epoch: 1 step: 6,") for k in (0, 1) for r in (0, 1)},
         "files": {str(p.relative_to(ckpt)): p.read_bytes() for p in sorted(ckpt.rglob("*")) if p.is_file()},
+        "cache": {(k, r): _cache_use(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log") for k in (0, 1) for r in (0, 1)},
+        "cached": sorted(str(p.relative_to(job / "compile_cache")) for p in (job / "compile_cache").rglob("*.mindir")),
     }
     return seen, parents, err
 
@@ -90,7 +103,7 @@ def test_a_restart_from_the_warm_zygote_looks_the_same_as_a_cold_one(tmp_path):
     subprocess.run([sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
                    check=True, capture_output=True, timeout=120)
     warm, warm_parents, err_w = _run(tmp_path, data, "warm", [])
-    cold, cold_parents, err_c = _run(tmp_path, data, "cold", ["--cold-restarts"])
+    cold, cold_parents, err_c = _run(tmp_path, data, "cold", ["--cold-restarts", "--env", "MS_COMPILER_CACHE_ENABLE=0"])
     assert warm["exit"] == cold["exit"] == 0, (err_w, err_c)
     assert warm["attempts"] == cold["attempts"] == [("failed", None), ("succeeded", 4)]
     for key in warm["lines"]:
@@ -100,3 +113,7 @@ def test_a_restart_from_the_warm_zygote_looks_the_same_as_a_cold_one(tmp_path):
     assert warm["files"].keys() == cold["files"].keys() and warm["files"] and warm["files"] == cold["files"]
     # the default's restart forked from the zygote of attempt 0; --cold-restarts from a new one
     assert warm_parents[1] == warm_parents[0] and cold_parents[1] != cold_parents[0]
+    # the default's attempt 0 wrote both graphs of each rank, its restart took both from there
+    assert warm["cache"] == {(0, 0): (True, 0), (0, 1): (True, 0), (1, 0): (True, 2), (1, 1): (True, 2)}, warm["cache"]
+    assert warm["cached"] == [f"rank_{r}/graph_cache/MS_WORKERcompile_cache_{g}.mindir" for r in (0, 1) for g in (0, 1)]
+    assert set(cold["cache"].values()) == {(False, 0)} and cold["cached"] == []

@@ -270,10 +270,11 @@ def test_plan_under_mpirun_sets_threads_but_no_affinity():
     plan = build_plan(job(launcher="mpirun", wrapper="/t/mslaunch-rank.sh"))
     assert all(r.cpus is None for r in plan.ranks)
     assert plan.ranks[0].env_dict()["OMP_NUM_THREADS"] == "1"
-    assert not any("mpirun binds them itself" in n for n in plan.cpu_notes)  # nothing to bind by default
+    assert not any("cores per rank not applied" in n for n in plan.cpu_notes)  # nothing to bind by default
     plan = build_plan(job(launcher="mpirun", wrapper="/t/mslaunch-rank.sh", cpu=ms_spec(bind_core=True)))
     assert all(r.cpus is None for r in plan.ranks)
-    assert any("mpirun binds them itself" in n for n in plan.cpu_notes)
+    assert "cores per rank not applied: the mpirun launcher starts the ranks (mslaunch passes --bind-to none; " \
+           "--mpi-arg=--bind-to --mpi-arg=core binds them by mpirun)" in plan.cpu_notes
 
 
 def test_default_spec_tunes_nothing():

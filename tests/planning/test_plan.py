@@ -17,7 +17,9 @@ from tests.harness.hypo import examples
 
 INV = parse_hostfile("10.0.0.1 slots=8\n10.0.0.2 slots=8\n", "h.txt")
 #: The job's MindSpore compile cache (--compile-cache), in every process's env unless the user sets it (envs.compile_cache_env).
-CACHE = {"MS_COMPILER_CACHE_ENABLE": "1", "MS_COMPILER_CACHE_PATH": "/work/mslaunch_logs/j1/compile_cache"}
+MS_CACHE = {"MS_COMPILER_CACHE_ENABLE": "1", "MS_COMPILER_CACHE_PATH": "/work/mslaunch_logs/j1/compile_cache"}
+OFFER = {"MSLAUNCH_COMPILE_CACHE": "/work/mslaunch_logs/j1/compile_cache"}  # always: the program decides
+CACHE = {**MS_CACHE, **OFFER}
 IPS = {h: {d: f"192.{d % 4 + 1}.27.{6 + d // 4 + 2 * i}" for d in range(8)} for i, h in enumerate(["10.0.0.1", "10.0.0.2"])}
 
 
@@ -62,7 +64,8 @@ def test_dynamic_master_override_and_tuning_skipped_when_user_set():
 @pytest.mark.parametrize("name", ["MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH"])
 def test_compile_cache_is_left_to_a_user_who_sets_either_variable(where, name):
     """The user's own compile cache settings (either name, in any layer) keep mslaunch's out
-    entirely (no half-set pair); without ``--compile-cache`` (the default) none is set."""
+    entirely (no half-set pair); without ``--compile-cache`` (the default) none is set.  The job's
+    folder is offered (``MSLAUNCH_COMPILE_CACHE``) to every process in every case."""
     from dataclasses import replace
 
     inv = parse_hostfile("10.0.0.1 slots=2\n", "h.txt")
@@ -70,13 +73,13 @@ def test_compile_cache_is_left_to_a_user_who_sets_either_variable(where, name):
             "--env-file": dict(env_files=(("e.env", ((name, "0"),)),)), "without --compile-cache": dict(compile_cache=False),
             "host env": dict(inventory=replace(inv, hosts=tuple(replace(h, env=((name, "0"),)) for h in inv.hosts)))}[where]
     plan = build_plan(spec(**{"inventory": inv, **user}))
-    other = next(k for k in CACHE if k != name)
+    other = next(k for k in MS_CACHE if k != name)
     for proc in plan.processes:
         env = proc.env_dict()
-        assert other not in env, (where, env)
+        assert other not in env and env.items() >= OFFER.items(), (where, env)
         assert env.get(name) == (None if where in ("launching env", "without --compile-cache") else "0"), (where, env)
     assert build_plan(spec(inventory=inv)).ranks[0].env_dict().items() >= CACHE.items()
-    assert not set(CACHE) & set(build_plan(spec(inventory=inv, compile_cache=False)).ranks[0].env_dict())
+    assert not set(MS_CACHE) & set(build_plan(spec(inventory=inv, compile_cache=False)).ranks[0].env_dict())
 
 
 def test_ranktable_16_ranks():
@@ -112,7 +115,7 @@ def test_mpi_16_ranks_and_mpirun_argv():
         "PYTHONUNBUFFERED": "1", **CACHE, "RANK_ID": "10", "RANK_SIZE": "16", "DEVICE_ID": "2", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "8",
     }
     ctx = ["-x", "PYTHONUNBUFFERED=1", "-x", "MS_COMPILER_CACHE_ENABLE=1", "-x", "MS_COMPILER_CACHE_PATH=/work/mslaunch_logs/j1/compile_cache",
-           "-x", "RANK_SIZE=16", "-x", "LOCAL_WORLD_SIZE=8"]
+           "-x", "MSLAUNCH_COMPILE_CACHE=/work/mslaunch_logs/j1/compile_cache", "-x", "RANK_SIZE=16", "-x", "LOCAL_WORLD_SIZE=8"]
     assert mpirun_command(plan) == tuple(
         ["mpirun", "-H", "10.0.0.1:8,10.0.0.2:8", "--allow-run-as-root",
          "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",

@@ -178,6 +178,21 @@ def test_distributed_resume_takes_the_newest_checkpoint_every_rank_has(tmp_path)
 
 
 @pytest.mark.mindspore
+@pytest.mark.mindspore
+def test_a_run_that_does_not_resume_gathers_like_one_that_does(tmp_path) -> None:
+    """With the compile cache, every attempt must compile the resume's AllGather first: a
+    distributed run with checkpoints that does not resume gathers too (and ignores the answer);
+    a single process or a run without checkpoints has no AllGather in any attempt."""
+    from launcher.workloads.checkpoints import align_compile_order
+
+    seen = []
+    gather = lambda positions, size: seen.append((list(positions), size)) or [[]] * size  # noqa: E731
+    align_compile_order(str(tmp_path), 2, gather)
+    align_compile_order(str(tmp_path), 1, gather)
+    align_compile_order(None, 4, gather)
+    assert seen == [([], 2)]
+
+
 def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_path) -> None:
     from launcher.workloads.resnet50_cifar10 import prune_checkpoints
 
