@@ -4,9 +4,10 @@ through one AllGather).  Imports MindSpore; nothing from the launcher.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -93,6 +94,21 @@ def _gather_positions(mine: Sequence[Tuple[int, int]], size: int) -> List[List[T
         row[0, 2 * i], row[0, 2 * i + 1] = epoch, step
     table = all_gather()(Tensor(row)).asnumpy().reshape(size, RESUME_CANDIDATES, 2)
     return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
+
+
+def weights_from_checkpoint(ckpt_dir: Optional[str], prefix: str = CKPT_PREFIX) -> ContextManager[object]:
+    """Where the network is built when this rank resumes and has a checkpoint (it then loads one
+    or stops: :func:`resume_point`): MindSpore's ``no_init_parameters``, so the initializers'
+    random weights, which the checkpoint overwrites, are not drawn (ResNet-14 here: the network
+    built in 0.09 s instead of 0.39 s).  Elsewhere, or where MindSpore has no such context, a
+    context that does nothing."""
+    if not ckpt_dir or not list_checkpoints(ckpt_dir, prefix):
+        return contextlib.nullcontext()
+    try:
+        from mindspore.nn.utils import no_init_parameters
+    except ImportError:
+        return contextlib.nullcontext()
+    return no_init_parameters()
 
 
 def align_compile_order(ckpt_dir: Optional[str], size: int,

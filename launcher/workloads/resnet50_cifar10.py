@@ -101,6 +101,7 @@ from launcher.workloads.checkpoints import (  # noqa: F401 - checkpoint names st
     prune_checkpoints,
     resume_point,
     save_checkpoint,
+    weights_from_checkpoint,
 )
 
 # The network and the data live in their own modules; these names stay importable from here.
@@ -387,7 +388,9 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     ms.set_seed(args.seed)
     ds.config.set_seed(args.seed)
 
-    net = resnet(args.arch, num_classes=10)
+    ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
+    with weights_from_checkpoint(ckpt_dir if args.resume else None, args.arch):
+        net = resnet(args.arch, num_classes=10)
     _say(f"params: {count_parameters(net)}")
     data, spe = _training_data(args, rank, size)
     if args.grad_accum > 1:
@@ -397,7 +400,6 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         opt, train_net = make_train_step(net, args.lr, args.momentum)
         step_fn = one_batch_step(train_net)
 
-    ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
     if cache:  # every attempt compiles the same graphs in the same order
         align_compile_order(ckpt_dir if not args.resume else None, size)
     # The position *before* the next step: epoch, steps done in it, steps done in all.

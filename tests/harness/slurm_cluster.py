@@ -187,6 +187,11 @@ class SlurmCluster:
         res = self.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], timeout=15)
         return sorted(set(res.stdout.split())) if res.returncode == 0 else []
 
+    def completing_nodes(self) -> List[str]:
+        """The nodes ``sinfo`` reports still completing a job (``["?"]`` when sinfo failed)."""
+        res = self.run(["sinfo", "-h", "-N", "-t", "completing", "-o", "%N"], timeout=15)
+        return sorted(set(res.stdout.split())) if res.returncode == 0 else ["?"]
+
     def wait_idle(self, timeout: float = 30.0) -> None:
         """Wait until no job is left and every node is idle (back-to-back jobs wait for the
         previous one to complete)."""
@@ -257,8 +262,9 @@ class SlurmCluster:
         this moves its start time forward while it waits, until it runs again (or left the
         queue).  Call it after the job was asked to requeue.
 
-        The new start is set only once every node is idle (the previous run ended everywhere)
-        and to one second later: each slurmd revokes the previous run's credential when it ends
+        The new start is set only once no node is completing a job (the previous run ended
+        everywhere; a node down or busy with another job does not hold it back) and to one
+        second later: each slurmd revokes the previous run's credential when it ends
         it, and refuses a credential created in the same second as that revocation ("Job
         credential revoked": the requeued job is then killed instead of started)."""
         end = time.monotonic() + timeout
@@ -268,7 +274,7 @@ class SlurmCluster:
             state = self.run(["squeue", "-h", "-j", job, "-o", "%T %r"]).stdout.strip()
             if state.startswith("PENDING"):
                 seen_pending = True
-                if "BeginTime" in state and self.idle_nodes() == sorted(self.nodes):
+                if "BeginTime" in state and not self.completing_nodes():
                     self.run(["scontrol", "update", f"jobid={job}", "StartTime=now+1"])
             elif seen_pending or not state:
                 return
