@@ -177,10 +177,16 @@ set_threads() {
 mslaunch: warning: $warning"
     mkdir -p "$MSLAUNCH_LOG_DIR/host-threads"
     esc() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }
-    printf '{"host": "%s", "cpus": "%s", "quota": %s, "quota_source": %s, "usable": %s, "ranks": %s, "threads": "%s", "set": "%s", "bound_rank0": "%s", "warning": %s, "learned": "the rank wrapper on %s"}\n' \
+    note=${notes%%
+*}
+    note=${note#mslaunch: cpu: }
+    # written whole, then renamed: mslaunch reads the folder while the job runs
+    printf '{"host": "%s", "cpus": "%s", "quota": %s, "quota_source": %s, "usable": %s, "ranks": %s, "threads": "%s", "set": "%s", "bound_rank0": "%s", "warning": %s, "learned": "the rank wrapper on %s", "notes": ["%s"], "warnings": [%s]}\n' \
         "$(esc "$MSLAUNCH_HOST")" "$host_list" "${q:-null}" "$( [ -n "$src" ] && printf '"%s"' "$(esc "$src")" || printf null)" \
         "$usable" "$k" "$sizes" "$set_list" "$own_list" "$( [ -n "$warning" ] && printf '"%s"' "$(esc "$warning")" || printf null)" \
-        "$(esc "$MSLAUNCH_HOST")" >"$MSLAUNCH_LOG_DIR/host-threads/$MSLAUNCH_HOST.json"
+        "$(esc "$MSLAUNCH_HOST")" "$(esc "$note")" "$( [ -n "$warning" ] && printf '"%s"' "$(esc "$warning")")" \
+        >"$MSLAUNCH_LOG_DIR/host-threads/.$MSLAUNCH_HOST.json.$$" \
+        && mv -f "$MSLAUNCH_LOG_DIR/host-threads/.$MSLAUNCH_HOST.json.$$" "$MSLAUNCH_LOG_DIR/host-threads/$MSLAUNCH_HOST.json"
 }
 
 notes=

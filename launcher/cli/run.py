@@ -205,6 +205,7 @@ def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSet
 
     Restarts leave out bad hosts when the inventory has more than one (:func:`launcher.planning.spares.replan`).
     """
+    from launcher.execution.hostthreads import NoteSettings
     from launcher.execution.local.backend import LocalSettings
     from launcher.execution.runner import run_plan
     from launcher.planning.spares import replan
@@ -220,7 +221,8 @@ def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSet
     try:
         return run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
                         replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
-                        backend_settings={"ssh": replace(ssh, on_note=console.note),
+                        backend_settings={"ssh": replace(ssh, on_note=console.note), "mpirun": NoteSettings(console.note),
+                                          "slurm": NoteSettings(console.note),
                                           "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler,
                                                                  keep_zygote=start.keep_zygote)})
     finally:

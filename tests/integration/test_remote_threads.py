@@ -120,6 +120,12 @@ def test_mpirun_ranks_get_threads_from_their_hosts_usable_cores(make_netns_clust
         h1 = json.loads((job / "host-threads" / "h1.json").read_text())
         assert (h1["cpus"], h1["quota"], h1["usable"], h1["ranks"]) == ("0", 0.5, 1, 2)
         assert json.loads((job / "host-threads" / "h2.json").read_text())["usable"] == 2
+        # the console says each host's decision once, as for ssh; host-threads.json has both hosts
+        assert r.stderr.count("mslaunch: cpu: h1: threads per rank 1 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 2 rank(s) on 1 usable") == 1
+        assert r.stderr.count("mslaunch: cpu: h2: threads per rank 2 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 1 rank(s) on 2 usable") == 1
+        assert r.stderr.count("mslaunch: warning: h1: 2 ranks on 1 usable core(s)") == 1 and "warning: h2" not in r.stderr
+        merged = json.loads((job / "host-threads.json").read_text())
+        assert sorted(merged) == ["h1", "h2"] and merged["h1"]["usable"] == 1 and merged["h1"]["warnings"] == [h1["warning"]]
 
         # the user's own OMP_NUM_THREADS wins; mslaunch still sizes MindSpore's pool, and warns
         job2 = tmp_path / "job2"

@@ -47,6 +47,12 @@ def test_slurm_ranks_get_threads_from_their_nodes_usable_cores(slurm, tmp_path) 
             assert "mslaunch:" not in logs[1] and "warning" not in logs[2]
             record = json.loads((job / "host-threads" / "node1.json").read_text())
             assert record["cores"]["usable"] == 1 and record["cores"]["quota"] == 0.5 and record["cpus_per_task"] is None
+            # the console says each node's decision once; host-threads.json has both nodes
+            assert r.stderr.count("mslaunch: cpu: node1: threads per rank 1 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 2 rank(s)") == 1
+            assert r.stderr.count("mslaunch: cpu: node2: threads per rank 2 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 1 rank(s)") == 1
+            assert r.stderr.count("mslaunch: warning: node1: 2 ranks on 1 usable core(s)") == 1 and "warning: node2" not in r.stderr
+            merged = json.loads((job / "host-threads.json").read_text())
+            assert sorted(merged) == ["node1", "node2"] and merged["node1"] == record
 
         # CPUs per task asked of Slurm (as salloc -c 1 exports it): a rank's share is capped there
         job2 = tmp_path / "job2"

@@ -50,6 +50,7 @@ from launcher.execution.backend import (
     WatchdogLink,
     register_backend,
 )
+from launcher.execution.hostthreads import HostThreadsWatch, watch_host_threads
 from launcher.execution.local.backend import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
 from launcher.execution.slurm.shim import record_key
@@ -230,6 +231,8 @@ class SlurmBackend(Backend):
         watchdog: the job's watchdog (srun registers with it; it cancels the steps if mslaunch dies).
     """
 
+    threads_watch: Optional[HostThreadsWatch] = None  # the hosts' thread decisions, said on the console
+
     def __init__(self, plan: Plan, attempt: int, attempt_dir: str, job_id: str, watchdog: Optional[WatchdogLink]) -> None:
         self.plan = plan
         self.attempt = attempt
@@ -249,7 +252,13 @@ class SlurmBackend(Backend):
             from launcher.execution.local.watchdog import on_death
 
             on_death(ctx.watchdog, [sys.executable, "-m", "launcher.execution.slurm.cancel", job_id, backend.name])
+        backend.threads_watch = watch_host_threads(ctx, "slurm", backend.attempt_dir)
         return backend
+
+    def close(self) -> None:
+        """Say the nodes' thread decisions that came last and merge them (:mod:`launcher.execution.hostthreads`)."""
+        if self.threads_watch is not None:
+            self.threads_watch.close()
 
     @classmethod
     def preflight(cls, plan: Plan) -> None:
