@@ -302,3 +302,23 @@ def test_mpirun_launcher_runs_and_names_failing_rank(job):
     cause = job.summary()["root_cause"]
     assert (cause["name"], cause["exit_code"]) == ("rank 1", 4)
     assert_all_gone(job.pids)
+
+
+def test_the_orphan_reaper_looks_again_until_nothing_new_runs(tmp_path) -> None:
+    """A descendant that forks between the reaper's look and its SIGKILL leaves a child only the
+    next look sees: the reaper looks until a look finds nothing new (real processes, in a
+    process of their own)."""
+    import subprocess as sp
+    import sys as _sys
+
+    from tests.harness.faultkit import kill_all, marked, new_marker
+
+    marker = new_marker()
+    try:
+        out = sp.run([_sys.executable, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "reap_forker.py"),
+                      marker], capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+        assert out.returncode == 0, out.stderr
+        killed, left = (int(x) for x in out.stdout.split())
+        assert killed > 1 and left == 0, out.stdout
+    finally:
+        kill_all(marked(marker))

@@ -79,33 +79,48 @@ def become_subreaper() -> bool:
     return _PRCTL(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def reap_orphans(keep: Set[int]) -> List[int]:
+def reap_orphans(keep: Set[int], passes: int = 50) -> List[int]:
     """SIGKILL every descendant of this process whose pid is not in ``keep``; reap direct ones.
 
     Popen-owned children must be in ``keep`` (their exit status belongs to their waiter).
+    Looks again until a look finds nothing new alive (at most ``passes`` looks): a process may
+    fork between a look and its SIGKILL (e.g. the middle of a double fork, already in its own
+    session), and its child is only seen by the next look.
 
     Returns:
         The pids that were killed.
     """
     me = psutil.Process()
-    try:
-        found = me.children(recursive=True)
-    except psutil.Error:
-        return []
-    victims = [p for p in found if p.pid not in keep]
-    for proc in victims:
+    killed: List[int] = []
+    for _ in range(passes):
         try:
-            proc.send_signal(signal.SIGKILL)
+            found = me.children(recursive=True)
         except psutil.Error:
-            pass
-    for proc in victims:
-        try:
-            os.waitpid(proc.pid, 0)
-        except ChildProcessError:
-            pass  # not our direct child: its own parent (or init) reaps it
-        except OSError:
-            pass
-    return [p.pid for p in victims]
+            break
+        victims = [p for p in found if p.pid not in keep and p.pid not in killed and _alive(p)]
+        if not victims:
+            break
+        for proc in victims:
+            try:
+                proc.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        killed += [p.pid for p in victims]
+        for proc in victims:
+            try:
+                os.waitpid(proc.pid, 0)
+            except ChildProcessError:
+                pass  # not our direct child: its own parent (or init) reaps it
+            except OSError:
+                pass
+    return killed
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def kill_tree(pid: int, pgid: Optional[int], sig: int) -> None:

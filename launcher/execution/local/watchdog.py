@@ -13,7 +13,10 @@ Lines on the pipe::
     run <JSON argv>      a command to run after the kills below, if mslaunch dies (a backend
                          whose processes live outside this machine's process tree, e.g. the
                          slurm backend's ``scancel`` of its job steps); each gets 30 s.
-    exit                 mslaunch finished its own teardown: end quietly.
+    exit                 mslaunch finished its own teardown: end, after ending what is left of
+                         the job all the same (a registered process still running, or any
+                         process carrying the job's token): a last guard behind mslaunch's own
+                         teardown.
 
 On end-of-file without ``exit`` (mslaunch was killed, even with SIGKILL), every registered
 process and every descendant of it is ended.  Each registered process is a child subreaper, so
@@ -112,6 +115,16 @@ def end_all(registered: Dict[int, str], token: Optional[str], rounds: int = 50) 
     return seen
 
 
+def leftovers(registered: Dict[int, str], token: Optional[str]) -> Set[int]:
+    """The registered processes still running, and every process carrying the job's token."""
+    parents = process_parents()
+    found = {pid for pid, st in registered.items() if starttime(pid) == st}
+    if token is not None:
+        found |= _carrying(token, parents)
+    found.discard(os.getpid())
+    return found
+
+
 def on_death(link: "object", argv: List[str]) -> None:
     """Ask the watchdog behind ``link`` (a :class:`Watchdog` or anything with its ``fd``) to run
     ``argv`` if mslaunch dies without tearing the job down."""
@@ -192,6 +205,11 @@ def main(argv: List[str]) -> int:
     for raw in sys.stdin.buffer:
         line = raw.decode("ascii", "replace").strip()
         if line == "exit":
+            # mslaunch's teardown is done; whatever of the job still runs (a process started
+            # while the job was being stopped, a fork between its last look and its kill) is
+            # ended as if mslaunch had died.
+            if leftovers(registered, token):
+                end_all(registered, token)
             return 0
         if line.startswith("+"):
             parts = line[1:].split()
