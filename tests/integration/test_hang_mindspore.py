@@ -8,27 +8,19 @@ Each job costs ~10-60 s here; each case proves something different:
   and succeeds;
 * the same job with ``--hang-timeout off``: MindSpore's ring AllReduce on rank 0 gives up, and the
   summary still names rank 1 (the stuck one), not rank 0 (the one that timed out);
-* the reference trainer: rank 1 SIGKILLed after a checkpoint on both ranks; ``--max-restarts 1``
-  resumes by itself from the newest common checkpoint and exits 0; ``report`` shows both attempts
-  and the steps lost.  The same job is the reference trainer as ``top`` sees it: both ranks
-  stepping while it runs, and at the end every step of the resumed attempt in ``metrics.jsonl``
-  with its loss, each rank done at the last step, its throughput the trainer's own figure.
+(the reference trainer killed after a checkpoint, resuming by itself, as ``top``, ``metrics.jsonl``
+and ``report`` show it: ``test_restart_warm.py``, whose default run is that job.)
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
-import time
 
 import psutil
 import pytest
 
-from tests.harness.cli import mslaunch_argv, run_cli, run_process
-from tests.harness.faultkit import wait_or_fail
+from tests.harness.cli import run_cli, run_process
 
 pytestmark = pytest.mark.mindspore
 
@@ -87,74 +79,6 @@ def test_collective_timeout_without_hang_watch_still_names_the_stuck_rank(tmp_pa
     assert_no_pids_left(s)
 
 
-@pytest.mark.cost(79)
-def test_trainer_killed_after_a_checkpoint_resumes_by_itself(tmp_path):
-    data, ckpt, job = tmp_path / "data", tmp_path / "ckpt", tmp_path / "job"
-    subprocess.run([sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
-                   check=True, capture_output=True, timeout=120)
-    argv = mslaunch_argv("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                         "--max-restarts", "1", "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data),
-                         "--image-size", "32", "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "1", "--workers", "1",
-                         "--ckpt-dir", str(ckpt), "--ckpt-every", "6")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-    try:
-        def saved(rank):
-            return (ckpt / f"ckpt_{rank}" / "resnet14-1_6.ckpt").exists()
-
-        def logged(rank, step):
-            log = job / f"worker_{rank}.log"
-            return log.exists() and f"epoch: 1 step: {step}," in log.read_text(errors="replace")
-
-        wait_or_fail(lambda: logged(0, 2) and logged(1, 2), 300, "two steps on both ranks")
-        seen = []
-
-        def top_sees_steps():  # the reference trainer as top sees it while it runs
-            seen[:] = [_top(job)]
-            return all((row["step"] or 0) >= 2 for row in seen[0]["ranks"]) or time.sleep(0.2)
-
-        wait_or_fail(top_sees_steps, 60, "top showing two steps of both ranks")
-        live = seen[0]
-        assert live["state"] == "running" and [row["state"] for row in live["ranks"]] == ["running", "running"], live
-        assert all(row["loss"] is not None and row["total_steps"] == 12 for row in live["ranks"]), live["ranks"]
-        # rank 1 went past the checkpoint both ranks saved: the steps after it will be lost
-        wait_or_fail(lambda: saved(0) and saved(1) and logged(1, 7), 300, "a checkpoint on both ranks and a step after it")
-        plan = json.loads((job / "job.json").read_text())
-        pid = _rank_pid(plan, job, 1)
-        os.kill(pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err
-    s = json.loads((job / "summary.json").read_text())
-    first, second = s["attempt_results"]
-    assert first["status"] == "failed" and "rank 1" in first["ended_because"] and "SIGKILL" in first["ended_because"]
-    assert second["status"] == "succeeded" and second["resumed_from_step"] == 6
-    assert second["steps_lost"] == first["best_step"] - 6 >= 1
-    for rank in (0, 1):
-        log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
-        assert re.search(r"resume: \S+resnet14-1_6\.ckpt \(global step 6\); continuing at epoch 1 step 7", log), log[-2000:]
-    snap, recs = _top(job), [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
-    for rank in (0, 1):  # top and metrics.jsonl follow the resumed attempt, step by step
-        log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
-        logged = [(int(s), float(v)) for s, v in re.findall(r"^epoch: 1 step: (\d+), loss is (\S+)$", log, re.M)]
-        assert [s for s, _ in logged] == list(range(7, 13)), log[-2000:]
-        mine = [(x["global_step"], x["loss"]) for x in recs if x["rank"] == rank and x["kind"] == "step" and x["attempt"] == 1]
-        assert mine == logged
-        row = snap["ranks"][rank]
-        assert (row["step"], row["loss"], row["state"]) == (12, logged[-1][1], "done"), row
-        per_rank = float(re.search(r"^epoch 1 throughput: ([\d.]+) img/s per rank", log, re.M).group(1))
-        assert row["samples_per_s"] == per_rank  # the trainer's own figure
-    assert snap["totals"]["samples_per_s"] == pytest.approx(sum(row["samples_per_s"] for row in snap["ranks"]))
-    rep = run_process("report", str(job), "--output", str(tmp_path / "rep"), cwd=tmp_path, timeout=120)
-    assert rep.returncode == 0, rep.stderr
-    html = next((tmp_path / "rep").glob("*.html")).read_text()
-    assert "attempt 0: failed (rank 1 on" in html and "attempt 1: succeeded; resumed at step 6" in html
-    assert f"{second['steps_lost']} step(s) lost" in html
-    assert_no_pids_left(s)
-
-
 def _top(job):
     """``mslaunch top --json`` of the job (in this process: it only reads the job folder)."""
     r = run_cli("top", "--json", str(job))
@@ -162,13 +86,3 @@ def _top(job):
     return json.loads(r.stdout)
 
 
-def _rank_pid(plan, job, rank):
-    """The pid of ``rank`` from the ``started`` events of the job."""
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        for line in (job / "events.jsonl").read_text().splitlines():
-            ev = json.loads(line)
-            if ev.get("kind") == "started" and ev.get("name") == f"rank {rank}" and ev.get("pid"):
-                return int(ev["pid"])
-        time.sleep(0.1)
-    raise AssertionError(f"no started event for rank {rank}: {plan}")

@@ -10,7 +10,10 @@ losses included; MindSpore's log lines and the timing figures left out), and the
 at the end (byte for byte).  That the default's restart really forked from the kept zygote, and
 the cold one from a new one, is checked on the ranks' parent process; that the default's restart
 took both of its graphs (the resume's AllGather, then the train step) from the cache, on MindSpore's
-own log line, and the cold one compiled them.
+own log line, and the cold one compiled them.  The default run is also the reference trainer as
+``top`` shows it (both ranks stepping while it runs; at the end every step of the resumed attempt
+in ``metrics.jsonl`` with its loss, each rank done, its throughput the trainer's own figure) and as
+``report`` shows it (both attempts, the steps lost).
 """
 from __future__ import annotations
 
@@ -23,9 +26,9 @@ import sys
 
 import pytest
 
-from tests.harness.cli import mslaunch_argv
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.faultkit import wait_or_fail
-from tests.integration.test_hang_mindspore import assert_no_pids_left
+from tests.integration.test_hang_mindspore import _top, assert_no_pids_left
 
 pytestmark = pytest.mark.mindspore
 
@@ -70,10 +73,20 @@ def _run(tmp_path, data, mode, flags):
                          "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "1", "--workers", "1", "--ckpt-dir", str(ckpt),
                          "--ckpt-every", "4")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-    parents = {}
+    parents, live = {}, {}
     try:
-        log1 = job / "worker_1.log"
-        wait_or_fail(lambda: log1.exists() and "epoch: 1 step: 6," in log1.read_text(errors="replace"), 300, "step 6 on rank 1")
+        def logged(rank, step):
+            log = job / f"worker_{rank}.log"
+            return log.exists() and f"epoch: 1 step: {step}," in log.read_text(errors="replace")
+
+        def step6():  # the default run also takes what `top` shows while both ranks step
+            if mode == "warm" and not live and logged(0, 1) and logged(1, 1):
+                snap = _top(job)
+                if all((row["step"] or 0) >= 2 for row in snap["ranks"]):
+                    live.update(snap)
+            return logged(1, 6)
+
+        wait_or_fail(step6, 300, "step 6 on rank 1")
         parents[0] = _ppid(_started(job, 0, 0))
         os.kill(_started(job, 0, 1), signal.SIGKILL)
         wait_or_fail(lambda: (job / "events.jsonl").exists() and _started(job, 1, 0) is not None, 300, "attempt 1 started")
@@ -94,7 +107,37 @@ def _run(tmp_path, data, mode, flags):
         "cache": {(k, r): _cache_use(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log") for k in (0, 1) for r in (0, 1)},
         "cached": sorted(str(p.relative_to(job / "compile_cache")) for p in (job / "compile_cache").rglob("*.mindir")),
     }
+    seen["job"], seen["live"], seen["summary"] = job, live, summary
     return seen, parents, err
+
+
+def _check_top_metrics_report(warm, tmp_path):
+    """What `top`, metrics.jsonl and `report` show of the default run: live while it ran, then
+    the resumed attempt step by step, the steps lost and the restart."""
+    job, live, s = warm["job"], warm["live"], warm["summary"]
+    assert live, "top never showed both ranks past step 2 before rank 1's step 6"
+    assert live["state"] == "running" and [row["state"] for row in live["ranks"]] == ["running", "running"], live
+    assert all(row["loss"] is not None and row["total_steps"] == 12 for row in live["ranks"]), live["ranks"]
+    first, second = s["attempt_results"]
+    assert "rank 1" in first["ended_because"] and "SIGKILL" in first["ended_because"]
+    assert second["steps_lost"] == first["best_step"] - 4 >= 2
+    snap, recs = _top(job), [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    for rank in (0, 1):  # top and metrics.jsonl follow the resumed attempt, step by step
+        log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
+        logged = [(int(st), float(v)) for st, v in re.findall(r"^epoch: 1 step: (\d+), loss is (\S+)$", log, re.M)]
+        assert [st for st, _ in logged] == list(range(5, 13)), log[-2000:]
+        mine = [(x["global_step"], x["loss"]) for x in recs if x["rank"] == rank and x["kind"] == "step" and x["attempt"] == 1]
+        assert mine == logged
+        row = snap["ranks"][rank]
+        assert (row["step"], row["loss"], row["state"]) == (12, logged[-1][1], "done"), row
+        per_rank = float(re.search(r"^epoch 1 throughput: ([\d.]+) img/s per rank", log, re.M).group(1))
+        assert row["samples_per_s"] == per_rank  # the trainer's own figure
+    assert snap["totals"]["samples_per_s"] == pytest.approx(sum(row["samples_per_s"] for row in snap["ranks"]))
+    rep = run_process("report", str(job), "--output", str(tmp_path / "rep"), cwd=tmp_path, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    html = next((tmp_path / "rep").glob("*.html")).read_text()
+    assert "attempt 0: failed (rank 1 on" in html and "attempt 1: succeeded; resumed at step 4" in html
+    assert f"{second['steps_lost']} step(s) lost" in html
 
 
 @pytest.mark.cost(150)
@@ -117,3 +160,4 @@ def test_a_restart_from_the_warm_zygote_looks_the_same_as_a_cold_one(tmp_path):
     assert warm["cache"] == {(0, 0): (True, 0), (0, 1): (True, 0), (1, 0): (True, 2), (1, 1): (True, 2)}, warm["cache"]
     assert warm["cached"] == [f"rank_{r}/graph_cache/MS_WORKERcompile_cache_{g}.mindir" for r in (0, 1) for g in (0, 1)]
     assert set(cold["cache"].values()) == {(False, 0)} and cold["cached"] == []
+    _check_top_metrics_report(warm, tmp_path)
