@@ -61,7 +61,10 @@ class HostThreadsWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.poll()
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - what the hosts decided is said best effort: never a traceback on the console
+                pass
 
     def poll(self) -> None:
         """Read the records not read yet (a half-written one is read at the next look)."""
