@@ -81,6 +81,54 @@ def all_gather() -> "object":
     return _one_op_cell(ops.AllGather)
 
 
+#: The longest MindSpore's exit cleanup may take once the result is decided (its handshake with
+#: the scheduler waits for the slowest peer's last collective): past it the process ends by SIGALRM.
+TEARDOWN_SECONDS = 120
+_FAULTS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
+_KEEP: list = []  # the native fault handler (ctypes keeps no reference of its own)
+
+
+def keep_code_through_teardown(code: int) -> bool:
+    """Make a crash in the exit cleanup that runs from now on end the process with ``code``.
+
+    A collective check decides its result before it exits; MindSpore's C++ cleanup (an ``atexit``
+    handler) then finalizes the rank with the scheduler and now and then crashes doing so (SIGSEGV
+    once every worker had printed a correct sum). That crash is the framework's, not the check's
+    result: a native handler for the fault signals writes one line on stderr and ends the process
+    with ``code``.  A crash in a thread other than the main one is handled once the main thread
+    lets the interpreter go (as ``join`` does); should it not, an alarm ends the process by
+    SIGALRM after :data:`TEARDOWN_SECONDS`, so the exit stays bounded.  Returns False where no
+    native handler can be installed (the cleanup then runs unguarded)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        install, alarm = libc.signal, libc.alarm
+    except (OSError, AttributeError):
+        return False
+    handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
+
+    def on_fault(signum: int) -> None:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        os.write(2, (f"{os.path.basename(sys.argv[0] or 'python')}: the framework's exit cleanup crashed ({name}) "
+                     f"after the result was decided; exit code {code} stands\n").encode())
+        os._exit(code & 0xFF)
+
+    handler = handler_type(on_fault)
+    install.restype = ctypes.c_void_p
+    install.argtypes = (ctypes.c_int, handler_type)
+    _KEEP.append(handler)
+    for name in _FAULTS:
+        install(int(getattr(signal, name)), handler)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    alarm(ctypes.c_uint(TEARDOWN_SECONDS))
+    return True
+
+
 def exit_now(code: int) -> "NoReturn":
     """End a collective check without MindSpore's C++ teardown: flush, then ``os._exit``. The
     static destructors after a finished job add ~2.7 s a process here and now and then crash
@@ -91,11 +139,16 @@ def exit_now(code: int) -> "NoReturn":
     handler runs: mslaunch ends the job once every worker exited 0 (the scheduler is stopped
     then), so nothing waits for the workers to leave the cluster.  Elsewhere they run, the
     cluster's finalize among them: the scheduler of msrun, or one mpirun started, ends only when
-    every worker has left (else it reports them lost and exits 1, which ends an mpirun job)."""
+    every worker has left (else it reports them lost and exits 1, which ends an mpirun job).
+    A crash in them ends the process with ``code`` all the same
+    (:func:`keep_code_through_teardown`)."""
     import atexit
 
     try:
         if "MSLAUNCH_ATTEMPT" not in os.environ or "OMPI_COMM_WORLD_SIZE" in os.environ:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            keep_code_through_teardown(code)
             atexit._run_exitfuncs()  # type: ignore[attr-defined]
     finally:
         sys.stdout.flush()

@@ -30,3 +30,45 @@ def test_exit_now_flushes_exits_with_the_code_and_skips_atexit_only_under_mslaun
         r = subprocess.run([sys.executable, "-c", PROG, str(code)], capture_output=True, text=True, env=env, timeout=60)
         assert r.returncode == code, r.stderr
         assert r.stdout == "result line" + ("atexit ran\n" if handlers_run else "")
+
+
+CRASHING = (
+    "import atexit, ctypes, os, sys, threading\n"
+    "from launcher.workloads.cluster import exit_now\n"
+    "how = sys.argv[2]\n"
+    "def crash():\n"
+    "    if how == 'segv':\n"
+    "        ctypes.string_at(0)\n"
+    "    elif how == 'abort':\n"
+    "        os.abort()\n"
+    "    else:\n"  # a crash in another thread while the main thread waits for it
+    "        t = threading.Thread(target=ctypes.string_at, args=(0,))\n"
+    "        t.start(); t.join()\n"
+    "atexit.register(crash)\n"
+    "print('result line', flush=True)\n"
+    "exit_now(int(sys.argv[1])) if sys.argv[3] == 'guarded' else sys.exit(int(sys.argv[1]))\n"
+)
+
+
+@pytest.mark.parametrize("how, signum", [("segv", 11), ("abort", 6), ("thread", 11)])
+def test_a_crash_in_the_exit_cleanup_after_the_result_keeps_the_results_exit_code(how, signum):
+    env = {k: v for k, v in os.environ.items() if k not in ("MSLAUNCH_ATTEMPT", "OMPI_COMM_WORLD_SIZE", "PYTHONFAULTHANDLER")}
+    env.update(PYTHONPATH=ROOT, MSLAUNCH_ATTEMPT="0", OMPI_COMM_WORLD_SIZE="2")  # under mpirun: the cleanup runs
+    for code in (0, 3):
+        r = subprocess.run([sys.executable, "-c", CRASHING, str(code), how, "guarded"], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == code, r.stderr
+        assert r.stdout == "result line\n"
+        crashed = [ln for ln in r.stderr.splitlines() if "exit cleanup crashed" in ln]
+        assert len(crashed) == 1 and f"exit code {code} stands" in crashed[0], r.stderr
+        assert ("SIGABRT" if signum == 6 else "SIGSEGV") in crashed[0]
+    # the same crash without exit_now ends the process by the signal: the guard is what keeps the code
+    r = subprocess.run([sys.executable, "-c", CRASHING, "0", how, "plain"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == -signum, r.stderr
+
+
+def test_a_crash_before_the_result_is_still_a_crash():
+    prog = "import ctypes\nfrom launcher.workloads.cluster import exit_now\nctypes.string_at(0)\nexit_now(0)\n"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("PYTHONFAULTHANDLER", None)
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == -11 and "exit cleanup crashed" not in r.stderr
