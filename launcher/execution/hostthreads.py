@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
-__all__ = ["FOLDER", "HostThreadsWatch", "NoteSettings", "watch_host_threads"]
+__all__ = ["FOLDER", "HostThreadsWatch", "NoteSettings", "WatchesHostThreads", "watch_host_threads"]
 
 #: The per-host records' folder in the attempt dir.
 FOLDER = "host-threads"
@@ -118,3 +118,15 @@ def watch_host_threads(ctx: Any, backend: str, attempt_dir: str) -> Optional[Hos
         return None
     settings = ctx.settings_for(backend) or NoteSettings()
     return HostThreadsWatch(attempt_dir, getattr(settings, "on_note", None)).start()
+
+
+class WatchesHostThreads:
+    """For a backend whose hosts decide their threads themselves (mpirun, Slurm): its ``create``
+    sets :attr:`threads_watch` (:func:`watch_host_threads`); its ``close`` stops the watch."""
+
+    threads_watch: Optional[HostThreadsWatch] = None  # the hosts' thread decisions, said on the console
+
+    def close(self) -> None:
+        """Say the hosts' thread decisions that came last and merge them (see the module doc)."""
+        if self.threads_watch is not None:
+            self.threads_watch.close()

@@ -31,7 +31,7 @@ from launcher.execution.backend import (
     WatchdogLink,
     register_backend,
 )
-from launcher.execution.hostthreads import HostThreadsWatch, watch_host_threads
+from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
 from launcher.execution.local.backend import LocalProcess, check_scheduler_port, start_local
 from launcher.execution.results import ProcResult
 from launcher.planning.mpi import mpirun_command
@@ -205,7 +205,7 @@ def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResul
     return out
 
 
-class MpirunBackend(Backend):
+class MpirunBackend(WatchesHostThreads, Backend):
     """Starts the plan's mpirun argv (:func:`launcher.planning.mpi.mpirun_command`) as one
     local process standing for every planned process.
 
@@ -220,8 +220,6 @@ class MpirunBackend(Backend):
 
     prepares_rank_dirs = False  # the wrapper makes device<rank>/ on each host
 
-    threads_watch: Optional[HostThreadsWatch] = None  # the hosts' thread decisions, said on the console
-
     def __init__(self, plan: Plan, attempt_dir: str, watchdog: Optional[WatchdogLink] = None) -> None:
         self.plan = plan
         self.attempt_dir = attempt_dir
@@ -232,11 +230,6 @@ class MpirunBackend(Backend):
         backend = cls(ctx.plan, ctx.attempt_dir or ctx.plan.job_dir, ctx.watchdog)
         backend.threads_watch = watch_host_threads(ctx, "mpirun", backend.attempt_dir)
         return backend
-
-    def close(self) -> None:
-        """Say the hosts' thread decisions that came last and merge them (:mod:`launcher.execution.hostthreads`)."""
-        if self.threads_watch is not None:
-            self.threads_watch.close()
 
     @classmethod
     def preflight(cls, plan: Plan) -> None:

@@ -50,7 +50,7 @@ from launcher.execution.backend import (
     WatchdogLink,
     register_backend,
 )
-from launcher.execution.hostthreads import HostThreadsWatch, watch_host_threads
+from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
 from launcher.execution.local.backend import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
 from launcher.execution.slurm.shim import record_key
@@ -220,7 +220,7 @@ class SrunStepProcess(LocalProcess):
         return out
 
 
-class SlurmBackend(Backend):
+class SlurmBackend(WatchesHostThreads, Backend):
     """Starts an attempt's processes as srun job steps (see the module doc).
 
     Args:
@@ -230,8 +230,6 @@ class SlurmBackend(Backend):
         job_id: the Slurm job (allocation) id.
         watchdog: the job's watchdog (srun registers with it; it cancels the steps if mslaunch dies).
     """
-
-    threads_watch: Optional[HostThreadsWatch] = None  # the hosts' thread decisions, said on the console
 
     def __init__(self, plan: Plan, attempt: int, attempt_dir: str, job_id: str, watchdog: Optional[WatchdogLink]) -> None:
         self.plan = plan
@@ -254,11 +252,6 @@ class SlurmBackend(Backend):
             on_death(ctx.watchdog, [sys.executable, "-m", "launcher.execution.slurm.cancel", job_id, backend.name])
         backend.threads_watch = watch_host_threads(ctx, "slurm", backend.attempt_dir)
         return backend
-
-    def close(self) -> None:
-        """Say the nodes' thread decisions that came last and merge them (:mod:`launcher.execution.hostthreads`)."""
-        if self.threads_watch is not None:
-            self.threads_watch.close()
 
     @classmethod
     def preflight(cls, plan: Plan) -> None:
