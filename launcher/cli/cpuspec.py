@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from launcher.cli.options import JobOptions
 from launcher.errors import MsLaunchError, PlanError
-from launcher.planning.inventory import Inventory
+from launcher.planning.hosts import Inventory
 
 if TYPE_CHECKING:
     from launcher.planning.cpu import CpuSpec
@@ -59,7 +59,7 @@ def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], e
     if local is None:
         return base
     from launcher.execution.checks.cpu import cached_probe, local_runner, program_facts
-    from launcher.jobs.jobdir import mslaunch_home
+    from launcher.jobs.jobfile import mslaunch_home
 
     runner = local_runner(local.python or opts.python or sys.executable)
     tail: Tuple[str, ...] = ()

@@ -32,7 +32,7 @@ from launcher.planning.devices import (
     rank_table_device_ips,
     with_devices,
 )
-from launcher.planning.inventory import Inventory
+from launcher.planning.hosts import Inventory
 from launcher.planning.jobspec import JobSpec, Plan
 
 __all__ = ["TOOLS_DIR_ENV", "DeviceCheck", "doctor_devices", "job_device_ips", "run_devices", "tool_setup"]

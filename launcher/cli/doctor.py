@@ -108,7 +108,7 @@ def doctor_cmd(
     cpu: Dict[str, Any] = {}
     if cpu_probe:
         from launcher.execution.checks.doctor import cpu_probes
-        from launcher.jobs.jobdir import mslaunch_home
+        from launcher.jobs.jobfile import mslaunch_home
 
         with_ms = [h for h, r in zip(plan.hosts, reports) if r.check("mindspore").ok]
         cpu = cpu_probes(with_ms, python, mslaunch_home(), ssh,

@@ -83,7 +83,8 @@ def logs_tail(
     grep: Optional[str] = typer.Option(None, "--grep", help="Only lines matching this regular expression."),
 ) -> None:
     """Show the last lines of every rank's log, prefixed `[rank N]`; with -f, follow them."""
-    from launcher.jobs.jobdir import latest_attempt_dir, lock_holder
+    from launcher.jobs.jobdir import latest_attempt_dir
+    from launcher.jobs.joblock import lock_holder
     from launcher.logs.follow import Follower, LogSource, job_log_sources, last_lines, prefix
     from launcher.logs.joblogs import job_logs, missing_note
     from launcher.planning.layout import SUMMARY_FILE
@@ -265,7 +266,8 @@ def stop_cmd(
     wait: float = typer.Option(30.0, "--wait", help="Seconds to wait for the job to end."),
 ) -> None:
     """Stop a running job: its supervisor tears it down as after a failure (SIGTERM, grace, SIGKILL)."""
-    from launcher.jobs.jobdir import find_job, lock_holder
+    from launcher.jobs.jobdir import find_job
+    from launcher.jobs.joblock import lock_holder
 
     if wait < 0:
         raise MsLaunchError(f"--wait must be >= 0, got {wait:g}", field="--wait")

@@ -156,7 +156,7 @@ def _check_run(opts: JobOptions, params: Dict[str, Any], groups: List[List[str]]
     if params.get("tee") is not None and params["tee"] not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {params['tee']!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     if opts.join is not None:
-        from launcher.cli.options import parse_msrun_bool
+        from launcher.cli.msrun_flags import parse_msrun_bool
 
         if not parse_msrun_bool(opts.join, "--join"):
             raise PlanError("--join False would end the pod at once; drop it", field="--join")

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple
 
 import typer
 
-from launcher.cli.msrun_flags import NODE_RANK_VARS, node_rank_from_env, parse_bind_numa, parse_msrun_bool, tail_ranks  # noqa: F401 (re-exported)
 from launcher.cli.ssh_flags import ssh_parameter
 from launcher.execution.backend import backend_names
-from launcher.planning.plan import DEFAULT_MASTER_PORT
+from launcher.planning.jobspec import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
     pass

@@ -82,7 +82,8 @@ def _gc_paused(command: F) -> F:
 
 def _load_inventory(hosts: Optional[str], host_list: Optional[str]) -> Any:
     """The unfiltered inventory from ``--hosts FILE`` or ``-H LIST`` (exactly one of them)."""
-    from launcher.planning.inventory import parse_host_list, read_hosts_arg
+    from launcher.planning.hostfile import parse_host_list
+    from launcher.planning.inventory import read_hosts_arg
 
     if hosts and host_list:
         raise RankTableError("give either --hosts FILE or -H LIST, not both", field="--hosts")
@@ -163,7 +164,7 @@ def gen(
     or <hccn-dir>/<host>.conf, the YAML device_ips.  Servers are sorted by server_id (string
     order) and ranks follow that order.  The table is validated before anything is written.
     """
-    from launcher.planning.inventory import apply_filters
+    from launcher.planning.hostfilter import apply_filters
     from launcher.planning.ranktable import (
         build_rank_table,
         check_rank_table,

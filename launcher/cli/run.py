@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 import typer
 
 from launcher.cli.docs import epilog
-from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, parse_msrun_bool, tail_ranks, with_job_options
+from launcher.cli.msrun_flags import parse_msrun_bool, tail_ranks
+from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, with_job_options
 from launcher.cli.program_check import check_program
 from launcher.cli.spec import build_spec
 from launcher.cli.ssh_flags import with_ssh_settings
@@ -21,8 +22,9 @@ from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
 from launcher.planning import layout
+from launcher.planning.jobspec import JobSpec, Plan
 from launcher.planning.kinds import EventKind, describe_returncode
-from launcher.planning.plan import JobSpec, Plan, build_plan
+from launcher.planning.plan import build_plan
 
 if TYPE_CHECKING:
     from launcher.cli.startmode import StartMode
@@ -260,7 +262,7 @@ def _detach(plan: Plan) -> None:
     from launcher.execution.runner import preflight
 
     preflight(plan)
-    from launcher.jobs.jobdir import prepare_job_dir
+    from launcher.jobs.joblock import prepare_job_dir
 
     prepare_job_dir(plan.job_dir)  # created 0700 or an empty one; the child claims and locks it
     argv = _without_detach(list(sys.argv[1:]))

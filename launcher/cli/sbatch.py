@@ -153,7 +153,7 @@ def sbatch_cmd(
     Prints the Slurm job id, then the mslaunch job id; 'mslaunch ps/status/logs tail/stop' work on it.
     """
     from launcher.cli.submit_check import check_run, parse_run, submit_environ
-    from launcher.jobs.jobdir import validate_job_id
+    from launcher.jobs.jobfile import validate_job_id
     from launcher.planning.sbatchshape import stand_in_environ
 
     split: SplitArgs = ctx.meta.pop(_SPLIT)
@@ -226,7 +226,7 @@ def _write_and_submit(job_dir: str, script: str) -> str:
     """
     from launcher.execution.slurm.submit import submit
     from launcher.jobs.files import write_atomic
-    from launcher.jobs.jobdir import prepare_job_dir
+    from launcher.jobs.joblock import prepare_job_dir
 
     parent = os.path.dirname(job_dir)
     parent_existed = os.path.isdir(parent)

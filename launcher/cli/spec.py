@@ -11,15 +11,19 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
 from launcher.cli.cpuspec import cpu_spec
-from launcher.cli.msrun_flags import NODE_RANK_VARS, node_rank_from_env, parse_bind_numa, parse_msrun_bool, tail_ranks  # noqa: F401 (re-exported)
+from launcher.cli.msrun_flags import node_rank_from_env, parse_bind_numa, parse_msrun_bool, tail_ranks
 from launcher.cli.options import JobOptions
 from launcher.cli.ssh_flags import job_ssh_config
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.backend import backend_names
 from launcher.planning import envs
-from launcher.planning.inventory import Inventory, apply_filters, local_inventory, parse_host_list, read_hosts_arg
-from launcher.planning.mpi import MpiOptions
-from launcher.planning.plan import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, build_plan, worker_log_name
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.hostfilter import apply_filters
+from launcher.planning.hosts import Inventory
+from launcher.planning.inventory import local_inventory, read_hosts_arg
+from launcher.planning.jobspec import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, worker_log_name
+from launcher.planning.mpiopts import MpiOptions
+from launcher.planning.plan import build_plan
 from launcher.planning.sbatchshape import stand_in_inventory
 
 
@@ -397,7 +401,7 @@ def _job_id_and_dir(opts: JobOptions, job_id: Optional[str]) -> Tuple[str, str]:
         JobError / PlanError: a bad ``--job-id`` (an empty one too: a mistake, not "pick one"),
             an empty ``--log-dir``.
     """
-    from launcher.jobs.jobdir import validate_job_id
+    from launcher.jobs.jobfile import validate_job_id
 
     if opts.job_id is not None:
         validate_job_id(opts.job_id)

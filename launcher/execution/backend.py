@@ -47,7 +47,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Proto
 
 from launcher.errors import LaunchError
 from launcher.execution.results import ProcResult
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 
 
 class WatchdogLink(Protocol):

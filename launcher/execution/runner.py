@@ -26,13 +26,13 @@ from launcher.execution.backend import Backend, BackendContext, get_backend, pla
 from launcher.execution.local.watchdog import Watchdog
 from launcher.execution.results import JobResult
 from launcher.execution.settings import SuperviseOptions
-from launcher.execution.supervision.supervisor import BackendFactory, Supervisor
+from launcher.execution.supervision.attempt import BackendFactory
+from launcher.execution.supervision.supervisor import Supervisor
 from launcher.jobs import jobdir
 from launcher.jobs.files import write_atomic
-from launcher.planning.inventory import is_local
-from launcher.planning.jobspec import Exclusion
+from launcher.planning.hosts import is_local
+from launcher.planning.jobspec import Exclusion, Plan
 from launcher.planning.kinds import EventKind
-from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.supervision.hangwatch import HangWatch
@@ -171,7 +171,7 @@ def run_plan(
     write_job_files(plan, argv)
     if on_started is not None:
         on_started()
-    from launcher.execution.local.backend import become_subreaper
+    from launcher.execution.local.process import become_subreaper
     from launcher.execution.supervision.hangwatch import HangWatch
     from launcher.logs.metricsfile import MetricsWriter, append_event
 
@@ -207,7 +207,7 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
     ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch,
     restarts re-planned on spare hosts (``replan``, see :func:`run_plan`)."""
-    from launcher.execution.local.backend import reap_orphans
+    from launcher.execution.local.process import reap_orphans
     from launcher.logs.metricsfile import append_event
 
     def record_event(kind: EventKind, data: Dict[str, Any]) -> None:

@@ -40,28 +40,17 @@ from launcher.errors import JobError
 from launcher.jobs.files import write_atomic
 
 # Re-exported: callers and tests use these names through this module.
-from launcher.jobs.jobfile import (  # noqa: F401  (re-exported: callers import these names from here)
+from launcher.jobs.jobfile import (
     _MAX_PID,
-    MAX_JOB_FILE_BYTES,
-    MAX_JOB_ID_LEN,
-    SCHEMAS,
     CorruptJobFile,
     _is_int,
     ensure_registry_dir,
-    mslaunch_home,
-    parse_job_file,
     read_job_file,
     registry_dir,
     registry_path,
-    validate_job_id,
 )
-from launcher.jobs.joblock import (  # noqa: F401  (re-exported: callers import these names from here)
-    JobLock,
-    claim_job_dir,
-    create_job_dir,
+from launcher.jobs.joblock import (
     lock_holder,
-    prepare_job_dir,
-    release_job_dir,
 )
 from launcher.planning import layout
 from launcher.planning.kinds import JobStatus

@@ -18,7 +18,7 @@ import re
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from launcher.errors import MsLaunchError, PlanError
-from launcher.planning.inventory import env_problem
+from launcher.planning.hosts import env_problem
 from launcher.planning.kinds import Method, values
 from launcher.planning.ranks import RankSlot
 

@@ -31,7 +31,7 @@ import re
 
 from launcher.errors import InventoryError
 from launcher.planning.clusteryaml import parse_cluster_yaml
-from launcher.planning.hostfile import MAX_HOSTFILE_BYTES, parse_host_list, parse_hostfile
+from launcher.planning.hostfile import MAX_HOSTFILE_BYTES, parse_host_list
 from launcher.planning.hostfilter import apply_filters, parse_filter
 from launcher.planning.hosts import (
     LOCAL_NAMES,
@@ -45,6 +45,7 @@ from launcher.planning.hosts import (
     env_problem,
     is_local,
 )
+from launcher.planning.ompi_hostfile import parse_hostfile
 from launcher.planning.textfile import read_text
 from launcher.planning.yamltree import MAX_YAML_CHARS, MAX_YAML_DEPTH, MAX_YAML_NODES
 

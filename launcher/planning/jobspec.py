@@ -14,7 +14,7 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 from launcher.errors import PlanError
 from launcher.planning import cpu, layout
 from launcher.planning.hostcores import HostThreads
-from launcher.planning.inventory import Host, Inventory
+from launcher.planning.hosts import Host, Inventory
 from launcher.planning.kinds import Method
 from launcher.planning.mpiopts import MpiOptions
 

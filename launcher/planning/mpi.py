@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning import layout
-from launcher.planning.inventory import Host, Inventory
+from launcher.planning.hosts import Host, Inventory
 from launcher.planning.kinds import ArtefactKind, Method, Role
-from launcher.planning.mpiopts import MpiOptions  # noqa: F401 - re-exported: its old home
+from launcher.planning.mpiopts import MpiOptions
 
 if TYPE_CHECKING:
     from launcher.planning.jobspec import Plan, ProcPlan

@@ -15,19 +15,14 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning import envs, layout, mpi
-from launcher.planning.inventory import Host, Inventory
-from launcher.planning.jobspec import (  # noqa: F401 - the types' old home re-exports them
-    DEFAULT_MASTER_PORT,
-    HOSTFILE_NAME,
-    LAUNCHERS,
+from launcher.planning.hosts import Host, Inventory
+from launcher.planning.jobspec import (
     RANK_TABLE_NAME,
     Artefact,
     JobSpec,
-    NodeSpec,
     Plan,
     ProcPlan,
     numa_prefix,
-    worker_log_name,
 )
 from launcher.planning.kinds import ArtefactKind, Method, Role
 from launcher.planning.procenv import ProcEnv

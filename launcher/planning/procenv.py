@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 
 from launcher.planning import cpu, envs, hostcores, layout
-from launcher.planning.inventory import Host
+from launcher.planning.hosts import Host
 from launcher.planning.kinds import Method
 from launcher.planning.ranks import RankSlot
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
 
 from launcher.errors import PlanError
-from launcher.planning.inventory import Host, Inventory
+from launcher.planning.hosts import Host, Inventory
 
 #: Most ranks one job may have: 16,384 hosts x 8 devices (10,000 x 8 plans in about a second;
 #: each rank costs a few KB of plan).

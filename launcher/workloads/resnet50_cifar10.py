@@ -91,40 +91,30 @@ import mindspore.dataset as ds
 import numpy as np
 from mindspore import Tensor, nn
 
-from launcher.workloads.checkpoints import (  # noqa: F401 - checkpoint names stay importable from here
-    CKPT_PREFIX,
-    RESUME_CANDIDATES,
+from launcher.workloads.checkpoints import (
     _resume,
     align_compile_order,
-    common_checkpoint,
-    list_checkpoints,
     prune_checkpoints,
-    resume_point,
     save_checkpoint,
     weights_from_checkpoint,
 )
 
 # The network and the data live in their own modules; these names stay importable from here.
-from launcher.workloads.cifar10_data import (  # noqa: F401  (re-exported: callers import these names from here)
-    CIFAR_FOLDER,
+from launcher.workloads.cifar10_data import (
     UsageError,
     build_pipeline,
     open_cifar10,
-    read_cifar10_bin,
     resolve_cifar_folder,
 )
 from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
 from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.grad_accum import AccumulatingStep, one_batch_step
-from launcher.workloads.resnet50 import (  # noqa: F401  (re-exported: callers import these names from here)
+from launcher.workloads.resnet50 import (
     ARCHS,
-    Bottleneck,
-    ResNet,
     SoftmaxCrossEntropyExpand,
     count_parameters,
     resnet,
-    resnet50,
 )
 from launcher.workloads.restart import resume_on_restart
 

@@ -12,7 +12,8 @@ import pytest
 from launcher.cli import options
 from launcher.errors import PlanError, RankTableError
 from launcher.planning.inventory import local_inventory
-from launcher.planning.plan import JobSpec, NodeSpec, build_plan, worker_log_name
+from launcher.planning.jobspec import JobSpec, NodeSpec, worker_log_name
+from launcher.planning.plan import build_plan
 from launcher.planning.ranks import node_slots
 from tests.harness.cli import run_process
 
@@ -89,7 +90,7 @@ def test_per_node_without_node_rank_leaves_ranks_to_mindspore():
 
 
 def test_per_node_refuses_an_inventory():
-    from launcher.planning.inventory import parse_host_list
+    from launcher.planning.hostfile import parse_host_list
 
     with pytest.raises(PlanError) as exc:
         build_plan(spec(inventory=parse_host_list("a:2,b:2"), node=NodeSpec(0, 2)))

@@ -4,8 +4,9 @@ from __future__ import annotations
 import sys
 
 from launcher.cli.startmode import FORKED, StartMode, choose, scheduler_mode, start_mode
-from launcher.planning.inventory import parse_host_list
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.plan import build_plan
 
 
 def plan(**kw):

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ReportedProcess
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 
 
 @dataclass(frozen=True)

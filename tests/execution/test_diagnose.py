@@ -11,7 +11,8 @@ import sys
 from launcher.execution.results import ProcResult, RootCause
 from launcher.execution.supervision.diagnose import HostRecorder, RootTail, cgroup_folder, judge_cause
 from launcher.logs.causes import Cause
-from launcher.logs.hangreport import Culprit, HangKind, HangRank, HangReport
+from launcher.logs.hangreport import HangKind, HangRank, HangReport
+from launcher.logs.stacks import Culprit
 
 
 def _files(folder, oom_kill, limit=48 << 20, peak=47 << 20):

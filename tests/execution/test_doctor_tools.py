@@ -5,7 +5,7 @@ from __future__ import annotations
 from launcher.execution.backend import ToolCheck, doctor_checks
 from launcher.execution.checks.doctor import CHECKS, Check, DoctorJob, check_names, check_rows
 from launcher.execution.mpirun.backend import MPIRUN_CHECK
-from launcher.planning.inventory import Host
+from launcher.planning.hosts import Host
 
 SRUN = ToolCheck("srun", "srun", "apt-get install slurm-client")
 

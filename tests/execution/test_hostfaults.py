@@ -16,8 +16,7 @@ from launcher.execution.supervision.hostfaults import Fault, HostFaults, Spares,
 from launcher.execution.supervision.restarts import AttemptProgress
 from launcher.execution.supervision.supervisor import Supervisor
 from launcher.logs.hangreport import HangReport
-from launcher.planning.jobspec import Exclusion
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Exclusion, Plan, ProcPlan
 from tests.execution.fakebackend import FakeBackend, FakeProcess
 
 KILL = -signal.SIGKILL
@@ -221,9 +220,9 @@ def test_a_replan_rewrites_plan_json_and_the_hostfile_and_keeps_the_log_names(tm
     commands still find every rank's log by the names plan.json records."""
     from launcher.execution.runner import replan_writing, write_plan_files
     from launcher.logs.joblogs import recorded_logs
-    from launcher.planning.inventory import parse_hostfile
     from launcher.planning.jobspec import JobSpec
     from launcher.planning.mpiopts import MpiOptions
+    from launcher.planning.ompi_hostfile import parse_hostfile
     from launcher.planning.plan import build_plan
     from launcher.planning.spares import replan
 

@@ -9,9 +9,11 @@ import pytest
 from launcher.errors import LaunchError, PlanError
 from launcher.execution.backend import BackendContext, get_backend
 from launcher.execution.mpirun.backend import MPIRUN_CHECK, MpirunBackend
-from launcher.planning.inventory import parse_host_list
-from launcher.planning.mpi import MpiOptions, mpirun_command
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.mpi import mpirun_command
+from launcher.planning.mpiopts import MpiOptions
+from launcher.planning.plan import build_plan
 
 JOB = "/work/mslaunch_logs/j1"
 

@@ -9,8 +9,9 @@ import sys
 from launcher.execution.mpirun.backend import lost_host, report_outcomes, watched_agent
 from launcher.execution.mpirun.rshwatch import record_path
 from launcher.execution.results import ProcResult, earliest_failure
-from launcher.planning.inventory import parse_host_list
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.plan import build_plan
 
 
 def _agent(tmp_path, host, *command):

@@ -16,8 +16,9 @@ import pytest
 
 from launcher.execution.mpirun.backend import parse_first_failure, report_outcomes
 from launcher.execution.results import ProcResult
-from launcher.planning.inventory import parse_host_list
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.plan import build_plan
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mpirun")
 

@@ -7,7 +7,7 @@ import pytest
 
 from launcher.execution.results import AttemptResult
 from launcher.execution.supervision.restarts import AttemptProgress, attempt_base, attempt_plan, crash_loop
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 from tests.execution.test_hang_local import PROG, hjob  # noqa: F401  (the fixture)
 from tests.execution.test_run_local import assert_all_gone
 from tests.harness.cli import run_cli

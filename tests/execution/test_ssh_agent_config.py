@@ -9,7 +9,7 @@ from launcher.execution.probes import host_cores
 from launcher.execution.ssh import remote_agent, remote_link
 from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.remote_link import HEADER
-from launcher.planning.plan import ProcPlan
+from launcher.planning.jobspec import ProcPlan
 
 
 def proc(env_dump=None):
@@ -100,7 +100,7 @@ def test_exit_times_of_a_host_whose_clock_is_off_land_on_the_launchers_clock():
     import time
     from types import SimpleNamespace
 
-    from launcher.execution.ssh.backend import HostAgent, _LogFiles
+    from launcher.execution.ssh.hostagent import HostAgent, _LogFiles
 
     agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, _LogFiles())  # type: ignore[arg-type]
     assert agent.local_time(1000.0) == 1000.0  # nothing heard yet: as the agent says
@@ -126,7 +126,7 @@ def test_a_stream_that_is_not_frames_is_an_error_not_a_huge_buffer(header):
 def test_a_garbled_agent_stream_ends_the_hosts_ranks_with_a_hint_and_closes_the_session():
     from types import SimpleNamespace
 
-    from launcher.execution.ssh.backend import HostAgent, _LogFiles
+    from launcher.execution.ssh.hostagent import HostAgent, _LogFiles
     from launcher.execution.ssh.remote_link import MAGIC
 
     agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, _LogFiles())  # type: ignore[arg-type]

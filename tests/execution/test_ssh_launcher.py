@@ -21,8 +21,11 @@ from launcher.execution.checks.doctor import Check, DoctorJob, check_rows
 from launcher.execution.mpirun.backend import MPIRUN_CHECK
 from launcher.execution.ssh.remote_link import BOOTSTRAP
 from launcher.planning import mpi
-from launcher.planning.inventory import Host, Inventory, SshOptions, parse_cluster_yaml, parse_host_list
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.clusteryaml import parse_cluster_yaml
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.hosts import Host, Inventory, SshOptions
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.plan import build_plan
 from tests.harness.cli import run_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,7 +13,7 @@ import pytest
 
 from launcher.execution.local.process import LocalProcess
 from launcher.execution.local.zygote import ZygoteBackend, ZygotePool, ZygoteProcess
-from launcher.planning.plan import ProcPlan
+from launcher.planning.jobspec import ProcPlan
 from tests.harness.cli import run_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

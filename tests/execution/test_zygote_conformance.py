@@ -23,7 +23,7 @@ import pytest
 
 from launcher.execution.local.process import LocalProcess, start_local
 from launcher.execution.local.zygote import PRELOAD, ZygoteBackend, ZygoteProcess
-from launcher.planning.plan import ProcPlan
+from launcher.planning.jobspec import ProcPlan
 
 pytestmark = pytest.mark.mindspore
 

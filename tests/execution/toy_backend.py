@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, ProcessHandle, register_backend
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 
 
 class ToyProcess(ProcessHandle):

@@ -7,7 +7,8 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.jobs.jobdir import SCHEMAS, CorruptJobFile, job_info, parse_job_file, read_job_file
+from launcher.jobs.jobdir import job_info
+from launcher.jobs.jobfile import SCHEMAS, CorruptJobFile, parse_job_file, read_job_file
 from tests.harness.hypo import examples
 
 KINDS = sorted(SCHEMAS)

@@ -8,19 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.logs.causerules import EVIDENCE_MAX, TAIL_LINES, signal_of
-from launcher.logs.causes import (
-    KINDS,
-    RESTART_PROOF,
-    RULES,
-    Cause,
-    Failure,
-    classify,
-    console_lines,
-    junit_message,
-    repeated_unfixable,
-    same_unfixable,
-)
+from launcher.logs.causerules import EVIDENCE_MAX, TAIL_LINES, Failure, signal_of
+from launcher.logs.causes import KINDS, RESTART_PROOF, RULES, Cause, classify, console_lines, junit_message, repeated_unfixable, same_unfixable
 from launcher.logs.hostmem import HostRecords
 from tests.harness.hypo import examples
 

@@ -13,7 +13,8 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from launcher.logs.causes import Failure, classify
+from launcher.logs.causerules import Failure
+from launcher.logs.causes import classify
 from launcher.logs.hostmem import HostRecords, read_cgroup_files
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "causes")

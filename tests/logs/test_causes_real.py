@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from launcher.logs.causes import Failure, classify
+from launcher.logs.causerules import Failure
+from launcher.logs.causes import classify
 from launcher.logs.hostmem import HostRecords, read_cgroup_files
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "causes")

@@ -9,19 +9,11 @@ import pytest
 
 from launcher.errors import PlanError
 from launcher.execution.checks import cpu as cpuprobe
-from launcher.planning.cpu import (
-    CpuSpec,
-    ProbeError,
-    format_cpus,
-    isa_advice,
-    parse_bind_core,
-    parse_cpu_list,
-    parse_probe,
-    plan_cpu,
-    split_cores,
-)
-from launcher.planning.inventory import parse_host_list
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.cpu import CpuSpec, ProbeError, isa_advice, parse_bind_core, parse_cpu_list, parse_probe, plan_cpu, split_cores
+from launcher.planning.hostcores import format_cpus
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.plan import build_plan
 from launcher.workloads import cpu_probe
 from tests.harness.cli import run_process
 

@@ -41,8 +41,9 @@ def test_process_results_use_the_one_wording(rc):
 
 def test_console_failure_line_uses_the_one_wording(capsys):
     from launcher.cli.run import _Console
-    from launcher.planning.inventory import parse_host_list
-    from launcher.planning.plan import JobSpec, build_plan
+    from launcher.planning.hostfile import parse_host_list
+    from launcher.planning.jobspec import JobSpec
+    from launcher.planning.plan import build_plan
 
     plan = build_plan(JobSpec(inventory=parse_host_list("localhost:1"), program=("t.py",), python="/p", cwd="/w",
                               job_dir="/w/j", job_id="j"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.errors import PlanError
+from launcher.planning.clusteryaml import parse_cluster_yaml
 from launcher.planning.devices import (
     HostDeviceSpec,
     TargetChoice,
@@ -12,8 +13,9 @@ from launcher.planning.devices import (
     planned_devices,
     rank_table_device_ips,
 )
-from launcher.planning.inventory import parse_cluster_yaml, parse_hostfile
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.ompi_hostfile import parse_hostfile
+from launcher.planning.plan import build_plan
 from launcher.planning.ranktable import build_rank_table
 
 

@@ -23,8 +23,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import pytest
 
 from launcher.errors import InventoryError
-from launcher.planning.inventory import parse_hostfile
-from launcher.planning.ompi_hostfile import MAX_SLOTS_KEYS, SLOTS_KEYS, USER_KEYS
+from launcher.planning.ompi_hostfile import MAX_SLOTS_KEYS, SLOTS_KEYS, USER_KEYS, parse_hostfile
 from tests.harness.ci import require_tool, skip_or_fail
 from tests.harness.ompi_hostfile_probe import OmpiResult, read_result
 

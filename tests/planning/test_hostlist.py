@@ -13,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import InventoryError
+from launcher.planning.hostfile import parse_host_list
 from launcher.planning.hostlist import expand_hostlist, fold_hostlist, is_hostlist_name
-from launcher.planning.inventory import MAX_HOSTS, parse_host_list, read_hosts_arg
+from launcher.planning.hosts import MAX_HOSTS
+from launcher.planning.inventory import read_hosts_arg
 from tests.harness.hypo import examples
 
 LIMIT = 100_000

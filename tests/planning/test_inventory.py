@@ -9,16 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import InventoryError, MsLaunchError, PlanError
-from launcher.planning.inventory import (
-    Host,
-    SshOptions,
-    apply_filters,
-    parse_cluster_yaml,
-    parse_filter,
-    parse_host_list,
-    parse_hostfile,
-    read_inventory,
-)
+from launcher.planning.clusteryaml import parse_cluster_yaml
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.hostfilter import apply_filters, parse_filter
+from launcher.planning.hosts import Host, SshOptions
+from launcher.planning.inventory import read_inventory
+from launcher.planning.ompi_hostfile import parse_hostfile
 from launcher.planning.ranks import RankSlot, assign_ranks, used_inventory
 from tests.harness.hypo import examples
 

@@ -8,9 +8,10 @@ import pytest
 
 from launcher.execution import results
 from launcher.planning import envs
-from launcher.planning.inventory import parse_host_list
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
 from launcher.planning.kinds import ArtefactKind, EventKind, JobStatus, Method, Role, StrEnum, values
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.plan import build_plan
 
 ALL = [m for enum in (Method, Role, JobStatus, ArtefactKind, EventKind) for m in enum]
 

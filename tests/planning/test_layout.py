@@ -12,9 +12,12 @@ from launcher.jobs.jobdir import latest_attempt_dir
 from launcher.logs.follow import job_log_sources
 from launcher.logs.metricsfile import job_metric_sources
 from launcher.planning import layout
-from launcher.planning.inventory import parse_host_list, parse_hostfile
-from launcher.planning.mpi import MpiOptions, mpirun_command
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.mpi import mpirun_command
+from launcher.planning.mpiopts import MpiOptions
+from launcher.planning.ompi_hostfile import parse_hostfile
+from launcher.planning.plan import build_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WRAPPER = os.path.join(ROOT, "templates", "mslaunch-rank.sh")

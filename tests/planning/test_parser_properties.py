@@ -16,9 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import MsLaunchError
+from launcher.planning.clusteryaml import parse_cluster_yaml
 from launcher.planning.envs import parse_env_assignment, parse_env_file
 from launcher.planning.hccn import parse_hccn_conf
-from launcher.planning.inventory import Inventory, apply_filters, parse_cluster_yaml, parse_host_list, parse_hostfile
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.hostfilter import apply_filters
+from launcher.planning.hosts import Inventory
+from launcher.planning.ompi_hostfile import parse_hostfile
 from launcher.planning.ranks import assign_ranks
 from launcher.planning.ranktable import (
     default_table_name,

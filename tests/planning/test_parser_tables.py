@@ -10,18 +10,14 @@ import pytest
 
 from launcher.errors import InventoryError, MsLaunchError, PlanError, RankTableError
 from launcher.planning import inventory as inv_mod
+from launcher.planning.clusteryaml import parse_cluster_yaml
 from launcher.planning.envs import parse_env_assignment, parse_env_file
 from launcher.planning.hccn import read_hccn_conf
-from launcher.planning.inventory import (
-    MAX_DEVICE_ID,
-    MAX_SLOTS,
-    apply_filters,
-    local_inventory,
-    parse_cluster_yaml,
-    parse_host_list,
-    parse_hostfile,
-    read_inventory,
-)
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.hostfilter import apply_filters
+from launcher.planning.hosts import MAX_DEVICE_ID, MAX_SLOTS
+from launcher.planning.inventory import local_inventory, read_inventory
+from launcher.planning.ompi_hostfile import parse_hostfile
 from launcher.planning.ranks import MAX_WORLD_SIZE, assign_ranks
 from launcher.planning.ranktable import parse_rank_table_json, read_rank_table
 

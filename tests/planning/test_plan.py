@@ -9,9 +9,12 @@ from hypothesis import strategies as st
 
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning.envs import parse_env_file
-from launcher.planning.inventory import parse_host_list, parse_hostfile
-from launcher.planning.mpi import MpiOptions, mpirun_command
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.mpi import mpirun_command
+from launcher.planning.mpiopts import MpiOptions
+from launcher.planning.ompi_hostfile import parse_hostfile
+from launcher.planning.plan import build_plan
 from tests.harness.cli import run_process
 from tests.harness.hypo import examples
 

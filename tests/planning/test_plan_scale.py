@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.planning import envs, layout
-from launcher.planning.hostfile import parse_hostfile
-from launcher.planning.inventory import Inventory, parse_host_list
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.hosts import Inventory
 from launcher.planning.jsontext import dumps_indented
+from launcher.planning.ompi_hostfile import parse_hostfile
 from launcher.planning.ranks import RankSlot, assign_ranks, new_frozen, used_inventory
 from tests.harness.hypo import examples
 
@@ -136,7 +137,9 @@ def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
     timeout=st.one_of(st.none(), st.integers(1, 900)),
 )
 def test_cached_rank_envs_match_the_definition(hosts: Any, user_env: Any, host_env: bool, timeout: Any) -> None:
-    from launcher.planning.plan import JobSpec, ProcEnv, build_plan, program_argv
+    from launcher.planning.jobspec import JobSpec
+    from launcher.planning.plan import build_plan, program_argv
+    from launcher.planning.procenv import ProcEnv
 
     inv = parse_host_list(",".join(f"h{i}:{n}" for i, n in enumerate(hosts)))
     if host_env:  # one host with its own env, overlapping the layout's keys or not
@@ -161,7 +164,9 @@ def test_the_rank_cache_works_out_each_hosts_shared_prefix_once_whether_it_has_o
     that answer (None) as it remembers a prefix, and never asks again; ranks bound to cores
     here (this machine's) never use one."""
     from launcher.planning import plan as planmod
-    from launcher.planning.plan import JobSpec, ProcEnv, build_plan
+    from launcher.planning.jobspec import JobSpec
+    from launcher.planning.plan import build_plan
+    from launcher.planning.procenv import ProcEnv
 
     asked = []
     original = planmod._RankCache.shared_prefix

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from launcher.planning.cpu import CpuSpec
 from launcher.planning.hostcores import HostThreads
-from launcher.planning.inventory import parse_host_list
-from launcher.planning.mpi import MpiOptions, mpirun_command
-from launcher.planning.plan import JobSpec, build_plan
+from launcher.planning.hostfile import parse_host_list
+from launcher.planning.jobspec import JobSpec
+from launcher.planning.mpi import mpirun_command
+from launcher.planning.mpiopts import MpiOptions
+from launcher.planning.plan import build_plan
 
 
 def job(hosts="localhost:2,h2:2,h3:1", **kw):

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import MsLaunchError, RankTableError
-from launcher.planning.inventory import Host, Inventory, parse_cluster_yaml, parse_hostfile
+from launcher.planning.clusteryaml import parse_cluster_yaml
+from launcher.planning.hosts import Host, Inventory
+from launcher.planning.ompi_hostfile import parse_hostfile
 from launcher.planning.ranktable import (
     RankTableJSONError,
     Violation,
@@ -901,7 +903,7 @@ def test_default_table_name(table: Dict[str, Any], name: str) -> None:
 @settings(max_examples=examples(300), deadline=None)
 @given(json_values)
 def test_fast_renderer_matches_json_dumps(value: Any) -> None:
-    from launcher.planning.ranktable.render import _render
+    from launcher.planning.jsontext import _render
 
     parts: List[str] = []
     _render(value, "", parts)

@@ -6,9 +6,10 @@ import json
 import pytest
 
 from launcher.errors import PlanError
-from launcher.planning.inventory import parse_hostfile
-from launcher.planning.plan import JobSpec, build_plan
-from launcher.planning.spares import Exclusion, replan, spare_hosts
+from launcher.planning.jobspec import Exclusion, JobSpec
+from launcher.planning.ompi_hostfile import parse_hostfile
+from launcher.planning.plan import build_plan
+from launcher.planning.spares import replan, spare_hosts
 
 INV = parse_hostfile("n1 slots=2\nn2 slots=2\nn3 slots=2\n", "h.txt")
 

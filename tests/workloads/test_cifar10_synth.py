@@ -183,7 +183,7 @@ def _hwc_hashes(records: np.ndarray) -> List[str]:
 def _shard_hashes(data_path: str, usage: str, shard: int, shuffle: bool) -> List[str]:
     import mindspore.dataset as ds
 
-    from launcher.workloads.resnet50_cifar10 import open_cifar10
+    from launcher.workloads.cifar10_data import open_cifar10
 
     ds.config.set_seed(3)  # what every rank of the trainer does (same --seed on all ranks)
     source, _ = open_cifar10(data_path, usage, num_shards=2, shard_id=shard, shuffle=shuffle)
@@ -228,7 +228,7 @@ def test_cifar10dataset_reads_the_layout_and_shards_it(tmp_path: Path) -> None:
     records per file): same images (HWC) and labels in file order, and 2 shards disjoint + complete."""
     import mindspore.dataset as ds
 
-    from launcher.workloads.resnet50_cifar10 import open_cifar10
+    from launcher.workloads.cifar10_data import open_cifar10
 
     synth.write_synthetic_cifar10(str(tmp_path), train=5, test=10000, seed=2)
     records = _records(tmp_path / "cifar-10-batches-bin" / "test_batch.bin")

@@ -54,7 +54,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
 
 @pytest.mark.mindspore
 def test_parameter_count_of_resnet50_with_10_classes() -> None:
-    from launcher.workloads.resnet50_cifar10 import count_parameters, resnet50
+    from launcher.workloads.resnet50 import count_parameters, resnet50
 
     net = resnet50(num_classes=10)
     n = count_parameters(net)
@@ -147,7 +147,8 @@ def _ckpt_files(folder, *positions: Tuple[int, int]) -> None:
 def test_distributed_resume_takes_the_newest_checkpoint_every_rank_has(tmp_path) -> None:
     """A rank stopped while the others saved lacks their newest checkpoint: every rank resumes
     from the newest common one, and the newer ones of a rank (steps trained again) go."""
-    from launcher.workloads.resnet50_cifar10 import UsageError, common_checkpoint, resume_point
+    from launcher.workloads.checkpoints import common_checkpoint, resume_point
+    from launcher.workloads.cifar10_data import UsageError
 
     assert common_checkpoint([[(1, 8), (2, 8)], [(1, 8)], [(1, 8), (2, 8)]]) == (1, 8)
     assert common_checkpoint([[(1, 4), (1, 8), (2, 4)], [(1, 8), (2, 4)]]) == (2, 4)
@@ -194,7 +195,7 @@ def test_a_run_that_does_not_resume_gathers_like_one_that_does(tmp_path) -> None
 
 
 def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_path) -> None:
-    from launcher.workloads.resnet50_cifar10 import prune_checkpoints
+    from launcher.workloads.checkpoints import prune_checkpoints
 
     _ckpt_files(tmp_path, (1, 2), (1, 10), (2, 1))
     (tmp_path / ".tmp-1-resnet50-3_1.ckpt").write_bytes(b"half")  # a process killed mid-save
@@ -210,7 +211,9 @@ def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_pat
 def test_each_arch_has_its_own_checkpoints_and_blocks(tmp_path) -> None:
     """--arch: the checkpoints carry the network's name, so a resume of one network never picks
     another's; the shallower networks are the same blocks, fewer of them."""
-    from launcher.workloads.resnet50_cifar10 import ARCHS, count_parameters, list_checkpoints, parse_args, prune_checkpoints, resnet, resume_point
+    from launcher.workloads.checkpoints import list_checkpoints, prune_checkpoints, resume_point
+    from launcher.workloads.resnet50 import ARCHS, count_parameters, resnet
+    from launcher.workloads.resnet50_cifar10 import parse_args
 
     _ckpt_files(tmp_path, (1, 8), (2, 8))
     (tmp_path / "resnet14-1_4.ckpt").write_bytes(b"x")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 from launcher.execution.probes.health_probe import THREAD_ENV
 from launcher.planning.health import DEFAULT_THRESHOLD, Transfer, Verdict, confirm_pairs, judge, round1_pairs, round2_pairs, slow_members
-from launcher.planning.inventory import Host
+from launcher.planning.hosts import Host
 
 if TYPE_CHECKING:
     from launcher.execution.ssh.settings import SSHSettings

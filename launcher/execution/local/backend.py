@@ -6,15 +6,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from launcher.execution.backend import Backend, BackendContext, WatchdogLink, register_backend
-from launcher.execution.local.process import (  # noqa: F401 - the names other backends and the runner use
+from launcher.execution.local.process import (
     LocalProcess,
-    become_subreaper,
     check_scheduler_port,
-    kill_tree,
-    reap_orphans,
     start_local,
 )
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 
 if TYPE_CHECKING:
     from launcher.execution.local.zygote import ZygotePool

@@ -33,7 +33,7 @@ from launcher.errors import LaunchError
 from launcher.execution.backend import ProcessHandle, WatchdogLink
 from launcher.execution.local.watchdog import TOKEN_VAR
 from launcher.execution.proctree import starttime
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36

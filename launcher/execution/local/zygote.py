@@ -51,7 +51,7 @@ from launcher.execution.backend import Backend, BackendContext, ReportedProcess
 from launcher.execution.local.joinsched import JoinWatch, batch_start_wanted
 from launcher.execution.local.process import _child_setup, check_scheduler_port, kill_tree, start_local
 from launcher.execution.local.watchdog import TOKEN_VAR
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
 PRELOAD = ("mindspore", "mindspore.communication")

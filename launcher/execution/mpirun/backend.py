@@ -32,10 +32,10 @@ from launcher.execution.backend import (
     register_backend,
 )
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
-from launcher.execution.local.backend import LocalProcess, check_scheduler_port, start_local
+from launcher.execution.local.process import LocalProcess, check_scheduler_port, start_local
 from launcher.execution.results import ProcResult
+from launcher.planning.jobspec import Plan, ProcPlan
 from launcher.planning.mpi import mpirun_command
-from launcher.planning.plan import Plan, ProcPlan
 
 _NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 _EXIT_RE = re.compile(r"Exit code:\s*(-?\d+)")

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 from launcher.execution.probes.stackdump import dump_each, remote_dump
 from launcher.planning.hosts import is_local
-from launcher.planning.plan import Plan
+from launcher.planning.jobspec import Plan
 
 __all__ = ["MARKER", "remote_dumps"]
 

@@ -51,10 +51,10 @@ from launcher.execution.backend import (
     register_backend,
 )
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
-from launcher.execution.local.backend import LocalProcess, kill_tree, start_local
+from launcher.execution.local.process import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
 from launcher.execution.slurm.shim import record_key
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 from launcher.planning.slurmalloc import allocation_job_id, outside_stop, srun_steps
 
 #: Folder of the shims' files in an attempt dir.

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from launcher.execution.ssh.settings import PING_INTERVAL
-from launcher.planning.plan import ProcPlan
+from launcher.planning.jobspec import ProcPlan
 
 #: Exit code of a rank whose host was lost (OpenSSH's for a failed connection).
 LOST_RC = 255

@@ -46,11 +46,11 @@ from launcher.errors import LaunchError, MsLaunchError
 from launcher.execution.backend import Backend, BackendContext, register_backend
 from launcher.execution.ssh.agent import AgentConfig
 from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
-from launcher.execution.ssh.hostagent import HostAgent, SshProcess, _LogFiles  # noqa: F401 (_LogFiles re-exported)
+from launcher.execution.ssh.hostagent import HostAgent, SshProcess, _LogFiles
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.execution.ssh.transfer import put_file
 from launcher.planning.hostcores import HostCores, HostThreadPlan, HostThreads, host_thread_env, parse_host_cores
-from launcher.planning.plan import Plan, ProcPlan
+from launcher.planning.jobspec import Plan, ProcPlan
 
 #: Seconds between liveness checks of every host agent.
 _TICK = 0.25

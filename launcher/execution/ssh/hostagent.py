@@ -19,7 +19,7 @@ from launcher.execution.backend import ProcessHandle
 from launcher.execution.ssh.agent import LOST_RC, FrameError, FrameReader, agent_command, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.connection import SshConnection
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
-from launcher.planning.plan import ProcPlan
+from launcher.planning.jobspec import ProcPlan
 
 #: Log files kept open at once (the least recently written are closed beyond that).
 _MAX_OPEN_LOGS = 256

@@ -55,8 +55,8 @@ from launcher.execution.supervision import restarts
 from launcher.execution.supervision.diagnose import HostRecorder, RootTail, judge_cause
 from launcher.execution.supervision.state import AttemptState as _Attempt
 from launcher.logs.hangreport import HangReport
+from launcher.planning.jobspec import Plan
 from launcher.planning.kinds import EventKind, describe_returncode
-from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.supervision.hangwatch import HangWatch

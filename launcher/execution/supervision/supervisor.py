@@ -29,8 +29,8 @@ from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
 from launcher.execution.supervision.attempt import AttemptRunner, BackendFactory
 from launcher.planning import layout
+from launcher.planning.jobspec import Plan
 from launcher.planning.kinds import EventKind
-from launcher.planning.plan import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.supervision.hangwatch import HangWatch

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from launcher.errors import PlanError
 from launcher.planning.devices.model import ASCEND, CPU, GPU, TARGETS, HostDeviceSpec
-from launcher.planning.inventory import Host, Inventory
+from launcher.planning.hosts import Host, Inventory
 from launcher.planning.jobspec import Plan
 
 __all__ = ["TargetChoice", "device_target", "inventory_devices", "normalize_target", "planned_devices", "rank_table_device_ips"]

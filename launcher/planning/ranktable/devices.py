@@ -11,7 +11,7 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, Optional
 
 from launcher.errors import RankTableError
 from launcher.planning.hccn import read_hccn_conf
-from launcher.planning.inventory import Host, Inventory
+from launcher.planning.hosts import Host, Inventory
 from launcher.planning.ranktable.common import host_where
 
 
