@@ -49,7 +49,7 @@ def main() -> int:
     exit_if_cannot_run()
     from launcher.execution.checks.health import run_health
     from launcher.execution.ssh.settings import SSHSettings
-    from launcher.planning.inventory import read_inventory
+    from launcher.planning.inventory.sources import read_inventory
     from tests.harness.netns_cluster import NamespaceCluster
 
     ok = True

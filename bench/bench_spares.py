@@ -24,9 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from launcher.execution.runner import write_plan_files  # noqa: E402  (after sys.path is set above)
-from launcher.planning.jobspec import Exclusion, JobSpec  # noqa: E402  (after sys.path is set above)
-from launcher.planning.ompi_hostfile import parse_hostfile  # noqa: E402  (after sys.path is set above)
-from launcher.planning.plan import build_plan  # noqa: E402  (after sys.path is set above)
+from launcher.planning.build import build_plan  # noqa: E402  (after sys.path is set above)
+from launcher.planning.inventory.hostfile import parse_hostfile  # noqa: E402  (after sys.path is set above)
+from launcher.planning.job.spec import Exclusion, JobSpec  # noqa: E402  (after sys.path is set above)
 from launcher.planning.spares import replan  # noqa: E402  (after sys.path is set above)
 
 

@@ -129,16 +129,18 @@ def bench_single(data_path: str, rounds: int, steps: int, batch: int, image_size
     import numpy as np
     from mindspore import Tensor
 
+    from launcher.workloads import cifar10_data
     from launcher.workloads import resnet50_cifar10 as rn
+    from launcher.workloads.resnet50 import resnet50
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     ms.set_seed(1)
     ds.config.set_seed(1)
-    net = rn.resnet50(10)
+    net = resnet50(10)
     _, step_fn = rn.make_train_step(net)
-    source, _ = rn.open_cifar10(data_path, "train", shuffle=True)
-    data = rn.build_pipeline(source, batch, image_size, train=True)
+    source, _ = cifar10_data.open_cifar10(data_path, "train", shuffle=True)
+    data = cifar10_data.build_pipeline(source, batch, image_size, train=True)
     it = data.repeat().create_tuple_iterator(num_epochs=1)
     rng = np.random.default_rng(0)
     fixed_x = Tensor(rng.standard_normal((batch, 3, image_size, image_size), dtype=np.float32))

@@ -9,7 +9,7 @@
 #   MSLAUNCH_DEVICES     worker: device ids of the context's processes, comma-separated
 #   MSLAUNCH_LOG_DIR     worker: the folder of the ranks' logs (the job dir, or an attempt dir)
 #   MSLAUNCH_LOG_NAME    worker: the log file name, with {rank} standing for the rank
-#                        (launcher.planning.layout.worker_log_template; e.g. worker_{rank}.log)
+#                        (launcher.planning.job.layout.worker_log_template; e.g. worker_{rank}.log)
 #   MSLAUNCH_METHOD      dynamic | ranktable | mpi
 #   MSLAUNCH_CWD_PREFIX  ranktable: the rank runs in <prefix><rank>/ and dumps env there
 #   MSLAUNCH_THREADS     remote hosts: the thread variables to set (e.g. OMP_NUM_THREADS,MSLAUNCH_CPU_THREADS)
@@ -121,7 +121,7 @@ cgroup_quota() {
 
 set_threads() {
     # Remote hosts (MSLAUNCH_THREADS): the thread variables of this rank from its host's usable
-    # cores, by launcher/planning/hostcores.py's rule: usable = the cpuset (this host's, as its
+    # cores, by launcher/planning/cpu/hostcores.py's rule: usable = the cpuset (this host's, as its
     # mpirun daemon, the wrapper's parent, has it) capped by the cgroup quota rounded down, at
     # least 1; k ranks here get usable / k each, the first usable % k one more, at least 1; a
     # rank mpirun bound to fewer CPUs (a binding the user asked for) gets at most those.  A

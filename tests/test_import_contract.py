@@ -41,7 +41,7 @@ def test_the_real_tree_keeps_every_contract():
 
 @pytest.mark.parametrize("module,line,contract", [
     ("launcher/planning/_forbidden.py", "from launcher.execution import ports\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
-    ("launcher/errors.py", "import launcher.planning.plan\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
+    ("launcher/errors.py", "import launcher.planning.build\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
     ("launcher/workloads/_forbidden.py", "def f():\n    from launcher.execution.ssh import settings\n", WORKLOADS),
     ("launcher/workloads/_forbidden.py", "from launcher.errors import MsLaunchError\n", WORKLOADS),
     ("launcher/workloads/cluster.py", "def f():\n    from launcher.jobs import files\n", WORKLOADS),
@@ -60,10 +60,12 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
 
 
 @pytest.mark.parametrize("module,line", [
-    # a lazy import inside a function that closes a cycle (kinds is imported by plan's modules)
-    ("launcher/planning/kinds.py", "def f():\n    from launcher.planning import plan\n"),
+    # a lazy import inside a function that closes a cycle (kinds is imported by the plan builder)
+    ("launcher/planning/job/kinds.py", "def f():\n    from launcher.planning import build\n"),
+    # between two groups of planning (backends read the job's values)
+    ("launcher/planning/job/spec.py", "def f():\n    from launcher.planning.backends import mpirun\n"),
     # an import under TYPE_CHECKING counts too
-    ("launcher/planning/layout.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from launcher.planning.jobspec import Plan\n"),
+    ("launcher/planning/job/layout.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from launcher.planning.job.spec import Plan\n"),
     # between two subpackages' modules of execution
     ("launcher/execution/backend.py", "def f():\n    from launcher.execution.supervision import supervisor\n"),
 ])

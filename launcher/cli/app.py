@@ -62,7 +62,7 @@ def plan_cmd(
         plan = plan_from(opts)
         if as_json:
             from launcher.execution.backend import plan_json
-            from launcher.planning.jsontext import dumps_indented
+            from launcher.planning.text.jsontext import dumps_indented
 
             sys.stdout.write(dumps_indented(plan_json(plan)) + "\n")
             return
@@ -107,7 +107,7 @@ def hostfile_gen(
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
 ) -> None:
     """Write an OpenMPI hostfile (`host slots=N` lines) from an inventory, after filters."""
-    from launcher.planning.mpi import render_hostfile
+    from launcher.planning.backends.mpirun import render_hostfile
 
     if not hosts and not host_list:
         raise PlanError("pass --hosts FILE or -H LIST", field="--hosts")

@@ -18,8 +18,8 @@ from launcher.cli.docs import epilog
 from launcher.cli.options import JobOptions, with_job_options
 from launcher.cli.spec import build_spec
 from launcher.errors import PlanError
-from launcher.planning import layout
-from launcher.planning.plan import build_plan
+from launcher.planning.build import build_plan
+from launcher.planning.job import layout
 
 CHECK_MODULE = "launcher.workloads.allgather_check"
 _LINE_RE = re.compile(r"^mslaunch-check rank=(\d+) size=(\d+) gathered=([\d,]*)\s*$")

@@ -1,4 +1,4 @@
-"""The CPU-tuning inputs of a job (:class:`~launcher.planning.cpu.CpuSpec`): the flags, this
+"""The CPU-tuning inputs of a job (:class:`~launcher.planning.cpu.tuning.CpuSpec`): the flags, this
 machine's cores and, for a MindSpore CPU job with ranks here, this machine's cached CPU probe
 (a step of :func:`launcher.cli.spec.build_spec`; the probe starts the ranks' interpreter).
 """
@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from launcher.cli.options import JobOptions
 from launcher.errors import MsLaunchError, PlanError
-from launcher.planning.hosts import Inventory
+from launcher.planning.inventory.model import Inventory
 
 if TYPE_CHECKING:
-    from launcher.planning.cpu import CpuSpec
+    from launcher.planning.cpu.tuning import CpuSpec
 
 
 def device_target(program: Tuple[str, ...], env: Dict[str, str]) -> Optional[str]:
@@ -44,7 +44,7 @@ def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], e
     Raises:
         PlanError: a bad ``--cpu-tune`` or ``--bind-core``.
     """
-    from launcher.planning.cpu import CPU_TUNE_MODES, CpuSpec, parse_bind_core
+    from launcher.planning.cpu.tuning import CPU_TUNE_MODES, CpuSpec, parse_bind_core
 
     mode = opts.cpu_tune.strip().lower()
     if mode not in CPU_TUNE_MODES:

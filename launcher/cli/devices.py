@@ -1,9 +1,9 @@
 """The device checks of ``doctor --health`` and ``run --preflight`` on the command line: which
 target, which devices on which host, where the tools are, and the verdicts joined into the
 health check's (see docs/health.md, "Device checks"; the pure part is
-:mod:`launcher.planning.devices`).
+:mod:`launcher.planning.health.devices`).
 
-The tools are looked for where installs put them (:mod:`launcher.planning.devices.commands`).
+The tools are looked for where installs put them (:mod:`launcher.planning.health.devices.commands`).
 ``MSLAUNCH_DEVICE_TOOLS_DIR`` (read on this machine) puts ``<dir>/npu-smi``,
 ``<dir>/hccn_tool`` and ``<dir>/nvidia-smi`` first in the candidates on every host: for
 installs in another place, and for the tests' fake tools.
@@ -15,7 +15,7 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from launcher.planning.devices import (
+from launcher.planning.health.devices import (
     CPU,
     DEFAULT_POLICY,
     HostDeviceSpec,
@@ -32,8 +32,8 @@ from launcher.planning.devices import (
     rank_table_device_ips,
     with_devices,
 )
-from launcher.planning.hosts import Inventory
-from launcher.planning.jobspec import JobSpec, Plan
+from launcher.planning.inventory.model import Inventory
+from launcher.planning.job.spec import JobSpec, Plan
 
 __all__ = ["TOOLS_DIR_ENV", "DeviceCheck", "doctor_devices", "job_device_ips", "run_devices", "tool_setup"]
 
@@ -98,7 +98,7 @@ class DeviceCheck:
         return replace(result, verdicts=verdicts)
 
     def summary(self) -> Dict[str, Any]:
-        """``--json``'s ``"devices"`` (:func:`launcher.planning.devices.devices_summary`)."""
+        """``--json``'s ``"devices"`` (:func:`launcher.planning.health.devices.devices_summary`)."""
         note = self.choice.note()
         if note is None and self.policy == "off":
             note = "devices not checked: --device-checks off"

@@ -55,7 +55,7 @@ def doctor_cmd(
     port, clock skew, hccn.conf (ranktable method), mpirun (mpirun launcher). Exit 1 on any ✗."""
     from launcher.execution.backend import doctor_checks, get_backend
     from launcher.execution.checks.doctor import DoctorJob, reports_json, run_doctor
-    from launcher.planning.plan import build_plan
+    from launcher.planning.build import build_plan
 
     if health:
         _health_doctor(opts, ssh, as_json, health_kernel, health_threshold, device_target, device_checks)
@@ -131,8 +131,8 @@ def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: st
     (a faulty device makes its host faulty)."""
     from launcher.cli.devices import doctor_devices
     from launcher.cli.health import check_hosts, check_kernel, check_threshold, print_result, result_json
-    from launcher.planning.devices import check_policy
-    from launcher.planning.devices import device_target as target_of
+    from launcher.planning.health.devices import check_policy
+    from launcher.planning.health.devices import device_target as target_of
 
     check_kernel(kernel)
     check_threshold(threshold)
@@ -200,7 +200,7 @@ def _imports_mindspore(opts: JobOptions) -> bool:
 
 def _cpu_json(outcome: Any) -> Dict[str, Any]:
     """One host's CPU probe for ``doctor --json``."""
-    from launcher.planning.cpu import isa_advice
+    from launcher.planning.cpu.tuning import isa_advice
 
     if isinstance(outcome, str) or outcome.probe is None:
         return {"probed": False, "note": outcome if isinstance(outcome, str) else outcome.note}
@@ -229,7 +229,7 @@ def _print_cpu(cpu: Dict[str, Any]) -> None:
     from rich.markup import escape
 
     from launcher.cli.render import console
-    from launcher.planning.cpu import isa_advice
+    from launcher.planning.cpu.tuning import isa_advice
 
     con = console()
     for host, outcome in cpu.items():

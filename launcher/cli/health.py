@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.cli.devices import DeviceCheck, run_devices
 from launcher.errors import PlanError
-from launcher.planning.devices import DEFAULT_POLICY
-from launcher.planning.health import KERNELS, PREFLIGHT_MODES
-from launcher.planning.jobspec import JobSpec, Plan
+from launcher.planning.health.devices import DEFAULT_POLICY
+from launcher.planning.health.rounds import KERNELS, PREFLIGHT_MODES
+from launcher.planning.job.spec import JobSpec, Plan
 
 
 def check_kernel(kernel: str) -> str:
@@ -71,7 +71,7 @@ def need_allocation() -> None:
     """Raises PlanError when this does not run inside a Slurm allocation (salloc, sbatch)."""
     import os
 
-    from launcher.planning.slurmalloc import in_allocation
+    from launcher.planning.backends.slurm import in_allocation
 
     if not in_allocation(os.environ):
         raise PlanError("the health check over Slurm runs inside an allocation (salloc, sbatch)", field="--launcher")
@@ -89,7 +89,7 @@ def print_result(result: Any, prefix: str = "") -> None:
 
 def result_json(result: Any, kernel: str, threshold: float, devices: Optional[DeviceCheck] = None) -> str:
     """``doctor --health --json`` (with ``"devices"``: what the device step checked, when given)."""
-    from launcher.planning.health import health_json
+    from launcher.planning.health.rounds import health_json
 
     return json.dumps(health_json(result.verdicts, kernel=kernel, threshold=threshold, seconds=result.seconds,
                                   network_note=result.network_note,
@@ -111,7 +111,7 @@ def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str
             its ranks to another node) and this node is slow or faulty (one line naming the hosts
             and why).
     """
-    from launcher.planning.jobspec import Exclusion
+    from launcher.planning.job.spec import Exclusion
     from launcher.planning.spares import replan, spare_hosts
 
     devices = run_devices(spec, plan, device_checks)

@@ -13,7 +13,7 @@ import typer
 
 from launcher.cli.docs import epilog
 from launcher.errors import JobError, MsLaunchError
-from launcher.planning.kinds import JobStatus
+from launcher.planning.job.kinds import JobStatus
 
 if TYPE_CHECKING:
     from launcher.jobs.jobdir import JobInfo
@@ -87,7 +87,7 @@ def logs_tail(
     from launcher.jobs.joblock import lock_holder
     from launcher.logs.follow import Follower, LogSource, job_log_sources, last_lines, prefix
     from launcher.logs.joblogs import job_logs, missing_note
-    from launcher.planning.layout import SUMMARY_FILE
+    from launcher.planning.job.layout import SUMMARY_FILE
 
     if lines < 0:
         raise MsLaunchError(f"-n takes a number of lines >= 0, got {lines}", field="--lines")

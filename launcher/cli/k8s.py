@@ -7,7 +7,7 @@ against stand-in hosts (this machine, for node 0 and the last node), so every er
 give inside a pod is given now, one line, exit 2, and nothing is written.  What only the image
 can tell (the program, ``--env-file`` files) is left to the pods.
 
-The manifests are built by :mod:`launcher.planning.k8s` (pure); ``-o FILE`` is written atomically.
+The manifests are built by :mod:`launcher.planning.backends.k8s` (pure); ``-o FILE`` is written atomically.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import typer
 
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, job_options
 from launcher.errors import PlanError
-from launcher.planning.k8s import FLAVORS, K8sJob, render_manifests
+from launcher.planning.backends.k8s import FLAVORS, K8sJob, render_manifests
 
 app = typer.Typer(help="Kubernetes: manifests whose pods run mslaunch in per-node mode.", no_args_is_help=True)
 CONTEXT = dict(PROGRAM_CONTEXT, allow_extra_args=True)
@@ -160,7 +160,7 @@ def _check_run(opts: JobOptions, params: Dict[str, Any], groups: List[List[str]]
 
         if not parse_msrun_bool(opts.join, "--join"):
             raise PlanError("--join False would end the pod at once; drop it", field="--join")
-    from launcher.planning.kinds import Method
+    from launcher.planning.job.kinds import Method
 
     if opts.method != Method.DYNAMIC and opts.method in tuple(m.value for m in Method):
         raise PlanError(f"--method {opts.method}: the pods run MindSpore's dynamic cluster (per-node mode); drop --method",
@@ -177,8 +177,8 @@ def _plan_stand_ins(opts: JobOptions, nodes: int, per_host: int) -> None:
     """Plan node 0 and the last node as ``mslaunch run`` in their pods would (this machine as
     the stand-in host): the errors of the run options come out here, not in the pods."""
     from launcher.cli.spec import build_spec
-    from launcher.planning.cpu import CPU_TUNE_MODES
-    from launcher.planning.plan import build_plan
+    from launcher.planning.build import build_plan
+    from launcher.planning.cpu.tuning import CPU_TUNE_MODES
 
     if opts.cpu_tune.strip().lower() not in CPU_TUNE_MODES:  # the stand-ins plan with it off (no probe of this machine)
         raise PlanError(f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune")
@@ -244,7 +244,7 @@ def gen_cmd(
     if not opts.program and not opts.module:
         raise PlanError("missing SCRIPT: mslaunch k8s gen [options] [run options] SCRIPT [ARGS]", field="SCRIPT")
     from launcher.cli.cpuspec import device_target
-    from launcher.planning import envs
+    from launcher.planning.job import envs
 
     env_pairs = dict(envs.parse_env_assignment(e) for e in opts.env)
     device = device_target(((opts.module,) if opts.module else ()) + opts.program, env_pairs)

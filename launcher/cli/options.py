@@ -2,7 +2,7 @@
 
 :func:`with_job_options` adds the options to a typer command's signature and hands the
 command one :class:`JobOptions` value; :func:`launcher.cli.spec.build_spec` turns it into a
-planning :class:`~launcher.planning.jobspec.JobSpec`.
+planning :class:`~launcher.planning.job.spec.JobSpec`.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import typer
 
 from launcher.cli.ssh_flags import ssh_parameter
 from launcher.execution.backend import backend_names
-from launcher.planning.jobspec import DEFAULT_MASTER_PORT
+from launcher.planning.job.spec import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
     pass

@@ -22,7 +22,7 @@ import shutil
 from typing import Mapping, Optional
 
 from launcher.errors import PlanError
-from launcher.planning.jobspec import JobSpec
+from launcher.planning.job.spec import JobSpec
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _FORMS = "give SCRIPT as a path from here (or -m MODULE, or --no-python PROGRAM)"

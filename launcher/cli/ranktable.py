@@ -82,8 +82,8 @@ def _gc_paused(command: F) -> F:
 
 def _load_inventory(hosts: Optional[str], host_list: Optional[str]) -> Any:
     """The unfiltered inventory from ``--hosts FILE`` or ``-H LIST`` (exactly one of them)."""
-    from launcher.planning.hostfile import parse_host_list
-    from launcher.planning.inventory import read_hosts_arg
+    from launcher.planning.inventory.hostarg import parse_host_list
+    from launcher.planning.inventory.sources import read_hosts_arg
 
     if hosts and host_list:
         raise RankTableError("give either --hosts FILE or -H LIST, not both", field="--hosts")
@@ -164,7 +164,7 @@ def gen(
     or <hccn-dir>/<host>.conf, the YAML device_ips.  Servers are sorted by server_id (string
     order) and ranks follow that order.  The table is validated before anything is written.
     """
-    from launcher.planning.hostfilter import apply_filters
+    from launcher.planning.inventory.filters import apply_filters
     from launcher.planning.ranktable import (
         build_rank_table,
         check_rank_table,
@@ -178,7 +178,7 @@ def gen(
     read = None
     if collect:
         from launcher.execution.ssh import collect_files
-        from launcher.planning.hccn import parse_hccn_conf, read_hccn_conf
+        from launcher.planning.ranktable.hccn import parse_hccn_conf, read_hccn_conf
 
         wanted = [h for h in inventory.hosts if h.name not in files]
         texts = collect_files(wanted, hccn_path, ssh)

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 from rich.console import Console
 
-from launcher.planning.hosts import SshOptions
-from launcher.planning.jobspec import Plan
+from launcher.planning.inventory.model import SshOptions
+from launcher.planning.job.spec import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.results import JobResult
@@ -90,7 +90,7 @@ def print_plan(plan: Plan, everything: bool = False) -> None:
             f"  log:  {p.log}",
         ]
         if p.cpus is not None:
-            from launcher.planning.hostcores import format_cpus
+            from launcher.planning.cpu.hostcores import format_cpus
 
             lines.append(f"  cpus: {format_cpus(p.cpus)}")
         if p.rank is not None and any(p.rank in t.ranks for t in plan.host_threads):

@@ -21,10 +21,10 @@ from launcher.cli.submit_check import stand_in, stand_in_options
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
-from launcher.planning import layout
-from launcher.planning.jobspec import JobSpec, Plan
-from launcher.planning.kinds import EventKind, describe_returncode
-from launcher.planning.plan import build_plan
+from launcher.planning.build import build_plan
+from launcher.planning.job import layout
+from launcher.planning.job.kinds import EventKind, describe_returncode
+from launcher.planning.job.spec import JobSpec, Plan
 
 if TYPE_CHECKING:
     from launcher.cli.startmode import StartMode
@@ -103,7 +103,7 @@ def run_cmd(
     from launcher.cli.health import check_mode
 
     check_mode(preflight)
-    from launcher.planning.devices import check_policy
+    from launcher.planning.health.devices import check_policy
 
     check_policy(device_checks)
     spec = build_spec(opts, allocation=stand_in_env)
@@ -180,7 +180,7 @@ def _print_plan(plan: Plan, as_json: bool) -> None:
     """``--dry-run``: the plan as ``mslaunch plan`` prints it (``--json``: as JSON)."""
     if as_json:
         from launcher.execution.backend import plan_json
-        from launcher.planning.jsontext import dumps_indented
+        from launcher.planning.text.jsontext import dumps_indented
 
         sys.stdout.write(dumps_indented(plan_json(plan)) + "\n")
         return
@@ -215,7 +215,7 @@ def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSet
     def started() -> None:
         if pre_event:
             from launcher.logs.metricsfile import append_event
-            from launcher.planning.kinds import EventKind
+            from launcher.planning.job.kinds import EventKind
 
             append_event(plan.job_dir, EventKind.PREFLIGHT, pre_event)
         console.start()

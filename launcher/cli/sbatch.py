@@ -7,7 +7,7 @@ nothing) that runs ``mslaunch run --launcher slurm`` inside the allocation, subm
 
 Before SCRIPT, sbatch's options and ``mslaunch run``'s come in any order
 (:mod:`launcher.cli.sbatch_args`).  The allocation is sized from ``--np``/``--per-host`` where
-``-N``/``--ntasks``/``--ntasks-per-node`` are not given (:mod:`launcher.planning.sbatchshape`).
+``-N``/``--ntasks``/``--ntasks-per-node`` are not given (:mod:`launcher.planning.backends.sbatch`).
 Before anything is written, the script's ``mslaunch run`` is checked as it will run in the
 allocation, against a stand-in of it (:mod:`launcher.cli.submit_check`): a job that would fail
 there on its options or a missing program is refused now, one line, exit 2.
@@ -35,8 +35,8 @@ from typer.core import TyperCommand
 from launcher.cli.sbatch_args import SplitArgs, option_names, split_args
 from launcher.cli.spec import new_job_id
 from launcher.errors import PlanError
-from launcher.planning import layout
-from launcher.planning.sbatchshape import Shape, derive_shape
+from launcher.planning.backends.sbatch import Shape, derive_shape
+from launcher.planning.job import layout
 
 _SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?([A-Z0-9]+)(?:@(\d+))?$")
 #: where :class:`SbatchCommand` leaves the split arguments for :func:`sbatch_cmd`.
@@ -154,7 +154,7 @@ def sbatch_cmd(
     """
     from launcher.cli.submit_check import check_run, parse_run, submit_environ
     from launcher.jobs.jobfile import validate_job_id
-    from launcher.planning.sbatchshape import stand_in_environ
+    from launcher.planning.backends.sbatch import stand_in_environ
 
     split: SplitArgs = ctx.meta.pop(_SPLIT)
     job_id = validate_job_id(split.job_id) if split.job_id is not None else new_job_id()

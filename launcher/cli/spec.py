@@ -1,5 +1,5 @@
 """From :class:`~launcher.cli.options.JobOptions` to a planning
-:class:`~launcher.planning.jobspec.JobSpec` and a plan: reading the files the options name,
+:class:`~launcher.planning.job.spec.JobSpec` and a plan: reading the files the options name,
 resolving ``auto`` ports, per-node mode and the launching environment (the impure edge of
 planning lives here).
 """
@@ -16,15 +16,15 @@ from launcher.cli.options import JobOptions
 from launcher.cli.ssh_flags import job_ssh_config
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.backend import backend_names
-from launcher.planning import envs
-from launcher.planning.hostfile import parse_host_list
-from launcher.planning.hostfilter import apply_filters
-from launcher.planning.hosts import Inventory
-from launcher.planning.inventory import local_inventory, read_hosts_arg
-from launcher.planning.jobspec import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, worker_log_name
-from launcher.planning.mpiopts import MpiOptions
-from launcher.planning.plan import build_plan
-from launcher.planning.sbatchshape import stand_in_inventory
+from launcher.planning.backends.sbatch import stand_in_inventory
+from launcher.planning.build import build_plan
+from launcher.planning.inventory.filters import apply_filters
+from launcher.planning.inventory.hostarg import parse_host_list
+from launcher.planning.inventory.model import Inventory
+from launcher.planning.inventory.sources import local_inventory, read_hosts_arg
+from launcher.planning.job import envs
+from launcher.planning.job.mpirun_options import MpiOptions
+from launcher.planning.job.spec import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, worker_log_name
 
 
 def check_launcher(name: Optional[str]) -> None:
@@ -58,7 +58,7 @@ def load_inventory(
 
 def slurm_inventory(opts: JobOptions, per_host: Optional[int], environ: Mapping[str, str], stand_in: bool = False) -> Inventory:
     """``--launcher slurm``: the allocation's nodes (narrowed by ``-H``), each with its NodeAddr
-    (``stand_in``: ``mslaunch sbatch``'s stand-in, see :func:`~launcher.planning.sbatchshape.stand_in_inventory`).
+    (``stand_in``: ``mslaunch sbatch``'s stand-in, see :func:`~launcher.planning.backends.sbatch.stand_in_inventory`).
 
     Args:
         opts: the job options (``-H``, ``--include``/``--exclude``).
@@ -70,7 +70,7 @@ def slurm_inventory(opts: JobOptions, per_host: Optional[int], environ: Mapping[
         PlanError: not inside an allocation, or ``--hosts`` given (the allocation is the inventory).
         InventoryError: a malformed SLURM_* variable or a -H node outside the allocation.
     """
-    from launcher.planning.slurmalloc import allocation_inventory, parse_allocation, parse_narrow
+    from launcher.planning.backends.slurm import allocation_inventory, parse_allocation, parse_narrow
 
     if opts.hosts:
         raise PlanError("--launcher slurm takes its hosts from the allocation; drop --hosts (narrow with -H)", field="--hosts")
@@ -89,7 +89,7 @@ def _read_env_file(path: str) -> Tuple[Tuple[str, str], ...]:
     Raises:
         MsLaunchError: the file is missing or a line is not ``K=V`` (naming path:line).
     """
-    from launcher.planning.textfile import read_text
+    from launcher.planning.text.textfile import read_text
 
     return envs.parse_env_file(read_text(path, MsLaunchError, "no such env file", "an env file"), path)
 
@@ -132,7 +132,7 @@ def _read_given_rank_table(path: str) -> str:
 
     from launcher.errors import RankTableError
     from launcher.planning.ranktable import validate_rank_table
-    from launcher.planning.textfile import read_text
+    from launcher.planning.text.textfile import read_text
 
     text = read_text(path, RankTableError, "no such rank table", "a rank table")
     try:
@@ -425,5 +425,5 @@ def hccn_pair(text: str) -> Tuple[str, str]:
 
 
 def plan_from(opts: JobOptions, job_id: Optional[str] = None) -> Plan:
-    """The plan of ``opts`` (:func:`build_spec`, then :func:`~launcher.planning.plan.build_plan`)."""
+    """The plan of ``opts`` (:func:`build_spec`, then :func:`~launcher.planning.build.build_plan`)."""
     return build_plan(build_spec(opts, job_id))

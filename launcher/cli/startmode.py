@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from launcher.planning.jobspec import Plan
+from launcher.planning.job.spec import Plan
 
 FORKED = "Python ranks forked from one process that imported mindspore once (the zygote; plain processes if that import is not fork-safe)"
 

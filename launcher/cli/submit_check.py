@@ -2,7 +2,7 @@
 
 The run options of the script are parsed by the ``run`` command's own parser and handed to
 its own code (:func:`launcher.cli.run.run_cmd`), which plans the job as it would inside the
-allocation -- but against a stand-in of it (:mod:`launcher.planning.sbatchshape`) -- checks
+allocation -- but against a stand-in of it (:mod:`launcher.planning.backends.sbatch`) -- checks
 the program, and returns where it would start anything.  Every error the run would give in the
 allocation is so given at submit time: one line, exit 2, before anything is written.
 
@@ -91,7 +91,7 @@ def stand_in_options(opts: Any) -> Any:
         raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or --rank-table-file",
                         field="--method")
     from launcher.cli.spec import hccn_pair
-    from launcher.planning.hccn import read_hccn_conf
+    from launcher.planning.ranktable.hccn import read_hccn_conf
 
     for text in opts.hccn:
         read_hccn_conf(hccn_pair(text)[1])

@@ -1,26 +1,19 @@
-"""The built-in backends: name -> the module that registers it (imported on first use).
+"""The built-in backends: name -> ``module:Class``, imported on first use.
 
-Each module calls :func:`launcher.execution.backend.register_backend` at import.  Listing the
-module here, not importing it, keeps the CLI's start-up light (the ssh backend imports paramiko).
-A backend outside this package registers itself the same way once its module is imported.
+Listing the class here, not importing its module, keeps the CLI's start-up light (the ssh
+backend imports paramiko), and importing a backend module registers nothing: the registry
+(:func:`launcher.execution.backend.get_backend`) loads a built-in backend from this table when
+it is first asked for.  A backend outside this package is registered explicitly with
+:func:`launcher.execution.backend.register_backend`.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict
 
-#: Backend name -> its module, in the order ``--launcher`` lists them.
+#: Backend name -> ``module:Class``, in the order ``--launcher`` lists them.
 BUILTIN: Dict[str, str] = {
-    "local": "launcher.execution.local.backend",
-    "ssh": "launcher.execution.ssh.backend",
-    "mpirun": "launcher.execution.mpirun.backend",
-    "slurm": "launcher.execution.slurm.backend",
+    "local": "launcher.execution.local.backend:LocalBackend",
+    "ssh": "launcher.execution.ssh.backend:SshBackend",
+    "mpirun": "launcher.execution.mpirun.backend:MpirunBackend",
+    "slurm": "launcher.execution.slurm.backend:SlurmBackend",
 }
-
-
-def load_all() -> Tuple[str, ...]:
-    """Import every built-in backend module (registering each); their names."""
-    import importlib
-
-    for module in BUILTIN.values():
-        importlib.import_module(module)
-    return tuple(BUILTIN)

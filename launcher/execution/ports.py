@@ -6,6 +6,7 @@ import time
 from typing import Callable, Optional
 
 from launcher.errors import LaunchError
+from launcher.planning.job.spec import Plan
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -105,3 +106,13 @@ def local_ip_towards(addr: str) -> str:
             return str(s.getsockname()[0])
         except OSError:
             return ip
+
+
+def check_scheduler_port(plan: Plan) -> None:
+    """The scheduler's port must be free on this machine when the scheduler runs here.
+
+    Raises:
+        LaunchError: the port is busy.
+    """
+    if plan.scheduler is not None and plan.master_port is not None:
+        check_port_free(plan.master_port)

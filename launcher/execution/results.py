@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from launcher.logs.causes import Cause
 from launcher.logs.hangreport import HangReport
-from launcher.planning.kinds import JobStatus, describe_returncode, signal_name
+from launcher.planning.job.kinds import JobStatus, describe_returncode, signal_name
 
 #: Job states written to summary.json.
 SUCCEEDED, FAILED, TIMEOUT, STOPPED = JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMEOUT, JobStatus.STOPPED

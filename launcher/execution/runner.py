@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
-from launcher.execution.local.watchdog import Watchdog
+from launcher.execution.process.watchdog import Watchdog
 from launcher.execution.results import JobResult
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.supervision.attempt import BackendFactory
 from launcher.execution.supervision.supervisor import Supervisor
-from launcher.jobs import jobdir
+from launcher.jobs import jobdir, joblock
 from launcher.jobs.files import write_atomic
-from launcher.planning.hosts import is_local
-from launcher.planning.jobspec import Exclusion, Plan
-from launcher.planning.kinds import EventKind
+from launcher.planning.inventory.model import is_local
+from launcher.planning.job.kinds import EventKind
+from launcher.planning.job.spec import Exclusion, Plan
 
 if TYPE_CHECKING:
     from launcher.execution.supervision.hangwatch import HangWatch
@@ -101,7 +101,7 @@ def check_artefacts(plan: Plan) -> None:
 
 def write_job_files(plan: Plan, argv: List[str]) -> None:
     """Claim and lock the job dir (see :func:`launcher.jobs.jobdir.claim_job_dir`), write its files, register."""
-    jobdir.claim_job_dir(plan.job_dir)
+    joblock.claim_job_dir(plan.job_dir)
     write_plan_files(plan)
     extra = {"slurm_job_id": os.environ["SLURM_JOB_ID"]} if plan.launcher == "slurm" and os.environ.get("SLURM_JOB_ID") else None
     jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv, extra=extra)
@@ -171,7 +171,7 @@ def run_plan(
     write_job_files(plan, argv)
     if on_started is not None:
         on_started()
-    from launcher.execution.local.process import become_subreaper
+    from launcher.execution.process.spawn import become_subreaper
     from launcher.execution.supervision.hangwatch import HangWatch
     from launcher.logs.metricsfile import MetricsWriter, append_event
 
@@ -195,7 +195,7 @@ def run_plan(
         metrics.stop()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
     append_event(plan.job_dir, EventKind.JOB_END, {"status": result.status, "exit_code": result.exit_code})
-    jobdir.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
+    joblock.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
 
 
@@ -207,7 +207,7 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
     ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch,
     restarts re-planned on spare hosts (``replan``, see :func:`run_plan`)."""
-    from launcher.execution.local.process import reap_orphans
+    from launcher.execution.process.spawn import reap_orphans
     from launcher.logs.metricsfile import append_event
 
     def record_event(kind: EventKind, data: Dict[str, Any]) -> None:
@@ -245,7 +245,7 @@ def _supervise(sup: Supervisor) -> JobResult:
 
         failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
         jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
-        jobdir.release_job_dir(plan.job_dir)
+        joblock.release_job_dir(plan.job_dir)
         raise
 
 

@@ -1,7 +1,7 @@
 """Job directories and the job registry behind ``ps`` / ``status`` / ``stop`` / ``logs``.
 
 Job directory (``--log-dir``, default ``./mslaunch_logs/<job-id>/``): see
-:mod:`launcher.planning.layout` for its files.  :func:`claim_job_dir` creates it with mode 0700
+:mod:`launcher.planning.job.layout` for its files.  :func:`claim_job_dir` creates it with mode 0700
 when it is missing; an existing directory is used only when it is empty and keeps its mode
 (mslaunch never changes the mode of a directory it did not create).  Besides the plan's files
 mslaunch writes there:
@@ -52,8 +52,8 @@ from launcher.jobs.jobfile import (
 from launcher.jobs.joblock import (
     lock_holder,
 )
-from launcher.planning import layout
-from launcher.planning.kinds import JobStatus
+from launcher.planning.job import layout
+from launcher.planning.job.kinds import JobStatus
 
 PLAN_FILE = layout.PLAN_FILE
 SUMMARY_FILE = layout.SUMMARY_FILE

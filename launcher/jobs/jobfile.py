@@ -16,7 +16,7 @@ import stat
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from launcher.errors import JobError
-from launcher.planning import layout
+from launcher.planning.job import layout
 
 PLAN_FILE = layout.PLAN_FILE
 SUMMARY_FILE = layout.SUMMARY_FILE

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 
 from launcher.errors import MsLaunchError
 from launcher.jobs.jobfile import CorruptJobFile, ensure_registry_dir, read_job_file
-from launcher.planning import layout
+from launcher.planning.job import layout
 
 PLAN_FILE = layout.PLAN_FILE
 SUMMARY_FILE = layout.SUMMARY_FILE

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from launcher.logs.hostmem import HostRecords, cgroup_memory, format_bytes, kernel_kills, oom_kill_count
 from launcher.logs.stacks import collective_timeout
 from launcher.logs.tracebacks import PyException, exception_chain, native_crash, strip_ansi
-from launcher.planning.kinds import signal_name
+from launcher.planning.job.kinds import signal_name
 
 __all__ = ["EVIDENCE_MAX", "Facts", "Failure", "Found", "TAIL_LINES", "signal_of"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from launcher.logs.stacks import Culprit
-from launcher.planning.kinds import StrEnum
+from launcher.planning.job.kinds import StrEnum
 
 __all__ = ["Culprit", "HangKind", "HangRank", "HangReport", "TimedOut"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from launcher.jobs.jobfile import CorruptJobFile, read_job_file
-from launcher.planning import layout
+from launcher.planning.job import layout
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def process_table(events: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     with ``state`` ``running`` or the exit's wording (``exit code 0``, ``killed by SIGKILL``).
     ``pid`` is the process's pid on its host (mpirun: the pid of ``mpirun`` itself for every rank,
     Slurm: of the rank's ``srun`` step; None where the backend has none)."""
-    from launcher.planning.kinds import EventKind, describe_returncode
+    from launcher.planning.job.kinds import EventKind, describe_returncode
 
     attempt = max((int(e["attempt"]) for e in events if e.get("kind") == EventKind.STARTED and isinstance(e.get("attempt"), int)), default=0)
     rows: Dict[str, Dict[str, Any]] = {}

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from launcher.logs.follow import Follower, LogSource, job_log_sources
 from launcher.logs.metrics import Metric, parse_line
 from launcher.logs.progress import Progress, RankDeriver
-from launcher.planning import layout
+from launcher.planning.job import layout
 
 __all__ = ["EVENTS_FILE", "append_event", "read_events", "METRICS_FILE", "MetricsWriter", "JsonlTail", "log_mtimes", "job_metric_sources", "LogMetrics"]
 

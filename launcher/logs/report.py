@@ -25,7 +25,7 @@ from launcher.errors import MsLaunchError
 from launcher.logs.causes import Cause
 from launcher.logs.metricsfile import METRICS_FILE, LogMetrics, read_events, read_records
 from launcher.logs.progress import Progress
-from launcher.planning.kinds import EventKind
+from launcher.planning.job.kinds import EventKind
 
 #: The events the report's timeline lists (``started`` events are drawn as bars instead).
 _TIMELINE_KINDS = (EventKind.PREFLIGHT, EventKind.JOB_START, EventKind.FAILURE, EventKind.TEARDOWN, EventKind.RESTART, EventKind.TIMEOUT,

@@ -16,8 +16,8 @@ from dataclasses import replace
 from typing import List, Sequence, Tuple
 
 from launcher.errors import PlanError
-from launcher.planning.jobspec import Exclusion, JobSpec, Plan
-from launcher.planning.plan import build_plan
+from launcher.planning.build import build_plan
+from launcher.planning.job.spec import Exclusion, JobSpec, Plan
 
 __all__ = ["Exclusion", "replan", "spare_hosts", "without_hosts"]
 
@@ -57,7 +57,7 @@ def replan(spec: JobSpec, exclusions: Sequence[Exclusion], world_size: int) -> P
     ``excluded`` lists every exclusion so far (``plan.json``'s ``excluded_hosts``).
 
     Raises:
-        PlanError: see :func:`without_hosts` and :func:`launcher.planning.plan.build_plan`.
+        PlanError: see :func:`without_hosts` and :func:`launcher.planning.build.build_plan`.
     """
     merged: List[Exclusion] = []
     for e in exclusions:

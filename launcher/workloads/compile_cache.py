@@ -21,7 +21,7 @@ from typing import MutableMapping, Optional
 
 __all__ = ["ENABLE_VAR", "OFFER_VAR", "PATH_VAR", "stop_caching", "use_offered_cache"]
 
-#: The folder mslaunch offers (launcher.planning.envs.COMPILE_CACHE_OFFER; a test keeps them equal).
+#: The folder mslaunch offers (launcher.planning.job.envs.COMPILE_CACHE_OFFER; a test keeps them equal).
 OFFER_VAR = "MSLAUNCH_COMPILE_CACHE"
 ENABLE_VAR = "MS_COMPILER_CACHE_ENABLE"
 PATH_VAR = "MS_COMPILER_CACHE_PATH"

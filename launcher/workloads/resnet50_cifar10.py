@@ -98,8 +98,6 @@ from launcher.workloads.checkpoints import (
     save_checkpoint,
     weights_from_checkpoint,
 )
-
-# The network and the data live in their own modules; these names stay importable from here.
 from launcher.workloads.cifar10_data import (
     UsageError,
     build_pipeline,

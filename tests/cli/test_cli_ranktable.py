@@ -271,7 +271,7 @@ def test_module_does_not_import_rich() -> None:
 
 
 def _table_file(tmp_path, servers: int, v12: bool = False) -> str:
-    from tests.planning.test_ranktable_scale import big_table
+    from tests.planning.ranktable.test_ranktable_scale import big_table
 
     path = tmp_path / "big.json"
     path.write_text(json.dumps(big_table(servers, 8, v12)))
@@ -311,7 +311,7 @@ def test_plain_table_is_what_rich_draws(v12: bool) -> None:
     from rich.text import Text
 
     from launcher.cli.ranktable import _columns, _device_rows, _plain_table, _super_pods
-    from tests.planning.test_ranktable_scale import big_table
+    from tests.planning.ranktable.test_ranktable_scale import big_table
 
     table = big_table(3, 8, v12)
     table["server_list"][1]["device"][0]["device_ip"] = "1.2.3.4-ü"  # wide/unusual text too
@@ -366,7 +366,7 @@ def test_ranktable_does_not_import_the_other_commands(tmp_path) -> None:
     code = (
         "import atexit, sys\n"
         "atexit.register(lambda: print(sorted(m for m in sys.modules if m.startswith(('launcher.cli.app', "
-        "'launcher.cli.options', 'launcher.cli.spec', 'launcher.cli.run', 'launcher.planning.plan'))), file=sys.stderr))\n"
+        "'launcher.cli.options', 'launcher.cli.spec', 'launcher.cli.run', 'launcher.planning.build'))), file=sys.stderr))\n"
         f"sys.argv = ['mslaunch', 'ranktable', 'validate', {str(table)!r}]\n"
         "from launcher.__main__ import main\n"
         "main()\n"

@@ -11,11 +11,11 @@ from launcher.cli.options import JobOptions, job_options
 from launcher.cli.spec import build_spec
 from launcher.errors import PlanError
 from launcher.execution.checks.health import HealthResult
-from launcher.planning.devices import ToolSetup
-from launcher.planning.devices.model import HostDeviceSpec
-from launcher.planning.devices.target import TargetChoice
-from launcher.planning.health import Verdict
-from launcher.planning.plan import build_plan
+from launcher.planning.build import build_plan
+from launcher.planning.health.devices import ToolSetup
+from launcher.planning.health.devices.model import HostDeviceSpec
+from launcher.planning.health.devices.target import TargetChoice
+from launcher.planning.health.rounds import Verdict
 
 
 def opts(**kw) -> JobOptions:

@@ -1,4 +1,4 @@
-"""``mslaunch k8s gen``: the CLI around launcher/planning/k8s.py (options in either order, the run
+"""``mslaunch k8s gen``: the CLI around launcher/planning/backends/k8s.py (options in either order, the run
 options parsed by run's own parser and planned against stand-in hosts, bad input refused with
 one line, exit 2 and nothing written)."""
 from __future__ import annotations

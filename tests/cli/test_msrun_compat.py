@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from launcher.cli import options
+from launcher.cli import msrun_flags as options
 from launcher.errors import PlanError, RankTableError
-from launcher.planning.inventory import local_inventory
-from launcher.planning.jobspec import JobSpec, NodeSpec, worker_log_name
-from launcher.planning.plan import build_plan
-from launcher.planning.ranks import node_slots
+from launcher.planning.build import build_plan
+from launcher.planning.inventory.sources import local_inventory
+from launcher.planning.job.ranks import node_slots
+from launcher.planning.job.spec import JobSpec, NodeSpec, worker_log_name
 from tests.harness.cli import run_process
 
 
@@ -90,7 +90,7 @@ def test_per_node_without_node_rank_leaves_ranks_to_mindspore():
 
 
 def test_per_node_refuses_an_inventory():
-    from launcher.planning.hostfile import parse_host_list
+    from launcher.planning.inventory.hostarg import parse_host_list
 
     with pytest.raises(PlanError) as exc:
         build_plan(spec(inventory=parse_host_list("a:2,b:2"), node=NodeSpec(0, 2)))

@@ -82,8 +82,8 @@ def test_plan_shows_the_hostfile_ssh_user_and_port(tmp_path) -> None:
     argv = mpi["mpirun"]
     agent = argv[argv.index("plm_rsh_agent") + 1]
     assert agent.startswith("ssh -F ") and agent.endswith("/ssh_config -o BatchMode=yes")
-    from launcher.planning.inventory import read_inventory
-    from launcher.planning.mpi import rsh_agent
+    from launcher.planning.backends.mpirun import rsh_agent
+    from launcher.planning.inventory.sources import read_inventory
 
     _, config = rsh_agent(read_inventory(str(tmp_path / "hosts")).hosts, None, "/j/ssh_config")  # what that file holds
     assert config is not None and config.splitlines()[1:] == ["Host n1", "    User bob", "    Port 2222", "Host n2", "    User alice", "    Port 2200"]

@@ -7,7 +7,7 @@ import pytest
 from launcher.cli.options import JobOptions, job_options
 from launcher.cli.spec import JobShape, build_spec, job_shape
 from launcher.errors import PlanError
-from launcher.planning.jobspec import NodeSpec
+from launcher.planning.job.spec import NodeSpec
 
 
 def opts(**kw) -> JobOptions:

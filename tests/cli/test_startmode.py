@@ -4,9 +4,9 @@ from __future__ import annotations
 import sys
 
 from launcher.cli.startmode import FORKED, StartMode, choose, scheduler_mode, start_mode
-from launcher.planning.hostfile import parse_host_list
-from launcher.planning.jobspec import JobSpec
-from launcher.planning.plan import build_plan
+from launcher.planning.build import build_plan
+from launcher.planning.inventory.hostarg import parse_host_list
+from launcher.planning.job.spec import JobSpec
 
 
 def plan(**kw):

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution.backend import Backend, BackendContext, ReportedProcess
-from launcher.planning.jobspec import Plan, ProcPlan
+from launcher.execution.backend import Backend, BackendContext
+from launcher.execution.process.handle import ReportedProcess
+from launcher.planning.job.spec import Plan, ProcPlan
 
 
 @dataclass(frozen=True)

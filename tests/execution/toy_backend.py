@@ -13,8 +13,9 @@ import time
 from typing import Any, Dict, Optional
 
 from launcher.errors import LaunchError
-from launcher.execution.backend import Backend, BackendContext, ProcessHandle, register_backend
-from launcher.planning.jobspec import Plan, ProcPlan
+from launcher.execution.backend import Backend, BackendContext, register_backend
+from launcher.execution.process.handle import ProcessHandle
+from launcher.planning.job.spec import Plan, ProcPlan
 
 
 class ToyProcess(ProcessHandle):

@@ -44,7 +44,7 @@ import sys
 import time
 from typing import Dict, Iterator, List, Optional, Sequence
 
-from launcher.execution.local.watchdog import descendants, process_parents
+from launcher.execution.process.watchdog import descendants, process_parents
 from tests.harness.netns_cluster import NamespaceCluster, NamespaceClusterError
 
 #: The Slurm executables the cluster needs.

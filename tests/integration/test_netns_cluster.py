@@ -12,8 +12,8 @@ from typing import List
 import paramiko
 import pytest
 
-from launcher.planning.clusteryaml import parse_cluster_yaml
-from launcher.planning.ompi_hostfile import parse_hostfile
+from launcher.planning.inventory.clusteryaml import parse_cluster_yaml
+from launcher.planning.inventory.hostfile import parse_hostfile
 from tests.harness.netns_cluster import NamespaceCluster, NamespaceClusterError
 
 pytestmark = pytest.mark.netns

@@ -3,7 +3,7 @@
 numbers, its exit order, finding and stopping its ranks, and the collective cluster's end.
 
 The execution-level differential suite (every case both ways, one zygote) is
-``tests/execution/test_zygote_conformance.py``; the reliability counts are
+``tests/execution/local/test_zygote_conformance.py``; the reliability counts are
 ``bench/bench_reliability.py`` (docs/benchmarks.md).
 """
 from __future__ import annotations

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from launcher.planning.hccn import read_hccn_conf
-from launcher.planning.inventory import read_inventory
+from launcher.planning.inventory.sources import read_inventory
 from launcher.planning.ranktable import build_rank_table, rank_table_json, resolve_device_ips, validate_rank_table
+from launcher.planning.ranktable.hccn import read_hccn_conf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOSTFILES = os.path.join(ROOT, "hostfiles")

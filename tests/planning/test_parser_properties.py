@@ -16,14 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import MsLaunchError
-from launcher.planning.clusteryaml import parse_cluster_yaml
-from launcher.planning.envs import parse_env_assignment, parse_env_file
-from launcher.planning.hccn import parse_hccn_conf
-from launcher.planning.hostfile import parse_host_list
-from launcher.planning.hostfilter import apply_filters
-from launcher.planning.hosts import Inventory
-from launcher.planning.ompi_hostfile import parse_hostfile
-from launcher.planning.ranks import assign_ranks
+from launcher.planning.inventory.clusteryaml import parse_cluster_yaml
+from launcher.planning.inventory.filters import apply_filters
+from launcher.planning.inventory.hostarg import parse_host_list
+from launcher.planning.inventory.hostfile import parse_hostfile
+from launcher.planning.inventory.model import Inventory
+from launcher.planning.job.envs import parse_env_assignment, parse_env_file
+from launcher.planning.job.ranks import assign_ranks
 from launcher.planning.ranktable import (
     default_table_name,
     parse_rank_table_json,
@@ -31,6 +30,7 @@ from launcher.planning.ranktable import (
     table_size,
     validate_rank_table,
 )
+from launcher.planning.ranktable.hccn import parse_hccn_conf
 from tests.harness.hypo import examples
 
 SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

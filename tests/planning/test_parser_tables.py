@@ -9,17 +9,17 @@ from __future__ import annotations
 import pytest
 
 from launcher.errors import InventoryError, MsLaunchError, PlanError, RankTableError
-from launcher.planning import inventory as inv_mod
-from launcher.planning.clusteryaml import parse_cluster_yaml
-from launcher.planning.envs import parse_env_assignment, parse_env_file
-from launcher.planning.hccn import read_hccn_conf
-from launcher.planning.hostfile import parse_host_list
-from launcher.planning.hostfilter import apply_filters
-from launcher.planning.hosts import MAX_DEVICE_ID, MAX_SLOTS
-from launcher.planning.inventory import local_inventory, read_inventory
-from launcher.planning.ompi_hostfile import parse_hostfile
-from launcher.planning.ranks import MAX_WORLD_SIZE, assign_ranks
+from launcher.planning.inventory import sources as inv_mod
+from launcher.planning.inventory.clusteryaml import parse_cluster_yaml
+from launcher.planning.inventory.filters import apply_filters
+from launcher.planning.inventory.hostarg import parse_host_list
+from launcher.planning.inventory.hostfile import parse_hostfile
+from launcher.planning.inventory.model import MAX_DEVICE_ID, MAX_SLOTS
+from launcher.planning.inventory.sources import local_inventory, read_inventory
+from launcher.planning.job.envs import parse_env_assignment, parse_env_file
+from launcher.planning.job.ranks import MAX_WORLD_SIZE, assign_ranks
 from launcher.planning.ranktable import parse_rank_table_json, read_rank_table
+from launcher.planning.ranktable.hccn import read_hccn_conf
 
 
 def yaml_error(text: str) -> str:

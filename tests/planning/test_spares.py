@@ -6,9 +6,9 @@ import json
 import pytest
 
 from launcher.errors import PlanError
-from launcher.planning.jobspec import Exclusion, JobSpec
-from launcher.planning.ompi_hostfile import parse_hostfile
-from launcher.planning.plan import build_plan
+from launcher.planning.build import build_plan
+from launcher.planning.inventory.hostfile import parse_hostfile
+from launcher.planning.job.spec import Exclusion, JobSpec
 from launcher.planning.spares import replan, spare_hosts
 
 INV = parse_hostfile("n1 slots=2\nn2 slots=2\nn3 slots=2\n", "h.txt")
@@ -41,7 +41,7 @@ def test_replan_moves_ranks_and_the_scheduler_to_the_spare():
 
 
 def test_replan_regenerates_the_hostfile_of_mpirun():
-    from launcher.planning.mpiopts import MpiOptions
+    from launcher.planning.job.mpirun_options import MpiOptions
 
     s = spec(launcher="mpirun", wrapper="/t/mslaunch-rank.sh", method="mpi", mpi=MpiOptions(hostfile="/work/mslaunch_logs/j1/hostfile"))
     plan = replan(s, [Exclusion("n2", "slow", "preflight")], 4)

@@ -1,5 +1,5 @@
 """What a Python program can observe of its own process, one case per run: the differential
-conformance suite (``tests/execution/test_zygote_conformance.py``) runs each case as a plain
+conformance suite (``tests/execution/local/test_zygote_conformance.py``) runs each case as a plain
 process and forked from the zygote and compares what each printed, wrote and how it ended.
 
 Usage: ``python conformance.py CASE [ARGS...]``; ``OUT`` (env) names a folder for files a case

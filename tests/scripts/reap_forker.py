@@ -1,4 +1,4 @@
-"""Runs :func:`launcher.execution.local.process.reap_orphans` over a descendant that keeps
+"""Runs :func:`launcher.execution.process.spawn.reap_orphans` over a descendant that keeps
 forking (each child a marked sleeper, in its own session as the middle of a double fork is),
 then prints how many marked processes are still alive.  Run as its own process: the reap ends
 every descendant of the process that calls it.
@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from launcher.execution.local.process import become_subreaper, reap_orphans
+from launcher.execution.process.spawn import become_subreaper, reap_orphans
 
 marker = sys.argv[1]
 become_subreaper()

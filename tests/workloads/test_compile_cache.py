@@ -1,7 +1,7 @@
 """The reference trainer's use of the compile-cache folder mslaunch offers (no MindSpore needed)."""
 from __future__ import annotations
 
-from launcher.planning.envs import COMPILE_CACHE_OFFER, COMPILE_CACHE_VARS
+from launcher.planning.job.envs import COMPILE_CACHE_OFFER, COMPILE_CACHE_VARS
 from launcher.workloads.compile_cache import ENABLE_VAR, OFFER_VAR, PATH_VAR, stop_caching, use_offered_cache
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.planning.cpu import CpuProbe, ProbeError, cap_can_matter, parse_probe
+from launcher.planning.cpu.tuning import CpuProbe, ProbeError, cap_can_matter, parse_probe
 
 PROBE_TIMEOUT = 180.0
 FACTS_TIMEOUT = 30.0
@@ -157,7 +157,7 @@ def cached_probe(run: Runner, home: str, host: str, refresh: bool = False, on_pr
         on_probe: called with a one-line message before a (slow) probe run.
         facts: the ``--facts`` output if the caller has it already.
         needed_only: do not probe a CPU on which no ISA cap can change oneDNN's kernels
-            (:func:`~launcher.planning.cpu.cap_can_matter`: the answer is known, ~10 s saved on
+            (:func:`~launcher.planning.cpu.tuning.cap_can_matter`: the answer is known, ~10 s saved on
             a cold cache); ``doctor`` measures anyway.
 
     Returns:

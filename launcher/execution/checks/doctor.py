@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.backend import ToolCheck
-from launcher.planning.hosts import Host
+from launcher.planning.inventory.model import Host
 
 if TYPE_CHECKING:
     from launcher.execution.ssh.settings import SSHSettings

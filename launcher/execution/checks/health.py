@@ -4,7 +4,7 @@ One probe process per host (:mod:`launcher.execution.probes.health_probe`), star
 backend's channel: a direct child for ``localhost``, an SSH session otherwise (mpirun jobs
 reach their hosts over SSH as ``doctor`` does).  The launching machine drives every probe at once
 with JSON lines (start, compute, the network rounds, quit) and turns the answers into verdicts
-with :mod:`launcher.planning.health`.  Every step waits at most a fixed time; a host that does
+with :mod:`launcher.planning.health.rounds`.  Every step waits at most a fixed time; a host that does
 not answer in time is ``faulty``.  Probes exit when their stdin ends (the session closes), on
 ``quit``, and after their own ``lifetime`` at the latest.
 
@@ -12,7 +12,7 @@ Network: only between hosts that are not this machine (``localhost`` hosts share
 stack; their network figure is "not checked").  The odd host out of round 1 is paired with a
 fast host in round 2; a host still slow after it is measured once more in round 3.
 
-Devices (``devices``: host -> the order of :func:`launcher.planning.devices.probe_order`): after
+Devices (``devices``: host -> the order of :func:`launcher.planning.health.devices.probe_order`): after
 the network rounds, so the tools' processes do not disturb the figures, every host that answered
 runs its device commands at once (:mod:`launcher.execution.probes.device_runner`); the launching
 machine waits the largest order's ``limit`` plus ``slack``, and each probe's lifetime grows by it.
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.probes.health_probe import THREAD_ENV
-from launcher.planning.health import DEFAULT_THRESHOLD, Transfer, Verdict, confirm_pairs, judge, round1_pairs, round2_pairs, slow_members
-from launcher.planning.hosts import Host
+from launcher.planning.health.rounds import DEFAULT_THRESHOLD, Transfer, Verdict, confirm_pairs, judge, round1_pairs, round2_pairs, slow_members
+from launcher.planning.inventory.model import Host
 
 if TYPE_CHECKING:
     from launcher.execution.ssh.settings import SSHSettings
@@ -270,7 +270,7 @@ def run_health(
         hosts: the inventory's hosts (spares too).
         python: host name -> the interpreter to run the probe with (None: ``python3`` remote,
             this interpreter locally); it needs numpy (and MindSpore for ``kernel="mindspore"``).
-        devices: host name -> its device order (:func:`launcher.planning.devices.probe_order`),
+        devices: host name -> its device order (:func:`launcher.planning.health.devices.probe_order`),
             or None: no device step.
 
     Raises:

@@ -1,17 +1,18 @@
-"""The local launcher: one subprocess per planned process (see :mod:`launcher.execution.local.process`),
+"""The local launcher: one subprocess per planned process (see :mod:`launcher.execution.process.spawn`),
 or, for Python ranks, forked from a zygote (see :mod:`launcher.execution.local.zygote`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from launcher.execution.backend import Backend, BackendContext, WatchdogLink, register_backend
-from launcher.execution.local.process import (
+from launcher.execution.backend import Backend, BackendContext
+from launcher.execution.ports import check_scheduler_port
+from launcher.execution.process.handle import WatchdogLink
+from launcher.execution.process.spawn import (
     LocalProcess,
-    check_scheduler_port,
     start_local,
 )
-from launcher.planning.jobspec import Plan, ProcPlan
+from launcher.planning.job.spec import Plan, ProcPlan
 
 if TYPE_CHECKING:
     from launcher.execution.local.zygote import ZygotePool
@@ -78,5 +79,3 @@ class LocalBackend(Backend):
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:
         return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
 
-
-register_backend("local", LocalBackend)

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
-from launcher.execution.proctree import tree_below
+from launcher.execution.process.proctree import tree_below
 
 __all__ = ["JOINED_MARKERS", "JoinWatch", "batch_start_wanted", "restore_normal"]
 

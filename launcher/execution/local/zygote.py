@@ -47,11 +47,13 @@ import time
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from launcher.errors import LaunchError
-from launcher.execution.backend import Backend, BackendContext, ReportedProcess
+from launcher.execution.backend import Backend, BackendContext
 from launcher.execution.local.joinsched import JoinWatch, batch_start_wanted
-from launcher.execution.local.process import _child_setup, check_scheduler_port, kill_tree, start_local
-from launcher.execution.local.watchdog import TOKEN_VAR
-from launcher.planning.jobspec import Plan, ProcPlan
+from launcher.execution.ports import check_scheduler_port
+from launcher.execution.process.handle import ReportedProcess
+from launcher.execution.process.spawn import _child_setup, kill_tree, start_local
+from launcher.execution.process.watchdog import TOKEN_VAR
+from launcher.planning.job.spec import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
 PRELOAD = ("mindspore", "mindspore.communication")

@@ -47,7 +47,7 @@ def reseed() -> None:
     numpy's legacy global ``RandomState`` (``numpy.random.rand``, ``shuffle``, ...), seeded once
     when ``numpy.random`` is imported, does not, and would draw the same numbers on every rank.
     MindSpore's generators seed themselves at first use, in the child (checked by
-    ``tests/execution/test_zygote_conformance.py``, which compares the generators of two fresh
+    ``tests/execution/local/test_zygote_conformance.py``, which compares the generators of two fresh
     imports with those of two forked children)."""
     mtrand = sys.modules.get("numpy.random.mtrand")
     if mtrand is not None:

@@ -23,19 +23,14 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution.backend import (
-    Backend,
-    BackendContext,
-    StartRequest,
-    ToolCheck,
-    WatchdogLink,
-    register_backend,
-)
+from launcher.execution.backend import Backend, BackendContext, StartRequest, ToolCheck
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
-from launcher.execution.local.process import LocalProcess, check_scheduler_port, start_local
+from launcher.execution.ports import check_scheduler_port
+from launcher.execution.process.handle import WatchdogLink
+from launcher.execution.process.spawn import LocalProcess, start_local
 from launcher.execution.results import ProcResult
-from launcher.planning.jobspec import Plan, ProcPlan
-from launcher.planning.mpi import mpirun_command
+from launcher.planning.backends.mpirun import mpirun_command
+from launcher.planning.job.spec import Plan, ProcPlan
 
 _NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 _EXIT_RE = re.compile(r"Exit code:\s*(-?\d+)")
@@ -144,7 +139,7 @@ class MpirunProcess(LocalProcess):
         """The ranks on this machine (mpirun's descendants, named by their ``RANK_ID``), then those
         OpenMPI started on other hosts, dumped on their hosts over ssh (:mod:`launcher.execution.mpirun.dump`)."""
         from launcher.execution.mpirun.dump import remote_dumps
-        from launcher.planning.mpi import MpirunPlan
+        from launcher.planning.backends.mpirun import MpirunPlan
 
         out = super().dump_stacks(folder)
         settings = self.job.backend_settings
@@ -205,8 +200,11 @@ def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResul
     return out
 
 
+MPIRUN_CHECK = ToolCheck("mpirun", "mpirun", "apt-get install openmpi-bin")
+
+
 class MpirunBackend(WatchesHostThreads, Backend):
-    """Starts the plan's mpirun argv (:func:`launcher.planning.mpi.mpirun_command`) as one
+    """Starts the plan's mpirun argv (:func:`launcher.planning.backends.mpirun.mpirun_command`) as one
     local process standing for every planned process.
 
     Args:
@@ -219,6 +217,7 @@ class MpirunBackend(WatchesHostThreads, Backend):
     """
 
     prepares_rank_dirs = False  # the wrapper makes device<rank>/ on each host
+    doctor_check = MPIRUN_CHECK
 
     def __init__(self, plan: Plan, attempt_dir: str, watchdog: Optional[WatchdogLink] = None) -> None:
         self.plan = plan
@@ -264,6 +263,3 @@ class MpirunBackend(WatchesHostThreads, Backend):
         base = start_local(proc, log_path, cwd=cwd, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
         return MpirunProcess(base, self.plan, self.attempt_dir)
 
-
-MPIRUN_CHECK = ToolCheck("mpirun", "mpirun", "apt-get install openmpi-bin")
-register_backend("mpirun", MpirunBackend, doctor_check=MPIRUN_CHECK)

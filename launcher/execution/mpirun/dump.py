@@ -4,7 +4,7 @@ mpirun's ranks on this machine are its descendants and are dumped here
 (:meth:`launcher.execution.backend.ProcessHandle.dump_stacks`).  A rank on another host is a child
 of that host's ``orted``; mslaunch knows no pid of it.  So one command per host, through the same
 ssh that OpenMPI reaches the host with (the plan's ``plm_rsh_agent``), runs the stack dump there
-(:mod:`launcher.execution.probes.stackdump`, sent as source: mslaunch need not be installed on
+(:mod:`launcher.execution.process.stackdump`, sent as source: mslaunch need not be installed on
 the host), which finds the host's ranks by the job's marker in their environment: the attempt's
 log folder (``MSLAUNCH_LOG_DIR``, which every rank context of the mpirun command carries) and the
 rank's ``RANK_ID`` (set by the per-rank wrapper), read from ``/proc/PID/environ`` (no command line
@@ -15,9 +15,9 @@ from __future__ import annotations
 import shlex
 from typing import Dict, List, Optional, Sequence
 
-from launcher.execution.probes.stackdump import dump_each, remote_dump
-from launcher.planning.hosts import is_local
-from launcher.planning.jobspec import Plan
+from launcher.execution.process.stackdump import dump_each, remote_dump
+from launcher.planning.inventory.model import is_local
+from launcher.planning.job.spec import Plan
 
 __all__ = ["MARKER", "remote_dumps"]
 
@@ -31,7 +31,7 @@ def host_command(python: str, attempt_dir: str, ranks: Sequence[int]) -> str:
     """The shell command that dumps ``ranks`` of the job's attempt on a host (one string, as ssh takes it)."""
     from launcher.execution.probes import program_source
 
-    source = program_source("launcher.execution.probes.stackdump")
+    source = program_source("launcher.execution.process.stackdump")
     argv = [python, "-S", "-c", source, "--stdout", "--marker", f"{MARKER}={attempt_dir}", "--ranks", ",".join(str(r) for r in ranks)]
     return " ".join(shlex.quote(a) for a in argv)
 

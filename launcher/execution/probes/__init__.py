@@ -7,7 +7,7 @@ node's), and the ssh backend's remote agent (:mod:`launcher.execution.ssh.remote
 is :mod:`launcher.workloads.cpu_probe`.
 
 Such a program uses the standard library only (numpy where it says so), runs on Python >= 3.6
-and imports from ``launcher`` only :mod:`launcher.execution.proctree` (and the modules sent with it), inside ``try: ... except
+and imports from ``launcher`` only :mod:`launcher.execution.process.proctree` (and the modules sent with it), inside ``try: ... except
 ImportError``: :func:`program_source` puts that module's source in front of the program's, so
 on the host the names are already defined and the import is skipped.
 """
@@ -21,7 +21,7 @@ __all__ = ["program_source"]
 
 @lru_cache(maxsize=None)
 def program_source(*modules: str) -> str:
-    """The source text that runs the last of ``modules`` on a host: :mod:`launcher.execution.proctree`'s
+    """The source text that runs the last of ``modules`` on a host: :mod:`launcher.execution.process.proctree`'s
     source when one of them imports it, then each module's own, in order (a module's imports of
     the ones before it are then skipped)."""
     parts = []
@@ -30,8 +30,8 @@ def program_source(*modules: str) -> str:
         assert path is not None
         with open(path, "r", encoding="utf-8") as fh:
             parts.append(fh.read())
-    if any("from launcher.execution.proctree import" in part for part in parts):
-        parts.insert(0, program_source("launcher.execution.proctree"))
+    if any("from launcher.execution.process.proctree import" in part for part in parts):
+        parts.insert(0, program_source("launcher.execution.process.proctree"))
     text = "\n\n".join(parts)
     if _FUTURE in text:  # it must come first: once, at the top
         text = _FUTURE + text.replace(_FUTURE, "")

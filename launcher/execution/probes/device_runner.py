@@ -2,8 +2,8 @@
 ``{"op": "devices"}`` command of the health probe (:mod:`~.health_probe`), sent to the host with
 it (:func:`launcher.execution.checks.health.probe_source`).
 
-The order comes from :func:`launcher.planning.devices.probe_order`; the contract of the answer is
-in :mod:`launcher.planning.devices.checks`' docstring.  In short, per command:
+The order comes from :func:`launcher.planning.health.devices.probe_order`; the contract of the answer is
+in :mod:`launcher.planning.health.devices.checks`' docstring.  In short, per command:
 
 * the executable: the first candidate that is an absolute path to an executable file, else the
   first bare name on ``PATH`` (``shutil.which``); none: ``{"key", "status": "not_found"}``;

@@ -9,7 +9,7 @@
 quota in cores of this process's cgroup and its ancestors (cgroup v2 ``cpu.max``, v1
 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), None when there is none; ``set``: the thread
 variables already in this environment (a user's own value wins). The planner
-(:mod:`launcher.planning.hostcores`) turns that into usable cores.
+(:mod:`launcher.planning.cpu.hostcores`) turns that into usable cores.
 
 Runs here (the CLI), inside the ssh agent on every host (sent as source with
 :mod:`launcher.execution.ssh.remote_agent`), and in the Slurm shim: standard library only,

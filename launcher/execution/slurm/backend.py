@@ -43,19 +43,14 @@ from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.execution.backend import (
-    Backend,
-    BackendContext,
-    StartRequest,
-    WatchdogLink,
-    register_backend,
-)
+from launcher.execution.backend import Backend, BackendContext, StartRequest
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
-from launcher.execution.local.process import LocalProcess, kill_tree, start_local
+from launcher.execution.process.handle import WatchdogLink
+from launcher.execution.process.spawn import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
 from launcher.execution.slurm.shim import record_key
-from launcher.planning.jobspec import Plan, ProcPlan
-from launcher.planning.slurmalloc import allocation_job_id, outside_stop, srun_steps
+from launcher.planning.backends.slurm import allocation_job_id, outside_stop, srun_steps
+from launcher.planning.job.spec import Plan, ProcPlan
 
 #: Folder of the shims' files in an attempt dir.
 STATUS_DIR = "slurm"
@@ -247,7 +242,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
         job_id = allocation_job_id(os.environ)
         backend = cls(ctx.plan, ctx.attempt, ctx.attempt_dir or ctx.plan.job_dir, job_id, ctx.watchdog)
         if ctx.watchdog is not None:
-            from launcher.execution.local.watchdog import on_death
+            from launcher.execution.process.watchdog import on_death
 
             on_death(ctx.watchdog, [sys.executable, "-m", "launcher.execution.slurm.cancel", job_id, backend.name])
         backend.threads_watch = watch_host_threads(ctx, "slurm", backend.attempt_dir)
@@ -316,7 +311,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
         """
         # srun registers with the watchdog (by pid) but does not pass the job token on: tasks on
         # the nodes are ended through Slurm (scancel), as they must be on a real cluster.
-        from launcher.execution.local.watchdog import TOKEN_VAR
+        from launcher.execution.process.watchdog import TOKEN_VAR
 
         proc = replace(proc, argv=("env", "-u", TOKEN_VAR) + tuple(proc.argv))
         base = start_local(proc, log_path, cwd=cwd, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
@@ -325,7 +320,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
         return SrunStepProcess(base, self, list(self._worker_reqs), proc)
 
     def outside_stop(self) -> Optional[Tuple[str, str]]:
-        """Slurm's own reason to end the run (see :func:`~launcher.planning.slurmalloc.outside_stop`),
+        """Slurm's own reason to end the run (see :func:`~launcher.planning.backends.slurm.outside_stop`),
         from one ``scontrol show job``."""
         from launcher.execution.slurm.submit import job_record
 
@@ -346,4 +341,3 @@ class SlurmBackend(WatchesHostThreads, Backend):
 
 
 # No per-host ToolCheck: 'doctor --launcher slurm' checks Slurm itself (launcher.execution.slurm.doctor).
-register_backend("slurm", SlurmBackend)

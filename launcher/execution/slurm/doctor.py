@@ -51,7 +51,7 @@ def _last(res: "subprocess.CompletedProcess[str]") -> str:
 def slurm_checks(environ: Mapping[str, str], np: Optional[int], python: str = sys.executable) -> List[SlurmCheck]:
     """Run every check (see the module doc); never raises for a broken cluster."""
     from launcher.errors import MsLaunchError
-    from launcher.planning.slurmalloc import in_allocation, parse_allocation
+    from launcher.planning.backends.slurm import in_allocation, parse_allocation
 
     out: List[SlurmCheck] = []
     parts = _run(["sinfo", "-h", "-o", "%P %a"])

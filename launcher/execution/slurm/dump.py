@@ -6,8 +6,8 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from launcher.execution.probes.stackdump import dump_each, remote_dump
-from launcher.execution.probes.stackdump import targets as _targets
+from launcher.execution.process.stackdump import dump_each, remote_dump
+from launcher.execution.process.stackdump import targets as _targets
 from launcher.execution.slurm.shim import record_key
 
 
@@ -15,7 +15,7 @@ def srun_dump(job_id: str, node: str, targets: Sequence[Tuple[str, int]], folder
               python: Optional[str] = None) -> Dict[Optional[int], List[str]]:
     """Dump processes on a Slurm node with an ``srun`` step of the allocation on that node."""
     argv = ["srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1", f"--nodelist={node}", "--job-name=mslaunch-stackdump",
-            python or sys.executable, "-m", "launcher.execution.probes.stackdump", "--stdout", *_targets(targets)]
+            python or sys.executable, "-m", "launcher.execution.process.stackdump", "--stdout", *_targets(targets)]
     return remote_dump(argv, folder)
 
 

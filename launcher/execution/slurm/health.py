@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from launcher.execution.checks.health import HealthBudget, HealthResult, ProbeLink, close_all, device_limit, drive, probe_source
 from launcher.execution.probes.health_probe import THREAD_ENV
-from launcher.planning.health import DEFAULT_THRESHOLD
+from launcher.planning.health.rounds import DEFAULT_THRESHOLD
 
 __all__ = ["slurm_health"]
 
@@ -105,7 +105,7 @@ def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "nump
         LaunchError: scontrol fails.
     """
     from launcher.execution.slurm.nodes import node_addrs
-    from launcher.planning.slurmalloc import parse_allocation
+    from launcher.planning.backends.slurm import parse_allocation
 
     t_start = time.monotonic()
     nodes = list(parse_allocation(environ).nodes)

@@ -7,7 +7,7 @@ import subprocess
 from typing import Dict, Sequence
 
 from launcher.errors import LaunchError
-from launcher.planning.slurmalloc import node_lost, parse_node_addrs, parse_node_states
+from launcher.planning.backends.slurm import node_lost, parse_node_addrs, parse_node_states
 
 
 def node_addrs(nodes: Sequence[str], timeout: float = 30.0) -> Dict[str, str]:
@@ -16,7 +16,7 @@ def node_addrs(nodes: Sequence[str], timeout: float = 30.0) -> Dict[str, str]:
     Raises:
         LaunchError: scontrol is missing or fails.
     """
-    from launcher.planning.hostlist import fold_hostlist
+    from launcher.planning.inventory.hostlist import fold_hostlist
 
     try:
         res = subprocess.run(["scontrol", "show", "node", "-o", fold_hostlist(list(nodes))], capture_output=True, text=True,
@@ -33,10 +33,10 @@ def node_addrs(nodes: Sequence[str], timeout: float = 30.0) -> Dict[str, str]:
 
 def lost_nodes(nodes: Sequence[str], timeout: float = 5.0) -> Dict[str, str]:
     """The nodes of ``nodes`` Slurm itself holds lost (``DOWN`` or ``NOT_RESPONDING``, see
-    :func:`~launcher.planning.slurmalloc.node_lost`), node -> how, from one ``scontrol show node
+    :func:`~launcher.planning.backends.slurm.node_lost`), node -> how, from one ``scontrol show node
     -o``; {} when none is, or when scontrol cannot say (no error: the caller's failure stands as
     it is)."""
-    from launcher.planning.hostlist import fold_hostlist
+    from launcher.planning.inventory.hostlist import fold_hostlist
 
     if not nodes:
         return {}

@@ -49,7 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write("usage: python -m launcher.execution.slurm.requeue SUMMARY_JSON\n")
         return 2
     from launcher.execution.slurm.submit import job_record
-    from launcher.planning.slurmalloc import allocation_job_id
+    from launcher.planning.backends.slurm import allocation_job_id
 
     job = allocation_job_id(os.environ)
     count = os.environ.get("SLURM_RESTART_COUNT", "0")

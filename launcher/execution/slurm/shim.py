@@ -26,7 +26,7 @@ A worker with ``threads`` gets those thread variables from its node's usable cor
 :func:`thread_env`); the first task on a node writes what it decided at the top of its log and in
 ``<attempt dir>/host-threads/<node>.json``.
 
-Standard library only, but for the thread rule (:mod:`launcher.planning.hostcores`, imported only
+Standard library only, but for the thread rule (:mod:`launcher.planning.cpu.hostcores`, imported only
 for a worker with ``threads``): it runs once per rank on every node.
 """
 from __future__ import annotations
@@ -78,9 +78,9 @@ def _subreaper() -> None:
 
 def thread_env(threads: Dict[str, Any], node: str, environ: Dict[str, str]) -> Tuple[Dict[str, str], List[str], Optional[Dict[str, Any]]]:
     """This task's thread variables from its node's usable cores, by the rule of
-    :func:`launcher.planning.hostcores.host_thread_env`: the cpuset and cgroup CPU quota this task
+    :func:`launcher.planning.cpu.hostcores.host_thread_env`: the cpuset and cgroup CPU quota this task
     runs under (:mod:`launcher.execution.probes.host_cores`) shared by the step's tasks on this
-    node (:func:`launcher.planning.slurmalloc.tasks_on_node`), each at most
+    node (:func:`launcher.planning.backends.slurm.tasks_on_node`), each at most
     ``SLURM_CPUS_PER_TASK`` when the user asked Slurm for CPUs per task; a thread variable already
     in the environment (the user's) wins.
 
@@ -88,8 +88,8 @@ def thread_env(threads: Dict[str, Any], node: str, environ: Dict[str, str]) -> T
     for its log (what was decided, a warning when oversubscribed) and the node's record; ``[]``
     and None for the others."""
     from launcher.execution.probes.host_cores import read_host_cores
-    from launcher.planning.hostcores import HostThreads, host_thread_env, parse_host_cores
-    from launcher.planning.slurmalloc import tasks_on_node
+    from launcher.planning.backends.slurm import tasks_on_node
+    from launcher.planning.cpu.hostcores import HostThreads, host_thread_env, parse_host_cores
 
     here = tasks_on_node(environ)
     if here is None:

@@ -44,9 +44,9 @@ def job_state(slurm_job_id: str, timeout: float = 15.0) -> Optional[str]:
 
 
 def job_record(slurm_job_id: str, timeout: float = 5.0) -> Dict[str, str]:
-    """``scontrol show job -o JOB``'s fields (:func:`~launcher.planning.slurmalloc.parse_job_record`);
+    """``scontrol show job -o JOB``'s fields (:func:`~launcher.planning.backends.slurm.parse_job_record`);
     ``{}`` when Slurm cannot be asked or does not know the job."""
-    from launcher.planning.slurmalloc import parse_job_record
+    from launcher.planning.backends.slurm import parse_job_record
 
     try:
         res = _run(["scontrol", "show", "job", "-o", slurm_job_id], timeout)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from launcher.execution.ssh.settings import PING_INTERVAL
-from launcher.planning.jobspec import ProcPlan
+from launcher.planning.job.spec import ProcPlan
 
 #: Exit code of a rank whose host was lost (OpenSSH's for a failed connection).
 LOST_RC = 255
@@ -46,7 +46,7 @@ _AGENT_SOURCE: Optional[str] = None
 
 
 def agent_source() -> str:
-    """The source text the host runs: :mod:`launcher.execution.proctree`,
+    """The source text the host runs: :mod:`launcher.execution.process.proctree`,
     :mod:`launcher.execution.probes.host_cores` (the host's cores, in its "ready" message), then
     :mod:`launcher.execution.ssh.remote_agent` (see :func:`launcher.execution.probes.program_source`).
     Read once."""

@@ -43,14 +43,14 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
 from launcher.errors import LaunchError, MsLaunchError
-from launcher.execution.backend import Backend, BackendContext, register_backend
+from launcher.execution.backend import Backend, BackendContext
 from launcher.execution.ssh.agent import AgentConfig
 from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
 from launcher.execution.ssh.hostagent import HostAgent, SshProcess, _LogFiles
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.execution.ssh.transfer import put_file
-from launcher.planning.hostcores import HostCores, HostThreadPlan, HostThreads, host_thread_env, parse_host_cores
-from launcher.planning.jobspec import Plan, ProcPlan
+from launcher.planning.cpu.hostcores import HostCores, HostThreadPlan, HostThreads, host_thread_env, parse_host_cores
+from launcher.planning.job.spec import Plan, ProcPlan
 
 #: Seconds between liveness checks of every host agent.
 _TICK = 0.25
@@ -215,7 +215,7 @@ class SshBackend(Backend):
     def _with_threads(self, proc: ProcPlan, agent: HostAgent) -> ProcPlan:
         """``proc`` with the thread variables its host's cores give it (``plan.host_threads``:
         learned from the agent's "ready" message, decided once per host by the pure rule of
-        :func:`~launcher.planning.hostcores.host_thread_env`); unchanged for other ranks or
+        :func:`~launcher.planning.cpu.hostcores.host_thread_env`); unchanged for other ranks or
         when the agent reported no cores."""
         threads = self._threads.get(proc.host)
         if threads is None or proc.rank not in threads.ranks:
@@ -302,6 +302,3 @@ class SshBackend(Backend):
         while waiting and time.monotonic() < deadline:
             time.sleep(0.005)
             waiting = [c for c in waiting if not (c.closed or c.exit_status_ready())]
-
-
-register_backend("ssh", SshBackend)

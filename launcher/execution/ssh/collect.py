@@ -7,7 +7,7 @@ from launcher.errors import LaunchError
 from launcher.execution.ssh.connection import SshConnection, connect_each, run_parallel
 from launcher.execution.ssh.settings import SSHSettings
 from launcher.execution.ssh.transfer import read_file
-from launcher.planning.hosts import Host
+from launcher.planning.inventory.model import Host
 
 
 def collect_files(hosts: Sequence[Host], path: str, settings: SSHSettings = SSHSettings()) -> Dict[str, str]:

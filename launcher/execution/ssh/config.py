@@ -18,7 +18,7 @@ from typing import List, Mapping, Optional, Tuple
 import paramiko
 
 from launcher.errors import LaunchError
-from launcher.planning.hosts import Host, Inventory
+from launcher.planning.inventory.model import Host, Inventory
 
 
 def config_path(explicit: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:

@@ -21,7 +21,7 @@ from launcher.errors import LaunchError
 from launcher.execution.ssh.config import SshTarget, config_path, read_ssh_config, resolve_target
 from launcher.execution.ssh.hostkeys import AcceptNewPolicy, RefuseUnknownPolicy, UnknownHostKey, fingerprint
 from launcher.execution.ssh.settings import SSHSettings
-from launcher.planning.hosts import Host
+from launcher.planning.inventory.model import Host
 
 
 class ConnectFailure(LaunchError):

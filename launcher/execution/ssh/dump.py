@@ -4,13 +4,13 @@
   (every running rank of the host at once) over the host's open connection (mslaunch need not be installed there; py-spy is used when it is next to
   that Python or on its PATH, else /proc);
 * slurm backend: one ``srun --jobid J --overlap -N1 -n1 -w NODE <python> -m
-  launcher.execution.probes.stackdump --stdout ...`` per node, with the pids the shims recorded
+  launcher.execution.process.stackdump --stdout ...`` per node, with the pids the shims recorded
   (:mod:`launcher.execution.slurm.dump`);
 * mpirun: the ranks on this machine are descendants of mpirun and are dumped here (named by their
   ``RANK_ID``); those OpenMPI started on other hosts are found there by the job's marker in their
   environment, one ssh command a host (:mod:`launcher.execution.mpirun.dump`).
 
-:mod:`launcher.execution.probes.stackdump` prints one JSON line ``{"name", "pid", "text"}`` per process;
+:mod:`launcher.execution.process.stackdump` prints one JSON line ``{"name", "pid", "text"}`` per process;
 :func:`write_dumps` turns them into ``<folder>/<name>.pid<P>.txt`` files here.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import shlex
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from launcher.execution.probes.stackdump import REMOTE_TIMEOUT, targets, write_dumps
+from launcher.execution.process.stackdump import REMOTE_TIMEOUT, targets, write_dumps
 
 __all__ = ["agent_dump", "ssh_dump"]
 
@@ -28,7 +28,7 @@ def ssh_dump(conn: Any, python: str, procs: Sequence[Tuple[str, int]], folder: s
     """Dump processes on an ssh host over its connection (:class:`launcher.execution.ssh.connection.SshConnection`)."""
     from launcher.execution.probes import program_source
 
-    source = program_source("launcher.execution.probes.stackdump")
+    source = program_source("launcher.execution.process.stackdump")
     command = " ".join(shlex.quote(p) for p in [python, "-S", "-c", source, "--stdout", *targets(procs)])
     rc, out, _ = conn.run(command, timeout=REMOTE_TIMEOUT)
     return write_dumps(folder, out.decode("utf-8", "replace"))

@@ -15,11 +15,11 @@ from typing import Any, Callable, Dict, List, Optional
 import paramiko
 
 from launcher.errors import LaunchError
-from launcher.execution.backend import ProcessHandle
+from launcher.execution.process.handle import ProcessHandle
 from launcher.execution.ssh.agent import LOST_RC, FrameError, FrameReader, agent_command, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.connection import SshConnection
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
-from launcher.planning.jobspec import ProcPlan
+from launcher.planning.job.spec import ProcPlan
 
 #: Log files kept open at once (the least recently written are closed beyond that).
 _MAX_OPEN_LOGS = 256

@@ -1,7 +1,7 @@
 """The remote agent: runs every rank of one host under the ssh launcher (one agent per host).
 
 This file is sent as source text to the remote host (mslaunch need not be installed there),
-after the sources of :mod:`launcher.execution.proctree` (processes from /proc) and
+after the sources of :mod:`launcher.execution.process.proctree` (processes from /proc) and
 :mod:`launcher.execution.ssh.remote_link` (the frames it writes), and
 runs under the host's Python (``python:`` in the inventory, else ``python3``), started once per
 host by :mod:`launcher.execution.ssh` as::
@@ -51,7 +51,7 @@ import time
 
 try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.program_source` puts its source first
     from launcher.execution.probes.host_cores import read_host_cores
-    from launcher.execution.proctree import (
+    from launcher.execution.process.proctree import (
         become_subreaper,
         below,
         kill_quietly,

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 
 from launcher.errors import LaunchError
 from launcher.execution import stopsignals
-from launcher.execution.backend import Backend, ProcessHandle, StartRequest, attempt_path
-from launcher.execution.local.watchdog import Watchdog
+from launcher.execution.backend import Backend, StartRequest, attempt_path
+from launcher.execution.process.handle import ProcessHandle
+from launcher.execution.process.watchdog import Watchdog
 from launcher.execution.results import (
     FAILED,
     HUNG,
@@ -55,8 +56,8 @@ from launcher.execution.supervision import restarts
 from launcher.execution.supervision.diagnose import HostRecorder, RootTail, judge_cause
 from launcher.execution.supervision.state import AttemptState as _Attempt
 from launcher.logs.hangreport import HangReport
-from launcher.planning.jobspec import Plan
-from launcher.planning.kinds import EventKind, describe_returncode
+from launcher.planning.job.kinds import EventKind, describe_returncode
+from launcher.planning.job.spec import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.supervision.hangwatch import HangWatch

@@ -7,7 +7,7 @@ supervisor, which calls :meth:`begin` at each attempt, :meth:`due` while it wait
 :meth:`investigate` before teardown when the attempt is hung or a rank's collective timed out.
 
 What a hung attempt leaves: ``<attempt dir>/stacks/`` with one file per process (see
-:mod:`launcher.execution.probes.stackdump`; remote backends dump on the rank's host through
+:mod:`launcher.execution.process.stackdump`; remote backends dump on the rank's host through
 :meth:`ProcessHandle.dump_stacks <launcher.execution.backend.ProcessHandle.dump_stacks>`), and
 the report of :mod:`launcher.logs.hangreport` (``summary.json``'s ``hang`` object).
 """
@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from launcher.execution.backend import ProcessHandle
+from launcher.execution.process.handle import ProcessHandle
 from launcher.execution.results import ProcResult, RootCause
 from launcher.execution.supervision.diagnose import RootTail, judge_cause
 from launcher.logs.hang import HangPolicy, HangTracker, HangVerdict, step_text

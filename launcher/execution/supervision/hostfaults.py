@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from launcher.execution.results import FAILED, HUNG, AttemptResult, earliest_failure
-from launcher.planning.jobspec import Exclusion, Plan
+from launcher.planning.job.spec import Exclusion, Plan
 
 __all__ = ["Fault", "HostFaults", "Replan", "Replanned", "Spares", "attributed", "moves_text"]
 

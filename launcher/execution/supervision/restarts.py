@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from launcher.execution.results import HUNG, SUCCEEDED, AttemptResult
 from launcher.logs.causes import repeated_unfixable
-from launcher.planning.jobspec import Plan, ProcPlan
+from launcher.planning.job.spec import Plan, ProcPlan
 
 __all__ = ["ATTEMPT_VAR", "MAX_RESTARTS_VAR", "AttemptProgress", "attempt_base", "attempt_plan", "crash_loop"]
 

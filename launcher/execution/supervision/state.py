@@ -10,9 +10,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from launcher.execution.backend import Backend, ProcessHandle
+from launcher.execution.backend import Backend
+from launcher.execution.process.handle import ProcessHandle
 from launcher.execution.results import ProcResult
-from launcher.planning.kinds import EventKind
+from launcher.planning.job.kinds import EventKind
 
 __all__ = ["AttemptState"]
 

@@ -6,11 +6,11 @@ supervisor decides whether to restart (``--max-restarts``, a stop signal, the cr
 :mod:`launcher.execution.supervision.restarts`), and leaves out hosts that failed too often
 (``--host-failures``): the next attempt runs a new plan on the spare hosts
 (:mod:`launcher.execution.supervision.hostfaults`).  Every event goes through :meth:`Supervisor.emit`
-as an :class:`~launcher.planning.kinds.EventKind`.
+as an :class:`~launcher.planning.job.kinds.EventKind`.
 
 A backend that cannot be set up on a restart attempt (a host unreachable) fails that attempt
 (recorded in its :class:`AttemptResult`); on the first attempt its error reaches the caller.
-A watchdog process (see :mod:`launcher.execution.local.watchdog`) kills every process of the
+A watchdog process (see :mod:`launcher.execution.process.watchdog`) kills every process of the
 job if mslaunch itself is killed.
 """
 from __future__ import annotations
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
 from launcher.errors import MsLaunchError
 from launcher.execution import stopsignals
 from launcher.execution.backend import attempt_path
-from launcher.execution.local.watchdog import Watchdog
+from launcher.execution.process.watchdog import Watchdog
 from launcher.execution.results import FAILED, HUNG, AttemptResult, JobResult, job_result
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
 from launcher.execution.supervision.attempt import AttemptRunner, BackendFactory
-from launcher.planning import layout
-from launcher.planning.jobspec import Plan
-from launcher.planning.kinds import EventKind
+from launcher.planning.job import layout
+from launcher.planning.job.kinds import EventKind
+from launcher.planning.job.spec import Plan
 
 if TYPE_CHECKING:
     from launcher.execution.supervision.hangwatch import HangWatch

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Sequence
 
 from launcher.errors import RankTableError
-from launcher.planning.hosts import Host, Inventory
+from launcher.planning.inventory.model import Host, Inventory
 from launcher.planning.ranktable.common import (
     MAX_QUOTED,
     VERSIONS,

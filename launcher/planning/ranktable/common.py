@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import RankTableError
-from launcher.planning.hosts import Host
+from launcher.planning.inventory.model import Host
 
 #: Rank table versions mslaunch writes and checks.
 VERSIONS: Tuple[str, ...] = ("1.0", "1.2")

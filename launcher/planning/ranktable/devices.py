@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional
 
 from launcher.errors import RankTableError
-from launcher.planning.hccn import read_hccn_conf
-from launcher.planning.hosts import Host, Inventory
+from launcher.planning.inventory.model import Host, Inventory
 from launcher.planning.ranktable.common import host_where
+from launcher.planning.ranktable.hccn import read_hccn_conf
 
 
 def resolve_device_ips(

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import RankTableError
 from launcher.planning.ranktable.common import RankTableJSONError, clip, json_kind
-from launcher.planning.textfile import read_text
+from launcher.planning.text.textfile import read_text
 
 
 def parse_rank_table_json(text: str, path: Optional[str] = None) -> Any:

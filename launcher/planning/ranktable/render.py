@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Sequence, Tuple
 
-from launcher.planning.jsontext import dumps_indented
+from launcher.planning.text.jsontext import dumps_indented
 
 _UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._:\-]")
 

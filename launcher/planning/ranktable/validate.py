@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from launcher.errors import RankTableError
-from launcher.planning.hccn import IPV4_RE, is_ipv4
 from launcher.planning.ranktable.common import CHIPS, STATUSES, UINT_RE, VERSIONS, Violation, canonical_uint, json_kind
+from launcher.planning.ranktable.hccn import IPV4_RE, is_ipv4
 
 _DIGITS_RE = re.compile(r"[0-9]{1,20}\Z")
 _UINT_MATCH = UINT_RE.match

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from launcher.execution.backend import StartRequest
 from launcher.execution.results import earliest_failure
 from launcher.execution.slurm.backend import SrunStepProcess
-from launcher.planning.jobspec import ProcPlan
+from launcher.planning.job.spec import ProcPlan
 
 
 def _proc(rank, role="worker", name=None):

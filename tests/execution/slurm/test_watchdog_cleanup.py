@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.execution.local.watchdog import Watchdog, on_death
+from launcher.execution.process.watchdog import Watchdog, on_death
 
 
 def _writer(path: str) -> list:

@@ -1,0 +1,146 @@
+"""Processes from /proc: the process table, a process's tree, start times, signals that never
+raise, and the two prctl settings a supervising process needs (child subreaper, parent-death
+signal).  Shared by the watchdog (:mod:`launcher.execution.process.watchdog`), the ssh backend's
+remote agent (:mod:`launcher.execution.ssh.remote_agent`) and the stack dumps
+(:mod:`launcher.execution.process.stackdump`).
+
+The remote agent and the stack dump also run on other hosts, sent there as source text with this
+module's source in front of theirs (:func:`launcher.execution.probes.program_source`): so, like
+them, this module uses the standard library only, runs on Python >= 3.6, imports nothing from
+``launcher`` and has no annotations.
+"""
+import os
+
+__all__ = ["become_subreaper", "below", "children_of", "kill_quietly", "killpg_quietly", "parent_map", "proc_table",
+           "set_parent_death_signal", "starttime", "tree_below"]
+
+
+def proc_table():  # type: ignore[no-untyped-def]
+    """``{pid: (ppid, pgid, sid)}`` of every process, from /proc."""
+    out = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as fh:
+                f = fh.read().rsplit(b")", 1)[1].split()
+            out[int(name)] = (int(f[1]), int(f[2]), int(f[3]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def parent_map(table=None):  # type: ignore[no-untyped-def]
+    """``{pid: ppid}`` of every process (of ``table``, else of a fresh :func:`proc_table`)."""
+    if table is None:
+        table = proc_table()
+    return {pid: row[0] for pid, row in table.items()}
+
+
+def starttime(pid):  # type: ignore[no-untyped-def]
+    """The process's start time in clock ticks since boot (field 22 of ``/proc/<pid>/stat``),
+    as text; with the pid it names one process for the life of the machine.  None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def children_of(pid):  # type: ignore[no-untyped-def]
+    """Child pids of ``pid`` from ``/proc/<pid>/task/*/children`` ([] when it is gone), or None
+    where the kernel lacks that file."""
+    out = []
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def tree_below(pid):  # type: ignore[no-untyped-def]
+    """Descendants of ``pid``, breadth first, walked from its children files (cheap: no scan of
+    every process), or None where the kernel lacks them."""
+    out, frontier, seen = [], [pid], {pid}
+    while frontier:
+        nxt = []
+        for p in frontier:
+            kids = children_of(p)
+            if kids is None:
+                return None
+            for k in kids:
+                if k not in seen:
+                    seen.add(k)
+                    nxt.append(k)
+        out.extend(nxt)
+        frontier = nxt
+    return out
+
+
+def below(table, roots):  # type: ignore[no-untyped-def]
+    """Pids descending from any of ``roots`` in ``table`` (``{pid: (ppid, ...)}`` or
+    ``{pid: ppid}``), breadth first, roots excluded."""
+    children = {}
+    for pid, row in table.items():
+        ppid = row[0] if isinstance(row, tuple) else row
+        children.setdefault(ppid, []).append(pid)
+    out, frontier = [], list(roots)
+    seen = set(roots)
+    while frontier:
+        nxt = []
+        for p in frontier:
+            for c in children.get(p, ()):
+                if c not in seen:
+                    seen.add(c)
+                    nxt.append(c)
+        out.extend(nxt)
+        frontier = nxt
+    return out
+
+
+def kill_quietly(pid, sig):  # type: ignore[no-untyped-def]
+    """``os.kill`` that never raises (the process may be gone, or not ours)."""
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def killpg_quietly(pgid, sig):  # type: ignore[no-untyped-def]
+    """``os.killpg`` that never raises."""
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+
+
+def _prctl(option, value):  # type: ignore[no-untyped-def]
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except Exception:  # not Linux, no libc: the setting is not available
+        return False
+
+
+def become_subreaper():  # type: ignore[no-untyped-def]
+    """Make orphaned descendants re-parent to this process instead of init (Linux
+    ``PR_SET_CHILD_SUBREAPER``); False where that is not available."""
+    return _prctl(36, 1)
+
+
+def set_parent_death_signal(sig):  # type: ignore[no-untyped-def]
+    """Ask the kernel to send ``sig`` to this process when its parent dies (``PR_SET_PDEATHSIG``)."""
+    return _prctl(1, int(sig))

@@ -1,0 +1,256 @@
+"""OpenMPI artefacts: hostfiles and the exact ``mpirun`` argv (pure).
+
+mslaunch runs one *app context* per host (``--host h --np n`` each, joined by ``:``), plus one for
+the scheduler under the dynamic method.  Per-context ``-x`` variables carry that host's env
+(seed 000's per-host wrapper script, without writing one per host), and the per-rank wrapper
+(``templates/mslaunch-rank.sh``) turns ``OMPI_COMM_WORLD_RANK`` into mslaunch's rank, device id
+and log file.  OpenMPI 4.1 applies ``-x VAR=VAL`` to the context it is written in, so shared
+variables are repeated in every context.
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from launcher.errors import PlanError
+from launcher.planning.inventory.model import Host, Inventory
+from launcher.planning.job import layout
+from launcher.planning.job.kinds import ArtefactKind, Method, Role
+from launcher.planning.job.mpirun_options import MpiOptions
+
+if TYPE_CHECKING:
+    from launcher.planning.job.spec import Plan, ProcPlan
+
+#: A generated ssh config for OpenMPI's rsh agent, in the job dir (per-host ssh settings).
+SSH_CONFIG_NAME = "ssh_config"
+
+
+def render_hostfile(inventory: Inventory) -> str:
+    """``host slots=N [max_slots=M]`` lines, one per host, in inventory order."""
+    lines = []
+    for h in inventory.hosts:
+        line = f"{h.name} slots={h.slots}"
+        if h.max_slots is not None:
+            line += f" max_slots={h.max_slots}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class MpiContext:
+    """One app context of an MPMD mpirun: ``np`` processes on ``host`` with ``env``."""
+
+    host: str
+    np: int
+    env: Tuple[Tuple[str, str], ...]
+    argv: Tuple[str, ...]
+
+
+def host_slot_list(counts: Sequence[Tuple[str, int]]) -> str:
+    """``h1:2,h2:2`` for ``-H`` (hosts in first-use order, counts summed)."""
+    merged: Dict[str, int] = {}
+    for host, n in counts:
+        merged[host] = merged.get(host, 0) + n
+    return ",".join(f"{h}:{n}" for h, n in merged.items())
+
+
+def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[str, ...]:
+    """The full mpirun argv for ``contexts``.
+
+    Global options come first (``-H`` or ``--hostfile``, ``--allow-run-as-root``,
+    ``--oversubscribe``, MCA settings, passthrough), then each context as
+    ``-np N --host H -x K=V ... argv`` separated by ``:``.
+    """
+    argv: List[str] = [options.mpirun]
+    if options.hostfile is not None:
+        argv += ["--hostfile", options.hostfile]
+    else:
+        argv += ["-H", host_slot_list([(c.host, c.np) for c in contexts])]
+    if options.allow_run_as_root:
+        argv.append("--allow-run-as-root")
+    if options.oversubscribe:
+        argv.append("--oversubscribe")
+    if options.nic is not None:
+        argv += ["--mca", "btl_tcp_if_include", options.nic, "--mca", "oob_tcp_if_include", options.nic]
+    if options.rsh_agent is not None:
+        # Remote hosts.  Every ssh starts on this machine (no tree spawn), so the ssh config and
+        # keys need not exist elsewhere; each host's ssh stays attached, so a daemon that dies
+        # fails the job instead of hanging it; and OpenMPI 4.1's daemons do not map the hwloc
+        # topology into shared memory (rtc_hwloc_vmhole none), which segfaults them at random
+        # ("hwloc_shmem_topology_write") when the chosen hole collides with their stack.
+        argv += ["--mca", "plm_rsh_agent", options.rsh_agent, "--mca", "plm_rsh_no_tree_spawn", "1",
+                 "--mca", "rtc_hwloc_vmhole", "none", "--leave-session-attached"]
+    if not any(a.split("=", 1)[0] in USER_BINDING for a in options.extra) and "hwloc_base_binding_policy" not in options.extra:
+        # OpenMPI 4.1 binds each process to a core when it starts two or fewer, to a socket when
+        # more: a rank would then run its threads on one core. mslaunch sizes each rank's threads
+        # from its host's usable cores instead (the rank wrapper), as the Slurm backend does with
+        # --cpu-bind=none; a binding the user asks for (--mpi-arg) is left alone and caps them.
+        argv += ["--bind-to", "none"]
+    argv += list(options.extra)
+    # A context's --host names the host's slots over all contexts: contexts that share a host
+    # (the scheduler's and the first host's ranks) then fit side by side.
+    totals: Dict[str, int] = {}
+    for ctx in contexts:
+        totals[ctx.host] = totals.get(ctx.host, 0) + ctx.np
+    for i, ctx in enumerate(contexts):
+        if i:
+            argv.append(":")
+        argv += ["-np", str(ctx.np), "--host", f"{ctx.host}:{totals[ctx.host]}"]
+        for key, value in ctx.env:
+            argv += ["-x", f"{key}={value}"]
+        argv += list(ctx.argv)
+    return tuple(argv)
+
+
+#: mpirun options by which a user chooses the ranks' binding (then mslaunch adds no ``--bind-to``).
+USER_BINDING = ("--bind-to", "-bind-to", "--map-by", "-map-by", "--cpu-set", "-cpu-set", "--cpu-list", "-cpu-list",
+                "--rankfile", "-rankfile", "-rf")
+
+
+def context_env(base: Mapping[str, str], **wrapper: str) -> Tuple[Tuple[str, str], ...]:
+    """The ``-x`` pairs of one context: ``base`` then the wrapper's ``MSLAUNCH_*`` settings."""
+    out = dict(base)
+    for key, value in wrapper.items():
+        out[f"MSLAUNCH_{key.upper()}"] = value
+    return tuple(out.items())
+
+
+def rsh_agent(hosts: Sequence[Host], ssh_config: Optional[str], generated_path: str) -> Tuple[str, Optional[str]]:
+    """OpenMPI's ``plm_rsh_agent`` for reaching ``hosts``, and an ssh config to write if needed.
+
+    When every host has the same inventory ``ssh:`` settings, they become flags
+    (``ssh [-F CFG] [-p N] [-i KEY] [-l USER] -o BatchMode=yes``; flags win over the config).
+    When they differ, a config with one ``Host`` block per host (then ``Include`` of the user's
+    config) is returned for ``generated_path`` and the agent is ``ssh -F <generated_path> ...``.
+
+    Raises:
+        PlanError: a path or value contains whitespace (OpenMPI splits the agent on spaces).
+    """
+    settings = {(h.ssh.user, h.ssh.port, h.ssh.key) for h in hosts}
+    parts: List[str] = ["ssh"]
+    config: Optional[str] = None
+    if len(settings) <= 1:
+        user, port, key = next(iter(settings)) if settings else (None, None, None)
+        if ssh_config is not None:
+            parts += ["-F", ssh_config]
+        if port is not None:
+            parts += ["-p", str(port)]
+        if key is not None:
+            parts += ["-i", key]
+        if user is not None:
+            parts += ["-l", user]
+    else:
+        blocks = ["# generated by mslaunch: per-host ssh settings of the inventory, for mpirun's rsh agent"]
+        for h in hosts:
+            lines = [f"    User {h.ssh.user}"] if h.ssh.user is not None else []
+            lines += [f"    Port {h.ssh.port}"] if h.ssh.port is not None else []
+            lines += [f"    IdentityFile {h.ssh.key}"] if h.ssh.key is not None else []
+            if lines:
+                blocks.append(f"Host {h.name}\n" + "\n".join(lines))
+        if ssh_config is not None:
+            blocks.append(f"Match all\n    Include {ssh_config}")
+        config = "\n".join(blocks) + "\n"
+        parts += ["-F", generated_path]
+    parts += ["-o", "BatchMode=yes"]
+    for part in parts:
+        if any(c.isspace() for c in part):
+            raise PlanError(f"OpenMPI's rsh agent cannot take {part!r} (it splits on spaces); use a path without spaces", field="--ssh-config")
+    return " ".join(parts), config
+
+
+@dataclass(frozen=True)
+class MpirunPlan:
+    """The mpirun backend's planned settings (``Plan.backend_settings``).
+
+    Attributes:
+        options: mpirun options with the rsh agent, NICs and hostfile resolved for the job.
+        wrapper: the per-rank wrapper script (``templates/mslaunch-rank.sh``).
+        log_name: the workers' log name with ``{rank}`` for the rank (the wrapper fills it in).
+    """
+
+    options: MpiOptions
+    wrapper: str
+    log_name: str = layout.worker_log_template()
+
+
+def plan_mpirun(
+    options: MpiOptions, wrapper: Optional[str], log_name: str, used: Inventory, ssh_config: Optional[str], job_dir: str,
+) -> Tuple[MpirunPlan, Tuple[Tuple[str, str, str], ...]]:
+    """The mpirun backend's settings for a job on ``used``, and the files it needs in the job dir.
+
+    Resolves what the user left open: the rsh agent for remote hosts (with a generated ssh config
+    when their inventory ``ssh:`` settings differ), the NICs from the inventory, the hostfile.
+
+    Returns:
+        ``(settings, files)``; ``files``: ``(name, kind, text)`` of each artefact to write.
+    """
+    assert wrapper is not None
+    files: List[Tuple[str, str, str]] = []
+    remote = [h for h in used.hosts if not h.is_local]
+    if remote and options.rsh_agent is None:
+        agent, config = rsh_agent(remote, ssh_config, posixpath.join(job_dir, SSH_CONFIG_NAME))
+        if config is not None:
+            files.append((SSH_CONFIG_NAME, ArtefactKind.SSH_CONFIG, config))
+        options = replace(options, rsh_agent=agent)
+    if options.nic is None:
+        nics = list(dict.fromkeys(h.nic for h in used.hosts if h.nic is not None))
+        if nics:
+            options = replace(options, nic=",".join(nics))
+    if options.hostfile is not None:
+        files.append((layout.HOSTFILE_FILE, ArtefactKind.HOSTFILE, render_hostfile(used)))
+    return MpirunPlan(options, wrapper, log_name), tuple(files)
+
+
+#: Per-rank layout variables the wrapper derives from OMPI_COMM_WORLD_RANK instead of -x.
+_WRAPPER_DERIVED = ("RANK_ID", "DEVICE_ID", "LOCAL_RANK", "MS_NODE_ID")
+
+
+def mpirun_command(plan: "Plan", log_dir: Optional[str] = None) -> Tuple[str, ...]:
+    """The mpirun argv of ``plan``: one context for the scheduler (dynamic), then one per host
+    with its ranks (pure).
+
+    Args:
+        plan: a plan for the mpirun launcher (``plan.backend_settings`` is a :class:`MpirunPlan`).
+        log_dir: where the ranks' logs go (a restart attempt's folder); default the job dir.
+
+    Raises:
+        PlanError: the plan was not made for the mpirun launcher.
+    """
+    settings = plan.backend_settings
+    if not isinstance(settings, MpirunPlan):
+        raise PlanError("the plan has no mpirun settings (it was not planned for --launcher mpirun)", field="--launcher")
+    log_dir = plan.job_dir if log_dir is None else log_dir
+    contexts: List[MpiContext] = []
+    if plan.scheduler is not None:
+        sched = plan.scheduler
+        log = sched.log if log_dir == plan.job_dir else posixpath.join(log_dir, posixpath.relpath(sched.log, plan.job_dir))
+        env = context_env(sched.env_dict(), ctx_base="0", role=Role.SCHEDULER, log=log)
+        contexts.append(MpiContext(host=sched.host, np=1, env=env, argv=(settings.wrapper,) + sched.argv))
+    for host in plan.hosts:
+        mine = [r for r in plan.ranks if r.host == host.name]
+        if mine:
+            contexts.append(_rank_context(plan, settings.wrapper, mine, sum(c.np for c in contexts), log_dir))
+    return mpirun_argv(contexts, settings.options)
+
+
+def _rank_context(plan: "Plan", wrapper: str, mine: Sequence["ProcPlan"], base: int, log_dir: str) -> MpiContext:
+    """The app context of one host's ranks; ``base``: the MPI rank of its first process."""
+    env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
+    settings = dict(
+        ctx_base=str(base),
+        role=Role.WORKER,
+        first_rank=str(mine[0].rank),
+        devices=",".join(str(r.device_id) for r in mine),
+        log_dir=log_dir,
+        log_name=plan.backend_settings.log_name,
+        method=plan.method,
+    )
+    if plan.method == Method.RANKTABLE:
+        settings["cwd_prefix"] = layout.rank_cwd_prefix(plan.job_dir)
+    threads = next((t for t in plan.host_threads if t.host == mine[0].host), None)
+    if threads is not None and threads.set_vars:
+        # the wrapper sets these from the host's usable cores (launcher.planning.cpu.hostcores' rule)
+        settings["threads"] = ",".join(threads.set_vars)
+        settings["host"] = mine[0].host
+    return MpiContext(host=mine[0].host, np=len(mine), env=context_env(env, **settings), argv=(wrapper,) + mine[0].argv)

@@ -1,0 +1,109 @@
+"""The mpirun rank wrapper's threads (templates/mslaunch-rank.sh, set_threads): its cgroup quota
+reading agrees with the Python probe's (launcher/execution/probes/host_cores.py) on the same
+cgroup trees, and the wrapper, run for real by sh with OpenMPI's variables, gives each rank its
+share of the cores by the rule of launcher/planning/cpu/hostcores.py."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from launcher.execution.probes.host_cores import cgroup_quota
+from launcher.planning.cpu.hostcores import thread_shares
+from tests.harness.paths import REPO
+
+ROOT = REPO
+WRAPPER = os.path.join(ROOT, "templates", "mslaunch-rank.sh")
+
+
+def _function(name: str) -> str:
+    with open(WRAPPER, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index(f"\n{name}() {{") + 1
+    return text[start:text.index("\n}\n", start) + 3]
+
+
+def _tree(tmp, files):
+    for rel, text in files.items():
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+CASES = {
+    "v1 nested, the parent tighter": (
+        "30 25 0:26 / {m}/cpu rw - cgroup cgroup rw,cpu,cpuacct\n31 25 0:27 / {m}/cpuset rw - cgroup cgroup rw,cpuset\n",
+        "5:cpu,cpuacct:/job/step\n4:cpuset:/job\n",
+        {"cpu/job/cpu.cfs_quota_us": "150000", "cpu/job/cpu.cfs_period_us": "100000",
+         "cpu/job/step/cpu.cfs_quota_us": "-1", "cpu/job/step/cpu.cfs_period_us": "100000"}),
+    "v1 namespaced root": (
+        "30 25 0:26 /kube/pod {m}/cpu rw - cgroup cgroup rw,cpuacct,cpu\n",
+        "5:cpuacct,cpu:/kube/pod/c1\n",
+        {"cpu/c1/cpu.cfs_quota_us": "50000", "cpu/c1/cpu.cfs_period_us": "100000"}),
+    "v2": (
+        "40 25 0:30 / {m}/v2 rw - cgroup2 cgroup2 rw\n",
+        "0::/a/b\n",
+        {"v2/a/cpu.max": "250000 100000", "v2/a/b/cpu.max": "max 100000", "v2/cpu.max": "max"}),
+    "none": (
+        "40 25 0:30 / {m}/v2 rw - cgroup2 cgroup2 rw\n30 25 0:26 / {m}/cpuset rw - cgroup cgroup rw,cpuset\n",
+        "0::/a\n4:cpuset:/a\n",
+        {"v2/a/cpu.max": "max 100000"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_wrappers_quota_reading_agrees_with_the_python_probe(case, tmp_path):
+    mountinfo, cgroup, files = CASES[case]
+    mountinfo = mountinfo.format(m=tmp_path)
+    _tree(tmp_path, files)
+    (tmp_path / "mountinfo").write_text(mountinfo)
+    (tmp_path / "cgroup").write_text(cgroup)
+    quota, source = cgroup_quota(mountinfo, cgroup)
+    out = subprocess.run(["sh", "-c", _function("cgroup_quota") + 'cgroup_quota "$1" "$2"', "sh", str(tmp_path / "mountinfo"),
+                          str(tmp_path / "cgroup")], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ("" if quota is None else f"{quota:g} {source}")
+    assert (quota is None) == (case == "none")
+
+
+def _run_rank(tmp_path, local: int, k: int, taskset=None, extra_env=None):
+    """Run the wrapper as OpenMPI would for local rank ``local`` of ``k`` on a remote host."""
+    env = {k_: v for k_, v in os.environ.items() if k_ not in ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS")}
+    env.update(OMPI_COMM_WORLD_RANK=str(local), MSLAUNCH_CTX_BASE="0", MSLAUNCH_ROLE="worker", MSLAUNCH_FIRST_RANK="0",
+               MSLAUNCH_DEVICES=",".join(str(i) for i in range(k)), MSLAUNCH_LOG_DIR=str(tmp_path), MSLAUNCH_LOG_NAME="worker_{rank}.log",
+               MSLAUNCH_METHOD="mpi", MSLAUNCH_THREADS="OMP_NUM_THREADS,MSLAUNCH_CPU_THREADS", MSLAUNCH_HOST="h9")
+    env.update(extra_env or {})
+    prog = [sys.executable, "-c", "import os; print('OMP=%s MS=%s' % (os.environ.get('OMP_NUM_THREADS'), os.environ.get('MSLAUNCH_CPU_THREADS')))"]
+    argv = ["sh", WRAPPER, *prog] if taskset is None else ["taskset", "-c", taskset, "sh", WRAPPER, *prog]
+    subprocess.run(argv, env=env, check=True, timeout=60)
+    return (tmp_path / f"worker_{local}.log").read_text()
+
+
+def test_each_rank_gets_its_share_of_the_hosts_cores_and_rank_0_says_so(tmp_path):
+    cpus = len(os.sched_getaffinity(0))
+    quota, _ = cgroup_quota(open("/proc/self/mountinfo").read(), open("/proc/self/cgroup").read())
+    usable = max(1, min(cpus, int(quota + 1e-9))) if quota else cpus
+    k = usable + 1  # one rank more than the cores: 1 thread each, and the warning
+    logs = [_run_rank(tmp_path, i, k) for i in range(k)]
+    assert all(log.splitlines()[-1] == "OMP=1 MS=1" for log in logs)
+    assert f"mslaunch: warning: h9: {k} ranks on {usable} usable core(s): several ranks share each core" in logs[0]
+    assert "mslaunch:" not in logs[1]
+    record = json.loads((tmp_path / "host-threads" / "h9.json").read_text())
+    assert record["usable"] == usable and record["ranks"] == k and record["warning"].startswith(f"h9: {k} ranks")
+    one = _run_rank(tmp_path, 0, 1)
+    assert one.splitlines()[-1] == f"OMP={usable} MS={usable}" == f"OMP={thread_shares(usable, 1)[0]} MS={usable}"
+    assert f"mslaunch: cpu: h9: threads per rank {usable} (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 1 rank(s) on {usable} usable core(s)" in one
+    assert "warning" not in one
+
+
+def test_the_hosts_own_value_wins_and_a_binding_caps_the_share(tmp_path):
+    log = _run_rank(tmp_path, 0, 1, extra_env={"OMP_NUM_THREADS": "7"})
+    assert log.splitlines()[-1].startswith("OMP=7 MS=")
+    if shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs taskset and 2 CPUs")
+    first = min(os.sched_getaffinity(0))
+    log = _run_rank(tmp_path, 0, 1, taskset=str(first))  # bound to one CPU, its parent (mpirun's daemon) is not
+    assert log.splitlines()[-1] == "OMP=1 MS=1" and f"(rank 0 bound by mpirun to CPUs {first})" in log
