@@ -177,7 +177,7 @@ def gen(
     files = _hccn_files(hccn, [h.name for h in full.hosts], [h.name for h in inventory.hosts])
     read = None
     if collect:
-        from launcher.execution.ssh import collect_files
+        from launcher.execution.ssh.collect import collect_files
         from launcher.planning.ranktable.hccn import parse_hccn_conf, read_hccn_conf
 
         wanted = [h for h in inventory.hosts if h.name not in files]

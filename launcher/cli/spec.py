@@ -376,7 +376,7 @@ def _scheduler_reachable(opts: JobOptions, master_addr: Optional[str], inventory
     address every host reaches: an ssh alias's HostName); else ``inventory`` itself."""
     if opts.method != "dynamic" or inventory.all_local or master_addr is not None or opts.launcher == "slurm":
         return inventory
-    from launcher.execution.ssh import resolve_addrs
+    from launcher.execution.ssh.config import resolve_addrs
 
     # only the scheduler's host, the first, is dialled by address: one lookup, not one per host
     first = resolve_addrs(Inventory(inventory.hosts[:1]), ssh_config).hosts[0]

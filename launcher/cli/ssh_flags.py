@@ -69,7 +69,7 @@ def job_ssh_config(explicit: Optional[str], all_local: bool) -> Optional[str]:
     """
     path = explicit or (os.environ.get("MSLAUNCH_SSH_CONFIG") if not all_local else None) or None
     if path is None and not all_local:
-        from launcher.execution.ssh import config_path
+        from launcher.execution.ssh.config import config_path
 
         path = config_path()
     if path is None:

@@ -20,8 +20,6 @@ TIMEOUT_EXIT = 124
 HUNG_EXIT = 125
 
 
-#: A process's reason that says its host was lost (``connection to h3 lost``, ``agent lost``).
-
 
 def exit_code_of(returncode: int) -> int:
     """A shell-style exit code: the code itself, or 128+N for death by signal N."""

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from launcher.cli.app import _register, app
 from launcher.errors import LaunchError, MsLaunchError, PlanError
-from launcher.execution import ssh as ssh_pkg
+from launcher.execution.ssh import collect as ssh_collect
 from launcher.execution.ssh.settings import SSHSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,7 +71,7 @@ def test_doctor_gets_the_settings_with_the_jobs_ssh_config(monkeypatch, tmp_path
 
 def test_ranktable_collect_gets_the_settings(monkeypatch, tmp_path):
     seen = []
-    monkeypatch.setattr(ssh_pkg, "collect_files", recorder(seen))
+    monkeypatch.setattr(ssh_collect, "collect_files", recorder(seen))
     r = invoke(["ranktable", "gen", "-H", "h1:8", "--collect", "--ssh-config", "cfg", "--ssh-accept-new",
                 "--ssh-connect-timeout", "4"], monkeypatch, tmp_path)
     assert isinstance(r.exception, Stop), r.output
@@ -113,7 +113,8 @@ def test_the_flags_are_spelled_in_one_module_only():
 def test_errors_a_user_sees_from_ssh_are_mslaunch_errors():
     import paramiko
 
-    from launcher.execution.ssh import ConnectFailure, UnknownHostKey
+    from launcher.execution.ssh.connection import ConnectFailure
+    from launcher.execution.ssh.hostkeys import UnknownHostKey
 
     key = paramiko.RSAKey.generate(1024)
     unknown = UnknownHostKey("10.1.2.3", key)

@@ -1,7 +1,7 @@
 """Run the CPU probe (``launcher/workloads/cpu_probe.py``) on a host and cache its result.
 
 The probe's source runs as ``python -c SOURCE`` under the ranks' interpreter, locally or over an
-:class:`~launcher.execution.ssh.SshConnection`, so a host needs MindSpore but not mslaunch.
+:class:`~launcher.execution.ssh.connection.SshConnection`, so a host needs MindSpore but not mslaunch.
 Two steps:
 
 1. ``--facts`` (no MindSpore import, ~0.1 s): the CPU flags, MindSpore version and bundled oneDNN

@@ -156,7 +156,7 @@ def probe_local(job: DoctorJob, host: Host) -> Tuple[Dict[str, Any], float, floa
 
 
 def probe_remote(job: DoctorJob, host: Host, conn: Any) -> Tuple[Dict[str, Any], float, float]:
-    """Run the probe over an :class:`~launcher.execution.ssh.SshConnection`."""
+    """Run the probe over an :class:`~launcher.execution.ssh.connection.SshConnection`."""
     from launcher.errors import LaunchError
 
     python = host.python or "python3"
@@ -309,7 +309,8 @@ def run_doctor(job: DoctorJob, ssh: Optional["SSHSettings"] = None) -> List[Host
     Raises:
         LaunchError: the ssh config cannot be read.
     """
-    from launcher.execution.ssh import SshConnection, SSHSettings, connect_each, run_parallel
+    from launcher.execution.ssh.connection import SshConnection, connect_each, run_parallel
+    from launcher.execution.ssh.settings import SSHSettings
 
     remote = [h for h in job.hosts if not h.is_local]
     conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}
@@ -356,7 +357,8 @@ def cpu_probes(
         LaunchError: the ssh config cannot be read.
     """
     from launcher.execution.checks.cpu import cached_probe, local_runner, ssh_runner
-    from launcher.execution.ssh import SshConnection, SSHSettings, connect_each
+    from launcher.execution.ssh.connection import SshConnection, connect_each
+    from launcher.execution.ssh.settings import SSHSettings
 
     remote = [h for h in hosts if not h.is_local]
     conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}

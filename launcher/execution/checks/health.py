@@ -277,7 +277,8 @@ def run_health(
         LaunchError: the ssh config cannot be read.
     """
     from launcher.errors import LaunchError
-    from launcher.execution.ssh import SshConnection, SSHSettings, connect_each
+    from launcher.execution.ssh.connection import SshConnection, connect_each
+    from launcher.execution.ssh.settings import SSHSettings
 
     t_start = time.monotonic()
     names = [h.name for h in hosts]

@@ -46,7 +46,7 @@ from launcher.errors import LaunchError, MsLaunchError
 from launcher.execution.backend import Backend, BackendContext
 from launcher.execution.ssh.agent import AgentConfig
 from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
-from launcher.execution.ssh.hostagent import HostAgent, SshProcess, _LogFiles
+from launcher.execution.ssh.hostagent import HostAgent, LogFiles, SshProcess
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.execution.ssh.transfer import put_file
 from launcher.planning.cpu.hostcores import HostCores, HostThreadPlan, HostThreads, host_thread_env, parse_host_cores
@@ -140,7 +140,7 @@ class SshBackend(Backend):
         self._hosts = {h.name: h for h in plan.hosts}
         self._handles: List[SshProcess] = []
         self._next_id = 0
-        self.logs = _LogFiles()
+        self.logs = LogFiles()
         self.agents: Dict[str, HostAgent] = {}
         self._pump: Optional[_Pump] = None
         self._threads = {t.host: t for t in plan.host_threads}

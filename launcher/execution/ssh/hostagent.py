@@ -28,7 +28,7 @@ _READ_BUDGET = 1 << 20
 #: Seconds to wait for the exit status of an agent whose channel reached EOF.
 _STATUS_WAIT = 2.0
 
-class _LogFiles:
+class LogFiles:
     """Appends to many log files through a bounded set of open descriptors (LRU)."""
 
     def __init__(self, max_open: int = _MAX_OPEN_LOGS) -> None:
@@ -165,7 +165,7 @@ class HostAgent:
     doc for the state machine).  Its methods run in the pump thread except :meth:`open` (set-up),
     :meth:`add` and :meth:`control` (any thread)."""
 
-    def __init__(self, conn: SshConnection, python: str, settings: SSHSettings, logs: _LogFiles) -> None:
+    def __init__(self, conn: SshConnection, python: str, settings: SSHSettings, logs: LogFiles) -> None:
         self.conn = conn
         self.host = conn.name
         self.python = python

@@ -100,9 +100,9 @@ def test_exit_times_of_a_host_whose_clock_is_off_land_on_the_launchers_clock():
     import time
     from types import SimpleNamespace
 
-    from launcher.execution.ssh.hostagent import HostAgent, _LogFiles
+    from launcher.execution.ssh.hostagent import HostAgent, LogFiles
 
-    agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, _LogFiles())  # type: ignore[arg-type]
+    agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, LogFiles())  # type: ignore[arg-type]
     assert agent.local_time(1000.0) == 1000.0  # nothing heard yet: as the agent says
     now = time.time()
     agent._message(0, {"ev": "ready", "pid": 7, "time": now - 100.0})
@@ -126,10 +126,10 @@ def test_a_stream_that_is_not_frames_is_an_error_not_a_huge_buffer(header):
 def test_a_garbled_agent_stream_ends_the_hosts_ranks_with_a_hint_and_closes_the_session():
     from types import SimpleNamespace
 
-    from launcher.execution.ssh.hostagent import HostAgent, _LogFiles
+    from launcher.execution.ssh.hostagent import HostAgent, LogFiles
     from launcher.execution.ssh.remote_link import MAGIC
 
-    agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, _LogFiles())  # type: ignore[arg-type]
+    agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, LogFiles())  # type: ignore[arg-type]
     ended = []
     agent.handles[0] = SimpleNamespace(finish=lambda rc, reason=None: ended.append((rc, reason)))  # type: ignore[assignment]
     closed = []

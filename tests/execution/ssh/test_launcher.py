@@ -16,9 +16,12 @@ import paramiko
 import pytest
 
 from launcher.errors import LaunchError, PlanError
-from launcher.execution import ssh
 from launcher.execution.checks.doctor import Check, DoctorJob, check_rows
 from launcher.execution.mpirun.backend import MPIRUN_CHECK
+from launcher.execution.ssh.agent import agent_command
+from launcher.execution.ssh.config import SshTarget, config_path, read_ssh_config, resolve_addrs, resolve_target
+from launcher.execution.ssh.connection import describe_connect_error
+from launcher.execution.ssh.hostkeys import AcceptNewPolicy, RefuseUnknownPolicy, UnknownHostKey, fingerprint
 from launcher.execution.ssh.remote_link import BOOTSTRAP
 from launcher.planning.backends import mpirun as mpi
 from launcher.planning.build import build_plan
@@ -62,54 +65,54 @@ def home(tmp_path, monkeypatch):
 
 def test_target_follows_ssh_config_with_tilde_from_home(home):
     (home / ".ssh" / "config").write_text(CONFIG)
-    conf = ssh.read_ssh_config(ssh.config_path())
-    t = ssh.resolve_target(Host("h1", 2), conf)
-    assert t == ssh.SshTarget(
+    conf = read_ssh_config(config_path())
+    t = resolve_target(Host("h1", 2), conf)
+    assert t == SshTarget(
         name="h1", hostname="10.9.9.1", port=2201, user="alice", key_files=(f"{home}/.ssh/id_h1",),
         known_hosts=(f"{home}/kh/known", "one/two"), global_known_hosts=("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"),
         accept_new=True, allow_agent=True, look_for_keys=False,
     )
     assert t.label == "h1 (10.9.9.1:2201)"
-    t2 = ssh.resolve_target(Host("h2", 1), conf)
+    t2 = resolve_target(Host("h2", 1), conf)
     assert (t2.hostname, t2.port, t2.user, t2.key_files, t2.allow_agent, t2.look_for_keys) == ("10.9.9.2", 22, "bob", ("/keys/k2",), False, False)
     assert t2.known_hosts == (f"{home}/.ssh/known_hosts", f"{home}/.ssh/known_hosts2")
-    other = ssh.resolve_target(Host("10.1.1.1", 1), conf)
+    other = resolve_target(Host("10.1.1.1", 1), conf)
     assert (other.hostname, other.port, other.user, other.key_files, other.look_for_keys) == ("10.1.1.1", 22, "bob", (), True)
 
 
 def test_inventory_ssh_settings_win_over_the_config(home):
     (home / ".ssh" / "config").write_text(CONFIG)
-    conf = ssh.read_ssh_config(ssh.config_path())
-    t = ssh.resolve_target(Host("h1", 2, ssh=SshOptions(user="root", port=22, key="~/other")), conf, known_hosts="~/kh2")
+    conf = read_ssh_config(config_path())
+    t = resolve_target(Host("h1", 2, ssh=SshOptions(user="root", port=22, key="~/other")), conf, known_hosts="~/kh2")
     assert (t.hostname, t.port, t.user, t.key_files, t.known_hosts) == ("10.9.9.1", 22, "root", (f"{home}/other",), (f"{home}/kh2",))
 
 
 def test_config_path_precedence(home, tmp_path, monkeypatch):
-    assert ssh.config_path() is None  # no ~/.ssh/config
+    assert config_path() is None  # no ~/.ssh/config
     (home / ".ssh" / "config").write_text("")
-    assert ssh.config_path() == f"{home}/.ssh/config"
+    assert config_path() == f"{home}/.ssh/config"
     monkeypatch.setenv("MSLAUNCH_SSH_CONFIG", "~/env_cfg")
-    assert ssh.config_path() == f"{home}/env_cfg"
-    assert ssh.config_path("/x/flag_cfg") == "/x/flag_cfg"
+    assert config_path() == f"{home}/env_cfg"
+    assert config_path("/x/flag_cfg") == "/x/flag_cfg"
 
 
 def test_include_is_expanded_relative_to_dot_ssh(home):
     (home / ".ssh" / "conf.d").mkdir()
     (home / ".ssh" / "conf.d" / "a.conf").write_text("Host inc\n    HostName 10.8.8.8\n    Port 2222\n")
     (home / ".ssh" / "config").write_text("Include conf.d/*.conf\nHost *\n    User carol\n")
-    t = ssh.resolve_target(Host("inc", 1), ssh.read_ssh_config(ssh.config_path()))
+    t = resolve_target(Host("inc", 1), read_ssh_config(config_path()))
     assert (t.hostname, t.port, t.user) == ("10.8.8.8", 2222, "carol")
 
 
 def test_missing_explicit_config_is_a_clear_error(tmp_path):
     with pytest.raises(LaunchError, match=r"no such ssh config file"):
-        ssh.read_ssh_config(str(tmp_path / "nope"))
+        read_ssh_config(str(tmp_path / "nope"))
 
 
 def test_resolve_addrs_gives_aliases_their_hostname(home):
     (home / ".ssh" / "config").write_text(CONFIG)
     inv = parse_host_list("h1:2,h2:2,10.1.1.1:1")
-    out = ssh.resolve_addrs(inv, None)
+    out = resolve_addrs(inv, None)
     assert [h.addr for h in out.hosts] == ["10.9.9.1", "10.9.9.2", None]
     assert [h.name for h in out.hosts] == ["h1", "h2", "10.1.1.1"]
 
@@ -130,7 +133,7 @@ def test_master_addr_is_the_resolved_hostname_in_the_plan(home, tmp_path, monkey
 
 @pytest.mark.parametrize("python", ["python3", "/opt/my python/bin/python3", "/x/$(touch y);'\"`"])
 def test_agent_command_quotes_every_piece(python):
-    cmd = ssh.agent_command(python)
+    cmd = agent_command(python)
     assert shlex.split(cmd) == ["exec", python, "-S", "-u", "-c", BOOTSTRAP]
 
 
@@ -141,7 +144,7 @@ def test_accept_new_policy_records_the_key(tmp_path):
     key = paramiko.Ed25519Key.from_private_key_file(_make_key(tmp_path))
     path = tmp_path / "sub" / "known_hosts"
     client = paramiko.SSHClient()
-    ssh.AcceptNewPolicy(str(path)).missing_host_key(client, "[10.1.2.3]:2222", key)
+    AcceptNewPolicy(str(path)).missing_host_key(client, "[10.1.2.3]:2222", key)
     assert path.read_text() == f"[10.1.2.3]:2222 ssh-ed25519 {key.get_base64()}\n"
     assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
     assert client.get_host_keys().lookup("[10.1.2.3]:2222")["ssh-ed25519"] == key
@@ -151,13 +154,13 @@ def test_accept_new_policy_records_the_key(tmp_path):
 
 def test_refuse_policy_and_its_message(tmp_path):
     key = paramiko.Ed25519Key.from_private_key_file(_make_key(tmp_path))
-    with pytest.raises(ssh.UnknownHostKey) as info:
-        ssh.RefuseUnknownPolicy().missing_host_key(paramiko.SSHClient(), "10.1.2.3", key)
-    target = ssh.SshTarget("h9", "10.1.2.3", 2222, "root", (), ("/k/known_hosts",))
-    msg = ssh._describe_connect_error(target, info.value, 5.0)
-    assert msg == (f"host key for h9 is not known (ssh-ed25519 {ssh.fingerprint(key)}); verify it and add it to known_hosts "
+    with pytest.raises(UnknownHostKey) as info:
+        RefuseUnknownPolicy().missing_host_key(paramiko.SSHClient(), "10.1.2.3", key)
+    target = SshTarget("h9", "10.1.2.3", 2222, "root", (), ("/k/known_hosts",))
+    msg = describe_connect_error(target, info.value, 5.0)
+    assert msg == (f"host key for h9 is not known (ssh-ed25519 {fingerprint(key)}); verify it and add it to known_hosts "
                    "(ssh-keyscan -p 2222 10.1.2.3 >> /k/known_hosts) or pass --ssh-accept-new")
-    assert re.fullmatch(r"SHA256:[A-Za-z0-9+/]{43}", ssh.fingerprint(key))
+    assert re.fullmatch(r"SHA256:[A-Za-z0-9+/]{43}", fingerprint(key))
 
 
 def test_no_auto_add_policy_in_the_launcher():
@@ -176,8 +179,8 @@ def test_no_auto_add_policy_in_the_launcher():
     (TimeoutError(), "no answer from 10.1.2.3:22 within 3 s (host down or link cut?)"),
 ])
 def test_connect_errors_are_one_line_and_name_the_host(exc, expected):
-    target = ssh.SshTarget("h9", "10.1.2.3", 22, "root", ("/k/id",), ())
-    assert ssh._describe_connect_error(target, exc, 3.0).startswith(expected)
+    target = SshTarget("h9", "10.1.2.3", 22, "root", ("/k/id",), ())
+    assert describe_connect_error(target, exc, 3.0).startswith(expected)
 
 
 def _make_key(tmp_path) -> str:
