@@ -14,7 +14,6 @@ mslaunch was not tearing the attempt down (:func:`lost_host`) is lost: its ranks
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -27,7 +26,8 @@ from launcher.execution.backend import Backend, BackendContext, StartRequest, To
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
 from launcher.execution.ports import check_scheduler_port
 from launcher.execution.process.handle import WatchdogLink
-from launcher.execution.process.spawn import LocalProcess, start_local
+from launcher.execution.process.spawn import LocalProcess
+from launcher.execution.process.standin import StandInProcess, launcher_plan, read_json_record, start_standin
 from launcher.execution.results import ProcResult
 from launcher.planning.backends.mpirun import mpirun_command
 from launcher.planning.job.spec import Plan, ProcPlan
@@ -86,12 +86,8 @@ def lost_host(status_dir: str) -> Optional[Tuple[str, str]]:
         return None
     for name in names:
         if name.startswith("orted_") and name.endswith(".json"):
-            try:
-                with open(os.path.join(status_dir, name), encoding="utf-8") as fh:
-                    rec = json.load(fh)
-            except (OSError, ValueError):
-                continue
-            if isinstance(rec, dict) and rec.get("returncode") not in (0, None):
+            rec = read_json_record(os.path.join(status_dir, name))
+            if rec is not None and rec.get("returncode") not in (0, None):
                 ended.append(rec)
     if not ended:
         return None
@@ -103,37 +99,26 @@ def lost_host(status_dir: str) -> Optional[Tuple[str, str]]:
     return str(first["host"]), f"mpirun's daemon on {first['host']} lost (its ssh session ended: {why})"
 
 
-class MpirunProcess(LocalProcess):
+class MpirunProcess(StandInProcess):
     """mpirun, standing for every process of the plan."""
 
-    _stopping = False  # mslaunch ended mpirun: its daemons' ends say nothing of their hosts
-    _lost: Optional[Tuple[str, str]] = None  # the host mpirun lost, read when mpirun ended by itself
-
     def __init__(self, base: LocalProcess, plan: Plan, adir: str) -> None:
-        super().__init__(base.plan, base.popen, base.log_path)
+        super().__init__(base)
         self.job = plan
         self.adir = adir
 
-    def wait(self) -> int:
-        """mpirun's returncode; when it failed by itself, the host it lost is read at once
-        (:func:`lost_host`), before a teardown could end other daemons' sessions."""
-        rc = super().wait()
-        if rc != 0 and not self._stopping and self._lost is None:
-            self._lost = lost_host(os.path.join(self.adir, STATUS_DIR))
-        return rc
+    def read_lost(self, rc: int) -> Dict[str, str]:
+        """The host mpirun lost (:func:`lost_host`), read when mpirun failed by itself, before a
+        teardown could end other daemons' sessions."""
+        lost = lost_host(os.path.join(self.adir, STATUS_DIR))
+        return dict([lost]) if lost else {}
 
-    def kill(self) -> None:
-        self._stopping = True
-        super().kill()
-
-    def terminate(self) -> None:
+    def stop_gracefully(self) -> None:
         # mpirun forwards SIGTERM to its ranks and then ends them itself; signal only mpirun.
-        self._stopping = True
-        if self.popen.poll() is None:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
     def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
         """The ranks on this machine (mpirun's descendants, named by their ``RANK_ID``), then those
@@ -155,9 +140,8 @@ class MpirunProcess(LocalProcess):
                 text = fh.read()
         except OSError:
             text = ""
-        own = ProcResult("mpirun", None, "localhost", rc, self.started, when, self.log_path, pid=self.pid)
-        lost = self._lost if rc not in (0, None) and not torn else None
-        return report_outcomes(self.job, self.adir, text, own, torn, dict([lost]) if lost else None)
+        lost = self.lost(rc) if not torn else {}
+        return report_outcomes(self.job, self.adir, text, self.own_result(rc, when), torn, lost or None)
 
 
 def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResult, torn: bool,
@@ -244,10 +228,7 @@ class MpirunBackend(WatchesHostThreads, Backend):
         os.makedirs(status_dir, exist_ok=True)
         argv = watched_agent(mpirun_command(plan, attempt_dir), status_dir)
         log = os.path.join(attempt_dir, "mpirun.log")
-        proc = ProcPlan(
-            name="mpirun", role="launcher", host="localhost", rank=None, local_rank=None, node_rank=None,
-            device_id=None, argv=argv, env=(), cwd=plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir, log=log,
-        )
+        proc = launcher_plan("mpirun", argv, plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir, log)
         return (StartRequest(proc, log, proc.cwd),)
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> MpirunProcess:
@@ -260,6 +241,6 @@ class MpirunBackend(WatchesHostThreads, Backend):
         if shutil.which(exe) is None:
             raise LaunchError(f"{exe} not found; install OpenMPI (Debian: apt-get install openmpi-bin) or use --launcher local/ssh")
         # Without a watchdog: if mslaunch dies, mpirun gets SIGTERM and ends its ranks itself.
-        base = start_local(proc, log_path, cwd=cwd, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
+        base = start_standin(proc, log_path, cwd, self.watchdog)
         return MpirunProcess(base, self.plan, self.attempt_dir)
 

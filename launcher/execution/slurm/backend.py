@@ -34,7 +34,6 @@ If mslaunch dies, the job's watchdog kills srun and then runs
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -46,7 +45,8 @@ from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, StartRequest
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
 from launcher.execution.process.handle import WatchdogLink
-from launcher.execution.process.spawn import LocalProcess, kill_tree, start_local
+from launcher.execution.process.spawn import LocalProcess
+from launcher.execution.process.standin import StandInProcess, launcher_plan, read_json_record, start_standin
 from launcher.execution.results import ProcResult
 from launcher.execution.slurm.shim import record_key
 from launcher.planning.backends.slurm import allocation_job_id, outside_stop, srun_steps
@@ -61,21 +61,12 @@ def step_name(plan: Plan, attempt: int) -> str:
     return f"mslaunch-{plan.job_id}-a{attempt}"
 
 
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
 def _records(status_dir: str, proc: ProcPlan) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """The shim's start record of ``proc`` (``{}`` until it started) and its exit record (None
     until it ended)."""
     key = record_key(proc.rank)
-    return (_read_json(os.path.join(status_dir, f"{key}.start.json")) or {},
-            _read_json(os.path.join(status_dir, f"{key}.exit.json")))
+    return (read_json_record(os.path.join(status_dir, f"{key}.start.json")) or {},
+            read_json_record(os.path.join(status_dir, f"{key}.exit.json")))
 
 
 def _steps(plan: Plan, attempt_dir: str, attempt: int) -> Tuple[Optional[Any], Any]:
@@ -89,7 +80,7 @@ _STOP_CODES = frozenset({-signal.SIGTERM, 128 + signal.SIGTERM})
 _KILL_CODES = frozenset({-signal.SIGKILL, 128 + signal.SIGKILL})
 
 
-class SrunStepProcess(LocalProcess):
+class SrunStepProcess(StandInProcess):
     """The local srun of one step, standing for the processes of that step (see :meth:`outcomes`).
 
     When srun ends by itself with a failure, the step's nodes that Slurm holds lost (``DOWN`` or
@@ -99,12 +90,8 @@ class SrunStepProcess(LocalProcess):
     without the node). Each of the step's processes on such a node ends as ``host_lost``.
     """
 
-    _lost: Optional[Dict[str, str]] = None  # node -> how Slurm holds it lost, once asked
-    _stopping = False  # mslaunch ended the step (terminate/kill): its exit says nothing of its nodes
-
     def __init__(self, base: LocalProcess, backend: "SlurmBackend", procs: List[StartRequest], role_plan: ProcPlan) -> None:
-        super().__init__(role_plan, base.popen, base.log_path)
-        self.srun_log = base.log_path
+        super().__init__(base, role_plan)
         self.backend = backend
         self.procs = procs
         if role_plan.role == "scheduler":
@@ -117,18 +104,9 @@ class SrunStepProcess(LocalProcess):
 
         return slurm_step_dump(self.backend.job_id, self.backend.status_dir, [r.proc.rank for r in self.procs], folder)
 
-    def wait(self) -> int:
-        rc = super().wait()
-        self.lost_nodes(rc)
-        return rc
-
-    def lost_nodes(self, rc: Optional[int]) -> Dict[str, str]:
-        """The step's nodes Slurm holds lost once srun failed by itself (asked once), else {}."""
-        if self._lost is None:
-            if rc in (0, None) or self._stopping:
-                return {}
-            self._lost = self.backend.lost_nodes([r.proc.host for r in self.procs])
-        return self._lost
+    def read_lost(self, rc: int) -> Dict[str, str]:
+        """The step's nodes Slurm holds lost, node -> how (asked once srun failed by itself)."""
+        return self.backend.lost_nodes([r.proc.host for r in self.procs])
 
     def step_ids(self) -> List[str]:
         """``J.S`` of this step, from the shims' start records (empty until a task started)."""
@@ -148,20 +126,17 @@ class SrunStepProcess(LocalProcess):
         else:
             self.backend.cancel(signal_name)
 
-    def terminate(self) -> None:
+    def stop_gracefully(self) -> None:
         """SIGTERM to every task of the step (``scancel --signal=TERM``; the shims pass it to
         their ranks), so ranks get the grace.  (srun itself, given SIGTERM, would SIGKILL them.)"""
-        self._stopping = True
-        if self.popen.poll() is None:
-            self._scancel("TERM")
+        self._scancel("TERM")
 
-    def kill(self) -> None:
-        """SIGKILL the step's tasks through Slurm, cancel the step, SIGKILL srun."""
-        self._stopping = True
+    def end_elsewhere(self) -> None:
+        """While srun runs: SIGKILL the step's tasks through Slurm and cancel the step (then
+        ``kill()`` SIGKILLs srun)."""
         if self.popen.poll() is None:
             self._scancel("KILL")
             self._scancel(None)
-        kill_tree(self.pid, self.pgid, signal.SIGKILL)
 
     def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None) -> List[ProcResult]:
         """One result per process of the step, from the shims' records (see the module doc).
@@ -169,12 +144,12 @@ class SrunStepProcess(LocalProcess):
         A record's ``stopped`` flag marks an exit caused by a stop (Slurm ending the step after
         another task failed, or teardown): torn down, not a cause.  A process without an exit
         record was ended by Slurm (SIGKILL) or never started, or, on a node Slurm holds lost
-        (:meth:`lost_nodes`), lost with its node (``host_lost``); when no process failed by
+        (:meth:`read_lost`), lost with its node (``host_lost``); when no process failed by
         itself and srun failed without being torn down, srun is added as the failure (its log
         says why).
         """
         out: List[ProcResult] = []
-        lost = self.lost_nodes(rc) if not torn else {}
+        lost = self.lost(rc) if not torn else {}
         own_failure = False
         records = [(req, *_records(self.backend.status_dir, req.proc)) for req in self.procs]
         # Slurm signals a step's processes one by one: a rank may die of the SIGTERM before its
@@ -210,8 +185,7 @@ class SrunStepProcess(LocalProcess):
                 out.append(ProcResult(req.proc.name, req.proc.rank, host, None, started, when, req.log_path, torn_down=True,
                                       reason="ended by Slurm" if start else "not started by srun", pid=start.get("pid")))
         if rc not in (0, None) and not own_failure and not torn:
-            out.append(ProcResult("srun" if self.plan.role != "scheduler" else "srun (scheduler)", None, "localhost", rc,
-                                  self.started, when, self.srun_log, pid=self.pid, reason=note))
+            out.append(self.own_result(rc, when, "srun" if self.plan.role != "scheduler" else "srun (scheduler)", reason=note))
         return out
 
 
@@ -296,8 +270,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
             proc = replace(sched_req[0].proc, argv=sched.argv, env=())
             out.append(StartRequest(proc, os.path.join(attempt_dir, "srun_scheduler.log"), cwd))
         log = os.path.join(attempt_dir, "srun.log")
-        proc = ProcPlan(name="srun", role="launcher", host="localhost", rank=None, local_rank=None, node_rank=None,
-                        device_id=None, argv=workers.argv, env=(("SLURM_HOSTFILE", hostfile),), cwd=cwd, log=log)
+        proc = launcher_plan("srun", workers.argv, cwd, log, env=(("SLURM_HOSTFILE", hostfile),))
         out.append(StartRequest(proc, log, cwd))
         self._sched_reqs = sched_req
         self._worker_reqs = worker_reqs
@@ -314,7 +287,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
         from launcher.execution.process.watchdog import TOKEN_VAR
 
         proc = replace(proc, argv=("env", "-u", TOKEN_VAR) + tuple(proc.argv))
-        base = start_local(proc, log_path, cwd=cwd, pdeathsig=signal.SIGTERM, watchdog=self.watchdog)
+        base = start_standin(proc, log_path, cwd, self.watchdog)
         if proc.role == "scheduler":
             return SrunStepProcess(base, self, list(self._sched_reqs), proc)
         return SrunStepProcess(base, self, list(self._worker_reqs), proc)

@@ -23,7 +23,7 @@ def _handle(tmp_path, ranks, lost=None):
     h.asked = asked
     h.procs = [StartRequest(_proc(r), f"/j/worker_{r}.log", "/") for r in ranks]
     h.plan = _proc(None, role="launcher", name="srun")
-    h.started, h.srun_log, h.pid = 1.0, "/j/srun.log", 42
+    h.started, h.own_log, h.pid = 1.0, "/j/srun.log", 42
     return h
 
 
