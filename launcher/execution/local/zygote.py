@@ -160,7 +160,11 @@ class ZygoteBackend(Backend):
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
-        return cls.warm(ctx.watchdog, shared_env(ctx.plan))
+        """Not a backend of its own: :meth:`LocalBackend.create` builds it (with :meth:`warm`) from
+        the job's ``LocalSettings(zygote=True)``, whose ``on_note``, ``fork_scheduler`` and
+        ``pool`` this context alone would not give."""
+        raise NotImplementedError("ZygoteBackend is built by LocalBackend.create (LocalSettings(zygote=True)), "
+                                  "not registered as a backend of its own")
 
     @classmethod
     def preflight(cls, plan: Plan) -> None:
