@@ -25,8 +25,8 @@ from launcher.execution.process.watchdog import TOKEN_VAR
 class Zygote:
     """One zygote process and what mslaunch knows of it (fed by its reader thread).
 
-    A job's attempt uses it through :class:`~launcher.execution.local.zygote.ZygoteBackend`; a :class:`ZygotePool` may keep it for
-    the next attempt (:meth:`reusable` says whether that is safe).
+    A job's attempt uses it through :class:`~launcher.execution.local.zygote.ZygoteBackend`; a
+    :class:`ZygotePool` may keep it for the next attempt (:meth:`reusable` says whether that is safe).
     """
 
     def __init__(self, preload: Sequence[str], env: Dict[str, str]) -> None:
@@ -38,7 +38,7 @@ class Zygote:
         self.state: Optional[str] = None  # None: importing; "ready"; or why it cannot fork
         self.ready_info: Dict[str, Any] = {}
         self.replies: "list[Dict[str, Any]]" = []
-        self.children: Dict[int, ReportedProcess] = {}  # ZygoteProcess: the backend's
+        self.children: Dict[int, ReportedProcess] = {}  # pid -> the backend's ZygoteProcess
         self.early: Dict[int, int] = {}
 
     @property
