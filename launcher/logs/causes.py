@@ -26,25 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.logs.causerules import (
-    TAIL_LINES,
-    Facts,
-    Failure,
-    Found,
+from launcher.logs.causerules import TAIL_LINES, Facts, Failure, Found
+from launcher.logs.causerules.errorlines import (
     match_address_in_use,
     match_collective_timeout_log,
-    match_collective_timeout_report,
     match_device_error,
     match_disk_full,
-    match_hang_report,
-    match_lost_host,
-    match_missing_file,
-    match_missing_module,
     match_native_crash,
-    match_oom,
-    match_python_exception,
-    unknown,
 )
+from launcher.logs.causerules.exceptions import match_missing_file, match_missing_module, match_python_exception, unknown
+from launcher.logs.causerules.judged import match_collective_timeout_report, match_hang_report, match_lost_host
+from launcher.logs.causerules.oom import match_oom
 
 __all__ = ["KINDS", "RESTART_PROOF", "RULES", "TAIL_LINES", "Cause", "Failure", "Rule", "classify", "console_lines", "junit_message",
            "repeated_unfixable", "same_unfixable"]

@@ -15,11 +15,11 @@ from launcher.execution.process.spawn import (
 from launcher.planning.job.spec import Plan, ProcPlan
 
 if TYPE_CHECKING:
-    from launcher.execution.local.zygote import ZygotePool
+    from launcher.execution.local.zygote_pool import ZygotePool
 
 
 def _new_pool() -> "ZygotePool":
-    from launcher.execution.local.zygote import ZygotePool
+    from launcher.execution.local.zygote_pool import ZygotePool
 
     return ZygotePool()
 
@@ -35,7 +35,7 @@ class LocalSettings:
         fork_scheduler: with the zygote, fork the scheduler too, running MindSpore's ``init()``
             alone instead of the user's script (:mod:`launcher.workloads.scheduler`).
         keep_zygote: a restart forks from the last attempt's zygote when that is safe (see
-            :class:`launcher.execution.local.zygote.ZygotePool`); False: each attempt imports anew.
+            :class:`launcher.execution.local.zygote_pool.ZygotePool`); False: each attempt imports anew.
         pool: where the zygote waits between attempts (one job at a time; ended by :meth:`LocalBackend.end_job`).
     """
 

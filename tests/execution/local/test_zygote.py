@@ -11,7 +11,8 @@ import time
 import psutil
 import pytest
 
-from launcher.execution.local.zygote import ZygoteBackend, ZygotePool, ZygoteProcess
+from launcher.execution.local.zygote import ZygoteBackend, ZygoteProcess
+from launcher.execution.local.zygote_pool import ZygotePool
 from launcher.execution.process.spawn import LocalProcess
 from launcher.planning.job.spec import ProcPlan
 from tests.harness.cli import run_process
