@@ -1,4 +1,7 @@
-"""Bookkeeping of one attempt for the supervisor: handles, exits, who was torn down.
+"""Bookkeeping of one attempt for the supervisor: its phase, handles, exits, who was torn down.
+
+The phase moves only through :meth:`AttemptState.transition`, along the table of
+:mod:`launcher.execution.supervision.phases`.
 
 Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue
 (or the backend posts each exit itself, :meth:`ProcessHandle.notify_exit`: no thread per process).
@@ -13,13 +16,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from launcher.execution.backend import Backend
 from launcher.execution.process.handle import ProcessHandle
 from launcher.execution.results import ProcResult
+from launcher.execution.supervision.phases import AttemptPhase, check_transition
 from launcher.planning.job.kinds import EventKind
 
 __all__ = ["AttemptState"]
 
 
 class AttemptState:
-    """Bookkeeping of one attempt: handles, exits, who was torn down."""
+    """Bookkeeping of one attempt: its phase, handles, exits, who was torn down."""
 
     def __init__(self, on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None) -> None:
         self.on_event = on_event  # gets an ``exited`` event for each exit, once, when it is recorded
@@ -30,6 +34,14 @@ class AttemptState:
         self.events: "queue.Queue[Tuple[int, int, float]]" = queue.Queue()
         self.start_failure: Optional[ProcResult] = None
         self.backend: Optional[Backend] = None  # once created
+        self.phase = AttemptPhase.STARTING
+        self.phases: List[AttemptPhase] = [AttemptPhase.STARTING]  # every phase entered, in order
+
+    def transition(self, target: AttemptPhase) -> None:
+        """Move to ``target``; raises :class:`~launcher.execution.supervision.phases.IllegalTransition`
+        when the table does not allow it."""
+        self.phase = check_transition(self.phase, target)
+        self.phases.append(target)
 
     def add(self, handle: ProcessHandle) -> int:
         """Register ``handle``; a thread blocks in its ``wait()`` and posts the exit."""

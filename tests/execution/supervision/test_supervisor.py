@@ -255,3 +255,46 @@ def test_backends_that_report_exits_need_no_waiter_thread(tmp_path):
     by_name = {p.name: p for p in result.processes}
     assert by_name["rank 1"].returncode == 3 and by_name["rank 0"].signal == "SIGTERM" and by_name["rank 2"].signal == "SIGTERM"
     assert not any(h.waited for h in backends[0].handles)
+
+
+@pytest.fixture
+def runners(monkeypatch):
+    """Every AttemptRunner the supervisor makes (their phases are read after the run)."""
+    from launcher.execution.supervision import supervisor as supervisor_module
+
+    made: List[Any] = []
+
+    class Recorded(supervisor_module.AttemptRunner):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(supervisor_module, "AttemptRunner", Recorded)
+    return made
+
+
+def test_the_phases_of_a_successful_attempt(tmp_path, runners):
+    from launcher.execution.supervision.phases import AttemptPhase as P
+
+    rec = Recorder({"script": {n: Exit(0) for n in ("rank 0", "rank 1", "rank 2")}})
+    assert supervise(tmp_path, rec).status == SUCCEEDED
+    (runner,) = runners
+    assert runner.state.phases == [P.STARTING, P.RUNNING, P.FINISHING, P.TEARING_DOWN, P.DONE]
+    assert runner.phase is P.DONE
+
+
+def test_the_phases_of_a_failed_attempt_and_of_its_restart(tmp_path, runners):
+    from launcher.execution.supervision.phases import AttemptPhase as P
+
+    rec = Recorder({"script": {"rank 1": Exit(3)}}, {"raise": "cannot connect to h1:22"})
+    result = supervise(tmp_path, rec, max_restarts=1)
+    assert [a.status for a in result.history] == [FAILED, FAILED]
+    assert [r.state.phases for r in runners] == [[P.STARTING, P.RUNNING, P.TEARING_DOWN, P.DONE],  # a rank failed
+                                                 [P.STARTING, P.TEARING_DOWN, P.DONE]]  # the restart could not start
+
+
+def test_the_phases_of_a_timed_out_attempt(tmp_path, runners):
+    from launcher.execution.supervision.phases import AttemptPhase as P
+
+    assert supervise(tmp_path, Recorder({}), timeout=0.2).status == TIMEOUT
+    assert runners[0].state.phases == [P.STARTING, P.RUNNING, P.TEARING_DOWN, P.DONE]
