@@ -24,7 +24,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution import stopsignals
@@ -55,7 +55,9 @@ from launcher.execution.supervision.diagnose import HostRecorder, RootTail, judg
 from launcher.execution.supervision.phases import AttemptPhase
 from launcher.execution.supervision.state import AttemptState as _Attempt
 from launcher.logs.hangreport import HangReport
-from launcher.planning.job.kinds import EventKind, describe_returncode
+from launcher.planning.job import events
+from launcher.planning.job.events import OnEvent
+from launcher.planning.job.kinds import describe_returncode
 from launcher.planning.job.spec import Plan
 
 if TYPE_CHECKING:
@@ -74,8 +76,8 @@ _KILL_WAIT = 5.0
 #: plan: a restart may run a re-planned one).
 BackendFactory = Callable[[int, str, Plan], Backend]
 
-#: Tells the job of an event: ``(kind, data)`` (events.jsonl, then the console); never raises.
-Emit = Callable[[EventKind, Dict[str, Any]], None]
+#: Tells the job of an event (:mod:`launcher.planning.job.events`: events.jsonl, then the console); never raises.
+Emit = OnEvent
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ class AttemptRunner:
         """Set up, start, watch, tear down and judge the attempt."""
         attempt, adir = self.attempt, self.adir
         started = time.time()
-        state = self.state = _Attempt(on_event=lambda kind, data: self.emit(kind, dict(data, attempt=attempt)))
+        state = self.state = _Attempt(on_event=self.emit, attempt=attempt)
         outcome = self._supervise(state, attempt, adir, deadline)
         results = state.results()
         if outcome.by_cluster:  # what died of the scheduler's signals did not fail by itself
@@ -164,11 +166,11 @@ class AttemptRunner:
                 else:
                     status = PREEMPTED if signum == signal.SIGUSR1 else STOPPED
                     outcome = _Outcome(status, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
-                    self.emit(EventKind.INTERRUPTED, {"signal": signum})
+                    self.emit(events.Interrupted(signum))
             except _Timeout as exc:
                 state.transition(exc.leads_to)
                 outcome = _Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")
-                self.emit(EventKind.TIMEOUT, {"timeout": self.options.timeout})
+                self.emit(events.TimedOut(self.options.timeout))
             except _Hung as exc:
                 state.transition(exc.leads_to)
                 outcome = exc.outcome
@@ -255,8 +257,7 @@ class AttemptRunner:
                 raise _StartFailed(str(exc), 1) from None
             idx = state.add(handle)
             self.host_records.started(handle.pid, local=handle.pgid is not None)  # reads a few files; never raises
-        self.emit(EventKind.STARTED, {"name": proc.name, "rank": proc.rank, "host": proc.host, "pid": handle.pid,
-                                      "log": request.log_path, "attempt": self.attempt})
+        self.emit(events.Started(proc.name, proc.rank, proc.host, handle.pid, request.log_path, self.attempt))
         return idx
 
     def _is_scheduler(self, request: StartRequest) -> bool:
@@ -331,7 +332,7 @@ class AttemptRunner:
         outside = self._cluster_stop(state, exit_code_of(rc) or 1)
         if outside is not None:
             return outside
-        self.emit(EventKind.FAILURE, {"name": name, "host": handle.host, "returncode": rc})
+        self.emit(events.Failure(name, handle.host, rc))
         timed_out = self.hang.timed_out(handle, tail_lines(handle.log_path, COLLECTIVE_TAIL)) if self.hang is not None else None
         if timed_out is not None and handle.plan.rank is not None:  # it waited for a stuck rank: a hang too
             return self._hung(state, None, (handle.plan.rank, timed_out))
@@ -348,14 +349,14 @@ class AttemptRunner:
         state.transition(AttemptPhase.HUNG)
         with stopsignals.recorded_only():  # the dump runs to its end
             hang, message = self.hang.investigate(state.handles, dict(state.exits), self.adir, verdict, timed_out)
-        self.emit(EventKind.HUNG, {"message": message, "hang": hang.to_json()})
+        self.emit(events.Hung(message, hang.to_json()))
         return _Outcome(HUNG, HUNG_EXIT, message, hang=hang)
 
     def _cluster_stop(self, state: _Attempt, code: int) -> Optional[_Outcome]:
         """:func:`_outside_stop` of the attempt's backend, announced (``cluster_stop``)."""
         outside = _outside_stop(state.backend, code)
         if outside is not None:
-            self.emit(EventKind.CLUSTER_STOP, {"status": outside.status, "message": outside.message})
+            self.emit(events.ClusterStop(outside.status, outside.message))
         return outside
 
     def _check_deadline(self, deadline: Optional[float]) -> None:
@@ -383,7 +384,7 @@ class AttemptRunner:
         # down: its own exit counts (it may be the earliest failure).
         running = [i for i in state.running() if not state.handles[i].has_exited()]
         if running and announce:
-            self.emit(EventKind.TEARDOWN, {"names": [state.handles[i].plan.name for i in running]})
+            self.emit(events.Teardown(tuple(state.handles[i].plan.name for i in running)))
         for idx in running:
             state.torn[idx] = True
             if not announce:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from launcher.execution.backend import Backend
 from launcher.execution.process.handle import ProcessHandle
 from launcher.execution.results import ProcResult
 from launcher.execution.supervision.phases import AttemptPhase, check_transition
-from launcher.planning.job.kinds import EventKind
+from launcher.planning.job.events import Exited, OnEvent
 
 __all__ = ["AttemptState"]
 
@@ -25,8 +25,9 @@ __all__ = ["AttemptState"]
 class AttemptState:
     """Bookkeeping of one attempt: its phase, handles, exits, who was torn down."""
 
-    def __init__(self, on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None) -> None:
+    def __init__(self, on_event: Optional[OnEvent] = None, attempt: int = 0) -> None:
         self.on_event = on_event  # gets an ``exited`` event for each exit, once, when it is recorded
+        self.attempt = attempt
         self.handles: List[ProcessHandle] = []
         self.exits: Dict[int, Tuple[int, float]] = {}
         self.torn: Dict[int, bool] = {}
@@ -70,7 +71,7 @@ class AttemptState:
         self.exits[idx] = (rc, when)
         if self.on_event is not None:
             h = self.handles[idx]
-            self.on_event(EventKind.EXITED, {"name": h.plan.name, "rank": h.plan.rank, "host": h.host, "returncode": rc})
+            self.on_event(Exited(h.plan.name, h.plan.rank, h.host, rc, self.attempt))
 
     def drain(self, timeout: float) -> Optional[Tuple[int, int, float]]:
         """Record the next exit, waiting at most ``timeout`` s; None if none came."""
