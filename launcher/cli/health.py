@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from launcher.cli.devices import DeviceCheck, run_devices
 from launcher.errors import PlanError
 from launcher.planning.health.devices import DEFAULT_POLICY
 from launcher.planning.health.rounds import KERNELS, PREFLIGHT_MODES
+from launcher.planning.job.events import Preflight, PreflightHost
 from launcher.planning.job.spec import JobSpec, Plan
 
 
@@ -96,13 +97,13 @@ def result_json(result: Any, kernel: str, threshold: float, devices: Optional[De
                                   devices=devices.summary() if devices is not None else None), indent=2)
 
 
-def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str = DEFAULT_POLICY) -> Tuple[Plan, Dict[str, Any]]:
+def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str = DEFAULT_POLICY) -> Tuple[Plan, Preflight]:
     """``run --preflight MODE``: check every inventory host (and, for an Ascend or GPU job, the
     devices the plan and the spares offer; ``device_checks``: ``--device-checks``), then keep,
     re-plan or stop.
 
     Returns:
-        the plan to run (re-planned without slow/faulty hosts for ``exclude``) and the event's data
+        the plan to run (re-planned without slow/faulty hosts for ``exclude``) and the event
         (``events.jsonl`` kind ``preflight``).
 
     Raises:
@@ -111,6 +112,8 @@ def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str
             its ranks to another node) and this node is slow or faulty (one line naming the hosts
             and why).
     """
+    from dataclasses import replace
+
     from launcher.planning.job.spec import Exclusion
     from launcher.planning.spares import replan, spare_hosts
 
@@ -121,9 +124,8 @@ def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str
     result = check_hosts(spec, ssh, devices=devices)
     bad = [v for v in result.verdicts if not v.ok]
     used = {p.host for p in plan.ranks}
-    event: Dict[str, Any] = {"mode": mode, "seconds": round(result.seconds, 2), "network": result.network_note,
-                             "hosts": [{"host": v.host, "verdict": v.status, "reason": v.reason} for v in result.verdicts],
-                             "excluded": [], "devices": devices.summary()}
+    event = Preflight(mode, round(result.seconds, 2), result.network_note, tuple(PreflightHost(v.host, v.status, v.reason) for v in result.verdicts),
+                      devices.summary())
     if not bad:
         sys.stderr.write(f"mslaunch: preflight: all {len(result.verdicts)} host(s) ok ({result.seconds:.1f} s)\n")
         return plan, event
@@ -144,8 +146,7 @@ def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str
     spares = set(spare_hosts(spec, plan))
     for v in bad:
         sys.stderr.write(f"mslaunch: preflight: leaving out {v.line()}{_moved(v.host, plan, new, spares)}\n")
-    event["excluded"] = [e.to_json() for e in exclusions]
-    return new, event
+    return new, replace(event, excluded=tuple(exclusions))
 
 
 def _moved(host: str, old: Plan, new: Plan, spares: Any) -> str:

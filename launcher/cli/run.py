@@ -4,13 +4,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
 
 import typer
 
+from launcher.cli.console import Console
 from launcher.cli.docs import epilog
 from launcher.cli.msrun_flags import parse_msrun_bool, tail_ranks
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, with_job_options
@@ -23,7 +23,7 @@ from launcher.execution.settings import SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
 from launcher.planning.build import build_plan
 from launcher.planning.job import layout
-from launcher.planning.job.kinds import EventKind, describe_returncode
+from launcher.planning.job.events import Preflight
 from launcher.planning.job.spec import JobSpec, Plan
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def run_cmd(
     from launcher.cli.startmode import choose
 
     start = replace(choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler), keep_zygote=not opts.cold_restarts)
-    console = _Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
+    console = Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
                        tail_all=opts.tail_worker_log is not None, live=live, start_note=start.note)
     result = _supervise(spec, plan, options, ssh, start, console, pre_event)
     problems = _write_ci_outputs(result, summary_json, junit)  # a CI output that cannot be written never hides the job's result
@@ -189,19 +189,19 @@ def _print_plan(plan: Plan, as_json: bool) -> None:
     print_plan(plan)
 
 
-def _preflight(mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings, device_checks: str = "try") -> Tuple[Plan, Dict[str, Any]]:
+def _preflight(mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings, device_checks: str = "try") -> Tuple[Plan, Optional[Preflight]]:
     """``--preflight MODE``: the health check of every host, and the plan to run (``exclude``:
-    planned around slow or faulty hosts); with the check's event for the job's metrics (empty
+    planned around slow or faulty hosts); with the check's event for the job's metrics (None
     without ``--preflight``)."""
     if mode is None:
-        return plan, {}
+        return plan, None
     from launcher.cli.health import preflight as run_preflight
 
     return run_preflight(mode, spec, plan, ssh, device_checks)
 
 
-def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSettings, start: "StartMode", console: "_Console",
-               pre_event: Dict[str, Any]) -> Any:
+def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSettings, start: "StartMode", console: Console,
+               pre_event: Optional[Preflight]) -> Any:
     """Start the job and supervise it to its end, its ranks' output on ``console``; the result
     (a :class:`~launcher.execution.results.JobResult`).
 
@@ -213,11 +213,10 @@ def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSet
     from launcher.planning.spares import replan
 
     def started() -> None:
-        if pre_event:
+        if pre_event is not None:
             from launcher.logs.metricsfile import append_event
-            from launcher.planning.job.kinds import EventKind
 
-            append_event(plan.job_dir, EventKind.PREFLIGHT, pre_event)
+            append_event(plan.job_dir, pre_event)
         console.start()
 
     try:
@@ -299,137 +298,3 @@ def _without_detach(argv: List[str]) -> List[str]:
         out.append(arg)
         i += 1
     return out
-
-
-class _Console:
-    """Rank output on the console while the job runs (a follower over the log files)."""
-
-    def __init__(self, plan: Plan, tee: str, ranks: Optional[Tuple[int, ...]] = None, tail_all: bool = False,
-                 live: bool = False, start_note: Optional[str] = None) -> None:
-        """``ranks``/``tail_all``: msrun's ``--tail_worker_log`` (every line of those ranks, or of
-        every rank when ``tail_all`` and ``ranks`` is None), replacing ``--tee``.  ``live``: the
-        live per-rank view (a terminal and no ``--tee``), with every rank's error lines above it."""
-        self.plan = plan
-        self.tee = tee
-        self.ranks = ranks
-        self.tail_all = tail_all
-        self.live = live
-        self.start_note = start_note
-        self.colour = sys.stdout.isatty()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._attempt_dir = plan.job_dir
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        sys.stderr.write(f"mslaunch: job {self.plan.job_id}: {self.plan.world_size} ranks, method {self.plan.method}, "
-                         f"launcher {self.plan.launcher}; logs in {self.plan.job_dir}\n")
-        for note in self.plan.cpu_notes:
-            kind = "warning" if note in self.plan.cpu_warnings else "cpu"
-            sys.stderr.write(f"mslaunch: {kind}: {note}\n")
-        if self.start_note:
-            sys.stderr.write(f"mslaunch: start: {self.start_note}\n")
-        if self.tee == "none":
-            return
-        from launcher.logs.follow import ERROR_RE, Follower, LogSource, job_log_sources, prefix
-
-        if self.live:
-            self._start_live()
-        only_rank0 = self.tee in ("rank0", "errors")
-        tailing = self.tail_all or self.ranks is not None
-
-        def sources() -> Any:
-            if not tailing and all(layout.parse_worker_log(os.path.basename(p.log)) is not None for p in self.plan.ranks):
-                return job_log_sources(self._attempt_dir, scheduler=self.tee == "all")
-            out = []
-            for p in self.plan.ranks:  # the plan's names (--worker_log_name)
-                if tailing and self.ranks is not None and p.rank not in self.ranks:
-                    continue
-                path = os.path.join(self._attempt_dir, os.path.relpath(p.log, self.plan.job_dir))
-                if os.path.exists(path):
-                    out.append(LogSource(p.name, path, p.rank if p.rank is not None else p.local_rank))
-            return out
-
-        def emit(src: Any, line: str) -> None:
-            if self.live:  # the live view shows progress; error lines of every rank are printed above it
-                if ERROR_RE.search(line):
-                    from rich.text import Text
-
-                    self._rich.print(Text.from_ansi(prefix(src, self.colour) + line), soft_wrap=True)
-                return
-            if not tailing and only_rank0 and src.rank != 0:
-                if self.tee == "rank0" or not ERROR_RE.search(line):
-                    return
-            with self._lock:
-                sys.stdout.write(prefix(src, self.colour) + line + "\n")
-                sys.stdout.flush()
-
-        follower = Follower(sources, emit, from_start=True, interval=0.2)
-        self._thread = threading.Thread(target=follower.run, args=(self._stop,), name="tee", daemon=True)
-        self._thread.start()
-
-    def note(self, message: str) -> None:
-        """A one-line message from the backend (e.g. the zygote's fallback), on stderr."""
-        with self._lock:
-            sys.stderr.write(f"mslaunch: {message}\n")
-            sys.stderr.flush()
-
-    def event(self, kind: EventKind, data: Dict[str, Any]) -> None:
-        msg = None
-        if kind == EventKind.FAILURE:
-            rc = data["returncode"]
-            msg = f"{data['name']} on {data['host']} failed ({describe_returncode(rc)}); tearing down the job"
-        elif kind == EventKind.TEARDOWN:
-            msg = f"stopping {len(data['names'])} process(es)"
-        elif kind == EventKind.TIMEOUT:
-            msg = f"the job ran past --timeout {data['timeout']:g} s; tearing down"
-        elif kind == EventKind.INTERRUPTED:
-            msg = f"received signal {data['signal']}; tearing down"
-        elif kind == EventKind.HUNG:
-            msg = f"{data['message']}; tearing down"
-        elif kind == EventKind.STOP_RESTARTS:
-            msg = data["message"]
-        elif kind == EventKind.HOST_EXCLUDED:  # the restart after it runs on the spare hosts
-            why = data["reason"] if data["reason"].startswith("host lost") else f"after {data['reason']}"
-            msg = f"restart: leaving out {data['host']} {why}" + (f"; {data['moves']}" if data.get("moves") else "")
-        elif kind == EventKind.CLUSTER_STOP:
-            msg = f"{data['message']}; tearing down"
-        elif kind == EventKind.RESTART:
-            from launcher.jobs.jobdir import attempt_dir
-
-            self._attempt_dir = attempt_dir(self.plan.job_dir, data["attempt"])
-            msg = f"restarting the job: attempt {data['attempt']} (MSLAUNCH_ATTEMPT={data.get('env_attempt', data['attempt'])}); logs in {self._attempt_dir}"
-            judged = getattr(data.get("cause"), "cause", None)  # the failed attempt's RootCause
-            if judged is not None:
-                msg += f"; attempt {data['attempt'] - 1} failed with {judged.kind}: {judged.evidence}"
-        if msg and self.live and getattr(self, "_rich", None) is not None and not self._stop.is_set():
-            self._rich.print(f"mslaunch: {msg}", style="bold", highlight=False, markup=False, soft_wrap=True)
-        elif msg:
-            with self._lock:
-                sys.stderr.write(f"mslaunch: {msg}\n")
-                sys.stderr.flush()
-
-    def _start_live(self) -> None:
-        """The live per-rank table (``mslaunch top``) under the console's other output."""
-        from rich.console import Console
-
-        from launcher.cli.top import JobWatch, live_loop
-
-        self._rich = Console()
-
-        def loop() -> None:
-            try:
-                live_loop(JobWatch(self.plan.job_dir), self._stop, 1.0, console=self._rich, until_end=False)
-            except Exception as exc:  # the view is a convenience: never fail the job for it
-                sys.stderr.write(f"mslaunch: live view stopped: {exc}\n")
-
-        self._live_thread = threading.Thread(target=loop, name="live", daemon=True)
-        self._live_thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        live = getattr(self, "_live_thread", None)
-        if live is not None:
-            live.join(timeout=5)

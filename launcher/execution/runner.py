@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, get_backend, plan_json
@@ -31,7 +31,7 @@ from launcher.execution.supervision.supervisor import Supervisor
 from launcher.jobs import jobdir, joblock
 from launcher.jobs.files import write_atomic
 from launcher.planning.inventory.model import is_local
-from launcher.planning.job.kinds import EventKind
+from launcher.planning.job.events import Event, JobEnd, JobStart, OnEvent
 from launcher.planning.job.spec import Exclusion, Plan
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def run_plan(
     plan: Plan,
     options: SuperviseOptions,
     argv: List[str],
-    on_event: Optional[Callable[[EventKind, Dict[str, Any]], None]] = None,
+    on_event: Optional[OnEvent] = None,
     backend_settings: Optional[Mapping[str, Any]] = None,
     on_started: Optional[Callable[[], None]] = None,
     replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None,
@@ -183,7 +183,7 @@ def run_plan(
     metrics = MetricsWriter(plan.job_dir, on_line=hang.on_line, on_records=progress.on_records)
     progress.flush = lambda: metrics.poll(final=True)  # every file listed again, partial last lines too
     metrics.start()  # metrics.jsonl from every rank's log, as lines arrive
-    append_event(plan.job_dir, EventKind.JOB_START, {"job_id": plan.job_id})
+    append_event(plan.job_dir, JobStart(plan.job_id))
     watchdog = Watchdog()
     try:
         result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress, replan=replan))
@@ -194,13 +194,13 @@ def run_plan(
             watchdog.close()
         metrics.stop()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
-    append_event(plan.job_dir, EventKind.JOB_END, {"status": result.status, "exit_code": result.exit_code})
+    append_event(plan.job_dir, JobEnd(result.status, result.exit_code))
     joblock.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
 
 
 def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
-                    on_event: Optional[Callable[[EventKind, Dict[str, Any]], None]] = None,
+                    on_event: Optional[OnEvent] = None,
                     backend_settings: Optional[Mapping[str, Any]] = None, hang: Optional["HangWatch"] = None,
                     progress: Optional["AttemptProgress"] = None,
                     replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None) -> Supervisor:
@@ -210,11 +210,11 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     from launcher.execution.process.spawn import reap_orphans
     from launcher.logs.metricsfile import append_event
 
-    def record_event(kind: EventKind, data: Dict[str, Any]) -> None:
+    def record_event(event: Event) -> None:
         """events.jsonl (the report's timeline), then the caller's callback."""
-        append_event(plan.job_dir, kind, data)
+        append_event(plan.job_dir, event)
         if on_event is not None:
-            on_event(kind, data)
+            on_event(event)
 
     backend = get_backend(plan.launcher).factory
 

@@ -22,6 +22,7 @@ from launcher.logs.follow import Follower, LogSource, job_log_sources
 from launcher.logs.metrics import Metric, parse_line
 from launcher.logs.progress import Progress, RankDeriver
 from launcher.planning.job import layout
+from launcher.planning.job.events import Event
 
 __all__ = ["EVENTS_FILE", "append_event", "read_events", "METRICS_FILE", "MetricsWriter", "JsonlTail", "log_mtimes", "job_metric_sources", "LogMetrics"]
 
@@ -243,15 +244,17 @@ def _jsonable(obj: Any) -> Any:
     return to_json() if callable(to_json) else str(obj)
 
 
-def append_event(job_dir: str, kind: str, data: Dict[str, Any], when: Optional[float] = None) -> None:
-    """Append one supervisor event to ``<job dir>/events.jsonl`` (best effort; never raises).
+def append_event(job_dir: str, event: Event, when: Optional[float] = None) -> None:
+    """Append one event of the job (:mod:`launcher.planning.job.events`) to ``<job dir>/events.jsonl``
+    (best effort; never raises).
 
-    A line is ``{"time": <wall clock s>, "kind": KIND, ...data}``; kinds are the supervisor's
-    (``started``, ``failure``, ``teardown``, ``restart``, ``timeout``, ``interrupted``) plus
-    ``job_start`` and ``job_end`` written around the run.  The report draws its timeline from it.
+    A line is ``{...event.to_json(), "time": <wall clock s>, "kind": KIND}``; kinds are the
+    supervisor's (``started``, ``failure``, ``teardown``, ``restart``, ``timeout``, ``interrupted``)
+    plus ``preflight``, ``job_start`` and ``job_end`` written around the run.  The report draws its
+    timeline from it.
     """
-    rec = dict(data)
-    rec.update(time=round(time.time() if when is None else when, 3), kind=kind)
+    rec = dict(event.to_json())
+    rec.update(time=round(time.time() if when is None else when, 3), kind=event.kind)
     try:
         line = json.dumps(rec, default=_jsonable, separators=(",", ":")) + "\n"
         fd = os.open(os.path.join(job_dir, EVENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import shlex
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from launcher.execution.process.stackdump import REMOTE_TIMEOUT, targets, write_dumps
 
-__all__ = ["agent_dump", "ssh_dump"]
+__all__ = ["StackDumps", "agent_dump", "ssh_dump"]
 
 
 def ssh_dump(conn: Any, python: str, procs: Sequence[Tuple[str, int]], folder: str) -> Dict[Optional[int], List[str]]:
@@ -34,17 +35,23 @@ def ssh_dump(conn: Any, python: str, procs: Sequence[Tuple[str, int]], folder: s
     return write_dumps(folder, out.decode("utf-8", "replace"))
 
 
-_AGENT_LOCK = threading.Lock()
+@dataclass
+class StackDumps:
+    """The stack dumps of one ssh host's ranks (a host agent's ``stack_dumps``): folder -> the
+    files of each rank (None: the scheduler), written by the first dump into that folder."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: Dict[str, Dict[Optional[int], List[str]]] = field(default_factory=dict)
 
 
 def agent_dump(agent: Any, folder: str, rank: Optional[int]) -> Dict[Optional[int], List[str]]:
     """``rank``'s files of one dump of every running rank of an ssh host agent
-    (:class:`launcher.execution.ssh.backend.HostAgent`): the first call for a host and ``folder``
-    dumps them all in one remote command; the other ranks of that host get its result."""
-    with _AGENT_LOCK:
-        lock = agent.__dict__.setdefault("_stack_lock", threading.Lock())
-    with lock:
-        done: Dict[str, Dict[Optional[int], List[str]]] = agent.__dict__.setdefault("_stack_dumps", {})
+    (:class:`launcher.execution.ssh.hostagent.HostAgent`, its :class:`StackDumps` ``stack_dumps``):
+    the first call for a host and ``folder`` dumps them all in one remote command; the other ranks
+    of that host get its result."""
+    dumps: StackDumps = agent.stack_dumps
+    with dumps.lock:
+        done = dumps.done
         if folder not in done:
             targets = [(f"rank{h.plan.rank}", h.pid) for h in list(agent.handles.values()) if h.pid and not h.done]
             done[folder] = ssh_dump(agent.conn, agent.python, targets, folder) if targets else {}

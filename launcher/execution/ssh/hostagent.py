@@ -18,6 +18,7 @@ from launcher.errors import LaunchError
 from launcher.execution.process.handle import ProcessHandle
 from launcher.execution.ssh.agent import LOST_RC, FrameError, FrameReader, agent_command, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.connection import SshConnection
+from launcher.execution.ssh.dump import StackDumps
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.planning.job.spec import ProcPlan
 
@@ -191,6 +192,7 @@ class HostAgent:
         #: the host's cores as its agent read them (its "ready" message), None until then
         self.cores: Optional[Dict[str, Any]] = None
         self._heard = threading.Event()  # set on "ready" or when the agent ended
+        self.stack_dumps = StackDumps()  # its ranks' stack dumps, one remote command per folder
 
     def wait_ready(self) -> bool:
         """Block until the agent said "ready" (True) or ended (False); bounded by the pump's

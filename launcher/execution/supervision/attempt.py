@@ -4,15 +4,13 @@ The :class:`~launcher.execution.supervision.supervisor.Supervisor` runs one :cla
 per attempt (torch.distributed.elastic's split of the agent's restart loop from the process
 context of one run); it drives the backend through :mod:`launcher.execution.backend` only.
 
-State machine of one attempt::
-
-    starting --(scheduler port accepts, workers started)--> running
-    running  --(a process fails: non-zero exit, signal, lost connection)--> tearing_down
-    running  --(every worker exited 0)--> finishing (scheduler gets ``sched_grace`` s) --> done
-    running  --(--timeout | SIGINT/SIGTERM/SIGHUP to mslaunch)--> tearing_down
-    running  --(no progress for --hang-timeout | a worker's collective timed out)--> hung:
-             every running rank's stacks dumped, the culprit judged --> tearing_down
-    tearing_down: SIGTERM to every process group, ``grace`` s, SIGKILL to whole trees --> done
+An attempt is a state machine: its phases are
+:class:`~launcher.execution.supervision.phases.AttemptPhase` (starting, running, finishing, hung,
+tearing_down, done) and the moves allowed between them are the table
+:data:`~launcher.execution.supervision.phases.TRANSITIONS`; the runner's
+:class:`~launcher.execution.supervision.state.AttemptState` moves only through its ``transition()``.
+The internal exceptions that cut an attempt short (``_Timeout``, ``_Hung``, ``_StartFailed``) each
+name the phase they lead to (``leads_to``).
 
 Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue
 (or the backend posts each exit itself, :meth:`ProcessHandle.notify_exit`: no thread per process);
@@ -26,7 +24,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution import stopsignals
@@ -54,9 +52,12 @@ from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
 from launcher.execution.supervision.diagnose import HostRecorder, RootTail, judge_cause
+from launcher.execution.supervision.phases import AttemptPhase
 from launcher.execution.supervision.state import AttemptState as _Attempt
 from launcher.logs.hangreport import HangReport
-from launcher.planning.job.kinds import EventKind, describe_returncode
+from launcher.planning.job import events
+from launcher.planning.job.events import OnEvent
+from launcher.planning.job.kinds import describe_returncode
 from launcher.planning.job.spec import Plan
 
 if TYPE_CHECKING:
@@ -75,8 +76,8 @@ _KILL_WAIT = 5.0
 #: plan: a restart may run a re-planned one).
 BackendFactory = Callable[[int, str, Plan], Backend]
 
-#: Tells the job of an event: ``(kind, data)`` (events.jsonl, then the console); never raises.
-Emit = Callable[[EventKind, Dict[str, Any]], None]
+#: Tells the job of an event (:mod:`launcher.planning.job.events`: events.jsonl, then the console); never raises.
+Emit = OnEvent
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,18 @@ class AttemptRunner:
         self.hang = hang
         self.attempt_base = attempt_base
         self.host_records = HostRecorder()
+        self.state: Optional[_Attempt] = None  # the running attempt's bookkeeping (its phase), once run
+
+    @property
+    def phase(self) -> Optional[AttemptPhase]:
+        """The attempt's current phase (None before :meth:`run`)."""
+        return self.state.phase if self.state is not None else None
 
     def run(self, deadline: Optional[float]) -> AttemptResult:
         """Set up, start, watch, tear down and judge the attempt."""
         attempt, adir = self.attempt, self.adir
         started = time.time()
-        state = _Attempt(on_event=lambda kind, data: self.emit(kind, dict(data, attempt=attempt)))
+        state = self.state = _Attempt(on_event=self.emit, attempt=attempt)
         outcome = self._supervise(state, attempt, adir, deadline)
         results = state.results()
         if outcome.by_cluster:  # what died of the scheduler's signals did not fail by itself
@@ -149,6 +156,7 @@ class AttemptRunner:
                 if self.hang is not None:
                     self.hang.begin(attempt, [(p.rank, p.host) for p in self.plan.ranks if p.rank is not None])
                 self._start_all(state, backend, adir, deadline, attempt)
+                state.transition(AttemptPhase.RUNNING)
                 outcome = self._watch(state, deadline)
             except Interrupted as exc:
                 signum = exc.signum
@@ -158,17 +166,25 @@ class AttemptRunner:
                 else:
                     status = PREEMPTED if signum == signal.SIGUSR1 else STOPPED
                     outcome = _Outcome(status, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
-                    self.emit(EventKind.INTERRUPTED, {"signal": signum})
-            except _Timeout:
+                    self.emit(events.Interrupted(signum))
+            except _Timeout as exc:
+                state.transition(exc.leads_to)
                 outcome = _Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")
-                self.emit(EventKind.TIMEOUT, {"timeout": self.options.timeout})
+                self.emit(events.TimedOut(self.options.timeout))
             except _Hung as exc:
+                state.transition(exc.leads_to)
                 outcome = exc.outcome
             except _StartFailed as exc:
+                state.transition(exc.leads_to)
                 outcome = self._cluster_stop(state, 128 + signal.SIGTERM) or _Outcome(FAILED, exc.code, exc.message)
             finally:
                 stopsignals.arm(False)  # from here on signals are only recorded: teardown runs to the end
-                self._teardown(state, announce=outcome.status != SUCCEEDED)
+                try:
+                    if state.phase is not AttemptPhase.TEARING_DOWN:  # a success, a failure, a stop signal, an error
+                        state.transition(AttemptPhase.TEARING_DOWN)
+                finally:  # a refused move is a bug, but the processes are still ended
+                    self._teardown(state, announce=outcome.status != SUCCEEDED)
+                state.transition(AttemptPhase.DONE)
         finally:
             if backend is not None:
                 backend.close()
@@ -241,8 +257,7 @@ class AttemptRunner:
                 raise _StartFailed(str(exc), 1) from None
             idx = state.add(handle)
             self.host_records.started(handle.pid, local=handle.pgid is not None)  # reads a few files; never raises
-        self.emit(EventKind.STARTED, {"name": proc.name, "rank": proc.rank, "host": proc.host, "pid": handle.pid,
-                                      "log": request.log_path, "attempt": self.attempt})
+        self.emit(events.Started(proc.name, proc.rank, proc.host, handle.pid, request.log_path, self.attempt))
         return idx
 
     def _is_scheduler(self, request: StartRequest) -> bool:
@@ -293,6 +308,7 @@ class AttemptRunner:
             stopsignals.check()
             self._check_deadline(deadline)
             self._check_hang(state)
+        state.transition(AttemptPhase.FINISHING)
         state.drain_until(time.monotonic() + self.options.sched_grace, stop=lambda: all(i in state.exits for i in sched))
         return _Outcome(SUCCEEDED, 0)
 
@@ -316,7 +332,7 @@ class AttemptRunner:
         outside = self._cluster_stop(state, exit_code_of(rc) or 1)
         if outside is not None:
             return outside
-        self.emit(EventKind.FAILURE, {"name": name, "host": handle.host, "returncode": rc})
+        self.emit(events.Failure(name, handle.host, rc))
         timed_out = self.hang.timed_out(handle, tail_lines(handle.log_path, COLLECTIVE_TAIL)) if self.hang is not None else None
         if timed_out is not None and handle.plan.rank is not None:  # it waited for a stuck rank: a hang too
             return self._hung(state, None, (handle.plan.rank, timed_out))
@@ -330,16 +346,17 @@ class AttemptRunner:
     def _hung(self, state: _Attempt, verdict: Any, timed_out: Optional[Tuple[int, str]] = None) -> _Outcome:
         """Dump the running ranks' stacks and judge the culprit (before teardown); announced (``hung``)."""
         assert self.hang is not None
+        state.transition(AttemptPhase.HUNG)
         with stopsignals.recorded_only():  # the dump runs to its end
             hang, message = self.hang.investigate(state.handles, dict(state.exits), self.adir, verdict, timed_out)
-        self.emit(EventKind.HUNG, {"message": message, "hang": hang.to_json()})
+        self.emit(events.Hung(message, hang.to_json()))
         return _Outcome(HUNG, HUNG_EXIT, message, hang=hang)
 
     def _cluster_stop(self, state: _Attempt, code: int) -> Optional[_Outcome]:
         """:func:`_outside_stop` of the attempt's backend, announced (``cluster_stop``)."""
         outside = _outside_stop(state.backend, code)
         if outside is not None:
-            self.emit(EventKind.CLUSTER_STOP, {"status": outside.status, "message": outside.message})
+            self.emit(events.ClusterStop(outside.status, outside.message))
         return outside
 
     def _check_deadline(self, deadline: Optional[float]) -> None:
@@ -367,7 +384,7 @@ class AttemptRunner:
         # down: its own exit counts (it may be the earliest failure).
         running = [i for i in state.running() if not state.handles[i].has_exited()]
         if running and announce:
-            self.emit(EventKind.TEARDOWN, {"names": [state.handles[i].plan.name for i in running]})
+            self.emit(events.Teardown(tuple(state.handles[i].plan.name for i in running)))
         for idx in running:
             state.torn[idx] = True
             if not announce:
@@ -393,9 +410,13 @@ class AttemptRunner:
 class _Timeout(Exception):
     """The job ran past ``--timeout`` (internal: becomes a ``timeout`` result)."""
 
+    leads_to = AttemptPhase.TEARING_DOWN
+
 
 class _Hung(Exception):
-    """The attempt is hung (internal: carries its outcome, stacks already dumped)."""
+    """The attempt is hung (internal: carries its outcome, stacks already dumped in phase ``hung``)."""
+
+    leads_to = AttemptPhase.TEARING_DOWN
 
     def __init__(self, outcome: _Outcome) -> None:
         super().__init__(outcome.message)
@@ -404,6 +425,8 @@ class _Hung(Exception):
 
 class _StartFailed(Exception):
     """An attempt could not start (internal: becomes a ``failed`` attempt result)."""
+
+    leads_to = AttemptPhase.TEARING_DOWN
 
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)

@@ -1,4 +1,7 @@
-"""Bookkeeping of one attempt for the supervisor: handles, exits, who was torn down.
+"""Bookkeeping of one attempt for the supervisor: its phase, handles, exits, who was torn down.
+
+The phase moves only through :meth:`AttemptState.transition`, along the table of
+:mod:`launcher.execution.supervision.phases`.
 
 Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue
 (or the backend posts each exit itself, :meth:`ProcessHandle.notify_exit`: no thread per process).
@@ -8,21 +11,23 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from launcher.execution.backend import Backend
 from launcher.execution.process.handle import ProcessHandle
 from launcher.execution.results import ProcResult
-from launcher.planning.job.kinds import EventKind
+from launcher.execution.supervision.phases import AttemptPhase, check_transition
+from launcher.planning.job.events import Exited, OnEvent
 
 __all__ = ["AttemptState"]
 
 
 class AttemptState:
-    """Bookkeeping of one attempt: handles, exits, who was torn down."""
+    """Bookkeeping of one attempt: its phase, handles, exits, who was torn down."""
 
-    def __init__(self, on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None) -> None:
+    def __init__(self, on_event: Optional[OnEvent] = None, attempt: int = 0) -> None:
         self.on_event = on_event  # gets an ``exited`` event for each exit, once, when it is recorded
+        self.attempt = attempt
         self.handles: List[ProcessHandle] = []
         self.exits: Dict[int, Tuple[int, float]] = {}
         self.torn: Dict[int, bool] = {}
@@ -30,6 +35,14 @@ class AttemptState:
         self.events: "queue.Queue[Tuple[int, int, float]]" = queue.Queue()
         self.start_failure: Optional[ProcResult] = None
         self.backend: Optional[Backend] = None  # once created
+        self.phase = AttemptPhase.STARTING
+        self.phases: List[AttemptPhase] = [AttemptPhase.STARTING]  # every phase entered, in order
+
+    def transition(self, target: AttemptPhase) -> None:
+        """Move to ``target``; raises :class:`~launcher.execution.supervision.phases.IllegalTransition`
+        when the table does not allow it."""
+        self.phase = check_transition(self.phase, target)
+        self.phases.append(target)
 
     def add(self, handle: ProcessHandle) -> int:
         """Register ``handle``; a thread blocks in its ``wait()`` and posts the exit."""
@@ -58,7 +71,7 @@ class AttemptState:
         self.exits[idx] = (rc, when)
         if self.on_event is not None:
             h = self.handles[idx]
-            self.on_event(EventKind.EXITED, {"name": h.plan.name, "rank": h.plan.rank, "host": h.host, "returncode": rc})
+            self.on_event(Exited(h.plan.name, h.plan.rank, h.host, rc, self.attempt))
 
     def drain(self, timeout: float) -> Optional[Tuple[int, int, float]]:
         """Record the next exit, waiting at most ``timeout`` s; None if none came."""

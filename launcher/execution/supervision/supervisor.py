@@ -6,7 +6,7 @@ supervisor decides whether to restart (``--max-restarts``, a stop signal, the cr
 :mod:`launcher.execution.supervision.restarts`), and leaves out hosts that failed too often
 (``--host-failures``): the next attempt runs a new plan on the spare hosts
 (:mod:`launcher.execution.supervision.hostfaults`).  Every event goes through :meth:`Supervisor.emit`
-as an :class:`~launcher.planning.job.kinds.EventKind`.
+as one of the typed events of :mod:`launcher.planning.job.events`.
 
 A backend that cannot be set up on a restart attempt (a host unreachable) fails that attempt
 (recorded in its :class:`AttemptResult`); on the first attempt its error reaches the caller.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set
 
 from launcher.errors import MsLaunchError
 from launcher.execution import stopsignals
@@ -28,8 +28,8 @@ from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
 from launcher.execution.supervision.attempt import AttemptRunner, BackendFactory
-from launcher.planning.job import layout
-from launcher.planning.job.kinds import EventKind
+from launcher.planning.job import events, layout
+from launcher.planning.job.events import Event, OnEvent
 from launcher.planning.job.spec import Plan
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class Supervisor:
         plan: the plan.
         backend_factory: makes the backend of an attempt (see :data:`BackendFactory`).
         options: supervision knobs.
-        on_event: called with ``(kind, data)`` for every event (an :class:`EventKind`: events.jsonl,
+        on_event: called with every event (:mod:`launcher.planning.job.events`: events.jsonl,
             then the console); see :meth:`emit`.
         prepare_attempt: called with the attempt dir before processes start (e.g. to create
             per-rank working dirs and env dumps).
@@ -71,7 +71,7 @@ class Supervisor:
         plan: Plan,
         backend_factory: BackendFactory,
         options: SuperviseOptions,
-        on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None,
+        on_event: Optional[OnEvent] = None,
         prepare_attempt: Optional[Callable[[int, str], None]] = None,
         watchdog: Optional[Watchdog] = None,
         attempt_dir: Optional[Callable[[int], str]] = None,
@@ -84,7 +84,7 @@ class Supervisor:
         self.plan = plan
         self.backend_factory = backend_factory
         self.options = options
-        self.on_event = on_event or (lambda kind, data: None)
+        self.on_event: OnEvent = on_event or (lambda event: None)
         self.prepare_attempt = prepare_attempt
         self.watchdog = watchdog
         self.attempt_dir = attempt_dir or (lambda k: layout.attempt_dir(plan.job_dir, k))
@@ -127,7 +127,7 @@ class Supervisor:
                 stop = None if moved else restarts.crash_loop(history)
                 if stop is not None:
                     return self._stop_restarts(started, history, stop)
-                self.emit(EventKind.RESTART, {"attempt": len(history), "cause": result.root_cause, "env_attempt": self.attempt_base + len(history)})
+                self.emit(events.Restart(len(history), result.root_cause, self.attempt_base + len(history)))
                 restarts.wait_delay(self.options.restart_delay)
         finally:
             stopsignals.restore_after_run(previous)
@@ -139,7 +139,7 @@ class Supervisor:
 
     def _stop_restarts(self, started: float, history: List[AttemptResult], stop: str, alone: bool = False) -> JobResult:
         """The job ends with restarts left; ``stop`` ends its message (``alone``: is all of it)."""
-        self.emit(EventKind.STOP_RESTARTS, {"message": stop})
+        self.emit(events.StopRestarts(stop))
         done = self._done(started, history)
         message = stop if alone or not done.message else f"{done.message}; {stop}"
         return replace(done, message=message, extra={**done.extra, "restarts_stopped": stop})
@@ -151,7 +151,7 @@ class Supervisor:
         if nxt is None:
             return False
         for e in nxt.excluded:
-            self.emit(EventKind.HOST_EXCLUDED, dict(e.to_json(), moves=nxt.moves))
+            self.emit(events.HostExcluded(e, nxt.moves))
         self.plan, self._replanned_at = nxt.plan, attempt
         return True
 
@@ -164,9 +164,9 @@ class Supervisor:
         return AttemptRunner(self.plan, attempt, adir, self.backend_factory, self.options, self.emit, self.prepare_attempt, self.watchdog,
                              self.reap_orphans, self.hang, self.attempt_base)
 
-    def emit(self, kind: EventKind, data: Dict[str, Any]) -> None:
+    def emit(self, event: Event) -> None:
         """Tell ``on_event`` of an event; a failure there (console output) never stops the job."""
         try:
-            self.on_event(kind, data)
+            self.on_event(event)
         except Exception:
             pass

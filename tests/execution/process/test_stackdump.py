@@ -74,7 +74,7 @@ def test_write_dumps_names_files_by_rank(tmp_path):
 def test_one_remote_command_dumps_every_running_rank_of_a_host(tmp_path, sleeper):
     from types import SimpleNamespace
 
-    from launcher.execution.ssh.dump import agent_dump
+    from launcher.execution.ssh.dump import StackDumps, agent_dump
 
     calls = []
 
@@ -87,7 +87,7 @@ def test_one_remote_command_dumps_every_running_rank_of_a_host(tmp_path, sleeper
     def handle(rank, pid, done=False):
         return SimpleNamespace(plan=SimpleNamespace(rank=rank), pid=pid, done=done)
 
-    agent = SimpleNamespace(conn=Conn(), python=sys.executable,
+    agent = SimpleNamespace(conn=Conn(), python=sys.executable, stack_dumps=StackDumps(),
                             handles={0: handle(0, sleeper.pid), 1: handle(1, sleeper.pid), 2: handle(2, 1, done=True)})
     got = {r: agent_dump(agent, str(tmp_path), r) for r in (0, 1, 2)}
     assert len(calls) == 1 and "rank0=" in calls[0] and "rank1=" in calls[0] and "rank2=" not in calls[0]

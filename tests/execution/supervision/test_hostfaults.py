@@ -16,6 +16,7 @@ from launcher.execution.supervision.hostfaults import Fault, HostFaults, Spares,
 from launcher.execution.supervision.restarts import AttemptProgress
 from launcher.execution.supervision.supervisor import Supervisor
 from launcher.logs.hangreport import HangReport
+from launcher.planning.job.events import Event
 from launcher.planning.job.spec import Exclusion, Plan, ProcPlan
 from tests.execution.fakebackend import FakeBackend, FakeProcess
 
@@ -127,8 +128,8 @@ class BadHost:
 
         return Backend()
 
-    def event(self, kind: str, data: Dict[str, Any]) -> None:
-        self.events.append((kind, data))
+    def event(self, event: Event) -> None:
+        self.events.append((event.kind, event.to_json()))
 
 
 def _supervise(tmp_path, job: BadHost, replan: Any, progress: Optional[AttemptProgress] = None, **options: Any):

@@ -13,6 +13,7 @@ from launcher.errors import LaunchError
 from launcher.execution.results import FAILED, PREEMPTED, STOPPED, SUCCEEDED, TIMEOUT, TIMEOUT_EXIT
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.supervision.supervisor import Supervisor
+from launcher.planning.job.events import Event, Restart
 from tests.execution.fakebackend import Exit, FakeBackend, FakeProcess, fake_plan
 
 
@@ -22,7 +23,8 @@ class Recorder:
     def __init__(self, *scripts: Dict[str, Any]) -> None:
         self.scripts = scripts
         self.backends: List[FakeBackend] = []
-        self.events: List[Tuple[str, Dict[str, Any]]] = []
+        self.events: List[Tuple[str, Dict[str, Any]]] = []  # (kind, its events.jsonl data)
+        self.typed: List[Event] = []
 
     def factory(self, attempt: int, adir: str, plan: Any = None) -> FakeBackend:
         config = self.scripts[min(attempt, len(self.scripts) - 1)]
@@ -32,8 +34,9 @@ class Recorder:
         self.backends.append(backend)
         return backend
 
-    def event(self, kind: str, data: Dict[str, Any]) -> None:
-        self.events.append((kind, data))
+    def event(self, event: Event) -> None:
+        self.typed.append(event)
+        self.events.append((event.kind, event.to_json()))
 
 
 def supervise(tmp_path, recorder: Recorder, **options: Any):
@@ -95,8 +98,9 @@ def test_restart_after_a_failure_keeps_every_attempt(tmp_path):
     assert [a.status for a in result.history] == [FAILED, SUCCEEDED]
     assert [a.log_dir for a in result.history] == [str(tmp_path / "job"), str(tmp_path / "job" / "attempt_1")]
     assert os.path.isdir(tmp_path / "job" / "attempt_1")
-    restart = [d for k, d in rec.events if k == "restart"]
-    assert len(restart) == 1 and restart[0]["attempt"] == 1 and restart[0]["cause"].name == "rank 0"
+    restart = [e for e in rec.typed if isinstance(e, Restart)]
+    assert len(restart) == 1 and restart[0].attempt == 1 and restart[0].cause is result.history[0].root_cause
+    assert [d for k, d in rec.events if k == "restart"][0]["cause"]["name"] == "rank 0"
     assert all(b.closed for b in rec.backends) and len(rec.backends) == 2
 
 
@@ -161,7 +165,7 @@ def test_a_stop_signal_sent_by_the_cluster_names_the_cluster(tmp_path):
         return backends[-1]
 
     events: List[str] = []
-    sup = Supervisor(fake_plan(str(tmp_path / "job")), factory, SuperviseOptions(grace=1.0), on_event=lambda k, d: events.append(k))
+    sup = Supervisor(fake_plan(str(tmp_path / "job")), factory, SuperviseOptions(grace=1.0), on_event=lambda e: events.append(e.kind))
     result = sup.run()
     assert (result.status, result.exit_code, result.message) == (STOPPED, 143, "Slurm cancelled job 5")
     assert "cluster_stop" in events and "interrupted" not in events
@@ -255,3 +259,46 @@ def test_backends_that_report_exits_need_no_waiter_thread(tmp_path):
     by_name = {p.name: p for p in result.processes}
     assert by_name["rank 1"].returncode == 3 and by_name["rank 0"].signal == "SIGTERM" and by_name["rank 2"].signal == "SIGTERM"
     assert not any(h.waited for h in backends[0].handles)
+
+
+@pytest.fixture
+def runners(monkeypatch):
+    """Every AttemptRunner the supervisor makes (their phases are read after the run)."""
+    from launcher.execution.supervision import supervisor as supervisor_module
+
+    made: List[Any] = []
+
+    class Recorded(supervisor_module.AttemptRunner):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(supervisor_module, "AttemptRunner", Recorded)
+    return made
+
+
+def test_the_phases_of_a_successful_attempt(tmp_path, runners):
+    from launcher.execution.supervision.phases import AttemptPhase as P
+
+    rec = Recorder({"script": {n: Exit(0) for n in ("rank 0", "rank 1", "rank 2")}})
+    assert supervise(tmp_path, rec).status == SUCCEEDED
+    (runner,) = runners
+    assert runner.state.phases == [P.STARTING, P.RUNNING, P.FINISHING, P.TEARING_DOWN, P.DONE]
+    assert runner.phase is P.DONE
+
+
+def test_the_phases_of_a_failed_attempt_and_of_its_restart(tmp_path, runners):
+    from launcher.execution.supervision.phases import AttemptPhase as P
+
+    rec = Recorder({"script": {"rank 1": Exit(3)}}, {"raise": "cannot connect to h1:22"})
+    result = supervise(tmp_path, rec, max_restarts=1)
+    assert [a.status for a in result.history] == [FAILED, FAILED]
+    assert [r.state.phases for r in runners] == [[P.STARTING, P.RUNNING, P.TEARING_DOWN, P.DONE],  # a rank failed
+                                                 [P.STARTING, P.TEARING_DOWN, P.DONE]]  # the restart could not start
+
+
+def test_the_phases_of_a_timed_out_attempt(tmp_path, runners):
+    from launcher.execution.supervision.phases import AttemptPhase as P
+
+    assert supervise(tmp_path, Recorder({}), timeout=0.2).status == TIMEOUT
+    assert runners[0].state.phases == [P.STARTING, P.RUNNING, P.TEARING_DOWN, P.DONE]

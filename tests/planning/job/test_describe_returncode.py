@@ -37,16 +37,3 @@ def test_process_results_use_the_one_wording(rc):
     if rc == 0:
         assert not proc.failed
     assert proc.describe() == describe_returncode(rc)
-
-
-def test_console_failure_line_uses_the_one_wording(capsys):
-    from launcher.cli.run import _Console
-    from launcher.planning.build import build_plan
-    from launcher.planning.inventory.hostarg import parse_host_list
-    from launcher.planning.job.spec import JobSpec
-
-    plan = build_plan(JobSpec(inventory=parse_host_list("localhost:1"), program=("t.py",), python="/p", cwd="/w",
-                              job_dir="/w/j", job_id="j"))
-    console = _Console(plan, tee="none")
-    console.event("failure", {"name": "rank 0", "host": "localhost", "returncode": -9})
-    assert capsys.readouterr().err == "mslaunch: rank 0 on localhost failed (killed by SIGKILL); tearing down the job\n"

@@ -1,0 +1,243 @@
+"""The events of a job, one frozen dataclass per :class:`~launcher.planning.job.kinds.EventKind`.
+
+The supervisor, the runner and the ``--preflight`` check make them; ``on_event`` callbacks
+(:data:`OnEvent`: ``events.jsonl``, then the console) receive them.  Each names its kind
+(``kind``, a class attribute) and writes the line's data with ``to_json()``: the ``events.jsonl``
+line is ``{**event.to_json(), "time": T, "kind": KIND}`` (:func:`launcher.logs.metricsfile.append_event`),
+read back by the report, ``status`` and ``top``.
+
+Pure: values only.  What a lower layer cannot name here (the failed attempt's root cause, a hang's
+report) is held as a small protocol or as its JSON.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Protocol, Tuple, Type, Union
+
+from launcher.planning.job.kinds import EventKind
+from launcher.planning.job.spec import Exclusion
+
+__all__ = [
+    "PAYLOADS", "ClusterStop", "Event", "Exited", "Failure", "HostExcluded", "Hung", "Interrupted", "JobEnd", "JobStart",
+    "JudgedCause", "OnEvent", "Preflight", "PreflightHost", "Restart", "RootCauseLike", "Started", "StopRestarts", "Teardown",
+    "TimedOut",
+]
+
+class JudgedCause(Protocol):
+    """Why a process failed (:class:`launcher.logs.causes.Cause`), as the console names it."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def evidence(self) -> str: ...
+
+
+class RootCauseLike(Protocol):
+    """The earliest failure of an attempt (:class:`launcher.execution.results.RootCause`)."""
+
+    @property
+    def cause(self) -> Optional[JudgedCause]: ...
+
+    def to_json(self) -> Dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class PreflightHost:
+    """One host's verdict of the preflight check."""
+
+    host: str
+    verdict: str
+    reason: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"host": self.host, "verdict": self.verdict, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The health check before the start (``run --preflight MODE``, docs/health.md)."""
+
+    kind: ClassVar[EventKind] = EventKind.PREFLIGHT
+    mode: str
+    seconds: float
+    network: Optional[str]
+    hosts: Tuple[PreflightHost, ...]
+    devices: Any  # the devices' summary (JSON)
+    excluded: Tuple[Exclusion, ...] = ()  # the hosts ``exclude`` left out
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"mode": self.mode, "seconds": self.seconds, "network": self.network, "hosts": [h.to_json() for h in self.hosts],
+                "excluded": [e.to_json() for e in self.excluded], "devices": self.devices}
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """The job's supervision starts (written before the first attempt)."""
+
+    kind: ClassVar[EventKind] = EventKind.JOB_START
+    job_id: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"job_id": self.job_id}
+
+
+@dataclass(frozen=True)
+class Started:
+    """A process of the attempt started."""
+
+    kind: ClassVar[EventKind] = EventKind.STARTED
+    name: str
+    rank: Optional[int]
+    host: str
+    pid: Optional[int]
+    log: str
+    attempt: int
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "rank": self.rank, "host": self.host, "pid": self.pid, "log": self.log, "attempt": self.attempt}
+
+
+@dataclass(frozen=True)
+class Exited:
+    """A process of the attempt ended (recorded once; what ``status`` of a running job shows)."""
+
+    kind: ClassVar[EventKind] = EventKind.EXITED
+    name: str
+    rank: Optional[int]
+    host: str
+    returncode: int
+    attempt: int
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "rank": self.rank, "host": self.host, "returncode": self.returncode, "attempt": self.attempt}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A process failed: the attempt fails fast."""
+
+    kind: ClassVar[EventKind] = EventKind.FAILURE
+    name: str
+    host: str
+    returncode: int
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "host": self.host, "returncode": self.returncode}
+
+
+@dataclass(frozen=True)
+class Teardown:
+    """The processes still running are stopped (SIGTERM, then SIGKILL after the grace)."""
+
+    kind: ClassVar[EventKind] = EventKind.TEARDOWN
+    names: Tuple[str, ...]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"names": list(self.names)}
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The job restarts as attempt ``attempt`` (``MSLAUNCH_ATTEMPT=env_attempt``) after ``cause``."""
+
+    kind: ClassVar[EventKind] = EventKind.RESTART
+    attempt: int
+    cause: Optional[RootCauseLike]  # the failed attempt's root cause, if it has one
+    env_attempt: int
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"attempt": self.attempt, "cause": self.cause.to_json() if self.cause is not None else None, "env_attempt": self.env_attempt}
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """The job ran past ``--timeout``."""
+
+    kind: ClassVar[EventKind] = EventKind.TIMEOUT
+    timeout: Optional[float]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"timeout": self.timeout}
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """mslaunch received a stop signal."""
+
+    kind: ClassVar[EventKind] = EventKind.INTERRUPTED
+    signal: int
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"signal": self.signal}
+
+
+@dataclass(frozen=True)
+class Hung:
+    """The attempt is hung (no progress for the limit, or a collective timed out)."""
+
+    kind: ClassVar[EventKind] = EventKind.HUNG
+    message: str
+    hang: Mapping[str, Any]  # the hang's report (launcher.logs.hangreport.HangReport), as JSON
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"message": self.message, "hang": self.hang}
+
+
+@dataclass(frozen=True)
+class StopRestarts:
+    """Restarts stop with restarts left (a crash loop; too few spare hosts)."""
+
+    kind: ClassVar[EventKind] = EventKind.STOP_RESTARTS
+    message: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"message": self.message}
+
+
+@dataclass(frozen=True)
+class HostExcluded:
+    """A restart leaves out a host that failed too often (``moves``: where its ranks go, or empty)."""
+
+    kind: ClassVar[EventKind] = EventKind.HOST_EXCLUDED
+    exclusion: Exclusion
+    moves: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(self.exclusion.to_json(), moves=self.moves)
+
+
+@dataclass(frozen=True)
+class ClusterStop:
+    """The cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)."""
+
+    kind: ClassVar[EventKind] = EventKind.CLUSTER_STOP
+    status: str
+    message: Optional[str]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"status": self.status, "message": self.message}
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """The job ended (written after ``summary.json``)."""
+
+    kind: ClassVar[EventKind] = EventKind.JOB_END
+    status: str
+    exit_code: int
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"status": self.status, "exit_code": self.exit_code}
+
+
+Event = Union[Preflight, JobStart, Started, Exited, Failure, Teardown, Restart, TimedOut, Interrupted, Hung, StopRestarts,
+              HostExcluded, ClusterStop, JobEnd]
+
+#: Told of each event of a job (``events.jsonl``, then the console).
+OnEvent = Callable[[Event], None]
+
+#: kind -> its payload's class (one each).
+PAYLOADS: Mapping[EventKind, Type[Any]] = {cls.kind: cls for cls in (
+    Preflight, JobStart, Started, Exited, Failure, Teardown, Restart, TimedOut, Interrupted, Hung, StopRestarts, HostExcluded,
+    ClusterStop, JobEnd)}
