@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 from launcher.cli.options import JobOptions
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning.inventory.model import Inventory
+from launcher.planning.job.kinds import Method
 
 if TYPE_CHECKING:
     from launcher.planning.cpu.tuning import CpuSpec
@@ -93,7 +94,7 @@ def _may_run_mindspore_cpu(opts: JobOptions, mode: str, program: Tuple[str, ...]
     env = dict(os.environ)
     env.update(env_pairs)
     target = device_target(program, env)
-    candidate = mode == "on" or (not opts.no_python and opts.method == "dynamic" and (target is None or target.upper() == "CPU"))
+    candidate = mode == "on" or (not opts.no_python and opts.method == Method.DYNAMIC and (target is None or target.upper() == "CPU"))
     if not candidate:
         return False
     from launcher.execution.checks.cpu import script_imports_mindspore

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import typer
 
 from launcher.errors import MsLaunchError, PlanError
+from launcher.planning.job.kinds import Method
 
 _KEY = "mslaunch.sbatch.stand_in"
 #: the usage errors of typer's parser (typer's click: vendored in recent typers, the click package before)
@@ -85,7 +86,7 @@ def stand_in_options(opts: Any) -> Any:
     """
     from dataclasses import replace
 
-    if opts.method != "ranktable" or opts.rank_table_file:
+    if opts.method != Method.RANKTABLE or opts.rank_table_file:
         return opts  # the run reads no hccn.conf then
     if not opts.hccn and not opts.hccn_dir:
         raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or --rank-table-file",

@@ -31,7 +31,7 @@ from launcher.execution.supervision.supervisor import Supervisor
 from launcher.jobs import jobdir, joblock
 from launcher.jobs.files import write_atomic
 from launcher.planning.inventory.model import is_local
-from launcher.planning.job.kinds import EventKind
+from launcher.planning.job.kinds import ArtefactKind, EventKind, JobStatus, Method
 from launcher.planning.job.spec import Exclusion, Plan
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def check_artefacts(plan: Plan) -> None:
         RankTableError: it does not.
     """
     for art in plan.artefacts:
-        if art.kind == "rank_table":
+        if art.kind == ArtefactKind.RANK_TABLE:
             from launcher.errors import RankTableError
             from launcher.planning.ranktable import validate_rank_table
 
@@ -221,7 +221,7 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     def prepare_dirs(attempt: int, adir: str) -> None:
         prepare_ranktable_dirs(sup.plan, adir, backend.local_only)  # the attempt's plan
 
-    prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
+    prepare = prepare_dirs if plan.method == Method.RANKTABLE and backend.prepares_rank_dirs else None
     from launcher.execution.supervision.hostfaults import Spares
     from launcher.execution.supervision.restarts import attempt_base
 
@@ -267,7 +267,7 @@ def junit_xml(result: JobResult) -> str:
         name = attr(p.name)
         secs = (p.ended or result.ended) - (p.started or result.started)
         body = ""
-        culprit = result.status == "hung" and result.root_cause is not None and p.name == result.root_cause.name
+        culprit = result.status == JobStatus.HUNG and result.root_cause is not None and p.name == result.root_cause.name
         if p.failed or culprit:  # a hung job's likely culprit was torn down, but it is the failure
             failures += 1
             tail = "\n".join(tail_lines(p.log, 20))
