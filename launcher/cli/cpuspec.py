@@ -84,7 +84,7 @@ def _local_cores() -> Dict[str, Any]:
     (:func:`launcher.execution.probes.host_cores.read_host_cores`)."""
     from launcher.execution.probes.host_cores import read_host_cores
 
-    return read_host_cores()  # type: ignore[no-any-return]
+    return read_host_cores()
 
 
 def _may_run_mindspore_cpu(opts: JobOptions, mode: str, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]) -> bool:

@@ -253,7 +253,7 @@ def _print_cpu(cpu: Dict[str, Any]) -> None:
             con.print(f"  {name}: {figs}", soft_wrap=True, highlight=False)
 
 
-def _print_table(reports) -> None:  # type: ignore[no-untyped-def]
+def _print_table(reports) -> None:
     from rich.table import Table
 
     from launcher.cli.render import console

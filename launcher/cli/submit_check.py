@@ -20,7 +20,7 @@ from launcher.planning.job.kinds import Method
 
 _KEY = "mslaunch.sbatch.stand_in"
 #: the usage errors of typer's parser (typer's click: vendored in recent typers, the click package before)
-_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_USAGE_ERROR: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")  # whichever click typer uses
 
 
 def stand_in(ctx: Any) -> Optional[Mapping[str, str]]:

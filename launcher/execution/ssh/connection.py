@@ -94,7 +94,7 @@ def open_client(target: SshTarget, accept_new: bool = False, timeout: float = 10
     keys = [k for k in target.key_files if os.path.isfile(k)]
     try:
         client.connect(
-            target.hostname, port=target.port, username=target.user, key_filename=keys or None,
+            target.hostname, port=target.port, username=target.user, key_filename=keys or None,  # type: ignore[arg-type]  # paramiko takes a list of key files too; its stubs say one str
             timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
             allow_agent=target.allow_agent, look_for_keys=target.look_for_keys,
         )
@@ -359,4 +359,4 @@ def connect_all(hosts: Sequence[Host], settings: SSHSettings = SSHSettings()) ->
                 v.close()
         detail = "; ".join(f"{name}: {why}" for name, why in failed.items())
         raise LaunchError(f"cannot connect to {len(failed)} of {len(results)} host(s): {detail}")
-    return results  # type: ignore[return-value]
+    return results

@@ -110,6 +110,8 @@ class HangWatch:
                                  in_collective=ev.in_collective, alive=ev.alive, timed_out=ev.timed_out,
                                  stack_files=tuple(os.path.basename(f) for f in ev.stack_files)))
         culprit = judge_culprit(ranks)
+        limit_s: Optional[float]
+        idle_s: Optional[float]
         if verdict is not None:
             limit_s, derived, idle_s = round(verdict.limit, 1), verdict.derived, round(verdict.idle, 1)
         else:
