@@ -138,7 +138,7 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     cols += [("progress", "left")] if bars else []
     cols += [("loss", "right"), ("ms/step", "right"), ("samples/s", "right"), ("last out", "right")]
     for col, just in cols:
-        table.add_column(col, justify=just, no_wrap=True, min_width=9 if col in ("host", "state") else len(col), overflow="ellipsis")  # type: ignore[arg-type]
+        table.add_column(col, justify=just, no_wrap=True, min_width=9 if col in ("host", "state") else len(col), overflow="ellipsis")  # type: ignore[arg-type]  # rich's justify values, typed str
     for r in snap.rows:
         style = ""
         state = r.state
@@ -167,10 +167,10 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     lines: List[Any] = [Text(" · ".join(parts))]
     known = [r for r in snap.rows if r.total_steps and r.step is not None]
     if not bars and known:
-        low = min(known, key=lambda r: r.step / r.total_steps)  # type: ignore[operator]
+        low = min(known, key=lambda r: r.step / r.total_steps)  # type: ignore[operator]  # known: rows with both step and total_steps
         grid = Table.grid(padding=(0, 1))
         grid.add_row(Text(f"progress (rank {low.rank}) {low.step}/{low.total_steps}"),
-                     ProgressBar(total=low.total_steps, completed=min(low.step, low.total_steps), width=30))  # type: ignore[arg-type,type-var]
+                     ProgressBar(total=low.total_steps, completed=min(low.step, low.total_steps), width=30))  # type: ignore[arg-type,type-var]  # low is in known: step and total_steps are ints
         lines.append(grid)
     if snap.stragglers:
         lines.append(Text(f"stragglers (step time far above the median): rank {', '.join(map(str, snap.stragglers))}", style="yellow"))

@@ -130,7 +130,7 @@ class SshConnection:
 
     def active(self) -> bool:
         with self._lock:
-            return any((c.get_transport() is not None and c.get_transport().is_active()) for c in self._clients)  # type: ignore[union-attr]
+            return any((c.get_transport() is not None and c.get_transport().is_active()) for c in self._clients)  # type: ignore[union-attr]  # the transport just checked not None
 
     def open_channel(self) -> paramiko.Channel:
         """A new session channel; opens another connection when the server refuses more sessions.
@@ -325,7 +325,7 @@ def connect_each(hosts: Sequence[Host], settings: SSHSettings = SSHSettings()) -
         client = open_client(target, settings.accept_new, timeout)
         return SshConnection(target, client, settings.accept_new, timeout)
 
-    one.cleanup = lambda conn: conn.close()  # type: ignore[attr-defined]
+    one.cleanup = lambda conn: conn.close()  # type: ignore[attr-defined]  # a function attribute the connection pool looks for
     out: Dict[str, Any] = {}
     for target, (conn, exc) in zip(targets, run_parallel(one, targets, settings.pool)):
         if exc is None:
