@@ -49,11 +49,12 @@ venv: $(VENV)/.stamp-install
 test: deps venv lint
 	$(PYTEST) -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 
-# The import contract (setup.cfg) and ruff (pyproject.toml): layers, no cycles, sorted imports,
-# no unused names, lines under 180.
+# The import contract (setup.cfg), ruff and mypy (pyproject.toml): layers, no cycles, sorted imports,
+# no unused names, lines under 180, types.
 lint: venv
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/ruff check launcher tests bench
+	$(VENV)/bin/mypy
 
 # The edit-test loop: unit tests of every layer, no real parts (namespaces, Slurm, mpirun,
 # MindSpore, browsers) and no end-to-end runs.

@@ -83,7 +83,7 @@ def check_cmd(
                 reports[proc.rank] = parse_check_lines(fh.read())
         except OSError:
             reports[proc.rank] = None
-    problems = judge(plan.world_size, reports)  # type: ignore[arg-type]
+    problems = judge(plan.world_size, reports)  # type: ignore[arg-type]  # keyed by plan.ranks' ranks: ints, never None
     hosts = ",".join(h.name for h in plan.hosts)
     if not problems and result.exit_code == 0:
         vector = ",".join(str(r) for r in range(plan.world_size))

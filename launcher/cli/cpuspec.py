@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 from launcher.cli.options import JobOptions
 from launcher.errors import MsLaunchError, PlanError
 from launcher.planning.inventory.model import Inventory
+from launcher.planning.job.kinds import Method
 
 if TYPE_CHECKING:
     from launcher.planning.cpu.tuning import CpuSpec
@@ -83,7 +84,7 @@ def _local_cores() -> Dict[str, Any]:
     (:func:`launcher.execution.probes.host_cores.read_host_cores`)."""
     from launcher.execution.probes.host_cores import read_host_cores
 
-    return read_host_cores()  # type: ignore[no-any-return]
+    return read_host_cores()
 
 
 def _may_run_mindspore_cpu(opts: JobOptions, mode: str, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]) -> bool:
@@ -93,7 +94,7 @@ def _may_run_mindspore_cpu(opts: JobOptions, mode: str, program: Tuple[str, ...]
     env = dict(os.environ)
     env.update(env_pairs)
     target = device_target(program, env)
-    candidate = mode == "on" or (not opts.no_python and opts.method == "dynamic" and (target is None or target.upper() == "CPU"))
+    candidate = mode == "on" or (not opts.no_python and opts.method == Method.DYNAMIC and (target is None or target.upper() == "CPU"))
     if not candidate:
         return False
     from launcher.execution.checks.cpu import script_imports_mindspore

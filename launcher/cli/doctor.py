@@ -20,6 +20,7 @@ from launcher.cli.spec import build_spec
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import PlanError
 from launcher.execution.ssh.settings import SSHSettings
+from launcher.planning.job.kinds import Method
 
 
 def register(app: typer.Typer) -> None:
@@ -70,8 +71,8 @@ def doctor_cmd(
     plan_opts = opts
     if not has_program:
         plan_opts = replace(plan_opts, program=("mslaunch-doctor-no-program.py",), no_python=False)
-    if method == "ranktable":  # device IPs are not needed to check hosts
-        plan_opts = replace(plan_opts, method="dynamic")
+    if method == Method.RANKTABLE:  # device IPs are not needed to check hosts
+        plan_opts = replace(plan_opts, method=Method.DYNAMIC)
     spec = build_spec(plan_opts)
     plan = build_plan(spec)
     python: Dict[str, Optional[str]] = {}
@@ -85,7 +86,7 @@ def doctor_cmd(
             python[proc.host] = proc.argv[0]
             script[proc.host] = proc.argv[1] if has_program and not opts.module else None
     master = None
-    if method == "dynamic" and plan.scheduler is not None and plan.master_port is not None:
+    if method == Method.DYNAMIC and plan.scheduler is not None and plan.master_port is not None:
         master = (plan.scheduler.host, plan.master_port)
     job = DoctorJob(
         hosts=plan.hosts,
@@ -95,7 +96,7 @@ def doctor_cmd(
         exe=opts.program[0] if opts.no_python and opts.program else None,
         cwd=spec.cwd,
         master=master,
-        hccn_path=posixpath.normpath(hccn_path) if method == "ranktable" else None,
+        hccn_path=posixpath.normpath(hccn_path) if method == Method.RANKTABLE else None,
         tools=tuple(c for c in (get_backend(plan.launcher).doctor_check,) if c is not None),
         tool_columns=tuple(c.name for c in doctor_checks()),
         max_skew=max_skew,
@@ -142,15 +143,15 @@ def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: st
     if opts.launcher != "slurm" and not opts.hosts and not opts.host_list:
         raise PlanError("pass --hosts FILE or -H LIST: doctor --health checks the hosts of an inventory", field="--hosts")
     plan_opts = opts if (opts.program or opts.module) else replace(opts, program=("mslaunch-doctor-no-program.py",), no_python=False)
-    if plan_opts.method == "ranktable":  # device IPs are not needed to check hosts
-        plan_opts = replace(plan_opts, method="dynamic")
+    if plan_opts.method == Method.RANKTABLE:  # device IPs are not needed to check hosts
+        plan_opts = replace(plan_opts, method=Method.DYNAMIC)
     if opts.launcher == "slurm":
         from launcher.cli.health import need_allocation
 
         need_allocation()  # before the spec: its inventory is the allocation's
     spec = build_spec(plan_opts)
     devices = doctor_devices(spec, device_target, device_checks)
-    if devices.choice.target == "ascend" and devices.specs and opts.method == "ranktable" and not opts.rank_table_file:
+    if devices.choice.target == "ascend" and devices.specs and opts.method == Method.RANKTABLE and not opts.rank_table_file:
         devices = doctor_devices(_with_device_ips(opts, spec), device_target, device_checks)
     if opts.launcher == "slurm":
         from launcher.cli.health import check_slurm
@@ -252,7 +253,7 @@ def _print_cpu(cpu: Dict[str, Any]) -> None:
             con.print(f"  {name}: {figs}", soft_wrap=True, highlight=False)
 
 
-def _print_table(reports) -> None:  # type: ignore[no-untyped-def]
+def _print_table(reports) -> None:
     from rich.table import Table
 
     from launcher.cli.render import console

@@ -101,7 +101,7 @@ def logs_tail(
     colour = sys.stdout.isatty()
     attempt = latest_attempt_dir(folder)
 
-    def emit(src, line: str) -> None:  # type: ignore[no-untyped-def]
+    def emit(src, line: str) -> None:
         if pattern is None or pattern.search(line):
             sys.stdout.write(prefix(src, colour) + line + "\n")
 

@@ -45,7 +45,7 @@ def register(root: typer.Typer) -> None:
 
 def _run_command(ctx: Any) -> Any:
     root = ctx.find_root()
-    command = root.command.get_command(root, "run")  # type: ignore[attr-defined]
+    command = root.command.get_command(root, "run")
     if command is None:  # pragma: no cover - run is always registered
         raise PlanError("the run command is missing", field="run")
     return command

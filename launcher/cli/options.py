@@ -145,7 +145,7 @@ def with_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD else p for p in own]
     arguments = [p for p in params if isinstance(p.default, typer.models.ArgumentInfo)]
     others = [p for p in params if p not in arguments]
-    wrapper.__signature__ = sig.replace(parameters=others + _OPTIONS[:-1] + arguments + _OPTIONS[-1:])  # type: ignore[attr-defined]
+    wrapper.__signature__ = sig.replace(parameters=others + _OPTIONS[:-1] + arguments + _OPTIONS[-1:])  # type: ignore[attr-defined]  # inspect.signature (typer) reads it
     return wrapper
 
 

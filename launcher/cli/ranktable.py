@@ -77,7 +77,7 @@ def _gc_paused(command: F) -> F:
         with no_gc():
             return command(*args, **kwargs)
 
-    return paused  # type: ignore[return-value]
+    return paused  # type: ignore[return-value]  # functools.wraps keeps command's signature; mypy sees a _Wrapped
 
 
 def _load_inventory(hosts: Optional[str], host_list: Optional[str]) -> Any:
@@ -387,7 +387,7 @@ def _print_rich(head: List[str], groups: List[List[List[str]]], v12: bool) -> No
         console.print(Text(line), soft_wrap=True)
     out = Table()
     for header, justify in _columns(v12):
-        out.add_column(header, justify=justify)  # type: ignore[arg-type]
+        out.add_column(header, justify=justify)  # type: ignore[arg-type]  # _columns gives rich's justify values, typed str
     for rows in groups:
         for i, row in enumerate(rows):
             out.add_row(*(Text(c) for c in row), end_section=i == len(rows) - 1)

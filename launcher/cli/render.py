@@ -191,6 +191,6 @@ def hang_table(hang: "HangReport") -> Any:
     for r in hang.ranks:
         mark = " <- likely culprit" if r.rank == culprit else ""
         silent = "-" if r.silent_s is None else f"{r.silent_s:g} s"
-        inside = {True: "yes", False: "no"}.get(r.in_collective, "timed out" if r.timed_out else "?")  # type: ignore[arg-type]
+        inside = {True: "yes", False: "no"}.get(r.in_collective, "timed out" if r.timed_out else "?")  # type: ignore[arg-type]  # None (unknown) takes the default, as meant
         table.add_row(f"{r.rank}{mark}", str(r.host), r.last_step or "-", silent, r.where, inside, style="bold red" if mark else None)
     return table

@@ -23,6 +23,7 @@ from launcher.planning.inventory.hostarg import parse_host_list
 from launcher.planning.inventory.model import Inventory
 from launcher.planning.inventory.sources import local_inventory, read_hosts_arg
 from launcher.planning.job import envs
+from launcher.planning.job.kinds import Method
 from launcher.planning.job.mpirun_options import MpiOptions
 from launcher.planning.job.spec import DEFAULT_MASTER_PORT, JobSpec, NodeSpec, Plan, worker_log_name
 
@@ -268,8 +269,8 @@ def build_spec(opts: JobOptions, job_id: Optional[str] = None, allocation: Optio
     env_pairs = tuple(envs.parse_env_assignment(e) for e in opts.env)
     env_files = tuple((path, _read_env_file(path)) for path in opts.env_file)
     device_ips = _device_ips(opts, inventory)
-    wrapper = template_path("mslaunch-rank.sh") if opts.launcher == "mpirun" or opts.method == "mpi" else None
-    port = master_port(shape.master_port) if opts.method == "dynamic" else DEFAULT_MASTER_PORT
+    wrapper = template_path("mslaunch-rank.sh") if opts.launcher == "mpirun" or opts.method == Method.MPI else None
+    port = master_port(shape.master_port) if opts.method == Method.DYNAMIC else DEFAULT_MASTER_PORT
     ssh_config = job_ssh_config(opts.ssh_config, inventory.all_local)
     inventory = _scheduler_reachable(opts, shape.master_addr, inventory, ssh_config)
     check_launcher(opts.launcher)
@@ -362,7 +363,7 @@ def _device_ips(opts: JobOptions, inventory: Inventory) -> Optional[Mapping[str,
     Raises:
         PlanError / RankTableError: a malformed ``--hccn`` pair or hccn.conf, or a host without device IPs.
     """
-    if opts.method != "ranktable" or opts.rank_table_file:
+    if opts.method != Method.RANKTABLE or opts.rank_table_file:
         return None
     from launcher.planning.ranktable import resolve_device_ips
 
@@ -374,7 +375,7 @@ def _scheduler_reachable(opts: JobOptions, master_addr: Optional[str], inventory
     """``inventory`` with its first host's address resolved through the ssh config, when a
     dynamic job with remote hosts puts its scheduler there (``MS_SCHED_HOST`` must be an
     address every host reaches: an ssh alias's HostName); else ``inventory`` itself."""
-    if opts.method != "dynamic" or inventory.all_local or master_addr is not None or opts.launcher == "slurm":
+    if opts.method != Method.DYNAMIC or inventory.all_local or master_addr is not None or opts.launcher == "slurm":
         return inventory
     from launcher.execution.ssh.config import resolve_addrs
 

@@ -114,7 +114,7 @@ def with_ssh_settings(*fields: str, when: Optional[str] = None, panel: Optional[
         at = next((i for i, p in enumerate(own) if p.name == before or p.kind == inspect.Parameter.KEYWORD_ONLY), len(own))
         flags = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
         rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:]]
-        wrapper.__signature__ = sig.replace(parameters=own[:at] + flags + rest)  # type: ignore[attr-defined]
+        wrapper.__signature__ = sig.replace(parameters=own[:at] + flags + rest)  # type: ignore[attr-defined]  # inspect.signature (typer) reads it
         return wrapper
 
     return decorate

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from launcher.planning.job.kinds import Method
 from launcher.planning.job.spec import Plan
 
 FORKED = "Python ranks forked from one process that imported mindspore once (the zygote; plain processes if that import is not fork-safe)"
@@ -38,7 +39,7 @@ def start_mode(plan: Plan, mindspore_cpu: bool, zygote: Optional[bool]) -> Tuple
         return False, "one process per rank (--no-zygote)" if mindspore_cpu else None
     if zygote is True:
         return True, FORKED + " (--zygote)"
-    if not (mindspore_cpu and plan.method == "dynamic"):
+    if not (mindspore_cpu and plan.method == Method.DYNAMIC):
         return False, None
     if not _own_interpreter(plan):
         return False, "one process per rank (the ranks' interpreter is not mslaunch's, so the zygote cannot fork them)"
@@ -53,7 +54,7 @@ def scheduler_mode(plan: Plan, use_zygote: bool, mindspore_cpu: bool, minimal: O
     False) runs the user's script as the scheduler, as msrun does; ``--minimal-scheduler`` asks
     for it with ``--zygote`` on any job.  Never without the zygote or a scheduler.
     """
-    if not use_zygote or plan.scheduler is None or plan.method != "dynamic":
+    if not use_zygote or plan.scheduler is None or plan.method != Method.DYNAMIC:
         return False, None
     if minimal is False:
         return False, "the scheduler runs your script (--script-scheduler)"

@@ -16,10 +16,11 @@ from typing import Any, Dict, List, Mapping, Optional
 import typer
 
 from launcher.errors import MsLaunchError, PlanError
+from launcher.planning.job.kinds import Method
 
 _KEY = "mslaunch.sbatch.stand_in"
 #: the usage errors of typer's parser (typer's click: vendored in recent typers, the click package before)
-_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_USAGE_ERROR: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")  # whichever click typer uses
 
 
 def stand_in(ctx: Any) -> Optional[Mapping[str, str]]:
@@ -85,7 +86,7 @@ def stand_in_options(opts: Any) -> Any:
     """
     from dataclasses import replace
 
-    if opts.method != "ranktable" or opts.rank_table_file:
+    if opts.method != Method.RANKTABLE or opts.rank_table_file:
         return opts  # the run reads no hccn.conf then
     if not opts.hccn and not opts.hccn_dir:
         raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or --rank-table-file",

@@ -20,6 +20,7 @@ import typer
 from launcher.cli.docs import epilog
 from launcher.errors import JobError, MsLaunchError
 from launcher.logs.progress import SILENT_AFTER, STRAGGLER_RATIO, Progress, Snapshot, snapshot
+from launcher.planning.job.kinds import JobStatus
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +65,7 @@ class JobWatch:
         self.hosts: Dict[int, str] = {int(r["rank"]): str(r.get("host", "?")) for r in plan.get("ranks", []) if isinstance(r.get("rank"), int)}
         metrics_path = os.path.join(job_dir, METRICS_FILE)
         self.summary: Optional[Dict[str, Any]] = info.summary
-        if os.path.exists(metrics_path) or info.state == "running":
+        if os.path.exists(metrics_path) or info.state == JobStatus.RUNNING:
             tail = JsonlTail(metrics_path)
             self._read: Callable[[], List[Dict[str, Any]]] = tail.read
         else:
@@ -78,10 +79,10 @@ class JobWatch:
             try:
                 self.summary = jobdir.read_job_file(os.path.join(self.job_dir, jobdir.SUMMARY_FILE), jobdir.SUMMARY_FILE)
             except jobdir.CorruptJobFile:
-                return "corrupt"
+                return JobStatus.CORRUPT
         if self.summary is not None:
             return str(self.summary.get("status", "unknown"))
-        return "running" if jobdir.pid_alive(self.pid) else "lost"
+        return JobStatus.RUNNING if jobdir.pid_alive(self.pid) else JobStatus.LOST
 
     def notes(self) -> List[str]:
         """The hang and the attempts of an ended job (``summary.json``), as lines."""
@@ -137,7 +138,7 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     cols += [("progress", "left")] if bars else []
     cols += [("loss", "right"), ("ms/step", "right"), ("samples/s", "right"), ("last out", "right")]
     for col, just in cols:
-        table.add_column(col, justify=just, no_wrap=True, min_width=9 if col in ("host", "state") else len(col), overflow="ellipsis")  # type: ignore[arg-type]
+        table.add_column(col, justify=just, no_wrap=True, min_width=9 if col in ("host", "state") else len(col), overflow="ellipsis")  # type: ignore[arg-type]  # rich's justify values, typed str
     for r in snap.rows:
         style = ""
         state = r.state
@@ -166,10 +167,10 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     lines: List[Any] = [Text(" · ".join(parts))]
     known = [r for r in snap.rows if r.total_steps and r.step is not None]
     if not bars and known:
-        low = min(known, key=lambda r: r.step / r.total_steps)  # type: ignore[operator]
+        low = min(known, key=lambda r: r.step / r.total_steps)  # type: ignore[operator]  # known: rows with both step and total_steps
         grid = Table.grid(padding=(0, 1))
         grid.add_row(Text(f"progress (rank {low.rank}) {low.step}/{low.total_steps}"),
-                     ProgressBar(total=low.total_steps, completed=min(low.step, low.total_steps), width=30))  # type: ignore[arg-type,type-var]
+                     ProgressBar(total=low.total_steps, completed=min(low.step, low.total_steps), width=30))  # type: ignore[arg-type,type-var]  # low is in known: step and total_steps are ints
         lines.append(grid)
     if snap.stragglers:
         lines.append(Text(f"stragglers (step time far above the median): rank {', '.join(map(str, snap.stragglers))}", style="yellow"))
@@ -196,7 +197,7 @@ def live_loop(watch: JobWatch, stop: threading.Event, interval: float, console: 
     snap = watch.poll()
     with Live(render(snap, _width(console), watch.notes()), console=console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False) as live:
         while True:
-            if until_end and snap.state != "running":
+            if until_end and snap.state != JobStatus.RUNNING:
                 break
             if stop.wait(interval):
                 snap = watch.poll()

@@ -32,6 +32,7 @@ from launcher.jobs import jobdir, joblock
 from launcher.jobs.files import write_atomic
 from launcher.planning.inventory.model import is_local
 from launcher.planning.job.events import Event, JobEnd, JobStart, OnEvent
+from launcher.planning.job.kinds import ArtefactKind, JobStatus, Method
 from launcher.planning.job.spec import Exclusion, Plan
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def check_artefacts(plan: Plan) -> None:
         RankTableError: it does not.
     """
     for art in plan.artefacts:
-        if art.kind == "rank_table":
+        if art.kind == ArtefactKind.RANK_TABLE:
             from launcher.errors import RankTableError
             from launcher.planning.ranktable import validate_rank_table
 
@@ -221,13 +222,14 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     def prepare_dirs(attempt: int, adir: str) -> None:
         prepare_ranktable_dirs(sup.plan, adir, backend.local_only)  # the attempt's plan
 
-    prepare = prepare_dirs if plan.method == "ranktable" and backend.prepares_rank_dirs else None
+    prepare = prepare_dirs if plan.method == Method.RANKTABLE and backend.prepares_rank_dirs else None
     from launcher.execution.supervision.hostfaults import Spares
     from launcher.execution.supervision.restarts import attempt_base
 
     base = attempt_base(plan.launcher, os.environ)
     spares = Spares(replan_writing(replan), options.host_failures) if replan is not None else None
-    sup = Supervisor(plan, backend_factory(plan, backend_settings, watchdog, options, base), options, on_event=record_event,
+    sup = Supervisor(plan, backend_factory(plan, backend_settings, watchdog, options, base), options,
+                     on_event=record_event,  # type: ignore[arg-type]  # Supervisor types on_event with str kinds; it emits EventKinds
                      prepare_attempt=prepare, watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang,
                      progress=progress, attempt_base=base, spares=spares)
     return sup
@@ -267,7 +269,7 @@ def junit_xml(result: JobResult) -> str:
         name = attr(p.name)
         secs = (p.ended or result.ended) - (p.started or result.started)
         body = ""
-        culprit = result.status == "hung" and result.root_cause is not None and p.name == result.root_cause.name
+        culprit = result.status == JobStatus.HUNG and result.root_cause is not None and p.name == result.root_cause.name
         if p.failed or culprit:  # a hung job's likely culprit was torn down, but it is the failure
             failures += 1
             tail = "\n".join(tail_lines(p.log, 20))

@@ -111,7 +111,7 @@ RESTART_PROOF = ("python_exception", "missing_module", "missing_file")
 _UNKNOWN_HINT = "no known cause matched: read the end of {log}"
 
 
-class _Fields(dict):  # type: ignore[type-arg]
+class _Fields(dict):
     """Template fields; a field a template names but the match did not give renders as ``?``."""
 
     def __missing__(self, key: str) -> str:

@@ -163,8 +163,8 @@ def read_progress(line: str, low: Optional[str] = None) -> Optional[Dict[str, An
             return fields
     b = _BAR_RE.search(line)
     if b is not None:
-        n, total = (b.group(1), b.group(2)) if b.group(1) else (b.group(3), b.group(4))
-        return _counter_fields(line, int(n), int(total), None, loss)
+        done, of = (b.group(1), b.group(2)) if b.group(1) else (b.group(3), b.group(4))
+        return _counter_fields(line, int(done), int(of), None, loss)
     return None
 
 

@@ -136,7 +136,8 @@ class HangReport:
         ranks = []
         for r in data.get("ranks") or ():
             if isinstance(r, Mapping):
-                ranks.append(HangRank(rank=r.get("rank"), host=str(r.get("host")), last_step=r.get("last_step"), silent_s=r.get("silent_s"),
+                ranks.append(HangRank(rank=r.get("rank"),  # type: ignore[arg-type]  # hang.json is mslaunch's own: each entry has its rank
+                                      host=str(r.get("host")), last_step=r.get("last_step"), silent_s=r.get("silent_s"),
                                       frame=r.get("frame"), in_collective=r.get("in_collective"), alive=r.get("alive", True) is not False,
                                       timed_out=bool(r.get("timed_out")), stack_files=tuple(r.get("stack_files") or ())))
         return cls(kind=kind, limit_s=data.get("limit_s"), derived=data.get("derived"), idle_s=data.get("idle_s"),

@@ -106,7 +106,8 @@ def job_logs(folder: str, ranks: Optional[Sequence[int]] = None, scheduler: bool
     ]
     chosen.sort(key=lambda log: (log.rank is None, log.rank or 0))
     listed: Dict[str, Optional[set]] = {}  # one listing per folder, not a stat per log
-    present, missing = [], []
+    present: List[JobLog] = []
+    missing: List[JobLog] = []
     for log in chosen:
         where, name = os.path.split(log.path)
         if where not in listed:

@@ -8,7 +8,7 @@ attempt without a host left out; ``excluded_hosts`` lists those hosts (docs/spar
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 __all__ = ["attempt_lines", "excluded_lines", "hang_lines", "process_lines", "process_table", "summary_notes"]
 
@@ -62,7 +62,7 @@ def summary_notes(summary: Optional[Mapping[str, Any]]) -> List[str]:
     return hang_lines((summary or {}).get("hang")) + excluded_lines(summary) + attempt_lines(summary)
 
 
-def process_table(events: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+def process_table(events: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     """The processes of a job's current attempt, from its ``events.jsonl`` (``started`` and
     ``exited`` events, written by the supervisor under every backend): one entry per started
     process, in start order, ``{"name", "rank", "host", "pid", "attempt", "state", "returncode"}``
@@ -84,7 +84,7 @@ def process_table(events: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     return list(rows.values())
 
 
-def process_lines(table: List[Mapping[str, Any]]) -> List[str]:
+def process_lines(table: Sequence[Mapping[str, Any]]) -> List[str]:
     """``status``'s lines for :func:`process_table`: ``rank 0  localhost  pid 4242  running``."""
     width = max((len(str(r["name"])) for r in table), default=0)
     hwidth = max((len(str(r["host"])) for r in table), default=0)

@@ -59,7 +59,7 @@ def log_mtimes(job_dir: str) -> Dict[int, Optional[float]]:
     out: Dict[int, Optional[float]] = {}
     for src in job_log_sources(attempts[-1][1], scheduler=False):
         try:
-            out[src.rank] = os.stat(src.path).st_mtime  # type: ignore[index]
+            out[src.rank] = os.stat(src.path).st_mtime  # type: ignore[index]  # scheduler=False: each source is a rank's, its rank an int
         except OSError:
             continue
     return out

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from launcher.logs.metrics import Metric
+from launcher.planning.job.kinds import JobStatus
 
 __all__ = ["RankDeriver", "Progress", "RankRow", "Snapshot", "snapshot", "STRAGGLER_RATIO", "SILENT_AFTER"]
 
@@ -337,7 +338,7 @@ def snapshot(
         ))
     rates = [r.samples_per_s for r in rows if r.samples_per_s is not None]
     slowest, fastest = _spread(times)
-    eta = _eta(rows) if job_state == "running" else None
+    eta = _eta(rows) if job_state == JobStatus.RUNNING else None
     return Snapshot(job_id=job_id, state=job_state, time=now, rows=tuple(rows), samples_per_s=sum(rates) if rates else None,
                     slowest_rank=slowest, fastest_rank=fastest, median_step_time_ms=median, eta_s=eta,
                     stragglers=stragglers, silent=tuple(silent))
@@ -372,17 +373,17 @@ def _rank_state(exit_: Optional[Dict[str, Any]], job_state: str, has_output: boo
         if exit_.get("torn_down"):
             return "stopped", False
         if exit_.get("exit_code") is None and exit_.get("signal") is None:
-            return ("stopped" if job_state != "running" else "running"), False
+            return ("stopped" if job_state != JobStatus.RUNNING else "running"), False
         return "failed", False
-    if job_state == "running":
+    if job_state == JobStatus.RUNNING:
         if not has_output:
             return "waiting", False
         if age is not None and age > silent_after:
             return "silent", True
         return "running", False
-    if job_state == "lost":
+    if job_state == JobStatus.LOST:
         return "lost", False
-    return ("done" if job_state == "succeeded" else "stopped"), False
+    return ("done" if job_state == JobStatus.SUCCEEDED else "stopped"), False
 
 
 def _eta(rows: List[RankRow]) -> Optional[float]:

@@ -129,7 +129,7 @@ class RankEvidence:
 
     Attributes:
         rank: the rank.
-        last_step: its last step ``(epoch, step)`` (comparable), or None.
+        last_step: its last step ``(epoch, step)`` (epoch None when the log names none), or None.
         silent_for: seconds since its last output line, or None when it printed nothing.
         frame: the innermost Python frame of its main thread (text), or None without a stack.
         in_collective: whether its main thread is inside MindSpore / a collective (None: no stack).
@@ -138,7 +138,7 @@ class RankEvidence:
     """
 
     rank: int
-    last_step: Optional[Tuple[int, int]] = None
+    last_step: Optional[Tuple[Optional[int], int]] = None
     silent_for: Optional[float] = None
     frame: Optional[str] = None
     in_collective: Optional[bool] = None
@@ -175,18 +175,19 @@ def judge_culprit(ranks: Sequence[RankEvidence]) -> Optional[Culprit]:
         return Culprit(pick.rank, f"its main thread is outside the collective (in {pick.frame or 'unknown'}) while rank(s) {others} "
                                   "waited inside it")
     stepped = [r for r in candidates if r.last_step is not None]
-    keys = [_step_key(r.last_step) for r in ranks if r.last_step is not None]
+    keys = [k for k in (_step_key(r.last_step) for r in ranks) if k is not None]
     if stepped and len(set(keys)) > 1:
-        low = min(stepped, key=lambda r: (_step_key(r.last_step), r.rank))
-        high = max(keys)  # type: ignore[type-var]
-        if _step_key(low.last_step) < high:  # type: ignore[operator]
+        low = min(stepped, key=lambda r: (_step_key(r.last_step) or (-1, -1), r.rank))
+        high = max(keys)
+        low_key = _step_key(low.last_step)
+        if low_key is not None and low_key < high:
             return Culprit(low.rank, f"its last step is behind the others' ({_fmt(low.last_step)} < {_fmt(high)})")
     silent = [r for r in ranks if r.silent_for is not None]
     if any(r.last_step is not None for r in silent):  # scripts often log steps on rank 0 only: the others'
         silent = [r for r in silent if r.last_step is not None]  # silence is their normal state, no evidence
     if len(silent) > 1:
         first = max(silent, key=lambda r: (r.silent_for, -r.rank))
-        gap = first.silent_for - max(r.silent_for for r in silent if r is not first)  # type: ignore[operator,type-var]
+        gap = first.silent_for - max(r.silent_for for r in silent if r is not first)  # type: ignore[operator,type-var]  # silent holds only ranks whose silent_for is not None
         if first in candidates and gap >= 1.0:
             return Culprit(first.rank, f"it went silent first ({gap:.0f} s before the others)")
     return None

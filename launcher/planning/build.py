@@ -113,7 +113,7 @@ def build_plan(spec: JobSpec) -> Plan:
     return Plan(
         job_id=spec.job_id,
         job_dir=spec.job_dir,
-        method=spec.method,
+        method=Method(spec.method),  # _check_spec refused any other value
         launcher=launcher,
         world_size=world,
         hosts=tuple(used),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Mapping, NoReturn, Optional, Sequence
+from typing import Any, Callable, Mapping, NoReturn, Optional, Sequence
 
 
 def distributed_from_env(env: Mapping[str, str]) -> bool:
@@ -50,14 +50,14 @@ def join_collective_cluster(prog: str, description: str, argv: Optional[Sequence
     return None
 
 
-def _one_op_cell(make_op: "object") -> "object":
+def _one_op_cell(make_op: Callable[[], Any]) -> Any:
     """A MindSpore cell whose ``construct(x)`` applies one operator made by ``make_op()``."""
     from mindspore import nn
 
     class _OneOp(nn.Cell):
         def __init__(self) -> None:
             super().__init__()
-            self.op = make_op()  # type: ignore[operator]
+            self.op = make_op()
 
         def construct(self, x):
             return self.op(x)
@@ -65,7 +65,7 @@ def _one_op_cell(make_op: "object") -> "object":
     return _OneOp()
 
 
-def all_reduce_sum() -> "object":
+def all_reduce_sum() -> Any:
     """A MindSpore cell that sums a tensor over every rank of the world group (``ops.AllReduce``);
     call it after :func:`join_collective_cluster` returned None."""
     from mindspore import ops
@@ -73,7 +73,7 @@ def all_reduce_sum() -> "object":
     return _one_op_cell(ops.AllReduce)
 
 
-def all_gather() -> "object":
+def all_gather() -> Any:
     """A MindSpore cell that concatenates a tensor of every rank of the world group along axis 0,
     in rank order (``ops.AllGather``); call it after the communication is initialised."""
     from mindspore import ops
@@ -149,7 +149,7 @@ def exit_now(code: int) -> "NoReturn":
             sys.stdout.flush()
             sys.stderr.flush()
             keep_code_through_teardown(code)
-            atexit._run_exitfuncs()  # type: ignore[attr-defined]
+            atexit._run_exitfuncs()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -381,6 +381,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         net = resnet(args.arch, num_classes=10)
     _say(f"params: {count_parameters(net)}")
     data, spe = _training_data(args, rank, size)
+    step_fn: Callable[[Iterator[Tuple[Tensor, Tensor]]], float]
     if args.grad_accum > 1:
         opt, accumulating = make_accumulating_step(net, args.grad_accum, distributed, args.lr, args.momentum)
         train_net, step_fn = accumulating.state, accumulating.step  # a checkpoint holds no accumulator

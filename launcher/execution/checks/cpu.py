@@ -64,7 +64,7 @@ def ssh_runner(conn: Any, python: str) -> Runner:
 
     def run(tail: Tuple[str, ...], timeout: float) -> Tuple[int, bytes, bytes]:
         command = "exec " + " ".join(shlex.quote(p) for p in (python, "-c", probe_source(), *tail))
-        return conn.run(command, timeout=timeout)  # type: ignore[no-any-return]
+        return conn.run(command, timeout=timeout)
 
     return run
 

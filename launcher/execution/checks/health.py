@@ -162,25 +162,25 @@ class LocalLink(ProbeLink):
 
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env={**os.environ, **env}, start_new_session=True)
-        threading.Thread(target=self._pump, args=(self.proc.stdout.read1,), daemon=True).start()  # type: ignore[union-attr]
+        threading.Thread(target=self._pump, args=(self.proc.stdout.read1,), daemon=True).start()  # type: ignore[union-attr]  # stdout=PIPE: a BufferedReader
 
     def send(self, obj: Dict[str, Any]) -> None:
         try:
-            self.proc.stdin.write((json.dumps(obj) + "\n").encode())  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
+            self.proc.stdin.write((json.dumps(obj) + "\n").encode())  # type: ignore[union-attr]  # stdin=PIPE
+            self.proc.stdin.flush()  # type: ignore[union-attr]  # stdin=PIPE
         except OSError as exc:
             self.dead = self.dead or f"the probe ended: {exc}"
 
     def _said(self) -> str:
         try:
-            err = self.proc.stderr.read1(4096).decode("utf-8", "replace").strip()  # type: ignore[union-attr]
+            err = self.proc.stderr.read1(4096).decode("utf-8", "replace").strip()  # type: ignore[union-attr]  # stderr=PIPE: a BufferedReader
         except Exception:
             err = ""
         return f": {err.splitlines()[-1]}" if err else ""
 
     def end(self) -> None:
         try:
-            self.proc.stdin.close()  # type: ignore[union-attr]
+            self.proc.stdin.close()  # type: ignore[union-attr]  # stdin=PIPE
         except OSError:
             pass
 
@@ -226,7 +226,7 @@ class SshLink(ProbeLink):
         if not self.chan.exit_status_ready() and self.pid is not None:
             def run() -> None:
                 try:
-                    self.conn.run(f"kill -9 {int(self.pid)}", timeout=kill)  # type: ignore[arg-type]
+                    self.conn.run(f"kill -9 {int(self.pid)}", timeout=kill)  # type: ignore[arg-type]  # self.pid checked not None above (a closure loses the narrowing)
                 except Exception:
                     pass  # the probe's own lifetime ends it
 

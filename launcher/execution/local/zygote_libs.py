@@ -37,8 +37,8 @@ def argv_at_import(argv: List[str]) -> None:
         folder = os.path.split(entry)[0]
         if folder in paths:
             paths.remove(folder)
-    api.entry_script_path = entry
-    api.sys_path = paths
+    setattr(api, "entry_script_path", entry)  # the module's own globals (hasattr above)
+    setattr(api, "sys_path", paths)
 
 
 def reseed() -> None:
@@ -51,4 +51,4 @@ def reseed() -> None:
     imports with those of two forked children)."""
     mtrand = sys.modules.get("numpy.random.mtrand")
     if mtrand is not None:
-        mtrand._rand.seed()  # type: ignore[attr-defined]  # no argument: fresh OS entropy, as at import
+        mtrand._rand.seed()  # no argument: fresh OS entropy, as at import

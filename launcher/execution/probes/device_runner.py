@@ -31,7 +31,7 @@ import time
 __all__ = ["resolve", "run_order"]
 
 
-def resolve(candidates, path=None):  # type: ignore[no-untyped-def]
+def resolve(candidates, path=None):
     """The executable of a command: the first absolute candidate that is an executable file,
     else the first bare name found on ``path`` (default: ``$PATH``); None when none is."""
     for c in candidates:
@@ -45,18 +45,18 @@ def resolve(candidates, path=None):  # type: ignore[no-untyped-def]
     return None
 
 
-def _text(data, limit):  # type: ignore[no-untyped-def]
+def _text(data, limit):
     return (data or b"")[:limit].decode("utf-8", "replace")
 
 
-def _kill_group(proc):  # type: ignore[no-untyped-def]
+def _kill_group(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
 
 
-def run_one(command, exe, timeout, output_limit):  # type: ignore[no-untyped-def]
+def run_one(command, exe, timeout, output_limit):
     """Run one command (``exe``, then ``command["argv"]``: the arguments after the executable)
     for at most ``timeout`` s; its outcome."""
     key = command["key"]
@@ -85,7 +85,7 @@ def run_one(command, exe, timeout, output_limit):  # type: ignore[no-untyped-def
             "stderr": _text(err, output_limit), "seconds": round(time.monotonic() - t0, 3)}
 
 
-def _run_tool(indexes, commands, answers, end, limit, output_limit):  # type: ignore[no-untyped-def]
+def _run_tool(indexes, commands, answers, end, limit, output_limit):
     """One tool's commands, in order, into ``answers`` (by index)."""
     hung = None
     for i in indexes:
@@ -109,14 +109,14 @@ def _run_tool(indexes, commands, answers, end, limit, output_limit):  # type: ig
         answers[i] = answer
 
 
-def run_order(order):  # type: ignore[no-untyped-def]
+def run_order(order):
     """Run a ``{"op": "devices", "commands", "limit", "output_limit"}`` order; the answer
     ``{"outcomes": [...]}``, one entry per command with a string ``key``, in order."""
     t0 = time.monotonic()
     limit = float(order.get("limit", 60))
     output_limit = int(order.get("output_limit", 1 << 16))
     commands = [c for c in (order.get("commands") or []) if isinstance(c, dict) and isinstance(c.get("key"), str)]
-    by_tool = {}
+    by_tool = {}  # type: dict[str, list[int]]
     for i, c in enumerate(commands):
         by_tool.setdefault(str(c.get("tool")), []).append(i)
     answers = [None] * len(commands)

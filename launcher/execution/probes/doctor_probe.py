@@ -17,10 +17,10 @@ import sys
 import time
 
 
-def main():  # type: ignore[no-untyped-def]
+def main():
     start = time.time()
     cfg = json.loads(sys.stdin.read())
-    out = {"time": start}
+    out = {"time": start}  # type: dict[str, object]
 
     def run(argv, timeout=60):
         try:

@@ -43,7 +43,7 @@ __all__ = ["THREAD_ENV", "main"]
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def _lines(cfg):  # type: ignore[no-untyped-def]
+def _lines(cfg):
     """The command channel: stdin/stdout, or a TCP connection back to ``cfg["connect"]``
     (greeted with ``{"hello": token, "addr": our address}``)."""
     if not cfg.get("connect"):
@@ -56,7 +56,7 @@ def _lines(cfg):  # type: ignore[no-untyped-def]
     return rd, wr
 
 
-def sink(c, lifetime):  # type: ignore[no-untyped-def]
+def sink(c, lifetime):
     """Read and drop what a peer sends, until it closes or ``lifetime`` s pass."""
     c.settimeout(lifetime)
     try:
@@ -68,7 +68,7 @@ def sink(c, lifetime):  # type: ignore[no-untyped-def]
         c.close()
 
 
-def serve(srv, lifetime):  # type: ignore[no-untyped-def]
+def serve(srv, lifetime):
     """Accept peers on ``srv`` and sink each one in its own thread."""
     while True:
         try:
@@ -78,7 +78,7 @@ def serve(srv, lifetime):  # type: ignore[no-untyped-def]
         threading.Thread(target=sink, args=(c, lifetime), daemon=True).start()
 
 
-def setup(kernel, n):  # type: ignore[no-untyped-def]
+def setup(kernel, n):
     """The compute kernel (an ``n``x``n`` matmul of numpy, or of MindSpore), warmed once."""
     import numpy as np
 
@@ -91,16 +91,16 @@ def setup(kernel, n):  # type: ignore[no-untyped-def]
         ms.set_context(device_target="CPU")
         ta, tb = Tensor(a.astype(np.float32)), Tensor(b.astype(np.float32))
 
-        def run():  # type: ignore[no-untyped-def]
+        def run():
             ops.matmul(ta, tb).asnumpy()
     else:
-        def run():  # type: ignore[no-untyped-def]
+        def run():
             np.dot(a, b)
     run()
     return run
 
 
-def compute(run, n, window, repeats, delay):  # type: ignore[no-untyped-def]
+def compute(run, n, window, repeats, delay):
     """GFLOPS of the best of ``repeats`` windows of ``window`` s, after ``delay`` s."""
     time.sleep(delay)
     flops, best = 2.0 * n ** 3, 0.0
@@ -117,7 +117,7 @@ def compute(run, n, window, repeats, delay):  # type: ignore[no-untyped-def]
     return best
 
 
-def send(addr, port, seconds, delay):  # type: ignore[no-untyped-def]
+def send(addr, port, seconds, delay):
     """MB/s sent to a peer's sink for ``seconds`` s, after ``delay`` s."""
     time.sleep(delay)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -137,7 +137,7 @@ def send(addr, port, seconds, delay):  # type: ignore[no-untyped-def]
     return sent / el / 1e6
 
 
-def main(cfg_text):  # type: ignore[no-untyped-def]
+def main(cfg_text):
     """Serve commands until the end of the channel, ``quit``, or the lifetime; then exit."""
     cfg = json.loads(cfg_text)
     lifetime = float(cfg.get("lifetime", 60))
@@ -146,7 +146,7 @@ def main(cfg_text):  # type: ignore[no-untyped-def]
     timer.start()
     rd, wr = _lines(cfg)
 
-    def reply(obj):  # type: ignore[no-untyped-def]
+    def reply(obj):
         wr.write(json.dumps(obj) + "\n")
         wr.flush()
 

@@ -21,14 +21,14 @@ import os
 THREAD_VARS = ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS")
 
 
-def _cores_affinity():  # type: ignore[no-untyped-def]
+def _cores_affinity():
     try:
         return sorted(os.sched_getaffinity(0))
     except AttributeError:
         return list(range(os.cpu_count() or 1))
 
 
-def _cores_read(path):  # type: ignore[no-untyped-def]
+def _cores_read(path):
     try:
         with open(path, encoding="ascii", errors="replace") as f:
             return f.read().strip()
@@ -36,9 +36,9 @@ def _cores_read(path):  # type: ignore[no-untyped-def]
         return None
 
 
-def _cgroup_mounts(mountinfo):  # type: ignore[no-untyped-def]
+def _cgroup_mounts(mountinfo):
     """cgroup mounts from ``/proc/self/mountinfo``: [(version, controllers, root, mount point)]."""
-    out = []
+    out = []  # type: list[tuple[int, set[str], str, str]]
     for line in (mountinfo or "").splitlines():
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
@@ -51,7 +51,7 @@ def _cgroup_mounts(mountinfo):  # type: ignore[no-untyped-def]
     return out
 
 
-def _cgroup_paths(cgroup_text):  # type: ignore[no-untyped-def]
+def _cgroup_paths(cgroup_text):
     """``/proc/self/cgroup``: {controller: path} (v1), and ``""``: path (v2)."""
     out = {}
     for line in (cgroup_text or "").splitlines():
@@ -67,7 +67,7 @@ def _cgroup_paths(cgroup_text):  # type: ignore[no-untyped-def]
     return out
 
 
-def _cgroup_ancestors(mount, root, path):  # type: ignore[no-untyped-def]
+def _cgroup_ancestors(mount, root, path):
     """The directories of ``path``'s cgroup and of its ancestors under the mount, deepest first."""
     rel = path
     if root not in ("/", "") and (path == root or path.startswith(root.rstrip("/") + "/")):
@@ -77,7 +77,7 @@ def _cgroup_ancestors(mount, root, path):  # type: ignore[no-untyped-def]
     return [(os.path.join(mount, *parts[:i]), "/" + "/".join(parts[:i])) for i in range(len(parts), -1, -1)]
 
 
-def _cgroup_v2_quota(directory):  # type: ignore[no-untyped-def]
+def _cgroup_v2_quota(directory):
     text = _cores_read(os.path.join(directory, "cpu.max"))
     if not text:
         return None
@@ -91,7 +91,7 @@ def _cgroup_v2_quota(directory):  # type: ignore[no-untyped-def]
     return q / p if q > 0 and p > 0 else None
 
 
-def _cgroup_v1_quota(directory):  # type: ignore[no-untyped-def]
+def _cgroup_v1_quota(directory):
     q = _cores_read(os.path.join(directory, "cpu.cfs_quota_us"))
     p = _cores_read(os.path.join(directory, "cpu.cfs_period_us"))
     try:
@@ -101,11 +101,11 @@ def _cgroup_v1_quota(directory):  # type: ignore[no-untyped-def]
     return quota / period if quota > 0 and period > 0 else None
 
 
-def cgroup_quota(mountinfo, cgroup_text):  # type: ignore[no-untyped-def]
+def cgroup_quota(mountinfo, cgroup_text):
     """The tightest CPU quota (cores, source) of the cgroup named in ``cgroup_text`` and its
     ancestors, reading the files under the mounts in ``mountinfo``; (None, None) without one."""
     paths = _cgroup_paths(cgroup_text)
-    best = (None, None)
+    best = (None, None)  # type: tuple[float | None, str | None]
     for version, controllers, root, mount in _cgroup_mounts(mountinfo):
         if version == 1 and "cpu" not in controllers:
             continue
@@ -121,7 +121,7 @@ def cgroup_quota(mountinfo, cgroup_text):  # type: ignore[no-untyped-def]
     return best
 
 
-def read_host_cores():  # type: ignore[no-untyped-def]
+def read_host_cores():
     """This process's cores (see the module docstring)."""
     quota, source = cgroup_quota(_cores_read("/proc/self/mountinfo"), _cores_read("/proc/self/cgroup"))
     preset = {k: os.environ[k] for k in THREAD_VARS if k in os.environ}

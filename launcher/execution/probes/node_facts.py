@@ -11,7 +11,7 @@ import platform
 import socket
 
 
-def main():  # type: ignore[no-untyped-def]
+def main():
     ms = None
     if importlib.util.find_spec("mindspore") is not None:
         from importlib.metadata import version

@@ -15,9 +15,9 @@ __all__ = ["become_subreaper", "below", "children_of", "kill_quietly", "killpg_q
            "set_parent_death_signal", "starttime", "tree_below"]
 
 
-def proc_table():  # type: ignore[no-untyped-def]
+def proc_table():
     """``{pid: (ppid, pgid, sid)}`` of every process, from /proc."""
-    out = {}
+    out = {}  # type: dict[int, tuple[int, int, int]]
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -34,14 +34,14 @@ def proc_table():  # type: ignore[no-untyped-def]
     return out
 
 
-def parent_map(table=None):  # type: ignore[no-untyped-def]
+def parent_map(table=None):
     """``{pid: ppid}`` of every process (of ``table``, else of a fresh :func:`proc_table`)."""
     if table is None:
         table = proc_table()
     return {pid: row[0] for pid, row in table.items()}
 
 
-def starttime(pid):  # type: ignore[no-untyped-def]
+def starttime(pid):
     """The process's start time in clock ticks since boot (field 22 of ``/proc/<pid>/stat``),
     as text; with the pid it names one process for the life of the machine.  None if gone."""
     try:
@@ -51,10 +51,10 @@ def starttime(pid):  # type: ignore[no-untyped-def]
         return None
 
 
-def children_of(pid):  # type: ignore[no-untyped-def]
+def children_of(pid):
     """Child pids of ``pid`` from ``/proc/<pid>/task/*/children`` ([] when it is gone), or None
     where the kernel lacks that file."""
-    out = []
+    out = []  # type: list[int]
     try:
         tids = os.listdir("/proc/%d/task" % pid)
     except OSError:
@@ -70,7 +70,7 @@ def children_of(pid):  # type: ignore[no-untyped-def]
     return out
 
 
-def tree_below(pid):  # type: ignore[no-untyped-def]
+def tree_below(pid):
     """Descendants of ``pid``, breadth first, walked from its children files (cheap: no scan of
     every process), or None where the kernel lacks them."""
     out, frontier, seen = [], [pid], {pid}
@@ -89,10 +89,10 @@ def tree_below(pid):  # type: ignore[no-untyped-def]
     return out
 
 
-def below(table, roots):  # type: ignore[no-untyped-def]
+def below(table, roots):
     """Pids descending from any of ``roots`` in ``table`` (``{pid: (ppid, ...)}`` or
     ``{pid: ppid}``), breadth first, roots excluded."""
-    children = {}
+    children = {}  # type: dict[int, list[int]]
     for pid, row in table.items():
         ppid = row[0] if isinstance(row, tuple) else row
         children.setdefault(ppid, []).append(pid)
@@ -110,7 +110,7 @@ def below(table, roots):  # type: ignore[no-untyped-def]
     return out
 
 
-def kill_quietly(pid, sig):  # type: ignore[no-untyped-def]
+def kill_quietly(pid, sig):
     """``os.kill`` that never raises (the process may be gone, or not ours)."""
     try:
         os.kill(pid, sig)
@@ -118,7 +118,7 @@ def kill_quietly(pid, sig):  # type: ignore[no-untyped-def]
         pass
 
 
-def killpg_quietly(pgid, sig):  # type: ignore[no-untyped-def]
+def killpg_quietly(pgid, sig):
     """``os.killpg`` that never raises."""
     try:
         os.killpg(pgid, sig)
@@ -126,7 +126,7 @@ def killpg_quietly(pgid, sig):  # type: ignore[no-untyped-def]
         pass
 
 
-def _prctl(option, value):  # type: ignore[no-untyped-def]
+def _prctl(option, value):
     try:
         import ctypes
 
@@ -135,12 +135,12 @@ def _prctl(option, value):  # type: ignore[no-untyped-def]
         return False
 
 
-def become_subreaper():  # type: ignore[no-untyped-def]
+def become_subreaper():
     """Make orphaned descendants re-parent to this process instead of init (Linux
     ``PR_SET_CHILD_SUBREAPER``); False where that is not available."""
     return _prctl(36, 1)
 
 
-def set_parent_death_signal(sig):  # type: ignore[no-untyped-def]
+def set_parent_death_signal(sig):
     """Ask the kernel to send ``sig`` to this process when its parent dies (``PR_SET_PDEATHSIG``)."""
     return _prctl(1, int(sig))

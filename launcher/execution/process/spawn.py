@@ -43,7 +43,7 @@ def _load_prctl() -> Optional[Callable[..., int]]:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
 
@@ -170,7 +170,7 @@ class _ExitWatcher:
     def watch(self, proc: "LocalProcess") -> bool:
         """Start watching ``proc``; False if pidfds are unavailable (or it was reaped)."""
         try:
-            fd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined]
+            fd = os.pidfd_open(proc.pid)
         except (AttributeError, OSError):
             return False
         with self._lock:
@@ -208,8 +208,8 @@ class LocalProcess(ProcessHandle):
     def __init__(self, plan: ProcPlan, popen: "subprocess.Popen[bytes]", log_path: str) -> None:
         self.plan = plan
         self.popen = popen
-        self.pid = popen.pid
-        self.pgid = popen.pid  # start_new_session: the child leads its group
+        self.pid: int = popen.pid
+        self.pgid: int = popen.pid  # start_new_session: the child leads its group
         self.log_path = log_path
         self.started = time.time()
         self.host = plan.host

@@ -230,9 +230,9 @@ def main(argv: Sequence[str]) -> int:
                 sys.stdout.write(path + "\n")
                 continue
             base = os.path.basename(path)
-            name, _, rest = base.rpartition(".pid")
+            name, _, tail = base.rpartition(".pid")
             with open(path, errors="replace") as fh:
-                sys.stdout.write(json.dumps({"name": name, "pid": int(rest[:-4]), "text": fh.read()}) + "\n")
+                sys.stdout.write(json.dumps({"name": name, "pid": int(tail[:-4]), "text": fh.read()}) + "\n")
     finally:
         if to_stdout:
             shutil.rmtree(folder, ignore_errors=True)

@@ -131,7 +131,7 @@ def on_death(link: "object", argv: List[str]) -> None:
     import json
 
     try:
-        os.write(link.fd, ("run " + json.dumps(list(argv)) + "\n").encode())  # type: ignore[attr-defined]
+        os.write(link.fd, ("run " + json.dumps(list(argv)) + "\n").encode())  # type: ignore[attr-defined]  # link: anything with an fd (see the docstring)
     except OSError:
         pass
 

@@ -87,7 +87,7 @@ def _my_addr(peer: str) -> str:
 
 def _last(proc: "subprocess.Popen[bytes]") -> str:
     try:
-        err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""  # type: ignore[union-attr]
+        err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
     except (OSError, ValueError):
         err = ""
     lines = [x.strip() for x in err.splitlines() if x.strip()]

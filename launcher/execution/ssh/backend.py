@@ -50,6 +50,7 @@ from launcher.execution.ssh.hostagent import HostAgent, LogFiles, SshProcess
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.execution.ssh.transfer import put_file
 from launcher.planning.cpu.hostcores import HostCores, HostThreadPlan, HostThreads, host_thread_env, parse_host_cores
+from launcher.planning.job.kinds import ArtefactKind
 from launcher.planning.job.spec import Plan, ProcPlan
 
 #: Seconds between liveness checks of every host agent.
@@ -157,7 +158,7 @@ class SshBackend(Backend):
 
     def _copy_artefacts(self) -> None:
         """Rank tables go to the same path on every host (their ranks read RANK_TABLE_FILE)."""
-        tables = [a for a in self.plan.artefacts if a.kind == "rank_table"]
+        tables = [a for a in self.plan.artefacts if a.kind == ArtefactKind.RANK_TABLE]
         if not tables:
             return
 

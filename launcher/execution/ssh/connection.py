@@ -94,7 +94,7 @@ def open_client(target: SshTarget, accept_new: bool = False, timeout: float = 10
     keys = [k for k in target.key_files if os.path.isfile(k)]
     try:
         client.connect(
-            target.hostname, port=target.port, username=target.user, key_filename=keys or None,
+            target.hostname, port=target.port, username=target.user, key_filename=keys or None,  # type: ignore[arg-type]  # paramiko takes a list of key files too; its stubs say one str
             timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
             allow_agent=target.allow_agent, look_for_keys=target.look_for_keys,
         )
@@ -130,7 +130,7 @@ class SshConnection:
 
     def active(self) -> bool:
         with self._lock:
-            return any((c.get_transport() is not None and c.get_transport().is_active()) for c in self._clients)  # type: ignore[union-attr]
+            return any((c.get_transport() is not None and c.get_transport().is_active()) for c in self._clients)  # type: ignore[union-attr]  # the transport just checked not None
 
     def open_channel(self) -> paramiko.Channel:
         """A new session channel; opens another connection when the server refuses more sessions.
@@ -325,7 +325,7 @@ def connect_each(hosts: Sequence[Host], settings: SSHSettings = SSHSettings()) -
         client = open_client(target, settings.accept_new, timeout)
         return SshConnection(target, client, settings.accept_new, timeout)
 
-    one.cleanup = lambda conn: conn.close()  # type: ignore[attr-defined]
+    one.cleanup = lambda conn: conn.close()  # type: ignore[attr-defined]  # a function attribute the connection pool looks for
     out: Dict[str, Any] = {}
     for target, (conn, exc) in zip(targets, run_parallel(one, targets, settings.pool)):
         if exc is None:
@@ -359,4 +359,4 @@ def connect_all(hosts: Sequence[Host], settings: SSHSettings = SSHSettings()) ->
                 v.close()
         detail = "; ".join(f"{name}: {why}" for name, why in failed.items())
         raise LaunchError(f"cannot connect to {len(failed)} of {len(results)} host(s): {detail}")
-    return results  # type: ignore[return-value]
+    return results

@@ -70,7 +70,7 @@ DRAIN_LIMIT = 2.0
 SNAPSHOT_EVERY = 1.0
 
 
-def main(cfg):  # type: ignore[no-untyped-def]
+def main(cfg):
     """Serve the launcher as ``cfg`` says until it goes away; exits the process (never returns)."""
     become_subreaper()
     agent = Agent(cfg)
@@ -84,7 +84,7 @@ def main(cfg):  # type: ignore[no-untyped-def]
 class Rank(object):
     """One rank: its id, process, pipe, and what is known of its tree."""
 
-    def __init__(self, rid):  # type: ignore[no-untyped-def]
+    def __init__(self, rid):
         self.id = rid
         self.pid = None
         self.popen = None
@@ -99,7 +99,7 @@ class Rank(object):
 class Agent(object):
     """The select loop serving one launcher connection (see the module doc)."""
 
-    def __init__(self, cfg):  # type: ignore[no-untyped-def]
+    def __init__(self, cfg):
         self.host = cfg.get("host", "this host")
         self.ping_timeout = float(cfg.get("ping_timeout", 8.0))
         self.heartbeat = float(cfg.get("heartbeat", 1.0))
@@ -109,6 +109,7 @@ class Agent(object):
         self.inbuf = b""
         self.last_in = time.monotonic()
         self.gone = False  # the launcher is gone (EOF, silence, signal, write error)
+        self.next_beat = 0.0  # set by run()
         self.me = os.getpid()
         self.base_env = dict(os.environ)
         self.wake_r, self.wake_w = os.pipe()
@@ -127,20 +128,20 @@ class Agent(object):
 
     # ------------------------------------------------------------ output
 
-    def frame(self, kind, rid, data):  # type: ignore[no-untyped-def]
+    def frame(self, kind, rid, data):
         self.outbox.frame(kind, rid, data)
 
-    def message(self, obj):  # type: ignore[no-untyped-def]
+    def message(self, obj):
         self.outbox.message(obj)
 
-    def flush(self):  # type: ignore[no-untyped-def]
+    def flush(self):
         """Write what stdout takes now; a broken link means the launcher is gone."""
         if not self.outbox.flush():
             self.gone = True
 
     # ------------------------------------------------------------ the loop
 
-    def beat(self):  # type: ignore[no-untyped-def]
+    def beat(self):
         """Queue a heartbeat when one is due; returns when the next one is."""
         now = time.monotonic()
         if now >= self.next_beat:
@@ -148,7 +149,7 @@ class Agent(object):
             self.next_beat = now + self.heartbeat
         return self.next_beat
 
-    def run(self):  # type: ignore[no-untyped-def]
+    def run(self):
         self.next_beat = time.monotonic() + self.heartbeat
         next_snap = time.monotonic() + SNAPSHOT_EVERY
         while not self.gone:
@@ -185,10 +186,10 @@ class Agent(object):
             if time.monotonic() - self.last_in > self.ping_timeout:
                 self.gone = True
 
-    def _on_signal(self, signum, frame):  # type: ignore[no-untyped-def]
+    def _on_signal(self, signum, frame):
         self.gone = True
 
-    def read_stdin(self):  # type: ignore[no-untyped-def]
+    def read_stdin(self):
         try:
             data = os.read(0, 65536)
         except (BlockingIOError, InterruptedError):
@@ -211,7 +212,7 @@ class Agent(object):
                 self.beat()  # many starts on a loaded host: the launcher still hears from us
                 self.flush()
 
-    def handle(self, op):  # type: ignore[no-untyped-def]
+    def handle(self, op):
         kind = op.get("op")
         if kind == "start":
             self.start(int(op["id"]), op.get("cfg") or {})
@@ -227,7 +228,7 @@ class Agent(object):
 
     # ------------------------------------------------------------ ranks
 
-    def start(self, rid, cfg):  # type: ignore[no-untyped-def]
+    def start(self, rid, cfg):
         """Start rank ``rid``; failures become "error" and "exit 127" for that rank only."""
         r = Rank(rid)
         self.ranks[rid] = r
@@ -263,12 +264,12 @@ class Agent(object):
         self.by_pid[popen.pid] = r
         self.message({"ev": "started", "id": rid, "pid": popen.pid})
 
-    def failed(self, r, msg):  # type: ignore[no-untyped-def]
+    def failed(self, r, msg):
         self.message({"ev": "error", "id": r.id, "msg": msg.replace("\n", " ")})
         r.rc, r.ended_at, r.reported = 127, time.time(), True
         self.message({"ev": "exit", "id": r.id, "rc": 127, "time": r.ended_at})
 
-    def prepare_cwd(self, cfg):  # type: ignore[no-untyped-def]
+    def prepare_cwd(self, cfg):
         cwd = cfg.get("cwd") or None
         if cwd is None:
             return None
@@ -281,7 +282,7 @@ class Agent(object):
             raise _StartError("working directory %s does not exist on %s; run from a folder that exists on every host" % (cwd, self.host))
         return cwd
 
-    def write_env_dump(self, path, env):  # type: ignore[no-untyped-def]
+    def write_env_dump(self, path, env):
         if not path:
             return
         try:
@@ -291,7 +292,7 @@ class Agent(object):
         except OSError as exc:
             raise _StartError("cannot write %s on %s: %s" % (path, self.host, exc.strerror or exc))
 
-    def read_rank(self, r):  # type: ignore[no-untyped-def]
+    def read_rank(self, r):
         """Frame what rank ``r``'s pipe holds; close it at EOF."""
         try:
             data = os.read(r.fd, 65536)
@@ -305,7 +306,7 @@ class Agent(object):
             os.close(r.fd)
             r.fd = None
 
-    def reap(self):  # type: ignore[no-untyped-def]
+    def reap(self):
         """Collect every exited child: ranks get their returncode (and what they left behind is
         killed), orphans are just reaped."""
         exited = []
@@ -332,7 +333,7 @@ class Agent(object):
             for r in exited:
                 self.kill_leftovers(r, table)
 
-    def finish_ranks(self):  # type: ignore[no-untyped-def]
+    def finish_ranks(self):
         """Report ranks that exited once their output is all framed (or the drain limit passed)."""
         for r in self.ranks.values():
             if r.reported or r.rc is None:
@@ -353,7 +354,7 @@ class Agent(object):
 
     # ------------------------------------------------------------ trees
 
-    def snapshot(self, table=None):  # type: ignore[no-untyped-def]
+    def snapshot(self, table=None):
         """Remember which processes live below each running rank (from ``table``, else from
         the ranks' children files, else from a scan of every process)."""
         running = [r for r in self.ranks.values() if r.rc is None and r.pid is not None]
@@ -367,7 +368,7 @@ class Agent(object):
         for r in running:
             r.tree.update(below(table, [r.pid]))
 
-    def owned(self, r, table):  # type: ignore[no-untyped-def]
+    def owned(self, r, table):
         """Pids of live processes that belong to rank ``r``: its group or session, its tree,
         their descendants; orphans nobody else claims when no other rank runs."""
         roots = set()
@@ -383,7 +384,7 @@ class Agent(object):
         roots.discard(self.me)
         return roots | set(below(table, roots))
 
-    def kill_tree(self, r):  # type: ignore[no-untyped-def]
+    def kill_tree(self, r):
         """SIGKILL to rank ``r``'s group and every process attributed to it."""
         if r.pid is None:
             return
@@ -397,17 +398,17 @@ class Agent(object):
             if pid not in self.by_pid or pid == r.pid:
                 kill_quietly(pid, signal.SIGKILL)
 
-    def kill_leftovers(self, r, table):  # type: ignore[no-untyped-def]
+    def kill_leftovers(self, r, table):
         """Rank ``r`` exited: kill whatever it left behind (we are its subreaper)."""
         for pid in self.owned(r, table):
             if pid not in self.by_pid:
                 kill_quietly(pid, signal.SIGKILL)
 
-    def end_all(self):  # type: ignore[no-untyped-def]
+    def end_all(self):
         """The launcher is gone: SIGTERM every rank and descendant, 2 s, SIGKILL, reap, report."""
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
-        def everything(sig):  # type: ignore[no-untyped-def]
+        def everything(sig):
             for r in self.ranks.values():
                 if r.rc is None and r.pid is not None:
                     killpg_quietly(r.pid, sig)
@@ -441,11 +442,11 @@ class _StartError(Exception):
     """A rank cannot be started (its message is sent as the rank's "error")."""
 
 
-def _child_setup():  # type: ignore[no-untyped-def]
+def _child_setup():
     """In a rank before exec: no blocked signals, and it dies with the agent."""
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     set_parent_death_signal(signal.SIGKILL)
 
 
-def _noop(signum, frame):  # type: ignore[no-untyped-def]
+def _noop(signum, frame):
     pass

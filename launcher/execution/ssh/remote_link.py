@@ -48,36 +48,36 @@ class Outbox(object):
     """Frames queued for a non-blocking descriptor (the agent's stdout), written in batches:
     once :data:`BATCH` bytes wait or the oldest has waited :data:`FLUSH_DELAY` s."""
 
-    def __init__(self, fd):  # type: ignore[no-untyped-def]
+    def __init__(self, fd):
         self.fd = fd
         self.buf = bytearray()
         self.since = 0.0
 
-    def __len__(self):  # type: ignore[no-untyped-def]
+    def __len__(self):
         return len(self.buf)
 
-    def raw(self, data):  # type: ignore[no-untyped-def]
+    def raw(self, data):
         if not self.buf:
             self.since = time.monotonic()
         self.buf += data
 
-    def frame(self, kind, rid, data):  # type: ignore[no-untyped-def]
+    def frame(self, kind, rid, data):
         """Queue one frame: :data:`HEADER` (kind, rank id, length), then ``data``."""
         self.raw(HEADER.pack(kind, rid, len(data)) + data)
 
-    def message(self, obj):  # type: ignore[no-untyped-def]
+    def message(self, obj):
         """Queue a JSON message frame (kind ``M``; its id is the message's ``id``, else 0)."""
         self.frame(b"M", int(obj.get("id", 0) or 0), json.dumps(obj).encode("utf-8"))
 
-    def due(self, now):  # type: ignore[no-untyped-def]
+    def due(self, now):
         """Queued output is big enough or old enough to be written."""
         return bool(self.buf) and (len(self.buf) >= BATCH or now - self.since >= FLUSH_DELAY)
 
-    def deadline(self):  # type: ignore[no-untyped-def]
+    def deadline(self):
         """When the oldest queued byte is due (monotonic)."""
         return self.since + FLUSH_DELAY
 
-    def flush(self):  # type: ignore[no-untyped-def]
+    def flush(self):
         """Write what the descriptor takes now; False when the link is broken (the queue is dropped)."""
         while self.buf:
             try:
@@ -91,7 +91,7 @@ class Outbox(object):
         return True
 
 
-def poll_fds(rlist, wlist, timeout):  # type: ignore[no-untyped-def]
+def poll_fds(rlist, wlist, timeout):
     """``select`` without its 1024-descriptor limit: (readable, writable) sets of fds."""
     poller = select.poll()
     for fd in rlist:
@@ -111,7 +111,7 @@ def poll_fds(rlist, wlist, timeout):  # type: ignore[no-untyped-def]
     return readable, writable
 
 
-def set_nonblocking(fd):  # type: ignore[no-untyped-def]
+def set_nonblocking(fd):
     """``O_NONBLOCK`` on ``fd``."""
     import fcntl
 

@@ -107,10 +107,10 @@ class HostRecorder:
     def records(self, pid: Optional[int], returncode: Optional[int]) -> HostRecords:
         """The records about a local process that died of SIGKILL (empty for others)."""
         start = self._started.get(pid) if pid is not None else None
-        if start is None or signal_of(returncode) != signal.SIGKILL:
+        if pid is None or start is None or signal_of(returncode) != signal.SIGKILL:
             return HostRecords()
         kernel = self.kernel_log(start.clock - _KERNEL_SLACK)
-        memcg = kill_cgroups(kernel).get(pid)  # type: ignore[arg-type]
+        memcg = kill_cgroups(kernel).get(pid)
         folder = cgroup_folder(memcg, self.root) if memcg is not None else start.folder
         after = read_cgroup_files(folder) if folder else {}
         before = start.files if folder == start.folder else {}

@@ -25,6 +25,7 @@ from launcher.logs.hang import HangPolicy, HangTracker, HangVerdict, step_text
 from launcher.logs.hangreport import HangKind, HangRank, HangReport, TimedOut
 from launcher.logs.metrics import Metric
 from launcher.logs.stacks import RankEvidence, collective_timeout, in_collective, innermost_python, judge_culprit, main_thread, parse_pyspy
+from launcher.planning.job.kinds import Role
 
 __all__ = ["HangWatch", "STACKS_DIR", "culprit_cause"]
 
@@ -63,7 +64,7 @@ class HangWatch:
 
     def timed_out(self, handle: ProcessHandle, tail: Sequence[str]) -> Optional[str]:
         """The collective-timeout line of a failed worker's log tail, or None."""
-        if handle.plan.role != "worker":
+        if handle.plan.role != Role.WORKER:
             return None
         return collective_timeout(tail)
 
@@ -86,13 +87,13 @@ class HangWatch:
         alive: Dict[int, bool] = {}
         hosts: Dict[int, str] = {}
         for idx, h in enumerate(handles):
-            if h.plan.rank is not None and h.plan.role == "worker":
+            if h.plan.rank is not None and h.plan.role == Role.WORKER:
                 alive[h.plan.rank] = idx not in exits and not h.has_exited()
                 hosts[h.plan.rank] = h.host
         for p in self.plan_ranks:  # ranks a handle stands for together (mpirun, a Slurm step)
             hosts.setdefault(p[0], p[1])
             if p[0] not in alive:
-                alive[p[0]] = any(idx not in exits and not h.has_exited() for idx, h in enumerate(handles) if h.plan.role != "scheduler")
+                alive[p[0]] = any(idx not in exits and not h.has_exited() for idx, h in enumerate(handles) if h.plan.role != Role.SCHEDULER)
         ranks: List[RankEvidence] = []
         rows: List[HangRank] = []
         for rank in sorted(hosts):
@@ -109,6 +110,8 @@ class HangWatch:
                                  in_collective=ev.in_collective, alive=ev.alive, timed_out=ev.timed_out,
                                  stack_files=tuple(os.path.basename(f) for f in ev.stack_files)))
         culprit = judge_culprit(ranks)
+        limit_s: Optional[float]
+        idle_s: Optional[float]
         if verdict is not None:
             limit_s, derived, idle_s = round(verdict.limit, 1), verdict.derived, round(verdict.idle, 1)
         else:
@@ -139,7 +142,7 @@ def _dump(handles: Sequence[ProcessHandle], exits: Dict[int, Any], folder: str) 
                 out.setdefault(rank, []).extend(files)
 
     threads = [threading.Thread(target=one, args=(h,), daemon=True) for idx, h in enumerate(handles)
-               if idx not in exits and not h.has_exited() and h.plan.role != "scheduler"]  # ranks only: the scheduler waits by design
+               if idx not in exits and not h.has_exited() and h.plan.role != Role.SCHEDULER]  # ranks only: the scheduler waits by design
     for t in threads:
         t.start()
     for t in threads:

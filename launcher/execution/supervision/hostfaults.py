@@ -115,7 +115,7 @@ def _ranks_text(ranks: Sequence[int]) -> str:
         return f"rank {ranks[0]}"
     runs: List[str] = []
     start = prev = ranks[0]
-    for r in list(ranks[1:]) + [None]:  # type: ignore[list-item]
+    for r in list(ranks[1:]) + [None]:
         if r is not None and r == prev + 1:
             prev = r
             continue

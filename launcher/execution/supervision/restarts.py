@@ -142,7 +142,7 @@ def crash_loop(history: Sequence[AttemptResult]) -> Optional[str]:
     if not known or any(not isinstance(b, int) for b in last_two):
         return None
     best = max(known)
-    if all(b <= best for b in last_two):  # type: ignore[operator]
+    if all(b is not None and b <= best for b in last_two):
         k1, k2 = window[-2].attempt, window[-1].attempt
         return f"attempts {k1} and {k2} got no further than step {best}: not restarting"
     return None

@@ -176,7 +176,7 @@ class MpirunPlan:
 
 def plan_mpirun(
     options: MpiOptions, wrapper: Optional[str], log_name: str, used: Inventory, ssh_config: Optional[str], job_dir: str,
-) -> Tuple[MpirunPlan, Tuple[Tuple[str, str, str], ...]]:
+) -> Tuple[MpirunPlan, Tuple[Tuple[str, ArtefactKind, str], ...]]:
     """The mpirun backend's settings for a job on ``used``, and the files it needs in the job dir.
 
     Resolves what the user left open: the rsh agent for remote hosts (with a generated ssh config
@@ -186,7 +186,7 @@ def plan_mpirun(
         ``(settings, files)``; ``files``: ``(name, kind, text)`` of each artefact to write.
     """
     assert wrapper is not None
-    files: List[Tuple[str, str, str]] = []
+    files: List[Tuple[str, ArtefactKind, str]] = []
     remote = [h for h in used.hosts if not h.is_local]
     if remote and options.rsh_agent is None:
         agent, config = rsh_agent(remote, ssh_config, posixpath.join(job_dir, SSH_CONFIG_NAME))

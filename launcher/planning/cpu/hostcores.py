@@ -100,7 +100,8 @@ def parse_host_cores(data: Any, host: str, learned: str) -> HostCores:
     if quota is not None and (isinstance(quota, bool) or not isinstance(quota, (int, float)) or quota <= 0):
         raise HostCoresError(f"must be a number > 0 or null, got {quota!r}", path=host, field="quota")
     source = data.get("quota_source")
-    preset = data.get("set") if isinstance(data.get("set"), Mapping) else {}
+    raw_set = data.get("set")
+    preset = raw_set if isinstance(raw_set, Mapping) else {}
     return HostCores(host, tuple(sorted(set(cpus))), float(quota) if quota is not None else None,
                      str(source) if source else None, learned, {str(k): str(v) for k, v in preset.items() if k in THREAD_VARS})
 

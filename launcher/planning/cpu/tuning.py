@@ -115,7 +115,8 @@ def parse_probe(text: str, source: str = "<probe>") -> CpuProbe:
     key = data.get("key")
     if not isinstance(key, str) or not key:
         raise ProbeError("no key", path=source, field="key")
-    facts = data.get("facts") if isinstance(data.get("facts"), dict) else {}
+    raw_facts = data.get("facts")
+    facts = raw_facts if isinstance(raw_facts, dict) else {}
     raw_variants = data.get("variants")
     if not isinstance(raw_variants, list) or not raw_variants:
         raise ProbeError("no variants", path=source, field="variants")

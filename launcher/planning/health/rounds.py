@@ -181,7 +181,7 @@ def judge(
         network: False when the network was not checked (one host, or this machine only).
     """
     answered = [h for h in hosts if h not in failures]
-    med_gflops = _median([gflops[h] for h in answered if gflops.get(h) is not None])  # type: ignore[misc]
+    med_gflops = _median([g for g in (gflops.get(h) for h in answered) if g is not None])
     mine, best, med_mbps = _network_figures(answered, transfers)
     mine.update({h: [t for t in transfers if h in (t.a, t.b)] for h in hosts if h not in mine})
     out: List[Verdict] = []

@@ -295,7 +295,7 @@ def _host_entry(idx: int, entry: Any, line: int, defaults: _Defaults, where: str
 def _host_slots(item: YamlMap, what: str, name: str, line: int, defaults: _Defaults, where: str) -> int:
     """A host's slots: its ``slots:``, else ``defaults.slots``, else the length of its ``devices:``."""
     if "slots" in item:
-        slots_line = item.lines["slots"]
+        slots_line: Optional[int] = item.lines["slots"]
         slots = _expect(item["slots"], slots_line, int, f"{what}.slots", where)
     elif defaults.slots is not None:
         slots, slots_line = defaults.slots, defaults.slots_line

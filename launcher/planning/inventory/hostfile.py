@@ -99,16 +99,16 @@ def _logical_lines(text: str) -> Iterator[Tuple[int, str]]:
                     break
                 rest, in_block = rest[end + 2:], False
                 continue
-            match = _BLOCK_RE.search(rest)
-            head = rest if match is None else rest[: match.start()]
+            block = _BLOCK_RE.search(rest)
+            head = rest if block is None else rest[: block.start()]
             cut = _cut_line_comment(head)
             if cut.strip():
                 yield lineno, cut.strip()
-            if match is None or len(cut) < len(head):  # no block, or it is inside a line comment
+            if block is None or len(cut) < len(head):  # no block, or it is inside a line comment
                 break
-            if match.group(0) == "*/":
+            if block.group(0) == "*/":
                 raise InventoryError("'*/' without an opening '/*'", line=lineno)
-            rest, in_block = rest[match.end():], True
+            rest, in_block = rest[block.end():], True
 
 
 def _host_spec(spec: str, where: str, lineno: int) -> Tuple[List[str], Optional[str], Optional[int]]:

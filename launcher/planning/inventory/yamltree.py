@@ -19,7 +19,7 @@ class Node:
         self.line = line
 
 
-class YamlMap(dict):  # type: ignore[type-arg]
+class YamlMap(dict):
     """A YAML mapping: a plain ``dict`` of the constructed keys and values, plus ``lines``,
     key -> the 1-based line its value starts on (for messages)."""
 
@@ -27,7 +27,7 @@ class YamlMap(dict):  # type: ignore[type-arg]
     lines: Dict[Any, int]
 
 
-class YamlSeq(list):  # type: ignore[type-arg]
+class YamlSeq(list):
     """A YAML sequence: a plain ``list`` of the constructed items, plus ``lines``, the 1-based
     line each item starts on (for messages)."""
 
@@ -88,8 +88,7 @@ def yaml_tree(text: str, where: str) -> Optional[Node]:
         raise InventoryError(f"larger than {MAX_YAML_CHARS >> 20} MiB; is this a cluster file?", path=where)
     bad = SURROGATE_RE.search(text)
     if bad is not None:
-        line = text.count("\n", 0, bad.start()) + 1
-        raise InventoryError("not Unicode text (lone surrogate)", path=where, line=line)
+        raise InventoryError("not Unicode text (lone surrogate)", path=where, line=text.count("\n", 0, bad.start()) + 1)
 
     loader_cls = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
     composer = _Composer(yaml, where)

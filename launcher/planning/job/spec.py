@@ -16,7 +16,7 @@ from launcher.planning.cpu import tuning as cpu
 from launcher.planning.cpu.hostcores import HostThreads
 from launcher.planning.inventory.model import Host, Inventory
 from launcher.planning.job import layout
-from launcher.planning.job.kinds import Method
+from launcher.planning.job.kinds import ArtefactKind, Method, Role
 from launcher.planning.job.mpirun_options import MpiOptions
 
 LAUNCHERS = ("local", "ssh", "mpirun")
@@ -99,7 +99,9 @@ class JobSpec:
             in it (except ranktable ranks, which run in their ``device<rank>/`` dir).
         job_dir: absolute job directory.
         job_id: the job's id.
-        method: ``dynamic`` | ``ranktable`` | ``mpi``.
+        method: ``dynamic`` | ``ranktable`` | ``mpi``: as the user gave it (a :class:`Method` or its
+            string); :func:`~launcher.planning.build.build_plan` refuses another value, and its
+            :class:`Plan` holds the :class:`Method`.
         launcher: ``local`` | ``ssh`` | ``mpirun`` | None (auto: local when every host is this
             machine, else ssh; mpirun for the mpi method).
         np, per_host: see :func:`launcher.planning.job.ranks.assign_ranks`.
@@ -179,7 +181,7 @@ class ProcPlan:
     """One process to start: a rank, or the dynamic-cluster scheduler (``rank`` None)."""
 
     name: str
-    role: str
+    role: Role  #: a plain string is turned into its :class:`Role` (``"worker"`` -> ``Role.WORKER``)
     host: str
     rank: Optional[int]
     local_rank: Optional[int]
@@ -192,6 +194,10 @@ class ProcPlan:
     env_dump: Optional[str] = None
     cpus: Optional[Tuple[int, ...]] = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, Role):
+            object.__setattr__(self, "role", Role(self.role))
+
     def env_dict(self) -> Dict[str, str]:
         return dict(self.env)
 
@@ -201,8 +207,12 @@ class Artefact:
     """A file written into the job dir before start (``name`` is relative to it)."""
 
     name: str
-    kind: str
+    kind: ArtefactKind  #: a plain string is turned into its :class:`ArtefactKind`
     content: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, ArtefactKind):
+            object.__setattr__(self, "kind", ArtefactKind(self.kind))
 
 
 @dataclass(frozen=True)
@@ -217,7 +227,9 @@ class Plan:
 
     job_id: str
     job_dir: str
-    method: str
+    method: Method  #: a plain string is turned into its :class:`Method`
+    #: the backend's name: a plain string, not an enum, because backends are an open set (plug-ins
+    #: register theirs: :mod:`launcher.execution.backend`)
     launcher: str
     world_size: int
     hosts: Tuple[Host, ...]
@@ -234,6 +246,10 @@ class Plan:
     #: remote hosts whose ranks' thread variables the backend sets at start (see
     #: :mod:`launcher.planning.cpu.hostcores`): their cores are learned there
     host_threads: Tuple[HostThreads, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, Method):
+            object.__setattr__(self, "method", Method(self.method))
 
     def thread_source(self, proc: ProcPlan) -> Optional[str]:
         """Where ``proc``'s thread count comes from (one line), or None when mslaunch sets none."""

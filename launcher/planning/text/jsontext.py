@@ -25,7 +25,7 @@ def dumps_indented(value: Any) -> str:
     try:
         import orjson
     except ImportError:  # pragma: no cover - a dependency, but the text must not depend on it
-        orjson = None
+        orjson = None  # type: ignore[assignment]  # the module or None: the slower encoders then
     if orjson is not None:
         try:
             data = orjson.dumps(value, option=orjson.OPT_INDENT_2)

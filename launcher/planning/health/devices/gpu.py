@@ -85,7 +85,7 @@ def judge_gpu(spec: HostDeviceSpec, outcomes: Mapping[str, Outcome], setup: Tool
     return HostDevices(spec.host, GPU, tuple(devices), host_checks)
 
 
-def _read(cmd: DeviceCommand, outcome: Optional[Outcome], host: str, parse):  # type: ignore[no-untyped-def]
+def _read(cmd: DeviceCommand, outcome: Optional[Outcome], host: str, parse):
     """``(parsed, None)`` or ``(None, (verdict, why))``."""
     why = not_run_reason(cmd, outcome, host)
     if why is not None:

@@ -113,12 +113,12 @@ class Outcome:
         code = obj.get("exit_code")
         if status == EXITED and (not isinstance(code, int) or isinstance(code, bool)):
             return cls(ERROR, detail=f"the probe's answer has no exit code: {one_line(repr(code))}")
-        seconds = obj.get("seconds")
+        seconds, stdout, stderr = obj.get("seconds"), obj.get("stdout"), obj.get("stderr")
         return cls(
             status=status,
             exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
-            stdout=obj.get("stdout") if isinstance(obj.get("stdout"), str) else "",
-            stderr=obj.get("stderr") if isinstance(obj.get("stderr"), str) else "",
+            stdout=stdout if isinstance(stdout, str) else "",
+            stderr=stderr if isinstance(stderr, str) else "",
             seconds=float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None,
             detail=obj.get("detail") if isinstance(obj.get("detail"), str) else None,
         )
@@ -328,7 +328,7 @@ def id_ranges(ids: Iterable[int]) -> str:
         return "none"
     parts: List[str] = []
     start = prev = values[0]
-    for v in values[1:] + [None]:  # type: ignore[list-item]
+    for v in values[1:] + [None]:
         if v is not None and v == prev + 1:
             prev = v
             continue

@@ -186,7 +186,7 @@ def _device_rows(lines: Sequence[str], per_device: int, health_at: int, phy: boo
     """The device groups between the header and the process table, section by section."""
     out: List[NpuDevice] = []
     section: List[List[str]] = []
-    for line in lines + ["+"]:
+    for line in [*lines, "+"]:
         cells = _cells(line)
         if cells is not None:
             section.append(cells)
