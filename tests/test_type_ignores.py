@@ -22,15 +22,6 @@ _IGNORE_RE = re.compile(r"type:\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)$")
 #: what the reason must hold after the codes: another comment with some words
 _REASON_RE = re.compile(r"^\s*#\s*\S.*\w")
 
-#: Modules being rewritten elsewhere, whose ignores are explained when that work lands; a file
-#: leaves this set once its ignores are in order (the test below fails until it does).
-PENDING = frozenset({
-    "launcher/execution/local/zygote.py",
-    "launcher/execution/local/zygote_server.py",
-    "launcher/logs/causerules.py",
-})
-
-
 def bad_ignores(source: str) -> List[Tuple[int, str]]:
     """``(line, comment)`` of each ``# type: ignore`` comment in ``source`` without an error code
     or without a reason after it."""
@@ -54,16 +45,8 @@ def test_every_ignore_has_a_code_and_a_reason() -> None:
     problems = []
     for path in _launcher_files():
         rel = path.relative_to(ROOT).as_posix()
-        if rel in PENDING:
-            continue
         problems += [f"{rel}:{line}: {comment}" for line, comment in bad_ignores(path.read_text(encoding="utf-8"))]
     assert not problems, "a `# type: ignore` needs [code] and `# why` after it:\n" + "\n".join(problems)
-
-
-@pytest.mark.parametrize("rel", sorted(PENDING))
-def test_pending_modules_still_need_the_exemption(rel: str) -> None:
-    path = ROOT / rel
-    assert path.exists() and bad_ignores(path.read_text(encoding="utf-8")), f"{rel} is in order: drop it from PENDING"
 
 
 @pytest.mark.parametrize("line, bad", [

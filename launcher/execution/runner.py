@@ -229,7 +229,7 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
     base = attempt_base(plan.launcher, os.environ)
     spares = Spares(replan_writing(replan), options.host_failures) if replan is not None else None
     sup = Supervisor(plan, backend_factory(plan, backend_settings, watchdog, options, base), options,
-                     on_event=record_event,  # type: ignore[arg-type]  # Supervisor types on_event with str kinds; it emits EventKinds
+                     on_event=record_event,
                      prepare_attempt=prepare, watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang,
                      progress=progress, attempt_base=base, spares=spares)
     return sup

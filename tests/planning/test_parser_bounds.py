@@ -28,7 +28,11 @@ CHILD = textwrap.dedent(
     import json, os, resource, sys, tempfile, time
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
     from launcher.errors import MsLaunchError
-    from launcher.planning import inventory, envs, hccn, ranktable, ranks, mpi
+    from launcher.planning import ranktable
+    from launcher.planning.backends import mpirun as mpi
+    from launcher.planning.inventory import hostarg, sources as inventory
+    from launcher.planning.job import envs, ranks
+    from launcher.planning.ranktable import hccn
 
     case = sys.argv[1]
     folder = tempfile.mkdtemp()
@@ -103,9 +107,9 @@ CHILD = textwrap.dedent(
         "hostfile-8MiB-of-newlines": hostfile(lambda: "\n" * ((8 << 20) - 1)),
         "hostfile-8MiB-of-comments": hostfile(lambda: "#\n" * ((4 << 20) - 1)),
         "hostfile-50MB": hostfile(lambda: "node1 slots=8\n" + "# padding\n" * 5000000),
-        "host-list-huge": lambda: ranks.assign_ranks(inventory.parse_host_list(",".join("h%d:1024" % i for i in range(16384)))),
+        "host-list-huge": lambda: ranks.assign_ranks(hostarg.parse_host_list(",".join("h%d:1024" % i for i in range(16384)))),
         "ranks-16384x8": lambda: ranks.used_inventory(*(lambda inv: (inv, ranks.assign_ranks(inv)))(
-            inventory.parse_host_list(",".join("h%d:8" % i for i in range(16384))))),
+            hostarg.parse_host_list(",".join("h%d:8" % i for i in range(16384))))),
         "plan-np-1e20": lambda: ranks.assign_ranks(inventory.local_inventory(10 ** 20)),
         "env-file-nul": lambda: envs.parse_env_file(open(write("e.env", "A=1\n" * 200000 + "B=\x00\n")).read(), "e.env"),
         "hccn-1MiB": lambda: hccn.read_hccn_conf(write("hccn.conf", "netmask_0=255.255.255.0\n" * 44000)),

@@ -55,6 +55,7 @@ from launcher.execution.ports import check_scheduler_port
 from launcher.execution.process.handle import ReportedProcess
 from launcher.execution.process.spawn import kill_tree, start_local
 from launcher.execution.process.watchdog import TOKEN_VAR
+from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import Plan, ProcPlan
 
 #: Modules the zygote imports before forking.
@@ -65,6 +66,9 @@ SCHEDULER_MODULE = "launcher.workloads.scheduler"
 
 class ZygoteProcess(ReportedProcess):
     """A rank forked by the zygote (same interface as :class:`launcher.execution.local.backend.LocalProcess`)."""
+
+    pid: int
+    pgid: int
 
     def __init__(self, plan: ProcPlan, pid: int, log_path: str) -> None:
         self.plan = plan
@@ -232,7 +236,7 @@ class ZygoteBackend(Backend):
         that are not forkable, and every process after a fallback start as ordinary subprocesses
         (the scheduler then imports in parallel with the zygote, and the workers, which wait for
         its port anyway, are forked once both are ready)."""
-        scheduler = proc.role == "scheduler"
+        scheduler = proc.role == Role.SCHEDULER
         if (scheduler and not self.fork_scheduler) or not self.forkable(proc) or self.fallback is not None:
             return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
         env = dict(os.environ)
@@ -270,8 +274,8 @@ class ZygoteBackend(Backend):
                 child = ZygoteProcess(proc, int(reply["pid"]), log_path)
                 zyg.children[child.pid] = child
                 early = zyg.early.pop(child.pid, None)
-        if batch:
-            self.join.watch(child.pid, log_path)  # type: ignore[union-attr]
+        if batch and self.join is not None:
+            self.join.watch(child.pid, log_path)
         if early is not None:
             child.exited(early)
         return child

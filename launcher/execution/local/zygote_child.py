@@ -85,13 +85,13 @@ def run_child(request: Dict[str, Any], own_fds: Sequence[int]) -> "NoReturn":
     try:
         runner()
     except SystemExit:
-        runner.flush_io()  # type: ignore[attr-defined]
+        runner.flush_io()
         raise
     except BaseException as exc:  # noqa: BLE001 - reported by the interpreter, without the zygote's frames
-        runner.flush_io()  # type: ignore[attr-defined]
-        _report_without_zygote_frames(exc, runner.top_code)  # type: ignore[attr-defined]
+        runner.flush_io()
+        _report_without_zygote_frames(exc, runner.top_code)
         raise
-    runner.flush_io()  # type: ignore[attr-defined]
+    runner.flush_io()
     raise SystemExit(None)
 
 
@@ -198,7 +198,7 @@ def _new_stdio() -> None:
     for fd, name, mode in ((0, "stdin", "rb"), (1, "stdout", "wb"), (2, "stderr", "wb")):
         like = getattr(sys, f"__{name}__", None) or getattr(sys, name)
         raw = io.FileIO(fd, mode, closefd=False)
-        raw.name = f"<{name}>"  # type: ignore[misc]
+        raw.name = f"<{name}>"
         tty = raw.isatty()
         buf: Any = io.BufferedReader(raw) if fd == 0 else (raw if unbuffered else io.BufferedWriter(raw))
         text = io.TextIOWrapper(buf, encoding=getattr(like, "encoding", None), errors=getattr(like, "errors", None),
@@ -223,7 +223,7 @@ def _prepare(argv: List[str], title: Optional[str]) -> Any:
         if module is old:
             sys.modules[name] = main
     if hasattr(sys, "orig_argv"):
-        sys.orig_argv = [sys.orig_argv[0] if sys.orig_argv else sys.executable, *argv]  # type: ignore[attr-defined]
+        sys.orig_argv = [sys.orig_argv[0] if sys.orig_argv else sys.executable, *argv]
     safe_path = bool(getattr(sys.flags, "safe_path", False))
     if argv[0] == "-m":
         import runpy
@@ -235,8 +235,8 @@ def _prepare(argv: List[str], title: Optional[str]) -> Any:
         def run_module() -> None:
             runpy._run_module_as_main(argv[1], alter_argv=True)  # type: ignore[attr-defined]  # python -m's own
 
-        run_module.top_code = runpy._run_module_as_main.__code__  # type: ignore[attr-defined]
-        run_module.flush_io = lambda: None  # type: ignore[attr-defined]
+        run_module.top_code = runpy._run_module_as_main.__code__  # type: ignore[attr-defined]  # the runner function carries these for run_child
+        run_module.flush_io = lambda: None  # type: ignore[attr-defined]  # the runner function carries these for run_child
         return run_module
     script = argv[0]
     sys.argv = list(argv)
@@ -262,8 +262,8 @@ def _prepare(argv: List[str], title: Optional[str]) -> Any:
     def run_script() -> None:
         exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)  # a SyntaxError is the program's, as in python
 
-    run_script.top_code = _TopCode(path)  # type: ignore[attr-defined]
-    run_script.flush_io = _flush_io  # type: ignore[attr-defined]
+    run_script.top_code = _TopCode(path)  # type: ignore[attr-defined]  # the runner function carries these for run_child
+    run_script.flush_io = _flush_io  # type: ignore[attr-defined]  # the runner function carries these for run_child
     return run_script
 
 

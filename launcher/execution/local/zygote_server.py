@@ -119,7 +119,7 @@ def serve(preload: Sequence[str]) -> None:
     os.set_blocking(wfd, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wfd)
-    stdin = sys.stdin.buffer.raw  # type: ignore[attr-defined]
+    stdin = sys.stdin.buffer.raw  # type: ignore[union-attr]  # stdin is a buffered file here: its .raw exists
     buf = b""
 
     def reap() -> None:

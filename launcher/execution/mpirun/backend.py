@@ -30,6 +30,7 @@ from launcher.execution.process.spawn import LocalProcess
 from launcher.execution.process.standin import StandInProcess, launcher_plan, read_json_record, start_standin
 from launcher.execution.results import ProcResult
 from launcher.planning.backends.mpirun import mpirun_command
+from launcher.planning.job.kinds import Method
 from launcher.planning.job.spec import Plan, ProcPlan
 
 _NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
@@ -228,7 +229,7 @@ class MpirunBackend(WatchesHostThreads, Backend):
         os.makedirs(status_dir, exist_ok=True)
         argv = watched_agent(mpirun_command(plan, attempt_dir), status_dir)
         log = os.path.join(attempt_dir, "mpirun.log")
-        proc = launcher_plan("mpirun", argv, plan.ranks[0].cwd if plan.method != "ranktable" else plan.job_dir, log)
+        proc = launcher_plan("mpirun", argv, plan.ranks[0].cwd if plan.method != Method.RANKTABLE else plan.job_dir, log)
         return (StartRequest(proc, log, proc.cwd),)
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> MpirunProcess:

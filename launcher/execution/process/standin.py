@@ -25,13 +25,14 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 from launcher.execution.process.handle import WatchdogLink
 from launcher.execution.process.spawn import LocalProcess, kill_tree, start_local
 from launcher.execution.results import ProcResult
+from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import ProcPlan
 
 
 def launcher_plan(name: str, argv: Sequence[str], cwd: str, log: str, env: Tuple[Tuple[str, str], ...] = ()) -> ProcPlan:
     """The planned process of a stand-in run on this machine (``mpirun``, ``srun``): role
     ``launcher``, host ``localhost``, no rank nor device."""
-    return ProcPlan(name=name, role="launcher", host="localhost", rank=None, local_rank=None, node_rank=None,
+    return ProcPlan(name=name, role=Role.LAUNCHER, host="localhost", rank=None, local_rank=None, node_rank=None,
                     device_id=None, argv=tuple(argv), env=env, cwd=cwd, log=log)
 
 

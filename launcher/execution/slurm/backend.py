@@ -50,6 +50,7 @@ from launcher.execution.process.standin import StandInProcess, launcher_plan, re
 from launcher.execution.results import ProcResult
 from launcher.execution.slurm.shim import record_key
 from launcher.planning.backends.slurm import allocation_job_id, outside_stop, srun_steps
+from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import Plan, ProcPlan
 
 #: Folder of the shims' files in an attempt dir.
@@ -94,7 +95,7 @@ class SrunStepProcess(StandInProcess):
         super().__init__(base, role_plan)
         self.backend = backend
         self.procs = procs
-        if role_plan.role == "scheduler":
+        if role_plan.role == Role.SCHEDULER:
             self.log_path = procs[0].log_path
             self.host = procs[0].proc.host
 
@@ -185,7 +186,7 @@ class SrunStepProcess(StandInProcess):
                 out.append(ProcResult(req.proc.name, req.proc.rank, host, None, started, when, req.log_path, torn_down=True,
                                       reason="ended by Slurm" if start else "not started by srun", pid=start.get("pid")))
         if rc not in (0, None) and not own_failure and not torn:
-            out.append(self.own_result(rc, when, "srun" if self.plan.role != "scheduler" else "srun (scheduler)", reason=note))
+            out.append(self.own_result(rc, when, "srun" if self.plan.role != Role.SCHEDULER else "srun (scheduler)", reason=note))
         return out
 
 
@@ -242,15 +243,15 @@ class SlurmBackend(WatchesHostThreads, Backend):
         """Write ``slurm/tasks.json`` and ``slurm/hostfile``; the scheduler's step (if any), then
         the workers' step."""
         planned = super().requests(plan, attempt_dir)
-        sched_req = [r for r in planned if r.proc.role == "scheduler"]
-        worker_reqs = [r for r in planned if r.proc.role != "scheduler"]
+        sched_req = [r for r in planned if r.proc.role == Role.SCHEDULER]
+        worker_reqs = [r for r in planned if r.proc.role != Role.SCHEDULER]
         os.makedirs(self.status_dir, exist_ok=True)
         from launcher.jobs.jobdir import write_json
 
         threads = {r: t for t in plan.host_threads for r in t.ranks}
 
         def entry(r: StartRequest) -> Dict[str, Any]:
-            out = {"name": r.proc.name, "rank": r.proc.rank, "argv": list(r.proc.argv), "env": [list(kv) for kv in r.proc.env],
+            out: Dict[str, Any] = {"name": r.proc.name, "rank": r.proc.rank, "argv": list(r.proc.argv), "env": [list(kv) for kv in r.proc.env],
                    "cwd": r.cwd, "log": r.log_path}
             t = threads.get(r.proc.rank) if r.proc.rank is not None else None
             if t is not None and t.set_vars:  # set by the shim from its node's cores
@@ -288,7 +289,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
 
         proc = replace(proc, argv=("env", "-u", TOKEN_VAR) + tuple(proc.argv))
         base = start_standin(proc, log_path, cwd, self.watchdog)
-        if proc.role == "scheduler":
+        if proc.role == Role.SCHEDULER:
             return SrunStepProcess(base, self, list(self._sched_reqs), proc)
         return SrunStepProcess(base, self, list(self._worker_reqs), proc)
 

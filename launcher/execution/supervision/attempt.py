@@ -57,7 +57,7 @@ from launcher.execution.supervision.state import AttemptState as _Attempt
 from launcher.logs.hangreport import HangReport
 from launcher.planning.job import events
 from launcher.planning.job.events import OnEvent
-from launcher.planning.job.kinds import describe_returncode
+from launcher.planning.job.kinds import Role, describe_returncode
 from launcher.planning.job.spec import Plan
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ class AttemptRunner:
         return idx
 
     def _is_scheduler(self, request: StartRequest) -> bool:
-        return request.proc.role == "scheduler" and self.plan.master_addr is not None and self.plan.master_port is not None
+        return request.proc.role == Role.SCHEDULER and self.plan.master_addr is not None and self.plan.master_port is not None
 
     def _wait_scheduler(self, state: _Attempt, idx: int, deadline: Optional[float]) -> None:
         from launcher.execution.ports import wait_accepting
@@ -295,8 +295,8 @@ class AttemptRunner:
 
     def _watch(self, state: _Attempt, deadline: Optional[float]) -> _Outcome:
         """Until every worker exited 0 (then the scheduler gets its grace) or one failed."""
-        sched = [i for i, h in enumerate(state.handles) if h.plan.role == "scheduler"]
-        pending = {i for i, h in enumerate(state.handles) if h.plan.role != "scheduler"}
+        sched = [i for i, h in enumerate(state.handles) if h.plan.role == Role.SCHEDULER]
+        pending = {i for i, h in enumerate(state.handles) if h.plan.role != Role.SCHEDULER}
         while True:
             failure = self._failure(state, pending, sched)  # also exits seen while starting
             if failure is not None:

@@ -170,7 +170,7 @@ def match_native_crash(facts: Facts) -> Optional[Found]:
     if facts.signal not in NATIVE_SIGNALS:
         return None
     crash = native_crash(facts.lines)
-    parts = [signal_name(facts.signal)]  # type: ignore[arg-type]
+    parts = [signal_name(facts.signal)]
     if crash.error:
         parts.append(crash.error)
     if crash.frame:
