@@ -12,6 +12,8 @@ STEPS ?= 60
 # Parallel test workers: most tests wait on processes, not on the CPU.
 JOBS ?= 4
 PYTEST_ARGS ?=
+# How many of the slowest tests `make test` lists at its end.
+DURATIONS ?= 10
 # The suite starts about a thousand Python processes: they share the bytecode caches of the
 # clone (launcher/ and the tests' rewritten asserts) even where the environment turns them off.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
@@ -46,8 +48,12 @@ $(VENV)/.stamp-install: $(VENV)/.stamp-run
 venv-run: $(VENV)/.stamp-run
 venv: $(VENV)/.stamp-install
 
+# Ends with the ten slowest tests (pytest's --durations) and the suite's wall time.
 test: deps venv lint
-	$(PYTEST) -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
+	@start=$$(date +%s.%N); rc=0; \
+	$(PYTEST) -n $(JOBS) --dist worksteal --durations=$(DURATIONS) $(PYTEST_ARGS) || rc=$$?; \
+	echo "make test: the suite took $$(awk -v s=$$start -v e=$$(date +%s.%N) 'BEGIN { printf "%.1f", e - s }') s wall time (exit $$rc)"; \
+	exit $$rc
 
 # The import contract (setup.cfg), ruff and mypy (pyproject.toml): layers, no cycles, sorted imports,
 # no unused names, lines under 180, types.

@@ -7,6 +7,8 @@ import pytest
 
 from tests.harness.hypo import FAST
 from tests.harness.mindspore import require_mindspore
+from tests.harness.needs import check_names
+from tests.harness.needs import require as require_needs
 
 pytest_plugins = ["tests.harness.conftest_netns", "tests.harness.conftest_slurm"]
 
@@ -61,6 +63,8 @@ def pytest_runtest_setup(item):
     marker = item.get_closest_marker("mindspore")
     if marker is not None:
         require_mindspore(**marker.kwargs)
+    for marker in item.iter_markers("needs"):  # tests/harness/needs.py
+        require_needs(*marker.args)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -69,6 +73,10 @@ def pytest_collection_modifyitems(config, items):
     tests go first, one group per worker (:func:`tests.harness.order.spread`, by their
     ``pytest.mark.cost`` markers)."""
     for item in items:
+        try:
+            check_names((n for m in item.iter_markers("needs") for n in m.args), item.nodeid)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
         path = item.nodeid.split("::", 1)[0]
         parts = path.split("/")
         if (len(parts) > 1 and parts[0] == "tests" and parts[1] in _E2E_DIRS) or path in _E2E_MODULES:

@@ -33,6 +33,7 @@ ACYCLIC = "No import cycles between sibling modules"
 MAX_LINES = 500
 
 
+@pytest.mark.needs("import-linter")
 def test_the_real_tree_keeps_every_contract():
     r = lint(REPO)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -47,6 +48,7 @@ def test_the_real_tree_keeps_every_contract():
     ("launcher/workloads/cluster.py", "def f():\n    from launcher.jobs import files\n", WORKLOADS),
     ("launcher/jobs/_forbidden.py", "from launcher.cli import options\n", "Nothing imports cli (but the entry point)"),
 ])
+@pytest.mark.needs("import-linter")
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     root = copy_tree(tmp_path)
     assert lint(root).returncode == 0  # the copy is clean before the edit
@@ -69,6 +71,7 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     # between two subpackages' modules of execution
     ("launcher/execution/backend.py", "def f():\n    from launcher.execution.supervision import supervisor\n"),
 ])
+@pytest.mark.needs("import-linter")
 def test_an_import_cycle_breaks_the_acyclic_contract(tmp_path, module, line):
     root = copy_tree(tmp_path)
     with open(os.path.join(root, module), "a", encoding="utf-8") as fh:

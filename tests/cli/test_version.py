@@ -35,6 +35,7 @@ def test_without_an_installed_distribution_the_source_trees_version() -> None:
         assert versionmod.version_line() == f"mslaunch {__version__}"
 
 
+@pytest.mark.needs("installed")
 def test_version_in_the_commands_parser_and_its_help() -> None:
     """``--version`` reached through the parser (not first on the line) answers the same, and
     ``mslaunch --help`` lists it."""
@@ -49,6 +50,7 @@ def test_version_in_the_commands_parser_and_its_help() -> None:
     assert code == 0 and buf.getvalue() == out == f"mslaunch {importlib.metadata.version('mslaunch')}\n"
 
 
+@pytest.mark.needs("installed")
 def test_version_as_a_process_imports_no_command() -> None:
     code = (
         "import atexit, sys\n"

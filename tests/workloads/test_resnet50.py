@@ -194,6 +194,7 @@ def test_a_run_that_does_not_resume_gathers_like_one_that_does(tmp_path) -> None
     assert seen == [([], 2)]
 
 
+@pytest.mark.mindspore  # launcher.workloads.checkpoints imports the trainer, which imports MindSpore
 def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_path) -> None:
     from launcher.workloads.checkpoints import prune_checkpoints
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.planning.cpu import hostcores
 from launcher.planning.cpu import tuning as cpu
@@ -75,7 +75,8 @@ class ProcEnv:
                             if launcher == "mpirun" else ""))
         at_start = _remote_threads(spec, launcher, slots, used, file_env, flag_env)
         notes += [hostcores.deferred_note(t, launcher) for t in at_start]
-        remote = [h for h in used if not h.is_local and any(s.host == h.name for s in slots)]
+        with_slots = {s.host for s in slots}  # one pass: a test per host would make planning quadratic
+        remote = [h for h in used if not h.is_local and h.name in with_slots]
         if remote and spec.cpu.remote_tune and not at_start:
             notes.append(f"remote hosts: threads not planned (the {launcher} launcher starts their ranks without mslaunch learning their cores first)")
         if remote and (cpu_plan.notes or at_start):
@@ -118,9 +119,12 @@ def _remote_threads(spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], u
     """The remote hosts whose ranks' threads are set at start, from the cores learned there."""
     if not spec.cpu.remote_tune or launcher not in REACHES_HOSTS:
         return ()
+    by_host: Dict[str, List[int]] = {}
+    for s in slots:  # one pass over the ranks, not one per host
+        by_host.setdefault(s.host, []).append(s.rank)
     out = []
     for h in used:
-        ranks = tuple(s.rank for s in slots if s.host == h.name)
+        ranks = tuple(by_host.get(h.name, ()))
         if h.is_local or not ranks:
             continue
         user = dict(h.env)

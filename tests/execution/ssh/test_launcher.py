@@ -140,6 +140,7 @@ def test_agent_command_quotes_every_piece(python):
 # ------------------------------------------------------------------------------ host keys
 
 
+@pytest.mark.needs("ssh-keygen")
 def test_accept_new_policy_records_the_key(tmp_path):
     key = paramiko.Ed25519Key.from_private_key_file(_make_key(tmp_path))
     path = tmp_path / "sub" / "known_hosts"
@@ -152,6 +153,7 @@ def test_accept_new_policy_records_the_key(tmp_path):
     assert loaded.lookup("[10.1.2.3]:2222")["ssh-ed25519"] == key
 
 
+@pytest.mark.needs("ssh-keygen")
 def test_refuse_policy_and_its_message(tmp_path):
     key = paramiko.Ed25519Key.from_private_key_file(_make_key(tmp_path))
     with pytest.raises(UnknownHostKey) as info:

@@ -193,3 +193,49 @@ def test_the_rank_cache_works_out_each_hosts_shared_prefix_once_whether_it_has_o
     keys = [k for k, _ in plan.ranks[2].env]  # h1's first rank: the layout's value, in the user's place
     assert dict(plan.ranks[2].env)["LOCAL_RANK"] == "0" and keys.index("LOCAL_RANK") < keys.index("MS_ROLE")
     assert len(keys) == len(set(keys))
+
+
+# --------------------------------------------------------------------------------------------
+# Guards of the scale promise (docs/benchmarks.md: plan of 10k hosts x 8 in <= 2 s): the work of
+# planning, counted in Python steps (tests/harness/growth.py), grows linearly with the hosts.
+# A per-host scan of every rank (e.g. ``any(s.host == h.name for s in slots)`` for each host)
+# grows it about 11x for 4x the hosts; linear is 4x.
+
+
+def _plan_of(inventory_text: Any, parse: Any) -> Any:
+    from launcher.planning.build import build_plan
+    from launcher.planning.job.spec import JobSpec
+
+    def make(hosts: int) -> Any:
+        spec = JobSpec(inventory=parse(inventory_text(hosts)), program=("train.py",), python="/usr/bin/python3",
+                       cwd="/w", job_dir="/w/j", job_id="j")
+        return lambda: build_plan(spec)
+    return make
+
+
+def test_planning_work_grows_linearly_with_the_hosts_of_a_hostfile() -> None:
+    from tests.harness.growth import assert_linear
+
+    assert_linear(_plan_of(lambda n: "".join(f"node{i:05d} slots=8\n" for i in range(n)), lambda t: parse_hostfile(t, "h.txt")), 100)
+
+
+def test_planning_work_grows_linearly_with_the_hosts_of_a_cluster_yaml() -> None:
+    """The issue's case: a YAML cluster file, ssh launcher (remote hosts' threads planned at start)."""
+    from launcher.planning.inventory.clusteryaml import parse_cluster_yaml
+    from tests.harness.growth import assert_linear
+
+    text = lambda n: "defaults:\n  slots: 8\nhosts:\n" + "".join(f"  - host: node{i:05d}\n" for i in range(n))  # noqa: E731
+    assert_linear(_plan_of(text, lambda t: parse_cluster_yaml(t, "c.yaml")), 100)
+
+
+def test_plan_json_rendering_work_grows_linearly() -> None:
+    """``plan --json`` / plan.json: the plan's dict and its text, every rank in full."""
+    from launcher.execution.backend import plan_json
+    from tests.harness.growth import assert_linear
+
+    build = _plan_of(lambda n: "".join(f"node{i:05d} slots=8\n" for i in range(n)), lambda t: parse_hostfile(t, "h.txt"))
+
+    def make(hosts: int) -> Any:
+        plan = build(hosts)()
+        return lambda: dumps_indented(plan_json(plan))
+    assert_linear(make, 50)

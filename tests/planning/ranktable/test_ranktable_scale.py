@@ -93,3 +93,51 @@ def test_depth_only_check_agrees_with_the_full_walk(value: Any, wrap: int) -> No
     full = outcome(_check_json_value)
     if "NUL" not in full and "surrogate" not in full:
         assert outcome(_check_json_depth) == full
+
+
+# --------------------------------------------------------------------------------------------
+# Guards of the rank-table scale promise (docs/benchmarks.md: gen / validate / show of 4,096
+# servers x 8 in <= 2 s): the work, counted in Python steps (tests/harness/growth.py, no clock),
+# grows linearly with the servers; a per-server scan of the servers grows it about 16x for 4x.
+
+
+def test_rank_table_build_work_grows_linearly() -> None:
+    from launcher.planning.inventory.clusteryaml import parse_cluster_yaml
+    from launcher.planning.ranktable import build_rank_table
+    from tests.harness.growth import assert_linear
+
+    def make(n: int) -> Any:
+        text = "defaults:\n  slots: 8\nhosts:\n" + "".join(
+            f"  - host: node{i:04d}\n    host_ip: 192.168.{i // 256}.{i % 256}\n    super_pod_id: '{i // 16}'\n"
+            f"    super_device_ids: {{{', '.join(f'{d}: {chr(39)}{i * 8 + d}{chr(39)}' for d in range(8))}}}\n" for i in range(n))
+        inv = parse_cluster_yaml(text, "c.yaml")
+        ips = {h.name: {d: f"10.{d}.{i // 256}.{i % 256}" for d in range(8)} for i, h in enumerate(inv.hosts)}
+        return lambda: (build_rank_table(inv, ips, "1.0"), build_rank_table(inv, ips, "1.2"))
+    assert_linear(make, 32)
+
+
+def test_rank_table_validate_and_text_work_grows_linearly() -> None:
+    from tests.harness.growth import assert_linear
+
+    def make(n: int) -> Any:
+        tables = [big_table(n), big_table(n, v12=True)]
+        return lambda: [validate_rank_table(parse_rank_table_json(rank_table_json(t), "t.json")) for t in tables]
+    assert_linear(make, 32)
+
+
+def test_rank_table_merge_work_grows_linearly() -> None:
+    """Merging one table per server (what merge_hccl.py is for)."""
+    from launcher.planning.ranktable import merge_rank_tables
+    from tests.harness.growth import assert_linear
+
+    def one(i: int) -> Any:
+        table = big_table(1)
+        table["server_list"][0]["server_id"] = f"10.{i // 256}.{i % 256}.1"
+        for d, dev in enumerate(table["server_list"][0]["device"]):
+            dev["device_ip"] = f"192.{d}.{i // 256}.{i % 256}"
+        return table
+
+    def make(n: int) -> Any:
+        tables = [(f"t{i}.json", one(i)) for i in range(n)]
+        return lambda: merge_rank_tables(tables)
+    assert_linear(make, 32)

@@ -22,6 +22,11 @@ What it prints is chosen per host:
   before answering: a hanging tool), ``"missing": true`` (as a shell that does not find the
   tool: ``<tool>: command not found``, status 127).
 
+An ``nvidia-smi`` answer is recorded as ``--format=csv,noheader,nounits`` prints it (what the
+checks ask for); asked for ``--format=csv`` the fake adds what nvidia-smi adds (recorded on an
+H100, driver 580): the header line (the queried names, ``used_gpu_memory [MiB]`` for
+``used_memory``) and the unit after the memory values (``8710 MiB``).
+
 A command the case does not answer, or a host without a case, exits 2 with a message saying
 what to configure.
 """
@@ -118,8 +123,28 @@ def answer(tool: str, args: List[str], env: Dict[str, str]) -> int:
         except KeyError as exc:
             sys.stderr.write(f"fake device tool: case {case!r} needs {exc.args[0]}=... in the host file\n")
             return 2
+    if tool == "nvidia-smi" and not entry.get("stderr") and not entry.get("exit"):
+        text = csv_format(args, text)
     (sys.stderr if entry.get("stderr") else sys.stdout).write(text)
     return int(entry.get("exit", 0))
+
+
+#: nvidia-smi's header names of the query fields whose values have units, with ``--format=csv``.
+HEADER_NAMES = {"used_memory": "used_gpu_memory [MiB]", "memory.total": "memory.total [MiB]", "memory.used": "memory.used [MiB]"}
+
+
+def csv_format(args: List[str], text: str) -> str:
+    """``text`` (as ``--format=csv,noheader,nounits`` prints it) as nvidia-smi prints it for the
+    ``--format`` in ``args``: a header line unless ``noheader``, ``MiB`` after memory values unless ``nounits``."""
+    query = next((a.split("=", 1)[1].split(",") for a in args if a.startswith("--query-") and "=" in a), [])
+    fmt = next((a.split("=", 1)[1].split(",") for a in args if a.startswith("--format=")), ["csv", "noheader", "nounits"])
+    lines = text.splitlines()
+    if "nounits" not in fmt:
+        with_unit = [i for i, name in enumerate(query) if name in HEADER_NAMES]
+        lines = [", ".join(f"{v} MiB" if i in with_unit else v for i, v in enumerate(ln.split(", "))) for ln in lines]
+    if "noheader" not in fmt and query:
+        lines.insert(0, ", ".join(HEADER_NAMES.get(name, name) for name in query))
+    return "".join(ln + "\n" for ln in lines)
 
 
 if __name__ == "__main__":

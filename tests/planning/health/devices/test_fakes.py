@@ -20,6 +20,7 @@ from launcher.planning.health.devices import (
     judge_host,
     judge_hosts,
 )
+from launcher.planning.health.devices.nvsmi import GPU_QUERY
 from tests.harness.paths import TESTS
 
 FAKES = os.path.join(TESTS, "scripts", "fake_devices")
@@ -109,7 +110,7 @@ G = HostDeviceSpec("g", (2, 3), 2)
 @pytest.mark.parametrize("case, status, found", [
     ("gpu_healthy", "ok", []),
     ("gpu_ecc_error", "faulty", [(3, "ecc", "faulty", "uncorrected ECC errors (volatile): 2"),
-                                 (3, "retired_pages", "faulty", "retired pages pending (reset the GPU): Yes")]),
+                                 (3, "remapped_rows", "faulty", "remapped rows pending (reset the GPU): Yes")]),
     ("gpu_occupied", "faulty", [(2, "process", "faulty", "held by pid 30496 (python3, 61440 MiB)")]),
     ("gpu_na", "faulty", [(n, "listed", "faulty", "not listed by nvidia-smi (it lists 0-1)") for n in (2, 3)]),
     ("gpu_missing", "not_checked",
@@ -187,3 +188,34 @@ def test_every_case_names_fixtures_that_exist():
             if isinstance(entry, dict) and "file" in entry:
                 assert os.path.isfile(os.path.join(cases, "..", entry["file"])), (name, key)
 
+
+
+# ------------------------------------------------------------------ the fake prints a real H100's lines
+
+H100_UUID = "GPU-b551444d-db4c-4d40-2848-f97c3a1abde6"
+H100_GPU = f"0, {H100_UUID}, 0, [N/A], No\n"  # /work/shared/notes/device-tools.md, driver 580.159.04
+H100_APP = f"{H100_UUID}, 476, python3, 8710\n"
+
+
+@pytest.mark.parametrize("case, args, out", [
+    ("gpu_h100", ["--query-gpu=" + GPU_QUERY, "--format=csv,noheader,nounits"], H100_GPU),
+    ("gpu_h100", ["--query-gpu=" + GPU_QUERY, "--format=csv"],
+     "index, uuid, ecc.errors.uncorrected.volatile.total, retired_pages.pending, remapped_rows.pending\n" + H100_GPU),
+    ("gpu_h100", ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader,nounits"], ""),
+    ("gpu_h100", ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv"],
+     "gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"),
+    ("gpu_h100_occupied", ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader,nounits"], H100_APP),
+    ("gpu_h100_occupied", ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv"],
+     f"gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n{H100_UUID}, 476, python3, 8710 MiB\n"),
+])
+def test_the_fake_nvidia_smi_prints_the_lines_of_a_real_h100(fake_dir, case, args, out):
+    proc = subprocess.run([os.path.join(FAKES, "nvidia-smi"), *args], capture_output=True, text=True, env=fake_dir("g", case), timeout=30)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, out, "")
+
+
+def test_the_checks_say_of_the_fake_h100_what_they_said_of_the_real_one(fake_dir):
+    """On the real host: idle ``devices ok: GPU 0``; with the process ``GPU 0: held by pid 476 (python3, 8710 MiB)``."""
+    spec = HostDeviceSpec("g", (0,), 1)
+    assert faults("gpu", spec, outcomes("gpu", spec, fake_dir("g", "gpu_h100"))) == ("ok", [])
+    assert faults("gpu", spec, outcomes("gpu", spec, fake_dir("g", "gpu_h100_occupied"))) == (
+        "faulty", [(0, "process", "faulty", "held by pid 476 (python3, 8710 MiB)")])
