@@ -10,6 +10,7 @@ prints one line::
 ``cpu`` is the process's user + system CPU time per call (every thread), ``sys`` its system part.
 The scheduler only serves ``init()``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys_.append(r1.ru_stime - r0.ru_stime)
     ok = float(out[0]) == float(get_group_size())
     net(Tensor(np.ones((1,), np.float32))).asnumpy()  # both ranks are done before either leaves
-    print(f"allreduce-cost rank={get_rank()} elements={args.elements} wall={statistics.median(wall):.3f} "
-          f"cpu={statistics.median(cpu):.3f} sys={statistics.median(sys_):.3f} ok={ok}", flush=True)
+    print(
+        f"allreduce-cost rank={get_rank()} elements={args.elements} wall={statistics.median(wall):.3f} "
+        f"cpu={statistics.median(cpu):.3f} sys={statistics.median(sys_):.3f} ok={ok}",
+        flush=True,
+    )
     exit_now(0 if ok else 1)
 
 

@@ -27,6 +27,7 @@ Usage::
 
 Exit code: 0 when no case had survivors or lost summaries, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,14 +57,29 @@ def one_run(backend: str, case: str, work: str, hosts_args: List[str], env: Dict
     job = tempfile.mkdtemp(prefix="job-", dir=work)
     os.rmdir(job)
     mode = ("segv", "0") if case == "crash" else ("hang",)
-    argv = [sys.executable, "-m", "launcher", "run", "--master-port", "auto", "--no-sched-wait", "--log-dir", job,
-            "--tee", "none", "--grace", "2", *hosts_args]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "run",
+        "--master-port",
+        "auto",
+        "--no-sched-wait",
+        "--log-dir",
+        job,
+        "--tee",
+        "none",
+        "--grace",
+        "2",
+        *hosts_args,
+    ]
     if backend.startswith("mpirun"):
         argv += ["--launcher", "mpirun"]
     argv += ["--no-python", sys.executable, ESCAPER, marker, *mode]
     delay = random.uniform(0.0, 3.0)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=work)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=work
+    )
     bad = False
     snapshot: Dict[int, float] = {}
     try:
@@ -147,8 +163,11 @@ def main() -> int:
                         found += s
                         lost += b
                     rows.append((backend, case, found, lost, args.runs, time.monotonic() - t0))
-                    print(f"{backend:7s} {case:8s} survivors {found}/{args.runs}  lost-or-wrong {lost}/{args.runs}  "
-                          f"({time.monotonic() - t0:.0f} s)", flush=True)
+                    print(
+                        f"{backend:7s} {case:8s} survivors {found}/{args.runs}  lost-or-wrong {lost}/{args.runs}  "
+                        f"({time.monotonic() - t0:.0f} s)",
+                        flush=True,
+                    )
             finally:
                 if cluster is not None:
                     cluster.close()

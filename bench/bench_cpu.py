@@ -28,6 +28,7 @@ printed. Usage::
 
     python bench/bench_cpu.py [--rounds 2] [--steps 12] [--data-path DIR] [--grad-accum 4] [--only 'PREFIX;...']
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,15 +51,49 @@ from launcher.planning.cpu.tuning import isa_advice  # noqa: E402  (after sys.pa
 _TPUT = re.compile(r"epoch 2 throughput: ([\d.]+) img/s per rank, ([\d.]+) img/s total")
 
 
-def mslaunch_run(np: int, extra: Sequence[str], data: str, steps: int, log_dir: str, env: Optional[Dict[str, str]] = None,
-                 grad_accum: int = 1) -> float:
+def mslaunch_run(
+    np: int,
+    extra: Sequence[str],
+    data: str,
+    steps: int,
+    log_dir: str,
+    env: Optional[Dict[str, str]] = None,
+    grad_accum: int = 1,
+) -> float:
     """Run the trainer through ``mslaunch run``; epoch 2's total img/s. With ``grad_accum`` K an
     epoch is ``steps`` // K optimizer steps: the same ``steps`` batches of 32 per rank."""
     trainer = ["--grad-accum", str(grad_accum)] if grad_accum > 1 else []
-    argv = [sys.executable, "-m", "launcher", "run", "--np", str(np), "--master-port", "auto", "--tee", "none", "--quiet",
-            "--log-dir", log_dir, "--env", "GLOG_v=3", *extra,
-            "-m", "launcher.workloads.resnet50_cifar10", "--data-path", data, "--image-size", "32",
-            "--epochs", "2", "--steps-per-epoch", str(max(1, steps // grad_accum)), "--log-every", "1000", *trainer]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "run",
+        "--np",
+        str(np),
+        "--master-port",
+        "auto",
+        "--tee",
+        "none",
+        "--quiet",
+        "--log-dir",
+        log_dir,
+        "--env",
+        "GLOG_v=3",
+        *extra,
+        "-m",
+        "launcher.workloads.resnet50_cifar10",
+        "--data-path",
+        data,
+        "--image-size",
+        "32",
+        "--epochs",
+        "2",
+        "--steps-per-epoch",
+        str(max(1, steps // grad_accum)),
+        "--log-every",
+        "1000",
+        *trainer,
+    ]
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
     with open(os.path.join(log_dir, "worker_0.log"), encoding="utf-8", errors="replace") as f:
         found = _TPUT.findall(f.read())
@@ -72,8 +107,24 @@ _COST = re.compile(r"allreduce-cost rank=\d+ elements=\d+ wall=([\d.]+) cpu=([\d
 
 def allreduce_cost(log_dir: str, env: Dict[str, str]) -> Dict[str, float]:
     """Run ``bench/allreduce_cost.py`` on 2 local ranks; rank 0's median wall/cpu/sys seconds per call."""
-    argv = [sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--tee", "none", "--quiet",
-            "--log-dir", log_dir, "--env", "GLOG_v=3", os.path.join(ROOT, "bench", "allreduce_cost.py")]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--tee",
+        "none",
+        "--quiet",
+        "--log-dir",
+        log_dir,
+        "--env",
+        "GLOG_v=3",
+        os.path.join(ROOT, "bench", "allreduce_cost.py"),
+    ]
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     with open(os.path.join(log_dir, "worker_0.log"), encoding="utf-8", errors="replace") as f:
         found = _COST.findall(f.read())
@@ -88,10 +139,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12, help="steps per epoch (per rank)")
     ap.add_argument("--data-path", default=None, help="CIFAR-10 binary folder (default: a synthetic one in a temp dir)")
-    ap.add_argument("--grad-accum", type=int, default=4, help="K of the '2 ranks, --grad-accum K' configuration (default 4)")
-    ap.add_argument("--only", default=None,
-                    help="';'-separated prefixes of the configurations to run (e.g. '1 process, defaults;2 ranks'); "
-                         "the probe and the AllReduce cost always run")
+    ap.add_argument(
+        "--grad-accum", type=int, default=4, help="K of the '2 ranks, --grad-accum K' configuration (default 4)"
+    )
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="';'-separated prefixes of the configurations to run (e.g. '1 process, defaults;2 ranks'); "
+        "the probe and the AllReduce cost always run",
+    )
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench_cpu.") as tmp:
@@ -102,8 +158,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         data = args.data_path
         if data is None:
             data = os.path.join(tmp, "data")
-            subprocess.run([sys.executable, "-m", "launcher", "data", "synth-cifar10", data, "--train", "2000", "--test", "100"],
-                           cwd=ROOT, env=env, check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "launcher", "data", "synth-cifar10", data, "--train", "2000", "--test", "100"],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
 
         # 1. the probe, fresh (its cost is the first-run cost of a job on a new machine)
         t = time.perf_counter()
@@ -114,8 +175,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 1
         p = outcome.probe
         advice = isa_advice(p)
-        print(f"probe: {wall:.1f} s wall (import {json.load(open(outcome.path))['import_seconds']:.1f} s), "
-              f"oneDNN {p.onednn} ({p.onednn_isa}), numpy matmul {p.numpy_gflops} GFLOPS")
+        print(
+            f"probe: {wall:.1f} s wall (import {json.load(open(outcome.path))['import_seconds']:.1f} s), "
+            f"oneDNN {p.onednn} ({p.onednn_isa}), numpy matmul {p.numpy_gflops} GFLOPS"
+        )
         for v in p.variants:
             name = f"ONEDNN_MAX_CPU_ISA={v.isa}" if v.isa else "default"
             figs = v.error or ", ".join(f"{k} {t.gflops:.1f} GFLOPS ({t.impl})" for k, t in v.kernels.items())
@@ -127,7 +190,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from launcher.execution.checks.cpu import cache_path
 
         os.makedirs(os.path.dirname(cache_path(home, socket.gethostname(), p.key)), exist_ok=True)
-        with open(outcome.path, encoding="utf-8") as src, open(cache_path(home, socket.gethostname(), p.key), "w", encoding="utf-8") as dst:
+        with (
+            open(outcome.path, encoding="utf-8") as src,
+            open(cache_path(home, socket.gethostname(), p.key), "w", encoding="utf-8") as dst,
+        ):
             dst.write(src.read())
 
         accum_k = args.grad_accum
@@ -136,7 +202,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if v.error is None:
                 extra = ["--cpu-tune", "off"] + (["--env", f"ONEDNN_MAX_CPU_ISA={v.isa}"] if v.isa else [])
                 configs[f"1 process, manual {v.isa or 'default ISA'}"] = (1, extra)
-        configs["1 process, 1 core, 1 thread"] = (1, ["--bind-core", '{"device0": ["0"]}', "--env", "MSLAUNCH_CPU_THREADS=1", "--env", "OMP_NUM_THREADS=1"])
+        configs["1 process, 1 core, 1 thread"] = (
+            1,
+            ["--bind-core", '{"device0": ["0"]}', "--env", "MSLAUNCH_CPU_THREADS=1", "--env", "OMP_NUM_THREADS=1"],
+        )
         configs["2 ranks, defaults"] = (2, [])
         configs["2 ranks, --cpu-tune off"] = (2, ["--cpu-tune", "off"])
         # gradient accumulation: K micro-batches of 32 per rank, one AllReduce per K
@@ -150,9 +219,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             log_dir = os.path.join(tmp, f"r{r}-allreduce")
             try:
                 allreduce.append(allreduce_cost(log_dir, env))
-                print(f"  round {r + 1} gradient AllReduce, 2 local ranks: {allreduce[-1]['wall']:.2f} s wall, "
-                      f"{allreduce[-1]['cpu']:.2f} s CPU ({allreduce[-1]['sys']:.2f} s system) per rank and call "
-                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"  round {r + 1} gradient AllReduce, 2 local ranks: {allreduce[-1]['wall']:.2f} s wall, "
+                    f"{allreduce[-1]['cpu']:.2f} s CPU ({allreduce[-1]['sys']:.2f} s system) per rank and call "
+                    f"(load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
             except RuntimeError as exc:
                 print(f"  round {r + 1} gradient AllReduce: {exc}")
             for name, (np, extra, *accum) in configs.items():
@@ -170,26 +242,36 @@ def main(argv: Optional[List[str]] = None) -> int:
         one = med.get("1 process, defaults")
         manual = [v for k, v in med.items() if k.startswith("1 process, manual")]
         if one and manual:
-            print(f"ratio 1 process, best manual / defaults: {max(manual):.1f} / {one:.1f} = {max(manual) / one:.2f} (target <= 1.15)")
+            print(
+                f"ratio 1 process, best manual / defaults: {max(manual):.1f} / {one:.1f} = {max(manual) / one:.2f} (target <= 1.15)"
+            )
         for k in ("2 ranks, defaults", "2 ranks, --cpu-tune off"):
             if one and k in med:
-                print(f"ratio {k} / 1 process defaults: {med[k]:.1f} / {one:.1f} = {med[k] / one:.2f} (target >= 0.85 with defaults)")
+                print(
+                    f"ratio {k} / 1 process defaults: {med[k]:.1f} / {one:.1f} = {med[k] / one:.2f} (target >= 0.85 with defaults)"
+                )
         accum = f"2 ranks, --grad-accum {accum_k}"
         if one and accum in med:
-            print(f"ratio {accum} / 1 process defaults (both: per-rank batch 32): {med[accum]:.1f} / {one:.1f} = "
-                  f"{med[accum] / one:.2f} (target >= 0.85)")
+            print(
+                f"ratio {accum} / 1 process defaults (both: per-rank batch 32): {med[accum]:.1f} / {one:.1f} = "
+                f"{med[accum] / one:.2f} (target >= 0.85)"
+            )
         single = med.get("1 process, 1 core, 1 thread")
         if one and single and allreduce:
             t_ar = statistics.median(a["wall"] for a in allreduce)
             cpu_ar = statistics.median(a["cpu"] for a in allreduce)
             t_step = 32 / single  # the trainer's per-rank batch
             bound = 2 * 32 / (t_step + t_ar)
-            print(f"bound for 2 ranks: one rank's step computes in {t_step:.2f} s (1 core, 1 thread: {single:.1f} img/s); "
-                  f"the gradient AllReduce takes {t_ar:.2f} s wall, {cpu_ar:.2f} s CPU per rank; "
-                  f"2 x 32 / ({t_step:.2f} + {t_ar:.2f}) = {bound:.1f} img/s = {bound / one:.2f} of 1 process")
+            print(
+                f"bound for 2 ranks: one rank's step computes in {t_step:.2f} s (1 core, 1 thread: {single:.1f} img/s); "
+                f"the gradient AllReduce takes {t_ar:.2f} s wall, {cpu_ar:.2f} s CPU per rank; "
+                f"2 x 32 / ({t_step:.2f} + {t_ar:.2f}) = {bound:.1f} img/s = {bound / one:.2f} of 1 process"
+            )
             bound_k = 2 * accum_k * 32 / (accum_k * t_step + t_ar)
-            print(f"bound for 2 ranks with --grad-accum {accum_k}: 2 x {accum_k} x 32 / ({accum_k} x {t_step:.2f} + {t_ar:.2f}) = "
-                  f"{bound_k:.1f} img/s = {bound_k / one:.2f} of 1 process")
+            print(
+                f"bound for 2 ranks with --grad-accum {accum_k}: 2 x {accum_k} x 32 / ({accum_k} x {t_step:.2f} + {t_ar:.2f}) = "
+                f"{bound_k:.1f} img/s = {bound_k / one:.2f} of 1 process"
+            )
         if "2 ranks, defaults" in med and "2 ranks, --cpu-tune off" in med:
             a, b = med["2 ranks, defaults"], med["2 ranks, --cpu-tune off"]
             print(f"ratio 2 ranks, defaults / off: {a:.1f} / {b:.1f} = {a / b:.2f}")

@@ -13,6 +13,7 @@ Usage::
 
     python bench/bench_first_job.py [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,16 +48,37 @@ def run_job(home: str, work: str, name: str) -> Tuple[float, float, str]:
     os.makedirs(stamps)
     env = dict(os.environ, MSLAUNCH_HOME=home, STAMPS=stamps, PYTHONPATH=ROOT)
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--tee", "none",
-                        "--log-dir", os.path.join(work, f"job-{name}"), os.path.join(work, "prog.py")],
-                       env=env, cwd=work, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            "run",
+            "--np",
+            "2",
+            "--master-port",
+            "auto",
+            "--tee",
+            "none",
+            "--log-dir",
+            os.path.join(work, f"job-{name}"),
+            os.path.join(work, "prog.py"),
+        ],
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     total = time.time() - t0
     if p.returncode != 0:
         raise RuntimeError(f"{name}: mslaunch exited {p.returncode}: {p.stderr[-2000:]}")
     values = stamps_of(stamps)
     if len(values) != 2:
         raise RuntimeError(f"{name}: {len(values)} of 2 ranks stamped their start")
-    notes = "\n".join(line for line in p.stderr.splitlines() if line.startswith(("mslaunch: cpu:", "mslaunch: probing")))
+    notes = "\n".join(
+        line for line in p.stderr.splitlines() if line.startswith(("mslaunch: cpu:", "mslaunch: probing"))
+    )
     return max(values) - t0, total, notes
 
 
@@ -76,7 +98,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    rows: Dict[str, List[float]] = {"first start": [], "warm start": [], "first job": [], "warm job": [], "probe alone": []}
+    rows: Dict[str, List[float]] = {
+        "first start": [],
+        "warm start": [],
+        "first job": [],
+        "warm job": [],
+        "probe alone": [],
+    }
     notes = ""
     for r in range(args.rounds):
         work = tempfile.mkdtemp(prefix="bench-first-job-")
@@ -89,18 +117,33 @@ def main() -> int:
             probe = probe_alone(os.path.join(work, "probe-home"))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        for key, value in (("first start", s1), ("warm start", s2), ("first job", j1), ("warm job", j2), ("probe alone", probe)):
+        for key, value in (
+            ("first start", s1),
+            ("warm start", s2),
+            ("first job", j1),
+            ("warm job", j2),
+            ("probe alone", probe),
+        ):
             rows[key].append(value)
-        print(f"round {r + 1}: first start {s1:.2f} s (job {j1:.2f} s), warm start {s2:.2f} s (job {j2:.2f} s), "
-              f"probe alone {probe:.2f} s", flush=True)
+        print(
+            f"round {r + 1}: first start {s1:.2f} s (job {j1:.2f} s), warm start {s2:.2f} s (job {j2:.2f} s), "
+            f"probe alone {probe:.2f} s",
+            flush=True,
+        )
     med = {k: statistics.median(v) for k, v in rows.items()}
     print(f"\nthe first job's cpu lines:\n{notes}\n")
-    print(f"median start: first {med['first start']:.2f} s, warm {med['warm start']:.2f} s, "
-          f"ratio first/warm {med['first start'] / med['warm start']:.2f}")
-    print(f"median job:   first {med['first job']:.2f} s, warm {med['warm job']:.2f} s, "
-          f"ratio first/warm {med['first job'] / med['warm job']:.2f}")
-    print(f"the CPU probe alone (what a first job ran before its ranks when it was not skipped): {med['probe alone']:.2f} s; "
-          f"(warm start + probe) / warm start = {(med['warm start'] + med['probe alone']) / med['warm start']:.2f}")
+    print(
+        f"median start: first {med['first start']:.2f} s, warm {med['warm start']:.2f} s, "
+        f"ratio first/warm {med['first start'] / med['warm start']:.2f}"
+    )
+    print(
+        f"median job:   first {med['first job']:.2f} s, warm {med['warm job']:.2f} s, "
+        f"ratio first/warm {med['first job'] / med['warm job']:.2f}"
+    )
+    print(
+        f"the CPU probe alone (what a first job ran before its ranks when it was not skipped): {med['probe alone']:.2f} s; "
+        f"(warm start + probe) / warm start = {(med['warm start'] + med['probe alone']) / med['warm start']:.2f}"
+    )
     return 0
 
 

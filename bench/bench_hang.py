@@ -13,6 +13,7 @@
 
 Usage: python bench/bench_hang.py [--seconds 10] [--runs 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,7 +81,12 @@ blocked_in_collective()
 
 def follower_cpu(seconds: float, hang: bool, env: Dict[str, str]) -> float:
     with tempfile.TemporaryDirectory(prefix="bench_hang_") as folder:
-        fol = subprocess.Popen([sys.executable, "-c", FOLLOWER, folder, str(seconds), "1" if hang else "0"], stdout=subprocess.PIPE, text=True, env=env)
+        fol = subprocess.Popen(
+            [sys.executable, "-c", FOLLOWER, folder, str(seconds), "1" if hang else "0"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert fol.stdout is not None and fol.stdout.readline().strip() == "ready"
         subprocess.run([sys.executable, "-c", WRITER, folder, "8", "20", str(seconds)], check=True, env=env)
         out, _ = fol.communicate(timeout=seconds + 60)
@@ -93,8 +99,31 @@ def limit_to_summary(np: int, limit: float, env: Dict[str, str]) -> float:
         with open(prog, "w") as fh:
             fh.write(RANK)
         job = os.path.join(tmp, "job")
-        subprocess.run([sys.executable, "-m", "launcher", "run", "--np", str(np), "--master-port", "auto", "--log-dir", job, "--tee", "none",
-                        "--grace", "2", "--hang-timeout", str(limit), prog], capture_output=True, env=env, timeout=300, check=False)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launcher",
+                "run",
+                "--np",
+                str(np),
+                "--master-port",
+                "auto",
+                "--log-dir",
+                job,
+                "--tee",
+                "none",
+                "--grace",
+                "2",
+                "--hang-timeout",
+                str(limit),
+                prog,
+            ],
+            capture_output=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         written = os.stat(os.path.join(job, "summary.json")).st_mtime
         with open(os.path.join(job, "summary.json")) as fh:
             summary = json.load(fh)
@@ -113,13 +142,17 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, machine possibly shared; medians of {args.runs} runs")
     base = statistics.median(follower_cpu(args.seconds, False, env) for _ in range(args.runs))
     hang = statistics.median(follower_cpu(args.seconds, True, env) for _ in range(args.runs))
-    print(f"follower, 8 ranks x 20 lines/s for {args.seconds:g} s: without hang tracking (anchor) {base * 100:.2f} % of a core, "
-          f"with {hang * 100:.2f} %: +{(hang - base) * 100:.2f} points ({hang / max(base, 1e-9):.2f}x the anchor)")
+    print(
+        f"follower, 8 ranks x 20 lines/s for {args.seconds:g} s: without hang tracking (anchor) {base * 100:.2f} % of a core, "
+        f"with {hang * 100:.2f} %: +{(hang - base) * 100:.2f} points ({hang / max(base, 1e-9):.2f}x the anchor)"
+    )
     one: List[float] = [limit_to_summary(1, 3.0, env) for _ in range(args.runs)]
     eight: List[float] = [limit_to_summary(8, 3.0, env) for _ in range(args.runs)]
     a, b = statistics.median(one), statistics.median(eight)
-    print(f"limit passed -> summary.json (dumps included): 1 rank (anchor) {a:.2f} s, 8 local ranks {b:.2f} s ({b / max(a, 1e-9):.2f}x the anchor); "
-          f"runs: {', '.join(f'{x:.2f}' for x in eight)}")
+    print(
+        f"limit passed -> summary.json (dumps included): 1 rank (anchor) {a:.2f} s, 8 local ranks {b:.2f} s ({b / max(a, 1e-9):.2f}x the anchor); "
+        f"runs: {', '.join(f'{x:.2f}' for x in eight)}"
+    )
 
 
 if __name__ == "__main__":

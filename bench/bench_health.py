@@ -22,6 +22,7 @@ Usage::
 
 Exit code: 0 when every target is met, 1 otherwise, 2 when namespace clusters cannot run here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,17 +82,25 @@ def main() -> int:
                 worst_m.append(min(v.mbps for v in res.verdicts if v.mbps is not None) / statistics.median(first))
         left = c.all_pids()
     t_small, t_big = statistics.median(times[args.small]), statistics.median(times[args.hosts])
-    print(f"check time, median of {args.runs}: {args.small} hosts {t_small:.1f} s, {args.hosts} hosts {t_big:.1f} s "
-          f"(ratio {t_big / t_small:.2f}; target <= {TARGET_16:g} s for 16: {'met' if t_big <= TARGET_16 else 'MISSED'})")
-    print(f"  all runs: {args.small}: {', '.join(f'{t:.1f}' for t in times[args.small])}; "
-          f"{args.hosts}: {', '.join(f'{t:.1f}' for t in times[args.hosts])}")
+    print(
+        f"check time, median of {args.runs}: {args.small} hosts {t_small:.1f} s, {args.hosts} hosts {t_big:.1f} s "
+        f"(ratio {t_big / t_small:.2f}; target <= {TARGET_16:g} s for 16: {'met' if t_big <= TARGET_16 else 'MISSED'})"
+    )
+    print(
+        f"  all runs: {args.small}: {', '.join(f'{t:.1f}' for t in times[args.small])}; "
+        f"{args.hosts}: {', '.join(f'{t:.1f}' for t in times[args.hosts])}"
+    )
     print(f"spread over {args.runs} runs of {args.hosts} healthy hosts (min / median / max per host):")
     for h in g:
         gg, mm = g[h], m[h]
-        print(f"  {h}: compute {min(gg):.1f} / {statistics.median(gg):.1f} / {max(gg):.1f} GFLOPS; "
-              f"network {min(mm):.0f} / {statistics.median(mm):.0f} / {max(mm):.0f} MB/s")
-    print(f"lowest figure / median per run: compute {', '.join(f'{x:.2f}' for x in worst_g)}; "
-          f"network {', '.join(f'{x:.2f}' for x in worst_m)} (slow below 0.5)")
+        print(
+            f"  {h}: compute {min(gg):.1f} / {statistics.median(gg):.1f} / {max(gg):.1f} GFLOPS; "
+            f"network {min(mm):.0f} / {statistics.median(mm):.0f} / {max(mm):.0f} MB/s"
+        )
+    print(
+        f"lowest figure / median per run: compute {', '.join(f'{x:.2f}' for x in worst_g)}; "
+        f"network {', '.join(f'{x:.2f}' for x in worst_m)} (slow below 0.5)"
+    )
     print(f"healthy hosts called slow or faulty: {len(bad)}" + "".join(f"\n  {b}" for b in bad))
     print(f"processes left on the hosts: {sum(len(v) for v in left.values())}")
     ok = ok and t_big <= TARGET_16 and not bad and not left

@@ -8,6 +8,7 @@
 Runs alternate (msrun, mslaunch, msrun, ...) so that load on this shared machine hits both;
 medians are printed.  Usage: python bench/bench_local.py [--runs 3] [--skip-msrun]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 BIN = os.path.dirname(PY)
 
-FAIL_SCRIPT = r'''
+FAIL_SCRIPT = r"""
 import os, sys, time
 import mindspore as ms
 from mindspore.communication import init, get_rank
@@ -39,7 +40,7 @@ if get_rank() == 1:
         fh.write(repr(time.time()))
     os._exit(3)
 time.sleep(120)
-'''
+"""
 
 
 def free_port() -> int:
@@ -57,8 +58,19 @@ def env() -> dict:
 def run_msrun(work: str, argv: list, log_dir: str, extra_env=None) -> float:
     e = env()
     e.update(extra_env or {})
-    cmd = [os.path.join(BIN, "msrun"), "--worker_num", "2", "--local_worker_num", "2", "--master_port", str(free_port()),
-           "--join", "True", "--log_dir", log_dir] + argv
+    cmd = [
+        os.path.join(BIN, "msrun"),
+        "--worker_num",
+        "2",
+        "--local_worker_num",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "--join",
+        "True",
+        "--log_dir",
+        log_dir,
+    ] + argv
     start = time.time()
     subprocess.run(cmd, cwd=work, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     return time.time() - start
@@ -97,7 +109,10 @@ def bench_wall(work: str, runs: int, skip_msrun: bool) -> None:
         check_allreduce(d)
     m = statistics.median(ms_times)
     n = statistics.median(nowait_times)
-    print(f"(a) 2-worker AllReduce wall time, median of {runs}: mslaunch {m:.2f} s  " + " ".join(f"{t:.2f}" for t in ms_times))
+    print(
+        f"(a) 2-worker AllReduce wall time, median of {runs}: mslaunch {m:.2f} s  "
+        + " ".join(f"{t:.2f}" for t in ms_times)
+    )
     print(f"    mslaunch --no-sched-wait {n:.2f} s  " + " ".join(f"{t:.2f}" for t in nowait_times))
     if msr_times:
         r = statistics.median(msr_times)
@@ -120,7 +135,11 @@ def bench_failure(work: str, runs: int, skip_msrun: bool) -> None:
             failed_at = float(open(stamp).read())
             out.append(end - failed_at)
     m = statistics.median(lat_ms)
-    print(f"(b) failure-to-exit latency, median of {runs}: mslaunch {m:.2f} s  " + " ".join(f"{t:.2f}" for t in lat_ms) + "  (target <= 1 s)")
+    print(
+        f"(b) failure-to-exit latency, median of {runs}: mslaunch {m:.2f} s  "
+        + " ".join(f"{t:.2f}" for t in lat_ms)
+        + "  (target <= 1 s)"
+    )
     if lat_msr:
         print(f"    msrun {statistics.median(lat_msr):.2f} s  " + " ".join(f"{t:.2f}" for t in lat_msr))
 
@@ -128,7 +147,21 @@ def bench_failure(work: str, runs: int, skip_msrun: bool) -> None:
 def bench_cpu(work: str, seconds: float = 10.0) -> None:
     prog = os.path.join(ROOT, "tests", "scripts", "rankprog.py")
     log_dir = os.path.join(work, "cpu")
-    cmd = [PY, "-m", "launcher", "run", "--np", "2", "--master-port", "auto", "--log-dir", log_dir, prog, "ok", str(seconds + 6)]
+    cmd = [
+        PY,
+        "-m",
+        "launcher",
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        log_dir,
+        prog,
+        "ok",
+        str(seconds + 6),
+    ]
     proc = subprocess.Popen(cmd, cwd=work, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ps = psutil.Process(proc.pid)
     time.sleep(3.0)  # start-up done; ranks sleeping
@@ -139,7 +172,9 @@ def bench_cpu(work: str, seconds: float = 10.0) -> None:
     w1 = time.monotonic()
     proc.wait(timeout=60)
     used = (t1.user + t1.system) - (t0.user + t0.system)
-    print(f"(c) mslaunch CPU while 2 ranks sleep (default console): {100 * used / (w1 - w0):.2f}% of a core over {w1 - w0:.1f} s  (target <= 1%)")
+    print(
+        f"(c) mslaunch CPU while 2 ranks sleep (default console): {100 * used / (w1 - w0):.2f}% of a core over {w1 - w0:.1f} s  (target <= 1%)"
+    )
 
 
 def main() -> None:

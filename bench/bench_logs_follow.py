@@ -11,6 +11,7 @@ follower (list the folder and stat every file at every sweep; ``--no-legacy`` sk
 
 Usage: python bench/bench_logs_follow.py [--seconds 10] [--files 10,1000] [--period 0.5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,15 +62,26 @@ print(written)
 """
 
 
-def follow(folder: str, files: int, seconds: float, period: float, grow: bool, legacy: bool, env: Dict[str, str]) -> Dict[str, float]:
+def follow(
+    folder: str, files: int, seconds: float, period: float, grow: bool, legacy: bool, env: Dict[str, str]
+) -> Dict[str, float]:
     """One case: start the follower, then (``grow``) the writer for ``seconds``; the follower's CPU."""
-    fol = subprocess.Popen([sys.executable, "-c", FOLLOWER, folder, str(seconds + 1.0), "1" if legacy else "0"],
-                           stdout=subprocess.PIPE, text=True, env=env)
+    fol = subprocess.Popen(
+        [sys.executable, "-c", FOLLOWER, folder, str(seconds + 1.0), "1" if legacy else "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert fol.stdout is not None and fol.stdout.readline().strip() == "ready"
     written = 0
     if grow:
-        w = subprocess.run([sys.executable, "-c", WRITER, folder, str(files), str(period), str(seconds)],
-                           capture_output=True, text=True, env=env, check=True)
+        w = subprocess.run(
+            [sys.executable, "-c", WRITER, folder, str(files), str(period), str(seconds)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
         written = int(w.stdout)
     out, _ = fol.communicate(timeout=seconds + 60)
     cpu, lines = out.split()
@@ -87,14 +99,16 @@ def main() -> None:
     results: Dict[str, Dict[str, float]] = {}
     sizes: List[int] = [int(n) for n in args.files.split(",")]
     for n in sizes:
-        for legacy in ([False] if args.no_legacy else [False, True]):
+        for legacy in [False] if args.no_legacy else [False, True]:
             with tempfile.TemporaryDirectory(prefix="bench_follow_") as folder:
                 for r in range(n):
                     open(os.path.join(folder, f"worker_{r}.log"), "w").close()
                 name = f"{n} files{' (legacy sweep)' if legacy else ''}"
                 results[name + " idle"] = follow(folder, n, args.seconds, args.period, False, legacy, env)
                 results[name] = follow(folder, n, args.seconds, args.period, True, legacy, env)
-    print(f"following for {args.seconds:.0f} s, one line per file every {args.period} s; {os.cpu_count()} CPUs, machine possibly shared")
+    print(
+        f"following for {args.seconds:.0f} s, one line per file every {args.period} s; {os.cpu_count()} CPUs, machine possibly shared"
+    )
     print(f"{'case':<36} {'cpu s':>7} {'cpu %':>6} {'lines':>7} {'all':>4} {'cpu ms/1k lines':>16}")
     for name, r in results.items():
         per = r["cpu"] / r["lines"] * 1e6 if r["lines"] else float("nan")
@@ -103,13 +117,17 @@ def main() -> None:
         print(f"{name:<36} {r['cpu']:>7.3f} {share:>5.1f}% {r['lines']:>7.0f} {complete:>4} {per:>16.1f}")
     small, big = f"{sizes[0]} files", f"{sizes[-1]} files"
     r_small, r_big = results[small], results[big]
-    print(f"ratio {big} / {small}: cpu {r_big['cpu'] / max(r_small['cpu'], 1e-6):.1f}x for "
-          f"{r_big['lines'] / max(r_small['lines'], 1):.0f}x the lines "
-          f"(cpu per line {r_big['cpu'] / max(r_big['lines'], 1) / max(r_small['cpu'] / max(r_small['lines'], 1), 1e-12):.2f}x)")
+    print(
+        f"ratio {big} / {small}: cpu {r_big['cpu'] / max(r_small['cpu'], 1e-6):.1f}x for "
+        f"{r_big['lines'] / max(r_small['lines'], 1):.0f}x the lines "
+        f"(cpu per line {r_big['cpu'] / max(r_big['lines'], 1) / max(r_small['cpu'] / max(r_small['lines'], 1), 1e-12):.2f}x)"
+    )
     if not args.no_legacy:
         leg = results[f"{big} (legacy sweep) idle"]["cpu"]
         new = results[f"{big} idle"]["cpu"]
-        print(f"idle {big}: {new:.3f} s cpu now vs {leg:.3f} s with a full sweep every 0.2 s ({leg / max(new, 1e-6):.1f}x)")
+        print(
+            f"idle {big}: {new:.3f} s cpu now vs {leg:.3f} s with a full sweep every 0.2 s ({leg / max(new, 1e-6):.1f}x)"
+        )
 
 
 if __name__ == "__main__":

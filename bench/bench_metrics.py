@@ -12,6 +12,7 @@ over the same interval, each in its own process:
 Prints each one's CPU as % of one core, and the ratio mslaunch / tail.
 Usage: python bench/bench_metrics.py [--seconds 20] [--ranks 8] [--rate 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PRODUCER = r'''
+PRODUCER = r"""
 import json, os, sys, time
 folder, ranks, rate, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 files = [open(os.path.join(folder, f"worker_{r}.log"), "a", buffering=1) for r in range(ranks)]
@@ -47,9 +48,9 @@ while time.monotonic() - start < seconds:
         else:
             fh.write(f"epoch 1 throughput: 18.{step % 10} img/s per rank, 37.5 img/s total ({ranks} ranks)\n")
     time.sleep(max(0.0, start + step / rate - time.monotonic()))
-'''
+"""
 
-FOLLOWER = r'''
+FOLLOWER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[2])
 from launcher.logs.metricsfile import MetricsWriter
@@ -58,7 +59,7 @@ sys.stdout.write("ready\n"); sys.stdout.flush()
 sys.stdin.readline()
 w.stop()
 sys.stdout.write(f"{w.records}\n"); sys.stdout.flush()
-'''
+"""
 
 
 def cpu(proc: psutil.Process) -> float:
@@ -75,16 +76,31 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mslaunch-bench-metrics-") as folder:
         for r in range(args.ranks):
             open(os.path.join(folder, f"worker_{r}.log"), "w").close()
-        ours = subprocess.Popen([sys.executable, "-c", FOLLOWER, folder, ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ours = subprocess.Popen(
+            [sys.executable, "-c", FOLLOWER, folder, ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert ours.stdout is not None and ours.stdout.readline().strip() == "ready"
         # `mslaunch top` needs a job: plan.json and a job.json whose supervisor pid (ours) is alive.
         with open(os.path.join(folder, "plan.json"), "w") as fh:
-            json.dump({"job_id": "bench", "world_size": args.ranks, "ranks": [{"rank": r, "host": f"node{r // 4}"} for r in range(args.ranks)]}, fh)
+            json.dump(
+                {
+                    "job_id": "bench",
+                    "world_size": args.ranks,
+                    "ranks": [{"rank": r, "host": f"node{r // 4}"} for r in range(args.ranks)],
+                },
+                fh,
+            )
         with open(os.path.join(folder, "job.json"), "w") as fh:
             json.dump({"job_id": "bench", "pid": os.getpid(), "started": time.time()}, fh)
         master, slave = pty.openpty()
         env = dict(os.environ, PYTHONPATH=ROOT, COLUMNS="120", LINES="30", TERM="xterm-256color")
-        top = subprocess.Popen([sys.executable, "-m", "launcher", "top", folder, "--interval", "1"], stdin=slave, stdout=slave, stderr=slave, env=env)
+        top = subprocess.Popen(
+            [sys.executable, "-m", "launcher", "top", folder, "--interval", "1"],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+        )
         os.close(slave)
         drained = [0]
 
@@ -101,11 +117,16 @@ def main() -> int:
         threading.Thread(target=drain, daemon=True).start()
         time.sleep(2.0)  # let top import and draw once before measuring
         with open(os.devnull, "wb") as null:
-            tail = subprocess.Popen(["tail", "-q", "-n", "0", "-F"] + [os.path.join(folder, f"worker_{r}.log") for r in range(args.ranks)],
-                                    stdout=null, stderr=subprocess.DEVNULL)
+            tail = subprocess.Popen(
+                ["tail", "-q", "-n", "0", "-F"] + [os.path.join(folder, f"worker_{r}.log") for r in range(args.ranks)],
+                stdout=null,
+                stderr=subprocess.DEVNULL,
+            )
         p_ours, p_tail, p_top = psutil.Process(ours.pid), psutil.Process(tail.pid), psutil.Process(top.pid)
         c0_ours, c0_tail, c0_top, t0 = cpu(p_ours), cpu(p_tail), cpu(p_top), time.monotonic()
-        subprocess.run([sys.executable, "-c", PRODUCER, folder, str(args.ranks), str(args.rate), str(args.seconds)], check=True)
+        subprocess.run(
+            [sys.executable, "-c", PRODUCER, folder, str(args.ranks), str(args.rate), str(args.seconds)], check=True
+        )
         c1_ours, c1_tail, c1_top, t1 = cpu(p_ours), cpu(p_tail), cpu(p_top), time.monotonic()
         top.terminate()
         top.wait(timeout=10)

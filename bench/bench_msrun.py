@@ -18,6 +18,7 @@ is <= 1.5).  Each run is checked: exit code 0, and every worker's log has its re
 
 Usage: python bench/bench_msrun.py [--rounds 3] [--only a|b] [--paths default,no-zygote,...] [-- extra mslaunch flags]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -118,7 +119,9 @@ def bench_env(mnist: str) -> dict:
 
 def timed(cmd: Sequence[str], cwd: str, env: dict) -> Tuple[float, int]:
     start = time.time()
-    rc = subprocess.run(list(cmd), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900).returncode
+    rc = subprocess.run(
+        list(cmd), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900
+    ).returncode
     return time.time() - start, rc
 
 
@@ -147,13 +150,20 @@ def uptime() -> str:
         return "?"
 
 
-def rounds(name: str, n: int, script: str, marker: str, runs: int, work: str, env: dict, extra: List[str],
-           paths: Sequence[str]) -> Dict[str, List[float]]:
+def rounds(
+    name: str, n: int, script: str, marker: str, runs: int, work: str, env: dict, extra: List[str], paths: Sequence[str]
+) -> Dict[str, List[float]]:
     """``runs`` rounds of msrun and every mslaunch path (order rotating); the times per path."""
     times: Dict[str, List[float]] = {"msrun": []}
     times.update({p: [] for p in paths})
     for i in range(runs):
-        flags = [f"--worker_num={n}", f"--local_worker_num={n}", f"--master_port={free_port()}", "--join=True", "--cluster_time_out=300"]
+        flags = [
+            f"--worker_num={n}",
+            f"--local_worker_num={n}",
+            f"--master_port={free_port()}",
+            "--join=True",
+            "--cluster_time_out=300",
+        ]
 
         def make(who: str, d: str) -> List[str]:
             if who == "msrun":
@@ -161,7 +171,7 @@ def rounds(name: str, n: int, script: str, marker: str, runs: int, work: str, en
             return [PY, "-m", "launcher", "run"] + flags + [f"--log_dir={d}"] + PATHS[who] + extra + [script]
 
         order = list(times)
-        order = order[i % len(order):] + order[:i % len(order)]
+        order = order[i % len(order) :] + order[: i % len(order)]
         got = {}
         for who in order:
             d = os.path.join(work, f"{name}_{who}_{i}")
@@ -172,18 +182,25 @@ def rounds(name: str, n: int, script: str, marker: str, runs: int, work: str, en
             got[who] = t
             times[who].append(t)
         msr = got["msrun"]
-        print(f"    round {i + 1} ({order[0]} first): msrun {msr:.2f} s; "
-              + "; ".join(f"{p} {got[p]:.2f} s ({got[p] / msr:.2f})" for p in paths), flush=True)
+        print(
+            f"    round {i + 1} ({order[0]} first): msrun {msr:.2f} s; "
+            + "; ".join(f"{p} {got[p]:.2f} s ({got[p] / msr:.2f})" for p in paths),
+            flush=True,
+        )
     return times
 
 
 def report(part: str, target: float, times: Dict[str, List[float]]) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     msr = med["msrun"]
-    print(f"({part}) medians (ratio to msrun's; slowest run / median), target for default <= {target:.2f}, spread <= 1.50:")
+    print(
+        f"({part}) medians (ratio to msrun's; slowest run / median), target for default <= {target:.2f}, spread <= 1.50:"
+    )
     for who, m in med.items():
         ratio = "" if who == "msrun" else f", ratio {m / msr:.2f}"
-        print(f"    {who:<22} {m:6.2f} s{ratio}; spread {max(times[who]) / m:.2f}; runs {', '.join(f'{t:.1f}' for t in times[who])}")
+        print(
+            f"    {who:<22} {m:6.2f} s{ratio}; spread {max(times[who]) / m:.2f}; runs {', '.join(f'{t:.1f}' for t in times[who])}"
+        )
 
 
 def main() -> None:
@@ -210,10 +227,14 @@ def main() -> None:
         if args.only in (None, "b"):
             print(f"(b) 2-worker AllReduce, {args.rounds} rounds", flush=True)
             smoke = os.path.join(ROOT, "launcher", "workloads", "allreduce_smoke.py")
-            results.append(("b", 0.55, rounds("allreduce2", 2, smoke, "sum=3", args.rounds, work, env, args.extra, paths)))
+            results.append(
+                ("b", 0.55, rounds("allreduce2", 2, smoke, "sum=3", args.rounds, work, env, args.extra, paths))
+            )
         if args.only in (None, "a"):
             print(f"(a) 8-worker data-parallel MNIST-format job, {args.rounds} rounds", flush=True)
-            results.append(("a", 0.70, rounds("mnist8", 8, net, "mnist rank=", args.rounds, work, env, args.extra, paths)))
+            results.append(
+                ("a", 0.70, rounds("mnist8", 8, net, "mnist rank=", args.rounds, work, env, args.extra, paths))
+            )
         for part, target, times in results:
             report(part, target, times)
         print(f"load after: {uptime()}")

@@ -7,6 +7,7 @@ ends with a result or a one-line error in <= 2 s and <= 200 MB peak RSS.
 
 Usage: python bench/bench_parser_bombs.py [--runs 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,8 @@ from tests.planning.test_parser_bounds import CHILD, EXPECTED  # noqa: E402  (af
 ANCHOR = "anchor-ascend_2x8.yaml"
 ANCHOR_CHILD = CHILD.replace(
     "CASES = {",
-    'CASES = {"%s": lambda: inventory.read_inventory(os.path.join(%r, "hostfiles", "ascend_2x8.yaml")),' % (ANCHOR, ROOT),
+    'CASES = {"%s": lambda: inventory.read_inventory(os.path.join(%r, "hostfiles", "ascend_2x8.yaml")),'
+    % (ANCHOR, ROOT),
     1,
 )
 
@@ -33,7 +35,12 @@ def run(case: str) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT)
     r = subprocess.run([sys.executable, "-c", ANCHOR_CHILD, case], capture_output=True, text=True, env=env, timeout=300)
     if r.returncode != 0:
-        return {"seconds": float("nan"), "cpu_seconds": float("nan"), "maxrss_mb": float("nan"), "error": r.stderr.strip()[-200:]}
+        return {
+            "seconds": float("nan"),
+            "cpu_seconds": float("nan"),
+            "maxrss_mb": float("nan"),
+            "error": r.stderr.strip()[-200:],
+        }
     return json.loads(r.stdout)
 
 
@@ -58,8 +65,10 @@ def main() -> None:
         print(f"{case:28s} {wall:8.3f} {cpu:8.3f} {cpu / anchor_cpu:10.1f} {rss:8.1f}  {outcome}")
         if case != ANCHOR:
             worst_wall, worst_rss = max(worst_wall, wall), max(worst_rss, rss)
-    print(f"anchor (ordinary cluster file) cpu: {anchor_cpu:.3f} s; worst case: wall {worst_wall:.3f} s (target <= 2), "
-          f"peak RSS {worst_rss:.1f} MB (target <= 200, interpreter included)")
+    print(
+        f"anchor (ordinary cluster file) cpu: {anchor_cpu:.3f} s; worst case: wall {worst_wall:.3f} s (target <= 2), "
+        f"peak RSS {worst_rss:.1f} MB (target <= 200, interpreter included)"
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ load hits alike.
 Usage: python bench/bench_plan_scale.py [--runs 3] [--sizes 1000,2000,4000,10000] [--baseline DIR]
 Exit code: 0 when every target is met (by this checkout), 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,10 @@ def write_a3_yaml(folder: str, servers: int) -> str:
         for i in range(servers):
             ips = ", ".join(f"{d}: 10.{d}.{i // 256}.{i % 256}" for d in range(8))
             sdids = ", ".join(f"{d}: '{i * 8 + d}'" for d in range(8))
-            fh.write(f"  - host: node{i:04d}\n    host_ip: 192.168.{i // 256}.{i % 256}\n    super_pod_id: '{i // 64}'\n"
-                     f"    device_ips: {{{ips}}}\n    super_device_ids: {{{sdids}}}\n")
+            fh.write(
+                f"  - host: node{i:04d}\n    host_ip: 192.168.{i // 256}.{i % 256}\n    super_pod_id: '{i // 64}'\n"
+                f"    device_ips: {{{ips}}}\n    super_device_ids: {{{sdids}}}\n"
+            )
     return path
 
 
@@ -112,15 +115,17 @@ def main() -> int:
         table_cases: Dict[str, List[str]] = {}
         for label in trees:  # each checkout reads the tables it wrote
             t10, t12 = os.path.join(tmp, f"t10-{label}.json"), os.path.join(tmp, f"t12-{label}.json")
-            table_cases.update({
-                f"ranktable gen 1.0@{label}": rt + ["gen", "--hosts", hostfile, "--hccn-dir", hccn, "-o", t10],
-                f"ranktable gen 1.2@{label}": rt + ["gen", "--hosts", a3, "--version", "1.2", "-o", t12],
-                f"ranktable validate 1.0@{label}": rt + ["validate", t10],
-                f"ranktable validate 1.2@{label}": rt + ["validate", t12],
-                f"ranktable show 1.0@{label}": rt + ["show", t10],
-                f"ranktable show 1.2@{label}": rt + ["show", t12],
-                f"ranktable show --all 1.2@{label}": rt + ["show", "--all", t12],
-            })
+            table_cases.update(
+                {
+                    f"ranktable gen 1.0@{label}": rt + ["gen", "--hosts", hostfile, "--hccn-dir", hccn, "-o", t10],
+                    f"ranktable gen 1.2@{label}": rt + ["gen", "--hosts", a3, "--version", "1.2", "-o", t12],
+                    f"ranktable validate 1.0@{label}": rt + ["validate", t10],
+                    f"ranktable validate 1.2@{label}": rt + ["validate", t12],
+                    f"ranktable show 1.0@{label}": rt + ["show", t10],
+                    f"ranktable show 1.2@{label}": rt + ["show", t12],
+                    f"ranktable show --all 1.2@{label}": rt + ["show", "--all", t12],
+                }
+            )
         runs: Dict[str, Tuple[List[str], Dict[str, str]]] = {}
         per_tree: List[List[str]] = []
         for label in trees:
@@ -155,9 +160,15 @@ RT_ANCHOR = "ranktable validate 1 server"
 def write_one_server_table(folder: str) -> str:
     """A valid one-server, 8-device v1.0 rank table (the rank-table commands' anchor)."""
     path = os.path.join(folder, "t1.json")
-    devices = [{"device_id": str(d), "device_ip": f"192.{d % 4 + 1}.0.{d // 4 + 1}", "rank_id": str(d)} for d in range(8)]
-    table = {"version": "1.0", "server_count": "1", "server_list": [{"server_id": "node0", "device": devices,
-                                                                        "host_nic_ip": "reserve"}], "status": "completed"}
+    devices = [
+        {"device_id": str(d), "device_ip": f"192.{d % 4 + 1}.0.{d // 4 + 1}", "rank_id": str(d)} for d in range(8)
+    ]
+    table = {
+        "version": "1.0",
+        "server_count": "1",
+        "server_list": [{"server_id": "node0", "device": devices, "host_nic_ip": "reserve"}],
+        "status": "completed",
+    }
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(table, fh)
     return path
@@ -167,12 +178,16 @@ def report(med: Dict[str, float], sizes: List[int], label: str, runs: int) -> bo
     """Print the figures of one checkout (``label``) and whether it meets every target."""
     ok = True
     m = {name.rsplit("@", 1)[0]: t for name, t in med.items() if name.endswith("@" + label)}
-    print(f"{runs} alternating runs per case, median wall s, whole process; {os.cpu_count()} CPUs "
-          f"(machine possibly shared: compare within this run)")
+    print(
+        f"{runs} alternating runs per case, median wall s, whole process; {os.cpu_count()} CPUs "
+        f"(machine possibly shared: compare within this run)"
+    )
     print(f"{'hosts x 8':>10} {'ranks':>7} | {'yaml':>6} {'yaml --json':>11} | {'hostfile':>8} {'hostfile --json':>15}")
     for n in sizes:
-        print(f"{n:>10} {8 * n:>7} | {m[f'plan yaml {n}']:>6.2f} {m[f'plan --json yaml {n}']:>11.2f} | "
-              f"{m[f'plan hostfile {n}']:>8.2f} {m[f'plan --json hostfile {n}']:>15.2f}")
+        print(
+            f"{n:>10} {8 * n:>7} | {m[f'plan yaml {n}']:>6.2f} {m[f'plan --json yaml {n}']:>11.2f} | "
+            f"{m[f'plan hostfile {n}']:>8.2f} {m[f'plan --json hostfile {n}']:>15.2f}"
+        )
     small, big = sizes[1], sizes[-1]
     for kind in ("yaml", "hostfile"):
         for flag in ("", "--json "):
@@ -180,20 +195,26 @@ def report(med: Dict[str, float], sizes: List[int], label: str, runs: int) -> bo
             per_small = (m[f"plan {flag}{kind} {small}"] - anchor) / (small - ANCHOR_HOSTS)
             per_big = (m[f"plan {flag}{kind} {big}"] - anchor) / (big - ANCHOR_HOSTS)
             ratio = per_big / per_small if per_small > 0 else float("nan")
-            print(f"plan {flag}{kind}: per-host cost {per_small * 1e6:.0f} us at {small}, {per_big * 1e6:.0f} us at {big} "
-                  f"(anchor {anchor:.2f} s at {ANCHOR_HOSTS} hosts): ratio {ratio:.2f} (1.0 = linear)")
+            print(
+                f"plan {flag}{kind}: per-host cost {per_small * 1e6:.0f} us at {small}, {per_big * 1e6:.0f} us at {big} "
+                f"(anchor {anchor:.2f} s at {ANCHOR_HOSTS} hosts): ratio {ratio:.2f} (1.0 = linear)"
+            )
     for kind in ("yaml", "hostfile"):
         t = m[f"plan {kind} {big}"]
         met = t <= TARGET_PLAN_S
         ok &= met
-        print(f"target plan {kind} {big} x 8 <= {TARGET_PLAN_S:.1f} s: {'met' if met else 'NOT met'} ({t:.2f} s; "
-              f"--json, {8 * big} ranks in full: {m[f'plan --json {kind} {big}']:.2f} s)")
+        print(
+            f"target plan {kind} {big} x 8 <= {TARGET_PLAN_S:.1f} s: {'met' if met else 'NOT met'} ({t:.2f} s; "
+            f"--json, {8 * big} ranks in full: {m[f'plan --json {kind} {big}']:.2f} s)"
+        )
     print(f"rank tables, 4,096 servers x 8 devices (anchor: {RT_ANCHOR} {m[RT_ANCHOR]:.2f} s):")
     for name in [n for n in m if n.startswith("ranktable ") and n != RT_ANCHOR]:
         met = m[name] <= TARGET_TABLE_S
         ok &= met or "--all" in name
-        print(f"  {name:<26} {m[name]:6.2f} s  {'met' if met else 'NOT met'} (target <= {TARGET_TABLE_S:.1f} s"
-              f"{'; not a target' if '--all' in name else ''})")
+        print(
+            f"  {name:<26} {m[name]:6.2f} s  {'met' if met else 'NOT met'} (target <= {TARGET_TABLE_S:.1f} s"
+            f"{'; not a target' if '--all' in name else ''})"
+        )
     return ok
 
 

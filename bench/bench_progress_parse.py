@@ -12,6 +12,7 @@ slows the wall clock, not this figure much; best of ``--repeat`` runs of the who
 lines parsed as a step.
 Usage: python bench/bench_progress_parse.py [--lines 100000] [--repeat 3] [--progress-share 0.3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,7 +80,11 @@ def main() -> int:
             if m is not None and m.progress is not None:
                 steps += 1
         best = min(best, time.process_time() - start)
-    print(json.dumps({"lines": len(data), "lines_per_s": round(len(data) / best), "best_s": round(best, 3), "step_lines": steps}))
+    print(
+        json.dumps(
+            {"lines": len(data), "lines_per_s": round(len(data) / best), "best_s": round(best, 3), "step_lines": steps}
+        )
+    )
     return 0
 
 

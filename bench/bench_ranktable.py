@@ -18,6 +18,7 @@ Usage::
 
 Exit code: 0 when the target is met, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,7 +85,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=7, help="runs per command (>= 5)")
     parser.add_argument("--importtime", action="store_true", help="also print the slowest imports of gen")
     parser.add_argument(
-        "--no-bytecode", action="store_true",
+        "--no-bytecode",
+        action="store_true",
         help="keep PYTHONDONTWRITEBYTECODE as inherited (every run recompiles mslaunch's modules)",
     )
     args = parser.parse_args()
@@ -105,7 +107,19 @@ def main() -> int:
         commands = {
             "python -c pass": [py, "-c", "pass"],
             "python -c 'import launcher'": [py, "-c", "import launcher"],
-            "mslaunch ranktable gen": [py, "-m", "launcher", "ranktable", "gen", "--hosts", hostfile, "--hccn-dir", hccn, "-o", out],
+            "mslaunch ranktable gen": [
+                py,
+                "-m",
+                "launcher",
+                "ranktable",
+                "gen",
+                "--hosts",
+                hostfile,
+                "--hccn-dir",
+                hccn,
+                "-o",
+                out,
+            ],
         }
         times: Dict[str, List[float]] = {name: [] for name in commands}
         for name, argv in commands.items():  # warm-up (page cache, .pyc files)

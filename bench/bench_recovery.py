@@ -25,6 +25,7 @@ both off, a restart as it was before either.  The load average is printed before
 
 Usage: python bench/bench_recovery.py [--rounds 3] [--modes warm,nocache,cold,coldnocache] [--keep DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,12 @@ from typing import Dict, List, Optional
 from benchkit import exit_if_cannot_run
 
 PY = sys.executable
-MODES: Dict[str, List[str]] = {"warm": [], "cold": ["--cold-restarts"], "nocache": ["--env", "MS_COMPILER_CACHE_ENABLE=0"],
-                               "coldnocache": ["--cold-restarts", "--env", "MS_COMPILER_CACHE_ENABLE=0"]}
+MODES: Dict[str, List[str]] = {
+    "warm": [],
+    "cold": ["--cold-restarts"],
+    "nocache": ["--env", "MS_COMPILER_CACHE_ENABLE=0"],
+    "coldnocache": ["--cold-restarts", "--env", "MS_COMPILER_CACHE_ENABLE=0"],
+}
 KILL_AFTER = 6
 PHASES = ("teardown", "start", "cluster", "data", "ckpt", "compile")
 
@@ -107,10 +112,44 @@ class LineStamps:
 def one_run(mode: str, data: str, work: str) -> Dict[str, float]:
     """One job in ``mode``; its timings (wall-clock seconds)."""
     job, ckpt = os.path.join(work, "job"), os.path.join(work, "ckpt")
-    argv = [PY, "-m", "launcher", "run", "--np", "2", "--master-port", str(free_port()), "--log-dir", job, "--tee", "none",
-            "--quiet", "--max-restarts", "1", *MODES[mode], "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14",
-            "--data-path", data, "--image-size", "32", "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "1",
-            "--workers", "1", "--ckpt-dir", ckpt, "--ckpt-every", "4"]
+    argv = [
+        PY,
+        "-m",
+        "launcher",
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        str(free_port()),
+        "--log-dir",
+        job,
+        "--tee",
+        "none",
+        "--quiet",
+        "--max-restarts",
+        "1",
+        *MODES[mode],
+        "-m",
+        "launcher.workloads.resnet50_cifar10",
+        "--arch",
+        "resnet14",
+        "--data-path",
+        data,
+        "--image-size",
+        "32",
+        "--batch-size",
+        "8",
+        "--steps-per-epoch",
+        "12",
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--ckpt-dir",
+        ckpt,
+        "--ckpt-every",
+        "4",
+    ]
     logs = {(k, r): os.path.join(job, *(["attempt_1"] if k else []), f"worker_{r}.log") for k in (0, 1) for r in (0, 1)}
     stamps = LineStamps()
     stamps.follow(*logs.values())
@@ -137,8 +176,11 @@ def one_run(mode: str, data: str, work: str) -> Dict[str, float]:
     events = [json.loads(line) for line in open(os.path.join(job, "events.jsonl"))]
 
     def event(kind: str, attempt: int, name_start: str = "") -> float:
-        times = [e["time"] for e in events if e["kind"] == kind and e.get("attempt", 0) == attempt
-                 and str(e.get("name", "")).startswith(name_start)]
+        times = [
+            e["time"]
+            for e in events
+            if e["kind"] == kind and e.get("attempt", 0) == attempt and str(e.get("name", "")).startswith(name_start)
+        ]
         return max(times)
 
     def line(attempt: int, start: str) -> float:
@@ -152,7 +194,15 @@ def one_run(mode: str, data: str, work: str) -> Dict[str, float]:
     out = {"first": step0 - t0, "recovery": step1 - killed}
     out["ratio"] = out["recovery"] / out["first"]
     marks0 = [t0, t0, event("started", 0, "rank"), line(0, "params:"), line(0, "data:"), line(0, "data:"), step0]
-    marks1 = [killed, restart, event("started", 1, "rank"), line(1, "params:"), line(1, "data:"), line(1, "resume:"), step1]
+    marks1 = [
+        killed,
+        restart,
+        event("started", 1, "rank"),
+        line(1, "params:"),
+        line(1, "data:"),
+        line(1, "resume:"),
+        step1,
+    ]
     for phase, a, b, c, d in zip(PHASES, marks0, marks0[1:], marks1, marks1[1:]):
         out[f"0.{phase}"], out[f"1.{phase}"] = b - a, d - c
     with open(os.path.join(job, "summary.json")) as f:
@@ -184,20 +234,27 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     base = args.keep or tempfile.mkdtemp(prefix="bench_recovery_")
     data = os.path.join(base, "data")
-    subprocess.run([PY, "-m", "launcher.workloads.cifar10_synth", data, "--train", "400", "--test", "50"],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [PY, "-m", "launcher.workloads.cifar10_synth", data, "--train", "400", "--test", "50"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     print(f"before: {load()}", flush=True)
     results: Dict[str, List[Dict[str, float]]] = {m: [] for m in modes}
     try:
         for k in range(args.rounds):
-            for mode in modes[k % len(modes):] + modes[:k % len(modes)]:
+            for mode in modes[k % len(modes) :] + modes[: k % len(modes)]:
                 work = os.path.join(base, f"{mode}_{k}")
                 os.makedirs(work)
                 r = one_run(mode, data, work)
                 results[mode].append(r)
                 phases = " ".join(f"{p} {r['0.' + p]:.2f}/{r['1.' + p]:.2f}" for p in PHASES)
-                print(f"round {k} {mode}: first {r['first']:.2f} s, recovery {r['recovery']:.2f} s, ratio {r['ratio']:.3f} "
-                      f"(resumed from step {r['resumed_from']}); attempt 0/1: {phases}; {load()}", flush=True)
+                print(
+                    f"round {k} {mode}: first {r['first']:.2f} s, recovery {r['recovery']:.2f} s, ratio {r['ratio']:.3f} "
+                    f"(resumed from step {r['resumed_from']}); attempt 0/1: {phases}; {load()}",
+                    flush=True,
+                )
                 if not args.keep:
                     shutil.rmtree(work, ignore_errors=True)
     finally:
@@ -209,8 +266,10 @@ def main() -> int:
             continue
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         phases = " ".join(f"{p} {med['0.' + p]:.2f}/{med['1.' + p]:.2f}" for p in PHASES)
-        print(f"{mode}: median of {len(runs)}: first {med['first']:.2f} s, recovery {med['recovery']:.2f} s, "
-              f"ratio {med['ratio']:.3f} (runs {', '.join('%.3f' % r['ratio'] for r in runs)}); attempt 0/1: {phases}")
+        print(
+            f"{mode}: median of {len(runs)}: first {med['first']:.2f} s, recovery {med['recovery']:.2f} s, "
+            f"ratio {med['ratio']:.3f} (runs {', '.join('%.3f' % r['ratio'] for r in runs)}); attempt 0/1: {phases}"
+        )
     return 0
 
 

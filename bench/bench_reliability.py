@@ -15,6 +15,7 @@ rounds after that long (the counts then say how many ran).
 
 Usage: python bench/bench_reliability.py [--runs 100] [--only a|b] [--paths default,no-zygote,msrun] [--minutes M]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,14 @@ def free_port() -> int:
 
 
 def command(path: str, n: int, script: str, log_dir: str) -> List[str]:
-    flags = [f"--worker_num={n}", f"--local_worker_num={n}", f"--master_port={free_port()}", "--join=True",
-             "--cluster_time_out=300", f"--log_dir={log_dir}"]
+    flags = [
+        f"--worker_num={n}",
+        f"--local_worker_num={n}",
+        f"--master_port={free_port()}",
+        "--join=True",
+        "--cluster_time_out=300",
+        f"--log_dir={log_dir}",
+    ]
     extra = PATHS[path]
     if extra is None:
         return [os.path.join(BIN, "msrun")] + flags + [script]
@@ -72,8 +79,15 @@ def one_run(path: str, job: str, work: str, i: int, env: dict) -> Tuple[bool, fl
     log_dir = os.path.join(work, f"{job}_{path}_{i}")
     start = time.time()
     try:
-        proc = subprocess.run(command(path, n, script, log_dir), cwd=work, env=dict(env, **extra),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900)
+        proc = subprocess.run(
+            command(path, n, script, log_dir),
+            cwd=work,
+            env=dict(env, **extra),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=900,
+        )
         rc, stderr = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as exc:
         rc, stderr = -1, f"timed out after 900 s {exc.stderr or ''}"
@@ -101,13 +115,15 @@ def uptime() -> str:
         return "?"
 
 
-def bench(job: str, runs: int, paths: Sequence[str], work: str, env: dict, stop_at: float) -> Dict[str, Dict[str, list]]:
+def bench(
+    job: str, runs: int, paths: Sequence[str], work: str, env: dict, stop_at: float
+) -> Dict[str, Dict[str, list]]:
     got: Dict[str, Dict[str, list]] = {p: {"times": [], "failures": []} for p in paths}
     for i in range(runs):
         if time.time() >= stop_at:
             print(f"  ({job}) stopping after {i} rounds: --minutes reached", flush=True)
             break
-        order = list(paths)[i % len(paths):] + list(paths)[:i % len(paths)]
+        order = list(paths)[i % len(paths) :] + list(paths)[: i % len(paths)]
         line = []
         for path in order:
             ok, took, rc, why = one_run(path, job, work, i, env)
@@ -129,10 +145,18 @@ def report(job: str, got: Dict[str, Dict[str, list]], target: float) -> Dict[str
             continue
         med = statistics.median(d["times"])
         ratio = med / msrun if msrun else None
-        out[path] = {"runs": len(d["times"]), "failures": len(d["failures"]), "median_s": round(med, 2),
-                     "ratio_to_msrun": None if ratio is None else round(ratio, 3), "failure_reasons": d["failures"]}
-        print(f"    {path:<10} {len(d['failures'])} / {len(d['times'])} failed; median {med:.2f} s"
-              + ("" if ratio is None else f"; ratio {ratio:.2f}"), flush=True)
+        out[path] = {
+            "runs": len(d["times"]),
+            "failures": len(d["failures"]),
+            "median_s": round(med, 2),
+            "ratio_to_msrun": None if ratio is None else round(ratio, 3),
+            "failure_reasons": d["failures"],
+        }
+        print(
+            f"    {path:<10} {len(d['failures'])} / {len(d['times'])} failed; median {med:.2f} s"
+            + ("" if ratio is None else f"; ratio {ratio:.2f}"),
+            flush=True,
+        )
     return out
 
 
@@ -160,7 +184,10 @@ def main() -> None:
             if args.only not in (None, job):
                 continue
             n = JOBS[job][0]
-            print(f"({job}) {n}-worker {'data-parallel training' if job == 'a' else 'AllReduce'}, {args.runs} rounds of {', '.join(paths)}", flush=True)
+            print(
+                f"({job}) {n}-worker {'data-parallel training' if job == 'a' else 'AllReduce'}, {args.runs} rounds of {', '.join(paths)}",
+                flush=True,
+            )
             stop_at = time.time() + (args.minutes * 60 if args.minutes else 1e12)
             results[job] = report(job, bench(job, args.runs, paths, work, env, stop_at), target)
         print(f"load after: {uptime()}")

@@ -31,6 +31,7 @@ Usage::
 Exit code: 0 when every run succeeded and nothing was left, 1 otherwise, 2 when the cluster
 cannot run here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,9 @@ sys.path.insert(0, ROOT)
 
 from benchkit import RANK_PROGRAM_HEAD, exit_if_cannot_run, wait_stamps  # noqa: E402  (after sys.path is set above)
 
-RANK_PROGRAM = RANK_PROGRAM_HEAD + """\
+RANK_PROGRAM = (
+    RANK_PROGRAM_HEAD
+    + """\
 rank = os.environ["RANK_ID"]
 with open(os.path.join(sys.argv[1], "rank_" + rank), "w") as fh:
     fh.write(repr(time.time()))
@@ -58,6 +61,7 @@ if sys.argv[2] == "fail" and rank == "3":
     sys.exit(3)
 time.sleep(1.0 if sys.argv[2] == "ok" else 60.0)
 """
+)
 RANKS = 6
 
 #: A task of the layout measure: stamps its start, sleeps 2 s.
@@ -72,6 +76,7 @@ time.sleep(2.0)
 def _srun_rss(procs: List[subprocess.Popen]) -> int:
     """Total resident memory (bytes) of the given srun processes and their children."""
     import psutil
+
     total = 0
     for p in procs:
         try:
@@ -94,11 +99,30 @@ def run_layout(layout: str, n: int, nodes: List[str], work: str, env: Dict[str, 
         hostfile = os.path.join(stamps, "hostfile")
         with open(hostfile, "w") as fh:
             fh.write("\n".join(placement) + "\n")
-        procs = [subprocess.Popen([*common, f"--ntasks={n}", f"--nodes={len(nodes)}", "--distribution=arbitrary", "--kill-on-bad-exit=1",
-                                   sys.executable, "-S", prog, stamps], env=dict(env, SLURM_HOSTFILE=hostfile))]
+        procs = [
+            subprocess.Popen(
+                [
+                    *common,
+                    f"--ntasks={n}",
+                    f"--nodes={len(nodes)}",
+                    "--distribution=arbitrary",
+                    "--kill-on-bad-exit=1",
+                    sys.executable,
+                    "-S",
+                    prog,
+                    stamps,
+                ],
+                env=dict(env, SLURM_HOSTFILE=hostfile),
+            )
+        ]
     else:
-        procs = [subprocess.Popen([*common, "--ntasks=1", "--nodes=1", f"--nodelist={node}", sys.executable, "-S", prog, stamps, str(r)],
-                                  env=env) for r, node in enumerate(placement)]
+        procs = [
+            subprocess.Popen(
+                [*common, "--ntasks=1", "--nodes=1", f"--nodelist={node}", sys.executable, "-S", prog, stamps, str(r)],
+                env=env,
+            )
+            for r, node in enumerate(placement)
+        ]
     try:
         stamps_seen = wait_stamps(stamps, n, timeout=120.0)
         started = max(stamps_seen) - start
@@ -118,6 +142,7 @@ def left_on_nodes(cluster: object) -> Tuple[str, int]:
     """The job processes on the nodes just after a job (pid and command line, for the log), and
     how many of them are still there 3 s later (the ones that count as left)."""
     from tests.harness.slurm_cluster import _cmdline
+
     seen = cluster.node_pids(include_slurm=False)  # type: ignore[attr-defined]
     if not seen:
         return "", 0
@@ -136,8 +161,30 @@ def run_job(backend: str, mode: str, work: str, env: Dict[str, str], hostfile: s
     stamps = tempfile.mkdtemp(dir=work)
     job = os.path.join(work, f"job-{os.path.basename(stamps)}")
     inv = ["--hosts", hostfile] if backend == "ssh" else []
-    argv = [sys.executable, "-m", "launcher", "run", "-q", "--launcher", backend, *inv, "--np", str(RANKS), "--master-port", "auto",
-            "--grace", "2", "--log-dir", job, "--no-python", sys.executable, "-S", os.path.join(work, "rank.py"), stamps, mode]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "run",
+        "-q",
+        "--launcher",
+        backend,
+        *inv,
+        "--np",
+        str(RANKS),
+        "--master-port",
+        "auto",
+        "--grace",
+        "2",
+        "--log-dir",
+        job,
+        "--no-python",
+        sys.executable,
+        "-S",
+        os.path.join(work, "rank.py"),
+        stamps,
+        mode,
+    ]
     start = time.time()
     proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=180)
     ended = time.time()
@@ -154,7 +201,9 @@ def run_job(backend: str, mode: str, work: str, env: Dict[str, str], hostfile: s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per backend and case (median reported)")
-    parser.add_argument("--layouts", action="store_true", help="also measure one step of N tasks vs N one-task steps (plain srun)")
+    parser.add_argument(
+        "--layouts", action="store_true", help="also measure one step of N tasks vs N one-task steps (plain srun)"
+    )
     args = parser.parse_args()
     exit_if_cannot_run(slurm=True)
     from tests.harness.slurm_cluster import SlurmCluster
@@ -181,13 +230,19 @@ def main() -> int:
                         results.setdefault((backend, mode), []).append((started, f2e))
                         what, left = left_on_nodes(cluster)
                         left_total += left
-                        print(f"  {backend:5} {mode:4}: start {started:.3f} s" + (f", failure-to-exit {f2e:.3f} s" if mode == "fail" else "")
-                              + what, file=sys.stderr)
+                        print(
+                            f"  {backend:5} {mode:4}: start {started:.3f} s"
+                            + (f", failure-to-exit {f2e:.3f} s" if mode == "fail" else "")
+                            + what,
+                            file=sys.stderr,
+                        )
             if args.layouts:
                 with open(os.path.join(work, "stamp.py"), "w") as fh:
                     fh.write(STAMP_PROGRAM)
                 nodes = list(cluster.nodes)
-                layout_env = {k: v for k, v in alloc_env.items() if k != "SLURM_NTASKS_PER_NODE"}  # tasks placed by the test
+                layout_env = {
+                    k: v for k, v in alloc_env.items() if k != "SLURM_NTASKS_PER_NODE"
+                }  # tasks placed by the test
                 for _ in range(args.runs):
                     for n in (6, 24):
                         for layout in ("one step", "one per rank"):
@@ -195,7 +250,10 @@ def main() -> int:
                             layouts.setdefault((layout, n), []).append(got)
                             what, left = left_on_nodes(cluster)
                             left_total += left
-                            print(f"  {layout:12} {n:3} tasks: start {got[0]:.3f} s, {got[1]} srun, {got[2] / 2**20:.0f} MiB{what}", file=sys.stderr)
+                            print(
+                                f"  {layout:12} {n:3} tasks: start {got[0]:.3f} s, {got[1]} srun, {got[2] / 2**20:.0f} MiB{what}",
+                                file=sys.stderr,
+                            )
         cluster.wait_idle()
         left_total += left_on_nodes(cluster)[1]
 
@@ -204,13 +262,17 @@ def main() -> int:
 
     s_ssh, s_slurm = med("ssh", "ok", 0), med("slurm", "ok", 0)
     f_ssh, f_slurm = med("ssh", "fail", 1), med("slurm", "fail", 1)
-    print(f"3 namespace nodes, {RANKS} ranks (2 per node) + scheduler, dynamic method; median of {args.runs} (s); machine shared")
+    print(
+        f"3 namespace nodes, {RANKS} ranks (2 per node) + scheduler, dynamic method; median of {args.runs} (s); machine shared"
+    )
     print(f"{'':24}{'ssh':>9}{'slurm':>9}{'slurm/ssh':>11}")
     print(f"{'time to all ranks started':24}{s_ssh:>9.3f}{s_slurm:>9.3f}{s_slurm / s_ssh:>11.2f}")
     print(f"{'failure-to-exit':24}{f_ssh:>9.3f}{f_slurm:>9.3f}{f_slurm / f_ssh:>11.2f}")
     if layouts:
         print(f"step layout, plain srun in the same allocation; median of {args.runs}")
-        print(f"{'tasks':>6}{'one step: start':>17}{'srun':>6}{'MiB':>6}{'one per rank: start':>21}{'srun':>6}{'MiB':>6}{'start ratio':>13}")
+        print(
+            f"{'tasks':>6}{'one step: start':>17}{'srun':>6}{'MiB':>6}{'one per rank: start':>21}{'srun':>6}{'MiB':>6}{'start ratio':>13}"
+        )
         for n in (6, 24):
             one, per = layouts[("one step", n)], layouts[("one per rank", n)]
             s1, sp = statistics.median(r[0] for r in one), statistics.median(r[0] for r in per)

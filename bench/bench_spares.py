@@ -10,6 +10,7 @@ in the same run: ``build_plan``), and the time to write the job dir's files.  Me
 
 Usage: python bench/bench_spares.py [--runs 3] [--hosts 16,128,1024]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,16 @@ def main() -> None:
         work = tempfile.mkdtemp(prefix="bench-spares-")
         try:
             world = (hosts - 1) * 8  # the last host is spare
-            spec = JobSpec(inventory=inv, program=("train.py",), python=sys.executable, cwd=work, job_dir=os.path.join(work, "job"),
-                           job_id="bench", np=world, launcher="ssh")
+            spec = JobSpec(
+                inventory=inv,
+                program=("train.py",),
+                python=sys.executable,
+                cwd=work,
+                job_dir=os.path.join(work, "job"),
+                job_id="bench",
+                np=world,
+                launcher="ssh",
+            )
             os.makedirs(spec.job_dir)
             first, again, write = [], [], []
             for _ in range(args.runs):
@@ -55,8 +64,10 @@ def main() -> None:
                 write_plan_files(plan)
                 write.append(time.perf_counter() - t)
             f, a, w = (statistics.median(x) for x in (first, again, write))
-            print(f"{hosts:5d} hosts, {world:5d} ranks: first plan {f * 1000:7.1f} ms, re-plan {a * 1000:7.1f} ms "
-                  f"(ratio {a / f:.2f}), plan.json + artefacts {w * 1000:7.1f} ms")
+            print(
+                f"{hosts:5d} hosts, {world:5d} ranks: first plan {f * 1000:7.1f} ms, re-plan {a * 1000:7.1f} ms "
+                f"(ratio {a / f:.2f}), plan.json + artefacts {w * 1000:7.1f} ms"
+            )
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -32,6 +32,7 @@ Usage::
 
 Exit code: 0 when every target is met, 1 otherwise, 2 when namespace clusters cannot run here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,9 @@ START_RATIO = 2.5
 FAIL_TO_EXIT = 1.0
 PER_HOST = 8
 
-RANK_PROGRAM = RANK_PROGRAM_HEAD + """\
+RANK_PROGRAM = (
+    RANK_PROGRAM_HEAD
+    + """\
 stamps, mode, arg = sys.argv[1], sys.argv[2], sys.argv[3]
 rank = os.environ["RANK_ID"]
 with open(os.path.join(stamps, "rank_" + rank), "w") as fh:
@@ -80,6 +83,7 @@ elif mode == "log":
             time.sleep(delay)
         print("rank%s line %d" % (rank, i), flush=True)
 """
+)
 
 #: The light rank program (``--ranks sh``): a shell and ``date``, no interpreter start-up; the
 #: dynamic method's scheduler and the logs run use the Python program.
@@ -102,8 +106,12 @@ class Bench:
     def __init__(self, cluster, work: str, ranks: str) -> None:
         self.c = cluster
         self.work = work
-        self.env = dict(os.environ, MSLAUNCH_SSH_CONFIG=cluster.ssh_config, MSLAUNCH_HOME=os.path.join(work, "home"),
-                        RANK_PYTHON=sys.executable)
+        self.env = dict(
+            os.environ,
+            MSLAUNCH_SSH_CONFIG=cluster.ssh_config,
+            MSLAUNCH_HOME=os.path.join(work, "home"),
+            RANK_PYTHON=sys.executable,
+        )
         self.env.pop("PYTHONUNBUFFERED", None)
         with open(os.path.join(work, "rank.py"), "w") as fh:
             fh.write(RANK_PROGRAM)
@@ -130,11 +138,34 @@ class Bench:
         stamps = os.path.join(self.work, f"stamps{self.n}")
         os.mkdir(stamps)
         job = os.path.join(self.work, f"job{self.n}")
-        argv = [sys.executable, "-m", "launcher", "run", "-q", "--hosts", self.hostfile(hosts, per_host), "--launcher", "ssh",
-                "--master-port", "auto", "--log-dir", job, "--grace", "2", "--env", f"RANK_PYTHON={sys.executable}", "--no-python",
-                *self.program(mode), stamps, mode, arg]
+        argv = [
+            sys.executable,
+            "-m",
+            "launcher",
+            "run",
+            "-q",
+            "--hosts",
+            self.hostfile(hosts, per_host),
+            "--launcher",
+            "ssh",
+            "--master-port",
+            "auto",
+            "--log-dir",
+            job,
+            "--grace",
+            "2",
+            "--env",
+            f"RANK_PYTHON={sys.executable}",
+            "--no-python",
+            *self.program(mode),
+            stamps,
+            mode,
+            arg,
+        ]
         start = time.time()
-        proc = subprocess.Popen(argv, cwd=self.work, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            argv, cwd=self.work, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         return proc, stamps, job, start
 
     def left(self, within: float = 15.0) -> int:
@@ -177,8 +208,10 @@ def local_floor(b: Bench, n: int) -> float:
     stamps = os.path.join(b.work, f"stamps{b.n}")
     os.mkdir(stamps)
     start = time.time()
-    procs = [subprocess.Popen([*b.program("sleep"), stamps, "sleep", "1"],
-                              env=dict(b.env, RANK_ID=str(r)), cwd=b.work) for r in range(n)]
+    procs = [
+        subprocess.Popen([*b.program("sleep"), stamps, "sleep", "1"], env=dict(b.env, RANK_ID=str(r)), cwd=b.work)
+        for r in range(n)
+    ]
     values = stamps_of(stamps)
     while len(values) < n:
         time.sleep(0.01)
@@ -233,8 +266,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per size (median reported)")
     parser.add_argument("--log-seconds", type=float, default=60.0, help="seconds of the logs run")
     parser.add_argument("--bashrc", action="store_true", help="sessions run root's ~/.bashrc (pyenv init here)")
-    parser.add_argument("--ranks", choices=("sh", "python"), default="sh",
-                        help="rank program for start-up and failure runs: sh + date (light) or python -S")
+    parser.add_argument(
+        "--ranks",
+        choices=("sh", "python"),
+        default="sh",
+        help="rank program for start-up and failure runs: sh + date (light) or python -S",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     exit_if_cannot_run()
@@ -242,12 +279,16 @@ def main() -> int:
 
     ok = True
     big = 16 if max(sizes) >= 16 else max(sizes)
-    with NamespaceCluster(max(sizes), slots=PER_HOST, source_bashrc=args.bashrc) as cluster, \
-            tempfile.TemporaryDirectory(prefix="mslscale-") as work:
+    with (
+        NamespaceCluster(max(sizes), slots=PER_HOST, source_bashrc=args.bashrc) as cluster,
+        tempfile.TemporaryDirectory(prefix="mslscale-") as work,
+    ):
         b = Bench(cluster, work, args.ranks)
         login = "root's ~/.bashrc (pyenv init)" if args.bashrc else "no rc files"
-        print(f"ssh backend, one agent per host; {os.cpu_count()} CPUs (machine shared); login shell: {login}; "
-              f"rank program: {'sh + date' if args.ranks == 'sh' else 'python -S'}")
+        print(
+            f"ssh backend, one agent per host; {os.cpu_count()} CPUs (machine shared); login shell: {login}; "
+            f"rank program: {'sh + date' if args.ranks == 'sh' else 'python -S'}"
+        )
         start_time(b, 1)  # warm-up
         times: Dict[int, List[float]] = {s: [] for s in sizes}
         floor: Dict[int, List[float]] = {s: [] for s in sizes}
@@ -255,14 +296,21 @@ def main() -> int:
             for s in sizes:
                 times[s].append(start_time(b, s))
                 floor[s].append(local_floor(b, s * PER_HOST))
-                print(f"  start {s} x {PER_HOST}: {times[s][-1]:.3f} s (local floor {floor[s][-1]:.3f} s)", file=sys.stderr)
+                print(
+                    f"  start {s} x {PER_HOST}: {times[s][-1]:.3f} s (local floor {floor[s][-1]:.3f} s)",
+                    file=sys.stderr,
+                )
         base = statistics.median(times[sizes[0]])
         print(f"\n1. time until every rank started (median of {args.runs}):")
         for s in sizes:
             med = statistics.median(times[s])
-            print(f"   {s:>2} hosts x {PER_HOST} = {s * PER_HOST:>3} ranks: {med:.3f} s  ({med / base:.2f}x the {sizes[0]} x {PER_HOST} anchor)"
-                  f"   runs: {', '.join(f'{t:.3f}' for t in times[s])}")
-            print(f"      floor: the same {s * PER_HOST} rank programs started at once here, no SSH: {statistics.median(floor[s]):.3f} s")
+            print(
+                f"   {s:>2} hosts x {PER_HOST} = {s * PER_HOST:>3} ranks: {med:.3f} s  ({med / base:.2f}x the {sizes[0]} x {PER_HOST} anchor)"
+                f"   runs: {', '.join(f'{t:.3f}' for t in times[s])}"
+            )
+            print(
+                f"      floor: the same {s * PER_HOST} rank programs started at once here, no SSH: {statistics.median(floor[s]):.3f} s"
+            )
         if 16 in times:
             ratio = statistics.median(times[16]) / base
             met = ratio <= START_RATIO
@@ -288,13 +336,17 @@ def main() -> int:
             print(f"   {hosts:>2} hosts x {per_host} = {hosts * per_host:>3} ranks: {t} threads, RSS {rss:.1f} MiB")
         same = rows[1][2] == rows[2][2]
         ok &= same
-        print(f"   {big} x 1 vs {big} x {PER_HOST}: threads {rows[1][2]} vs {rows[2][2]} ({'do not grow per rank' if same else 'GROW per rank'})")
+        print(
+            f"   {big} x 1 vs {big} x {PER_HOST}: threads {rows[1][2]} vs {rows[2][2]} ({'do not grow per rank' if same else 'GROW per rank'})"
+        )
 
         print(f"\n4. logs: {big} x {PER_HOST} ranks x 50 lines/s for {args.log_seconds:g} s:")
         n, lines, good, cpu, wall = logs(b, big, args.log_seconds)
         ok &= good == n
-        print(f"   {good} of {n} worker logs hold all {lines} lines in order ({n * lines} lines in all); "
-              f"mslaunch CPU {cpu:.2f} s over {wall:.1f} s wall ({100 * cpu / wall:.1f}% of one core)")
+        print(
+            f"   {good} of {n} worker logs hold all {lines} lines in order ({n * lines} lines in all); "
+            f"mslaunch CPU {cpu:.2f} s over {wall:.1f} s wall ({100 * cpu / wall:.1f}% of one core)"
+        )
         print(f"   processes left on all hosts: {b.left()}")
     print(f"\nall targets {'met' if ok else 'NOT met'}")
     return 0 if ok else 1

@@ -24,6 +24,7 @@ Usage::
 Exit code: 0 when the target is met (or the largest size is not 16), 1 otherwise, 2 when
 namespace clusters cannot run here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,11 +46,14 @@ TARGET_RATIO = 2.0
 RANK_SLEEP = 1.0
 
 
-RANK_PROGRAM = RANK_PROGRAM_HEAD + """\
+RANK_PROGRAM = (
+    RANK_PROGRAM_HEAD
+    + """\
 with open(os.path.join(sys.argv[1], "rank_" + os.environ["RANK_ID"]), "w") as fh:
     fh.write(repr(time.time()))
 time.sleep(float(sys.argv[2]))
 """
+)
 
 
 def rank_argv(work: str, stamps: str) -> List[str]:
@@ -65,8 +69,25 @@ def latest_stamp(stamps: str, n: int, timeout: float = 60.0) -> float:
 def time_mslaunch(cluster, work: str, env: Dict[str, str]) -> float:
     stamps = tempfile.mkdtemp(dir=work)
     job = os.path.join(work, f"job-{os.path.basename(stamps)}")
-    argv = [sys.executable, "-m", "launcher", "run", "-q", "--hosts", cluster.hostfile, "--per-host", "1", "--launcher", "ssh",
-            "--master-port", "auto", "--log-dir", job, "--no-python", *rank_argv(work, stamps)]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "run",
+        "-q",
+        "--hosts",
+        cluster.hostfile,
+        "--per-host",
+        "1",
+        "--launcher",
+        "ssh",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        job,
+        "--no-python",
+        *rank_argv(work, stamps),
+    ]
     start = time.time()
     proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
@@ -116,7 +137,10 @@ def main() -> int:
     for size in sizes:
         ours, serial = measure(size, args.runs)
         rows.append((size, statistics.median(ours), statistics.median(serial), ours, serial))
-        print(f"  {size:>2} host(s): mslaunch {statistics.median(ours):.3f} s  serial ssh {statistics.median(serial):.3f} s", file=sys.stderr)
+        print(
+            f"  {size:>2} host(s): mslaunch {statistics.median(ours):.3f} s  serial ssh {statistics.median(serial):.3f} s",
+            file=sys.stderr,
+        )
     base = rows[0][1]
     print(f"time until every rank has started (1 rank per host, median of {args.runs}; s)")
     print(f"{'hosts':>5}  {'mslaunch':>9}  {'x 1-host':>8}  {'serial ssh':>10}  {'serial/mslaunch':>15}")

@@ -23,6 +23,7 @@ Usage::
 
     python bench/bench_trainer.py [--rounds 5] [--steps 6] [--workers2] [--data-path DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -200,8 +201,18 @@ def bench_single(data_path: str, rounds: int, steps: int, batch: int, image_size
 def bench_workers2(data_path: str, steps: int, batch: int, image_size: int) -> Optional[Dict[str, float]]:
     """Throughput of a 2-worker dynamic cluster (the trainer's own last-epoch figures)."""
     args = [
-        "--data-path", data_path, "--image-size", str(image_size), "--batch-size", str(batch),
-        "--epochs", "2", "--steps-per-epoch", str(steps), "--log-every", str(steps),
+        "--data-path",
+        data_path,
+        "--image-size",
+        str(image_size),
+        "--batch-size",
+        str(batch),
+        "--epochs",
+        "2",
+        "--steps-per-epoch",
+        str(steps),
+        "--log-every",
+        str(steps),
     ]
     wall, results = run_dynamic_cluster(args, n_workers=2)
     per_rank, total = [], []
@@ -233,26 +244,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             data_path = write_synthetic_cifar10(tmp, train=2000, test=100, seed=0)
         load0 = os.getloadavg()[0]
-        print(f"single process, {args.image_size}x{args.image_size}, batch {args.batch_size}, "
-              f"{args.rounds} rounds x {args.steps} steps:", flush=True)
+        print(
+            f"single process, {args.image_size}x{args.image_size}, batch {args.batch_size}, "
+            f"{args.rounds} rounds x {args.steps} steps:",
+            flush=True,
+        )
         r = bench_single(data_path, args.rounds, args.steps, args.batch_size, args.image_size)
         print(f"compile (first step): {r['compile_s']:.1f} s")
         print(f"compute only (in-memory batch): {r['compute']:.1f} img/s ({args.batch_size / r['compute']:.3f} s/step)")
         print(f"train (input pipeline):         {r['train']:.1f} img/s ({args.batch_size / r['train']:.3f} s/step)")
-        print(f"ratio train/compute (median over adjacent pairs): {r['ratio']:.3f} "
-              f"(target >= 0.9: {'OK' if r['ratio'] >= 0.9 else 'BELOW'})")
-        print(f"process CPU per step: compute {r['compute_cpu_per_step']:.3f} s, train "
-              f"{r['train_cpu_per_step']:.3f} s (pipeline overhead "
-              f"{100 * (r['train_cpu_per_step'] / r['compute_cpu_per_step'] - 1):+.1f}%, independent of other load)")
-        print(f"load average (1 min) before/after: {load0:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
-              flush=True)
+        print(
+            f"ratio train/compute (median over adjacent pairs): {r['ratio']:.3f} "
+            f"(target >= 0.9: {'OK' if r['ratio'] >= 0.9 else 'BELOW'})"
+        )
+        print(
+            f"process CPU per step: compute {r['compute_cpu_per_step']:.3f} s, train "
+            f"{r['train_cpu_per_step']:.3f} s (pipeline overhead "
+            f"{100 * (r['train_cpu_per_step'] / r['compute_cpu_per_step'] - 1):+.1f}%, independent of other load)"
+        )
+        print(
+            f"load average (1 min) before/after: {load0:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
+            flush=True,
+        )
         if args.workers2:
             print(f"2-worker dynamic cluster ({args.steps} steps/epoch, last of 2 epochs):", flush=True)
             w = bench_workers2(data_path, args.steps, args.batch_size, args.image_size)
             if w is not None:
-                print(f"2 workers: {w['per_rank']:.1f} img/s per rank, {w['total']:.1f} img/s total "
-                      f"(vs {r['train']:.1f} img/s for 1 process; x{w['total'] / r['train']:.2f}); "
-                      f"wall {w['wall_s']:.1f} s")
+                print(
+                    f"2 workers: {w['per_rank']:.1f} img/s per rank, {w['total']:.1f} img/s total "
+                    f"(vs {r['train']:.1f} img/s for 1 process; x{w['total'] / r['train']:.2f}); "
+                    f"wall {w['wall_s']:.1f} s"
+                )
     return 0
 
 

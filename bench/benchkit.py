@@ -4,6 +4,7 @@ Their rank programs are MindSpore-free: each rank writes its own start time to `
 and the dynamic method's scheduler (``MS_ROLE=MS_SCHED``) only listens on its port, so mslaunch's
 port check passes. Import it from a script in ``bench/`` (the script's folder is on ``sys.path``).
 """
+
 from __future__ import annotations
 
 import glob
@@ -39,8 +40,13 @@ def stamps_of(folder: str) -> List[float]:
     return out
 
 
-def wait_stamps(folder: str, n: int, proc: Optional[subprocess.Popen] = None, timeout: float = 120.0,
-                what: Callable[[], str] = lambda: "") -> List[float]:
+def wait_stamps(
+    folder: str,
+    n: int,
+    proc: Optional[subprocess.Popen] = None,
+    timeout: float = 120.0,
+    what: Callable[[], str] = lambda: "",
+) -> List[float]:
     """Wait until ``n`` ranks stamped their start; their stamps.
 
     Raises:
@@ -53,7 +59,9 @@ def wait_stamps(folder: str, n: int, proc: Optional[subprocess.Popen] = None, ti
             return values
         if proc is not None and proc.poll() is not None:
             tail = proc.stderr.read()[-2000:] if proc.stderr is not None else ""
-            raise RuntimeError(f"mslaunch exited ({proc.returncode}) with {len(values)} of {n} ranks started: {tail}{what()}")
+            raise RuntimeError(
+                f"mslaunch exited ({proc.returncode}) with {len(values)} of {n} ranks started: {tail}{what()}"
+            )
         if time.time() > deadline:
             raise RuntimeError(f"only {len(values)} of {n} ranks started{what()}")
         time.sleep(0.01)

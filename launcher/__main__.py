@@ -1,4 +1,5 @@
 """``python -m launcher`` and the ``mslaunch`` command (see :func:`main`)."""
+
 import sys
 
 

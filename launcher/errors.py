@@ -4,6 +4,7 @@ Every error a user can cause (bad hostfile, YAML, rank table, flag, busy port, u
 is an :class:`MsLaunchError` or a subclass.  Only ``launcher.cli`` turns them into a one-line
 message and an exit code; nothing below it prints or exits.
 """
+
 from __future__ import annotations
 
 from typing import Optional

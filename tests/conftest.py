@@ -1,4 +1,5 @@
 """Shared fixtures: an isolated MSLAUNCH_HOME per test; the namespace-cluster fixtures."""
+
 from __future__ import annotations
 
 import os
@@ -44,13 +45,26 @@ _E2E_DIRS = ("integration", "docs")
 #: Modules whose tests run whole jobs or the CLI as processes, many times over (each start of
 #: ``python -m launcher`` costs about half a second of CPU): end to end, not unit tests.
 _E2E_MODULES = {
-    "tests/cli/test_cli_ranktable.py", "tests/cli/test_msrun_compat.py", "tests/cli/test_parser_cli.py",
-    "tests/cli/test_plan_cli.py", "tests/cli/test_sbatch.py", "tests/cli/test_top.py",
-    "tests/execution/local/test_faults_local.py", "tests/execution/local/test_run_local.py", "tests/execution/local/test_hang_local.py", "tests/execution/local/test_zygote.py",
-    "tests/execution/test_toy_backend.py", "tests/execution/test_stopsignals.py", "tests/execution/test_junit.py",
-    "tests/execution/checks/test_health.py", "tests/cli/test_doctor_health.py",
-    "tests/jobs/test_jobdir_corrupt.py", "tests/jobs/test_jobdir_paths.py",
-    "tests/logs/test_logs_bad_refs.py", "tests/logs/test_logs_tail_files.py", "tests/execution/local/test_causes_local.py",
+    "tests/cli/test_cli_ranktable.py",
+    "tests/cli/test_msrun_compat.py",
+    "tests/cli/test_parser_cli.py",
+    "tests/cli/test_plan_cli.py",
+    "tests/cli/test_sbatch.py",
+    "tests/cli/test_top.py",
+    "tests/execution/local/test_faults_local.py",
+    "tests/execution/local/test_run_local.py",
+    "tests/execution/local/test_hang_local.py",
+    "tests/execution/local/test_zygote.py",
+    "tests/execution/test_toy_backend.py",
+    "tests/execution/test_stopsignals.py",
+    "tests/execution/test_junit.py",
+    "tests/execution/checks/test_health.py",
+    "tests/cli/test_doctor_health.py",
+    "tests/jobs/test_jobdir_corrupt.py",
+    "tests/jobs/test_jobdir_paths.py",
+    "tests/logs/test_logs_bad_refs.py",
+    "tests/logs/test_logs_tail_files.py",
+    "tests/execution/local/test_causes_local.py",
     "tests/planning/test_parser_bounds.py",
 }
 

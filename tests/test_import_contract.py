@@ -3,6 +3,7 @@
 ``lint-imports`` runs on the real tree, then on copies of the package with one forbidden import
 added per contract (to a new module or appended to an existing one): each copy must fail naming the contract and the offending import.
 """
+
 import os
 import shutil
 import subprocess
@@ -18,12 +19,16 @@ def lint(root: str) -> subprocess.CompletedProcess:
     """``lint-imports`` in ``root`` with ``root``'s ``launcher`` package first on the path."""
     assert os.path.isfile(LINT), f"{LINT} missing: install the dev extra (pip install -e '.[dev]')"
     env = dict(os.environ, PYTHONPATH=root)
-    return subprocess.run([LINT, "--no-cache", "--no-logo"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [LINT, "--no-cache", "--no-logo"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def copy_tree(tmp_path) -> str:
     root = str(tmp_path / "repo")
-    shutil.copytree(os.path.join(REPO, "launcher"), os.path.join(root, "launcher"), ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(REPO, "launcher"), os.path.join(root, "launcher"), ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy(os.path.join(REPO, "setup.cfg"), root)
     return root
 
@@ -40,14 +45,29 @@ def test_the_real_tree_keeps_every_contract():
     assert "4 kept, 0 broken" in r.stdout
 
 
-@pytest.mark.parametrize("module,line,contract", [
-    ("launcher/planning/_forbidden.py", "from launcher.execution import ports\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
-    ("launcher/errors.py", "import launcher.planning.build\n", "Layers: cli -> execution | jobs | logs -> planning -> errors"),
-    ("launcher/workloads/_forbidden.py", "def f():\n    from launcher.execution.ssh import settings\n", WORKLOADS),
-    ("launcher/workloads/_forbidden.py", "from launcher.errors import MsLaunchError\n", WORKLOADS),
-    ("launcher/workloads/cluster.py", "def f():\n    from launcher.jobs import files\n", WORKLOADS),
-    ("launcher/jobs/_forbidden.py", "from launcher.cli import options\n", "Nothing imports cli (but the entry point)"),
-])
+@pytest.mark.parametrize(
+    "module,line,contract",
+    [
+        (
+            "launcher/planning/_forbidden.py",
+            "from launcher.execution import ports\n",
+            "Layers: cli -> execution | jobs | logs -> planning -> errors",
+        ),
+        (
+            "launcher/errors.py",
+            "import launcher.planning.build\n",
+            "Layers: cli -> execution | jobs | logs -> planning -> errors",
+        ),
+        ("launcher/workloads/_forbidden.py", "def f():\n    from launcher.execution.ssh import settings\n", WORKLOADS),
+        ("launcher/workloads/_forbidden.py", "from launcher.errors import MsLaunchError\n", WORKLOADS),
+        ("launcher/workloads/cluster.py", "def f():\n    from launcher.jobs import files\n", WORKLOADS),
+        (
+            "launcher/jobs/_forbidden.py",
+            "from launcher.cli import options\n",
+            "Nothing imports cli (but the entry point)",
+        ),
+    ],
+)
 @pytest.mark.needs("import-linter")
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     root = copy_tree(tmp_path)
@@ -57,20 +77,28 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     r = lint(root)
     assert r.returncode != 0, r.stdout
     assert f"{contract} BROKEN" in r.stdout
-    imported = line.split("import ")[-1].strip() if line.startswith("import ") else line.split("from ")[-1].split(" import")[0]
+    imported = (
+        line.split("import ")[-1].strip() if line.startswith("import ") else line.split("from ")[-1].split(" import")[0]
+    )
     assert imported in r.stdout  # the report names the offending import
 
 
-@pytest.mark.parametrize("module,line", [
-    # a lazy import inside a function that closes a cycle (kinds is imported by the plan builder)
-    ("launcher/planning/job/kinds.py", "def f():\n    from launcher.planning import build\n"),
-    # between two groups of planning (backends read the job's values)
-    ("launcher/planning/job/spec.py", "def f():\n    from launcher.planning.backends import mpirun\n"),
-    # an import under TYPE_CHECKING counts too
-    ("launcher/planning/job/layout.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from launcher.planning.job.spec import Plan\n"),
-    # between two subpackages' modules of execution
-    ("launcher/execution/backend.py", "def f():\n    from launcher.execution.supervision import supervisor\n"),
-])
+@pytest.mark.parametrize(
+    "module,line",
+    [
+        # a lazy import inside a function that closes a cycle (kinds is imported by the plan builder)
+        ("launcher/planning/job/kinds.py", "def f():\n    from launcher.planning import build\n"),
+        # between two groups of planning (backends read the job's values)
+        ("launcher/planning/job/spec.py", "def f():\n    from launcher.planning.backends import mpirun\n"),
+        # an import under TYPE_CHECKING counts too
+        (
+            "launcher/planning/job/layout.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from launcher.planning.job.spec import Plan\n",
+        ),
+        # between two subpackages' modules of execution
+        ("launcher/execution/backend.py", "def f():\n    from launcher.execution.supervision import supervisor\n"),
+    ],
+)
 @pytest.mark.needs("import-linter")
 def test_an_import_cycle_breaks_the_acyclic_contract(tmp_path, module, line):
     root = copy_tree(tmp_path)

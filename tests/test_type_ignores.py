@@ -4,6 +4,7 @@
 mypy (``make lint``) reports the ignores that no longer silence anything; this test keeps the
 ones that do explained.
 """
+
 from __future__ import annotations
 
 import io
@@ -21,6 +22,7 @@ LAUNCHER = ROOT / "launcher"
 _IGNORE_RE = re.compile(r"type:\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)$")
 #: what the reason must hold after the codes: another comment with some words
 _REASON_RE = re.compile(r"^\s*#\s*\S.*\w")
+
 
 def bad_ignores(source: str) -> List[Tuple[int, str]]:
     """``(line, comment)`` of each ``# type: ignore`` comment in ``source`` without an error code
@@ -49,16 +51,19 @@ def test_every_ignore_has_a_code_and_a_reason() -> None:
     assert not problems, "a `# type: ignore` needs [code] and `# why` after it:\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("line, bad", [
-    ("x = f()  # type: ignore", True),
-    ("x = f()  # type: ignore[attr-defined]", True),
-    ("x = f()  # type: ignore[attr-defined]  #", True),
-    ("x = f()  # type: ignore[]  # why", True),
-    ("x = f()  # type: ignore  # why", True),
-    ("x = f()  # type: ignore[attr-defined]  # os.pidfd_open is 3.9+ Linux only", False),
-    ("x = f()  # type: ignore[arg-type,union-attr]  # checked above", False),
-    ("x = f()  # type: dict[str, int]", False),
-    ('x = "# type: ignore"', False),  # in a string, not a comment
-])
+@pytest.mark.parametrize(
+    "line, bad",
+    [
+        ("x = f()  # type: ignore", True),
+        ("x = f()  # type: ignore[attr-defined]", True),
+        ("x = f()  # type: ignore[attr-defined]  #", True),
+        ("x = f()  # type: ignore[]  # why", True),
+        ("x = f()  # type: ignore  # why", True),
+        ("x = f()  # type: ignore[attr-defined]  # os.pidfd_open is 3.9+ Linux only", False),
+        ("x = f()  # type: ignore[arg-type,union-attr]  # checked above", False),
+        ("x = f()  # type: dict[str, int]", False),
+        ('x = "# type: ignore"', False),  # in a string, not a comment
+    ],
+)
 def test_bad_ignores(line: str, bad: bool) -> None:
     assert bool(bad_ignores(line + "\n")) is bad

@@ -4,6 +4,7 @@ Exit codes: 0 success; 1 a job or check failed (or validation found problems); 2
 (hostfile, YAML, rank table, flags); for ``run``, the root-cause rank's exit code (128+N for
 signal N).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -41,7 +42,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print mslaunch's version and exit."),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print mslaunch's version and exit."
+    ),
 ) -> None:
     """The options of ``mslaunch`` itself (before the command)."""
 
@@ -50,7 +53,9 @@ def _root(
 @with_job_options
 def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    show_all: bool = typer.Option(False, "--all", help="Print every process of a big plan (else the first and last ones)."),
+    show_all: bool = typer.Option(
+        False, "--all", help="Print every process of a big plan (else the first and last ones)."
+    ),
     *,
     opts: JobOptions,
 ) -> None:
@@ -100,7 +105,9 @@ def env_show(
 
 @hostfile_app.command("gen", epilog=epilog("inventories"))
 def hostfile_gen(
-    hosts: Optional[str] = typer.Option(None, "--hosts", "--hostfile", "-f", help="Hostfile, YAML cluster file or Slurm hostlist."),
+    hosts: Optional[str] = typer.Option(
+        None, "--hosts", "--hostfile", "-f", help="Hostfile, YAML cluster file or Slurm hostlist."
+    ),
     host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 or node[1-4]:8."),
     include: Optional[str] = typer.Option(None, "--include", help="Only these hosts/devices: host1:0,1@host2."),
     exclude: Optional[str] = typer.Option(None, "--exclude", help="Not these hosts/devices."),

@@ -4,6 +4,7 @@ Each rank contributes its rank id to an AllGather (``launcher.workloads.allgathe
 prints ``mslaunch-check rank=<r> size=<n> gathered=<ids>``; this command reads every rank's
 line from its log and says which ranks are missing or saw a wrong vector.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -87,9 +88,13 @@ def check_cmd(
     hosts = ",".join(h.name for h in plan.hosts)
     if not problems and result.exit_code == 0:
         vector = ",".join(str(r) for r in range(plan.world_size))
-        sys.stdout.write(f"✓ {plan.world_size} ranks on {hosts} ({plan.method}, {plan.launcher}): AllGather gave [{vector}] on every rank\n")
+        sys.stdout.write(
+            f"✓ {plan.world_size} ranks on {hosts} ({plan.method}, {plan.launcher}): AllGather gave [{vector}] on every rank\n"
+        )
         return
-    sys.stdout.write(f"✗ check failed ({plan.method}, {plan.launcher}, {plan.world_size} ranks on {hosts}); logs in {plan.job_dir}\n")
+    sys.stdout.write(
+        f"✗ check failed ({plan.method}, {plan.launcher}, {plan.world_size} ranks on {hosts}); logs in {plan.job_dir}\n"
+    )
     for line in problems:
         sys.stdout.write(f"  {line}\n")
     if result.root_cause is not None:

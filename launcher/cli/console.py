@@ -1,5 +1,6 @@
 """The console of ``mslaunch run``: the job's header, its ranks' output while it runs, and one
 line per event of the job (:mod:`launcher.planning.job.events`), on stderr."""
+
 from __future__ import annotations
 
 import os
@@ -51,7 +52,9 @@ def event_line(event: Event, attempt_dir: str = "") -> Optional[str]:
         why = reason if reason.startswith("host lost") else f"after {reason}"
         return f"restart: leaving out {event.exclusion.host} {why}" + (f"; {event.moves}" if event.moves else "")
     if isinstance(event, Restart):
-        line = f"restarting the job: attempt {event.attempt} (MSLAUNCH_ATTEMPT={event.env_attempt}); logs in {attempt_dir}"
+        line = (
+            f"restarting the job: attempt {event.attempt} (MSLAUNCH_ATTEMPT={event.env_attempt}); logs in {attempt_dir}"
+        )
         judged = event.cause.cause if event.cause is not None else None  # the failed attempt's judged cause
         if judged is not None:
             line += f"; attempt {event.attempt - 1} failed with {judged.kind}: {judged.evidence}"
@@ -62,8 +65,15 @@ def event_line(event: Event, attempt_dir: str = "") -> Optional[str]:
 class Console:
     """Rank output on the console while the job runs (a follower over the log files)."""
 
-    def __init__(self, plan: Plan, tee: str, ranks: Optional[Tuple[int, ...]] = None, tail_all: bool = False,
-                 live: bool = False, start_note: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        tee: str,
+        ranks: Optional[Tuple[int, ...]] = None,
+        tail_all: bool = False,
+        live: bool = False,
+        start_note: Optional[str] = None,
+    ) -> None:
         """``ranks``/``tail_all``: msrun's ``--tail_worker_log`` (every line of those ranks, or of
         every rank when ``tail_all`` and ``ranks`` is None), replacing ``--tee``.  ``live``: the
         live per-rank view (a terminal and no ``--tee``), with every rank's error lines above it."""
@@ -82,8 +92,10 @@ class Console:
         self._live_thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
-        sys.stderr.write(f"mslaunch: job {self.plan.job_id}: {self.plan.world_size} ranks, method {self.plan.method}, "
-                         f"launcher {self.plan.launcher}; logs in {self.plan.job_dir}\n")
+        sys.stderr.write(
+            f"mslaunch: job {self.plan.job_id}: {self.plan.world_size} ranks, method {self.plan.method}, "
+            f"launcher {self.plan.launcher}; logs in {self.plan.job_dir}\n"
+        )
         for note in self.plan.cpu_notes:
             kind = "warning" if note in self.plan.cpu_warnings else "cpu"
             sys.stderr.write(f"mslaunch: {kind}: {note}\n")
@@ -99,7 +111,9 @@ class Console:
         tailing = self.tail_all or self.ranks is not None
 
         def sources() -> Any:
-            if not tailing and all(layout.parse_worker_log(os.path.basename(p.log)) is not None for p in self.plan.ranks):
+            if not tailing and all(
+                layout.parse_worker_log(os.path.basename(p.log)) is not None for p in self.plan.ranks
+            ):
                 return job_log_sources(self._attempt_dir, scheduler=self.tee == "all")
             out = []
             for p in self.plan.ranks:  # the plan's names (--worker_log_name)

@@ -2,6 +2,7 @@
 machine's cores and, for a MindSpore CPU job with ranks here, this machine's cached CPU probe
 (a step of :func:`launcher.cli.spec.build_spec`; the probe starts the ranks' interpreter).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,9 @@ def device_target(program: Tuple[str, ...], env: Dict[str, str]) -> Optional[str
     return env.get("DEVICE_TARGET") or None
 
 
-def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]) -> "CpuSpec":
+def cpu_spec(
+    opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]
+) -> "CpuSpec":
     """CPU-tuning inputs: ``--cpu-tune``, ``--bind-core``, this machine's cores and, when the
     job is a MindSpore CPU job with ranks here, this machine's (cached) CPU probe.
 
@@ -49,10 +52,18 @@ def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], e
 
     mode = opts.cpu_tune.strip().lower()
     if mode not in CPU_TUNE_MODES:
-        raise PlanError(f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune")
+        raise PlanError(
+            f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune"
+        )
     bind = parse_bind_core(opts.bind_core)
     here = _local_cores()
-    base = CpuSpec(mode=mode, bind_core=bind, local_cpus=tuple(here["cpus"]), local_quota=here["quota"], local_quota_source=here["quota_source"])
+    base = CpuSpec(
+        mode=mode,
+        bind_core=bind,
+        local_cpus=tuple(here["cpus"]),
+        local_quota=here["quota"],
+        local_quota_source=here["quota_source"],
+    )
     if mode == "off" or not _may_run_mindspore_cpu(opts, mode, program, env_pairs):
         return base
     base = replace(base, remote_tune=any(not h.is_local for h in inventory.hosts))
@@ -75,7 +86,9 @@ def cpu_spec(opts: JobOptions, inventory: Inventory, program: Tuple[str, ...], e
         return base
     import socket
 
-    outcome = cached_probe(runner, mslaunch_home(), socket.gethostname(), on_probe=_announce, facts=facts, needed_only=True)
+    outcome = cached_probe(
+        runner, mslaunch_home(), socket.gethostname(), on_probe=_announce, facts=facts, needed_only=True
+    )
     return replace(base, mindspore_cpu=True, probe=outcome.probe, probe_note=outcome.note, isa_settled=outcome.needless)
 
 
@@ -87,14 +100,18 @@ def _local_cores() -> Dict[str, Any]:
     return read_host_cores()
 
 
-def _may_run_mindspore_cpu(opts: JobOptions, mode: str, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]) -> bool:
+def _may_run_mindspore_cpu(
+    opts: JobOptions, mode: str, program: Tuple[str, ...], env_pairs: Tuple[Tuple[str, str], ...]
+) -> bool:
     """Whether the job may run MindSpore on CPU, from what is known without starting an
     interpreter: ``--cpu-tune on``; else a Python program, the dynamic method, no other device
     named, and (a script under ``auto``) a script whose source imports ``mindspore``."""
     env = dict(os.environ)
     env.update(env_pairs)
     target = device_target(program, env)
-    candidate = mode == "on" or (not opts.no_python and opts.method == Method.DYNAMIC and (target is None or target.upper() == "CPU"))
+    candidate = mode == "on" or (
+        not opts.no_python and opts.method == Method.DYNAMIC and (target is None or target.upper() == "CPU")
+    )
     if not candidate:
         return False
     from launcher.execution.checks.cpu import script_imports_mindspore

@@ -1,4 +1,5 @@
 """``mslaunch data``: datasets for the shipped workloads."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,5 +41,7 @@ def synth_cifar10(
         path = write_synthetic_cifar10(str(directory), train=train, test=test, seed=seed)
     except SynthDataError as exc:
         raise MsLaunchError(exc.message, path=exc.path) from None
-    typer.echo(f"wrote {path}: {train} train records (data_batch_1..5.bin), {test} test records "
-               f"(test_batch.bin), batches.meta.txt; seed {seed}")
+    typer.echo(
+        f"wrote {path}: {train} train records (data_batch_1..5.bin), {test} test records "
+        f"(test_batch.bin), batches.meta.txt; seed {seed}"
+    )

@@ -8,6 +8,7 @@ The tools are looked for where installs put them (:mod:`launcher.planning.health
 ``<dir>/hccn_tool`` and ``<dir>/nvidia-smi`` first in the candidates on every host: for
 installs in another place, and for the tests' fake tools.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,9 +48,12 @@ def tool_setup(environ: Mapping[str, str]) -> ToolSetup:
     setup = ToolSetup()
     if not folder:
         return setup
-    return replace(setup, npu_smi=(posixpath.join(folder, "npu-smi"),) + setup.npu_smi,
-                   hccn_tool=(posixpath.join(folder, "hccn_tool"),) + setup.hccn_tool,
-                   nvidia_smi=(posixpath.join(folder, "nvidia-smi"),) + setup.nvidia_smi)
+    return replace(
+        setup,
+        npu_smi=(posixpath.join(folder, "npu-smi"),) + setup.npu_smi,
+        hccn_tool=(posixpath.join(folder, "hccn_tool"),) + setup.hccn_tool,
+        nvidia_smi=(posixpath.join(folder, "nvidia-smi"),) + setup.nvidia_smi,
+    )
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,9 @@ def doctor_devices(spec: JobSpec, flag: Optional[str], checks: str) -> DeviceChe
     if choice.target is None or choice.target == CPU or policy == "off":
         return DeviceCheck(choice, policy)
     inventory = spec.inventory
-    return DeviceCheck(choice, policy, tuple(inventory_devices(inventory, job_device_ips(spec, inventory))),
-                       tool_setup(os.environ))
+    return DeviceCheck(
+        choice, policy, tuple(inventory_devices(inventory, job_device_ips(spec, inventory))), tool_setup(os.environ)
+    )
 
 
 def run_devices(spec: JobSpec, plan: Plan, checks: str) -> DeviceCheck:
@@ -158,5 +163,6 @@ def run_devices(spec: JobSpec, plan: Plan, checks: str) -> DeviceCheck:
     if choice.target is None or choice.target == CPU or policy == "off":
         return DeviceCheck(choice, policy)
     inventory = spec.inventory
-    return DeviceCheck(choice, policy, tuple(planned_devices(plan, inventory, job_device_ips(spec, inventory))),
-                       tool_setup(os.environ))
+    return DeviceCheck(
+        choice, policy, tuple(planned_devices(plan, inventory, job_device_ips(spec, inventory))), tool_setup(os.environ)
+    )

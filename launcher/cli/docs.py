@@ -1,4 +1,5 @@
 """Where a command's ``--help`` points for more than a line: its page under ``docs/``."""
+
 from __future__ import annotations
 
 #: Every page a ``--help`` epilog names (a test checks that each exists).

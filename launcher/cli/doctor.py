@@ -4,6 +4,7 @@ Takes the same job options as ``run`` (inventory, method, launcher, program...) 
 table row per host with ✓/✗ per check (see :mod:`launcher.execution.checks.doctor`).  Exit code 0 when
 nothing failed, 1 when any check shows ✗, 2 for bad input.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,23 +32,58 @@ def register(app: typer.Typer) -> None:
 @with_ssh_settings("accept_new", "connect_timeout", before="cpu_probe")
 def doctor_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON instead of a table."),
-    hccn_path: str = typer.Option("/etc/hccn.conf", "--hccn-path", help="hccn.conf to look for on every host (ranktable method)."),
+    hccn_path: str = typer.Option(
+        "/etc/hccn.conf", "--hccn-path", help="hccn.conf to look for on every host (ranktable method)."
+    ),
     max_skew: float = typer.Option(1.0, "--max-skew", help="Allowed clock difference to this machine, s."),
-    cpu_probe: Optional[bool] = typer.Option(None, "--cpu-probe/--no-cpu-probe", help=(
+    cpu_probe: Optional[bool] = typer.Option(
+        None,
+        "--cpu-probe/--no-cpu-probe",
+        help=(
             "Time MindSpore's CPU kernels on every host (default: when the job is a MindSpore CPU job or no program is "
-            "given; cached)."), rich_help_panel="CPU"),
-    health: bool = typer.Option(False, "--health", help=(
+            "given; cached)."
+        ),
+        rich_help_panel="CPU",
+    ),
+    health: bool = typer.Option(
+        False,
+        "--health",
+        help=(
             "Instead of the checks: the health check of every inventory host (compute kernel, paired transfers; verdict ok "
-            "/ slow / faulty). Exit 1 when a host is slow or faulty. See docs/health.md."), rich_help_panel="Health"),
-    health_kernel: str = typer.Option("numpy", "--health-kernel", help="numpy | mindspore: the compute kernel of --health (a matmul).", rich_help_panel="Health"),
-    health_threshold: float = typer.Option(0.5, "--health-threshold", help=(
-            "--health: a host below this fraction of the median (compute or network) is slow."), rich_help_panel="Health"),
-    device_target: Optional[str] = typer.Option(None, "--device-target", help=(
+            "/ slow / faulty). Exit 1 when a host is slow or faulty. See docs/health.md."
+        ),
+        rich_help_panel="Health",
+    ),
+    health_kernel: str = typer.Option(
+        "numpy",
+        "--health-kernel",
+        help="numpy | mindspore: the compute kernel of --health (a matmul).",
+        rich_help_panel="Health",
+    ),
+    health_threshold: float = typer.Option(
+        0.5,
+        "--health-threshold",
+        help=("--health: a host below this fraction of the median (compute or network) is slow."),
+        rich_help_panel="Health",
+    ),
+    device_target: Optional[str] = typer.Option(
+        None,
+        "--device-target",
+        help=(
             "--health: ascend | gpu | cpu: check the hosts' NPUs (npu-smi, hccn_tool) or GPUs (nvidia-smi). Default: the "
-            "program's --device-target, else DEVICE_TARGET; none: devices not checked."), rich_help_panel="Health"),
-    device_checks: str = typer.Option("try", "--device-checks", help=(
+            "program's --device-target, else DEVICE_TARGET; none: devices not checked."
+        ),
+        rich_help_panel="Health",
+    ),
+    device_checks: str = typer.Option(
+        "try",
+        "--device-checks",
+        help=(
             "--health: off | try | require: require also fails a host whose device checks could not run (tool missing, "
-            "timed out)."), rich_help_panel="Health"),
+            "timed out)."
+        ),
+        rich_help_panel="Health",
+    ),
     *,
     opts: JobOptions,
     ssh: SSHSettings,
@@ -112,8 +148,13 @@ def doctor_cmd(
         from launcher.jobs.jobfile import mslaunch_home
 
         with_ms = [h for h, r in zip(plan.hosts, reports) if r.check("mindspore").ok]
-        cpu = cpu_probes(with_ms, python, mslaunch_home(), ssh,
-                         on_probe=None if as_json else lambda msg: sys.stderr.write(f"mslaunch: {msg}\n"))
+        cpu = cpu_probes(
+            with_ms,
+            python,
+            mslaunch_home(),
+            ssh,
+            on_probe=None if as_json else lambda msg: sys.stderr.write(f"mslaunch: {msg}\n"),
+        )
     if as_json:
         hosts = reports_json(reports)
         for entry in hosts:
@@ -126,8 +167,15 @@ def doctor_cmd(
     raise typer.Exit(1 if failed else 0)
 
 
-def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: str, threshold: float,
-                   device_target: Optional[str] = None, device_checks: str = "try") -> None:
+def _health_doctor(
+    opts: JobOptions,
+    ssh: SSHSettings,
+    as_json: bool,
+    kernel: str,
+    threshold: float,
+    device_target: Optional[str] = None,
+    device_checks: str = "try",
+) -> None:
     """``doctor --health`` (see :mod:`launcher.cli.health`); exit 1 when a host is slow or faulty
     (a faulty device makes its host faulty)."""
     from launcher.cli.devices import doctor_devices
@@ -141,8 +189,14 @@ def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: st
     if device_target is not None:
         target_of((), {}, device_target)  # an unknown --device-target: refused before any host is reached
     if opts.launcher != "slurm" and not opts.hosts and not opts.host_list:
-        raise PlanError("pass --hosts FILE or -H LIST: doctor --health checks the hosts of an inventory", field="--hosts")
-    plan_opts = opts if (opts.program or opts.module) else replace(opts, program=("mslaunch-doctor-no-program.py",), no_python=False)
+        raise PlanError(
+            "pass --hosts FILE or -H LIST: doctor --health checks the hosts of an inventory", field="--hosts"
+        )
+    plan_opts = (
+        opts
+        if (opts.program or opts.module)
+        else replace(opts, program=("mslaunch-doctor-no-program.py",), no_python=False)
+    )
     if plan_opts.method == Method.RANKTABLE:  # device IPs are not needed to check hosts
         plan_opts = replace(plan_opts, method=Method.DYNAMIC)
     if opts.launcher == "slurm":
@@ -151,7 +205,12 @@ def _health_doctor(opts: JobOptions, ssh: SSHSettings, as_json: bool, kernel: st
         need_allocation()  # before the spec: its inventory is the allocation's
     spec = build_spec(plan_opts)
     devices = doctor_devices(spec, device_target, device_checks)
-    if devices.choice.target == "ascend" and devices.specs and opts.method == Method.RANKTABLE and not opts.rank_table_file:
+    if (
+        devices.choice.target == "ascend"
+        and devices.specs
+        and opts.method == Method.RANKTABLE
+        and not opts.rank_table_file
+    ):
         devices = doctor_devices(_with_device_ips(opts, spec), device_target, device_checks)
     if opts.launcher == "slurm":
         from launcher.cli.health import check_slurm
@@ -178,7 +237,9 @@ def _with_device_ips(opts: JobOptions, spec: Any) -> Any:
     from launcher.planning.ranktable import resolve_device_ips
 
     try:
-        ips = resolve_device_ips(spec.inventory, hccn_dir=opts.hccn_dir, hccn_files=dict(hccn_pair(h) for h in opts.hccn))
+        ips = resolve_device_ips(
+            spec.inventory, hccn_dir=opts.hccn_dir, hccn_files=dict(hccn_pair(h) for h in opts.hccn)
+        )
     except MsLaunchError as exc:
         sys.stderr.write(f"mslaunch: doctor --health: device IPs not compared: {exc}\n")
         return spec
@@ -219,7 +280,11 @@ def _cpu_json(outcome: Any) -> Dict[str, Any]:
         "numpy_gflops": p.numpy_gflops,
         "probe_seconds": p.seconds,
         "variants": [
-            {"isa": v.isa, "error": v.error, "kernels": {k: {"impl": t.impl, "ms": t.ms, "gflops": t.gflops} for k, t in v.kernels.items()}}
+            {
+                "isa": v.isa,
+                "error": v.error,
+                "kernels": {k: {"impl": t.impl, "ms": t.ms, "gflops": t.gflops} for k, t in v.kernels.items()},
+            }
             for v in p.variants
         ],
     }
@@ -235,15 +300,27 @@ def _print_cpu(cpu: Dict[str, Any]) -> None:
     con = console()
     for host, outcome in cpu.items():
         if isinstance(outcome, str) or outcome.probe is None:
-            con.print(f"[bold]cpu[/bold] {escape(host)}: {escape(outcome if isinstance(outcome, str) else outcome.note)}", soft_wrap=True, highlight=False)
+            con.print(
+                f"[bold]cpu[/bold] {escape(host)}: {escape(outcome if isinstance(outcome, str) else outcome.note)}",
+                soft_wrap=True,
+                highlight=False,
+            )
             continue
         p = outcome.probe
         advice = isa_advice(p)
-        fix = f"mslaunch sets ONEDNN_MAX_CPU_ISA={advice.isa} for its MindSpore CPU ranks" if advice.isa else "nothing to set"
+        fix = (
+            f"mslaunch sets ONEDNN_MAX_CPU_ISA={advice.isa} for its MindSpore CPU ranks"
+            if advice.isa
+            else "nothing to set"
+        )
         con.print(f"[bold]cpu[/bold] {escape(host)}: {escape(advice.summary)}; {fix}", soft_wrap=True, highlight=False)
         ref = f"; numpy matmul {p.numpy_gflops:.0f} GFLOPS" if p.numpy_gflops else ""
-        con.print(f"  oneDNN {escape(p.onednn)} ({escape(p.onednn_isa)}), MindSpore {escape(p.mindspore)}{ref}; "
-                  f"probe {p.seconds:.1f} s{' (cached)' if outcome.cached else ''}", soft_wrap=True, highlight=False)
+        con.print(
+            f"  oneDNN {escape(p.onednn)} ({escape(p.onednn_isa)}), MindSpore {escape(p.mindspore)}{ref}; "
+            f"probe {p.seconds:.1f} s{' (cached)' if outcome.cached else ''}",
+            soft_wrap=True,
+            highlight=False,
+        )
         for v in p.variants:
             name = f"ONEDNN_MAX_CPU_ISA={v.isa}" if v.isa else "default"
             if v.error:
@@ -257,6 +334,7 @@ def _print_table(reports) -> None:
     from rich.table import Table
 
     from launcher.cli.render import console
+
     names = [c.name for c in reports[0].checks] if reports else []
     used = [name for name in names if any(r.check(name).ok is not None for r in reports)]
     table = Table(title="mslaunch doctor", show_lines=False)

@@ -1,4 +1,5 @@
 """Python's cyclic garbage collector paused while a big plan or rank table is built (see :func:`no_gc`)."""
+
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@ See docs/health.md: every host of the inventory (spares too) runs a short comput
 paired transfers; each gets a verdict (ok / slow / faulty).  ``run --preflight exclude`` plans
 around the slow and faulty hosts when the inventory has spares for ``--np``.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,19 +27,24 @@ def check_kernel(kernel: str) -> str:
 
 def check_threshold(threshold: float) -> float:
     if not 0.0 < threshold < 1.0:
-        raise PlanError(f"--health-threshold must be between 0 and 1 (a fraction of the median), got {threshold:g}",
-                        field="--health-threshold")
+        raise PlanError(
+            f"--health-threshold must be between 0 and 1 (a fraction of the median), got {threshold:g}",
+            field="--health-threshold",
+        )
     return threshold
 
 
 def check_mode(mode: Optional[str]) -> Optional[str]:
     if mode is not None and mode not in PREFLIGHT_MODES:
-        raise PlanError(f"unknown --preflight mode {mode!r}; use one of {', '.join(PREFLIGHT_MODES)}", field="--preflight")
+        raise PlanError(
+            f"unknown --preflight mode {mode!r}; use one of {', '.join(PREFLIGHT_MODES)}", field="--preflight"
+        )
     return mode
 
 
-def check_hosts(spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float = 0.5,
-                devices: Optional[DeviceCheck] = None) -> Any:
+def check_hosts(
+    spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float = 0.5, devices: Optional[DeviceCheck] = None
+) -> Any:
     """Run the check on every host of ``spec``'s inventory; a
     :class:`~launcher.execution.checks.health.HealthResult`, with ``devices``' verdicts joined
     into the hosts' (:meth:`~launcher.cli.devices.DeviceCheck.join`) when given."""
@@ -50,12 +56,20 @@ def check_hosts(spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float
         return check_slurm(spec.python, kernel, threshold, devices)
     hosts = spec.inventory.hosts
     python = {h.name: h.python if h.python is not None else spec.python for h in hosts}
-    result = run_health(hosts, python, replace(ssh, config=spec.ssh_config), kernel=kernel, threshold=threshold,
-                        devices=devices.orders() if devices is not None else None)
+    result = run_health(
+        hosts,
+        python,
+        replace(ssh, config=spec.ssh_config),
+        kernel=kernel,
+        threshold=threshold,
+        devices=devices.orders() if devices is not None else None,
+    )
     return devices.join(result) if devices is not None else result
 
 
-def check_slurm(python: Optional[str], kernel: str = "numpy", threshold: float = 0.5, devices: Optional[DeviceCheck] = None) -> Any:
+def check_slurm(
+    python: Optional[str], kernel: str = "numpy", threshold: float = 0.5, devices: Optional[DeviceCheck] = None
+) -> Any:
     """The check on every node of the Slurm allocation this runs in (one srun step per node),
     with ``devices``' verdicts joined in when given."""
     import os
@@ -63,8 +77,13 @@ def check_slurm(python: Optional[str], kernel: str = "numpy", threshold: float =
     from launcher.execution.slurm.health import slurm_health
 
     need_allocation()
-    result = slurm_health(os.environ, python or sys.executable, kernel=kernel, threshold=threshold,
-                          devices=devices.orders() if devices is not None else None)
+    result = slurm_health(
+        os.environ,
+        python or sys.executable,
+        kernel=kernel,
+        threshold=threshold,
+        devices=devices.orders() if devices is not None else None,
+    )
     return devices.join(result) if devices is not None else result
 
 
@@ -84,7 +103,11 @@ def print_result(result: Any, prefix: str = "") -> None:
     for v in result.verdicts:
         out.write(f"{prefix}{v.line()}\n")
     bad = [v for v in result.verdicts if not v.ok]
-    total = (f"{len(bad)} of {len(result.verdicts)} host(s) slow or faulty" if bad else f"all {len(result.verdicts)} host(s) ok")
+    total = (
+        f"{len(bad)} of {len(result.verdicts)} host(s) slow or faulty"
+        if bad
+        else f"all {len(result.verdicts)} host(s) ok"
+    )
     out.write(f"{prefix}{total}; network {result.network_note}; {result.seconds:.1f} s\n")
 
 
@@ -92,12 +115,22 @@ def result_json(result: Any, kernel: str, threshold: float, devices: Optional[De
     """``doctor --health --json`` (with ``"devices"``: what the device step checked, when given)."""
     from launcher.planning.health.rounds import health_json
 
-    return json.dumps(health_json(result.verdicts, kernel=kernel, threshold=threshold, seconds=result.seconds,
-                                  network_note=result.network_note,
-                                  devices=devices.summary() if devices is not None else None), indent=2)
+    return json.dumps(
+        health_json(
+            result.verdicts,
+            kernel=kernel,
+            threshold=threshold,
+            seconds=result.seconds,
+            network_note=result.network_note,
+            devices=devices.summary() if devices is not None else None,
+        ),
+        indent=2,
+    )
 
 
-def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str = DEFAULT_POLICY) -> Tuple[Plan, Preflight]:
+def preflight(
+    mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str = DEFAULT_POLICY
+) -> Tuple[Plan, Preflight]:
     """``run --preflight MODE``: check every inventory host (and, for an Ascend or GPU job, the
     devices the plan and the spares offer; ``device_checks``: ``--device-checks``), then keep,
     re-plan or stop.
@@ -124,23 +157,35 @@ def preflight(mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str
     result = check_hosts(spec, ssh, devices=devices)
     bad = [v for v in result.verdicts if not v.ok]
     used = {p.host for p in plan.ranks}
-    event = Preflight(mode, round(result.seconds, 2), result.network_note, tuple(PreflightHost(v.host, v.status, v.reason) for v in result.verdicts),
-                      devices.summary())
+    event = Preflight(
+        mode,
+        round(result.seconds, 2),
+        result.network_note,
+        tuple(PreflightHost(v.host, v.status, v.reason) for v in result.verdicts),
+        devices.summary(),
+    )
     if not bad:
         sys.stderr.write(f"mslaunch: preflight: all {len(result.verdicts)} host(s) ok ({result.seconds:.1f} s)\n")
         return plan, event
     if mode == "fail":
-        raise PlanError("; ".join(v.line() for v in bad) + "; fix or leave out these hosts "
-                        "(--preflight exclude uses spare hosts)", field="--preflight")
+        raise PlanError(
+            "; ".join(v.line() for v in bad) + "; fix or leave out these hosts (--preflight exclude uses spare hosts)",
+            field="--preflight",
+        )
     if mode == "warn":
         for v in bad:
-            sys.stderr.write(f"mslaunch: preflight: warning: {v.line()}{'' if v.host in used else ' (spare, not used)'}\n")
+            sys.stderr.write(
+                f"mslaunch: preflight: warning: {v.line()}{'' if v.host in used else ' (spare, not used)'}\n"
+            )
         return plan, event
     if spec.node is not None:  # per-node mode: this node plans only its own ranks
         import socket
 
-        raise PlanError(f"this node ({socket.gethostname()}) is {bad[0].reason}; in per-node mode (--node_rank) its ranks cannot move to "
-                        "another node: fix it, or let the cluster manager start this node's part elsewhere", field="--preflight")
+        raise PlanError(
+            f"this node ({socket.gethostname()}) is {bad[0].reason}; in per-node mode (--node_rank) its ranks cannot move to "
+            "another node: fix it, or let the cluster manager start this node's part elsewhere",
+            field="--preflight",
+        )
     exclusions = [Exclusion(v.host, v.reason, "preflight", 0) for v in bad]
     new = replan(spec, exclusions, plan.world_size)
     spares = set(spare_hosts(spec, plan))

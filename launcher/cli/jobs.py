@@ -1,4 +1,5 @@
 """``mslaunch logs``, ``ps``, ``status``, ``stop``."""
+
 from __future__ import annotations
 
 import json
@@ -175,7 +176,11 @@ def _age(started: Optional[float]) -> str:
     return f"{secs // 3600}h"
 
 
-def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finished jobs (default: running ones and the last 10).")) -> None:
+def ps_cmd(
+    all_jobs: bool = typer.Option(
+        False, "--all", "-a", help="Also finished jobs (default: running ones and the last 10)."
+    ),
+) -> None:
     """List jobs: id, state, ranks, age, log dir."""
     from rich.markup import escape
     from rich.table import Table
@@ -193,7 +198,13 @@ def ps_cmd(all_jobs: bool = typer.Option(False, "--all", "-a", help="Also finish
         table.add_column(col, overflow="fold")
     for j in jobs:
         state = j.state if j.problem is None else f"{j.state}: {j.problem}"
-        table.add_row(escape(j.job_id), escape(state), "-" if j.ranks is None else str(j.ranks), _age(j.started), escape(j.job_dir))
+        table.add_row(
+            escape(j.job_id),
+            escape(state),
+            "-" if j.ranks is None else str(j.ranks),
+            _age(j.started),
+            escape(j.job_dir),
+        )
     make_console().print(table)
 
 
@@ -217,9 +228,18 @@ def status_cmd(
                 data["problem"] = info.problem
         if info.summary is None:  # running (or ended without a summary): its processes from events.jsonl
             data = dict(data, processes=process_table(read_events(info.job_dir)))
-        data = dict(data, progress=[{"rank": r, "step": st.global_step if st.global_step is not None else st.step,
-                                     "loss": None if st.loss is None or st.loss != st.loss else st.loss, "epoch": st.epoch}
-                                    for r, st in sorted(progress.ranks.items())])
+        data = dict(
+            data,
+            progress=[
+                {
+                    "rank": r,
+                    "step": st.global_step if st.global_step is not None else st.step,
+                    "loss": None if st.loss is None or st.loss != st.loss else st.loss,
+                    "epoch": st.epoch,
+                }
+                for r, st in sorted(progress.ranks.items())
+            ],
+        )
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         sys.stdout.write(f"job {info.job_id}: {info.state}\n  log dir: {info.job_dir}\n")
@@ -233,7 +253,9 @@ def status_cmd(
         if info.slurm_job_id is not None:
             from launcher.execution.slurm.submit import job_state
 
-            sys.stdout.write(f"  slurm job: {info.slurm_job_id} ({job_state(info.slurm_job_id) or 'not in the queue'})\n")
+            sys.stdout.write(
+                f"  slurm job: {info.slurm_job_id} ({job_state(info.slurm_job_id) or 'not in the queue'})\n"
+            )
         for r, st in sorted(progress.ranks.items()):
             step = st.global_step if st.global_step is not None else st.step
             loss = "-" if st.loss is None else ("NaN/Inf" if st.loss != st.loss else f"{st.loss:.6g}")
@@ -244,7 +266,9 @@ def status_cmd(
             if isinstance(cause, dict) and cause:
                 from launcher.logs.causes import Cause, console_lines
 
-                sys.stdout.write(f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} (log {cause.get('log', '?')})\n")
+                sys.stdout.write(
+                    f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} (log {cause.get('log', '?')})\n"
+                )
                 judged = Cause.from_json(cause.get("cause"))
                 if judged is not None:
                     for line in console_lines(judged):
@@ -303,7 +327,9 @@ def _stop_slurm_job(info: "JobInfo", wait: float) -> bool:
     deadline = time.monotonic() + wait
     while job_state(sid) is not None:
         if time.monotonic() >= deadline:
-            raise JobError(f"job {info.job_id} (Slurm job {sid}) did not leave the queue within {wait:g} s", exit_code=1)
+            raise JobError(
+                f"job {info.job_id} (Slurm job {sid}) did not leave the queue within {wait:g} s", exit_code=1
+            )
         time.sleep(0.2)
     sys.stdout.write(f"stopped job {info.job_id} (scancel {info.slurm_job_id})\n")
     return True

@@ -9,6 +9,7 @@ can tell (the program, ``--env-file`` files) is left to the pods.
 
 The manifests are built by :mod:`launcher.planning.backends.k8s` (pure); ``-o FILE`` is written atomically.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,13 @@ CONTEXT = dict(PROGRAM_CONTEXT, allow_extra_args=True)
 _SET_BY_GEN = {
     "--node_rank": "the pods' node rank comes from the job (JOB_COMPLETION_INDEX, VC_TASK_INDEX or the operator)",
     "--master_addr": "the scheduler's address is node 0's DNS name (or the operator's MS_SCHED_HOST)",
-    "--hosts": "each pod runs its own node's ranks", "--host_list": "each pod runs its own node's ranks",
-    "--include": "each pod runs its own node's ranks", "--exclude": "each pod runs its own node's ranks",
+    "--hosts": "each pod runs its own node's ranks",
+    "--host_list": "each pod runs its own node's ranks",
+    "--include": "each pod runs its own node's ranks",
+    "--exclude": "each pod runs its own node's ranks",
     "--launcher": "each pod starts its ranks itself (local)",
-    "--dry-run": "the pods would plan and exit", "--detach": "a pod ends when its main process returns",
+    "--dry-run": "the pods would plan and exit",
+    "--detach": "a pod ends when its main process returns",
 }
 #: run options whose value the manifest carries itself (taken out of the pass-through arguments).
 _MASTER_PORT = ("--master_port", "--master-port")
@@ -66,8 +70,9 @@ def _names(command: Any) -> Tuple[Dict[str, Any], FrozenSet[str]]:
     return by_name, frozenset(flags)
 
 
-def split_args(args: List[str], gen: Tuple[Dict[str, Any], FrozenSet[str]],
-               run: Tuple[Dict[str, Any], FrozenSet[str]]) -> Tuple[List[str], List[List[str]], List[str]]:
+def split_args(
+    args: List[str], gen: Tuple[Dict[str, Any], FrozenSet[str]], run: Tuple[Dict[str, Any], FrozenSet[str]]
+) -> Tuple[List[str], List[List[str]], List[str]]:
     """Split what follows the first run option into gen options, run options (one list of tokens
     per option) and SCRIPT with its ARGS.  An option is gen's if gen has that name, else run's;
     whether it takes a value is read from its owner's parameter."""
@@ -77,7 +82,7 @@ def split_args(args: List[str], gen: Tuple[Dict[str, Any], FrozenSet[str]],
     while i < len(args):
         a = args[i]
         if a == "--":
-            return gen_tokens, run_groups, args[i + 1:]
+            return gen_tokens, run_groups, args[i + 1 :]
         if not a.startswith("-") or a == "-":
             return gen_tokens, run_groups, args[i:]
         name, eq, _ = a.partition("=")
@@ -146,13 +151,21 @@ def _check_run(opts: JobOptions, params: Dict[str, Any], groups: List[List[str]]
         if param is None:
             continue
         for own, why in _SET_BY_GEN.items():
-            if own in param.opts or own in param.secondary_opts or (param.name and own.lstrip("-").replace("-", "_") == param.name):
+            if (
+                own in param.opts
+                or own in param.secondary_opts
+                or (param.name and own.lstrip("-").replace("-", "_") == param.name)
+            ):
                 raise PlanError(f"{name} is set by mslaunch k8s gen: {why}; drop it", field=name)
     from launcher.cli.run import TEE_MODES
     from launcher.execution.settings import SuperviseOptions
 
-    SuperviseOptions(grace=params["grace"], timeout=params["timeout"], start_timeout=params["start_timeout"],
-                     max_restarts=params["max_restarts"])  # run's own checks of these
+    SuperviseOptions(
+        grace=params["grace"],
+        timeout=params["timeout"],
+        start_timeout=params["start_timeout"],
+        max_restarts=params["max_restarts"],
+    )  # run's own checks of these
     if params.get("tee") is not None and params["tee"] not in TEE_MODES:
         raise PlanError(f"unknown --tee mode {params['tee']!r}; use one of {', '.join(TEE_MODES)}", field="--tee")
     if opts.join is not None:
@@ -163,14 +176,21 @@ def _check_run(opts: JobOptions, params: Dict[str, Any], groups: List[List[str]]
     from launcher.planning.job.kinds import Method
 
     if opts.method != Method.DYNAMIC and opts.method in tuple(m.value for m in Method):
-        raise PlanError(f"--method {opts.method}: the pods run MindSpore's dynamic cluster (per-node mode); drop --method",
-                        field="--method")
+        raise PlanError(
+            f"--method {opts.method}: the pods run MindSpore's dynamic cluster (per-node mode); drop --method",
+            field="--method",
+        )
     if opts.master_port.strip().lower() == "auto":
-        raise PlanError("--master_port auto cannot work across pods (each would pick its own); give a port number", field="--master_port")
+        raise PlanError(
+            "--master_port auto cannot work across pods (each would pick its own); give a port number",
+            field="--master_port",
+        )
     try:
         return int(opts.master_port)
     except ValueError:
-        raise PlanError(f"--master-port must be a port number, got {opts.master_port!r}", field="--master-port") from None
+        raise PlanError(
+            f"--master-port must be a port number, got {opts.master_port!r}", field="--master-port"
+        ) from None
 
 
 def _plan_stand_ins(opts: JobOptions, nodes: int, per_host: int) -> None:
@@ -181,10 +201,20 @@ def _plan_stand_ins(opts: JobOptions, nodes: int, per_host: int) -> None:
     from launcher.planning.cpu.tuning import CPU_TUNE_MODES
 
     if opts.cpu_tune.strip().lower() not in CPU_TUNE_MODES:  # the stand-ins plan with it off (no probe of this machine)
-        raise PlanError(f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune")
+        raise PlanError(
+            f"unknown --cpu-tune {opts.cpu_tune!r}; use one of {', '.join(CPU_TUNE_MODES)}", field="--cpu-tune"
+        )
     for node in sorted({0, nodes - 1}):
-        stand_in = replace(opts, np=nodes * per_host, per_host=per_host, node_rank=str(node), master_addr=None,
-                           cpu_tune="off", env_file=(), rank_table_file=None)
+        stand_in = replace(
+            opts,
+            np=nodes * per_host,
+            per_host=per_host,
+            node_rank=str(node),
+            master_addr=None,
+            cpu_tune="off",
+            env_file=(),
+            rank_table_file=None,
+        )
         build_plan(build_spec(stand_in))
 
 
@@ -203,16 +233,30 @@ def _escape(arg: str) -> str:
 def gen_cmd(
     ctx: typer.Context,
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Pods, one per node (required)."),
-    per_host: Optional[int] = typer.Option(None, "--per-host", "--local-worker-num", "--local_worker_num", help="Ranks per pod (required)."),
-    np: Optional[int] = typer.Option(None, "--np", "-n", "--worker-num", "--worker_num", help="Total ranks: must be nodes x per-host (the default)."),
-    image: Optional[str] = typer.Option(None, "--image", help="Container image with mslaunch and the program (required)."),
+    per_host: Optional[int] = typer.Option(
+        None, "--per-host", "--local-worker-num", "--local_worker_num", help="Ranks per pod (required)."
+    ),
+    np: Optional[int] = typer.Option(
+        None, "--np", "-n", "--worker-num", "--worker_num", help="Total ranks: must be nodes x per-host (the default)."
+    ),
+    image: Optional[str] = typer.Option(
+        None, "--image", help="Container image with mslaunch and the program (required)."
+    ),
     name: Optional[str] = typer.Option(None, "--name", help="Job name, a DNS label (default: from SCRIPT)."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="metadata.namespace (default: kubectl's current)."),
-    flavor: str = typer.Option("indexed", "--flavor", help="indexed (plain Kubernetes >= 1.27) | volcano | ascendjob (MindCluster's Ascend Operator)."),
+    namespace: Optional[str] = typer.Option(
+        None, "--namespace", help="metadata.namespace (default: kubectl's current)."
+    ),
+    flavor: str = typer.Option(
+        "indexed",
+        "--flavor",
+        help="indexed (plain Kubernetes >= 1.27) | volcano | ascendjob (MindCluster's Ascend Operator).",
+    ),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
     cpu: Optional[str] = typer.Option(None, "--cpu", help="CPU per pod (requests = limits), e.g. 8 or 7500m."),
     memory: Optional[str] = typer.Option(None, "--memory", help="Memory per pod (requests = limits), e.g. 64Gi."),
-    workdir: Optional[str] = typer.Option(None, "--workdir", help="The container's working directory (default: the image's)."),
+    workdir: Optional[str] = typer.Option(
+        None, "--workdir", help="The container's working directory (default: the image's)."
+    ),
 ) -> None:
     """Write the manifests of a job whose pods each run 'mslaunch run' for one node.
 
@@ -228,7 +272,10 @@ def gen_cmd(
     params = _merge_moved(ctx, moved)
     for flag, key in (("--nodes", "nodes"), ("--per-host", "per_host"), ("--image", "image")):
         if params[key] is None:
-            raise PlanError(f"missing {flag}: mslaunch k8s gen --nodes N --per-host K --image IMAGE [run options] SCRIPT", field=flag)
+            raise PlanError(
+                f"missing {flag}: mslaunch k8s gen --nodes N --per-host K --image IMAGE [run options] SCRIPT",
+                field=flag,
+            )
     nodes_n, per, img = int(params["nodes"]), int(params["per_host"]), str(params["image"])
     if params["flavor"] not in FLAVORS:
         raise PlanError(f"unknown flavor {params['flavor']!r}; use one of {', '.join(FLAVORS)}", field="--flavor")
@@ -237,8 +284,10 @@ def gen_cmd(
     if per < 1:
         raise PlanError(f"--per-host must be at least 1, got {per}", field="--per-host")
     if params["np"] is not None and params["np"] != nodes_n * per:
-        raise PlanError(f"--np {params['np']} is not --nodes x --per-host = {nodes_n} x {per} = {nodes_n * per}; drop --np or fix it",
-                        field="--np")
+        raise PlanError(
+            f"--np {params['np']} is not --nodes x --per-host = {nodes_n} x {per} = {nodes_n * per}; drop --np or fix it",
+            field="--np",
+        )
     opts, run_params = _parse_run(ctx, groups, program)
     port = _check_run(opts, run_params, groups, run_names[0])
     if not opts.program and not opts.module:
@@ -249,13 +298,22 @@ def gen_cmd(
     env_pairs = dict(envs.parse_env_assignment(e) for e in opts.env)
     device = device_target(((opts.module,) if opts.module else ()) + opts.program, env_pairs)
     # pass-through run options: as given, minus the scheduler port (the manifest carries it)
-    keep = [g for g in groups if g[0].partition("=")[0] not in _MASTER_PORT] if params["flavor"] != "ascendjob" else groups
+    keep = (
+        [g for g in groups if g[0].partition("=")[0] not in _MASTER_PORT] if params["flavor"] != "ascendjob" else groups
+    )
     job = K8sJob(
         name=params["name"] if params["name"] is not None else _default_name(program, opts.module),
-        image=img, nodes=nodes_n, per_host=per,
+        image=img,
+        nodes=nodes_n,
+        per_host=per,
         run_args=tuple(_escape(t) for t in [t for g in keep for t in g] + program),
-        flavor=params["flavor"], namespace=params["namespace"], master_port=port, workdir=params["workdir"],
-        cpu=params["cpu"], memory=params["memory"], device=device.upper() if device else None,
+        flavor=params["flavor"],
+        namespace=params["namespace"],
+        master_port=port,
+        workdir=params["workdir"],
+        cpu=params["cpu"],
+        memory=params["memory"],
+        device=device.upper() if device else None,
         grace=float(run_params["grace"]),
     )
     text = render_manifests(job)  # checks the job's own fields (name, image, quantities...)

@@ -1,5 +1,6 @@
 """msrun's flags that need parsing: ``--join``, ``--node_rank auto``, ``--bind_numa``,
 ``--tail_worker_log`` (pure functions; :mod:`launcher.cli.options` uses them)."""
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,9 @@ def node_rank_from_env(environ: Mapping[str, str]) -> Tuple[int, str]:
         if value < 0:
             raise PlanError(f"{name}={text!r} is not a node index", field="--node_rank")
         return value, name
-    raise PlanError(f"--node_rank auto: none of {', '.join(NODE_RANK_VARS)} is set; pass --node_rank N", field="--node_rank")
+    raise PlanError(
+        f"--node_rank auto: none of {', '.join(NODE_RANK_VARS)} is set; pass --node_rank N", field="--node_rank"
+    )
 
 
 def parse_bind_numa(text: Optional[str]) -> Tuple[Tuple[str, str], ...]:
@@ -72,7 +75,9 @@ def parse_bind_numa(text: Optional[str]) -> Tuple[Tuple[str, str], ...]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        raise PlanError(f"expected True, False, a JSON dict or a .json file, got {text!r}", field="--bind_numa") from None
+        raise PlanError(
+            f"expected True, False, a JSON dict or a .json file, got {text!r}", field="--bind_numa"
+        ) from None
     if not isinstance(value, dict):
         raise PlanError(f"expected a JSON dict, got {text!r}", field="--bind_numa")
     if any(k in value for k in ("bind_config", "bind_cpu", "bind_memory")):
@@ -81,8 +86,12 @@ def parse_bind_numa(text: Optional[str]) -> Tuple[Tuple[str, str], ...]:
     for key, nodes in value.items():
         if not re.fullmatch(r"device\d+|scheduler", key):
             raise PlanError(f"key {key!r} must be 'scheduler' or 'deviceN'", field="--bind_numa")
-        if not isinstance(nodes, list) or not all(isinstance(n, str) and re.fullmatch(r"\d+-\d+|\d+(,\d+)*", re.sub(r"\s+", "", n)) for n in nodes):
-            raise PlanError(f"{key}: expected a list of NUMA ids like [\"0\"] or [\"0-1\"], got {nodes!r}", field="--bind_numa")
+        if not isinstance(nodes, list) or not all(
+            isinstance(n, str) and re.fullmatch(r"\d+-\d+|\d+(,\d+)*", re.sub(r"\s+", "", n)) for n in nodes
+        ):
+            raise PlanError(
+                f'{key}: expected a list of NUMA ids like ["0"] or ["0-1"], got {nodes!r}', field="--bind_numa"
+            )
         out.append((key, ",".join(re.sub(r"\s+", "", n) for n in nodes)))
     return tuple(out)
 

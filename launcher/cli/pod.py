@@ -9,6 +9,7 @@
   per-node mode print every local rank's lines, prefixed, unless ``--tee`` or msrun's
   ``--tail_worker_log`` says otherwise.
 """
+
 from __future__ import annotations
 
 import sys
@@ -51,7 +52,9 @@ def resolve_master(opts: JobOptions, start_timeout: float, environ: Mapping[str,
     from launcher.execution.resolve import wait_resolved
 
     def waiting() -> None:
-        sys.stderr.write(f"mslaunch: waiting for the scheduler's address {addr} to resolve (--start-timeout {start_timeout:g} s)\n")
+        sys.stderr.write(
+            f"mslaunch: waiting for the scheduler's address {addr} to resolve (--start-timeout {start_timeout:g} s)\n"
+        )
         sys.stderr.flush()
 
     ip = wait_resolved(addr, start_timeout, on_wait=waiting)

@@ -14,6 +14,7 @@ mslaunch runs, and where ``mslaunch sbatch``'s batch script ``cd``'s to):
 msrun and torchrun check none of this: each rank fails on its own after the job started; here
 the error is one line before anything is started, written or submitted.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,18 +57,26 @@ def check_program(spec: JobSpec, environ: Mapping[str, str]) -> None:
     name = spec.program[0]
     if spec.module:
         if not _MODULE_RE.match(name):
-            raise PlanError(f"{name!r} is not a module name (dotted identifiers, e.g. pkg.train); to run a file, drop -m", field="-m")
+            raise PlanError(
+                f"{name!r} is not a module name (dotted identifiers, e.g. pkg.train); to run a file, drop -m",
+                field="-m",
+            )
         return
     path = os.path.join(spec.cwd, name)
     if spec.no_python:
         if "/" not in name:
             if shutil.which(name, path=_path_of(spec, environ) or os.defpath) is None:
-                raise PlanError(f"no program {name!r} on the ranks' PATH; give its path (./{name}) or set --env PATH=...", field="SCRIPT")
+                raise PlanError(
+                    f"no program {name!r} on the ranks' PATH; give its path (./{name}) or set --env PATH=...",
+                    field="SCRIPT",
+                )
             return
         if not os.path.isfile(path):
             raise PlanError(f"no such file {name!r} (in {spec.cwd}); {_FORMS}", field="SCRIPT")
         if not os.access(path, os.X_OK):
-            raise PlanError(f"{name!r} is not executable; chmod +x it, or run it under Python (drop --no-python)", field="SCRIPT")
+            raise PlanError(
+                f"{name!r} is not executable; chmod +x it, or run it under Python (drop --no-python)", field="SCRIPT"
+            )
         return
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "__main__.py")):

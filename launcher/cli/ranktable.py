@@ -7,6 +7,7 @@ flag), reported by :func:`launcher.cli.app.main` as ``mslaunch: error: <where>: 
 Only ``show`` imports rich; ``gen`` stays on a lean import path (its start-up is benchmarked in
 ``bench/bench_ranktable.py``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,6 +58,7 @@ def main(args: List[str]) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
 
+
 _VERSION_HELP = "Rank table version: 1.0 (Ascend 910/910B) or 1.2 (Atlas A3 SuperPoD)."
 _CHIP_HELP = (
     "Device rules to check: 910 (1, 2, 4 or 8 devices per server; 8 when multi-server) or 910b (1-8). "
@@ -104,9 +106,7 @@ def _hccn_files(pairs: List[str], all_hosts: List[str], kept: List[str]) -> Dict
         if not sep or not host or not path:
             raise RankTableError(f"expected HOST=PATH, got {text!r}", field="--hccn")
         if host not in all_hosts:
-            raise RankTableError(
-                f"host {host!r} is not in the inventory ({', '.join(all_hosts)})", field="--hccn"
-            )
+            raise RankTableError(f"host {host!r} is not in the inventory ({', '.join(all_hosts)})", field="--hccn")
         if host in out:
             raise RankTableError(f"host {host!r} is given twice", field="--hccn")
         out[host] = path
@@ -132,10 +132,15 @@ def _emit(text: str, output: Optional[str], table: Any) -> None:
 @_gc_paused
 def gen(
     hosts: Optional[str] = typer.Option(
-        None, "--hosts", "--hostfile", "-f",
+        None,
+        "--hosts",
+        "--hostfile",
+        "-f",
         help="Hostfile, YAML cluster file, or a Slurm hostlist (node[01-04], 8 devices each unless node[01-04]:N).",
     ),
-    host_list: Optional[str] = typer.Option(None, "-H", "--host", help="Hosts as h1:8,h2:8 or node[1-4]:8 (instead of --hosts)."),
+    host_list: Optional[str] = typer.Option(
+        None, "-H", "--host", help="Hosts as h1:8,h2:8 or node[1-4]:8 (instead of --hosts)."
+    ),
     hccn_dir: Optional[str] = typer.Option(
         None, "--hccn-dir", help="Folder of hccn.conf copies named <host> or <host>.conf."
     ),
@@ -152,7 +157,9 @@ def gen(
     collect: bool = typer.Option(
         False, "--collect", help="Read every host's hccn.conf over SSH, in parallel (--hccn still wins)."
     ),
-    hccn_path: str = typer.Option("/etc/hccn.conf", "--hccn-path", help="With --collect: the file to read on each host."),
+    hccn_path: str = typer.Option(
+        "/etc/hccn.conf", "--hccn-path", help="With --collect: the file to read on each host."
+    ),
     *,
     ssh: SSHSettings,
 ) -> None:
@@ -182,7 +189,9 @@ def gen(
 
         wanted = [h for h in inventory.hosts if h.name not in files]
         texts = collect_files(wanted, hccn_path, ssh)
-        collected = {f"{name}:{hccn_path}": parse_hccn_conf(text, path=f"{name}:{hccn_path}") for name, text in texts.items()}
+        collected = {
+            f"{name}:{hccn_path}": parse_hccn_conf(text, path=f"{name}:{hccn_path}") for name, text in texts.items()
+        }
         files.update({name: f"{name}:{hccn_path}" for name in texts})
         read = lambda path: collected[path] if path in collected else read_hccn_conf(path)  # noqa: E731  (a one-line local helper)
     if read is None:
@@ -245,7 +254,9 @@ RICH_ROWS = 2000
 @_gc_paused
 def show(
     file: str = typer.Argument(..., help="The rank table JSON file.", metavar="FILE"),
-    show_all: bool = typer.Option(False, "--all", help="Every server of a big table (else a summary and the first/last ones)."),
+    show_all: bool = typer.Option(
+        False, "--all", help="Every server of a big table (else a summary and the first/last ones)."
+    ),
 ) -> None:
     """Print a rank table as a table: server, device, device IP, rank (and host IP / SuperPoD for 1.2).
 
@@ -261,8 +272,10 @@ def show(
     v12 = table.get("version") == "1.2"
     pods = _super_pods(table) if v12 else {}
     n_servers, n_devices = table_size(table)
-    head = [f"{file}: version {_text(table.get('version'))}, status {_text(table.get('status'))}, "
-            f"{n_servers} servers, {n_devices} devices"]
+    head = [
+        f"{file}: version {_text(table.get('version'))}, status {_text(table.get('status'))}, "
+        f"{n_servers} servers, {n_devices} devices"
+    ]
     groups = _device_rows(servers, v12, pods)
     hidden = 0
     if not show_all and len(groups) > SHOW_SERVERS_OVER:
@@ -277,7 +290,9 @@ def show(
     else:
         sys.stdout.write("\n".join(head) + "\n" + _plain_table(_columns(v12), groups))
     if hidden:
-        sys.stdout.write(f"... {hidden} servers ({hidden_devices} devices) not shown: mslaunch ranktable show --all {file}\n")
+        sys.stdout.write(
+            f"... {hidden} servers ({hidden_devices} devices) not shown: mslaunch ranktable show --all {file}\n"
+        )
 
 
 def _columns(v12: bool) -> List[Tuple[str, str]]:
@@ -336,7 +351,9 @@ def _summary(groups: List[List[List[str]]], pods: Dict[str, str]) -> str:
     for rows in groups:
         per_server[len(rows)] = per_server.get(len(rows), 0) + 1
     counts = ", ".join(f"{n} on {k} server{'s' if k != 1 else ''}" for n, k in sorted(per_server.items()))
-    text = f"ranks {min(ranks)}..{max(ranks)}; devices per server: {counts}" if ranks else f"devices per server: {counts}"
+    text = (
+        f"ranks {min(ranks)}..{max(ranks)}; devices per server: {counts}" if ranks else f"devices per server: {counts}"
+    )
     if pods:
         text += f"; {len(set(pods.values()))} SuperPoDs"
     return text

@@ -1,4 +1,5 @@
 """rich rendering of plans and job results for the CLI."""
+
 from __future__ import annotations
 
 import shlex
@@ -56,16 +57,27 @@ def print_plan(plan: Plan, everything: bool = False) -> None:
     con = console()
     out = con.print
     hosts = plan.hosts
-    shown_hosts = ",".join(h.name for h in hosts) if len(hosts) <= 2 * PLAN_EDGE or everything else (
-        ",".join(h.name for h in hosts[:PLAN_EDGE]) + f",... ({len(hosts)} hosts)")
-    out(f"[bold]job[/bold] {plan.job_id}  method={plan.method}  launcher={plan.launcher}  "
-        f"world_size={plan.world_size}  hosts={shown_hosts}", soft_wrap=True, highlight=False)
+    shown_hosts = (
+        ",".join(h.name for h in hosts)
+        if len(hosts) <= 2 * PLAN_EDGE or everything
+        else (",".join(h.name for h in hosts[:PLAN_EDGE]) + f",... ({len(hosts)} hosts)")
+    )
+    out(
+        f"[bold]job[/bold] {plan.job_id}  method={plan.method}  launcher={plan.launcher}  "
+        f"world_size={plan.world_size}  hosts={shown_hosts}",
+        soft_wrap=True,
+        highlight=False,
+    )
     out(f"[bold]job dir[/bold] {plan.job_dir}", soft_wrap=True)
     reached = [h for h in hosts if h.ssh.user is not None or h.ssh.port is not None]
     for h in reached if everything or len(reached) <= 2 * PLAN_EDGE else reached[:PLAN_EDGE]:
         out(f"[bold]ssh[/bold] {h.name}: {ssh_text(h.ssh)}", soft_wrap=True, highlight=False)
     if len(reached) > 2 * PLAN_EDGE and not everything:
-        out(f"[bold]ssh[/bold] ... {len(reached) - PLAN_EDGE} more hosts with their own ssh user or port", soft_wrap=True, highlight=False)
+        out(
+            f"[bold]ssh[/bold] ... {len(reached) - PLAN_EDGE} more hosts with their own ssh user or port",
+            soft_wrap=True,
+            highlight=False,
+        )
     if plan.scheduler is not None:
         out(f"[bold]scheduler[/bold] {plan.master_addr}:{plan.master_port} on {plan.scheduler.host}", soft_wrap=True)
     procs = plan.processes
@@ -139,7 +151,9 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
     con = console(stderr=True)
     secs = result.ended - result.started
     if quiet:
-        con.print(f"mslaunch: job {result.job_id} {result.status} (exit {result.exit_code}) in {secs:.1f} s", highlight=False)
+        con.print(
+            f"mslaunch: job {result.job_id} {result.status} (exit {result.exit_code}) in {secs:.1f} s", highlight=False
+        )
         return
     title = f"job {result.job_id}: {result.status} in {secs:.1f} s"
     wide = con.is_terminal  # else the table is as wide as its cells: paths whole, no padded title
@@ -177,7 +191,11 @@ def print_result(result: "JobResult", quiet: bool = False) -> None:
 
         for line in console_lines(result.root_cause.cause):
             con.print(f"mslaunch: {line}", highlight=False, markup=False, soft_wrap=True)
-    con.print(f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json", highlight=False, soft_wrap=True)
+    con.print(
+        f"mslaunch: exit code {result.exit_code}; summary: {result.job_dir}/summary.json",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def hang_table(hang: "HangReport") -> Any:
@@ -192,5 +210,13 @@ def hang_table(hang: "HangReport") -> Any:
         mark = " <- likely culprit" if r.rank == culprit else ""
         silent = "-" if r.silent_s is None else f"{r.silent_s:g} s"
         inside = {True: "yes", False: "no"}.get(r.in_collective, "timed out" if r.timed_out else "?")  # type: ignore[arg-type]  # None (unknown) takes the default, as meant
-        table.add_row(f"{r.rank}{mark}", str(r.host), r.last_step or "-", silent, r.where, inside, style="bold red" if mark else None)
+        table.add_row(
+            f"{r.rank}{mark}",
+            str(r.host),
+            r.last_step or "-",
+            silent,
+            r.where,
+            inside,
+            style="bold red" if mark else None,
+        )
     return table

@@ -1,4 +1,5 @@
 """``mslaunch run``: plan, start, supervise, report."""
+
 from __future__ import annotations
 
 import os
@@ -40,48 +41,136 @@ def register(app: typer.Typer) -> None:
 @with_ssh_settings("accept_new", "connect_timeout", "start_timeout")
 def run_cmd(
     ctx: typer.Context,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and start nothing (the options and the program are checked first).", rich_help_panel="Run"),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the plan and start nothing (the options and the program are checked first).",
+        rich_help_panel="Run",
+    ),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON.", rich_help_panel="Run"),
-    grace: float = typer.Option(SuperviseOptions.grace, "--grace", help="Seconds between SIGTERM and SIGKILL at teardown.", rich_help_panel="Run"),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"),
-    start_timeout: float = typer.Option(SuperviseOptions.start_timeout, "--start-timeout", help="Seconds for the scheduler's port to accept.", rich_help_panel="Run"),
-    max_restarts: int = typer.Option(SuperviseOptions.max_restarts, "--max-restarts", help=(
-            "Restart the whole job this many times after a failure or a hang."), rich_help_panel="Run"),
-    hang_timeout: str = typer.Option("auto", "--hang-timeout", help=(
+    grace: float = typer.Option(
+        SuperviseOptions.grace,
+        "--grace",
+        help="Seconds between SIGTERM and SIGKILL at teardown.",
+        rich_help_panel="Run",
+    ),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", help="Bound on the whole job, s (exit 124).", rich_help_panel="Run"
+    ),
+    start_timeout: float = typer.Option(
+        SuperviseOptions.start_timeout,
+        "--start-timeout",
+        help="Seconds for the scheduler's port to accept.",
+        rich_help_panel="Run",
+    ),
+    max_restarts: int = typer.Option(
+        SuperviseOptions.max_restarts,
+        "--max-restarts",
+        help=("Restart the whole job this many times after a failure or a hang."),
+        rich_help_panel="Run",
+    ),
+    hang_timeout: str = typer.Option(
+        "auto",
+        "--hang-timeout",
+        help=(
             "auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this long;"
-            " auto = max(60 s, 5 x the longest step interval), armed once a rank logs a step (auto:FLOOR sets the 60 s). See docs/long-jobs.md."), rich_help_panel="Long jobs"),
-    first_step_timeout: Optional[str] = typer.Option(None, "--first-step-timeout", help=(
-            "SECONDS | off: hung when no rank logged a step this long after the start (default off)."), rich_help_panel="Long jobs"),
-    restart_delay: float = typer.Option(SuperviseOptions.restart_delay, "--restart-delay", help=(
+            " auto = max(60 s, 5 x the longest step interval), armed once a rank logs a step (auto:FLOOR sets the 60 s). See docs/long-jobs.md."
+        ),
+        rich_help_panel="Long jobs",
+    ),
+    first_step_timeout: Optional[str] = typer.Option(
+        None,
+        "--first-step-timeout",
+        help=("SECONDS | off: hung when no rank logged a step this long after the start (default off)."),
+        rich_help_panel="Long jobs",
+    ),
+    restart_delay: float = typer.Option(
+        SuperviseOptions.restart_delay,
+        "--restart-delay",
+        help=(
             "Seconds to wait before a restart, after every process of the previous attempt is gone (Ascend: ~10 s to "
-            "release devices)."), rich_help_panel="Long jobs"),
-    host_failures: int = typer.Option(SuperviseOptions.host_failures, "--host-failures", help=(
+            "release devices)."
+        ),
+        rich_help_panel="Long jobs",
+    ),
+    host_failures: int = typer.Option(
+        SuperviseOptions.host_failures,
+        "--host-failures",
+        help=(
             "After N failures blamed on one host (a rank killed by a signal, a hang's culprit), restarts leave it out and "
             "move its ranks to spare hosts (hosts given no rank); a lost host is left out at once; 0: never for failures. "
-            "See docs/spare-hosts.md."), rich_help_panel="Long jobs"),
-    tee: Optional[str] = typer.Option(None, "--tee", help=(
+            "See docs/spare-hosts.md."
+        ),
+        rich_help_panel="Long jobs",
+    ),
+    tee: Optional[str] = typer.Option(
+        None,
+        "--tee",
+        help=(
             "Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live "
-            "per-rank view (as mslaunch top) plus every rank's error lines; else errors."), rich_help_panel="Run"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"),
-    detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"),
-    summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"),
-    junit: Optional[str] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"),
-    sched_wait: bool = typer.Option(True, "--sched-wait/--no-sched-wait", help=(
+            "per-rank view (as mslaunch top) plus every rank's error lines; else errors."
+        ),
+        rich_help_panel="Run",
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No rank output, only the final summary line.", rich_help_panel="Run"
+    ),
+    detach: bool = typer.Option(
+        False, "--detach", "-d", help="Start in the background; print the job id and return.", rich_help_panel="Run"
+    ),
+    summary_json: Optional[str] = typer.Option(
+        None, "--summary-json", help="Also write summary.json here.", rich_help_panel="CI"
+    ),
+    junit: Optional[str] = typer.Option(
+        None, "--junit", help="Write a JUnit XML report here (one testcase per rank).", rich_help_panel="CI"
+    ),
+    sched_wait: bool = typer.Option(
+        True,
+        "--sched-wait/--no-sched-wait",
+        help=(
             "Start workers once the scheduler's port accepts (default), or right away (faster start; workers retry "
-            "registering)."), rich_help_panel="Run"),
-    zygote: Optional[bool] = typer.Option(None, "--zygote/--no-zygote", help=(
+            "registering)."
+        ),
+        rich_help_panel="Run",
+    ),
+    zygote: Optional[bool] = typer.Option(
+        None,
+        "--zygote/--no-zygote",
+        help=(
             "Import MindSpore once and fork each local Python rank from it (faster start). Default: on for MindSpore CPU "
             "jobs of the local launcher, with a fallback to plain processes when the import is not fork-safe; --no-zygote: "
-            "plain processes."), rich_help_panel="Run"),
-    preflight: Optional[str] = typer.Option(None, "--preflight", metavar="MODE", help=(
+            "plain processes."
+        ),
+        rich_help_panel="Run",
+    ),
+    preflight: Optional[str] = typer.Option(
+        None,
+        "--preflight",
+        metavar="MODE",
+        help=(
             "exclude | warn | fail: check every inventory host (compute kernel, paired transfers) before starting; exclude "
-            "plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See docs/health.md."), rich_help_panel="Run"),
-    device_checks: str = typer.Option("try", "--device-checks", help=(
+            "plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See docs/health.md."
+        ),
+        rich_help_panel="Run",
+    ),
+    device_checks: str = typer.Option(
+        "try",
+        "--device-checks",
+        help=(
             "--preflight, Ascend and GPU jobs: off | try | require: check the planned NPUs/GPUs with the hosts' tools; "
-            "require also fails a host whose device checks could not run."), rich_help_panel="Run"),
-    minimal_scheduler: Optional[bool] = typer.Option(None, "--minimal-scheduler/--script-scheduler", help=(
+            "require also fails a host whose device checks could not run."
+        ),
+        rich_help_panel="Run",
+    ),
+    minimal_scheduler: Optional[bool] = typer.Option(
+        None,
+        "--minimal-scheduler/--script-scheduler",
+        help=(
             "With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() alone "
-            "(default), or runs your script as msrun does (--script-scheduler)."), rich_help_panel="Run"),
+            "(default), or runs your script as msrun does (--script-scheduler)."
+        ),
+        rich_help_panel="Run",
+    ),
     *,
     opts: JobOptions,
     ssh: SSHSettings,
@@ -95,9 +184,16 @@ def run_cmd(
     tee, live = _console_mode(opts, tee, quiet, detach)
     from launcher.logs.hang import HangPolicy
 
-    options = SuperviseOptions(grace=grace, timeout=timeout, start_timeout=start_timeout, max_restarts=max_restarts, scheduler_first=sched_wait,
-                               hang=HangPolicy.parse(hang_timeout, first_step_timeout), restart_delay=restart_delay,
-                               host_failures=host_failures)
+    options = SuperviseOptions(
+        grace=grace,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        max_restarts=max_restarts,
+        scheduler_first=sched_wait,
+        hang=HangPolicy.parse(hang_timeout, first_step_timeout),
+        restart_delay=restart_delay,
+        host_failures=host_failures,
+    )
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
     opts = _run_options(opts, stand_in_env, dry_run, start_timeout)
     from launcher.cli.health import check_mode
@@ -127,10 +223,18 @@ def run_cmd(
     from launcher.cli.startmode import choose
 
     start = replace(choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler), keep_zygote=not opts.cold_restarts)
-    console = Console(plan, "none" if quiet else tee, tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
-                       tail_all=opts.tail_worker_log is not None, live=live, start_note=start.note)
+    console = Console(
+        plan,
+        "none" if quiet else tee,
+        tail_ranks(opts.tail_worker_log) if opts.tail_worker_log is not None else None,
+        tail_all=opts.tail_worker_log is not None,
+        live=live,
+        start_note=start.note,
+    )
     result = _supervise(spec, plan, options, ssh, start, console, pre_event)
-    problems = _write_ci_outputs(result, summary_json, junit)  # a CI output that cannot be written never hides the job's result
+    problems = _write_ci_outputs(
+        result, summary_json, junit
+    )  # a CI output that cannot be written never hides the job's result
     from launcher.cli.render import print_result
 
     print_result(result, quiet=quiet)
@@ -159,7 +263,9 @@ def _console_mode(opts: JobOptions, tee: Optional[str], quiet: bool, detach: boo
     return tee, live
 
 
-def _run_options(opts: JobOptions, stand_in_env: Optional[Mapping[str, str]], dry_run: bool, start_timeout: float) -> JobOptions:
+def _run_options(
+    opts: JobOptions, stand_in_env: Optional[Mapping[str, str]], dry_run: bool, start_timeout: float
+) -> JobOptions:
     """The options as this run plans with them: checked against ``mslaunch sbatch``'s stand-in
     allocation (``stand_in_env``), or, for a real start in per-node mode, with the scheduler's
     name resolved to its address (a pod's DNS name: waited for within ``start_timeout``).
@@ -189,7 +295,9 @@ def _print_plan(plan: Plan, as_json: bool) -> None:
     print_plan(plan)
 
 
-def _preflight(mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings, device_checks: str = "try") -> Tuple[Plan, Optional[Preflight]]:
+def _preflight(
+    mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings, device_checks: str = "try"
+) -> Tuple[Plan, Optional[Preflight]]:
     """``--preflight MODE``: the health check of every host, and the plan to run (``exclude``:
     planned around slow or faulty hosts); with the check's event for the job's metrics (None
     without ``--preflight``)."""
@@ -200,8 +308,15 @@ def _preflight(mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings,
     return run_preflight(mode, spec, plan, ssh, device_checks)
 
 
-def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSettings, start: "StartMode", console: Console,
-               pre_event: Optional[Preflight]) -> Any:
+def _supervise(
+    spec: JobSpec,
+    plan: Plan,
+    options: SuperviseOptions,
+    ssh: SSHSettings,
+    start: "StartMode",
+    console: Console,
+    pre_event: Optional[Preflight],
+) -> Any:
     """Start the job and supervise it to its end, its ranks' output on ``console``; the result
     (a :class:`~launcher.execution.results.JobResult`).
 
@@ -220,12 +335,27 @@ def _supervise(spec: JobSpec, plan: Plan, options: SuperviseOptions, ssh: SSHSet
         console.start()
 
     try:
-        return run_plan(plan, options, sys.argv, on_event=console.event, on_started=started,
-                        replan=(lambda exclusions: replan(spec, exclusions, plan.world_size)) if len(spec.inventory.hosts) > 1 else None,
-                        backend_settings={"ssh": replace(ssh, on_note=console.note), "mpirun": NoteSettings(console.note),
-                                          "slurm": NoteSettings(console.note),
-                                          "local": LocalSettings(zygote=start.zygote, on_note=console.note, fork_scheduler=start.fork_scheduler,
-                                                                 keep_zygote=start.keep_zygote)})
+        return run_plan(
+            plan,
+            options,
+            sys.argv,
+            on_event=console.event,
+            on_started=started,
+            replan=(lambda exclusions: replan(spec, exclusions, plan.world_size))
+            if len(spec.inventory.hosts) > 1
+            else None,
+            backend_settings={
+                "ssh": replace(ssh, on_note=console.note),
+                "mpirun": NoteSettings(console.note),
+                "slurm": NoteSettings(console.note),
+                "local": LocalSettings(
+                    zygote=start.zygote,
+                    on_note=console.note,
+                    fork_scheduler=start.fork_scheduler,
+                    keep_zygote=start.keep_zygote,
+                ),
+            },
+        )
     finally:
         console.stop()
 
@@ -237,8 +367,10 @@ def _write_ci_outputs(result: Any, summary_json: Optional[str], junit: Optional[
     from launcher.jobs.files import write_atomic
 
     problems = []
-    for flag, path, write in (("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json(), mode=0o644)),
-                              ("--junit", junit, lambda p: write_atomic(p, junit_xml(result), mode=0o644))):
+    for flag, path, write in (
+        ("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json(), mode=0o644)),
+        ("--junit", junit, lambda p: write_atomic(p, junit_xml(result), mode=0o644)),
+    ):
         if path:
             try:
                 write(path)
@@ -266,21 +398,40 @@ def _detach(plan: Plan) -> None:
     prepare_job_dir(plan.job_dir)  # created 0700 or an empty one; the child claims and locks it
     argv = _without_detach(list(sys.argv[1:]))
     idx = argv.index("run")
-    child = [sys.executable, "-m", "launcher"] + argv[: idx + 1] + ["--job-id", plan.job_id, "--log-dir", plan.job_dir, "--tee", "none"] + argv[idx + 1:]
+    child = (
+        [sys.executable, "-m", "launcher"]
+        + argv[: idx + 1]
+        + ["--job-id", plan.job_id, "--log-dir", plan.job_dir, "--tee", "none"]
+        + argv[idx + 1 :]
+    )
     with open(os.path.join(plan.job_dir, layout.DETACH_LOG), "ab") as out:
-        proc = subprocess.Popen(child, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            child,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + 30
     job_file = os.path.join(plan.job_dir, layout.JOB_FILE)
     while not os.path.exists(job_file):
         if proc.poll() is not None:
-            tail = open(os.path.join(plan.job_dir, layout.DETACH_LOG), encoding="utf-8", errors="replace").read().strip().splitlines()[-1:]
+            tail = (
+                open(os.path.join(plan.job_dir, layout.DETACH_LOG), encoding="utf-8", errors="replace")
+                .read()
+                .strip()
+                .splitlines()[-1:]
+            )
             raise MsLaunchError(f"the detached job exited at once: {tail[0] if tail else proc.returncode}", exit_code=1)
         if time.monotonic() > deadline:
             break
         time.sleep(0.05)
     sys.stdout.write(plan.job_id + "\n")
-    sys.stderr.write(f"mslaunch: job {plan.job_id} running in the background (pid {proc.pid}); logs: {plan.job_dir}\n"
-                     f"  follow: mslaunch logs tail {plan.job_id} -f    stop: mslaunch stop {plan.job_id}\n")
+    sys.stderr.write(
+        f"mslaunch: job {plan.job_id} running in the background (pid {proc.pid}); logs: {plan.job_dir}\n"
+        f"  follow: mslaunch logs tail {plan.job_id} -f    stop: mslaunch stop {plan.job_id}\n"
+    )
 
 
 def _without_detach(argv: List[str]) -> List[str]:

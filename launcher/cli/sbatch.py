@@ -21,6 +21,7 @@ requeues the job unless Slurm does (:mod:`launcher.execution.slurm.requeue`) and
 continues in ``<job dir>/attempt_<k>/`` (``k`` = ``SLURM_RESTART_COUNT``); a job requeued by
 Slurm itself does the same.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,12 @@ class SbatchCommand(TyperCommand):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sbatch", cls=SbatchCommand, options_metavar="[OPTIONS] SCRIPT [ARGS]...",
-                context_settings={"help_option_names": list(_HELP)})(sbatch_cmd)
+    app.command(
+        "sbatch",
+        cls=SbatchCommand,
+        options_metavar="[OPTIONS] SCRIPT [ARGS]...",
+        context_settings={"help_option_names": list(_HELP)},
+    )(sbatch_cmd)
 
 
 def _signal_directive(text: str) -> str:
@@ -80,8 +85,17 @@ def _signal_directive(text: str) -> str:
     return f"B:USR1@{secs}" if secs else "B:USR1"
 
 
-def render_script(*, job_id: str, job_dir: str, cwd: str, python: str, directives: List[str], run_args: List[str],
-                  requeue: bool, environ_conf: Optional[str] = None) -> str:
+def render_script(
+    *,
+    job_id: str,
+    job_dir: str,
+    cwd: str,
+    python: str,
+    directives: List[str],
+    run_args: List[str],
+    requeue: bool,
+    environ_conf: Optional[str] = None,
+) -> str:
     """The batch script (pure).
 
     Args:
@@ -95,50 +109,97 @@ def render_script(*, job_id: str, job_dir: str, cwd: str, python: str, directive
         environ_conf: ``SLURM_CONF`` to export, if set when submitting.
     """
     q = shlex.quote
-    lines = ["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
-        "# Written by 'mslaunch sbatch': runs the job inside the allocation with --launcher slurm.",
-        "set -u",
-    ]
+    lines = (
+        ["#!/bin/bash"]
+        + [f"#SBATCH {d}" for d in directives]
+        + [
+            "# Written by 'mslaunch sbatch': runs the job inside the allocation with --launcher slurm.",
+            "set -u",
+        ]
+    )
     if environ_conf:
         lines.append(f"export SLURM_CONF={q(environ_conf)}")
     run = [python, "-m", "launcher", "run", "--launcher", "slurm", "--job-id", job_id, "--log-dir"]
     lines += [
         f"cd {q(cwd)}",
         "K=${SLURM_RESTART_COUNT:-0}",
-        f"if [ \"$K\" -gt 0 ]; then LOG_DIR={q(job_dir)}/attempt_$K; else LOG_DIR={q(job_dir)}; fi",
-        " ".join(q(a) for a in run) + " \"$LOG_DIR\" --tee none " + " ".join(q(a) for a in run_args) + " &",
+        f'if [ "$K" -gt 0 ]; then LOG_DIR={q(job_dir)}/attempt_$K; else LOG_DIR={q(job_dir)}; fi',
+        " ".join(q(a) for a in run) + ' "$LOG_DIR" --tee none ' + " ".join(q(a) for a in run_args) + " &",
         "pid=$!",
         "trap 'kill -USR1 $pid 2>/dev/null' USR1",
         "trap 'kill -TERM $pid 2>/dev/null' TERM INT",
         "while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done",
     ]
     if requeue:  # a preempted run requeues its job, unless Slurm does it already
-        lines.append(f"{q(python)} -m launcher.execution.slurm.requeue \"$LOG_DIR/summary.json\"")
+        lines.append(f'{q(python)} -m launcher.execution.slurm.requeue "$LOG_DIR/summary.json"')
     lines.append("exit $rc")
     return "\n".join(lines) + "\n"
 
 
 def sbatch_cmd(
     ctx: typer.Context,
-    nodes: Optional[str] = typer.Option(None, "--nodes", "-N", metavar="N|MIN-MAX", help="sbatch --nodes (default: derived from --np and --per-host).", rich_help_panel="sbatch"),
-    ntasks: Optional[int] = typer.Option(None, "--ntasks", help="sbatch --ntasks (-n is mslaunch run's --np).", rich_help_panel="sbatch"),
-    ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help=(
-            "sbatch --ntasks-per-node (default: --per-host, else derived from --np)."), rich_help_panel="sbatch"),
-    partition: Optional[str] = typer.Option(None, "--partition", "-p", help="sbatch --partition.", rich_help_panel="sbatch"),
+    nodes: Optional[str] = typer.Option(
+        None,
+        "--nodes",
+        "-N",
+        metavar="N|MIN-MAX",
+        help="sbatch --nodes (default: derived from --np and --per-host).",
+        rich_help_panel="sbatch",
+    ),
+    ntasks: Optional[int] = typer.Option(
+        None, "--ntasks", help="sbatch --ntasks (-n is mslaunch run's --np).", rich_help_panel="sbatch"
+    ),
+    ntasks_per_node: Optional[int] = typer.Option(
+        None,
+        "--ntasks-per-node",
+        help=("sbatch --ntasks-per-node (default: --per-host, else derived from --np)."),
+        rich_help_panel="sbatch",
+    ),
+    partition: Optional[str] = typer.Option(
+        None, "--partition", "-p", help="sbatch --partition.", rich_help_panel="sbatch"
+    ),
     time_limit: Optional[str] = typer.Option(None, "--time", "-t", help="sbatch --time.", rich_help_panel="sbatch"),
-    job_name: Optional[str] = typer.Option(None, "--job-name", "-J", help=(
-            "sbatch --job-name: Slurm's name of the job (default: mslaunch-<job id>; the mslaunch job id is --job-id)."), rich_help_panel="sbatch"),
+    job_name: Optional[str] = typer.Option(
+        None,
+        "--job-name",
+        "-J",
+        help=(
+            "sbatch --job-name: Slurm's name of the job (default: mslaunch-<job id>; the mslaunch job id is --job-id)."
+        ),
+        rich_help_panel="sbatch",
+    ),
     account: Optional[str] = typer.Option(None, "--account", "-A", help="sbatch --account.", rich_help_panel="sbatch"),
     gres: Optional[str] = typer.Option(None, "--gres", help="sbatch --gres (e.g. gpu:8).", rich_help_panel="sbatch"),
     exclusive: bool = typer.Option(False, "--exclusive", help="sbatch --exclusive.", rich_help_panel="sbatch"),
-    signal_opt: Optional[str] = typer.Option(None, "--signal", help=(
-            "Preemption warning: USR1@SECONDS (mslaunch stops the ranks gracefully; summary 'preempted')."), rich_help_panel="sbatch"),
-    requeue: bool = typer.Option(False, "--requeue", help=(
-            "Let Slurm requeue the job; after a --signal warning mslaunch requeues it; runs continue in attempt_<k>/."), rich_help_panel="sbatch"),
-    sbatch_arg: List[str] = typer.Option([], "--sbatch-arg", help="Any other sbatch option, e.g. --sbatch-arg=--qos=high (repeatable).", rich_help_panel="sbatch"),
-    dry_run: bool = typer.Option(False, "--dry-run", help=(
+    signal_opt: Optional[str] = typer.Option(
+        None,
+        "--signal",
+        help=("Preemption warning: USR1@SECONDS (mslaunch stops the ranks gracefully; summary 'preempted')."),
+        rich_help_panel="sbatch",
+    ),
+    requeue: bool = typer.Option(
+        False,
+        "--requeue",
+        help=(
+            "Let Slurm requeue the job; after a --signal warning mslaunch requeues it; runs continue in attempt_<k>/."
+        ),
+        rich_help_panel="sbatch",
+    ),
+    sbatch_arg: List[str] = typer.Option(
+        [],
+        "--sbatch-arg",
+        help="Any other sbatch option, e.g. --sbatch-arg=--qos=high (repeatable).",
+        rich_help_panel="sbatch",
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help=(
             "Check the job and print the batch script; write and submit nothing (anywhere before SCRIPT: never passed to "
-            "run)."), rich_help_panel="sbatch"),
+            "run)."
+        ),
+        rich_help_panel="sbatch",
+    ),
 ) -> None:
     """Submit a job to Slurm: a batch script running 'mslaunch run --launcher slurm' in the allocation.
 
@@ -160,13 +221,20 @@ def sbatch_cmd(
     job_id = validate_job_id(split.job_id) if split.job_id is not None else new_job_id()
     if split.log_dir is not None and not split.log_dir.strip():
         raise PlanError("--log-dir must not be empty", field="--log-dir")
-    job_dir = os.path.abspath(split.log_dir) if split.log_dir else os.path.abspath(os.path.join("mslaunch_logs", job_id))
+    job_dir = (
+        os.path.abspath(split.log_dir) if split.log_dir else os.path.abspath(os.path.join("mslaunch_logs", job_id))
+    )
     extras = _extra_directives(sbatch_arg)
     # the batch script's run, parsed by run's own parser (its usage errors now)
-    run_ctx = parse_run(ctx, ["--launcher", "slurm", "--job-id", job_id, "--log-dir", job_dir, "--tee", "none"] + split.run_argv())
+    run_ctx = parse_run(
+        ctx, ["--launcher", "slurm", "--job-id", job_id, "--log-dir", job_dir, "--tee", "none"] + split.run_argv()
+    )
     shape = derive_shape(nodes, ntasks, ntasks_per_node, run_ctx.params.get("np"), run_ctx.params.get("per_host"))
-    directives = [f"--job-name={job_name or 'mslaunch-' + job_id}", f"--output={os.path.join(job_dir, layout.SBATCH_OUTPUT)}",
-                  "--open-mode=append"] + shape.directives()
+    directives = [
+        f"--job-name={job_name or 'mslaunch-' + job_id}",
+        f"--output={os.path.join(job_dir, layout.SBATCH_OUTPUT)}",
+        "--open-mode=append",
+    ] + shape.directives()
     for flag, value in (("--partition", partition), ("--time", time_limit), ("--account", account), ("--gres", gres)):
         if value is not None:
             directives.append(f"{flag}={value}")
@@ -177,8 +245,16 @@ def sbatch_cmd(
     directives.append("--requeue" if requeue else "--no-requeue")
     directives += extras
     check_run(run_ctx, submit_environ(stand_in_environ(shape), os.environ))  # against a stand-in of the allocation
-    script = render_script(job_id=job_id, job_dir=job_dir, cwd=os.getcwd(), python=sys.executable, directives=directives,
-                           run_args=split.run_argv(), requeue=requeue, environ_conf=os.environ.get("SLURM_CONF"))
+    script = render_script(
+        job_id=job_id,
+        job_dir=job_dir,
+        cwd=os.getcwd(),
+        python=sys.executable,
+        directives=directives,
+        run_args=split.run_argv(),
+        requeue=requeue,
+        environ_conf=os.environ.get("SLURM_CONF"),
+    )
     _note_derived(shape)
     if dry_run:
         sys.stdout.write(script)
@@ -188,8 +264,10 @@ def sbatch_cmd(
 
     register_submitted(job_id, job_dir, slurm_id, ["mslaunch", "sbatch"] + [a for a in sys.argv[2:]])
     sys.stdout.write(f"{slurm_id}\n{job_id}\n")
-    sys.stderr.write(f"mslaunch: submitted Slurm job {slurm_id} as mslaunch job {job_id}; logs: {job_dir}\n"
-                     f"  follow: mslaunch logs tail {job_id} -f    stop: mslaunch stop {job_id}\n")
+    sys.stderr.write(
+        f"mslaunch: submitted Slurm job {slurm_id} as mslaunch job {job_id}; logs: {job_dir}\n"
+        f"  follow: mslaunch logs tail {job_id} -f    stop: mslaunch stop {job_id}\n"
+    )
 
 
 def _extra_directives(sbatch_arg: List[str]) -> List[str]:
@@ -201,11 +279,16 @@ def _extra_directives(sbatch_arg: List[str]) -> List[str]:
     out = []
     for extra in sbatch_arg:
         if not extra.startswith("-") or "\n" in extra:
-            raise PlanError(f"--sbatch-arg {extra!r}: give one sbatch option, e.g. --sbatch-arg=--qos=high", field="--sbatch-arg")
+            raise PlanError(
+                f"--sbatch-arg {extra!r}: give one sbatch option, e.g. --sbatch-arg=--qos=high", field="--sbatch-arg"
+            )
         name = extra.partition("=")[0] if extra.startswith("--") else extra[:2]
         if name in _SHAPE_OPTS:
-            raise PlanError(f"--sbatch-arg {extra!r}: give -N/--ntasks/--ntasks-per-node as mslaunch sbatch options "
-                            "(they size the job and are checked against --np)", field="--sbatch-arg")
+            raise PlanError(
+                f"--sbatch-arg {extra!r}: give -N/--ntasks/--ntasks-per-node as mslaunch sbatch options "
+                "(they size the job and are checked against --np)",
+                field="--sbatch-arg",
+            )
         out.append(extra)
     return out
 

@@ -10,6 +10,7 @@ Of the run options, sbatch takes ``--job-id`` and ``--log-dir`` itself (the job 
 of every run of the job) and refuses those it sets (:data:`SET_BY_SBATCH`) or that have no
 meaning in a batch job (:data:`NOT_IN_BATCH`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from launcher.errors import PlanError
 #: run options sbatch sets itself.
 SET_BY_SBATCH = ("--launcher", "--detach", "-d")
 #: run options without a meaning in a batch job, and why.
-NOT_IN_BATCH = {"--json": "--json goes with 'mslaunch run --dry-run'; 'mslaunch sbatch --dry-run' prints the batch script"}
+NOT_IN_BATCH = {
+    "--json": "--json goes with 'mslaunch run --dry-run'; 'mslaunch sbatch --dry-run' prints the batch script"
+}
 _JOB_ID = ("--job-id",)
 _LOG_DIR = ("--log-dir", "--log_dir")
 _MODULE = ("-m", "--module")
@@ -84,8 +87,11 @@ def _one_option(args: List[str], i: int, names: Mapping[str, bool]) -> Tuple[str
     else:
         name, value = arg[:2], (arg[2:] or None)
     if name not in names:
-        raise PlanError("no such option (neither mslaunch sbatch's nor mslaunch run's); "
-                        f"give another sbatch option as --sbatch-arg={name}=VALUE", field=name)
+        raise PlanError(
+            "no such option (neither mslaunch sbatch's nor mslaunch run's); "
+            f"give another sbatch option as --sbatch-arg={name}=VALUE",
+            field=name,
+        )
     if not names[name]:
         if value is not None:
             raise PlanError("takes no value" if arg.startswith("--") else f"no such option {arg!r}", field=name)
@@ -115,7 +121,7 @@ def split_args(args: List[str], sbatch: Mapping[str, bool], run: Mapping[str, bo
     while i < len(args):
         arg = args[i]
         if arg == "--":
-            out.program = list(args[i + 1:])
+            out.program = list(args[i + 1 :])
             break
         if not arg.startswith("-") or arg == "-":
             out.program = list(args[i:])
@@ -128,7 +134,9 @@ def split_args(args: List[str], sbatch: Mapping[str, bool], run: Mapping[str, bo
         elif name in _LOG_DIR:
             out.log_dir = value
         elif name in SET_BY_SBATCH:
-            raise PlanError("is set by mslaunch sbatch (the job runs with --launcher slurm in the allocation); drop it", field=name)
+            raise PlanError(
+                "is set by mslaunch sbatch (the job runs with --launcher slurm in the allocation); drop it", field=name
+            )
         elif name in NOT_IN_BATCH:
             raise PlanError(NOT_IN_BATCH[name], field=name)
         elif name in _MODULE:
@@ -138,6 +146,8 @@ def split_args(args: List[str], sbatch: Mapping[str, bool], run: Mapping[str, bo
         else:
             out.run += tokens
     if out.module is None and not out.program:
-        raise PlanError("missing SCRIPT: mslaunch sbatch [OPTIONS] SCRIPT [ARGS] (sbatch's and mslaunch run's options, any order)",
-                        field="SCRIPT")
+        raise PlanError(
+            "missing SCRIPT: mslaunch sbatch [OPTIONS] SCRIPT [ARGS] (sbatch's and mslaunch run's options, any order)",
+            field="SCRIPT",
+        )
     return out

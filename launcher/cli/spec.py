@@ -3,6 +3,7 @@
 resolving ``auto`` ports, per-node mode and the launching environment (the impure edge of
 planning lives here).
 """
+
 from __future__ import annotations
 
 import os
@@ -57,7 +58,9 @@ def load_inventory(
     return apply_filters(inv, include, exclude)
 
 
-def slurm_inventory(opts: JobOptions, per_host: Optional[int], environ: Mapping[str, str], stand_in: bool = False) -> Inventory:
+def slurm_inventory(
+    opts: JobOptions, per_host: Optional[int], environ: Mapping[str, str], stand_in: bool = False
+) -> Inventory:
     """``--launcher slurm``: the allocation's nodes (narrowed by ``-H``), each with its NodeAddr
     (``stand_in``: ``mslaunch sbatch``'s stand-in, see :func:`~launcher.planning.backends.sbatch.stand_in_inventory`).
 
@@ -74,7 +77,9 @@ def slurm_inventory(opts: JobOptions, per_host: Optional[int], environ: Mapping[
     from launcher.planning.backends.slurm import allocation_inventory, parse_allocation, parse_narrow
 
     if opts.hosts:
-        raise PlanError("--launcher slurm takes its hosts from the allocation; drop --hosts (narrow with -H)", field="--hosts")
+        raise PlanError(
+            "--launcher slurm takes its hosts from the allocation; drop --hosts (narrow with -H)", field="--hosts"
+        )
     alloc = parse_allocation(environ, per_host)
     if stand_in:
         return stand_in_inventory(alloc, opts.host_list, opts.include, opts.exclude)
@@ -143,7 +148,11 @@ def _read_given_rank_table(path: str) -> str:
     problems = validate_rank_table(table)
     if problems:
         first = problems[0]
-        raise RankTableError(f"{first.message} (and {len(problems) - 1} more)" if len(problems) > 1 else first.message, path=path, field=first.json_path)
+        raise RankTableError(
+            f"{first.message} (and {len(problems) - 1} more)" if len(problems) > 1 else first.message,
+            path=path,
+            field=first.json_path,
+        )
     return os.path.abspath(path)
 
 
@@ -193,13 +202,22 @@ def job_shape(opts: JobOptions, environ: Mapping[str, str]) -> JobShape:
             port = environ["MS_SCHED_PORT"]
     elif opts.node_rank is not None:
         node_rank = _given_node_rank(opts.node_rank)
-    elif opts.launcher != "slurm" and opts.hosts is None and opts.host_list is None and np is not None and per_host is not None and per_host < np:
+    elif (
+        opts.launcher != "slurm"
+        and opts.hosts is None
+        and opts.host_list is None
+        and np is not None
+        and per_host is not None
+        and per_host < np
+    ):
         if environ.get("MS_NODE_RANK"):
             node_rank, _ = node_rank_from_env({"MS_NODE_RANK": environ["MS_NODE_RANK"]})
     else:
         return JobShape(np=np, per_host=per_host, master_addr=addr, master_port=port)
     if opts.hosts is not None or opts.host_list is not None:
-        raise PlanError("per-node mode (--node_rank) runs this node's workers only; drop --hosts/-H", field="--node_rank")
+        raise PlanError(
+            "per-node mode (--node_rank) runs this node's workers only; drop --hosts/-H", field="--node_rank"
+        )
     if np is None:
         np = 8  # msrun's default --worker_num
     if per_host is None:
@@ -237,7 +255,9 @@ def _owns_master(addr: Optional[str]) -> Optional[bool]:
     return is_local_addr(addr)
 
 
-def build_spec(opts: JobOptions, job_id: Optional[str] = None, allocation: Optional[Mapping[str, str]] = None) -> JobSpec:
+def build_spec(
+    opts: JobOptions, job_id: Optional[str] = None, allocation: Optional[Mapping[str, str]] = None
+) -> JobSpec:
     """Read every input the options name and build the job spec, in one pass.
 
     Each step reads or checks one group of options; a step's error comes before the next
@@ -350,7 +370,9 @@ def _program(opts: JobOptions) -> Tuple[str, ...]:
     """
     program: Tuple[str, ...] = ((opts.module,) if opts.module else ()) + opts.program
     if not opts.module and opts.program and opts.program[0].startswith("-"):
-        raise PlanError(f"no such option {opts.program[0]!r} (options go before the script; see --help)", field="SCRIPT")
+        raise PlanError(
+            f"no such option {opts.program[0]!r} (options go before the script; see --help)", field="SCRIPT"
+        )
     if opts.module and opts.no_python:
         raise PlanError("-m and --no-python exclude each other", field="-m")
     return program
@@ -371,7 +393,9 @@ def _device_ips(opts: JobOptions, inventory: Inventory) -> Optional[Mapping[str,
     return resolve_device_ips(inventory, hccn_dir=opts.hccn_dir, hccn_files=hccn_files)
 
 
-def _scheduler_reachable(opts: JobOptions, master_addr: Optional[str], inventory: Inventory, ssh_config: Optional[str]) -> Inventory:
+def _scheduler_reachable(
+    opts: JobOptions, master_addr: Optional[str], inventory: Inventory, ssh_config: Optional[str]
+) -> Inventory:
     """``inventory`` with its first host's address resolved through the ssh config, when a
     dynamic job with remote hosts puts its scheduler there (``MS_SCHED_HOST`` must be an
     address every host reaches: an ssh alias's HostName); else ``inventory`` itself."""

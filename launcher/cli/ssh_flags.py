@@ -9,6 +9,7 @@ Every command that talks SSH (``run``, ``check``, ``doctor``, ``ranktable gen --
 The decorator adds the flags to the command's signature (so typer shows them) and hands the
 command one frozen :class:`~launcher.execution.ssh.settings.SSHSettings`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,11 +35,26 @@ class _Flag:
 
 #: SSHSettings field -> its command-line flag.
 FLAGS: Dict[str, _Flag] = {
-    "config": _Flag("ssh_config", Optional[str], None, "--ssh-config", "ssh config for remote hosts (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config)."),
-    "accept_new": _Flag("ssh_accept_new", bool, False, "--ssh-accept-new", "Trust and record unknown SSH host keys (first use)."),
-    "connect_timeout": _Flag("ssh_connect_timeout", float, CONNECT_TIMEOUT, "--ssh-connect-timeout", "Seconds to connect to a host."),
-    "start_timeout": _Flag("ssh_start_timeout", float, START_TIMEOUT, "--ssh-start-timeout",
-                           "Seconds for a host's agent to start after login (slow login shells); then 'did not start'."),
+    "config": _Flag(
+        "ssh_config",
+        Optional[str],
+        None,
+        "--ssh-config",
+        "ssh config for remote hosts (default $MSLAUNCH_SSH_CONFIG, else ~/.ssh/config).",
+    ),
+    "accept_new": _Flag(
+        "ssh_accept_new", bool, False, "--ssh-accept-new", "Trust and record unknown SSH host keys (first use)."
+    ),
+    "connect_timeout": _Flag(
+        "ssh_connect_timeout", float, CONNECT_TIMEOUT, "--ssh-connect-timeout", "Seconds to connect to a host."
+    ),
+    "start_timeout": _Flag(
+        "ssh_start_timeout",
+        float,
+        START_TIMEOUT,
+        "--ssh-start-timeout",
+        "Seconds for a host's agent to start after login (slow login shells); then 'did not start'.",
+    ),
 }
 
 
@@ -92,8 +108,9 @@ def settings_from(values: Dict[str, Any]) -> SSHSettings:
     return SSHSettings(**fields)
 
 
-def with_ssh_settings(*fields: str, when: Optional[str] = None, panel: Optional[str] = "SSH",
-                      before: Optional[str] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def with_ssh_settings(
+    *fields: str, when: Optional[str] = None, panel: Optional[str] = "SSH", before: Optional[str] = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Add the flags of ``fields`` to a command; it receives ``ssh: SSHSettings`` instead.
 
     The flags go before the parameter named ``before``, else after the command's own options
@@ -111,7 +128,9 @@ def with_ssh_settings(*fields: str, when: Optional[str] = None, panel: Optional[
             return func(*args, ssh=settings_from(values), **kwargs)
 
         own = [p for p in sig.parameters.values() if p.name != "ssh"]
-        at = next((i for i, p in enumerate(own) if p.name == before or p.kind == inspect.Parameter.KEYWORD_ONLY), len(own))
+        at = next(
+            (i for i, p in enumerate(own) if p.name == before or p.kind == inspect.Parameter.KEYWORD_ONLY), len(own)
+        )
         flags = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
         rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:]]
         wrapper.__signature__ = sig.replace(parameters=own[:at] + flags + rest)  # type: ignore[attr-defined]  # inspect.signature (typer) reads it

@@ -7,6 +7,7 @@ under mslaunch's own interpreter.  ``--zygote`` asks for it on any job of the lo
 ``--no-zygote`` turns it off.  Whatever the choice, the zygote falls back to plain processes
 when its import is not fork-safe (said on the console when it happens).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,9 @@ def start_mode(plan: Plan, mindspore_cpu: bool, zygote: Optional[bool]) -> Tuple
     return True, FORKED + "; --no-zygote: one process per rank"
 
 
-def scheduler_mode(plan: Plan, use_zygote: bool, mindspore_cpu: bool, minimal: Optional[bool]) -> Tuple[bool, Optional[str]]:
+def scheduler_mode(
+    plan: Plan, use_zygote: bool, mindspore_cpu: bool, minimal: Optional[bool]
+) -> Tuple[bool, Optional[str]]:
     """Whether the zygote forks the dynamic cluster's scheduler running MindSpore's ``init()``
     alone (:mod:`launcher.workloads.scheduler`), and what the header says about it.
 

@@ -9,6 +9,7 @@ allocation is so given at submit time: one line, exit 2, before anything is writ
 The stand-in reaches ``run_cmd`` through its click context's ``meta`` (:func:`stand_in`),
 the one value ``run`` reads that no command line sets.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
@@ -20,7 +21,9 @@ from launcher.planning.job.kinds import Method
 
 _KEY = "mslaunch.sbatch.stand_in"
 #: the usage errors of typer's parser (typer's click: vendored in recent typers, the click package before)
-_USAGE_ERROR: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")  # whichever click typer uses
+_USAGE_ERROR: Any = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)  # whichever click typer uses
 
 
 def stand_in(ctx: Any) -> Optional[Mapping[str, str]]:
@@ -89,8 +92,10 @@ def stand_in_options(opts: Any) -> Any:
     if opts.method != Method.RANKTABLE or opts.rank_table_file:
         return opts  # the run reads no hccn.conf then
     if not opts.hccn and not opts.hccn_dir:
-        raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or --rank-table-file",
-                        field="--method")
+        raise PlanError(
+            "the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or --rank-table-file",
+            field="--method",
+        )
     from launcher.cli.spec import hccn_pair
     from launcher.planning.ranktable.hccn import read_hccn_conf
 

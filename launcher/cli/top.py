@@ -6,6 +6,7 @@ a stat of each rank's log (its last output), and ``summary.json`` once the job e
 works for every launcher, attached or detached, from any shell on the launching machine.  Jobs
 without ``metrics.jsonl`` (ended before it existed) are read from their logs.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,13 @@ class JobWatch:
         clock: the wall clock.
     """
 
-    def __init__(self, job_dir: str, straggler_ratio: float = STRAGGLER_RATIO, silent_after: float = SILENT_AFTER,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        job_dir: str,
+        straggler_ratio: float = STRAGGLER_RATIO,
+        silent_after: float = SILENT_AFTER,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         from launcher.jobs import jobdir
         from launcher.logs.metricsfile import METRICS_FILE, JsonlTail, LogMetrics
 
@@ -62,7 +68,9 @@ class JobWatch:
         self.pid = info.pid
         plan = info.plan or {}
         self.world_size = int(plan.get("world_size") or 0)
-        self.hosts: Dict[int, str] = {int(r["rank"]): str(r.get("host", "?")) for r in plan.get("ranks", []) if isinstance(r.get("rank"), int)}
+        self.hosts: Dict[int, str] = {
+            int(r["rank"]): str(r.get("host", "?")) for r in plan.get("ranks", []) if isinstance(r.get("rank"), int)
+        }
         metrics_path = os.path.join(job_dir, METRICS_FILE)
         self.summary: Optional[Dict[str, Any]] = info.summary
         if os.path.exists(metrics_path) or info.state == JobStatus.RUNNING:
@@ -77,7 +85,9 @@ class JobWatch:
 
         if self.summary is None:
             try:
-                self.summary = jobdir.read_job_file(os.path.join(self.job_dir, jobdir.SUMMARY_FILE), jobdir.SUMMARY_FILE)
+                self.summary = jobdir.read_job_file(
+                    os.path.join(self.job_dir, jobdir.SUMMARY_FILE), jobdir.SUMMARY_FILE
+                )
             except jobdir.CorruptJobFile:
                 return JobStatus.CORRUPT
         if self.summary is not None:
@@ -102,8 +112,18 @@ class JobWatch:
                 if isinstance(p.get("rank"), int):
                     exits[p["rank"]] = p
         world = self.world_size or (max(self.progress.ranks) + 1 if self.progress.ranks else 0)
-        return snapshot(self.job_id, state, self.clock(), world, self.hosts, self.progress, log_mtimes(self.job_dir), exits,
-                        straggler_ratio=self.straggler_ratio, silent_after=self.silent_after)
+        return snapshot(
+            self.job_id,
+            state,
+            self.clock(),
+            world,
+            self.hosts,
+            self.progress,
+            log_mtimes(self.job_dir),
+            exits,
+            straggler_ratio=self.straggler_ratio,
+            silent_after=self.silent_after,
+        )
 
 
 def _fmt_age(secs: Optional[float]) -> str:
@@ -133,12 +153,20 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     from rich.text import Text
 
     bars = width >= 100
-    table = Table(title=f"job {snap.job_id}: {snap.state}", title_justify="left", expand=False, box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title=f"job {snap.job_id}: {snap.state}",
+        title_justify="left",
+        expand=False,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     cols = [("rank", "right"), ("host", "left"), ("state", "left"), ("step", "right")]
     cols += [("progress", "left")] if bars else []
     cols += [("loss", "right"), ("ms/step", "right"), ("samples/s", "right"), ("last out", "right")]
     for col, just in cols:
-        table.add_column(col, justify=just, no_wrap=True, min_width=9 if col in ("host", "state") else len(col), overflow="ellipsis")  # type: ignore[arg-type]  # rich's justify values, typed str
+        table.add_column(
+            col, justify=just, no_wrap=True, min_width=9 if col in ("host", "state") else len(col), overflow="ellipsis"
+        )  # type: ignore[arg-type]  # rich's justify values, typed str
     for r in snap.rows:
         style = ""
         state = r.state
@@ -152,7 +180,11 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
         step = "-" if r.step is None else (f"{r.step}/{r.total_steps}" if r.total_steps else str(r.step))
         cells: List[Any] = [str(r.rank), r.host, Text(state, style=style), step]
         if bars:
-            cells.append(ProgressBar(total=r.total_steps, completed=min(r.step, r.total_steps), width=12) if r.total_steps and r.step is not None else "")
+            cells.append(
+                ProgressBar(total=r.total_steps, completed=min(r.step, r.total_steps), width=12)
+                if r.total_steps and r.step is not None
+                else ""
+            )
         cells.append(Text("NaN/Inf", style="bold red") if r.nonfinite_loss else _fmt_num(r.loss, 4))
         cells += [_fmt_num(r.step_time_ms, 0), _fmt_num(r.samples_per_s, 1), _fmt_age(r.last_output_age)]
         table.add_row(*cells, style=style or None)
@@ -169,14 +201,23 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     if not bars and known:
         low = min(known, key=lambda r: r.step / r.total_steps)  # type: ignore[operator]  # known: rows with both step and total_steps
         grid = Table.grid(padding=(0, 1))
-        grid.add_row(Text(f"progress (rank {low.rank}) {low.step}/{low.total_steps}"),
-                     ProgressBar(total=low.total_steps, completed=min(low.step, low.total_steps), width=30))  # type: ignore[arg-type,type-var]  # low is in known: step and total_steps are ints
+        grid.add_row(
+            Text(f"progress (rank {low.rank}) {low.step}/{low.total_steps}"),
+            ProgressBar(total=low.total_steps, completed=min(low.step, low.total_steps), width=30),
+        )  # type: ignore[arg-type,type-var]  # low is in known: step and total_steps are ints
         lines.append(grid)
     if snap.stragglers:
-        lines.append(Text(f"stragglers (step time far above the median): rank {', '.join(map(str, snap.stragglers))}", style="yellow"))
+        lines.append(
+            Text(
+                f"stragglers (step time far above the median): rank {', '.join(map(str, snap.stragglers))}",
+                style="yellow",
+            )
+        )
     if snap.silent:
         lines.append(Text(f"silent (no output for a while): rank {', '.join(map(str, snap.silent))}", style="red"))
-    lines += [Text(note, style="red" if note.startswith(("hung", "likely")) else "") for note in notes]  # hang, attempts (after the end)
+    lines += [
+        Text(note, style="red" if note.startswith(("hung", "likely")) else "") for note in notes
+    ]  # hang, attempts (after the end)
     return Group(table, *lines)
 
 
@@ -184,7 +225,9 @@ def _width(console: Any) -> int:
     return int(getattr(console, "width", 120) or 120)
 
 
-def live_loop(watch: JobWatch, stop: threading.Event, interval: float, console: Any = None, until_end: bool = True) -> Snapshot:
+def live_loop(
+    watch: JobWatch, stop: threading.Event, interval: float, console: Any = None, until_end: bool = True
+) -> Snapshot:
     """Refresh the view every ``interval`` s until ``stop`` is set (or the job ended); returns the last snapshot.
 
     Drawn with rich ``Live`` (no auto refresh: one redraw per interval, only the lines that
@@ -195,7 +238,14 @@ def live_loop(watch: JobWatch, stop: threading.Event, interval: float, console: 
 
     console = console or Console()
     snap = watch.poll()
-    with Live(render(snap, _width(console), watch.notes()), console=console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False) as live:
+    with Live(
+        render(snap, _width(console), watch.notes()),
+        console=console,
+        auto_refresh=False,
+        transient=False,
+        redirect_stdout=False,
+        redirect_stderr=False,
+    ) as live:
         while True:
             if until_end and snap.state != JobStatus.RUNNING:
                 break
@@ -213,8 +263,12 @@ def top_cmd(
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="The job directory."),
     as_json: bool = typer.Option(False, "--json", help="Print one snapshot as JSON and exit."),
     interval: float = typer.Option(1.0, "--interval", help="Seconds between refreshes."),
-    silent_after: float = typer.Option(SILENT_AFTER, "--silent-after", help="A rank with no output for this many seconds is flagged silent."),
-    straggler_ratio: float = typer.Option(STRAGGLER_RATIO, "--straggler-ratio", help="Step time above this × the median flags a straggler."),
+    silent_after: float = typer.Option(
+        SILENT_AFTER, "--silent-after", help="A rank with no output for this many seconds is flagged silent."
+    ),
+    straggler_ratio: float = typer.Option(
+        STRAGGLER_RATIO, "--straggler-ratio", help="Step time above this × the median flags a straggler."
+    ),
 ) -> None:
     """Live per-rank view of a job: step, loss, ms/step, samples/s, last output; stragglers and silent ranks flagged.
 
@@ -241,7 +295,9 @@ def top_cmd(
 def report_cmd(
     job: Optional[str] = typer.Argument(None, help="Job id (or prefix, or job dir); default: the newest job."),
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="The job directory."),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="Folder for report.html and the PNGs (default: <job dir>/report)."),
+    output: Optional[str] = typer.Option(
+        None, "-o", "--output", help="Folder for report.html and the PNGs (default: <job dir>/report)."
+    ),
 ) -> None:
     """Write a self-contained HTML report (plus PNGs): loss, step time and throughput per rank, timeline, root cause."""
     from launcher.jobs import jobdir

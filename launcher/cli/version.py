@@ -3,6 +3,7 @@
 Standard library only, and no command's module: ``launcher/__main__.py`` answers
 ``--version`` with this before it imports typer or any command.
 """
+
 from __future__ import annotations
 
 #: the distribution's name (setup.cfg ``[metadata] name``)

@@ -36,6 +36,7 @@ attribute), and its line in :data:`launcher.execution.backends.BUILTIN`.  If it 
 srun), a pure builder under ``launcher/planning/`` makes it and :meth:`Backend.describe` shows
 it in ``plan.json`` and ``--dry-run``.  ``tests/execution/toy_backend.py`` is a complete example.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -6,6 +6,7 @@ backend imports paramiko), and importing a backend module registers nothing: the
 it is first asked for.  A backend outside this package is registered explicitly with
 :func:`launcher.execution.backend.register_backend`.
 """
+
 from __future__ import annotations
 
 from typing import Dict

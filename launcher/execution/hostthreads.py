@@ -10,6 +10,7 @@ and says each host's decision once, as the ssh backend says the ones its agents 
 cores); when the attempt ends it merges the records into ``<attempt dir>/host-threads.json``, the
 file the ssh backend writes.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,7 +75,7 @@ class HostThreadsWatch:
             return
         with self._lock:
             for name in names:
-                host = name[:-len(".json")] if name.endswith(".json") else ""
+                host = name[: -len(".json")] if name.endswith(".json") else ""
                 if not host or host in self.records:
                     continue
                 try:

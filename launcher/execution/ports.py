@@ -1,4 +1,5 @@
 """Ports on this machine: pick a free one, check that one is free, wait until one accepts."""
+
 from __future__ import annotations
 
 import socket
@@ -44,7 +45,9 @@ def check_port_free(port: int, host: str = "") -> None:
         )
 
 
-def wait_accepting(host: str, port: int, timeout: float, alive: Optional[Callable[[], bool]] = None, interval: float = 0.02) -> bool:
+def wait_accepting(
+    host: str, port: int, timeout: float, alive: Optional[Callable[[], bool]] = None, interval: float = 0.02
+) -> bool:
     """Wait until ``host:port`` accepts a TCP connection.
 
     Args:

@@ -1,5 +1,6 @@
 """Wait for a host name to resolve (pods on Kubernetes start in any order: the scheduler pod's
 DNS record appears only once that pod exists)."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -28,8 +29,14 @@ def lookup_ipv4(name: str) -> Optional[str]:
     return str(infos[0][4][0]) if infos else None
 
 
-def wait_resolved(name: str, timeout: float, *, field: str = "--master_addr", on_wait: Optional[Callable[[], None]] = None,
-                  lookup: Optional[Callable[[str], Optional[str]]] = None) -> str:
+def wait_resolved(
+    name: str,
+    timeout: float,
+    *,
+    field: str = "--master_addr",
+    on_wait: Optional[Callable[[], None]] = None,
+    lookup: Optional[Callable[[str], Optional[str]]] = None,
+) -> str:
     """``name`` as an IPv4 address, waiting up to ``timeout`` seconds for it to resolve.
 
     Args:
@@ -53,8 +60,11 @@ def wait_resolved(name: str, timeout: float, *, field: str = "--master_addr", on
         if ip is not None:
             return ip
         if time.monotonic() >= deadline:
-            raise LaunchError(f"the scheduler's address {name!r} did not resolve within --start-timeout {timeout:g} s "
-                              f"(is the scheduler's node, node 0, running?)", field=field)
+            raise LaunchError(
+                f"the scheduler's address {name!r} did not resolve within --start-timeout {timeout:g} s "
+                f"(is the scheduler's node, node 0, running?)",
+                field=field,
+            )
         if not told and on_wait is not None:
             on_wait()
             told = True

@@ -1,4 +1,5 @@
 """Outcomes of processes and jobs: failures are data (torch.distributed.elastic's habit)."""
+
 from __future__ import annotations
 
 import re
@@ -18,7 +19,6 @@ HUNG = JobStatus.HUNG
 TIMEOUT_EXIT = 124
 #: mslaunch's exit code for a hung job (no progress for --hang-timeout, or a collective timed out).
 HUNG_EXIT = 125
-
 
 
 def exit_code_of(returncode: int) -> int:
@@ -217,8 +217,11 @@ class JobResult:
     hang: Optional[HangReport] = None
 
     def to_json(self) -> Dict[str, Any]:
-        out = _outcome_json(self, {"job_id": self.job_id, "job_dir": self.job_dir},
-                            {"duration": round(self.ended - self.started, 3), "attempts": self.attempts})
+        out = _outcome_json(
+            self,
+            {"job_id": self.job_id, "job_dir": self.job_dir},
+            {"duration": round(self.ended - self.started, 3), "attempts": self.attempts},
+        )
         # Every attempt, failed ones before a successful restart included (the top-level
         # fields above describe the last attempt).
         out["attempt_results"] = [a.to_json() for a in self.history]
@@ -232,9 +235,18 @@ def job_result(job_id: str, job_dir: str, started: float, history: Sequence[Atte
 
     last = history[-1]
     return JobResult(
-        job_id=job_id, job_dir=job_dir, status=last.status, exit_code=last.exit_code, started=started,
-        ended=time.time(), attempts=len(history), processes=last.processes, root_cause=last.root_cause,
-        message=last.message, history=tuple(history), hang=last.hang,
+        job_id=job_id,
+        job_dir=job_dir,
+        status=last.status,
+        exit_code=last.exit_code,
+        started=started,
+        ended=time.time(),
+        attempts=len(history),
+        processes=last.processes,
+        root_cause=last.root_cause,
+        message=last.message,
+        history=tuple(history),
+        hang=last.hang,
     )
 
 
@@ -244,8 +256,11 @@ def _outcome_json(result: "AttemptResult | JobResult", head: Dict[str, Any], mid
     out = dict(head)
     out.update(status=result.status, exit_code=result.exit_code, started=result.started, ended=result.ended)
     out.update(middle)
-    out.update(processes=[p.to_json() for p in result.processes],
-               root_cause=result.root_cause.to_json() if result.root_cause else None, message=result.message)
+    out.update(
+        processes=[p.to_json() for p in result.processes],
+        root_cause=result.root_cause.to_json() if result.root_cause else None,
+        message=result.message,
+    )
     if result.hang is not None:
         out["hang"] = result.hang.to_json()
     return out
@@ -277,7 +292,9 @@ def earliest_failure(results: List[ProcResult]) -> Optional[ProcResult]:
     last = 1 << 30
     if all(r.exit_order is not None for r in failed):
         return min(failed, key=lambda r: (r.exit_order, r.rank if r.rank is not None else last))
-    return min(failed, key=lambda r: (r.ended if r.ended is not None else float("inf"), r.rank if r.rank is not None else last))
+    return min(
+        failed, key=lambda r: (r.ended if r.ended is not None else float("inf"), r.rank if r.rank is not None else last)
+    )
 
 
 _NODE_TIMED_OUT_RE = re.compile(r"The node: (\S+) is timed out")
@@ -304,5 +321,7 @@ def lost_nodes_note(lines: Sequence[str]) -> Optional[str]:
     if not lost:
         return None
     which = ", ".join(lost)
-    return (f"the scheduler lost rank(s) {which} (heartbeat timed out): they failed or their node went away"
-            " (in per-node mode, see that node's mslaunch summary)")
+    return (
+        f"the scheduler lost rank(s) {which} (heartbeat timed out): they failed or their node went away"
+        " (in per-node mode, see that node's mslaunch summary)"
+    )

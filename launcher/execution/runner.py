@@ -14,6 +14,7 @@ dir's ``plan.json`` (with ``excluded_hosts``) and artefacts (rank table, hostfil
 backend is made: the job dir always describes the attempt running or last run; each attempt's
 hosts stay in ``summary.json``'s ``attempt_results``.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,13 @@ if TYPE_CHECKING:
     from launcher.execution.supervision.restarts import AttemptProgress
 
 
-def backend_factory(plan: Plan, settings: Optional[Mapping[str, Any]] = None, watchdog: Optional[Watchdog] = None,
-                    options: Optional[SuperviseOptions] = None, attempt_base: int = 0) -> BackendFactory:
+def backend_factory(
+    plan: Plan,
+    settings: Optional[Mapping[str, Any]] = None,
+    watchdog: Optional[Watchdog] = None,
+    options: Optional[SuperviseOptions] = None,
+    attempt_base: int = 0,
+) -> BackendFactory:
     """Makes the backend of ``plan.launcher`` for each attempt (see :mod:`launcher.execution.backend`),
     from the attempt's plan (``plan`` unless a restart was re-planned).
 
@@ -78,7 +84,9 @@ def preflight(plan: Plan) -> None:
     backend = get_backend(plan.launcher).factory
     remote = [h.name for h in plan.hosts if not h.is_local]
     if backend.local_only and remote:
-        raise LaunchError(f"--launcher {plan.launcher} runs on this machine only, but the inventory has {', '.join(remote)}")
+        raise LaunchError(
+            f"--launcher {plan.launcher} runs on this machine only, but the inventory has {', '.join(remote)}"
+        )
     backend.preflight(plan)
     check_artefacts(plan)
 
@@ -104,7 +112,11 @@ def write_job_files(plan: Plan, argv: List[str]) -> None:
     """Claim and lock the job dir (see :func:`launcher.jobs.jobdir.claim_job_dir`), write its files, register."""
     joblock.claim_job_dir(plan.job_dir)
     write_plan_files(plan)
-    extra = {"slurm_job_id": os.environ["SLURM_JOB_ID"]} if plan.launcher == "slurm" and os.environ.get("SLURM_JOB_ID") else None
+    extra = (
+        {"slurm_job_id": os.environ["SLURM_JOB_ID"]}
+        if plan.launcher == "slurm" and os.environ.get("SLURM_JOB_ID")
+        else None
+    )
     jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv, extra=extra)
 
 
@@ -117,6 +129,7 @@ def write_plan_files(plan: Plan) -> None:
 
 def replan_writing(replan: Callable[[Sequence[Exclusion]], Plan]) -> Callable[[Sequence[Exclusion]], Plan]:
     """``replan`` that checks the new plan (:func:`check_artefacts`) and writes its files (:func:`write_plan_files`)."""
+
     def run(exclusions: Sequence[Exclusion]) -> Plan:
         plan = replan(exclusions)
         check_artefacts(plan)
@@ -141,7 +154,11 @@ def prepare_ranktable_dirs(plan: Plan, adir: str, local_only: bool = False) -> N
             continue  # remote ranks: the ssh launcher writes their dump on the host
         env = dict(os.environ)
         env.update(proc.env)
-        write_atomic(os.path.join(cwd, os.path.basename(proc.env_dump)), "".join(f"{k}={v}\n" for k, v in env.items()), mode=0o600)
+        write_atomic(
+            os.path.join(cwd, os.path.basename(proc.env_dump)),
+            "".join(f"{k}={v}\n" for k, v in env.items()),
+            mode=0o600,
+        )
 
 
 def run_plan(
@@ -187,7 +204,11 @@ def run_plan(
     append_event(plan.job_dir, JobStart(plan.job_id))
     watchdog = Watchdog()
     try:
-        result = _supervise(make_supervisor(plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress, replan=replan))
+        result = _supervise(
+            make_supervisor(
+                plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress, replan=replan
+            )
+        )
     finally:
         try:
             get_backend(plan.launcher).factory.end_job(dict(backend_settings or {}))  # what attempts kept for a restart
@@ -200,11 +221,16 @@ def run_plan(
     return result
 
 
-def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
-                    on_event: Optional[OnEvent] = None,
-                    backend_settings: Optional[Mapping[str, Any]] = None, hang: Optional["HangWatch"] = None,
-                    progress: Optional["AttemptProgress"] = None,
-                    replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None) -> Supervisor:
+def make_supervisor(
+    plan: Plan,
+    options: SuperviseOptions,
+    watchdog: Watchdog,
+    on_event: Optional[OnEvent] = None,
+    backend_settings: Optional[Mapping[str, Any]] = None,
+    hang: Optional["HangWatch"] = None,
+    progress: Optional["AttemptProgress"] = None,
+    replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None,
+) -> Supervisor:
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
     ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch,
     restarts re-planned on spare hosts (``replan``, see :func:`run_plan`)."""
@@ -228,10 +254,19 @@ def make_supervisor(plan: Plan, options: SuperviseOptions, watchdog: Watchdog,
 
     base = attempt_base(plan.launcher, os.environ)
     spares = Spares(replan_writing(replan), options.host_failures) if replan is not None else None
-    sup = Supervisor(plan, backend_factory(plan, backend_settings, watchdog, options, base), options,
-                     on_event=record_event,
-                     prepare_attempt=prepare, watchdog=watchdog, reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}), hang=hang,
-                     progress=progress, attempt_base=base, spares=spares)
+    sup = Supervisor(
+        plan,
+        backend_factory(plan, backend_settings, watchdog, options, base),
+        options,
+        on_event=record_event,
+        prepare_attempt=prepare,
+        watchdog=watchdog,
+        reap_orphans=lambda keep: reap_orphans(keep | {watchdog.pid}),
+        hang=hang,
+        progress=progress,
+        attempt_base=base,
+        spares=spares,
+    )
     return sup
 
 
@@ -245,7 +280,9 @@ def _supervise(sup: Supervisor) -> JobResult:
     except LaunchError as exc:
         from launcher.execution.results import FAILED
 
-        failed = JobResult(plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc))
+        failed = JobResult(
+            plan.job_id, plan.job_dir, FAILED, exc.exit_code, started, time.time(), 1, (), message=str(exc)
+        )
         jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), failed.to_json())
         joblock.release_job_dir(plan.job_dir)
         raise
@@ -260,7 +297,9 @@ def junit_xml(result: JobResult) -> str:
     from launcher.execution.results import tail_lines
     from launcher.logs.causes import junit_message
 
-    not_xml = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # e.g. ANSI colours in a log: not allowed in XML 1.0
+    not_xml = re.compile(
+        "[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]"
+    )  # e.g. ANSI colours in a log: not allowed in XML 1.0
     attr = lambda s: quoteattr(not_xml.sub("", s))  # noqa: E731  (a one-line local helper)
 
     cases = []
@@ -274,12 +313,20 @@ def junit_xml(result: JobResult) -> str:
             failures += 1
             tail = "\n".join(tail_lines(p.log, 20))
             reason = result.message or p.describe() if culprit else p.describe()
-            if result.root_cause is not None and result.root_cause.cause is not None and p.name == result.root_cause.name:
+            if (
+                result.root_cause is not None
+                and result.root_cause.cause is not None
+                and p.name == result.root_cause.name
+            ):
                 reason = junit_message(result.root_cause.cause, reason)
             body = f"<failure message={attr(reason)}>{escape(not_xml.sub('', tail))}</failure>"
         elif p.torn_down:
             body = f"<skipped message={attr('ended by mslaunch after another process failed')}/>"
-        cases.append(f'  <testcase classname={attr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>')
-    head = (f'<testsuite name={attr("mslaunch " + result.job_id)} tests="{len(result.processes)}" '
-            f'failures="{failures}" time="{result.ended - result.started:.3f}">')
+        cases.append(
+            f'  <testcase classname={attr("mslaunch." + result.job_id)} name={name} time="{secs:.3f}">{body}</testcase>'
+        )
+    head = (
+        f'<testsuite name={attr("mslaunch " + result.job_id)} tests="{len(result.processes)}" '
+        f'failures="{failures}" time="{result.ended - result.started:.3f}">'
+    )
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + head + "\n" + "\n".join(cases) + "\n</testsuite>\n"

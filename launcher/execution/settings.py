@@ -1,4 +1,5 @@
 """Typed supervision settings, built once by the CLI (``mslaunch run``, ``mslaunch check``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ class SuperviseOptions:
         if not self.restart_delay >= 0:
             raise PlanError("--restart-delay must be >= 0", field="--restart-delay")
         if self.host_failures < 0:
-            raise PlanError("--host-failures must be >= 0 (0: never leave a host out for its failures)", field="--host-failures")
+            raise PlanError(
+                "--host-failures must be >= 0 (0: never leave a host out for its failures)", field="--host-failures"
+            )
         if self.grace < 0:
             raise PlanError("--grace must be >= 0", field="--grace")

@@ -9,6 +9,7 @@ raising disarms it, so a second signal cannot interrupt the handling of the firs
 
 This module is imported before anything else: standard library only, nothing heavy.
 """
+
 from __future__ import annotations
 
 import signal

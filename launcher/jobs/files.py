@@ -1,4 +1,5 @@
 """Small file helpers for artefacts mslaunch writes (rank tables, plans, summaries)."""
+
 from __future__ import annotations
 
 import os

@@ -28,6 +28,7 @@ States (``job_state``): ``running`` (the lock is held), ``succeeded`` / ``failed
 / ``stopped`` (from summary.json), ``lost`` (no lock holder and no summary), ``corrupt`` (a job
 file or the registry entry is unreadable or malformed; :attr:`JobInfo.problem` says why).
 """
+
 from __future__ import annotations
 
 import json
@@ -68,10 +69,10 @@ PREVIOUS_DIR = layout.PREVIOUS_DIR
 
 # --- writing -------------------------------------------------------------------------------------
 
+
 def write_json(path: str, obj: Any, mode: int = 0o600) -> None:
     """Write ``obj`` as JSON atomically (readers see the old file or the whole new one)."""
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", mode=mode)
-
 
 
 def register(job_id: str, job_dir: str, pid: int, argv: List[str], extra: Optional[Dict[str, Any]] = None) -> None:
@@ -98,14 +99,20 @@ def register_submitted(job_id: str, job_dir: str, slurm_job_id: str, argv: List[
     Raises:
         JobError: ``job_id`` is not a valid id, or the registry cannot be written.
     """
-    record = {"job_id": job_id, "job_dir": os.path.abspath(job_dir), "started": time.time(), "argv": argv,
-              "slurm_job_id": slurm_job_id}
+    record = {
+        "job_id": job_id,
+        "job_dir": os.path.abspath(job_dir),
+        "started": time.time(),
+        "argv": argv,
+        "slurm_job_id": slurm_job_id,
+    }
     ensure_registry_dir()
     write_json(os.path.join(job_dir, layout.SBATCH_FILE), record)
     write_json(registry_path(job_id), record)
 
 
 # --- reading jobs back ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class JobInfo:
@@ -154,7 +161,9 @@ def pid_alive(pid: Optional[int]) -> bool:
 
 def is_job_dir(path: str) -> bool:
     """Whether ``path`` is a directory holding a job (``plan.json``, ``job.json`` or ``summary.json``)."""
-    return os.path.isdir(path) and any(os.path.lexists(os.path.join(path, n)) for n in (PLAN_FILE, JOB_FILE, SUMMARY_FILE))
+    return os.path.isdir(path) and any(
+        os.path.lexists(os.path.join(path, n)) for n in (PLAN_FILE, JOB_FILE, SUMMARY_FILE)
+    )
 
 
 def job_info(job_dir: str, record: Optional[Dict[str, Any]] = None, job_id: Optional[str] = None) -> JobInfo:
@@ -186,13 +195,25 @@ def job_info(job_dir: str, record: Optional[Dict[str, Any]] = None, job_id: Opti
         submitted = _sbatch_record(job_dir)
         if submitted is not None:
             record = dict(submitted, **record)
-        if not problems and files.get(JOB_FILE) is None and files.get(PLAN_FILE) is None and files.get(SUMMARY_FILE) is None \
-                and running_pid is None and submitted is None:
+        if (
+            not problems
+            and files.get(JOB_FILE) is None
+            and files.get(PLAN_FILE) is None
+            and files.get(SUMMARY_FILE) is None
+            and running_pid is None
+            and submitted is None
+        ):
             problems.append(f"{job_dir}: holds no job files ({PLAN_FILE}, {JOB_FILE}, {SUMMARY_FILE})")
     job_file = files.get(JOB_FILE) or {}
     plan = files.get(PLAN_FILE)
     summary = files.get(SUMMARY_FILE)
-    shown_id = record.get("job_id") or job_file.get("job_id") or (plan or {}).get("job_id") or job_id or os.path.basename(job_dir.rstrip("/"))
+    shown_id = (
+        record.get("job_id")
+        or job_file.get("job_id")
+        or (plan or {}).get("job_id")
+        or job_id
+        or os.path.basename(job_dir.rstrip("/"))
+    )
     for source, other in ((JOB_FILE, job_file.get("job_id")), (PLAN_FILE, (plan or {}).get("job_id"))):
         if other is not None and other != shown_id and not problems:
             problems.append(f"{os.path.join(job_dir, source)}: job_id {other!r} is not the registry's {shown_id!r}")
@@ -209,9 +230,18 @@ def job_info(job_dir: str, record: Optional[Dict[str, Any]] = None, job_id: Opti
     else:
         state = JobStatus.LOST
     slurm_id = job_file.get("slurm_job_id") or record.get("slurm_job_id")
-    return JobInfo(job_id=shown_id, job_dir=job_dir, pid=pid, started=started, state=state, summary=summary, plan=plan,
-                   problem="; ".join(problems) if problems else None, running_pid=running_pid,
-                   slurm_job_id=str(slurm_id) if isinstance(slurm_id, (str, int)) and not isinstance(slurm_id, bool) else None)
+    return JobInfo(
+        job_id=shown_id,
+        job_dir=job_dir,
+        pid=pid,
+        started=started,
+        state=state,
+        summary=summary,
+        plan=plan,
+        problem="; ".join(problems) if problems else None,
+        running_pid=running_pid,
+        slurm_job_id=str(slurm_id) if isinstance(slurm_id, (str, int)) and not isinstance(slurm_id, bool) else None,
+    )
 
 
 def _sbatch_record(job_dir: str) -> Optional[Dict[str, Any]]:
@@ -234,7 +264,16 @@ def _registry_entry(folder: str, name: str) -> JobInfo:
         if record["job_id"] != stem:
             raise CorruptJobFile(f"names job {record['job_id']!r}, not {stem!r}", path=path, field="job_id")
     except CorruptJobFile as exc:
-        return JobInfo(job_id=stem, job_dir="-", pid=None, started=None, state=JobStatus.CORRUPT, summary=None, plan=None, problem=str(exc))
+        return JobInfo(
+            job_id=stem,
+            job_dir="-",
+            pid=None,
+            started=None,
+            state=JobStatus.CORRUPT,
+            summary=None,
+            plan=None,
+            problem=str(exc),
+        )
     return job_info(record["job_dir"], record)
 
 
@@ -247,7 +286,9 @@ def list_jobs() -> List[JobInfo]:
     except FileNotFoundError:
         if not os.path.lexists(folder):
             return []
-        raise JobError("cannot read the job registry: it is a broken symbolic link; check $MSLAUNCH_HOME", path=folder) from None
+        raise JobError(
+            "cannot read the job registry: it is a broken symbolic link; check $MSLAUNCH_HOME", path=folder
+        ) from None
     except OSError as exc:
         raise JobError(f"cannot read the job registry: {exc.strerror}; check $MSLAUNCH_HOME", path=folder) from None
     for name in names:

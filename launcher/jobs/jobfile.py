@@ -5,6 +5,7 @@ Every job file (registry entries, ``job.json``, ``plan.json``, ``summary.json``)
 :class:`CorruptJobFile` and makes only its own job ``corrupt``.  Job ids are checked by
 :func:`validate_job_id`, so a registry file never lies outside ``$MSLAUNCH_HOME/jobs``.
 """
+
 from __future__ import annotations
 
 import errno
@@ -28,7 +29,7 @@ MAX_JOB_FILE_BYTES = 64 * 1024 * 1024
 #: Longest job id accepted.
 MAX_JOB_ID_LEN = 128
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\Z")
-_MAX_PID = 2 ** 31 - 1
+_MAX_PID = 2**31 - 1
 
 
 class CorruptJobFile(JobError):
@@ -50,8 +51,10 @@ def validate_job_id(job_id: str, field: str = "--job-id") -> str:
     if len(job_id) > MAX_JOB_ID_LEN:
         raise JobError(f"a job id has at most {MAX_JOB_ID_LEN} characters, got {len(job_id)}", field=field)
     if not _JOB_ID_RE.match(job_id) or ".." in job_id:
-        raise JobError(f"bad job id {job_id!r}: use letters, digits, '.', '_' and '-', starting with a letter, digit or '_', without '..'",
-                       field=field)
+        raise JobError(
+            f"bad job id {job_id!r}: use letters, digits, '.', '_' and '-', starting with a letter, digit or '_', without '..'",
+            field=field,
+        )
     return job_id
 
 
@@ -89,6 +92,7 @@ def registry_path(job_id: str) -> str:
 
 # --- the one validating reader ------------------------------------------------------------------
 
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -110,11 +114,11 @@ def _check_job_id(v: Any) -> Optional[str]:
 
 
 def _check_count(v: Any) -> Optional[str]:
-    return None if _is_int(v) and 0 <= v <= 10 ** 9 else "a whole number >= 0"
+    return None if _is_int(v) and 0 <= v <= 10**9 else "a whole number >= 0"
 
 
 def _check_opt_int(v: Any) -> Optional[str]:
-    return None if v is None or (_is_int(v) and abs(v) < 2 ** 63) else "a whole number or null"
+    return None if v is None or (_is_int(v) and abs(v) < 2**63) else "a whole number or null"
 
 
 def _check_pid(v: Any) -> Optional[str]:
@@ -145,7 +149,9 @@ def _check_cause(v: Any) -> Optional[str]:
     if "tail" in v and not (isinstance(v["tail"], list) and all(isinstance(x, str) for x in v["tail"])):
         return "an object whose 'tail' is a list of strings"
     judged = v.get("cause")
-    if judged is not None and not (isinstance(judged, dict) and all(isinstance(judged.get(k), str) for k in ("kind", "evidence", "hint"))):
+    if judged is not None and not (
+        isinstance(judged, dict) and all(isinstance(judged.get(k), str) for k in ("kind", "evidence", "hint"))
+    ):
         return "an object whose 'cause' is null or an object of strings 'kind', 'evidence' and 'hint'"
     return None
 
@@ -158,12 +164,22 @@ _Check = Callable[[Any], Optional[str]]
 #: Per kind of job file: field -> (check, required).  Only fields mslaunch reads are checked;
 #: others are kept as they are.
 SCHEMAS: Dict[str, Dict[str, Tuple[_Check, bool]]] = {
-    "registry": {"job_id": (_check_job_id, True), "job_dir": (_check_abs_path, True), "pid": (_check_pid, False),
-                 "started": (_check_time, False), "argv": (_check_argv, False)},
+    "registry": {
+        "job_id": (_check_job_id, True),
+        "job_dir": (_check_abs_path, True),
+        "pid": (_check_pid, False),
+        "started": (_check_time, False),
+        "argv": (_check_argv, False),
+    },
     JOB_FILE: {"job_id": (_check_job_id, True), "pid": (_check_pid, False), "started": (_check_time, False)},
     PLAN_FILE: {"job_id": (_check_job_id, True), "world_size": (_check_count, True)},
-    SUMMARY_FILE: {"status": (_check_status, True), "exit_code": (_check_opt_int, False), "root_cause": (_check_cause, False),
-                   "message": (_check_opt_str, False), "job_id": (_check_str, False)},
+    SUMMARY_FILE: {
+        "status": (_check_status, True),
+        "exit_code": (_check_opt_int, False),
+        "root_cause": (_check_cause, False),
+        "message": (_check_opt_str, False),
+        "job_id": (_check_str, False),
+    },
 }
 
 
@@ -196,7 +212,9 @@ def parse_job_file(data: bytes, kind: str, path: str) -> Dict[str, Any]:
     except ValueError as exc:
         raise CorruptJobFile(f"not usable JSON: {exc}", path=path) from None
     if not isinstance(obj, dict):
-        kind_name = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(obj), "null")
+        kind_name = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+            type(obj), "null"
+        )
         raise CorruptJobFile(f"holds a JSON {kind_name}, not an object", path=path)
     for key, (check, required) in SCHEMAS[kind].items():
         if key not in obj:
@@ -244,7 +262,9 @@ def read_job_file(path: str, kind: str) -> Optional[Dict[str, Any]]:
         if not stat.S_ISREG(st.st_mode):
             raise CorruptJobFile("is not a regular file", path=path)
         if st.st_size > MAX_JOB_FILE_BYTES:
-            raise CorruptJobFile(f"is {st.st_size} bytes, larger than the {MAX_JOB_FILE_BYTES} a job file may be", path=path)
+            raise CorruptJobFile(
+                f"is {st.st_size} bytes, larger than the {MAX_JOB_FILE_BYTES} a job file may be", path=path
+            )
         chunks: List[bytes] = []
         total = 0
         while total <= MAX_JOB_FILE_BYTES:
@@ -260,5 +280,3 @@ def read_job_file(path: str, kind: str) -> Optional[Dict[str, Any]]:
     finally:
         os.close(fd)
     return parse_job_file(b"".join(chunks), kind, path)
-
-

@@ -5,6 +5,7 @@ job's life and removes it after writing ``summary.json``.  :func:`claim_job_dir`
 checking the directory may hold a new job), :func:`lock_holder` tells who holds it without taking
 it, :func:`release_job_dir` drops it.
 """
+
 from __future__ import annotations
 
 import errno
@@ -25,8 +26,9 @@ LOCK_FILE = layout.LOCK_FILE
 PREVIOUS_DIR = layout.PREVIOUS_DIR
 #: Entries an otherwise empty directory may hold and still be used as a new job dir: the lock, a
 #: detached run's console log, and the previous job's files (``.previous/``).
-_EMPTY_OK = frozenset({LOCK_FILE, layout.DETACH_LOG, PREVIOUS_DIR,
-                       layout.SBATCH_SCRIPT, layout.SBATCH_FILE, layout.SBATCH_OUTPUT})  # written by mslaunch sbatch
+_EMPTY_OK = frozenset(
+    {LOCK_FILE, layout.DETACH_LOG, PREVIOUS_DIR, layout.SBATCH_SCRIPT, layout.SBATCH_FILE, layout.SBATCH_OUTPUT}
+)  # written by mslaunch sbatch
 
 
 class JobLock:
@@ -94,7 +96,9 @@ def _listdir(path: str) -> List[str]:
 
 def _busy(path: str, holder: Optional[int]) -> MsLaunchError:
     who = f" (pid {holder})" if holder else ""
-    return MsLaunchError(f"another mslaunch{who} is running a job in this directory; choose another --log-dir", path=path, exit_code=1)
+    return MsLaunchError(
+        f"another mslaunch{who} is running a job in this directory; choose another --log-dir", path=path, exit_code=1
+    )
 
 
 def _check_empty(path: str, locked_here: bool = False) -> None:
@@ -113,10 +117,14 @@ def _check_empty(path: str, locked_here: bool = False) -> None:
     if _holds_finished_job(path, other):
         return  # claim_job_dir moves it to .previous/ under the lock
     if PLAN_FILE in other or JOB_FILE in other or SUMMARY_FILE in other:
-        raise MsLaunchError("holds a job that did not finish (no valid summary.json); choose a new --log-dir "
-                            "(or remove this one)", path=path)
+        raise MsLaunchError(
+            "holds a job that did not finish (no valid summary.json); choose a new --log-dir (or remove this one)",
+            path=path,
+        )
     shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
-    raise MsLaunchError(f"is not empty ({len(other)} entries: {shown}); --log-dir takes a new or empty directory", path=path)
+    raise MsLaunchError(
+        f"is not empty ({len(other)} entries: {shown}); --log-dir takes a new or empty directory", path=path
+    )
 
 
 def _holds_finished_job(path: str, names: List[str]) -> bool:
@@ -150,7 +158,9 @@ def _rotate_finished_job(path: str) -> None:
         for name in names:
             os.rename(os.path.join(path, name), os.path.join(previous, name))
     except OSError as exc:
-        raise MsLaunchError(f"cannot move the previous job's files to {PREVIOUS_DIR}/: {exc.strerror}", path=path) from None
+        raise MsLaunchError(
+            f"cannot move the previous job's files to {PREVIOUS_DIR}/: {exc.strerror}", path=path
+        ) from None
 
 
 def prepare_job_dir(path: str) -> bool:

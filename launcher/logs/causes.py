@@ -21,6 +21,7 @@ Causes a restart cannot fix (:func:`same_unfixable`): the same Python exception 
 the same missing module, the same missing file; :func:`repeated_unfixable` gives the line that stops
 the restarts when the last two attempts failed so.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,12 +35,29 @@ from launcher.logs.causerules.errorlines import (
     match_disk_full,
     match_native_crash,
 )
-from launcher.logs.causerules.exceptions import match_missing_file, match_missing_module, match_python_exception, unknown
+from launcher.logs.causerules.exceptions import (
+    match_missing_file,
+    match_missing_module,
+    match_python_exception,
+    unknown,
+)
 from launcher.logs.causerules.judged import match_collective_timeout_report, match_hang_report, match_lost_host
 from launcher.logs.causerules.oom import match_oom
 
-__all__ = ["KINDS", "RESTART_PROOF", "RULES", "TAIL_LINES", "Cause", "Failure", "Rule", "classify", "console_lines", "junit_message",
-           "repeated_unfixable", "same_unfixable"]
+__all__ = [
+    "KINDS",
+    "RESTART_PROOF",
+    "RULES",
+    "TAIL_LINES",
+    "Cause",
+    "Failure",
+    "Rule",
+    "classify",
+    "console_lines",
+    "junit_message",
+    "repeated_unfixable",
+    "same_unfixable",
+]
 
 
 @dataclass(frozen=True)
@@ -83,23 +101,54 @@ class Rule:
 
 #: The table, in precedence order (see the module doc).
 RULES: Tuple[Rule, ...] = (
-    Rule("lost_host", match_lost_host, "check that {host} is up and reachable; a restart leaves a lost host out (docs/spare-hosts.md)"),
-    Rule("collective_timeout", match_collective_timeout_report,
-         "start with rank {rank} on {culprit_host}: the others waited for it in the collective (stacks in {stacks})"),
-    Rule("hang", match_hang_report,
-         "start with rank {rank} on {culprit_host} (stacks in {stacks}); if a step can take this long, raise --hang-timeout"),
+    Rule(
+        "lost_host",
+        match_lost_host,
+        "check that {host} is up and reachable; a restart leaves a lost host out (docs/spare-hosts.md)",
+    ),
+    Rule(
+        "collective_timeout",
+        match_collective_timeout_report,
+        "start with rank {rank} on {culprit_host}: the others waited for it in the collective (stacks in {stacks})",
+    ),
+    Rule(
+        "hang",
+        match_hang_report,
+        "start with rank {rank} on {culprit_host} (stacks in {stacks}); if a step can take this long, raise --hang-timeout",
+    ),
     Rule("oom", match_oom, "{host} ran out of memory: run fewer ranks per host or use a smaller batch"),
-    Rule("address_in_use", match_address_in_use, "a port is taken on {host}: run with --master-port auto (or free the port)"),
+    Rule(
+        "address_in_use",
+        match_address_in_use,
+        "a port is taken on {host}: run with --master-port auto (or free the port)",
+    ),
     Rule("device_error", match_device_error, "a device or runtime error on {host}: read the error lines of the log"),
-    Rule("collective_timeout", match_collective_timeout_log,
-         "this rank waited for the others: the cause is the rank that failed or stalled first (their logs, mslaunch status)"),
+    Rule(
+        "collective_timeout",
+        match_collective_timeout_log,
+        "this rank waited for the others: the cause is the rank that failed or stalled first (their logs, mslaunch status)",
+    ),
     Rule("disk_full", match_disk_full, "free space on {host} (checkpoints, logs, /tmp), or write elsewhere"),
-    Rule("native_crash", match_native_crash,
-         "a crash inside native code (the framework or a library), not a script error: read the native stack in the log, not the script"),
-    Rule("missing_module", match_missing_module,
-         "install {module} on {host} for the Python the ranks run there (or set --python to one that has it)"),
-    Rule("missing_file", match_missing_file, "make {path} exist on {host} (copy it there or use a shared filesystem), or fix the path"),
-    Rule("python_exception", match_python_exception, "the script raised {type} at {where}{function}: fix it there (a restart will not)"),
+    Rule(
+        "native_crash",
+        match_native_crash,
+        "a crash inside native code (the framework or a library), not a script error: read the native stack in the log, not the script",
+    ),
+    Rule(
+        "missing_module",
+        match_missing_module,
+        "install {module} on {host} for the Python the ranks run there (or set --python to one that has it)",
+    ),
+    Rule(
+        "missing_file",
+        match_missing_file,
+        "make {path} exist on {host} (copy it there or use a shared filesystem), or fix the path",
+    ),
+    Rule(
+        "python_exception",
+        match_python_exception,
+        "the script raised {type} at {where}{function}: fix it there (a restart will not)",
+    ),
 )
 
 #: Every kind a cause can have, ``unknown`` last.

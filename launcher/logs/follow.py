@@ -7,6 +7,7 @@ follow: the file set is listed again at most every ``rescan`` seconds (not at ev
 sweeps that find nothing back off from ``interval`` to :data:`MAX_INTERVAL` seconds, starting
 over at ``interval`` as soon as lines arrive (``bench/bench_logs_follow.py`` measures it).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from launcher.logs.joblogs import job_logs
 
 #: Lines the default console mode shows from every rank (not only rank 0).
-ERROR_RE = re.compile(r"(Traceback \(most recent call last\)|\b\w*(Error|Exception)\b|\bERROR\b|\bFATAL\b|\bfailed\b|^\s+File \")")
+ERROR_RE = re.compile(
+    r"(Traceback \(most recent call last\)|\b\w*(Error|Exception)\b|\bERROR\b|\bFATAL\b|\bfailed\b|^\s+File \")"
+)
 
 #: Most bytes a follower reads from one file per poll (bounds memory when a rank writes a lot).
 MAX_READ = 8 * 1024 * 1024

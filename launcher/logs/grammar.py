@@ -43,6 +43,7 @@ with an integer and a loss key (``loss``, ``train_loss``, ``train/loss``, ``lm l
 number; ``epoch`` when it is an integer; the keys ``MSLAUNCH_METRIC`` reads
 (:mod:`launcher.logs.metrics`) too.  The step counts over the whole run (as ``MSLAUNCH_METRIC``).
 """
+
 from __future__ import annotations
 
 import ast
@@ -65,25 +66,69 @@ _END = r"(?![\w%]|[.:,\-]\d)"  # a count ends here: not 1.5, 07:21, 10.0.0.1, 1,
 _COUNTER_RE = re.compile(
     r"(?<![\w.\-/])(?:(global|train|training|cur|current)[ _]?)?"
     r"(?:(?:step|iteration|iter|it|batch)(?!\w)\s*(?:[:=#]\s*)?|(?:steps|iterations|iters)\s*[:=]\s*)"
-    r"(?:[\[(]\s*)?(?:#\s*)?(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END + r")?", re.IGNORECASE)
-_EPOCH_RE = re.compile(r"(?<![\w.\-/])epoch(?!\w)\s*(?:[:=#]\s*)?(?:[\[(]\s*)?(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END
-                       + r")?(?:\s*[\])])?",
-                       re.IGNORECASE)
+    r"(?:[\[(]\s*)?(?:#\s*)?(\d+)" + _END + r"(?:\s*/\s*(\d+)" + _END + r")?",
+    re.IGNORECASE,
+)
+_EPOCH_RE = re.compile(
+    r"(?<![\w.\-/])epoch(?!\w)\s*(?:[:=#]\s*)?(?:[\[(]\s*)?(\d+)"
+    + _END
+    + r"(?:\s*/\s*(\d+)"
+    + _END
+    + r")?(?:\s*[\])])?",
+    re.IGNORECASE,
+)
 _POSITION_RE = re.compile(r"\s*(?:[,:|-]\s*)?\[\s*(\d+)\s*/\s*(\d+)\s*(?:(\(\s*\d+(?:\.\d+)?\s*%\s*\))\s*)?\]")
 _SLASH_COUNT_RE = re.compile(r"\d\s*/\s*\d")
 _BAR_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*\[\d+:\d|(?<!\S)(\d+)/(\d+) \[[=>.]*\]")
-_VALUE = (r"(?:[(\[]\s*)*(?:(?:tensor|array|(?:np\.)?float(?:16|32|64)?)\(\s*(?:shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?(?:\[\s*)*)?"
-          r"(" + NUM + r")(?![\w]|\.\d)")
+_VALUE = (
+    r"(?:[(\[]\s*)*(?:(?:tensor|array|(?:np\.)?float(?:16|32|64)?)\(\s*(?:shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?(?:\[\s*)*)?"
+    r"(" + NUM + r")(?![\w]|\.\d)"
+)
 _EVAL_WORDS = ("val", "valid", "validation", "eval", "evaluation", "test", "dev")
 _LOSS_RE = re.compile(
     r"(?<![A-Za-z0-9])" + "".join(f"(?<!{w}[_ /.-])" for w in _EVAL_WORDS) + r"loss(?:_step)?(?![A-Za-z0-9_])"
-    r"\s*(?:[:=]\s*)?(?:is\s+)?" + _VALUE, re.IGNORECASE)
+    r"\s*(?:[:=]\s*)?(?:is\s+)?" + _VALUE,
+    re.IGNORECASE,
+)
 #: Words that make a loss the main one when they qualify it (``lm loss``, ``train_loss``).
-_MAIN_QUALIFIERS = frozenset(("train", "training", "lm", "avg", "average", "mean", "total", "running", "global", "batch",
-                              "smoothed", "reduced", "overall", "step", "the", "current", "cur"))
+_MAIN_QUALIFIERS = frozenset(
+    (
+        "train",
+        "training",
+        "lm",
+        "avg",
+        "average",
+        "mean",
+        "total",
+        "running",
+        "global",
+        "batch",
+        "smoothed",
+        "reduced",
+        "overall",
+        "step",
+        "the",
+        "current",
+        "cur",
+    )
+)
 _QUALIFIER_RE = re.compile(r"([A-Za-z0-9]+)([_ /.-])$")
-_JSON_COUNTER_KEYS = frozenset(("step", "global_step", "globalstep", "iter", "iteration", "it", "batch", "train_step",
-                                "trainer_global_step", "train_global_step", "train_iter", "train_iteration"))
+_JSON_COUNTER_KEYS = frozenset(
+    (
+        "step",
+        "global_step",
+        "globalstep",
+        "iter",
+        "iteration",
+        "it",
+        "batch",
+        "train_step",
+        "trainer_global_step",
+        "train_global_step",
+        "train_iter",
+        "train_iteration",
+    )
+)
 _JSON_LOSS_KEY_RE = re.compile(r"^(?:([a-z0-9]+)_)*loss(?:_step)?$")
 
 
@@ -175,8 +220,9 @@ def _epoch_fields(e: "re.Match[str]") -> Dict[str, Any]:
     return fields
 
 
-def _counter_fields(line: str, step: int, total: Optional[int], qualifier: Optional[str],
-                    loss: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def _counter_fields(
+    line: str, step: int, total: Optional[int], qualifier: Optional[str], loss: Optional[Dict[str, Any]]
+) -> Dict[str, Any]:
     e = _EPOCH_RE.search(line)
     if e is not None and (qualifier or "").lower() != "global":
         fields = _epoch_fields(e)
@@ -225,7 +271,7 @@ def _read_object(line: str) -> Optional[Dict[str, Any]]:
     start, end = line.find("{"), line.rfind("}")
     if start < 0 or end <= start:
         return None
-    text = line[start:end + 1]
+    text = line[start : end + 1]
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):

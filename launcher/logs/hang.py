@@ -20,6 +20,7 @@ for a rank whose log has shown no step yet, any new line of it.  State machine o
 
 The tracker is fed from the follower's thread and asked from the supervisor's: a lock guards it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -82,10 +83,12 @@ class HangPolicy:
             return cls("auto", None, first)
         if word.startswith("auto:"):
             try:
-                floor = _seconds(word[len("auto:"):].strip(), "--hang-timeout")
+                floor = _seconds(word[len("auto:") :].strip(), "--hang-timeout")
             except PlanError:
-                raise PlanError(f"--hang-timeout {text!r}: auto:FLOOR takes a positive number of seconds (e.g. auto:20)",
-                                field="--hang-timeout") from None
+                raise PlanError(
+                    f"--hang-timeout {text!r}: auto:FLOOR takes a positive number of seconds (e.g. auto:20)",
+                    field="--hang-timeout",
+                ) from None
             return cls("auto", None, first, floor)
         if word in ("off", "none", "0"):
             return cls("off", None, first)
@@ -117,9 +120,12 @@ class RankWatch:
     longest: float = 0.0  # longest interval between two of its steps (this attempt)
 
     def to_json(self, now: float) -> Dict[str, object]:
-        return {"rank": self.rank, "last_step": step_text(self.last_step),
-                "last_step_age_s": None if self.last_step_at is None else round(now - self.last_step_at, 1),
-                "last_output_age_s": None if self.last_output_at is None else round(now - self.last_output_at, 1)}
+        return {
+            "rank": self.rank,
+            "last_step": step_text(self.last_step),
+            "last_step_age_s": None if self.last_step_at is None else round(now - self.last_step_at, 1),
+            "last_output_age_s": None if self.last_output_at is None else round(now - self.last_output_at, 1),
+        }
 
 
 @dataclass(frozen=True)
@@ -204,12 +210,20 @@ class HangTracker:
             if not any(w.steps for w in self._ranks.values()):
                 return None, "auto: not armed until a rank logs a step"
             quiet = sum(1 for w in self._ranks.values() if not w.steps)
-            others = f"; {quiet} of {len(self._ranks)} ranks log no steps (judged by their output lines)" if quiet else ""
+            others = (
+                f"; {quiet} of {len(self._ranks)} ranks log no steps (judged by their output lines)" if quiet else ""
+            )
             scaled = AUTO_FACTOR * self._longest
             if scaled > p.floor:
-                return scaled, f"auto: {AUTO_FACTOR:g} x the longest step interval {self._longest:.1f} s ({self._longest_where}){others}"
+                return (
+                    scaled,
+                    f"auto: {AUTO_FACTOR:g} x the longest step interval {self._longest:.1f} s ({self._longest_where}){others}",
+                )
             longest = f"{self._longest:.1f} s" if self._longest else "none yet"
-            return p.floor, f"auto: the {p.floor:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is less){others}"
+            return (
+                p.floor,
+                f"auto: the {p.floor:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is less){others}",
+            )
         return None, "off"
 
     def _last_progress(self) -> Optional[float]:
@@ -232,7 +246,9 @@ class HangTracker:
             p = self.policy
             stepped = any(w.steps for w in self._ranks.values())
             if p.first_step is not None and not stepped and now - self._began > p.first_step:
-                return HangVerdict(p.first_step, f"--first-step-timeout {p.first_step:g} s: no rank logged a step", now - self._began)
+                return HangVerdict(
+                    p.first_step, f"--first-step-timeout {p.first_step:g} s: no rank logged a step", now - self._began
+                )
             limit, derived = self._limit()
             if limit is None:
                 return None

@@ -13,6 +13,7 @@ entry)::
 Read back with :meth:`HangReport.from_json` (``status``, ``top`` and ``report`` read summaries);
 what the console, the summary and the restart rules say of a hang comes from here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -62,9 +63,17 @@ class HangRank:
         return self.frame or ("exited" if not self.alive else "no stack")
 
     def to_json(self) -> Dict[str, Any]:
-        return {"rank": self.rank, "host": self.host, "last_step": self.last_step, "silent_s": self.silent_s, "frame": self.frame,
-                "in_collective": self.in_collective, "alive": self.alive, "timed_out": self.timed_out,
-                "stack_files": list(self.stack_files)}
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "last_step": self.last_step,
+            "silent_s": self.silent_s,
+            "frame": self.frame,
+            "in_collective": self.in_collective,
+            "alive": self.alive,
+            "timed_out": self.timed_out,
+            "stack_files": list(self.stack_files),
+        }
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,11 @@ class HangReport:
     def lines(self) -> List[str]:
         """The hang in a few lines: the limit, the culprit, each rank's last step and frame."""
         out = [self.title() + (" waiting for the others" if self.collective else "")]
-        out.append(f"likely culprit: rank {self.culprit.rank}: {self.culprit.evidence}" if self.culprit else "likely culprit: none stands out")
+        out.append(
+            f"likely culprit: rank {self.culprit.rank}: {self.culprit.evidence}"
+            if self.culprit
+            else "likely culprit: none stands out"
+        )
         for r in self.ranks:
             out.append(f"  rank {r.rank}: last {r.last_step or 'step -'}, main thread in {r.where}")
         out.append(f"stacks: {self.stacks_dir}")
@@ -118,8 +131,11 @@ class HangReport:
             out["idle_s"] = self.idle_s
         if self.timed_out is not None:
             out["timed_out"] = self.timed_out.to_json()
-        out.update(stacks_dir=self.stacks_dir, culprit=self.culprit.to_json() if self.culprit else None,
-                   ranks=[r.to_json() for r in self.ranks])
+        out.update(
+            stacks_dir=self.stacks_dir,
+            culprit=self.culprit.to_json() if self.culprit else None,
+            ranks=[r.to_json() for r in self.ranks],
+        )
         return out
 
     @classmethod
@@ -136,12 +152,28 @@ class HangReport:
         ranks = []
         for r in data.get("ranks") or ():
             if isinstance(r, Mapping):
-                ranks.append(HangRank(rank=r.get("rank"),  # type: ignore[arg-type]  # hang.json is mslaunch's own: each entry has its rank
-                                      host=str(r.get("host")), last_step=r.get("last_step"), silent_s=r.get("silent_s"),
-                                      frame=r.get("frame"), in_collective=r.get("in_collective"), alive=r.get("alive", True) is not False,
-                                      timed_out=bool(r.get("timed_out")), stack_files=tuple(r.get("stack_files") or ())))
-        return cls(kind=kind, limit_s=data.get("limit_s"), derived=data.get("derived"), idle_s=data.get("idle_s"),
-                   stacks_dir=data.get("stacks_dir"),
-                   culprit=Culprit(culprit["rank"], str(culprit.get("evidence", ""))) if isinstance(culprit, Mapping) and "rank" in culprit else None,
-                   timed_out=TimedOut(timed.get("rank"), str(timed.get("line", ""))) if isinstance(timed, Mapping) else None,
-                   ranks=tuple(ranks))
+                ranks.append(
+                    HangRank(
+                        rank=r.get("rank"),  # type: ignore[arg-type]  # hang.json is mslaunch's own: each entry has its rank
+                        host=str(r.get("host")),
+                        last_step=r.get("last_step"),
+                        silent_s=r.get("silent_s"),
+                        frame=r.get("frame"),
+                        in_collective=r.get("in_collective"),
+                        alive=r.get("alive", True) is not False,
+                        timed_out=bool(r.get("timed_out")),
+                        stack_files=tuple(r.get("stack_files") or ()),
+                    )
+                )
+        return cls(
+            kind=kind,
+            limit_s=data.get("limit_s"),
+            derived=data.get("derived"),
+            idle_s=data.get("idle_s"),
+            stacks_dir=data.get("stacks_dir"),
+            culprit=Culprit(culprit["rank"], str(culprit.get("evidence", "")))
+            if isinstance(culprit, Mapping) and "rank" in culprit
+            else None,
+            timed_out=TimedOut(timed.get("rank"), str(timed.get("line", ""))) if isinstance(timed, Mapping) else None,
+            ranks=tuple(ranks),
+        )

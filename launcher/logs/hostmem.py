@@ -19,6 +19,7 @@ The cgroup's counters, by the files of its folder:
 * v2 (``/sys/fs/cgroup/<group>/``): ``memory.events`` (``oom_kill N``), ``memory.peak``, ``memory.max``
   (``max``: no limit).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,18 +27,37 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["CGROUP_FILES", "HostRecords", "KernelKill", "cgroup_memory", "format_bytes", "kernel_kills", "kernel_since", "kill_cgroups",
-           "memory_cgroup", "oom_kill_count", "read_cgroup_files"]
+__all__ = [
+    "CGROUP_FILES",
+    "HostRecords",
+    "KernelKill",
+    "cgroup_memory",
+    "format_bytes",
+    "kernel_kills",
+    "kernel_since",
+    "kill_cgroups",
+    "memory_cgroup",
+    "oom_kill_count",
+    "read_cgroup_files",
+]
 
 #: The files of a cgroup folder that tell about memory and the OOM killer (v1 and v2).
-CGROUP_FILES = ("memory.events", "memory.oom_control", "memory.peak", "memory.max", "memory.max_usage_in_bytes",
-                "memory.limit_in_bytes")
+CGROUP_FILES = (
+    "memory.events",
+    "memory.oom_control",
+    "memory.peak",
+    "memory.max",
+    "memory.max_usage_in_bytes",
+    "memory.limit_in_bytes",
+)
 
 #: cgroup v1's "no limit" (PAGE_COUNTER_MAX pages of 4 KiB); anything this large is no limit.
 _NO_LIMIT = 1 << 62
 
-_KILLED_RE = re.compile(r"(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?)?:?\s*"
-                        r"Kill(?:ed)? process (?P<pid>\d+) \((?P<name>[^)]*)\)")
+_KILLED_RE = re.compile(
+    r"(?P<scope>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?)?:?\s*"
+    r"Kill(?:ed)? process (?P<pid>\d+) \((?P<name>[^)]*)\)"
+)
 _OOM_KILL_RE = re.compile(r"oom-kill:.*?\btask=(?P<name>[^,\s]+),pid=(?P<pid>\d+)")
 _USAGE_RE = re.compile(r"\bmemory: usage (?P<usage>\d+)kB, limit (?P<limit>\d+)kB")
 _ANON_RE = re.compile(r"anon-rss:\d+kB")
@@ -80,7 +100,7 @@ class KernelKill:
         """The kill line up to the process's name, with its anonymous RSS when the line gives it
         (``Memory cgroup out of memory: Killed process 8132 (python3), anon-rss:65280kB``)."""
         m = _KILLED_RE.search(self.line) or _OOM_KILL_RE.search(self.line)
-        head = self.line[:m.end()] if m else self.line
+        head = self.line[: m.end()] if m else self.line
         rss = _ANON_RE.search(self.line)
         return head + (f", {rss.group(0)}" if rss and rss.start() >= len(head) else "")
 
@@ -99,7 +119,9 @@ def kernel_kills(lines: Sequence[str]) -> List[KernelKill]:
         if m and (m.group("scope") or "Killed process" in line):
             pid = int(m.group("pid"))
             if out and out[-1].pid == pid and "oom-kill:" in out[-1].line:
-                out[-1] = KernelKill(pid, m.group("name"), line, out[-1].usage, out[-1].limit)  # the kill line says more
+                out[-1] = KernelKill(
+                    pid, m.group("name"), line, out[-1].usage, out[-1].limit
+                )  # the kill line says more
             elif not out or out[-1].pid != pid:
                 out.append(KernelKill(pid, m.group("name"), line, *(usage or (None, None))))
             continue

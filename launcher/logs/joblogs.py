@@ -7,6 +7,7 @@ recorded names, moved into the attempt folder being read (``attempt_<k>/`` keeps
 A folder without a ``plan.json`` (a job from before plan.json, or not a job) falls back to the
 default names (``worker_<rank>.log``, ``scheduler.log``).
 """
+
 from __future__ import annotations
 
 import glob
@@ -40,7 +41,9 @@ def job_dir_of(folder: str) -> str:
     """The job directory of a job or attempt folder (``<job>/attempt_<k>`` -> ``<job>``)."""
     folder = folder.rstrip("/") or "/"
     parent = os.path.dirname(folder)
-    if layout.parse_attempt_dir(os.path.basename(folder)) is not None and os.path.lexists(os.path.join(parent, layout.PLAN_FILE)):
+    if layout.parse_attempt_dir(os.path.basename(folder)) is not None and os.path.lexists(
+        os.path.join(parent, layout.PLAN_FILE)
+    ):
         return parent
     return folder
 
@@ -87,7 +90,9 @@ def _relative(path: str, base: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def job_logs(folder: str, ranks: Optional[Sequence[int]] = None, scheduler: bool = True) -> Tuple[List[JobLog], List[JobLog]]:
+def job_logs(
+    folder: str, ranks: Optional[Sequence[int]] = None, scheduler: bool = True
+) -> Tuple[List[JobLog], List[JobLog]]:
     """A job (or attempt) folder's logs as ``(present, missing)``: ranks ascending, scheduler last.
 
     Args:

@@ -6,6 +6,7 @@
 ``steps_lost`` (see :mod:`launcher.execution.supervision.restarts`), and ``replanned`` when it was the first
 attempt without a host left out; ``excluded_hosts`` lists those hosts (docs/spare-hosts.md).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -71,14 +72,24 @@ def process_table(events: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     Slurm: of the rank's ``srun`` step; None where the backend has none)."""
     from launcher.planning.job.kinds import EventKind, describe_returncode
 
-    attempt = max((int(e["attempt"]) for e in events if e.get("kind") == EventKind.STARTED and isinstance(e.get("attempt"), int)), default=0)
+    attempt = max(
+        (int(e["attempt"]) for e in events if e.get("kind") == EventKind.STARTED and isinstance(e.get("attempt"), int)),
+        default=0,
+    )
     rows: Dict[str, Dict[str, Any]] = {}
     for e in events:
         if e.get("attempt", 0) != attempt or not isinstance(e.get("name"), str):
             continue
         if e.get("kind") == EventKind.STARTED:
-            rows[e["name"]] = {"name": e["name"], "rank": e.get("rank"), "host": e.get("host"), "pid": e.get("pid"),
-                               "attempt": attempt, "state": "running", "returncode": None}
+            rows[e["name"]] = {
+                "name": e["name"],
+                "rank": e.get("rank"),
+                "host": e.get("host"),
+                "pid": e.get("pid"),
+                "attempt": attempt,
+                "state": "running",
+                "returncode": None,
+            }
         elif e.get("kind") == EventKind.EXITED and e["name"] in rows and isinstance(e.get("returncode"), int):
             rows[e["name"]].update(state=describe_returncode(e["returncode"]), returncode=e["returncode"])
     return list(rows.values())
@@ -88,5 +99,7 @@ def process_lines(table: Sequence[Mapping[str, Any]]) -> List[str]:
     """``status``'s lines for :func:`process_table`: ``rank 0  localhost  pid 4242  running``."""
     width = max((len(str(r["name"])) for r in table), default=0)
     hwidth = max((len(str(r["host"])) for r in table), default=0)
-    return [f"{str(r['name']):<{width}}  {str(r['host']):<{hwidth}}  pid {'-' if r['pid'] is None else r['pid']}  {r['state']}"
-            for r in table]
+    return [
+        f"{str(r['name']):<{width}}  {str(r['host']):<{hwidth}}  pid {'-' if r['pid'] is None else r['pid']}  {r['state']}"
+        for r in table
+    ]

@@ -46,6 +46,7 @@ numbers).  Example::
 A loss that is NaN or infinite makes a ``step`` metric with ``event="nonfinite_loss"`` and
 ``loss=None`` (its text in ``loss_text``).
 """
+
 from __future__ import annotations
 
 import ast
@@ -63,7 +64,9 @@ METRIC_PREFIX = "MSLAUNCH_METRIC"
 _MAX_LINE = 4096  # longer lines are not metric lines (and regexes stay cheap)
 
 _SEP = r"\s*(?:[,;|]\s*)?"  # one \s* per whitespace run: no polynomial backtracking on long lines
-_EPOCH_STEP = r"(?<![\w.])epoch:\s*(\d+)" + _SEP + r"(?:current epoch percent:\s*[\d.]+" + _SEP + r")?step:\s*(\d+)" + _SEP
+_EPOCH_STEP = (
+    r"(?<![\w.])epoch:\s*(\d+)" + _SEP + r"(?:current epoch percent:\s*[\d.]+" + _SEP + r")?step:\s*(\d+)" + _SEP
+)
 _TENSOR = r"(?:\(\s*)?(?:Tensor\(shape=\[[^\]]*\],\s*dtype=\w+,\s*value=\s*)?"
 _LOSS_RE = re.compile(_EPOCH_STEP + r"loss is\s*" + _TENSOR + r"((?:\[\s*)?" + NUM + r")", re.IGNORECASE)
 _LOSS_NONFINITE_RE = re.compile(_EPOCH_STEP + r"loss is NAN or INF")
@@ -207,7 +210,7 @@ def _parse(line: str) -> Optional[Metric]:
     if METRIC_PREFIX in line:
         idx = line.find(METRIC_PREFIX + " ")
         if idx >= 0:
-            return _parse_mslaunch(line[idx + len(METRIC_PREFIX) + 1:].strip())
+            return _parse_mslaunch(line[idx + len(METRIC_PREFIX) + 1 :].strip())
         return None
     for parse in (_parse_epoch_line, _parse_mindformers, _parse_result_line):
         metric = parse(line)
@@ -223,17 +226,38 @@ def _parse_epoch_line(line: str) -> Optional[Metric]:
         return None
     m = _LOSS_NONFINITE_RE.search(line)
     if m:
-        return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True,
-                      loss_text="NAN or INF", event="nonfinite_loss")
+        return Metric(
+            kind="step",
+            source="lossmonitor",
+            epoch=int(m.group(1)),
+            step=int(m.group(2)),
+            step_in_epoch=True,
+            loss_text="NAN or INF",
+            event="nonfinite_loss",
+        )
     m = _LOSS_RE.search(line)
     if m:
         fields = loss_fields(m.group(3))
         if fields:
-            return Metric(kind="step", source="lossmonitor", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True, **fields)
+            return Metric(
+                kind="step",
+                source="lossmonitor",
+                epoch=int(m.group(1)),
+                step=int(m.group(2)),
+                step_in_epoch=True,
+                **fields,
+            )
     m = _INVALID_RE.search(line)
     if m:
-        return Metric(kind="step", source="trainer", epoch=int(m.group(1)), step=int(m.group(2)), step_in_epoch=True,
-                      loss_text=m.group(3).rstrip(","), event="nonfinite_loss")
+        return Metric(
+            kind="step",
+            source="trainer",
+            epoch=int(m.group(1)),
+            step=int(m.group(2)),
+            step_in_epoch=True,
+            loss_text=m.group(3).rstrip(","),
+            event="nonfinite_loss",
+        )
     m = _TIME_RE.search(line)
     if m:
         return Metric(kind="epoch", source="timemonitor", step_time_ms=float(m.group(3)))
@@ -250,9 +274,17 @@ def _parse_mindformers(line: str) -> Optional[Metric]:
         if m:
             fields = loss_fields(m.group(5))
             t = _MF_TIME_RE.search(line)
-            return Metric(kind="step", source="mindformers", epoch=int(m.group(1)), epochs=int(m.group(2)), step=int(m.group(3)),
-                          steps_per_epoch=int(m.group(4)), step_in_epoch=True,
-                          step_time_ms=float(t.group(1)) if t else None, **fields)
+            return Metric(
+                kind="step",
+                source="mindformers",
+                epoch=int(m.group(1)),
+                epochs=int(m.group(2)),
+                step=int(m.group(3)),
+                steps_per_epoch=int(m.group(4)),
+                step_in_epoch=True,
+                step_time_ms=float(t.group(1)) if t else None,
+                **fields,
+            )
     if "samples/s/p" in line:
         m = _MF_RATE_RE.search(line)
         if m:

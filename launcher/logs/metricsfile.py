@@ -9,6 +9,7 @@ supervising process covers them all.  It only reads new bytes (a stat per file a
 
 :class:`JsonlTail` reads the records appended since its last call.
 """
+
 from __future__ import annotations
 
 import glob
@@ -24,7 +25,17 @@ from launcher.logs.progress import Progress, RankDeriver
 from launcher.planning.job import layout
 from launcher.planning.job.events import Event
 
-__all__ = ["EVENTS_FILE", "append_event", "read_events", "METRICS_FILE", "MetricsWriter", "JsonlTail", "log_mtimes", "job_metric_sources", "LogMetrics"]
+__all__ = [
+    "EVENTS_FILE",
+    "append_event",
+    "read_events",
+    "METRICS_FILE",
+    "MetricsWriter",
+    "JsonlTail",
+    "log_mtimes",
+    "job_metric_sources",
+    "LogMetrics",
+]
 
 METRICS_FILE = layout.METRICS_FILE
 EVENTS_FILE = layout.EVENTS_FILE
@@ -75,8 +86,12 @@ class LogMetrics:
             (the hang watch's progress).
     """
 
-    def __init__(self, job_dir: str, clock: Callable[[], float] = time.time,
-                 on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None) -> None:
+    def __init__(
+        self,
+        job_dir: str,
+        clock: Callable[[], float] = time.time,
+        on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None,
+    ) -> None:
         self.job_dir = os.path.abspath(job_dir)
         self._clock = clock
         self._on_line = on_line
@@ -111,7 +126,9 @@ class LogMetrics:
             deriver = self._derivers.get(path)
             if deriver is None:
                 rank = self._ranks.get(path)  # the job's own record of whose log this is
-                deriver = self._derivers[path] = RankDeriver(rank if rank is not None else -1, _attempt_of(self.job_dir, path))
+                deriver = self._derivers[path] = RankDeriver(
+                    rank if rank is not None else -1, _attempt_of(self.job_dir, path)
+                )
             records.extend(deriver.feed(metrics, now))
         self._batch.clear()
         return records
@@ -127,9 +144,13 @@ class MetricsWriter:
         on_records: called with the records of each poll (after they are written).
     """
 
-    def __init__(self, job_dir: str, interval: float = 0.5,
-                 on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None,
-                 on_records: Optional[Callable[[List[Dict[str, Any]]], None]] = None) -> None:
+    def __init__(
+        self,
+        job_dir: str,
+        interval: float = 0.5,
+        on_line: Optional[Callable[[int, int, Optional[Metric]], None]] = None,
+        on_records: Optional[Callable[[List[Dict[str, Any]]], None]] = None,
+    ) -> None:
         self.job_dir = job_dir
         self.path = os.path.join(job_dir, METRICS_FILE)
         self._interval = interval

@@ -26,6 +26,7 @@ A step counted within an epoch only by guess (a ``text`` line with an epoch and 
 is taken as counted over the run once a new epoch's first step continues the previous epoch's
 instead of starting again.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -82,8 +83,24 @@ class RankDeriver:
                 self.epochs = m.epochs
             if m.total_steps is not None:
                 self.total_steps = m.total_steps
-            rec: Dict[str, Any] = {"rank": self.rank, "attempt": self.attempt, "time": round(when, 3), "kind": m.kind, "source": m.source}
-            for key in ("epoch", "step", "loss", "loss_text", "step_time_ms", "samples_per_s", "batch_size", "event", "unit"):
+            rec: Dict[str, Any] = {
+                "rank": self.rank,
+                "attempt": self.attempt,
+                "time": round(when, 3),
+                "kind": m.kind,
+                "source": m.source,
+            }
+            for key in (
+                "epoch",
+                "step",
+                "loss",
+                "loss_text",
+                "step_time_ms",
+                "samples_per_s",
+                "batch_size",
+                "event",
+                "unit",
+            ):
                 value = getattr(m, key)
                 if value is not None:
                     rec[key] = value
@@ -108,7 +125,12 @@ class RankDeriver:
                 continue
             if rec["kind"] == "step" and "global_step" in rec and "step_time_ms" not in rec and derived is not None:
                 rec["step_time_ms"] = round(derived, 3)
-            if rec["kind"] in ("step", "epoch") and "samples_per_s" not in rec and self.batch_size and rec.get("step_time_ms"):
+            if (
+                rec["kind"] in ("step", "epoch")
+                and "samples_per_s" not in rec
+                and self.batch_size
+                and rec.get("step_time_ms")
+            ):
                 rec["samples_per_s"] = round(self.batch_size * 1000.0 / rec["step_time_ms"], 3)
         return records
 
@@ -136,8 +158,12 @@ class RankDeriver:
         epoch = m.epoch + (1 if self._zero_epoch else 0)
         if self.steps_per_epoch:
             return (epoch - 1) * self.steps_per_epoch + step
-        if (m.source == "text" and self._last_epoch is not None and epoch > self._last_epoch
-                and step > self._last_step_in_epoch):  # a new epoch did not start the count again
+        if (
+            m.source == "text"
+            and self._last_epoch is not None
+            and epoch > self._last_epoch
+            and step > self._last_step_in_epoch
+        ):  # a new epoch did not start the count again
             self._run_counter = True
             return step
         if self._last_epoch is not None and epoch > self._last_epoch:
@@ -246,12 +272,19 @@ class RankRow:
     def to_json(self) -> Dict[str, Any]:
         loss = self.loss
         return {
-            "rank": self.rank, "host": self.host, "state": self.state, "epoch": self.epoch, "step": self.step,
+            "rank": self.rank,
+            "host": self.host,
+            "state": self.state,
+            "epoch": self.epoch,
+            "step": self.step,
             "total_steps": self.total_steps,
             "loss": None if loss is None or loss != loss else loss,
-            "step_time_ms": self.step_time_ms, "samples_per_s": self.samples_per_s,
+            "step_time_ms": self.step_time_ms,
+            "samples_per_s": self.samples_per_s,
             "last_output_age": None if self.last_output_age is None else round(self.last_output_age, 3),
-            "straggler": self.straggler, "silent": self.silent, "nonfinite_loss": self.nonfinite_loss,
+            "straggler": self.straggler,
+            "silent": self.silent,
+            "nonfinite_loss": self.nonfinite_loss,
             "unit": self.unit or "steps",
         }
 
@@ -274,14 +307,18 @@ class Snapshot:
 
     def to_json(self) -> Dict[str, Any]:
         return {
-            "job_id": self.job_id, "state": self.state, "time": self.time,
+            "job_id": self.job_id,
+            "state": self.state,
+            "time": self.time,
             "ranks": [r.to_json() for r in self.rows],
             "totals": {
                 "samples_per_s": None if self.samples_per_s is None else round(self.samples_per_s, 3),
-                "slowest_rank": self.slowest_rank, "fastest_rank": self.fastest_rank,
+                "slowest_rank": self.slowest_rank,
+                "fastest_rank": self.fastest_rank,
                 "median_step_time_ms": None if self.median_step_time_ms is None else round(self.median_step_time_ms, 3),
                 "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
-                "stragglers": list(self.stragglers), "silent": list(self.silent),
+                "stragglers": list(self.stragglers),
+                "silent": list(self.silent),
             },
         }
 
@@ -320,7 +357,9 @@ def snapshot(
     exits = exits or {}
     times = {r: st.step_time_ms for r, st in progress.ranks.items() if st.step_time_ms and r < world_size}
     median = statistics.median(times.values()) if times else None
-    stragglers = tuple(sorted(r for r, t in times.items() if len(times) >= 2 and median and t > straggler_ratio * median))
+    stragglers = tuple(
+        sorted(r for r, t in times.items() if len(times) >= 2 and median and t > straggler_ratio * median)
+    )
     rows: List[RankRow] = []
     silent: List[int] = []
     for rank in range(world_size):
@@ -330,18 +369,40 @@ def snapshot(
         state, is_silent = _rank_state(exits.get(rank), job_state, out is not None, age, silent_after)
         if is_silent:
             silent.append(rank)
-        rows.append(RankRow(
-            rank=rank, host=hosts.get(rank, "?"), state=state, epoch=st.epoch, step=st.global_step if st.global_step is not None else st.step,
-            total_steps=st.total_steps, loss=st.loss, step_time_ms=st.step_time_ms, samples_per_s=st.samples_per_s,
-            last_output_age=age, straggler=rank in stragglers, silent=is_silent,
-            nonfinite_loss=any(e.get("event") == "nonfinite_loss" for e in st.events), unit=st.unit,
-        ))
+        rows.append(
+            RankRow(
+                rank=rank,
+                host=hosts.get(rank, "?"),
+                state=state,
+                epoch=st.epoch,
+                step=st.global_step if st.global_step is not None else st.step,
+                total_steps=st.total_steps,
+                loss=st.loss,
+                step_time_ms=st.step_time_ms,
+                samples_per_s=st.samples_per_s,
+                last_output_age=age,
+                straggler=rank in stragglers,
+                silent=is_silent,
+                nonfinite_loss=any(e.get("event") == "nonfinite_loss" for e in st.events),
+                unit=st.unit,
+            )
+        )
     rates = [r.samples_per_s for r in rows if r.samples_per_s is not None]
     slowest, fastest = _spread(times)
     eta = _eta(rows) if job_state == JobStatus.RUNNING else None
-    return Snapshot(job_id=job_id, state=job_state, time=now, rows=tuple(rows), samples_per_s=sum(rates) if rates else None,
-                    slowest_rank=slowest, fastest_rank=fastest, median_step_time_ms=median, eta_s=eta,
-                    stragglers=stragglers, silent=tuple(silent))
+    return Snapshot(
+        job_id=job_id,
+        state=job_state,
+        time=now,
+        rows=tuple(rows),
+        samples_per_s=sum(rates) if rates else None,
+        slowest_rank=slowest,
+        fastest_rank=fastest,
+        median_step_time_ms=median,
+        eta_s=eta,
+        stragglers=stragglers,
+        silent=tuple(silent),
+    )
 
 
 def _spread(times: Dict[int, float]) -> Tuple[Optional[int], Optional[int]]:
@@ -356,8 +417,9 @@ def _spread(times: Dict[int, float]) -> Tuple[Optional[int], Optional[int]]:
     return slowest, fastest
 
 
-def _rank_state(exit_: Optional[Dict[str, Any]], job_state: str, has_output: bool, age: Optional[float],
-                silent_after: float) -> Tuple[str, bool]:
+def _rank_state(
+    exit_: Optional[Dict[str, Any]], job_state: str, has_output: bool, age: Optional[float], silent_after: float
+) -> Tuple[str, bool]:
     """One rank's ``(state, silent)`` for :func:`snapshot`.
 
     Args:

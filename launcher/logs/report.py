@@ -12,6 +12,7 @@ Output folder (``-o DIR``, default ``<job dir>/report/``)::
 Plots are drawn with matplotlib (the ``report`` extra) on its non-interactive Agg backend.
 Reads ``plan.json``, ``summary.json``, ``events.jsonl`` and ``metrics.jsonl`` (or the logs when it is missing).
 """
+
 from __future__ import annotations
 
 import base64
@@ -28,8 +29,18 @@ from launcher.logs.progress import Progress
 from launcher.planning.job.kinds import EventKind
 
 #: The events the report's timeline lists (``started`` events are drawn as bars instead).
-_TIMELINE_KINDS = (EventKind.PREFLIGHT, EventKind.JOB_START, EventKind.FAILURE, EventKind.TEARDOWN, EventKind.RESTART, EventKind.TIMEOUT,
-                   EventKind.INTERRUPTED, EventKind.CLUSTER_STOP, EventKind.HOST_EXCLUDED, EventKind.JOB_END)
+_TIMELINE_KINDS = (
+    EventKind.PREFLIGHT,
+    EventKind.JOB_START,
+    EventKind.FAILURE,
+    EventKind.TEARDOWN,
+    EventKind.RESTART,
+    EventKind.TIMEOUT,
+    EventKind.INTERRUPTED,
+    EventKind.CLUSTER_STOP,
+    EventKind.HOST_EXCLUDED,
+    EventKind.JOB_END,
+)
 
 __all__ = ["write_report", "PLOTS"]
 
@@ -117,10 +128,16 @@ def _plot_throughput(plt: Any, records: List[Dict[str, Any]], t0: float, path: s
     _finish(ax, fig, path)
 
 
-def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], events: List[Dict[str, Any]], t0: float, path: str) -> None:
+def _plot_timeline(
+    plt: Any, summary: Optional[Dict[str, Any]], events: List[Dict[str, Any]], t0: float, path: str
+) -> None:
     procs = (summary or {}).get("processes", [])
     end = float((summary or {}).get("ended") or time.time())
-    restarts = sorted(float(e["time"]) for e in events if e.get("kind") == EventKind.RESTART and isinstance(e.get("time"), (int, float)))
+    restarts = sorted(
+        float(e["time"])
+        for e in events
+        if e.get("kind") == EventKind.RESTART and isinstance(e.get("time"), (int, float))
+    )
     rows: Dict[str, int] = {}
     for p in procs:
         rows.setdefault(str(p.get("name")), len(rows))
@@ -152,22 +169,35 @@ def _plot_timeline(plt: Any, summary: Optional[Dict[str, Any]], events: List[Dic
     ax.set_yticklabels([f"{n} @ {hosts.get(n, '?')}" for n in names])
     ax.axvline(0, color="black", linewidth=1)
     ax.axvline(end - t0, color="black", linewidth=1)
-    styles = {"failure": ("red", "--"), "teardown": ("grey", ":"), "restart": ("tab:orange", "-."),
-              "timeout": ("tab:purple", "--"), "interrupted": ("tab:purple", ":"),
-              "cluster_stop": ("tab:purple", ":")}
+    styles = {
+        "failure": ("red", "--"),
+        "teardown": ("grey", ":"),
+        "restart": ("tab:orange", "-."),
+        "timeout": ("tab:purple", "--"),
+        "interrupted": ("tab:purple", ":"),
+        "cluster_stop": ("tab:purple", ":"),
+    }
     attempt = 1
     for e in events:
         kind = e.get("kind")
         if kind not in styles or not isinstance(e.get("time"), (int, float)):
             continue
         colour, style = styles[kind]
-        label = {"failure": f"failure: {e.get('name')}", "restart": f"restart (attempt {attempt + 1})"}.get(str(kind), str(kind))
+        label = {"failure": f"failure: {e.get('name')}", "restart": f"restart (attempt {attempt + 1})"}.get(
+            str(kind), str(kind)
+        )
         attempt += kind == EventKind.RESTART
         ax.axvline(float(e["time"]) - t0, color=colour, linestyle=style, linewidth=1.5, label=label)
     if not events:  # a job from before events.jsonl: the summary's root cause
         cause = (summary or {}).get("root_cause")
         if cause and cause.get("time"):
-            ax.axvline(float(cause["time"]) - t0, color="red", linestyle="--", linewidth=1.5, label=f"failure: {cause.get('name')}")
+            ax.axvline(
+                float(cause["time"]) - t0,
+                color="red",
+                linestyle="--",
+                linewidth=1.5,
+                label=f"failure: {cause.get('name')}",
+            )
     ax.set_xlabel("seconds since the job started")
     ax.set_title("timeline (green ok, red failed, grey stopped by mslaunch, pink earlier attempts)", fontsize="medium")
     _finish(ax, fig, path)
@@ -193,14 +223,22 @@ def _cause(summary: Optional[Dict[str, Any]]) -> Optional[Cause]:
 def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_dir: str) -> List[Tuple[str, str]]:
     rows = [("job", str((summary or plan).get("job_id") or os.path.basename(job_dir))), ("job dir", job_dir)]
     if summary:
-        rows += [("status", str(summary.get("status"))), ("exit code", str(summary.get("exit_code"))),
-                 ("duration", f"{summary.get('duration', 0):.1f} s"), ("attempts", str(summary.get("attempts")))]
+        rows += [
+            ("status", str(summary.get("status"))),
+            ("exit code", str(summary.get("exit_code"))),
+            ("duration", f"{summary.get('duration', 0):.1f} s"),
+            ("attempts", str(summary.get("attempts"))),
+        ]
         if summary.get("started"):
             rows.append(("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(summary["started"])))))
     else:
         rows.append(("status", "running (no summary.json yet)"))
-    rows += [("ranks", str(plan.get("world_size", "?"))), ("launcher", str(plan.get("launcher", "?"))),
-             ("method", str(plan.get("method", "?"))), ("hosts", ", ".join(plan.get("hosts", [])))]
+    rows += [
+        ("ranks", str(plan.get("world_size", "?"))),
+        ("launcher", str(plan.get("launcher", "?"))),
+        ("method", str(plan.get("method", "?"))),
+        ("hosts", ", ".join(plan.get("hosts", []))),
+    ]
     if summary and summary.get("message"):
         rows.append(("message", str(summary["message"])))
     judged = _cause(summary)
@@ -210,7 +248,6 @@ def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_d
 
     rows += [("excluded hosts" if i == 0 else "", line) for i, line in enumerate(excluded_lines(summary or plan))]
     if summary:
-
         rows += [("hang" if i == 0 else "", line) for i, line in enumerate(hang_lines(summary.get("hang")))]
         rows += [("attempts" if i == 0 else "", line) for i, line in enumerate(attempt_lines(summary))]
     return rows
@@ -250,7 +287,9 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
     parts += _html_events(records, events, t0)
     parts += _html_ranks(plan, records)
     parts += _html_figures(paths)
-    parts.append(f"<p class=\"foot\">metrics: {len(records)} records from {html.escape(os.path.join(job_dir, METRICS_FILE))}</p></body></html>\n")
+    parts.append(
+        f'<p class="foot">metrics: {len(records)} records from {html.escape(os.path.join(job_dir, METRICS_FILE))}</p></body></html>\n'
+    )
     html_path = os.path.join(out_dir, "report.html")
     try:
         with open(html_path, "w", encoding="utf-8") as fh:
@@ -272,7 +311,9 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MsLaunchError("mslaunch report needs matplotlib: pip install 'mslaunch[report]' (or pip install matplotlib)") from None
+        raise MsLaunchError(
+            "mslaunch report needs matplotlib: pip install 'mslaunch[report]' (or pip install matplotlib)"
+        ) from None
     return plt
 
 
@@ -280,18 +321,25 @@ def _html_summary(job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str
     """The page's head, title, summary table and (for a failed job) its root cause."""
     esc = html.escape
     title = f"mslaunch report: job {esc(str(plan.get('job_id', '')))}"
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>\n<style>{_CSS}</style></head><body>",
-             f"<h1>{title}</h1>", "<h2>Summary</h2><table class=\"kv\" id=\"summary\">"]
+    parts = [
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n<style>{_CSS}</style></head><body>',
+        f"<h1>{title}</h1>",
+        '<h2>Summary</h2><table class="kv" id="summary">',
+    ]
     for k, v in _summary_rows(plan, summary, job_dir):
         parts.append(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>")
     parts.append("</table>")
     cause = (summary or {}).get("root_cause")
     if cause:
-        parts.append(f"<h2>Root cause</h2><p id=\"root-cause\"><b>{esc(str(cause.get('name')))}</b> on {esc(str(cause.get('host')))}: "
-                     f"{esc(str(cause.get('reason')))} (log <code>{esc(str(cause.get('log')))}</code>)</p>")
+        parts.append(
+            f'<h2>Root cause</h2><p id="root-cause"><b>{esc(str(cause.get("name")))}</b> on {esc(str(cause.get("host")))}: '
+            f"{esc(str(cause.get('reason')))} (log <code>{esc(str(cause.get('log')))}</code>)</p>"
+        )
         judged = _cause(summary)
         if judged is not None:
-            parts.append(f"<p id=\"cause\">cause: <b>{esc(judged.kind)}</b>: {esc(judged.evidence)}<br>hint: {esc(judged.hint)}</p>")
+            parts.append(
+                f'<p id="cause">cause: <b>{esc(judged.kind)}</b>: {esc(judged.evidence)}<br>hint: {esc(judged.hint)}</p>'
+            )
         parts.append("<pre>" + esc("\n".join(cause.get("tail") or [])) + "</pre>")
     return parts
 
@@ -303,16 +351,18 @@ def _html_events(records: List[Dict[str, Any]], events: List[Dict[str, Any]], t0
     nonfinite = [r for r in records if r.get("event")]
     timeline = [e for e in events if e.get("kind") in _TIMELINE_KINDS]
     if timeline:
-        parts.append("<h2>Timeline</h2><ul id=\"timeline\">")
+        parts.append('<h2>Timeline</h2><ul id="timeline">')
         for e in timeline:
             at = max(0.0, float(e.get("time", t0)) - t0)
             detail = {k: v for k, v in e.items() if k not in ("time", "kind", "cause")}
             parts.append(f"<li>+{at:.2f} s: <b>{esc(str(e.get('kind')))}</b> {esc(json.dumps(detail))}</li>")
         parts.append("</ul>")
     if nonfinite:
-        parts.append("<h2>Events</h2><ul id=\"events\">")
+        parts.append('<h2>Events</h2><ul id="events">')
         for r in nonfinite:
-            parts.append(f"<li>rank {r.get('rank')}: loss became {esc(str(r.get('loss_text')))} at epoch {r.get('epoch')} step {r.get('step')}</li>")
+            parts.append(
+                f"<li>rank {r.get('rank')}: loss became {esc(str(r.get('loss_text')))} at epoch {r.get('epoch')} step {r.get('step')}</li>"
+            )
         parts.append("</ul>")
     return parts
 
@@ -321,7 +371,9 @@ def _html_ranks(plan: Dict[str, Any], records: List[Dict[str, Any]]) -> List[str
     """The per-rank table: host, steps, last loss, step time, throughput, eval metrics."""
     prog = Progress()
     prog.extend(records)
-    parts = ["<h2>Ranks</h2><table id=\"ranks\"><tr><th>rank</th><th>host</th><th>steps</th><th>last loss</th><th>ms/step</th><th>samples/s</th><th>eval</th></tr>"]
+    parts = [
+        '<h2>Ranks</h2><table id="ranks"><tr><th>rank</th><th>host</th><th>steps</th><th>last loss</th><th>ms/step</th><th>samples/s</th><th>eval</th></tr>'
+    ]
     hosts = {r.get("rank"): r.get("host") for r in plan.get("ranks", [])}
     for rank in range(int(plan.get("world_size") or 0)):
         st = prog.ranks.get(rank)
@@ -330,7 +382,13 @@ def _html_ranks(plan: Dict[str, Any], records: List[Dict[str, Any]]) -> List[str
             cells += ["-"] * 5
         else:
             ev = ", ".join(f"{k} {v:.4g}" for k, v in st.eval.items()) or "-"
-            cells += [str(st.global_step if st.global_step is not None else "-"), _num(st.loss, 4), _num(st.step_time_ms, 0), _num(st.samples_per_s, 1), ev]
+            cells += [
+                str(st.global_step if st.global_step is not None else "-"),
+                _num(st.loss, 4),
+                _num(st.step_time_ms, 0),
+                _num(st.samples_per_s, 1),
+                ev,
+            ]
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
     return parts
@@ -339,13 +397,20 @@ def _html_ranks(plan: Dict[str, Any], records: List[Dict[str, Any]]) -> List[str
 def _html_figures(paths: Dict[str, str]) -> List[str]:
     """The plots embedded as base64 PNGs, each linking to its file."""
     esc = html.escape
-    captions = {"loss": "Loss vs step", "step_time": "Step time per rank", "throughput": "Throughput over time", "timeline": "Timeline"}
+    captions = {
+        "loss": "Loss vs step",
+        "step_time": "Step time per rank",
+        "throughput": "Throughput over time",
+        "timeline": "Timeline",
+    }
     parts: List[str] = []
     for name in PLOTS:
         with open(paths[name], "rb") as fh:
             data = base64.b64encode(fh.read()).decode("ascii")
-        parts.append(f"<figure><img id=\"plot-{name}\" class=\"plot\" alt=\"{esc(captions[name])}\" src=\"data:image/png;base64,{data}\">"
-                     f"<figcaption>{esc(captions[name])} (<a href=\"{name}.png\">{name}.png</a>)</figcaption></figure>")
+        parts.append(
+            f'<figure><img id="plot-{name}" class="plot" alt="{esc(captions[name])}" src="data:image/png;base64,{data}">'
+            f'<figcaption>{esc(captions[name])} (<a href="{name}.png">{name}.png</a>)</figcaption></figure>'
+        )
     return parts
 
 

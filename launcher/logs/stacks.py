@@ -20,6 +20,7 @@ The culprit of a hang is judged by evidence, in this order (:func:`judge_culprit
 A rank that failed with a collective-timeout error (:func:`collective_timeout`) waited for the
 others: it is not the culprit by itself.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,8 +32,10 @@ __all__ = ["Frame", "RankEvidence", "Culprit", "collective_timeout", "judge_culp
 _THREAD_RE = re.compile(r'^Thread (\S+) \(([^)]*)\)(?::\s*"(.*)")?\s*$')
 _FRAME_RE = re.compile(r"^\s{4}(\S.*?) \(([^()]*?)(?::(\d+))?\)\s*$")
 #: A frame of MindSpore or of a communication library: the rank is inside a collective (or MindSpore's runtime).
-_COMM_RE = re.compile(r"(?i)(^|[/\\])mindspore[/\\]|libmindspore|mindspore::|hccl|nccl|allreduce|all_reduce|allgather|"
-                      r"reducescatter|reduce_scatter|broadcast|barrier|collective|libmpi|gloo")
+_COMM_RE = re.compile(
+    r"(?i)(^|[/\\])mindspore[/\\]|libmindspore|mindspore::|hccl|nccl|allreduce|all_reduce|allgather|"
+    r"reducescatter|reduce_scatter|broadcast|barrier|collective|libmpi|gloo"
+)
 
 _PY_COMM_RE = re.compile(r"(?i)(^|[/\\])(mindspore|mindformers|torch[/\\]distributed|mpi4py|horovod)[/\\]")
 
@@ -42,7 +45,9 @@ COLLECTIVE_TIMEOUT_RE = re.compile(
     r"Ring ?(?:ReduceScatter|AllGather|AllReduce)\w* wait (?:receiving|sending)|wait (?:receiving|sending) .* failed|"
     r"HCCL_EXEC_TIMEOUT|EI0002|hccl.*(?:timeout|time out)|"
     r"NCCL watchdog|Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|"
-    r"(?:AllReduce|AllGather|ReduceScatter|Broadcast|Barrier)\w*.*(?:timed? ?out|timeout)", re.IGNORECASE)
+    r"(?:AllReduce|AllGather|ReduceScatter|Broadcast|Barrier)\w*.*(?:timed? ?out|timeout)",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,9 @@ class Frame:
         return self.line is None and not self.file.endswith(".py")
 
     def __str__(self) -> str:
-        return f"{self.function} ({self.file}:{self.line})" if self.line is not None else f"{self.function} ({self.file})"
+        return (
+            f"{self.function} ({self.file}:{self.line})" if self.line is not None else f"{self.function} ({self.file})"
+        )
 
     @property
     def communication(self) -> bool:
@@ -172,8 +179,11 @@ def judge_culprit(ranks: Sequence[RankEvidence]) -> Optional[Culprit]:
     if inside and outside:
         pick = min(outside, key=lambda r: (_step_key(r.last_step) or (-1, -1), -(r.silent_for or 0.0), r.rank))
         others = ", ".join(f"{r.rank}" + (" (its collective timed out)" if r.timed_out else "") for r in inside)
-        return Culprit(pick.rank, f"its main thread is outside the collective (in {pick.frame or 'unknown'}) while rank(s) {others} "
-                                  "waited inside it")
+        return Culprit(
+            pick.rank,
+            f"its main thread is outside the collective (in {pick.frame or 'unknown'}) while rank(s) {others} "
+            "waited inside it",
+        )
     stepped = [r for r in candidates if r.last_step is not None]
     keys = [k for k in (_step_key(r.last_step) for r in ranks) if k is not None]
     if stepped and len(set(keys)) > 1:

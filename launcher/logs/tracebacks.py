@@ -37,6 +37,7 @@ innermost first, with no comma before ``in``::
 
 A native stack as gdb, sanitizers and some runtimes print it: ``#0 0x00007f... in foo () at x.cc:12``.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,23 +49,51 @@ __all__ = ["NativeCrash", "PyException", "PyFrame", "exception_chain", "is_user_
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TB_HEAD_RE = re.compile(r"Traceback \(most recent call last\):\s*$")
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+?))?\s*$')
-_CHAIN_RE = re.compile(r"^\s*(During handling of the above exception, another exception occurred:|"
-                       r"The above exception was the direct cause of the following exception:)\s*$")
+_CHAIN_RE = re.compile(
+    r"^\s*(During handling of the above exception, another exception occurred:|"
+    r"The above exception was the direct cause of the following exception:)\s*$"
+)
 _EXC_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
 #: A line that starts another log record: the exception's message ends before it.
-_RECORD_RE = re.compile(r"^\s*(\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|TRACE)\]|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{4}-|"
-                        r"Traceback \(most recent call last\):|Fatal Python error:)")
+_RECORD_RE = re.compile(
+    r"^\s*(\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|TRACE)\]|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{4}-|"
+    r"Traceback \(most recent call last\):|Fatal Python error:)"
+)
 _SECTION_RE = re.compile(r"^-\s+(?P<name>[^:]+?):(?:\s*\(For framework developers\))?\s*$")
 _DASHES_RE = re.compile(r"^-{10,}\s*$")
 #: How many lines after the exception line can belong to its message (MindSpore's sections).
 _MAX_DETAIL = 80
 
 #: MindSpore's own Python packages: frames there are the framework's, not the user's.
-_MINDSPORE_PARTS = ("_extends", "_checkparam.py", "amp.py", "boost", "common", "communication", "context.py", "dataset",
-                    "experimental", "graph", "hal", "mindrecord", "mint", "nn", "numpy", "ops", "parallel", "profiler",
-                    "rewrite", "runtime", "train", "utils", "log.py")
-_LIBRARY_RE = re.compile(r"(^|[/\\])(site-packages|dist-packages)[/\\]|(^|[/\\])lib(64)?[/\\]python\d+(\.\d+)?[/\\]|^<frozen |^<string>$|"
-                         r"(^|[/\\])mindspore[/\\](" + "|".join(re.escape(p) for p in _MINDSPORE_PARTS) + r")\b")
+_MINDSPORE_PARTS = (
+    "_extends",
+    "_checkparam.py",
+    "amp.py",
+    "boost",
+    "common",
+    "communication",
+    "context.py",
+    "dataset",
+    "experimental",
+    "graph",
+    "hal",
+    "mindrecord",
+    "mint",
+    "nn",
+    "numpy",
+    "ops",
+    "parallel",
+    "profiler",
+    "rewrite",
+    "runtime",
+    "train",
+    "utils",
+    "log.py",
+)
+_LIBRARY_RE = re.compile(
+    r"(^|[/\\])(site-packages|dist-packages)[/\\]|(^|[/\\])lib(64)?[/\\]python\d+(\.\d+)?[/\\]|^<frozen |^<string>$|"
+    r"(^|[/\\])mindspore[/\\](" + "|".join(re.escape(p) for p in _MINDSPORE_PARTS) + r")\b"
+)
 
 
 def strip_ansi(line: str) -> str:
@@ -215,9 +244,14 @@ def _unprefixed(lines: List[str]) -> List[str]:
     for i in range(len(lines) - 1, -1, -1):
         m = _TB_HEAD_RE.search(lines[i])
         if m:
-            pre = lines[i][:m.start()]
-            if pre.strip() and i + 1 < len(lines) and lines[i + 1].startswith(pre) and _FRAME_RE.match(lines[i + 1][len(pre):]):
-                return [x[len(pre):] if x.startswith(pre) else x for x in lines]
+            pre = lines[i][: m.start()]
+            if (
+                pre.strip()
+                and i + 1 < len(lines)
+                and lines[i + 1].startswith(pre)
+                and _FRAME_RE.match(lines[i + 1][len(pre) :])
+            ):
+                return [x[len(pre) :] if x.startswith(pre) else x for x in lines]
             break
     return lines
 
@@ -247,7 +281,7 @@ def exception_chain(lines: Sequence[str]) -> List[PyException]:
         if chain and exc.index == chain[0].index:  # the same traceback, found from its header and its frames
             continue
         if chain:
-            between = clean[exc.index + 1:chain[0].index]
+            between = clean[exc.index + 1 : chain[0].index]
             if not any(_CHAIN_RE.match(x) for x in between):
                 break
         chain.insert(0, exc)
@@ -271,14 +305,18 @@ class NativeCrash:
     caller: Optional[str] = None
 
 
-_FATAL_RE = re.compile(r"^\s*(Fatal Python error: .+|terminate called after throwing an instance of .+|terminate called without an active exception)$")
+_FATAL_RE = re.compile(
+    r"^\s*(Fatal Python error: .+|terminate called after throwing an instance of .+|terminate called without an active exception)$"
+)
 _WHAT_RE = re.compile(r"^\s*what\(\):\s*(.+)$")
 _CURRENT_THREAD_RE = re.compile(r"^\s*(Current thread|Thread) 0x[0-9a-fA-F]+ .*\(most recent call first\):\s*$")
 _FH_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
 _NATIVE_FRAME_RE = re.compile(r"^\s*#(?P<n>\d+)\s+(?:0x[0-9a-fA-F]+\s+in\s+)?(?P<what>.+?)\s*$")
 #: Native frames of the C library and of the C++ runtime's abort path: the crash is not there.
-_RUNTIME_FRAME_RE = re.compile(r"\b(libc|libpthread|libstdc\+\+|libgcc_s|ld-linux[\w-]*)\.so|^(__pthread_kill\w*|raise|abort|gsignal|__GI_\w+|"
-                               r"__cxa_\w+|__gnu_cxx::__verbose_terminate_handler|std::terminate|__restore_rt|_start|__libc_start\w*)\b")
+_RUNTIME_FRAME_RE = re.compile(
+    r"\b(libc|libpthread|libstdc\+\+|libgcc_s|ld-linux[\w-]*)\.so|^(__pthread_kill\w*|raise|abort|gsignal|__GI_\w+|"
+    r"__cxa_\w+|__gnu_cxx::__verbose_terminate_handler|std::terminate|__restore_rt|_start|__libc_start\w*)\b"
+)
 
 
 def native_crash(lines: Sequence[str]) -> NativeCrash:
@@ -299,7 +337,7 @@ def native_crash(lines: Sequence[str]) -> NativeCrash:
     for i in range(max(at, 0), len(clean)):
         if _CURRENT_THREAD_RE.match(clean[i]) and clean[i].lstrip().startswith("Current thread"):
             frames = []
-            for line in clean[i + 1:]:
+            for line in clean[i + 1 :]:
                 f = _FH_FRAME_RE.match(line)
                 if not f:
                     break

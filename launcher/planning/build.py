@@ -7,6 +7,7 @@ artefacts to write into the job dir, and the chosen backend's own settings (mpir
 
 Every path of the job directory comes from :mod:`launcher.planning.job.layout`, which documents it.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -39,7 +40,10 @@ def _choose_launcher(spec: JobSpec) -> str:
     if spec.launcher is not None:
         if spec.launcher == "local" and not spec.inventory.all_local:
             remote = ", ".join(h.name for h in spec.inventory.hosts if not h.is_local)
-            raise PlanError(f"--launcher local runs on this machine only, but the inventory has {remote}; use ssh or mpirun", field="--launcher")
+            raise PlanError(
+                f"--launcher local runs on this machine only, but the inventory has {remote}; use ssh or mpirun",
+                field="--launcher",
+            )
         return spec.launcher
     return "local" if spec.inventory.all_local else "ssh"
 
@@ -100,14 +104,21 @@ def build_plan(spec: JobSpec) -> Plan:
     auto_ranks = spec.node is not None and spec.node.node_rank is None and spec.node.local_worker_num < world
     cache = _RankCache(spec, proc_env)
     ranks: List[ProcPlan] = [
-        _rank_proc(spec, slot, hosts_by_name[slot.host], proc_env, sched_addr, table_path, auto_ranks, cache) for slot in slots
+        _rank_proc(spec, slot, hosts_by_name[slot.host], proc_env, sched_addr, table_path, auto_ranks, cache)
+        for slot in slots
     ]
     scheduler = _scheduler_proc(spec, world, sched_host, sched_addr, proc_env)
 
     backend_settings = None
     if launcher == "mpirun":
-        backend_settings, files = mpi.plan_mpirun(spec.mpi, spec.wrapper, layout.worker_log_template(spec.worker_log_name), used_inv,
-                                                  spec.ssh_config, spec.job_dir)
+        backend_settings, files = mpi.plan_mpirun(
+            spec.mpi,
+            spec.wrapper,
+            layout.worker_log_template(spec.worker_log_name),
+            used_inv,
+            spec.ssh_config,
+            spec.job_dir,
+        )
         artefacts += [Artefact(name, kind, text) for name, kind, text in files]
 
     return Plan(
@@ -145,7 +156,9 @@ def _check_spec(spec: JobSpec) -> str:
     if launcher == "mpirun" and spec.wrapper is None:
         raise PlanError("the mpirun launcher needs the per-rank wrapper template", field="--launcher")
     if spec.sim_level is not None and spec.method != Method.DYNAMIC:
-        raise PlanError("--sim_level runs MindSpore's dry run of a dynamic-cluster job; drop --method", field="--sim_level")
+        raise PlanError(
+            "--sim_level runs MindSpore's dry run of a dynamic-cluster job; drop --method", field="--sim_level"
+        )
     return launcher
 
 
@@ -161,7 +174,9 @@ def _rank_slots(spec: JobSpec, launcher: str) -> Tuple[Tuple[RankSlot, ...], Inv
     if spec.method == Method.RANKTABLE and spec.rank_table_file is None:
         from launcher.planning.ranktable import rank_table_host_order
 
-        inventory = Inventory(tuple(rank_table_host_order(inventory.hosts, spec.rank_table_version)), source=inventory.source)
+        inventory = Inventory(
+            tuple(rank_table_host_order(inventory.hosts, spec.rank_table_version)), source=inventory.source
+        )
     slots = assign_ranks(inventory, spec.np, spec.per_host)
     return slots, used_inventory(inventory, slots)
 
@@ -191,7 +206,10 @@ def _rank_table(spec: JobSpec, used_inv: Inventory, artefacts: List[Artefact]) -
     if spec.rank_table_file is not None:
         return spec.rank_table_file
     if spec.device_ips is None:
-        raise PlanError("the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf", field="--method")
+        raise PlanError(
+            "the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf",
+            field="--method",
+        )
     from launcher.planning.ranktable import build_rank_table, rank_table_json
 
     table = build_rank_table(used_inv, spec.device_ips, version=spec.rank_table_version)
@@ -258,7 +276,9 @@ class _RankCache:
             sched_addr: the scheduler's address.
         """
         user = self.user_env(host, slot.rank)
-        shared = envs.dynamic_worker_layout(slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out)(slot)
+        shared = envs.dynamic_worker_layout(
+            slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out
+        )(slot)
         if set(user) & set(shared):
             return None
         for key in ("MS_NODE_ID", "RANK_ID", "RANK_SIZE", "DEVICE_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
@@ -272,15 +292,19 @@ class _RankCache:
         found = self.tails.get(key)
         if found is None:
             found = self.tails[key] = (
-                ("RANK_SIZE", str(slot.world_size)), ("DEVICE_ID", str(slot.device_id)),
-                ("LOCAL_RANK", str(slot.local_rank)), ("LOCAL_WORLD_SIZE", str(slot.local_world_size)),
+                ("RANK_SIZE", str(slot.world_size)),
+                ("DEVICE_ID", str(slot.device_id)),
+                ("LOCAL_RANK", str(slot.local_rank)),
+                ("LOCAL_WORLD_SIZE", str(slot.local_world_size)),
             )
         return found
 
     def dynamic_env(self, slot: RankSlot, sched_addr: str) -> Dict[str, str]:
         """``envs.dynamic_worker_env(slot, sched_addr, ...)`` (the shared part built once)."""
         if self.dynamic is None:
-            self.dynamic = envs.dynamic_worker_layout(slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out)
+            self.dynamic = envs.dynamic_worker_layout(
+                slot.world_size, sched_addr, self.spec.master_port, self.spec.cluster_time_out
+            )
         return self.dynamic(slot)
 
     def program(self, host: Host, local_rank: int) -> Tuple[str, ...]:
@@ -304,7 +328,13 @@ class _RankCache:
 
 
 def _rank_proc(
-    spec: JobSpec, slot: RankSlot, host: Host, proc_env: ProcEnv, sched_addr: Optional[str], table_path: str, auto_ranks: bool,
+    spec: JobSpec,
+    slot: RankSlot,
+    host: Host,
+    proc_env: ProcEnv,
+    sched_addr: Optional[str],
+    table_path: str,
+    auto_ranks: bool,
     cache: _RankCache,
 ) -> ProcPlan:
     """The plan of one rank: the method's layout variables over the user's env, its cwd and log."""
@@ -351,7 +381,9 @@ def _rank_proc(
     )
 
 
-def _scheduler_proc(spec: JobSpec, world: int, host: Optional[Host], addr: Optional[str], proc_env: ProcEnv) -> Optional[ProcPlan]:
+def _scheduler_proc(
+    spec: JobSpec, world: int, host: Optional[Host], addr: Optional[str], proc_env: ProcEnv
+) -> Optional[ProcPlan]:
     """The dynamic cluster's scheduler process, or None when this plan runs none."""
     if host is None or addr is None:
         return None
@@ -364,7 +396,9 @@ def _scheduler_proc(spec: JobSpec, world: int, host: Optional[Host], addr: Optio
         node_rank=None,
         device_id=None,
         argv=numa_prefix(spec.bind_numa, "scheduler") + program_argv(spec, host),
-        env=envs.layered(proc_env.user_env(host), envs.dynamic_scheduler_env(world, addr, spec.master_port, spec.cluster_time_out)),
+        env=envs.layered(
+            proc_env.user_env(host), envs.dynamic_scheduler_env(world, addr, spec.master_port, spec.cluster_time_out)
+        ),
         cwd=spec.cwd,
         log=layout.scheduler_log(spec.job_dir),
         cpus=proc_env.cpu.scheduler_cpus if proc_env.bind_here and host.is_local else None,
@@ -376,7 +410,9 @@ def _node_slots(spec: JobSpec, launcher: str) -> Tuple[Tuple[RankSlot, ...], Inv
     assert spec.node is not None
     hosts = spec.inventory.hosts
     if len(hosts) != 1 or not spec.inventory.all_local or launcher != "local":
-        raise PlanError("per-node mode (--node_rank) runs this node's workers only; drop --hosts/-H/--launcher", field="--node_rank")
+        raise PlanError(
+            "per-node mode (--node_rank) runs this node's workers only; drop --hosts/-H/--launcher", field="--node_rank"
+        )
     if spec.method != Method.DYNAMIC:
         raise PlanError("per-node mode (--node_rank) runs a dynamic cluster; drop --method", field="--node_rank")
     if spec.np is None:

@@ -10,6 +10,7 @@ moves with them if it was on the host, and the rank table / hostfile are generat
 start, the supervisor's restart path between attempts); :func:`spare_hosts` names the spares of
 a plan.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -44,8 +45,11 @@ def without_hosts(spec: JobSpec, exclusions: Sequence[Exclusion], world_size: in
     if slots < world_size:
         why = "; ".join(f"{e.host}: {e.reason}" for e in exclusions)
         left = f"the other hosts have {slots} slot{'s' * (slots != 1)}" if kept else "no host is left"
-        raise PlanError(f"no spare host for {world_size} ranks without {', '.join(sorted(gone))} ({why}); {left}: "
-                        "add hosts to the inventory or lower --np", field="--hosts")
+        raise PlanError(
+            f"no spare host for {world_size} ranks without {', '.join(sorted(gone))} ({why}); {left}: "
+            "add hosts to the inventory or lower --np",
+            field="--hosts",
+        )
     master = spec.master_addr
     if master is not None and any(master in (h.name, h.reach_addr) for h in spec.inventory.hosts if h.name in gone):
         master = None

@@ -16,6 +16,7 @@ and exits 0 when the gathered vector is ``0..n-1``; otherwise it prints a second
 cluster and ends the process once every worker has left. Without a distributed environment the
 check cannot run: one line on stderr, exit 2.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence

@@ -8,6 +8,7 @@ Each worker prints one line ``mslaunch-allreduce rank=<r> sum=<v>`` (2 workers: 
 exits 0 if the sum is right, else 1. The scheduler (``MS_ROLE=MS_SCHED``) only calls ``init()``.
 Without a distributed environment: one line on stderr, exit 2.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence

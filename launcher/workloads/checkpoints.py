@@ -2,6 +2,7 @@
 checkpoint every rank of a distributed ``--resume`` loads (the newest one they all have, agreed
 through one AllGather).  Imports MindSpore; nothing from the launcher.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,6 @@ def _ckpt_re(prefix: str) -> "re.Pattern[str]":
     return re.compile(r"^" + re.escape(prefix) + r"-(\d+)_(\d+)\.ckpt$")
 
 
-
-
 def _say(text: str) -> None:
     print(text, flush=True)
 
@@ -47,8 +46,9 @@ def list_checkpoints(ckpt_dir: str, prefix: str = CKPT_PREFIX) -> List[Tuple[int
     return sorted(found)
 
 
-def save_checkpoint(train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, global_step: int, keep: int,
-                    prefix: str = CKPT_PREFIX) -> str:
+def save_checkpoint(
+    train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, global_step: int, keep: int, prefix: str = CKPT_PREFIX
+) -> str:
     """Write ``<prefix>-<epoch>_<step>.ckpt`` atomically; then :func:`prune_checkpoints` to
     ``keep`` (0: prune nothing)."""
     os.makedirs(ckpt_dir, exist_ok=True)
@@ -67,7 +67,9 @@ def prune_checkpoints(ckpt_dir: str, keep: int, prefix: str = CKPT_PREFIX) -> No
     processes left half-written (the folder is this rank's alone)."""
     doomed = [path for _, _, path in list_checkpoints(ckpt_dir, prefix)[:-keep]] if keep > 0 else []
     mine = f".tmp-{os.getpid()}-"
-    doomed += [os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(".tmp-") and not n.startswith(mine)]
+    doomed += [
+        os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(".tmp-") and not n.startswith(mine)
+    ]
     for path in doomed:
         try:
             os.unlink(path)
@@ -111,8 +113,9 @@ def weights_from_checkpoint(ckpt_dir: Optional[str], prefix: str = CKPT_PREFIX) 
     return no_init_parameters()
 
 
-def align_compile_order(ckpt_dir: Optional[str], size: int,
-                        gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions) -> None:
+def align_compile_order(
+    ckpt_dir: Optional[str], size: int, gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions
+) -> None:
     """In a distributed run with checkpoints that does not resume, gather the positions anyway
     (and ignore them): every attempt, resuming or not, then compiles that AllGather first and the
     train step after it, which MindSpore's compile cache needs (it finds a graph by its position:
@@ -121,8 +124,12 @@ def align_compile_order(ckpt_dir: Optional[str], size: int,
         gather([], size)
 
 
-def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions,
-                 prefix: str = CKPT_PREFIX) -> Optional[str]:
+def resume_point(
+    ckpt_dir: Optional[str],
+    size: int,
+    gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions,
+    prefix: str = CKPT_PREFIX,
+) -> Optional[str]:
     """The checkpoint ``--resume`` loads: this rank's newest, or with ``size`` > 1 the newest one
     every rank has (newer ones of this rank are removed); None: start from scratch.
     ``gather(mine, size)`` gives every rank's positions (:func:`_gather_positions`).
@@ -138,10 +145,13 @@ def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[
         return None
     pick = common_checkpoint(positions)
     if pick is None:
-        newest = ", ".join(f"rank {r} {f'{prefix}-{p[-1][0]}_{p[-1][1]}' if p else 'none'}"
-                           for r, p in enumerate(positions))
-        raise UsageError(f"--resume: the ranks have no checkpoint in common (newest: {newest}); every rank "
-                         "needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)")
+        newest = ", ".join(
+            f"rank {r} {f'{prefix}-{p[-1][0]}_{p[-1][1]}' if p else 'none'}" for r, p in enumerate(positions)
+        )
+        raise UsageError(
+            f"--resume: the ranks have no checkpoint in common (newest: {newest}); every rank "
+            "needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)"
+        )
     for epoch, step, path in found:
         if (epoch, step) > pick:
             try:
@@ -152,8 +162,9 @@ def resume_point(ckpt_dir: Optional[str], size: int, gather: Callable[..., List[
     return next(path for epoch, step, path in found if (epoch, step) == pick)
 
 
-def _resume(ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe: int, size: int,
-            prefix: str = CKPT_PREFIX) -> Tuple[int, int, int]:
+def _resume(
+    ckpt_dir: Optional[str], train_net: nn.Cell, opt: nn.Optimizer, spe: int, size: int, prefix: str = CKPT_PREFIX
+) -> Tuple[int, int, int]:
     """Load the checkpoint of :func:`resume_point` into ``train_net`` (``--resume``).
 
     Returns:

@@ -5,6 +5,7 @@ full-size files; smaller files of the same layout are read with numpy into a ran
 ``GeneratorDataset``.  :func:`build_pipeline` is the tutorials' ``create_dataset``.  The trainer
 is :mod:`launcher.workloads.resnet50_cifar10`.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,9 +24,9 @@ CIFAR_RECORDS_PER_FILE = 10000  # what MindSpore's Cifar10Dataset reads from eve
 CIFAR_MEAN = (0.4465, 0.4822, 0.4914)
 CIFAR_STD = (0.2010, 0.1994, 0.2023)
 
+
 class UsageError(Exception):
     """Bad arguments or data: reported as one line on stderr, exit code 2."""
-
 
 
 def resolve_cifar_folder(data_path: str) -> str:

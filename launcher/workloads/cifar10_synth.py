@@ -27,6 +27,7 @@ Every file is written to a temporary name in the same directory and moved into p
 ``os.replace``, so a reader never sees a partial file and an interrupted run leaves earlier
 files intact.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,7 +76,6 @@ _COLOURS = np.array(
 )
 
 
-
 class SynthDataError(Exception):
     """A count is out of range or the data cannot be written (one line; ``path`` names the file).
 
@@ -111,6 +111,7 @@ def _write_atomic(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+
 
 def _templates() -> np.ndarray:
     """The 10 class templates, float32 of shape (10, 3, 32, 32), values around 0..255."""

@@ -1,4 +1,5 @@
 """Joining the cluster a launcher set up: shared by the shipped MindSpore workloads."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,15 @@ def join_collective_cluster(prog: str, description: str, argv: Optional[Sequence
         ends the process itself, so that return is not reached).
     """
     parser = argparse.ArgumentParser(prog=f"python -m launcher.workloads.{prog}", description=description)
-    parser.add_argument("--device-target", default=os.environ.get("DEVICE_TARGET") or "CPU", choices=("CPU", "GPU", "Ascend"))
+    parser.add_argument(
+        "--device-target", default=os.environ.get("DEVICE_TARGET") or "CPU", choices=("CPU", "GPU", "Ascend")
+    )
     args = parser.parse_args(argv)
     if not distributed_from_env(os.environ):
-        sys.stderr.write(f"{prog}: error: no distributed environment (MS_ROLE, RANK_TABLE_FILE or "
-                         "OMPI_COMM_WORLD_SIZE); start it with a launcher\n")
+        sys.stderr.write(
+            f"{prog}: error: no distributed environment (MS_ROLE, RANK_TABLE_FILE or "
+            "OMPI_COMM_WORLD_SIZE); start it with a launcher\n"
+        )
         return 2
 
     import mindspore as ms
@@ -114,8 +119,13 @@ def keep_code_through_teardown(code: int) -> bool:
             name = signal.Signals(signum).name
         except ValueError:
             name = f"signal {signum}"
-        os.write(2, (f"{os.path.basename(sys.argv[0] or 'python')}: the framework's exit cleanup crashed ({name}) "
-                     f"after the result was decided; exit code {code} stands\n").encode())
+        os.write(
+            2,
+            (
+                f"{os.path.basename(sys.argv[0] or 'python')}: the framework's exit cleanup crashed ({name}) "
+                f"after the result was decided; exit code {code} stands\n"
+            ).encode(),
+        )
         os._exit(code & 0xFF)
 
     handler = handler_type(on_fault)

@@ -15,6 +15,7 @@ A cache file that does not load (a process killed while writing it) is compiled 
 MindSpore itself ("Failed to load the compilation cache file. Execute all the compilation
 actions.").
 """
+
 from __future__ import annotations
 
 from typing import MutableMapping, Optional

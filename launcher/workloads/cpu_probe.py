@@ -30,6 +30,7 @@ so a launcher can run its source on any host with ``python -c``. Two modes:
 
     A variant whose child failed has ``"error"`` instead of ``"kernels"``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,7 +57,7 @@ def conv_flops() -> float:
 
 
 def matmul_flops() -> float:
-    return 2.0 * MATMUL_N ** 3
+    return 2.0 * MATMUL_N**3
 
 
 def cpu_info() -> Tuple[str, List[str]]:
@@ -169,8 +170,10 @@ def _time_kernels(isa: Optional[str]) -> Dict[str, Any]:
     w = Tensor(rng.random((64, CONV_SHAPE[1], 3, 3), dtype=np.float32))
     a = Tensor(rng.random((MATMUL_N, MATMUL_N), dtype=np.float32))
     conv = ops.Conv2D(64, 3, pad_mode="same")
-    kernels = {"conv": (lambda: conv(x, w).asnumpy(), conv_flops(), "convolution"),
-               "matmul": (lambda: ops.matmul(a, a).asnumpy(), matmul_flops(), "matmul")}
+    kernels = {
+        "conv": (lambda: conv(x, w).asnumpy(), conv_flops(), "convolution"),
+        "matmul": (lambda: ops.matmul(a, a).asnumpy(), matmul_flops(), "matmul"),
+    }
     walls = {}  # type: Dict[str, List[float]]
     for name, (fn, _, _) in kernels.items():
         fn()
@@ -195,7 +198,11 @@ def _time_kernels(isa: Optional[str]) -> Dict[str, Any]:
         else:  # no verbose output: wall time, implementation unknown
             ms = min(walls[name]) * 1000.0
             impl = ""
-        out[name] = {"impl": impl, "ms": round(ms, 4), "gflops": round(flops / (ms / 1000.0) / 1e9, 2) if ms > 0 else 0.0}
+        out[name] = {
+            "impl": impl,
+            "ms": round(ms, 4),
+            "gflops": round(flops / (ms / 1000.0) / 1e9, 2) if ms > 0 else 0.0,
+        }
     return out
 
 
@@ -208,7 +215,12 @@ def _variant(isa: Optional[str]) -> Dict[str, Any]:
         code = 0
         try:
             kernels = _time_kernels(isa)
-            payload = {"isa": isa, "onednn": kernels.pop("_onednn"), "onednn_isa": kernels.pop("_isa"), "kernels": kernels}
+            payload = {
+                "isa": isa,
+                "onednn": kernels.pop("_onednn"),
+                "onednn_isa": kernels.pop("_isa"),
+                "kernels": kernels,
+            }
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
             payload = {"isa": isa, "error": "%s: %s" % (type(exc).__name__, exc)}
             code = 1
@@ -247,7 +259,9 @@ def _better(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
     if "kernels" not in b:
         return a
     out = dict(a)
-    out["kernels"] = {k: min(a["kernels"][k], b["kernels"].get(k, a["kernels"][k]), key=lambda t: t["ms"]) for k in a["kernels"]}
+    out["kernels"] = {
+        k: min(a["kernels"][k], b["kernels"].get(k, a["kernels"][k]), key=lambda t: t["ms"]) for k in a["kernels"]
+    }
     return out
 
 

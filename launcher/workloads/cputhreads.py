@@ -12,6 +12,7 @@ call, before it builds or runs anything::
 The shipped workloads call it. Without ``MSLAUNCH_CPU_THREADS`` (not under mslaunch, or
 ``--cpu-tune off``) nothing changes.
 """
+
 from __future__ import annotations
 
 import os

@@ -20,6 +20,7 @@ their training cell would update with an accumulator nothing fills.  The auto-pa
 ``grad_accumulation_step`` > 1 is refused by MindSpore 2.x (deprecated).  Hence the cells here
 for data parallel (and a single process).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterator, Tuple

@@ -5,6 +5,7 @@ with 10 classes); :func:`resnet` builds the other depths of :data:`ARCHS` from t
 (the trainer's ``--arch``); :class:`SoftmaxCrossEntropyExpand` is the tutorials' softmax
 cross-entropy in primitive ops.  The trainer is :mod:`launcher.workloads.resnet50_cifar10`.
 """
+
 from __future__ import annotations
 
 from typing import List, Sequence

@@ -75,6 +75,7 @@ gathers the checkpoint positions in every attempt, so that graph comes first in 
 
 Exit codes: 0 done; 1 training failed (e.g. the loss became NaN); 2 bad arguments or data.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -136,8 +137,9 @@ def make_train_step(net: nn.Cell, lr: float = 0.01, momentum: float = 0.9) -> Tu
     return opt, train_step
 
 
-def make_accumulating_step(net: nn.Cell, k: int, distributed: bool, lr: float = 0.01,
-                           momentum: float = 0.9) -> Tuple[nn.Optimizer, AccumulatingStep]:
+def make_accumulating_step(
+    net: nn.Cell, k: int, distributed: bool, lr: float = 0.01, momentum: float = 0.9
+) -> Tuple[nn.Optimizer, AccumulatingStep]:
     """``(optimizer, step)`` for ``--grad-accum k``: the loss and optimizer of
     :func:`make_train_step`, ``k`` micro-batches per optimizer step and one gradient AllReduce
     when ``distributed`` (:mod:`launcher.workloads.grad_accum`)."""
@@ -162,8 +164,12 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
         description="Train ResNet-50 on CIFAR-10 (binary version) with MindSpore, alone or data-parallel.",
     )
     p.add_argument("--data-path", default=env.get("DATA_PATH"), help="folder with cifar-10-batches-bin (or it)")
-    p.add_argument("--arch", choices=tuple(ARCHS), default="resnet50",
-                   help="the network (default resnet50; resnet14/26: the same training at a fraction of the cost)")
+    p.add_argument(
+        "--arch",
+        choices=tuple(ARCHS),
+        default="resnet50",
+        help="the network (default resnet50; resnet14/26: the same training at a fraction of the cost)",
+    )
     p.add_argument("--epochs", type=int, default=1, help="total epochs (with --resume: including finished ones)")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size (default 32)")
     p.add_argument("--image-size", type=int, default=224, help="input size (224 as the tutorials; 32: no resize)")
@@ -173,13 +179,22 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
     p.add_argument("--ckpt-dir", default=None, help="save checkpoints to CKPT_DIR/ckpt_<rank>/")
     p.add_argument("--ckpt-every", type=int, default=0, help="also save every N global steps (0: epoch ends only)")
     p.add_argument("--keep-checkpoints", type=int, default=1, help="newest checkpoints to keep (0: all)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint (with several ranks: the newest every rank has)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint (with several ranks: the newest every rank has)",
+    )
     p.add_argument("--eval", action="store_true", help="print the test-set accuracy at the end")
     p.add_argument("--seed", type=int, default=1, help="weights, data order and augmentation seed")
     p.add_argument("--log-every", type=int, default=1, help="print the loss every N steps (default 1)")
-    p.add_argument("--grad-accum", type=int, default=1, metavar="K",
-                   help="micro-batches of --batch-size per optimizer step: their gradients are summed on each "
-                        "rank, then one AllReduce and one update (default 1); steps count optimizer steps")
+    p.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        metavar="K",
+        help="micro-batches of --batch-size per optimizer step: their gradients are summed on each "
+        "rank, then one AllReduce and one update (default 1); steps count optimizer steps",
+    )
     p.add_argument(
         "--parallel-mode",
         default="data_parallel",
@@ -215,7 +230,9 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
         )
     if args.resume and not args.ckpt_dir:
         raise UsageError("--resume needs --ckpt-dir")
-    args.resume = resume_on_restart(args.resume, args.ckpt_dir, env)  # a restart (MSLAUNCH_ATTEMPT >= 1) resumes by itself
+    args.resume = resume_on_restart(
+        args.resume, args.ckpt_dir, env
+    )  # a restart (MSLAUNCH_ATTEMPT >= 1) resumes by itself
     return args
 
 
@@ -358,8 +375,15 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
     """Write a checkpoint at this position and print its ``checkpoint:`` line."""
     assert loop.ckpt_dir is not None
     alone = loop.size == 1
-    path = save_checkpoint(loop.train_net, loop.ckpt_dir, epoch, step, loop.global_step,
-                           loop.args.keep_checkpoints if alone else 0, loop.args.arch)
+    path = save_checkpoint(
+        loop.train_net,
+        loop.ckpt_dir,
+        epoch,
+        step,
+        loop.global_step,
+        loop.args.keep_checkpoints if alone else 0,
+        loop.args.arch,
+    )
     loop.prune_due = not alone
     _say(f"checkpoint: {path}")
 

@@ -5,6 +5,7 @@ The reference trainer resumes by itself from the newest common checkpoint when i
 (``MSLAUNCH_ATTEMPT`` >= 1) and has ``--ckpt-dir``: no ``--resume`` needed.  A first attempt still
 needs ``--resume`` to pick up an older run's checkpoints.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Optional

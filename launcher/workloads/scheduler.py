@@ -13,6 +13,7 @@ forks it; ``--no-zygote`` runs the user's script as the scheduler, as msrun does
 The scheduler runs on CPU whatever the workers' device.  Outside the scheduler role: one line on
 stderr, exit 2.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,9 @@ from launcher.workloads.cluster import exit_now
 
 def main() -> int:
     if os.environ.get("MS_ROLE") != "MS_SCHED":
-        sys.stderr.write("scheduler: error: MS_ROLE is not MS_SCHED; a launcher starts this as the dynamic cluster's scheduler\n")
+        sys.stderr.write(
+            "scheduler: error: MS_ROLE is not MS_SCHED; a launcher starts this as the dynamic cluster's scheduler\n"
+        )
         return 2
     import mindspore as ms
     from mindspore.communication import init

@@ -10,6 +10,7 @@ A case is ``(id, options, needle, real)``: ``options`` go between ``--np 1`` and
 ``needle`` is in the one-line error of both ``mslaunch run`` and ``mslaunch sbatch``; ``real``:
 ``mslaunch run --dry-run`` does not make the check (it writes nothing), a real run does.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Tuple
@@ -23,7 +24,12 @@ BAD_RUN_OPTIONS: List[Case] = [
     ("per-host-zero", ["--per-host", "0"], "must be at least 1, got 0", False),
     ("method", ["--method", "nonsense"], "unknown method 'nonsense'", False),
     ("ranktable-no-ips", ["--method", "ranktable"], "device IPs", False),
-    ("hccn-dir", ["--method", "ranktable", "--hccn-dir", "/nonexistent-hccn"], "no such folder /nonexistent-hccn", False),
+    (
+        "hccn-dir",
+        ["--method", "ranktable", "--hccn-dir", "/nonexistent-hccn"],
+        "no such folder /nonexistent-hccn",
+        False,
+    ),
     ("hccn", ["--method", "ranktable", "--hccn", "bad"], "expected HOST=PATH", False),
     ("launcher", ["--launcher", "nonsense"], "--launcher", False),
     ("hosts", ["--hosts", "node[1-"], "--hosts", False),
@@ -58,7 +64,12 @@ BAD_RUN_OPTIONS: List[Case] = [
     ("max-restarts", ["--max-restarts", "-1"], "--max-restarts must be >= 0", False),
     ("tee", ["--tee", "bad"], "unknown --tee mode 'bad'", False),
     ("preflight", ["--preflight", "bogus"], "unknown --preflight mode 'bogus'", False),
-    ("device_checks", ["--preflight", "warn", "--device-checks", "maybe"], "unknown --device-checks 'maybe'; use one of off, try, require", False),
+    (
+        "device_checks",
+        ["--preflight", "warn", "--device-checks", "maybe"],
+        "unknown --device-checks 'maybe'; use one of off, try, require",
+        False,
+    ),
     ("hang-timeout", ["--hang-timeout", "soon"], "expected auto, off or a number of seconds", False),
     ("first-step-timeout", ["--first-step-timeout", "-3"], "must be a positive number of seconds", False),
     ("restart-delay", ["--restart-delay", "-1"], "--restart-delay must be >= 0", False),

@@ -1,5 +1,6 @@
 """``launcher/cli/app.py``: each command imports the modules it needs and no other; the full list
 (``mslaunch --help``) has every command, in one order whatever was registered first."""
+
 from __future__ import annotations
 
 import os
@@ -14,15 +15,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODULES = ("run", "jobs", "check", "doctor", "top", "sbatch", "k8s", "ranktable", "data")
 
 
-@pytest.mark.parametrize("args, wanted", [
-    (("status", "--help"), ("jobs",)),
-    (("logs", "tail", "--help"), ("jobs",)),
-    (("plan", "--help"), ()),
-    (("report", "--help"), ("top",)),
-    (("sbatch", "--help"), ("run", "sbatch")),
-    (("k8s", "gen", "--help"), ("k8s", "run")),
-    (("--help",), MODULES),
-])
+@pytest.mark.parametrize(
+    "args, wanted",
+    [
+        (("status", "--help"), ("jobs",)),
+        (("logs", "tail", "--help"), ("jobs",)),
+        (("plan", "--help"), ()),
+        (("report", "--help"), ("top",)),
+        (("sbatch", "--help"), ("run", "sbatch")),
+        (("k8s", "gen", "--help"), ("k8s", "run")),
+        (("--help",), MODULES),
+    ],
+)
 def test_a_command_imports_its_own_modules_only(args: Tuple[str, ...], wanted: Tuple[str, ...]) -> None:
     code = (
         "import atexit, sys\n"
@@ -32,8 +36,14 @@ def test_a_command_imports_its_own_modules_only(args: Tuple[str, ...], wanted: T
         "from launcher.__main__ import main\n"
         "main()\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=60,
+    )
     assert r.returncode == 0 and "Usage: mslaunch" in r.stdout, r.stderr
     assert r.stderr.strip().splitlines()[-1] == repr(sorted(wanted))
 
@@ -45,8 +55,24 @@ def test_the_full_list_has_every_command_in_one_order_whatever_came_first() -> N
     appmod._register("top")
     appmod._register()
     names = [c.name for c in appmod.app.registered_commands] + [g.name for g in appmod.app.registered_groups]
-    assert names == ["plan", "run", "ps", "status", "stop", "check", "doctor", "top", "report", "sbatch",
-                     "env", "hostfile", "logs", "k8s", "ranktable", "data"]
+    assert names == [
+        "plan",
+        "run",
+        "ps",
+        "status",
+        "stop",
+        "check",
+        "doctor",
+        "top",
+        "report",
+        "sbatch",
+        "env",
+        "hostfile",
+        "logs",
+        "k8s",
+        "ranktable",
+        "data",
+    ]
     # every command the modules add is in the table that says which module adds it
     group = appmod._command()
     assert isinstance(appmod.app, typer.Typer) and sorted(group.commands) == sorted(names)

@@ -1,4 +1,5 @@
 """``mslaunch ranktable`` end to end, as a real process (``python -m launcher ranktable ...``)."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,13 @@ def test_gen_8_with_host_list() -> None:
 
 def test_gen_with_hccn_files() -> None:
     r = ranktable(
-        "gen", "-H", "10.0.0.2:8,10.0.0.1:8",
-        "--hccn", f"10.0.0.1={HCCN}/10.0.0.1.conf", "--hccn", f"10.0.0.2={HCCN}/10.0.0.2.conf",
+        "gen",
+        "-H",
+        "10.0.0.2:8,10.0.0.1:8",
+        "--hccn",
+        f"10.0.0.1={HCCN}/10.0.0.1.conf",
+        "--hccn",
+        f"10.0.0.2={HCCN}/10.0.0.2.conf",
     )
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout == read(GOLDEN16)
@@ -63,13 +69,18 @@ def test_gen_include_and_exclude() -> None:
     r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--include", "10.0.0.1")
     assert (r.returncode, r.stderr, r.stdout) == (0, "", read(GOLDEN8))
     # An --hccn for a host the filters drop is not read.
-    r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--exclude", "10.0.0.2", "--hccn", "10.0.0.2=/nonexistent")
+    r = ranktable(
+        "gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--exclude", "10.0.0.2", "--hccn", "10.0.0.2=/nonexistent"
+    )
     assert (r.returncode, r.stderr, r.stdout) == (0, "", read(GOLDEN8))
     r = ranktable("gen", "--hosts", HOSTS, "--hccn-dir", HCCN, "--include", "10.0.0.1:0,1,2,3", "--chip", "910b")
     assert r.returncode == 0, r.stderr
     table = json.loads(r.stdout)
     assert [(d["device_id"], d["rank_id"]) for d in table["server_list"][0]["device"]] == [
-        ("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")
+        ("0", "0"),
+        ("1", "1"),
+        ("2", "2"),
+        ("3", "3"),
     ]
 
 
@@ -131,22 +142,40 @@ def test_failed_gen_leaves_an_existing_output_alone(tmp_path) -> None:
 @pytest.mark.parametrize(
     "args, stderr",
     [
-        (["gen", "--hccn-dir", HCCN],
-         "mslaunch: error: --hosts: pass --hosts FILE (hostfile or cluster YAML) or -H h1:8,h2:8"),
-        (["gen", "--hosts", HOSTS, "-H", "a:1"], "mslaunch: error: --hosts: give either --hosts FILE or -H LIST, not both"),
-        (["gen", "-H", "10.0.0.1:8", "--hccn", "10.0.0.9=/x"],
-         "mslaunch: error: --hccn: host '10.0.0.9' is not in the inventory (10.0.0.1)"),
-        (["gen", "-H", "10.0.0.1:8", "--hccn", "10.0.0.1"], "mslaunch: error: --hccn: expected HOST=PATH, got '10.0.0.1'"),
-        (["gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN, "--version", "2"],
-         "mslaunch: error: --version: unknown rank table version '2'; use 1.0 (Ascend 910/910B) or 1.2 (Atlas A3 SuperPoD)"),
-        (["gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN, "--chip", "310"],
-         "mslaunch: error: --chip: unknown chip '310'; use one of 910, 910b"),
-        (["gen", "-H", "10.0.0.3:8", "--hccn-dir", HCCN],
-         f"mslaunch: error: -H entry 1: host '10.0.0.3' has no device IPs (looked for {HCCN}/10.0.0.3 and "
-         f"{HCCN}/10.0.0.3.conf); pass --hccn 10.0.0.3=PATH or --hccn-dir DIR holding DIR/10.0.0.3.conf, "
-         "or give it 'hccn_conf:' or 'device_ips:' in a YAML cluster file"),
-        (["gen", "--hosts", "/nonexistent/hosts"],
-         "mslaunch: error: /nonexistent/hosts: no such file; pass an existing hostfile or cluster YAML"),
+        (
+            ["gen", "--hccn-dir", HCCN],
+            "mslaunch: error: --hosts: pass --hosts FILE (hostfile or cluster YAML) or -H h1:8,h2:8",
+        ),
+        (
+            ["gen", "--hosts", HOSTS, "-H", "a:1"],
+            "mslaunch: error: --hosts: give either --hosts FILE or -H LIST, not both",
+        ),
+        (
+            ["gen", "-H", "10.0.0.1:8", "--hccn", "10.0.0.9=/x"],
+            "mslaunch: error: --hccn: host '10.0.0.9' is not in the inventory (10.0.0.1)",
+        ),
+        (
+            ["gen", "-H", "10.0.0.1:8", "--hccn", "10.0.0.1"],
+            "mslaunch: error: --hccn: expected HOST=PATH, got '10.0.0.1'",
+        ),
+        (
+            ["gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN, "--version", "2"],
+            "mslaunch: error: --version: unknown rank table version '2'; use 1.0 (Ascend 910/910B) or 1.2 (Atlas A3 SuperPoD)",
+        ),
+        (
+            ["gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN, "--chip", "310"],
+            "mslaunch: error: --chip: unknown chip '310'; use one of 910, 910b",
+        ),
+        (
+            ["gen", "-H", "10.0.0.3:8", "--hccn-dir", HCCN],
+            f"mslaunch: error: -H entry 1: host '10.0.0.3' has no device IPs (looked for {HCCN}/10.0.0.3 and "
+            f"{HCCN}/10.0.0.3.conf); pass --hccn 10.0.0.3=PATH or --hccn-dir DIR holding DIR/10.0.0.3.conf, "
+            "or give it 'hccn_conf:' or 'device_ips:' in a YAML cluster file",
+        ),
+        (
+            ["gen", "--hosts", "/nonexistent/hosts"],
+            "mslaunch: error: /nonexistent/hosts: no such file; pass an existing hostfile or cluster YAML",
+        ),
     ],
 )
 def test_gen_input_errors(args: List[str], stderr: str) -> None:
@@ -193,7 +222,11 @@ def test_merge_invalid_json(singles: List[str], tmp_path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{\n  "version": "1.0",\n  "server_list": [}\n')
     r = ranktable("merge", singles[0], str(bad))
-    assert (r.returncode, r.stdout, lines(r.stderr)) == (2, "", [f"mslaunch: error: {bad}:3:19: invalid JSON: Expecting value"])
+    assert (r.returncode, r.stdout, lines(r.stderr)) == (
+        2,
+        "",
+        [f"mslaunch: error: {bad}:3:19: invalid JSON: Expecting value"],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,11 +265,15 @@ def test_validate_invalid_json_is_bad_input(tmp_path) -> None:
     path.write_text('{"version": "1.0",\n "status": "completed"\n "x": 1}\n')
     r = ranktable("validate", str(path))
     assert (r.returncode, r.stdout, lines(r.stderr)) == (
-        2, "", [f"mslaunch: error: {path}:3:2: invalid JSON: Expecting ',' delimiter"]
+        2,
+        "",
+        [f"mslaunch: error: {path}:3:2: invalid JSON: Expecting ',' delimiter"],
     )
     r = ranktable("validate", str(tmp_path / "missing.json"))
     assert (r.returncode, r.stdout, lines(r.stderr)) == (
-        2, "", [f"mslaunch: error: {tmp_path / 'missing.json'}: no such rank table file"]
+        2,
+        "",
+        [f"mslaunch: error: {tmp_path / 'missing.json'}: no such rank table file"],
     )
 
 
@@ -256,7 +293,9 @@ def test_show_not_a_rank_table(tmp_path) -> None:
     path.write_text("[1, 2]\n")
     r = ranktable("show", str(path))
     assert (r.returncode, r.stdout, lines(r.stderr)) == (
-        2, "", [f"mslaunch: error: {path}: no server_list; is this a rank table? (try: mslaunch ranktable validate)"]
+        2,
+        "",
+        [f"mslaunch: error: {path}: no server_list; is this a rank table? (try: mslaunch ranktable validate)"],
     )
 
 
@@ -350,8 +389,16 @@ def _via_full_app(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(
     "args",
-    [(), ("--help",), ("gen", "--help"), ("show", "-h"), ("bogus",), ("gen", "--bogus"), ("validate", "no-such-table.json"),
-     ("gen", "-H", "n1:8", "--version", "2.0")],
+    [
+        (),
+        ("--help",),
+        ("gen", "--help"),
+        ("show", "-h"),
+        ("bogus",),
+        ("gen", "--bogus"),
+        ("validate", "no-such-table.json"),
+        ("gen", "-H", "n1:8", "--version", "2.0"),
+    ],
     ids=["no-args", "help", "gen-help", "show-help", "unknown-command", "unknown-flag", "missing-file", "bad-version"],
 )
 def test_ranktable_alone_answers_as_the_full_app(args: Tuple[str, ...]) -> None:
@@ -371,6 +418,12 @@ def test_ranktable_does_not_import_the_other_commands(tmp_path) -> None:
         "from launcher.__main__ import main\n"
         "main()\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=60,
+    )
     assert (r.returncode, r.stdout, r.stderr) == (0, "OK: 1 server, 8 ranks\n", "[]\n")

@@ -1,4 +1,5 @@
 """The console of ``mslaunch run`` (launcher.cli.console): one line per event it shows, on stderr."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,16 @@ from launcher.planning.job.spec import Exclusion, JobSpec
 
 @pytest.fixture
 def console():
-    plan = build_plan(JobSpec(inventory=parse_host_list("localhost:1"), program=("t.py",), python="/p", cwd="/w",
-                              job_dir="/w/j", job_id="j"))
+    plan = build_plan(
+        JobSpec(
+            inventory=parse_host_list("localhost:1"),
+            program=("t.py",),
+            python="/p",
+            cwd="/w",
+            job_dir="/w/j",
+            job_id="j",
+        )
+    )
     return Console(plan, tee="none")
 
 
@@ -28,20 +37,29 @@ def test_console_failure_line_uses_the_one_wording(console, capsys):
     assert capsys.readouterr().err == "mslaunch: rank 0 on localhost failed (killed by SIGKILL); tearing down the job\n"
 
 
-@pytest.mark.parametrize("event, line", [
-    (ev.Failure("rank 1", "h2", 3), "rank 1 on h2 failed (exit code 3); tearing down the job"),
-    (ev.Teardown(("rank 0", "rank 2")), "stopping 2 process(es)"),
-    (ev.TimedOut(0.2), "the job ran past --timeout 0.2 s; tearing down"),
-    (ev.TimedOut(30.0), "the job ran past --timeout 30 s; tearing down"),
-    (ev.Interrupted(15), "received signal 15; tearing down"),
-    (ev.Hung("no rank made progress for 60 s", {}), "no rank made progress for 60 s; tearing down"),
-    (ev.StopRestarts("crash loop: same cause"), "crash loop: same cause"),
-    (ev.HostExcluded(Exclusion("h2", "2 failures (rank 2 killed by SIGKILL)", "restart", 2), "ranks 2-3 move to h4"),
-     "restart: leaving out h2 after 2 failures (rank 2 killed by SIGKILL); ranks 2-3 move to h4"),
-    (ev.HostExcluded(Exclusion("h3", "host lost (rank 4: connection lost)", "restart", 1), ""),
-     "restart: leaving out h3 host lost (rank 4: connection lost)"),
-    (ev.ClusterStop("preempted", "Slurm preempted job 5 at T"), "Slurm preempted job 5 at T; tearing down"),
-])
+@pytest.mark.parametrize(
+    "event, line",
+    [
+        (ev.Failure("rank 1", "h2", 3), "rank 1 on h2 failed (exit code 3); tearing down the job"),
+        (ev.Teardown(("rank 0", "rank 2")), "stopping 2 process(es)"),
+        (ev.TimedOut(0.2), "the job ran past --timeout 0.2 s; tearing down"),
+        (ev.TimedOut(30.0), "the job ran past --timeout 30 s; tearing down"),
+        (ev.Interrupted(15), "received signal 15; tearing down"),
+        (ev.Hung("no rank made progress for 60 s", {}), "no rank made progress for 60 s; tearing down"),
+        (ev.StopRestarts("crash loop: same cause"), "crash loop: same cause"),
+        (
+            ev.HostExcluded(
+                Exclusion("h2", "2 failures (rank 2 killed by SIGKILL)", "restart", 2), "ranks 2-3 move to h4"
+            ),
+            "restart: leaving out h2 after 2 failures (rank 2 killed by SIGKILL); ranks 2-3 move to h4",
+        ),
+        (
+            ev.HostExcluded(Exclusion("h3", "host lost (rank 4: connection lost)", "restart", 1), ""),
+            "restart: leaving out h3 host lost (rank 4: connection lost)",
+        ),
+        (ev.ClusterStop("preempted", "Slurm preempted job 5 at T"), "Slurm preempted job 5 at T; tearing down"),
+    ],
+)
 def test_each_shown_event_is_one_line_on_stderr(console, capsys, event, line):
     console.event(event)
     assert capsys.readouterr() == ("", f"mslaunch: {line}\n")
@@ -56,13 +74,20 @@ def test_a_restart_names_its_attempt_its_logs_and_the_cause_judged(console, caps
         "mslaunch: restarting the job: attempt 1 (MSLAUNCH_ATTEMPT=1); logs in /w/j/attempt_1;"
         " attempt 0 failed with python_exception: ValueError: bad\n"
         "mslaunch: restarting the job: attempt 2 (MSLAUNCH_ATTEMPT=5); logs in /w/j/attempt_2\n"
-        "mslaunch: restarting the job: attempt 3 (MSLAUNCH_ATTEMPT=3); logs in /w/j/attempt_3\n")
+        "mslaunch: restarting the job: attempt 3 (MSLAUNCH_ATTEMPT=3); logs in /w/j/attempt_3\n"
+    )
 
 
-@pytest.mark.parametrize("event", [
-    ev.Started("rank 0", 0, "h", 12, "/l", 0), ev.Exited("rank 0", 0, "h", 0, 0), ev.JobStart("j"), ev.JobEnd("failed", 1),
-    ev.Preflight("warn", 1.0, None, (), {}),
-])
+@pytest.mark.parametrize(
+    "event",
+    [
+        ev.Started("rank 0", 0, "h", 12, "/l", 0),
+        ev.Exited("rank 0", 0, "h", 0, 0),
+        ev.JobStart("j"),
+        ev.JobEnd("failed", 1),
+        ev.Preflight("warn", 1.0, None, (), {}),
+    ],
+)
 def test_other_events_print_nothing(console, capsys, event):
     console.event(event)
     assert capsys.readouterr() == ("", "")

@@ -1,5 +1,6 @@
 """``launcher/cli/devices.py``: which target and devices the health check's device step gets
 from a job's options, the tools' places, and the verdicts joined into the health result."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,15 @@ def opts(**kw) -> JobOptions:
     from launcher.cli.options import _FIELDS
 
     values = {name: None for name in _FIELDS}
-    values.update(method="dynamic", master_port="8118", cpu_tune="off", no_python=False, mpi_hostfile=False, oversubscribe=False,
-                  program=["train.py"])
+    values.update(
+        method="dynamic",
+        master_port="8118",
+        cpu_tune="off",
+        no_python=False,
+        mpi_hostfile=False,
+        oversubscribe=False,
+        program=["train.py"],
+    )
     values.update(kw)
     return job_options(values)
 
@@ -77,31 +85,69 @@ def test_bad_values_are_refused(in_tmp) -> None:
 
 def test_device_ips_from_the_yaml_or_a_given_rank_table(in_tmp) -> None:
     yaml = in_tmp / "c.yaml"
-    yaml.write_text('hosts:\n  - host: a\n    slots: 2\n    device_ips: {"0": 192.98.0.1, "1": 192.98.1.1}\n'
-                    "  - host: b\n    slots: 2\n")
+    yaml.write_text(
+        'hosts:\n  - host: a\n    slots: 2\n    device_ips: {"0": 192.98.0.1, "1": 192.98.1.1}\n'
+        "  - host: b\n    slots: 2\n"
+    )
     spec = build_spec(opts(hosts=str(yaml)))
     assert job_device_ips(spec, spec.inventory) == {"a": {0: "192.98.0.1", 1: "192.98.1.1"}}
     check = doctor_devices(spec, "ascend", "try")
     assert [s.device_ips for s in check.specs] == [((0, "192.98.0.1"), (1, "192.98.1.1")), ()]
-    table = {"version": "1.0", "server_count": "1", "status": "completed", "server_list": [
-        {"server_id": "b", "host_nic_ip": "reserve", "device": [{"device_id": "1", "device_ip": "10.9.9.9", "rank_id": "0"}]}]}
+    table = {
+        "version": "1.0",
+        "server_count": "1",
+        "status": "completed",
+        "server_list": [
+            {
+                "server_id": "b",
+                "host_nic_ip": "reserve",
+                "device": [{"device_id": "1", "device_ip": "10.9.9.9", "rank_id": "0"}],
+            }
+        ],
+    }
     (in_tmp / "rt.json").write_text(json.dumps(table))
     from dataclasses import replace
 
-    assert job_device_ips(replace(spec, rank_table_file=str(in_tmp / "rt.json")), spec.inventory) == {"b": {1: "10.9.9.9"}}
+    assert job_device_ips(replace(spec, rank_table_file=str(in_tmp / "rt.json")), spec.inventory) == {
+        "b": {1: "10.9.9.9"}
+    }
 
 
 def test_join_makes_a_host_with_a_faulty_device_faulty_and_names_a_silent_hosts_reason() -> None:
     spec_a, spec_b = HostDeviceSpec("a", (0,), 1), HostDeviceSpec("b", (0,), 1)
     check = DeviceCheck(TargetChoice("gpu", "--device-target", "gpu"), "try", (spec_a, spec_b))
     gpus = "0, GPU-x, 2, No, No\n"
-    answer = {"outcomes": [
-        {"key": "nvidia-smi --query-gpu", "status": "exited", "exit_code": 0, "stdout": gpus, "stderr": "", "seconds": 0.1},
-        {"key": "nvidia-smi --query-compute-apps", "status": "exited", "exit_code": 0, "stdout": "", "stderr": "", "seconds": 0.1}]}
+    answer = {
+        "outcomes": [
+            {
+                "key": "nvidia-smi --query-gpu",
+                "status": "exited",
+                "exit_code": 0,
+                "stdout": gpus,
+                "stderr": "",
+                "seconds": 0.1,
+            },
+            {
+                "key": "nvidia-smi --query-compute-apps",
+                "status": "exited",
+                "exit_code": 0,
+                "stdout": "",
+                "stderr": "",
+                "seconds": 0.1,
+            },
+        ]
+    }
     assert [c["key"] for c in check.orders()["a"]["commands"]] == [o["key"] for o in answer["outcomes"]]
-    result = HealthResult((Verdict("a", "ok", "ok: compute 5.00 GFLOPS", 5.0),
-                           Verdict("b", "faulty", "faulty: start: no answer in time")),
-                          1.0, "checked", {"a": answer}, {"b": "faulty: start: no answer in time"})
+    result = HealthResult(
+        (
+            Verdict("a", "ok", "ok: compute 5.00 GFLOPS", 5.0),
+            Verdict("b", "faulty", "faulty: start: no answer in time"),
+        ),
+        1.0,
+        "checked",
+        {"a": answer},
+        {"b": "faulty: start: no answer in time"},
+    )
     a, b = check.join(result).verdicts
     assert a.status == "faulty" and a.reason.startswith("faulty: GPU 0: ") and "ECC" in a.reason.upper(), a.reason
     assert a.devices is not None and a.devices.status == "faulty"

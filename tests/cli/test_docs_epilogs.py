@@ -1,4 +1,5 @@
 """``--help`` points to the docs page of a command, and every page it can name exists."""
+
 from pathlib import Path
 
 import pytest
@@ -15,15 +16,18 @@ def test_every_epilog_page_exists(page):
     assert (ROOT / "docs" / page).is_file()
 
 
-@pytest.mark.parametrize("argv, page", [
-    (["run", "--help"], "running.md"),
-    (["plan", "--help"], "running.md"),
-    (["logs", "tail", "--help"], "watching.md"),
-    (["top", "--help"], "watching.md"),
-    (["ranktable", "--help"], "ranktables.md"),
-    (["hostfile", "gen", "--help"], "inventories.md"),
-    (["doctor", "--help"], "ssh.md"),
-])
+@pytest.mark.parametrize(
+    "argv, page",
+    [
+        (["run", "--help"], "running.md"),
+        (["plan", "--help"], "running.md"),
+        (["logs", "tail", "--help"], "watching.md"),
+        (["top", "--help"], "watching.md"),
+        (["ranktable", "--help"], "ranktables.md"),
+        (["hostfile", "gen", "--help"], "inventories.md"),
+        (["doctor", "--help"], "ssh.md"),
+    ],
+)
 def test_help_names_the_docs_page(argv, page):
     if "run" not in {c.name for c in app.registered_commands}:
         _register()  # what mslaunch's main() does before it parses

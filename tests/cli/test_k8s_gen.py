@@ -1,6 +1,7 @@
 """``mslaunch k8s gen``: the CLI around launcher/planning/backends/k8s.py (options in either order, the run
 options parsed by run's own parser and planned against stand-in hosts, bad input refused with
 one line, exit 2 and nothing written)."""
+
 from __future__ import annotations
 
 import os
@@ -30,19 +31,59 @@ def container(text: str) -> dict:
 
 
 def test_options_in_either_order_and_run_options_passed_through():
-    code, out, err = gen("k8s", "gen", "--nodes", "3", "--env", "A=$(HOME)", "--per-host", "2", "--master_port", "9000",
-                         "--image", "reg/ms:1", "--cpu-tune", "off", "--cpu", "4", "train.py", "--lr", "0.1", "--image", "not-gen's")
+    code, out, err = gen(
+        "k8s",
+        "gen",
+        "--nodes",
+        "3",
+        "--env",
+        "A=$(HOME)",
+        "--per-host",
+        "2",
+        "--master_port",
+        "9000",
+        "--image",
+        "reg/ms:1",
+        "--cpu-tune",
+        "off",
+        "--cpu",
+        "4",
+        "train.py",
+        "--lr",
+        "0.1",
+        "--image",
+        "not-gen's",
+    )
     assert (code, err) == (0, "")
     c = container(out)
     assert c["image"] == "reg/ms:1" and c["resources"]["limits"]["cpu"] == "4"
-    assert c["args"] == ["--worker_num", "6", "--local_worker_num", "2", "--node_rank", "$(JOB_COMPLETION_INDEX)",
-                         "--master_addr", "train-0.train", "--master_port", "9000",
-                         "--env", "A=$$(HOME)", "--cpu-tune", "off",  # '$' doubled: the kubelet gives back A=$(HOME)
-                         "train.py", "--lr", "0.1", "--image", "not-gen's"]  # SCRIPT's own arguments are its own
+    assert c["args"] == [
+        "--worker_num",
+        "6",
+        "--local_worker_num",
+        "2",
+        "--node_rank",
+        "$(JOB_COMPLETION_INDEX)",
+        "--master_addr",
+        "train-0.train",
+        "--master_port",
+        "9000",
+        "--env",
+        "A=$$(HOME)",
+        "--cpu-tune",
+        "off",  # '$' doubled: the kubelet gives back A=$(HOME)
+        "train.py",
+        "--lr",
+        "0.1",
+        "--image",
+        "not-gen's",
+    ]  # SCRIPT's own arguments are its own
 
 
 def test_module_and_np_equal_and_device_target():
-    code, out, err = gen(*BASE, "--np", "4", "--name", "ar", "-m", "launcher.workloads.allreduce_smoke", "--device-target", "GPU")
+    code, out, err = gen(
+        *BASE, "--np", "4", "--name", "ar", "-m", "launcher.workloads.allreduce_smoke", "--device-target", "GPU"
+    )
     assert code == 0, err
     c = container(out)
     assert c["args"][-4:] == ["-m", "launcher.workloads.allreduce_smoke", "--device-target", "GPU"]
@@ -66,39 +107,44 @@ def test_output_file_written_atomically(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["job.yaml"]  # no temporary file, no job dir
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--nodes", "0"], "--nodes must be at least 1, got 0"),
-    (["--per-host", "0"], "--per-host must be at least 1"),
-    (["--name", "My_Job"], "is not a DNS label"),
-    (["--namespace", "a.b"], "is not a DNS label"),
-    (["--image", "reg/ms 1"], "without blanks"),
-    (["--np", "5"], "--np 5 is not --nodes x --per-host = 2 x 2 = 4"),
-    (["--flavor", "kubeflow"], "unknown flavor"),
-    (["--cpu", "lots"], "not a Kubernetes quantity"),
-    (["--bogus", "3"], "no such option '--bogus'"),
-    (["--method", "nonsense"], "unknown method 'nonsense'"),
-    (["--method", "ranktable"], "per-node mode"),
-    (["--master_port", "auto"], "cannot work across pods"),
-    (["--node_rank", "1"], "--node_rank is set by mslaunch k8s gen"),
-    (["--master-addr", "x"], "--master-addr is set by mslaunch k8s gen"),
-    (["-H", "a:2"], "-H is set by mslaunch k8s gen"),
-    (["--launcher", "ssh"], "--launcher is set by mslaunch k8s gen"),
-    (["--detach"], "--detach is set by mslaunch k8s gen"),
-    (["--join", "False"], "--join False would end the pod"),
-    (["--tee", "loud"], "unknown --tee mode 'loud'"),
-    (["--sim_level", "9"], "--sim_level must be 0, 1, 2 or 3"),
-    (["--job-id", "a/b"], "job id"),
-    (["--cpu-tune", "max"], "unknown --cpu-tune"),
-    (["--grace", "soon"], "run option:"),
-    (["--grace", "-1"], "--grace must be >= 0"),
-    (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
-    (["--nodes", "2", "--nodes", "3", "--env", "A=1", "--nodes", "4"], "given twice"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--nodes", "0"], "--nodes must be at least 1, got 0"),
+        (["--per-host", "0"], "--per-host must be at least 1"),
+        (["--name", "My_Job"], "is not a DNS label"),
+        (["--namespace", "a.b"], "is not a DNS label"),
+        (["--image", "reg/ms 1"], "without blanks"),
+        (["--np", "5"], "--np 5 is not --nodes x --per-host = 2 x 2 = 4"),
+        (["--flavor", "kubeflow"], "unknown flavor"),
+        (["--cpu", "lots"], "not a Kubernetes quantity"),
+        (["--bogus", "3"], "no such option '--bogus'"),
+        (["--method", "nonsense"], "unknown method 'nonsense'"),
+        (["--method", "ranktable"], "per-node mode"),
+        (["--master_port", "auto"], "cannot work across pods"),
+        (["--node_rank", "1"], "--node_rank is set by mslaunch k8s gen"),
+        (["--master-addr", "x"], "--master-addr is set by mslaunch k8s gen"),
+        (["-H", "a:2"], "-H is set by mslaunch k8s gen"),
+        (["--launcher", "ssh"], "--launcher is set by mslaunch k8s gen"),
+        (["--detach"], "--detach is set by mslaunch k8s gen"),
+        (["--join", "False"], "--join False would end the pod"),
+        (["--tee", "loud"], "unknown --tee mode 'loud'"),
+        (["--sim_level", "9"], "--sim_level must be 0, 1, 2 or 3"),
+        (["--job-id", "a/b"], "job id"),
+        (["--cpu-tune", "max"], "unknown --cpu-tune"),
+        (["--grace", "soon"], "run option:"),
+        (["--grace", "-1"], "--grace must be >= 0"),
+        (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
+        (["--nodes", "2", "--nodes", "3", "--env", "A=1", "--nodes", "4"], "given twice"),
+    ],
+)
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, words):
     (tmp_path / "job.yaml").write_text("old\n")
     code, out, err = gen(*BASE, "-o", "job.yaml", *args, "train.py")
     assert code == 2, (out, err)
-    assert out == "" and err.count("\n") == 1 and err.startswith("mslaunch: error: ") and words.lower() in err.lower(), err
+    assert (
+        out == "" and err.count("\n") == 1 and err.startswith("mslaunch: error: ") and words.lower() in err.lower()
+    ), err
     assert (tmp_path / "job.yaml").read_text() == "old\n"
     assert sorted(os.listdir(tmp_path)) == ["job.yaml"]
 

@@ -4,6 +4,7 @@ One case per (command, class of bad input) the issue names: the whole stderr is 
 traceback, a second line or a missing ``file:line`` fails.  Nothing is started (``run`` gets
 ``--dry-run``; the bad input is refused while planning).
 """
+
 from __future__ import annotations
 
 import os
@@ -38,32 +39,68 @@ FILES: Dict[str, bytes] = {
 }
 
 CASES = [
-    (["hostfile", "gen", "--hosts", "bomb.yaml"],
-     "bomb.yaml:7: the document expands to more than 300000 YAML nodes (aliases count each time they are used)"),
+    (
+        ["hostfile", "gen", "--hosts", "bomb.yaml"],
+        "bomb.yaml:7: the document expands to more than 300000 YAML nodes (aliases count each time they are used)",
+    ),
     (["hostfile", "gen", "--hosts", "huge.txt"], "huge.txt:1: slots must be in 1..1024, got '99999999999999999999'"),
     (["hostfile", "gen", "--hosts", "big.txt"], "big.txt:1: slots must be in 1..1024, got '100000000'"),
-    (["hostfile", "gen", "-H", "a:100000000"], "-H: slot count of 'a' must be in 1..1024, got '100000000' (write h1:8,h2:8)"),
+    (
+        ["hostfile", "gen", "-H", "a:100000000"],
+        "-H: slot count of 'a' must be in 1..1024, got '100000000' (write h1:8,h2:8)",
+    ),
     (["ranktable", "gen", "--hosts", "deep.yaml"], "deep.yaml:1: nested deeper than 32 levels"),
-    (["ranktable", "gen", "--hosts", "recursive.yaml"], "recursive.yaml:1: recursive alias *h (it is used inside its own anchor)"),
+    (
+        ["ranktable", "gen", "--hosts", "recursive.yaml"],
+        "recursive.yaml:1: recursive alias *h (it is used inside its own anchor)",
+    ),
     (["ranktable", "validate", "deep.json"], "deep.json: invalid rank table: JSON nested deeper than 64 levels"),
     (["ranktable", "validate", "nan.json"], "nan.json: invalid JSON: NaN is not a JSON number"),
-    (["ranktable", "show", "latin1.json"], "latin1.json:2: not UTF-8 text (invalid continuation byte); is this a rank table file?"),
-    (["ranktable", "show", "surrogate.json"],
-     "surrogate.json: server_list[0].server_id: string '\\ud800' holds a lone surrogate (not Unicode text)"),
+    (
+        ["ranktable", "show", "latin1.json"],
+        "latin1.json:2: not UTF-8 text (invalid continuation byte); is this a rank table file?",
+    ),
+    (
+        ["ranktable", "show", "surrogate.json"],
+        "surrogate.json: server_list[0].server_id: string '\\ud800' holds a lone surrogate (not Unicode text)",
+    ),
     (["ranktable", "merge", "dup.json", "nan.json"], "dup.json: key 'version' appears twice in one object; keep one"),
-    (["plan", "--hosts", "tagkey.yaml", "x.py"],
-     "tagkey.yaml:3: invalid YAML value 'y' for tag !!float: could not convert string to float: 'y'"),
-    (["plan", "--hosts", "del.yaml", "x.py"], "del.yaml:3: invalid YAML: character U+007F is not allowed in YAML (control character)"),
-    (["plan", "--np", "99999999999999999999", "x.py"], "--np: this machine alone takes 1..1024 ranks, got 99999999999999999999"),
-    (["plan", "-H", "a:8", "--np", "99999999999999999999", "x.py"], "--np: --np must be in 1..131072, got 99999999999999999999"),
-    (["env", "show", "--rank", "0", "--hosts", "nul.yaml", "x.py"], "nul.yaml:4: value 'x\\x00y' contains a NUL character"),
-    (["env", "show", "--rank", "0", "--env-file", "nul.env", "x.py"],
-     "nul.env:2: B: the value contains a NUL character, which no process environment can hold"),
-    (["run", "--dry-run", "--env-file", "nul.env", "x.py"],
-     "nul.env:2: B: the value contains a NUL character, which no process environment can hold"),
-    (["run", "--dry-run", "--hosts", "surrogate.yaml", "x.py"], None),  # libyaml: "invalid ... escape"; pure PyYAML: "surrogate"
-    (["run", "--dry-run", "-e", "A=\udcff", "x.py"],
-     "--env: A: the value contains a lone surrogate (\\ud800-\\udfff), which is not UTF-8 text"),
+    (
+        ["plan", "--hosts", "tagkey.yaml", "x.py"],
+        "tagkey.yaml:3: invalid YAML value 'y' for tag !!float: could not convert string to float: 'y'",
+    ),
+    (
+        ["plan", "--hosts", "del.yaml", "x.py"],
+        "del.yaml:3: invalid YAML: character U+007F is not allowed in YAML (control character)",
+    ),
+    (
+        ["plan", "--np", "99999999999999999999", "x.py"],
+        "--np: this machine alone takes 1..1024 ranks, got 99999999999999999999",
+    ),
+    (
+        ["plan", "-H", "a:8", "--np", "99999999999999999999", "x.py"],
+        "--np: --np must be in 1..131072, got 99999999999999999999",
+    ),
+    (
+        ["env", "show", "--rank", "0", "--hosts", "nul.yaml", "x.py"],
+        "nul.yaml:4: value 'x\\x00y' contains a NUL character",
+    ),
+    (
+        ["env", "show", "--rank", "0", "--env-file", "nul.env", "x.py"],
+        "nul.env:2: B: the value contains a NUL character, which no process environment can hold",
+    ),
+    (
+        ["run", "--dry-run", "--env-file", "nul.env", "x.py"],
+        "nul.env:2: B: the value contains a NUL character, which no process environment can hold",
+    ),
+    (
+        ["run", "--dry-run", "--hosts", "surrogate.yaml", "x.py"],
+        None,
+    ),  # libyaml: "invalid ... escape"; pure PyYAML: "surrogate"
+    (
+        ["run", "--dry-run", "-e", "A=\udcff", "x.py"],
+        "--env: A: the value contains a lone surrogate (\\ud800-\\udfff), which is not UTF-8 text",
+    ),
 ]
 
 

@@ -1,4 +1,5 @@
 """``mslaunch plan`` on big plans: a summary by default, every process with ``--all``, complete JSON."""
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,7 @@ def test_big_plan_summary_all_and_json(tmp_path) -> None:
     for r in full["ranks"]:
         want += expected_block(r, f"rank {r['rank']}")
     start = every.index("scheduler  host=n0")
-    assert every[start:start + len(want)] == want
+    assert every[start : start + len(want)] == want
     assert "not shown" not in "\n".join(every)
 
 
@@ -75,10 +76,19 @@ def test_dry_run_json_is_the_plan_json(tmp_path) -> None:
 def test_plan_shows_the_hostfile_ssh_user_and_port(tmp_path) -> None:
     (tmp_path / "hosts").write_text("n1 slots = 1 username=bob port=2222\nalice@n2 port= 2200\nn3\n")
     text = plan_stdout("plan", "--hosts", "hosts", "--launcher", "ssh", "--", "python", "-c", "pass", cwd=str(tmp_path))
-    assert [line for line in text.splitlines() if line.startswith("ssh ")] == ["ssh n1: user=bob port=2222", "ssh n2: user=alice port=2200"]
-    plan = json.loads(plan_stdout("plan", "--hosts", "hosts", "--json", "--", "python", "-c", "pass", cwd=str(tmp_path)))
+    assert [line for line in text.splitlines() if line.startswith("ssh ")] == [
+        "ssh n1: user=bob port=2222",
+        "ssh n2: user=alice port=2200",
+    ]
+    plan = json.loads(
+        plan_stdout("plan", "--hosts", "hosts", "--json", "--", "python", "-c", "pass", cwd=str(tmp_path))
+    )
     assert plan["host_ssh"] == {"n1": {"user": "bob", "port": 2222}, "n2": {"user": "alice", "port": 2200}}
-    mpi = json.loads(plan_stdout("plan", "--hosts", "hosts", "--json", "--method", "mpi", "--", "python", "-c", "pass", cwd=str(tmp_path)))
+    mpi = json.loads(
+        plan_stdout(
+            "plan", "--hosts", "hosts", "--json", "--method", "mpi", "--", "python", "-c", "pass", cwd=str(tmp_path)
+        )
+    )
     argv = mpi["mpirun"]
     agent = argv[argv.index("plm_rsh_agent") + 1]
     assert agent.startswith("ssh -F ") and agent.endswith("/ssh_config -o BatchMode=yes")
@@ -86,4 +96,11 @@ def test_plan_shows_the_hostfile_ssh_user_and_port(tmp_path) -> None:
     from launcher.planning.inventory.sources import read_inventory
 
     _, config = rsh_agent(read_inventory(str(tmp_path / "hosts")).hosts, None, "/j/ssh_config")  # what that file holds
-    assert config is not None and config.splitlines()[1:] == ["Host n1", "    User bob", "    Port 2222", "Host n2", "    User alice", "    Port 2200"]
+    assert config is not None and config.splitlines()[1:] == [
+        "Host n1",
+        "    User bob",
+        "    Port 2222",
+        "Host n2",
+        "    User alice",
+        "    Port 2200",
+    ]

@@ -1,5 +1,6 @@
 """Per-node mode inside a pod: --node_rank auto from JOB_COMPLETION_INDEX / VC_TASK_INDEX, the
 scheduler's DNS name waited for and replaced by its address, every rank's lines on stdout."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,11 +12,14 @@ from launcher.errors import LaunchError
 from launcher.execution.resolve import wait_resolved
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"JOB_COMPLETION_INDEX": "2"}, (2, "JOB_COMPLETION_INDEX")),
-    ({"VC_TASK_INDEX": "5", "VK_TASK_INDEX": "5"}, (5, "VC_TASK_INDEX")),
-    ({"MS_NODE_RANK": "1", "JOB_COMPLETION_INDEX": "2"}, (1, "MS_NODE_RANK")),  # the Ascend Operator's, first
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"JOB_COMPLETION_INDEX": "2"}, (2, "JOB_COMPLETION_INDEX")),
+        ({"VC_TASK_INDEX": "5", "VK_TASK_INDEX": "5"}, (5, "VC_TASK_INDEX")),
+        ({"MS_NODE_RANK": "1", "JOB_COMPLETION_INDEX": "2"}, (1, "MS_NODE_RANK")),  # the Ascend Operator's, first
+    ],
+)
 def test_node_rank_auto_reads_the_job_index(env, expected):
     assert node_rank_from_env(env) == expected
 
@@ -29,7 +33,9 @@ def test_a_bad_index_is_one_line():
 def test_wait_resolved_waits_for_a_late_name():
     answers = iter([None, None, "10.1.2.3"])
     told = []
-    assert wait_resolved("job-0.job", 30, lookup=lambda name: next(answers), on_wait=lambda: told.append(1)) == "10.1.2.3"
+    assert (
+        wait_resolved("job-0.job", 30, lookup=lambda name: next(answers), on_wait=lambda: told.append(1)) == "10.1.2.3"
+    )
     assert told == [1]
 
 
@@ -53,7 +59,9 @@ def opts(**kw) -> JobOptions:
     from launcher.cli.options import _FIELDS
 
     values = {name: None for name in _FIELDS}
-    values.update(method="dynamic", master_port="8118", cpu_tune="auto", no_python=False, mpi_hostfile=False, oversubscribe=False)
+    values.update(
+        method="dynamic", master_port="8118", cpu_tune="auto", no_python=False, mpi_hostfile=False, oversubscribe=False
+    )
     values.update(kw)
     return job_options(values)
 
@@ -75,6 +83,8 @@ def test_console_prints_every_rank_in_a_pod():
     node = opts(node_rank="0", np=4, per_host=2)
     assert console_default(node, None, pod) == "all"
     assert console_default(node, "rank0", pod) == "rank0"  # --tee wins
-    assert console_default(opts(node_rank="0", np=4, per_host=2, tail_worker_log="0"), None, pod) is None  # msrun's flag wins
+    assert (
+        console_default(opts(node_rank="0", np=4, per_host=2, tail_worker_log="0"), None, pod) is None
+    )  # msrun's flag wins
     assert console_default(node, None, {}) is None  # not in a pod
     assert console_default(opts(np=4), None, pod) is None  # not per-node mode

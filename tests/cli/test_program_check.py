@@ -1,4 +1,5 @@
 """``mslaunch run`` (``--dry-run`` too) refuses a missing program before it starts anything."""
+
 from __future__ import annotations
 
 import os
@@ -27,22 +28,25 @@ def _setup(tmp_path) -> None:
     (tmp_path / "bin" / "mytool").chmod(0o755)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["ok.py"], None),
-    (["pkgdir"], None),                                             # python DIR runs DIR/__main__.py
-    (["no_such.py"], "SCRIPT: no such file 'no_such.py'"),
-    (["plain_dir"], "'plain_dir' is a directory without __main__.py"),
-    (["-m", "json.tool"], None),
-    (["-m", "not_installed_anywhere.train"], None),                 # a module need not be a file here
-    (["-m", "pkg/train.py"], "-m: 'pkg/train.py' is not a module name"),
-    (["--no-python", "./tool.sh"], None),
-    (["--no-python", "true"], None),                                # found on PATH
-    (["--no-python", "./data.txt"], "'./data.txt' is not executable"),
-    (["--no-python", "./nope.sh"], "no such file './nope.sh'"),
-    (["--no-python", "no-such-program-here"], "no program 'no-such-program-here' on the ranks' PATH"),
-    (["--no-python", "-e", "PATH=/nonexistent", "true"], "no program 'true'"),   # the ranks' PATH, not mslaunch's
-    (["--no-python", "--env", "PATH=bin", "mytool"], None),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["ok.py"], None),
+        (["pkgdir"], None),  # python DIR runs DIR/__main__.py
+        (["no_such.py"], "SCRIPT: no such file 'no_such.py'"),
+        (["plain_dir"], "'plain_dir' is a directory without __main__.py"),
+        (["-m", "json.tool"], None),
+        (["-m", "not_installed_anywhere.train"], None),  # a module need not be a file here
+        (["-m", "pkg/train.py"], "-m: 'pkg/train.py' is not a module name"),
+        (["--no-python", "./tool.sh"], None),
+        (["--no-python", "true"], None),  # found on PATH
+        (["--no-python", "./data.txt"], "'./data.txt' is not executable"),
+        (["--no-python", "./nope.sh"], "no such file './nope.sh'"),
+        (["--no-python", "no-such-program-here"], "no program 'no-such-program-here' on the ranks' PATH"),
+        (["--no-python", "-e", "PATH=/nonexistent", "true"], "no program 'true'"),  # the ranks' PATH, not mslaunch's
+        (["--no-python", "--env", "PATH=bin", "mytool"], None),
+    ],
+)
 def test_run_checks_the_program(args, needle, monkeypatch, capsys, tmp_path) -> None:
     _setup(tmp_path)
     before = sorted(os.listdir(tmp_path))

@@ -1,4 +1,5 @@
 """``mslaunch sbatch --dry-run``: the batch script (no Slurm needed), and bad input."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,16 @@ from tests.harness.cli import run_cli, run_process
 
 
 def test_render_script_whole_text() -> None:
-    text = render_script(job_id="j1", job_dir="/jobs/j 1", cwd="/work", python="/py", directives=["--nodes=3", "--requeue"],
-                         run_args=["--np", "6", "train.py", "--lr", "0.1"], requeue=True, environ_conf=None)
+    text = render_script(
+        job_id="j1",
+        job_dir="/jobs/j 1",
+        cwd="/work",
+        python="/py",
+        directives=["--nodes=3", "--requeue"],
+        run_args=["--np", "6", "train.py", "--lr", "0.1"],
+        requeue=True,
+        environ_conf=None,
+    )
     assert text == (
         "#!/bin/bash\n"
         "#SBATCH --nodes=3\n"
@@ -24,25 +33,28 @@ def test_render_script_whole_text() -> None:
         "cd /work\n"
         "K=${SLURM_RESTART_COUNT:-0}\n"
         "if [ \"$K\" -gt 0 ]; then LOG_DIR='/jobs/j 1'/attempt_$K; else LOG_DIR='/jobs/j 1'; fi\n"
-        "/py -m launcher run --launcher slurm --job-id j1 --log-dir \"$LOG_DIR\" --tee none --np 6 train.py --lr 0.1 &\n"
+        '/py -m launcher run --launcher slurm --job-id j1 --log-dir "$LOG_DIR" --tee none --np 6 train.py --lr 0.1 &\n'
         "pid=$!\n"
         "trap 'kill -USR1 $pid 2>/dev/null' USR1\n"
         "trap 'kill -TERM $pid 2>/dev/null' TERM INT\n"
         "while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done\n"
-        "/py -m launcher.execution.slurm.requeue \"$LOG_DIR/summary.json\"\n"
+        '/py -m launcher.execution.slurm.requeue "$LOG_DIR/summary.json"\n'
         "exit $rc\n"
     )
 
 
-@pytest.mark.parametrize("summary, restarts, count, expected", [
-    ({"status": "preempted"}, "0", 0, True),        # SIGUSR1 warning, or a preemption that signalled the steps
-    ({"status": "preempted"}, "", 0, True),         # Slurm could not be asked: requeue (the run asked for it)
-    ({"status": "preempted"}, "2", 1, False),       # Slurm requeues it already (scontrol requeue, REQUEUE mode)
-    ({"status": "preempted"}, "1", 1, True),        # a requeued run preempted again
-    ({"status": "stopped"}, "0", 0, False),
-    ({"status": "failed", "message": "preempted"}, "0", 0, False),
-    (None, "0", 0, False),                          # no summary (mslaunch was killed)
-])
+@pytest.mark.parametrize(
+    "summary, restarts, count, expected",
+    [
+        ({"status": "preempted"}, "0", 0, True),  # SIGUSR1 warning, or a preemption that signalled the steps
+        ({"status": "preempted"}, "", 0, True),  # Slurm could not be asked: requeue (the run asked for it)
+        ({"status": "preempted"}, "2", 1, False),  # Slurm requeues it already (scontrol requeue, REQUEUE mode)
+        ({"status": "preempted"}, "1", 1, True),  # a requeued run preempted again
+        ({"status": "stopped"}, "0", 0, False),
+        ({"status": "failed", "message": "preempted"}, "0", 0, False),
+        (None, "0", 0, False),  # no summary (mslaunch was killed)
+    ],
+)
 def test_the_script_requeues_a_preempted_run_once(summary, restarts, count, expected) -> None:
     from launcher.execution.slurm.requeue import should_requeue
 
@@ -52,8 +64,13 @@ def test_the_script_requeues_a_preempted_run_once(summary, restarts, count, expe
 def test_requeue_step_outside_slurm_does_nothing(tmp_path) -> None:
     (tmp_path / "summary.json").write_text('{"status": "preempted"}')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    res = subprocess.run([sys.executable, "-m", "launcher.execution.slurm.requeue", str(tmp_path / "summary.json")],
-                         capture_output=True, text=True, timeout=60, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "launcher.execution.slurm.requeue", str(tmp_path / "summary.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert (res.returncode, res.stdout) == (1, "")
 
 
@@ -64,25 +81,55 @@ def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 def test_dry_run_prints_the_script_and_writes_nothing(tmp_path) -> None:
     (tmp_path / "train.py").write_text("")
-    res = _run(tmp_path, "-N", "3", "--ntasks-per-node", "2", "--signal", "USR1@90", "--requeue", "--sbatch-arg=--qos=high",
-               "--dry-run", "--job-id", "abc", "--np", "6", "train.py", "--epochs", "2")
+    res = _run(
+        tmp_path,
+        "-N",
+        "3",
+        "--ntasks-per-node",
+        "2",
+        "--signal",
+        "USR1@90",
+        "--requeue",
+        "--sbatch-arg=--qos=high",
+        "--dry-run",
+        "--job-id",
+        "abc",
+        "--np",
+        "6",
+        "train.py",
+        "--epochs",
+        "2",
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     job_dir = os.path.join(str(tmp_path), "mslaunch_logs", "abc")
-    assert lines[:9] == ["#!/bin/bash", "#SBATCH --job-name=mslaunch-abc", f"#SBATCH --output={job_dir}/slurm.out",
-                         "#SBATCH --open-mode=append", "#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=2",
-                         "#SBATCH --signal=B:USR1@90", "#SBATCH --requeue", "#SBATCH --qos=high"]
+    assert lines[:9] == [
+        "#!/bin/bash",
+        "#SBATCH --job-name=mslaunch-abc",
+        f"#SBATCH --output={job_dir}/slurm.out",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --nodes=3",
+        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --signal=B:USR1@90",
+        "#SBATCH --requeue",
+        "#SBATCH --qos=high",
+    ]
     run_line = next(line for line in lines if " -m launcher run " in line)
-    assert run_line.endswith("--job-id abc --log-dir \"$LOG_DIR\" --tee none --np 6 train.py --epochs 2 &")
+    assert run_line.endswith('--job-id abc --log-dir "$LOG_DIR" --tee none --np 6 train.py --epochs 2 &')
     assert not os.path.exists(os.path.join(str(tmp_path), "mslaunch_logs"))
 
 
 def test_bad_input_is_one_line(tmp_path) -> None:
-    for args, needle in ((["--signal", "KILL@5", "x.py"], "--signal"), (["--dry-run", "--launcher", "ssh", "x.py"], "--launcher"),
-                         (["--dry-run", "--np", "2"], "SCRIPT")):
+    for args, needle in (
+        (["--signal", "KILL@5", "x.py"], "--signal"),
+        (["--dry-run", "--launcher", "ssh", "x.py"], "--launcher"),
+        (["--dry-run", "--np", "2"], "SCRIPT"),
+    ):
         res = _run(tmp_path, *args)
         assert res.returncode == 2, (args, res.stderr)
-        assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, (
+            res.stderr
+        )
 
 
 def test_module_and_its_arguments_go_to_run(tmp_path) -> None:
@@ -90,18 +137,32 @@ def test_module_and_its_arguments_go_to_run(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     run_line = next(line for line in res.stdout.splitlines() if " -m launcher run " in line)
     # --log-dir after the module belongs to the module ('--' keeps it so for run)
-    assert run_line.endswith("--job-id m1 --log-dir \"$LOG_DIR\" --tee none --np 2 -m pkg.train -- --log-dir x --lr 1 &")
+    assert run_line.endswith('--job-id m1 --log-dir "$LOG_DIR" --tee none --np 2 -m pkg.train -- --log-dir x --lr 1 &')
 
 
 def test_flags_of_run_take_no_value(tmp_path) -> None:
     """Which run options take no value is read from the run command: flags (ssh ones and
     ``--x/--no-x`` pairs included) never swallow the script that follows them."""
     (tmp_path / "train.py").write_text("")
-    res = _run(tmp_path, "--dry-run", "--job-id", "f1", "--np", "2", "--no-sched-wait", "--ssh-accept-new", "--quiet",
-               "train.py", "--epochs", "1")
+    res = _run(
+        tmp_path,
+        "--dry-run",
+        "--job-id",
+        "f1",
+        "--np",
+        "2",
+        "--no-sched-wait",
+        "--ssh-accept-new",
+        "--quiet",
+        "train.py",
+        "--epochs",
+        "1",
+    )
     assert res.returncode == 0, res.stderr
     run_line = next(line for line in res.stdout.splitlines() if " -m launcher run " in line)
-    assert run_line.endswith("--tee none --np 2 --no-sched-wait --ssh-accept-new --quiet train.py --epochs 1 &"), run_line
+    assert run_line.endswith("--tee none --np 2 --no-sched-wait --ssh-accept-new --quiet train.py --epochs 1 &"), (
+        run_line
+    )
 
 
 # ---------------------------------------------------------------- submit-time checks (issue 27)
@@ -148,8 +209,19 @@ def test_every_run_validation_error_is_refused_by_sbatch(case, monkeypatch, caps
     at submit time the same way: one line, exit 2, nothing printed or written."""
     _id, options, needle, real = case
     (tmp_path / "prog.py").write_text("")
-    code, out, err = _main(monkeypatch, capsys, tmp_path, "run", *(() if real else ("--dry-run",)), "--np", "1",
-                           "--cpu-tune", "off", *options, "prog.py")
+    code, out, err = _main(
+        monkeypatch,
+        capsys,
+        tmp_path,
+        "run",
+        *(() if real else ("--dry-run",)),
+        "--np",
+        "1",
+        "--cpu-tune",
+        "off",
+        *options,
+        "prog.py",
+    )
     assert code == 2 and needle in " ".join(err.split()), err  # (run's parser's usage errors are typer's box)
     code, out, err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--dry-run", "--np", "1", *options, "prog.py")
     _refused(code, out, err, needle)
@@ -171,27 +243,49 @@ def _shape_lines(script: str):
     return [line for line in script.splitlines() if line.split("=")[0] in keys]
 
 
-@pytest.mark.parametrize("args, lines", [
-    (["--np", "16", "--per-host", "8"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8"]),
-    (["--np", "4", "--per-host", "2"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2"]),
-    (["--np", "4"], ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=4"]),
-    (["-N", "2", "--np", "4"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2"]),
-    (["--ntasks-per-node", "4", "--np", "8"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4"]),
-    (["-N", "3", "--ntasks-per-node", "2", "--np", "6"], ["#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=2"]),
-    (["--ntasks", "6", "--np", "6"], ["#SBATCH --ntasks=6"]),
-    (["-N", "2"], ["#SBATCH --nodes=2"]),
-])
+@pytest.mark.parametrize(
+    "args, lines",
+    [
+        (["--np", "16", "--per-host", "8"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8"]),
+        (["--np", "4", "--per-host", "2"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2"]),
+        (["--np", "4"], ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=4"]),
+        (["-N", "2", "--np", "4"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2"]),
+        (["--ntasks-per-node", "4", "--np", "8"], ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4"]),
+        (["-N", "3", "--ntasks-per-node", "2", "--np", "6"], ["#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=2"]),
+        (["--ntasks", "6", "--np", "6"], ["#SBATCH --ntasks=6"]),
+        (["-N", "2"], ["#SBATCH --nodes=2"]),
+    ],
+)
 def test_derived_sbatch_lines(args, lines, monkeypatch, capsys, tmp_path) -> None:
     assert _shape_lines(_script(monkeypatch, capsys, tmp_path, *args, "prog.py")) == lines
 
 
 def test_options_in_either_order_make_the_same_script(monkeypatch, capsys, tmp_path) -> None:
     """sbatch's options are sbatch's wherever they stand before SCRIPT, run's are run's."""
-    one = _script(monkeypatch, capsys, tmp_path, "-N", "1", "--job-name", "X", "--np", "1", "--grace", "2", "prog.py", "--job-name", "Y")
-    two = _script(monkeypatch, capsys, tmp_path, "--np", "1", "--job-name", "X", "--grace=2", "-N1", "prog.py", "--job-name", "Y")
+    one = _script(
+        monkeypatch,
+        capsys,
+        tmp_path,
+        "-N",
+        "1",
+        "--job-name",
+        "X",
+        "--np",
+        "1",
+        "--grace",
+        "2",
+        "prog.py",
+        "--job-name",
+        "Y",
+    )
+    two = _script(
+        monkeypatch, capsys, tmp_path, "--np", "1", "--job-name", "X", "--grace=2", "-N1", "prog.py", "--job-name", "Y"
+    )
     assert "#SBATCH --job-name=X" in one.splitlines()
     run_line = next(line for line in one.splitlines() if " -m launcher run " in line)
-    assert run_line.endswith("--tee none --np 1 --grace 2 prog.py --job-name Y &"), run_line  # after SCRIPT: the program's
+    assert run_line.endswith("--tee none --np 1 --grace 2 prog.py --job-name Y &"), (
+        run_line
+    )  # after SCRIPT: the program's
     assert two.replace("--grace=2", "--grace 2") == one
 
 
@@ -214,27 +308,53 @@ def test_shared_option_names_are_the_documented_ones() -> None:
 
     _register()
     group = typer.main.get_command(app)
-    shared = shared_names(option_names(group.commands["sbatch"], ("-h", "--help")), option_names(group.commands["run"], ("-h", "--help")))
+    shared = shared_names(
+        option_names(group.commands["sbatch"], ("-h", "--help")), option_names(group.commands["run"], ("-h", "--help"))
+    )
     assert shared == ["--dry-run", "--help", "-h"]
-    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "slurm.md")).read()
+    doc = open(
+        os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "slurm.md")
+    ).read()
     table = [line for line in doc.splitlines() if line.startswith("| `")]
-    for name in shared + ["--job-id", "--log-dir", "--job-name", "-n", "-m", "-e", "-H", "-q", "-d", "--launcher", "--json", "--tee"]:
+    for name in shared + [
+        "--job-id",
+        "--log-dir",
+        "--job-name",
+        "-n",
+        "-m",
+        "-e",
+        "-H",
+        "-q",
+        "-d",
+        "--launcher",
+        "--json",
+        "--tee",
+    ]:
         assert any(f"`{name}`" in row.split("|")[1] for row in table), name
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--np", "1", "--launcher", "ssh", "prog.py"], "--launcher: is set by mslaunch sbatch"),
-    (["--np", "1", "-d", "prog.py"], "-d: is set by mslaunch sbatch"),
-    (["--np", "1", "--json", "prog.py"], "--json goes with 'mslaunch run --dry-run'"),
-    (["--np", "1", "--join", "False", "prog.py"], "--join False would end the batch job"),
-    (["--np", "1", "--sbatch-arg=--nodes=2", "prog.py"], "give -N/--ntasks/--ntasks-per-node as mslaunch sbatch options"),
-    (["--np", "1", "--sbatch-arg", "-n4", "prog.py"], "give -N/--ntasks/--ntasks-per-node"),
-    (["--np", "1", "--grace"], "--grace: needs a value"),
-    (["--np", "1", "--exclusive=yes", "prog.py"], "--exclusive: takes no value"),
-    (["--np", "1", "--job-name", "X"], "missing SCRIPT"),
-    (["-N", "2-x", "--np", "1", "prog.py"], "expected a node count N or MIN-MAX"),
-    (["--np", "1", "--per-host", "4", "--ntasks-per-node", "2", "prog.py"], "--per-host 4 is more than the --ntasks-per-node 2"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--np", "1", "--launcher", "ssh", "prog.py"], "--launcher: is set by mslaunch sbatch"),
+        (["--np", "1", "-d", "prog.py"], "-d: is set by mslaunch sbatch"),
+        (["--np", "1", "--json", "prog.py"], "--json goes with 'mslaunch run --dry-run'"),
+        (["--np", "1", "--join", "False", "prog.py"], "--join False would end the batch job"),
+        (
+            ["--np", "1", "--sbatch-arg=--nodes=2", "prog.py"],
+            "give -N/--ntasks/--ntasks-per-node as mslaunch sbatch options",
+        ),
+        (["--np", "1", "--sbatch-arg", "-n4", "prog.py"], "give -N/--ntasks/--ntasks-per-node"),
+        (["--np", "1", "--grace"], "--grace: needs a value"),
+        (["--np", "1", "--exclusive=yes", "prog.py"], "--exclusive: takes no value"),
+        (["--np", "1", "--job-name", "X"], "missing SCRIPT"),
+        (["-N", "2-x", "--np", "1", "prog.py"], "expected a node count N or MIN-MAX"),
+        (
+            ["--np", "1", "--per-host", "4", "--ntasks-per-node", "2", "prog.py"],
+            "--per-host 4 is more than the --ntasks-per-node 2",
+        ),
+    ],
+)
 def test_sbatchs_own_refusals(args, needle, monkeypatch, capsys, tmp_path) -> None:
     (tmp_path / "prog.py").write_text("")
     code, out, err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--dry-run", *args)
@@ -245,17 +365,23 @@ def test_sbatchs_own_refusals(args, needle, monkeypatch, capsys, tmp_path) -> No
 def test_checks_that_need_real_node_names_are_left_to_the_allocation(monkeypatch, capsys, tmp_path) -> None:
     (tmp_path / "hccn").mkdir()
     (tmp_path / "hccn" / "gpu7.conf").write_text("address_0=192.1.1.1\naddress_1=192.1.1.2\n")
-    out = _script(monkeypatch, capsys, tmp_path, "-N", "2", "--np", "4", "-H", "gpu[7-8]", "--include", "gpu7@gpu8", "prog.py")
+    out = _script(
+        monkeypatch, capsys, tmp_path, "-N", "2", "--np", "4", "-H", "gpu[7-8]", "--include", "gpu7@gpu8", "prog.py"
+    )
     assert "-H 'gpu[7-8]' --include gpu7@gpu8 prog.py &" in out
     _script(monkeypatch, capsys, tmp_path, "--np", "2", "--method", "ranktable", "--hccn-dir", "hccn", "prog.py")
-    _script(monkeypatch, capsys, tmp_path, "--np", "2", "--method", "ranktable", "--hccn", "gpu7=hccn/gpu7.conf", "prog.py")
+    _script(
+        monkeypatch, capsys, tmp_path, "--np", "2", "--method", "ranktable", "--hccn", "gpu7=hccn/gpu7.conf", "prog.py"
+    )
 
 
 def test_a_refused_submission_leaves_no_script_behind(monkeypatch, capsys, tmp_path) -> None:
     """sbatch (a stand-in on PATH) refuses the job: no job dir, no mslaunch_logs/ left."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2\nexit 1\n")
+    (bindir / "sbatch").write_text(
+        "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2\nexit 1\n"
+    )
     (bindir / "sbatch").chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()

@@ -1,5 +1,6 @@
 """The ``--ssh-*`` flags: declared once (cli/ssh_flags.py), shared by run, doctor and ranktable
 gen --collect, and handed down as one SSHSettings value (no option dicts)."""
+
 import glob
 import os
 
@@ -30,6 +31,7 @@ def recorder(seen):
     def fake(*args, **kwargs):
         seen.append((args, kwargs))
         raise Stop("stopped by the test")
+
     return fake
 
 
@@ -38,10 +40,25 @@ def test_run_hands_one_settings_value_to_the_runner(monkeypatch, tmp_path):
 
     seen = []
     monkeypatch.setattr(runner, "run_plan", recorder(seen))
-    r = invoke(["run", "--np", "1", "--cpu-tune", "off", "--ssh-accept-new", "--ssh-connect-timeout", "2.5",
-                "--ssh-start-timeout", "7", "x.py"], monkeypatch, tmp_path)
+    r = invoke(
+        [
+            "run",
+            "--np",
+            "1",
+            "--cpu-tune",
+            "off",
+            "--ssh-accept-new",
+            "--ssh-connect-timeout",
+            "2.5",
+            "--ssh-start-timeout",
+            "7",
+            "x.py",
+        ],
+        monkeypatch,
+        tmp_path,
+    )
     assert isinstance(r.exception, Stop), r.output
-    (_, kwargs), = seen
+    ((_, kwargs),) = seen
     assert kwargs["backend_settings"]["ssh"] == SSHSettings(accept_new=True, connect_timeout=2.5, start_timeout=7.0)
 
 
@@ -62,20 +79,37 @@ def test_doctor_gets_the_settings_with_the_jobs_ssh_config(monkeypatch, tmp_path
     config.write_text("Host *\n  User root\n")
     seen = []
     monkeypatch.setattr(doctor, "run_doctor", recorder(seen))
-    r = invoke(["doctor", "-H", "localhost:1", "--no-cpu-probe", "--ssh-config", "ssh_config", "--ssh-connect-timeout", "3"],
-               monkeypatch, tmp_path)
+    r = invoke(
+        ["doctor", "-H", "localhost:1", "--no-cpu-probe", "--ssh-config", "ssh_config", "--ssh-connect-timeout", "3"],
+        monkeypatch,
+        tmp_path,
+    )
     assert isinstance(r.exception, Stop), r.output
-    (args, _), = seen
+    ((args, _),) = seen
     assert args[1] == SSHSettings(config=str(config), connect_timeout=3.0)
 
 
 def test_ranktable_collect_gets_the_settings(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(ssh_collect, "collect_files", recorder(seen))
-    r = invoke(["ranktable", "gen", "-H", "h1:8", "--collect", "--ssh-config", "cfg", "--ssh-accept-new",
-                "--ssh-connect-timeout", "4"], monkeypatch, tmp_path)
+    r = invoke(
+        [
+            "ranktable",
+            "gen",
+            "-H",
+            "h1:8",
+            "--collect",
+            "--ssh-config",
+            "cfg",
+            "--ssh-accept-new",
+            "--ssh-connect-timeout",
+            "4",
+        ],
+        monkeypatch,
+        tmp_path,
+    )
     assert isinstance(r.exception, Stop), r.output
-    (args, _), = seen
+    ((args, _),) = seen
     assert [h.name for h in args[0]] == ["h1"]
     assert args[1:] == ("/etc/hccn.conf", SSHSettings(config="cfg", accept_new=True, connect_timeout=4.0))
 
@@ -93,9 +127,11 @@ def test_every_ssh_command_shows_the_shared_flags(monkeypatch, tmp_path, command
     r = invoke(command + ["--help"], monkeypatch, tmp_path)
     assert r.exit_code == 0, r.output
     shown = {f.flag for f in FLAGS.values() if f.flag in r.output}
-    wanted = {"run": {"--ssh-config", "--ssh-accept-new", "--ssh-connect-timeout", "--ssh-start-timeout"},
-              "doctor": {"--ssh-config", "--ssh-accept-new", "--ssh-connect-timeout"},
-              "ranktable": {"--ssh-config", "--ssh-accept-new", "--ssh-connect-timeout"}}.get(command[0], {"--ssh-config"})
+    wanted = {
+        "run": {"--ssh-config", "--ssh-accept-new", "--ssh-connect-timeout", "--ssh-start-timeout"},
+        "doctor": {"--ssh-config", "--ssh-accept-new", "--ssh-connect-timeout"},
+        "ranktable": {"--ssh-config", "--ssh-accept-new", "--ssh-connect-timeout"},
+    }.get(command[0], {"--ssh-config"})
     assert shown == wanted
 
 
@@ -105,8 +141,11 @@ def test_the_flags_are_spelled_in_one_module_only():
         if os.path.basename(path) == "ssh_flags.py":
             continue
         text = open(path, encoding="utf-8").read()
-        spelled += [(os.path.basename(path), flag) for flag in ("\"--ssh-config\"", "\"--ssh-accept-new\"", "\"--ssh-connect-timeout\"",
-                                                                 "\"--ssh-start-timeout\"") if flag in text]
+        spelled += [
+            (os.path.basename(path), flag)
+            for flag in ('"--ssh-config"', '"--ssh-accept-new"', '"--ssh-connect-timeout"', '"--ssh-start-timeout"')
+            if flag in text
+        ]
     assert spelled == []
 
 

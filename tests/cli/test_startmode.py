@@ -1,4 +1,5 @@
 """How ``mslaunch run`` starts local Python ranks (the zygote by default on MindSpore CPU jobs)."""
+
 from __future__ import annotations
 
 import sys
@@ -10,8 +11,14 @@ from launcher.planning.job.spec import JobSpec
 
 
 def plan(**kw):
-    base = dict(inventory=parse_host_list("localhost:2"), program=("train.py",), python=sys.executable, cwd="/w",
-                job_dir="/w/logs/j", job_id="j")
+    base = dict(
+        inventory=parse_host_list("localhost:2"),
+        program=("train.py",),
+        python=sys.executable,
+        cwd="/w",
+        job_dir="/w/logs/j",
+        job_id="j",
+    )
     base.update(kw)
     return build_plan(JobSpec(**base))
 
@@ -27,7 +34,10 @@ def test_default_forks_mindspore_cpu_jobs_of_the_local_launcher_only():
 def test_flags_win():
     assert start_mode(plan(), True, False) == (False, "one process per rank (--no-zygote)")
     assert start_mode(plan(), False, True) == (True, FORKED + " (--zygote)")
-    assert start_mode(plan(launcher="mpirun", wrapper="/t/w.sh"), True, True) == (False, "--zygote applies to the local launcher only; not used")
+    assert start_mode(plan(launcher="mpirun", wrapper="/t/w.sh"), True, True) == (
+        False,
+        "--zygote applies to the local launcher only; not used",
+    )
 
 
 def test_the_scheduler_runs_init_alone_with_the_zygote_on_mindspore_cpu_jobs():
@@ -42,8 +52,11 @@ def test_the_scheduler_runs_init_alone_with_the_zygote_on_mindspore_cpu_jobs():
 def test_choose_is_both_decisions_with_their_notes_joined():
     p = plan()
     sched = "the scheduler runs MindSpore's init() alone, forked too (--script-scheduler: your script, as msrun)"
-    assert choose(p, True, None, None) == StartMode(True, True, FORKED + "; --no-zygote: one process per rank; " + sched)
-    assert choose(p, True, None, False) == StartMode(True, False, FORKED + "; --no-zygote: one process per rank; "
-                                                     "the scheduler runs your script (--script-scheduler)")
+    assert choose(p, True, None, None) == StartMode(
+        True, True, FORKED + "; --no-zygote: one process per rank; " + sched
+    )
+    assert choose(p, True, None, False) == StartMode(
+        True, False, FORKED + "; --no-zygote: one process per rank; the scheduler runs your script (--script-scheduler)"
+    )
     assert choose(p, True, False, True) == StartMode(False, False, "one process per rank (--no-zygote)")
     assert choose(p, False, None, None) == StartMode(False, False, None)  # nothing to say

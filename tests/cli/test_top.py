@@ -5,6 +5,7 @@ The ranks are tests/scripts/metricprog.py (no MindSpore) printing real-format li
 checks that every pid the job created is gone afterwards.  The reference trainer as top sees it
 is checked by tests/integration/test_hang_mindspore.py (its job is killed and resumes, too).
 """
+
 from __future__ import annotations
 
 import base64
@@ -47,7 +48,20 @@ def job(tmp_path):
 
         def run_args(self, *args, extra=()):
             """The CLI's arguments of ``mslaunch run`` of this job."""
-            return ["run", "--np", "2", "--master-port", "auto", "--log-dir", str(self.dir), "--grace", "2", *extra, PROG, *args]
+            return [
+                "run",
+                "--np",
+                "2",
+                "--master-port",
+                "auto",
+                "--log-dir",
+                str(self.dir),
+                "--grace",
+                "2",
+                *extra,
+                PROG,
+                *args,
+            ]
 
         def cli(self, *args, timeout=60):
             """top / status / stop / report: in this process (they start nothing; see tests/harness/cli.py)."""
@@ -101,19 +115,30 @@ def test_metrics_jsonl_holds_every_step_and_top_flags_the_straggler(job):
     assert rows[0]["loss"] == pytest.approx(0.25) and rows[1]["loss"] == pytest.approx(0.25)
     # rank 1 sleeps 0.5 s more per step: its step time (TimeMonitor's line) is ~6x rank 0's
     assert rows[1]["straggler"] and not rows[0]["straggler"], rows
-    assert snap["totals"]["stragglers"] == [1] and snap["totals"]["slowest_rank"] == 1 and snap["totals"]["fastest_rank"] == 0
+    assert (
+        snap["totals"]["stragglers"] == [1]
+        and snap["totals"]["slowest_rank"] == 1
+        and snap["totals"]["fastest_rank"] == 0
+    )
     assert rows[1]["step_time_ms"] > 3 * rows[0]["step_time_ms"]
     # samples/s: batch 32 (the MSLAUNCH_METRIC line) over the rank's step time; the total is their sum
     for row in rows.values():
-        last = [x for x in recs if x["rank"] == row["rank"] and "samples_per_s" in x][-1]  # TimeMonitor's line, at the end
+        last = [x for x in recs if x["rank"] == row["rank"] and "samples_per_s" in x][
+            -1
+        ]  # TimeMonitor's line, at the end
         assert last["source"] == "timemonitor" and row["step_time_ms"] == last["step_time_ms"]
         assert row["samples_per_s"] == last["samples_per_s"] == pytest.approx(32000.0 / last["step_time_ms"], rel=1e-3)
     assert rows[1]["samples_per_s"] < rows[0]["samples_per_s"]
-    assert snap["totals"]["samples_per_s"] == pytest.approx(rows[0]["samples_per_s"] + rows[1]["samples_per_s"], rel=1e-3)
+    assert snap["totals"]["samples_per_s"] == pytest.approx(
+        rows[0]["samples_per_s"] + rows[1]["samples_per_s"], rel=1e-3
+    )
     st = job.cli("status", str(job.dir))
     assert "  rank 0: step 8, loss 0.25\n" in st.stdout and "  rank 1: step 8, loss 0.25\n" in st.stdout, st.stdout
     progress = json.loads(job.cli("status", "--json", str(job.dir)).stdout)["progress"]
-    assert progress == [{"rank": 0, "step": 8, "loss": 0.25, "epoch": 1}, {"rank": 1, "step": 8, "loss": 0.25, "epoch": 1}]
+    assert progress == [
+        {"rank": 0, "step": 8, "loss": 0.25, "epoch": 1},
+        {"rank": 1, "step": 8, "loss": 0.25, "epoch": 1},
+    ]
 
 
 def test_a_silent_rank_is_flagged_while_the_job_runs_detached(job):
@@ -121,6 +146,7 @@ def test_a_silent_rank_is_flagged_while_the_job_runs_detached(job):
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
     try:
+
         def silent():
             snap = job.top("--silent-after", "3")
             return snap if snap["totals"]["silent"] == [1] else None
@@ -171,17 +197,36 @@ def test_report_renders_its_charts_in_headless_chromium(job, tmp_path):
     lone = tmp_path / "lone" / "report.html"
     lone.parent.mkdir()
     shutil.copy(html_path, lone)
-    base = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}",
-            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000",  # the page settles (images decoded) before the capture
-            "--run-all-compositor-stages-before-draw"]  # and is drawn whole (a loaded machine captured it half-painted)
+    base = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chrome'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=10000",  # the page settles (images decoded) before the capture
+        "--run-all-compositor-stages-before-draw",
+    ]  # and is drawn whole (a loaded machine captured it half-painted)
     shot = tmp_path / "shot.png"
-    view = subprocess.run(base + ["--window-size=1000,3400", f"--screenshot={shot}", lone.as_uri()], capture_output=True, text=True, timeout=180)
+    view = subprocess.run(
+        base + ["--window-size=1000,3400", f"--screenshot={shot}", lone.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert shot.exists(), view.stderr[-2000:]
     console = [line for line in view.stderr.splitlines() if ":CONSOLE" in line]
     assert console == [], console
     dom = subprocess.run(base + ["--dump-dom", lone.as_uri()], capture_output=True, text=True, timeout=180)
-    imgs = re.findall(r'<img id="plot-(\w+)" class="plot" alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', dom.stdout)
-    assert [name for name, _ in imgs] == ["loss", "step_time", "throughput", "timeline"], (dom.stdout[:500], dom.stderr[-2000:])
+    imgs = re.findall(
+        r'<img id="plot-(\w+)" class="plot" alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', dom.stdout
+    )
+    assert [name for name, _ in imgs] == ["loss", "step_time", "throughput", "timeline"], (
+        dom.stdout[:500],
+        dom.stderr[-2000:],
+    )
     assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
     import matplotlib.image as mpimg
     import numpy as np
@@ -212,17 +257,27 @@ def test_live_view_under_tmux_run_and_top(job, tmp_path):
     def pane(target):
         return t("capture-pane", "-p", "-t", target).stdout
 
-    envs = " ".join(f"{k}={shlex_quote(v)}" for k, v in job.environ.items() if k in ("PIDDIR", "PYTHONPATH", "MSLAUNCH_HOME"))
+    envs = " ".join(
+        f"{k}={shlex_quote(v)}" for k, v in job.environ.items() if k in ("PIDDIR", "PYTHONPATH", "MSLAUNCH_HOME")
+    )
     run_cmd = " ".join(shlex_quote(a) for a in mslaunch_argv(*job.run_args("40", "0.25", "--straggler", "1")))
     try:
-        assert t("new-session", "-d", "-s", "run", "-n", "main", "-x", "120", "-y", "30", "bash", "--norc", "--noprofile").returncode == 0
+        assert (
+            t(
+                "new-session", "-d", "-s", "run", "-n", "main", "-x", "120", "-y", "30", "bash", "--norc", "--noprofile"
+            ).returncode
+            == 0
+        )
         t("send-keys", "-t", "run:main", f"env {envs} {run_cmd}; echo RUN-EXIT=$?", "Enter")
 
         def step_of(text, rank):
             m = re.search(rf"^\s*{rank}\s+localhost\s+\S.*?\s(\d+)/40\s", text, re.M)
             return int(m.group(1)) if m else None
 
-        first = job.wait(lambda: (lambda p: (step_of(p, 0), p) if step_of(p, 0) else None)(pane("run:main")), "the live table in the run pane")
+        first = job.wait(
+            lambda: (lambda p: (step_of(p, 0), p) if step_of(p, 0) else None)(pane("run:main")),
+            "the live table in the run pane",
+        )
         assert re.search(r"job \S+: running", first[1]) and "samples/s" in first[1] and "ms/step" in first[1], first[1]
         job.wait(lambda: (step_of(pane("run:main"), 0) or 0) > first[0], "the live table to update")
         # `mslaunch top` from another shell, on the same job.
@@ -230,11 +285,19 @@ def test_live_view_under_tmux_run_and_top(job, tmp_path):
         top_cmd = " ".join(shlex_quote(a) for a in mslaunch_argv("top", str(job.dir), "--interval", "0.5"))
         t("send-keys", "-t", "run:top", f"env {envs} {top_cmd}; echo TOP-EXIT=$?", "Enter")
         seen = job.wait(lambda: (lambda p: p if step_of(p, 1) else None)(pane("run:top")), "top's table")
-        assert "straggler" in job.wait(lambda: (lambda p: p if "straggler" in p else None)(pane("run:top")), "rank 1 flagged as a straggler")
+        assert "straggler" in job.wait(
+            lambda: (lambda p: p if "straggler" in p else None)(pane("run:top")), "rank 1 flagged as a straggler"
+        )
         assert "localhost" in seen
-        done = job.wait(lambda: (lambda p: p if "TOP-EXIT=0" in p else None)(pane("run:top")), "top to exit when the job ends", timeout=120)
+        done = job.wait(
+            lambda: (lambda p: p if "TOP-EXIT=0" in p else None)(pane("run:top")),
+            "top to exit when the job ends",
+            timeout=120,
+        )
         assert re.search(r"job \S+: succeeded", done) and step_of(done, 0) == 40 and step_of(done, 1) == 40, done
-        end = job.wait(lambda: (lambda p: p if "RUN-EXIT=0" in p else None)(pane("run:main")), "the run to end", timeout=120)
+        end = job.wait(
+            lambda: (lambda p: p if "RUN-EXIT=0" in p else None)(pane("run:main")), "the run to end", timeout=120
+        )
         assert step_of(end, 1) == 40, end
     finally:
         t("kill-server")
@@ -258,9 +321,15 @@ def test_top_over_ssh_on_the_namespace_cluster(tmp_path, cluster):  # noqa: F811
     assert snap.returncode == 0, snap.stderr
     data = json.loads(snap.stdout)
     hosts = [h.ip for h in cluster.hosts]
-    assert [(row["rank"], row["host"], row["step"], row["state"]) for row in data["ranks"]] == [(k, hosts[k // 2], 6, "done") for k in range(6)]
+    assert [(row["rank"], row["host"], row["step"], row["state"]) for row in data["ranks"]] == [
+        (k, hosts[k // 2], 6, "done") for k in range(6)
+    ]
     assert data["totals"]["stragglers"] == [4]
-    steps = sorted((x["rank"], x["global_step"]) for x in (json.loads(line) for line in open(mj.dir / "metrics.jsonl")) if x["kind"] == "step")
+    steps = sorted(
+        (x["rank"], x["global_step"])
+        for x in (json.loads(line) for line in open(mj.dir / "metrics.jsonl"))
+        if x["kind"] == "step"
+    )
     assert steps == [(k, s) for k in range(6) for s in range(1, 7)]
     assert wait_nothing_left(cluster) == {}
 
@@ -294,6 +363,9 @@ def test_top_for_a_job_started_through_mpirun(job):
     r = job.run("5", "0.1", "--straggler", "1", extra=("--tee", "none", "--launcher", "mpirun"))
     assert r.returncode == 0, r.stderr
     snap = job.top()
-    assert [(row["rank"], row["step"], row["state"], row["straggler"]) for row in snap["ranks"]] == [(0, 5, "done", False), (1, 5, "done", True)]
+    assert [(row["rank"], row["step"], row["state"], row["straggler"]) for row in snap["ranks"]] == [
+        (0, 5, "done", False),
+        (1, 5, "done", True),
+    ]
     steps = sorted((x["rank"], x["global_step"]) for x in job.records() if x["kind"] == "step")
     assert steps == [(k, s) for k in range(2) for s in range(1, 6)]

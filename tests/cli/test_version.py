@@ -1,5 +1,6 @@
 """``mslaunch --version``: the installed distribution's version, exit 0, without the imports of
 any command (``launcher/cli/version.py``)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -60,7 +61,13 @@ def test_version_as_a_process_imports_no_command() -> None:
         "from launcher.__main__ import main\n"
         "main()\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=60,
+    )
     assert (r.returncode, r.stdout) == (0, f"mslaunch {importlib.metadata.version('mslaunch')}\n"), r.stderr
     assert r.stderr.strip().splitlines()[-1] == "[]"

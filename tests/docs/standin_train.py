@@ -7,6 +7,7 @@ come and gone (as MindSpore's does: a launcher such as mpirun waits for it); a w
 ``--steps N`` steps a second apart by ``--step-time`` (defaults 5 and 0.2 s), then exits 0.
 Every other argument (``--epochs 3``, ...) is accepted and ignored, as a real script's would be.
 """
+
 import os
 import socket
 import sys

@@ -8,6 +8,7 @@ that bring up a namespace cluster or the test Slurm cluster run where those can 
 blocks that run MindSpore need it.  Blocks that cannot run here are listed, with the reason, in
 :mod:`tests.docs.exempt`.  After a block no process it started may be left running.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,9 @@ FENCE = re.compile(r"^```(\w*)\s*$")
 
 #: Environment a block needs beyond the scratch folder, by (page, first command line).
 BLOCK_ENV: Dict[tuple, Dict[str, str]] = {
-    ("inventories.md", 'mslaunch ranktable gen --hosts "$SLURM_JOB_NODELIST" --hccn-dir hccn/ -o rank_table.json'):
-        {"SLURM_JOB_NODELIST": "node[01-04]"},
+    ("inventories.md", 'mslaunch ranktable gen --hosts "$SLURM_JOB_NODELIST" --hccn-dir hccn/ -o rank_table.json'): {
+        "SLURM_JOB_NODELIST": "node[01-04]"
+    },
 }
 #: Hosts that get an hccn.conf in the scratch folder's ``hccn/`` (names the docs use).
 HCCN_HOSTS = ["10.0.0.1", "10.0.0.2", "node1", "node2"] + [f"node0{i}" for i in range(1, 5)]
@@ -146,8 +148,9 @@ def test_docs_block_runs(block: Block, scratch: Path) -> None:
         # A network namespace of its own (loopback only): the docs' default ports (8118) never meet
         # another test's job, and nothing the block starts reaches beyond this machine.
         argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
-    proc = subprocess.Popen(argv, cwd=scratch, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:
@@ -192,9 +195,15 @@ def _cleanup(block: Block) -> None:
     for harness in ("netns_cluster", "slurm_cluster"):
         for m in re.finditer(rf"tests\.harness\.{harness} up .*?--dir (\S+)", block.text):
             folder = m.group(1)
-            if os.path.exists(os.path.join(folder, "state.json")) or (harness == "slurm_cluster" and os.path.isdir(folder)):
-                subprocess.run([sys.executable, "-m", f"tests.harness.{harness}", "down", "--dir", folder],
-                               cwd=ROOT, capture_output=True, timeout=120)
+            if os.path.exists(os.path.join(folder, "state.json")) or (
+                harness == "slurm_cluster" and os.path.isdir(folder)
+            ):
+                subprocess.run(
+                    [sys.executable, "-m", f"tests.harness.{harness}", "down", "--dir", folder],
+                    cwd=ROOT,
+                    capture_output=True,
+                    timeout=120,
+                )
 
 
 def test_every_exemption_names_a_block() -> None:
@@ -229,9 +238,17 @@ def test_the_readme_is_a_landing_page() -> None:
 def test_make_run_runs_the_documented_commands() -> None:
     """The exempt 'make run' block of workload.md is what the Makefile's run target runs."""
     block = next(b for b in ALL_BLOCKS if b.page == "workload.md" and b.key in EXEMPT)
-    documented = [re.sub(r"\s+", " ", c.replace("\\\n", " ")).strip() for c in block.text.split("\nmslaunch ") if c.strip()]
-    make = subprocess.run(["make", "-n", "run", "PY=python", "VENV=.venv"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "MAKEFLAGS": ""})
+    documented = [
+        re.sub(r"\s+", " ", c.replace("\\\n", " ")).strip() for c in block.text.split("\nmslaunch ") if c.strip()
+    ]
+    make = subprocess.run(
+        ["make", "-n", "run", "PY=python", "VENV=.venv"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
     assert make.returncode == 0, make.stderr
     ran = re.sub(r"\s+", " ", make.stdout.replace("\\\n", " "))
     for cmd in documented:
@@ -242,11 +259,23 @@ def test_make_run_runs_the_documented_commands() -> None:
 
 def test_make_run_installs_no_debian_package() -> None:
     """`make run` needs pip only: its recipe (and its prerequisites') runs no apt-get or dpkg."""
-    make = subprocess.run(["make", "-n", "-B", "run", "VENV=.venv-dry"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "MAKEFLAGS": ""})
+    make = subprocess.run(
+        ["make", "-n", "-B", "run", "VENV=.venv-dry"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
     assert make.returncode == 0, make.stderr
     assert "pip install" in make.stdout and "mslaunch run" in make.stdout
     assert "apt-get" not in make.stdout and "dpkg" not in make.stdout
-    test = subprocess.run(["make", "-n", "-B", "test", "VENV=.venv-dry"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "MAKEFLAGS": ""})
+    test = subprocess.run(
+        ["make", "-n", "-B", "test", "VENV=.venv-dry"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
     assert "apt-get" in test.stdout  # the check can fail: make test does install the real parts

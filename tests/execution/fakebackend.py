@@ -5,6 +5,7 @@ a script entry ``name -> Exit(rc, exit_time=None)`` ends it at start; a missing 
 running until teardown, where ``terminate()`` ends it with -SIGTERM (or never, if the name is
 in ``stubborn``) and ``kill()`` with -SIGKILL.  Every call is logged in order on the backend.
 """
+
 from __future__ import annotations
 
 import signal
@@ -90,9 +91,31 @@ class FakeBackend(Backend):
 def fake_plan(job_dir: str, ranks: int = 3) -> Plan:
     """A plan of ``ranks`` workers on this machine, no scheduler (nothing to dial)."""
     procs = tuple(
-        ProcPlan(name=f"rank {r}", role="worker", host="localhost", rank=r, local_rank=r, node_rank=0, device_id=r,
-                 argv=("train",), env=(), cwd=job_dir, log=f"{job_dir}/worker_{r}.log")
+        ProcPlan(
+            name=f"rank {r}",
+            role="worker",
+            host="localhost",
+            rank=r,
+            local_rank=r,
+            node_rank=0,
+            device_id=r,
+            argv=("train",),
+            env=(),
+            cwd=job_dir,
+            log=f"{job_dir}/worker_{r}.log",
+        )
         for r in range(ranks)
     )
-    return Plan(job_id="j1", job_dir=job_dir, method="dynamic", launcher="fake", world_size=ranks, hosts=(), ranks=procs,
-                scheduler=None, artefacts=(), master_addr=None, master_port=None)
+    return Plan(
+        job_id="j1",
+        job_dir=job_dir,
+        method="dynamic",
+        launcher="fake",
+        world_size=ranks,
+        hosts=(),
+        ranks=procs,
+        scheduler=None,
+        artefacts=(),
+        master_addr=None,
+        master_port=None,
+    )

@@ -1,4 +1,5 @@
 """The hosts' own thread decisions said on the console and merged (no hosts needed)."""
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,19 @@ def test_each_hosts_lines_are_said_once_and_the_records_merged(tmp_path) -> None
     folder = tmp_path / "host-threads"
     watch = HostThreadsWatch(str(tmp_path), note, interval=0.02).start()
     _record(folder, "h1", ["h1: threads per rank 1"], ["h1: 2 ranks on 1 usable core(s)"])
-    (folder / "h2.json").write_text('{"host": "h2", "no')              # half-written: read when whole
-    (folder / ".h3.json.123").write_text("{}")                         # a wrapper's temp file
-    (folder / "h4.json.77.tmp").write_text("{}")                       # the shim's temp file
+    (folder / "h2.json").write_text('{"host": "h2", "no')  # half-written: read when whole
+    (folder / ".h3.json.123").write_text("{}")  # a wrapper's temp file
+    (folder / "h4.json.77.tmp").write_text("{}")  # the shim's temp file
     wait_for(lambda: len(said) == 2, 10)
     _record(folder, "h2", ["h2: threads per rank 2"])
     wait_for(lambda: len(said) == 3, 10)
-    _record(folder, "h1", ["h1: rewritten"])                           # said once per attempt
+    _record(folder, "h1", ["h1: rewritten"])  # said once per attempt
     watch.close()
-    assert said == ["cpu: h1: threads per rank 1", "warning: h1: 2 ranks on 1 usable core(s)", "cpu: h2: threads per rank 2"]
+    assert said == [
+        "cpu: h1: threads per rank 1",
+        "warning: h1: 2 ranks on 1 usable core(s)",
+        "cpu: h2: threads per rank 2",
+    ]
     merged = json.loads((tmp_path / "host-threads.json").read_text())
     assert sorted(merged) == ["h1", "h2"] and merged["h2"]["notes"] == ["h2: threads per rank 2"]
 
@@ -58,5 +63,7 @@ def test_a_watch_only_where_the_plan_leaves_threads_to_the_hosts(tmp_path) -> No
     _record(tmp_path / "host-threads", "h1", ["h1: x"])
     watch.close()
     assert said == ["cpu: h1: x"]
-    quiet = watch_host_threads(SimpleNamespace(plan=ctx.plan, settings_for=lambda name: None), "mpirun", str(tmp_path / "q"))
+    quiet = watch_host_threads(
+        SimpleNamespace(plan=ctx.plan, settings_for=lambda name: None), "mpirun", str(tmp_path / "q")
+    )
     quiet.close()  # no console: nothing said, nothing fails

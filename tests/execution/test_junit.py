@@ -1,5 +1,6 @@
 """``junit_xml``: one testcase per process, failures with their reason and log tail, skipped
 for torn-down processes, escaping of every text, and always well-formed XML (parsed back)."""
+
 import xml.etree.ElementTree as ET
 
 from launcher.execution.results import JobResult, ProcResult
@@ -9,13 +10,30 @@ T0 = 1_700_000_000.0
 
 
 def proc(name, rank, log, returncode=0, torn_down=False, reason=None, started=T0, ended=T0 + 2.5):
-    return ProcResult(name=name, rank=rank, host="h1", returncode=returncode, started=started, ended=ended, log=str(log),
-                      torn_down=torn_down, reason=reason)
+    return ProcResult(
+        name=name,
+        rank=rank,
+        host="h1",
+        returncode=returncode,
+        started=started,
+        ended=ended,
+        log=str(log),
+        torn_down=torn_down,
+        reason=reason,
+    )
 
 
 def job(*processes, job_id="20240101-000000-abcd"):
-    return JobResult(job_id=job_id, job_dir="/j", status="failed", exit_code=1, started=T0, ended=T0 + 4.0, attempts=1,
-                     processes=tuple(processes))
+    return JobResult(
+        job_id=job_id,
+        job_dir="/j",
+        status="failed",
+        exit_code=1,
+        started=T0,
+        ended=T0 + 4.0,
+        attempts=1,
+        processes=tuple(processes),
+    )
 
 
 def parse(text):
@@ -39,7 +57,9 @@ def test_suite_counts_cases_failures_and_times(tmp_path):
     assert list(cases[0]) == []
     assert [e.tag for e in cases[1]] == ["failure"]
     assert cases[1].find("failure").get("message") == "exit code 3"
-    assert [(e.tag, e.get("message")) for e in cases[2]] == [("skipped", "ended by mslaunch after another process failed")]
+    assert [(e.tag, e.get("message")) for e in cases[2]] == [
+        ("skipped", "ended by mslaunch after another process failed")
+    ]
 
 
 def test_failure_carries_the_reason_and_the_last_20_log_lines(tmp_path):
@@ -57,7 +77,7 @@ def test_failure_carries_the_reason_and_the_last_20_log_lines(tmp_path):
 
 def test_markup_in_names_reasons_and_logs_is_escaped(tmp_path):
     log = tmp_path / "w0.log"
-    nasty = 'a <b> & "c" \'d\' ]]> </failure></testcase>'
+    nasty = "a <b> & \"c\" 'd' ]]> </failure></testcase>"
     log.write_text(nasty + "\n")
     p = proc('rank "0" <&>', 0, log, returncode=1, reason=nasty)
     text = junit_xml(job(p, job_id='id"<&>'))
@@ -88,5 +108,8 @@ def test_the_root_cause_process_carries_its_cause(tmp_path):
     result = job(bad, other)
     result = type(result)(**{**result.__dict__, "root_cause": RootCause(bad, (), cause)})
     cases = parse(junit_xml(result)).findall("testcase")
-    assert cases[0].find("failure").get("message") == "exit code 1; missing_module: ModuleNotFoundError: No module named 'x' (on h1) (hint: install x on h1)"
+    assert (
+        cases[0].find("failure").get("message")
+        == "exit code 1; missing_module: ModuleNotFoundError: No module named 'x' (on h1) (hint: install x on h1)"
+    )
     assert cases[1].find("failure").get("message") == "exit code 1"  # only the root cause's process has it

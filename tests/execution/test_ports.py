@@ -1,4 +1,5 @@
 """Port checks: a listener makes a port busy; connections of a finished job in TIME_WAIT do not."""
+
 from __future__ import annotations
 
 import socket

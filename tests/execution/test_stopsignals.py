@@ -1,5 +1,6 @@
 """Stop signals: recorded at any moment, raised once per arming (a second signal while the first
 is handled is only recorded), and only recorded inside ``recorded_only``."""
+
 from __future__ import annotations
 
 import os

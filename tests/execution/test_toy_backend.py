@@ -1,6 +1,7 @@
 """Adding a backend takes its module and its registration only: a toy backend, registered by
 :mod:`tests.execution.toy_backend`, is listed by ``--launcher``, shows its command in the plan,
 and runs a 2-rank job through ``mslaunch run`` (the CLI in a child process that imports it)."""
+
 from __future__ import annotations
 
 import importlib
@@ -61,12 +62,31 @@ def test_toy_backend_runs_a_2_rank_job(tmp_path):
     piddir.mkdir()
     job = tmp_path / "job"
     try:
-        r = with_toy(tmp_path, "run", "--launcher", "toy", "--np", "2", "--master-port", "auto", "--log-dir", str(job),
-                     "--grace", "2", PROG, "ok", "0.2", piddir=piddir)
+        r = with_toy(
+            tmp_path,
+            "run",
+            "--launcher",
+            "toy",
+            "--np",
+            "2",
+            "--master-port",
+            "auto",
+            "--log-dir",
+            str(job),
+            "--grace",
+            "2",
+            PROG,
+            "ok",
+            "0.2",
+            piddir=piddir,
+        )
         assert r.returncode == 0, r.stderr
         summary = json.loads((job / "summary.json").read_text())
         assert summary["status"] == "succeeded"
-        assert [(p["name"], p["exit_code"]) for p in summary["processes"] if p["name"] != "scheduler"] == [("rank 0", 0), ("rank 1", 0)]
+        assert [(p["name"], p["exit_code"]) for p in summary["processes"] if p["name"] != "scheduler"] == [
+            ("rank 0", 0),
+            ("rank 1", 0),
+        ]
         assert (job / "worker_1.log").read_text().splitlines()[-1] == "rank1 done"
         assert json.loads((job / "plan.json").read_text())["toy"] == ["toy-launch", "--procs", "3"]
         pids = [int(x) for f in os.listdir(piddir) for x in (piddir / f).read_text().split()]
@@ -82,6 +102,10 @@ def test_toy_backend_runs_a_2_rank_job(tmp_path):
 
 
 def test_a_local_only_backend_refuses_remote_hosts(tmp_path):
-    r = with_toy(tmp_path, "run", "--launcher", "toy", "-H", "10.9.9.9:2", "--log-dir", str(tmp_path / "job"), PROG, "ok")
-    assert r.returncode == 1 and "--launcher toy runs on this machine only, but the inventory has 10.9.9.9" in r.stderr, r.stderr
+    r = with_toy(
+        tmp_path, "run", "--launcher", "toy", "-H", "10.9.9.9:2", "--log-dir", str(tmp_path / "job"), PROG, "ok"
+    )
+    assert (
+        r.returncode == 1 and "--launcher toy runs on this machine only, but the inventory has 10.9.9.9" in r.stderr
+    ), r.stderr
     assert not (tmp_path / "job" / "plan.json").exists()  # refused before anything was written

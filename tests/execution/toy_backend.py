@@ -4,6 +4,7 @@ It runs each planned process with :class:`subprocess.Popen` in its own session (
 no exit watcher), and describes itself in ``plan.json`` with a made-up command line.
 Importing this module registers it as ``--launcher toy``.
 """
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,15 @@ class ToyBackend(Backend):
         env.update(proc.env)
         with open(log_path, "ab") as log:
             try:
-                popen = subprocess.Popen(list(proc.argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                popen = subprocess.Popen(
+                    list(proc.argv),
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 raise LaunchError(f"{proc.name}: cannot start {proc.argv[0]!r}: {exc.strerror}") from None
         return ToyProcess(proc, popen, log_path)

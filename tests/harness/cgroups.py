@@ -9,6 +9,7 @@ it opens afterwards, and so the mslaunch agent and its ranks, runs under those l
 Needs root and cgroup v1's ``cpu`` and ``cpuset`` controllers mounted under ``/sys/fs/cgroup``
 (:func:`unavailable_reason` says why not).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@ Outside CI a missing part skips the test with the reason; in CI (``CI`` set to a
 ``""``/``0``/``false``/``no``; ``.ci/run`` sets it) it fails, because ``make test`` installs every
 part and CI must run these tests.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,5 +33,8 @@ def require_tool(*names: str, package: str) -> str:
         path = shutil.which(name)
         if path:
             return path
-    skip_or_fail(f"{names[0]} not installed (apt-get install {package})", f"{names[0]} is missing in CI (make test installs {package})")
+    skip_or_fail(
+        f"{names[0]} not installed (apt-get install {package})",
+        f"{names[0]} is missing in CI (make test installs {package})",
+    )
     raise AssertionError("unreachable")  # skip_or_fail raises

@@ -20,6 +20,7 @@ No test module builds ``python -m launcher`` itself or defines a runner of its o
 (``tests/harness/test_one_runner.py`` checks); a module's helper that adds something (a
 cluster's ssh config, a plugin imported first) is a call of these with arguments.
 """
+
 from __future__ import annotations
 
 import io
@@ -53,8 +54,13 @@ def _text(stream: io.TextIOWrapper) -> str:
     return stream.buffer.getvalue().decode("utf-8", "replace")  # type: ignore[attr-defined]
 
 
-def run_cli(*args: str, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
-            input: Optional[str] = None, timeout: Optional[float] = None) -> "subprocess.CompletedProcess[str]":
+def run_cli(
+    *args: str,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[str] = None,
+    input: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> "subprocess.CompletedProcess[str]":
     """``mslaunch ARGS`` in this process; the result has the shape of ``subprocess.run(..., text=True)``'s.
 
     Args:
@@ -136,14 +142,23 @@ def mslaunch_argv(*args: str, imports: Sequence[str] = ()) -> List[str]:
     if not imports:
         return [sys.executable, "-m", "launcher", *args]
     driver = "".join(f"import {name}; " for name in imports)
-    driver = ("import sys, runpy; " + driver
-              + "sys.argv = ['mslaunch'] + sys.argv[1:]; runpy.run_module('launcher', run_name='__main__')")
+    driver = (
+        "import sys, runpy; "
+        + driver
+        + "sys.argv = ['mslaunch'] + sys.argv[1:]; runpy.run_module('launcher', run_name='__main__')"
+    )
     return [sys.executable, "-c", driver, *args]
 
 
-def run_process(*args: str, cwd: Optional[Union[str, "os.PathLike[str]"]] = None, env: Optional[Mapping[str, str]] = None,
-                timeout: Optional[float] = PROCESS_TIMEOUT, input: Optional[str] = None, imports: Sequence[str] = (),
-                **popen: Any) -> "subprocess.CompletedProcess[str]":
+def run_process(
+    *args: str,
+    cwd: Optional[Union[str, "os.PathLike[str]"]] = None,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: Optional[float] = PROCESS_TIMEOUT,
+    input: Optional[str] = None,
+    imports: Sequence[str] = (),
+    **popen: Any,
+) -> "subprocess.CompletedProcess[str]":
     """``mslaunch ARGS`` as a child process, waited for; stdout and stderr captured as text.
 
     Args:
@@ -162,4 +177,6 @@ def run_process(*args: str, cwd: Optional[Union[str, "os.PathLike[str]"]] = None
         subprocess.TimeoutExpired: the child ran past ``timeout`` (it is killed first).
     """
     kwargs: Dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
-    return subprocess.run(mslaunch_argv(*args, imports=imports), cwd=cwd, env=env, timeout=timeout, input=input, **kwargs)
+    return subprocess.run(
+        mslaunch_argv(*args, imports=imports), cwd=cwd, env=env, timeout=timeout, input=input, **kwargs
+    )

@@ -16,6 +16,7 @@ no ``/usr/sbin/sshd``, ``ssh`` or ``ssh-keygen``) -- but when the ``CI`` environ
 Use them with ``pytest_plugins = ["tests.harness.conftest_netns"]`` in the root ``tests/conftest.py``, or
 by importing them into a test module.
 """
+
 from __future__ import annotations
 
 import functools

@@ -7,6 +7,7 @@
 Both skip when the machine cannot run it (not root, no namespaces, no slurmd) -- but fail when
 ``CI`` is set: CI has these and must run the tests.
 """
+
 from __future__ import annotations
 
 import warnings

@@ -4,6 +4,7 @@ A fault test gives every process of its job a unique marker in its command line 
 ``tests/scripts/escaper.py``), snapshots mslaunch's descendants before hurting it, and then
 waits until none of them, and no process carrying the marker, is left.
 """
+
 from __future__ import annotations
 
 import json
@@ -113,12 +114,31 @@ class Fault:
 
     def args(self, *prog, np=2, extra=()):
         """The CLI's arguments of ``mslaunch run`` of this job."""
-        return ["run", *(("--np", str(np)) if np is not None else ()), "--master-port", "auto", "--no-sched-wait", "--log-dir", str(self.dir),
-                "--grace", "2", "--tee", "none", *extra, *prog]
+        return [
+            "run",
+            *(("--np", str(np)) if np is not None else ()),
+            "--master-port",
+            "auto",
+            "--no-sched-wait",
+            "--log-dir",
+            str(self.dir),
+            "--grace",
+            "2",
+            "--tee",
+            "none",
+            *extra,
+            *prog,
+        ]
 
     def popen(self, *prog, **kw):
-        return subprocess.Popen(mslaunch_argv(*self.args(*prog, **kw)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=self.env, cwd=str(self.tmp))
+        return subprocess.Popen(
+            mslaunch_argv(*self.args(*prog, **kw)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=str(self.tmp),
+        )
 
     def run(self, *prog, timeout=120, **kw):
         return run_process(*self.args(*prog, **kw), env=self.env, cwd=str(self.tmp), timeout=timeout)

@@ -7,6 +7,7 @@ linear work grows by the size factor, a quadratic one by its square.  No clock i
 busy machine changes nothing; the count misses work done inside C (``x in some_list``), which
 the promises' benchmarks in bench/ still time.
 """
+
 from __future__ import annotations
 
 import sys
@@ -45,5 +46,7 @@ def assert_linear(make: Callable[[int], Callable[[], Any]], small: int, factor: 
     """Fail unless the work of ``make(n)()`` grows at most ``slack`` times faster than ``n``
     (linear: ``factor``; quadratic: about ``factor ** 2``)."""
     ratio, a, b = growth(make, small, factor)
-    assert ratio <= factor * slack, (f"work grew {ratio:.1f}x for {factor}x the input ({a} -> {b} Python steps, "
-                                     f"n={small} -> {small * factor}): linear is at most {factor}x, quadratic about {factor ** 2}x")
+    assert ratio <= factor * slack, (
+        f"work grew {ratio:.1f}x for {factor}x the input ({a} -> {b} Python steps, "
+        f"n={small} -> {small * factor}): linear is at most {factor}x, quadratic about {factor**2}x"
+    )

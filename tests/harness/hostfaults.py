@@ -11,6 +11,7 @@
 
 Use them in a ``try``/``finally`` (or :func:`host_faults`, which undoes everything it did).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -101,12 +102,19 @@ def unshape_link(cluster: NamespaceCluster, host: HostRef) -> None:
     """Remove :func:`shape_link`'s qdiscs (no error when there are none)."""
     h = cluster.host(host)
     subprocess.run(["tc", "qdisc", "del", "dev", h.veth, "root"], capture_output=True, timeout=10)
-    subprocess.run(["ip", "netns", "exec", h.netns, "tc", "qdisc", "del", "dev", "eth0", "root"], capture_output=True, timeout=10)
+    subprocess.run(
+        ["ip", "netns", "exec", h.netns, "tc", "qdisc", "del", "dev", "eth0", "root"], capture_output=True, timeout=10
+    )
 
 
 @contextlib.contextmanager
-def host_faults(cluster: NamespaceCluster, *, throttled: Tuple[HostRef, ...] = (), shaped: Tuple[HostRef, ...] = (),
-                stopped: Tuple[HostRef, ...] = ()) -> Iterator[NamespaceCluster]:
+def host_faults(
+    cluster: NamespaceCluster,
+    *,
+    throttled: Tuple[HostRef, ...] = (),
+    shaped: Tuple[HostRef, ...] = (),
+    stopped: Tuple[HostRef, ...] = (),
+) -> Iterator[NamespaceCluster]:
     """Throttle, shape and stop sshd on the given hosts; undo all of it on the way out."""
     done: List[Tuple[str, HostRef]] = []
     try:

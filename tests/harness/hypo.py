@@ -5,6 +5,7 @@ sets ``MSLAUNCH_FAST_TESTS=1`` and tries a tenth of it (at least 20): the same p
 random inputs. (Hypothesis's profiles cannot do this: a test's own ``@settings(max_examples=...)``
 wins over the loaded profile.)
 """
+
 from __future__ import annotations
 
 import os

@@ -25,6 +25,7 @@ Reads the manifests ``mslaunch k8s gen --flavor indexed`` wrote (a headless Serv
   (``kubectl logs``).  When the main process ends, whatever is left in the pod is recorded
   (:attr:`Pod.leftovers`) and killed, as a container runtime ends a container.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,7 +44,11 @@ from tests.harness.netns_cluster import NamespaceCluster
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 #: What the kubelet adds for the API server's Service (nothing here connects to it).
-SERVICE_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_PORT": "tcp://10.96.0.1:443"}
+SERVICE_ENV = {
+    "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+    "KUBERNETES_SERVICE_PORT": "443",
+    "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+}
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -62,8 +67,8 @@ def expand(text: str, env: Mapping[str, str]) -> str:
             if nxt == "(":
                 end = text.find(")", i + 2)
                 if end != -1:
-                    name = text[i + 2:end]
-                    out.append(env[name] if name in env else text[i:end + 1])
+                    name = text[i + 2 : end]
+                    out.append(env[name] if name in env else text[i : end + 1])
                     i = end + 1
                     continue
         out.append(c)
@@ -96,9 +101,16 @@ class Pod:
     ended_at: Optional[float] = None  #: when the harness saw its main process end
 
     def field_value(self, path: str, namespace: str) -> str:
-        simple = {"metadata.name": self.name, "metadata.namespace": namespace, "metadata.uid": self.uid,
-                  "status.podIP": self.ip, "status.podIPs": self.ip, "status.hostIP": self.ip, "spec.nodeName": self.hostname,
-                  "spec.serviceAccountName": "default"}
+        simple = {
+            "metadata.name": self.name,
+            "metadata.namespace": namespace,
+            "metadata.uid": self.uid,
+            "status.podIP": self.ip,
+            "status.podIPs": self.ip,
+            "status.hostIP": self.ip,
+            "spec.nodeName": self.hostname,
+            "spec.serviceAccountName": "default",
+        }
         if path in simple:
             return simple[path]
         m = _FIELD_RE.match(path)
@@ -122,8 +134,14 @@ class IndexedJobPods:
         namespace: the Kubernetes namespace (``metadata.namespace`` wins).
     """
 
-    def __init__(self, cluster: NamespaceCluster, manifest: str, image_env: Mapping[str, str], logdir: str,
-                 namespace: str = "default") -> None:
+    def __init__(
+        self,
+        cluster: NamespaceCluster,
+        manifest: str,
+        image_env: Mapping[str, str],
+        logdir: str,
+        namespace: str = "default",
+    ) -> None:
         docs = [d for d in yaml.safe_load_all(manifest) if d]
         services = [d for d in docs if d.get("kind") == "Service"]
         jobs = [d for d in docs if d.get("kind") == "Job" and d.get("apiVersion") == "batch/v1"]
@@ -167,8 +185,12 @@ class IndexedJobPods:
         s = self.service["spec"]
         labels = self.template.get("metadata", {}).get("labels", {})
         selector = s.get("selector") or {}
-        return (s.get("clusterIP") == "None" and self.service["metadata"]["name"] == self.subdomain
-                and bool(selector) and all(labels.get(k) == v for k, v in selector.items()))
+        return (
+            s.get("clusterIP") == "None"
+            and self.service["metadata"]["name"] == self.subdomain
+            and bool(selector)
+            and all(labels.get(k) == v for k, v in selector.items())
+        )
 
     def _records(self) -> List[str]:
         lines = []
@@ -212,14 +234,27 @@ class IndexedJobPods:
         labels = dict(meta.get("labels", {}), **{INDEX_KEY: str(index), "job-name": self.job_name})
         annotations = dict(meta.get("annotations", {}), **{INDEX_KEY: str(index)})
         name = f"{self.job_name}-{index}-{secrets.token_hex(3)[:5]}"
-        return Pod(index=index, name=name, hostname=f"{self.job_name}-{index}", netns=host.netns, ip=host.ip,
-                   annotations=annotations, labels=labels, uid=str(uuid.uuid4()))
+        return Pod(
+            index=index,
+            name=name,
+            hostname=f"{self.job_name}-{index}",
+            netns=host.netns,
+            ip=host.ip,
+            annotations=annotations,
+            labels=labels,
+            uid=str(uuid.uuid4()),
+        )
 
     def _container_env(self, pod: Pod, container: Dict[str, Any]) -> Tuple[Dict[str, str], Dict[str, str]]:
         """(the process's whole env, the variables ``$(VAR)`` may refer to: service variables and ``env`` entries)."""
         entries = list(container.get("env") or [])
         if not any(e["name"] == "JOB_COMPLETION_INDEX" for e in entries):  # the Job controller adds it
-            entries.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}})
+            entries.append(
+                {
+                    "name": "JOB_COMPLETION_INDEX",
+                    "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_KEY}']"}},
+                }
+            )
         defined: Dict[str, str] = dict(SERVICE_ENV)  # what $(VAR) may refer to
         for e in entries:
             if "value" in e:
@@ -251,10 +286,29 @@ class IndexedJobPods:
         pod.cwd = container.get("workingDir") or self.image_env.get("WORKDIR", "/")
         pod.log = os.path.join(self.logdir, f"{pod.name}.log")
         out = open(pod.log, "wb")
-        wrapped = ["ip", "netns", "exec", pod.netns, "unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', pod.hostname] + argv
+        wrapped = [
+            "ip",
+            "netns",
+            "exec",
+            pod.netns,
+            "unshare",
+            "--uts",
+            "--",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            pod.hostname,
+        ] + argv
         try:
-            pod.proc = subprocess.Popen(wrapped, cwd=pod.cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+            pod.proc = subprocess.Popen(
+                wrapped,
+                cwd=pod.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         finally:
             out.close()
         pod.started_at = time.monotonic()

@@ -4,6 +4,7 @@
 the test process). Outside CI a missing MindSpore skips with the reason; in CI (``CI`` set) it
 fails, because ``make test`` installs the ``[train]`` extra and CI must run these tests.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -30,4 +31,7 @@ def require_mindspore(*, also: bool = True, what: str = "mindspore") -> None:
     """
     if HAVE_MS and also:
         return
-    skip_or_fail(f"{what} not installed (pip install -e '.[train]')", f"{what} is missing in CI (make test installs the [train] extra)")
+    skip_or_fail(
+        f"{what} not installed (pip install -e '.[train]')",
+        f"{what} is missing in CI (make test installs the [train] extra)",
+    )

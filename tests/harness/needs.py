@@ -6,6 +6,7 @@ in CI it fails (:func:`tests.harness.ci.skip_or_fail`), because ``make test`` pr
 Unknown names stop the run at collection (:func:`check_names`).  MindSpore has its own marker,
 ``mindspore`` (:mod:`tests.harness.mindspore`).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,12 +31,21 @@ LINT_IMPORTS = os.path.join(os.path.dirname(sys.executable), "lint-imports")
 
 #: name -> (whether it is there, the reason to skip without it, what CI is missing)
 NEEDS: Dict[str, Tuple[Callable[[], bool], str, str]] = {
-    "ssh-keygen": (lambda: shutil.which("ssh-keygen") is not None,
-                   "ssh-keygen not installed (apt-get install openssh-client)", "ssh-keygen is missing in CI (make test installs openssh-client)"),
-    "installed": (_installed, "mslaunch is not installed as a distribution (pip install -e .)",
-                  "the mslaunch distribution is missing in CI (make test installs it)"),
-    "import-linter": (lambda: os.path.isfile(LINT_IMPORTS), f"{LINT_IMPORTS} missing (pip install -e '.[dev]')",
-                      "lint-imports is missing in CI (make test installs the [dev] extra)"),
+    "ssh-keygen": (
+        lambda: shutil.which("ssh-keygen") is not None,
+        "ssh-keygen not installed (apt-get install openssh-client)",
+        "ssh-keygen is missing in CI (make test installs openssh-client)",
+    ),
+    "installed": (
+        _installed,
+        "mslaunch is not installed as a distribution (pip install -e .)",
+        "the mslaunch distribution is missing in CI (make test installs it)",
+    ),
+    "import-linter": (
+        lambda: os.path.isfile(LINT_IMPORTS),
+        f"{LINT_IMPORTS} missing (pip install -e '.[dev]')",
+        "lint-imports is missing in CI (make test installs the [dev] extra)",
+    ),
     "root": (lambda: os.geteuid() == 0, "needs root", "CI runs the tests as root"),
 }
 

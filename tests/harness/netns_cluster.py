@@ -50,6 +50,7 @@ On-disk layout of the work directory::
     hosts/h<i>/ssh_host_ed25519_key[.pub], sshd.pid, sshd.log
     hosts/h<i>/tmp             that host's OpenMPI session dirs (OMPI_MCA_orte_tmpdir_base in its sessions)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,10 @@ DEFAULT_POOL = "10.213.0.0/16"
 ROOT_OCTET = 254
 #: With ``cgroups=True``: the cgroup v1 ``cpu`` and ``cpuset`` hierarchies under ``/sys/fs/cgroup``
 #: inside each host's mount namespace, where a host's processes read their CPU limits.
-CGROUP_MOUNTS = ("mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpu /sys/fs/cgroup/cpuset"
-                 " && mount -t cgroup -o cpu cgroup /sys/fs/cgroup/cpu && mount -t cgroup -o cpuset cgroup /sys/fs/cgroup/cpuset")
+CGROUP_MOUNTS = (
+    "mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpu /sys/fs/cgroup/cpuset"
+    " && mount -t cgroup -o cpu cgroup /sys/fs/cgroup/cpu && mount -t cgroup -o cpuset cgroup /sys/fs/cgroup/cpuset"
+)
 
 #: sshd's privilege separation directory (normally created by the service unit).
 PRIVSEP_DIR = "/run/sshd"
@@ -271,7 +274,9 @@ def _subnet_lock(timeout: float = 30.0) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise NamespaceClusterError(f"flock on {LOCK_DIR} held by another process for {timeout:g}s") from None
+                    raise NamespaceClusterError(
+                        f"flock on {LOCK_DIR} held by another process for {timeout:g}s"
+                    ) from None
                 time.sleep(0.05)
         yield
     finally:
@@ -360,11 +365,17 @@ class NamespaceCluster:
         if not 1 <= n_hosts <= 253:
             raise NamespaceClusterError(f"n_hosts must be 1..253, got {n_hosts}")
         self.prefix = prefix if prefix is not None else _default_prefix()
-        if not (self.prefix[:1].isalpha() and self.prefix.isalnum() and self.prefix.isascii() and self.prefix.islower()):
-            raise NamespaceClusterError(f"prefix {self.prefix!r} must be lowercase letters/digits starting with a letter")
+        if not (
+            self.prefix[:1].isalpha() and self.prefix.isalnum() and self.prefix.isascii() and self.prefix.islower()
+        ):
+            raise NamespaceClusterError(
+                f"prefix {self.prefix!r} must be lowercase letters/digits starting with a letter"
+            )
         longest = max(len(f"{self.prefix}br"), len(f"{self.prefix}v{n_hosts}"))
         if longest > IFNAMSIZ:
-            raise NamespaceClusterError(f"prefix {self.prefix!r} is too long: interface names must be <= {IFNAMSIZ} chars")
+            raise NamespaceClusterError(
+                f"prefix {self.prefix!r} is too long: interface names must be <= {IFNAMSIZ} chars"
+            )
         self.slots = slots
         self.source_bashrc = source_bashrc
         self.cgroups = cgroups
@@ -451,13 +462,17 @@ class NamespaceCluster:
         if isinstance(ref, int) and not isinstance(ref, bool):
             if 0 <= ref < len(self.hosts):
                 return self.hosts[ref]
-            raise NamespaceClusterError(f"host index {ref} out of range 0..{len(self.hosts) - 1} (indexes are 0-based: 0 is h1)")
+            raise NamespaceClusterError(
+                f"host index {ref} out of range 0..{len(self.hosts) - 1} (indexes are 0-based: 0 is h1)"
+            )
         for h in self.hosts:
             if ref in (h.name, h.ip, h.netns):
                 return h
         raise NamespaceClusterError(f"no host {ref!r}; hosts are {[h.name for h in self.hosts]}")
 
-    def ssh_argv(self, host: HostRef, cmd: Union[str, Sequence[str]], *, connect_timeout: Optional[float] = None) -> List[str]:
+    def ssh_argv(
+        self, host: HostRef, cmd: Union[str, Sequence[str]], *, connect_timeout: Optional[float] = None
+    ) -> List[str]:
         """The OpenSSH client argv :meth:`ssh` runs (``ssh -F <ssh_config> [-o ConnectTimeout=N] h1 <cmd>``).
 
         ``cmd`` as a string is given to the remote shell as is; as a list it is ``shlex``-quoted.
@@ -503,7 +518,9 @@ class NamespaceCluster:
             check=check,
         )
 
-    def exec_in(self, host: HostRef, argv: Sequence[str], *, timeout: float = 60.0, check: bool = False) -> subprocess.CompletedProcess:
+    def exec_in(
+        self, host: HostRef, argv: Sequence[str], *, timeout: float = 60.0, check: bool = False
+    ) -> subprocess.CompletedProcess:
         """Run ``argv`` directly inside ``host``'s namespace (``ip netns exec``), no ssh involved.
 
         Returns:
@@ -606,7 +623,9 @@ class NamespaceCluster:
         while True:
             proc = self._sshd_procs.get(h.name)
             if proc is not None and proc.poll() is not None:
-                raise NamespaceClusterError(f"sshd of {h.name} exited with {proc.returncode}; log:\n{self._log_tail(h)}")
+                raise NamespaceClusterError(
+                    f"sshd of {h.name} exited with {proc.returncode}; log:\n{self._log_tail(h)}"
+                )
             try:
                 with socket.create_connection((h.ip, 22), timeout=0.5) as sock:
                     sock.settimeout(max(0.2, min(2.0, deadline - time.monotonic())))
@@ -615,7 +634,9 @@ class NamespaceCluster:
             except OSError as exc:
                 last = exc
             if time.monotonic() >= deadline:
-                raise NamespaceClusterError(f"{h.name} ({h.ip}:22) did not answer within {timeout:g}s ({last}); log:\n{self._log_tail(h)}")
+                raise NamespaceClusterError(
+                    f"{h.name} ({h.ip}:22) did not answer within {timeout:g}s ({last}); log:\n{self._log_tail(h)}"
+                )
             time.sleep(0.02)
 
     def reset(self) -> Dict[str, List[int]]:
@@ -729,7 +750,11 @@ class NamespaceCluster:
                 if not os.path.isdir(workdir):
                     raise NamespaceClusterError(f"{workdir} exists and is not a directory")
                 if os.listdir(workdir):
-                    hint = " (a cluster is up there: run 'down' first)" if os.path.exists(os.path.join(workdir, STATE_FILE)) else ""
+                    hint = (
+                        " (a cluster is up there: run 'down' first)"
+                        if os.path.exists(os.path.join(workdir, STATE_FILE))
+                        else ""
+                    )
                     raise NamespaceClusterError(f"{workdir} is not empty{hint}")
             else:
                 os.makedirs(workdir, mode=0o700)
@@ -750,7 +775,9 @@ class NamespaceCluster:
         if not os.access(SSHD, os.X_OK):
             missing.append(SSHD)
         if missing:
-            raise NamespaceClusterError("missing: " + ", ".join(missing) + " (apt-get install iproute2 openssh-server openssh-client)")
+            raise NamespaceClusterError(
+                "missing: " + ", ".join(missing) + " (apt-get install iproute2 openssh-server openssh-client)"
+            )
         os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)
 
     def _create_network(self, n_hosts: int, subnet: Optional[str]) -> None:
@@ -809,8 +836,15 @@ class NamespaceCluster:
             os.makedirs(self._host_dir(h), mode=0o700, exist_ok=True)
             jobs.append((os.path.join(self._host_dir(h), "ssh_host_ed25519_key"), f"{h.name}-hostkey"))
         procs = [
-            (path, subprocess.Popen(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            (
+                path,
+                subprocess.Popen(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                ),
+            )
             for path, comment in jobs
         ]
         for path, proc in procs:
@@ -827,7 +861,11 @@ class NamespaceCluster:
         for h in self.hosts:
             with open(os.path.join(self._host_dir(h), "ssh_host_ed25519_key.pub"), encoding="utf-8") as fh:
                 keytype, blob = fh.read().split()[:2]
-            extra = f",[{h.name}]:{self.extra_ssh_port},[{h.ip}]:{self.extra_ssh_port}" if self.extra_ssh_port is not None else ""
+            extra = (
+                f",[{h.name}]:{self.extra_ssh_port},[{h.ip}]:{self.extra_ssh_port}"
+                if self.extra_ssh_port is not None
+                else ""
+            )
             known.append(f"{h.name},{h.ip}{extra} {keytype} {blob}\n")
             config.append(
                 f"Host {h.name} {h.ip}\n"
@@ -889,7 +927,7 @@ class NamespaceCluster:
                     # the hosts share this machine's /tmp: each host's OpenMPI daemons keep their
                     # session dirs in their own folder, as on separate machines (two daemons of one
                     # job creating /tmp/ompi.<node>.<uid>/jf.<job> at once can fail with EEXIST)
-                    + f"SetEnv OMPI_MCA_orte_tmpdir_base={hd}/tmp" + ("" if self.source_bashrc else " SHLVL=1") + "\n"
+                     + f"SetEnv OMPI_MCA_orte_tmpdir_base={hd}/tmp" + ("" if self.source_bashrc else " SHLVL=1") + "\n"
                 )
             os.makedirs(os.path.join(hd, "tmp"), mode=0o1777, exist_ok=True)
 
@@ -1068,7 +1106,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         if args.command == "up":
-            cluster = NamespaceCluster(args.hosts, workdir=args.dir, prefix=args.prefix, slots=args.slots, subnet=args.subnet)
+            cluster = NamespaceCluster(
+                args.hosts, workdir=args.dir, prefix=args.prefix, slots=args.slots, subnet=args.subnet
+            )
             cluster.detach()
             print(_describe(cluster))
             return 0

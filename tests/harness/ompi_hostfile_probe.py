@@ -17,6 +17,7 @@ hosts, so the agents wait: once every remote host of the printed allocation has 
 ``F.err`` (mpirun's output) and ``F.agent``, four mpiruns at a time.
 :func:`read_result` turns them into what OpenMPI made of the file.
 """
+
 from __future__ import annotations
 
 import glob
@@ -49,8 +50,22 @@ def _agents_started(path: str) -> bool:
 
 def probe(path: str, agent: str) -> None:
     env = dict(os.environ, MSL_AGENT_LOG=path + ".agent", TMPDIR=os.path.dirname(path))
-    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "ras_base_verbose", "5",
-            "--mca", "plm_rsh_agent", agent, "--hostfile", path, "-n", "1", "true"]
+    argv = [
+        "mpirun",
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--mca",
+        "ras_base_verbose",
+        "5",
+        "--mca",
+        "plm_rsh_agent",
+        agent,
+        "--hostfile",
+        path,
+        "-n",
+        "1",
+        "true",
+    ]
     with open(path + ".out", "wb") as out, open(path + ".err", "wb") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, start_new_session=True)
     deadline = time.monotonic() + DEADLINE

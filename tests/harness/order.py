@@ -11,6 +11,7 @@ A long test says how long it is itself, with ``@pytest.mark.cost(seconds)`` (see
 the time moves with the test when it is renamed or moved, and goes when it is deleted.  A table
 of test ids here went stale without a sound on a rename (the test ran last again, unnoticed).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -30,11 +31,19 @@ def cost_of(item: Any) -> Tuple[str, float]:
         ValueError: the marker's arguments are not one positive number and an optional group name.
     """
     marker = item.get_closest_marker("cost")
-    ok = (marker is not None and len(marker.args) == 1 and isinstance(marker.args[0], (int, float))
-          and not isinstance(marker.args[0], bool) and marker.args[0] > 0 and set(marker.kwargs) <= {"group"})
+    ok = (
+        marker is not None
+        and len(marker.args) == 1
+        and isinstance(marker.args[0], (int, float))
+        and not isinstance(marker.args[0], bool)
+        and marker.args[0] > 0
+        and set(marker.kwargs) <= {"group"}
+    )
     if not ok:
-        raise ValueError(f"{item.nodeid}: write the cost marker as pytest.mark.cost(SECONDS, group=NAME), with SECONDS > 0"
-                         f" (got {marker.args if marker else None} {marker.kwargs if marker else ''})")
+        raise ValueError(
+            f"{item.nodeid}: write the cost marker as pytest.mark.cost(SECONDS, group=NAME), with SECONDS > 0"
+            f" (got {marker.args if marker else None} {marker.kwargs if marker else ''})"
+        )
     group = marker.kwargs.get("group")
     module = item.nodeid.split("::", 1)[0]
     return (f"{module}::[{group}]" if group else item.nodeid), float(marker.args[0])
@@ -74,7 +83,7 @@ def spread(items: List[Any], workers: int) -> List[Any]:
     for w, size in enumerate(_sizes(len(items), workers)):
         need = max(0, size - len(heads[w]))
         out.extend(heads[w])
-        out.extend(rest[pos:pos + need])
+        out.extend(rest[pos : pos + need])
         pos += need
     out.extend(rest[pos:])
     assert len(out) == len(items), (len(out), len(items))

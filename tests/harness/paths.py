@@ -1,4 +1,5 @@
 """Where the repository and its tests are, for tests at any depth of the tree."""
+
 import os
 
 #: The repository's root folder.

@@ -29,6 +29,7 @@ On-disk layout (under the namespace cluster's work dir)::
     slurm/run/*.pid               pid files
     slurm/state.json              daemon pids for ``down`` (with the namespace cluster's state.json)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -136,8 +137,15 @@ class SlurmCluster:
         SlurmClusterError / NamespaceClusterError: a step failed; everything is removed first.
     """
 
-    def __init__(self, n_nodes: int = 3, workdir: Optional[str] = None, *, cpus: int = 4,
-                 start_timeout: float = 30.0, _attach: Optional[Dict[str, object]] = None) -> None:
+    def __init__(
+        self,
+        n_nodes: int = 3,
+        workdir: Optional[str] = None,
+        *,
+        cpus: int = 4,
+        start_timeout: float = 30.0,
+        _attach: Optional[Dict[str, object]] = None,
+    ) -> None:
         self._procs: Dict[str, subprocess.Popen] = {}
         self._pids: Dict[str, int] = {}
         self._closed = False
@@ -202,8 +210,10 @@ class SlurmCluster:
                 self.wait_quiet(max(1.0, end - time.monotonic()))
                 return
             time.sleep(0.1)
-        raise SlurmClusterError(f"nodes not idle after {timeout:g} s: idle={self.idle_nodes()} "
-                                f"queue={self.run(['squeue', '-h']).stdout.strip()!r}")
+        raise SlurmClusterError(
+            f"nodes not idle after {timeout:g} s: idle={self.idle_nodes()} "
+            f"queue={self.run(['squeue', '-h']).stdout.strip()!r}"
+        )
 
     def node_pids(self, include_slurm: bool = True) -> Dict[str, List[int]]:
         """Pids in each node's namespace other than sshd and that node's slurmd, by node name
@@ -242,7 +252,10 @@ class SlurmCluster:
         """An allocation (``salloc --no-shell``) for the duration of the ``with``; yields the
         environment a process inside it has (as under ``salloc``: ``SLURM_JOB_ID``,
         ``SLURM_JOB_NODELIST``, ``SLURM_NTASKS_PER_NODE``, ``SLURM_CONF``).  Cancelled after it."""
-        res = self.run(["salloc", "--no-shell", f"-N{nodes}", f"--ntasks-per-node={per_node}", "--immediate=30", *extra], timeout=60)
+        res = self.run(
+            ["salloc", "--no-shell", f"-N{nodes}", f"--ntasks-per-node={per_node}", "--immediate=30", *extra],
+            timeout=60,
+        )
         m = re.search(r"Granted job allocation (\d+)", res.stderr)
         if res.returncode != 0 or not m:
             raise SlurmClusterError(f"salloc failed: {res.stderr.strip()}")
@@ -250,8 +263,16 @@ class SlurmCluster:
         try:
             nodelist = self.run(["squeue", "-h", "-j", job, "-o", "%N"]).stdout.strip()
             env = self.env()
-            env.update({"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": nodelist, "SLURM_NODELIST": nodelist,
-                        "SLURM_NTASKS_PER_NODE": str(per_node), "SLURM_JOB_NUM_NODES": str(nodes)})
+            env.update(
+                {
+                    "SLURM_JOB_ID": job,
+                    "SLURM_JOBID": job,
+                    "SLURM_JOB_NODELIST": nodelist,
+                    "SLURM_NODELIST": nodelist,
+                    "SLURM_NTASKS_PER_NODE": str(per_node),
+                    "SLURM_JOB_NUM_NODES": str(nodes),
+                }
+            )
             yield env
         finally:
             self.run(["scancel", job], timeout=30)
@@ -370,10 +391,17 @@ class SlurmCluster:
     def _write_conf(self, cpus: int) -> None:
         for sub in ("ctld", "run", "log", *(f"spool/{n}" for n in self.nodes)):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
-        lines = [f"NodeName={n} NodeAddr={h.ip} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
-                 for n, h in zip(self.nodes, self.net.hosts)]
-        text = _CONF.format(ctl_name=socket.gethostname().split(".")[0], ctl_addr=self.net.bridge_ip,
-                            port=_free_port(), d=self.dir, nodes="\n".join(lines))
+        lines = [
+            f"NodeName={n} NodeAddr={h.ip} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
+            for n, h in zip(self.nodes, self.net.hosts)
+        ]
+        text = _CONF.format(
+            ctl_name=socket.gethostname().split(".")[0],
+            ctl_addr=self.net.bridge_ip,
+            port=_free_port(),
+            d=self.dir,
+            nodes="\n".join(lines),
+        )
         with open(self.conf, "w", encoding="utf-8") as fh:
             fh.write(text)
 
@@ -381,8 +409,14 @@ class SlurmCluster:
         env = self.env()
         log = open(os.path.join(self.dir, "log", "daemons.out"), "ab")
         try:
-            ctld = subprocess.Popen([_exe("slurmctld"), "-D", "-i", "-f", self.conf], env=env, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            ctld = subprocess.Popen(
+                [_exe("slurmctld"), "-D", "-i", "-f", self.conf],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             self._procs["slurmctld"], self._pids["slurmctld"] = ctld, ctld.pid
             for node in self.nodes:
                 self._spawn_slurmd(node, env, log)
@@ -401,9 +435,14 @@ class SlurmCluster:
     def _spawn_slurmd(self, node: str, env: Dict[str, str], log: object) -> None:
         h = self.net.hosts[self.nodes.index(node)]
         script = f"hostname {node} && exec {_exe('slurmd')} -D -f {self.conf} -N {node}"
-        proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{h.netns}", "unshare", "--uts", "sh", "-c", script],
-                                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # type: ignore[arg-type]
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{h.netns}", "unshare", "--uts", "sh", "-c", script],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,  # type: ignore[arg-type]
+            start_new_session=True,
+        )
         self._procs[node], self._pids[node] = proc, proc.pid
 
     def _write_state(self) -> None:

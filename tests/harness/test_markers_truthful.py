@@ -7,6 +7,7 @@ finder): it collects the whole unit subset (module-level imports), then runs the
 the modules that import MindSpore or the launcher modules importing it, at any depth (imports
 inside test bodies).
 """
+
 from __future__ import annotations
 
 import os
@@ -36,16 +37,25 @@ sys.exit(pytest.main(sys.argv[1:]))
 """
 
 #: An import, at any depth, of MindSpore or of the launcher modules that import it when imported.
-NAMES_MS = re.compile(r"^\s*(import mindspore|from mindspore|import launcher\.workloads|from launcher\.workloads"
-                      r"|from launcher\.execution\.probes(\.health_probe| import health_probe))", re.M)
+NAMES_MS = re.compile(
+    r"^\s*(import mindspore|from mindspore|import launcher\.workloads|from launcher\.workloads"
+    r"|from launcher\.execution\.probes(\.health_probe| import health_probe))",
+    re.M,
+)
 
 
 def _child(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, CI="")  # outside CI: what needs MindSpore skips
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_XDIST_WORKER_COUNT", None)
-    return subprocess.run([sys.executable, "-c", CHILD, "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-m", UNIT, *args],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-m", UNIT, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _modules_naming_mindspore() -> list:
@@ -68,5 +78,6 @@ def test_the_unit_subset_collects_and_the_tests_near_mindspore_pass_without_it()
     modules = _modules_naming_mindspore()
     assert "tests/workloads/test_resnet50.py" in modules  # the search finds what it should
     run = _child("-x", "-rf", *modules)
-    assert run.returncode in (0, 5), ("a unit test needs MindSpore but is not marked mindspore:\n"
-                                      + run.stdout[-4000:] + run.stderr[-2000:])
+    assert run.returncode in (0, 5), (
+        "a unit test needs MindSpore but is not marked mindspore:\n" + run.stdout[-4000:] + run.stderr[-2000:]
+    )

@@ -1,6 +1,7 @@
 """The ``mindspore`` marker is the requirement: a test marked so is skipped without MindSpore, and
 failed in CI (tests/conftest.py calls :func:`tests.harness.mindspore.require_mindspore` with the
 marker's keyword arguments before the test's fixtures run)."""
+
 from __future__ import annotations
 
 import pytest
@@ -57,7 +58,9 @@ def test_an_unmarked_test_needs_nothing(no_mindspore):
 def test_a_missing_need_skips_outside_ci_and_fails_in_ci(monkeypatch):
     from tests.harness import needs
 
-    monkeypatch.setitem(needs.NEEDS, "ssh-keygen", (lambda: False, "ssh-keygen not installed (x)", "ssh-keygen is missing in CI (y)"))
+    monkeypatch.setitem(
+        needs.NEEDS, "ssh-keygen", (lambda: False, "ssh-keygen not installed (x)", "ssh-keygen is missing in CI (y)")
+    )
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match=r"^ssh-keygen not installed \(x\)$"):
         pytest_runtest_setup(Item(pytest.mark.needs("ssh-keygen")))
@@ -71,5 +74,7 @@ def test_a_missing_need_skips_outside_ci_and_fails_in_ci(monkeypatch):
 def test_an_unknown_need_is_refused_naming_the_test():
     from tests.harness.needs import check_names
 
-    with pytest.raises(ValueError, match=r"^t::x: pytest.mark.needs\('sshkeygen',\): unknown; known: ssh-keygen, installed"):
+    with pytest.raises(
+        ValueError, match=r"^t::x: pytest.mark.needs\('sshkeygen',\): unknown; known: ssh-keygen, installed"
+    ):
         check_names(["sshkeygen", "root"], "t::x")

@@ -20,6 +20,7 @@ CLI, and so not checked: typer's ``CliRunner`` on an ``app`` object (unit tests 
 which look at the exception it raised), and ``-c`` programs that check what a fresh interpreter
 imports (tests/cli/test_app.py, tests/cli/test_cli_ranktable.py).
 """
+
 from __future__ import annotations
 
 import ast
@@ -38,8 +39,11 @@ ENTRY_MODULES = {"launcher.__main__", "launcher.cli.app", "launcher.cli.ranktabl
 
 
 def _is_argv_call(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and (
-        getattr(node.func, "id", None) == "mslaunch_argv" or getattr(node.func, "attr", None) == "mslaunch_argv")
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, (ast.Name, ast.Attribute))
+        and (getattr(node.func, "id", None) == "mslaunch_argv" or getattr(node.func, "attr", None) == "mslaunch_argv")
+    )
 
 
 def _argv_expr(node: ast.AST, bound: Set[str], builders: Set[str]) -> bool:
@@ -102,9 +106,15 @@ def _waiting_calls(tree: ast.AST, where: str) -> List[str]:
                 if isinstance(inner, ast.Call):
                     bound.setdefault(id(inner), set()).update(names)
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WAITING_CALLS
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess"
-                and node.args and _argv_expr(node.args[0], module_bound | bound.get(id(node), set()), builders)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in WAITING_CALLS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "subprocess"
+            and node.args
+            and _argv_expr(node.args[0], module_bound | bound.get(id(node), set()), builders)
+        ):
             found.append(f"{where}:{node.lineno}: subprocess.{node.func.attr} of mslaunch_argv(): use run_process")
     return found
 
@@ -131,13 +141,25 @@ def violations(source: str, where: str) -> List[str]:
     for node in ast.walk(tree):
         line = f"{where}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, (ast.List, ast.Tuple)) and _launcher_pair(node.elts):
-            found.append(f"{line}: builds `python -m launcher` itself: use tests.harness.cli (run_process, mslaunch_argv)")
+            found.append(
+                f"{line}: builds `python -m launcher` itself: use tests.harness.cli (run_process, mslaunch_argv)"
+            )
         elif isinstance(node, ast.Call) and _launcher_pair(node.args):
-            found.append(f"{line}: builds `python -m launcher` itself: use tests.harness.cli (run_process, mslaunch_argv)")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"run_module\(\s*['\"]launcher['\"]", node.value):
+            found.append(
+                f"{line}: builds `python -m launcher` itself: use tests.harness.cli (run_process, mslaunch_argv)"
+            )
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.search(r"run_module\(\s*['\"]launcher['\"]", node.value)
+        ):
             found.append(f"{line}: a program that runs the launcher module: use run_process(..., imports=...)")
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (node.name in OWN_NAMES or RUNNER_NAME.match(node.name)):
-            found.append(f"{line}: defines {node.name}(), a runner of its own: call tests.harness.cli's run_cli/run_process")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            node.name in OWN_NAMES or RUNNER_NAME.match(node.name)
+        ):
+            found.append(
+                f"{line}: defines {node.name}(), a runner of its own: call tests.harness.cli's run_cli/run_process"
+            )
         elif entries and isinstance(node, ast.Call) and _dotted(node.func) in entries:
             found.append(f"{line}: calls the CLI's main() itself: use run_cli (in this process) or run_process")
     if "mslaunch_argv" in source:  # (the walks below cost seconds over the whole tree)
@@ -154,40 +176,46 @@ def test_no_test_module_runs_mslaunch_but_through_the_harness():
     assert found == [], "\n".join(found)
 
 
-@pytest.mark.parametrize("source", [
-    'import subprocess, sys\nr = subprocess.run([sys.executable, "-m", "launcher", "plan"], capture_output=True)\n',
-    'import sys\nARGV = (sys.executable, "-m", "launcher")\n',
-    'import subprocess, sys\nsubprocess.Popen(["python3", "-m", "launcher", "run"])\n',
-    'import os, sys\nos.execv(sys.executable, "-m", "launcher")\n',
-    'DRIVER = "import runpy; runpy.run_module(\'launcher\', run_name=\'__main__\')"\n',
-    'from tests.harness.cli import run_process\ndef mslaunch(*a):\n    return run_process(*a)\n',
-    'def _mslaunch(c, *a):\n    pass\n',
-    'def run_mslaunch(*a):\n    pass\n',
-    'def mslaunch_with_plugin(*a):\n    pass\n',
-    'def run_cli(*a):\n    pass\n',
-    'from launcher.cli.app import main\ndef gen(*args):\n    main(list(args))\n',
-    'from launcher.__main__ import main as entry\nentry()\n',
-    'from launcher.cli import app as appmod\nappmod.main(["plan", "x.py"])\n',
-    'import launcher.cli.ranktable\nlauncher.cli.ranktable.main(["gen"])\n',
-    'class Job:\n    def run_process(self):\n        pass\n',
-    'import subprocess\nfrom tests.harness.cli import mslaunch_argv\nr = subprocess.run(mslaunch_argv("ps"), capture_output=True)\n',
-    'import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    argv = mslaunch_argv("ps")\n    return subprocess.check_output(argv)\n',
-    'import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    return subprocess.run(mslaunch_argv("ps") + ["--all"])\n',
-    'import subprocess\nfrom tests.harness.cli import mslaunch_argv\nclass J:\n    def argv(self):\n        return mslaunch_argv("run")\n'
-    '    def go(self):\n        return subprocess.run(self.argv(), capture_output=True)\n',
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        'import subprocess, sys\nr = subprocess.run([sys.executable, "-m", "launcher", "plan"], capture_output=True)\n',
+        'import sys\nARGV = (sys.executable, "-m", "launcher")\n',
+        'import subprocess, sys\nsubprocess.Popen(["python3", "-m", "launcher", "run"])\n',
+        'import os, sys\nos.execv(sys.executable, "-m", "launcher")\n',
+        "DRIVER = \"import runpy; runpy.run_module('launcher', run_name='__main__')\"\n",
+        "from tests.harness.cli import run_process\ndef mslaunch(*a):\n    return run_process(*a)\n",
+        "def _mslaunch(c, *a):\n    pass\n",
+        "def run_mslaunch(*a):\n    pass\n",
+        "def mslaunch_with_plugin(*a):\n    pass\n",
+        "def run_cli(*a):\n    pass\n",
+        "from launcher.cli.app import main\ndef gen(*args):\n    main(list(args))\n",
+        "from launcher.__main__ import main as entry\nentry()\n",
+        'from launcher.cli import app as appmod\nappmod.main(["plan", "x.py"])\n',
+        'import launcher.cli.ranktable\nlauncher.cli.ranktable.main(["gen"])\n',
+        "class Job:\n    def run_process(self):\n        pass\n",
+        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\nr = subprocess.run(mslaunch_argv("ps"), capture_output=True)\n',
+        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    argv = mslaunch_argv("ps")\n    return subprocess.check_output(argv)\n',
+        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    return subprocess.run(mslaunch_argv("ps") + ["--all"])\n',
+        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\nclass J:\n    def argv(self):\n        return mslaunch_argv("run")\n'
+        "    def go(self):\n        return subprocess.run(self.argv(), capture_output=True)\n",
+    ],
+)
 def test_the_check_finds_a_runner_of_a_module_own(source):
     assert violations(source, "tests/x/test_sample.py") != []
 
 
-@pytest.mark.parametrize("source", [
-    'from tests.harness.cli import run_process\ndef on_cluster(c, *a):\n    return run_process(*a, env={"MSLAUNCH_SSH_CONFIG": c})\n',
-    'import subprocess\nfrom tests.harness.cli import mslaunch_argv\np = subprocess.Popen(mslaunch_argv("logs", "tail", "-f"))\n',
-    'from tests.harness.cli import mslaunch_argv\nline = " ".join(mslaunch_argv("run", "x.py"))\n',
-    'import subprocess\nsubprocess.run(["python3", "-m", "launcher.workloads.cifar10_synth", "d"])\n',
-    'def _mslaunch_home(tmp_path):\n    pass\ndef mslaunch_reads(text):\n    pass\n',
-    'assert " -m launcher run " in "x -m launcher run y"\n',
-    'from launcher.cli import app as appmod\nappmod._register("k8s")\nfrom launcher.workloads.x import main\nmain([])\n',
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        'from tests.harness.cli import run_process\ndef on_cluster(c, *a):\n    return run_process(*a, env={"MSLAUNCH_SSH_CONFIG": c})\n',
+        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\np = subprocess.Popen(mslaunch_argv("logs", "tail", "-f"))\n',
+        'from tests.harness.cli import mslaunch_argv\nline = " ".join(mslaunch_argv("run", "x.py"))\n',
+        'import subprocess\nsubprocess.run(["python3", "-m", "launcher.workloads.cifar10_synth", "d"])\n',
+        "def _mslaunch_home(tmp_path):\n    pass\ndef mslaunch_reads(text):\n    pass\n",
+        'assert " -m launcher run " in "x -m launcher run y"\n',
+        'from launcher.cli import app as appmod\nappmod._register("k8s")\nfrom launcher.workloads.x import main\nmain([])\n',
+    ],
+)
 def test_the_check_lets_calls_of_the_harness_pass(source):
     assert violations(source, "tests/x/test_sample.py") == []

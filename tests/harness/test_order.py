@@ -1,5 +1,6 @@
 """The hand-out order of the tests (tests/harness/order.py): long tests, known by their own
 ``pytest.mark.cost`` marker, go first, spread over the workers by their seconds."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,13 +27,19 @@ def short(n: int, module: str = "tests/a/test_short.py") -> list:
 
 
 def test_long_tests_head_the_workers_first_hand_outs_balanced_by_seconds():
-    a, b, c = Item("tests/x/test_x.py::test_a", 100), Item("tests/x/test_x.py::test_b", 60), Item("tests/y/test_y.py::test_c", 50)
+    a, b, c = (
+        Item("tests/x/test_x.py::test_a", 100),
+        Item("tests/x/test_x.py::test_b", 60),
+        Item("tests/y/test_y.py::test_c", 50),
+    )
     items = short(10) + [c, a] + short(5, "tests/b/test_more.py") + [b]
     out = spread(items, 2)
     assert sorted(map(id, out)) == sorted(map(id, items))
     first, second = out[:9], out[9:]  # worksteal gives worker 0 the first 18 // 2 items
     assert first[0] is a and second[:2] == [b, c]  # 100 | 60 + 50
-    assert [it for it in out if it.marker is None] == [it for it in items if it.marker is None]  # the rest keep their order
+    assert [it for it in out if it.marker is None] == [
+        it for it in items if it.marker is None
+    ]  # the rest keep their order
 
 
 def test_a_group_runs_on_one_worker_and_costs_the_sum_of_its_members():
@@ -54,12 +61,24 @@ def test_a_renamed_long_test_keeps_its_place():
         assert spread(short(30) + [long], 3)[0] is long
 
 
-@pytest.mark.parametrize("args,kwargs", [((), {"group": "g"}), ((0,), {}), ((-5,), {}), (("100",), {}), ((True,), {}),
-                                         ((10, 20), {}), ((10,), {"grup": "g"})])
+@pytest.mark.parametrize(
+    "args,kwargs",
+    [
+        ((), {"group": "g"}),
+        ((0,), {}),
+        ((-5,), {}),
+        (("100",), {}),
+        ((True,), {}),
+        ((10, 20), {}),
+        ((10,), {"grup": "g"}),
+    ],
+)
 def test_a_malformed_cost_marker_is_an_error_on_every_run(args, kwargs):
     bad = Item("tests/z/test_z.py::test_bad", *args, **kwargs)
     for workers in (1, 2, 4):
-        with pytest.raises(ValueError, match=r"^tests/z/test_z.py::test_bad: write the cost marker as pytest.mark.cost\(SECONDS"):
+        with pytest.raises(
+            ValueError, match=r"^tests/z/test_z.py::test_bad: write the cost marker as pytest.mark.cost\(SECONDS"
+        ):
             spread(short(3) + [bad], workers)
 
 

@@ -1,4 +1,5 @@
 """`mslaunch check` result parsing and judging (the end-to-end run is in test_e2e_mindspore.py)."""
+
 from launcher.cli.check import judge, parse_check_lines
 
 

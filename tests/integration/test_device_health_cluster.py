@@ -16,6 +16,7 @@ GPU (GPUs 2 and 3 per host): h1 GPU 3 with uncorrected ECC errors, h2 GPU 2 held
 h3 healthy.  Then ``run --preflight exclude`` of an Ascend job planned on h2 and h3 leaves h2
 out, runs on h3 and h1, and nothing is left on any host.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,13 @@ def _inventory(c, path, order, devices) -> str:
     for i in order:
         h = c.hosts[i]
         ips = ", ".join(f'"{d}": 192.98.{d}.{i + 1}' for d in devices)
-        lines += [f"  - host: {h.ip}", f"    slots: {len(devices)}", f"    devices: [{', '.join(map(str, devices))}]",
-                  f"    device_ips: {{{ips}}}", f"    ssh: {{user: root, port: 22, key: {json.dumps(c.key_path)}}}"]
+        lines += [
+            f"  - host: {h.ip}",
+            f"    slots: {len(devices)}",
+            f"    devices: [{', '.join(map(str, devices))}]",
+            f"    device_ips: {{{ips}}}",
+            f"    ssh: {{user: root, port: 22, key: {json.dumps(c.key_path)}}}",
+        ]
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
@@ -148,9 +154,29 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     # run --preflight exclude: planned on h2 and h3 (h1 a spare); h2's devices are faulty
     _cases(folder, c, ["ascend_healthy", "h2_faults", "h3_quirks"])
     job = _inventory(c, tmp_path / "job.yaml", (1, 2, 0), (0, 1))
-    r = on_cluster(c, tmp_path, folder, "run", "--hosts", job, "--np", "4", "--master-port", "auto", "--log-dir",
-                  str(tmp_path / "ex"), "--tee", "none", "--preflight", "exclude", "--env", "DEVICE_TARGET=Ascend",
-                  PROG, "ok", "0.1")
+    r = on_cluster(
+        c,
+        tmp_path,
+        folder,
+        "run",
+        "--hosts",
+        job,
+        "--np",
+        "4",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(tmp_path / "ex"),
+        "--tee",
+        "none",
+        "--preflight",
+        "exclude",
+        "--env",
+        "DEVICE_TARGET=Ascend",
+        PROG,
+        "ok",
+        "0.1",
+    )
     assert r.returncode == 0, r.stderr
     assert f"preflight: leaving out {ip[1]} faulty: NPU " in r.stderr, r.stderr
     assert f"leaving out {ip[2]}" not in r.stderr
@@ -192,19 +218,34 @@ def test_preflight_in_kubelet_like_pods_checks_each_pods_own_devices(make_netns_
     folder = tmp_path / "fake"
     (folder / "hosts").mkdir(parents=True)
     (folder / "cases").mkdir()
-    (folder / "cases" / "link_down.json").write_text(json.dumps({"base": "ascend_healthy",
-                                                                 "hccn_tool -i 0 -link": {"file": "hccn_link_down.txt"}}))
+    (folder / "cases" / "link_down.json").write_text(
+        json.dumps({"base": "ascend_healthy", "hccn_tool -i 0 -link": {"file": "hccn_link_down.txt"}})
+    )
     env = dict(image_env(), MSLAUNCH_DEVICE_TOOLS_DIR=_tools(tmp_path, folder))
 
     def job_run(tag: str, faulty: int = -1):
         wd = tmp_path / tag
         wd.mkdir()
         (wd / "prog.py").write_text(POD_PROG)
-        manifest = gen(wd, "--cpu-tune", "off", "--preflight", "exclude", "--device-checks", "require", "--env", "DEVICE_TARGET=Ascend",
-                       "--start-timeout", "60", "prog.py")
+        manifest = gen(
+            wd,
+            "--cpu-tune",
+            "off",
+            "--preflight",
+            "exclude",
+            "--device-checks",
+            "require",
+            "--env",
+            "DEVICE_TARGET=Ascend",
+            "--start-timeout",
+            "60",
+            "prog.py",
+        )
         with IndexedJobPods(c, manifest, env, str(tmp_path / tag)) as job:
             for i in range(3):  # each pod's host name is <job>-<i>: the fake tools answer by it
-                (folder / "hosts" / f"{job.job_name}-{i}").write_text("link_down\n" if i == faulty else "ascend_healthy\nnet=1\n")
+                (folder / "hosts" / f"{job.job_name}-{i}").write_text(
+                    "link_down\n" if i == faulty else "ascend_healthy\nnet=1\n"
+                )
             for i in range(3):
                 job.start(i)
             status = job.run(timeout=300)
@@ -218,9 +259,15 @@ def test_preflight_in_kubelet_like_pods_checks_each_pods_own_devices(make_netns_
     for i in range(3):
         assert "mslaunch: preflight: all 1 host(s) ok" in logs[i], logs[i][-2000:]
         assert all(f"prog rank={r} up" in logs[i] for r in (2 * i, 2 * i + 1)), logs[i][-2000:]
-    events = [json.loads(line) for p in sorted((wd / "mslaunch_logs").glob("*/events.jsonl")) for line in p.read_text().splitlines()]
+    events = [
+        json.loads(line)
+        for p in sorted((wd / "mslaunch_logs").glob("*/events.jsonl"))
+        for line in p.read_text().splitlines()
+    ]
     pre = [e for e in events if e["kind"] == "preflight"]
-    assert len(pre) == 3 and all(e["devices"]["target"] == "ascend" and e["devices"]["checks"] == "require" for e in pre), pre
+    assert len(pre) == 3 and all(
+        e["devices"]["target"] == "ascend" and e["devices"]["checks"] == "require" for e in pre
+    ), pre
     assert all(e["hosts"][0]["reason"].endswith("; devices ok: NPU 0-1") for e in pre), pre
 
     status, job, logs, wd = job_run("faulty", faulty=1)
@@ -228,7 +275,9 @@ def test_preflight_in_kubelet_like_pods_checks_each_pods_own_devices(make_netns_
     assert job.pods[1].returncode == 2, logs[1][-2000:]
     errors = [ln for ln in logs[1].splitlines() if "error" in ln]
     assert len(errors) == 1 and "Traceback" not in logs[1], logs[1][-2000:]
-    assert re.search(rf"this node \({job.job_name}-1\) is faulty: NPU 0: link status: DOWN .*in per-node mode", errors[0]), errors[0]
+    assert re.search(
+        rf"this node \({job.job_name}-1\) is faulty: NPU 0: link status: DOWN .*in per-node mode", errors[0]
+    ), errors[0]
     assert "prog rank=2 up" not in logs[1] and "prog rank=3 up" not in logs[1]
     assert not (wd / "up_2").exists() and not (wd / "up_3").exists()
     assert c.all_pids() == {}

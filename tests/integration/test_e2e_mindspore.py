@@ -6,6 +6,7 @@ default launcher is proven by ``test_msrun_e2e.py::test_zygote_forked_ranks_run_
 docs block of docs/workload.md (locally), MindSpore under mpirun (two app contexts of one mpirun) by
 ``test_multihost.py::test_allreduce_6_workers_through_mpirun_across_hosts``.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,18 @@ time.sleep(300)
 def test_mindspore_rank_failure_tears_down_fast(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text(FAIL)
-    r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(tmp_path / "job"), str(script), cwd=tmp_path, timeout=300)
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(tmp_path / "job"),
+        str(script),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 3, r.stderr
     summary = assert_no_pids_left(tmp_path / "job")
     cause = summary["root_cause"]

@@ -9,6 +9,7 @@ so their weights agree after training only because that AllReduce ran.  A linear
 checks the arithmetic: one step of K micro-batches on each rank moves the weights by the learning
 rate times the mean gradient over every rank's K micro-batches.
 """
+
 from __future__ import annotations
 
 import glob
@@ -64,12 +65,45 @@ def _allreduces(path: str) -> int:
 def test_two_ranks_allreduce_once_per_k_micro_batches(tmp_path) -> None:
     write_synthetic_cifar10(str(tmp_path / "data"), train=400, test=20, seed=0)
     ir, ckpt, steps = tmp_path / "ir", tmp_path / "ckpt", 2
-    r = run_process("run", "--np", "2", "--master-port", "auto", "--tee", "none", "--log-dir", str(tmp_path / "job"),
-                    "--env", "GLOG_v=3", "--env", "MS_DEV_SAVE_GRAPHS=1", "--env", "MS_DEV_DUMP_IR_PASSES=hwopt_before_mindrt",
-                    "--env", f"MS_DEV_SAVE_GRAPHS_PATH={ir}",
-                    "-m", "launcher.workloads.resnet50_cifar10", "--data-path", str(tmp_path / "data"), "--image-size", "32",
-                    "--arch", "resnet14", "--batch-size", "8", "--grad-accum", "4", "--epochs", "1",
-                    "--steps-per-epoch", str(steps), "--ckpt-dir", str(ckpt), cwd=tmp_path, timeout=300)
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--tee",
+        "none",
+        "--log-dir",
+        str(tmp_path / "job"),
+        "--env",
+        "GLOG_v=3",
+        "--env",
+        "MS_DEV_SAVE_GRAPHS=1",
+        "--env",
+        "MS_DEV_DUMP_IR_PASSES=hwopt_before_mindrt",
+        "--env",
+        f"MS_DEV_SAVE_GRAPHS_PATH={ir}",
+        "-m",
+        "launcher.workloads.resnet50_cifar10",
+        "--data-path",
+        str(tmp_path / "data"),
+        "--image-size",
+        "32",
+        "--arch",
+        "resnet14",
+        "--batch-size",
+        "8",
+        "--grad-accum",
+        "4",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        str(steps),
+        "--ckpt-dir",
+        str(ckpt),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     import mindspore as ms
 
@@ -90,7 +124,9 @@ def test_two_ranks_allreduce_once_per_k_micro_batches(tmp_path) -> None:
     weights = [n for n in params[0] if n.endswith(".weight") and not n.startswith("moments.")]
     assert len(weights) > 10
     for name in weights:  # the ranks trained on different shards; the mean gradient kept them equal
-        np.testing.assert_allclose(params[0][name].asnumpy(), params[1][name].asnumpy(), rtol=0, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            params[0][name].asnumpy(), params[1][name].asnumpy(), rtol=0, atol=1e-6, err_msg=name
+        )
     # the moving statistics are each rank's own (local BatchNorm): they differ, so the check above can fail
     stats = [n for n in params[0] if n.endswith("moving_mean")]
     assert any(not np.allclose(params[0][n].asnumpy(), params[1][n].asnumpy()) for n in stats)
@@ -100,8 +136,22 @@ def test_two_ranks_allreduce_once_per_k_micro_batches(tmp_path) -> None:
 def test_two_ranks_update_with_the_mean_gradient_of_all_micro_batches(tmp_path) -> None:
     script = tmp_path / "linear.py"
     script.write_text(LINEAR)
-    r = run_process("run", "--np", "2", "--master-port", "auto", "--tee", "none", "--log-dir", str(tmp_path / "job"),
-                    "--env", "GLOG_v=3", str(script), cwd=tmp_path, timeout=300)
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--tee",
+        "none",
+        "--log-dir",
+        str(tmp_path / "job"),
+        "--env",
+        "GLOG_v=3",
+        str(script),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     for rank in (0, 1):
         log = (tmp_path / "job" / f"worker_{rank}.log").read_text(errors="replace")

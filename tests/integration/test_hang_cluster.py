@@ -5,6 +5,7 @@ before the gradient AllReduce), ``--hang-timeout 10 --max-restarts 1``, one rank
 attempt is hung, each rank's stacks were dumped on its own host (rank 1 in the blocked function,
 rank 0 in MindSpore), the summary names rank 1, and attempt 1 (MSLAUNCH_ATTEMPT=1) succeeds.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,30 @@ def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F
     inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
     job = tmp_path / "job"
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    r = run_process("run", "--hosts", inv, "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                    "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3", env=env, cwd=str(tmp_path), timeout=600)
+    r = run_process(
+        "run",
+        "--hosts",
+        inv,
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--hang-timeout",
+        "10",
+        "--max-restarts",
+        "1",
+        HANG,
+        "6",
+        "1",
+        "3",
+        env=env,
+        cwd=str(tmp_path),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     _check_hung_then_restarted(job, [c.hosts[0].ip, c.hosts[1].ip])
     assert wait_nothing_left(c) == {}
@@ -58,12 +81,39 @@ def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F
 @pytest.mark.cost(47)
 def test_hung_job_under_slurm_is_dumped_by_srun_on_its_nodes(slurm, tmp_path):
     job = tmp_path / "job"
-    run = " ".join(mslaunch_argv("run", "--launcher", "slurm", "--np", "2", "--master-port", "auto", "--tee", "none", "--log-dir", str(job),
-                                 "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3"))
+    run = " ".join(
+        mslaunch_argv(
+            "run",
+            "--launcher",
+            "slurm",
+            "--np",
+            "2",
+            "--master-port",
+            "auto",
+            "--tee",
+            "none",
+            "--log-dir",
+            str(job),
+            "--hang-timeout",
+            "10",
+            "--max-restarts",
+            "1",
+            HANG,
+            "6",
+            "1",
+            "3",
+        )
+    )
     env = slurm.env()
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
-    res = subprocess.run(["salloc", "-N2", "--ntasks-per-node=1", "sh", "-c", f"{run}; echo rc=$?"],
-                         env=env, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    res = subprocess.run(
+        ["salloc", "-N2", "--ntasks-per-node=1", "sh", "-c", f"{run}; echo rc=$?"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(tmp_path),
+    )
     assert re.findall(r"^rc=(\d+)$", res.stdout, re.M) == ["0"], res.stdout + res.stderr
     _check_hung_then_restarted(job, ["node1", "node2"])
     slurm.wait_idle()
@@ -78,14 +128,43 @@ def test_ranks_of_one_ssh_host_are_dumped_on_it_in_one_go(cluster, tmp_path):  #
     pids.mkdir()
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
     prog = os.path.join(HERE, "scripts", "hangprog.py")
-    r = run_process("run", "--hosts", inv, "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                    "--grace", "2", "--env", f"PIDDIR={pids}", "--hang-timeout", "4", prog, "steps", "0.3", "100",
-                    "--stall-rank", "1", "--stall-at", "5", env=env, cwd=str(tmp_path), timeout=300)
+    r = run_process(
+        "run",
+        "--hosts",
+        inv,
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--grace",
+        "2",
+        "--env",
+        f"PIDDIR={pids}",
+        "--hang-timeout",
+        "4",
+        prog,
+        "steps",
+        "0.3",
+        "100",
+        "--stall-rank",
+        "1",
+        "--stall-at",
+        "5",
+        env=env,
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     assert r.returncode == 125, r.stderr
     hang = json.loads((job / "summary.json").read_text())["hang"]
     rows = {row["rank"]: row for row in hang["ranks"]}
     assert [rows[r]["host"] for r in (0, 1)] == [c.hosts[0].ip] * 2 and hang["culprit"]["rank"] == 1
-    assert rows[1]["frame"].startswith("stuck_reading_data (hangprog.py:") and rows[0]["frame"].startswith("wait_for_peers (hangprog.py:")
+    assert rows[1]["frame"].startswith("stuck_reading_data (hangprog.py:") and rows[0]["frame"].startswith(
+        "wait_for_peers (hangprog.py:"
+    )
     for r in (0, 1):
         assert "tool: py-spy" in (job / "stacks" / rows[r]["stack_files"][0]).read_text()
     assert wait_nothing_left(c) == {}

@@ -10,6 +10,7 @@
 * mpirun across hosts: the ranks OpenMPI started on the other hosts are dumped on their host over
   ssh, found there by the job's marker in their environment.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,31 @@ def start_pernode(c, work, port: int, hang: str) -> List[subprocess.Popen]:
     and node 1 (h2); rank 3 blocks at step 6 of attempt 0."""
     procs = []
     for k in (0, 1):
-        argv = ["ip", "netns", "exec", c.host(k).netns] + mslaunch_argv("run") + [
-            "--worker_num=4", "--local_worker_num=2", f"--master_addr={c.host(0).ip}", f"--master_port={port}",
-            f"--node_rank={k}", f"--log_dir={work / f'node{k}'}", "--join=True", "--hang-timeout", hang, "--grace", "2",
-            HANG, "steps", "0.4", "200", "--stall-rank", "3", "--stall-at", "6"]
+        argv = (
+            ["ip", "netns", "exec", c.host(k).netns]
+            + mslaunch_argv("run")
+            + [
+                "--worker_num=4",
+                "--local_worker_num=2",
+                f"--master_addr={c.host(0).ip}",
+                f"--master_port={port}",
+                f"--node_rank={k}",
+                f"--log_dir={work / f'node{k}'}",
+                "--join=True",
+                "--hang-timeout",
+                hang,
+                "--grace",
+                "2",
+                HANG,
+                "steps",
+                "0.4",
+                "200",
+                "--stall-rank",
+                "3",
+                "--stall-at",
+                "6",
+            ]
+        )
         out = open(work / f"node{k}.out", "w")
         procs.append(subprocess.Popen(argv, cwd=work, env=job_env(), stdout=out, stderr=subprocess.STDOUT))
     return procs
@@ -61,7 +83,11 @@ def check_node_hung(work, k: int, ranks) -> dict:
     events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "hung" for e in events), [e["kind"] for e in events]
     status = run_process("status", str(folder), env=job_env(), timeout=60)  # the report's text, as a person reads it
-    assert status.returncode == 1 and "hung: no progress for" in status.stdout and f"stacks: {folder / 'stacks'}" in status.stdout, status.stdout
+    assert (
+        status.returncode == 1
+        and "hung: no progress for" in status.stdout
+        and f"stacks: {folder / 'stacks'}" in status.stdout
+    ), status.stdout
     return hang
 
 
@@ -91,9 +117,38 @@ def test_mpirun_ranks_on_other_hosts_are_dumped_on_their_hosts(cluster, tmp_path
     job, pids = tmp_path / "job", tmp_path / "pids"
     pids.mkdir()
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    r = run_process("run", "--hosts", c.inventory_yaml, "--launcher", "mpirun", "--env", f"PIDDIR={pids}", "--nic", str(c.subnet), "--master-port", "auto",
-                    "--log-dir", str(job), "--tee", "none", "--grace", "2", "--hang-timeout", "5",
-                    HANG, "steps", "0.4", "200", "--stall-rank", "3", "--stall-at", "6", env=env, cwd=str(tmp_path), timeout=300)
+    r = run_process(
+        "run",
+        "--hosts",
+        c.inventory_yaml,
+        "--launcher",
+        "mpirun",
+        "--env",
+        f"PIDDIR={pids}",
+        "--nic",
+        str(c.subnet),
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--grace",
+        "2",
+        "--hang-timeout",
+        "5",
+        HANG,
+        "steps",
+        "0.4",
+        "200",
+        "--stall-rank",
+        "3",
+        "--stall-at",
+        "6",
+        env=env,
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     assert r.returncode == 125, r.stderr + (job / "mpirun.log").read_text(errors="replace")[-3000:]
     s = json.loads((job / "summary.json").read_text())
     hang = s["hang"]
@@ -103,7 +158,9 @@ def test_mpirun_ranks_on_other_hosts_are_dumped_on_their_hosts(cluster, tmp_path
         assert row["host"] == c.hosts[rank // 2].ip and row["stack_files"], row
         text = (job / "stacks" / row["stack_files"][0]).read_text()
         assert text.startswith(f"# mslaunch stack dump: rank{rank}, pid ") and "tool: py-spy" in text, text[:300]
-        assert row["stack_files"][0] == f"rank{rank}.pid{(pids / f'rank{rank}.pids').read_text().split()[0]}.txt"  # the rank's own process
+        assert (
+            row["stack_files"][0] == f"rank{rank}.pid{(pids / f'rank{rank}.pids').read_text().split()[0]}.txt"
+        )  # the rank's own process
         want = "stuck_reading_data (hangprog.py:" if rank == 3 else "wait_for_peers (hangprog.py:"
         assert row["frame"].startswith(want), row
     assert wait_nothing_left(c) == {}

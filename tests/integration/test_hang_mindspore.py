@@ -11,6 +11,7 @@ Each job costs ~10-60 s here; each case proves something different:
 (the reference trainer killed after a checkpoint, resuming by itself, as ``top``, ``metrics.jsonl``
 and ``report`` show it: ``test_restart_warm.py``, whose default run is that job.)
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,27 @@ def assert_no_pids_left(summary):
 
 def test_rank_blocked_before_allreduce_is_hung_dumped_named_and_restarted(tmp_path):
     job = tmp_path / "job"
-    r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                    "--hang-timeout", "10", "--max-restarts", "1", HANG, "6", "1", "3", cwd=tmp_path, timeout=400)
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--hang-timeout",
+        "10",
+        "--max-restarts",
+        "1",
+        HANG,
+        "6",
+        "1",
+        "3",
+        cwd=tmp_path,
+        timeout=400,
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads((job / "summary.json").read_text())
     first, second = s["attempt_results"]
@@ -65,8 +85,25 @@ def test_rank_blocked_before_allreduce_is_hung_dumped_named_and_restarted(tmp_pa
 @pytest.mark.cost(42)
 def test_collective_timeout_without_hang_watch_still_names_the_stuck_rank(tmp_path):
     job = tmp_path / "job"
-    r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                    "--hang-timeout", "off", HANG, "6", "1", "3", cwd=tmp_path, timeout=400)
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--hang-timeout",
+        "off",
+        HANG,
+        "6",
+        "1",
+        "3",
+        cwd=tmp_path,
+        timeout=400,
+    )
     assert r.returncode == 125, r.stderr
     s = json.loads((job / "summary.json").read_text())
     hang = s["hang"]
@@ -84,5 +121,3 @@ def _top(job):
     r = run_cli("top", "--json", str(job))
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
-
-

@@ -6,6 +6,7 @@ One ``doctor --health --json`` proves the four verdicts and the JSON shape; then
 --preflight`` with ``exclude`` (ranks move to the spares), ``fail`` and ``warn``.  Nothing may be
 left running on any host afterwards.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,24 @@ def on_cluster(c, tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 def _run(c, tmp_path, name: str, mode: str) -> list:
     """``run --np 4`` of the stand-in rank: the first two hosts (2 slots each); the rest are spares."""
-    return ["run", "--hosts", c.inventory_yaml, "--np", "4", "--master-port", "auto", "--log-dir", str(tmp_path / name),
-            "--tee", "none", "--preflight", mode, PROG, "ok", "0.1"]
+    return [
+        "run",
+        "--hosts",
+        c.inventory_yaml,
+        "--np",
+        "4",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(tmp_path / name),
+        "--tee",
+        "none",
+        "--preflight",
+        mode,
+        PROG,
+        "ok",
+        "0.1",
+    ]
 
 
 @pytest.fixture
@@ -58,7 +75,9 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
         assert r.returncode == 1, r.stderr
         data = json.loads(r.stdout)
         assert set(data) == {"ok", "kernel", "threshold", "seconds", "median", "network", "hosts", "devices"}
-        assert data["devices"]["target"] is None and data["devices"]["note"].startswith("devices not checked: no device target")
+        assert data["devices"]["target"] is None and data["devices"]["note"].startswith(
+            "devices not checked: no device target"
+        )
         assert data["ok"] is False and data["kernel"] == "numpy" and data["threshold"] == 0.5
         verdicts = {h["host"]: h for h in data["hosts"]}
         assert [verdicts[i]["verdict"] for i in ip] == ["slow", "slow", "faulty", "ok", "ok"], r.stdout
@@ -98,7 +117,9 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
 
 @pytest.mark.cost(25)
 @pytest.mark.parametrize("kernel", ["numpy", pytest.param("mindspore", marks=pytest.mark.mindspore)])
-def test_a_host_whose_link_is_cut_mid_check_is_faulty_within_the_step_limits(make_netns_cluster, tmp_path, kernel) -> None:
+def test_a_host_whose_link_is_cut_mid_check_is_faulty_within_the_step_limits(
+    make_netns_cluster, tmp_path, kernel
+) -> None:
     """h3's link is cut as its compute step begins (its Python, ``tests/scripts/cut_on_compute.py``,
     drops every packet h3 sends, from the compute order on: silence, as a link lost on the way): h3 is ``faulty`` naming the compute
     step, h1 and h2 get their verdicts, and ``doctor --health`` ends within the limits of the steps
@@ -112,18 +133,33 @@ def test_a_host_whose_link_is_cut_mid_check_is_faulty_within_the_step_limits(mak
     c = make_netns_cluster(n_hosts=3, slots=2)
     ip = [h.ip for h in c.hosts]
     stamp, wrapper = tmp_path / "cut-at", tmp_path / "python-cut"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {os.path.join(HERE, 'scripts', 'cut_on_compute.py')} {stamp} \"$@\"\n")
+    wrapper.write_text(
+        f'#!/bin/sh\nexec {sys.executable} {os.path.join(HERE, "scripts", "cut_on_compute.py")} {stamp} "$@"\n'
+    )
     wrapper.chmod(0o755)
     inv = cluster_yaml(c, tmp_path / "inv.yaml", per_host=lambda i: [f"python: {wrapper}"] if i == 2 else [])
     budget = HealthBudget()
     try:
-        r = on_cluster(c, tmp_path, "doctor", "--health", "--json", "--hosts", inv, "--ssh-connect-timeout", "30",
-                       "--health-kernel", kernel)
+        r = on_cluster(
+            c,
+            tmp_path,
+            "doctor",
+            "--health",
+            "--json",
+            "--hosts",
+            inv,
+            "--ssh-connect-timeout",
+            "30",
+            "--health-kernel",
+            kernel,
+        )
         ended = time.time()
         assert r.returncode == 1, r.stdout + r.stderr
         data = json.loads(r.stdout)
         verdicts = {h["host"]: h for h in data["hosts"]}
-        assert verdicts[ip[2]]["verdict"] == "faulty" and verdicts[ip[2]]["reason"] == "faulty: compute: no answer in time", verdicts[ip[2]]
+        assert (
+            verdicts[ip[2]]["verdict"] == "faulty" and verdicts[ip[2]]["reason"] == "faulty: compute: no answer in time"
+        ), verdicts[ip[2]]
         assert all(verdicts[h]["verdict"] in ("ok", "slow") and verdicts[h]["gflops"] for h in ip[:2]), data["hosts"]
         assert data["network"] == "checked" and verdicts[ip[0]]["mbps"] and verdicts[ip[1]]["mbps"], data
         rounds = {t["round"] for h in data["hosts"] for t in h["transfers"]}

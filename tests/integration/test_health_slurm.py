@@ -9,6 +9,7 @@
   every step there, under a 5% CPU quota); the check runs inside the allocation, node2 is left
   out before the start and the job runs on node1 and node3.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,16 @@ def test_a_node_whose_slurmd_is_down_is_faulty(tmp_path) -> None:
         assert res.returncode == 0 and m, res.stderr
         job = m.group(1)
         env = cluster.env()
-        env.update({"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NODELIST": "node[1-3]",
-                    "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NUM_NODES": "3"})
+        env.update(
+            {
+                "SLURM_JOB_ID": job,
+                "SLURM_JOBID": job,
+                "SLURM_JOB_NODELIST": "node[1-3]",
+                "SLURM_NODELIST": "node[1-3]",
+                "SLURM_NTASKS_PER_NODE": "1",
+                "SLURM_JOB_NUM_NODES": "3",
+            }
+        )
         stop_slurmd(cluster, "node3")
         r = run_process("doctor", "--health", "--launcher", "slurm", "--json", env=env, cwd=str(tmp_path), timeout=120)
         assert r.returncode == 1, r.stderr
@@ -48,7 +57,9 @@ def test_a_node_whose_slurmd_is_down_is_faulty(tmp_path) -> None:
         assert [verdicts[n]["verdict"] for n in ("node1", "node2", "node3")] == ["ok", "ok", "faulty"], r.stdout
         assert verdicts["node1"]["gflops"] > 0 and verdicts["node1"]["mbps"] > 0
         assert data["network"] == "checked"
-        assert verdicts["node3"]["reason"].startswith("faulty: srun: "), verdicts["node3"]  # e.g. "Application launch failed"
+        assert verdicts["node3"]["reason"].startswith("faulty: srun: "), verdicts[
+            "node3"
+        ]  # e.g. "Application launch failed"
         cluster.run(["scancel", job], timeout=30)
         left = {n: p for n, p in cluster.node_pids(include_slurm=False).items()}
         assert left == {}
@@ -61,22 +72,47 @@ def test_device_checks_run_in_each_nodes_step(slurm, tmp_path) -> None:
     (fake / "hosts").mkdir(parents=True)
     (fake / "hosts" / "node1").write_text("ascend_healthy\nnet=1\n")
     (fake / "hosts" / "node2").write_text("ascend_link_down\nnet=2\n")
-    res = slurm.run(["salloc", "--no-shell", "-N2", "-w", "node[1-2]", "--ntasks-per-node=1", "--immediate=30"], timeout=60)
+    res = slurm.run(
+        ["salloc", "--no-shell", "-N2", "-w", "node[1-2]", "--ntasks-per-node=1", "--immediate=30"], timeout=60
+    )
     m = re.search(r"Granted job allocation (\d+)", res.stderr)
     assert res.returncode == 0 and m, res.stderr
     job = m.group(1)
     try:
         env = slurm.env()
-        env.update({"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NODELIST": "node[1-2]",
-                    "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NUM_NODES": "2", "MSLAUNCH_DEVICE_TOOLS_DIR": FAKE_TOOLS,
-                    "MSLAUNCH_FAKE_DEVICES_DIR": str(fake)})
-        r = run_process("doctor", "--health", "--launcher", "slurm", "--json", "--device-target", "ascend", env=env,
-                        cwd=str(tmp_path), timeout=120)
+        env.update(
+            {
+                "SLURM_JOB_ID": job,
+                "SLURM_JOBID": job,
+                "SLURM_JOB_NODELIST": "node[1-2]",
+                "SLURM_NODELIST": "node[1-2]",
+                "SLURM_NTASKS_PER_NODE": "1",
+                "SLURM_JOB_NUM_NODES": "2",
+                "MSLAUNCH_DEVICE_TOOLS_DIR": FAKE_TOOLS,
+                "MSLAUNCH_FAKE_DEVICES_DIR": str(fake),
+            }
+        )
+        r = run_process(
+            "doctor",
+            "--health",
+            "--launcher",
+            "slurm",
+            "--json",
+            "--device-target",
+            "ascend",
+            env=env,
+            cwd=str(tmp_path),
+            timeout=120,
+        )
         assert r.returncode == 1, r.stdout + r.stderr
         hosts = {h["host"]: h for h in json.loads(r.stdout)["hosts"]}
-        assert hosts["node1"]["verdict"] == "ok" and hosts["node1"]["reason"].endswith("; devices ok: NPU 0"), hosts["node1"]
+        assert hosts["node1"]["verdict"] == "ok" and hosts["node1"]["reason"].endswith("; devices ok: NPU 0"), hosts[
+            "node1"
+        ]
         assert hosts["node2"]["verdict"] == "faulty", hosts["node2"]
-        assert hosts["node2"]["reason"].startswith("faulty: NPU 0: link status: DOWN (hccn_tool -link -g)"), hosts["node2"]
+        assert hosts["node2"]["reason"].startswith("faulty: NPU 0: link status: DOWN (hccn_tool -link -g)"), hosts[
+            "node2"
+        ]
     finally:
         slurm.run(["scancel", job], timeout=30)
     assert slurm.node_pids(include_slurm=False) == {}
@@ -92,22 +128,60 @@ def _preflight_run(slurm, tmp_path, extra_env, *program_args):
     pids.mkdir()
     try:
         env = slurm.env()
-        env.update({"SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NODELIST": "node[1-3]",
-                    "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NUM_NODES": "3", "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-                    **extra_env})
-        r = run_process("run", "--launcher", "slurm", "--np", "2", "--preflight", "exclude", "--master-port", "auto", "--log-dir", str(job),
-                        "--tee", "none", "--env", f"PIDDIR={pids}", LOSTHOST, "3", *program_args, env=env, cwd=str(tmp_path), timeout=300)
+        env.update(
+            {
+                "SLURM_JOB_ID": job_id,
+                "SLURM_JOBID": job_id,
+                "SLURM_JOB_NODELIST": "node[1-3]",
+                "SLURM_NODELIST": "node[1-3]",
+                "SLURM_NTASKS_PER_NODE": "1",
+                "SLURM_JOB_NUM_NODES": "3",
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                **extra_env,
+            }
+        )
+        r = run_process(
+            "run",
+            "--launcher",
+            "slurm",
+            "--np",
+            "2",
+            "--preflight",
+            "exclude",
+            "--master-port",
+            "auto",
+            "--log-dir",
+            str(job),
+            "--tee",
+            "none",
+            "--env",
+            f"PIDDIR={pids}",
+            LOSTHOST,
+            "3",
+            *program_args,
+            env=env,
+            cwd=str(tmp_path),
+            timeout=300,
+        )
     finally:
         slurm.run(["scancel", job_id], timeout=30)
     assert r.returncode == 0, r.stderr
     s = json.loads((job / "summary.json").read_text())
-    assert {p["name"]: p["host"] for p in s["processes"]} == {"scheduler": "node1", "rank 0": "node1", "rank 1": "node3"}
+    assert {p["name"]: p["host"] for p in s["processes"]} == {
+        "scheduler": "node1",
+        "rank 0": "node1",
+        "rank 1": "node3",
+    }
     assert [(pids / f"a0-r{rank}").read_text() for rank in (0, 1)] == ["node1", "node3"]
     (excluded,) = s["excluded_hosts"]
     assert (excluded["host"], excluded["by"], excluded["attempt"]) == ("node2", "preflight", 0)
     events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
     (pre,) = [e for e in events if e["kind"] == "preflight"]
-    assert [(h["host"], h["verdict"]) for h in pre["hosts"]] == [("node1", "ok"), ("node2", excluded["reason"].split(":")[0]), ("node3", "ok")]
+    assert [(h["host"], h["verdict"]) for h in pre["hosts"]] == [
+        ("node1", "ok"),
+        ("node2", excluded["reason"].split(":")[0]),
+        ("node3", "ok"),
+    ]
     line = f"mslaunch: preflight: leaving out node2 {excluded['reason']}; rank 1 now on node3 (spare)"
     assert line in r.stderr.splitlines(), r.stderr
     wait_for(lambda: not slurm.node_pids(include_slurm=False), 30)
@@ -120,8 +194,13 @@ def test_preflight_exclude_leaves_a_faulty_node_out_and_the_job_runs_on_the_spar
     (fake / "hosts").mkdir(parents=True)
     for k, case in ((1, "ascend_healthy"), (2, "ascend_link_down"), (3, "ascend_healthy")):
         (fake / "hosts" / f"node{k}").write_text(f"{case}\nnet={k}\n")
-    reason = _preflight_run(slurm, tmp_path, {"MSLAUNCH_DEVICE_TOOLS_DIR": FAKE_TOOLS, "MSLAUNCH_FAKE_DEVICES_DIR": str(fake)},
-                            "--device-target", "Ascend")
+    reason = _preflight_run(
+        slurm,
+        tmp_path,
+        {"MSLAUNCH_DEVICE_TOOLS_DIR": FAKE_TOOLS, "MSLAUNCH_FAKE_DEVICES_DIR": str(fake)},
+        "--device-target",
+        "Ascend",
+    )
     assert reason.startswith("faulty: NPU 0: link status: DOWN (hccn_tool -link -g)"), reason
 
 

@@ -12,6 +12,7 @@ Each case proves something different:
   Job, whose policy ends every other pod; nothing is left running in any pod;
 * a scheduler name that never resolves ends the pod after --start-timeout with one line.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,11 @@ IMAGE = "local/mslaunch:test"
 
 def image_env() -> dict:
     """The 'image's env: mslaunch and its Python on PATH (an image's ENV lines)."""
-    env = {"PATH": os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
-           "LANG": "C.UTF-8"}
+    env = {
+        "PATH": os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+    }
     if os.environ.get("MSLAUNCH_HOME"):  # the test session's own mslaunch home (CPU probe cache)
         env["MSLAUNCH_HOME"] = os.environ["MSLAUNCH_HOME"]
     return env
@@ -41,8 +45,23 @@ def image_env() -> dict:
 
 def gen(workdir, *args: str) -> str:
     name = f"k8s{secrets.token_hex(3)}"
-    r = run_process("k8s", "gen", "--nodes", "3", "--per-host", "2", "--image", IMAGE,
-                    "--workdir", str(workdir), "--name", name, *args, cwd=ROOT, timeout=120)
+    r = run_process(
+        "k8s",
+        "gen",
+        "--nodes",
+        "3",
+        "--per-host",
+        "2",
+        "--image",
+        IMAGE,
+        "--workdir",
+        str(workdir),
+        "--name",
+        name,
+        *args,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -62,11 +81,23 @@ def test_reverse_start_order_forms_the_cluster(make_netns_cluster, tmp_path):
     AllReduce 1+..+6 = 21 on every rank; each pod's stdout has its own ranks' result lines."""
     cluster = make_netns_cluster(3)
     wd = app_dir(tmp_path, os.path.join(ROOT, "launcher", "workloads", "allreduce_smoke.py"), "train.py")
-    manifest = gen(wd, "--cpu-tune", "off", "--cluster_time_out", "180", "--start-timeout", "240", "--worker_log_name", "w_{hostname}",
-                   "train.py")
+    manifest = gen(
+        wd,
+        "--cpu-tune",
+        "off",
+        "--cluster_time_out",
+        "180",
+        "--start-timeout",
+        "240",
+        "--worker_log_name",
+        "w_{hostname}",
+        "train.py",
+    )
     with IndexedJobPods(cluster, manifest, image_env(), str(tmp_path)) as job:
         job.start(2)
-        assert job.wait_output(2, r"waiting for the scheduler's address k8s\w+-0\.k8s\w+ to resolve", 120), job.pods[2].output()
+        assert job.wait_output(2, r"waiting for the scheduler's address k8s\w+-0\.k8s\w+ to resolve", 120), job.pods[
+            2
+        ].output()
         job.start(1)
         job.start(0)
         status = job.run(timeout=500)
@@ -75,7 +106,10 @@ def test_reverse_start_order_forms_the_cluster(make_netns_cluster, tmp_path):
         for i, pod in job.pods.items():
             assert pod.returncode == 0 and pod.leftovers == [], (i, logs[i][-3000:])
             for rank in (2 * i, 2 * i + 1):  # JOB_COMPLETION_INDEX i -> ranks 2i, 2i+1 (from $(JOB_COMPLETION_INDEX))
-                assert re.search(rf"^\[rank {rank}\] mslaunch-allreduce rank={rank} sum=21\.0$", logs[i], re.M), (i, logs[i][-3000:])
+                assert re.search(rf"^\[rank {rank}\] mslaunch-allreduce rank={rank} sum=21\.0$", logs[i], re.M), (
+                    i,
+                    logs[i][-3000:],
+                )
             other = [r for r in range(6) if r not in (2 * i, 2 * i + 1)]
             assert not any(f"mslaunch-allreduce rank={r} " in logs[i] for r in other), i
             assert pod.argv[:2] == ["mslaunch", "run"] and "--node_rank" in pod.argv
@@ -85,10 +119,16 @@ def test_reverse_start_order_forms_the_cluster(make_netns_cluster, tmp_path):
         assert len(plans) == 3
         docs = [json.load(open(p)) for p in plans]
         assert {proc["env"]["MS_SCHED_HOST"] for d in docs for proc in d["ranks"]} == {cluster.host(0).ip}
-        assert [d.get("scheduler") is not None for d in sorted(docs, key=lambda d: d["ranks"][0]["rank"])] == [True, False, False]
+        assert [d.get("scheduler") is not None for d in sorted(docs, key=lambda d: d["ranks"][0]["rank"])] == [
+            True,
+            False,
+            False,
+        ]
         # each pod's host name is <job>-<index> (msrun's {hostname} in the worker log names)
         name = job.job_name
-        assert sorted(os.path.basename(p["log"]) for d in docs for p in d["ranks"]) == [f"w_{name}-{r // 2}_{r}.log" for r in range(6)]
+        assert sorted(os.path.basename(p["log"]) for d in docs for p in d["ranks"]) == [
+            f"w_{name}-{r // 2}_{r}.log" for r in range(6)
+        ]
     assert cluster.all_pids() == {}
 
 
@@ -160,10 +200,21 @@ def test_scheduler_name_never_resolves(make_netns_cluster, tmp_path):
         assert pod.leftovers == []
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("$(A)", "1"), ("x$(A)y$(B)", "x1y2"), ("$(NOPE)", "$(NOPE)"), ("$$(A)", "$(A)"), ("$$$(A)", "$1"),
-    ("$A", "$A"), ("$", "$"), ("$(A", "$(A"), ("a$$b", "a$b"), ("$()", "$()"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("$(A)", "1"),
+        ("x$(A)y$(B)", "x1y2"),
+        ("$(NOPE)", "$(NOPE)"),
+        ("$$(A)", "$(A)"),
+        ("$$$(A)", "$1"),
+        ("$A", "$A"),
+        ("$", "$"),
+        ("$(A", "$(A"),
+        ("a$$b", "a$b"),
+        ("$()", "$()"),
+    ],
+)
 def test_kubelet_expansion(text, expected):
     """The harness expands $(VAR) as Kubernetes documents it (a missing variable is left as is,
     $$ is an escaped $)."""

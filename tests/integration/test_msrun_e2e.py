@@ -12,6 +12,7 @@ Jobs cost ~10-30 s each here; each case proves something different:
 * two nodes, a worker on node 1 fails: node 1 fails with its summary, node 0 ends (MindSpore's
   heartbeat) with a summary naming the ranks its scheduler lost; nothing is left running.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,17 @@ def test_single_node_docs_line(tmp_path):
     runs = {}
     for which in ("msrun", "mslaunch"):
         log_dir = tmp_path / which
-        argv = launcher_argv(which) + ["--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}", f"--log_dir={log_dir}",
-                                       "--join=True", "--cluster_time_out=300", "--worker_log_name=w_{hostname}", "--tail_worker_log=0", NET]
+        argv = launcher_argv(which) + [
+            "--worker_num=2",
+            "--local_worker_num=2",
+            f"--master_port={free_port()}",
+            f"--log_dir={log_dir}",
+            "--join=True",
+            "--cluster_time_out=300",
+            "--worker_log_name=w_{hostname}",
+            "--tail_worker_log=0",
+            NET,
+        ]
         runs[which] = subprocess.run(argv, cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=300)
     for which, r in runs.items():
         assert r.returncode == 0, (which, r.stdout[-3000:], r.stderr[-3000:])
@@ -96,17 +106,33 @@ def test_single_node_docs_line(tmp_path):
     assert_summary_pids_gone(str(tmp_path / "mslaunch"))
 
 
-def start_nodes(cluster, which: str, work, port: int, extra_env: Optional[Dict[str, str]] = None) -> List[subprocess.Popen]:
+def start_nodes(
+    cluster, which: str, work, port: int, extra_env: Optional[Dict[str, str]] = None
+) -> List[subprocess.Popen]:
     """One launcher per namespace node (h1: node 0 owning the master address, h2: node 1)."""
     master = cluster.host(0).ip
     procs = []
     for k in (0, 1):
         ns = cluster.host(k).netns
-        argv = ["ip", "netns", "exec", ns] + launcher_argv(which) + [
-            "--worker_num=4", "--local_worker_num=2", f"--master_addr={master}", f"--master_port={port}",
-            f"--node_rank={k}", f"--log_dir={work / which / f'node{k}'}", "--join=True", "--cluster_time_out=120", NET]
+        argv = (
+            ["ip", "netns", "exec", ns]
+            + launcher_argv(which)
+            + [
+                "--worker_num=4",
+                "--local_worker_num=2",
+                f"--master_addr={master}",
+                f"--master_port={port}",
+                f"--node_rank={k}",
+                f"--log_dir={work / which / f'node{k}'}",
+                "--join=True",
+                "--cluster_time_out=120",
+                NET,
+            ]
+        )
         out = open(work / f"{which}_node{k}.out", "w")
-        procs.append(subprocess.Popen(argv, cwd=work, env=job_env(**(extra_env or {})), stdout=out, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(argv, cwd=work, env=job_env(**(extra_env or {})), stdout=out, stderr=subprocess.STDOUT)
+        )
     return procs
 
 
@@ -156,13 +182,18 @@ def test_two_nodes_worker_failure_on_node1(netns_cluster, tmp_path):
     assert codes[0] != 0 and node0["status"] in ("failed", "hung")
     if re.search(r"the scheduler lost rank\(s\) [23]", node0["message"]):
         assert "the scheduler lost rank(s)" in open(tmp_path / "mslaunch_node0.out").read()
-    elif node0["status"] == "hung":  # a node-0 worker's collective timed out for want of its peers: a hang (docs/long-jobs.md)
+    elif (
+        node0["status"] == "hung"
+    ):  # a node-0 worker's collective timed out for want of its peers: a hang (docs/long-jobs.md)
         assert codes[0] == 125 and node0["hang"]["kind"] == "collective_timeout", node0.get("hang")
     else:  # a node-0 worker saw the loss first, in its collective
         cause = node0["root_cause"]["name"]
         assert cause in ("rank 0", "rank 1"), node0["message"]
         log = open(tmp_path / "mslaunch" / "node0" / f"worker_{cause.split()[1]}.log", errors="replace").read()
-        assert re.search(r"AllReduce|AllGather|Broadcast", log) and "RuntimeError" in log, (node0["message"], log[-2000:])
+        assert re.search(r"AllReduce|AllGather|Broadcast", log) and "RuntimeError" in log, (
+            node0["message"],
+            log[-2000:],
+        )
     for k in (0, 1):
         assert_summary_pids_gone(str(tmp_path / "mslaunch" / f"node{k}"))
     assert netns_cluster.all_pids() == {}
@@ -174,9 +205,15 @@ def test_zygote_forked_ranks_run_collectives_by_default(tmp_path):
     from it (no fallback line), build the cluster and AllReduce correctly; nothing is left.  No
     rank is bound to a core by default."""
     log_dir = tmp_path / "z"
-    r = subprocess.run(launcher_argv("mslaunch") + ["--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
-                                                    f"--log_dir={log_dir}", NET],
-                       cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        launcher_argv("mslaunch")
+        + ["--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}", f"--log_dir={log_dir}", NET],
+        cwd=tmp_path,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     assert "mslaunch: start: Python ranks forked from one process that imported mindspore once" in r.stderr, r.stderr
     assert "mslaunch: zygote:" not in r.stderr, r.stderr

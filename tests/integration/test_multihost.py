@@ -5,6 +5,7 @@ Every test asserts that nothing it started is left in any namespace afterwards. 
 stand-in ``tests/scripts/rankprog.py`` (or ``sh``), except for one MindSpore AllReduce over ssh and
 one through mpirun.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,15 +70,35 @@ class MJob:
 
     def args(self, *args, hosts=None, extra=(), program=None):
         """The CLI's arguments of ``mslaunch run`` of this job on the cluster."""
-        return ["run", "--hosts", hosts or self.c.inventory_yaml, "--master-port", "auto",
-                "--log-dir", str(self.dir), "--grace", "2", "--env", f"PIDDIR={self.pids}", *extra, *(program or [PROG]), *args]
+        return [
+            "run",
+            "--hosts",
+            hosts or self.c.inventory_yaml,
+            "--master-port",
+            "auto",
+            "--log-dir",
+            str(self.dir),
+            "--grace",
+            "2",
+            "--env",
+            f"PIDDIR={self.pids}",
+            *extra,
+            *(program or [PROG]),
+            *args,
+        ]
 
     def run(self, *args, timeout=120, **kw):
         return run_process(*self.args(*args, **kw), env=self.env, cwd=str(self.tmp), timeout=timeout)
 
     def popen(self, *args, **kw):
-        return subprocess.Popen(mslaunch_argv(*self.args(*args, **kw)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
-                                cwd=str(self.tmp))
+        return subprocess.Popen(
+            mslaunch_argv(*self.args(*args, **kw)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=str(self.tmp),
+        )
 
     def summary(self):
         return json.loads((self.dir / "summary.json").read_text())
@@ -105,7 +126,7 @@ def started_netns(text: str) -> int:
 
 def cluster_yaml(c: NamespaceCluster, path, slots: int = 2, extra: str = "", per_host=None) -> str:
     """A YAML inventory of the cluster; ``per_host(i)`` adds lines to host i's entry."""
-    lines = ["defaults:", f"  slots: {slots}", f"  ssh: {{user: root, port: 22, key: \"{c.key_path}\"}}", extra, "hosts:"]
+    lines = ["defaults:", f"  slots: {slots}", f'  ssh: {{user: root, port: 22, key: "{c.key_path}"}}', extra, "hosts:"]
     for i, h in enumerate(c.hosts):
         lines.append(f"  - host: {h.ip}")
         if per_host is not None:
@@ -186,7 +207,9 @@ def test_link_cut_to_host3_tears_down_and_names_it(job):
         assert cause["host"] == c.hosts[2].ip and cause["rank"] in (4, 5)
         assert cause["reason"].startswith(f"connection to {c.hosts[2].ip} lost")
         assert cause["cause"]["kind"] == "lost_host"
-        assert cause["cause"]["evidence"].startswith(f"rank {cause['rank']} on {c.hosts[2].ip}: connection to {c.hosts[2].ip} lost")
+        assert cause["cause"]["evidence"].startswith(
+            f"rank {cause['rank']} on {c.hosts[2].ip}: connection to {c.hosts[2].ip} lost"
+        )
         assert f"failed: connection to {c.hosts[2].ip} lost" in err
         assert 4.0 < took < 20.0
         assert wait_nothing_left(c, 20.0) == {}  # host 3 cleaned itself up behind the cut
@@ -221,7 +244,10 @@ def test_unreachable_host_is_named_and_nothing_starts(job):
     try:
         r = job.run("ok")
         assert r.returncode == 1
-        assert f"cannot connect to 1 of 3 host(s): {c.hosts[2].ip}: connection refused by {c.hosts[2].ip}:22 (is sshd running there?)" in r.stderr
+        assert (
+            f"cannot connect to 1 of 3 host(s): {c.hosts[2].ip}: connection refused by {c.hosts[2].ip}:22 (is sshd running there?)"
+            in r.stderr
+        )
         assert os.listdir(job.pids) == []
         assert job.summary()["status"] == "failed" and job.summary()["exit_code"] == 1
     finally:
@@ -238,7 +264,9 @@ def test_missing_python_on_a_host_is_a_clear_failure(job, tmp_path):
     assert cause["reason"].startswith(f"the mslaunch agent on {c.hosts[2].ip} exited with status 127: ")
     assert "/no/such/python3" in cause["reason"]
     assert (cause["cause"]["kind"], cause["cause"]["hint"]) == (
-        "missing_file", f"/no/such/python3 is not on {c.hosts[2].ip}: install that Python there, or set --python to one that is")
+        "missing_file",
+        f"/no/such/python3 is not on {c.hosts[2].ip}: install that Python there, or set --python to one that is",
+    )
     assert wait_nothing_left(c) == {}
 
 
@@ -255,9 +283,30 @@ def test_shell_metacharacters_in_env_args_and_paths_arrive_literally(job):
     script = folder / f"r ank;$(touch {rel}4).py"
     shutil.copy(PROG, script)
     env = dict(job.env)
-    proc = run_process("run", "--hosts", c.inventory_yaml, "--master-port", "auto", "--log-dir", str(job.dir),
-                       "--env", f"PIDDIR={job.pids}", "--env", f"EVIL={evil}", str(script), "env", "0", "0", "0", evil, "a;b", "c d",
-                       env=env, cwd=str(folder), timeout=120)
+    proc = run_process(
+        "run",
+        "--hosts",
+        c.inventory_yaml,
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job.dir),
+        "--env",
+        f"PIDDIR={job.pids}",
+        "--env",
+        f"EVIL={evil}",
+        str(script),
+        "env",
+        "0",
+        "0",
+        "0",
+        evil,
+        "a;b",
+        "c d",
+        env=env,
+        cwd=str(folder),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     for rank in range(6):
         lines = job.log(f"worker_{rank}.log").splitlines()
@@ -287,7 +336,10 @@ def test_unknown_host_key_is_refused_unless_accept_new(job, tmp_path):
     r = job.run("ok", "0.1", extra=("--ssh-config", str(config), "--ssh-accept-new"))
     assert r.returncode == 0, r.stderr
     recorded = sorted(known.read_text().splitlines())
-    expected = sorted(f"{h.ip} {line.split()[1]} {line.split()[2]}" for h, line in zip(c.hosts, open(c.known_hosts).read().splitlines()))
+    expected = sorted(
+        f"{h.ip} {line.split()[1]} {line.split()[2]}"
+        for h, line in zip(c.hosts, open(c.known_hosts).read().splitlines())
+    )
     assert recorded == expected  # the hosts' real keys, once each
     shutil.rmtree(job.dir)
     r = job.run("ok", "0.1", extra=("--ssh-config", str(config)))  # now known: no flag needed
@@ -300,10 +352,18 @@ def test_unknown_host_key_is_refused_unless_accept_new(job, tmp_path):
 
 def test_rank_table_job_finds_its_table_on_every_host(job, tmp_path):
     c = job.c
-    inv = cluster_yaml(c, tmp_path / "rt.yaml", slots=8,
-                       per_host=lambda i: ["device_ips: {" + ", ".join(f"{d}: 192.0.2.{i * 8 + d + 1}" for d in range(8)) + "}"])
-    program = ["--no-python", "/bin/sh", "-c",
-               'echo "table $(cksum < "$RANK_TABLE_FILE") cwd $(pwd) netns $(stat -L -c %i /proc/self/ns/net)"']
+    inv = cluster_yaml(
+        c,
+        tmp_path / "rt.yaml",
+        slots=8,
+        per_host=lambda i: ["device_ips: {" + ", ".join(f"{d}: 192.0.2.{i * 8 + d + 1}" for d in range(8)) + "}"],
+    )
+    program = [
+        "--no-python",
+        "/bin/sh",
+        "-c",
+        'echo "table $(cksum < "$RANK_TABLE_FILE") cwd $(pwd) netns $(stat -L -c %i /proc/self/ns/net)"',
+    ]
     r = job.run(hosts=inv, extra=("--method", "ranktable"), program=program)
     assert r.returncode == 0, r.stderr
     table = job.dir / "rank_table.json"
@@ -321,19 +381,26 @@ def test_rank_table_job_finds_its_table_on_every_host(job, tmp_path):
 @pytest.fixture
 def need_mpirun():
     if shutil.which("mpirun") is None:
-        skip_or_fail("mpirun not installed (apt-get install openmpi-bin)", "mpirun is missing in CI (make test installs openmpi-bin)")
+        skip_or_fail(
+            "mpirun not installed (apt-get install openmpi-bin)",
+            "mpirun is missing in CI (make test installs openmpi-bin)",
+        )
 
 
 @pytest.mark.mpi
 def test_mpirun_across_hosts_with_hostfile_and_per_host_env(job, tmp_path, need_mpirun):
     c = job.c
     inv = cluster_yaml(c, tmp_path / "mpi.yaml", per_host=lambda i: [f"env: {{HOST_TAG: \"h{i + 1} $(x) 'q'\"}}"])
-    r = job.run("env", hosts=inv, extra=("--launcher", "mpirun", "--method", "mpi", "--mpi-hostfile", "--nic", str(c.subnet)))
+    r = job.run(
+        "env", hosts=inv, extra=("--launcher", "mpirun", "--method", "mpi", "--mpi-hostfile", "--nic", str(c.subnet))
+    )
     assert r.returncode == 0, r.stderr + job.log("mpirun.log")
     plan = json.loads((job.dir / "plan.json").read_text())
     argv = plan["mpirun"]
     assert argv[argv.index("--hostfile") + 1] == str(job.dir / "hostfile")
-    assert argv[argv.index("plm_rsh_agent") + 1] == f"ssh -F {c.ssh_config} -p 22 -i {c.key_path} -l root -o BatchMode=yes"
+    assert (
+        argv[argv.index("plm_rsh_agent") + 1] == f"ssh -F {c.ssh_config} -p 22 -i {c.key_path} -l root -o BatchMode=yes"
+    )
     assert (job.dir / "hostfile").read_text() == "".join(f"{h.ip} slots=2\n" for h in c.hosts)
     for rank in range(6):
         text = job.log(f"worker_{rank}.log")
@@ -347,7 +414,9 @@ def test_mpirun_across_hosts_with_hostfile_and_per_host_env(job, tmp_path, need_
 
 
 def doctor(job, *args, hosts=None):
-    r = run_process("doctor", "--json", "--hosts", hosts or job.c.inventory_yaml, *args, env=job.env, cwd=str(job.tmp), timeout=300)
+    r = run_process(
+        "doctor", "--json", "--hosts", hosts or job.c.inventory_yaml, *args, env=job.env, cwd=str(job.tmp), timeout=300
+    )
     return r, (json.loads(r.stdout) if r.stdout.startswith("{") else None)
 
 
@@ -356,10 +425,20 @@ def test_doctor_all_good(job):
     assert r.returncode == 0, r.stdout + r.stderr
     assert out["ok"] and [h["host"] for h in out["hosts"]] == [h.ip for h in job.c.hosts]
     first = out["hosts"][0]["checks"]
-    assert {k: v["ok"] for k, v in first.items()} == {"ssh": True, "python": True, "mindspore": True, "workload": True, "master port": True,
-                                                       "clock": True, "hccn.conf": None, "mpirun": None}
+    assert {k: v["ok"] for k, v in first.items()} == {
+        "ssh": True,
+        "python": True,
+        "mindspore": True,
+        "workload": True,
+        "master port": True,
+        "clock": True,
+        "hccn.conf": None,
+        "mpirun": None,
+    }
     # a MindSpore program: every host's CPU probe, run over its SSH connection
-    assert all(h["cpu"]["probed"] and h["cpu"]["variants"][0]["kernels"]["conv"]["impl"] for h in out["hosts"]), out["hosts"]
+    assert all(h["cpu"]["probed"] and h["cpu"]["variants"][0]["kernels"]["conv"]["impl"] for h in out["hosts"]), out[
+        "hosts"
+    ]
     table = run_process("doctor", "--hosts", job.c.inventory_yaml, PROG, env=job.env, cwd=str(job.tmp), timeout=120)
     assert table.returncode == 0 and "all 3 host(s) ok" in table.stdout and "✓" in table.stdout
 
@@ -368,9 +447,19 @@ def test_doctor_reports_no_sshd_other_python_and_busy_port(job, tmp_path):
     c = job.c
     inv = cluster_yaml(c, tmp_path / "doc.yaml", per_host=lambda i: ["python: /usr/bin/python3"] if i == 1 else [])
     port = 20000 + os.getpid() % 20000
-    listener = subprocess.Popen(["ip", "netns", "exec", c.hosts[0].netns, sys.executable, "-c",
-                                 f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();print('up',flush=True);time.sleep(120)"],
-                                stdout=subprocess.PIPE, text=True)
+    listener = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            c.hosts[0].netns,
+            sys.executable,
+            "-c",
+            f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();print('up',flush=True);time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     c.stop_sshd(2)
     try:
         assert listener.stdout.readline().strip() == "up"
@@ -379,8 +468,13 @@ def test_doctor_reports_no_sshd_other_python_and_busy_port(job, tmp_path):
         h1, h2, h3 = (h["checks"] for h in out["hosts"])
         assert h1["master port"]["ok"] is False and f"{port} in use on {c.hosts[0].ip}" in h1["master port"]["detail"]
         assert h1["python"]["ok"] and h3["python"]["ok"] is None
-        assert h2["python"]["ok"] is False and re.fullmatch(r"3\.\d+\.\d+ differs from 3\.\d+\.\d+ \(.*\)", h2["python"]["detail"])
-        assert h3["ssh"] == {"ok": False, "detail": f"connection refused by {c.hosts[2].ip}:22 (is sshd running there?)"}
+        assert h2["python"]["ok"] is False and re.fullmatch(
+            r"3\.\d+\.\d+ differs from 3\.\d+\.\d+ \(.*\)", h2["python"]["detail"]
+        )
+        assert h3["ssh"] == {
+            "ok": False,
+            "detail": f"connection refused by {c.hosts[2].ip}:22 (is sshd running there?)",
+        }
         assert [h["ok"] for h in out["hosts"]] == [False, False, False]
     finally:
         c.start_sshd(2)
@@ -416,7 +510,8 @@ def test_ranktable_gen_collects_hccn_conf_over_ssh(make_netns_cluster, tmp_path)
         assert r.returncode == 0, r.stderr
         table = json.loads(r.stdout)
         assert [[d["device_ip"] for d in s["device"]] for s in table["server_list"]] == [
-            [f"192.0.2.{i * 10 + d}" for d in range(8)] for i in (1, 2)]
+            [f"192.0.2.{i * 10 + d}" for d in range(8)] for i in (1, 2)
+        ]
         r = run_process(*base, "--collect", "--hccn-path", "/etc/no-such-hccn.conf", timeout=60)
         assert r.returncode == 1
         assert "cannot collect /etc/no-such-hccn.conf from 2 of 2 host(s)" in r.stderr
@@ -447,7 +542,11 @@ def allreduce_sums(job, n: int) -> Dict[int, float]:
 @pytest.mark.mpi
 def test_allreduce_6_workers_through_mpirun_across_hosts(job, need_mpirun):
     c = job.c
-    r = job.run(extra=("--launcher", "mpirun", "--nic", str(c.subnet)), program=["-m", "launcher.workloads.allreduce_smoke"], timeout=300)
+    r = job.run(
+        extra=("--launcher", "mpirun", "--nic", str(c.subnet)),
+        program=["-m", "launcher.workloads.allreduce_smoke"],
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr + job.log("mpirun.log")[-3000:]
     assert allreduce_sums(job, 6) == {rank: 21.0 for rank in range(6)}
     argv = json.loads((job.dir / "plan.json").read_text())["mpirun"]
@@ -458,8 +557,20 @@ def test_allreduce_6_workers_through_mpirun_across_hosts(job, need_mpirun):
 @pytest.mark.mindspore
 def test_check_passes_on_the_namespace_cluster(job):
     c = job.c
-    r = run_process("check", "--hosts", c.inventory_yaml, "--per-host", "1", "--master-port", "auto", "--log-dir", str(job.dir),
-                    env=job.env, cwd=str(job.tmp), timeout=300)
+    r = run_process(
+        "check",
+        "--hosts",
+        c.inventory_yaml,
+        "--per-host",
+        "1",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job.dir),
+        env=job.env,
+        cwd=str(job.tmp),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     hosts = ",".join(h.ip for h in c.hosts)
     assert r.stdout.splitlines()[0] == f"✓ 3 ranks on {hosts} (dynamic, ssh): AllGather gave [0,1,2] on every rank"

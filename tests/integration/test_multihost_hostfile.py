@@ -1,6 +1,7 @@
 """A hostfile's ``username=`` / ``port=`` reach the hosts: a job over ssh and one through mpirun on
 namespace hosts whose sshd also listens on port 2222, with an ssh config that names a wrong user
 and port (so the job only starts if the hostfile's own values win)."""
+
 from __future__ import annotations
 
 import json
@@ -41,14 +42,40 @@ def wait_empty(cluster, within: float = 15.0):
 @pytest.mark.parametrize("launcher", ["ssh", "mpirun"])
 def test_hostfile_username_and_port_reach_the_hosts(make_netns_cluster, tmp_path, launcher) -> None:
     if launcher == "mpirun" and shutil.which("mpirun") is None:
-        skip_or_fail("mpirun not installed (apt-get install openmpi-bin)", "mpirun is missing in CI (make test installs openmpi-bin)")
+        skip_or_fail(
+            "mpirun not installed (apt-get install openmpi-bin)",
+            "mpirun is missing in CI (make test installs openmpi-bin)",
+        )
     c = make_netns_cluster(2, extra_ssh_port=PORT)
     hostfile = tmp_path / "hosts"
-    hostfile.write_text("# OpenMPI's spelling, spaces and all\n" + "".join(f"{h.ip} slots = 1 username = root port= {PORT}\n" for h in c.hosts))
+    hostfile.write_text(
+        "# OpenMPI's spelling, spaces and all\n"
+        + "".join(f"{h.ip} slots = 1 username = root port= {PORT}\n" for h in c.hosts)
+    )
     config = wrong_config(c, tmp_path / "ssh_config")
-    extra = ["--launcher", "mpirun", "--method", "mpi", "--nic", str(c.subnet)] if launcher == "mpirun" else ["--launcher", "ssh"]
-    r = run_process("run", "--hosts", str(hostfile), "--ssh-config", config, "--master-port", "auto",
-                    "--log-dir", str(tmp_path / "job"), "--grace", "2", *extra, PROG, "env", cwd=str(tmp_path), timeout=180)
+    extra = (
+        ["--launcher", "mpirun", "--method", "mpi", "--nic", str(c.subnet)]
+        if launcher == "mpirun"
+        else ["--launcher", "ssh"]
+    )
+    r = run_process(
+        "run",
+        "--hosts",
+        str(hostfile),
+        "--ssh-config",
+        config,
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(tmp_path / "job"),
+        "--grace",
+        "2",
+        *extra,
+        PROG,
+        "env",
+        cwd=str(tmp_path),
+        timeout=180,
+    )
     mpirun_log = tmp_path / "job" / "mpirun.log"
     assert r.returncode == 0, r.stderr + (mpirun_log.read_text() if mpirun_log.exists() else "")
     plan = json.loads((tmp_path / "job" / "plan.json").read_text())

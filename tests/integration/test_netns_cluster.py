@@ -1,5 +1,6 @@
 """The namespace cluster fixture itself: addresses, OpenSSH and paramiko logins, host-to-host
 reachability, link cuts, sshd stops, process accounting and complete teardown."""
+
 from __future__ import annotations
 
 import json
@@ -226,6 +227,7 @@ def test_pids_in_sees_a_background_sleep_and_close_kills_it(make_netns_cluster) 
     r = c.ssh("h2", "nohup sleep 300 >/dev/null 2>&1 </dev/null & echo $!", timeout=20)
     assert r.returncode == 0, r.stderr
     sleep_pid = int(r.stdout.strip())
+
     # the ssh session's own processes (its shell, sshd's session child) exit a moment after the
     # client returns, and nohup execs sleep a moment after $! is known: wait for both
     def cmdline() -> List[bytes]:
@@ -249,8 +251,9 @@ def test_close_removes_namespaces_links_sshds_and_files_and_is_idempotent(make_n
     sshd_pids = [c.sshd_pid(h.index) for h in c.hosts]
     assert all(p is not None and _alive(p) for p in sshd_pids)
     # a session still open at close time is cleaned up too
-    session = subprocess.Popen(c.ssh_argv("h1", "sleep 300"), stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    session = subprocess.Popen(
+        c.ssh_argv("h1", "sleep 300"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 10
         while not _sleeping(c, "h1") and time.monotonic() < deadline:
@@ -283,23 +286,42 @@ def test_up_and_down_from_the_command_line(tmp_path) -> None:
     require_netns()
     d = tmp_path / "mslcluster"
     env = dict(os.environ, PYTHONPATH=REPO)
-    up = subprocess.run([sys.executable, "-m", "tests.harness.netns_cluster", "up", "--hosts", "2", "--dir", str(d)],
-                        capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    up = subprocess.run(
+        [sys.executable, "-m", "tests.harness.netns_cluster", "up", "--hosts", "2", "--dir", str(d)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+    )
     state_path = d / "state.json"
     try:
         assert up.returncode == 0, up.stderr
         assert f"ssh -F {d}/ssh_config h1" in up.stdout
         state = json.loads(state_path.read_text())
         assert [h["name"] for h in state["hosts"]] == ["h1", "h2"]
-        r = subprocess.run(["ssh", "-F", str(d / "ssh_config"), "h2", "hostname", "-I"],
-                           capture_output=True, text=True, timeout=20)
+        r = subprocess.run(
+            ["ssh", "-F", str(d / "ssh_config"), "h2", "hostname", "-I"], capture_output=True, text=True, timeout=20
+        )
         assert (r.returncode, r.stdout.split()) == (0, [state["hosts"][1]["ip"]]), r.stderr
-        again = subprocess.run([sys.executable, "-m", "tests.harness.netns_cluster", "up", "--dir", str(d)],
-                               capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+        again = subprocess.run(
+            [sys.executable, "-m", "tests.harness.netns_cluster", "up", "--dir", str(d)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            env=env,
+        )
         assert again.returncode == 1 and "run 'down' first" in again.stderr
     finally:
-        down = subprocess.run([sys.executable, "-m", "tests.harness.netns_cluster", "down", "--dir", str(d)],
-                              capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+        down = subprocess.run(
+            [sys.executable, "-m", "tests.harness.netns_cluster", "down", "--dir", str(d)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            env=env,
+        )
     assert down.returncode == 0, down.stderr
     if state_path.exists():  # only if 'up' failed before writing state
         pytest.fail("state.json left behind")
@@ -307,8 +329,14 @@ def test_up_and_down_from_the_command_line(tmp_path) -> None:
     assert not {h["netns"] for h in state["hosts"]} & set(_netns_names())
     assert not _link_exists(state["bridge"])
     assert not any(_alive(int(p)) for p in state["sshd_pids"].values())
-    down2 = subprocess.run([sys.executable, "-m", "tests.harness.netns_cluster", "down", "--dir", str(d)],
-                           capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    down2 = subprocess.run(
+        [sys.executable, "-m", "tests.harness.netns_cluster", "down", "--dir", str(d)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+    )
     assert down2.returncode == 0 and "nothing to do" in down2.stdout
 
 
@@ -341,7 +369,9 @@ def test_an_overlapping_subnet_is_refused(netns_cluster: NamespaceCluster, tmp_p
     assert not (tmp_path / "c").exists()
 
 
-@pytest.mark.parametrize("ci, outcome", [(None, "skip"), ("", "skip"), ("false", "skip"), ("true", "fail"), ("1", "fail")])
+@pytest.mark.parametrize(
+    "ci, outcome", [(None, "skip"), ("", "skip"), ("false", "skip"), ("true", "fail"), ("1", "fail")]
+)
 def test_missing_prerequisites_skip_locally_but_fail_under_ci(monkeypatch, ci, outcome) -> None:
     import tests.harness.conftest_netns as conftest_netns
 

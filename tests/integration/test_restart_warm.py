@@ -15,6 +15,7 @@ own log line, and the cold one compiled them.  The default run is also the refer
 in ``metrics.jsonl`` with its loss, each rank done, its throughput the trainer's own figure) and as
 ``report`` shows it (both attempts, the steps lost).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,30 +52,66 @@ def _own_lines(path, root, upto=None):
     run's folder masked; with ``upto``, up to the line starting so (where the kill cut attempt 0:
     a rank may or may not log one more step before it)."""
     text = path.read_text(errors="replace").replace(str(root), "<run>")
-    lines = [ln for ln in text.splitlines() if ln.strip() and not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln)
-             and not ln.startswith("compile cache: ")]
+    lines = [
+        ln
+        for ln in text.splitlines()
+        if ln.strip() and not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln) and not ln.startswith("compile cache: ")
+    ]
     lines = [re.sub(r"throughput: .*", "throughput: <timing>", ln) for ln in lines]
     if upto is not None:
-        lines = lines[:next(i for i, ln in enumerate(lines) if ln.startswith(upto)) + 1]
+        lines = lines[: next(i for i, ln in enumerate(lines) if ln.startswith(upto)) + 1]
     return lines
 
 
 def _cache_use(path):
     """(the trainer's ``compile cache:`` line, how many graphs MindSpore took from the cache)."""
     text = path.read_text(errors="replace")
-    return (any(ln.startswith("compile cache: ") for ln in text.splitlines()),
-            text.count("Use the compilation cache and execute the backend actions only"))
+    return (
+        any(ln.startswith("compile cache: ") for ln in text.splitlines()),
+        text.count("Use the compilation cache and execute the backend actions only"),
+    )
 
 
 def _run(tmp_path, data, mode, flags):
     job, ckpt = tmp_path / mode / "job", tmp_path / mode / "ckpt"
-    argv = mslaunch_argv("run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none", "--max-restarts", "1", *flags,
-                         "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data), "--image-size", "32",
-                         "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "1", "--workers", "1", "--ckpt-dir", str(ckpt),
-                         "--ckpt-every", "4")
+    argv = mslaunch_argv(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--max-restarts",
+        "1",
+        *flags,
+        "-m",
+        "launcher.workloads.resnet50_cifar10",
+        "--arch",
+        "resnet14",
+        "--data-path",
+        str(data),
+        "--image-size",
+        "32",
+        "--batch-size",
+        "8",
+        "--steps-per-epoch",
+        "12",
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--ckpt-dir",
+        str(ckpt),
+        "--ckpt-every",
+        "4",
+    )
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
     parents, live = {}, {}
     try:
+
         def logged(rank, step):
             log = job / f"worker_{rank}.log"
             return log.exists() and f"epoch: 1 step: {step}," in log.read_text(errors="replace")
@@ -89,7 +126,9 @@ def _run(tmp_path, data, mode, flags):
         wait_or_fail(step6, 300, "step 6 on rank 1")
         parents[0] = _ppid(_started(job, 0, 0))
         os.kill(_started(job, 0, 1), signal.SIGKILL)
-        wait_or_fail(lambda: (job / "events.jsonl").exists() and _started(job, 1, 0) is not None, 300, "attempt 1 started")
+        wait_or_fail(
+            lambda: (job / "events.jsonl").exists() and _started(job, 1, 0) is not None, 300, "attempt 1 started"
+        )
         parents[1] = _ppid(_started(job, 1, 0))  # it trains 8 steps: running while this reads
         out, err = proc.communicate(timeout=400)
     finally:
@@ -101,10 +140,19 @@ def _run(tmp_path, data, mode, flags):
     seen = {
         "exit": proc.returncode,
         "attempts": [(a["status"], a.get("resumed_from_step")) for a in summary["attempt_results"]],
-        "lines": {(k, r): _own_lines(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log", tmp_path / mode,
-                                     None if k else "epoch: 1 step: 6,") for k in (0, 1) for r in (0, 1)},
+        "lines": {
+            (k, r): _own_lines(
+                job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log",
+                tmp_path / mode,
+                None if k else "epoch: 1 step: 6,",
+            )
+            for k in (0, 1)
+            for r in (0, 1)
+        },
         "files": {str(p.relative_to(ckpt)): p.read_bytes() for p in sorted(ckpt.rglob("*")) if p.is_file()},
-        "cache": {(k, r): _cache_use(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log") for k in (0, 1) for r in (0, 1)},
+        "cache": {
+            (k, r): _cache_use(job / (f"attempt_{k}" if k else ".") / f"worker_{r}.log") for k in (0, 1) for r in (0, 1)
+        },
         "cached": sorted(str(p.relative_to(job / "compile_cache")) for p in (job / "compile_cache").rglob("*.mindir")),
     }
     seen["job"], seen["live"], seen["summary"] = job, live, summary
@@ -126,7 +174,11 @@ def _check_top_metrics_report(warm, tmp_path):
         log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
         logged = [(int(st), float(v)) for st, v in re.findall(r"^epoch: 1 step: (\d+), loss is (\S+)$", log, re.M)]
         assert [st for st, _ in logged] == list(range(5, 13)), log[-2000:]
-        mine = [(x["global_step"], x["loss"]) for x in recs if x["rank"] == rank and x["kind"] == "step" and x["attempt"] == 1]
+        mine = [
+            (x["global_step"], x["loss"])
+            for x in recs
+            if x["rank"] == rank and x["kind"] == "step" and x["attempt"] == 1
+        ]
         assert mine == logged
         row = snap["ranks"][rank]
         assert (row["step"], row["loss"], row["state"]) == (12, logged[-1][1], "done"), row
@@ -143,15 +195,22 @@ def _check_top_metrics_report(warm, tmp_path):
 @pytest.mark.cost(150)
 def test_a_restart_from_the_warm_zygote_looks_the_same_as_a_cold_one(tmp_path):
     data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     warm, warm_parents, err_w = _run(tmp_path, data, "warm", [])
     cold, cold_parents, err_c = _run(tmp_path, data, "cold", ["--cold-restarts", "--env", "MS_COMPILER_CACHE_ENABLE=0"])
     assert warm["exit"] == cold["exit"] == 0, (err_w, err_c)
     assert warm["attempts"] == cold["attempts"] == [("failed", None), ("succeeded", 4)]
     for key in warm["lines"]:
         assert warm["lines"][key] == cold["lines"][key], key
-    assert any(ln.startswith("resume: ") and "(global step 4); continuing at epoch 1 step 5" in ln for ln in warm["lines"][(1, 0)])
+    assert any(
+        ln.startswith("resume: ") and "(global step 4); continuing at epoch 1 step 5" in ln
+        for ln in warm["lines"][(1, 0)]
+    )
     assert [ln for ln in warm["lines"][(1, 1)] if ln.startswith("epoch: 1 step: ")][-1].startswith("epoch: 1 step: 12,")
     assert warm["files"].keys() == cold["files"].keys() and warm["files"] and warm["files"] == cold["files"]
     # the default's restart forked from the zygote of attempt 0; --cold-restarts from a new one

@@ -1,5 +1,6 @@
 """The Slurm test cluster itself (tests/harness/slurm_cluster.py): nodes up with their own
 hostnames and addresses, srun across them, idle between jobs, nothing left after teardown."""
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,9 @@ def test_teardown_leaves_no_daemon_namespace_or_directory() -> None:
     netns = [h.netns for h in cluster.net.hosts]
     workdir = cluster.net.workdir
     # a job still running at teardown is ended too
-    job = subprocess.Popen(["srun", "-N2", "-n2", "sleep", "300"], env=cluster.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = subprocess.Popen(
+        ["srun", "-N2", "-n2", "sleep", "300"], env=cluster.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         cluster.close()
     finally:
@@ -65,8 +68,12 @@ def test_up_and_down_from_the_command_line(tmp_path) -> None:
     work = tmp_path / "cl"
     import sys
 
-    up = subprocess.run([sys.executable, "-m", "tests.harness.slurm_cluster", "up", "--nodes", "2", "--dir", str(work)],
-                        capture_output=True, text=True, timeout=120)
+    up = subprocess.run(
+        [sys.executable, "-m", "tests.harness.slurm_cluster", "up", "--nodes", "2", "--dir", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         assert up.returncode == 0, up.stderr
         conf = up.stdout.splitlines()[0].split("=", 1)[1]
@@ -75,7 +82,11 @@ def test_up_and_down_from_the_command_line(tmp_path) -> None:
         res = subprocess.run(["srun", "-N2", "hostname"], env=env, capture_output=True, text=True, timeout=60)
         assert sorted(res.stdout.split()) == ["node1", "node2"]
     finally:
-        down = subprocess.run([sys.executable, "-m", "tests.harness.slurm_cluster", "down", "--dir", str(work)],
-                              capture_output=True, text=True, timeout=120)
+        down = subprocess.run(
+            [sys.executable, "-m", "tests.harness.slurm_cluster", "down", "--dir", str(work)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert down.returncode == 0, down.stderr
     assert not (work / "slurm").exists()

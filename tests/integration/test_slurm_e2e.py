@@ -6,6 +6,7 @@ Each case proves something different (~10-30 s each here):
 * the reference trainer under ``mslaunch sbatch --requeue``: preempted (SIGUSR1) after its first
   checkpoint, requeued, and resumed from that checkpoint in ``attempt_1/``.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,32 +34,87 @@ def _env(slurm: SlurmCluster):
 
 def test_check_across_three_slurm_nodes(slurm: SlurmCluster, tmp_path) -> None:
     """``mslaunch check`` (MindSpore's AllGather over the dynamic cluster) on one rank per node."""
-    check = " ".join(mslaunch_argv("check", "--launcher", "slurm", "--np", "3", "--master-port", "auto", "--log-dir", str(tmp_path / "ck")))
-    res = subprocess.run(["salloc", "-N3", "--ntasks-per-node=1", "sh", "-c", f"{check}; echo rc=$?"],
-                         env=_env(slurm), capture_output=True, text=True, timeout=400, cwd=str(tmp_path))
+    check = " ".join(
+        mslaunch_argv(
+            "check", "--launcher", "slurm", "--np", "3", "--master-port", "auto", "--log-dir", str(tmp_path / "ck")
+        )
+    )
+    res = subprocess.run(
+        ["salloc", "-N3", "--ntasks-per-node=1", "sh", "-c", f"{check}; echo rc=$?"],
+        env=_env(slurm),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=str(tmp_path),
+    )
     assert re.findall(r"^rc=(\d+)$", res.stdout, re.M) == ["0"], res.stdout + res.stderr
     assert "AllGather gave [0,1,2] on every rank" in res.stdout
     summary = json.loads((tmp_path / "ck" / "summary.json").read_text())
     assert sorted((p["name"], p["host"]) for p in summary["processes"]) == [
-        ("rank 0", "node1"), ("rank 1", "node2"), ("rank 2", "node3"), ("scheduler", "node1")]
+        ("rank 0", "node1"),
+        ("rank 1", "node2"),
+        ("rank 2", "node3"),
+        ("scheduler", "node1"),
+    ]
     slurm.wait_idle()
     assert slurm.node_pids() == {}
 
 
 @pytest.mark.cost(113)
-def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpoint(slurm: SlurmCluster, tmp_path) -> None:
+def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpoint(
+    slurm: SlurmCluster, tmp_path
+) -> None:
     env = _env(slurm)
     data, ckpt, job = tmp_path / "data", tmp_path / "ckpt", tmp_path / "job"
-    subprocess.run([sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "400", "--test", "50"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     res = run_process(
-        "sbatch", "-N", "2", "--ntasks-per-node", "1", "--signal", "USR1@60", "--requeue", "--log-dir", str(job),
-        "--np", "2", "--master-port", "auto", "--grace", "10",
-        "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data), "--image-size", "32",
-        "--batch-size", "8", "--steps-per-epoch", "12", "--epochs", "2", "--workers", "1", "--ckpt-dir", str(ckpt), "--resume",
-        env=env, timeout=60, cwd=str(tmp_path))
+        "sbatch",
+        "-N",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--signal",
+        "USR1@60",
+        "--requeue",
+        "--log-dir",
+        str(job),
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--grace",
+        "10",
+        "-m",
+        "launcher.workloads.resnet50_cifar10",
+        "--arch",
+        "resnet14",
+        "--data-path",
+        str(data),
+        "--image-size",
+        "32",
+        "--batch-size",
+        "8",
+        "--steps-per-epoch",
+        "12",
+        "--epochs",
+        "2",
+        "--workers",
+        "1",
+        "--ckpt-dir",
+        str(ckpt),
+        "--resume",
+        env=env,
+        timeout=60,
+        cwd=str(tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     sid, jid = res.stdout.split()
+
     def saved(rank: int) -> bool:  # the epoch-1 checkpoint of this rank is complete (written atomically)
         return (ckpt / f"ckpt_{rank}" / "resnet14-1_12.ckpt").exists()
 
@@ -77,7 +133,9 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
     slurm.release_requeued(sid, timeout=120)
     slurm.wait_left_queue(sid, 400)
     assert (job / "attempt_1" / "summary.json").exists(), (
-        slurm.ctld_log_lines(f"JobId={sid}")[-6:], (job / "slurm.out").read_text()[-2000:])
+        slurm.ctld_log_lines(f"JobId={sid}")[-6:],
+        (job / "slurm.out").read_text()[-2000:],
+    )
     first = json.loads((job / "summary.json").read_text())
     assert first["status"] == "preempted", first
     second = json.loads((job / "attempt_1" / "summary.json").read_text())
@@ -86,10 +144,14 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
         m = re.search(r"resume: (\S+resnet14-1_12\.ckpt) \(global step 12\); continuing at epoch 2", log)
         assert m, log[-3000:]
-    for folder, attempt in ((job, "0"), (job / "attempt_1", "1")):  # the requeued run continues the count (SLURM_RESTART_COUNT)
+    for folder, attempt in (
+        (job, "0"),
+        (job / "attempt_1", "1"),
+    ):  # the requeued run continues the count (SLURM_RESTART_COUNT)
         tasks = json.loads((folder / "slurm" / "tasks.json").read_text())
         assert all(["MSLAUNCH_ATTEMPT", attempt] in w["env"] for w in tasks["workers"]), tasks["workers"][0]["env"]
     assert f"resume: removed {newer}: not on every rank (those steps are trained again)" in (
-        job / "attempt_1" / "worker_0.log").read_text(errors="replace")
+        job / "attempt_1" / "worker_0.log"
+    ).read_text(errors="replace")
     slurm.wait_idle()
     assert slurm.node_pids() == {}

@@ -2,6 +2,7 @@
 (scancel), and preemption: SIGUSR1 -> summary 'preempted' -> requeue -> the next run in
 attempt_1/ (also when Slurm requeues the job itself, and on a real preemption by a job of a
 higher-priority partition)."""
+
 from __future__ import annotations
 
 import json
@@ -44,14 +45,36 @@ def _queued(slurm: SlurmCluster, sid: str) -> bool:
 def test_submit_ps_status_logs_tail_and_stop(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     job_dir = tmp_path / "job"
-    sid, jid = _submit(slurm, env, tmp_path, "-N", "3", "--ntasks-per-node", "2", "--log-dir", str(job_dir), "--np", "6", "--grace", "1",
-                       PROG, "ok", "300")
+    sid, jid = _submit(
+        slurm,
+        env,
+        tmp_path,
+        "-N",
+        "3",
+        "--ntasks-per-node",
+        "2",
+        "--log-dir",
+        str(job_dir),
+        "--np",
+        "6",
+        "--grace",
+        "1",
+        PROG,
+        "ok",
+        "300",
+    )
     assert (job_dir / "sbatch.sh").read_text().startswith("#!/bin/bash\n#SBATCH")
-    tail = subprocess.Popen(mslaunch_argv("logs", "tail", jid, "-f"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tail = subprocess.Popen(
+        mslaunch_argv("logs", "tail", jid, "-f"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 7, 90, "the scheduler and 6 ranks started")
         status = run_process("status", jid, env=env, timeout=60)
-        assert status.returncode == 0 and f"job {jid}: running" in status.stdout and f"slurm job: {sid} (RUNNING)" in status.stdout, status.stdout
+        assert (
+            status.returncode == 0
+            and f"job {jid}: running" in status.stdout
+            and f"slurm job: {sid} (RUNNING)" in status.stdout
+        ), status.stdout
         ps = run_process("ps", env=env, timeout=60)
         assert jid in ps.stdout and "running" in ps.stdout
         stop = run_process("stop", jid, env=env, timeout=60)
@@ -77,14 +100,33 @@ def _requeued_run_ended(slurm: SlurmCluster, sid: str, job_dir) -> None:
     """Wait until the Slurm job left the queue, then require its requeued run's summary."""
     slurm.wait_left_queue(sid, 120)
     assert (job_dir / "attempt_1" / "summary.json").exists(), (
-        slurm.ctld_log_lines(f"JobId={sid}")[-6:], (job_dir / "slurm.out").read_text()[-2000:])
+        slurm.ctld_log_lines(f"JobId={sid}")[-6:],
+        (job_dir / "slurm.out").read_text()[-2000:],
+    )
 
 
 def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     job_dir = tmp_path / "job"
-    sid, jid = _submit(slurm, env, tmp_path, "-N", "3", "--ntasks-per-node", "1", "--signal", "USR1@30", "--requeue",
-                       "--log-dir", str(job_dir), "--np", "3", PROG, "ok", "4")
+    sid, jid = _submit(
+        slurm,
+        env,
+        tmp_path,
+        "-N",
+        "3",
+        "--ntasks-per-node",
+        "1",
+        "--signal",
+        "USR1@30",
+        "--requeue",
+        "--log-dir",
+        str(job_dir),
+        "--np",
+        "3",
+        PROG,
+        "ok",
+        "4",
+    )
     wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 4, 90, "the first run started")
     # Slurm's warning before preemption / the time limit (what --signal=B:USR1@30 makes Slurm send)
     res = slurm.run(["scancel", "--signal=USR1", "--batch", sid])
@@ -109,8 +151,23 @@ def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: Sl
 def test_a_job_requeued_by_slurm_continues_in_attempt_1(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     job_dir = tmp_path / "job"
-    sid, jid = _submit(slurm, env, tmp_path, "-N", "2", "--ntasks-per-node", "1", "--requeue", "--log-dir", str(job_dir),
-                       "--np", "2", PROG, "ok", "3")
+    sid, jid = _submit(
+        slurm,
+        env,
+        tmp_path,
+        "-N",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--requeue",
+        "--log-dir",
+        str(job_dir),
+        "--np",
+        "2",
+        PROG,
+        "ok",
+        "3",
+    )
     wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 3, 90, "the first run started")
     res = slurm.run(["scontrol", "requeue", sid])
     assert res.returncode == 0, res.stderr
@@ -134,10 +191,27 @@ def test_a_job_preempted_by_a_higher_priority_job_is_requeued_and_continues(slur
     PreemptTime), and a failed run is not requeued."""
     env = _env(slurm, tmp_path)
     job_dir = tmp_path / "job"
-    sid, jid = _submit(slurm, env, tmp_path, "-N", "2", "--ntasks-per-node", "2", "--requeue", "--log-dir", str(job_dir),
-                       "--np", "4", PROG, "fail-requeued", "300/30")
+    sid, jid = _submit(
+        slurm,
+        env,
+        tmp_path,
+        "-N",
+        "2",
+        "--ntasks-per-node",
+        "2",
+        "--requeue",
+        "--log-dir",
+        str(job_dir),
+        "--np",
+        "4",
+        PROG,
+        "fail-requeued",
+        "300/30",
+    )
     wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 5, 90, "the first run started")
-    urgent = slurm.run(["sbatch", "--parsable", "-p", "urgent", "-N3", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 1"])
+    urgent = slurm.run(
+        ["sbatch", "--parsable", "-p", "urgent", "-N3", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 1"]
+    )
     assert urgent.returncode == 0, urgent.stderr
     wait_or_fail(lambda: (job_dir / "summary.json").exists(), 60, "the preempted run's summary")
     slurm.release_requeued(sid, timeout=120)
@@ -148,7 +222,9 @@ def test_a_job_preempted_by_a_higher_priority_job_is_requeued_and_continues(slur
     ranks = [p for p in first["processes"] if p["rank"] is not None]
     assert len(ranks) == 4 and all(p["torn_down"] for p in ranks), ranks
     out = (job_dir / "slurm.out").read_text()
-    assert f"mslaunch: Slurm preempted job {sid} at " in out and out.count(f"requeueing Slurm job {sid}") == 1, out[-3000:]
+    assert f"mslaunch: Slurm preempted job {sid} at " in out and out.count(f"requeueing Slurm job {sid}") == 1, out[
+        -3000:
+    ]
     events = [json.loads(line)["kind"] for line in open(job_dir / "events.jsonl")]
     assert "cluster_stop" in events and "failure" not in events
     second = json.loads((job_dir / "attempt_1" / "summary.json").read_text())
@@ -171,7 +247,9 @@ ISSUE_CASES = [
     ("ranks-do-not-fit", ["-N", "2", "--ntasks-per-node", "2", "--np", "9", "prog.py"], "9 ranks do not fit"),
     ("missing-script", ["-N", "2", "--np", "4", "missing_script.py"], "no such file 'missing_script.py'"),
 ]
-REFUSED = ISSUE_CASES + [(f"run-{cid}", ["--np", "1", *options, "prog.py"], needle) for cid, options, needle, _real in BAD_RUN_OPTIONS]
+REFUSED = ISSUE_CASES + [
+    (f"run-{cid}", ["--np", "1", *options, "prog.py"], needle) for cid, options, needle, _real in BAD_RUN_OPTIONS
+]
 
 
 def _submissions(slurm: SlurmCluster) -> int:
@@ -186,7 +264,9 @@ def _queue(slurm: SlurmCluster) -> str:
 
 
 @pytest.mark.parametrize("cid, args, needle", REFUSED, ids=[c[0] for c in REFUSED])
-def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(slurm: SlurmCluster, tmp_path, cid, args, needle) -> None:
+def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(
+    slurm: SlurmCluster, tmp_path, cid, args, needle
+) -> None:
     """Each case of issue 27 and every run validation error: refused by a real submission
     (no --dry-run) with one line, exit 2; Slurm got nothing, nothing was written."""
     env = _env(slurm, tmp_path)
@@ -194,7 +274,9 @@ def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(slurm: Slu
     before_queue, before_count = _queue(slurm), _submissions(slurm)
     res = run_process("sbatch", *args, env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 2, (res.stdout, res.stderr)
-    assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, (
+        res.stderr
+    )
     assert res.stdout == ""
     assert (_queue(slurm), _submissions(slurm)) == (before_queue, before_count)
     assert sorted(os.listdir(tmp_path)) == ["pids", "prog.py"]
@@ -203,7 +285,9 @@ def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(slurm: Slu
 def test_dry_run_anywhere_before_script_submits_nothing(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     before_queue, before_count = _queue(slurm), _submissions(slurm)
-    res = run_process("sbatch", "-N", "1", "--np", "1", "--dry-run", PROG, "ok", "1", env=env, timeout=60, cwd=str(tmp_path))
+    res = run_process(
+        "sbatch", "-N", "1", "--np", "1", "--dry-run", PROG, "ok", "1", env=env, timeout=60, cwd=str(tmp_path)
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("#!/bin/bash\n") and "--dry-run" not in res.stdout
     assert (_queue(slurm), _submissions(slurm)) == (before_queue, before_count)
@@ -215,10 +299,16 @@ def test_a_job_sized_from_np_and_per_host_runs_on_two_nodes(slurm: SlurmCluster,
     nodes x 2 tasks, and the 4 ranks run 2 on each of 2 nodes."""
     env = _env(slurm, tmp_path)
     before = _submissions(slurm)
-    sid, jid = _submit(slurm, env, tmp_path, "--np", "4", "--per-host", "2", "--job-name", "sized-by-np", PROG, "ok", "300")
+    sid, jid = _submit(
+        slurm, env, tmp_path, "--np", "4", "--per-host", "2", "--job-name", "sized-by-np", PROG, "ok", "300"
+    )
     job_dir = tmp_path / "mslaunch_logs" / jid
     script = (job_dir / "sbatch.sh").read_text().splitlines()
-    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --job-name=sized-by-np" in script
+    assert (
+        "#SBATCH --nodes=2" in script
+        and "#SBATCH --ntasks-per-node=2" in script
+        and "#SBATCH --job-name=sized-by-np" in script
+    )
     assert _submissions(slurm) == before + 1
     wait_or_fail(lambda: len(os.listdir(tmp_path / "pids")) == 5, 90, "the scheduler and 4 ranks started")
     res = slurm.run(["squeue", "-h", "-j", sid, "-o", "%j %D %T"])

@@ -9,6 +9,7 @@ leaves node2 out, rank 1 moves to node3, and the job succeeds; summary.json, pla
 console name the lost node.  node2's slurmd is started again afterwards, which ends what its
 step still ran there; nothing is left on any node.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,17 @@ def _allocate(cluster: SlurmCluster, *extra: str) -> dict:
     assert res.returncode == 0 and m, res.stderr
     job = m.group(1)
     env = cluster.env()
-    env.update({"SLURM_JOB_ID": job, "SLURM_JOBID": job, "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NODELIST": "node[1-3]",
-                "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NUM_NODES": "3", "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    env.update(
+        {
+            "SLURM_JOB_ID": job,
+            "SLURM_JOBID": job,
+            "SLURM_JOB_NODELIST": "node[1-3]",
+            "SLURM_NODELIST": "node[1-3]",
+            "SLURM_NTASKS_PER_NODE": "1",
+            "SLURM_JOB_NUM_NODES": "3",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        }
+    )
     return env
 
 
@@ -48,12 +58,37 @@ def test_a_node_whose_slurmd_stops_mid_job_is_lost_and_the_restart_uses_the_spar
         env = _allocate(cluster, "--no-kill")
         pids, job = tmp_path / "pids", tmp_path / "job"
         pids.mkdir()
-        argv = mslaunch_argv("run", "--launcher", "slurm", "--np", "2", "--max-restarts", "1", "--master-port", "auto",
-                             "--log-dir", str(job), "--tee", "none", "--grace", "2", "--env", f"PIDDIR={pids}", LOSTHOST, "3", "hold")
-        proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        argv = mslaunch_argv(
+            "run",
+            "--launcher",
+            "slurm",
+            "--np",
+            "2",
+            "--max-restarts",
+            "1",
+            "--master-port",
+            "auto",
+            "--log-dir",
+            str(job),
+            "--tee",
+            "none",
+            "--grace",
+            "2",
+            "--env",
+            f"PIDDIR={pids}",
+            LOSTHOST,
+            "3",
+            "hold",
+        )
+        proc = subprocess.Popen(
+            argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
-            wait_or_fail(lambda: (pids / "a0-r0").exists() and (pids / "a0-r1").exists() or proc.poll() is not None, 120,
-                         "both ranks of attempt 0 running")
+            wait_or_fail(
+                lambda: (pids / "a0-r0").exists() and (pids / "a0-r1").exists() or proc.poll() is not None,
+                120,
+                "both ranks of attempt 0 running",
+            )
             assert proc.poll() is None, proc.communicate()
             assert [(pids / f"a0-r{r}").read_text() for r in (0, 1)] == ["node1", "node2"]
             stop_slurmd(cluster, "node2")
@@ -72,16 +107,27 @@ def test_a_node_whose_slurmd_stops_mid_job_is_lost_and_the_restart_uses_the_spar
         lost = rank1["host_lost"]
         assert re.fullmatch(r"Slurm node node2 is \S*(DOWN|NOT_RESPONDING)\S*", lost), lost
         assert (rank1["host"], rank1["torn_down"], cause["reason"]) == ("node2", False, lost)
-        assert {p["name"]: p["torn_down"] for p in first["processes"]} == {"rank 0": True, "rank 1": False, "scheduler": True}
+        assert {p["name"]: p["torn_down"] for p in first["processes"]} == {
+            "rank 0": True,
+            "rank 1": False,
+            "scheduler": True,
+        }
         assert cause["cause"]["kind"] == "lost_host", cause
         excluded = [{"host": "node2", "reason": f"host lost (rank 1: {lost})", "by": "restart", "attempt": 1}]
         assert s["excluded_hosts"] == excluded
         plan = json.loads((job / "plan.json").read_text())
         assert plan["excluded_hosts"] == excluded and [p["host"] for p in plan["ranks"]] == ["node1", "node3"]
-        assert {p["name"]: p["host"] for p in s["processes"]} == {"rank 0": "node1", "rank 1": "node3", "scheduler": "node1"}
+        assert {p["name"]: p["host"] for p in s["processes"]} == {
+            "rank 0": "node1",
+            "rank 1": "node3",
+            "scheduler": "node1",
+        }
         assert (pids / "a1-r1").read_text() == "node3"
         assert "rank1 done" in (job / "attempt_1" / "worker_1.log").read_text()
-        assert f"mslaunch: restart: leaving out node2 host lost (rank 1: {lost}); rank 1 moves to node3" in err.splitlines(), err
+        assert (
+            f"mslaunch: restart: leaving out node2 host lost (rank 1: {lost}); rank 1 moves to node3"
+            in err.splitlines()
+        ), err
         # node2 still runs what its step started (its slurmd is gone, Slurm cannot reach it);
         # started again, slurmd ends the step of a job the node is no longer part of.
         cluster.start_slurmd("node2")

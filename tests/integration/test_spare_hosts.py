@@ -11,6 +11,7 @@ rank dies by SIGKILL in every attempt (``tests/scripts/badhost.py``).
 
 Nothing is left running on any host after either.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,32 @@ def _run(c, tmp_path, name, np, *extra):
     pids.mkdir(parents=True)
     job = tmp_path / name / "job"
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    r = run_process("run", "--hosts", inv, "--np", str(np), "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-                    "--grace", "2", "--env", f"PIDDIR={pids}", "--max-restarts", "3", *extra, BADHOST, c.hosts[1].ip, "6",
-                    env=env, cwd=str(tmp_path), timeout=300)
+    r = run_process(
+        "run",
+        "--hosts",
+        inv,
+        "--np",
+        str(np),
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--grace",
+        "2",
+        "--env",
+        f"PIDDIR={pids}",
+        "--max-restarts",
+        "3",
+        *extra,
+        BADHOST,
+        c.hosts[1].ip,
+        "6",
+        env=env,
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     return r, job, env
 
 
@@ -58,23 +82,36 @@ def test_a_bad_host_is_left_out_on_restart_and_without_a_spare_the_job_stops(clu
     assert plan["excluded_hosts"] == excluded
     assert [p["host"] for p in plan["ranks"]] == [good1, good1, spare, spare] and plan["scheduler"]["host"] == good1
     assert {p["name"]: p["host"] for p in s["processes"] if p["rank"] is not None} == {
-        "rank 0": good1, "rank 1": good1, "rank 2": spare, "rank 3": spare}
+        "rank 0": good1,
+        "rank 1": good1,
+        "rank 2": spare,
+        "rank 3": spare,
+    }
     events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
     (event,) = [e for e in events if e["kind"] == "host_excluded"]
-    assert (event["host"], event["reason"], event["attempt"], event["moves"]) == (bad, reason, 3, f"ranks 2-3 move to {spare}")
+    assert (event["host"], event["reason"], event["attempt"], event["moves"]) == (
+        bad,
+        reason,
+        3,
+        f"ranks 2-3 move to {spare}",
+    )
     assert f"mslaunch: restart: leaving out {bad} after {reason}; ranks 2-3 move to {spare}" in r.stderr.splitlines()
     log = (job / "attempt_3" / "worker_2.log").read_text()
     assert "attempt=3 rank=2 on_bad_host=False" in log and "rank2 done" in log
     tail = run_process("logs", "tail", "--log-dir", str(job), "-r", "2,3", env=env, timeout=60)
-    assert tail.returncode == 0 and "[rank 2] rank2 done" in tail.stdout and "[rank 3] rank3 done" in tail.stdout, tail.stdout + tail.stderr
+    assert tail.returncode == 0 and "[rank 2] rank2 done" in tail.stdout and "[rank 3] rank3 done" in tail.stdout, (
+        tail.stdout + tail.stderr
+    )
     status = run_process("status", str(job), env=env, timeout=60)
     assert f"left out {bad} from attempt 3 (restart): {reason}" in status.stdout, status.stdout + status.stderr
     assert wait_nothing_left(c) == {}
 
     r, job, _ = _run(c, tmp_path, "nospare", 6)
     assert r.returncode == 137, r.stderr
-    line = (f"--hosts: no spare host for 6 ranks without {bad} ({bad}: 2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)); "
-            "the other hosts have 4 slots: add hosts to the inventory or lower --np")
+    line = (
+        f"--hosts: no spare host for 6 ranks without {bad} ({bad}: 2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)); "
+        "the other hosts have 4 slots: add hosts to the inventory or lower --np"
+    )
     assert f"mslaunch: {line}" in r.stderr.splitlines() and "Traceback" not in r.stderr
     s = json.loads((job / "summary.json").read_text())
     assert (s["status"], s["attempts"], s["message"], s["restarts_stopped"]) == ("failed", 2, line, line)

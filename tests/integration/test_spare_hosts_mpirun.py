@@ -6,6 +6,7 @@ restart (``--max-restarts 1``) leaves it out, ranks 2-3 move to the spare, and t
 The ranks the dead daemon left on the lost host are ended by the test afterwards (by pid: no one
 can reach them through mpirun any more); nothing else is left anywhere.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,13 +43,39 @@ def test_a_host_whose_mpirun_daemon_dies_is_lost_and_the_restart_uses_the_spare(
     pids, job = tmp_path / "pids", tmp_path / "job"
     pids.mkdir()
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    argv = mslaunch_argv("run", "--launcher", "mpirun", "--hosts", inv, "--np", "4", "--max-restarts", "1", "--master-port", "auto",
-                         "--nic", str(c.subnet), "--log-dir", str(job), "--tee", "none", "--grace", "2", "--env", f"PIDDIR={pids}",
-                         LOSTHOST, "3", "hold")
+    argv = mslaunch_argv(
+        "run",
+        "--launcher",
+        "mpirun",
+        "--hosts",
+        inv,
+        "--np",
+        "4",
+        "--max-restarts",
+        "1",
+        "--master-port",
+        "auto",
+        "--nic",
+        str(c.subnet),
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--grace",
+        "2",
+        "--env",
+        f"PIDDIR={pids}",
+        LOSTHOST,
+        "3",
+        "hold",
+    )
     proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_or_fail(lambda: all((pids / f"a0-r{r}").exists() for r in range(4)) or proc.poll() is not None, 120,
-                     "every rank of attempt 0 running")
+        wait_or_fail(
+            lambda: all((pids / f"a0-r{r}").exists() for r in range(4)) or proc.poll() is not None,
+            120,
+            "every rank of attempt 0 running",
+        )
         assert proc.poll() is None, proc.communicate()
         orted = [p for p in c.pids_in(1) if _comm(p) == "orted"]
         assert len(orted) == 1, [(p, _comm(p)) for p in c.pids_in(1)]
@@ -79,7 +106,10 @@ def test_a_host_whose_mpirun_daemon_dies_is_lost_and_the_restart_uses_the_spare(
     plan = json.loads((job / "plan.json").read_text())
     assert [p["host"] for p in plan["ranks"]] == [good, good, spare, spare] and plan["excluded_hosts"] == excluded
     assert "rank2 done" in (job / "attempt_1" / "worker_2.log").read_text()
-    assert re.search(rf"mslaunch: restart: leaving out {re.escape(bad)} host lost \(rank 2: .*\); ranks 2-3 move to {re.escape(spare)}", err), err
+    assert re.search(
+        rf"mslaunch: restart: leaving out {re.escape(bad)} host lost \(rank 2: .*\); ranks 2-3 move to {re.escape(spare)}",
+        err,
+    ), err
     assert wait_nothing_left(c) == {}
 
 
@@ -93,17 +123,54 @@ def test_a_host_whose_rank_is_killed_is_left_out_and_is_not_taken_for_lost(clust
     inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=2)
     pids, job = tmp_path / "pids", tmp_path / "job"
     pids.mkdir()
-    r = run_process("run", "--launcher", "mpirun", "--hosts", inv, "--np", "4", "--max-restarts", "1", "--host-failures", "1",
-                                     "--master-port", "auto", "--nic", str(c.subnet), "--log-dir", str(job), "--tee", "none", "--grace", "2",
-                                     "--env", f"PIDDIR={pids}", os.path.join(HERE, "scripts", "badhost.py"), bad, "4",
-                       env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config), cwd=str(tmp_path), timeout=300)
+    r = run_process(
+        "run",
+        "--launcher",
+        "mpirun",
+        "--hosts",
+        inv,
+        "--np",
+        "4",
+        "--max-restarts",
+        "1",
+        "--host-failures",
+        "1",
+        "--master-port",
+        "auto",
+        "--nic",
+        str(c.subnet),
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--grace",
+        "2",
+        "--env",
+        f"PIDDIR={pids}",
+        os.path.join(HERE, "scripts", "badhost.py"),
+        bad,
+        "4",
+        env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config),
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads((job / "summary.json").read_text())
     first, second = s["attempt_results"]
     assert (first["status"], second["status"], second.get("replanned")) == ("failed", "succeeded", True), first
     assert not any(p.get("host_lost") for p in first["processes"]), first["processes"]
-    assert (first["root_cause"]["rank"], first["root_cause"]["host"], first["root_cause"]["signal"]) == (2, bad, "SIGKILL")
-    assert s["excluded_hosts"] == [{"host": bad, "reason": "1 failure (rank 2 killed by SIGKILL)", "by": "restart", "attempt": 1}]
+    assert (first["root_cause"]["rank"], first["root_cause"]["host"], first["root_cause"]["signal"]) == (
+        2,
+        bad,
+        "SIGKILL",
+    )
+    assert s["excluded_hosts"] == [
+        {"host": bad, "reason": "1 failure (rank 2 killed by SIGKILL)", "by": "restart", "attempt": 1}
+    ]
     assert {p["name"]: p["host"] for p in s["processes"] if p["rank"] is not None} == {
-        "rank 0": good, "rank 1": good, "rank 2": spare, "rank 3": spare}
+        "rank 0": good,
+        "rank 1": good,
+        "rank 2": spare,
+        "rank 3": spare,
+    }
     assert wait_nothing_left(c) == {}

@@ -6,6 +6,7 @@ The execution-level differential suite (every case both ways, one zygote) is
 ``tests/execution/local/test_zygote_conformance.py``; the reliability counts are
 ``bench/bench_reliability.py`` (docs/benchmarks.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DP = os.path.join(ROOT, "tests", "scripts", "dp_train.py")
 BIN = os.path.dirname(sys.executable)
 
-FAITHFUL = r'''
+FAITHFUL = r"""
 import atexit, json, os, random, sys, threading, time
 import numpy as np
 import mindspore as ms
@@ -57,7 +58,7 @@ def late():
 
 threading.Thread(target=late).start()
 print("main code done", flush=True)
-'''
+"""
 
 
 def own_lines(log):
@@ -80,8 +81,21 @@ def test_the_default_keeps_what_the_program_leaves_at_its_end_as_no_zygote_does(
         out = tmp_path / mode
         out.mkdir()
         log_dir = tmp_path / f"logs-{mode}"
-        r = run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(log_dir), "--env", f"OUT={out}", *flags,
-                        "faithful.py", cwd=tmp_path, timeout=300)
+        r = run_process(
+            "run",
+            "--np",
+            "2",
+            "--master-port",
+            "auto",
+            "--log-dir",
+            str(log_dir),
+            "--env",
+            f"OUT={out}",
+            *flags,
+            "faithful.py",
+            cwd=tmp_path,
+            timeout=300,
+        )
         assert r.returncode == 0, (mode, r.stderr[-3000:])
         assert ("forked from one process that imported mindspore once" in r.stderr) == (mode == "default"), r.stderr
         assert "mslaunch: zygote:" not in r.stderr  # no fallback
@@ -98,11 +112,16 @@ def test_the_default_keeps_what_the_program_leaves_at_its_end_as_no_zygote_does(
         sched = (log_dir / "scheduler.log").read_text()
         assert "timed out node" not in sched and "has unregistered" in sched, mode
     assert seen["default"] == seen["no-zygote"]
-    assert seen["default"][0] == ['{"numpy": <n>, "random": <n>, "mindspore": <n>}', "main code done", "thread done",
-                                  "atexit registered after init()", "atexit registered before init()"]
+    assert seen["default"][0] == [
+        '{"numpy": <n>, "random": <n>, "mindspore": <n>}',
+        "main code done",
+        "thread done",
+        "atexit registered after init()",
+        "atexit registered before init()",
+    ]
 
 
-TERM = r'''
+TERM = r"""
 import os, signal, sys, time
 import mindspore as ms
 from mindspore.communication import get_rank, init
@@ -122,7 +141,7 @@ def on_term(signum, frame):
 signal.signal(signal.SIGTERM, on_term)
 print("ready", flush=True)
 time.sleep(300)
-'''
+"""
 
 
 @pytest.mark.cost(55)
@@ -135,13 +154,32 @@ def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
     out.mkdir()
     home = tmp_path / "home"
     env = dict(os.environ, MSLAUNCH_HOME=str(home))
-    r = run_process("run", "--np", "2", "--master-port", "auto", "--detach", "--job-id", "findme", "--env", f"OUT={out}",
-                    "term.py", "--epochs", "3", cwd=tmp_path, env=env, timeout=300)
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--detach",
+        "--job-id",
+        "findme",
+        "--env",
+        f"OUT={out}",
+        "term.py",
+        "--epochs",
+        "3",
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     job_dir = tmp_path / "mslaunch_logs" / "findme"
     try:
         deadline = time.monotonic() + 120
-        while not all((job_dir / f"worker_{i}.log").exists() and "ready" in (job_dir / f"worker_{i}.log").read_text() for i in (0, 1)):
+        while not all(
+            (job_dir / f"worker_{i}.log").exists() and "ready" in (job_dir / f"worker_{i}.log").read_text()
+            for i in (0, 1)
+        ):
             assert time.monotonic() < deadline, "ranks did not get ready"
             time.sleep(0.2)
         st = run_process("status", "findme", "--json", cwd=tmp_path, env=env, timeout=300)
@@ -174,11 +212,24 @@ def test_an_8_worker_data_parallel_job_with_msruns_flags_ends_cleanly_twice(tmp_
     env = dict(os.environ, EPOCHS="4", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
     for i in range(2):
         log_dir = tmp_path / f"run{i}"
-        r = run_process("run", "--worker_num=8", "--local_worker_num=8", "--master_port=auto", "--join=True", "--cluster_time_out=300",
-                        f"--log_dir={log_dir}", DP, cwd=tmp_path, env=env, timeout=600)
+        r = run_process(
+            "run",
+            "--worker_num=8",
+            "--local_worker_num=8",
+            "--master_port=auto",
+            "--join=True",
+            "--cluster_time_out=300",
+            f"--log_dir={log_dir}",
+            DP,
+            cwd=tmp_path,
+            env=env,
+            timeout=600,
+        )
         assert r.returncode == 0, (i, r.stderr[-3000:])
         for rank in range(8):
-            assert re.search(rf"^dp rank={rank} size=8 steps=16 loss=", (log_dir / f"worker_{rank}.log").read_text(), re.M), rank
+            assert re.search(
+                rf"^dp rank={rank} size=8 steps=16 loss=", (log_dir / f"worker_{rank}.log").read_text(), re.M
+            ), rank
         sched = (log_dir / "scheduler.log").read_text()
         assert sched.count("has unregistered") == 8 and "timed out node" not in sched, sched[-2000:]
         assert_no_pids_left(str(log_dir))

@@ -1,5 +1,6 @@
 """Where `mslaunch run` writes: --log-dir (modes, non-empty dirs, the job's lock), --job-id,
 --summary-json / --junit.  Bad values get a one-line error before anything starts."""
+
 from __future__ import annotations
 
 import fcntl
@@ -33,8 +34,21 @@ class Env:
 
     def args(self, *opts, mode=("ok", "0.05"), quiet=True):
         """The CLI's arguments of ``mslaunch run`` of the stand-in rank."""
-        return ["run", "--np", "1", "--master-port", "auto", "--grace", "2", *(("--quiet",) if quiet else ()), *opts,
-                "--no-python", sys.executable, PROG, *mode]
+        return [
+            "run",
+            "--np",
+            "1",
+            "--master-port",
+            "auto",
+            "--grace",
+            "2",
+            *(("--quiet",) if quiet else ()),
+            *opts,
+            "--no-python",
+            sys.executable,
+            PROG,
+            *mode,
+        ]
 
     def run(self, *opts, mode=("ok", "0.05"), cwd=None):
         return run_process(*self.args(*opts, mode=mode), env=self.environ, cwd=str(cwd or self.work), timeout=120)
@@ -44,8 +58,14 @@ class Env:
         return run_cli(*self.args(*opts), env=self.environ, cwd=str(cwd or self.work))
 
     def popen(self, *opts, mode=("ok", "0.05"), cwd=None, quiet=True):
-        return subprocess.Popen(mslaunch_argv(*self.args(*opts, mode=mode, quiet=quiet)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=self.environ, cwd=str(cwd or self.work))
+        return subprocess.Popen(
+            mslaunch_argv(*self.args(*opts, mode=mode, quiet=quiet)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.environ,
+            cwd=str(cwd or self.work),
+        )
 
     def cli(self, *args):
         return run_process(*args, env=self.environ, timeout=60)
@@ -91,7 +111,23 @@ def test_job_id_is_validated(tmp_path):
     e = Env(tmp_path)
     deep = e.work / "a" / "b"
     deep.mkdir(parents=True)
-    bad = ["../../x", "..", ".", ".hidden", "a/b", "/abs", "", "x" * 129, "a b", "tab\there", "-rf", "a..b", "naïve", "semi;colon", "new\nline"]
+    bad = [
+        "../../x",
+        "..",
+        ".",
+        ".hidden",
+        "a/b",
+        "/abs",
+        "",
+        "x" * 129,
+        "a b",
+        "tab\there",
+        "-rf",
+        "a..b",
+        "naïve",
+        "semi;colon",
+        "new\nline",
+    ]
     for job_id in bad:
         r = e.refused("--job-id", job_id, cwd=deep)
         one_line_error(r, 2, "--job-id: ")
@@ -120,7 +156,14 @@ def test_existing_log_dir_keeps_its_mode(tmp_path):
         r = e.run(*opts, cwd=run_cwd)
         assert r.returncode == 0, r.stderr
         assert stat.S_IMODE(os.stat(d).st_mode) == mode, (d, oct(os.stat(d).st_mode))
-        assert sorted(os.listdir(d)) == ["events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
+        assert sorted(os.listdir(d)) == [
+            "events.jsonl",
+            "job.json",
+            "plan.json",
+            "scheduler.log",
+            "summary.json",
+            "worker_0.log",
+        ]
     created = tmp_path / "new" / "deeper" / "job"
     assert e.run("--log-dir", str(created)).returncode == 0
     assert stat.S_IMODE(os.stat(created).st_mode) == 0o700  # a directory mslaunch creates is private
@@ -179,7 +222,15 @@ def test_log_dir_of_a_finished_job_is_reused_and_keeps_one_previous_job(tmp_path
         with open(d / "summary.json") as fh:
             assert json.load(fh)["job_id"] == ids[-1]
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o755
-    assert sorted(os.listdir(d)) == [".previous", "events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log"]
+    assert sorted(os.listdir(d)) == [
+        ".previous",
+        "events.jsonl",
+        "job.json",
+        "plan.json",
+        "scheduler.log",
+        "summary.json",
+        "worker_0.log",
+    ]
     with open(d / ".previous" / "summary.json") as fh:
         assert json.load(fh)["job_id"] == "again1"  # one previous job kept; the one before it is gone
     e.assert_gone()
@@ -260,7 +311,11 @@ def test_ci_outputs_checked_before_start(tmp_path):
     existing = tmp_path / "existing"
     existing.mkdir()
     cases = [
-        ("--summary-json", str(tmp_path / "missing" / "s.json"), f"--summary-json {tmp_path / 'missing' / 's.json'}: folder {tmp_path / 'missing'} does not exist"),
+        (
+            "--summary-json",
+            str(tmp_path / "missing" / "s.json"),
+            f"--summary-json {tmp_path / 'missing' / 's.json'}: folder {tmp_path / 'missing'} does not exist",
+        ),
         ("--junit", str(tmp_path / "missing" / "deeper" / "j.xml"), "does not exist; create it first"),
         ("--summary-json", str(existing), f"--summary-json {existing}: is a directory"),
         ("--junit", str(existing) + "/", "is a directory"),
@@ -278,7 +333,9 @@ def test_ci_outputs_checked_before_start(tmp_path):
             r = e.refused("--log-dir", str(d), flag, path, *detach)
             one_line_error(r, 2, fragment)
             assert not d.exists()
-    assert e.started() == [] and e.registry() == [] and sorted(os.listdir(existing)) == [] and a_file.read_text() == "x\n"
+    assert (
+        e.started() == [] and e.registry() == [] and sorted(os.listdir(existing)) == [] and a_file.read_text() == "x\n"
+    )
     assert not (tmp_path / "missing").exists()
 
 
@@ -289,14 +346,25 @@ def test_ci_output_lost_at_the_end_keeps_exit_code_and_table(tmp_path):
     keep = tmp_path / "keep"
     keep.mkdir()
     d = tmp_path / "job"
-    p = e.popen("--log-dir", str(d), "--summary-json", str(out / "s.json"), "--junit", str(keep / "j.xml"), mode=("hang",), quiet=False)
+    p = e.popen(
+        "--log-dir",
+        str(d),
+        "--summary-json",
+        str(out / "s.json"),
+        "--junit",
+        str(keep / "j.xml"),
+        mode=("hang",),
+        quiet=False,
+    )
     e.wait_started(2)
     os.rmdir(out)  # the folder vanishes while the job runs
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 143, err  # the job's exit code (stopped by SIGTERM), not the write failure's
     errors = [line for line in err.splitlines() if line.startswith("mslaunch: error:")]
-    assert len(errors) == 1 and errors[0].startswith(f"mslaunch: error: --summary-json: {out / 's.json'}: cannot write: folder {out} does not exist")
+    assert len(errors) == 1 and errors[0].startswith(
+        f"mslaunch: error: --summary-json: {out / 's.json'}: cannot write: folder {out} does not exist"
+    )
     assert "stopped" in err and "rank 0" in err  # the result table
     assert json.loads((d / "summary.json").read_text())["status"] == "stopped"
     assert (keep / "j.xml").read_text().startswith('<?xml version="1.0" encoding="UTF-8"?>')

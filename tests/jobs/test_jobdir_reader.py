@@ -1,4 +1,5 @@
 """The one reader of job files: any bytes give a validated object or a one-line CorruptJobFile."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,16 @@ def test_any_json(kind, value):
 
 
 def test_bombs_and_edges():
-    for data in (b"[" * 100000, b"{\"a\":" * 50000, b"9" * 5000, b'{"status": "x", "exit_code": Infinity}', b"\xef\xbb\xbf{}", b"\x00",
-                 b'{"status": "ok"}' + b" " * 10 + b"x", b'{"job_id": "a", "job_id": "../b", "world_size": 1}'):
+    for data in (
+        b"[" * 100000,
+        b'{"a":' * 50000,
+        b"9" * 5000,
+        b'{"status": "x", "exit_code": Infinity}',
+        b"\xef\xbb\xbf{}",
+        b"\x00",
+        b'{"status": "ok"}' + b" " * 10 + b"x",
+        b'{"job_id": "a", "job_id": "../b", "world_size": 1}',
+    ):
         for kind in KINDS:
             assert_reads_or_corrupt(data, kind)
 
@@ -75,9 +84,19 @@ def test_job_info_never_raises_on_files(tmp_path):
 
 
 def test_a_summarys_root_cause_may_carry_a_cause_of_strings():
-    head = {"status": "failed", "root_cause": {"name": "rank 0", "host": "h1", "reason": "exit code 1", "log": "/l", "tail": []}}
-    good = dict(head["root_cause"], cause={"kind": "missing_module", "evidence": "No module named 'x'", "hint": "install x"})
-    assert parse_job_file(json.dumps(dict(head, root_cause=good)).encode(), "summary.json", "/j/s")["root_cause"]["cause"]["kind"] == "missing_module"
+    head = {
+        "status": "failed",
+        "root_cause": {"name": "rank 0", "host": "h1", "reason": "exit code 1", "log": "/l", "tail": []},
+    }
+    good = dict(
+        head["root_cause"], cause={"kind": "missing_module", "evidence": "No module named 'x'", "hint": "install x"}
+    )
+    assert (
+        parse_job_file(json.dumps(dict(head, root_cause=good)).encode(), "summary.json", "/j/s")["root_cause"]["cause"][
+            "kind"
+        ]
+        == "missing_module"
+    )
     assert parse_job_file(json.dumps(dict(head, root_cause=dict(good, cause=None))).encode(), "summary.json", "/j/s")
     assert parse_job_file(json.dumps(head).encode(), "summary.json", "/j/s")  # written before causes existed
     for bad in ("oom", {"kind": "oom", "evidence": 3, "hint": "h"}, {"kind": "oom", "hint": "h"}):

@@ -1,5 +1,6 @@
 """The failure classifier (pure): each rule of the table on its own, the table's precedence, the
 restart rule's "same cause", and what the console and JUnit show."""
+
 from __future__ import annotations
 
 import signal
@@ -9,7 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.logs.causerules import EVIDENCE_MAX, TAIL_LINES, Failure, signal_of
-from launcher.logs.causes import KINDS, RESTART_PROOF, RULES, Cause, classify, console_lines, junit_message, repeated_unfixable, same_unfixable
+from launcher.logs.causes import (
+    KINDS,
+    RESTART_PROOF,
+    RULES,
+    Cause,
+    classify,
+    console_lines,
+    junit_message,
+    repeated_unfixable,
+    same_unfixable,
+)
 from launcher.logs.hostmem import HostRecords
 from tests.harness.hypo import examples
 
@@ -27,14 +38,34 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
 
 
 def fail(tail=(), rc=1, **kw) -> Failure:
-    return Failure(name=kw.pop("name", "rank 2"), host=kw.pop("host", "node2"), returncode=rc, tail=tuple(tail), log="/job/rank_2.log", **kw)
+    return Failure(
+        name=kw.pop("name", "rank 2"),
+        host=kw.pop("host", "node2"),
+        returncode=rc,
+        tail=tuple(tail),
+        log="/job/rank_2.log",
+        **kw,
+    )
 
 
 # ---------------------------------------------------------------- the table
 
+
 def test_the_table_covers_every_kind_the_docs_name():
-    assert set(KINDS) == {"lost_host", "collective_timeout", "hang", "oom", "address_in_use", "device_error", "disk_full", "native_crash",
-                          "missing_module", "missing_file", "python_exception", "unknown"}
+    assert set(KINDS) == {
+        "lost_host",
+        "collective_timeout",
+        "hang",
+        "oom",
+        "address_in_use",
+        "device_error",
+        "disk_full",
+        "native_crash",
+        "missing_module",
+        "missing_file",
+        "python_exception",
+        "unknown",
+    }
     assert KINDS[-1] == "unknown" and set(RESTART_PROOF) <= set(KINDS)
     assert all(r.hint and "\n" not in r.hint for r in RULES)
 
@@ -45,6 +76,7 @@ def test_signal_of_reads_both_conventions():
 
 # ---------------------------------------------------------------- one test per rule
 
+
 def test_lost_host_names_the_host_and_how():
     c = classify(fail(("epoch: 1 step: 3, loss is 2.1",), rc=255, lost="connection to node2 lost (no answer for 30 s)"))
     assert c.kind == "lost_host"
@@ -52,43 +84,68 @@ def test_lost_host_names_the_host_and_how():
     assert "node2" in c.hint and "spare-hosts" in c.hint
 
 
-HANG = {"kind": "no_progress", "limit_s": 60.0, "derived": "auto: the 60 s floor", "idle_s": 61.2, "stacks_dir": "/job/attempt_1/stacks",
-        "culprit": {"rank": 1, "evidence": "its last step is behind the others' (step 3 < step 4)"},
-        "ranks": [{"rank": 0, "host": "node1"}, {"rank": 1, "host": "node2"}]}
+HANG = {
+    "kind": "no_progress",
+    "limit_s": 60.0,
+    "derived": "auto: the 60 s floor",
+    "idle_s": 61.2,
+    "stacks_dir": "/job/attempt_1/stacks",
+    "culprit": {"rank": 1, "evidence": "its last step is behind the others' (step 3 < step 4)"},
+    "ranks": [{"rank": 0, "host": "node1"}, {"rank": 1, "host": "node2"}],
+}
 
 
 def test_hang_names_the_culprit_its_host_and_the_stacks():
     c = classify(fail(rc=-15, hang=HANG))
     assert c.kind == "hang"
-    assert c.evidence == ("no rank made progress for 61.2 s (limit 60.0 s, auto: the 60 s floor); likely culprit rank 1 on node2: "
-                          "its last step is behind the others' (step 3 < step 4)")
-    assert c.hint == "start with rank 1 on node2 (stacks in /job/attempt_1/stacks); if a step can take this long, raise --hang-timeout"
+    assert c.evidence == (
+        "no rank made progress for 61.2 s (limit 60.0 s, auto: the 60 s floor); likely culprit rank 1 on node2: "
+        "its last step is behind the others' (step 3 < step 4)"
+    )
+    assert (
+        c.hint
+        == "start with rank 1 on node2 (stacks in /job/attempt_1/stacks); if a step can take this long, raise --hang-timeout"
+    )
 
 
 def test_hang_without_a_culprit_says_so():
     c = classify(fail(rc=-15, hang=dict(HANG, culprit=None)))
-    assert c.kind == "hang" and "no rank stands out" in c.evidence and "compare the ranks' stacks in /job/attempt_1/stacks" in c.hint
+    assert (
+        c.kind == "hang"
+        and "no rank stands out" in c.evidence
+        and "compare the ranks' stacks in /job/attempt_1/stacks" in c.hint
+    )
 
 
 def test_collective_timeout_from_the_hang_report():
-    report = dict(HANG, kind="collective_timeout", timed_out={"rank": 0, "line": "Ring AllReduce wait receiving failed"},
-                  culprit={"rank": 1, "evidence": "its main thread is outside the collective"})
+    report = dict(
+        HANG,
+        kind="collective_timeout",
+        timed_out={"rank": 0, "line": "Ring AllReduce wait receiving failed"},
+        culprit={"rank": 1, "evidence": "its main thread is outside the collective"},
+    )
     c = classify(fail(rc=1, hang=report))
     assert c.kind == "collective_timeout"
-    assert c.evidence.startswith("rank 0's collective timed out waiting for the others (Ring AllReduce wait receiving failed); "
-                                 "likely culprit rank 1 on node2")
+    assert c.evidence.startswith(
+        "rank 0's collective timed out waiting for the others (Ring AllReduce wait receiving failed); "
+        "likely culprit rank 1 on node2"
+    )
     assert c.hint.startswith("start with rank 1 on node2")
 
 
-KERNEL = ("[  626.051445] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
-          "[  626.051785] memory: usage 2097152kB, limit 2097152kB, failcnt 88",
-          "[  626.051878] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/job,task_memcg=/job,task=python3,pid=4242,uid=0",
-          "[  626.051894] Memory cgroup out of memory: Killed process 4242 (python3) total-vm:82116kB, anon-rss:65280kB, file-rss:6652kB")
+KERNEL = (
+    "[  626.051445] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+    "[  626.051785] memory: usage 2097152kB, limit 2097152kB, failcnt 88",
+    "[  626.051878] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/job,task_memcg=/job,task=python3,pid=4242,uid=0",
+    "[  626.051894] Memory cgroup out of memory: Killed process 4242 (python3) total-vm:82116kB, anon-rss:65280kB, file-rss:6652kB",
+)
 
 
 @pytest.mark.parametrize("rc", [-9, 137])
 def test_oom_from_a_kernel_line_naming_the_process(rc):
-    c = classify(fail(("step 9",), rc=rc, records=HostRecords(kernel=KERNEL), pids=(4200, 4242), peak_rss=2_000_000_000))
+    c = classify(
+        fail(("step 9",), rc=rc, records=HostRecords(kernel=KERNEL), pids=(4200, 4242), peak_rss=2_000_000_000)
+    )
     assert c.kind == "oom"
     assert "Memory cgroup out of memory: Killed process 4242 (python3)" in c.evidence
     assert c.evidence.endswith("peak RSS 1.9 GiB; limit 2.0 GiB")
@@ -96,19 +153,35 @@ def test_oom_from_a_kernel_line_naming_the_process(rc):
 
 
 def test_oom_from_the_cgroup_count_going_up():
-    rec = HostRecords(cgroup={"memory.events": "low 0\nhigh 0\nmax 7\noom 1\noom_kill 2\noom_group_kill 0\n", "memory.peak": "1073741824\n",
-                              "memory.max": "1073741824\n"},
-                      cgroup_before={"memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\noom_group_kill 0\n"})
+    rec = HostRecords(
+        cgroup={
+            "memory.events": "low 0\nhigh 0\nmax 7\noom 1\noom_kill 2\noom_group_kill 0\n",
+            "memory.peak": "1073741824\n",
+            "memory.max": "1073741824\n",
+        },
+        cgroup_before={"memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\noom_group_kill 0\n"},
+    )
     c = classify(fail(rc=-9, records=rec))
     assert c.kind == "oom"
-    assert c.evidence == "killed by SIGKILL; the cgroup's oom_kill count went from 1 to 2; peak memory 1.0 GiB (cgroup); limit 1.0 GiB"
+    assert (
+        c.evidence
+        == "killed by SIGKILL; the cgroup's oom_kill count went from 1 to 2; peak memory 1.0 GiB (cgroup); limit 1.0 GiB"
+    )
 
 
-@pytest.mark.parametrize("records,pids", [
-    (HostRecords(), ()),  # no evidence at all
-    (HostRecords(kernel=KERNEL), (777,)),  # the kernel killed another process
-    (HostRecords(cgroup={"memory.oom_control": "oom_kill 1\n"}, cgroup_before={"memory.oom_control": "oom_kill 1\n"}), ()),  # no new kill
-])
+@pytest.mark.parametrize(
+    "records,pids",
+    [
+        (HostRecords(), ()),  # no evidence at all
+        (HostRecords(kernel=KERNEL), (777,)),  # the kernel killed another process
+        (
+            HostRecords(
+                cgroup={"memory.oom_control": "oom_kill 1\n"}, cgroup_before={"memory.oom_control": "oom_kill 1\n"}
+            ),
+            (),
+        ),  # no new kill
+    ],
+)
 def test_sigkill_without_evidence_is_not_oom(records, pids):
     c = classify(fail(("step 9",), rc=-9, records=records, pids=pids))
     assert c.kind == "unknown"
@@ -122,19 +195,26 @@ def test_oom_needs_sigkill():
 
 
 def test_address_in_use_in_the_schedulers_log_names_port_and_host():
-    sched = ("[WARNING] DISTRIBUTED(41187,7f6a,python):2026-11-26-07:40:11.498.210 [meta_server_node.cc:64] Initialize] Start the meta server",
-             "[ERROR] DISTRIBUTED(41187,7f6a,python):2026-11-26-07:40:11.512.003 [socket_operation.cc:281] Listen] Failed to call bind, url: tcp://10.0.0.1:8118")
-    c = classify(fail(("Worker failed to connect to the scheduler",), rc=1, scheduler_tail=sched, scheduler_host="node1"))
+    sched = (
+        "[WARNING] DISTRIBUTED(41187,7f6a,python):2026-11-26-07:40:11.498.210 [meta_server_node.cc:64] Initialize] Start the meta server",
+        "[ERROR] DISTRIBUTED(41187,7f6a,python):2026-11-26-07:40:11.512.003 [socket_operation.cc:281] Listen] Failed to call bind, url: tcp://10.0.0.1:8118",
+    )
+    c = classify(
+        fail(("Worker failed to connect to the scheduler",), rc=1, scheduler_tail=sched, scheduler_host="node1")
+    )
     assert c.kind == "address_in_use"
     assert c.evidence == "the scheduler's log: Failed to call bind, url: tcp://10.0.0.1:8118 (on node1)"
     assert c.hint == "port 8118 is taken on node1: run with --master-port auto (or free the port)"
 
 
-@pytest.mark.parametrize("line,port", [
-    ("OSError: [Errno 98] Address already in use", ""),
-    ("RuntimeError: Failed to bind the server on 10.0.0.3:29500", "29500"),
-    ("[ERROR] bind port 6000 failed: EADDRINUSE", "6000"),
-])
+@pytest.mark.parametrize(
+    "line,port",
+    [
+        ("OSError: [Errno 98] Address already in use", ""),
+        ("RuntimeError: Failed to bind the server on 10.0.0.3:29500", "29500"),
+        ("[ERROR] bind port 6000 failed: EADDRINUSE", "6000"),
+    ],
+)
 def test_address_in_use_lines(line, port):
     c = classify(fail(("x", line), rc=1))
     assert c.kind == "address_in_use" and c.evidence.endswith("(on node2)")
@@ -143,24 +223,51 @@ def test_address_in_use_lines(line, port):
 
 
 def test_a_list_of_possible_reasons_naming_a_port_is_not_address_in_use():
-    exc = ("RuntimeError: Failed to initialize distributed job cluster ... It may be one of the following reasons:",
-           "1.Spawned worker process number is not as expected.", "2.Configured scheduler port MS_SCHED_PORT is occupied by other processes.")
+    exc = (
+        "RuntimeError: Failed to initialize distributed job cluster ... It may be one of the following reasons:",
+        "1.Spawned worker process number is not as expected.",
+        "2.Configured scheduler port MS_SCHED_PORT is occupied by other processes.",
+    )
     c = classify(fail(tb("/job/train.py:12:<module>", exc=exc[0], details=exc[1:])))
     assert c.kind == "python_exception"
 
 
-@pytest.mark.parametrize("line,evidence,hint", [
-    ("EE9999: Inner Error!", "EE9999: Inner Error!", "look up EE9999"),
-    ("[ERROR] RUNTIME(1,python):2023-01-10 [stream.cc:1044] GetError:report error module_type=7, module_name=EZ9999", "module_name=EZ9999",
-     "look up EZ9999"),
-    ("EI0006: Getting socket times out. Reason: 1. The remote does not initiate a connect request.", "EI0006: Getting socket times out",
-     "HCCL_CONNECT_TIMEOUT"),
-    ("RuntimeError: Malloc device memory failed, size[32212254720], ret[207001]", "Malloc device memory failed", "device ran out of memory"),
-    ("[ERROR] HCCL(1,python):2022 [hcom.cc:94] hcom init failed, rankNum[8]", "hcom init failed", "HCCL could not start on node2"),
-    ("node2:51773:51810 [0] misc/socket.cc:484 NCCL WARN Net : Connect to 10.0.0.1<43761> failed", "NCCL WARN",
-     "NCCL could not set up on node2"),
-    ("RuntimeError: ncclCommInitRank failed: unhandled system error", "ncclCommInitRank failed", "NCCL_SOCKET_IFNAME"),
-])
+@pytest.mark.parametrize(
+    "line,evidence,hint",
+    [
+        ("EE9999: Inner Error!", "EE9999: Inner Error!", "look up EE9999"),
+        (
+            "[ERROR] RUNTIME(1,python):2023-01-10 [stream.cc:1044] GetError:report error module_type=7, module_name=EZ9999",
+            "module_name=EZ9999",
+            "look up EZ9999",
+        ),
+        (
+            "EI0006: Getting socket times out. Reason: 1. The remote does not initiate a connect request.",
+            "EI0006: Getting socket times out",
+            "HCCL_CONNECT_TIMEOUT",
+        ),
+        (
+            "RuntimeError: Malloc device memory failed, size[32212254720], ret[207001]",
+            "Malloc device memory failed",
+            "device ran out of memory",
+        ),
+        (
+            "[ERROR] HCCL(1,python):2022 [hcom.cc:94] hcom init failed, rankNum[8]",
+            "hcom init failed",
+            "HCCL could not start on node2",
+        ),
+        (
+            "node2:51773:51810 [0] misc/socket.cc:484 NCCL WARN Net : Connect to 10.0.0.1<43761> failed",
+            "NCCL WARN",
+            "NCCL could not set up on node2",
+        ),
+        (
+            "RuntimeError: ncclCommInitRank failed: unhandled system error",
+            "ncclCommInitRank failed",
+            "NCCL_SOCKET_IFNAME",
+        ),
+    ],
+)
 def test_device_errors(line, evidence, hint):
     c = classify(fail(("epoch: 1 step: 3, loss is 2.1", line), rc=1))
     assert c.kind == "device_error" and evidence in c.evidence and hint in c.hint
@@ -177,25 +284,42 @@ def test_collective_timeout_in_the_log_without_a_report():
     assert c.kind == "collective_timeout" and c.evidence == "Ring AllReduce wait receiving failed, timeout 30 s"
 
 
-@pytest.mark.parametrize("tail,path", [
-    (tb("/job/train.py:40:save", exc="OSError: [Errno 28] No space left on device: '/ckpt/resnet-3_100.ckpt'"), "/ckpt/resnet-3_100.ckpt"),
-    (("[ERROR] ME(1,python):2026 [checkpoint.cc:9] Save] write failed: No space left on device",), None),
-    (("tee: /logs/rank_0.log: ENOSPC",), None),
-])
+@pytest.mark.parametrize(
+    "tail,path",
+    [
+        (
+            tb("/job/train.py:40:save", exc="OSError: [Errno 28] No space left on device: '/ckpt/resnet-3_100.ckpt'"),
+            "/ckpt/resnet-3_100.ckpt",
+        ),
+        (("[ERROR] ME(1,python):2026 [checkpoint.cc:9] Save] write failed: No space left on device",), None),
+        (("tee: /logs/rank_0.log: ENOSPC",), None),
+    ],
+)
 def test_disk_full(tail, path):
     c = classify(fail(tail, rc=1))
     assert c.kind == "disk_full"
-    assert (path in c.evidence and f"where {path} is written" in c.hint) if path else c.hint.startswith("free space on node2")
+    assert (
+        (path in c.evidence and f"where {path} is written" in c.hint)
+        if path
+        else c.hint.startswith("free space on node2")
+    )
 
 
 def test_native_crash_with_a_faulthandler_dump():
-    tail = ("Fatal Python error: Segmentation fault", "", "Current thread 0x00007f18d2c1ab80 (most recent call first):",
-            f'  File "{SITE}/mindspore/common/api.py", line 1211 in _exec_pip', '  File "/job/train.py", line 33 in step',
-            '  File "/job/train.py", line 50 in <module>')
+    tail = (
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Current thread 0x00007f18d2c1ab80 (most recent call first):",
+        f'  File "{SITE}/mindspore/common/api.py", line 1211 in _exec_pip',
+        '  File "/job/train.py", line 33 in step',
+        '  File "/job/train.py", line 50 in <module>',
+    )
     c = classify(fail(tail, rc=-11))
     assert c.kind == "native_crash"
-    assert c.evidence == (f"SIGSEGV; Fatal Python error: Segmentation fault; in {SITE}/mindspore/common/api.py:1211 (_exec_pip), "
-                          "called from /job/train.py:33 (step)")
+    assert c.evidence == (
+        f"SIGSEGV; Fatal Python error: Segmentation fault; in {SITE}/mindspore/common/api.py:1211 (_exec_pip), "
+        "called from /job/train.py:33 (step)"
+    )
     assert "not the script" in c.hint
 
 
@@ -206,26 +330,42 @@ def test_native_crash_signals(rc, name):
 
 
 def test_native_crash_names_the_first_frame_outside_the_c_runtime():
-    tail = ("terminate called after throwing an instance of 'std::runtime_error'", "  what():  The pointer[stream] is null.",
-            "#0  0x00007f3c2a49e9fc in __pthread_kill_implementation () from /lib/x86_64-linux-gnu/libc.so.6",
-            "#1  0x00007f3c2a44a476 in raise () from /lib/x86_64-linux-gnu/libc.so.6",
-            "#2  0x00007f3c1b2a3b9e in mindspore::Foo::Bar(int) () from /x/libmindspore_backend.so")
+    tail = (
+        "terminate called after throwing an instance of 'std::runtime_error'",
+        "  what():  The pointer[stream] is null.",
+        "#0  0x00007f3c2a49e9fc in __pthread_kill_implementation () from /lib/x86_64-linux-gnu/libc.so.6",
+        "#1  0x00007f3c2a44a476 in raise () from /lib/x86_64-linux-gnu/libc.so.6",
+        "#2  0x00007f3c1b2a3b9e in mindspore::Foo::Bar(int) () from /x/libmindspore_backend.so",
+    )
     c = classify(fail(tail, rc=-6))
-    assert c.evidence == ("SIGABRT; terminate called after throwing an instance of 'std::runtime_error': The pointer[stream] is null.; "
-                          "in #2 mindspore::Foo::Bar(int) () from /x/libmindspore_backend.so")
+    assert c.evidence == (
+        "SIGABRT; terminate called after throwing an instance of 'std::runtime_error': The pointer[stream] is null.; "
+        "in #2 mindspore::Foo::Bar(int) () from /x/libmindspore_backend.so"
+    )
 
 
-@pytest.mark.parametrize("exc,module", [
-    ("ModuleNotFoundError: No module named 'mindspore'", "mindspore"),
-    ("ModuleNotFoundError: No module named 'mindformers.models'", "mindformers.models"),
-    ("ImportError: cannot import name 'set_auto_parallel_context' from 'mindspore' (/x/mindspore/__init__.py)", "mindspore"),
-    ("ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory", "libcudart.so.11.0"),
-])
+@pytest.mark.parametrize(
+    "exc,module",
+    [
+        ("ModuleNotFoundError: No module named 'mindspore'", "mindspore"),
+        ("ModuleNotFoundError: No module named 'mindformers.models'", "mindformers.models"),
+        (
+            "ImportError: cannot import name 'set_auto_parallel_context' from 'mindspore' (/x/mindspore/__init__.py)",
+            "mindspore",
+        ),
+        (
+            "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory",
+            "libcudart.so.11.0",
+        ),
+    ],
+)
 def test_missing_module(exc, module):
     c = classify(fail(tb("/job/train.py:3:<module>", exc=exc)))
     assert c.kind == "missing_module"
     assert c.evidence == f"{exc} at /job/train.py:3 (<module>) (on node2)"
-    assert c.hint == f"install {module} on node2 for the Python the ranks run there (or set --python to one that has it)"
+    assert (
+        c.hint == f"install {module} on node2 for the Python the ranks run there (or set --python to one that has it)"
+    )
     assert c.key == ("missing_module", module)
 
 
@@ -234,15 +374,44 @@ def test_missing_module_without_a_traceback():
     assert c.kind == "missing_module" and "launcher_train" in c.hint
 
 
-@pytest.mark.parametrize("tail,path", [
-    (tb("/job/train.py:9:restore", exc="FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/a b.ckpt'"), "/ckpt/a b.ckpt"),
-    (tb("/job/train.py:9:restore", exc='FileNotFoundError: [Errno 2] No such file or directory: "/data/it\'s.bin"'), "/data/it's.bin"),
-    (tb("/job/train.py:9:load", f"{SITE}/mindspore/dataset/core/validator_helpers.py:560:check_dir",
-        exc="ValueError: The folder /data/cifar does not exist or is not a directory or permission denied!"), "/data/cifar"),
-    (tb("/job/train.py:9:load", exc="RuntimeError: Invalid file, failed to open file: /data/train.mindrecord, please check"),
-     "/data/train.mindrecord"),
-    (("/opt/venv/bin/python3: can't open file '/job/train.py': [Errno 2] No such file or directory",), "/job/train.py"),
-])
+@pytest.mark.parametrize(
+    "tail,path",
+    [
+        (
+            tb(
+                "/job/train.py:9:restore",
+                exc="FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/a b.ckpt'",
+            ),
+            "/ckpt/a b.ckpt",
+        ),
+        (
+            tb(
+                "/job/train.py:9:restore",
+                exc='FileNotFoundError: [Errno 2] No such file or directory: "/data/it\'s.bin"',
+            ),
+            "/data/it's.bin",
+        ),
+        (
+            tb(
+                "/job/train.py:9:load",
+                f"{SITE}/mindspore/dataset/core/validator_helpers.py:560:check_dir",
+                exc="ValueError: The folder /data/cifar does not exist or is not a directory or permission denied!",
+            ),
+            "/data/cifar",
+        ),
+        (
+            tb(
+                "/job/train.py:9:load",
+                exc="RuntimeError: Invalid file, failed to open file: /data/train.mindrecord, please check",
+            ),
+            "/data/train.mindrecord",
+        ),
+        (
+            ("/opt/venv/bin/python3: can't open file '/job/train.py': [Errno 2] No such file or directory",),
+            "/job/train.py",
+        ),
+    ],
+)
 def test_missing_file(tail, path):
     c = classify(fail(tail, rc=2 if len(tail) == 1 else 1))
     assert c.kind == "missing_file" and path in c.evidence and c.evidence.endswith("(on node2)")
@@ -250,18 +419,29 @@ def test_missing_file(tail, path):
     assert c.key == ("missing_file", path)
 
 
-@pytest.mark.parametrize("line", ["bash: line 1: /opt/venv/bin/python3: No such file or directory", "bash: python3.9: command not found",
-                                  "env: 'python3': No such file or directory",
-                                  # the agent's failure as mslaunch writes it into the rank's log
-                                  "mslaunch: the mslaunch agent on h3 exited with status 127: bash: line 1: /no/such/python3: No such file or directory"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "bash: line 1: /opt/venv/bin/python3: No such file or directory",
+        "bash: python3.9: command not found",
+        "env: 'python3': No such file or directory",
+        # the agent's failure as mslaunch writes it into the rank's log
+        "mslaunch: the mslaunch agent on h3 exited with status 127: bash: line 1: /no/such/python3: No such file or directory",
+    ],
+)
 def test_a_missing_interpreter_points_at_python(line):
     c = classify(fail((line,), rc=127))
     assert c.kind == "missing_file" and "--python" in c.hint
 
 
 def test_python_exception_names_type_message_and_the_users_innermost_frame():
-    tail = tb("/job/train.py:50:<module>", "/job/model/net.py:12:construct", f"{SITE}/mindspore/nn/cell.py:700:__call__",
-              "/usr/lib/python3.11/json/decoder.py:337:decode", exc="KeyError: 'batch_size'")
+    tail = tb(
+        "/job/train.py:50:<module>",
+        "/job/model/net.py:12:construct",
+        f"{SITE}/mindspore/nn/cell.py:700:__call__",
+        "/usr/lib/python3.11/json/decoder.py:337:decode",
+        exc="KeyError: 'batch_size'",
+    )
     c = classify(fail(tail))
     assert c.kind == "python_exception"
     assert c.evidence == "KeyError: 'batch_size' at /job/model/net.py:12 (construct)"
@@ -269,7 +449,9 @@ def test_python_exception_names_type_message_and_the_users_innermost_frame():
 
 
 def test_python_exception_takes_the_last_of_a_chain():
-    first = tb("/job/train.py:11:load_config", exc="json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)")
+    first = tb(
+        "/job/train.py:11:load_config", exc="json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)"
+    )
     second = tb("/job/train.py:22:<module>", "/job/train.py:14:load_config", exc="KeyError: 'batch_size'")
     tail = first + ("", "During handling of the above exception, another exception occurred:", "") + second
     c = classify(fail(tail))
@@ -277,10 +459,24 @@ def test_python_exception_takes_the_last_of_a_chain():
 
 
 def test_python_exception_in_mindspores_wrapper_reads_its_sections():
-    details = ("", "-" * 52, "- Python Call Stack:", "-" * 52, 'File "/job/net.py", line 23, in construct', "",
-               "-" * 52, "- C++ Call Stack: (For framework developers)", "-" * 52, "mindspore/ccsrc/pipeline/jit/ps/parse/parse.cc:12 Parse")
-    tail = tb("/job/train.py:40:<module>", f"{SITE}/mindspore/common/api.py:1211:_exec_pip", exc="RuntimeError: The graph failed to compile.",
-              details=details)
+    details = (
+        "",
+        "-" * 52,
+        "- Python Call Stack:",
+        "-" * 52,
+        'File "/job/net.py", line 23, in construct',
+        "",
+        "-" * 52,
+        "- C++ Call Stack: (For framework developers)",
+        "-" * 52,
+        "mindspore/ccsrc/pipeline/jit/ps/parse/parse.cc:12 Parse",
+    )
+    tail = tb(
+        "/job/train.py:40:<module>",
+        f"{SITE}/mindspore/common/api.py:1211:_exec_pip",
+        exc="RuntimeError: The graph failed to compile.",
+        details=details,
+    )
     c = classify(fail(tail))
     assert c.kind == "python_exception"
     assert c.evidence == "RuntimeError: The graph failed to compile. at /job/net.py:23 (construct)"
@@ -293,14 +489,21 @@ def test_python_exception_without_a_user_frame_says_so():
 
 def test_unknown_is_the_last_non_empty_line():
     c = classify(fail(("starting", "epoch: 1 step: 3, loss is 2.1", "", "  "), rc=3))
-    assert c == Cause("unknown", "epoch: 1 step: 3, loss is 2.1", "no known cause matched: read the end of /job/rank_2.log")
+    assert c == Cause(
+        "unknown", "epoch: 1 step: 3, loss is 2.1", "no known cause matched: read the end of /job/rank_2.log"
+    )
     assert classify(fail((), rc=3)).evidence == "(empty log)"
 
 
 # ---------------------------------------------------------------- precedence
 
+
 def test_a_native_crash_after_an_unrelated_python_warning_is_a_native_crash():
-    tail = ("/job/train.py:5: UserWarning: this warning has nothing to do with the crash", '  warnings.warn("...")', "step 1")
+    tail = (
+        "/job/train.py:5: UserWarning: this warning has nothing to do with the crash",
+        '  warnings.warn("...")',
+        "step 1",
+    )
     assert classify(fail(tail, rc=-11)).kind == "native_crash"
 
 
@@ -308,7 +511,10 @@ def test_a_traceback_in_the_log_of_a_process_killed_by_a_signal_did_not_end_it()
     tail = tb("/job/train.py:9:step", exc="KeyError: 'x'") + ("retrying", "step 2")
     assert classify(fail(tail, rc=-11)).kind == "native_crash"
     assert classify(fail(tail, rc=-9)).kind == "unknown"
-    logged = tb("/job/train.py:9:load", exc="FileNotFoundError: [Errno 2] No such file or directory: '/data/x'") + ("retrying", "step 2")
+    logged = tb("/job/train.py:9:load", exc="FileNotFoundError: [Errno 2] No such file or directory: '/data/x'") + (
+        "retrying",
+        "step 2",
+    )
     assert classify(fail(logged, rc=-9)).kind == "unknown" and classify(fail(logged, rc=1)).kind == "missing_file"
 
 
@@ -322,12 +528,16 @@ def test_an_exception_that_is_really_a_missing_module():
 
 def test_an_oserror_that_is_really_a_full_disk_or_a_taken_port():
     assert classify(fail(tb("/job/a.py:1:f", exc="OSError: [Errno 28] No space left on device"))).kind == "disk_full"
-    assert classify(fail(tb("/job/a.py:1:f", exc="OSError: [Errno 98] Address already in use"))).kind == "address_in_use"
+    assert (
+        classify(fail(tb("/job/a.py:1:f", exc="OSError: [Errno 98] Address already in use"))).kind == "address_in_use"
+    )
 
 
 def test_a_device_error_before_the_abort_it_caused():
-    tail = ("EJ0001: Failed to initialize the HCCP process. Reason: Maybe the last training process is running.",
-            "terminate called after throwing an instance of 'std::runtime_error'")
+    tail = (
+        "EJ0001: Failed to initialize the HCCP process. Reason: Maybe the last training process is running.",
+        "terminate called after throwing an instance of 'std::runtime_error'",
+    )
     assert classify(fail(tail, rc=-6)).kind == "device_error"
 
 
@@ -345,13 +555,16 @@ def test_only_the_tail_is_read():
 
 # ---------------------------------------------------------------- the restart rule's "same cause"
 
+
 def _exc(message="'batch_size'", where="/job/train.py:14:load_config", kind="KeyError"):
     return classify(fail(tb("/job/train.py:22:<module>", where, exc=f"{kind}: {message}")))
 
 
 def test_same_unfixable_for_the_same_exception_at_the_same_place():
     assert same_unfixable(_exc(), _exc())
-    assert same_unfixable(_exc("object at 0x7f3a11211b80"), _exc("object at 0x7f3a2222aaaa"))  # addresses differ run to run
+    assert same_unfixable(
+        _exc("object at 0x7f3a11211b80"), _exc("object at 0x7f3a2222aaaa")
+    )  # addresses differ run to run
     assert not same_unfixable(_exc(), _exc(message="'lr'"))
     assert not same_unfixable(_exc(), _exc(where="/job/train.py:15:load_config"))
     assert not same_unfixable(_exc(), _exc(kind="ValueError"))
@@ -386,7 +599,8 @@ def test_the_line_that_stops_the_restarts():
     crash = classify(fail(("step 1",), rc=-11))
     assert repeated_unfixable([(0, missing), (1, missing)]) == (
         "attempts 0 and 1 failed the same way (missing_module: ModuleNotFoundError: No module named 'mindspore' at /job/t.py:3 (<module>) "
-        "(on node2)), which a restart cannot fix: not restarting")
+        "(on node2)), which a restart cannot fix: not restarting"
+    )
     assert repeated_unfixable([(3, _exc()), (4, missing), (5, _exc())]) is None  # not the last two
     assert repeated_unfixable([(0, crash), (1, crash)]) is None and repeated_unfixable([(0, missing)]) is None
     assert repeated_unfixable([(0, missing), (1, None)]) is None and repeated_unfixable([]) is None
@@ -394,12 +608,23 @@ def test_the_line_that_stops_the_restarts():
 
 # ---------------------------------------------------------------- rendering
 
+
 def test_to_json_console_and_junit():
     c = Cause("disk_full", "OSError: [Errno 28] No space left on device", "free space on node2")
-    assert c.to_json() == {"kind": "disk_full", "evidence": "OSError: [Errno 28] No space left on device", "hint": "free space on node2"}
-    assert console_lines(c) == ["cause: disk_full: OSError: [Errno 28] No space left on device", "hint: free space on node2"]
+    assert c.to_json() == {
+        "kind": "disk_full",
+        "evidence": "OSError: [Errno 28] No space left on device",
+        "hint": "free space on node2",
+    }
+    assert console_lines(c) == [
+        "cause: disk_full: OSError: [Errno 28] No space left on device",
+        "hint: free space on node2",
+    ]
     assert junit_message(c) == "disk_full: OSError: [Errno 28] No space left on device (hint: free space on node2)"
-    assert junit_message(c, "exit code 1") == "exit code 1; disk_full: OSError: [Errno 28] No space left on device (hint: free space on node2)"
+    assert (
+        junit_message(c, "exit code 1")
+        == "exit code 1; disk_full: OSError: [Errno 28] No space left on device (hint: free space on node2)"
+    )
 
 
 def test_evidence_is_one_bounded_line():
@@ -408,10 +633,28 @@ def test_evidence_is_one_bounded_line():
 
 
 _line = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
-_tails = st.lists(st.one_of(_line, st.sampled_from([
-    "Traceback (most recent call last):", '  File "/job/t.py", line 3, in f', "    f()", "KeyError: 'x'", "OSError: [Errno 28] No space left on device",
-    "EI0006: Getting socket times out.", "Fatal Python error: Segmentation fault", "#0  0x0 in raise ()", "During handling of the above exception, another exception occurred:",
-    "ModuleNotFoundError: No module named 'x'", "Failed to call bind, url: tcp://1.2.3.4:8118", ""])), max_size=30)
+_tails = st.lists(
+    st.one_of(
+        _line,
+        st.sampled_from(
+            [
+                "Traceback (most recent call last):",
+                '  File "/job/t.py", line 3, in f',
+                "    f()",
+                "KeyError: 'x'",
+                "OSError: [Errno 28] No space left on device",
+                "EI0006: Getting socket times out.",
+                "Fatal Python error: Segmentation fault",
+                "#0  0x0 in raise ()",
+                "During handling of the above exception, another exception occurred:",
+                "ModuleNotFoundError: No module named 'x'",
+                "Failed to call bind, url: tcp://1.2.3.4:8118",
+                "",
+            ]
+        ),
+    ),
+    max_size=30,
+)
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -427,24 +670,39 @@ def test_classify_always_gives_one_known_kind_with_one_line_evidence_and_hint(ta
 
 # ---------------------------------------------------------------- other shapes of the same causes
 
+
 def test_a_syntax_error_names_its_file_and_line():
-    tail = ("Traceback (most recent call last):", '  File "/job/run.py", line 5, in <module>', "    import train",
-            '  File "/job/train.py", line 3', "    foo(", "       ^", "SyntaxError: '(' was never closed")
+    tail = (
+        "Traceback (most recent call last):",
+        '  File "/job/run.py", line 5, in <module>',
+        "    import train",
+        '  File "/job/train.py", line 3',
+        "    foo(",
+        "       ^",
+        "SyntaxError: '(' was never closed",
+    )
     c = classify(fail(tail))
     assert c.kind == "python_exception" and c.evidence == "SyntaxError: '(' was never closed at /job/train.py:3"
 
 
 def test_a_traceback_with_a_prefix_on_every_line():
-    tail = tuple("[rank1]: " + x for x in tb("/job/train.py:9:step", exc="ValueError: bad shape")) + ("[rank1]: exiting",)
+    tail = tuple("[rank1]: " + x for x in tb("/job/train.py:9:step", exc="ValueError: bad shape")) + (
+        "[rank1]: exiting",
+    )
     c = classify(fail(tail))
     assert c.kind == "python_exception" and c.evidence == "ValueError: bad shape at /job/train.py:9 (step)"
-    missing = tuple("[rank1]: " + x for x in tb("/job/train.py:1:<module>", exc="ModuleNotFoundError: No module named 'mindspore'"))
+    missing = tuple(
+        "[rank1]: " + x for x in tb("/job/train.py:1:<module>", exc="ModuleNotFoundError: No module named 'mindspore'")
+    )
     assert classify(fail(missing)).kind == "missing_module"
 
 
 def test_a_logger_prefixed_traceback_header():
-    tail = ("2026-11-26 07:00:00,123 ERROR train failed",) + ("2026-11-26 07:00:00,124 ERROR Traceback (most recent call last):",) + \
-        tb("/job/train.py:9:step", exc="ValueError: bad shape")[1:]
+    tail = (
+        ("2026-11-26 07:00:00,123 ERROR train failed",)
+        + ("2026-11-26 07:00:00,124 ERROR Traceback (most recent call last):",)
+        + tb("/job/train.py:9:step", exc="ValueError: bad shape")[1:]
+    )
     assert classify(fail(tail)).evidence == "ValueError: bad shape at /job/train.py:9 (step)"
 
 
@@ -453,7 +711,9 @@ def test_a_missing_module_line_without_a_traceback():
 
 
 def test_a_full_disk_path_with_spaces():
-    c = classify(fail(tb("/job/t.py:4:save", exc="OSError: [Errno 28] No space left on device: '/mnt/my ckpts/a.ckpt'")))
+    c = classify(
+        fail(tb("/job/t.py:4:save", exc="OSError: [Errno 28] No space left on device: '/mnt/my ckpts/a.ckpt'"))
+    )
     assert c.kind == "disk_full" and "where /mnt/my ckpts/a.ckpt is written" in c.hint
 
 

@@ -6,6 +6,7 @@ process's return code, subprocess convention or a shell's 128+N), ``kind``, any 
 ``evidence`` / ``hint`` (text the cause's evidence / hint must contain), and for a host's records
 ``records`` (a folder beside it: ``kernel.log``, the cgroup's files, ``before/``) and ``pid``.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,11 +76,31 @@ def test_the_recorded_oom_is_not_oom_without_its_host_records():
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "failures.md")
 _JUDGED = {  # the docs' samples that no log file stands for: the failure each shows
-    "missing_module": Failure("rank 2", "node2", 1, ("Traceback (most recent call last):", '  File "/job/train.py", line 3, in <module>',
-                                                    "    import mindformers", "ModuleNotFoundError: No module named 'mindformers'")),
-    "hang": Failure("rank 1", "node2", -15, hang={
-        "kind": "no_progress", "limit_s": 60.0, "derived": "auto: the 60 s floor", "idle_s": 61.2, "stacks_dir": "/job/attempt_1/stacks",
-        "culprit": {"rank": 1, "evidence": "its last step is behind the others' (step 3 < step 4)"}, "ranks": [{"rank": 1, "host": "node2"}]}),
+    "missing_module": Failure(
+        "rank 2",
+        "node2",
+        1,
+        (
+            "Traceback (most recent call last):",
+            '  File "/job/train.py", line 3, in <module>',
+            "    import mindformers",
+            "ModuleNotFoundError: No module named 'mindformers'",
+        ),
+    ),
+    "hang": Failure(
+        "rank 1",
+        "node2",
+        -15,
+        hang={
+            "kind": "no_progress",
+            "limit_s": 60.0,
+            "derived": "auto: the 60 s floor",
+            "idle_s": 61.2,
+            "stacks_dir": "/job/attempt_1/stacks",
+            "culprit": {"rank": 1, "evidence": "its last step is behind the others' (step 3 < step 4)"},
+            "ranks": [{"rank": 1, "host": "node2"}],
+        },
+    ),
     "lost_host": Failure("rank 2", "node2", 255, lost="connection to node2 lost (no answer for 30 s)"),
 }
 
@@ -108,5 +129,15 @@ def test_the_docs_samples_are_what_the_classifier_says():
         kinds.add(kind)
         fail = failure(name)[1] if name else _JUDGED[kind]
         assert console_lines(classify(fail)) == lines, name or kind
-    assert kinds >= {"oom", "python_exception", "missing_module", "missing_file", "address_in_use", "native_crash", "disk_full",
-                     "device_error", "hang", "lost_host"}
+    assert kinds >= {
+        "oom",
+        "python_exception",
+        "missing_module",
+        "missing_file",
+        "address_in_use",
+        "native_crash",
+        "disk_full",
+        "device_error",
+        "hang",
+        "lost_host",
+    }

@@ -1,5 +1,6 @@
 """The log follower (launcher.logs.follow): which files a job folder has, new lines and new
 files as they appear, partial lines, truncation and rotation, attempt folders, tails."""
+
 import os
 import threading
 
@@ -34,14 +35,27 @@ def follower_of(folder, seen, **kw):
 
 
 def test_job_log_sources_orders_ranks_numerically_scheduler_last(tmp_path):
-    for name in ("worker_10.log", "worker_2.log", "worker_0.log", "scheduler.log", "worker_x.log", "worker_1.log.1", "other.log"):
+    for name in (
+        "worker_10.log",
+        "worker_2.log",
+        "worker_0.log",
+        "scheduler.log",
+        "worker_x.log",
+        "worker_1.log.1",
+        "other.log",
+    ):
         write(tmp_path / name, "")
     got = job_log_sources(str(tmp_path))
     assert [(s.label, os.path.basename(s.path), s.rank) for s in got] == [
-        ("rank 0", "worker_0.log", 0), ("rank 2", "worker_2.log", 2), ("rank 10", "worker_10.log", 10),
+        ("rank 0", "worker_0.log", 0),
+        ("rank 2", "worker_2.log", 2),
+        ("rank 10", "worker_10.log", 10),
         ("scheduler", "scheduler.log", None),
     ]
-    assert [s.rank for s in job_log_sources(str(tmp_path), ranks=[10, 0])] == [0, 10]  # a rank filter drops the scheduler
+    assert [s.rank for s in job_log_sources(str(tmp_path), ranks=[10, 0])] == [
+        0,
+        10,
+    ]  # a rank filter drops the scheduler
     assert [s.label for s in job_log_sources(str(tmp_path), scheduler=False)] == ["rank 0", "rank 2", "rank 10"]
 
 

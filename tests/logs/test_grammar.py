@@ -2,6 +2,7 @@
 from the grammar (separators, brackets, cases, prefixes, totals, value forms) parse to their step and
 loss, and lines that are not progress (config dumps, a counter without a loss, timestamps, IP
 addresses, versions, tracebacks, log prefixes) never do."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,11 @@ CLASSES = [
     ("batch 40 train_loss 2.5", (None, 40), 2.5),
     ("global_step 800 | lm loss 3.1", (None, 800), 3.1),
     ("loss 0.3 at step 9", (None, 9), 0.3),
-    ("steps: 100 loss: 1.2345 iter time (s): 0.123 samples/sec: 260.1", (None, 100), 1.2345),  # DeepSpeed's pipeline engine
+    (
+        "steps: 100 loss: 1.2345 iter time (s): 0.123 samples/sec: 260.1",
+        (None, 100),
+        1.2345,
+    ),  # DeepSpeed's pipeline engine
     ("Iterations=7, Loss=0.5", (None, 7), 0.5),
     # An epoch, then a step keyword: the step counts within the epoch (unless it says global).
     ("Epoch 1 Step 3 Loss 0.6667", (1, 3), 0.6667),
@@ -43,7 +48,11 @@ CLASSES = [
     # An epoch's [n/N] (PyTorch's MNIST counts samples; the ImageNet example batches).
     ("Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.2154", (1, 640), 0.2154),
     ("Epoch 3 [1280/50000 (3%)] loss=1.5", (3, 1280), 1.5),
-    ("Epoch: [0][  10/5005]\tTime  0.331 ( 0.593)\tLoss 6.8921e+00 (6.9076e+00)\tAcc@1   0.00 (  0.11)", (0, 10), 6.8921),
+    (
+        "Epoch: [0][  10/5005]\tTime  0.331 ( 0.593)\tLoss 6.8921e+00 (6.9076e+00)\tAcc@1   0.00 (  0.11)",
+        (0, 10),
+        6.8921,
+    ),
     # Loss values as tensors and non-finite values.
     ("step: 5 loss: Tensor(shape=[], dtype=Float32, value= 0.6667)", (None, 5), 0.6667),
     ("step 5 loss tensor(0.6667, device='cuda:0', grad_fn=<NllLossBackward0>)", (None, 5), 0.6667),
@@ -86,7 +95,13 @@ def test_the_main_loss_wins_over_component_and_evaluation_losses():
 
 def test_counts_of_a_sample_counter_and_a_total():
     mnist = parse_line("Train Epoch: 2 [640/60000 (1%)]\tLoss: 0.2154")
-    assert (mnist.unit, mnist.epoch, mnist.step, mnist.steps_per_epoch, mnist.step_in_epoch) == ("samples", 2, 640, 60000, True)
+    assert (mnist.unit, mnist.epoch, mnist.step, mnist.steps_per_epoch, mnist.step_in_epoch) == (
+        "samples",
+        2,
+        640,
+        60000,
+        True,
+    )
     batches = parse_line("Epoch: [0][  10/5005]\tLoss 6.8")
     assert batches.unit is None and batches.steps_per_epoch == 5005
     run = parse_line("iteration 10/1000 | lm loss: 1.0")
@@ -97,22 +112,43 @@ def test_counts_of_a_sample_counter_and_a_total():
 
 NOT_PROGRESS = [
     # config dumps
-    "warmup_steps: 100", "max_steps=1000", "  step_size: 30", "lr_scheduler: StepLR(step_size=30, gamma=0.1)",
-    "Namespace(batch_size=32, max_steps=1000, loss_scale=1024.0, lr=0.01)", "loss_scale: 65536, max_iter: 9000",
-    '{"max_steps": 1000, "loss": "cross_entropy", "warmup_steps": 100}', "{'loss': 0.3, 'learning_rate': 5e-05, 'epoch': 0.5}",
+    "warmup_steps: 100",
+    "max_steps=1000",
+    "  step_size: 30",
+    "lr_scheduler: StepLR(step_size=30, gamma=0.1)",
+    "Namespace(batch_size=32, max_steps=1000, loss_scale=1024.0, lr=0.01)",
+    "loss_scale: 65536, max_iter: 9000",
+    '{"max_steps": 1000, "loss": "cross_entropy", "warmup_steps": 100}',
+    "{'loss': 0.3, 'learning_rate': 5e-05, 'epoch': 0.5}",
     # a counter without a loss, a loss without a counter, an evaluation's loss
-    "saving at step 500", "checkpoint saved at step 500", "steps: 1000", "Train for 1000 steps, loss 2.3 expected",
-    "num steps 1000, init loss 2.3", "  32/1875 [>.............................] - ETA: 1:23", "Saving checkpoint at step 500 to /ckpt/step_500.ckpt",
-    "The step 3 of graph compile took long", "Test set: Average loss: 0.0514, Accuracy: 9838/10000 (98%)",
-    "loss scale: 65536, overflow: False", "step 3 val_loss 0.5", "Epoch 3/10 begins",
+    "saving at step 500",
+    "checkpoint saved at step 500",
+    "steps: 1000",
+    "Train for 1000 steps, loss 2.3 expected",
+    "num steps 1000, init loss 2.3",
+    "  32/1875 [>.............................] - ETA: 1:23",
+    "Saving checkpoint at step 500 to /ckpt/step_500.ckpt",
+    "The step 3 of graph compile took long",
+    "Test set: Average loss: 0.0514, Accuracy: 9838/10000 (98%)",
+    "loss scale: 65536, overflow: False",
+    "step 3 val_loss 0.5",
+    "Epoch 3/10 begins",
     " 45%|####5     | 450/1000 [00:10<00:12, 80.12it/s]",
     # timestamps, IP addresses and versions next to counter words
-    "2026-11-26 07:21:16,123 INFO step timer started", "step 07:21:16 loss 0.5", "[step 2026-11-26] loss 0.5",
-    "step 10.0.0.1 loss 0.3", "it 192.168.1.4:8118, loss 0.3", "step 3.5 loss 0.3", "mindspore 2.3.1 step-lr loss 0.1",
+    "2026-11-26 07:21:16,123 INFO step timer started",
+    "step 07:21:16 loss 0.5",
+    "[step 2026-11-26] loss 0.5",
+    "step 10.0.0.1 loss 0.3",
+    "it 192.168.1.4:8118, loss 0.3",
+    "step 3.5 loss 0.3",
+    "mindspore 2.3.1 step-lr loss 0.1",
     "torch==2.1.0+cu118 (batch 1.2.3) loss 0.2",
     # tracebacks
-    "Traceback (most recent call last):", '  File "train.py", line 88, in train_step', "    optimizer.step()",
-    "    loss = criterion(output, target)", "RuntimeError: CUDA error: device-side assert triggered",
+    "Traceback (most recent call last):",
+    '  File "train.py", line 88, in train_step',
+    "    optimizer.step()",
+    "    loss = criterion(output, target)",
+    "RuntimeError: CUDA error: device-side assert triggered",
 ]
 
 
@@ -124,23 +160,62 @@ def test_lines_that_are_not_progress(line):
 
 # ---- lines generated from the grammar ----
 
-PREFIXES = ["", "2026-11-26 07:21:16,123 ", "2026-11-26 07:21:16,123 - INFO - ", "INFO:root:", "[rank0]: ", "[rank 3] ",
-            "[2026-11-26 07:21:16][INFO] ", "W1126 07:21:16.123456 1234 train.py:88] ", "2026-11-26T07:21:16Z | ",
-            "[1,0]<stdout>:", "worker-3 | ", "INFO:__main__:[Train] "]
+PREFIXES = [
+    "",
+    "2026-11-26 07:21:16,123 ",
+    "2026-11-26 07:21:16,123 - INFO - ",
+    "INFO:root:",
+    "[rank0]: ",
+    "[rank 3] ",
+    "[2026-11-26 07:21:16][INFO] ",
+    "W1126 07:21:16.123456 1234 train.py:88] ",
+    "2026-11-26T07:21:16Z | ",
+    "[1,0]<stdout>:",
+    "worker-3 | ",
+    "INFO:__main__:[Train] ",
+]
 KEYWORDS = ["step", "iter", "iteration", "it", "batch", "global_step", "global step", "train_step", "cur_iter"]
 CASES = [str.lower, str.upper, str.title, lambda s: s]
 KEY_SEPS = [" ", ": ", "=", " = ", ":", " #", "#", " :"]
-LOSS_KEYS = ["loss", "Loss", "LOSS", "lm loss", "train_loss", "train/loss", "avg_loss", "Train Loss", "total_loss", "running loss"]
+LOSS_KEYS = [
+    "loss",
+    "Loss",
+    "LOSS",
+    "lm loss",
+    "train_loss",
+    "train/loss",
+    "avg_loss",
+    "Train Loss",
+    "total_loss",
+    "running loss",
+]
 LOSS_SEPS = [" ", ": ", "=", " = ", " is ", ":", " : "]
 FILLERS = [" | ", ", ", " ", "\t", " - ", "; ", "  "]
-EXTRAS = ["lr 0.01", "lr: 1.000E-04", "grad_norm: 1.25", "time: 0.52s", "12.5 samples/s", "mem 31.5GB", "ETA 0:10:07",
-          "loss scale: 4096.0", "acc@1 0.93", "tokens/s 10234"]
+EXTRAS = [
+    "lr 0.01",
+    "lr: 1.000E-04",
+    "grad_norm: 1.25",
+    "time: 0.52s",
+    "12.5 samples/s",
+    "mem 31.5GB",
+    "ETA 0:10:07",
+    "loss scale: 4096.0",
+    "acc@1 0.93",
+    "tokens/s 10234",
+]
 
 
 def _value_text(value: float, form: int) -> str:
     text = [f"{value:.4f}", f"{value:.6g}", f"{value:.3E}", f"{value:.5e}"][form % 4]
-    wrap = ["{}", "Tensor(shape=[], dtype=Float32, value= {})", "tensor({})", "tensor({}, device='cuda:0', grad_fn=<NllLossBackward0>)",
-            "[{}]", "np.float32({})", "({})"][form // 4 % 7]
+    wrap = [
+        "{}",
+        "Tensor(shape=[], dtype=Float32, value= {})",
+        "tensor({})",
+        "tensor({}, device='cuda:0', grad_fn=<NllLossBackward0>)",
+        "[{}]",
+        "np.float32({})",
+        "({})",
+    ][form // 4 % 7]
     return wrap.format(text), text
 
 
@@ -160,7 +235,9 @@ def keyword_lines(draw):
     epoch = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=999)))
     parts = [counter, loss] if draw(st.booleans()) else [loss, counter]
     if epoch is not None:
-        ep = draw(st.sampled_from(["epoch {}", "Epoch: {}", "EPOCH={}", "Epoch [{}/1000]", "epoch({})", "[Epoch {}]"])).format(epoch)
+        ep = draw(
+            st.sampled_from(["epoch {}", "Epoch: {}", "EPOCH={}", "Epoch [{}/1000]", "epoch({})", "[Epoch {}]"])
+        ).format(epoch)
         parts.insert(0, ep)
     for extra in draw(st.lists(st.sampled_from(EXTRAS), max_size=3)):
         parts.insert(draw(st.integers(min_value=0, max_value=len(parts))), extra)
@@ -185,11 +262,22 @@ def position_lines(draw):
     n = draw(st.integers(min_value=0, max_value=size))
     pct = draw(st.booleans())
     ep = draw(st.sampled_from(["Train Epoch: {}", "Epoch {}", "epoch: [{}]", "Epoch: [{}]", "EPOCH {}"])).format(epoch)
-    pos = f"[{n}/{size} ({100.0 * n / size:.0f}%)]" if pct else draw(st.sampled_from(["[{}/{}]", "[ {}/{}]", "[{} / {}]"])).format(n, size)
+    pos = (
+        f"[{n}/{size} ({100.0 * n / size:.0f}%)]"
+        if pct
+        else draw(st.sampled_from(["[{}/{}]", "[ {}/{}]", "[{} / {}]"])).format(n, size)
+    )
     value = draw(st.floats(min_value=1e-6, max_value=1e4, allow_nan=False))
     shown, text = _value_text(value, draw(st.integers(min_value=0, max_value=27)))
     loss = f"{draw(st.sampled_from(LOSS_KEYS))}{draw(st.sampled_from(LOSS_SEPS))}{shown}"
-    line = draw(st.sampled_from(PREFIXES)) + ep + draw(st.sampled_from([" ", "", "\t"])) + pos + draw(st.sampled_from(FILLERS)) + loss
+    line = (
+        draw(st.sampled_from(PREFIXES))
+        + ep
+        + draw(st.sampled_from([" ", "", "\t"]))
+        + pos
+        + draw(st.sampled_from(FILLERS))
+        + loss
+    )
     return line, (epoch, n), float(text), size, "samples" if pct else None
 
 
@@ -207,10 +295,19 @@ JSON_LOSSES = ["loss", "train_loss", "train/loss", "lm loss", "Loss", "train/los
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(st.sampled_from(JSON_COUNTERS), st.sampled_from(JSON_LOSSES), st.integers(min_value=0, max_value=10**9),
-       st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), st.booleans(), st.sampled_from(PREFIXES),
-       st.dictionaries(st.sampled_from(["lr", "grad_norm", "epoch", "tokens", "name"]),
-                       st.one_of(st.integers(0, 100), st.floats(0, 1), st.text(max_size=5)), max_size=3))
+@given(
+    st.sampled_from(JSON_COUNTERS),
+    st.sampled_from(JSON_LOSSES),
+    st.integers(min_value=0, max_value=10**9),
+    st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+    st.booleans(),
+    st.sampled_from(PREFIXES),
+    st.dictionaries(
+        st.sampled_from(["lr", "grad_norm", "epoch", "tokens", "name"]),
+        st.one_of(st.integers(0, 100), st.floats(0, 1), st.text(max_size=5)),
+        max_size=3,
+    ),
+)
 def test_generated_json_lines_parse_to_their_step_and_loss(counter, loss_key, n, loss, python, prefix, extra):
     obj = dict(extra)
     obj.update({counter: n, loss_key: loss})
@@ -222,9 +319,31 @@ def test_generated_json_lines_parse_to_their_step_and_loss(counter, loss_key, n,
 # Lines that are not progress, by class, with random numbers and prefixes: none may parse as a step.
 _n = st.integers(min_value=0, max_value=10**6).map(str)
 _f = st.floats(min_value=0, max_value=1e5, allow_nan=False).map(lambda v: f"{v:.4g}")
-CONFIG_KEYS = ["warmup_steps", "max_steps", "total_steps", "num_steps", "step_size", "save_steps", "eval_steps", "logging_steps",
-               "max_iter", "iters_per_epoch", "batch_size", "global_batch_size", "micro_batch_size", "loss_scale", "loss_type",
-               "lr", "weight_decay", "epochs", "num_batches", "steps", "iterations", "loss_weight", "init_loss_scale"]
+CONFIG_KEYS = [
+    "warmup_steps",
+    "max_steps",
+    "total_steps",
+    "num_steps",
+    "step_size",
+    "save_steps",
+    "eval_steps",
+    "logging_steps",
+    "max_iter",
+    "iters_per_epoch",
+    "batch_size",
+    "global_batch_size",
+    "micro_batch_size",
+    "loss_scale",
+    "loss_type",
+    "lr",
+    "weight_decay",
+    "epochs",
+    "num_batches",
+    "steps",
+    "iterations",
+    "loss_weight",
+    "init_loss_scale",
+]
 
 
 @st.composite
@@ -243,39 +362,82 @@ def config_dumps(draw):
 @st.composite
 def counters_without_a_loss(draw):
     n = draw(_n)
-    kw = draw(st.sampled_from(CASES))(draw(st.sampled_from(["step", "iter", "iteration", "batch", "global_step", "it"])))
-    return draw(st.sampled_from([
-        "saving at {kw} {n}", "checkpoint saved at {kw} {n}", "Saving checkpoint at {kw} {n} to /ckpt/{kw}_{n}.ckpt",
-        "The {kw} {n} of graph compile took long", "{kw} {n}: evaluating", "{kw} {n} took 3.2 s", "reached {kw}={n}, lr 0.01",
-        "[{kw} {n}] synchronising", "Loss went down at {kw} {n}"])).format(kw=kw, n=n)
+    kw = draw(st.sampled_from(CASES))(
+        draw(st.sampled_from(["step", "iter", "iteration", "batch", "global_step", "it"]))
+    )
+    return draw(
+        st.sampled_from(
+            [
+                "saving at {kw} {n}",
+                "checkpoint saved at {kw} {n}",
+                "Saving checkpoint at {kw} {n} to /ckpt/{kw}_{n}.ckpt",
+                "The {kw} {n} of graph compile took long",
+                "{kw} {n}: evaluating",
+                "{kw} {n} took 3.2 s",
+                "reached {kw}={n}, lr 0.01",
+                "[{kw} {n}] synchronising",
+                "Loss went down at {kw} {n}",
+            ]
+        )
+    ).format(kw=kw, n=n)
 
 
 @st.composite
 def losses_without_a_counter(draw):
     v = draw(_f)
-    return draw(st.sampled_from([
-        "Test set: Average loss: {v}, Accuracy: 9838/10000 (98%)", "loss scale: {v}, overflow: False", "val_loss improved to {v}",
-        "Epoch {n}: val_loss {v}", "eval loss {v} at epoch {n}", "best loss so far {v}", "step {n}.5 loss {v}",
-        "{{'loss': {v}, 'learning_rate': 5e-05, 'epoch': 0.5}}"])).format(v=v, n=draw(_n))
+    return draw(
+        st.sampled_from(
+            [
+                "Test set: Average loss: {v}, Accuracy: 9838/10000 (98%)",
+                "loss scale: {v}, overflow: False",
+                "val_loss improved to {v}",
+                "Epoch {n}: val_loss {v}",
+                "eval loss {v} at epoch {n}",
+                "best loss so far {v}",
+                "step {n}.5 loss {v}",
+                "{{'loss': {v}, 'learning_rate': 5e-05, 'epoch': 0.5}}",
+            ]
+        )
+    ).format(v=v, n=draw(_n))
 
 
 @st.composite
 def noise_lines(draw):
     a, b, c, d = (draw(st.integers(min_value=0, max_value=255)) for _ in range(4))
-    return draw(st.sampled_from([
-        "2026-11-{a:02d} 07:21:16,123 starting the data loader",
-        "connecting to {a}.{b}.{c}.{d}:8118 (attempt 1)", "MS_SCHED_HOST={a}.{b}.{c}.{d} step {a}.{b}.{c}.{d} loss {b}.{c}.{d}",
-        "mindspore {a}.{b}.{c}, CANN 8.0.RC2, python 3.{b}.{c}", "torch=={a}.{b}.{c}+cu118 it {a}.{b}.{c} loss {c}",
-        "step {a}:{b}:{c} loss {d}", "step {a}-{b}-{c} loss {d}", "iter {a}.{b} loss {c}", "step {a}% loss {b}",
-        "Traceback (most recent call last):", '  File "/usr/lib/python3.{a}/site-packages/mindspore/train/model.py", line {b}, in train_step',
-        "    loss = self.network(*inputs)", "    optimizer.step()", "RuntimeError: step {a} failed with code {b}",
-        "[WARNING] ME({a}:{b},MainProcess):2026-11-25-13:00:01.123.456 [mindspore/train/model.py:{c}] step {d}",
-        "[rank{a}]:", "INFO:root:", "[{a},{b}]<stderr>:", "W1126 07:21:16.{a:06d} {b} train.py:{c}]",
-        " {a}%|####5     | {b}/{c} [00:10<00:12, 80.12it/s]", "Downloading: {a}/{b} MB"])).format(a=a, b=b, c=c, d=d)
+    return draw(
+        st.sampled_from(
+            [
+                "2026-11-{a:02d} 07:21:16,123 starting the data loader",
+                "connecting to {a}.{b}.{c}.{d}:8118 (attempt 1)",
+                "MS_SCHED_HOST={a}.{b}.{c}.{d} step {a}.{b}.{c}.{d} loss {b}.{c}.{d}",
+                "mindspore {a}.{b}.{c}, CANN 8.0.RC2, python 3.{b}.{c}",
+                "torch=={a}.{b}.{c}+cu118 it {a}.{b}.{c} loss {c}",
+                "step {a}:{b}:{c} loss {d}",
+                "step {a}-{b}-{c} loss {d}",
+                "iter {a}.{b} loss {c}",
+                "step {a}% loss {b}",
+                "Traceback (most recent call last):",
+                '  File "/usr/lib/python3.{a}/site-packages/mindspore/train/model.py", line {b}, in train_step',
+                "    loss = self.network(*inputs)",
+                "    optimizer.step()",
+                "RuntimeError: step {a} failed with code {b}",
+                "[WARNING] ME({a}:{b},MainProcess):2026-11-25-13:00:01.123.456 [mindspore/train/model.py:{c}] step {d}",
+                "[rank{a}]:",
+                "INFO:root:",
+                "[{a},{b}]<stderr>:",
+                "W1126 07:21:16.{a:06d} {b} train.py:{c}]",
+                " {a}%|####5     | {b}/{c} [00:10<00:12, 80.12it/s]",
+                "Downloading: {a}/{b} MB",
+            ]
+        )
+    ).format(a=a, b=b, c=c, d=d)
 
 
 @settings(max_examples=examples(600), deadline=None)
-@given(st.sampled_from(PREFIXES), st.one_of(config_dumps(), counters_without_a_loss(), losses_without_a_counter(), noise_lines()))
+@given(
+    st.sampled_from(PREFIXES),
+    st.one_of(config_dumps(), counters_without_a_loss(), losses_without_a_counter(), noise_lines()),
+)
 def test_generated_non_progress_lines_never_parse_as_a_step(prefix, body):
     line = prefix + body
     m = parse_line(line)
@@ -287,15 +449,29 @@ def test_generated_non_progress_lines_never_parse_as_a_step(prefix, body):
 # this parser a `step` followed by 1,000 spaces took 11 s); every one must parse in linear time.
 _N = 4096
 BOMBS = {
-    "step, spaces": "step" + " " * _N, "step:, spaces": "step:" + " " * _N + "x loss 1", "loss, spaces": "step 3 loss" + " " * _N,
-    "epoch, spaces": "epoch" + " " * _N + "x loss 1", "epoch n, spaces": "epoch 1" + " " * _N + "x loss 1",
-    "position, spaces": "epoch 1 [" + " " * _N, "brackets": "step 3 loss " + "[ " * _N, "parens": "step 3 loss " + "( " * _N,
-    "tensors": "step 3 loss " + "tensor( " * _N, "steps": "step " * _N + "loss 1", "losses": "step 1 " + "loss " * _N,
-    "epochs": "epoch " * _N + "loss 1", "digits, letter": "step 3 loss " + "1" * _N + "x", "digits, dot": "step 3 loss 1." + "1" * _N + "x",
-    "slashes": "step 1 " + "1/" * _N, "tqdm": "| 1/2 [" * _N + " loss 1", "braces": "{" * _N + "} loss",
-    "LossMonitor, spaces": "epoch: 1 step: 1, loss is" + " " * _N + "x", "LossMonitor, paren": "epoch: 1 step: 1, loss is (" + " " * _N,
-    "MFLossMonitor, spaces": "{ Epoch:[ 1/ 2], step:[ 1/ 2], loss:" + " " * _N, "samples/s/p, digits": "1" * _N + "x samples/s/p",
-    "qualifiers": ("x" * 23 + "_loss 1 ") * _N, "dict": "{'step': 1, 'loss': " + "[" * 900 + "]" * 900 + "}",
+    "step, spaces": "step" + " " * _N,
+    "step:, spaces": "step:" + " " * _N + "x loss 1",
+    "loss, spaces": "step 3 loss" + " " * _N,
+    "epoch, spaces": "epoch" + " " * _N + "x loss 1",
+    "epoch n, spaces": "epoch 1" + " " * _N + "x loss 1",
+    "position, spaces": "epoch 1 [" + " " * _N,
+    "brackets": "step 3 loss " + "[ " * _N,
+    "parens": "step 3 loss " + "( " * _N,
+    "tensors": "step 3 loss " + "tensor( " * _N,
+    "steps": "step " * _N + "loss 1",
+    "losses": "step 1 " + "loss " * _N,
+    "epochs": "epoch " * _N + "loss 1",
+    "digits, letter": "step 3 loss " + "1" * _N + "x",
+    "digits, dot": "step 3 loss 1." + "1" * _N + "x",
+    "slashes": "step 1 " + "1/" * _N,
+    "tqdm": "| 1/2 [" * _N + " loss 1",
+    "braces": "{" * _N + "} loss",
+    "LossMonitor, spaces": "epoch: 1 step: 1, loss is" + " " * _N + "x",
+    "LossMonitor, paren": "epoch: 1 step: 1, loss is (" + " " * _N,
+    "MFLossMonitor, spaces": "{ Epoch:[ 1/ 2], step:[ 1/ 2], loss:" + " " * _N,
+    "samples/s/p, digits": "1" * _N + "x samples/s/p",
+    "qualifiers": ("x" * 23 + "_loss 1 ") * _N,
+    "dict": "{'step': 1, 'loss': " + "[" * 900 + "]" * 900 + "}",
 }
 
 
@@ -308,6 +484,7 @@ def test_lines_made_to_backtrack_parse_in_linear_time(name):
 
 
 # ---- what the counts become ----
+
 
 def _records(lines, deriver=None, start=0.0, every=1.0):
     d = deriver or RankDeriver(rank=0)
@@ -327,7 +504,12 @@ def test_a_sample_counter_keeps_its_position_over_the_run_and_its_rate():
     prog.extend(recs)
     snap = snapshot("j", "running", 6.0, 1, {0: "h"}, prog, {0: 5.5})
     row = snap.to_json()["ranks"][0]
-    assert (row["step"], row["unit"], row["samples_per_s"], row["step_time_ms"]) == (3200, "samples", pytest.approx(640.0), None)
+    assert (row["step"], row["unit"], row["samples_per_s"], row["step_time_ms"]) == (
+        3200,
+        "samples",
+        pytest.approx(640.0),
+        None,
+    )
 
 
 def test_a_sample_counter_with_a_known_budget_has_an_eta_from_its_rate():

@@ -1,29 +1,49 @@
 """Hang rules (pure, a fake clock): the policy flags, the tracker's limits, py-spy dumps and the culprit."""
+
 from __future__ import annotations
 
 import pytest
 
 from launcher.errors import PlanError
 from launcher.logs.hang import AUTO_FLOOR, HangPolicy, HangTracker
-from launcher.logs.stacks import RankEvidence, collective_timeout, in_collective, innermost_python, judge_culprit, main_thread, parse_pyspy
+from launcher.logs.stacks import (
+    RankEvidence,
+    collective_timeout,
+    in_collective,
+    innermost_python,
+    judge_culprit,
+    main_thread,
+    parse_pyspy,
+)
 
 
-@pytest.mark.parametrize("text,first,expected", [
-    (None, None, HangPolicy("auto")),
-    ("auto", "30", HangPolicy("auto", None, 30.0)),
-    ("off", None, HangPolicy("off")),
-    ("12.5", "off", HangPolicy("fixed", 12.5)),
-    ("auto:5", None, HangPolicy("auto", None, None, 5.0)),
-    (" AUTO: 2.5 ", "7", HangPolicy("auto", None, 7.0, 2.5)),
-])
+@pytest.mark.parametrize(
+    "text,first,expected",
+    [
+        (None, None, HangPolicy("auto")),
+        ("auto", "30", HangPolicy("auto", None, 30.0)),
+        ("off", None, HangPolicy("off")),
+        ("12.5", "off", HangPolicy("fixed", 12.5)),
+        ("auto:5", None, HangPolicy("auto", None, None, 5.0)),
+        (" AUTO: 2.5 ", "7", HangPolicy("auto", None, 7.0, 2.5)),
+    ],
+)
 def test_policy_parse(text, first, expected):
     assert HangPolicy.parse(text, first) == expected
 
 
-@pytest.mark.parametrize("text,first,field", [("soon", None, "--hang-timeout"), ("-3", None, "--hang-timeout"),
-                                              ("auto", "nan", "--first-step-timeout"), ("inf", None, "--hang-timeout"),
-                                              ("auto:0", None, "--hang-timeout"), ("auto:", None, "--hang-timeout"),
-                                              ("auto:soon", None, "--hang-timeout")])
+@pytest.mark.parametrize(
+    "text,first,field",
+    [
+        ("soon", None, "--hang-timeout"),
+        ("-3", None, "--hang-timeout"),
+        ("auto", "nan", "--first-step-timeout"),
+        ("inf", None, "--hang-timeout"),
+        ("auto:0", None, "--hang-timeout"),
+        ("auto:", None, "--hang-timeout"),
+        ("auto:soon", None, "--hang-timeout"),
+    ],
+)
 def test_policy_parse_rejects_bad_values_naming_the_flag(text, first, field):
     with pytest.raises(PlanError) as err:
         HangPolicy.parse(text, first)
@@ -67,7 +87,9 @@ def test_auto_a_rank_without_steps_that_keeps_printing_is_progress_and_not_the_c
     verdict = tr.due(t + AUTO_FLOOR + 1)  # then rank 1 stops too
     assert verdict is not None and verdict.idle == pytest.approx(AUTO_FLOOR + 1)
     now = t + AUTO_FLOOR + 1
-    evidence = [RankEvidence(w.rank, w.last_step, now - w.last_output_at) for w in tr.ranks()]  # as the hang watch judges
+    evidence = [
+        RankEvidence(w.rank, w.last_step, now - w.last_output_at) for w in tr.ranks()
+    ]  # as the hang watch judges
     assert judge_culprit(evidence) is None  # rank 1 logs no steps: which of the two went quiet first is no evidence
 
 
@@ -97,8 +119,11 @@ def test_auto_floor_from_the_flag():
         tr.feed(0, 0, (0, step), last + 2.0 * (step - 2))
     assert tr.limit()[0] == pytest.approx(10.0)
     assert [HangPolicy.parse(t, "30").describe() for t in ("auto:5", "auto", "off", "7")] == [
-        "auto (floor 5 s), first step within 30 s", "auto, first step within 30 s", "off, first step within 30 s",
-        "7 s, first step within 30 s"]
+        "auto (floor 5 s), first step within 30 s",
+        "auto, first step within 30 s",
+        "off, first step within 30 s",
+        "7 s, first step within 30 s",
+    ]
 
 
 def test_auto_limit_is_five_times_the_longest_interval_and_a_3x_slowdown_does_not_fire():
@@ -167,7 +192,7 @@ def test_first_step_timeout_in_any_mode():
     assert tr.due(1000.0) is None  # a step came; off: nothing else is watched
 
 
-DUMP_STUCK = '''Process 7: python train.py
+DUMP_STUCK = """Process 7: python train.py
 Python v3.11.7 (/usr/bin/python3.11)
 
 Thread 7 (idle): "MainThread"
@@ -178,17 +203,17 @@ Thread 7 (idle): "MainThread"
     <module> (train.py:60)
 Thread 9 (idle): "Thread-1"
     wait (threading.py:327)
-'''
-DUMP_INSIDE = '''Thread 8 (active): "MainThread"
+"""
+DUMP_INSIDE = """Thread 8 (active): "MainThread"
     __call__ (mindspore/ops/primitive.py:412)
     construct (mindspore/nn/wrap/grad_reducer.py:440)
     train (train.py:41)
-'''
-DUMP_NATIVE = '''Thread 8 (idle): "MainThread"
+"""
+DUMP_NATIVE = """Thread 8 (idle): "MainThread"
     syscall (libc.so.6)
     mindspore::device::cpu::ring_allreduce (libmindspore_backend.so)
     run_op (train.py:12)
-'''
+"""
 
 
 def test_parse_pyspy_main_thread_and_innermost_python_frame():
@@ -204,15 +229,20 @@ def test_parse_pyspy_main_thread_and_innermost_python_frame():
 
 
 def test_culprit_outside_the_collective_wins_over_steps_and_silence():
-    ranks = [RankEvidence(0, (0, 9), 30.0, "__call__ (mindspore/ops/primitive.py:412)", True),
-             RankEvidence(1, (0, 9), 2.0, "block_before_allreduce (train.py:21)", False),
-             RankEvidence(2, (0, 7), 40.0, "__call__ (mindspore/ops/primitive.py:412)", True)]
+    ranks = [
+        RankEvidence(0, (0, 9), 30.0, "__call__ (mindspore/ops/primitive.py:412)", True),
+        RankEvidence(1, (0, 9), 2.0, "block_before_allreduce (train.py:21)", False),
+        RankEvidence(2, (0, 7), 40.0, "__call__ (mindspore/ops/primitive.py:412)", True),
+    ]
     c = judge_culprit(ranks)
     assert c is not None and c.rank == 1 and "block_before_allreduce" in c.evidence
 
 
 def test_culprit_by_step_behind_then_by_silence():
-    assert judge_culprit([RankEvidence(0, (1, 3), 5.0), RankEvidence(1, (1, 2), 1.0), RankEvidence(2, (1, 3), 9.0)]).rank == 1
+    assert (
+        judge_culprit([RankEvidence(0, (1, 3), 5.0), RankEvidence(1, (1, 2), 1.0), RankEvidence(2, (1, 3), 9.0)]).rank
+        == 1
+    )
     c = judge_culprit([RankEvidence(0, (0, 4), 3.5), RankEvidence(1, (0, 4), 4.6)])
     assert c.rank == 1 and "silent first" in c.evidence
     assert judge_culprit([RankEvidence(0, (0, 4), 4.6), RankEvidence(1, (0, 4), 4.6)]) is None  # nothing stands out
@@ -220,26 +250,38 @@ def test_culprit_by_step_behind_then_by_silence():
     c = judge_culprit([RankEvidence(0, (0, 4), 30.0), RankEvidence(1, None, 90.0), RankEvidence(2, (0, 4), 10.0)])
     assert c.rank == 0 and "silent first" in c.evidence
     assert judge_culprit([RankEvidence(0, (0, 4), 30.0), RankEvidence(1, None, 90.0)]) is None
-    assert judge_culprit([RankEvidence(0, None, 30.0), RankEvidence(1, None, 9.0)]).rank == 0  # no rank logs steps: as before
+    assert (
+        judge_culprit([RankEvidence(0, None, 30.0), RankEvidence(1, None, 9.0)]).rank == 0
+    )  # no rank logs steps: as before
 
 
 def test_a_rank_whose_collective_timed_out_is_never_the_culprit():
-    ranks = [RankEvidence(0, (0, 4), 0.5, None, None, timed_out=True, alive=False),
-             RankEvidence(1, (0, 4), 30.0, "stuck_reading_data (train.py:9)", False)]
+    ranks = [
+        RankEvidence(0, (0, 4), 0.5, None, None, timed_out=True, alive=False),
+        RankEvidence(1, (0, 4), 30.0, "stuck_reading_data (train.py:9)", False),
+    ]
     c = judge_culprit(ranks)
     assert c.rank == 1 and "timed out" in c.evidence
     assert judge_culprit([RankEvidence(0, (0, 4), 0.5, timed_out=True, alive=False)]) is None
 
 
-@pytest.mark.parametrize("line", [
-    "[ERROR] DEVICE(1,7f,python):2026-11-25-13:00:00.1 [mindspore/ccsrc/x.cc:88] Ring ReduceScatter wait receiving from rank 1 failed",
-    "EI0002: The wait execution of the Notify register times out. HCCL_EXEC_TIMEOUT",
-    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[ERROR] DEVICE(1,7f,python):2026-11-25-13:00:00.1 [mindspore/ccsrc/x.cc:88] Ring ReduceScatter wait receiving from rank 1 failed",
+        "EI0002: The wait execution of the Notify register times out. HCCL_EXEC_TIMEOUT",
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds",
+    ],
+)
 def test_collective_timeout_lines(line):
     assert collective_timeout(["epoch: 0, step: 3, loss is 1.0", line]) == line.strip()
 
 
 def test_ordinary_errors_are_not_collective_timeouts():
-    assert collective_timeout(["Traceback (most recent call last):", "ValueError: bad shape", "epoch: 0, step: 1, loss is 2"]) is None
+    assert (
+        collective_timeout(
+            ["Traceback (most recent call last):", "ValueError: bad shape", "epoch: 0, step: 1, loss is 2"]
+        )
+        is None
+    )
     assert collective_timeout(["[WARNING] HCCL_EXEC_TIMEOUT is 1800 s; AllReduce timeout follows it"]) is None

@@ -1,11 +1,19 @@
 """A host's memory records: the kernel's OOM-killer lines and the cgroup's counters (v1 and v2)."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from launcher.logs.hostmem import KernelKill, cgroup_memory, format_bytes, kernel_kills, oom_kill_count, read_cgroup_files
+from launcher.logs.hostmem import (
+    KernelKill,
+    cgroup_memory,
+    format_bytes,
+    kernel_kills,
+    oom_kill_count,
+    read_cgroup_files,
+)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "causes", "oom_cgroup_v1")
 
@@ -24,42 +32,78 @@ def test_the_recorded_cgroup_v1_kill():
     assert cgroup_memory(files) == (64 << 20, 64 << 20)
 
 
-@pytest.mark.parametrize("lines,expected", [
-    (["[ 99.1] Out of memory: Killed process 1234 (python3) total-vm:9000kB, anon-rss:8000kB"], [(1234, "python3")]),
-    (["Out of memory: Kill process 77 (python) score 900 or sacrifice child", "Killed process 77 (python) total-vm:1kB"], [(77, "python")]),
-    (["oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task=train,pid=5,uid=0"], [(5, "train")]),
-    (["Memory cgroup out of memory: Killed process 1 (a)", "Memory cgroup out of memory: Killed process 2 (b)"], [(1, "a"), (2, "b")]),
-    (["EXT4-fs (vda): mounted filesystem", "python3 invoked oom-killer: gfp_mask=0xcc0"], []),
-])
+@pytest.mark.parametrize(
+    "lines,expected",
+    [
+        (
+            ["[ 99.1] Out of memory: Killed process 1234 (python3) total-vm:9000kB, anon-rss:8000kB"],
+            [(1234, "python3")],
+        ),
+        (
+            [
+                "Out of memory: Kill process 77 (python) score 900 or sacrifice child",
+                "Killed process 77 (python) total-vm:1kB",
+            ],
+            [(77, "python")],
+        ),
+        (
+            [
+                "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task=train,pid=5,uid=0"
+            ],
+            [(5, "train")],
+        ),
+        (
+            ["Memory cgroup out of memory: Killed process 1 (a)", "Memory cgroup out of memory: Killed process 2 (b)"],
+            [(1, "a"), (2, "b")],
+        ),
+        (["EXT4-fs (vda): mounted filesystem", "python3 invoked oom-killer: gfp_mask=0xcc0"], []),
+    ],
+)
 def test_kernel_kill_lines(lines, expected):
     assert [(k.pid, k.name) for k in kernel_kills(lines)] == expected
     assert all(isinstance(k, KernelKill) and k.usage is None for k in kernel_kills(lines))
     assert all(f"({k.name})" in k.summary or f"task={k.name}" in k.summary for k in kernel_kills(lines))
 
 
-@pytest.mark.parametrize("files,count", [
-    ({"memory.events": "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n"}, 2),
-    ({"memory.events": "low 0\noom_group_kill 3\n"}, None),
-    ({"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n"}, 4),
-    ({"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n"}, None),  # kernels before 4.13 do not count
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "files,count",
+    [
+        ({"memory.events": "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n"}, 2),
+        ({"memory.events": "low 0\noom_group_kill 3\n"}, None),
+        ({"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n"}, 4),
+        ({"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n"}, None),  # kernels before 4.13 do not count
+        ({}, None),
+    ],
+)
 def test_oom_kill_count(files, count):
     assert oom_kill_count(files) == count
 
 
-@pytest.mark.parametrize("files,expected", [
-    ({"memory.peak": "123\n", "memory.max": "max\n"}, (123, None)),
-    ({"memory.peak": "123\n", "memory.max": "4096\n", "memory.max_usage_in_bytes": "9\n"}, (123, 4096)),
-    ({"memory.max_usage_in_bytes": "500\n", "memory.limit_in_bytes": "9223372036854771712\n"}, (500, None)),
-    ({}, (None, None)),
-])
+@pytest.mark.parametrize(
+    "files,expected",
+    [
+        ({"memory.peak": "123\n", "memory.max": "max\n"}, (123, None)),
+        ({"memory.peak": "123\n", "memory.max": "4096\n", "memory.max_usage_in_bytes": "9\n"}, (123, 4096)),
+        ({"memory.max_usage_in_bytes": "500\n", "memory.limit_in_bytes": "9223372036854771712\n"}, (500, None)),
+        ({}, (None, None)),
+    ],
+)
 def test_cgroup_memory(files, expected):
     assert cgroup_memory(files) == expected
 
 
-@pytest.mark.parametrize("n,text", [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (64 << 20, "64.0 MiB"), (2_000_000_000, "1.9 GiB"),
-                                    (5 << 40, "5.0 TiB"), (5 << 50, "5120.0 TiB")])
+@pytest.mark.parametrize(
+    "n,text",
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (64 << 20, "64.0 MiB"),
+        (2_000_000_000, "1.9 GiB"),
+        (5 << 40, "5.0 TiB"),
+        (5 << 50, "5120.0 TiB"),
+    ],
+)
 def test_format_bytes(n, text):
     assert format_bytes(n) == text
 
@@ -74,10 +118,12 @@ def test_read_cgroup_files_skips_what_is_missing(tmp_path):
 def test_kill_cgroups_names_each_killed_pids_memcg():
     from launcher.logs.hostmem import kill_cgroups
 
-    lines = ["[ 5.0] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/a/b,task=python3,pid=81,uid=0",
-             "[ 6.0] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/,task=x,pid=9,uid=0",
-             "[ 7.0] Memory cgroup out of memory: Killed process 81 (python3) total-vm:1kB",
-             "[ 8.0] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/c,task_memcg=/c,task=python3,pid=81,uid=0"]
+    lines = [
+        "[ 5.0] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/a/b,task=python3,pid=81,uid=0",
+        "[ 6.0] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/,task=x,pid=9,uid=0",
+        "[ 7.0] Memory cgroup out of memory: Killed process 81 (python3) total-vm:1kB",
+        "[ 8.0] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/c,task_memcg=/c,task=python3,pid=81,uid=0",
+    ]
     assert kill_cgroups(lines) == {81: "/c", 9: "/"}
     assert kill_cgroups(["Out of memory: Killed process 5 (x)"]) == {}
 
@@ -91,13 +137,16 @@ def test_kernel_since_keeps_stamped_lines_from_then_and_their_continuations():
     assert kernel_since(lines, 2000.0) == []
 
 
-@pytest.mark.parametrize("text,folder", [
-    ("12:memory:/job/a\n0::/\n", "/r/memory/job/a"),  # cgroup v1
-    ("4:cpu,memory:/x\n", "/r/memory/x"),
-    ("0::/system.slice/a.service\n", "/r/system.slice/a.service"),  # v2 only
-    ("3:cpu:/x\n", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text,folder",
+    [
+        ("12:memory:/job/a\n0::/\n", "/r/memory/job/a"),  # cgroup v1
+        ("4:cpu,memory:/x\n", "/r/memory/x"),
+        ("0::/system.slice/a.service\n", "/r/system.slice/a.service"),  # v2 only
+        ("3:cpu:/x\n", None),
+        ("", None),
+    ],
+)
 def test_memory_cgroup_of_proc_cgroup(text, folder):
     from launcher.logs.hostmem import memory_cgroup
 

@@ -1,5 +1,6 @@
 """`logs tail` / `logs ls` with a job reference that names no job: one-line error, non-zero exit,
 nothing on stdout (never a silent exit 0)."""
+
 from __future__ import annotations
 
 import os
@@ -34,12 +35,30 @@ def test_logs_tail_and_ls_reject_what_is_not_a_job(tmp_path):
     # no job registered yet
     for cmd in ("tail", "ls"):
         r = cli(home, "logs", cmd, cwd=str(tmp_path))
-        assert r.returncode == 2 and r.stdout == "" and r.stderr == "mslaunch: error: no jobs yet; start one with 'mslaunch run' or pass --log-dir DIR\n"
+        assert (
+            r.returncode == 2
+            and r.stdout == ""
+            and r.stderr == "mslaunch: error: no jobs yet; start one with 'mslaunch run' or pass --log-dir DIR\n"
+        )
 
     # a real finished job, so that "newest job" exists and bad references cannot fall back to it
     job = tmp_path / "job"
-    run = run_job(home, "--np", "1", "--master-port", "auto", "--quiet", "--log-dir", str(job), "--no-python", sys.executable, PROG, "ok", "0.05",
-              cwd=str(tmp_path))
+    run = run_job(
+        home,
+        "--np",
+        "1",
+        "--master-port",
+        "auto",
+        "--quiet",
+        "--log-dir",
+        str(job),
+        "--no-python",
+        sys.executable,
+        PROG,
+        "ok",
+        "0.05",
+        cwd=str(tmp_path),
+    )
     assert run.returncode == 0, run.stderr
     assert "[rank 0] rank0 done" in cli(home, "logs", "tail", cwd=str(tmp_path)).stdout
 
@@ -66,11 +85,24 @@ def test_logs_tail_and_ls_reject_what_is_not_a_job(tmp_path):
             assert r.stdout == "", (cmd, args, r.stdout)
             assert r.stderr.startswith("mslaunch: error: ") and len(r.stderr.splitlines()) == 1, (cmd, args, r.stderr)
             assert message in r.stderr, (cmd, args, r.stderr)
-    for ranks, message in (("-1", "no rank -1"), ("1", "no rank 1; the job has ranks 0..0"), ("0,7", "no rank 7"), ("x", "--rank takes rank numbers"),
-                           (",", "--rank takes rank numbers"), ("", "--rank takes rank numbers"), ("99999999999999999999", "no rank 9999")):
+    for ranks, message in (
+        ("-1", "no rank -1"),
+        ("1", "no rank 1; the job has ranks 0..0"),
+        ("0,7", "no rank 7"),
+        ("x", "--rank takes rank numbers"),
+        (",", "--rank takes rank numbers"),
+        ("", "--rank takes rank numbers"),
+        ("99999999999999999999", "no rank 9999"),
+    ):
         r = cli(home, "logs", "tail", str(job), "--rank", ranks, cwd=str(tmp_path))
         assert (r.returncode, r.stdout) == (2, ""), (ranks, r.stderr)
-        assert r.stderr.startswith("mslaunch: error: --rank: ") and message in r.stderr and len(r.stderr.splitlines()) == 1, (ranks, r.stderr)
+        assert (
+            r.stderr.startswith("mslaunch: error: --rank: ") and message in r.stderr and len(r.stderr.splitlines()) == 1
+        ), (ranks, r.stderr)
     for n in ("-5", "-1"):
         r = cli(home, "logs", "tail", "-n", n, str(job), cwd=str(tmp_path))
-        assert (r.returncode, r.stdout, r.stderr) == (2, "", f"mslaunch: error: --lines: -n takes a number of lines >= 0, got {n}\n")
+        assert (r.returncode, r.stdout, r.stderr) == (
+            2,
+            "",
+            f"mslaunch: error: --lines: -n takes a number of lines >= 0, got {n}\n",
+        )

@@ -1,5 +1,6 @@
 """`logs tail` on odd log files (a FIFO, a device, a directory, huge or binary logs): it returns,
 shows what it can, and reads only the end of a file."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,23 @@ PROG = os.path.join(HERE, "scripts", "rankprog.py")
 def test_logs_tail_odd_log_files(tmp_path):
     env = dict(os.environ, MSLAUNCH_HOME=str(tmp_path / "home"))
     job = tmp_path / "job"
-    r = run_process("run", "--np", "2", "--master-port", "auto", "--quiet", "--log-dir", str(job),
-                    "--no-python", sys.executable, PROG, "ok", "0.05", env=env, timeout=120)
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--quiet",
+        "--log-dir",
+        str(job),
+        "--no-python",
+        sys.executable,
+        PROG,
+        "ok",
+        "0.05",
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     log0 = job / "worker_0.log"
 
@@ -33,7 +49,10 @@ def test_logs_tail_odd_log_files(tmp_path):
         (os.mkfifo, []),  # would block a plain open()
         (lambda p: os.symlink("/dev/zero", p), []),  # endless
         (os.mkdir, []),
-        (lambda p: p.write_bytes(b"\xff\xfe\x00bin\x00\n\x80ary\n"), ["[rank 0] \ufffd\ufffd\x00bin\x00", "[rank 0] \ufffdary"]),
+        (
+            lambda p: p.write_bytes(b"\xff\xfe\x00bin\x00\n\x80ary\n"),
+            ["[rank 0] \ufffd\ufffd\x00bin\x00", "[rank 0] \ufffdary"],
+        ),
         (huge_sparse, ["[rank 0] last line"]),  # "next to last" ends a 2 GiB line: beyond the 16 MiB read, not shown
         (long_line, ["[rank 0] end"]),
     ]

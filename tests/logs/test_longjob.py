@@ -1,15 +1,30 @@
 """The lines status, top and report show about a job's attempts and the hosts it left out."""
+
 from __future__ import annotations
 
 from launcher.logs.longjob import attempt_lines, excluded_lines, summary_notes
 from launcher.logs.report import _summary_rows
 
-EXCLUDED = [{"host": "h2", "reason": "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)", "by": "restart", "attempt": 2}]
+EXCLUDED = [
+    {
+        "host": "h2",
+        "reason": "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)",
+        "by": "restart",
+        "attempt": 2,
+    }
+]
 SUMMARY = {
-    "job_id": "j1", "status": "succeeded", "exit_code": 0, "duration": 3.0, "attempts": 3, "excluded_hosts": EXCLUDED,
-    "attempt_results": [{"attempt": 0, "status": "failed", "ended_because": "rank 2 on h2: killed by SIGKILL"},
-                        {"attempt": 1, "status": "failed", "ended_because": "rank 2 on h2: killed by SIGKILL"},
-                        {"attempt": 2, "status": "succeeded", "replanned": True}],
+    "job_id": "j1",
+    "status": "succeeded",
+    "exit_code": 0,
+    "duration": 3.0,
+    "attempts": 3,
+    "excluded_hosts": EXCLUDED,
+    "attempt_results": [
+        {"attempt": 0, "status": "failed", "ended_because": "rank 2 on h2: killed by SIGKILL"},
+        {"attempt": 1, "status": "failed", "ended_because": "rank 2 on h2: killed by SIGKILL"},
+        {"attempt": 2, "status": "succeeded", "replanned": True},
+    ],
 }
 LINE = "left out h2 from attempt 2 (restart): 2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)"
 
@@ -22,7 +37,14 @@ def test_excluded_hosts_and_the_replanned_attempt_are_shown():
 
 
 def test_the_report_lists_excluded_hosts_from_the_summary_or_a_running_jobs_plan():
-    plan = {"job_id": "j1", "world_size": 4, "launcher": "ssh", "method": "dynamic", "hosts": ["h1", "h3"], "excluded_hosts": EXCLUDED}
+    plan = {
+        "job_id": "j1",
+        "world_size": 4,
+        "launcher": "ssh",
+        "method": "dynamic",
+        "hosts": ["h1", "h3"],
+        "excluded_hosts": EXCLUDED,
+    }
     assert ("excluded hosts", LINE) in _summary_rows(plan, SUMMARY, "/j")
     assert ("excluded hosts", LINE) in _summary_rows(plan, None, "/j")  # still running: plan.json says so
     assert not any(k == "excluded hosts" for k, _ in _summary_rows(dict(plan, excluded_hosts=[]), None, "/j"))
@@ -47,11 +69,32 @@ def test_process_table_is_the_current_attempts_processes_with_their_state():
     ]
     table = process_table(events)
     assert table == [
-        {"name": "scheduler", "rank": None, "host": "h1", "pid": 20, "attempt": 1, "state": "running", "returncode": None},
+        {
+            "name": "scheduler",
+            "rank": None,
+            "host": "h1",
+            "pid": 20,
+            "attempt": 1,
+            "state": "running",
+            "returncode": None,
+        },
         {"name": "rank 0", "rank": 0, "host": "h1", "pid": 21, "attempt": 1, "state": "running", "returncode": None},
-        {"name": "rank 1", "rank": 1, "host": "node-02", "pid": None, "attempt": 1, "state": "exit code 0", "returncode": 0},
+        {
+            "name": "rank 1",
+            "rank": 1,
+            "host": "node-02",
+            "pid": None,
+            "attempt": 1,
+            "state": "exit code 0",
+            "returncode": 0,
+        },
     ]
-    assert process_lines(table) == ["scheduler  h1       pid 20  running", "rank 0     h1       pid 21  running",
-                                    "rank 1     node-02  pid -  exit code 0"]
-    assert process_table([{"kind": "started", "name": "rank 0", "host": "h", "pid": 5}])[0]["state"] == "running"  # old events
+    assert process_lines(table) == [
+        "scheduler  h1       pid 20  running",
+        "rank 0     h1       pid 21  running",
+        "rank 1     node-02  pid -  exit code 0",
+    ]
+    assert (
+        process_table([{"kind": "started", "name": "rank 0", "host": "h", "pid": 5}])[0]["state"] == "running"
+    )  # old events
     assert process_table([]) == [] and process_lines([]) == []

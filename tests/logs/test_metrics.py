@@ -1,4 +1,5 @@
 """Metric parsing (table over real-format lines), records for metrics.jsonl, and top's snapshot."""
+
 from __future__ import annotations
 
 import json
@@ -13,50 +14,138 @@ from launcher.logs.metricsfile import JsonlTail, LogMetrics
 from launcher.logs.progress import Progress, RankDeriver, snapshot
 from tests.harness.hypo import examples
 
-MF_LINE = ("2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - { Epoch:[  1/  2], step:[    2/   19], "
-           "loss: 10.649, per_step_time: 103328ms, lr: 0.0, overflow cond: False, loss_scale: 1.0, global_norm: [1 31049], "
-           "train_throughput_per_npu: 2.896T")
-MF_LINE_MEAN = (" mindformers[callback.py:305] - INFO - { Epoch:[  1/  1], step:[   92/25880], loss:[9.902/9.950], per_step_time: 2068ms, "
-                "lr: 9.92268e-06, overflow cond: False, loss_scale: 262144.0")
+MF_LINE = (
+    "2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - { Epoch:[  1/  2], step:[    2/   19], "
+    "loss: 10.649, per_step_time: 103328ms, lr: 0.0, overflow cond: False, loss_scale: 1.0, global_norm: [1 31049], "
+    "train_throughput_per_npu: 2.896T"
+)
+MF_LINE_MEAN = (
+    " mindformers[callback.py:305] - INFO - { Epoch:[  1/  1], step:[   92/25880], loss:[9.902/9.950], per_step_time: 2068ms, "
+    "lr: 9.92268e-06, overflow cond: False, loss_scale: 262144.0"
+)
 
 # (line, expected metric) — the formats as MindSpore, MindFormers and the reference trainer print them.
 TABLE = [
-    ("epoch: 1 step: 40, loss is 0.09236499",
-     Metric(kind="step", source="lossmonitor", epoch=1, step=40, step_in_epoch=True, loss=0.09236499)),
-    ("epoch: 3 step: 1, loss is 2.3025854",
-     Metric(kind="step", source="lossmonitor", epoch=3, step=1, step_in_epoch=True, loss=2.3025854)),
-    ("[rank 1] epoch: 2 step: 7, loss is 1.5e-03",
-     Metric(kind="step", source="lossmonitor", epoch=2, step=7, step_in_epoch=True, loss=0.0015)),
-    ("epoch: 1 step: 5, loss is nan",
-     Metric(kind="step", source="lossmonitor", epoch=1, step=5, step_in_epoch=True, loss_text="nan", event="nonfinite_loss")),
-    ("ValueError: In epoch: 1 step: 6, loss is NAN or INF, training process cannot continue, terminating training.",
-     Metric(kind="step", source="lossmonitor", epoch=1, step=6, step_in_epoch=True, loss_text="NAN or INF", event="nonfinite_loss")),
-    ("Train epoch time: 5312.412 ms, per step time: 132.810 ms",
-     Metric(kind="epoch", source="timemonitor", step_time_ms=132.81)),
-    (" epoch time: 900.000 ms, per step time: 90.000 ms (data time: 1.250 ms)",
-     Metric(kind="epoch", source="timemonitor", step_time_ms=90.0)),
-    (MF_LINE, Metric(kind="step", source="mindformers", epoch=1, epochs=2, step=2, steps_per_epoch=19, step_in_epoch=True,
-                     loss=10.649, step_time_ms=103328.0)),
-    (MF_LINE_MEAN, Metric(kind="step", source="mindformers", epoch=1, epochs=1, step=92, steps_per_epoch=25880, step_in_epoch=True,
-                          loss=9.902, step_time_ms=2068.0)),
-    ("- INFO -    0.0% |                                                  | 0.00600 samples/s/p  25 days, 2:07:47 }",
-     Metric(kind="step", source="mindformers", samples_per_s=0.006)),
-    ("Eval result: epoch 2, metrics: {'accuracy': 0.9125, 'loss': 0.31}",
-     Metric(kind="eval", source="eval", epoch=2, eval={"accuracy": 0.9125, "loss": 0.31})),
+    (
+        "epoch: 1 step: 40, loss is 0.09236499",
+        Metric(kind="step", source="lossmonitor", epoch=1, step=40, step_in_epoch=True, loss=0.09236499),
+    ),
+    (
+        "epoch: 3 step: 1, loss is 2.3025854",
+        Metric(kind="step", source="lossmonitor", epoch=3, step=1, step_in_epoch=True, loss=2.3025854),
+    ),
+    (
+        "[rank 1] epoch: 2 step: 7, loss is 1.5e-03",
+        Metric(kind="step", source="lossmonitor", epoch=2, step=7, step_in_epoch=True, loss=0.0015),
+    ),
+    (
+        "epoch: 1 step: 5, loss is nan",
+        Metric(
+            kind="step",
+            source="lossmonitor",
+            epoch=1,
+            step=5,
+            step_in_epoch=True,
+            loss_text="nan",
+            event="nonfinite_loss",
+        ),
+    ),
+    (
+        "ValueError: In epoch: 1 step: 6, loss is NAN or INF, training process cannot continue, terminating training.",
+        Metric(
+            kind="step",
+            source="lossmonitor",
+            epoch=1,
+            step=6,
+            step_in_epoch=True,
+            loss_text="NAN or INF",
+            event="nonfinite_loss",
+        ),
+    ),
+    (
+        "Train epoch time: 5312.412 ms, per step time: 132.810 ms",
+        Metric(kind="epoch", source="timemonitor", step_time_ms=132.81),
+    ),
+    (
+        " epoch time: 900.000 ms, per step time: 90.000 ms (data time: 1.250 ms)",
+        Metric(kind="epoch", source="timemonitor", step_time_ms=90.0),
+    ),
+    (
+        MF_LINE,
+        Metric(
+            kind="step",
+            source="mindformers",
+            epoch=1,
+            epochs=2,
+            step=2,
+            steps_per_epoch=19,
+            step_in_epoch=True,
+            loss=10.649,
+            step_time_ms=103328.0,
+        ),
+    ),
+    (
+        MF_LINE_MEAN,
+        Metric(
+            kind="step",
+            source="mindformers",
+            epoch=1,
+            epochs=1,
+            step=92,
+            steps_per_epoch=25880,
+            step_in_epoch=True,
+            loss=9.902,
+            step_time_ms=2068.0,
+        ),
+    ),
+    (
+        "- INFO -    0.0% |                                                  | 0.00600 samples/s/p  25 days, 2:07:47 }",
+        Metric(kind="step", source="mindformers", samples_per_s=0.006),
+    ),
+    (
+        "Eval result: epoch 2, metrics: {'accuracy': 0.9125, 'loss': 0.31}",
+        Metric(kind="eval", source="eval", epoch=2, eval={"accuracy": 0.9125, "loss": 0.31}),
+    ),
     ("accuracy: 0.9760", Metric(kind="eval", source="trainer", eval={"accuracy": 0.976})),
-    ("epoch 1 throughput: 18.8 img/s per rank, 37.5 img/s total (2 ranks)",
-     Metric(kind="epoch", source="trainer", epoch=1, samples_per_s=18.8)),
-    ("data: synthetic CIFAR-10 (1000 records); rank 0 of 2: 15 batches of 32 per pass",
-     Metric(kind="info", source="trainer", batch_size=32)),
-    ("epoch: 1 step: 3. Invalid loss nan, terminating training.",
-     Metric(kind="step", source="trainer", epoch=1, step=3, step_in_epoch=True, loss_text="nan", event="nonfinite_loss")),
-    ('MSLAUNCH_METRIC {"step": 12, "loss": 0.42, "step_time_ms": 130.5, "samples_per_s": 245.2}',
-     Metric(kind="step", source="mslaunch", step=12, loss=0.42, step_time_ms=130.5, samples_per_s=245.2)),
-    ('MSLAUNCH_METRIC {"epoch": 2, "step": 3, "steps_per_epoch": 10, "loss": "inf"}',
-     Metric(kind="step", source="mslaunch", epoch=2, step=3, steps_per_epoch=10, step_in_epoch=True, loss_text="inf", event="nonfinite_loss")),
-    ('MSLAUNCH_METRIC {"batch_size": 32, "epochs": 1, "steps_per_epoch": 60}',
-     Metric(kind="info", source="mslaunch", batch_size=32, epochs=1, steps_per_epoch=60)),
-    ('MSLAUNCH_METRIC {"eval": {"top1": 0.7, "name": "x"}}', Metric(kind="eval", source="mslaunch", eval={"top1": 0.7})),
+    (
+        "epoch 1 throughput: 18.8 img/s per rank, 37.5 img/s total (2 ranks)",
+        Metric(kind="epoch", source="trainer", epoch=1, samples_per_s=18.8),
+    ),
+    (
+        "data: synthetic CIFAR-10 (1000 records); rank 0 of 2: 15 batches of 32 per pass",
+        Metric(kind="info", source="trainer", batch_size=32),
+    ),
+    (
+        "epoch: 1 step: 3. Invalid loss nan, terminating training.",
+        Metric(
+            kind="step", source="trainer", epoch=1, step=3, step_in_epoch=True, loss_text="nan", event="nonfinite_loss"
+        ),
+    ),
+    (
+        'MSLAUNCH_METRIC {"step": 12, "loss": 0.42, "step_time_ms": 130.5, "samples_per_s": 245.2}',
+        Metric(kind="step", source="mslaunch", step=12, loss=0.42, step_time_ms=130.5, samples_per_s=245.2),
+    ),
+    (
+        'MSLAUNCH_METRIC {"epoch": 2, "step": 3, "steps_per_epoch": 10, "loss": "inf"}',
+        Metric(
+            kind="step",
+            source="mslaunch",
+            epoch=2,
+            step=3,
+            steps_per_epoch=10,
+            step_in_epoch=True,
+            loss_text="inf",
+            event="nonfinite_loss",
+        ),
+    ),
+    (
+        'MSLAUNCH_METRIC {"batch_size": 32, "epochs": 1, "steps_per_epoch": 60}',
+        Metric(kind="info", source="mslaunch", batch_size=32, epochs=1, steps_per_epoch=60),
+    ),
+    (
+        'MSLAUNCH_METRIC {"eval": {"top1": 0.7, "name": "x"}}',
+        Metric(kind="eval", source="mslaunch", eval={"top1": 0.7}),
+    ),
     ('MSLAUNCH_METRIC {"step": true, "loss": [1]}', None),
     ("MSLAUNCH_METRIC not json", None),
     ("MSLAUNCH_METRIC [1, 2]", None),
@@ -106,7 +195,11 @@ def test_global_step_runs_across_epochs_without_a_known_budget():
 
 def test_global_step_from_the_budget_after_a_resume():
     d = RankDeriver(rank=0)
-    recs = _feed(d, ['MSLAUNCH_METRIC {"batch_size": 32, "epochs": 3, "steps_per_epoch": 10}', "epoch: 3 step: 2, loss is 0.5"], 5.0)
+    recs = _feed(
+        d,
+        ['MSLAUNCH_METRIC {"batch_size": 32, "epochs": 3, "steps_per_epoch": 10}', "epoch: 3 step: 2, loss is 0.5"],
+        5.0,
+    )
     assert recs[1]["global_step"] == 22 and recs[1]["total_steps"] == 30
 
 
@@ -142,8 +235,18 @@ def test_nonfinite_loss_is_an_event_record():
 def _progress(step_times):
     prog = Progress()
     for rank, ms in step_times.items():
-        prog.add({"rank": rank, "time": 1.0, "kind": "step", "global_step": 10, "total_steps": 100, "loss": 1.0,
-                  "step_time_ms": ms, "samples_per_s": 32000.0 / ms})
+        prog.add(
+            {
+                "rank": rank,
+                "time": 1.0,
+                "kind": "step",
+                "global_step": 10,
+                "total_steps": 100,
+                "loss": 1.0,
+                "step_time_ms": ms,
+                "samples_per_s": 32000.0 / ms,
+            }
+        )
     return prog
 
 
@@ -173,8 +276,10 @@ def test_snapshot_flags_a_silent_rank_and_waiting_ranks():
 
 def test_snapshot_after_the_end_uses_the_summary():
     prog = _progress({0: 100.0, 1: 100.0})
-    exits = {0: {"rank": 0, "exit_code": 0, "signal": None, "torn_down": False},
-             1: {"rank": 1, "exit_code": 3, "signal": None, "torn_down": False}}
+    exits = {
+        0: {"rank": 0, "exit_code": 0, "signal": None, "torn_down": False},
+        1: {"rank": 1, "exit_code": 3, "signal": None, "torn_down": False},
+    }
     snap = snapshot("j", "failed", 100.0, 2, {}, prog, {0: 1.0, 1: 1.0}, exits, silent_after=5.0)
     assert [r.state for r in snap.rows] == ["done", "failed"] and snap.silent == () and snap.eta_s is None
 
@@ -209,7 +314,9 @@ def test_log_metrics_reads_only_new_bytes_and_jsonl_tail_skips_partial_lines(tmp
 
 def test_time_monitor_step_time_gives_samples_when_the_batch_is_known():
     d = RankDeriver(rank=0)
-    recs = _feed(d, ['MSLAUNCH_METRIC {"batch_size": 16}', "Train epoch time: 2000.000 ms, per step time: 200.000 ms"], 1.0)
+    recs = _feed(
+        d, ['MSLAUNCH_METRIC {"batch_size": 16}', "Train epoch time: 2000.000 ms, per step time: 200.000 ms"], 1.0
+    )
     assert recs[1]["kind"] == "epoch" and recs[1]["samples_per_s"] == 80.0
 
 

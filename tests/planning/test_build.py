@@ -1,4 +1,5 @@
 """Plans: per-rank argv/env/cwd under each method, mpirun argv, env precedence, CLI plan --json."""
+
 from __future__ import annotations
 
 import json
@@ -23,12 +24,21 @@ INV = parse_hostfile("10.0.0.1 slots=8\n10.0.0.2 slots=8\n", "h.txt")
 MS_CACHE = {"MS_COMPILER_CACHE_ENABLE": "1", "MS_COMPILER_CACHE_PATH": "/work/mslaunch_logs/j1/compile_cache"}
 OFFER = {"MSLAUNCH_COMPILE_CACHE": "/work/mslaunch_logs/j1/compile_cache"}  # always: the program decides
 CACHE = {**MS_CACHE, **OFFER}
-IPS = {h: {d: f"192.{d % 4 + 1}.27.{6 + d // 4 + 2 * i}" for d in range(8)} for i, h in enumerate(["10.0.0.1", "10.0.0.2"])}
+IPS = {
+    h: {d: f"192.{d % 4 + 1}.27.{6 + d // 4 + 2 * i}" for d in range(8)} for i, h in enumerate(["10.0.0.1", "10.0.0.2"])
+}
 
 
 def spec(**kw):
-    base = dict(inventory=INV, program=("train.py", "--epochs", "1"), python="/usr/bin/python3", cwd="/work",
-                job_dir="/work/mslaunch_logs/j1", job_id="j1", compile_cache=True)
+    base = dict(
+        inventory=INV,
+        program=("train.py", "--epochs", "1"),
+        python="/usr/bin/python3",
+        cwd="/work",
+        job_dir="/work/mslaunch_logs/j1",
+        job_id="j1",
+        compile_cache=True,
+    )
     base.update(kw)
     return JobSpec(**base)
 
@@ -41,21 +51,44 @@ def test_dynamic_16_ranks():
     assert r9.argv == ("/usr/bin/python3", "/work/train.py", "--epochs", "1")
     assert r9.cwd == "/work"
     assert r9.env_dict() == {
-        "PYTHONUNBUFFERED": "1", "MS_RETRY_INTERVAL_LOWER": "0", "MS_RETRY_INTERVAL_UPPER": "1", **CACHE,
-        "MS_ROLE": "MS_WORKER", "MS_WORKER_NUM": "16", "MS_SCHED_HOST": "10.0.0.1", "MS_SCHED_PORT": "8118",
-        "MS_NODE_ID": "9", "RANK_ID": "9", "RANK_SIZE": "16", "DEVICE_ID": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8",
+        "PYTHONUNBUFFERED": "1",
+        "MS_RETRY_INTERVAL_LOWER": "0",
+        "MS_RETRY_INTERVAL_UPPER": "1",
+        **CACHE,
+        "MS_ROLE": "MS_WORKER",
+        "MS_WORKER_NUM": "16",
+        "MS_SCHED_HOST": "10.0.0.1",
+        "MS_SCHED_PORT": "8118",
+        "MS_NODE_ID": "9",
+        "RANK_ID": "9",
+        "RANK_SIZE": "16",
+        "DEVICE_ID": "1",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "8",
     }
     assert plan.scheduler is not None and plan.scheduler.host == "10.0.0.1"
     assert plan.scheduler.env_dict() == {
-        "PYTHONUNBUFFERED": "1", "MS_RETRY_INTERVAL_LOWER": "0", "MS_RETRY_INTERVAL_UPPER": "1", **CACHE,
-        "MS_ROLE": "MS_SCHED", "MS_WORKER_NUM": "16", "MS_SCHED_HOST": "10.0.0.1", "MS_SCHED_PORT": "8118",
+        "PYTHONUNBUFFERED": "1",
+        "MS_RETRY_INTERVAL_LOWER": "0",
+        "MS_RETRY_INTERVAL_UPPER": "1",
+        **CACHE,
+        "MS_ROLE": "MS_SCHED",
+        "MS_WORKER_NUM": "16",
+        "MS_SCHED_HOST": "10.0.0.1",
+        "MS_SCHED_PORT": "8118",
     }
     assert plan.ranks[15].log == "/work/mslaunch_logs/j1/worker_15.log"
 
 
 def test_dynamic_master_override_and_tuning_skipped_when_user_set():
-    plan = build_plan(spec(master_addr="10.0.0.2", master_port=9000, cluster_time_out=30,
-                           user_env_keys=frozenset({"MS_RETRY_INTERVAL_LOWER", "PYTHONUNBUFFERED"})))
+    plan = build_plan(
+        spec(
+            master_addr="10.0.0.2",
+            master_port=9000,
+            cluster_time_out=30,
+            user_env_keys=frozenset({"MS_RETRY_INTERVAL_LOWER", "PYTHONUNBUFFERED"}),
+        )
+    )
     env = plan.ranks[0].env_dict()
     assert plan.scheduler.host == "10.0.0.2"
     assert (env["MS_SCHED_HOST"], env["MS_SCHED_PORT"], env["MS_TOPO_TIMEOUT"]) == ("10.0.0.2", "9000", "30")
@@ -72,9 +105,13 @@ def test_compile_cache_is_left_to_a_user_who_sets_either_variable(where, name):
     from dataclasses import replace
 
     inv = parse_hostfile("10.0.0.1 slots=2\n", "h.txt")
-    user = {"launching env": dict(user_env_keys=frozenset({name})), "--env": dict(env=((name, "0"),)),
-            "--env-file": dict(env_files=(("e.env", ((name, "0"),)),)), "without --compile-cache": dict(compile_cache=False),
-            "host env": dict(inventory=replace(inv, hosts=tuple(replace(h, env=((name, "0"),)) for h in inv.hosts)))}[where]
+    user = {
+        "launching env": dict(user_env_keys=frozenset({name})),
+        "--env": dict(env=((name, "0"),)),
+        "--env-file": dict(env_files=(("e.env", ((name, "0"),)),)),
+        "without --compile-cache": dict(compile_cache=False),
+        "host env": dict(inventory=replace(inv, hosts=tuple(replace(h, env=((name, "0"),)) for h in inv.hosts))),
+    }[where]
     plan = build_plan(spec(**{"inventory": inv, **user}))
     other = next(k for k in MS_CACHE if k != name)
     for proc in plan.processes:
@@ -92,8 +129,14 @@ def test_ranktable_16_ranks():
     assert r12.cwd == "/work/mslaunch_logs/j1/device12"
     assert r12.env_dump == "/work/mslaunch_logs/j1/device12/env12.log"
     assert r12.env_dict() == {
-        "PYTHONUNBUFFERED": "1", **CACHE, "RANK_TABLE_FILE": "/work/mslaunch_logs/j1/rank_table.json",
-        "RANK_ID": "12", "RANK_SIZE": "16", "DEVICE_ID": "4", "LOCAL_RANK": "4", "LOCAL_WORLD_SIZE": "8",
+        "PYTHONUNBUFFERED": "1",
+        **CACHE,
+        "RANK_TABLE_FILE": "/work/mslaunch_logs/j1/rank_table.json",
+        "RANK_ID": "12",
+        "RANK_SIZE": "16",
+        "DEVICE_ID": "4",
+        "LOCAL_RANK": "4",
+        "LOCAL_WORLD_SIZE": "8",
     }
     (art,) = plan.artefacts
     table = json.loads(art.content)
@@ -115,25 +158,107 @@ def test_mpi_16_ranks_and_mpirun_argv():
     plan = build_plan(spec(method="mpi", wrapper="/opt/w.sh", mpi=MpiOptions(allow_run_as_root=True, nic="eth0")))
     assert plan.launcher == "mpirun" and plan.scheduler is None
     assert plan.ranks[10].env_dict() == {
-        "PYTHONUNBUFFERED": "1", **CACHE, "RANK_ID": "10", "RANK_SIZE": "16", "DEVICE_ID": "2", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "8",
+        "PYTHONUNBUFFERED": "1",
+        **CACHE,
+        "RANK_ID": "10",
+        "RANK_SIZE": "16",
+        "DEVICE_ID": "2",
+        "LOCAL_RANK": "2",
+        "LOCAL_WORLD_SIZE": "8",
     }
-    ctx = ["-x", "PYTHONUNBUFFERED=1", "-x", "MS_COMPILER_CACHE_ENABLE=1", "-x", "MS_COMPILER_CACHE_PATH=/work/mslaunch_logs/j1/compile_cache",
-           "-x", "MSLAUNCH_COMPILE_CACHE=/work/mslaunch_logs/j1/compile_cache", "-x", "RANK_SIZE=16", "-x", "LOCAL_WORLD_SIZE=8"]
+    ctx = [
+        "-x",
+        "PYTHONUNBUFFERED=1",
+        "-x",
+        "MS_COMPILER_CACHE_ENABLE=1",
+        "-x",
+        "MS_COMPILER_CACHE_PATH=/work/mslaunch_logs/j1/compile_cache",
+        "-x",
+        "MSLAUNCH_COMPILE_CACHE=/work/mslaunch_logs/j1/compile_cache",
+        "-x",
+        "RANK_SIZE=16",
+        "-x",
+        "LOCAL_WORLD_SIZE=8",
+    ]
     assert mpirun_command(plan) == tuple(
-        ["mpirun", "-H", "10.0.0.1:8,10.0.0.2:8", "--allow-run-as-root",
-         "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
-         "--mca", "plm_rsh_agent", "ssh -o BatchMode=yes", "--mca", "plm_rsh_no_tree_spawn", "1",
-         "--mca", "rtc_hwloc_vmhole", "none", "--leave-session-attached", "--bind-to", "none",
-         "-np", "8", "--host", "10.0.0.1:8"] + ctx + [
-            "-x", "MSLAUNCH_CTX_BASE=0", "-x", "MSLAUNCH_ROLE=worker", "-x", "MSLAUNCH_FIRST_RANK=0",
-            "-x", "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7", "-x", "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1",
-            "-x", "MSLAUNCH_LOG_NAME=worker_{rank}.log", "-x", "MSLAUNCH_METHOD=mpi",
-            "/opt/w.sh", "/usr/bin/python3", "/work/train.py", "--epochs", "1",
-            ":", "-np", "8", "--host", "10.0.0.2:8"] + ctx + [
-            "-x", "MSLAUNCH_CTX_BASE=8", "-x", "MSLAUNCH_ROLE=worker", "-x", "MSLAUNCH_FIRST_RANK=8",
-            "-x", "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7", "-x", "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1",
-            "-x", "MSLAUNCH_LOG_NAME=worker_{rank}.log", "-x", "MSLAUNCH_METHOD=mpi",
-            "/opt/w.sh", "/usr/bin/python3", "/work/train.py", "--epochs", "1"])
+        [
+            "mpirun",
+            "-H",
+            "10.0.0.1:8,10.0.0.2:8",
+            "--allow-run-as-root",
+            "--mca",
+            "btl_tcp_if_include",
+            "eth0",
+            "--mca",
+            "oob_tcp_if_include",
+            "eth0",
+            "--mca",
+            "plm_rsh_agent",
+            "ssh -o BatchMode=yes",
+            "--mca",
+            "plm_rsh_no_tree_spawn",
+            "1",
+            "--mca",
+            "rtc_hwloc_vmhole",
+            "none",
+            "--leave-session-attached",
+            "--bind-to",
+            "none",
+            "-np",
+            "8",
+            "--host",
+            "10.0.0.1:8",
+        ]
+        + ctx
+        + [
+            "-x",
+            "MSLAUNCH_CTX_BASE=0",
+            "-x",
+            "MSLAUNCH_ROLE=worker",
+            "-x",
+            "MSLAUNCH_FIRST_RANK=0",
+            "-x",
+            "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7",
+            "-x",
+            "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1",
+            "-x",
+            "MSLAUNCH_LOG_NAME=worker_{rank}.log",
+            "-x",
+            "MSLAUNCH_METHOD=mpi",
+            "/opt/w.sh",
+            "/usr/bin/python3",
+            "/work/train.py",
+            "--epochs",
+            "1",
+            ":",
+            "-np",
+            "8",
+            "--host",
+            "10.0.0.2:8",
+        ]
+        + ctx
+        + [
+            "-x",
+            "MSLAUNCH_CTX_BASE=8",
+            "-x",
+            "MSLAUNCH_ROLE=worker",
+            "-x",
+            "MSLAUNCH_FIRST_RANK=8",
+            "-x",
+            "MSLAUNCH_DEVICES=0,1,2,3,4,5,6,7",
+            "-x",
+            "MSLAUNCH_LOG_DIR=/work/mslaunch_logs/j1",
+            "-x",
+            "MSLAUNCH_LOG_NAME=worker_{rank}.log",
+            "-x",
+            "MSLAUNCH_METHOD=mpi",
+            "/opt/w.sh",
+            "/usr/bin/python3",
+            "/work/train.py",
+            "--epochs",
+            "1",
+        ]
+    )
 
 
 def test_dynamic_under_mpirun_has_scheduler_context():
@@ -145,7 +270,7 @@ def test_dynamic_under_mpirun_has_scheduler_context():
     first = argv[: argv.index(":")]
     assert first[3:9] == ["--bind-to", "none", "-np", "1", "--host", "localhost:3"]
     assert "MS_ROLE=MS_SCHED" in first and "MSLAUNCH_ROLE=scheduler" in first
-    second = argv[argv.index(":") + 1:]
+    second = argv[argv.index(":") + 1 :]
     assert second[:4] == ["-np", "2", "--host", "localhost:3"]
     assert "MS_ROLE=MS_WORKER" in second and "MSLAUNCH_CTX_BASE=1" in second
     assert "MS_NODE_ID=0" not in argv  # per rank: derived by the wrapper
@@ -170,9 +295,18 @@ def test_env_precedence_and_reserved():
     "kw, message",
     [
         (dict(method="nccl"), "--method: unknown method 'nccl'; use one of dynamic, ranktable, mpi"),
-        (dict(launcher="local"), "--launcher: --launcher local runs on this machine only, but the inventory has 10.0.0.1, 10.0.0.2; use ssh or mpirun"),
-        (dict(method="mpi", launcher="ssh"), "--launcher: the mpi method needs --launcher mpirun (OpenMPI assigns the ranks)"),
-        (dict(method="ranktable"), "--method: the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf"),
+        (
+            dict(launcher="local"),
+            "--launcher: --launcher local runs on this machine only, but the inventory has 10.0.0.1, 10.0.0.2; use ssh or mpirun",
+        ),
+        (
+            dict(method="mpi", launcher="ssh"),
+            "--launcher: the mpi method needs --launcher mpirun (OpenMPI assigns the ranks)",
+        ),
+        (
+            dict(method="ranktable"),
+            "--method: the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf",
+        ),
         (dict(program=()), "SCRIPT: no program given; pass a script, -m MODULE, or --no-python EXECUTABLE"),
         (dict(master_port=70000), "--master-port: --master-port must be 1..65535, got 70000"),
     ],
@@ -191,7 +325,12 @@ def test_module_and_no_python_argv():
 
 
 def test_env_file_parsing():
-    assert parse_env_file("# c\nexport A=1\nB='two words'\nC=\"x=y\"\n\nD=\n", "e") == (("A", "1"), ("B", "two words"), ("C", "x=y"), ("D", ""))
+    assert parse_env_file("# c\nexport A=1\nB='two words'\nC=\"x=y\"\n\nD=\n", "e") == (
+        ("A", "1"),
+        ("B", "two words"),
+        ("C", "x=y"),
+        ("D", ""),
+    )
     with pytest.raises(MsLaunchError) as err:
         parse_env_file("A=1\nnot a pair\n", "e.env")
     assert str(err.value) == "e.env:2: expected NAME=VALUE, got 'not a pair'"
@@ -203,33 +342,69 @@ def test_cli_plan_json_2x8_each_method(tmp_path):
     hccn = tmp_path / "hccn"
     hccn.mkdir()
     for host, ips in IPS.items():
-        (hccn / f"{host}.conf").write_text("".join(f"address_{d}={ip}\nnetmask_{d}=255.255.255.0\n" for d, ip in ips.items()))
+        (hccn / f"{host}.conf").write_text(
+            "".join(f"address_{d}={ip}\nnetmask_{d}=255.255.255.0\n" for d, ip in ips.items())
+        )
     expected_keys = {
-        "dynamic": {"MS_ROLE", "MS_WORKER_NUM", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_NODE_ID", "RANK_ID", "RANK_SIZE", "DEVICE_ID"},
+        "dynamic": {
+            "MS_ROLE",
+            "MS_WORKER_NUM",
+            "MS_SCHED_HOST",
+            "MS_SCHED_PORT",
+            "MS_NODE_ID",
+            "RANK_ID",
+            "RANK_SIZE",
+            "DEVICE_ID",
+        },
         "ranktable": {"RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE", "DEVICE_ID"},
         "mpi": {"RANK_ID", "RANK_SIZE", "DEVICE_ID"},
     }
     for method, keys in expected_keys.items():
-        r = run_process("plan", "--json", "--hosts", str(hosts), "--method", method, "--hccn-dir", str(hccn), "--log-dir", str(tmp_path / "job"), "train.py",
-                        cwd=tmp_path, timeout=60)
+        r = run_process(
+            "plan",
+            "--json",
+            "--hosts",
+            str(hosts),
+            "--method",
+            method,
+            "--hccn-dir",
+            str(hccn),
+            "--log-dir",
+            str(tmp_path / "job"),
+            "train.py",
+            cwd=tmp_path,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
         data = json.loads(r.stdout)
         assert len(data["ranks"]) == 16
         for i, rank in enumerate(data["ranks"]):
-            assert rank["rank"] == i and rank["host"] == ("10.0.0.1" if i < 8 else "10.0.0.2") and rank["device_id"] == i % 8
+            assert (
+                rank["rank"] == i
+                and rank["host"] == ("10.0.0.1" if i < 8 else "10.0.0.2")
+                and rank["device_id"] == i % 8
+            )
             assert keys <= set(rank["env"]), method
-            assert rank["env"]["RANK_ID"] == str(i) and rank["env"]["DEVICE_ID"] == str(i % 8) and rank["env"]["RANK_SIZE"] == "16"
+            assert (
+                rank["env"]["RANK_ID"] == str(i)
+                and rank["env"]["DEVICE_ID"] == str(i % 8)
+                and rank["env"]["RANK_SIZE"] == "16"
+            )
         assert ("scheduler" in data) == (method == "dynamic")
         if method == "ranktable":
             assert data["ranks"][3]["env"]["RANK_TABLE_FILE"] == str(tmp_path / "job" / "rank_table.json")
-            assert data["artefacts"] == [{"name": "rank_table.json", "kind": "rank_table", "path": str(tmp_path / "job" / "rank_table.json")}]
+            assert data["artefacts"] == [
+                {"name": "rank_table.json", "kind": "rank_table", "path": str(tmp_path / "job" / "rank_table.json")}
+            ]
         if method == "mpi":
             assert data["mpirun"][0] == "mpirun"
     assert not (tmp_path / "job").exists()  # planning writes nothing
 
 
 def test_cli_env_show_and_errors(tmp_path):
-    r = run_process("env", "show", "--rank", "1", "-H", "localhost:2", "--env", "X=a b", "--master-port", "9100", "t.py", timeout=60)
+    r = run_process(
+        "env", "show", "--rank", "1", "-H", "localhost:2", "--env", "X=a b", "--master-port", "9100", "t.py", timeout=60
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert "export MS_NODE_ID=1" in lines and "export X='a b'" in lines and "export MS_SCHED_PORT=9100" in lines
@@ -254,12 +429,21 @@ def test_cli_hostfile_gen(tmp_path):
 
 
 def test_msrun_flag_names_are_accepted(tmp_path):
-    r = run_process("plan", "--json", "--worker_num", "2", "--master_port", "9999", "--log_dir", str(tmp_path / "j"), "t.py", timeout=60)
+    r = run_process(
+        "plan",
+        "--json",
+        "--worker_num",
+        "2",
+        "--master_port",
+        "9999",
+        "--log_dir",
+        str(tmp_path / "j"),
+        "t.py",
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert (data["world_size"], data["master_port"], data["job_dir"]) == (2, 9999, str(tmp_path / "j"))
-
-
 
 
 @settings(max_examples=examples(300), deadline=None)

@@ -1,4 +1,5 @@
 """The rank-table examples in hostfiles/ generate valid tables."""
+
 from __future__ import annotations
 
 import glob
@@ -35,10 +36,16 @@ def test_a3_superpod_v12() -> None:
     table = build_rank_table(inv, resolve_device_ips(inv), version="1.2")
     assert validate_rank_table(table, chip="910") == []
     assert [(s["server_id"], s["host_ip"]) for s in table["server_list"]] == [
-        ("node0", "172.16.0.100"), ("node1", "172.16.0.101"), ("node2", "172.16.1.100"), ("node3", "172.16.1.101"),
+        ("node0", "172.16.0.100"),
+        ("node1", "172.16.0.101"),
+        ("node2", "172.16.1.100"),
+        ("node3", "172.16.1.101"),
     ]
     assert table["server_list"][3]["device"][3] == {
-        "device_id": "3", "super_device_id": "7", "device_ip": "192.168.2.13", "rank_id": "15",
+        "device_id": "3",
+        "super_device_id": "7",
+        "device_ip": "192.168.2.13",
+        "rank_id": "15",
     }
     assert table["super_pod_list"] == [
         {"super_pod_id": "0", "server_list": [{"server_id": "node0"}, {"server_id": "node1"}]},

@@ -7,6 +7,7 @@ one-line MsLaunchError naming where, or a result) and a peak RSS of at most 200 
 printed, not asserted (the machine is shared; ``bench/``-style numbers are in the report); the
 subprocess timeout is only a hang guard.
 """
+
 from __future__ import annotations
 
 import json
@@ -194,5 +195,5 @@ def test_worst_inputs_stay_bounded(case: str) -> None:
         assert "error" in outcome, outcome
         message = outcome["error"]
         assert "\n" not in message and outcome["where"], message
-        assert message[len(outcome["where"]) + 2:].startswith(expected), message
+        assert message[len(outcome["where"]) + 2 :].startswith(expected), message
     assert outcome["maxrss_mb"] <= MAX_RSS_MB, outcome

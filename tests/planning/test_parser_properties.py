@@ -6,6 +6,7 @@ nesting and huge numbers instead of stopping at the first syntax error), and wel
 documents of random structure.  No wall-clock limits here (the machine is shared); the worst
 inputs' time and memory are measured in tests/planning/test_parser_bounds.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,9 @@ from launcher.planning.ranktable import (
 from launcher.planning.ranktable.hccn import parse_hccn_conf
 from tests.harness.hypo import examples
 
-SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 #: Any text: every code point, lone surrogates and C0/C1 controls included.
 ANY_TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=400)
@@ -102,7 +105,9 @@ def test_env_flag_any_text(text: str) -> None:
 @given(ANY_TEXT, st.booleans())
 def test_filters_any_text(text: str, include: bool) -> None:
     inv = parse_host_list("a:4,b:4")
-    check_inventory(outcome(lambda: apply_filters(inv, include=text if include else None, exclude=None if include else text)))
+    check_inventory(
+        outcome(lambda: apply_filters(inv, include=text if include else None, exclude=None if include else text))
+    )
 
 
 @SETTINGS
@@ -133,23 +138,143 @@ def test_rank_table_any_text(text: str) -> None:
 # text assembled from each format's tokens
 
 YAML_TOKENS = [
-    "hosts:", "defaults:", "- ", "  ", "    ", "\n", "host: ", "slots: ", "max_slots: ", "devices: ", "env: ",
-    "ssh: ", "port: ", "device_ips: ", "super_device_ids: ", "nic: ", "python: ", "a", "node1", "8", "0", "-1",
-    "99999999999999999999", "1e9", ".inf", ".nan", "0x7fffffffffffffff", "&a ", "&b ", "*a", "*b", "!!float ",
-    "!!int ", "!!str ", "!!binary ", "!!set ", "!!python/object:os.system ", "!x ", "? ", ": ", "[", "]", "{", "}",
-    ", ", "'", '"', '"\\0"', '"\\ud800"', '"\\x7f"', "\x00", "\x7f", "\x85", "\ufeff", "#", "---", "...", "<<: ",
-    "%YAML 1.1", "|", ">", "~", "null", "true", "A", "GLOG_v", "=",
+    "hosts:",
+    "defaults:",
+    "- ",
+    "  ",
+    "    ",
+    "\n",
+    "host: ",
+    "slots: ",
+    "max_slots: ",
+    "devices: ",
+    "env: ",
+    "ssh: ",
+    "port: ",
+    "device_ips: ",
+    "super_device_ids: ",
+    "nic: ",
+    "python: ",
+    "a",
+    "node1",
+    "8",
+    "0",
+    "-1",
+    "99999999999999999999",
+    "1e9",
+    ".inf",
+    ".nan",
+    "0x7fffffffffffffff",
+    "&a ",
+    "&b ",
+    "*a",
+    "*b",
+    "!!float ",
+    "!!int ",
+    "!!str ",
+    "!!binary ",
+    "!!set ",
+    "!!python/object:os.system ",
+    "!x ",
+    "? ",
+    ": ",
+    "[",
+    "]",
+    "{",
+    "}",
+    ", ",
+    "'",
+    '"',
+    '"\\0"',
+    '"\\ud800"',
+    '"\\x7f"',
+    "\x00",
+    "\x7f",
+    "\x85",
+    "\ufeff",
+    "#",
+    "---",
+    "...",
+    "<<: ",
+    "%YAML 1.1",
+    "|",
+    ">",
+    "~",
+    "null",
+    "true",
+    "A",
+    "GLOG_v",
+    "=",
 ]
 JSON_TOKENS = [
-    "{", "}", "[", "]", ",", ":", '"version"', '"1.0"', '"1.2"', '"server_count"', '"server_list"', '"device"',
-    '"device_id"', '"device_ip"', '"rank_id"', '"server_id"', '"status"', '"completed"', '"super_pod_list"',
-    '"super_pod_id"', '"host_ip"', '"super_device_id"', '"0"', '"1"', '"8"', '"192.1.27.6"', '"10.0.0.1"', "0",
-    "-1", "1e999", "NaN", "Infinity", "-Infinity", "99999999999999999999999", "true", "null", '"\\u0000"',
-    '"\\ud800"', '"\\udc00x"', " ", "\n", '"', "\\",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    '"version"',
+    '"1.0"',
+    '"1.2"',
+    '"server_count"',
+    '"server_list"',
+    '"device"',
+    '"device_id"',
+    '"device_ip"',
+    '"rank_id"',
+    '"server_id"',
+    '"status"',
+    '"completed"',
+    '"super_pod_list"',
+    '"super_pod_id"',
+    '"host_ip"',
+    '"super_device_id"',
+    '"0"',
+    '"1"',
+    '"8"',
+    '"192.1.27.6"',
+    '"10.0.0.1"',
+    "0",
+    "-1",
+    "1e999",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "99999999999999999999999",
+    "true",
+    "null",
+    '"\\u0000"',
+    '"\\ud800"',
+    '"\\udc00x"',
+    " ",
+    "\n",
+    '"',
+    "\\",
 ]
 HOSTFILE_TOKENS = [
-    "node1", "node2", "localhost", " ", "\n", "slots=", "max_slots=", "slot=", "cpu=", ":", "8", "0", "-1", "１",
-    "99999999999999999999", "#", "=", "[::1]", "\x00", "\t", "\r", ",", "@",
+    "node1",
+    "node2",
+    "localhost",
+    " ",
+    "\n",
+    "slots=",
+    "max_slots=",
+    "slot=",
+    "cpu=",
+    ":",
+    "8",
+    "0",
+    "-1",
+    "１",
+    "99999999999999999999",
+    "#",
+    "=",
+    "[::1]",
+    "\x00",
+    "\t",
+    "\r",
+    ",",
+    "@",
 ]
 ENV_TOKENS = ["A", "B_1", "export ", "=", "'", '"', "\n", " ", "#", "\x00", "\ud800", "1", "x", "\t", "=="]
 
@@ -189,16 +314,42 @@ def test_env_token_soup(text: str) -> None:
 # well-formed documents of random structure
 
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
     st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=20),
     st.sampled_from(["hosts", "host", "slots", "devices", "env", "ssh", "defaults", "device_ips", "a", "8"]),
 )
 KEYS = st.one_of(
-    st.sampled_from(["hosts", "defaults", "host", "slots", "max_slots", "devices", "env", "ssh", "port", "user",
-                     "device_ips", "super_device_ids", "nic", "python", "server_id", "addr", "A", "B"]),
-    st.integers(), st.text(max_size=8),
+    st.sampled_from(
+        [
+            "hosts",
+            "defaults",
+            "host",
+            "slots",
+            "max_slots",
+            "devices",
+            "env",
+            "ssh",
+            "port",
+            "user",
+            "device_ips",
+            "super_device_ids",
+            "nic",
+            "python",
+            "server_id",
+            "addr",
+            "A",
+            "B",
+        ]
+    ),
+    st.integers(),
+    st.text(max_size=8),
 )
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(KEYS, inner, max_size=5), max_leaves=40)
+VALUES = st.recursive(
+    SCALARS, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(KEYS, inner, max_size=5), max_leaves=40
+)
 CLUSTERS = st.fixed_dictionaries(
     {"hosts": st.lists(st.one_of(st.text(max_size=8), st.dictionaries(KEYS, VALUES, max_size=6)), max_size=4)},
     optional={"defaults": st.dictionaries(KEYS, VALUES, max_size=4)},
@@ -215,13 +366,39 @@ def test_cluster_yaml_random_structures(doc: dict, flow: bool) -> None:
     check_inventory(outcome(lambda: parse_cluster_yaml(text, "c.yaml")))
 
 
-JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
-                         st.sampled_from(["1.0", "1.2", "completed", "0", "1", "192.1.27.6"]))
-JSON_KEYS = st.one_of(st.sampled_from(["version", "server_count", "server_list", "device", "device_id", "device_ip",
-                                       "rank_id", "server_id", "status", "super_pod_list", "super_pod_id", "host_ip",
-                                       "super_device_id"]), st.text(max_size=6))
-JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(JSON_KEYS, inner, max_size=5),
-                           max_leaves=40)
+JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=12),
+    st.sampled_from(["1.0", "1.2", "completed", "0", "1", "192.1.27.6"]),
+)
+JSON_KEYS = st.one_of(
+    st.sampled_from(
+        [
+            "version",
+            "server_count",
+            "server_list",
+            "device",
+            "device_id",
+            "device_ip",
+            "rank_id",
+            "server_id",
+            "status",
+            "super_pod_list",
+            "super_pod_id",
+            "host_ip",
+            "super_device_id",
+        ]
+    ),
+    st.text(max_size=6),
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(JSON_KEYS, inner, max_size=5),
+    max_leaves=40,
+)
 
 
 @SETTINGS

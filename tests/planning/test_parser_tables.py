@@ -4,6 +4,7 @@ Each case asserts the whole one-line message (``where: what``) so a regression t
 a two-line error or an error without ``file:line`` fails here.  The resource side (time, memory)
 of the worst cases is covered by tests/planning/test_parser_bounds.py.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -86,7 +87,10 @@ def test_yaml_aliases_within_budget_still_work() -> None:
     [
         ("hosts: &h [*h]\n", "c.yaml:1: recursive alias *h (it is used inside its own anchor)"),
         ("hosts: &h {a: *h}\n", "c.yaml:1: recursive alias *h (it is used inside its own anchor)"),
-        ("a: &x\n  b:\n    - c: [1, *x]\nhosts: []\n", "c.yaml:3: recursive alias *x (it is used inside its own anchor)"),
+        (
+            "a: &x\n  b:\n    - c: [1, *x]\nhosts: []\n",
+            "c.yaml:3: recursive alias *x (it is used inside its own anchor)",
+        ),
         ("hosts: *nope\n", "c.yaml:1: undefined alias *nope"),
         ("hosts:\n  - *later\n  - &later a\n", "c.yaml:2: undefined alias *later"),
     ],
@@ -134,7 +138,10 @@ def test_yaml_3000_level_block_list_is_refused_by_size() -> None:
         ("!!int y: 1\n", "c.yaml:1: invalid YAML value 'y' for tag !!int: invalid literal for int() with base 10: 'y'"),
         ("!!bool maybe: 1\n", "c.yaml:1: invalid YAML value 'maybe' for tag !!bool: 'maybe'"),
         ("hosts:\n  - host: a\n    !!timestamp slots: 1\n", None),
-        ("hosts:\n  - host: a\n    slots: !!int " + "9" * 5000 + "\n", "c.yaml:3: integer '" + "9" * 40 + "...' has too many digits"),
+        (
+            "hosts:\n  - host: a\n    slots: !!int " + "9" * 5000 + "\n",
+            "c.yaml:3: integer '" + "9" * 40 + "...' has too many digits",
+        ),
         ("hosts: !!set {a, b}\n", "c.yaml:1: unsupported tag 'tag:yaml.org,2002:set' on a collection"),
         ("hosts: !!omap [a: 1]\n", "c.yaml:1: unsupported tag 'tag:yaml.org,2002:omap' on a collection"),
         ("hosts: !custom [a]\n", "c.yaml:1: unsupported tag '!custom' on a collection"),
@@ -142,7 +149,10 @@ def test_yaml_3000_level_block_list_is_refused_by_size() -> None:
         ("? [a, b]\n: 1\n", "c.yaml:1: mapping keys must be plain values"),
         ("? {a: b}\n: 1\n", "c.yaml:1: mapping keys must be plain values"),
         ("hosts: [a]\nhosts: [b]\n", "c.yaml:2: duplicate key 'hosts'"),
-        ("hosts: [a]\n---\nhosts: [b]\n", "c.yaml:2: more than one YAML document ('---'); a cluster file is one document"),
+        (
+            "hosts: [a]\n---\nhosts: [b]\n",
+            "c.yaml:2: more than one YAML document ('---'); a cluster file is one document",
+        ),
     ],
 )
 def test_yaml_tags_and_keys(text: str, message: str) -> None:
@@ -156,8 +166,11 @@ def test_yaml_tags_and_keys(text: str, message: str) -> None:
 @pytest.mark.parametrize("char", ["\x00", "\x01", "\x08", "\x0b", "\x1b", "\x7f", "\x80", "\x9f", "\ufffe"])
 @pytest.mark.parametrize("where", ["key", "value", "comment"])
 def test_yaml_control_characters_name_the_line(char: str, where: str) -> None:
-    body = {"key": f"hosts:\n  - host: a\n    sl{char}ots: 1\n", "value": f"hosts:\n  - host: a\n    slots: 1{char}\n",
-            "comment": f"hosts:\n  - host: a\n    slots: 1 # {char}\n"}[where]
+    body = {
+        "key": f"hosts:\n  - host: a\n    sl{char}ots: 1\n",
+        "value": f"hosts:\n  - host: a\n    slots: 1{char}\n",
+        "comment": f"hosts:\n  - host: a\n    slots: 1 # {char}\n",
+    }[where]
     message = yaml_error(body)
     assert message == f"c.yaml:3: invalid YAML: character U+{ord(char):04X} is not allowed in YAML (control character)"
 
@@ -165,11 +178,11 @@ def test_yaml_control_characters_name_the_line(char: str, where: str) -> None:
 @pytest.mark.parametrize(
     "text, line",
     [
-        ("hosts:\n  - host: a\n    slots: 1\n    env: {A: \"x\\0y\"}\n", 4),
-        ("hosts:\n  - host: a\n    slots: 1\n    env: {A: \"\\x00\"}\n", 4),
-        ("hosts:\n  - host: a\n    slots: 1\n    nic: \"e\\0th0\"\n", 4),
-        ("hosts:\n  - host: \"a\\0\"\n", 2),
-        ("hosts:\n  - host: a\n    slots: 1\n    env: {\"A\\0\": x}\n", 4),
+        ('hosts:\n  - host: a\n    slots: 1\n    env: {A: "x\\0y"}\n', 4),
+        ('hosts:\n  - host: a\n    slots: 1\n    env: {A: "\\x00"}\n', 4),
+        ('hosts:\n  - host: a\n    slots: 1\n    nic: "e\\0th0"\n', 4),
+        ('hosts:\n  - host: "a\\0"\n', 2),
+        ('hosts:\n  - host: a\n    slots: 1\n    env: {"A\\0": x}\n', 4),
     ],
 )
 def test_yaml_nul_escapes_are_refused(text: str, line: int) -> None:
@@ -181,9 +194,9 @@ def test_yaml_nul_escapes_are_refused(text: str, line: int) -> None:
 @pytest.mark.parametrize(
     "text, line",
     [
-        ("hosts:\n  - host: a\n    slots: 1\n    env: {A: \"\\ud800\"}\n", 4),
-        ("hosts:\n  - host: a\n    slots: 1\n    env: {A: \"x\\udfffy\"}\n", 4),
-        ("hosts:\n  - host: a\n    python: \"\\udc80\"\n", 3),
+        ('hosts:\n  - host: a\n    slots: 1\n    env: {A: "\\ud800"}\n', 4),
+        ('hosts:\n  - host: a\n    slots: 1\n    env: {A: "x\\udfffy"}\n', 4),
+        ('hosts:\n  - host: a\n    python: "\\udc80"\n', 3),
     ],
 )
 def test_yaml_surrogate_escapes_are_refused(text: str, line: int) -> None:
@@ -192,7 +205,9 @@ def test_yaml_surrogate_escapes_are_refused(text: str, line: int) -> None:
     assert "surrogate" in message or "invalid Unicode character escape" in message
 
 
-@pytest.mark.parametrize("text, line", [("hosts:\n  - host: a\ud800\n", 2), ("\udc80", 1), ("a: 1\nb: 2\n# \udfff\n", 3)])
+@pytest.mark.parametrize(
+    "text, line", [("hosts:\n  - host: a\ud800\n", 2), ("\udc80", 1), ("a: 1\nb: 2\n# \udfff\n", 3)]
+)
 def test_yaml_text_with_surrogates_is_refused(text: str, line: int) -> None:
     assert yaml_error(text) == f"c.yaml:{line}: not Unicode text (lone surrogate)"
 
@@ -202,11 +217,20 @@ def test_yaml_pure_python_parser_gives_the_same_answers(monkeypatch) -> None:
 
     monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
     assert yaml_error(alias_bomb(9, 9, "unused")).endswith("(aliases count each time they are used)")
-    assert yaml_error("hosts: " + "[" * 50_000 + "]" * 50_000).endswith(f"nested deeper than {inv_mod.MAX_YAML_DEPTH} levels")
+    assert yaml_error("hosts: " + "[" * 50_000 + "]" * 50_000).endswith(
+        f"nested deeper than {inv_mod.MAX_YAML_DEPTH} levels"
+    )
     assert yaml_error("hosts: &h [*h]\n") == "c.yaml:1: recursive alias *h (it is used inside its own anchor)"
-    assert yaml_error("hosts:\n  - host: a\n    slots: 1\n    env: {A: \"\\ud800\"}\n").startswith("c.yaml:4: value '\\ud800' contains a lone surrogate")
-    assert yaml_error("hosts:\n  - host: a\x00\n") == "c.yaml:2: invalid YAML: character U+0000 is not allowed in YAML (control character)"
-    assert [h.name for h in parse_cluster_yaml("hosts: [{host: a, slots: 1}, {host: b, slots: 2}]\n", "c.yaml").hosts] == ["a", "b"]
+    assert yaml_error('hosts:\n  - host: a\n    slots: 1\n    env: {A: "\\ud800"}\n').startswith(
+        "c.yaml:4: value '\\ud800' contains a lone surrogate"
+    )
+    assert (
+        yaml_error("hosts:\n  - host: a\x00\n")
+        == "c.yaml:2: invalid YAML: character U+0000 is not allowed in YAML (control character)"
+    )
+    assert [
+        h.name for h in parse_cluster_yaml("hosts: [{host: a, slots: 1}, {host: b, slots: 2}]\n", "c.yaml").hosts
+    ] == ["a", "b"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,7 +243,11 @@ HUGE = ["99999999999999999999", "100000000", str(MAX_SLOTS + 1), "9" * 5000]
 @pytest.mark.parametrize("value", HUGE)
 @pytest.mark.parametrize("form", ["slots={}", "max_slots={}", ":{}"])
 def test_hostfile_huge_slots(value: str, form: str) -> None:
-    line = {"slots={}": f"node1 slots={value}", "max_slots={}": f"node1 slots=1 max_slots={value}", ":{}": f"node1:{value}"}[form]
+    line = {
+        "slots={}": f"node1 slots={value}",
+        "max_slots={}": f"node1 slots=1 max_slots={value}",
+        ":{}": f"node1:{value}",
+    }[form]
     with pytest.raises(InventoryError) as info:
         parse_hostfile(f"# cluster\n{line}\n", "h.txt")
     what = {"slots={}": "slots", "max_slots={}": "max_slots", ":{}": "slot count after ':'"}[form]
@@ -251,12 +279,18 @@ def test_host_list_huge_slots(value: str) -> None:
         ("slots: 1e9", 3, "hosts[0].slots must be an integer"),
         ("slots: .inf", 3, "hosts[0].slots must be an integer"),
         ("slots: 2\n    max_slots: 100000000", 4, f"hosts[0].max_slots must be in 1..{MAX_SLOTS}, got 100000000"),
-        ("slots: 1\n    devices: [99999999999999999999]", 4,
-         f"hosts[0].devices: device id must be in 0..{MAX_DEVICE_ID}, got 99999999999999999999"),
+        (
+            "slots: 1\n    devices: [99999999999999999999]",
+            4,
+            f"hosts[0].devices: device id must be in 0..{MAX_DEVICE_ID}, got 99999999999999999999",
+        ),
         ("slots: 1\n    devices: [-1]", 4, "hosts[0].devices: device id must be >= 0, got -1"),
-        ("slots: 1\n    device_ips: {99999999999999999999: 1.2.3.4}", 4,
-         f"hosts[0].device_ips: device id must be in 0..{MAX_DEVICE_ID}, got 99999999999999999999"),
-        ("slots: 1\n    device_ips: {\"１\": 1.2.3.4}", 4, "hosts[0].device_ips: device id must be an integer, got '１'"),
+        (
+            "slots: 1\n    device_ips: {99999999999999999999: 1.2.3.4}",
+            4,
+            f"hosts[0].device_ips: device id must be in 0..{MAX_DEVICE_ID}, got 99999999999999999999",
+        ),
+        ('slots: 1\n    device_ips: {"１": 1.2.3.4}', 4, "hosts[0].device_ips: device id must be an integer, got '１'"),
         ("slots: 1\n    ssh: {port: 99999999999999999999}", 4, "hosts[0].ssh.port must be 1..65535"),
     ],
 )
@@ -280,7 +314,10 @@ def test_hostfile_too_many_hosts() -> None:
     "spec, message",
     [
         ("a:99999999999999999999", f"--include: slot ids in 'a:99999999999999999999' must be in 0..{MAX_DEVICE_ID}"),
-        ("a:" + "1" * 5000, f"--include: slot ids in {('a:' + '1' * 5000)[:40] + '...'!r} must be in 0..{MAX_DEVICE_ID}"),
+        (
+            "a:" + "1" * 5000,
+            f"--include: slot ids in {('a:' + '1' * 5000)[:40] + '...'!r} must be in 0..{MAX_DEVICE_ID}",
+        ),
         ("a:-1", "--include: slot ids in 'a:-1' must be integers, e.g. a:0,1"),
         ("a:１", "--include: slot ids in 'a:１' must be integers, e.g. a:0,1"),
     ],
@@ -323,7 +360,10 @@ def test_every_slot_of_a_huge_inventory_is_bounded() -> None:
         ("A=1\nB=x\x00y\n", "e.env:2: B: the value contains a NUL character, which no process environment can hold"),
         ("A=\x00\n", "e.env:1: A: the value contains a NUL character, which no process environment can hold"),
         ("export A='\x00'\n", "e.env:1: A: the value contains a NUL character, which no process environment can hold"),
-        ("\n\nA=\ud800\n", "e.env:3: A: the value contains a lone surrogate (\\ud800-\\udfff), which is not UTF-8 text"),
+        (
+            "\n\nA=\ud800\n",
+            "e.env:3: A: the value contains a lone surrogate (\\ud800-\\udfff), which is not UTF-8 text",
+        ),
         ("A=x\udcff\n", "e.env:1: A: the value contains a lone surrogate (\\ud800-\\udfff), which is not UTF-8 text"),
         ("A=B=C\nX=Y=Z\n", None),
         ("A B=1\n", "e.env:1: expected NAME=VALUE, got 'A B=1'"),
@@ -331,8 +371,10 @@ def test_every_slot_of_a_huge_inventory_is_bounded() -> None:
         ("A-B=1\n", "e.env:1: expected NAME=VALUE, got 'A-B=1'"),
         ("=1\n", "e.env:1: expected NAME=VALUE, got '=1'"),
         ("A\x00=1\n", "e.env:1: expected NAME=VALUE, got 'A\\x00=1'"),
-        ("A=" + "x" * (128 * 1024) + "\n",
-         f"e.env:1: A: NAME=VALUE is longer than {inv_mod.MAX_ENV_ENTRY_BYTES} bytes, the most Linux passes to a process"),
+        (
+            "A=" + "x" * (128 * 1024) + "\n",
+            f"e.env:1: A: NAME=VALUE is longer than {inv_mod.MAX_ENV_ENTRY_BYTES} bytes, the most Linux passes to a process",
+        ),
     ],
 )
 def test_env_file_values(text: str, message: str) -> None:
@@ -369,7 +411,7 @@ def test_env_flag_values(text: str, message: str) -> None:
         ("{A: true}", "hosts[0].env.A must be a string or number"),
         ("{A=B: x}", "hosts[0].env: invalid variable name 'A=B'"),
         ("{1: x}", "hosts[0].env: invalid variable name 1"),
-        ("{\"A\\nB\": x}", "hosts[0].env: invalid variable name 'A\\nB'"),
+        ('{"A\\nB": x}', "hosts[0].env: invalid variable name 'A\\nB'"),
         ("[A=1]", "hosts[0].env must be a mapping"),
     ],
 )
@@ -379,8 +421,14 @@ def test_yaml_env_values(env: str, message: str) -> None:
 
 @pytest.mark.parametrize(
     "field, value",
-    [("ssh: {user: ", "\"root\\nProxyCommand x\"}"), ("ssh: {key: ", "\"k\\ty\"}"), ("nic: ", "\"eth0\\r\""),
-     ("python: ", "\"/usr/bin/python3\\x1b\""), ("hccn_conf: ", "\"a\\x85b\""), ("server_id: ", "\"s\\x7f\"")],
+    [
+        ("ssh: {user: ", '"root\\nProxyCommand x"}'),
+        ("ssh: {key: ", '"k\\ty"}'),
+        ("nic: ", '"eth0\\r"'),
+        ("python: ", '"/usr/bin/python3\\x1b"'),
+        ("hccn_conf: ", '"a\\x85b"'),
+        ("server_id: ", '"s\\x7f"'),
+    ],
 )
 def test_yaml_names_and_paths_refuse_control_characters(field: str, value: str) -> None:
     message = yaml_error(f"hosts:\n  - host: a\n    slots: 1\n    {field}{value}\n")
@@ -389,7 +437,7 @@ def test_yaml_names_and_paths_refuse_control_characters(field: str, value: str) 
 
 
 def test_yaml_env_values_may_hold_newlines() -> None:
-    inv = parse_cluster_yaml("hosts:\n  - host: a\n    slots: 1\n    env: {A: \"x\\ny\\tz\"}\n", "c.yaml")
+    inv = parse_cluster_yaml('hosts:\n  - host: a\n    slots: 1\n    env: {A: "x\\ny\\tz"}\n', "c.yaml")
     assert inv.hosts[0].env == (("A", "x\ny\tz"),)
 
 
@@ -408,18 +456,27 @@ def test_yaml_env_numbers_become_strings() -> None:
         ("[" * 100_000 + "]" * 100_000, "invalid rank table: JSON nested deeper than 64 levels"),
         ("[" * 900 + "]" * 900, "invalid rank table: JSON nested deeper than 64 levels"),
         ('{"a":' * 70 + "1" + "}" * 70, "invalid rank table: JSON nested deeper than 64 levels"),
-        ('{"version": "1.0", "x": ' + "[" * 65 + "]" * 65 + "}", "invalid rank table: JSON nested deeper than 64 levels"),
+        (
+            '{"version": "1.0", "x": ' + "[" * 65 + "]" * 65 + "}",
+            "invalid rank table: JSON nested deeper than 64 levels",
+        ),
         ("1" + "0" * 5000, "invalid JSON: number '" + ("1" + "0" * 5000)[:40] + "...' has too many digits"),
         ('{"rank_id": ' + "9" * 101 + "}", "invalid JSON: number '" + "9" * 40 + "...' has too many digits"),
         ("1e999999", "invalid JSON: number '1e999999' is too large"),
         ('{"a": -1e400}', "invalid JSON: number '-1e400' is too large"),
         ('{"version": NaN}', "invalid JSON: NaN is not a JSON number"),
         ('{"version": Infinity}', "invalid JSON: Infinity is not a JSON number"),
-        ('[-Infinity]', "invalid JSON: -Infinity is not a JSON number"),
+        ("[-Infinity]", "invalid JSON: -Infinity is not a JSON number"),
         ('{"a": 1, "a": 1}', "key 'a' appears twice in one object; keep one"),
-        ('{"server_list": [{"server_id": "x", "server_id": "y"}]}', "key 'server_id' appears twice in one object; keep one"),
+        (
+            '{"server_list": [{"server_id": "x", "server_id": "y"}]}',
+            "key 'server_id' appears twice in one object; keep one",
+        ),
         ('{"version": "1.0\\u0000"}', "version: string '1.0\\x00' holds a NUL character"),
-        ('{"server_list": [{"server_id": "\\ud800"}]}', "server_list[0].server_id: string '\\ud800' holds a lone surrogate (not Unicode text)"),
+        (
+            '{"server_list": [{"server_id": "\\ud800"}]}',
+            "server_list[0].server_id: string '\\ud800' holds a lone surrogate (not Unicode text)",
+        ),
         ('{"\\udc00": 1}', "[key]: string '\\udc00' holds a lone surrogate (not Unicode text)"),
     ],
 )
@@ -431,7 +488,12 @@ def test_rank_table_json_refusals(text: str, message: str) -> None:
 
 @pytest.mark.parametrize(
     "data, line",
-    [(b'{"version": "1.0"}\n\xff\n', 2), (b"\xfe\xff{}", 1), (b'{\n\n"a": "\xc3\x28"}', 3), (b'{"a": "\xed\xa0\x80"}', 1)],
+    [
+        (b'{"version": "1.0"}\n\xff\n', 2),
+        (b"\xfe\xff{}", 1),
+        (b'{\n\n"a": "\xc3\x28"}', 3),
+        (b'{"a": "\xed\xa0\x80"}', 1),
+    ],
 )
 def test_rank_table_not_utf8(tmp_path, data: bytes, line: int) -> None:
     path = tmp_path / "t.json"

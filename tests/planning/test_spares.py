@@ -1,4 +1,5 @@
 """Spare hosts: re-planning a job without bad hosts keeps its world size (pure)."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,15 @@ INV = parse_hostfile("n1 slots=2\nn2 slots=2\nn3 slots=2\n", "h.txt")
 
 
 def spec(**kw):
-    base = dict(inventory=INV, program=("train.py",), python="/usr/bin/python3", cwd="/work",
-                job_dir="/work/mslaunch_logs/j1", job_id="j1", np=4)
+    base = dict(
+        inventory=INV,
+        program=("train.py",),
+        python="/usr/bin/python3",
+        cwd="/work",
+        job_dir="/work/mslaunch_logs/j1",
+        job_id="j1",
+        np=4,
+    )
     base.update(kw)
     return JobSpec(**base)
 
@@ -36,14 +44,21 @@ def test_replan_moves_ranks_and_the_scheduler_to_the_spare():
     assert plan.scheduler.host == "n2" and plan.ranks[0].env_dict()["MS_SCHED_HOST"] == "n2"
     assert plan.excluded == (gone,)
     doc = json.loads(json.dumps(plan.to_json()))
-    assert doc["excluded_hosts"] == [{"host": "n1", "reason": "2 failures: rank 0 killed by SIGKILL", "by": "restart", "attempt": 2}]
+    assert doc["excluded_hosts"] == [
+        {"host": "n1", "reason": "2 failures: rank 0 killed by SIGKILL", "by": "restart", "attempt": 2}
+    ]
     assert "excluded_hosts" not in build_plan(s).to_json()
 
 
 def test_replan_regenerates_the_hostfile_of_mpirun():
     from launcher.planning.job.mpirun_options import MpiOptions
 
-    s = spec(launcher="mpirun", wrapper="/t/mslaunch-rank.sh", method="mpi", mpi=MpiOptions(hostfile="/work/mslaunch_logs/j1/hostfile"))
+    s = spec(
+        launcher="mpirun",
+        wrapper="/t/mslaunch-rank.sh",
+        method="mpi",
+        mpi=MpiOptions(hostfile="/work/mslaunch_logs/j1/hostfile"),
+    )
     plan = replan(s, [Exclusion("n2", "slow", "preflight")], 4)
     hostfile = next(a.content for a in plan.artefacts if a.kind == "hostfile")
     assert [line.split()[0] for line in hostfile.splitlines() if line and not line.startswith("#")] == ["n1", "n3"]
@@ -54,8 +69,9 @@ def test_master_addr_on_an_excluded_host_is_dropped():
     assert plan.scheduler.host == "n2"
 
 
-@pytest.mark.parametrize("gone, np, left", [(("n1",), 6, "the other hosts have 4 slots"),
-                                             (("n1", "n2", "n3"), 2, "no host is left")])
+@pytest.mark.parametrize(
+    "gone, np, left", [(("n1",), 6, "the other hosts have 4 slots"), (("n1", "n2", "n3"), 2, "no host is left")]
+)
 def test_without_enough_spares_one_line_names_the_hosts(gone, np, left):
     with pytest.raises(PlanError) as err:
         replan(spec(np=np), [Exclusion(h, "slow: compute", "preflight") for h in gone], np)

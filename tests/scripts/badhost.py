@@ -10,6 +10,7 @@ shared by the hosts), so an attempt with the bad host gets no further than step 
 step each time: a crash loop, were it not re-planned) and an attempt without it runs to the end.
 The scheduler role listens on MS_SCHED_PORT and ends once every worker said ``done``.
 """
+
 import os
 import signal
 import socket

@@ -6,6 +6,7 @@ Usage: ``python conformance.py CASE [ARGS...]``; ``OUT`` (env) names a folder fo
 writes.  Each case prints its observations on stdout/stderr; what a case cannot print before it
 ends (files written at exit) goes to ``OUT``.
 """
+
 import atexit
 import json
 import os
@@ -29,10 +30,20 @@ def _handler_name(h):
 
 def _stream(s):
     buf = getattr(s, "buffer", None)
-    return {"type": type(s).__name__, "name": getattr(s, "name", None), "encoding": s.encoding, "errors": s.errors,
-            "line_buffering": s.line_buffering, "write_through": getattr(s, "write_through", None),
-            "buffer": type(buf).__name__, "raw": type(getattr(buf, "raw", buf)).__name__, "fileno": s.fileno(),
-            "isatty": s.isatty(), "closefd": getattr(getattr(buf, "raw", buf), "closefd", None), "newlines": s.newlines}
+    return {
+        "type": type(s).__name__,
+        "name": getattr(s, "name", None),
+        "encoding": s.encoding,
+        "errors": s.errors,
+        "line_buffering": s.line_buffering,
+        "write_through": getattr(s, "write_through", None),
+        "buffer": type(buf).__name__,
+        "raw": type(getattr(buf, "raw", buf)).__name__,
+        "fileno": s.fileno(),
+        "isatty": s.isatty(),
+        "closefd": getattr(getattr(buf, "raw", buf), "closefd", None),
+        "newlines": s.newlines,
+    }
 
 
 def open_fds():
@@ -67,8 +78,11 @@ def case_process():
     with open("/proc/self/status") as f:
         status = {k: v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
     seen = {
-        "main": {k: (type(v).__name__ if k not in ("__name__", "__file__", "__package__", "__cached__", "__doc__") else v)
-                 for k, v in sorted(g.items()) if k.startswith("__")},
+        "main": {
+            k: (type(v).__name__ if k not in ("__name__", "__file__", "__package__", "__cached__", "__doc__") else v)
+            for k, v in sorted(g.items())
+            if k.startswith("__")
+        },
         "main_is_this": main.__dict__ is globals(),
         "spec": None if main.__spec__ is None else main.__spec__.name,
         "loader": type(getattr(main, "__loader__", None)).__name__,
@@ -82,20 +96,28 @@ def case_process():
         "environ": dict(sorted(os.environ.items())),
         "umask": mask,
         "rlimits": {n: resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")},
-        "signals": {str(int(s)): _handler_name(signal.getsignal(s)) for s in signal.valid_signals()
-                    if s not in (signal.SIGKILL, signal.SIGSTOP)},
+        "signals": {
+            str(int(s)): _handler_name(signal.getsignal(s))
+            for s in signal.valid_signals()
+            if s not in (signal.SIGKILL, signal.SIGSTOP)
+        },
         "wakeup_fd": signal.set_wakeup_fd(-1),
         "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
-        "stdin": _stream(sys.stdin), "stdout": _stream(sys.stdout), "stderr": _stream(sys.stderr),
+        "stdin": _stream(sys.stdin),
+        "stdout": _stream(sys.stdout),
+        "stderr": _stream(sys.stderr),
         "std_is_dunder": [sys.stdin is sys.__stdin__, sys.stdout is sys.__stdout__, sys.stderr is sys.__stderr__],
         "stdin_read": sys.stdin.read(),
-        "own_group": os.getpgid(0) == os.getpid(), "own_session": os.getsid(0) == os.getpid(),
+        "own_group": os.getpgid(0) == os.getpid(),
+        "own_session": os.getsid(0) == os.getpid(),
         "fds": open_fds(),
         "affinity": sorted(os.sched_getaffinity(0)),
-        "threads": threading.active_count(), "main_thread": threading.current_thread() is threading.main_thread(),
+        "threads": threading.active_count(),
+        "main_thread": threading.current_thread() is threading.main_thread(),
         "native_threads": len(os.listdir("/proc/self/task")),
         "gc": [gc.isenabled(), gc.get_threshold()],
-        "recursion": sys.getrecursionlimit(), "switch": sys.getswitchinterval(),
+        "recursion": sys.getrecursionlimit(),
+        "switch": sys.getswitchinterval(),
         "warnings": [repr(f) for f in warnings.filters],
         "excepthook": [sys.excepthook is sys.__excepthook__, threading.excepthook is threading.__excepthook__],
         "displayhook": sys.displayhook is sys.__displayhook__,
@@ -132,11 +154,13 @@ def case_exit(kind):
     if kind == "obj":
         sys.exit(["a", 1])
     if kind == "raise":
+
         def inner():
             try:
                 {}["missing"]
             except KeyError as exc:
                 raise ValueError("bad value") from exc
+
         inner()
     if kind == "os_exit":
         os._exit(7)
@@ -147,16 +171,19 @@ def case_exit(kind):
     if kind == "interrupt":
         raise KeyboardInterrupt
     if kind == "hook":
+
         def hook(t, v, tb):
             frames = []
             while tb is not None:
                 frames.append(tb.tb_frame.f_code.co_name)
                 tb = tb.tb_next
             sys.stderr.write(f"my hook: {t.__name__}: {v} frames={frames}\n")
+
         sys.excepthook = hook
 
         def deep():
             raise RuntimeError("through the hook")
+
         deep()
     if kind == "thread_raise":
         t = threading.Thread(target=lambda: 1 / 0, name="worker")
@@ -207,6 +234,7 @@ def case_ending():
 
 def case_term():
     """A SIGTERM handler of the program's own runs when the launcher stops the job."""
+
     def on_term(signum, frame):
         print(f"handler: got {signal.Signals(signum).name}", flush=True)
         with open(os.path.join(OUT, "term.txt"), "w") as f:
@@ -259,10 +287,17 @@ def case_random():
     import numpy as np
 
     ms.set_device("CPU")
-    print(json.dumps({"numpy": float(np.random.rand()), "random": random.random(),
-                      "numpy_default_rng": float(np.random.default_rng().random()),
-                      "mindspore": [round(float(v), 6) for v in ms.ops.rand(2).asnumpy()],
-                      "generators": generator_digests(hashlib, random, np)}))
+    print(
+        json.dumps(
+            {
+                "numpy": float(np.random.rand()),
+                "random": random.random(),
+                "numpy_default_rng": float(np.random.default_rng().random()),
+                "mindspore": [round(float(v), 6) for v in ms.ops.rand(2).asnumpy()],
+                "generators": generator_digests(hashlib, random, np),
+            }
+        )
+    )
 
 
 def generator_digests(hashlib, random, np):
@@ -293,8 +328,15 @@ def case_hash():
     print(hash("conformance"), sys.flags.hash_randomization)
 
 
-CASES = {"process": case_process, "exit": case_exit, "ending": case_ending, "term": case_term,
-         "multiprocessing": case_multiprocessing, "random": case_random, "hash": case_hash}
+CASES = {
+    "process": case_process,
+    "exit": case_exit,
+    "ending": case_ending,
+    "term": case_term,
+    "multiprocessing": case_multiprocessing,
+    "random": case_random,
+    "hash": case_hash,
+}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]](*sys.argv[2:])

@@ -11,6 +11,7 @@ but nothing it sends leaves (no error reaches the other side; ``ip rule del prio
 The probe's answers go straight to the session (its stdout is this process's): after the cut none
 arrives.  Exits with the probe's exit code (the probe ends by its own lifetime at the latest).
 """
+
 import json
 import subprocess
 import sys

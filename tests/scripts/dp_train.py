@@ -5,6 +5,7 @@ dense net on its shard of a synthetic MNIST-shaped set (made here, the same on e
 ``DistributedGradReducer``), ``EPOCHS`` epochs (default 10).  Each worker prints
 ``dp rank=<r> size=<n> steps=<s> loss=<l>`` at the end and exits 0.
 """
+
 import os
 
 import mindspore as ms
@@ -33,7 +34,9 @@ class Items:
         return len(labels)
 
 
-data = ds.GeneratorDataset(Items(), ["image", "label"], shuffle=False, num_shards=size, shard_id=rank).batch(16, drop_remainder=True)
+data = ds.GeneratorDataset(Items(), ["image", "label"], shuffle=False, num_shards=size, shard_id=rank).batch(
+    16, drop_remainder=True
+)
 net = nn.SequentialCell([nn.Dense(784, 64), nn.ReLU(), nn.Dense(64, 10)])
 loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
 step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.SGD(net.trainable_params(), 0.1))

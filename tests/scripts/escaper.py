@@ -15,6 +15,7 @@ descendants, the others hang) | ``first`` (rank 0 exits 3 once ``$PIDDIR/ready``
 creates it, waits until rank 0 has exited, and exits 4 right away) | ``segv`` (rank ``ARG``
 kills itself with SIGSEGV after 0.5 s, the others hang).
 """
+
 import os
 import signal
 import sys

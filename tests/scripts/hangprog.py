@@ -10,6 +10,7 @@
 The scheduler role (MS_ROLE=MS_SCHED) listens on MS_SCHED_PORT until SIGTERM.  Each process writes
 its pid to ``$PIDDIR/<name>.pids`` and MSLAUNCH_ATTEMPT to ``$PIDDIR/<name>.attempt<k>``.
 """
+
 import os
 import socket
 import sys
@@ -64,7 +65,9 @@ elif mode == "steps":
                 print(f"{name}: waiting for the others at step {step}", flush=True)
                 if "--collective-timeout" in sys.argv:  # as MindSpore's CPU ring AllReduce gives up
                     time.sleep(every * 3)
-                    print(f"[ERROR] DEVICE: Ring ReduceScatter wait receiving from rank {stall_rank} failed", flush=True)
+                    print(
+                        f"[ERROR] DEVICE: Ring ReduceScatter wait receiving from rank {stall_rank} failed", flush=True
+                    )
                     sys.exit(1)
                 wait_for_peers()
         print(f"epoch: 0, step: {step}, loss is {2.0 / (step + 1):.4f}", flush=True)

@@ -10,6 +10,7 @@ for these before it takes a host away) and prints ``attempt=<a> rank=<r> host=<n
 devices).  The scheduler
 role listens on MS_SCHED_PORT and ends once every worker said ``done``.
 """
+
 import os
 import socket
 import sys

@@ -11,6 +11,7 @@ makes rank R exit 3 at step 3 the first time (a marker file in $PIDDIR remembers
 ``Train epoch time: ... ms, per step time: ... ms`` (TimeMonitor's format).  The scheduler role
 listens on MS_SCHED_PORT like MindSpore's and exits once every worker connected to say it is done.  Pids go to ``$PIDDIR/<name>.pids``.
 """
+
 import argparse
 import json
 import os
@@ -27,7 +28,12 @@ p.add_argument("--straggler", type=int, default=-1)
 p.add_argument("--silent", type=int, default=-1)
 p.add_argument("--silent-for", type=float, default=600.0)
 p.add_argument("--nan-at", type=int, default=0)
-p.add_argument("--fail-once", type=int, default=-1, help="this rank exits 3 at step 3 unless $PIDDIR/failed-once exists (creates it)")
+p.add_argument(
+    "--fail-once",
+    type=int,
+    default=-1,
+    help="this rank exits 3 at step 3 unless $PIDDIR/failed-once exists (creates it)",
+)
 args = p.parse_args()
 
 role = os.environ.get("MS_ROLE", "")
@@ -55,11 +61,18 @@ for step in range(1, args.steps + 1):
         sys.exit(3)
     if rank == 0 and step == args.nan_at:
         print(f"epoch: 1 step: {step}, loss is nan", flush=True)
-        print(f"ValueError: In epoch: 1 step: {step}, loss is NAN or INF, training process cannot continue, terminating training.", file=sys.stderr, flush=True)
+        print(
+            f"ValueError: In epoch: 1 step: {step}, loss is NAN or INF, training process cannot continue, terminating training.",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(1)
     if args.format == "mindformers":
-        print(f"2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - {{ Epoch:[  1/  1], step:[{step:5d}/{args.steps:5d}], "
-              f"loss: {loss:5.3f}, per_step_time: {int((args.step_s) * 1000)}ms, lr: 0.0, overflow cond: False, loss_scale: 1.0, global_norm: [1.2]", flush=True)
+        print(
+            f"2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - {{ Epoch:[  1/  1], step:[{step:5d}/{args.steps:5d}], "
+            f"loss: {loss:5.3f}, per_step_time: {int((args.step_s) * 1000)}ms, lr: 0.0, overflow cond: False, loss_scale: 1.0, global_norm: [1.2]",
+            flush=True,
+        )
     elif args.format == "mslaunch":
         print("MSLAUNCH_METRIC " + json.dumps({"step": step, "loss": loss}), flush=True)
     else:

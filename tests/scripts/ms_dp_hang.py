@@ -7,6 +7,7 @@ attempt 0 (``MSLAUNCH_ATTEMPT``); the other rank then waits inside MindSpore's A
 Prints the tutorial's ``epoch: 0, step: N, loss is X`` every step (nothing before the first) and
 ``attempt=<k> rank=<r>`` after it.
 """
+
 import os
 import sys
 import time

@@ -4,6 +4,7 @@ Each worker prints ``net rank=<r> size=<n> sum=<v>`` and exits 0 when ``v == n(n
 ``NET_FAIL_RANK=<r>``: that rank exits 3 right after ``init()`` (a worker failing mid-job).
 The scheduler's ``init()`` serves the cluster and ends the process.
 """
+
 import os
 import sys
 

@@ -16,6 +16,7 @@ MODE: ok (sleep SECONDS, exit 0) | fail (TARGET_RANK exits CODE after SECONDS) |
 The first line is ``<name> started pid=<pid> netns=<inode of its network namespace>``; the
 scheduler listens on ``MS_SCHED_HOST`` (127.0.0.1 if unset).
 """
+
 import json
 import os
 import signal

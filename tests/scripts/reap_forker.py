@@ -5,6 +5,7 @@ every descendant of the process that calls it.
 
     reap_forker.py MARKER
 """
+
 import os
 import sys
 import time

@@ -3,6 +3,7 @@ every worker said ``done``, and the workers' ``done``.
 
 The scheduler starts with the ranks (under mpirun nothing waits for it to listen first), so a
 refused connection is retried for up to ``limit`` seconds."""
+
 import os
 import socket
 import time

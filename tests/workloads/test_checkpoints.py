@@ -1,5 +1,6 @@
 """The reference trainer's checkpoints: a network built to be loaded from a checkpoint (its random
 initial weights not drawn) trains exactly like one built as usual and loaded the same way."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,9 +46,9 @@ def test_a_network_built_for_its_checkpoint_trains_like_one_initialised_first(tm
     rng = np.random.RandomState(0)
     x, y = Tensor(rng.rand(4, 3, 32, 32).astype(np.float32)), Tensor(np.array([1, 2, 3, 4], np.int32))
 
-    usual = _built(None, "resnet14", x, y, path)                  # no checkpoint to load: weights drawn
-    other = _built(str(ckpt), "resnet50", x, y, path)             # no checkpoint of this prefix: drawn too
-    skipped = _built(str(ckpt), "resnet14", x, y, path)           # built for its checkpoint
+    usual = _built(None, "resnet14", x, y, path)  # no checkpoint to load: weights drawn
+    other = _built(str(ckpt), "resnet50", x, y, path)  # no checkpoint of this prefix: drawn too
+    skipped = _built(str(ckpt), "resnet14", x, y, path)  # built for its checkpoint
     assert (usual[0], other[0], skipped[0]) == (False, False, True)
     assert usual[1].keys() == skipped[1].keys() and all(np.array_equal(usual[1][k], skipped[1][k]) for k in usual[1])
     assert usual[2] == skipped[2] and np.isfinite(usual[2])

@@ -1,5 +1,6 @@
 """The synthetic CIFAR-10 writer: exact binary layout, determinism, atomic writes, and (with
 MindSpore) that MindSpore reads it and the trainer's shards are disjoint and cover the set."""
+
 from __future__ import annotations
 
 import hashlib
@@ -145,9 +146,21 @@ def test_bad_counts_raise_a_one_line_error(tmp_path: Path, kwargs: dict, message
 
 def test_module_main_and_cli_command(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "launcher.workloads.cifar10_synth", str(tmp_path / "m"),
-         "--train", "12", "--test", "3", "--seed", "5"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "launcher.workloads.cifar10_synth",
+            str(tmp_path / "m"),
+            "--train",
+            "12",
+            "--test",
+            "3",
+            "--seed",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "m" / "cifar-10-batches-bin"

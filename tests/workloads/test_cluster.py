@@ -1,5 +1,6 @@
 """``launcher/workloads/cluster.py``'s ``exit_now``: the exit code, flushed output, and which
 atexit handlers run (MindSpore's cluster finalize among them) under which launcher.  No MindSpore."""
+
 from __future__ import annotations
 
 import os
@@ -18,11 +19,14 @@ PROG = (
 )
 
 
-@pytest.mark.parametrize("extra, handlers_run", [
-    ({}, True),  # msrun or by hand: the cluster's finalize must run (the scheduler waits for it)
-    ({"MSLAUNCH_ATTEMPT": "0"}, False),  # mslaunch's supervisor stops the scheduler itself
-    ({"MSLAUNCH_ATTEMPT": "1", "OMPI_COMM_WORLD_SIZE": "2"}, True),  # under mpirun the scheduler waits again
-])
+@pytest.mark.parametrize(
+    "extra, handlers_run",
+    [
+        ({}, True),  # msrun or by hand: the cluster's finalize must run (the scheduler waits for it)
+        ({"MSLAUNCH_ATTEMPT": "0"}, False),  # mslaunch's supervisor stops the scheduler itself
+        ({"MSLAUNCH_ATTEMPT": "1", "OMPI_COMM_WORLD_SIZE": "2"}, True),  # under mpirun the scheduler waits again
+    ],
+)
 def test_exit_now_flushes_exits_with_the_code_and_skips_atexit_only_under_mslaunchs_supervision(extra, handlers_run):
     env = {k: v for k, v in os.environ.items() if k not in ("MSLAUNCH_ATTEMPT", "OMPI_COMM_WORLD_SIZE")}
     env.update(extra, PYTHONPATH=ROOT)
@@ -52,17 +56,29 @@ CRASHING = (
 
 @pytest.mark.parametrize("how, signum", [("segv", 11), ("abort", 6), ("thread", 11)])
 def test_a_crash_in_the_exit_cleanup_after_the_result_keeps_the_results_exit_code(how, signum):
-    env = {k: v for k, v in os.environ.items() if k not in ("MSLAUNCH_ATTEMPT", "OMPI_COMM_WORLD_SIZE", "PYTHONFAULTHANDLER")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MSLAUNCH_ATTEMPT", "OMPI_COMM_WORLD_SIZE", "PYTHONFAULTHANDLER")
+    }
     env.update(PYTHONPATH=ROOT, MSLAUNCH_ATTEMPT="0", OMPI_COMM_WORLD_SIZE="2")  # under mpirun: the cleanup runs
     for code in (0, 3):
-        r = subprocess.run([sys.executable, "-c", CRASHING, str(code), how, "guarded"], capture_output=True, text=True, env=env, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-c", CRASHING, str(code), how, "guarded"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert r.returncode == code, r.stderr
         assert r.stdout == "result line\n"
         crashed = [ln for ln in r.stderr.splitlines() if "exit cleanup crashed" in ln]
         assert len(crashed) == 1 and f"exit code {code} stands" in crashed[0], r.stderr
         assert ("SIGABRT" if signum == 6 else "SIGSEGV") in crashed[0]
     # the same crash without exit_now ends the process by the signal: the guard is what keeps the code
-    r = subprocess.run([sys.executable, "-c", CRASHING, "0", how, "plain"], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", CRASHING, "0", how, "plain"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert r.returncode == -signum, r.stderr
 
 

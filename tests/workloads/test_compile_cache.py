@@ -1,4 +1,5 @@
 """The reference trainer's use of the compile-cache folder mslaunch offers (no MindSpore needed)."""
+
 from __future__ import annotations
 
 from launcher.planning.job.envs import COMPILE_CACHE_OFFER, COMPILE_CACHE_VARS
@@ -12,13 +13,23 @@ def test_the_names_are_the_launchers():
 def test_an_offered_folder_turns_the_cache_on_there():
     env = {OFFER_VAR: "/jobs/j1/compile_cache", "OTHER": "x"}
     assert use_offered_cache(env) == "/jobs/j1/compile_cache"
-    assert env == {OFFER_VAR: "/jobs/j1/compile_cache", "OTHER": "x", ENABLE_VAR: "1", PATH_VAR: "/jobs/j1/compile_cache"}
+    assert env == {
+        OFFER_VAR: "/jobs/j1/compile_cache",
+        "OTHER": "x",
+        ENABLE_VAR: "1",
+        PATH_VAR: "/jobs/j1/compile_cache",
+    }
     stop_caching(env)
     assert env[ENABLE_VAR] == "0" and env[PATH_VAR] == "/jobs/j1/compile_cache"
 
 
 def test_nothing_offered_or_the_users_own_settings_leave_the_env_alone():
-    for env in ({}, {OFFER_VAR: "  "}, {OFFER_VAR: "/c", ENABLE_VAR: "0"}, {OFFER_VAR: "/c", PATH_VAR: "/mine"},
-                {OFFER_VAR: "/c", ENABLE_VAR: "1", PATH_VAR: "/mine"}):
+    for env in (
+        {},
+        {OFFER_VAR: "  "},
+        {OFFER_VAR: "/c", ENABLE_VAR: "0"},
+        {OFFER_VAR: "/c", PATH_VAR: "/mine"},
+        {OFFER_VAR: "/c", ENABLE_VAR: "1", PATH_VAR: "/mine"},
+    ):
         before = dict(env)
         assert use_offered_cache(env) is None and env == before, before

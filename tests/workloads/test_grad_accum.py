@@ -6,6 +6,7 @@ K=4 micro-batches of 8 must train like K=1 batches of 32 from the same seed (sam
 step), count optimizer steps in every line and checkpoint, and resume with another K.
 The 2-rank case (one AllReduce per K micro-batches) is in tests/integration/test_grad_accum_e2e.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,14 +59,19 @@ print(json.dumps({
 
 
 def _env() -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")
+    }
     env["GLOG_v"] = "3"
     return env
 
 
 def _trainer(args: List[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", MODULE, *args], capture_output=True, text=True, timeout=300, env=_env())
+    return subprocess.run(
+        [sys.executable, "-m", MODULE, *args], capture_output=True, text=True, timeout=300, env=_env()
+    )
 
 
 def _losses(stdout: str) -> List[float]:
@@ -93,8 +99,20 @@ def test_k_micro_batches_update_the_weights_as_one_batch_k_times_the_size() -> N
 def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp_path) -> None:
     write_synthetic_cifar10(str(tmp_path / "data"), train=1000, test=100, seed=0)
     steps = 16
-    common = ["--data-path", str(tmp_path / "data"), "--image-size", "32", "--arch", "resnet14", "--seed", "1",
-              "--epochs", "1", "--steps-per-epoch", str(steps)]
+    common = [
+        "--data-path",
+        str(tmp_path / "data"),
+        "--image-size",
+        "32",
+        "--arch",
+        "resnet14",
+        "--seed",
+        "1",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        str(steps),
+    ]
     one = _trainer(common + ["--batch-size", "32"])
     acc = _trainer(common + ["--batch-size", "8", "--grad-accum", "4", "--ckpt-dir", str(tmp_path / "ckpt")])
     assert one.returncode == 0, one.stderr[-3000:]
@@ -126,8 +144,20 @@ def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp
     assert abs(last4 - last1) < 0.6, (l1, l4)
 
     # --resume with K=1 from the K=4 checkpoint: it holds no accumulator, and the step count goes on
-    more = _trainer(common[:-4] + ["--epochs", "2", "--steps-per-epoch", str(steps // 4), "--batch-size", "32",
-                                   "--ckpt-dir", str(tmp_path / "ckpt"), "--resume"])
+    more = _trainer(
+        common[:-4]
+        + [
+            "--epochs",
+            "2",
+            "--steps-per-epoch",
+            str(steps // 4),
+            "--batch-size",
+            "32",
+            "--ckpt-dir",
+            str(tmp_path / "ckpt"),
+            "--resume",
+        ]
+    )
     assert more.returncode == 0, more.stderr[-3000:]
     assert "(global step 16); continuing at epoch 2 step 1" in more.stdout, more.stdout
     assert f"checkpoint: {tmp_path / 'ckpt' / 'ckpt_0' / f'resnet14-2_{steps // 4}.ckpt'}" in more.stdout.splitlines()
@@ -139,11 +169,33 @@ def test_grad_accum_below_one_and_outside_data_parallel_are_one_line_errors(tmp_
     write_synthetic_cifar10(str(tmp_path / "data"), train=40, test=10, seed=0)
     r = _trainer(["--data-path", str(tmp_path / "data"), "--grad-accum", "0"])
     assert r.returncode == 2 and r.stderr == "resnet50_cifar10: error: --grad-accum must be >= 1, got 0\n"
-    r = _trainer(["--data-path", str(tmp_path / "data"), "--device-target", "GPU", "--parallel-mode", "auto_parallel",
-                  "--grad-accum", "4"])
+    r = _trainer(
+        [
+            "--data-path",
+            str(tmp_path / "data"),
+            "--device-target",
+            "GPU",
+            "--parallel-mode",
+            "auto_parallel",
+            "--grad-accum",
+            "4",
+        ]
+    )
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "needs --parallel-mode data_parallel" in r.stderr
     # a shard smaller than one optimizer step's K batches
-    r = _trainer(["--data-path", str(tmp_path / "data"), "--image-size", "32", "--arch", "resnet14",
-                  "--batch-size", "8", "--grad-accum", "8"])
+    r = _trainer(
+        [
+            "--data-path",
+            str(tmp_path / "data"),
+            "--image-size",
+            "32",
+            "--arch",
+            "resnet14",
+            "--batch-size",
+            "8",
+            "--grad-accum",
+            "8",
+        ]
+    )
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
     assert "fewer than --grad-accum 8 x --batch-size 8 records" in r.stderr

@@ -4,6 +4,7 @@ Every MindSpore process costs seconds here, so the file runs the trainer three t
 one 12-step run (losses, throughput, checkpoint), one resumed run of 6 more steps with --eval
 (step count, optimizer state, accuracy), and one bad-flag run.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,14 @@ STEPS_A, STEPS_B = 12, 6
 
 
 def _run(args: List[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")}
-    return subprocess.run([sys.executable, "-m", MODULE, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", MODULE, *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def _losses(stdout: str) -> List[Tuple[int, int, float]]:
@@ -44,8 +49,20 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
     """Run A: 12 steps with checkpoints; run B: --resume to epoch 2 (6 steps) with --eval."""
     root = tmp_path_factory.mktemp("resnet50")
     write_synthetic_cifar10(str(root / "data"), train=1000, test=200, seed=0)
-    common = ["--data-path", str(root / "data"), "--image-size", "32", "--batch-size", "16",
-              "--ckpt-dir", str(root / "ckpt"), "--seed", "1", "--log-every", "1"]
+    common = [
+        "--data-path",
+        str(root / "data"),
+        "--image-size",
+        "32",
+        "--batch-size",
+        "16",
+        "--ckpt-dir",
+        str(root / "ckpt"),
+        "--seed",
+        "1",
+        "--log-every",
+        "1",
+    ]
     a = _run(common + ["--epochs", "1", "--steps-per-epoch", str(STEPS_A)])
     ckpts_after_a = sorted(os.listdir(root / "ckpt" / "ckpt_0")) if (root / "ckpt" / "ckpt_0").is_dir() else []
     b = _run(common + ["--epochs", "2", "--steps-per-epoch", str(STEPS_B), "--resume", "--eval"])
@@ -174,7 +191,8 @@ def test_distributed_resume_takes_the_newest_checkpoint_every_rank_has(tmp_path)
         resume_point(str(mine), 3, lambda p, n: [list(p), [(2, 8)], []])
     assert str(info.value) == (
         "--resume: the ranks have no checkpoint in common (newest: rank 0 resnet50-1_8, rank 1 resnet50-2_8, rank 2 none); "
-        "every rank needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)")
+        "every rank needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)"
+    )
     assert sorted(os.listdir(mine)) == ["resnet50-1_4.ckpt", "resnet50-1_8.ckpt"]  # nothing removed on an error
 
 

@@ -13,6 +13,7 @@ misses and re-probes)::
 
     $MSLAUNCH_HOME/cpu-probe/<host>-<key>.json     the probe's JSON output, as printed
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def local_runner(python: str) -> Runner:
 
     def run(tail: Tuple[str, ...], timeout: float) -> Tuple[int, bytes, bytes]:
         try:
-            p = subprocess.run([python, "-c", probe_source(), *tail], stdin=subprocess.DEVNULL,
-                               capture_output=True, timeout=timeout)
+            p = subprocess.run(
+                [python, "-c", probe_source(), *tail], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout
+            )
         except subprocess.TimeoutExpired:
             raise LaunchError(f"the CPU probe did not finish within {timeout:g} s") from None
         except OSError as exc:
@@ -145,8 +147,15 @@ def program_facts(run: Runner, program: Tuple[str, ...] = ()) -> Dict[str, Any]:
     return _last_json(*run(("--facts",) + tuple(program), FACTS_TIMEOUT), "facts step")
 
 
-def cached_probe(run: Runner, home: str, host: str, refresh: bool = False, on_probe: Optional[Callable[[str], None]] = None,
-                 facts: Optional[Dict[str, Any]] = None, needed_only: bool = False) -> ProbeOutcome:
+def cached_probe(
+    run: Runner,
+    home: str,
+    host: str,
+    refresh: bool = False,
+    on_probe: Optional[Callable[[str], None]] = None,
+    facts: Optional[Dict[str, Any]] = None,
+    needed_only: bool = False,
+) -> ProbeOutcome:
     """The probe result of ``host`` (reached through ``run``), from the cache when its key matches.
 
     Args:

@@ -22,6 +22,7 @@ not apply is ``None`` ("-" in the table) and a host that cannot be reached gets 
 everything after ``ssh``.  The probe is one small Python program (:mod:`launcher.execution.probes.doctor_probe`) run under
 ``python3`` (or the inventory's ``python:``) with its parameters as JSON on stdin.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 CHECKS = ("ssh", "python", "mindspore", "workload", "master port", "clock", "hccn.conf")
 DEFAULT_MAX_SKEW = 1.0
 DEFAULT_HCCN_PATH = "/etc/hccn.conf"
-
 
 
 def probe_source() -> str:
@@ -147,8 +147,12 @@ def probe_local(job: DoctorJob, host: Host) -> Tuple[Dict[str, Any], float, floa
     python = host.python or sys.executable
     t0 = time.time()
     try:
-        p = subprocess.run([python, "-S", "-c", probe_source()], input=json.dumps(_probe_config(job, host)).encode(),
-                           capture_output=True, timeout=120)
+        p = subprocess.run(
+            [python, "-S", "-c", probe_source()],
+            input=json.dumps(_probe_config(job, host)).encode(),
+            capture_output=True,
+            timeout=120,
+        )
         res = _parse_probe(host.name, p.returncode, p.stdout, p.stderr)
     except (OSError, subprocess.TimeoutExpired) as exc:
         res = {"probe_error": f"the probe failed on {host.name}: {exc}"}
@@ -188,7 +192,9 @@ def check_names(job: DoctorJob) -> Tuple[str, ...]:
     return CHECKS + tuple(dict.fromkeys(job.tool_columns + tuple(t.name for t in job.tools)))
 
 
-def check_rows(job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[str, Optional[str]]) -> List[HostReport]:
+def check_rows(
+    job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[str, Optional[str]]
+) -> List[HostReport]:
     """Turn probe results (host -> ``(probe dict, t0, t1)`` or an ssh failure string) into rows.
 
     ``local_versions``: tool name -> its version on this machine (None: unknown)."""
@@ -209,14 +215,20 @@ def check_rows(job: DoctorJob, results: Dict[str, Any], local_versions: Mapping[
             rows += [Check(n, None, "") for n in names[2:]]
         else:
             rows += _python_rows(job, host.name, data, py_diff, ms_diff)
-            rows += [_workload_row(job, host.name, data), _port_row(job, host.name, data), _clock_row(job, data, t0, t1),
-                     _hccn_row(job, data)]
+            rows += [
+                _workload_row(job, host.name, data),
+                _port_row(job, host.name, data),
+                _clock_row(job, data, t0, t1),
+                _hccn_row(job, data),
+            ]
             rows += _tool_rows(job, data, local_versions)
         reports.append(HostReport(host.name, tuple(rows)))
     return reports
 
 
-def _python_rows(job: DoctorJob, host: str, data: Dict[str, Any], py_diff: Dict[str, str], ms_diff: Dict[str, str]) -> List[Check]:
+def _python_rows(
+    job: DoctorJob, host: str, data: Dict[str, Any], py_diff: Dict[str, str], ms_diff: Dict[str, str]
+) -> List[Check]:
     """python and mindspore: present, and the same version as on most hosts."""
     if job.python.get(host) is None:
         return [Check("python", None), Check("mindspore", None)]
@@ -252,8 +264,13 @@ def _port_row(job: DoctorJob, host: str, data: Dict[str, Any]) -> Check:
     if job.master is None or job.master[0] != host:
         return Check("master port", None)
     free = data.get("port_free")
-    return Check("master port", bool(free), f"{job.master[1]} free" if free else
-                 f"{job.master[1]} in use on {host} ({data.get('port_error', 'busy')}); pass --master-port auto or another port")
+    return Check(
+        "master port",
+        bool(free),
+        f"{job.master[1]} free"
+        if free
+        else f"{job.master[1]} in use on {host} ({data.get('port_error', 'busy')}); pass --master-port auto or another port",
+    )
 
 
 def _clock_row(job: DoctorJob, data: Dict[str, Any], t0: float, t1: float) -> Check:
@@ -278,7 +295,7 @@ def _hccn_row(job: DoctorJob, data: Dict[str, Any]) -> Check:
 def _tool_rows(job: DoctorJob, data: Dict[str, Any], local_versions: Mapping[str, Optional[str]]) -> List[Check]:
     """One cell per tool column: checked for the job's backend's tools, else not applicable."""
     tools = {t.name: t for t in job.tools}
-    names = check_names(job)[len(CHECKS):]
+    names = check_names(job)[len(CHECKS) :]
     return [_tool_row(tools[n], data.get(n), local_versions.get(n)) if n in tools else Check(n, None) for n in names]
 
 
@@ -315,6 +332,7 @@ def run_doctor(job: DoctorJob, ssh: Optional["SSHSettings"] = None) -> List[Host
     remote = [h for h in job.hosts if not h.is_local]
     conns: Dict[str, Any] = connect_each(remote, ssh or SSHSettings()) if remote else {}
     try:
+
         def probe(host: Host) -> Any:
             if host.is_local:
                 return probe_local(job, host)
@@ -336,7 +354,10 @@ def run_doctor(job: DoctorJob, ssh: Optional["SSHSettings"] = None) -> List[Host
 
 
 def reports_json(reports: Sequence[HostReport]) -> List[Dict[str, Any]]:
-    return [{"host": r.host, "ok": r.ok, "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in r.checks}} for r in reports]
+    return [
+        {"host": r.host, "ok": r.ok, "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in r.checks}}
+        for r in reports
+    ]
 
 
 def cpu_probes(
@@ -368,7 +389,9 @@ def cpu_probes(
             py = python.get(host.name) or host.python
             if host.is_local:
                 # this machine's cache name, whatever the inventory calls it (as ``run`` uses)
-                out[host.name] = cached_probe(local_runner(py or sys.executable), home, socket.gethostname(), on_probe=on_probe)
+                out[host.name] = cached_probe(
+                    local_runner(py or sys.executable), home, socket.gethostname(), on_probe=on_probe
+                )
                 continue
             conn = conns.get(host.name)
             if not isinstance(conn, SshConnection):

@@ -18,6 +18,7 @@ runs its device commands at once (:mod:`launcher.execution.probes.device_runner`
 machine waits the largest order's ``limit`` plus ``slack``, and each probe's lifetime grows by it.
 The answers are returned raw (:attr:`HealthResult.device_answers`), judged by the caller.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.probes.health_probe import THREAD_ENV
-from launcher.planning.health.rounds import DEFAULT_THRESHOLD, Transfer, Verdict, confirm_pairs, judge, round1_pairs, round2_pairs, slow_members
+from launcher.planning.health.rounds import (
+    DEFAULT_THRESHOLD,
+    Transfer,
+    Verdict,
+    confirm_pairs,
+    judge,
+    round1_pairs,
+    round2_pairs,
+    slow_members,
+)
 from launcher.planning.inventory.model import Host
 
 if TYPE_CHECKING:
@@ -68,8 +78,13 @@ class HealthBudget:
         network rounds at most, the device step (its orders' longest ``limit``, 0: none), the end
         (the probes' grace, their kills, the connections' close).  Whatever a host does (its link
         cut, its probe stuck), the check is over by then, well within the probes' lifetime."""
-        return (self.compute_limit() + 3 * self.transfer_limit() + (devices + self.slack if devices else 0.0)
-                + self.close + 2 * self.kill)
+        return (
+            self.compute_limit()
+            + 3 * self.transfer_limit()
+            + (devices + self.slack if devices else 0.0)
+            + self.close
+            + 2 * self.kill
+        )
 
     def lifetime(self, kernel: str) -> float:
         start = self.mindspore_start_timeout if kernel == "mindspore" else self.start_timeout
@@ -160,8 +175,14 @@ class LocalLink(ProbeLink):
         super().__init__(host)
         import os
 
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**os.environ, **env}, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
         threading.Thread(target=self._pump, args=(self.proc.stdout.read1,), daemon=True).start()  # type: ignore[union-attr]  # stdout=PIPE: a BufferedReader
 
     def send(self, obj: Dict[str, Any]) -> None:
@@ -208,7 +229,9 @@ class SshLink(ProbeLink):
 
     def _said(self) -> str:
         try:
-            err = self.chan.recv_stderr(4096).decode("utf-8", "replace").strip() if self.chan.recv_stderr_ready() else ""
+            err = (
+                self.chan.recv_stderr(4096).decode("utf-8", "replace").strip() if self.chan.recv_stderr_ready() else ""
+            )
         except Exception:
             err = ""
         return f": {err.splitlines()[-1]}" if err else ""
@@ -224,6 +247,7 @@ class SshLink(ProbeLink):
         while not self.chan.exit_status_ready() and time.monotonic() < deadline:
             time.sleep(0.01)
         if not self.chan.exit_status_ready() and self.pid is not None:
+
             def run() -> None:
                 try:
                     self.conn.run(f"kill -9 {int(self.pid)}", timeout=kill)  # type: ignore[arg-type]  # self.pid checked not None above (a closure loses the narrowing)
@@ -246,7 +270,9 @@ def _argv(python: str, kernel: str, bind: str, lifetime: float) -> List[str]:
     return [python, "-c", probe_source(), cfg]
 
 
-def _ask(links: Dict[str, ProbeLink], orders: Mapping[str, Dict[str, Any]], timeout: float) -> Dict[str, Dict[str, Any]]:
+def _ask(
+    links: Dict[str, ProbeLink], orders: Mapping[str, Dict[str, Any]], timeout: float
+) -> Dict[str, Dict[str, Any]]:
     """Send each host its command at once, then collect every answer within ``timeout``."""
     for h, cmd in orders.items():
         links[h].send(cmd)
@@ -303,17 +329,34 @@ def run_health(
                 continue
             addr[h.name] = h.addr or conn.target.hostname
             env = " ".join(f"{k}={v}" for k, v in THREAD_ENV.items())
-            command = f"exec env {env} " + " ".join(shlex.quote(p) for p in _argv(py or "python3", kernel, addr[h.name], lifetime))
+            command = f"exec env {env} " + " ".join(
+                shlex.quote(p) for p in _argv(py or "python3", kernel, addr[h.name], lifetime)
+            )
             try:
                 links[h.name] = SshLink(h.name, conn, command)
             except (LaunchError, Exception) as exc:  # paramiko raises its own errors on exec
                 failures[h.name] = f"cannot start the probe: {exc}"
-        return drive(names, links, failures, addr, kernel=kernel, threshold=threshold, budget=budget, t_start=t_start,
-                     devices=devices, no_network="not checked: fewer than 2 hosts besides this machine answered" if remote
-                     else "not checked: every host is this machine")
+        return drive(
+            names,
+            links,
+            failures,
+            addr,
+            kernel=kernel,
+            threshold=threshold,
+            budget=budget,
+            t_start=t_start,
+            devices=devices,
+            no_network="not checked: fewer than 2 hosts besides this machine answered"
+            if remote
+            else "not checked: every host is this machine",
+        )
     finally:
         close_all(list(links.values()), budget.close, budget.kill)
-        shut = [threading.Thread(target=c.close, args=(budget.kill,), daemon=True) for c in conns.values() if isinstance(c, SshConnection)]
+        shut = [
+            threading.Thread(target=c.close, args=(budget.kill,), daemon=True)
+            for c in conns.values()
+            if isinstance(c, SshConnection)
+        ]
         for t in shut:  # at once: each close is bounded (a host whose link is gone does not hold the others up)
             t.start()
         for t in shut:
@@ -343,8 +386,14 @@ def drive(
     for h, a in started.items():
         links[h].pid = a.get("pid")
     alive = [h for h in names if h in links and h not in failures]
-    done = _ask(links, {h: {"op": "compute", "window": budget.window, "repeats": budget.repeats, "delay": budget.delay}
-                        for h in alive}, budget.compute_limit())
+    done = _ask(
+        links,
+        {
+            h: {"op": "compute", "window": budget.window, "repeats": budget.repeats, "delay": budget.delay}
+            for h in alive
+        },
+        budget.compute_limit(),
+    )
     gflops = _note(done, failures, "compute", "gflops")
     netted = [h for h in names if h in addr and h not in failures]
     transfers: List[Transfer] = []
@@ -361,11 +410,18 @@ def drive(
             transfers += _transfers(links, again, addr, port, budget, 3)
     answers, missing = _devices(names, links, failures, devices, budget) if devices else ({}, {})
     verdicts = judge(names, gflops, failures, transfers, threshold, network=network)
-    return HealthResult(tuple(verdicts), time.monotonic() - t_start, "checked" if network else no_network, answers, missing)
+    return HealthResult(
+        tuple(verdicts), time.monotonic() - t_start, "checked" if network else no_network, answers, missing
+    )
 
 
-def _devices(names: Sequence[str], links: Dict[str, ProbeLink], failures: Mapping[str, str],
-             devices: Mapping[str, Mapping[str, Any]], budget: HealthBudget) -> Tuple[Dict[str, Any], Dict[str, str]]:
+def _devices(
+    names: Sequence[str],
+    links: Dict[str, ProbeLink],
+    failures: Mapping[str, str],
+    devices: Mapping[str, Mapping[str, Any]],
+    budget: HealthBudget,
+) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """Send every host that answered so far its device order at once; the answers and, per
     host without one, why."""
     answers: Dict[str, Any] = {}
@@ -424,13 +480,25 @@ def _note(answers: Mapping[str, Dict[str, Any]], failures: Dict[str, str], step:
     return out
 
 
-def _transfers(links: Dict[str, ProbeLink], pairs: Sequence[Tuple[str, str]], addr: Mapping[str, str],
-               port: Mapping[str, Any], budget: HealthBudget, rnd: int) -> List[Transfer]:
+def _transfers(
+    links: Dict[str, ProbeLink],
+    pairs: Sequence[Tuple[str, str]],
+    addr: Mapping[str, str],
+    port: Mapping[str, Any],
+    budget: HealthBudget,
+    rnd: int,
+) -> List[Transfer]:
     """Both members of every pair send to each other at once; one :class:`Transfer` per pair."""
     orders: Dict[str, Dict[str, Any]] = {}
     for a, b in pairs:
         for src, dst in ((a, b), (b, a)):
-            orders[src] = {"op": "send", "addr": addr[dst], "port": port[dst], "seconds": budget.transfer, "delay": budget.delay}
+            orders[src] = {
+                "op": "send",
+                "addr": addr[dst],
+                "port": port[dst],
+                "seconds": budget.transfer,
+                "delay": budget.delay,
+            }
     answers = _ask(links, orders, budget.transfer_limit())
     out = []
     for a, b in pairs:

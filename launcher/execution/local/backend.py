@@ -1,5 +1,6 @@
 """The local launcher: one subprocess per planned process (see :mod:`launcher.execution.process.spawn`),
 or, for Python ranks, forked from a zygote (see :mod:`launcher.execution.local.zygote`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -61,8 +62,13 @@ class LocalBackend(Backend):
         if settings.zygote:
             from launcher.execution.local.zygote import ZygoteBackend, shared_env
 
-            return ZygoteBackend.warm(ctx.watchdog, shared_env(ctx.plan), settings.on_note, settings.fork_scheduler,
-                                      pool=settings.pool if settings.keep_zygote else None)
+            return ZygoteBackend.warm(
+                ctx.watchdog,
+                shared_env(ctx.plan),
+                settings.on_note,
+                settings.fork_scheduler,
+                pool=settings.pool if settings.keep_zygote else None,
+            )
         return cls(ctx.watchdog)
 
     @classmethod
@@ -78,4 +84,3 @@ class LocalBackend(Backend):
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> LocalProcess:
         return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
-

@@ -20,6 +20,7 @@ program runs its training under the policy it would have had; only its start-up 
 and ``init()``) runs as a batch task, which changes nothing but how soon its threads preempt
 others on a wake-up.  Stdlib only; Linux.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,9 @@ _DONE = JOINED_MARKERS[0]
 
 def batch_start_wanted(env: Dict[str, str]) -> bool:
     """A worker of MindSpore's dynamic cluster whose launcher runs under the default policy."""
-    return env.get("MS_ROLE") == "MS_WORKER" and hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_OTHER
+    return (
+        env.get("MS_ROLE") == "MS_WORKER" and hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_OTHER
+    )
 
 
 def restore_normal(pid: int) -> int:
@@ -137,7 +140,7 @@ class JoinWatch:
             text = self._tail.get(pid, b"") + chunk
             if _DONE in text:
                 return "joined"
-            self._tail[pid] = text[-len(_DONE):]
+            self._tail[pid] = text[-len(_DONE) :]
             with self._lock:
                 if pid in self._watched:
                     self._watched[pid] = (log, since, offset + len(chunk))

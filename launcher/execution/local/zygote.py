@@ -37,6 +37,7 @@ Device runtimes (GPU/Ascend) must not start before a fork: the preload is ``impo
 only (host code; runtimes start in the child's ``set_device``/``init``), and the zygote never
 calls MindSpore; the CLI still makes the zygote the default on CPU jobs only.
 """
+
 from __future__ import annotations
 
 import os
@@ -135,9 +136,17 @@ class ZygoteBackend(Backend):
 
     local_only = True
 
-    def __init__(self, preload: Sequence[str] = PRELOAD, warm: bool = False, watchdog: Optional[Any] = None,
-                 preload_env: Optional[Dict[str, str]] = None, on_note: Optional[Callable[[str], None]] = None,
-                 fork_scheduler: bool = False, pool: Optional[ZygotePool] = None, batch_join: bool = True) -> None:
+    def __init__(
+        self,
+        preload: Sequence[str] = PRELOAD,
+        warm: bool = False,
+        watchdog: Optional[Any] = None,
+        preload_env: Optional[Dict[str, str]] = None,
+        on_note: Optional[Callable[[str], None]] = None,
+        fork_scheduler: bool = False,
+        pool: Optional[ZygotePool] = None,
+        batch_join: bool = True,
+    ) -> None:
         self.preload = tuple(preload)
         self.fork_scheduler = fork_scheduler
         self.watchdog = watchdog
@@ -155,20 +164,34 @@ class ZygoteBackend(Backend):
                 self._ensure()  # imports while the scheduler starts and binds its port
 
     @classmethod
-    def warm(cls, watchdog: Optional[Any] = None, preload_env: Optional[Dict[str, str]] = None,
-             on_note: Optional[Callable[[str], None]] = None, fork_scheduler: bool = False,
-             pool: Optional[ZygotePool] = None) -> "ZygoteBackend":
+    def warm(
+        cls,
+        watchdog: Optional[Any] = None,
+        preload_env: Optional[Dict[str, str]] = None,
+        on_note: Optional[Callable[[str], None]] = None,
+        fork_scheduler: bool = False,
+        pool: Optional[ZygotePool] = None,
+    ) -> "ZygoteBackend":
         """A launcher whose zygote starts importing at once (the job's factory), or forks from the
         last attempt's zygote when ``pool`` keeps one that is safe to reuse."""
-        return cls(warm=True, watchdog=watchdog, preload_env=preload_env, on_note=on_note, fork_scheduler=fork_scheduler, pool=pool)
+        return cls(
+            warm=True,
+            watchdog=watchdog,
+            preload_env=preload_env,
+            on_note=on_note,
+            fork_scheduler=fork_scheduler,
+            pool=pool,
+        )
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
         """Not a backend of its own: :meth:`LocalBackend.create` builds it (with :meth:`warm`) from
         the job's ``LocalSettings(zygote=True)``, whose ``on_note``, ``fork_scheduler`` and
         ``pool`` this context alone would not give."""
-        raise NotImplementedError("ZygoteBackend is built by LocalBackend.create (LocalSettings(zygote=True)), "
-                                  "not registered as a backend of its own")
+        raise NotImplementedError(
+            "ZygoteBackend is built by LocalBackend.create (LocalSettings(zygote=True)), "
+            "not registered as a backend of its own"
+        )
 
     @classmethod
     def preflight(cls, plan: Plan) -> None:
@@ -196,7 +219,9 @@ class ZygoteBackend(Backend):
             self._zyg = self.pool.take(self.preload, env)
             self.reused = self._zyg is not None
             if self.on_note is not None and len(self.pool.refused) > refused:
-                self.on_note(f"zygote: the last attempt's zygote is not reused ({self.pool.refused[-1]}); a new one imports")
+                self.on_note(
+                    f"zygote: the last attempt's zygote is not reused ({self.pool.refused[-1]}); a new one imports"
+                )
             if self._zyg is not None:
                 self._seen = self._zyg
                 return self._zyg
@@ -251,8 +276,16 @@ class ZygoteBackend(Backend):
             return start_local(proc, log_path, cwd=cwd, watchdog=self.watchdog)
         title = " ".join([proc.argv[0], *argv])  # what `ps` shows of the plain process
         batch = self.join is not None and not scheduler and batch_start_wanted(env)
-        request = {"argv": argv, "env": env, "cwd": cwd, "log": log_path, "cpus": list(proc.cpus) if proc.cpus else None,
-                   "title": title, "interpreter": proc.argv[0], "batch_start": batch}
+        request = {
+            "argv": argv,
+            "env": env,
+            "cwd": cwd,
+            "log": log_path,
+            "cpus": list(proc.cpus) if proc.cpus else None,
+            "title": title,
+            "interpreter": proc.argv[0],
+            "batch_start": batch,
+        }
         early: Optional[int] = None
         with self._lock:
             zyg = self._ensure()

@@ -13,6 +13,7 @@ the preload (so it must be imported at the top of the server, never later): the 
 dispositions a new interpreter has (:data:`_START_SIGNALS`), libc, and the process's name
 (:func:`title_setup`); :func:`record_preload_env` keeps what the preload did to the environment.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,8 +26,11 @@ from launcher.execution.local.zygote_libs import argv_at_import, reseed
 
 #: The signal dispositions this interpreter started with (a new Python process's: SIGINT raises
 #: KeyboardInterrupt, SIGPIPE and SIGXFSZ ignored, the rest as inherited); a child gets them back.
-_START_SIGNALS = {sig: signal.getsignal(sig) for sig in signal.valid_signals()
-                  if sig not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(sig) is not None}
+_START_SIGNALS = {
+    sig: signal.getsignal(sig)
+    for sig in signal.valid_signals()
+    if sig not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(sig) is not None
+}
 _PR_SET_NAME = 15
 
 
@@ -126,7 +130,9 @@ def _report_without_zygote_frames(exc: BaseException, top_code: Any) -> None:
     process shows: from the program's own first frame, not the zygote's; none at all when the
     program never ran (a SyntaxError of the script: python shows only the error)."""
     tb = exc.__traceback__
-    while tb is not None and not (top_code.matches(tb.tb_frame.f_code) if isinstance(top_code, _TopCode) else tb.tb_frame.f_code is top_code):
+    while tb is not None and not (
+        top_code.matches(tb.tb_frame.f_code) if isinstance(top_code, _TopCode) else tb.tb_frame.f_code is top_code
+    ):
         tb = tb.tb_next
     program_hook = sys.excepthook
     trimmed = tb
@@ -201,8 +207,14 @@ def _new_stdio() -> None:
         raw.name = f"<{name}>"
         tty = raw.isatty()
         buf: Any = io.BufferedReader(raw) if fd == 0 else (raw if unbuffered else io.BufferedWriter(raw))
-        text = io.TextIOWrapper(buf, encoding=getattr(like, "encoding", None), errors=getattr(like, "errors", None),
-                                newline="\n", line_buffering=not unbuffered and (tty or fd == 2), write_through=unbuffered)
+        text = io.TextIOWrapper(
+            buf,
+            encoding=getattr(like, "encoding", None),
+            errors=getattr(like, "errors", None),
+            newline="\n",
+            line_buffering=not unbuffered and (tty or fd == 2),
+            write_through=unbuffered,
+        )
         setattr(sys, name, text)
         setattr(sys, f"__{name}__", text)
 
@@ -258,9 +270,10 @@ def _prepare(argv: List[str], title: Optional[str]) -> Any:
     except ImportError:
         pass
 
-
     def run_script() -> None:
-        exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)  # a SyntaxError is the program's, as in python
+        exec(
+            compile(source, path, "exec", dont_inherit=True), main.__dict__
+        )  # a SyntaxError is the program's, as in python
 
     run_script.top_code = _TopCode(path)  # type: ignore[attr-defined]  # the runner function carries these for run_child
     run_script.flush_io = _flush_io  # type: ignore[attr-defined]  # the runner function carries these for run_child
@@ -332,5 +345,3 @@ def _skip_inherited_native_exit() -> None:
         return
     on_exit.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
     on_exit(exit_now, None)
-
-

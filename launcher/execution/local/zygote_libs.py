@@ -1,6 +1,7 @@
 """What libraries the zygote preloaded computed at their import, redone in each forked rank as a
 plain process's import would have done it (stdlib only; used by
 :mod:`launcher.execution.local.zygote_child` in the child, before the program runs)."""
+
 from __future__ import annotations
 
 import os

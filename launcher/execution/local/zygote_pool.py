@@ -6,6 +6,7 @@ whether a new attempt may fork from it (:meth:`Zygote.reusable`).  :class:`Zygot
 job's zygote from one attempt to the next.  Used by :class:`launcher.execution.local.zygote.ZygoteBackend`
 (the forking and the fallback to plain processes are there).
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,13 @@ class Zygote:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "launcher.execution.local.zygote_server", *self.preload],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                start_new_session=True, preexec_fn=lambda: _child_setup(sig, fd, parent), close_fds=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=lambda: _child_setup(sig, fd, parent),
+                close_fds=True,
             )
         except OSError as exc:
             return f"the zygote could not start ({exc.strerror})"

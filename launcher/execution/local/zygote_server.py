@@ -27,6 +27,7 @@ plain processes.  Before every later fork the zygote checks again that it has on
 
 A forked child becomes the planned process in :mod:`launcher.execution.local.zygote_child`.
 """
+
 from __future__ import annotations
 
 import json

@@ -12,6 +12,7 @@ agent (the ssh that runs its daemon on each remote host) is wrapped by
 mslaunch was not tearing the attempt down (:func:`lost_host`) is lost: its ranks end with
 ``host_lost`` and a restart leaves it out (docs/spare-hosts.md).
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,8 @@ def parse_first_failure(text: str) -> Optional[Tuple[int, Optional[int], Optiona
     m = _NAME_RE.search(text)
     if not m:
         return None
-    rest = text[m.end():m.end() + 400]
-    before = text[max(0, m.start() - 400):m.start()]
+    rest = text[m.end() : m.end() + 400]
+    before = text[max(0, m.start() - 400) : m.start()]
     code = _EXIT_RE.search(rest)
     sig = _SIGNAL_RE.search(before + rest)
     return int(m.group(1)), int(code.group(1)) if code else None, int(sig.group(1)) if sig else None
@@ -71,7 +72,9 @@ def watched_agent(argv: Tuple[str, ...], status_dir: str) -> Tuple[str, ...]:
     for i in range(len(out) - 2):
         if out[i] == "--mca" and out[i + 1] == "plm_rsh_agent":
             words = out[i + 2].split()
-            out[i + 2] = " ".join([sys.executable, "-m", "launcher.execution.mpirun.rshwatch", status_dir, str(len(words)), *words])
+            out[i + 2] = " ".join(
+                [sys.executable, "-m", "launcher.execution.mpirun.rshwatch", status_dir, str(len(words)), *words]
+            )
             break
     return tuple(out)
 
@@ -130,11 +133,15 @@ class MpirunProcess(StandInProcess):
         out = super().dump_stacks(folder)
         settings = self.job.backend_settings
         agent = settings.options.rsh_agent if isinstance(settings, MpirunPlan) else None
-        for rank, files in remote_dumps(self.job, agent, self.adir, folder, skip=[r for r in out if r is not None]).items():
+        for rank, files in remote_dumps(
+            self.job, agent, self.adir, folder, skip=[r for r in out if r is not None]
+        ).items():
             out.setdefault(rank, []).extend(files)
         return out
 
-    def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None) -> List[ProcResult]:
+    def outcomes(
+        self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None
+    ) -> List[ProcResult]:
         """Per-process results from mpirun's exit and its report (see :func:`report_outcomes`)."""
         try:
             with open(self.log_path, "r", encoding="utf-8", errors="replace") as fh:
@@ -145,8 +152,9 @@ class MpirunProcess(StandInProcess):
         return report_outcomes(self.job, self.adir, text, self.own_result(rc, when), torn, lost or None)
 
 
-def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResult, torn: bool,
-                    lost: Optional[Mapping[str, str]] = None) -> List[ProcResult]:
+def report_outcomes(
+    plan: Plan, attempt_dir: str, report: str, mpirun: ProcResult, torn: bool, lost: Optional[Mapping[str, str]] = None
+) -> List[ProcResult]:
     """One result per planned process from mpirun's own result and its output (pure).
 
     All 0 when mpirun exited 0; else the first failure mpirun reported (see
@@ -174,12 +182,28 @@ def report_outcomes(plan: Plan, attempt_dir: str, report: str, mpirun: ProcResul
         if rc == 0:
             out.append(ProcResult(proc.name, proc.rank, proc.host, 0, started, when, log))
         elif lost and proc.host in lost:
-            out.append(ProcResult(proc.name, proc.rank, proc.host, None, started, when, log, reason=lost[proc.host], host_lost=lost[proc.host]))
+            out.append(
+                ProcResult(
+                    proc.name,
+                    proc.rank,
+                    proc.host,
+                    None,
+                    started,
+                    when,
+                    log,
+                    reason=lost[proc.host],
+                    host_lost=lost[proc.host],
+                )
+            )
         elif first is not None and first[0] == mpi_rank:
             code = -first[2] if first[2] is not None else (first[1] if first[1] is not None else 1)
             out.append(ProcResult(proc.name, proc.rank, proc.host, code, started, when, log))
         else:
-            out.append(ProcResult(proc.name, proc.rank, proc.host, None, started, when, log, torn_down=True, reason="ended by mpirun"))
+            out.append(
+                ProcResult(
+                    proc.name, proc.rank, proc.host, None, started, when, log, torn_down=True, reason="ended by mpirun"
+                )
+            )
     if first is None and not lost and rc not in (0, None) and not torn:
         out.append(mpirun)  # mpirun itself failed: its own output says why
     return out
@@ -229,7 +253,9 @@ class MpirunBackend(WatchesHostThreads, Backend):
         os.makedirs(status_dir, exist_ok=True)
         argv = watched_agent(mpirun_command(plan, attempt_dir), status_dir)
         log = os.path.join(attempt_dir, "mpirun.log")
-        proc = launcher_plan("mpirun", argv, plan.ranks[0].cwd if plan.method != Method.RANKTABLE else plan.job_dir, log)
+        proc = launcher_plan(
+            "mpirun", argv, plan.ranks[0].cwd if plan.method != Method.RANKTABLE else plan.job_dir, log
+        )
         return (StartRequest(proc, log, proc.cwd),)
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> MpirunProcess:
@@ -240,8 +266,9 @@ class MpirunBackend(WatchesHostThreads, Backend):
         """
         exe = proc.argv[0]
         if shutil.which(exe) is None:
-            raise LaunchError(f"{exe} not found; install OpenMPI (Debian: apt-get install openmpi-bin) or use --launcher local/ssh")
+            raise LaunchError(
+                f"{exe} not found; install OpenMPI (Debian: apt-get install openmpi-bin) or use --launcher local/ssh"
+            )
         # Without a watchdog: if mslaunch dies, mpirun gets SIGTERM and ends its ranks itself.
         base = start_standin(proc, log_path, cwd, self.watchdog)
         return MpirunProcess(base, self.plan, self.attempt_dir)
-

@@ -10,6 +10,7 @@ log folder (``MSLAUNCH_LOG_DIR``, which every rank context of the mpirun command
 rank's ``RANK_ID`` (set by the per-rank wrapper), read from ``/proc/PID/environ`` (no command line
 or other free text is parsed).  Each dump comes back as JSON lines and is written here.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -32,7 +33,17 @@ def host_command(python: str, attempt_dir: str, ranks: Sequence[int]) -> str:
     from launcher.execution.probes import program_source
 
     source = program_source("launcher.execution.process.stackdump")
-    argv = [python, "-S", "-c", source, "--stdout", "--marker", f"{MARKER}={attempt_dir}", "--ranks", ",".join(str(r) for r in ranks)]
+    argv = [
+        python,
+        "-S",
+        "-c",
+        source,
+        "--stdout",
+        "--marker",
+        f"{MARKER}={attempt_dir}",
+        "--ranks",
+        ",".join(str(r) for r in ranks),
+    ]
     return " ".join(shlex.quote(a) for a in argv)
 
 
@@ -42,8 +53,9 @@ def ssh_argv(rsh_agent: Optional[str], host: str, command: str) -> List[str]:
     return agent[:1] + ["-o", f"ConnectTimeout={CONNECT_TIMEOUT}"] + agent[1:] + [host, command]
 
 
-def remote_dumps(plan: Plan, rsh_agent: Optional[str], attempt_dir: str, folder: str,
-                 skip: Sequence[int] = ()) -> Dict[Optional[int], List[str]]:
+def remote_dumps(
+    plan: Plan, rsh_agent: Optional[str], attempt_dir: str, folder: str, skip: Sequence[int] = ()
+) -> Dict[Optional[int], List[str]]:
     """Dump the ranks of ``plan`` on every host other than this machine, each host at once (a thread
     each, one ssh command a host); rank -> files (the rank's own process first).  Ranks in ``skip``
     (already dumped here) are left out; a host that cannot be reached gives nothing."""

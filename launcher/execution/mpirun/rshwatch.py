@@ -20,6 +20,7 @@ never a reading of mpirun's messages.
 
 Standard library only (it runs once per host and attempt).
 """
+
 from __future__ import annotations
 
 import json
@@ -69,7 +70,14 @@ def main(argv: List[str]) -> int:
         sys.stderr.write(f"mslaunch: cannot run {command[0]!r}: {exc.strerror}\n")
         return 127
     rc = child.wait()
-    record = {"host": host, "pid": child.pid, "started": started, "ended": time.time(), "returncode": rc, "stopped": stopped}
+    record = {
+        "host": host,
+        "pid": child.pid,
+        "started": started,
+        "ended": time.time(),
+        "returncode": rc,
+        "stopped": stopped,
+    }
     path = record_path(status_dir, host)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:

@@ -11,6 +11,7 @@ and imports from ``launcher`` only :mod:`launcher.execution.process.proctree` (a
 ImportError``: :func:`program_source` puts that module's source in front of the program's, so
 on the host the names are already defined and the import is skipped.
 """
+
 from __future__ import annotations
 
 import importlib

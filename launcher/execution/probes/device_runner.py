@@ -21,6 +21,7 @@ in :mod:`launcher.planning.health.devices.checks`' docstring.  In short, per com
 Standard library only, Python >= 3.6 (it runs on the job's hosts).  Only processes it started are
 ended, by their process group.
 """
+
 import os
 import shutil
 import signal
@@ -63,8 +64,9 @@ def run_one(command, exe, timeout, output_limit):
     argv = [exe] + [str(a) for a in (command.get("argv") or [])]
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
     except OSError as exc:
         return {"key": key, "status": "error", "detail": "%s: %s" % (exe, exc.strerror or exc)}
     try:
@@ -81,8 +83,14 @@ def run_one(command, exe, timeout, output_limit):
         if proc.returncode is None:
             _kill_group(proc)
             proc.wait()
-    return {"key": key, "status": "exited", "exit_code": proc.returncode, "stdout": _text(out, output_limit),
-            "stderr": _text(err, output_limit), "seconds": round(time.monotonic() - t0, 3)}
+    return {
+        "key": key,
+        "status": "exited",
+        "exit_code": proc.returncode,
+        "stdout": _text(out, output_limit),
+        "stderr": _text(err, output_limit),
+        "seconds": round(time.monotonic() - t0, 3),
+    }
 
 
 def _run_tool(indexes, commands, answers, end, limit, output_limit):
@@ -96,7 +104,11 @@ def _run_tool(indexes, commands, answers, end, limit, output_limit):
             continue
         left = end - time.monotonic()
         if left <= 0:
-            answers[i] = {"key": key, "status": "skipped", "detail": "the host's %g s for device checks were spent" % limit}
+            answers[i] = {
+                "key": key,
+                "status": "skipped",
+                "detail": "the host's %g s for device checks were spent" % limit,
+            }
             continue
         exe = resolve(c.get("candidates") or [])
         if exe is None:
@@ -121,8 +133,10 @@ def run_order(order):
         by_tool.setdefault(str(c.get("tool")), []).append(i)
     answers = [None] * len(commands)
     end = t0 + limit
-    threads = [threading.Thread(target=_run_tool, args=(ix, commands, answers, end, limit, output_limit), daemon=True)
-               for ix in by_tool.values()]
+    threads = [
+        threading.Thread(target=_run_tool, args=(ix, commands, answers, end, limit, output_limit), daemon=True)
+        for ix in by_tool.values()
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -7,6 +7,7 @@ and ``cwd`` (do they exist there), ``port`` (is it free), ``hccn`` (how many dev
 its hccn.conf has), ``tools`` (name -> executable: its version or None).  Standard library only,
 Python >= 3.6, no imports from ``launcher``, no annotations.
 """
+
 import json
 import os
 import re
@@ -25,19 +26,27 @@ def main():
     def run(argv, timeout=60):
         try:
             cwd = cfg.get("cwd") if cfg.get("cwd") and os.path.isdir(cfg["cwd"]) else None
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+            p = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd
+            )
             o, e = p.communicate(timeout=timeout)
             return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace")
         except Exception as exc:
             return None, "", str(exc)
+
     py = cfg.get("python")
     if py:
-        code = ("import sys, platform\nprint(platform.python_version())\n"
-                "try:\n import importlib.metadata as m\n print(m.version('mindspore'))\n"
-                "except Exception:\n print('')\n")
+        code = (
+            "import sys, platform\nprint(platform.python_version())\n"
+            "try:\n import importlib.metadata as m\n print(m.version('mindspore'))\n"
+            "except Exception:\n print('')\n"
+        )
         mod = cfg.get("module")
         if mod:
-            code += "import importlib.util\ntry:\n print(importlib.util.find_spec(%r) is not None)\nexcept Exception:\n print(False)\n" % mod
+            code += (
+                "import importlib.util\ntry:\n print(importlib.util.find_spec(%r) is not None)\nexcept Exception:\n print(False)\n"
+                % mod
+            )
         rc, o, e = run([py, "-c", code])
         lines = o.splitlines()
         if rc == 0 and lines:

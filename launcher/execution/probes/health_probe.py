@@ -24,6 +24,7 @@ probe's own address on that connection}``.  A failed command answers ``{"error":
 nothing is left running on a host whatever happens to the launching machine.  BLAS runs on
 one thread (the environment is set by the caller), so hosts compare fairly.
 """
+
 import json
 import os
 import socket
@@ -94,8 +95,10 @@ def setup(kernel, n):
         def run():
             ops.matmul(ta, tb).asnumpy()
     else:
+
         def run():
             np.dot(a, b)
+
     run()
     return run
 
@@ -103,7 +106,7 @@ def setup(kernel, n):
 def compute(run, n, window, repeats, delay):
     """GFLOPS of the best of ``repeats`` windows of ``window`` s, after ``delay`` s."""
     time.sleep(delay)
-    flops, best = 2.0 * n ** 3, 0.0
+    flops, best = 2.0 * n**3, 0.0
     for _ in range(repeats):
         t0 = time.perf_counter()
         end, k = t0 + window, 0
@@ -172,7 +175,9 @@ def main(cfg_text):
                 run = setup(cmd.get("kernel", "numpy"), n)
                 reply({"port": srv.getsockname()[1], "pid": os.getpid()})
             elif op == "compute":
-                reply({"gflops": compute(run, n, float(cmd["window"]), int(cmd["repeats"]), float(cmd.get("delay", 0)))})
+                reply(
+                    {"gflops": compute(run, n, float(cmd["window"]), int(cmd["repeats"]), float(cmd.get("delay", 0)))}
+                )
             elif op == "send":
                 reply({"mbps": send(cmd["addr"], int(cmd["port"]), float(cmd["seconds"]), float(cmd.get("delay", 0)))})
             elif op == "devices":

@@ -15,6 +15,7 @@ Runs here (the CLI), inside the ssh agent on every host (sent as source with
 :mod:`launcher.execution.ssh.remote_agent`), and in the Slurm shim: standard library only,
 Python >= 3.6, no imports from ``launcher``.
 """
+
 import os
 
 #: thread variables a user may have set in the environment ranks start from (theirs win)
@@ -71,7 +72,7 @@ def _cgroup_ancestors(mount, root, path):
     """The directories of ``path``'s cgroup and of its ancestors under the mount, deepest first."""
     rel = path
     if root not in ("/", "") and (path == root or path.startswith(root.rstrip("/") + "/")):
-        rel = path[len(root.rstrip("/")):]
+        rel = path[len(root.rstrip("/")) :]
     rel = rel.strip("/")
     parts = rel.split("/") if rel else []
     return [(os.path.join(mount, *parts[:i]), "/" + "/".join(parts[:i])) for i in range(len(parts), -1, -1)]

@@ -5,6 +5,7 @@ Runs on each node of the allocation as ``srun ... python -c <this source>``
 (:mod:`launcher.execution.slurm.doctor`).  Standard library only, Python >= 3.6, no imports
 from ``launcher``, no annotations.
 """
+
 import importlib.util
 import json
 import platform

@@ -8,6 +8,7 @@ backend has none (yet); ``has_exited()`` tells an exit that ``wait()`` has not r
 :class:`ReportedProcess` is a handle whose exit is reported to it (the ssh backend's reader
 thread, tests).  :class:`WatchdogLink` is what a started process needs of the job's watchdog.
 """
+
 from __future__ import annotations
 
 import os
@@ -113,8 +114,9 @@ class ProcessHandle(ABC):
             out.setdefault(stackdump.rank_of_name(os.path.basename(path).rpartition(".pid")[0]), []).append(path)
         return out
 
-    def outcomes(self, returncode: Optional[int], ended: Optional[float], torn_down: bool,
-                 note: Optional[str] = None) -> List[ProcResult]:
+    def outcomes(
+        self, returncode: Optional[int], ended: Optional[float], torn_down: bool, note: Optional[str] = None
+    ) -> List[ProcResult]:
         """The results of the planned processes this handle stands for (default: itself).
 
         Args:
@@ -124,11 +126,22 @@ class ProcessHandle(ABC):
             note: the supervisor's reason when the handle has none (e.g. "ended after every
                 worker finished").
         """
-        return [ProcResult(
-            name=self.plan.name, rank=self.plan.rank, host=self.host, returncode=returncode, started=self.started,
-            ended=self.exit_time or ended, log=self.log_path, torn_down=torn_down,
-            reason=self.reason or note, pid=self.pid, exit_order=self.exit_order, host_lost=self.host_lost,
-        )]
+        return [
+            ProcResult(
+                name=self.plan.name,
+                rank=self.plan.rank,
+                host=self.host,
+                returncode=returncode,
+                started=self.started,
+                ended=self.exit_time or ended,
+                log=self.log_path,
+                torn_down=torn_down,
+                reason=self.reason or note,
+                pid=self.pid,
+                exit_order=self.exit_order,
+                host_lost=self.host_lost,
+            )
+        ]
 
 
 class ReportedProcess(ProcessHandle):

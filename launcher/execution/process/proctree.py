@@ -9,10 +9,21 @@ module's source in front of theirs (:func:`launcher.execution.probes.program_sou
 them, this module uses the standard library only, runs on Python >= 3.6, imports nothing from
 ``launcher`` and has no annotations.
 """
+
 import os
 
-__all__ = ["become_subreaper", "below", "children_of", "kill_quietly", "killpg_quietly", "parent_map", "proc_table",
-           "set_parent_death_signal", "starttime", "tree_below"]
+__all__ = [
+    "become_subreaper",
+    "below",
+    "children_of",
+    "kill_quietly",
+    "killpg_quietly",
+    "parent_map",
+    "proc_table",
+    "set_parent_death_signal",
+    "starttime",
+    "tree_below",
+]
 
 
 def proc_table():

@@ -14,6 +14,7 @@ Each process:
   ``PR_SET_PDEATHSIG`` = ``pdeathsig`` (SIGKILL by default).
 * runs on its planned cores (``ProcPlan.cpus``: ``sched_setaffinity`` before exec), if any.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -258,8 +259,14 @@ class LocalProcess(ProcessHandle):
             return False
 
 
-def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeathsig: int = signal.SIGKILL,
-                extra_env: Optional[Dict[str, str]] = None, watchdog: Optional["WatchdogLink"] = None) -> LocalProcess:
+def start_local(
+    plan: ProcPlan,
+    log_path: str,
+    cwd: Optional[str] = None,
+    pdeathsig: int = signal.SIGKILL,
+    extra_env: Optional[Dict[str, str]] = None,
+    watchdog: Optional["WatchdogLink"] = None,
+) -> LocalProcess:
     """Start ``plan`` on this machine with output to ``log_path`` (appended).
 
     Args:
@@ -301,7 +308,9 @@ def start_local(plan: ProcPlan, log_path: str, cwd: Optional[str] = None, pdeath
         missing = exc.filename if exc.filename else plan.argv[0]
         if missing == run_dir or not os.path.isdir(run_dir):
             raise LaunchError(f"{plan.name}: working directory {run_dir} does not exist") from None
-        raise LaunchError(f"{plan.name}: cannot run {plan.argv[0]!r}: no such file; check the program path or use --no-python correctly") from None
+        raise LaunchError(
+            f"{plan.name}: cannot run {plan.argv[0]!r}: no such file; check the program path or use --no-python correctly"
+        ) from None
     except PermissionError:
         raise LaunchError(f"{plan.name}: cannot run {plan.argv[0]!r}: permission denied (is it executable?)") from None
     except OSError as exc:

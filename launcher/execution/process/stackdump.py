@@ -12,6 +12,7 @@ This module also runs stand-alone on remote hosts (``stackdump --stdout NAME=PID
 :func:`main`): over the ssh backend's connection (as source text: mslaunch need not be installed
 there) and by an ``srun`` on a Slurm node, so it uses the stdlib only.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,21 @@ try:  # sent to a host, :func:`launcher.execution.probes.program_source` puts pr
 except ImportError:
     pass
 
-__all__ = ["PYSPY_TIMEOUT", "REMOTE_TIMEOUT", "descendants", "dump_each", "remote_dump", "dump_process", "dump_many", "expand", "pyspy_path", "rank_of_name", "ranks_by_marker",
-           "targets", "write_dumps"]
+__all__ = [
+    "PYSPY_TIMEOUT",
+    "REMOTE_TIMEOUT",
+    "descendants",
+    "dump_each",
+    "remote_dump",
+    "dump_process",
+    "dump_many",
+    "expand",
+    "pyspy_path",
+    "rank_of_name",
+    "ranks_by_marker",
+    "targets",
+    "write_dumps",
+]
 
 #: Seconds one py-spy call may take.
 PYSPY_TIMEOUT = 10.0
@@ -83,7 +97,9 @@ def proc_view(pid: int) -> str:
         return f"process {pid}: {exc.strerror}\n"
     for tid in tids:
         base = f"/proc/{pid}/task/{tid}"
-        state = next((ln.split(":", 1)[1].strip() for ln in _read(f"{base}/status").splitlines() if ln.startswith("State:")), "?")
+        state = next(
+            (ln.split(":", 1)[1].strip() for ln in _read(f"{base}/status").splitlines() if ln.startswith("State:")), "?"
+        )
         lines.append(f'task {tid} [{state}] "{_read(f"{base}/comm")}"  wchan: {_read(f"{base}/wchan") or "0"}')
         stack = _read(f"{base}/stack")
         lines.extend("    kernel: " + s for s in stack.splitlines() if s)
@@ -93,8 +109,14 @@ def proc_view(pid: int) -> str:
 def _pyspy(exe: str, pid: int, native: bool) -> Tuple[bool, str]:
     argv = [exe, "dump", "--pid", str(pid)] + (["--native"] if native else [])
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=PYSPY_TIMEOUT, check=False)
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=PYSPY_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return False, f"py-spy took over {PYSPY_TIMEOUT:g} s"
     except OSError as exc:
@@ -239,7 +261,6 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-
 # ---------------------------------------------------------------- the launcher's side of a remote dump
 
 _NAME_RE = re.compile(r"^rank(\d+)$")
@@ -275,14 +296,22 @@ def remote_dump(argv: Sequence[str], folder: str) -> Dict[Optional[int], List[st
     """Run ``argv`` (a ``stackdump --stdout`` on another host: over ssh, in an srun step) within
     :data:`REMOTE_TIMEOUT` and write its dumps into ``folder``; rank -> files ({} when it failed)."""
     try:
-        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              timeout=REMOTE_TIMEOUT, check=False)
+        done = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=REMOTE_TIMEOUT,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return write_dumps(folder, done.stdout.decode("utf-8", "replace"))
 
 
-def dump_each(groups: Dict[str, Any], dump_one: Callable[[str, Any], Dict[Optional[int], List[str]]]) -> Dict[Optional[int], List[str]]:
+def dump_each(
+    groups: Dict[str, Any], dump_one: Callable[[str, Any], Dict[Optional[int], List[str]]]
+) -> Dict[Optional[int], List[str]]:
     """``dump_one(host, what)`` for every host of ``groups`` at once (each within
     :data:`REMOTE_TIMEOUT`); every host's rank -> files, merged."""
     out: Dict[Optional[int], List[str]] = {}

@@ -16,6 +16,7 @@ every planned process it runs elsewhere.  What the backends share:
 * :func:`read_json_record`: one status record the backend's helpers write in the attempt dir
   (mpirun's rsh agent wrapper, the Slurm task shim).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,11 +30,24 @@ from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import ProcPlan
 
 
-def launcher_plan(name: str, argv: Sequence[str], cwd: str, log: str, env: Tuple[Tuple[str, str], ...] = ()) -> ProcPlan:
+def launcher_plan(
+    name: str, argv: Sequence[str], cwd: str, log: str, env: Tuple[Tuple[str, str], ...] = ()
+) -> ProcPlan:
     """The planned process of a stand-in run on this machine (``mpirun``, ``srun``): role
     ``launcher``, host ``localhost``, no rank nor device."""
-    return ProcPlan(name=name, role=Role.LAUNCHER, host="localhost", rank=None, local_rank=None, node_rank=None,
-                    device_id=None, argv=tuple(argv), env=env, cwd=cwd, log=log)
+    return ProcPlan(
+        name=name,
+        role=Role.LAUNCHER,
+        host="localhost",
+        rank=None,
+        local_rank=None,
+        node_rank=None,
+        device_id=None,
+        argv=tuple(argv),
+        env=env,
+        cwd=cwd,
+        log=log,
+    )
 
 
 def start_standin(plan: ProcPlan, log_path: str, cwd: str, watchdog: Optional[WatchdogLink] = None) -> LocalProcess:
@@ -122,9 +136,19 @@ class StandInProcess(LocalProcess):
         self.end_elsewhere()
         kill_tree(self.pid, self.pgid, signal.SIGKILL)
 
-    def own_result(self, rc: Optional[int], when: Optional[float], name: Optional[str] = None,
-                   reason: Optional[str] = None) -> ProcResult:
+    def own_result(
+        self, rc: Optional[int], when: Optional[float], name: Optional[str] = None, reason: Optional[str] = None
+    ) -> ProcResult:
         """The stand-in's own result (on ``localhost``, no rank, its own log), named ``name``
         (None: its plan's name)."""
-        return ProcResult(name if name is not None else self.plan.name, None, "localhost", rc, self.started, when,
-                          self.own_log, pid=self.pid, reason=reason)
+        return ProcResult(
+            name if name is not None else self.plan.name,
+            None,
+            "localhost",
+            rc,
+            self.started,
+            when,
+            self.own_log,
+            pid=self.pid,
+            reason=reason,
+        )

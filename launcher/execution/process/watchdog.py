@@ -34,6 +34,7 @@ The watchdog then, in rounds until a round finds nothing new:
 Teardown here is hard (SIGKILL, no grace): a SIGKILLed mslaunch cannot report anything anyway,
 and its graceful path (SIGINT/SIGTERM to mslaunch) is mslaunch's own teardown.
 """
+
 from __future__ import annotations
 
 import os
@@ -139,7 +140,9 @@ def on_death(link: "object", argv: List[str]) -> None:
 def _run_cleanups(cleanups: List[List[str]]) -> None:
     for argv in cleanups:
         try:
-            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+            subprocess.run(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30
+            )
         except (OSError, subprocess.SubprocessError):
             pass
 

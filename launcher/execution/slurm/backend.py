@@ -32,6 +32,7 @@ grace, then ``scancel --signal=KILL`` and ``scancel`` of the attempt's steps and
 If mslaunch dies, the job's watchdog kills srun and then runs
 ``python -m launcher.execution.slurm.cancel <job> <step name>`` (registered at create time).
 """
+
 from __future__ import annotations
 
 import os
@@ -66,8 +67,10 @@ def _records(status_dir: str, proc: ProcPlan) -> Tuple[Dict[str, Any], Optional[
     """The shim's start record of ``proc`` (``{}`` until it started) and its exit record (None
     until it ended)."""
     key = record_key(proc.rank)
-    return (read_json_record(os.path.join(status_dir, f"{key}.start.json")) or {},
-            read_json_record(os.path.join(status_dir, f"{key}.exit.json")))
+    return (
+        read_json_record(os.path.join(status_dir, f"{key}.start.json")) or {},
+        read_json_record(os.path.join(status_dir, f"{key}.exit.json")),
+    )
 
 
 def _steps(plan: Plan, attempt_dir: str, attempt: int) -> Tuple[Optional[Any], Any]:
@@ -91,7 +94,9 @@ class SrunStepProcess(StandInProcess):
     without the node). Each of the step's processes on such a node ends as ``host_lost``.
     """
 
-    def __init__(self, base: LocalProcess, backend: "SlurmBackend", procs: List[StartRequest], role_plan: ProcPlan) -> None:
+    def __init__(
+        self, base: LocalProcess, backend: "SlurmBackend", procs: List[StartRequest], role_plan: ProcPlan
+    ) -> None:
         super().__init__(base, role_plan)
         self.backend = backend
         self.procs = procs
@@ -139,7 +144,9 @@ class SrunStepProcess(StandInProcess):
             self._scancel("KILL")
             self._scancel(None)
 
-    def outcomes(self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None) -> List[ProcResult]:
+    def outcomes(
+        self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None
+    ) -> List[ProcResult]:
         """One result per process of the step, from the shims' records (see the module doc).
 
         A record's ``stopped`` flag marks an exit caused by a stop (Slurm ending the step after
@@ -159,8 +166,11 @@ class SrunStepProcess(StandInProcess):
         # When Slurm lost a node of the step, it ends the step's tasks on the other nodes
         # (SIGTERM, then SIGKILL after KillWait): such a signal exit is the node's consequence.
         ended_by_slurm = _STOP_CODES | (_KILL_CODES if lost else frozenset())
-        causes = [float(e.get("ended") or 0) for _, _, e in records
-                  if e is not None and int(e.get("returncode", 1)) not in ended_by_slurm | {0} and not e.get("stopped")]
+        causes = [
+            float(e.get("ended") or 0)
+            for _, _, e in records
+            if e is not None and int(e.get("returncode", 1)) not in ended_by_slurm | {0} and not e.get("stopped")
+        ]
         first_cause = min(causes) if causes else None
         for req, start, end in records:
             host = str((end or start).get("node") or req.proc.host)
@@ -172,21 +182,65 @@ class SrunStepProcess(StandInProcess):
                 stopped = code != 0 and (bool(end.get("stopped")) or (by_slurm and (torn or bool(lost) or after_cause)))
                 if code != 0 and not stopped:
                     own_failure = True
-                reason = note or (f"ended by Slurm: node {', '.join(sorted(lost))} lost" if lost else "stopped by Slurm/mslaunch")
-                out.append(ProcResult(req.proc.name, req.proc.rank, host, code, started, end.get("ended") or when, req.log_path,
-                                      torn_down=stopped, reason=reason if stopped else None, pid=start.get("pid")))
+                reason = note or (
+                    f"ended by Slurm: node {', '.join(sorted(lost))} lost" if lost else "stopped by Slurm/mslaunch"
+                )
+                out.append(
+                    ProcResult(
+                        req.proc.name,
+                        req.proc.rank,
+                        host,
+                        code,
+                        started,
+                        end.get("ended") or when,
+                        req.log_path,
+                        torn_down=stopped,
+                        reason=reason if stopped else None,
+                        pid=start.get("pid"),
+                    )
+                )
             elif host in lost or req.proc.host in lost:
                 own_failure = True
                 how = lost.get(host) or lost[req.proc.host]
-                out.append(ProcResult(req.proc.name, req.proc.rank, host, None, started, when, req.log_path, reason=how,
-                                      pid=start.get("pid"), host_lost=how))
+                out.append(
+                    ProcResult(
+                        req.proc.name,
+                        req.proc.rank,
+                        host,
+                        None,
+                        started,
+                        when,
+                        req.log_path,
+                        reason=how,
+                        pid=start.get("pid"),
+                        host_lost=how,
+                    )
+                )
             elif rc == 0:
-                out.append(ProcResult(req.proc.name, req.proc.rank, host, 0, started, when, req.log_path, pid=start.get("pid")))
+                out.append(
+                    ProcResult(req.proc.name, req.proc.rank, host, 0, started, when, req.log_path, pid=start.get("pid"))
+                )
             else:
-                out.append(ProcResult(req.proc.name, req.proc.rank, host, None, started, when, req.log_path, torn_down=True,
-                                      reason="ended by Slurm" if start else "not started by srun", pid=start.get("pid")))
+                out.append(
+                    ProcResult(
+                        req.proc.name,
+                        req.proc.rank,
+                        host,
+                        None,
+                        started,
+                        when,
+                        req.log_path,
+                        torn_down=True,
+                        reason="ended by Slurm" if start else "not started by srun",
+                        pid=start.get("pid"),
+                    )
+                )
         if rc not in (0, None) and not own_failure and not torn:
-            out.append(self.own_result(rc, when, "srun" if self.plan.role != Role.SCHEDULER else "srun (scheduler)", reason=note))
+            out.append(
+                self.own_result(
+                    rc, when, "srun" if self.plan.role != Role.SCHEDULER else "srun (scheduler)", reason=note
+                )
+            )
         return out
 
 
@@ -201,7 +255,9 @@ class SlurmBackend(WatchesHostThreads, Backend):
         watchdog: the job's watchdog (srun registers with it; it cancels the steps if mslaunch dies).
     """
 
-    def __init__(self, plan: Plan, attempt: int, attempt_dir: str, job_id: str, watchdog: Optional[WatchdogLink]) -> None:
+    def __init__(
+        self, plan: Plan, attempt: int, attempt_dir: str, job_id: str, watchdog: Optional[WatchdogLink]
+    ) -> None:
         self.plan = plan
         self.attempt = attempt
         self.attempt_dir = attempt_dir
@@ -226,8 +282,10 @@ class SlurmBackend(WatchesHostThreads, Backend):
     @classmethod
     def preflight(cls, plan: Plan) -> None:
         if not allocation_job_id(os.environ):
-            raise LaunchError("--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set); "
-                              "use salloc/sbatch, or 'mslaunch sbatch ...'")
+            raise LaunchError(
+                "--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set); "
+                "use salloc/sbatch, or 'mslaunch sbatch ...'"
+            )
         if shutil.which("srun") is None:
             raise LaunchError("srun not found; install the Slurm client (Debian: apt-get install slurm-client)")
 
@@ -251,16 +309,28 @@ class SlurmBackend(WatchesHostThreads, Backend):
         threads = {r: t for t in plan.host_threads for r in t.ranks}
 
         def entry(r: StartRequest) -> Dict[str, Any]:
-            out: Dict[str, Any] = {"name": r.proc.name, "rank": r.proc.rank, "argv": list(r.proc.argv), "env": [list(kv) for kv in r.proc.env],
-                   "cwd": r.cwd, "log": r.log_path}
+            out: Dict[str, Any] = {
+                "name": r.proc.name,
+                "rank": r.proc.rank,
+                "argv": list(r.proc.argv),
+                "env": [list(kv) for kv in r.proc.env],
+                "cwd": r.cwd,
+                "log": r.log_path,
+            }
             t = threads.get(r.proc.rank) if r.proc.rank is not None else None
             if t is not None and t.set_vars:  # set by the shim from its node's cores
                 out["threads"] = {"set": list(t.set_vars), "user_omp": t.user_omp}
             return out
 
         tasks = os.path.join(self.status_dir, "tasks.json")
-        write_json(tasks, {"scheduler": entry(sched_req[0]) if sched_req else None, "workers": [entry(r) for r in worker_reqs],
-                           "status_dir": self.status_dir})
+        write_json(
+            tasks,
+            {
+                "scheduler": entry(sched_req[0]) if sched_req else None,
+                "workers": [entry(r) for r in worker_reqs],
+                "status_dir": self.status_dir,
+            },
+        )
         sched, workers = _steps(plan, attempt_dir, self.attempt)
         hostfile = os.path.join(self.status_dir, "hostfile")
         with open(hostfile, "w", encoding="utf-8") as fh:
@@ -299,7 +369,9 @@ class SlurmBackend(WatchesHostThreads, Backend):
         from launcher.execution.slurm.submit import job_record
 
         restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
-        return outside_stop(job_record(self.job_id, timeout=3.0), self.job_id, int(restarts) if restarts.isdigit() else 0)
+        return outside_stop(
+            job_record(self.job_id, timeout=3.0), self.job_id, int(restarts) if restarts.isdigit() else 0
+        )
 
     def lost_nodes(self, nodes: List[str]) -> Dict[str, str]:
         """Of ``nodes``, those Slurm holds lost (see :func:`launcher.execution.slurm.nodes.lost_nodes`)."""

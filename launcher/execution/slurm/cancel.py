@@ -5,6 +5,7 @@
 Used by the slurm backend's teardown and by the job's watchdog when mslaunch dies (it cannot know
 the step ids in advance: steps are found with ``squeue --steps`` by their ``--job-name``).
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,13 @@ from typing import List, Optional
 def step_ids(job_id: str, step_name: str, timeout: float = 15.0) -> List[str]:
     """The ids (``J.S``) of job ``job_id``'s running steps named ``step_name``."""
     try:
-        out = subprocess.run(["squeue", "-h", "--steps", "-j", job_id, "-o", "%i %j"], capture_output=True, text=True,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            ["squeue", "-h", "--steps", "-j", job_id, "-o", "%i %j"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     ids = []

@@ -9,6 +9,7 @@ Checks, each ✓ or ✗ with a detail:
 * ``python@<node>``: one task per node (``srun --overlap --ntasks-per-node=1``) reports the
   node's Python and MindSpore versions; they must match this machine's.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,16 +56,24 @@ def slurm_checks(environ: Mapping[str, str], np: Optional[int], python: str = sy
 
     out: List[SlurmCheck] = []
     parts = _run(["sinfo", "-h", "-o", "%P %a"])
-    out.append(SlurmCheck("sinfo", parts.returncode == 0, "slurmctld answers" if parts.returncode == 0 else _last(parts)))
+    out.append(
+        SlurmCheck("sinfo", parts.returncode == 0, "slurmctld answers" if parts.returncode == 0 else _last(parts))
+    )
     queue = _run(["squeue", "-h", "-o", "%i"])
-    out.append(SlurmCheck("squeue", queue.returncode == 0,
-                          f"{len(queue.stdout.split())} job(s) queued" if queue.returncode == 0 else _last(queue)))
+    out.append(
+        SlurmCheck(
+            "squeue",
+            queue.returncode == 0,
+            f"{len(queue.stdout.split())} job(s) queued" if queue.returncode == 0 else _last(queue),
+        )
+    )
     if parts.returncode != 0:
         return out
     rows = [line.split() for line in parts.stdout.splitlines() if line.strip()]
     down = [p for p, a in rows if a != "up"]
-    out.append(SlurmCheck("partitions", bool(rows) and not down,
-                          ", ".join(f"{p} {a}" for p, a in rows) or "no partition"))
+    out.append(
+        SlurmCheck("partitions", bool(rows) and not down, ", ".join(f"{p} {a}" for p, a in rows) or "no partition")
+    )
     alloc = None
     if in_allocation(environ):
         try:
@@ -76,19 +85,53 @@ def slurm_checks(environ: Mapping[str, str], np: Optional[int], python: str = sy
     if states.returncode == 0:
         pairs = sorted({tuple(line.split()[:2]) for line in states.stdout.splitlines() if len(line.split()) >= 2})
         bad = [f"{n} {s}" for n, s in pairs if any(s.lower().startswith(b[:4]) for b in BAD_STATES) or s.endswith("*")]
-        out.append(SlurmCheck("nodes", not bad and bool(pairs), ", ".join(bad) if bad else f"{len(pairs)} node(s): "
-                              + ", ".join(f"{n} {s}" for n, s in pairs)))
+        out.append(
+            SlurmCheck(
+                "nodes",
+                not bad and bool(pairs),
+                ", ".join(bad) if bad else f"{len(pairs)} node(s): " + ", ".join(f"{n} {s}" for n, s in pairs),
+            )
+        )
     if alloc is None:
         if not in_allocation(environ):
-            out.append(SlurmCheck("allocation", True, "not inside an allocation: 'mslaunch run --launcher slurm' needs salloc/sbatch "
-                                  "or 'mslaunch sbatch'; per-node checks skipped"))
+            out.append(
+                SlurmCheck(
+                    "allocation",
+                    True,
+                    "not inside an allocation: 'mslaunch run --launcher slurm' needs salloc/sbatch "
+                    "or 'mslaunch sbatch'; per-node checks skipped",
+                )
+            )
         return out
     slots = sum(alloc.slots)
     want = np if np is not None else slots
-    out.append(SlurmCheck("allocation", want <= slots, f"job {alloc.job_id}: {len(alloc.nodes)} node(s), {slots} slot(s)"
-                          + (f"; --np {np} needs more: salloc more nodes or --ntasks-per-node" if want > slots else f" for {want} rank(s)")))
-    probe = _run(["srun", "--overlap", "--overcommit", f"--nodes={len(alloc.nodes)}", "--ntasks-per-node=1",
-                  f"--ntasks={len(alloc.nodes)}", "--input=none", python, "-c", program_source("launcher.execution.probes.node_facts")], timeout=120)
+    out.append(
+        SlurmCheck(
+            "allocation",
+            want <= slots,
+            f"job {alloc.job_id}: {len(alloc.nodes)} node(s), {slots} slot(s)"
+            + (
+                f"; --np {np} needs more: salloc more nodes or --ntasks-per-node"
+                if want > slots
+                else f" for {want} rank(s)"
+            ),
+        )
+    )
+    probe = _run(
+        [
+            "srun",
+            "--overlap",
+            "--overcommit",
+            f"--nodes={len(alloc.nodes)}",
+            "--ntasks-per-node=1",
+            f"--ntasks={len(alloc.nodes)}",
+            "--input=none",
+            python,
+            "-c",
+            program_source("launcher.execution.probes.node_facts"),
+        ],
+        timeout=120,
+    )
     seen: Dict[str, Dict[str, object]] = {}
     for line in probe.stdout.splitlines():
         try:
@@ -115,6 +158,16 @@ def slurm_checks(environ: Mapping[str, str], np: Optional[int], python: str = sy
             out.append(SlurmCheck(f"python@{node}", False, f"no answer from the srun probe: {_last(probe)}"))
             continue
         same = data.get("python") == platform.python_version() and data.get("mindspore") == local_ms
-        out.append(SlurmCheck(f"python@{node}", same, f"Python {data.get('python')}, MindSpore {data.get('mindspore') or 'not installed'}"
-                              + ("" if same else f" (here: Python {platform.python_version()}, MindSpore {local_ms or 'not installed'})")))
+        out.append(
+            SlurmCheck(
+                f"python@{node}",
+                same,
+                f"Python {data.get('python')}, MindSpore {data.get('mindspore') or 'not installed'}"
+                + (
+                    ""
+                    if same
+                    else f" (here: Python {platform.python_version()}, MindSpore {local_ms or 'not installed'})"
+                ),
+            )
+        )
     return out

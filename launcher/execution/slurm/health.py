@@ -8,6 +8,7 @@ opens on its address towards the nodes and speaks the same JSON lines as over SS
 probe does not connect within the start time limit, or whose step ends first, is ``faulty``
 with srun's last line.  Peers reach a node's transfer sink at its ``NodeAddr``.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,15 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from launcher.execution.checks.health import HealthBudget, HealthResult, ProbeLink, close_all, device_limit, drive, probe_source
+from launcher.execution.checks.health import (
+    HealthBudget,
+    HealthResult,
+    ProbeLink,
+    close_all,
+    device_limit,
+    drive,
+    probe_source,
+)
 from launcher.execution.probes.health_probe import THREAD_ENV
 from launcher.planning.health.rounds import DEFAULT_THRESHOLD
 
@@ -94,8 +103,15 @@ def _last(proc: "subprocess.Popen[bytes]") -> str:
     return lines[-1] if lines else f"exit code {proc.returncode}"
 
 
-def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "numpy", threshold: float = DEFAULT_THRESHOLD,
-                 budget: HealthBudget = HealthBudget(), devices: Optional[Mapping[str, Mapping[str, Any]]] = None) -> HealthResult:
+def slurm_health(
+    environ: Mapping[str, str],
+    python: str,
+    *,
+    kernel: str = "numpy",
+    threshold: float = DEFAULT_THRESHOLD,
+    budget: HealthBudget = HealthBudget(),
+    devices: Optional[Mapping[str, Mapping[str, Any]]] = None,
+) -> HealthResult:
     """Check every node of the allocation ``environ`` describes (see the module doc); ``devices``:
     node -> its device order, run after the network rounds (see
     :mod:`launcher.execution.checks.health`).
@@ -122,12 +138,38 @@ def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "nump
     start_t = budget.mindspore_start_timeout if kernel == "mindspore" else budget.start_timeout
     try:
         for node in nodes:
-            cfg = json.dumps({"lifetime": lifetime, "bind": "", "kernel": kernel, "connect": [me, srv.getsockname()[1]], "token": node})
-            argv = ["srun", "--overlap", "--overcommit", "-N1", "-n1", f"--nodelist={node}", "--input=none", "--quiet",
-                    python, "-c", probe_source(), cfg]
+            cfg = json.dumps(
+                {
+                    "lifetime": lifetime,
+                    "bind": "",
+                    "kernel": kernel,
+                    "connect": [me, srv.getsockname()[1]],
+                    "token": node,
+                }
+            )
+            argv = [
+                "srun",
+                "--overlap",
+                "--overcommit",
+                "-N1",
+                "-n1",
+                f"--nodelist={node}",
+                "--input=none",
+                "--quiet",
+                python,
+                "-c",
+                probe_source(),
+                cfg,
+            ]
             try:
-                procs[node] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.PIPE, start_new_session=True)
+                procs[node] = subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 failures[node] = f"cannot run srun: {exc.strerror or exc}"
         _accept(srv, nodes, procs, links, failures, time.monotonic() + start_t)
@@ -135,8 +177,17 @@ def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "nump
             if node not in links and node not in failures:
                 failures[node] = "the probe did not connect in time (srun: slurmd down or the node unreachable?)"
         addr = {n: addrs[n] for n in links}
-        return drive(nodes, links, failures, addr, kernel=kernel, threshold=threshold, budget=budget, t_start=t_start,
-                     devices=devices)
+        return drive(
+            nodes,
+            links,
+            failures,
+            addr,
+            kernel=kernel,
+            threshold=threshold,
+            budget=budget,
+            t_start=t_start,
+            devices=devices,
+        )
     finally:
         srv.close()
         close_all(list(links.values()))
@@ -146,8 +197,14 @@ def slurm_health(environ: Mapping[str, str], python: str, *, kernel: str = "nump
                 _stop_srun(proc, deadline)
 
 
-def _accept(srv: socket.socket, nodes: List[str], procs: Dict[str, "subprocess.Popen[bytes]"], links: Dict[str, ProbeLink],
-            failures: Dict[str, str], deadline: float) -> None:
+def _accept(
+    srv: socket.socket,
+    nodes: List[str],
+    procs: Dict[str, "subprocess.Popen[bytes]"],
+    links: Dict[str, ProbeLink],
+    failures: Dict[str, str],
+    deadline: float,
+) -> None:
     """Take the probes' connections (each says its node first) until every node connected or
     failed, or ``deadline``."""
     srv.settimeout(0.1)

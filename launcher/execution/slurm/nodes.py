@@ -1,6 +1,7 @@
 """Slurm nodes as slurmctld knows them (``scontrol show node -o``): node name -> address (node
 names need not resolve on the nodes, but ``MS_SCHED_HOST`` must be an address every node
 reaches), and the nodes Slurm holds lost (down, or their slurmd not responding)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -19,10 +20,17 @@ def node_addrs(nodes: Sequence[str], timeout: float = 30.0) -> Dict[str, str]:
     from launcher.planning.inventory.hostlist import fold_hostlist
 
     try:
-        res = subprocess.run(["scontrol", "show", "node", "-o", fold_hostlist(list(nodes))], capture_output=True, text=True,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            ["scontrol", "show", "node", "-o", fold_hostlist(list(nodes))],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
-        raise LaunchError("scontrol not found; install the Slurm client (Debian: apt-get install slurm-client)") from None
+        raise LaunchError(
+            "scontrol not found; install the Slurm client (Debian: apt-get install slurm-client)"
+        ) from None
     except subprocess.TimeoutExpired:
         raise LaunchError(f"scontrol show node did not answer within {timeout:g} s; is slurmctld reachable?") from None
     if res.returncode != 0:
@@ -41,8 +49,13 @@ def lost_nodes(nodes: Sequence[str], timeout: float = 5.0) -> Dict[str, str]:
     if not nodes:
         return {}
     try:
-        res = subprocess.run(["scontrol", "show", "node", "-o", fold_hostlist(sorted(set(nodes)))], capture_output=True,
-                             text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            ["scontrol", "show", "node", "-o", fold_hostlist(sorted(set(nodes)))],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     if res.returncode != 0:

@@ -11,6 +11,7 @@ REQUEUE mode that ends the batch script too: the job's ``Restarts`` is then abov
 Exit status: 0 requeued; 1 not (not preempted, no summary, or Slurm requeues it already);
 2 ``scontrol requeue`` failed (its message on stderr).
 """
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sys.stdout.write(f"mslaunch: preempted; requeueing Slurm job {job}\n")
     sys.stdout.flush()
     try:
-        res = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            ["scontrol", "requeue", job], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         sys.stderr.write(f"mslaunch: scontrol requeue {job} failed: {exc}\n")
         return 2

@@ -29,6 +29,7 @@ A worker with ``threads`` gets those thread variables from its node's usable cor
 Standard library only, but for the thread rule (:mod:`launcher.planning.cpu.hostcores`, imported only
 for a worker with ``threads``): it runs once per rank on every node.
 """
+
 from __future__ import annotations
 
 import json
@@ -76,7 +77,9 @@ def _subreaper() -> None:
         pass
 
 
-def thread_env(threads: Dict[str, Any], node: str, environ: Dict[str, str]) -> Tuple[Dict[str, str], List[str], Optional[Dict[str, Any]]]:
+def thread_env(
+    threads: Dict[str, Any], node: str, environ: Dict[str, str]
+) -> Tuple[Dict[str, str], List[str], Optional[Dict[str, Any]]]:
     """This task's thread variables from its node's usable cores, by the rule of
     :func:`launcher.planning.cpu.hostcores.host_thread_env`: the cpuset and cgroup CPU quota this task
     runs under (:mod:`launcher.execution.probes.host_cores`) shared by the step's tasks on this
@@ -93,18 +96,31 @@ def thread_env(threads: Dict[str, Any], node: str, environ: Dict[str, str]) -> T
 
     here = tasks_on_node(environ)
     if here is None:
-        return {}, [f"mslaunch: cpu: {node}: threads not set (no SLURM_STEP_TASKS_PER_NODE/SLURM_LOCALID in the task)"], None
+        return (
+            {},
+            [f"mslaunch: cpu: {node}: threads not set (no SLURM_STEP_TASKS_PER_NODE/SLURM_LOCALID in the task)"],
+            None,
+        )
     k, local = here
     per_task = environ.get("SLURM_CPUS_PER_TASK", "")
     per_rank = int(per_task) if per_task.isdigit() and int(per_task) > 0 else None
     cores = parse_host_cores(read_host_cores(), node, f"the Slurm task shim on {node}")
-    decided = host_thread_env(HostThreads(node, tuple(range(k)), tuple(threads.get("set") or ()), threads.get("user_omp")),
-                              cores, per_rank, f"SLURM_CPUS_PER_TASK={per_task}")
+    decided = host_thread_env(
+        HostThreads(node, tuple(range(k)), tuple(threads.get("set") or ()), threads.get("user_omp")),
+        cores,
+        per_rank,
+        f"SLURM_CPUS_PER_TASK={per_task}",
+    )
     if local != 0:
         return dict(decided.env.get(local, {})), [], None
     lines = [f"mslaunch: cpu: {n}" for n in decided.notes] + [f"mslaunch: warning: {w}" for w in decided.warnings]
-    record = {"cores": cores.to_json(), "env": {str(r): dict(e) for r, e in decided.env.items()}, "cpus_per_task": per_rank,
-              "notes": list(decided.notes), "warnings": list(decided.warnings)}
+    record = {
+        "cores": cores.to_json(),
+        "env": {str(r): dict(e) for r, e in decided.env.items()},
+        "cpus_per_task": per_rank,
+        "notes": list(decided.notes),
+        "warnings": list(decided.warnings),
+    }
     return dict(decided.env.get(local, {})), lines, record
 
 
@@ -153,17 +169,34 @@ def main(argv: List[str]) -> int:
             log.write(("\n".join(lines) + "\n").encode())
         try:
             _subreaper()
-            child = subprocess.Popen(proc["argv"], cwd=proc["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                                     preexec_fn=_child_setup)
+            child = subprocess.Popen(
+                proc["argv"],
+                cwd=proc["cwd"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=_child_setup,
+            )
         except OSError as exc:
             log.write(f"mslaunch: cannot start {proc['argv'][0]!r} on {node}: {exc.strerror}\n".encode())
-            _write(os.path.join(status_dir, f"{key}.exit.json"), {"returncode": 127, "ended": time.time(), "node": node, "stopped": stopped})
+            _write(
+                os.path.join(status_dir, f"{key}.exit.json"),
+                {"returncode": 127, "ended": time.time(), "node": node, "stopped": stopped},
+            )
             return 127
-    _write(os.path.join(status_dir, f"{key}.start.json"), {
-        "pid": child.pid, "node": node, "started": time.time(),
-        "job": os.environ.get("SLURM_JOB_ID"), "step": os.environ.get("SLURM_STEP_ID"),
-    })
+    _write(
+        os.path.join(status_dir, f"{key}.start.json"),
+        {
+            "pid": child.pid,
+            "node": node,
+            "started": time.time(),
+            "job": os.environ.get("SLURM_JOB_ID"),
+            "step": os.environ.get("SLURM_STEP_ID"),
+        },
+    )
     if stopped:  # a stop signal came before the child existed
         try:
             os.killpg(child.pid, signal.SIGTERM)
@@ -176,7 +209,10 @@ def main(argv: List[str]) -> int:
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
             continue
     ended = time.time()
-    _write(os.path.join(status_dir, f"{key}.exit.json"), {"returncode": rc, "ended": ended, "node": node, "stopped": stopped})
+    _write(
+        os.path.join(status_dir, f"{key}.exit.json"),
+        {"returncode": rc, "ended": ended, "node": node, "stopped": stopped},
+    )
     # whatever the rank left in its session ends with it
     try:
         os.killpg(child.pid, signal.SIGKILL)

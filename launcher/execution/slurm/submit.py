@@ -1,4 +1,5 @@
 """Slurm batch jobs of ``mslaunch sbatch``: submit, ask their state, cancel (sbatch/squeue/scancel)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,7 +12,9 @@ def _run(argv: List[str], timeout: float) -> "subprocess.CompletedProcess[str]":
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
-        raise LaunchError(f"{argv[0]} not found; install the Slurm client (Debian: apt-get install slurm-client)") from None
+        raise LaunchError(
+            f"{argv[0]} not found; install the Slurm client (Debian: apt-get install slurm-client)"
+        ) from None
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{argv[0]} did not answer within {timeout:g} s; is slurmctld reachable?") from None
 
@@ -23,8 +26,14 @@ def submit(script: str, cwd: str, timeout: float = 60.0) -> str:
         LaunchError: sbatch refused the job (its message) or is missing.
     """
     try:
-        res = subprocess.run(["sbatch", "--parsable", script], capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                             stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            ["sbatch", "--parsable", script],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
         raise LaunchError("sbatch not found; install the Slurm client (Debian: apt-get install slurm-client)") from None
     except subprocess.TimeoutExpired:

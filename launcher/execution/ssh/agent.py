@@ -28,6 +28,7 @@ then ``length`` bytes::
 
 The agent's stderr carries nothing of the protocol (only what Python itself might print).
 """
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,11 @@ def agent_source() -> str:
     if _AGENT_SOURCE is None:
         from launcher.execution.probes import program_source
 
-        _AGENT_SOURCE = program_source("launcher.execution.probes.host_cores", "launcher.execution.ssh.remote_link",
-                                       "launcher.execution.ssh.remote_agent")
+        _AGENT_SOURCE = program_source(
+            "launcher.execution.probes.host_cores",
+            "launcher.execution.ssh.remote_link",
+            "launcher.execution.ssh.remote_agent",
+        )
     return _AGENT_SOURCE
 
 
@@ -74,7 +78,9 @@ def bootstrap_payload(host: str, ping_timeout: float, heartbeat: float = PING_IN
         ping_timeout: seconds without a ping after which the agent ends every rank.
         heartbeat: seconds between the agent's heartbeats.
     """
-    body = json.dumps({"src": agent_source(), "cfg": {"host": host, "ping_timeout": ping_timeout, "heartbeat": heartbeat}}).encode("utf-8")
+    body = json.dumps(
+        {"src": agent_source(), "cfg": {"host": host, "ping_timeout": ping_timeout, "heartbeat": heartbeat}}
+    ).encode("utf-8")
     return str(len(body)).encode("ascii") + b"\n" + body
 
 
@@ -122,7 +128,13 @@ class AgentConfig:
 
     def to_json(self) -> Dict[str, Any]:
         """The JSON object the agent's ``start`` request carries."""
-        return {"argv": list(self.argv), "env": dict(self.env), "cwd": self.cwd, "mkdir": self.mkdir, "env_dump": self.env_dump}
+        return {
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            "mkdir": self.mkdir,
+            "env_dump": self.env_dump,
+        }
 
     def start_op(self, rank_id: int) -> bytes:
         """The ``start`` request line for this rank under id ``rank_id``."""
@@ -168,7 +180,7 @@ class FrameReader:
                     raise FrameError(f"frame kind {kind!r}, length {length}")
                 if len(buf) - pos - size < length:
                     break
-                body = bytes(buf[pos + size:pos + size + length])
+                body = bytes(buf[pos + size : pos + size + length])
                 pos += size + length
                 if kind == b"O":
                     yield "O", rid, body

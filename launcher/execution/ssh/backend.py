@@ -32,6 +32,7 @@ Rank handle state machine (:class:`~.hostagent.SshProcess`)::
     requested --"error" msg, "exit 127"--> done (127, reason)
     requested/running --its host agent ended--> done (255 or the agent's status, reason)
 """
+
 from __future__ import annotations
 
 import os
@@ -263,8 +264,12 @@ class SshBackend(Backend):
                 data = json.load(f)
         except (OSError, ValueError):
             data = {}
-        data[threads.host] = {"cores": cores.to_json(), "env": {str(r): dict(e) for r, e in decided.env.items()},
-                              "notes": list(decided.notes), "warnings": list(decided.warnings)}
+        data[threads.host] = {
+            "cores": cores.to_json(),
+            "env": {str(r): dict(e) for r, e in decided.env.items()},
+            "notes": list(decided.notes),
+            "warnings": list(decided.warnings),
+        }
         from launcher.jobs.files import write_atomic
 
         write_atomic(path, json.dumps(data, indent=1) + "\n", mode=0o644)
@@ -285,7 +290,6 @@ class SshBackend(Backend):
         for t in threads:
             t.join(5.0)
         self.logs.close()
-
 
     def _let_agents_exit(self, timeout: float = _AGENT_EXIT_WAIT) -> None:
         """End every agent's stdin and wait (at most ``timeout`` s, all hosts at once) until sshd

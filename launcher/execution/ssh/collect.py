@@ -1,4 +1,5 @@
 """Collect one file from many hosts in parallel (``ranktable gen --collect``)."""
+
 from __future__ import annotations
 
 from typing import Dict, Sequence
@@ -22,6 +23,7 @@ def collect_files(hosts: Sequence[Host], path: str, settings: SSHSettings = SSHS
     remote = [h for h in hosts if not h.is_local]
     conns = connect_each(remote, settings) if remote else {}
     try:
+
         def one(host: Host) -> str:
             if host.is_local:
                 return _read_local(host, path)

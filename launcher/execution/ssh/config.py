@@ -6,6 +6,7 @@ read with ``Include`` lines expanded (``Host`` patterns, ``HostName``, ``User``,
 ``GlobalKnownHostsFile``, ``StrictHostKeyChecking``), then the YAML inventory's per-host
 ``ssh: {user, port, key}`` goes on top.  ``~`` is ``$HOME``.  No key material is ever read here.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -122,15 +123,28 @@ def resolve_target(host: Host, config: paramiko.SSHConfig, known_hosts: Optional
     if known_hosts is not None:
         user_kh: Tuple[str, ...] = (os.path.expanduser(known_hosts),)
     else:
-        user_kh = tuple(os.path.expanduser(p) for p in shlex.split(conf.get("userknownhostsfile", "~/.ssh/known_hosts ~/.ssh/known_hosts2")))
-    global_kh = tuple(os.path.expanduser(p) for p in shlex.split(conf.get("globalknownhostsfile", "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2")))
+        user_kh = tuple(
+            os.path.expanduser(p)
+            for p in shlex.split(conf.get("userknownhostsfile", "~/.ssh/known_hosts ~/.ssh/known_hosts2"))
+        )
+    global_kh = tuple(
+        os.path.expanduser(p)
+        for p in shlex.split(conf.get("globalknownhostsfile", "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"))
+    )
     strict = conf.get("stricthostkeychecking", "ask").lower()
     only = conf.get("identitiesonly", "no").lower() == "yes"
     agent = conf.get("identityagent", "").lower() != "none" and not only
     return SshTarget(
-        name=host.name, hostname=hostname, port=port, user=user, key_files=keys, known_hosts=user_kh,
-        global_known_hosts=global_kh, accept_new=strict in ("accept-new", "no", "off"),
-        allow_agent=agent, look_for_keys=not keys and not only,
+        name=host.name,
+        hostname=hostname,
+        port=port,
+        user=user,
+        key_files=keys,
+        known_hosts=user_kh,
+        global_known_hosts=global_kh,
+        accept_new=strict in ("accept-new", "no", "off"),
+        allow_agent=agent,
+        look_for_keys=not keys and not only,
     )
 
 
@@ -152,4 +166,3 @@ def resolve_addrs(inventory: Inventory, ssh_config: Optional[str]) -> Inventory:
                 h = replace(h, addr=name)
         hosts.append(h)
     return Inventory(tuple(hosts), source=inventory.source)
-

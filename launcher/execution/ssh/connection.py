@@ -6,6 +6,7 @@ host that could not be reached and why; :func:`connect_each` returns the reasons
 Every failure becomes one line naming the host (:func:`describe_connect_error`); key material
 is never logged.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,20 +35,29 @@ def describe_connect_error(target: SshTarget, exc: BaseException, timeout: float
     if isinstance(exc, UnknownHostKey):
         port = f"-p {target.port} " if target.port != 22 else ""
         kh = target.known_hosts[0] if target.known_hosts else "~/.ssh/known_hosts"
-        return (f"host key for {target.name} is not known ({exc.key.get_name()} {fingerprint(exc.key)}); verify it and add it "
-                f"to known_hosts (ssh-keyscan {port}{target.hostname} >> {kh}) or pass --ssh-accept-new")
+        return (
+            f"host key for {target.name} is not known ({exc.key.get_name()} {fingerprint(exc.key)}); verify it and add it "
+            f"to known_hosts (ssh-keyscan {port}{target.hostname} >> {kh}) or pass --ssh-accept-new"
+        )
     if isinstance(exc, paramiko.BadHostKeyException):
         kh = target.known_hosts[0] if target.known_hosts else "~/.ssh/known_hosts"
-        return (f"host key for {target.name} has CHANGED (now {fingerprint(exc.key)}); someone may be intercepting the "
-                f"connection; if the host was reinstalled, remove the old key with ssh-keygen -R {target.hostname} -f {kh}")
+        return (
+            f"host key for {target.name} has CHANGED (now {fingerprint(exc.key)}); someone may be intercepting the "
+            f"connection; if the host was reinstalled, remove the old key with ssh-keygen -R {target.hostname} -f {kh}"
+        )
     if isinstance(exc, paramiko.PasswordRequiredException):
         return f"the private key for {target.name} is encrypted; load it into ssh-agent (ssh-add) first"
     if isinstance(exc, paramiko.SSHException) and "no authentication methods" in str(exc).lower():
         exc = paramiko.AuthenticationException(str(exc))  # e.g. every key file is missing
     if isinstance(exc, paramiko.AuthenticationException):
-        keys = ", ".join(k + ("" if os.path.isfile(k) else " (missing)") for k in target.key_files) or "default keys / ssh-agent"
-        return (f"authentication failed as {target.user}@{where} (keys: {keys}); check User/IdentityFile in the ssh "
-                "config or ssh.user/ssh.key in the inventory")
+        keys = (
+            ", ".join(k + ("" if os.path.isfile(k) else " (missing)") for k in target.key_files)
+            or "default keys / ssh-agent"
+        )
+        return (
+            f"authentication failed as {target.user}@{where} (keys: {keys}); check User/IdentityFile in the ssh "
+            "config or ssh.user/ssh.key in the inventory"
+        )
     if isinstance(exc, socket.gaierror):
         return f"cannot resolve {target.hostname}: {exc.strerror or exc}"
     if isinstance(exc, (socket.timeout, TimeoutError)):
@@ -94,9 +104,16 @@ def open_client(target: SshTarget, accept_new: bool = False, timeout: float = 10
     keys = [k for k in target.key_files if os.path.isfile(k)]
     try:
         client.connect(
-            target.hostname, port=target.port, username=target.user, key_filename=keys or None,  # type: ignore[arg-type]  # paramiko takes a list of key files too; its stubs say one str
-            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
-            allow_agent=target.allow_agent, look_for_keys=target.look_for_keys,
+            target.hostname,
+            port=target.port,
+            username=target.user,
+            key_filename=keys or None,  # type: ignore[arg-type]  # paramiko takes a list of key files too; its stubs say one str
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            channel_timeout=timeout,
+            allow_agent=target.allow_agent,
+            look_for_keys=target.look_for_keys,
         )
     except Exception as exc:  # every failure becomes one line naming the host
         client.close()
@@ -242,7 +259,9 @@ class SshConnection:
         try:
             return client.open_sftp()
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise LaunchError(f"cannot open SFTP on {self.target.label}: {exc}; enable 'Subsystem sftp' in its sshd_config") from None
+            raise LaunchError(
+                f"cannot open SFTP on {self.target.label}: {exc}; enable 'Subsystem sftp' in its sshd_config"
+            ) from None
 
     def close(self, timeout: float = 3.0) -> None:
         """Close every connection to the host (bounded: a stalled link does not hang us)."""
@@ -265,7 +284,9 @@ class SshConnection:
         t.join(timeout)
 
 
-def run_parallel(fn: Callable[[Any], Any], items: Sequence[Any], pool: int) -> List[Tuple[Any, Optional[BaseException]]]:
+def run_parallel(
+    fn: Callable[[Any], Any], items: Sequence[Any], pool: int
+) -> List[Tuple[Any, Optional[BaseException]]]:
     """``fn(item)`` for every item with at most ``pool`` at once (daemon threads); results in order.
 
     If the caller is interrupted while waiting, results that arrive later are passed to

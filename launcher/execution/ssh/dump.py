@@ -13,6 +13,7 @@
 :mod:`launcher.execution.process.stackdump` prints one JSON line ``{"name", "pid", "text"}`` per process;
 :func:`write_dumps` turns them into ``<folder>/<name>.pid<P>.txt`` files here.
 """
+
 from __future__ import annotations
 
 import shlex

@@ -4,6 +4,7 @@
 frames into each rank's log file and exit, and notices when the host is lost;
 :class:`SshProcess` is one rank's handle.  Their state machines are in the backend's docstring.
 """
+
 from __future__ import annotations
 
 import collections
@@ -16,7 +17,15 @@ import paramiko
 
 from launcher.errors import LaunchError
 from launcher.execution.process.handle import ProcessHandle
-from launcher.execution.ssh.agent import LOST_RC, FrameError, FrameReader, agent_command, bootstrap_payload, op_line, split_lines
+from launcher.execution.ssh.agent import (
+    LOST_RC,
+    FrameError,
+    FrameReader,
+    agent_command,
+    bootstrap_payload,
+    op_line,
+    split_lines,
+)
 from launcher.execution.ssh.connection import SshConnection
 from launcher.execution.ssh.dump import StackDumps
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
@@ -28,6 +37,7 @@ _MAX_OPEN_LOGS = 256
 _READ_BUDGET = 1 << 20
 #: Seconds to wait for the exit status of an agent whose channel reached EOF.
 _STATUS_WAIT = 2.0
+
 
 class LogFiles:
     """Appends to many log files through a bounded set of open descriptors (LRU)."""
@@ -286,11 +296,11 @@ class HostAgent:
             at = self._junk.find(MAGIC)
             if at < 0:
                 if len(self._junk) > 1 << 16:  # a login shell that writes a lot to stdout
-                    self._note_junk(self._junk[:-len(MAGIC)])
-                    self._junk = self._junk[-len(MAGIC):]
+                    self._note_junk(self._junk[: -len(MAGIC)])
+                    self._junk = self._junk[-len(MAGIC) :]
                 return
             self._note_junk(self._junk[:at])
-            data, self._junk, self._synced = self._junk[at + len(MAGIC):], b"", True
+            data, self._junk, self._synced = self._junk[at + len(MAGIC) :], b"", True
         try:
             for kind, rid, body in self._reader.feed(data):
                 if kind == "O":
@@ -304,8 +314,11 @@ class HostAgent:
                     self._message(rid, body)
         except FrameError as exc:
             # Closing the session makes the agent end its ranks (stdin EOF).
-            self._ended(LOST_RC, f"the mslaunch agent's output from {self.host} is garbled ({exc}): does something on "
-                                 "that host write to the SSH session's stdout after login (a background job of a shell rc file)?")
+            self._ended(
+                LOST_RC,
+                f"the mslaunch agent's output from {self.host} is garbled ({exc}): does something on "
+                "that host write to the SSH session's stdout after login (a background job of a shell rc file)?",
+            )
             if self.chan is not None:
                 self.chan.close()
 
@@ -373,8 +386,11 @@ class HostAgent:
         if self.state == "starting":
             # Nothing from the agent yet: the login shell is still running (or hangs).
             if quiet > self.settings.start_timeout:
-                self._ended(LOST_RC, f"the mslaunch agent on {self.host} did not start within --ssh-start-timeout "
-                                     f"{self.settings.start_timeout:g} s (a slow or hanging login shell?)")
+                self._ended(
+                    LOST_RC,
+                    f"the mslaunch agent on {self.host} did not start within --ssh-start-timeout "
+                    f"{self.settings.start_timeout:g} s (a slow or hanging login shell?)",
+                )
             elif not self.conn.active():
                 self._ended(LOST_RC, f"connection to {self.host} lost (closed)", lost=True)
             return
@@ -396,9 +412,13 @@ class HostAgent:
             return
         said = "; ".join(self._said[-2:]) or "no output"
         if status is None or status < 0:  # sshd sent exit-signal (paramiko keeps no status)
-            self._ended(LOST_RC, f"the mslaunch agent on {self.host} ended without an exit status (killed by a signal?): {said}")
+            self._ended(
+                LOST_RC, f"the mslaunch agent on {self.host} ended without an exit status (killed by a signal?): {said}"
+            )
             return
-        self._ended(status if status else LOST_RC, f"the mslaunch agent on {self.host} exited with status {status}: {said}")
+        self._ended(
+            status if status else LOST_RC, f"the mslaunch agent on {self.host} exited with status {status}: {said}"
+        )
 
     def _ended(self, rc: int, reason: str, lost: bool = False) -> None:
         """The agent is gone: every unfinished rank ends with ``rc`` and ``reason``; ``lost``: because

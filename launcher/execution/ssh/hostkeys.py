@@ -7,6 +7,7 @@ to verify and add it, unless ``accept_new`` (``--ssh-accept-new``) or the config
 known_hosts file (:class:`AcceptNewPolicy`, trust on first use).  A *changed* key is always
 refused (paramiko raises ``BadHostKeyException`` before any policy is asked).
 """
+
 from __future__ import annotations
 
 import base64

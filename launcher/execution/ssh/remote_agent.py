@@ -43,6 +43,7 @@ run, walked from each rank's ``/proc/<pid>/task/*/children`` files) and by their
 and are killed when that rank exits.
 Nothing here runs a shell.
 """
+
 import json
 import os
 import signal
@@ -241,8 +242,15 @@ class Agent(object):
             rfd, wfd = os.pipe()
             try:
                 popen = subprocess.Popen(
-                    argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=wfd, stderr=wfd,
-                    start_new_session=True, close_fds=True, preexec_fn=_child_setup,
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=wfd,
+                    stderr=wfd,
+                    start_new_session=True,
+                    close_fds=True,
+                    preexec_fn=_child_setup,
                 )
             except BaseException:
                 os.close(rfd)
@@ -252,13 +260,20 @@ class Agent(object):
         except _StartError as exc:
             return self.failed(r, str(exc))
         except FileNotFoundError:
-            return self.failed(r, "cannot run %r on %s: no such file; check the program path (or python: in the inventory)"
-                               % (cfg["argv"][0], self.host))
+            return self.failed(
+                r,
+                "cannot run %r on %s: no such file; check the program path (or python: in the inventory)"
+                % (cfg["argv"][0], self.host),
+            )
         except PermissionError:
-            return self.failed(r, "cannot run %r on %s: permission denied (is it executable?)" % (cfg["argv"][0], self.host))
+            return self.failed(
+                r, "cannot run %r on %s: permission denied (is it executable?)" % (cfg["argv"][0], self.host)
+            )
         except (OSError, KeyError, IndexError, TypeError, ValueError) as exc:
             what = cfg.get("argv", ["?"])[0] if isinstance(cfg.get("argv"), list) and cfg.get("argv") else "?"
-            return self.failed(r, "cannot start %r on %s: %s" % (what, self.host, getattr(exc, "strerror", None) or exc))
+            return self.failed(
+                r, "cannot start %r on %s: %s" % (what, self.host, getattr(exc, "strerror", None) or exc)
+            )
         set_nonblocking(rfd)
         r.popen, r.pid, r.fd = popen, popen.pid, rfd
         self.by_pid[popen.pid] = r
@@ -277,9 +292,14 @@ class Agent(object):
             try:
                 os.makedirs(cwd, 0o700, exist_ok=True)
             except OSError as exc:
-                raise _StartError("cannot create working directory %s on %s: %s" % (cwd, self.host, exc.strerror or exc))
+                raise _StartError(
+                    "cannot create working directory %s on %s: %s" % (cwd, self.host, exc.strerror or exc)
+                )
         if not os.path.isdir(cwd):
-            raise _StartError("working directory %s does not exist on %s; run from a folder that exists on every host" % (cwd, self.host))
+            raise _StartError(
+                "working directory %s does not exist on %s; run from a folder that exists on every host"
+                % (cwd, self.host)
+            )
         return cwd
 
     def write_env_dump(self, path, env):

@@ -5,6 +5,7 @@ waiting on many descriptors.  Sent to the host with the agent's source (see
 no imports from ``launcher``, no annotations.  The protocol is described in
 :mod:`launcher.execution.ssh.agent`.
 """
+
 import json
 import os
 import select
@@ -81,7 +82,7 @@ class Outbox(object):
         """Write what the descriptor takes now; False when the link is broken (the queue is dropped)."""
         while self.buf:
             try:
-                n = os.write(self.fd, bytes(self.buf[:1 << 20]))
+                n = os.write(self.fd, bytes(self.buf[: 1 << 20]))
             except (BlockingIOError, InterruptedError):
                 return True
             except OSError:

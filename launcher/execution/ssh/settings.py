@@ -2,6 +2,7 @@
 
 This module imports nothing heavy (no paramiko), so the CLI can build the value at start-up.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """Files over SFTP: write a file atomically on a host (and read it back), read a file."""
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,9 @@ def put_file(conn: SshConnection, path: str, content: bytes, mode: int = 0o600) 
     finally:
         sftp.close()
     if back != content:
-        raise LaunchError(f"{path} on {conn.target.label} reads back different from what was written; check the remote disk")
+        raise LaunchError(
+            f"{path} on {conn.target.label} reads back different from what was written; check the remote disk"
+        )
 
 
 def read_file(conn: SshConnection, path: str, limit: int = 1 << 20) -> bytes:
@@ -66,4 +69,3 @@ def read_file(conn: SshConnection, path: str, limit: int = 1 << 20) -> bytes:
         raise LaunchError(f"cannot read {path} on {conn.target.label}: {exc}") from None
     finally:
         sftp.close()
-

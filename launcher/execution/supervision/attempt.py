@@ -18,6 +18,7 @@ the main thread blocks on that queue.  Signals to mslaunch become :class:`Interr
 exceptions, so ``finally`` blocks always tear down.  A backend that cannot be set up on a
 restart fails that attempt; on the first attempt its error reaches the caller.
 """
+
 from __future__ import annotations
 
 import os
@@ -107,10 +108,20 @@ class AttemptRunner:
         attempt_base: ``MSLAUNCH_ATTEMPT`` of the job's first attempt.
     """
 
-    def __init__(self, plan: Plan, attempt: int, adir: str, backend_factory: BackendFactory, options: SuperviseOptions, emit: Emit,
-                 prepare_attempt: Optional[Callable[[int, str], None]] = None, watchdog: Optional[Watchdog] = None,
-                 reap_orphans: Optional[Callable[[Set[int]], Any]] = None, hang: Optional["HangWatch"] = None,
-                 attempt_base: int = 0) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        attempt: int,
+        adir: str,
+        backend_factory: BackendFactory,
+        options: SuperviseOptions,
+        emit: Emit,
+        prepare_attempt: Optional[Callable[[int, str], None]] = None,
+        watchdog: Optional[Watchdog] = None,
+        reap_orphans: Optional[Callable[[Set[int]], Any]] = None,
+        hang: Optional["HangWatch"] = None,
+        attempt_base: int = 0,
+    ) -> None:
         self.plan, self.attempt, self.adir = plan, attempt, adir
         self.backend_factory = backend_factory
         self.options = options
@@ -136,9 +147,13 @@ class AttemptRunner:
         outcome = self._supervise(state, attempt, adir, deadline)
         results = state.results()
         if outcome.by_cluster:  # what died of the scheduler's signals did not fail by itself
-            results = [replace(r, torn_down=True, reason=r.reason or outcome.message) if r.failed else r for r in results]
+            results = [
+                replace(r, torn_down=True, reason=r.reason or outcome.message) if r.failed else r for r in results
+            ]
         status, code, cause, message = self._judge(outcome, results, adir)
-        return AttemptResult(attempt, adir, status, code, started, time.time(), tuple(results), cause, message, hang=outcome.hang)
+        return AttemptResult(
+            attempt, adir, status, code, started, time.time(), tuple(results), cause, message, hang=outcome.hang
+        )
 
     def _supervise(self, state: _Attempt, attempt: int, adir: str, deadline: Optional[float]) -> _Outcome:
         """Set up, start, watch and tear down one attempt; how it ended."""
@@ -200,7 +215,9 @@ class AttemptRunner:
                 raise
             raise _StartFailed(f"attempt {attempt} could not start: {exc}", exc.exit_code) from None
 
-    def _judge(self, outcome: _Outcome, results: List[ProcResult], adir: str) -> Tuple[str, int, Optional[RootCause], Optional[str]]:
+    def _judge(
+        self, outcome: _Outcome, results: List[ProcResult], adir: str
+    ) -> Tuple[str, int, Optional[RootCause], Optional[str]]:
         """Status, exit code, root cause (the earliest failure) and message of an attempt."""
         status, code, message = outcome.status, outcome.code, outcome.message
         cause = None
@@ -231,7 +248,9 @@ class AttemptRunner:
 
     # ---------------------------------------------------------------- starting
 
-    def _start_all(self, state: _Attempt, backend: Backend, adir: str, deadline: Optional[float], attempt: int = 0) -> None:
+    def _start_all(
+        self, state: _Attempt, backend: Backend, adir: str, deadline: Optional[float], attempt: int = 0
+    ) -> None:
         sched_idx: Optional[int] = None
         plan = restarts.attempt_plan(self.plan, attempt, self.options.max_restarts, self.attempt_base)
         for request in backend.requests(plan, adir):
@@ -253,7 +272,9 @@ class AttemptRunner:
                 handle = backend.start(proc, request.log_path, request.cwd)
             except LaunchError as exc:
                 now = time.time()
-                state.start_failure = ProcResult(proc.name, proc.rank, proc.host, None, now, now, request.log_path, reason=str(exc))
+                state.start_failure = ProcResult(
+                    proc.name, proc.rank, proc.host, None, now, now, request.log_path, reason=str(exc)
+                )
                 raise _StartFailed(str(exc), 1) from None
             idx = state.add(handle)
             self.host_records.started(handle.pid, local=handle.pgid is not None)  # reads a few files; never raises
@@ -261,7 +282,11 @@ class AttemptRunner:
         return idx
 
     def _is_scheduler(self, request: StartRequest) -> bool:
-        return request.proc.role == Role.SCHEDULER and self.plan.master_addr is not None and self.plan.master_port is not None
+        return (
+            request.proc.role == Role.SCHEDULER
+            and self.plan.master_addr is not None
+            and self.plan.master_port is not None
+        )
 
     def _wait_scheduler(self, state: _Attempt, idx: int, deadline: Optional[float]) -> None:
         from launcher.execution.ports import wait_accepting
@@ -285,10 +310,21 @@ class AttemptRunner:
         rc = handle.poll()
         if rc is not None:
             state.record(idx, rc, time.time())
-            raise _StartFailed(f"the scheduler exited ({describe_returncode(rc)}) before its port {addr}:{port} accepted connections", exit_code_of(rc) or 1)
+            raise _StartFailed(
+                f"the scheduler exited ({describe_returncode(rc)}) before its port {addr}:{port} accepted connections",
+                exit_code_of(rc) or 1,
+            )
         limit_text = f"--start-timeout {self.options.start_timeout:g} s"
-        state.start_failure = ProcResult(handle.plan.name, None, handle.host, None, handle.started, time.time(), handle.log_path,
-                                         reason=f"port {port} did not accept within {limit_text}")
+        state.start_failure = ProcResult(
+            handle.plan.name,
+            None,
+            handle.host,
+            None,
+            handle.started,
+            time.time(),
+            handle.log_path,
+            reason=f"port {port} did not accept within {limit_text}",
+        )
         raise _StartFailed(f"the scheduler's port {addr}:{port} did not accept connections within {limit_text}", 1)
 
     # ---------------------------------------------------------------- watching
@@ -309,7 +345,9 @@ class AttemptRunner:
             self._check_deadline(deadline)
             self._check_hang(state)
         state.transition(AttemptPhase.FINISHING)
-        state.drain_until(time.monotonic() + self.options.sched_grace, stop=lambda: all(i in state.exits for i in sched))
+        state.drain_until(
+            time.monotonic() + self.options.sched_grace, stop=lambda: all(i in state.exits for i in sched)
+        )
         return _Outcome(SUCCEEDED, 0)
 
     def _failure(self, state: _Attempt, pending: Set[int], sched: List[int]) -> Optional[_Outcome]:
@@ -333,7 +371,9 @@ class AttemptRunner:
         if outside is not None:
             return outside
         self.emit(events.Failure(name, handle.host, rc))
-        timed_out = self.hang.timed_out(handle, tail_lines(handle.log_path, COLLECTIVE_TAIL)) if self.hang is not None else None
+        timed_out = (
+            self.hang.timed_out(handle, tail_lines(handle.log_path, COLLECTIVE_TAIL)) if self.hang is not None else None
+        )
         if timed_out is not None and handle.plan.rank is not None:  # it waited for a stuck rank: a hang too
             return self._hung(state, None, (handle.plan.rank, timed_out))
         return _Outcome(FAILED, exit_code_of(rc))

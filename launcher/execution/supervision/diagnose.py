@@ -10,6 +10,7 @@ have moved itself into another cgroup), else of the cgroup it started in.  Ranks
 (ssh, mpirun, Slurm) get no host records: an OOM kill there shows as a SIGKILL with no host
 records, and its hint says to read that host's kernel log.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,7 +53,9 @@ def read_kernel_log(since: float, limit: int = KERNEL_LINES) -> Tuple[str, ...]:
     ``limit``: ``dmesg``, else ``journalctl -k -o short-monotonic``; empty when neither answers."""
     for argv in (["dmesg"], ["journalctl", "-k", "-q", "--no-pager", "-o", "short-monotonic", "-n", str(limit)]):
         try:
-            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=_KERNEL_TIMEOUT, check=False)
+            done = subprocess.run(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=_KERNEL_TIMEOUT, check=False
+            )
         except (OSError, subprocess.SubprocessError):
             continue
         if done.returncode != 0 or not done.stdout:
@@ -85,8 +88,12 @@ class HostRecorder:
         clock: the kernel log's clock.
     """
 
-    def __init__(self, root: str = CGROUP_ROOT, kernel_log: Callable[[float], Sequence[str]] = read_kernel_log,
-                 clock: Callable[[], float] = _kernel_clock) -> None:
+    def __init__(
+        self,
+        root: str = CGROUP_ROOT,
+        kernel_log: Callable[[float], Sequence[str]] = read_kernel_log,
+        clock: Callable[[], float] = _kernel_clock,
+    ) -> None:
         self.root = root
         self.kernel_log = kernel_log
         self.clock = clock
@@ -133,15 +140,30 @@ class RootTail:
         return self.lines[-n:]
 
 
-def judge_cause(failed: ProcResult, tail: Sequence[str], scheduler_tail: Sequence[str] = (), scheduler_host: Optional[str] = None,
-                records: Optional[HostRecords] = None, hang: Optional[HangReport] = None) -> Optional[Cause]:
+def judge_cause(
+    failed: ProcResult,
+    tail: Sequence[str],
+    scheduler_tail: Sequence[str] = (),
+    scheduler_host: Optional[str] = None,
+    records: Optional[HostRecords] = None,
+    hang: Optional[HangReport] = None,
+) -> Optional[Cause]:
     """The cause of ``failed`` (:func:`launcher.logs.causes.classify`) from its log tail, the
     scheduler's log tail, its host's records, the attempt's hang report and whether its host was
     lost; None only if classifying failed (a judged attempt must not become a crash)."""
     failure = Failure(
-        name=failed.name, host=failed.host, returncode=failed.returncode, tail=tuple(tail), log=failed.log,
-        scheduler_tail=tuple(scheduler_tail), scheduler_host=scheduler_host, records=records or HostRecords(),
-        pids=(failed.pid,) if failed.pid is not None else (), hang=hang.to_json() if hang is not None else None, lost=failed.lost)
+        name=failed.name,
+        host=failed.host,
+        returncode=failed.returncode,
+        tail=tuple(tail),
+        log=failed.log,
+        scheduler_tail=tuple(scheduler_tail),
+        scheduler_host=scheduler_host,
+        records=records or HostRecords(),
+        pids=(failed.pid,) if failed.pid is not None else (),
+        hang=hang.to_json() if hang is not None else None,
+        lost=failed.lost,
+    )
     try:
         return classify(failure)
     except Exception:  # the classifier is pure and tested; a miss there still leaves the root cause

@@ -11,6 +11,7 @@ What a hung attempt leaves: ``<attempt dir>/stacks/`` with one file per process 
 :meth:`ProcessHandle.dump_stacks <launcher.execution.backend.ProcessHandle.dump_stacks>`), and
 the report of :mod:`launcher.logs.hangreport` (``summary.json``'s ``hang`` object).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,15 @@ from launcher.execution.supervision.diagnose import RootTail, judge_cause
 from launcher.logs.hang import HangPolicy, HangTracker, HangVerdict, step_text
 from launcher.logs.hangreport import HangKind, HangRank, HangReport, TimedOut
 from launcher.logs.metrics import Metric
-from launcher.logs.stacks import RankEvidence, collective_timeout, in_collective, innermost_python, judge_culprit, main_thread, parse_pyspy
+from launcher.logs.stacks import (
+    RankEvidence,
+    collective_timeout,
+    in_collective,
+    innermost_python,
+    judge_culprit,
+    main_thread,
+    parse_pyspy,
+)
 from launcher.planning.job.kinds import Role
 
 __all__ = ["HangWatch", "STACKS_DIR", "culprit_cause"]
@@ -68,8 +77,14 @@ class HangWatch:
             return None
         return collective_timeout(tail)
 
-    def investigate(self, handles: Sequence[ProcessHandle], exits: Dict[int, Any], adir: str,
-                    verdict: Optional[HangVerdict], timed_out: Optional[Tuple[int, str]] = None) -> Tuple[HangReport, str]:
+    def investigate(
+        self,
+        handles: Sequence[ProcessHandle],
+        exits: Dict[int, Any],
+        adir: str,
+        verdict: Optional[HangVerdict],
+        timed_out: Optional[Tuple[int, str]] = None,
+    ) -> Tuple[HangReport, str]:
         """Dump the stacks of the running ranks, judge the culprit; the ``hang`` object of the summary
         and its one-line message.
 
@@ -93,22 +108,39 @@ class HangWatch:
         for p in self.plan_ranks:  # ranks a handle stands for together (mpirun, a Slurm step)
             hosts.setdefault(p[0], p[1])
             if p[0] not in alive:
-                alive[p[0]] = any(idx not in exits and not h.has_exited() for idx, h in enumerate(handles) if h.plan.role != Role.SCHEDULER)
+                alive[p[0]] = any(
+                    idx not in exits and not h.has_exited()
+                    for idx, h in enumerate(handles)
+                    if h.plan.role != Role.SCHEDULER
+                )
         ranks: List[RankEvidence] = []
         rows: List[HangRank] = []
         for rank in sorted(hosts):
             w = watches.get(rank)
-            ev = RankEvidence(rank, last_step=w.last_step if w else None,
-                              silent_for=None if w is None or w.last_output_at is None else now - w.last_output_at,
-                              timed_out=timed_out is not None and timed_out[0] == rank, alive=alive.get(rank, False),
-                              stack_files=files.get(rank, []))
+            ev = RankEvidence(
+                rank,
+                last_step=w.last_step if w else None,
+                silent_for=None if w is None or w.last_output_at is None else now - w.last_output_at,
+                timed_out=timed_out is not None and timed_out[0] == rank,
+                alive=alive.get(rank, False),
+                stack_files=files.get(rank, []),
+            )
             if ev.stack_files:
                 _read_frame(ev.stack_files[0], ev)
             ranks.append(ev)
-            rows.append(HangRank(rank=rank, host=hosts[rank], last_step=step_text(ev.last_step),
-                                 silent_s=None if ev.silent_for is None else round(ev.silent_for, 1), frame=ev.frame,
-                                 in_collective=ev.in_collective, alive=ev.alive, timed_out=ev.timed_out,
-                                 stack_files=tuple(os.path.basename(f) for f in ev.stack_files)))
+            rows.append(
+                HangRank(
+                    rank=rank,
+                    host=hosts[rank],
+                    last_step=step_text(ev.last_step),
+                    silent_s=None if ev.silent_for is None else round(ev.silent_for, 1),
+                    frame=ev.frame,
+                    in_collective=ev.in_collective,
+                    alive=ev.alive,
+                    timed_out=ev.timed_out,
+                    stack_files=tuple(os.path.basename(f) for f in ev.stack_files),
+                )
+            )
         culprit = judge_culprit(ranks)
         limit_s: Optional[float]
         idle_s: Optional[float]
@@ -117,9 +149,16 @@ class HangWatch:
         else:
             limit, derived = self.tracker.limit()
             limit_s, idle_s = None if limit is None else round(limit, 1), None
-        report = HangReport(kind=HangKind.COLLECTIVE_TIMEOUT if verdict is None else HangKind.NO_PROGRESS, limit_s=limit_s, derived=derived,
-                            idle_s=idle_s, stacks_dir=folder, culprit=culprit,
-                            timed_out=TimedOut(timed_out[0], timed_out[1]) if timed_out is not None else None, ranks=tuple(rows))
+        report = HangReport(
+            kind=HangKind.COLLECTIVE_TIMEOUT if verdict is None else HangKind.NO_PROGRESS,
+            limit_s=limit_s,
+            derived=derived,
+            idle_s=idle_s,
+            stacks_dir=folder,
+            culprit=culprit,
+            timed_out=TimedOut(timed_out[0], timed_out[1]) if timed_out is not None else None,
+            ranks=tuple(rows),
+        )
         return report, report.message()
 
 
@@ -141,8 +180,11 @@ def _dump(handles: Sequence[ProcessHandle], exits: Dict[int, Any], folder: str) 
             for rank, files in got.items():
                 out.setdefault(rank, []).extend(files)
 
-    threads = [threading.Thread(target=one, args=(h,), daemon=True) for idx, h in enumerate(handles)
-               if idx not in exits and not h.has_exited() and h.plan.role != Role.SCHEDULER]  # ranks only: the scheduler waits by design
+    threads = [
+        threading.Thread(target=one, args=(h,), daemon=True)
+        for idx, h in enumerate(handles)
+        if idx not in exits and not h.has_exited() and h.plan.role != Role.SCHEDULER
+    ]  # ranks only: the scheduler waits by design
     for t in threads:
         t.start()
     for t in threads:
@@ -177,7 +219,11 @@ def culprit_cause(hang: Optional[HangReport], results: List[ProcResult]) -> Opti
         return None
     for r in results:
         if r.rank == rank and r.name.startswith("rank"):
-            why = f"likely culprit of the hang: {culprit.evidence}" if culprit is not None else "its collective timed out; no rank stands out"
+            why = (
+                f"likely culprit of the hang: {culprit.evidence}"
+                if culprit is not None
+                else "its collective timed out; no rank stands out"
+            )
             proc = replace(r, reason=why)
             tail = RootTail.read(r.log)
             return RootCause(proc, tail.shown(), judge_cause(proc, tail.lines, hang=hang))

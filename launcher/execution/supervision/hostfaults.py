@@ -17,6 +17,7 @@ job; a host with ``N`` failures (or lost once) is due to be left out of the next
 :class:`Spares` asks for that attempt's plan (``replan``, given by the caller that holds the job's
 spec: :func:`launcher.planning.spares.replan`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -87,11 +88,17 @@ class HostFaults:
                 out.append(Exclusion(host, f"host lost ({lost.what})", "restart", attempt))
             elif self.limit > 0 and len(faults) >= self.limit:
                 n = len(faults)
-                out.append(Exclusion(host, f"{n} failure{'s' * (n != 1)} ({', '.join(f.what for f in faults)})", "restart", attempt))
+                out.append(
+                    Exclusion(
+                        host, f"{n} failure{'s' * (n != 1)} ({', '.join(f.what for f in faults)})", "restart", attempt
+                    )
+                )
         return out
 
 
-def moves_text(old: Sequence[Tuple[int, str]], new: Sequence[Tuple[int, str]], old_sched: Optional[str], new_sched: Optional[str]) -> str:
+def moves_text(
+    old: Sequence[Tuple[int, str]], new: Sequence[Tuple[int, str]], old_sched: Optional[str], new_sched: Optional[str]
+) -> str:
     """``ranks 2-3 move to h4`` (ranks whose host changed, grouped by their new host; ``rank 5 to h3``
     for one), then ``the scheduler moves to h1`` when it did; empty when nothing moved."""
     before = dict(old)

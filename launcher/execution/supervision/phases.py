@@ -16,6 +16,7 @@ follow it), through :func:`check_transition`::
 
 Every attempt tears down, a successful one too (quietly: only the scheduler can still run).
 """
+
 from __future__ import annotations
 
 from enum import Enum

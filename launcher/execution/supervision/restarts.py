@@ -22,6 +22,7 @@
   not restarting``), whether or not they logged steps.  Host-bound causes (a lost host, a SIGKILL)
   keep counting against their host (:mod:`launcher.execution.supervision.hostfaults`).
 """
+
 from __future__ import annotations
 
 import threading
@@ -94,18 +95,22 @@ class AttemptProgress:
         with self._lock:
             first, best = self._first.get(result.attempt), self._best.get(result.attempt)
         before = previous[-1].best_step if previous else None
-        return replace(result,
-                       ended_because=_why(result) if result.status != SUCCEEDED else result.ended_because,
-                       resumed_from_step=first - 1 if first is not None and first > 1 else result.resumed_from_step,
-                       best_step=best if best is not None else result.best_step,
-                       steps_lost=max(0, before - (first - 1)) if before is not None and first is not None else result.steps_lost)
+        return replace(
+            result,
+            ended_because=_why(result) if result.status != SUCCEEDED else result.ended_because,
+            resumed_from_step=first - 1 if first is not None and first > 1 else result.resumed_from_step,
+            best_step=best if best is not None else result.best_step,
+            steps_lost=max(0, before - (first - 1)) if before is not None and first is not None else result.steps_lost,
+        )
 
 
 def _why(result: AttemptResult) -> str:
     if result.status == HUNG:
         hang = result.hang
         what = "a collective timed out" if hang is not None and hang.collective else "no progress"
-        return f"hung: {what}" + (f", likely culprit rank {hang.culprit.rank}" if hang is not None and hang.culprit else "")
+        return f"hung: {what}" + (
+            f", likely culprit rank {hang.culprit.rank}" if hang is not None and hang.culprit else ""
+        )
     if result.root_cause is not None:
         rc = result.root_cause
         return f"{rc.name} on {rc.host}: {rc.reason}"

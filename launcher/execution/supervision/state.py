@@ -6,6 +6,7 @@ The phase moves only through :meth:`AttemptState.transition`, along the table of
 Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue
 (or the backend posts each exit itself, :meth:`ProcessHandle.notify_exit`: no thread per process).
 """
+
 from __future__ import annotations
 
 import queue

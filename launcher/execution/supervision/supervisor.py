@@ -13,6 +13,7 @@ A backend that cannot be set up on a restart attempt (a host unreachable) fails 
 A watchdog process (see :mod:`launcher.execution.process.watchdog`) kills every process of the
 job if mslaunch itself is killed.
 """
+
 from __future__ import annotations
 
 import time
@@ -156,13 +157,28 @@ class Supervisor:
         return True
 
     def _restart_after(self, result: AttemptResult) -> bool:
-        return result.status in (FAILED, HUNG) and result.attempt < self.options.max_restarts and stopsignals.first() is None
+        return (
+            result.status in (FAILED, HUNG)
+            and result.attempt < self.options.max_restarts
+            and stopsignals.first() is None
+        )
 
     def _attempt(self, attempt: int) -> AttemptRunner:
         adir = self.attempt_dir(attempt)
         self.current_attempt_dir = adir
-        return AttemptRunner(self.plan, attempt, adir, self.backend_factory, self.options, self.emit, self.prepare_attempt, self.watchdog,
-                             self.reap_orphans, self.hang, self.attempt_base)
+        return AttemptRunner(
+            self.plan,
+            attempt,
+            adir,
+            self.backend_factory,
+            self.options,
+            self.emit,
+            self.prepare_attempt,
+            self.watchdog,
+            self.reap_orphans,
+            self.hang,
+            self.attempt_base,
+        )
 
     def emit(self, event: Event) -> None:
         """Tell ``on_event`` of an event; a failure there (console output) never stops the job."""

@@ -15,6 +15,7 @@ in its modules, by what they read:
 * :mod:`~launcher.logs.causerules.exceptions`: the ending exception (a missing module or file, any
   other Python exception) and ``unknown``.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,21 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 from launcher.logs.hostmem import HostRecords
 from launcher.logs.tracebacks import PyException, exception_chain, strip_ansi
 
-__all__ = ["EVIDENCE_MAX", "Facts", "Failure", "Found", "TAIL_LINES", "at_user_frame", "cut", "exception_lines", "first_match",
-           "last_line", "message", "on_host", "signal_of"]
+__all__ = [
+    "EVIDENCE_MAX",
+    "Facts",
+    "Failure",
+    "Found",
+    "TAIL_LINES",
+    "at_user_frame",
+    "cut",
+    "exception_lines",
+    "first_match",
+    "last_line",
+    "message",
+    "on_host",
+    "signal_of",
+]
 
 #: Lines of a failed process's log the classifier reads (a MindSpore traceback with its sections
 #: runs to 60+ lines, and the error line that names the cause comes before it).
@@ -118,7 +132,9 @@ class Found:
 
 
 #: MindSpore's log record prefix: ``[ERROR] DISTRIBUTED(41187,7f6a...,python):2026-11-26-07:40:11.512.003 [file.cc:281] Listen] ``.
-_MS_PREFIX_RE = re.compile(r"^\s*\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|TRACE)\] [\w_]+\([^)]*\):\S+ (?:\[[^\]]*\] ?\w*\] ?)?")
+_MS_PREFIX_RE = re.compile(
+    r"^\s*\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|TRACE)\] [\w_]+\([^)]*\):\S+ (?:\[[^\]]*\] ?\w*\] ?)?"
+)
 
 
 def message(line: str) -> str:
@@ -129,7 +145,7 @@ def message(line: str) -> str:
 def cut(text: str, n: int = EVIDENCE_MAX) -> str:
     """``text`` on one line, at most ``n`` characters (``...`` marks a cut)."""
     one = " ".join(text.split())
-    return one if len(one) <= n else one[:n - 3].rstrip() + "..."
+    return one if len(one) <= n else one[: n - 3].rstrip() + "..."
 
 
 def on_host(facts: Facts, host: Optional[str] = None) -> str:

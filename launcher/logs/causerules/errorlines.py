@@ -1,6 +1,7 @@
 """The log's error lines that name their cause (a port taken, a collective that gave up waiting, a
 device or runtime error, a full disk), and native crashes (a process a crash signal ended).
 """
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,11 @@ _BIND_RES = (
     re.compile(r"\bFailed to bind\b", re.IGNORECASE),
     re.compile(r"are all in use already"),
 )
-_PORT_RES = (re.compile(r"\bport(?: is|:)?\s*(\d{2,5})\b", re.IGNORECASE), re.compile(r"(?:tcp://|\b\d{1,3}(?:\.\d{1,3}){3}|\]):(\d{2,5})\b"),
-             re.compile(r"\(['\"][^'\"]*['\"],\s*(\d{2,5})\)"))  # Python's address tuple: ('0.0.0.0', 8118)
+_PORT_RES = (
+    re.compile(r"\bport(?: is|:)?\s*(\d{2,5})\b", re.IGNORECASE),
+    re.compile(r"(?:tcp://|\b\d{1,3}(?:\.\d{1,3}){3}|\]):(\d{2,5})\b"),
+    re.compile(r"\(['\"][^'\"]*['\"],\s*(\d{2,5})\)"),
+)  # Python's address tuple: ('0.0.0.0', 8118)
 
 
 def _port(line: str, m: "re.Match[str]") -> Optional[str]:
@@ -55,7 +59,13 @@ def match_address_in_use(facts: Facts) -> Optional[Found]:
     f = facts.failure
     sources = [(exception_lines(facts) + list(facts.lines), f.host, "")]
     if f.scheduler_tail and f.name != "scheduler":
-        sources.append(([strip_ansi(x) for x in f.scheduler_tail[-TAIL_LINES:]], f.scheduler_host or f.host, "the scheduler's log: "))
+        sources.append(
+            (
+                [strip_ansi(x) for x in f.scheduler_tail[-TAIL_LINES:]],
+                f.scheduler_host or f.host,
+                "the scheduler's log: ",
+            )
+        )
     for lines, host, where in sources:
         hit = first_match(_BIND_RES, lines)
         if hit is None:
@@ -72,8 +82,15 @@ def match_address_in_use(facts: Facts) -> Optional[Found]:
             hint = "a port is taken on {bind_host}: run with --master-port auto (or free the port)"
         exc = facts.exception
         at = at_user_frame(exc) if exc is not None and not where and line == exc.line else ""
-        return Found(cut(f"{where}{message(line)}{at}" + (f" (port {port})" if port and port not in line else "") + on_host(facts, host)), fields,
-                     hint=hint)
+        return Found(
+            cut(
+                f"{where}{message(line)}{at}"
+                + (f" (port {port})" if port and port not in line else "")
+                + on_host(facts, host)
+            ),
+            fields,
+            hint=hint,
+        )
     return None
 
 
@@ -83,31 +100,43 @@ def match_collective_timeout_log(facts: Facts) -> Optional[Found]:
     found = collective_timeout(lines)
     if not found:
         return None
-    whole = next((x for x in lines if x.strip().startswith(found[:200])), found)  # the line, not its first 300 characters
+    whole = next(
+        (x for x in lines if x.strip().startswith(found[:200])), found
+    )  # the line, not its first 300 characters
     return Found(cut(message(whole)))
 
 
-_DEVICE_MEMORY_RE = re.compile(r"Malloc device memory failed|Out of Memory!!! Request memory size|Memory not enough|halMemAlloc failed|"
-                               r"rtMalloc execute failed|cudaMalloc failed|CUDA out of memory|Device memory is not enough", re.IGNORECASE)
+_DEVICE_MEMORY_RE = re.compile(
+    r"Malloc device memory failed|Out of Memory!!! Request memory size|Memory not enough|halMemAlloc failed|"
+    r"rtMalloc execute failed|cudaMalloc failed|CUDA out of memory|Device memory is not enough",
+    re.IGNORECASE,
+)
 _ASCEND_CODE_RE = re.compile(r"(?<![\w])(?P<code>E[0-9A-Z]\d{4})(?=[:\]'])|module_name=(?P<code2>E[0-9A-Z]\d{4})\b")
-_HCCL_RE = re.compile(r"HCCL init failed|hcclCommInitRootInfo|HcclCommInit\w* failed|hcom init failed|Init hccl graph adapter failed|"
-                      r"Ascend collective communication initialization failed", re.IGNORECASE)
-_NCCL_RE = re.compile(r"NCCL error|ncclCommInitRank failed|Initializing NCCL communicator failed|unhandled system error|NCCL WARN|"
-                      r"Failed to get NCCL unique id")
+_HCCL_RE = re.compile(
+    r"HCCL init failed|hcclCommInitRootInfo|HcclCommInit\w* failed|hcom init failed|Init hccl graph adapter failed|"
+    r"Ascend collective communication initialization failed",
+    re.IGNORECASE,
+)
+_NCCL_RE = re.compile(
+    r"NCCL error|ncclCommInitRank failed|Initializing NCCL communicator failed|unhandled system error|NCCL WARN|"
+    r"Failed to get NCCL unique id"
+)
 
 #: Hints for the Ascend error codes whose cause is known (MindSpore's "CANN Common Error Analysis" page).
 ASCEND_HINTS = {
     "EI0004": "the rank table does not match the hosts or devices: check it with mslaunch ranktable validate",
     "EI0005": "the ranks disagree on a collective's arguments: the script or the rank table differ between ranks",
     "EI0006": "HCCL could not connect to a peer: look for a rank that failed or started late, check the device network "
-              "(hccn_tool), or raise HCCL_CONNECT_TIMEOUT",
+    "(hccn_tool), or raise HCCL_CONNECT_TIMEOUT",
     "EJ0001": "an earlier training process still holds the devices on {host}: wait for it to end (or end it), then start again",
     "EE1001": "a device id is out of range on {host}: check DEVICE_ID and the rank table's device_id values",
 }
 #: Codes of another cause: EI0002 (HCCL's notify wait timed out) is a collective timeout.
 _NOT_DEVICE = ("EI0002",)
-_MEMORY_HINT = ("the device ran out of memory (or another process holds it: check what runs on {host}'s devices): "
-                "use a smaller batch or fewer ranks per device")
+_MEMORY_HINT = (
+    "the device ran out of memory (or another process holds it: check what runs on {host}'s devices): "
+    "use a smaller batch or fewer ranks per device"
+)
 
 
 def match_device_error(facts: Facts) -> Optional[Found]:
@@ -119,27 +148,48 @@ def match_device_error(facts: Facts) -> Optional[Found]:
     if hit is not None:
         line, _ = hit
         return Found(cut(message(line)), host, hint=_MEMORY_HINT)
-    hit = next(((x, m) for x in lines for m in _ASCEND_CODE_RE.finditer(x) if (m.group("code") or m.group("code2")) not in _NOT_DEVICE), None)
+    hit = next(
+        (
+            (x, m)
+            for x in lines
+            for m in _ASCEND_CODE_RE.finditer(x)
+            if (m.group("code") or m.group("code2")) not in _NOT_DEVICE
+        ),
+        None,
+    )
     if hit is not None:
         line, m = hit
         code = m.group("code") or m.group("code2")
-        text = line[m.start():].strip() if m.group("code") else line.strip()
-        hint = ASCEND_HINTS.get(code, "look up " + code + " under 'Ascend Error Message' at mindspore.cn: the lines after the code "
-                                      "in the log give the reason and a solution")
+        text = line[m.start() :].strip() if m.group("code") else line.strip()
+        hint = ASCEND_HINTS.get(
+            code,
+            "look up " + code + " under 'Ascend Error Message' at mindspore.cn: the lines after the code "
+            "in the log give the reason and a solution",
+        )
         return Found(cut(text), dict(host, code=code), hint=hint)
     hit = first_match((_HCCL_RE,), lines)
     if hit is not None:
-        return Found(cut(message(hit[0])), host, hint="HCCL could not start on {host}: check the rank table (mslaunch ranktable "
-                                                     "validate) and the device IPs (hccn.conf)")
+        return Found(
+            cut(message(hit[0])),
+            host,
+            hint="HCCL could not start on {host}: check the rank table (mslaunch ranktable "
+            "validate) and the device IPs (hccn.conf)",
+        )
     hit = first_match((_NCCL_RE,), lines)
     if hit is not None:
-        return Found(cut(message(hit[0])), host, hint="NCCL could not set up on {host}: check NCCL_SOCKET_IFNAME and that the hosts "
-                                                     "reach each other (NCCL_DEBUG=INFO says more)")
+        return Found(
+            cut(message(hit[0])),
+            host,
+            hint="NCCL could not set up on {host}: check NCCL_SOCKET_IFNAME and that the hosts "
+            "reach each other (NCCL_DEBUG=INFO says more)",
+        )
     return None
 
 
 _ENOSPC_RE = re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")
-_ENOSPC_PATH_RE = re.compile(r"No space left on device['\"]?\s*:\s*(?:(?P<q>['\"])(?P<qpath>.+?)(?P=q)|(?P<path>[^'\"\s,]+))")
+_ENOSPC_PATH_RE = re.compile(
+    r"No space left on device['\"]?\s*:\s*(?:(?P<q>['\"])(?P<qpath>.+?)(?P=q)|(?P<path>[^'\"\s,]+))"
+)
 
 
 def match_disk_full(facts: Facts) -> Optional[Found]:
@@ -160,7 +210,11 @@ def _enospc_path(text: str) -> Optional[str]:
 
 def _disk_full(evidence: str, path: Optional[str]) -> Found:
     if path:
-        return Found(cut(evidence), {"path": path}, hint="free space on {host} where {path} is written (checkpoints, logs, /tmp), or write elsewhere")
+        return Found(
+            cut(evidence),
+            {"path": path},
+            hint="free space on {host} where {path} is written (checkpoints, logs, /tmp), or write elsewhere",
+        )
     return Found(cut(evidence), {}, hint="free space on {host} (checkpoints, logs, /tmp), or write elsewhere")
 
 

@@ -1,6 +1,7 @@
 """The exception that ended the process: a module or file missing where it ran, any other Python
 exception; and ``unknown``, when nothing matched.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,7 +28,11 @@ def match_missing_module(facts: Facts) -> Optional[Found]:
     if facts.exception is None and facts.signal is None:
         for line in reversed(facts.lines):
             m = _NO_MODULE_RE.search(line)
-            if m and ("python" in line.lower() or "Error while finding module" in line or re.search(r"(ModuleNotFound|Import)Error: No module", line)):
+            if m and (
+                "python" in line.lower()
+                or "Error while finding module" in line
+                or re.search(r"(ModuleNotFound|Import)Error: No module", line)
+            ):
                 return _missing_module(facts, m.group("module"), line.strip())
     return None
 
@@ -44,7 +49,9 @@ _NO_FILE_RES = (
 _NO_FILE_LINE_RES = (
     re.compile(r"can't open file (?P<q>['\"])(?P<path>.+?)(?P=q): \[Errno 2\]"),
     # also after mslaunch's own prefix: "mslaunch: the mslaunch agent on h3 exited with status 127: bash: line 1: ..."
-    re.compile(r"(?:^|: )(?:/bin/|/usr/bin/)?(?:ba|z)?sh: (?:line \d+: )?(?P<path>[^:\s]+): (?:No such file or directory|command not found)$"),
+    re.compile(
+        r"(?:^|: )(?:/bin/|/usr/bin/)?(?:ba|z)?sh: (?:line \d+: )?(?P<path>[^:\s]+): (?:No such file or directory|command not found)$"
+    ),
     re.compile(r"(?:^|: )env: '?(?P<path>[^':]+)'?: No such file or directory$"),
 )
 
@@ -69,8 +76,11 @@ def match_missing_file(facts: Facts) -> Optional[Found]:
 
 def _missing_file(facts: Facts, path: str, evidence: str) -> Found:
     name = path.rstrip("/").rpartition("/")[2]
-    hint = ("{path} is not on {host}: install that Python there, or set --python to one that is"
-            if name.startswith("python") else None)
+    hint = (
+        "{path} is not on {host}: install that Python there, or set --python to one that is"
+        if name.startswith("python")
+        else None
+    )
     return Found(cut(evidence + on_host(facts)), {"path": path}, key=("missing_file", path), hint=hint)
 
 
@@ -85,13 +95,20 @@ def match_python_exception(facts: Facts) -> Optional[Found]:
         return None
     frame = exc.user_frame()
     where = frame.where if frame is not None else ""
-    fields = {"type": exc.name, "where": where, "function": f" ({frame.function})" if frame is not None and frame.function else ""}
+    fields = {
+        "type": exc.name,
+        "where": where,
+        "function": f" ({frame.function})" if frame is not None and frame.function else "",
+    }
     key = ("python_exception", exc.type, _HEX_RE.sub("0x?", exc.message), where)
     hint = None
     if frame is None:
         inner = exc.frames[-1] if exc.frames else None
-        hint = (f"the traceback has no frame of the script's own files (innermost: {inner}): read it in the log"
-                if inner is not None else "the log has the exception but not its traceback: read the log")
+        hint = (
+            f"the traceback has no frame of the script's own files (innermost: {inner}): read it in the log"
+            if inner is not None
+            else "the log has the exception but not its traceback: read the log"
+        )
     return Found(cut(f"{exc.line}{at_user_frame(exc)}"), fields, key=key, hint=hint)
 
 
@@ -102,9 +119,16 @@ def unknown(facts: Facts) -> Found:
         sig = signal_name(facts.signal)
         if facts.signal == _signal.SIGKILL:
             rec = facts.failure.records
-            found = "no OOM record was found" if rec.kernel or rec.cgroup else "there are no host records from {host} (read for local ranks only)"
-            return Found(cut(f"killed by SIGKILL; the log ends: {last}"), {"log": facts.failure.log or "its log"},
-                         hint="SIGKILL came from outside mslaunch and " + found + ": check the kernel log on {host} "
-                              "(dmesg: the OOM killer) or who killed it")
+            found = (
+                "no OOM record was found"
+                if rec.kernel or rec.cgroup
+                else "there are no host records from {host} (read for local ranks only)"
+            )
+            return Found(
+                cut(f"killed by SIGKILL; the log ends: {last}"),
+                {"log": facts.failure.log or "its log"},
+                hint="SIGKILL came from outside mslaunch and " + found + ": check the kernel log on {host} "
+                "(dmesg: the OOM killer) or who killed it",
+            )
         return Found(cut(f"killed by {sig}; the log ends: {last}"), {"log": facts.failure.log or "its log"})
     return Found(last, {"log": facts.failure.log or "its log"})

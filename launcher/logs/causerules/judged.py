@@ -1,6 +1,7 @@
 """Causes judged elsewhere, before any log is read: the host was lost (the supervisor), the attempt
 hung or a collective timed out (the hang watch's report, summary.json's ``hang``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional
@@ -20,8 +21,12 @@ def _report_fields(hang: Mapping[str, Any], facts: Facts) -> Dict[str, str]:
     culprit = hang.get("culprit") or {}
     rank = culprit.get("rank")
     hosts = {r.get("rank"): r.get("host") for r in hang.get("ranks") or [] if isinstance(r, Mapping)}
-    return {"rank": "" if rank is None else str(rank), "culprit_host": str(hosts.get(rank) or facts.host),
-            "why": str(culprit.get("evidence") or ""), "stacks": str(hang.get("stacks_dir") or "the attempt's stacks/ folder")}
+    return {
+        "rank": "" if rank is None else str(rank),
+        "culprit_host": str(hosts.get(rank) or facts.host),
+        "why": str(culprit.get("evidence") or ""),
+        "stacks": str(hang.get("stacks_dir") or "the attempt's stacks/ folder"),
+    }
 
 
 def _culprit_text(fields: Mapping[str, str]) -> str:
@@ -38,8 +43,14 @@ def match_collective_timeout_report(facts: Facts) -> Optional[Found]:
     fields = _report_fields(hang, facts)
     t = hang.get("timed_out") or {}
     head = f"rank {t.get('rank')}'s collective timed out waiting for the others ({cut(str(t.get('line') or ''), 120)})"
-    hint = None if fields["rank"] else ("no rank stands out: compare the ranks' stacks in {stacks}; a slow host or a broken "
-                                        "link between hosts holds a collective (mslaunch doctor --health)")
+    hint = (
+        None
+        if fields["rank"]
+        else (
+            "no rank stands out: compare the ranks' stacks in {stacks}; a slow host or a broken "
+            "link between hosts holds a collective (mslaunch doctor --health)"
+        )
+    )
     return Found(cut(f"{head}; {_culprit_text(fields)}"), fields, hint=hint)
 
 
@@ -50,6 +61,12 @@ def match_hang_report(facts: Facts) -> Optional[Found]:
         return None
     fields = _report_fields(hang, facts)
     head = f"no rank made progress for {hang.get('idle_s')} s (limit {hang.get('limit_s')} s, {hang.get('derived')})"
-    hint = None if fields["rank"] else ("no rank stands out: compare the ranks' stacks in {stacks}; if a step can take "
-                                        "this long, raise --hang-timeout")
+    hint = (
+        None
+        if fields["rank"]
+        else (
+            "no rank stands out: compare the ranks' stacks in {stacks}; if a step can take "
+            "this long, raise --hang-timeout"
+        )
+    )
     return Found(cut(f"{head}; {_culprit_text(fields)}"), fields, hint=hint)

@@ -1,6 +1,7 @@
 """Out of memory, from the host's records: a SIGKILL its kernel's OOM killer or the cgroup's
 ``oom_kill`` count owns.
 """
+
 from __future__ import annotations
 
 import signal as _signal
@@ -28,7 +29,11 @@ def match_oom(facts: Facts) -> Optional[Found]:
     if kill is not None:
         parts.append(f"kernel: {cut(kill.summary, 160)}")
     if counted:
-        parts.append(f"the cgroup's oom_kill count went from {before} to {after}" if before is not None else f"the cgroup's oom_kill count is {after}")
+        parts.append(
+            f"the cgroup's oom_kill count went from {before} to {after}"
+            if before is not None
+            else f"the cgroup's oom_kill count is {after}"
+        )
     peak, limit = cgroup_memory(rec.cgroup)
     if limit is None and kill is not None:
         limit = kill.limit

@@ -20,6 +20,7 @@ flavors:
 :func:`build_manifests` returns the documents (dicts, with :class:`~launcher.planning.text.yamlout.Note`
 comments); :func:`render_manifests` the YAML text.
 """
+
 from __future__ import annotations
 
 import math
@@ -98,9 +99,14 @@ class K8sJob:
 
 def _dns_label(value: str, field: str, room: int = 0) -> None:
     if not _DNS_LABEL.match(value) or len(value) + room > 63:
-        extra = f" and at most {63 - room} characters (pod names add a suffix)" if room else " and at most 63 characters"
-        raise PlanError(f"{value!r} is not a DNS label: use lower-case letters, digits and '-', starting and ending with a letter or digit,"
-                        f"{extra}", field=field)
+        extra = (
+            f" and at most {63 - room} characters (pod names add a suffix)" if room else " and at most 63 characters"
+        )
+        raise PlanError(
+            f"{value!r} is not a DNS label: use lower-case letters, digits and '-', starting and ending with a letter or digit,"
+            f"{extra}",
+            field=field,
+        )
 
 
 def check_job(job: K8sJob) -> None:
@@ -125,7 +131,10 @@ def check_job(job: K8sJob) -> None:
     if job.namespace is not None:
         _dns_label(job.namespace, "--namespace")
     if not job.image or any(c.isspace() or not c.isprintable() for c in job.image):
-        raise PlanError(f"--image {job.image!r} must be one image reference without blanks, e.g. registry/mslaunch:1.0", field="--image")
+        raise PlanError(
+            f"--image {job.image!r} must be one image reference without blanks, e.g. registry/mslaunch:1.0",
+            field="--image",
+        )
     for flag, value in (("--cpu", job.cpu), ("--memory", job.memory)):
         if value is not None and not _QUANTITY.match(value):
             raise PlanError(f"{flag} {value!r} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)", field=flag)
@@ -187,7 +196,9 @@ def _resources(job: K8sJob) -> Optional[Dict[str, Any]]:
     out: Dict[str, Any] = {}
     if amounts:
         out["requests"] = amounts
-    out["limits"] = Note(limits, "requests = limits: the pod is not throttled below what it asked for") if amounts else limits
+    out["limits"] = (
+        Note(limits, "requests = limits: the pod is not throttled below what it asked for") if amounts else limits
+    )
     return out
 
 
@@ -197,18 +208,29 @@ def _container(job: K8sJob, name: str) -> Dict[str, Any]:
         container["workingDir"] = Note(job.workdir, "relative SCRIPT paths resolve here")
     container["command"] = list(POD_COMMAND)
     args = pod_args(job)
-    container["args"] = Note(args, {
-        "indexed": "per-node mode: this pod runs ranks JOB_COMPLETION_INDEX*per_host .. +per_host-1; pod 0 also runs\n"
-                   "the scheduler (its name resolves to its own address) and every other pod waits for that name",
-        "volcano": "per-node mode: --node_rank auto reads VC_TASK_INDEX (Volcano's env plugin); pod 0 also runs the scheduler",
-        "ascendjob": "per-node mode: --node_rank auto reads the Ascend Operator's MS_NODE_RANK, MS_SCHED_HOST and MS_SCHED_PORT",
-    }[job.flavor])
+    container["args"] = Note(
+        args,
+        {
+            "indexed": "per-node mode: this pod runs ranks JOB_COMPLETION_INDEX*per_host .. +per_host-1; pod 0 also runs\n"
+            "the scheduler (its name resolves to its own address) and every other pod waits for that name",
+            "volcano": "per-node mode: --node_rank auto reads VC_TASK_INDEX (Volcano's env plugin); pod 0 also runs the scheduler",
+            "ascendjob": "per-node mode: --node_rank auto reads the Ascend Operator's MS_NODE_RANK, MS_SCHED_HOST and MS_SCHED_PORT",
+        }[job.flavor],
+    )
     if job.flavor == "indexed":
-        container["env"] = [Note({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}},
-            "the Job controller sets it too; declared here so that $(JOB_COMPLETION_INDEX) in args always expands")]
+        container["env"] = [
+            Note(
+                {
+                    "name": "JOB_COMPLETION_INDEX",
+                    "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}},
+                },
+                "the Job controller sets it too; declared here so that $(JOB_COMPLETION_INDEX) in args always expands",
+            )
+        ]
     if job.flavor != "ascendjob":
-        container["ports"] = [Note({"name": "ms-sched", "containerPort": job.master_port}, "MindSpore's scheduler (pod 0)")]
+        container["ports"] = [
+            Note({"name": "ms-sched", "containerPort": job.master_port}, "MindSpore's scheduler (pod 0)")
+        ]
     resources = _resources(job)
     if resources is not None:
         container["resources"] = resources
@@ -219,7 +241,9 @@ def _pod_spec(job: K8sJob, container: str) -> Dict[str, Any]:
     spec: Dict[str, Any] = {}
     if job.flavor == "indexed":
         spec["subdomain"] = Note(job.name, "the headless Service above: pod i is <job>-i.<service> in DNS")
-    spec["restartPolicy"] = Note("Never", "a failed pod is not restarted in place: its ranks cannot rejoin a running cluster")
+    spec["restartPolicy"] = Note(
+        "Never", "a failed pod is not restarted in place: its ranks cannot rejoin a running cluster"
+    )
     _termination_grace(job, spec)
     spec["containers"] = [_container(job, container)]
     return spec
@@ -229,7 +253,9 @@ def _termination_grace(job: K8sJob, spec: Dict[str, Any]) -> None:
     """``terminationGracePeriodSeconds`` when ``--grace`` needs more than Kubernetes' default."""
     need = int(math.ceil(job.grace)) + GRACE_MARGIN
     if need > DEFAULT_TERMINATION_GRACE:
-        spec["terminationGracePeriodSeconds"] = Note(need, f"--grace {job.grace:g} s for the ranks, then mslaunch's summary")
+        spec["terminationGracePeriodSeconds"] = Note(
+            need, f"--grace {job.grace:g} s for the ranks, then mslaunch's summary"
+        )
 
 
 def _indexed(job: K8sJob) -> List[Any]:
@@ -239,7 +265,9 @@ def _indexed(job: K8sJob) -> List[Any]:
         "metadata": _metadata(job),
         "spec": {
             "clusterIP": Note("None", "headless: DNS answers with the pods' own addresses"),
-            "publishNotReadyAddresses": Note(True, "names resolve as soon as a pod has an address (no readiness probe needed)"),
+            "publishNotReadyAddresses": Note(
+                True, "names resolve as soon as a pod has an address (no readiness probe needed)"
+            ),
             "selector": _labels(job),
             "ports": [{"name": "ms-sched", "port": job.master_port, "targetPort": job.master_port}],
         },
@@ -249,14 +277,26 @@ def _indexed(job: K8sJob) -> List[Any]:
         "kind": "Job",
         "metadata": _metadata(job),
         "spec": {
-            "completionMode": Note("Indexed", "each pod gets JOB_COMPLETION_INDEX 0..N-1 and the host name <job>-<index>"),
+            "completionMode": Note(
+                "Indexed", "each pod gets JOB_COMPLETION_INDEX 0..N-1 and the host name <job>-<index>"
+            ),
             "completions": job.nodes,
             "parallelism": Note(job.nodes, "every node at once: the cluster forms only when all pods run"),
             "backoffLimit": Note(0, "no retries: one failed pod fails the Job, which then deletes the other pods"),
-            "podFailurePolicy": Note({"rules": [{"action": "FailJob", "onExitCodes": {
-                "containerName": CONTAINER, "operator": "NotIn", "values": [0]},
-                "onPodConditions": Note([], "empty (this rule matches exit codes); the published schemas require the field")}]},
-                "fail the whole Job at the first non-zero exit (mslaunch exits with the failing rank's code)"),
+            "podFailurePolicy": Note(
+                {
+                    "rules": [
+                        {
+                            "action": "FailJob",
+                            "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": [0]},
+                            "onPodConditions": Note(
+                                [], "empty (this rule matches exit codes); the published schemas require the field"
+                            ),
+                        }
+                    ]
+                },
+                "fail the whole Job at the first non-zero exit (mslaunch exits with the failing rank's code)",
+            ),
             "template": {
                 "metadata": {"labels": _labels(job)},
                 "spec": _pod_spec(job, CONTAINER),
@@ -267,30 +307,41 @@ def _indexed(job: K8sJob) -> List[Any]:
 
 
 def _volcano(job: K8sJob) -> List[Any]:
-    return [{
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": _metadata(job),
-        "spec": {
-            "schedulerName": "volcano",
-            "minAvailable": Note(job.nodes, "gang scheduling: all pods start together or none does"),
-            "plugins": Note({
-                "svc": ["--publish-not-ready-addresses=true"],
-                "env": [],
-            }, "svc: a headless Service <job> and host names <job>-<task>-<i>; env: VC_TASK_INDEX in every pod"),
-            "policies": Note([{"event": "PodFailed", "action": "TerminateJob"},
-                              {"event": "PodEvicted", "action": "TerminateJob"}],
-                             "one failed or evicted pod ends the job: its ranks cannot rejoin a running cluster"),
-            "tasks": [{
-                "name": VOLCANO_TASK,
-                "replicas": job.nodes,
-                "template": {
-                    "metadata": {"labels": _labels(job)},
-                    "spec": _pod_spec(job, CONTAINER),
-                },
-            }],
-        },
-    }]
+    return [
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": _metadata(job),
+            "spec": {
+                "schedulerName": "volcano",
+                "minAvailable": Note(job.nodes, "gang scheduling: all pods start together or none does"),
+                "plugins": Note(
+                    {
+                        "svc": ["--publish-not-ready-addresses=true"],
+                        "env": [],
+                    },
+                    "svc: a headless Service <job> and host names <job>-<task>-<i>; env: VC_TASK_INDEX in every pod",
+                ),
+                "policies": Note(
+                    [
+                        {"event": "PodFailed", "action": "TerminateJob"},
+                        {"event": "PodEvicted", "action": "TerminateJob"},
+                    ],
+                    "one failed or evicted pod ends the job: its ranks cannot rejoin a running cluster",
+                ),
+                "tasks": [
+                    {
+                        "name": VOLCANO_TASK,
+                        "replicas": job.nodes,
+                        "template": {
+                            "metadata": {"labels": _labels(job)},
+                            "spec": _pod_spec(job, CONTAINER),
+                        },
+                    }
+                ],
+            },
+        }
+    ]
 
 
 def _ascendjob(job: K8sJob) -> List[Any]:
@@ -319,19 +370,30 @@ def _ascendjob(job: K8sJob) -> List[Any]:
     if job.nodes > 1:
         specs["Worker"] = Note(replica(job.nodes - 1), "nodes 1..N-1")
     meta = _metadata(job, labels)
-    meta["labels"] = Note(labels, "ring-controller.atlas: ascend-910b for Atlas A2 training servers, ascend-910 for Atlas 800"
-                          if "ring-controller.atlas" in labels else "framework: which variables the operator injects")
-    return [{
-        "apiVersion": "mindxdl.gitee.com/v1",
-        "kind": "AscendJob",
-        "metadata": meta,
-        "spec": {
-            "schedulerName": Note("volcano", "with the operator's gang scheduling on"),
-            "runPolicy": {"schedulingPolicy": {"minAvailable": Note(job.nodes, "Master + Worker replicas"), "queue": "default"}},
-            "successPolicy": "AllWorkers",
-            "replicaSpecs": specs,
-        },
-    }]
+    meta["labels"] = Note(
+        labels,
+        "ring-controller.atlas: ascend-910b for Atlas A2 training servers, ascend-910 for Atlas 800"
+        if "ring-controller.atlas" in labels
+        else "framework: which variables the operator injects",
+    )
+    return [
+        {
+            "apiVersion": "mindxdl.gitee.com/v1",
+            "kind": "AscendJob",
+            "metadata": meta,
+            "spec": {
+                "schedulerName": Note("volcano", "with the operator's gang scheduling on"),
+                "runPolicy": {
+                    "schedulingPolicy": {
+                        "minAvailable": Note(job.nodes, "Master + Worker replicas"),
+                        "queue": "default",
+                    }
+                },
+                "successPolicy": "AllWorkers",
+                "replicaSpecs": specs,
+            },
+        }
+    ]
 
 
 def build_manifests(job: K8sJob) -> List[Any]:
@@ -347,7 +409,9 @@ def build_manifests(job: K8sJob) -> List[Any]:
 def render_manifests(job: K8sJob) -> str:
     """The multi-document YAML, with a header saying what it runs and how to use it."""
     docs = build_manifests(job)
-    header = (f"Written by 'mslaunch k8s gen' ({job.flavor}): {job.nodes} pod(s) x {job.per_host} rank(s) = {job.world_size} ranks;\n"
-              f"every pod runs 'mslaunch run' in per-node mode and prints its ranks' lines (kubectl logs).\n"
-              f"Apply with: kubectl apply -f <this file>")
+    header = (
+        f"Written by 'mslaunch k8s gen' ({job.flavor}): {job.nodes} pod(s) x {job.per_host} rank(s) = {job.world_size} ranks;\n"
+        f"every pod runs 'mslaunch run' in per-node mode and prints its ranks' lines (kubectl logs).\n"
+        f"Apply with: kubectl apply -f <this file>"
+    )
     return render_all(docs, header)

@@ -7,6 +7,7 @@ the scheduler under the dynamic method.  Per-context ``-x`` variables carry that
 and log file.  OpenMPI 4.1 applies ``-x VAR=VAL`` to the context it is written in, so shared
 variables are repeated in every context.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -79,9 +80,22 @@ def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[st
         # fails the job instead of hanging it; and OpenMPI 4.1's daemons do not map the hwloc
         # topology into shared memory (rtc_hwloc_vmhole none), which segfaults them at random
         # ("hwloc_shmem_topology_write") when the chosen hole collides with their stack.
-        argv += ["--mca", "plm_rsh_agent", options.rsh_agent, "--mca", "plm_rsh_no_tree_spawn", "1",
-                 "--mca", "rtc_hwloc_vmhole", "none", "--leave-session-attached"]
-    if not any(a.split("=", 1)[0] in USER_BINDING for a in options.extra) and "hwloc_base_binding_policy" not in options.extra:
+        argv += [
+            "--mca",
+            "plm_rsh_agent",
+            options.rsh_agent,
+            "--mca",
+            "plm_rsh_no_tree_spawn",
+            "1",
+            "--mca",
+            "rtc_hwloc_vmhole",
+            "none",
+            "--leave-session-attached",
+        ]
+    if (
+        not any(a.split("=", 1)[0] in USER_BINDING for a in options.extra)
+        and "hwloc_base_binding_policy" not in options.extra
+    ):
         # OpenMPI 4.1 binds each process to a core when it starts two or fewer, to a socket when
         # more: a rank would then run its threads on one core. mslaunch sizes each rank's threads
         # from its host's usable cores instead (the rank wrapper), as the Slurm backend does with
@@ -104,8 +118,19 @@ def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[st
 
 
 #: mpirun options by which a user chooses the ranks' binding (then mslaunch adds no ``--bind-to``).
-USER_BINDING = ("--bind-to", "-bind-to", "--map-by", "-map-by", "--cpu-set", "-cpu-set", "--cpu-list", "-cpu-list",
-                "--rankfile", "-rankfile", "-rf")
+USER_BINDING = (
+    "--bind-to",
+    "-bind-to",
+    "--map-by",
+    "-map-by",
+    "--cpu-set",
+    "-cpu-set",
+    "--cpu-list",
+    "-cpu-list",
+    "--rankfile",
+    "-rankfile",
+    "-rf",
+)
 
 
 def context_env(base: Mapping[str, str], **wrapper: str) -> Tuple[Tuple[str, str], ...]:
@@ -155,7 +180,10 @@ def rsh_agent(hosts: Sequence[Host], ssh_config: Optional[str], generated_path: 
     parts += ["-o", "BatchMode=yes"]
     for part in parts:
         if any(c.isspace() for c in part):
-            raise PlanError(f"OpenMPI's rsh agent cannot take {part!r} (it splits on spaces); use a path without spaces", field="--ssh-config")
+            raise PlanError(
+                f"OpenMPI's rsh agent cannot take {part!r} (it splits on spaces); use a path without spaces",
+                field="--ssh-config",
+            )
     return " ".join(parts), config
 
 
@@ -175,7 +203,12 @@ class MpirunPlan:
 
 
 def plan_mpirun(
-    options: MpiOptions, wrapper: Optional[str], log_name: str, used: Inventory, ssh_config: Optional[str], job_dir: str,
+    options: MpiOptions,
+    wrapper: Optional[str],
+    log_name: str,
+    used: Inventory,
+    ssh_config: Optional[str],
+    job_dir: str,
 ) -> Tuple[MpirunPlan, Tuple[Tuple[str, ArtefactKind, str], ...]]:
     """The mpirun backend's settings for a job on ``used``, and the files it needs in the job dir.
 
@@ -219,12 +252,18 @@ def mpirun_command(plan: "Plan", log_dir: Optional[str] = None) -> Tuple[str, ..
     """
     settings = plan.backend_settings
     if not isinstance(settings, MpirunPlan):
-        raise PlanError("the plan has no mpirun settings (it was not planned for --launcher mpirun)", field="--launcher")
+        raise PlanError(
+            "the plan has no mpirun settings (it was not planned for --launcher mpirun)", field="--launcher"
+        )
     log_dir = plan.job_dir if log_dir is None else log_dir
     contexts: List[MpiContext] = []
     if plan.scheduler is not None:
         sched = plan.scheduler
-        log = sched.log if log_dir == plan.job_dir else posixpath.join(log_dir, posixpath.relpath(sched.log, plan.job_dir))
+        log = (
+            sched.log
+            if log_dir == plan.job_dir
+            else posixpath.join(log_dir, posixpath.relpath(sched.log, plan.job_dir))
+        )
         env = context_env(sched.env_dict(), ctx_base="0", role=Role.SCHEDULER, log=log)
         contexts.append(MpiContext(host=sched.host, np=1, env=env, argv=(settings.wrapper,) + sched.argv))
     for host in plan.hosts:

@@ -23,6 +23,7 @@ Checks that need the real node names (``-H``, ``--include``/``--exclude``, the h
 files named after the nodes) are left to the run in the allocation; only their syntax is
 checked here (:func:`stand_in_inventory`).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -64,7 +65,11 @@ class Shape:
     def directives(self) -> List[str]:
         """The ``#SBATCH`` option texts of the shape, in the order N, n, T."""
         out = []
-        for flag, value in (("--nodes", self.nodes), ("--ntasks", self.ntasks), ("--ntasks-per-node", self.ntasks_per_node)):
+        for flag, value in (
+            ("--nodes", self.nodes),
+            ("--ntasks", self.ntasks),
+            ("--ntasks-per-node", self.ntasks_per_node),
+        ):
             if value is not None:
                 out.append(f"{flag}={value}")
         return out
@@ -99,8 +104,13 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def derive_shape(nodes: Optional[str], ntasks: Optional[int], ntasks_per_node: Optional[int],
-                 np: Optional[int], per_host: Optional[int]) -> Shape:
+def derive_shape(
+    nodes: Optional[str],
+    ntasks: Optional[int],
+    ntasks_per_node: Optional[int],
+    np: Optional[int],
+    per_host: Optional[int],
+) -> Shape:
     """The shape asked for, with what is missing derived from ``np`` and ``per_host`` (module doc).
 
     ``np`` / ``per_host`` below 1 are ignored here: the run's own check refuses them.
@@ -116,8 +126,11 @@ def derive_shape(nodes: Optional[str], ntasks: Optional[int], ntasks_per_node: O
     np = np if np is not None and np >= 1 else None
     per_host = per_host if per_host is not None and per_host >= 1 else None
     if per_host is not None and ntasks_per_node is not None and per_host > ntasks_per_node:
-        raise PlanError(f"--per-host {per_host} is more than the --ntasks-per-node {ntasks_per_node} asked for; "
-                        "raise --ntasks-per-node or leave it out (derived from --per-host)", field="--per-host")
+        raise PlanError(
+            f"--per-host {per_host} is more than the --ntasks-per-node {ntasks_per_node} asked for; "
+            "raise --ntasks-per-node or leave it out (derived from --per-host)",
+            field="--per-host",
+        )
     derived: List[str] = []
     if nodes is None and ntasks is None and ntasks_per_node is None:
         per_node = per_host if per_host is not None else np
@@ -160,8 +173,12 @@ def stand_in_environ(shape: Shape) -> Dict[str, str]:
     (unknown here): the stand-in gives each node one slot then.
     """
     tasks = _tasks_per_node(shape)
-    env = {"SLURM_JOB_ID": STAND_IN_JOB, "SLURM_JOB_NODELIST": f"node[1-{len(tasks)}]" if len(tasks) > 1 else "node1",
-           "SLURM_TASKS_PER_NODE": ",".join(str(t) for t in tasks), "SLURM_JOB_CPUS_PER_NODE": ",".join(str(t) for t in tasks)}
+    env = {
+        "SLURM_JOB_ID": STAND_IN_JOB,
+        "SLURM_JOB_NODELIST": f"node[1-{len(tasks)}]" if len(tasks) > 1 else "node1",
+        "SLURM_TASKS_PER_NODE": ",".join(str(t) for t in tasks),
+        "SLURM_JOB_CPUS_PER_NODE": ",".join(str(t) for t in tasks),
+    }
     if shape.ntasks_per_node is not None:
         env["SLURM_NTASKS_PER_NODE"] = str(shape.ntasks_per_node)
     return env
@@ -179,13 +196,16 @@ def check_capacity(shape: Shape, np: Optional[int], per_host: Optional[int]) -> 
     slots = sum(alloc.slots)
     if np > slots:
         cap = f" at --per-host {per_host}" if per_host is not None else ""
-        raise PlanError(f"{np} ranks do not fit the allocation asked for ({shape.describe()}: {slots} slots{cap}); "
-                        "ask for more, or leave -N/--ntasks/--ntasks-per-node out to have them derived from --np and --per-host",
-                        field="--np")
+        raise PlanError(
+            f"{np} ranks do not fit the allocation asked for ({shape.describe()}: {slots} slots{cap}); "
+            "ask for more, or leave -N/--ntasks/--ntasks-per-node out to have them derived from --np and --per-host",
+            field="--np",
+        )
 
 
-def stand_in_inventory(alloc: Allocation, host_list: Optional[str], include: Optional[str],
-                       exclude: Optional[str]) -> Inventory:
+def stand_in_inventory(
+    alloc: Allocation, host_list: Optional[str], include: Optional[str], exclude: Optional[str]
+) -> Inventory:
     """The stand-in allocation as an inventory (node names as addresses).
 
     ``-H``, ``--include`` and ``--exclude`` name real nodes, unknown at submit time: only their
@@ -207,7 +227,14 @@ def stand_in_inventory(alloc: Allocation, host_list: Optional[str], include: Opt
             parse_filter(text, flag)
     inv = allocation_inventory(alloc, {}, None)
     base = int(ipaddress.IPv4Address("198.18.0.0"))  # unique per device (a rank table refuses repeats)
-    hosts = tuple(replace(h, device_ips=tuple((d, str(ipaddress.IPv4Address(base + (i * len(h.device_ids) + k) % (1 << 17))))
-                                              for k, d in enumerate(h.device_ids)))
-                  for i, h in enumerate(inv.hosts))
+    hosts = tuple(
+        replace(
+            h,
+            device_ips=tuple(
+                (d, str(ipaddress.IPv4Address(base + (i * len(h.device_ids) + k) % (1 << 17))))
+                for k, d in enumerate(h.device_ids)
+            ),
+        )
+        for i, h in enumerate(inv.hosts)
+    )
     return Inventory(hosts, source=inv.source)

@@ -15,6 +15,7 @@ Slots per node: ``--per-host`` if given, else ``SLURM_NTASKS_PER_NODE``, else
 ``SLURM_TASKS_PER_NODE`` when it asks for more than one task on some node, else
 ``SLURM_JOB_CPUS_PER_NODE`` (an allocation of whole nodes: one rank per CPU at most).
 """
+
 from __future__ import annotations
 
 import re
@@ -89,8 +90,11 @@ def parse_allocation(environ: Mapping[str, str], per_host: Optional[int] = None)
     """
     job_id = allocation_job_id(environ)
     if not job_id:
-        raise PlanError("--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set); "
-                        "run it under salloc/sbatch, or submit with 'mslaunch sbatch ...'", field="--launcher")
+        raise PlanError(
+            "--launcher slurm runs inside a Slurm allocation (SLURM_JOB_ID is not set); "
+            "run it under salloc/sbatch, or submit with 'mslaunch sbatch ...'",
+            field="--launcher",
+        )
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
     if not nodelist:
         raise InventoryError("SLURM_JOB_NODELIST is not set inside the allocation; is this a Slurm job?")
@@ -100,7 +104,10 @@ def parse_allocation(environ: Mapping[str, str], per_host: Optional[int] = None)
         slots = (per_host,) * n
     elif environ.get("SLURM_NTASKS_PER_NODE"):
         slots = parse_counts(environ["SLURM_NTASKS_PER_NODE"], 1, "SLURM_NTASKS_PER_NODE") * n
-    elif environ.get("SLURM_TASKS_PER_NODE") and max(parse_counts(environ["SLURM_TASKS_PER_NODE"], n, "SLURM_TASKS_PER_NODE")) > 1:
+    elif (
+        environ.get("SLURM_TASKS_PER_NODE")
+        and max(parse_counts(environ["SLURM_TASKS_PER_NODE"], n, "SLURM_TASKS_PER_NODE")) > 1
+    ):
         slots = parse_counts(environ["SLURM_TASKS_PER_NODE"], n, "SLURM_TASKS_PER_NODE")
     elif environ.get("SLURM_JOB_CPUS_PER_NODE"):
         slots = parse_counts(environ["SLURM_JOB_CPUS_PER_NODE"], n, "SLURM_JOB_CPUS_PER_NODE")
@@ -170,8 +177,9 @@ def node_lost(node: str, state: str) -> Optional[str]:
     return None
 
 
-def allocation_inventory(alloc: Allocation, addrs: Mapping[str, str],
-                         narrow: Optional[Sequence[Tuple[str, Optional[int]]]] = None) -> Inventory:
+def allocation_inventory(
+    alloc: Allocation, addrs: Mapping[str, str], narrow: Optional[Sequence[Tuple[str, Optional[int]]]] = None
+) -> Inventory:
     """The inventory of ``alloc``: one host per node (name = node name, ``addr`` = its NodeAddr).
 
     Args:
@@ -193,7 +201,9 @@ def allocation_inventory(alloc: Allocation, addrs: Mapping[str, str],
             chosen.append((name, n if n is not None else slots[name]))
     else:
         chosen = list(zip(alloc.nodes, alloc.slots))
-    hosts = tuple(Host(name=name, slots=n, addr=addrs.get(name), source=f"SLURM job {alloc.job_id}") for name, n in chosen)
+    hosts = tuple(
+        Host(name=name, slots=n, addr=addrs.get(name), source=f"SLURM job {alloc.job_id}") for name, n in chosen
+    )
     return Inventory(hosts=hosts, source=f"SLURM job {alloc.job_id}")
 
 
@@ -234,8 +244,14 @@ class SrunStep:
     hostfile: Tuple[str, ...] = ()
 
 
-def srun_steps(nodes_by_task: Sequence[str], scheduler_node: Optional[str], python: str, tasks_file: str,
-               step_name: str, srun: str = "srun") -> Tuple[Optional[SrunStep], SrunStep]:
+def srun_steps(
+    nodes_by_task: Sequence[str],
+    scheduler_node: Optional[str],
+    python: str,
+    tasks_file: str,
+    step_name: str,
+    srun: str = "srun",
+) -> Tuple[Optional[SrunStep], SrunStep]:
     """The scheduler's step (or None) and the workers' step (pure).
 
     Workers: ONE step of ``len(nodes_by_task)`` tasks, task ``i`` on ``nodes_by_task[i]``
@@ -253,16 +269,46 @@ def srun_steps(nodes_by_task: Sequence[str], scheduler_node: Optional[str], pyth
         step_name: the steps' name (``--job-name``), how cleanup finds them.
         srun: the srun executable.
     """
-    common = (srun, f"--job-name={step_name}", "--overlap", "--overcommit", "--input=none", "--kill-on-bad-exit=1",
-              "--cpu-bind=none", "--export=ALL")
+    common = (
+        srun,
+        f"--job-name={step_name}",
+        "--overlap",
+        "--overcommit",
+        "--input=none",
+        "--kill-on-bad-exit=1",
+        "--cpu-bind=none",
+        "--export=ALL",
+    )
     sched = None
     if scheduler_node is not None:
-        sched = SrunStep(common + ("--nodes=1", "--ntasks=1", f"--nodelist={scheduler_node}",
-                                   python, "-m", "launcher.execution.slurm.shim", tasks_file, "scheduler"))
+        sched = SrunStep(
+            common
+            + (
+                "--nodes=1",
+                "--ntasks=1",
+                f"--nodelist={scheduler_node}",
+                python,
+                "-m",
+                "launcher.execution.slurm.shim",
+                tasks_file,
+                "scheduler",
+            )
+        )
     distinct = list(dict.fromkeys(nodes_by_task))
-    workers = SrunStep(common + (f"--nodes={len(distinct)}", f"--ntasks={len(nodes_by_task)}", "--distribution=arbitrary",
-                                 python, "-m", "launcher.execution.slurm.shim", tasks_file, "workers"),
-                       hostfile=tuple(nodes_by_task))
+    workers = SrunStep(
+        common
+        + (
+            f"--nodes={len(distinct)}",
+            f"--ntasks={len(nodes_by_task)}",
+            "--distribution=arbitrary",
+            python,
+            "-m",
+            "launcher.execution.slurm.shim",
+            tasks_file,
+            "workers",
+        ),
+        hostfile=tuple(nodes_by_task),
+    )
     return sched, workers
 
 

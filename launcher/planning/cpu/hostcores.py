@@ -16,6 +16,7 @@ shim on each node (:func:`host_thread_env` on the node, ``SLURM_CPUS_PER_TASK`` 
 share), the mpirun rank wrapper ``templates/mslaunch-rank.sh`` (the same arithmetic in sh:
 :func:`thread_shares` and :attr:`HostCores.usable`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -81,8 +82,14 @@ class HostCores:
         return f"{self.usable} usable core(s) ({', '.join(parts)}; read by {self.learned})"
 
     def to_json(self) -> Dict[str, Any]:
-        return {"host": self.host, "cpus": format_cpus(self.cpus), "quota": self.quota, "quota_source": self.quota_source,
-                "usable": self.usable, "learned": self.learned}
+        return {
+            "host": self.host,
+            "cpus": format_cpus(self.cpus),
+            "quota": self.quota,
+            "quota_source": self.quota_source,
+            "usable": self.usable,
+            "learned": self.learned,
+        }
 
 
 def parse_host_cores(data: Any, host: str, learned: str) -> HostCores:
@@ -94,7 +101,11 @@ def parse_host_cores(data: Any, host: str, learned: str) -> HostCores:
     if not isinstance(data, Mapping):
         raise HostCoresError("the cores report is not an object", path=host)
     cpus = data.get("cpus")
-    if not isinstance(cpus, list) or not cpus or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus):
+    if (
+        not isinstance(cpus, list)
+        or not cpus
+        or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus)
+    ):
         raise HostCoresError(f"must be a non-empty list of CPU numbers, got {cpus!r}", path=host, field="cpus")
     quota = data.get("quota")
     if quota is not None and (isinstance(quota, bool) or not isinstance(quota, (int, float)) or quota <= 0):
@@ -102,8 +113,14 @@ def parse_host_cores(data: Any, host: str, learned: str) -> HostCores:
     source = data.get("quota_source")
     raw_set = data.get("set")
     preset = raw_set if isinstance(raw_set, Mapping) else {}
-    return HostCores(host, tuple(sorted(set(cpus))), float(quota) if quota is not None else None,
-                     str(source) if source else None, learned, {str(k): str(v) for k, v in preset.items() if k in THREAD_VARS})
+    return HostCores(
+        host,
+        tuple(sorted(set(cpus))),
+        float(quota) if quota is not None else None,
+        str(source) if source else None,
+        learned,
+        {str(k): str(v) for k, v in preset.items() if k in THREAD_VARS},
+    )
 
 
 def thread_shares(usable: int, ranks: int) -> Tuple[int, ...]:
@@ -146,8 +163,9 @@ class HostThreadPlan:
     warnings: Tuple[str, ...]
 
 
-def host_thread_env(threads: HostThreads, cores: HostCores, per_rank: Optional[int] = None,
-                    per_rank_source: str = "") -> HostThreadPlan:
+def host_thread_env(
+    threads: HostThreads, cores: HostCores, per_rank: Optional[int] = None, per_rank_source: str = ""
+) -> HostThreadPlan:
     """The thread variables of ``threads.ranks`` on a host with ``cores``, and one note saying
     where the numbers came from (plus a warning when the ranks outnumber the usable cores).
 
@@ -161,21 +179,34 @@ def host_thread_env(threads: HostThreads, cores: HostCores, per_rank: Optional[i
     env = {rank: {var: str(n) for var in names} for rank, n in zip(threads.ranks, shares)}
     sizes = "/".join(sorted({str(n) for n in shares}))
     what = ", ".join(names) if names else "yours: nothing set"
-    cap = f"; at most {per_rank} per rank ({per_rank_source or 'CPUs per task'})" if per_rank is not None and per_rank >= 1 else ""
+    cap = (
+        f"; at most {per_rank} per rank ({per_rank_source or 'CPUs per task'})"
+        if per_rank is not None and per_rank >= 1
+        else ""
+    )
     notes: List[str] = [f"{cores.host}: threads per rank {sizes} ({what}): {k} rank(s) on {cores.describe()}{cap}"]
     warnings: List[str] = []
     if k > cores.usable:
-        warnings.append(f"{cores.host}: {k} ranks on {cores.usable} usable core(s): several ranks share each core "
-                        "(oversubscribed; expect each rank to run slower)")
+        warnings.append(
+            f"{cores.host}: {k} ranks on {cores.usable} usable core(s): several ranks share each core "
+            "(oversubscribed; expect each rank to run slower)"
+        )
     omp = threads.user_omp if threads.user_omp is not None else cores.preset.get("OMP_NUM_THREADS")
     if omp is not None and omp.isdigit() and k * int(omp) > cores.usable:
-        warnings.append(f"{cores.host}: {k} ranks x OMP_NUM_THREADS={omp} (yours) exceed its {cores.usable} usable core(s) (oversubscribed)")
+        warnings.append(
+            f"{cores.host}: {k} ranks x OMP_NUM_THREADS={omp} (yours) exceed its {cores.usable} usable core(s) (oversubscribed)"
+        )
     return HostThreadPlan(env, tuple(notes), tuple(warnings))
 
 
 def deferred_note(threads: HostThreads, launcher: str) -> str:
     """The plan's line for a host whose cores are learned only at start."""
-    by = {"ssh": "the ssh agent", "slurm": "the Slurm task shim on each node",
-          "mpirun": "the rank wrapper (mslaunch-rank.sh) on each host"}.get(launcher, f"the {launcher} launcher")
-    return (f"{threads.host}: threads per rank set at start by {by} from the host's usable cores (cpuset, cgroup CPU "
-            f"quota) / {len(threads.ranks)} rank(s) (not reached before this plan)")
+    by = {
+        "ssh": "the ssh agent",
+        "slurm": "the Slurm task shim on each node",
+        "mpirun": "the rank wrapper (mslaunch-rank.sh) on each host",
+    }.get(launcher, f"the {launcher} launcher")
+    return (
+        f"{threads.host}: threads per rank set at start by {by} from the host's usable cores (cpuset, cgroup CPU "
+        f"quota) / {len(threads.ranks)} rank(s) (not reached before this plan)"
+    )

@@ -25,6 +25,7 @@ ranks on N cores get ``N // k`` cores each (the first ``N % k`` one more; k > N:
 each, round-robin), and threads sized to the range; ``False`` = no affinity; a dict ``{"device0": ["0-3"], "device1": ["4,5"], "scheduler": ["6"]}``
 gives core lists per local rank (in order; msrun's device index is the local rank on CPU).
 """
+
 from __future__ import annotations
 
 import json
@@ -152,7 +153,9 @@ def parse_probe(text: str, source: str = "<probe>") -> CpuProbe:
         mindspore=str(facts.get("mindspore", "")),
         onednn=str(data.get("onednn", "")),
         onednn_isa=str(data.get("onednn_isa", "")),
-        numpy_gflops=float(numpy_gflops) if isinstance(numpy_gflops, (int, float)) and not isinstance(numpy_gflops, bool) else None,
+        numpy_gflops=float(numpy_gflops)
+        if isinstance(numpy_gflops, (int, float)) and not isinstance(numpy_gflops, bool)
+        else None,
         seconds=float(data.get("seconds", 0.0)) if isinstance(data.get("seconds"), (int, float)) else 0.0,
         variants=tuple(variants),
     )
@@ -213,14 +216,20 @@ def isa_advice(probe: CpuProbe, min_gain: float = MIN_GAIN) -> IsaAdvice:
             best, best_gain = v, g
     conv = default.kernels.get("conv")
     if best is not None and best_gain >= min_gain:
-        what = "run oneDNN's reference kernel here" if conv is not None and conv.is_reference else "are slow under oneDNN's default ISA here"
+        what = (
+            "run oneDNN's reference kernel here"
+            if conv is not None and conv.is_reference
+            else "are slow under oneDNN's default ISA here"
+        )
         return IsaAdvice(
             best.isa,
             best_gain,
             f"MindSpore CPU convolutions {what} ({_conv_text(conv)}); with ONEDNN_MAX_CPU_ISA={best.isa}: "
             f"{_conv_text(best.kernels.get('conv'))} ({best_gain:.1f}x over the probe's kernels)",
         )
-    tried = ", ".join(f"{v.isa} {_gain(default, v):.2f}x" for v in probe.variants if v.isa is not None and v.error is None)
+    tried = ", ".join(
+        f"{v.isa} {_gain(default, v):.2f}x" for v in probe.variants if v.isa is not None and v.error is None
+    )
     return IsaAdvice(
         None,
         best_gain if best is not None else 1.0,
@@ -271,7 +280,9 @@ def parse_bind_core(text: Optional[str]) -> Optional[BindCore]:
     try:
         data = json.loads(text)
     except ValueError:
-        raise PlanError(f"expected True, False or a JSON dict like {{\"device0\": [\"0-3\"]}}, got {text!r}", field="--bind-core") from None
+        raise PlanError(
+            f'expected True, False or a JSON dict like {{"device0": ["0-3"]}}, got {text!r}', field="--bind-core"
+        ) from None
     if not isinstance(data, dict) or not data:
         raise PlanError(f"expected True, False or a non-empty JSON dict, got {text!r}", field="--bind-core")
     out: Dict[str, Tuple[int, ...]] = {}
@@ -279,7 +290,9 @@ def parse_bind_core(text: Optional[str]) -> Optional[BindCore]:
         if not re.fullmatch(r"device\d+|scheduler", key):
             raise PlanError(f"key {key!r} must be 'scheduler' or 'deviceX'", field="--bind-core")
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            raise PlanError(f"{key}: expected a list of CPU list strings like [\"0-3\"], got {value!r}", field="--bind-core")
+            raise PlanError(
+                f'{key}: expected a list of CPU list strings like ["0-3"], got {value!r}', field="--bind-core"
+            )
         out[key] = parse_cpu_list(",".join(value))
     return out
 
@@ -298,7 +311,7 @@ def split_cores(k: int, cpus: Sequence[int]) -> Tuple[Tuple[int, ...], ...]:
     start = 0
     for i in range(k):
         size = base + (1 if i < extra else 0)
-        out.append(tuple(cores[start:start + size]))
+        out.append(tuple(cores[start : start + size]))
         start += size
     return tuple(out)
 
@@ -396,17 +409,23 @@ def plan_cpu(spec: CpuSpec, local_ranks: int, user_env: Mapping[str, str], user_
                     e[var] = str(threads)
         per_rank_env[i] = e
     if tune:
-        sizes = sorted({v.get("MSLAUNCH_CPU_THREADS", v.get("OMP_NUM_THREADS", "")) for v in per_rank_env.values()} - {""})
+        sizes = sorted(
+            {v.get("MSLAUNCH_CPU_THREADS", v.get("OMP_NUM_THREADS", "")) for v in per_rank_env.values()} - {""}
+        )
         if sizes:
             where = f": {local_ranks} local rank(s) on {spec.local_cores.describe()}" if n and not ranges else ""
             notes.append(f"threads per rank: {'/'.join(sizes)} (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS){where}")
         user_omp = user_env.get("OMP_NUM_THREADS")
         usable = spec.local_cores.usable if n else 0
         if user_omp is not None and user_omp.isdigit() and n and local_ranks * int(user_omp) > usable:
-            warnings.append(f"{local_ranks} ranks x OMP_NUM_THREADS={user_omp} (yours) exceed the {usable} usable cores here (oversubscribed)")
+            warnings.append(
+                f"{local_ranks} ranks x OMP_NUM_THREADS={user_omp} (yours) exceed the {usable} usable cores here (oversubscribed)"
+            )
     elif not ranges:
         return CpuPlan()
-    return CpuPlan(env=per_rank_env, cpus=ranges, scheduler_cpus=sched, notes=tuple(notes + warnings), warnings=tuple(warnings))
+    return CpuPlan(
+        env=per_rank_env, cpus=ranges, scheduler_cpus=sched, notes=tuple(notes + warnings), warnings=tuple(warnings)
+    )
 
 
 def _isa_env(spec: CpuSpec, user_set: Set[str], notes: List[str]) -> Dict[str, str]:
@@ -429,7 +448,11 @@ def _isa_env(spec: CpuSpec, user_set: Set[str], notes: List[str]) -> Dict[str, s
 
 
 def _core_ranges(
-    spec: CpuSpec, local_ranks: int, tune: bool, notes: List[str], warnings: List[str],
+    spec: CpuSpec,
+    local_ranks: int,
+    tune: bool,
+    notes: List[str],
+    warnings: List[str],
 ) -> Tuple[Dict[int, Tuple[int, ...]], Optional[Tuple[int, ...]]]:
     """Cores per local rank (and the scheduler's): from a ``--bind-core`` dict, or an even split of
     this machine's cores (``--bind-core True``); empty when nothing is bound (the default).
@@ -442,26 +465,41 @@ def _core_ranges(
     if isinstance(bind, Mapping):
         devices = [v for k, v in bind.items() if k != "scheduler"]
         if len(devices) < local_ranks:
-            raise PlanError(f"--bind-core lists {len(devices)} device(s) for {local_ranks} local rank(s)", field="--bind-core")
+            raise PlanError(
+                f"--bind-core lists {len(devices)} device(s) for {local_ranks} local rank(s)", field="--bind-core"
+            )
         allowed = set(spec.local_cpus)
         for key, cores in bind.items():
             bad = [c for c in cores if allowed and c not in allowed]
             if bad:
-                raise PlanError(f"--bind-core {key}: CPU {format_cpus(bad)} is not available here (available: {format_cpus(spec.local_cpus)})", field="--bind-core")
+                raise PlanError(
+                    f"--bind-core {key}: CPU {format_cpus(bad)} is not available here (available: {format_cpus(spec.local_cpus)})",
+                    field="--bind-core",
+                )
         ranges = {i: tuple(devices[i]) for i in range(local_ranks)}
-        notes.append("cores per rank from --bind-core: " + ", ".join(f"local rank {i}: {format_cpus(c)}" for i, c in ranges.items()))
+        notes.append(
+            "cores per rank from --bind-core: "
+            + ", ".join(f"local rank {i}: {format_cpus(c)}" for i, c in ranges.items())
+        )
         return ranges, (tuple(bind["scheduler"]) if "scheduler" in bind else None)
     oversubscribed = f"{local_ranks} ranks on {n} cores: several ranks share each core (oversubscribed; expect each rank to run slower)"
     if n and bind is None and tune and local_ranks >= 2:
         # measured: pinning made short jobs slower and erratic and training no faster
         usable = spec.local_cores.usable
-        notes.append(f"{local_ranks} local rank(s) on {usable} usable core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)")
+        notes.append(
+            f"{local_ranks} local rank(s) on {usable} usable core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)"
+        )
         if local_ranks > usable:
-            warnings.append(f"{local_ranks} ranks on {usable} usable core(s): several ranks share each core (oversubscribed; expect each rank to run slower)")
+            warnings.append(
+                f"{local_ranks} ranks on {usable} usable core(s): several ranks share each core (oversubscribed; expect each rank to run slower)"
+            )
         return {}, None
     if n and bind is True:
         ranges = dict(enumerate(split_cores(local_ranks, spec.local_cpus)))
-        notes.append(f"{local_ranks} local rank(s) on {n} core(s): " + ", ".join(f"local rank {i}: cores {format_cpus(c)}" for i, c in ranges.items()))
+        notes.append(
+            f"{local_ranks} local rank(s) on {n} core(s): "
+            + ", ".join(f"local rank {i}: cores {format_cpus(c)}" for i, c in ranges.items())
+        )
         if local_ranks > n:
             warnings.append(oversubscribed)
         return ranges, None

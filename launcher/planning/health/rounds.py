@@ -21,6 +21,7 @@ none of its transfers worked (in every round it was in),
 that answered (network: of the hosts' round-1 figures, where every pair runs at once; round 2
 only clears a host), else ``ok``.  Each verdict carries a one-line reason with the figures.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -28,8 +29,17 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
-    "DEFAULT_THRESHOLD", "KERNELS", "PREFLIGHT_MODES", "Transfer", "Verdict", "health_json", "judge",
-    "confirm_pairs", "round1_pairs", "round2_pairs", "slow_members",
+    "DEFAULT_THRESHOLD",
+    "KERNELS",
+    "PREFLIGHT_MODES",
+    "Transfer",
+    "Verdict",
+    "health_json",
+    "judge",
+    "confirm_pairs",
+    "round1_pairs",
+    "round2_pairs",
+    "slow_members",
 ]
 
 DEFAULT_THRESHOLD = 0.5
@@ -128,7 +138,9 @@ def round2_pairs(candidates: Sequence[str], fast: Sequence[str]) -> List[Tuple[s
     return [(c, f) for c, f in zip(candidates, fast)]
 
 
-def _network_figures(hosts: Sequence[str], transfers: Sequence[Transfer]) -> Tuple[Dict[str, List[Transfer]], Dict[str, float], float]:
+def _network_figures(
+    hosts: Sequence[str], transfers: Sequence[Transfer]
+) -> Tuple[Dict[str, List[Transfer]], Dict[str, float], float]:
     """Each host's transfers, its best figure (hosts with a transfer) and the reference median
     (of round 1's figures, where every pair runs at once; later rounds run fewer transfers at
     once, so their figures only clear a host, they do not raise the bar)."""
@@ -148,7 +160,11 @@ def confirm_pairs(hosts: Sequence[str], transfers: Sequence[Transfer], threshold
     once while others are left.  Hosts none of whose transfers worked are not re-tried (no
     answer is not noise)."""
     mine, best, med = _network_figures(hosts, transfers)
-    slow = [h for h in hosts if h in best and best[h] < threshold * med and not all(t.error and t.mbps == 0.0 for t in mine[h])]
+    slow = [
+        h
+        for h in hosts
+        if h in best and best[h] < threshold * med and not all(t.error and t.mbps == 0.0 for t in mine[h])
+    ]
     fast = [h for h in hosts if h in best and best[h] >= threshold * med]
     pairs: List[Tuple[str, str]] = []
     used: List[str] = []
@@ -217,8 +233,15 @@ def _figures(g: Optional[float], m: Optional[float]) -> str:
     return ", ".join(parts)
 
 
-def health_json(verdicts: Sequence[Verdict], *, kernel: str, threshold: float, seconds: float,
-                network_note: Optional[str] = None, devices: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+def health_json(
+    verdicts: Sequence[Verdict],
+    *,
+    kernel: str,
+    threshold: float,
+    seconds: float,
+    network_note: Optional[str] = None,
+    devices: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
     """``doctor --health --json``: ``{"ok", "kernel", "threshold", "seconds", "median", "network", "hosts"}``,
     and ``"devices"`` when given (``{"target", "checks", "note"}``: what was checked, see
     :func:`launcher.planning.health.devices.devices_summary`)."""

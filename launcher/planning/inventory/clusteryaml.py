@@ -3,6 +3,7 @@
 See :func:`parse_cluster_yaml` for the keys; the YAML itself is read by the bounded composer
 of :mod:`launcher.planning.inventory.yamltree`.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,10 +30,25 @@ from launcher.planning.inventory.model import (
 )
 from launcher.planning.inventory.yamltree import Node, YamlMap, yaml_tree
 
-_HOST_KEYS = frozenset({
-    "host", "slots", "max_slots", "devices", "server_id", "addr", "host_ip", "super_pod_id",
-    "hccn_conf", "device_ips", "super_device_ids", "env", "nic", "python", "ssh",
-})
+_HOST_KEYS = frozenset(
+    {
+        "host",
+        "slots",
+        "max_slots",
+        "devices",
+        "server_id",
+        "addr",
+        "host_ip",
+        "super_pod_id",
+        "hccn_conf",
+        "device_ips",
+        "super_device_ids",
+        "env",
+        "nic",
+        "python",
+        "ssh",
+    }
+)
 _DEFAULT_KEYS = frozenset({"slots", "ssh", "env", "nic", "python", "super_pod_id"})
 _SSH_KEYS = frozenset({"user", "port", "key"})
 _TOP_KEYS = frozenset({"defaults", "hosts"})
@@ -88,7 +104,11 @@ def _unknown_key(mapping: YamlMap, known: frozenset, what: str, where: str) -> N
         return
     for key in mapping:
         if key not in known:
-            raise InventoryError(f"unknown key {what}.{_key_text(key)}; expected one of {sorted(known)}", path=where, line=mapping.lines[key])
+            raise InventoryError(
+                f"unknown key {what}.{_key_text(key)}; expected one of {sorted(known)}",
+                path=where,
+                line=mapping.lines[key],
+            )
 
 
 def _env_map(value: Any, line: Optional[int], what: str, where: str) -> Tuple[Tuple[str, str], ...]:
@@ -187,7 +207,9 @@ def _top_level(root: Node, where: str) -> Tuple[YamlMap, Any]:
     top = _expect(root.value, root.line, dict, "the cluster file", where)
     for key in top:
         if key not in _TOP_KEYS:
-            raise InventoryError(f"unknown top-level key {show(key)}; expected 'defaults' and 'hosts'", path=where, line=top.lines[key])
+            raise InventoryError(
+                f"unknown top-level key {show(key)}; expected 'defaults' and 'hosts'", path=where, line=top.lines[key]
+            )
     defaults = YamlMap()
     defaults.lines = {}
     if "defaults" in top and top["defaults"] is not None:
@@ -228,9 +250,13 @@ class _Defaults:
             return _scalar_str(defaults[key], lines[key], f"defaults.{key}", where) if key in defaults else None
 
         return cls(
-            ssh=_ssh_options(defaults["ssh"], lines["ssh"], "defaults.ssh", where, SshOptions()) if "ssh" in defaults else SshOptions(),
+            ssh=_ssh_options(defaults["ssh"], lines["ssh"], "defaults.ssh", where, SshOptions())
+            if "ssh" in defaults
+            else SshOptions(),
             env=_env_map(defaults["env"], lines["env"], "defaults.env", where) if "env" in defaults else (),
-            slots=_expect(defaults["slots"], lines["slots"], int, "defaults.slots", where) if "slots" in defaults else None,
+            slots=_expect(defaults["slots"], lines["slots"], int, "defaults.slots", where)
+            if "slots" in defaults
+            else None,
             slots_line=lines["slots"] if "slots" in defaults else None,
             nic=text("nic"),
             python=text("python"),
@@ -264,7 +290,11 @@ def _host_entry(idx: int, entry: Any, line: int, defaults: _Defaults, where: str
         merged.update(_env_map(item["env"], lines["env"], f"{what}.env", where))
         env = tuple(merged.items())
     ssh = _ssh_options(item["ssh"], lines["ssh"], f"{what}.ssh", where, defaults.ssh) if "ssh" in item else defaults.ssh
-    text: Dict[str, Optional[str]] = {"super_pod_id": defaults.super_pod_id, "nic": defaults.nic, "python": defaults.python}
+    text: Dict[str, Optional[str]] = {
+        "super_pod_id": defaults.super_pod_id,
+        "nic": defaults.nic,
+        "python": defaults.python,
+    }
     for key in _HOST_TEXT_KEYS:  # in this order (and the id maps after hccn_conf): the first problem is reported
         if key in item:
             text[key] = _scalar_str(item[key], lines[key], f"{what}.{key}", where)
@@ -316,7 +346,9 @@ def _host_max_slots(item: YamlMap, what: str, slots: int, where: str) -> int:
     line = item.lines["max_slots"]
     max_slots = _expect(item["max_slots"], line, int, f"{what}.max_slots", where)
     if max_slots > MAX_SLOTS:
-        raise InventoryError(f"{what}.max_slots must be in 1..{MAX_SLOTS}, got {show(max_slots)}", path=where, line=line)
+        raise InventoryError(
+            f"{what}.max_slots must be in 1..{MAX_SLOTS}, got {show(max_slots)}", path=where, line=line
+        )
     if max_slots < slots:
         raise InventoryError(f"{what}.max_slots is below slots", path=where, line=line)
     return max_slots
@@ -332,14 +364,17 @@ def _host_devices(item: YamlMap, what: str, slots: int, where: str) -> Tuple[int
         if d < 0:
             raise InventoryError(f"{what}.devices: device id must be >= 0, got {d}", path=where, line=d_line)
         if d > MAX_DEVICE_ID:
-            raise InventoryError(f"{what}.devices: device id must be in 0..{MAX_DEVICE_ID}, got {show(d)}", path=where, line=d_line)
+            raise InventoryError(
+                f"{what}.devices: device id must be in 0..{MAX_DEVICE_ID}, got {show(d)}", path=where, line=d_line
+            )
         devs.append(d)
     if len(set(devs)) != len(devs):
         raise InventoryError(f"{what}.devices has duplicates", path=where, line=line)
     if len(devs) != slots:
         raise InventoryError(
             f"{what}.devices lists {len(devs)} devices but slots is {slots}; make them agree",
-            path=where, line=line,
+            path=where,
+            line=line,
         )
     return tuple(devs)
 
@@ -353,6 +388,8 @@ def _id_map(item: YamlMap, key: str, what: str, where: str) -> Tuple[Tuple[int, 
         if type(k) is int and type(v) is str and 0 <= k <= MAX_DEVICE_ID and not _control(v):
             out.append((k, v))  # the common case: what _int_key and _scalar_str return for it
         else:
-            out.append((_int_key(k, f"{what}.{key}", where, lines[k]), _scalar_str(v, lines[k], f"{what}.{key}.{k}", where)))
+            out.append(
+                (_int_key(k, f"{what}.{key}", where, lines[k]), _scalar_str(v, lines[k], f"{what}.{key}.{k}", where))
+            )
     out.sort()
     return tuple(out)

@@ -1,4 +1,5 @@
 """Host filters ``--include`` / ``--exclude`` in DeepSpeed's syntax ``host1:0,1@host2`` (pure)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -27,7 +28,10 @@ def parse_filter(text: str, flag: str) -> Dict[str, Optional[Tuple[int, ...]]]:
         if sep:
             texts = [s.strip() for s in ids.split(",")]
             if not all(DIGITS_RE.match(s) for s in texts):
-                raise InventoryError(f"slot ids in {clip(part)} must be integers, e.g. {name if len(name) <= 40 and HOST_RE.fullmatch(name) else 'host'}:0,1", field=flag)
+                raise InventoryError(
+                    f"slot ids in {clip(part)} must be integers, e.g. {name if len(name) <= 40 and HOST_RE.fullmatch(name) else 'host'}:0,1",
+                    field=flag,
+                )
             if any(len(s) > 9 or int(s) > MAX_DEVICE_ID for s in texts):
                 raise InventoryError(f"slot ids in {clip(part)} must be in 0..{MAX_DEVICE_ID}", field=flag)
             slots = tuple(int(s) for s in texts)

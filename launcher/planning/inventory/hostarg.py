@@ -1,4 +1,5 @@
 """OpenMPI hostfiles (read by :mod:`launcher.planning.inventory.hostfile`) and mpirun's ``-H`` host lists (pure)."""
+
 from __future__ import annotations
 
 from typing import List

@@ -27,6 +27,7 @@ words that are not ``key=value`` (OpenMPI ignores them), ``slots=0``, ``port=0``
 without ``slots=`` has 1 slot (OpenMPI: the host's cores, learned when its daemon starts), and
 names are kept as written (OpenMPI cuts a domain: ``node1.example.com`` is ``node1``).
 """
+
 from __future__ import annotations
 
 import re
@@ -35,13 +36,24 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from launcher.errors import InventoryError
 from launcher.planning.inventory.hostlist import expand_hostlist, is_hostlist_name
-from launcher.planning.inventory.model import MAX_HOSTS, Host, Inventory, SshOptions, check_host_name, clip, positive_int
+from launcher.planning.inventory.model import (
+    MAX_HOSTS,
+    Host,
+    Inventory,
+    SshOptions,
+    check_host_name,
+    clip,
+    positive_int,
+)
 
 #: Keys that set a host's slots.
 SLOTS_KEYS = frozenset({"slots", "cpu", "count", "slot"})
 #: Keys that set a host's most slots (OpenMPI's aliases).
 MAX_SLOTS_KEYS = frozenset(
-    f"{a}{sep}{b}" for word in ("slots", "cpu", "count") for sep in ("_", "-") for a, b in ((word, "max"), ("max", word))
+    f"{a}{sep}{b}"
+    for word in ("slots", "cpu", "count")
+    for sep in ("_", "-")
+    for a, b in ((word, "max"), ("max", word))
 )
 #: Keys that set a host's SSH user.
 USER_KEYS = frozenset({"username", "user_name", "user-name"})
@@ -97,7 +109,7 @@ def _logical_lines(text: str) -> Iterator[Tuple[int, str]]:
                 end = rest.find("*/")
                 if end < 0:
                     break
-                rest, in_block = rest[end + 2:], False
+                rest, in_block = rest[end + 2 :], False
                 continue
             block = _BLOCK_RE.search(rest)
             head = rest if block is None else rest[: block.start()]
@@ -108,22 +120,34 @@ def _logical_lines(text: str) -> Iterator[Tuple[int, str]]:
                 break
             if block.group(0) == "*/":
                 raise InventoryError("'*/' without an opening '/*'", line=lineno)
-            rest, in_block = rest[block.end():], True
+            rest, in_block = rest[block.end() :], True
 
 
 def _host_spec(spec: str, where: str, lineno: int) -> Tuple[List[str], Optional[str], Optional[int]]:
     """The names, user and ``:N`` slots of a line's first word."""
     if spec.startswith("^"):
-        raise InventoryError(f"{clip(spec)}: '^host' lines are not read (OpenMPI 4.1 does not exclude with them); use --exclude", path=where, line=lineno)
+        raise InventoryError(
+            f"{clip(spec)}: '^host' lines are not read (OpenMPI 4.1 does not exclude with them); use --exclude",
+            path=where,
+            line=lineno,
+        )
     if spec.startswith("+"):
-        raise InventoryError(f"{clip(spec)}: relative nodes (+n0, +e) need an existing allocation; name the hosts", path=where, line=lineno)
+        raise InventoryError(
+            f"{clip(spec)}: relative nodes (+n0, +e) need an existing allocation; name the hosts",
+            path=where,
+            line=lineno,
+        )
     if spec == "rank":
-        raise InventoryError("'rank N=host' is a rankfile line; list hosts here (mslaunch assigns the ranks)", path=where, line=lineno)
+        raise InventoryError(
+            "'rank N=host' is a rankfile line; list hosts here (mslaunch assigns the ranks)", path=where, line=lineno
+        )
     user: Optional[str] = None
     if "@" in spec:
         user, _, spec = spec.partition("@")
         if "@" in spec or not USER_RE.match(user):
-            raise InventoryError(f"invalid user@host {clip(user + '@' + spec)}; write user@host", path=where, line=lineno)
+            raise InventoryError(
+                f"invalid user@host {clip(user + '@' + spec)}; write user@host", path=where, line=lineno
+            )
     slots: Optional[int] = None
     if ":" in spec and not spec.startswith("[") and spec.count(":") == 1:
         spec, count = spec.split(":", 1)
@@ -147,11 +171,15 @@ def _apply(entry: _Entry, items: List[str], where: str, lineno: int, repeat: boo
         if not sep or not key:
             raise InventoryError(f"expected key=value, got {clip(item)} (e.g. 'slots=8')", path=where, line=lineno)
         if '"' in value:
-            raise InventoryError(f"{key}: quoted values are not read, got {clip(value)}; write {key}=value", path=where, line=lineno)
+            raise InventoryError(
+                f"{key}: quoted values are not read, got {clip(value)}; write {key}=value", path=where, line=lineno
+            )
         if key in SLOTS_KEYS:
             if entry.slots_given:
-                again = (f"host {entry.name!r} is listed again (first at line {entry.line}) with slots=: a repeated line adds one slot; "
-                         "list each host once with its total slots")
+                again = (
+                    f"host {entry.name!r} is listed again (first at line {entry.line}) with slots=: a repeated line adds one slot; "
+                    "list each host once with its total slots"
+                )
                 raise InventoryError(again if repeat else "slots given twice", path=where, line=lineno)
             entry.slots, entry.slots_given = positive_int(value, "slots", where, lineno), True
         elif key in MAX_SLOTS_KEYS:
@@ -161,13 +189,19 @@ def _apply(entry: _Entry, items: List[str], where: str, lineno: int, repeat: boo
             entry.max_slots, got_max = most, True
         elif key in USER_KEYS:
             if not USER_RE.match(value):
-                raise InventoryError(f"{key} must be a user name (letters, digits, '_', '.', '-'), got {clip(value)}", path=where, line=lineno)
+                raise InventoryError(
+                    f"{key} must be a user name (letters, digits, '_', '.', '-'), got {clip(value)}",
+                    path=where,
+                    line=lineno,
+                )
             entry.user = value
         elif key in PORT_KEYS:
             entry.port = positive_int(value, "port", where, lineno, limit=65535)
         else:
             raise InventoryError(
-                f"unknown hostfile key {clip(key)}; use slots=N, max_slots=N, username=U or port=P", path=where, line=lineno
+                f"unknown hostfile key {clip(key)}; use slots=N, max_slots=N, username=U or port=P",
+                path=where,
+                line=lineno,
             )
     if got_max and not entry.slots_given:
         entry.slots, entry.slots_given = entry.max_slots or entry.slots, True
@@ -203,9 +237,17 @@ def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
                 entry.user = user
             else:
                 if colon_slots is not None:
-                    raise InventoryError(f"host {name!r} is listed again (first at line {entry.line}): a repeated line adds one slot", path=where, line=lineno)
+                    raise InventoryError(
+                        f"host {name!r} is listed again (first at line {entry.line}): a repeated line adds one slot",
+                        path=where,
+                        line=lineno,
+                    )
                 if user is not None and user != entry.user:
-                    raise InventoryError(f"host {name!r} is listed again (first at line {entry.line}) with another user", path=where, line=lineno)
+                    raise InventoryError(
+                        f"host {name!r} is listed again (first at line {entry.line}) with another user",
+                        path=where,
+                        line=lineno,
+                    )
                 entry.slots, entry.slots_given = entry.slots + 1, True
             if colon_slots is not None:
                 entry.slots, entry.slots_given = colon_slots, True
@@ -213,12 +255,26 @@ def parse_hostfile(text: str, path: Optional[str] = None) -> Inventory:
             _apply(entry, parts[1:], where, lineno, repeat)
             changed = [old for old, new in zip(before, (entry.user, entry.port)) if old is not None and new != old]
             if repeat and changed:
-                raise InventoryError(f"host {name!r} is listed again (first at line {entry.line}) with another user or port", path=where, line=lineno)
+                raise InventoryError(
+                    f"host {name!r} is listed again (first at line {entry.line}) with another user or port",
+                    path=where,
+                    line=lineno,
+                )
     if not entries:
         raise InventoryError("no hosts in hostfile; add lines like 'node1 slots=8'", path=where)
     hosts = []
     for e in entries.values():
         if e.max_slots is not None and e.max_slots < e.slots:
-            raise InventoryError(f"max_slots={e.max_slots} is below slots={e.slots} of host {e.name!r}", path=where, line=e.line)
-        hosts.append(Host(name=e.name, slots=e.slots, max_slots=e.max_slots, ssh=SshOptions(user=e.user, port=e.port), source=e.source))
+            raise InventoryError(
+                f"max_slots={e.max_slots} is below slots={e.slots} of host {e.name!r}", path=where, line=e.line
+            )
+        hosts.append(
+            Host(
+                name=e.name,
+                slots=e.slots,
+                max_slots=e.max_slots,
+                ssh=SshOptions(user=e.user, port=e.port),
+                source=e.source,
+            )
+        )
     return Inventory(tuple(hosts), source=path)

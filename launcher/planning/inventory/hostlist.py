@@ -18,6 +18,7 @@ this module adds what an inventory needs:
 - a bound: a list naming more than ``limit`` hosts is refused before anything is expanded
   (``node[1-100000000]`` costs nothing to refuse).
 """
+
 from __future__ import annotations
 
 from typing import Iterable, List
@@ -115,7 +116,9 @@ def _expand_element(element: str, what: str, text: str) -> List[str]:
                     values.extend(RangeSet(part))
             except (RangeSetParseError, ValueError, TypeError) as exc:
                 detail = str(exc).split(" : ")[0] if str(exc) else "not a range"
-                raise InventoryError(f"{what} {clip(text)}: bad range {piece!r} in {clip(element)} ({detail})") from None
+                raise InventoryError(
+                    f"{what} {clip(text)}: bad range {piece!r} in {clip(element)} ({detail})"
+                ) from None
         literal, _, rest = rest.partition("[")
         names = [name + value + literal for name in names for value in values]
         if not rest:
@@ -135,7 +138,7 @@ def slurm_ranges(piece: str) -> List[str]:
     width, top = len(lo), int(hi)
     if len(str(top)) <= width:
         return [f"{lo}-{str(top).zfill(width)}"]
-    return [f"{lo}-{'9' * width}", f"{10 ** width}-{top}"]
+    return [f"{lo}-{'9' * width}", f"{10**width}-{top}"]
 
 
 def is_hostlist_name(name: str) -> bool:

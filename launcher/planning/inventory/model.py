@@ -3,6 +3,7 @@
 Also the checks every inventory source shares (host names, slot counts, unique hosts, env
 values) and the bounds they enforce (:data:`MAX_SLOTS`, :data:`MAX_DEVICE_ID`, :data:`MAX_HOSTS`).
 """
+
 from __future__ import annotations
 
 import re
@@ -19,6 +20,7 @@ def is_local(name: str) -> bool:
     """Whether host ``name`` (as written in an inventory or a plan) is this machine: the one
     answer every layer uses (:data:`LOCAL_NAMES`)."""
     return name in LOCAL_NAMES
+
 
 HOST_RE = re.compile(r"^[A-Za-z0-9_.\-:\[\]%]+$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

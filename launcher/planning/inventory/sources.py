@@ -24,6 +24,7 @@ This module is the one import for all of it; the pieces live by source:
 * :mod:`launcher.planning.inventory.clusteryaml` (with :mod:`launcher.planning.inventory.yamltree`): YAML cluster files;
 * :mod:`launcher.planning.inventory.filters`: ``--include`` / ``--exclude``.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,10 +51,27 @@ from launcher.planning.inventory.yamltree import MAX_YAML_CHARS, MAX_YAML_DEPTH,
 from launcher.planning.text.textfile import read_text
 
 __all__ = [
-    "LOCAL_NAMES", "MAX_DEVICE_ID", "MAX_ENV_ENTRY_BYTES", "MAX_HOSTS", "MAX_SLOTS", "MAX_YAML_CHARS",
-    "MAX_YAML_DEPTH", "MAX_YAML_NODES", "Host", "Inventory", "SshOptions", "apply_filters", "env_problem",
-    "is_local", "local_inventory", "parse_cluster_yaml", "parse_filter", "parse_host_list", "parse_hostfile",
-    "read_hosts_arg", "read_inventory",
+    "LOCAL_NAMES",
+    "MAX_DEVICE_ID",
+    "MAX_ENV_ENTRY_BYTES",
+    "MAX_HOSTS",
+    "MAX_SLOTS",
+    "MAX_YAML_CHARS",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
+    "Host",
+    "Inventory",
+    "SshOptions",
+    "apply_filters",
+    "env_problem",
+    "is_local",
+    "local_inventory",
+    "parse_cluster_yaml",
+    "parse_filter",
+    "parse_host_list",
+    "parse_hostfile",
+    "read_hosts_arg",
+    "read_inventory",
 ]
 
 

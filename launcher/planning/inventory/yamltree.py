@@ -1,4 +1,5 @@
 """A bounded, non-recursive YAML composer for cluster files (see :func:`yaml_tree`)."""
+
 from __future__ import annotations
 
 import re
@@ -50,7 +51,9 @@ MAX_YAML_NODES = 300_000
 _MAX_FAST_INT_DIGITS = 18
 _IPV4_RE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}\Z")  # never an int, float or timestamp in YAML 1.1
 _COLLECTION_TAGS = {None, "!", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
-_BUDGET_MESSAGE = f"the document expands to more than {MAX_YAML_NODES} YAML nodes (aliases count each time they are used)"
+_BUDGET_MESSAGE = (
+    f"the document expands to more than {MAX_YAML_NODES} YAML nodes (aliases count each time they are used)"
+)
 
 
 def _check_str(value: str, what: str, where: str, line: int) -> None:
@@ -58,7 +61,9 @@ def _check_str(value: str, what: str, where: str, line: int) -> None:
     if "\0" in value:
         raise InventoryError(f"{what} contains a NUL character", path=where, line=line)
     if SURROGATE_RE.search(value):
-        raise InventoryError(f"{what} contains a lone surrogate (\\ud800-\\udfff); write valid Unicode", path=where, line=line)
+        raise InventoryError(
+            f"{what} contains a lone surrogate (\\ud800-\\udfff); write valid Unicode", path=where, line=line
+        )
 
 
 def yaml_tree(text: str, where: str) -> Optional[Node]:
@@ -105,7 +110,9 @@ def yaml_tree(text: str, where: str) -> Optional[Node]:
     except yaml.reader.ReaderError as exc:
         char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
         line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
-        raise composer.fail(f"invalid YAML: character U+{char:04X} is not allowed in YAML (control character)", line) from None
+        raise composer.fail(
+            f"invalid YAML: character U+{char:04X} is not allowed in YAML (control character)", line
+        ) from None
     except yaml.YAMLError as exc:
         raise composer.fail(f"invalid YAML: {_first_line(exc)}", None) from None
     finally:
@@ -193,8 +200,11 @@ class _Composer:
                             rules = first.get(text[:1]) if text else None
                             if text and rules is None:
                                 value, done = text, True
-                            elif text.isdigit() and text.isascii() and len(text) <= _MAX_FAST_INT_DIGITS and (
-                                text[0] != "0" or len(text) == 1
+                            elif (
+                                text.isdigit()
+                                and text.isascii()
+                                and len(text) <= _MAX_FAST_INT_DIGITS
+                                and (text[0] != "0" or len(text) == 1)
                             ):
                                 value, done = int(text), True
                             elif ipv4(text):
@@ -259,7 +269,10 @@ class _Composer:
                 documents += 1
                 if documents > 1:
                     mark = event.start_mark
-                    raise fail("more than one YAML document ('---'); a cluster file is one document", mark.line + 1 if mark else None)
+                    raise fail(
+                        "more than one YAML document ('---'); a cluster file is one document",
+                        mark.line + 1 if mark else None,
+                    )
                 continue
             else:  # stream start/end, document end
                 continue
@@ -301,12 +314,16 @@ class _Composer:
         try:
             value = self.constructor.construct_object(node, deep=True)
         except yaml.MarkedYAMLError as exc:
-            raise self.fail(f"invalid YAML value: {exc.problem or exc.context or 'cannot construct it'}", line) from None
+            raise self.fail(
+                f"invalid YAML value: {exc.problem or exc.context or 'cannot construct it'}", line
+            ) from None
         except Exception as exc:  # odd scalars: '!!float y', '!!int 9...9' beyond the digit limit
             short = tag.replace("tag:yaml.org,2002:", "!!")
             if tag == "tag:yaml.org,2002:int" and len(event.value) > 1000 and isinstance(exc, ValueError):
                 raise self.fail(f"integer {clip(event.value)} has too many digits", line) from None
-            raise self.fail(f"invalid YAML value {clip(event.value)} for tag {short}: {_first_line(exc)}", line) from None
+            raise self.fail(
+                f"invalid YAML value {clip(event.value)} for tag {short}: {_first_line(exc)}", line
+            ) from None
         if isinstance(value, str):
             _check_str(value, f"value {clip(event.value)}", self.where, line)
         return value

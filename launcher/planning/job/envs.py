@@ -12,6 +12,7 @@ torchrun.  Precedence, lowest first (later layers win):
 5. the method's layout (``MS_ROLE``, ``RANK_ID``, ...): these are per rank and cannot be
    overridden; setting one of them in layers 2-4 is an error that names the flag to use instead.
 """
+
 from __future__ import annotations
 
 import re
@@ -93,7 +94,7 @@ def parse_env_file(text: str, path: Optional[str] = None) -> Tuple[Tuple[str, st
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):].lstrip()
+            line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
         key = key.strip()
         if not sep or not _KEY_RE.fullmatch(key):
@@ -125,8 +126,13 @@ def check_reserved(method: str, layers: Iterable[Tuple[str, Iterable[Tuple[str, 
                 raise PlanError(f"{key} is set by mslaunch for the {method} method ({reserved[key]})", field=where)
 
 
-def tuning_env(method: str, user_env_keys: Iterable[str], compile_cache: Optional[str] = None,
-               user_keys: Iterable[str] = (), cache_offer: Optional[str] = None) -> Dict[str, str]:
+def tuning_env(
+    method: str,
+    user_env_keys: Iterable[str],
+    compile_cache: Optional[str] = None,
+    user_keys: Iterable[str] = (),
+    cache_offer: Optional[str] = None,
+) -> Dict[str, str]:
     """Launcher defaults that the user has not set in the launching environment.
 
     Args:
@@ -177,7 +183,9 @@ def _common(slot: RankSlot) -> Dict[str, str]:
     }
 
 
-def dynamic_scheduler_env(world_size: int, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None) -> Dict[str, str]:
+def dynamic_scheduler_env(
+    world_size: int, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None
+) -> Dict[str, str]:
     """The scheduler's layout: ``MS_ROLE=MS_SCHED`` plus the values every process shares."""
     env = {
         "MS_ROLE": "MS_SCHED",
@@ -190,13 +198,18 @@ def dynamic_scheduler_env(world_size: int, sched_host: str, sched_port: int, top
     return env
 
 
-def dynamic_worker_env(slot: RankSlot, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None) -> Dict[str, str]:
+def dynamic_worker_env(
+    slot: RankSlot, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None
+) -> Dict[str, str]:
     """A worker's layout: ``MS_ROLE=MS_WORKER``, the shared values, ``MS_NODE_ID`` = rank."""
     return dynamic_worker_layout(slot.world_size, sched_host, sched_port, topo_timeout)(slot)
 
 
 def dynamic_worker_layout(
-    world_size: int, sched_host: str, sched_port: int, topo_timeout: Optional[int] = None,
+    world_size: int,
+    sched_host: str,
+    sched_port: int,
+    topo_timeout: Optional[int] = None,
 ) -> Callable[[RankSlot], Dict[str, str]]:
     """:func:`dynamic_worker_env` for many ranks of one job: the values every worker shares are
     built once; the function returned adds a rank's own (a fresh dict per call)."""

@@ -9,6 +9,7 @@ read back by the report, ``status`` and ``top``.
 Pure: values only.  What a lower layer cannot name here (the failed attempt's root cause, a hang's
 report) is held as a small protocol or as its JSON.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,10 +19,28 @@ from launcher.planning.job.kinds import EventKind
 from launcher.planning.job.spec import Exclusion
 
 __all__ = [
-    "PAYLOADS", "ClusterStop", "Event", "Exited", "Failure", "HostExcluded", "Hung", "Interrupted", "JobEnd", "JobStart",
-    "JudgedCause", "OnEvent", "Preflight", "PreflightHost", "Restart", "RootCauseLike", "Started", "StopRestarts", "Teardown",
+    "PAYLOADS",
+    "ClusterStop",
+    "Event",
+    "Exited",
+    "Failure",
+    "HostExcluded",
+    "Hung",
+    "Interrupted",
+    "JobEnd",
+    "JobStart",
+    "JudgedCause",
+    "OnEvent",
+    "Preflight",
+    "PreflightHost",
+    "Restart",
+    "RootCauseLike",
+    "Started",
+    "StopRestarts",
+    "Teardown",
     "TimedOut",
 ]
+
 
 class JudgedCause(Protocol):
     """Why a process failed (:class:`launcher.logs.causes.Cause`), as the console names it."""
@@ -67,8 +86,14 @@ class Preflight:
     excluded: Tuple[Exclusion, ...] = ()  # the hosts ``exclude`` left out
 
     def to_json(self) -> Dict[str, Any]:
-        return {"mode": self.mode, "seconds": self.seconds, "network": self.network, "hosts": [h.to_json() for h in self.hosts],
-                "excluded": [e.to_json() for e in self.excluded], "devices": self.devices}
+        return {
+            "mode": self.mode,
+            "seconds": self.seconds,
+            "network": self.network,
+            "hosts": [h.to_json() for h in self.hosts],
+            "excluded": [e.to_json() for e in self.excluded],
+            "devices": self.devices,
+        }
 
 
 @dataclass(frozen=True)
@@ -95,7 +120,14 @@ class Started:
     attempt: int
 
     def to_json(self) -> Dict[str, Any]:
-        return {"name": self.name, "rank": self.rank, "host": self.host, "pid": self.pid, "log": self.log, "attempt": self.attempt}
+        return {
+            "name": self.name,
+            "rank": self.rank,
+            "host": self.host,
+            "pid": self.pid,
+            "log": self.log,
+            "attempt": self.attempt,
+        }
 
 
 @dataclass(frozen=True)
@@ -110,7 +142,13 @@ class Exited:
     attempt: int
 
     def to_json(self) -> Dict[str, Any]:
-        return {"name": self.name, "rank": self.rank, "host": self.host, "returncode": self.returncode, "attempt": self.attempt}
+        return {
+            "name": self.name,
+            "rank": self.rank,
+            "host": self.host,
+            "returncode": self.returncode,
+            "attempt": self.attempt,
+        }
 
 
 @dataclass(frozen=True)
@@ -147,7 +185,11 @@ class Restart:
     env_attempt: int
 
     def to_json(self) -> Dict[str, Any]:
-        return {"attempt": self.attempt, "cause": self.cause.to_json() if self.cause is not None else None, "env_attempt": self.env_attempt}
+        return {
+            "attempt": self.attempt,
+            "cause": self.cause.to_json() if self.cause is not None else None,
+            "env_attempt": self.env_attempt,
+        }
 
 
 @dataclass(frozen=True)
@@ -231,13 +273,43 @@ class JobEnd:
         return {"status": self.status, "exit_code": self.exit_code}
 
 
-Event = Union[Preflight, JobStart, Started, Exited, Failure, Teardown, Restart, TimedOut, Interrupted, Hung, StopRestarts,
-              HostExcluded, ClusterStop, JobEnd]
+Event = Union[
+    Preflight,
+    JobStart,
+    Started,
+    Exited,
+    Failure,
+    Teardown,
+    Restart,
+    TimedOut,
+    Interrupted,
+    Hung,
+    StopRestarts,
+    HostExcluded,
+    ClusterStop,
+    JobEnd,
+]
 
 #: Told of each event of a job (``events.jsonl``, then the console).
 OnEvent = Callable[[Event], None]
 
 #: kind -> its payload's class (one each).
-PAYLOADS: Mapping[EventKind, Type[Any]] = {cls.kind: cls for cls in (
-    Preflight, JobStart, Started, Exited, Failure, Teardown, Restart, TimedOut, Interrupted, Hung, StopRestarts, HostExcluded,
-    ClusterStop, JobEnd)}
+PAYLOADS: Mapping[EventKind, Type[Any]] = {
+    cls.kind: cls
+    for cls in (
+        Preflight,
+        JobStart,
+        Started,
+        Exited,
+        Failure,
+        Teardown,
+        Restart,
+        TimedOut,
+        Interrupted,
+        Hung,
+        StopRestarts,
+        HostExcluded,
+        ClusterStop,
+        JobEnd,
+    )
+}

@@ -7,6 +7,7 @@ mixed-in enums; :class:`StrEnum` pins it).
 
 Also the one wording of a process's exit status (:func:`describe_returncode`).
 """
+
 from __future__ import annotations
 
 import signal

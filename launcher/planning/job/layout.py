@@ -29,6 +29,7 @@ Job directory (``--log-dir``, default ``./mslaunch_logs/<job-id>/``)::
 
 Paths are built with :mod:`posixpath`: a plan names paths on every host of the job.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -36,12 +37,39 @@ import re
 from typing import Callable, Optional
 
 __all__ = [
-    "ATTEMPT_DIR_GLOB", "COMPILE_CACHE_DIR", "DEFAULT_WORKER_LOG_PREFIX", "DETACH_LOG", "EVENTS_FILE", "HOSTFILE_FILE",
-    "JOB_FILE", "LOCK_FILE", "METRICS_FILE", "MPIRUN_LOG", "PLAN_FILE", "PREVIOUS_DIR", "RANK_PLACEHOLDER",
-    "RANK_TABLE_FILE", "SCHEDULER_LOG", "SSH_CONFIG_FILE", "SUMMARY_FILE", "WORKER_LOG_GLOB",
-    "artefact_path", "attempt_dir", "compile_cache_dir", "attempt_dir_name", "env_dump_path", "fill_rank", "job_file", "parse_attempt_dir",
-    "parse_worker_log", "rank_cwd", "rank_cwd_prefix", "scheduler_log", "worker_log",
-    "worker_log_name", "worker_log_template",
+    "ATTEMPT_DIR_GLOB",
+    "COMPILE_CACHE_DIR",
+    "DEFAULT_WORKER_LOG_PREFIX",
+    "DETACH_LOG",
+    "EVENTS_FILE",
+    "HOSTFILE_FILE",
+    "JOB_FILE",
+    "LOCK_FILE",
+    "METRICS_FILE",
+    "MPIRUN_LOG",
+    "PLAN_FILE",
+    "PREVIOUS_DIR",
+    "RANK_PLACEHOLDER",
+    "RANK_TABLE_FILE",
+    "SCHEDULER_LOG",
+    "SSH_CONFIG_FILE",
+    "SUMMARY_FILE",
+    "WORKER_LOG_GLOB",
+    "artefact_path",
+    "attempt_dir",
+    "compile_cache_dir",
+    "attempt_dir_name",
+    "env_dump_path",
+    "fill_rank",
+    "job_file",
+    "parse_attempt_dir",
+    "parse_worker_log",
+    "rank_cwd",
+    "rank_cwd_prefix",
+    "scheduler_log",
+    "worker_log",
+    "worker_log_name",
+    "worker_log_template",
 ]
 
 PLAN_FILE = "plan.json"

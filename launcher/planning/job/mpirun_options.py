@@ -1,4 +1,5 @@
 """mpirun settings that are not per app context (a value of :class:`~launcher.planning.job.spec.JobSpec`; pure)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Where each planned process's environment and cores come from (pure; a step of :func:`~launcher.planning.build.build_plan`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,24 +71,40 @@ class ProcEnv:
         cpu_plan = cpu.plan_cpu(spec.cpu, len(local_slots), local_user_env, spec.user_env_keys)
         notes = list(cpu_plan.notes)
         if cpu_plan.cpus and launcher != "local":
-            notes.append(f"cores per rank not applied: the {launcher} launcher starts the ranks"
-                         + (" (mslaunch passes --bind-to none; --mpi-arg=--bind-to --mpi-arg=core binds them by mpirun)"
-                            if launcher == "mpirun" else ""))
+            notes.append(
+                f"cores per rank not applied: the {launcher} launcher starts the ranks"
+                + (
+                    " (mslaunch passes --bind-to none; --mpi-arg=--bind-to --mpi-arg=core binds them by mpirun)"
+                    if launcher == "mpirun"
+                    else ""
+                )
+            )
         at_start = _remote_threads(spec, launcher, slots, used, file_env, flag_env)
         notes += [hostcores.deferred_note(t, launcher) for t in at_start]
         with_slots = {s.host for s in slots}  # one pass: a test per host would make planning quadratic
         remote = [h for h in used if not h.is_local and h.name in with_slots]
         if remote and spec.cpu.remote_tune and not at_start:
-            notes.append(f"remote hosts: threads not planned (the {launcher} launcher starts their ranks without mslaunch learning their cores first)")
+            notes.append(
+                f"remote hosts: threads not planned (the {launcher} launcher starts their ranks without mslaunch learning their cores first)"
+            )
         if remote and (cpu_plan.notes or at_start):
             notes.append("remote hosts: oneDNN ISA left as is (mslaunch doctor probes their CPU kernels)")
         return cls(
-            tuning=envs.tuning_env(spec.method, spec.user_env_keys, layout.compile_cache_dir(spec.job_dir) if spec.compile_cache else None,
-                                   user_keys=set(local_user_env) | {k for h in used for k, _ in h.env},
-                                   cache_offer=layout.compile_cache_dir(spec.job_dir)),
-            file_env=file_env, flag_env=flag_env,
-            msrun_env=msrun_env, cpu=cpu_plan, local_index={s.rank: i for i, s in enumerate(local_slots)},
-            bind_here=launcher == "local", cpu_notes=tuple(notes), host_threads=at_start,
+            tuning=envs.tuning_env(
+                spec.method,
+                spec.user_env_keys,
+                layout.compile_cache_dir(spec.job_dir) if spec.compile_cache else None,
+                user_keys=set(local_user_env) | {k for h in used for k, _ in h.env},
+                cache_offer=layout.compile_cache_dir(spec.job_dir),
+            ),
+            file_env=file_env,
+            flag_env=flag_env,
+            msrun_env=msrun_env,
+            cpu=cpu_plan,
+            local_index={s.rank: i for i, s in enumerate(local_slots)},
+            bind_here=launcher == "local",
+            cpu_notes=tuple(notes),
+            host_threads=at_start,
         )
 
     def user_env(self, host: Host, rank: Optional[int] = None) -> Dict[str, str]:
@@ -114,8 +131,14 @@ class ProcEnv:
 REACHES_HOSTS = ("ssh", "slurm", "mpirun")
 
 
-def _remote_threads(spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], used: Sequence[Host],
-                    file_env: Mapping[str, str], flag_env: Mapping[str, str]) -> Tuple[hostcores.HostThreads, ...]:
+def _remote_threads(
+    spec: "JobSpec",
+    launcher: str,
+    slots: Sequence[RankSlot],
+    used: Sequence[Host],
+    file_env: Mapping[str, str],
+    flag_env: Mapping[str, str],
+) -> Tuple[hostcores.HostThreads, ...]:
     """The remote hosts whose ranks' threads are set at start, from the cores learned there."""
     if not spec.cpu.remote_tune or launcher not in REACHES_HOSTS:
         return ()
@@ -131,5 +154,9 @@ def _remote_threads(spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], u
         user.update(file_env)
         user.update(flag_env)
         names = set(user)  # the host's own environment is reported with its cores (theirs win too)
-        out.append(hostcores.HostThreads(h.name, ranks, tuple(v for v in hostcores.THREAD_VARS if v not in names), user.get("OMP_NUM_THREADS")))
+        out.append(
+            hostcores.HostThreads(
+                h.name, ranks, tuple(v for v in hostcores.THREAD_VARS if v not in names), user.get("OMP_NUM_THREADS")
+            )
+        )
     return tuple(out)

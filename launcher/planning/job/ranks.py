@@ -1,4 +1,5 @@
 """Rank assignment: the pure function from an inventory to rank slots (Horovod ``hosts.py`` style)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -147,7 +148,9 @@ def used_inventory(inventory: Inventory, slots: Tuple[RankSlot, ...]) -> Invento
     return Inventory(tuple(used), source=inventory.source)
 
 
-def node_slots(worker_num: int, local_worker_num: int, node_rank: Optional[int], host: str = "localhost") -> Tuple[RankSlot, ...]:
+def node_slots(
+    worker_num: int, local_worker_num: int, node_rank: Optional[int], host: str = "localhost"
+) -> Tuple[RankSlot, ...]:
     """Per-node mode (msrun's model): the ranks one node of a multi-node job runs.
 
     Every node runs ``local_worker_num`` workers; node ``k`` runs global ranks
@@ -175,7 +178,9 @@ def node_slots(worker_num: int, local_worker_num: int, node_rank: Optional[int],
     if local_worker_num < 1:
         raise PlanError(f"--local_worker_num must be at least 1, got {local_worker_num}", field="--local_worker_num")
     if local_worker_num > worker_num:
-        raise PlanError(f"--local_worker_num {local_worker_num} is more than --worker_num {worker_num}", field="--local_worker_num")
+        raise PlanError(
+            f"--local_worker_num {local_worker_num} is more than --worker_num {worker_num}", field="--local_worker_num"
+        )
     single = local_worker_num == worker_num
     base = 0
     if node_rank is not None and not single:

@@ -5,6 +5,7 @@
 part of a plan (:mod:`~launcher.planning.job.procenv`, :mod:`~launcher.planning.backends.mpirun`) read these types
 from here, so none of them imports the builder.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -296,7 +297,9 @@ class Plan:
             "world_size": self.world_size,
             "hosts": [h.name for h in self.hosts],
             "ranks": [proc(p) for p in self.ranks],
-            "artefacts": [{"name": a.name, "kind": a.kind, "path": posixpath.join(self.job_dir, a.name)} for a in self.artefacts],
+            "artefacts": [
+                {"name": a.name, "kind": a.kind, "path": posixpath.join(self.job_dir, a.name)} for a in self.artefacts
+            ],
         }
         if self.scheduler is not None:
             sched = proc(self.scheduler)
@@ -306,7 +309,9 @@ class Plan:
             out["master_addr"] = self.master_addr
             out["master_port"] = self.master_port
         out.update(backend or {})
-        ssh = {h.name: {k: v for k, v in (("user", h.ssh.user), ("port", h.ssh.port)) if v is not None} for h in self.hosts}
+        ssh = {
+            h.name: {k: v for k, v in (("user", h.ssh.user), ("port", h.ssh.port)) if v is not None} for h in self.hosts
+        }
         if any(ssh.values()):  # the hosts' own SSH user/port (hostfile username=/port=, YAML ssh:)
             out["host_ssh"] = {name: value for name, value in ssh.items() if value}
         if self.ssh_config is not None:

@@ -44,10 +44,19 @@ The package, by step:
 Everything here is pure except :func:`read_rank_table` (reads one file) and the default
 ``read`` / ``exists`` callables of :func:`resolve_device_ips`, which can be replaced.
 """
+
 from __future__ import annotations
 
 from launcher.planning.ranktable.build import build_rank_table, check_rank_table, rank_table_host_order
-from launcher.planning.ranktable.common import CHIPS, MAX_QUOTED, STATUSES, VERSIONS, DeviceIps, RankTableJSONError, Violation
+from launcher.planning.ranktable.common import (
+    CHIPS,
+    MAX_QUOTED,
+    STATUSES,
+    VERSIONS,
+    DeviceIps,
+    RankTableJSONError,
+    Violation,
+)
 from launcher.planning.ranktable.devices import resolve_device_ips
 from launcher.planning.ranktable.merge import merge_rank_tables
 from launcher.planning.ranktable.parse import (

@@ -1,4 +1,5 @@
 """Build a rank table from an inventory and its device IPs (pure)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
@@ -114,9 +115,7 @@ def _server_entry(host: Host, ips: Mapping[int, str], first_rank: int, v12: bool
     for rank, device_id in enumerate(host.device_ids, first_rank):
         ip = ips.get(device_id)
         if ip is None:
-            raise RankTableError(
-                f"host {host.name!r}: device {device_id} has no device IP", **host_where(host)
-            )
+            raise RankTableError(f"host {host.name!r}: device {device_id} has no device IP", **host_where(host))
         if not v12:
             devices.append({"device_id": str(device_id), "device_ip": ip, "rank_id": str(rank)})
             continue
@@ -124,7 +123,7 @@ def _server_entry(host: Host, ips: Mapping[int, str], first_rank: int, v12: bool
         if sdid is None:
             raise RankTableError(
                 f"host {host.name!r}: device {device_id} has no super_device_id; rank table 1.2 "
-                f"needs one per device: add \"{device_id}\": <id> to its super_device_ids in the "
+                f'needs one per device: add "{device_id}": <id> to its super_device_ids in the '
                 "cluster YAML (npu-smi info -t spod-info prints it)",
                 **host_where(host),
             )

@@ -1,5 +1,6 @@
 """What every part of the rank table package shares: versions, chips, the problem record and
 small helpers for messages and SuperPoD order (pure)."""
+
 from __future__ import annotations
 
 import re

@@ -3,6 +3,7 @@
 Pure except the default ``read`` / ``exists`` callables of :func:`resolve_device_ips` (one
 hccn.conf read, one listing of ``--hccn-dir``), which can be replaced.
 """
+
 from __future__ import annotations
 
 import os
@@ -132,7 +133,7 @@ def _host_device_ips(host: Host, source: _Source) -> Dict[int, str]:
             fix = (
                 f"add address_{device_id}=<IP> to it"
                 if source.path is not None
-                else f"add \"{device_id}\": <IP> to its device_ips"
+                else f'add "{device_id}": <IP> to its device_ips'
             )
             raise RankTableError(
                 f"host {host.name!r}: device {device_id} has no address in {source.origin}; {fix}, "

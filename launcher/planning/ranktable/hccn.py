@@ -15,6 +15,7 @@ line are tolerated.
 
 :func:`parse_hccn_conf` is pure; :func:`read_hccn_conf` only reads the file and calls it.
 """
+
 from __future__ import annotations
 
 import re
@@ -111,7 +112,8 @@ def read_hccn_conf(path: str) -> Dict[int, str]:
             text, or (with the line) when its content is malformed.
     """
     text = read_text(
-        path, RankTableError,
+        path,
+        RankTableError,
         "no such hccn.conf; copy /etc/hccn.conf from that server here, or point --hccn HOST=PATH at it",
         "an hccn.conf file",
     )

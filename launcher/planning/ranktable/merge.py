@@ -1,4 +1,5 @@
 """Merge per-host rank tables into one (what ``merge_hccl.py`` does, order-independent; pure)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -37,7 +38,7 @@ def merge_rank_tables(tables: Sequence[Tuple[str, Any]], chip: str = "910") -> D
             raise RankTableError("not a rank table: the top level must be a JSON object", path=path)
         ver = table.get("version")
         if ver not in VERSIONS:
-            raise RankTableError(f"version must be \"1.0\" or \"1.2\", got {json_kind(ver)}", path=path, field="version")
+            raise RankTableError(f'version must be "1.0" or "1.2", got {json_kind(ver)}', path=path, field="version")
         if version is None:
             version, version_file = ver, path
         elif ver != version:
@@ -55,7 +56,11 @@ def merge_rank_tables(tables: Sequence[Tuple[str, Any]], chip: str = "910") -> D
         entries.sort(key=lambda e: (pod_key(e[0]), e[1]))
     else:
         entries.sort(key=lambda e: e[1])
-    merged: Dict[str, Any] = {"version": version, "server_count": str(len(entries)), "server_list": _renumbered(entries)}
+    merged: Dict[str, Any] = {
+        "version": version,
+        "server_count": str(len(entries)),
+        "server_list": _renumbered(entries),
+    }
     if version == "1.2":
         merged["super_pod_list"] = pod_list([(pod, sid) for pod, sid, _ in entries])
     merged["status"] = "completed" if all(s == "completed" for s in statuses) else "initializing"
@@ -135,6 +140,8 @@ def _pods_of(table: Dict[str, Any], path: str) -> Dict[str, str]:
         for k, member in enumerate(members):
             sid = member.get("server_id") if isinstance(member, dict) else None
             if not isinstance(sid, str):
-                raise RankTableError("must be an object with a string server_id", path=path, field=f"{pp}.server_list[{k}]")
+                raise RankTableError(
+                    "must be an object with a string server_id", path=path, field=f"{pp}.server_list[{k}]"
+                )
             out.setdefault(sid, pod["super_pod_id"])
     return out

@@ -1,4 +1,5 @@
 """Rank table JSON in: strict, bounded parsing of a rank table file."""
+
 from __future__ import annotations
 
 import json
@@ -61,12 +62,18 @@ def parse_rank_table_json(text: str, path: Optional[str] = None) -> Any:
         )
     try:
         value = json.loads(
-            text, object_pairs_hook=no_duplicates, parse_constant=no_constant, parse_float=finite, parse_int=integer,
+            text,
+            object_pairs_hook=no_duplicates,
+            parse_constant=no_constant,
+            parse_float=finite,
+            parse_int=integer,
         )
     except json.JSONDecodeError as exc:
         raise RankTableJSONError(f"invalid JSON: {exc.msg}", path=where, line=exc.lineno, column=exc.colno) from None
     except RecursionError:
-        raise RankTableError(f"invalid rank table: JSON nested deeper than {MAX_JSON_DEPTH} levels", path=where) from None
+        raise RankTableError(
+            f"invalid rank table: JSON nested deeper than {MAX_JSON_DEPTH} levels", path=where
+        ) from None
     except ValueError as exc:  # e.g. an integer literal beyond the digit limit
         raise RankTableError(f"invalid JSON: {str(exc).splitlines()[0] if str(exc) else exc!r}", path=where) from None
     if "\0" in text or _BAD_ESCAPE_RE.search(text):
@@ -133,7 +140,13 @@ def _check_json_value(value: Any, where: str) -> None:
                 raise RankTableError(f"invalid rank table: JSON nested deeper than {MAX_JSON_DEPTH} levels", path=where)
             if name is not None:
                 names.append(name)
-            stack.append((name is not None, iter(item.items()) if isinstance(item, dict) else enumerate(item), isinstance(item, dict)))
+            stack.append(
+                (
+                    name is not None,
+                    iter(item.items()) if isinstance(item, dict) else enumerate(item),
+                    isinstance(item, dict),
+                )
+            )
 
     visit(value, None)
     while stack:
@@ -154,8 +167,6 @@ def _check_json_value(value: Any, where: str) -> None:
 
 
 _PLAIN_KEY_RE = re.compile(r"[A-Za-z0-9_]{1,40}\Z")
-
-
 
 
 def read_rank_table(path: str) -> Any:

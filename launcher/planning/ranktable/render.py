@@ -1,4 +1,5 @@
 """Rank table JSON out: stable key order, the seeds' layout, a fast indented encoder (pure)."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,14 @@ _UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._:\-]")
 _TOP_ORDER = ("version", "server_count", "server_list", "super_pod_list", "status")
 _SERVER_ORDER = ("server_id", "host_ip", "device", "host_nic_ip")
 _DEVICE_ORDER = (
-    "device_id", "super_device_id", "device_ip", "device_port",
-    "backup_device_ip", "backup_device_port", "host_port", "rank_id",
+    "device_id",
+    "super_device_id",
+    "device_ip",
+    "device_port",
+    "backup_device_ip",
+    "backup_device_port",
+    "host_port",
+    "rank_id",
 )
 _POD_ORDER = ("super_pod_id", "server_list")
 

@@ -4,6 +4,7 @@
 device counts, ranks, SuperPoDs, server order) that record :class:`Violation`s on a
 :class:`_Checker`; it never raises for any JSON value.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,7 +42,7 @@ class _Checker:
             hint = ""
             described = json_kind(value)
             if isinstance(value, int) and not isinstance(value, bool) and described.startswith("number "):
-                hint = f' (write "{described[len("number "):]}")'
+                hint = f' (write "{described[len("number ") :]}")'
             self.bad(path, f"must be a JSON string, got {json_kind(value)}{hint}")
             return None
         return value
@@ -105,10 +106,10 @@ def _check_top(ck: _Checker, obj: Dict[Any, Any]) -> Tuple[Optional[str], Option
     server list (None when there is no list to walk)."""
     version = ck.string(obj, "version", "")
     if version is not None and version not in VERSIONS:
-        ck.bad("version", f"must be \"1.0\" or \"1.2\", got {json_kind(version)}")
+        ck.bad("version", f'must be "1.0" or "1.2", got {json_kind(version)}')
     status = ck.string(obj, "status", "")
     if status is not None and status not in STATUSES:
-        ck.bad("status", f"must be \"completed\" or \"initializing\", got {json_kind(status)}")
+        ck.bad("status", f'must be "completed" or "initializing", got {json_kind(status)}')
     count_text = ck.string(obj, "server_count", "", required=version != "1.2")
 
     servers = obj.get("server_list")
@@ -204,8 +205,12 @@ def _device_ok(table: _TableScan, i: int, k: int, dev: Any, ids_here: Dict[int, 
     ip = dev.get("device_ip")
     rid_text = dev.get("rank_id")
     if (
-        type(did_text) is not str or type(ip) is not str or type(rid_text) is not str
-        or not _UINT_MATCH(did_text) or not _UINT_MATCH(rid_text) or not _IPV4_MATCH(ip)
+        type(did_text) is not str
+        or type(ip) is not str
+        or type(rid_text) is not str
+        or not _UINT_MATCH(did_text)
+        or not _UINT_MATCH(rid_text)
+        or not _IPV4_MATCH(ip)
         or ip in table.ip_first
     ):
         return _PROBLEM
@@ -241,7 +246,7 @@ def _check_device(ck: _Checker, table: _TableScan, i: int, k: int, dev: Any, ids
     did = canonical_uint(did_text)
     if did_text is not None:
         if did is None:
-            ck.bad(f"{dp}.device_id", f"must be a device number in a string, e.g. \"0\", got {json_kind(did_text)}")
+            ck.bad(f"{dp}.device_id", f'must be a device number in a string, e.g. "0", got {json_kind(did_text)}')
         elif did > table.max_device:
             ck.bad(f"{dp}.device_id", f"device {did} is out of range 0..{table.max_device}")
         elif did in ids_here:
@@ -259,7 +264,7 @@ def _check_device(ck: _Checker, table: _TableScan, i: int, k: int, dev: Any, ids
     rid_text = ck.string(dev, "rank_id", dp)
     rid = canonical_uint(rid_text)
     if rid_text is not None and rid is None:
-        ck.bad(f"{dp}.rank_id", f"must be a rank number in a string, e.g. \"0\", got {json_kind(rid_text)}")
+        ck.bad(f"{dp}.rank_id", f'must be a rank number in a string, e.g. "0", got {json_kind(rid_text)}')
     if table.v12:
         sdid = ck.string(dev, "super_device_id", dp)
         if sdid is not None and not _DIGITS_RE.match(sdid):
@@ -269,9 +274,7 @@ def _check_device(ck: _Checker, table: _TableScan, i: int, k: int, dev: Any, ids
     return rid
 
 
-def _check_device_count(
-    ck: _Checker, path: str, count: int, ids: List[int], chip: str, v12: bool, multi: bool
-) -> None:
+def _check_device_count(ck: _Checker, path: str, count: int, ids: List[int], chip: str, v12: bool, multi: bool) -> None:
     """Per-server device-count rules (see :func:`validate_rank_table`)."""
     if count == 0:
         ck.bad(path, "is empty; a server needs at least one device")
@@ -284,7 +287,9 @@ def _check_device_count(
     elif count not in (1, 2, 4, 8):
         ck.bad(path, f"an Ascend 910 server takes 1, 2, 4 or 8 devices, got {count} (--chip 910b allows 1-8)")
     elif multi and count != 8:
-        ck.bad(path, f"a multi-server Ascend 910 job needs 8 devices on every server, got {count} (--chip 910b allows 1-8)")
+        ck.bad(
+            path, f"a multi-server Ascend 910 job needs 8 devices on every server, got {count} (--chip 910b allows 1-8)"
+        )
     elif count in (2, 4) and any(d < 4 for d in ids) and any(d >= 4 for d in ids):
         ck.bad(
             path,
@@ -342,7 +347,10 @@ def _check_ranks(ck: _Checker, per_server: List[List[Optional[int]]]) -> None:
         for k in range(1, len(ranks)):
             rid, prev = ranks[k], ranks[k - 1]
             if prev is not None and rid != prev + 1:
-                ck.bad(path(i, k), f"rank ids within a server must be consecutive: expected {prev + 1} after {prev}, got {rid}")
+                ck.bad(
+                    path(i, k),
+                    f"rank ids within a server must be consecutive: expected {prev + 1} after {prev}, got {rid}",
+                )
                 break
         previous_last, previous_index = ranks[-1], i
 
@@ -372,7 +380,13 @@ def _check_super_pods(ck: _Checker, obj: Dict[Any, Any], server_ids: List[Option
 
 
 def _check_pod(
-    ck: _Checker, p: int, pod: Any, known: Set[str], pod_first: Dict[str, int], pod_of: Dict[str, str], where_of: Dict[str, str],
+    ck: _Checker,
+    p: int,
+    pod: Any,
+    known: Set[str],
+    pod_first: Dict[str, int],
+    pod_of: Dict[str, str],
+    where_of: Dict[str, str],
 ) -> None:
     """``super_pod_list[p]``: its id (unique) and members (known servers, each in one pod only);
     records each member's pod in ``pod_of`` / ``where_of``."""

@@ -6,6 +6,7 @@ encoder (a maintained C library) in a tenth of that, and falls back to :func:`_r
 bytes as ``json.dumps``, without its slow pure-Python indenting encoder) where orjson would differ
 or refuses.  The rank-table renderer writes its tables through the same two functions.
 """
+
 from __future__ import annotations
 
 import json

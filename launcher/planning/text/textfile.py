@@ -4,6 +4,7 @@ Every input file is read with a size cap (:data:`MAX_TEXT_BYTES` unless the call
 own): a file that is larger, or that never ends (``/dev/zero``), is refused after reading one
 byte past the cap, so no input file can make mslaunch allocate more than that.
 """
+
 from __future__ import annotations
 
 from typing import Type

@@ -8,6 +8,7 @@ item (written at the end of a scalar's line, or on its own line above a block).
 Every string that is not plainly safe is written as a JSON string (a valid YAML double-quoted
 scalar), so ``yaml.safe_load(render(x))`` gives back ``x`` without its notes (the tests check it).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,14 +52,20 @@ def scalar(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     text = str(value)
-    if _PLAIN.fullmatch(text) and not text.endswith(":") and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) == "tag:yaml.org,2002:str":
+    if (
+        _PLAIN.fullmatch(text)
+        and not text.endswith(":")
+        and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) == "tag:yaml.org,2002:str"
+    ):
         return text
     return _NON_PRINTABLE.sub(_escape_char, json.dumps(text, ensure_ascii=False))
 
 
 #: Characters written as escapes in a quoted scalar: those a YAML stream may not hold (YAML 1.1's
 #: c-printable, PyYAML's reader), the line breaks YAML folds (NEL, LS, PS) and the BOM.
-_NON_PRINTABLE = re.compile("[^\x09\x0A\x0D\x20-\x7E\xA0-\u2027\u202A-\uD7FF\uE000-\uFEFE\uFF00-\uFFFD\U00010000-\U0010FFFF]")
+_NON_PRINTABLE = re.compile(
+    "[^\x09\x0a\x0d\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
 
 
 def _escape_char(m: "re.Match[str]") -> str:
@@ -102,12 +109,12 @@ def _emit(value: Any, indent: int, out: List[str]) -> None:
         if isinstance(item, dict) and item:
             sub: List[str] = []
             _emit(item, indent + 2, sub)
-            sub[0] = f"{pad}- " + sub[0][indent + 2:]
+            sub[0] = f"{pad}- " + sub[0][indent + 2 :]
             out.extend(sub)
         elif isinstance(item, (list, tuple)) and item:
             sub = []
             _emit(item, indent + 2, sub)
-            sub[0] = f"{pad}- " + sub[0][indent + 2:]
+            sub[0] = f"{pad}- " + sub[0][indent + 2 :]
             out.extend(sub)
         else:
             out.append(f"{pad}- {_flow(item)}")

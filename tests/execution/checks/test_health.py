@@ -1,6 +1,7 @@
 """The health check's runner on this machine's channel (``localhost`` hosts: the probe is a
 direct child): verdicts, a host that cannot start the probe, a probe that misses its time limit,
 and nothing left running afterwards."""
+
 from __future__ import annotations
 
 import os
@@ -35,9 +36,13 @@ def test_local_hosts_get_compute_figures_and_no_network() -> None:
 
 def test_a_probe_that_does_not_start_or_answer_in_time_is_faulty_and_killed(tmp_path) -> None:
     slow = tmp_path / "slowpython"
-    slow.write_text(f"#!/bin/sh\nsleep 30\nexec {sys.executable} \"$@\"\n")
+    slow.write_text(f'#!/bin/sh\nsleep 30\nexec {sys.executable} "$@"\n')
     os.chmod(slow, 0o755)
-    hosts = (Host("localhost", 1), Host("127.0.0.1", 1, python=str(slow)), Host("::1", 1, python=str(tmp_path / "nopython")))
+    hosts = (
+        Host("localhost", 1),
+        Host("127.0.0.1", 1, python=str(slow)),
+        Host("::1", 1, python=str(tmp_path / "nopython")),
+    )
     before = _children()
     res = run_health(hosts, {}, budget=HealthBudget(start_timeout=1.0))
     assert [v.status for v in res.verdicts] == ["ok", "faulty", "faulty"]
@@ -48,14 +53,23 @@ def test_a_probe_that_does_not_start_or_answer_in_time_is_faulty_and_killed(tmp_
 
 def test_device_orders_run_after_the_network_and_a_host_without_a_probe_has_a_reason(tmp_path) -> None:
     tool = tmp_path / "npu-smi"
-    tool.write_text("#!/bin/sh\necho \"held by $$\"\n")
+    tool.write_text('#!/bin/sh\necho "held by $$"\n')
     os.chmod(tool, 0o755)
-    order = {"op": "devices", "limit": 5.0, "output_limit": 100,
-             "commands": [{"key": "npu-smi info", "tool": "npu-smi", "candidates": [str(tool)], "argv": ["info"], "timeout": 5.0}]}
+    order = {
+        "op": "devices",
+        "limit": 5.0,
+        "output_limit": 100,
+        "commands": [
+            {"key": "npu-smi info", "tool": "npu-smi", "candidates": [str(tool)], "argv": ["info"], "timeout": 5.0}
+        ],
+    }
     hosts = (Host("localhost", 1), Host("127.0.0.1", 1), Host("::1", 1, python=str(tmp_path / "nopython")))
     before = _children()
-    res = run_health(hosts, {}, devices={"localhost": order, "127.0.0.1": {"op": "devices", "commands": [], "limit": 0},
-                                         "::1": order})
+    res = run_health(
+        hosts,
+        {},
+        devices={"localhost": order, "127.0.0.1": {"op": "devices", "commands": [], "limit": 0}, "::1": order},
+    )
     assert [v.status for v in res.verdicts] == ["ok", "ok", "faulty"]
     (first,) = res.device_answers["localhost"]["outcomes"]
     assert first["key"] == "npu-smi info" and first["status"] == "exited" and first["stdout"].startswith("held by ")

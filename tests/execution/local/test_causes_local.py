@@ -5,6 +5,7 @@ cannot fix; nothing left running.
 
 The failing programs are ``tests/scripts/causes/`` (run as ranks by ``as_rank.py``).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,27 @@ class Job:
         self.junit = tmp_path / "junit.xml"
 
     def run(self, program: str, *args: str, extra=(), env=None, timeout: float = 90):
-        argv = ["run", "--np", "1", "--master-port", "auto", "--log-dir", str(self.dir), "--grace", "2", "--tee", "none",
-                "--junit", str(self.junit), *extra, "--no-python", sys.executable, AS_RANK, os.path.join(CAUSES, program), *args]
+        argv = [
+            "run",
+            "--np",
+            "1",
+            "--master-port",
+            "auto",
+            "--log-dir",
+            str(self.dir),
+            "--grace",
+            "2",
+            "--tee",
+            "none",
+            "--junit",
+            str(self.junit),
+            *extra,
+            "--no-python",
+            sys.executable,
+            AS_RANK,
+            os.path.join(CAUSES, program),
+            *args,
+        ]
         return run_process(*argv, env=dict(self.env, **(env or {})), cwd=str(self.tmp), timeout=timeout)
 
     def summary(self):
@@ -94,19 +114,26 @@ def check_everywhere(job: Job, r, kind: str, *evidence: str):
     assert cause["hint"]
     assert [a["root_cause"]["cause"] for a in s["attempt_results"]][-1] == cause
     lines = r.stderr.rstrip("\n").splitlines()
-    assert lines[-3:] == [f"mslaunch: cause: {kind}: {cause['evidence']}", f"mslaunch: hint: {cause['hint']}",
-                          f"mslaunch: exit code {s['exit_code']}; summary: {job.dir}/summary.json"], lines[-6:]
+    assert lines[-3:] == [
+        f"mslaunch: cause: {kind}: {cause['evidence']}",
+        f"mslaunch: hint: {cause['hint']}",
+        f"mslaunch: exit code {s['exit_code']}; summary: {job.dir}/summary.json",
+    ], lines[-6:]
     status = run_cli("status", str(job.dir), env=job.env)
     assert f"  cause: {kind}: {cause['evidence']}\n  hint: {cause['hint']}\n" in status.stdout, status.stdout
     cases = {c.get("name"): c for c in ET.parse(job.junit).getroot()}
-    assert cases["rank 0"].find("failure").get("message").endswith(f"{kind}: {cause['evidence']} (hint: {cause['hint']})")
+    assert (
+        cases["rank 0"].find("failure").get("message").endswith(f"{kind}: {cause['evidence']} (hint: {cause['hint']})")
+    )
     job.assert_all_gone()
     return cause
 
 
 def test_python_exception_names_type_message_and_the_users_frame(job, tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("import json\n\n\ndef load_config(text):\n    return json.loads(text)['lr']\n\n\nload_config('{\"batch\": 32}')\n")
+    script.write_text(
+        "import json\n\n\ndef load_config(text):\n    return json.loads(text)['lr']\n\n\nload_config('{\"batch\": 32}')\n"
+    )
     r = job.run(str(script))
     assert r.returncode == 1, r.stderr
     cause = check_everywhere(job, r, "python_exception", "KeyError: 'lr'", f"{script}:5")
@@ -140,7 +167,9 @@ def test_disk_full_names_the_writer(job, tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     mnt = tmp_path / "small"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -150,7 +179,9 @@ def test_disk_full_names_the_writer(job, tmp_path):
         subprocess.run(["umount", str(mnt)], check=True)
     assert r.returncode == 1, r.stderr
     # Python's write error names no file: the evidence is the user's frame that wrote it
-    cause = check_everywhere(job, r, "disk_full", "OSError: [Errno 28] No space left on device", "disk_full.py:10 (save_checkpoint)")
+    cause = check_everywhere(
+        job, r, "disk_full", "OSError: [Errno 28] No space left on device", "disk_full.py:10 (save_checkpoint)"
+    )
     assert cause["hint"].startswith("free space on localhost"), cause
 
 
@@ -204,8 +235,10 @@ def test_the_same_exception_twice_stops_the_restarts_without_steps(job, tmp_path
     s = job.summary()
     assert s["attempts"] == 2, s["message"]
     cause = s["root_cause"]["cause"]
-    line = (f"attempts 0 and 1 failed the same way (python_exception: {cause['evidence']}), which a restart cannot fix: "
-            "not restarting")
+    line = (
+        f"attempts 0 and 1 failed the same way (python_exception: {cause['evidence']}), which a restart cannot fix: "
+        "not restarting"
+    )
     assert s["restarts_stopped"] == line
     assert [a["root_cause"]["cause"] for a in s["attempt_results"]] == [cause, cause]
     assert f"{script}:2" in cause["evidence"]

@@ -5,6 +5,7 @@ right (the earliest exit wins; every attempt is in summary.json).
 Each test marks every process of its job (see ``tests/faultkit.py``) and asserts that none of
 them, and none of mslaunch's descendants, is left.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,18 @@ import sys
 import pytest
 
 from tests.harness.cli import mslaunch_argv
-from tests.harness.faultkit import ESCAPER, Fault, escaper, kill_all, marked, new_marker, signal_during_startup, survivors, tree, wait_for
+from tests.harness.faultkit import (
+    ESCAPER,
+    Fault,
+    escaper,
+    kill_all,
+    marked,
+    new_marker,
+    signal_during_startup,
+    survivors,
+    tree,
+    wait_for,
+)
 from tests.harness.paths import TESTS
 
 HERE = TESTS
@@ -44,7 +56,9 @@ def test_sigkill_after_a_rank_exited_and_left_an_orphan(fault):
     """Rank 1 exits 0 at once, leaving a setsid grandchild (re-parented away from its tree)."""
     proc = fault.popen(*escaper(fault, "leave", "1"))
     # rank 1 itself is gone; its child and orphan stay: 3 + 3 + 2
-    assert wait_for(lambda: len(marked(fault.marker)) >= 8 and (fault.dir / "worker_1.log").exists(), 60), marked(fault.marker)
+    assert wait_for(lambda: len(marked(fault.marker)) >= 8 and (fault.dir / "worker_1.log").exists(), 60), marked(
+        fault.marker
+    )
     snapshot = tree(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
@@ -68,8 +82,25 @@ def test_stop_signal_during_startup_sweep(tmp_path, sig):
     for i, delay in enumerate((0.0, 0.1, 0.25, 0.5, 0.9, 1.4, 2.0)):
         marker = new_marker()
         job = tmp_path / f"job{i}"
-        argv = mslaunch_argv("run", "--np", "2", "--master-port", "auto", "--no-sched-wait", "--log-dir", str(job), "--tee", "none",
-                             "--grace", "2", "--no-python", sys.executable, ESCAPER, marker, "hang")
+        argv = mslaunch_argv(
+            "run",
+            "--np",
+            "2",
+            "--master-port",
+            "auto",
+            "--no-sched-wait",
+            "--log-dir",
+            str(job),
+            "--tee",
+            "none",
+            "--grace",
+            "2",
+            "--no-python",
+            sys.executable,
+            ESCAPER,
+            marker,
+            "hang",
+        )
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
         snapshot, _, err = signal_during_startup(proc, delay, sig)
         try:

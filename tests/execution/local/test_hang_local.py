@@ -3,6 +3,7 @@ culprit, a collective timeout judged as a hang, and no false hang while lines ke
 
 Every test checks that every pid the job created is gone afterwards.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,25 @@ def hjob(tmp_path):
         pids = piddir
 
         def run(self, *args, extra=(), timeout=120):
-            return run_process("run", "--np", "2", "--master-port", "auto", "--log-dir", str(self.dir), "--grace", "2", "--tee", "none",
-                               *extra, PROG, *args, env=env, cwd=str(tmp_path), timeout=timeout)
+            return run_process(
+                "run",
+                "--np",
+                "2",
+                "--master-port",
+                "auto",
+                "--log-dir",
+                str(self.dir),
+                "--grace",
+                "2",
+                "--tee",
+                "none",
+                *extra,
+                PROG,
+                *args,
+                env=env,
+                cwd=str(tmp_path),
+                timeout=timeout,
+            )
 
         def summary(self):
             return json.loads((self.dir / "summary.json").read_text())
@@ -43,7 +61,16 @@ def hjob(tmp_path):
 
 def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):
     junit = hjob.dir.parent / "junit.xml"
-    r = hjob.run("steps", "0.3", "100", "--stall-rank", "1", "--stall-at", "5", extra=("--hang-timeout", "4", "--junit", str(junit)))
+    r = hjob.run(
+        "steps",
+        "0.3",
+        "100",
+        "--stall-rank",
+        "1",
+        "--stall-at",
+        "5",
+        extra=("--hang-timeout", "4", "--junit", str(junit)),
+    )
     assert r.returncode == 125, r.stderr
     s = hjob.summary()
     assert s["status"] == "hung" and s["exit_code"] == 125
@@ -55,13 +82,19 @@ def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):
     assert hang["culprit"]["rank"] == 1 and "silent first" in hang["culprit"]["evidence"]
     rows = {row["rank"]: row for row in hang["ranks"]}
     assert rows[0]["last_step"] == rows[1]["last_step"] == "epoch 0 step 4"
-    assert rows[1]["frame"].startswith("stuck_reading_data (hangprog.py:") and rows[0]["frame"].startswith("wait_for_peers (hangprog.py:")
+    assert rows[1]["frame"].startswith("stuck_reading_data (hangprog.py:") and rows[0]["frame"].startswith(
+        "wait_for_peers (hangprog.py:"
+    )
     stacks = hjob.dir / "stacks"
     for rank in (0, 1):
         files = rows[rank]["stack_files"]
         assert files and all(f.startswith(f"rank{rank}.pid") for f in files)
         text = (stacks / files[0]).read_text()
-        assert text.startswith(f"# mslaunch stack dump: rank{rank}, pid ") and "tool: py-spy" in text and "\nThread " in text
+        assert (
+            text.startswith(f"# mslaunch stack dump: rank{rank}, pid ")
+            and "tool: py-spy" in text
+            and "\nThread " in text
+        )
     assert s["root_cause"]["rank"] == 1 and "likely culprit" in s["root_cause"]["reason"]
     assert "likely culprit: rank 1" in s["message"] and "likely culprit" in r.stderr
     events = [json.loads(line)["kind"] for line in (hjob.dir / "events.jsonl").read_text().splitlines()]
@@ -73,7 +106,11 @@ def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):
     assert "likely culprit: rank 1: it went silent first" in top.stdout, top.stdout + top.stderr
     rep = run_cli("report", str(hjob.dir), "--output", str(hjob.dir.parent / "rep"))
     html = (hjob.dir.parent / "rep" / "report.html").read_text()
-    assert rep.returncode == 0 and "likely culprit: rank 1: it went silent first" in html and "stuck_reading_data (hangprog.py:" in html
+    assert (
+        rep.returncode == 0
+        and "likely culprit: rank 1: it went silent first" in html
+        and "stuck_reading_data (hangprog.py:" in html
+    )
     assert_all_gone(hjob.pids)
 
 
@@ -89,7 +126,17 @@ def test_lines_every_two_seconds_keep_it_alive_and_quiet_ends_it(hjob):
 
 
 def test_a_collective_timeout_is_a_hang_and_names_the_stuck_rank(hjob):
-    r = hjob.run("steps", "0.3", "100", "--stall-rank", "1", "--stall-at", "5", "--collective-timeout", extra=("--hang-timeout", "off"))
+    r = hjob.run(
+        "steps",
+        "0.3",
+        "100",
+        "--stall-rank",
+        "1",
+        "--stall-at",
+        "5",
+        "--collective-timeout",
+        extra=("--hang-timeout", "off"),
+    )
     assert r.returncode == 125, r.stderr
     s = hjob.summary()
     hang = s["hang"]
@@ -112,11 +159,22 @@ def test_hang_timeout_is_checked_before_anything_starts(hjob):
 @pytest.mark.mpi
 def test_local_mpirun_ranks_are_dumped_and_named_by_rank_id(hjob):
     require_tool("mpirun", package="openmpi-bin")
-    r = hjob.run("steps", "0.3", "100", "--stall-rank", "1", "--stall-at", "5", extra=("--launcher", "mpirun", "--hang-timeout", "4"))
+    r = hjob.run(
+        "steps",
+        "0.3",
+        "100",
+        "--stall-rank",
+        "1",
+        "--stall-at",
+        "5",
+        extra=("--launcher", "mpirun", "--hang-timeout", "4"),
+    )
     assert r.returncode == 125, r.stderr
     hang = hjob.summary()["hang"]
     rows = {row["rank"]: row for row in hang["ranks"]}
-    assert rows[1]["frame"].startswith("stuck_reading_data (hangprog.py:") and rows[0]["frame"].startswith("wait_for_peers (hangprog.py:")
+    assert rows[1]["frame"].startswith("stuck_reading_data (hangprog.py:") and rows[0]["frame"].startswith(
+        "wait_for_peers (hangprog.py:"
+    )
     assert all(rows[r]["stack_files"][0].startswith(f"rank{r}.pid") for r in (0, 1))
     assert hang["culprit"]["rank"] == 1
     assert_all_gone(hjob.pids)

@@ -1,5 +1,6 @@
 """JoinWatch on real processes: a rank started under SCHED_BATCH gets SCHED_OTHER back, on every
 thread, once its log shows MindSpore's end-of-init line, when it ends, or at the time limit."""
+
 from __future__ import annotations
 
 import os
@@ -116,9 +117,11 @@ def test_only_dynamic_workers_under_the_default_policy():
 
 def test_processes_started_during_the_start_up_get_the_normal_policy_too(tmp_path):
     """A rank that started a helper process while under SCHED_BATCH: both get SCHED_OTHER back."""
-    child = ("import os, subprocess, sys\nos.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))\n"
-             "g = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE)\n"
-             "print(g.pid, flush=True)\nsys.stdin.read()\ng.stdin.close(); g.wait()\n")
+    child = (
+        "import os, subprocess, sys\nos.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE)\n"
+        "print(g.pid, flush=True)\nsys.stdin.read()\ng.stdin.close(); g.wait()\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         grandchild = int(proc.stdout.readline())

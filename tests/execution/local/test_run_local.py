@@ -3,6 +3,7 @@
 Every test checks that every pid the job created (ranks, the scheduler, and a child each of
 them starts) is gone afterwards.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,14 +76,33 @@ def job(tmp_path):
 
         def args(self, *args, np=2, extra=()):
             """The CLI's arguments of ``mslaunch run`` of this job."""
-            return ["run", "--np", str(np), "--master-port", "auto", "--log-dir", str(self.dir), "--grace", "2", *extra, PROG, *args]
+            return [
+                "run",
+                "--np",
+                str(np),
+                "--master-port",
+                "auto",
+                "--log-dir",
+                str(self.dir),
+                "--grace",
+                "2",
+                *extra,
+                PROG,
+                *args,
+            ]
 
         def run(self, *args, np=2, extra=(), timeout=60):
             return run_process(*self.args(*args, np=np, extra=extra), env=env, cwd=str(tmp_path), timeout=timeout)
 
         def popen(self, *args, np=2, extra=()):
-            return subprocess.Popen(mslaunch_argv(*self.args(*args, np=np, extra=extra)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, env=env, cwd=str(tmp_path))
+            return subprocess.Popen(
+                mslaunch_argv(*self.args(*args, np=np, extra=extra)),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=str(tmp_path),
+            )
 
         def summary(self):
             return json.loads((self.dir / "summary.json").read_text())
@@ -105,7 +125,15 @@ def test_success_writes_job_dir(job):
     assert [p["name"] for p in s["processes"]] == ["scheduler", "rank 0", "rank 1"]
     assert [p["exit_code"] for p in s["processes"][1:]] == [0, 0]
     files = sorted(os.listdir(job.dir))
-    assert files == ["events.jsonl", "job.json", "plan.json", "scheduler.log", "summary.json", "worker_0.log", "worker_1.log"]
+    assert files == [
+        "events.jsonl",
+        "job.json",
+        "plan.json",
+        "scheduler.log",
+        "summary.json",
+        "worker_0.log",
+        "worker_1.log",
+    ]
     assert oct(os.stat(job.dir).st_mode & 0o777) == "0o700"
     assert (job.dir / "worker_1.log").read_text().splitlines()[-1] == "rank1 done"
     plan = json.loads((job.dir / "plan.json").read_text())
@@ -121,7 +149,14 @@ def test_rank_exit_code_is_the_jobs(job):
     assert r.returncode == 3, r.stderr
     s = job.summary()
     cause = s["root_cause"]
-    assert (s["status"], cause["name"], cause["rank"], cause["host"], cause["exit_code"], cause["signal"]) == ("failed", "rank 1", 1, "localhost", 3, None)
+    assert (s["status"], cause["name"], cause["rank"], cause["host"], cause["exit_code"], cause["signal"]) == (
+        "failed",
+        "rank 1",
+        1,
+        "localhost",
+        3,
+        None,
+    )
     assert cause["tail"][-1] == "RuntimeError: rank1 fails with 3"
     assert cause["log"] == str(job.dir / "worker_1.log")
     others = {p["name"]: p for p in s["processes"]}
@@ -136,7 +171,12 @@ def test_rank_killed_by_signal(job):
     r = job.run("sigkill", "0.3", "0")
     assert r.returncode == 137, r.stderr
     cause = job.summary()["root_cause"]
-    assert (cause["rank"], cause["exit_code"], cause["signal"], cause["reason"]) == (0, 137, "SIGKILL", "killed by SIGKILL")
+    assert (cause["rank"], cause["exit_code"], cause["signal"], cause["reason"]) == (
+        0,
+        137,
+        "SIGKILL",
+        "killed by SIGKILL",
+    )
     assert_all_gone(job.pids)
 
 
@@ -182,7 +222,10 @@ def test_busy_master_port_starts_nothing(job):
         args = [a if a != "auto" else str(port) for a in job.args("ok")]
         r = run_process(*args, env=job.environ, timeout=30)
     assert r.returncode == 1
-    assert r.stderr == f"mslaunch: error: --master-port: port {port} is already in use on this machine; pass --master-port auto or another free port\n"
+    assert (
+        r.stderr
+        == f"mslaunch: error: --master-port: port {port} is already in use on this machine; pass --master-port auto or another free port\n"
+    )
     assert not job.dir.exists() and os.listdir(job.pids) == []
 
 
@@ -206,8 +249,10 @@ def test_ci_outputs(job, tmp_path):
     cases = {c.get("name"): c for c in suite}
     failure = cases["rank 0"].find("failure")
     # the line it prints is no traceback: its cause is unknown, with that line as the evidence
-    assert failure.get("message") == (f"exit code 7; unknown: RuntimeError: rank0 fails with 7 (hint: no known cause matched: read the end of "
-                                      f"{job.dir}/worker_0.log)")
+    assert failure.get("message") == (
+        f"exit code 7; unknown: RuntimeError: rank0 fails with 7 (hint: no known cause matched: read the end of "
+        f"{job.dir}/worker_0.log)"
+    )
     assert "RuntimeError: rank0 fails with 7" in failure.text
     assert cases["rank 1"].find("skipped") is not None
     assert r.stdout == ""  # --quiet: no rank output
@@ -225,7 +270,9 @@ def test_ranktable_method_dirs_and_env(job, tmp_path):
     for rank in (0, 1):
         ddir = job.dir / f"device{rank}"
         dump = dict(line.split("=", 1) for line in (ddir / f"env{rank}.log").read_text().splitlines())
-        seen = dict(line.split("=", 1) for line in (job.dir / f"worker_{rank}.log").read_text().splitlines() if "=" in line)
+        seen = dict(
+            line.split("=", 1) for line in (job.dir / f"worker_{rank}.log").read_text().splitlines() if "=" in line
+        )
         for env in (dump, seen):
             assert (env["RANK_ID"], env["DEVICE_ID"], env["RANK_SIZE"]) == (str(rank), str(rank), "2")
             assert env["RANK_TABLE_FILE"] == str(job.dir / "rank_table.json")
@@ -259,27 +306,55 @@ def test_logs_tail_follow_and_grep(job, tmp_path):
     job.wait_started(3)
     # -n 5: the 'done' lines show whether they come before the follower starts (a loaded machine
     # may start it late) or while it follows; either way exactly once, and nothing else.
-    follow = run_process("logs", "tail", "--log-dir", str(job.dir), "-f", "-n", "5", "--grep", "done", env=job.environ, timeout=120)
+    follow = run_process(
+        "logs", "tail", "--log-dir", str(job.dir), "-f", "-n", "5", "--grep", "done", env=job.environ, timeout=120
+    )
     p.communicate(timeout=30)
     assert p.returncode == 0
     assert sorted(follow.stdout.splitlines()) == ["[rank 0] rank0 done", "[rank 1] rank1 done"]
     ls = run_process("logs", "ls", str(job.dir), env=job.environ)
-    assert [line.split()[:2] for line in ls.stdout.splitlines()] == [["rank", "0"], ["rank", "1"], ["scheduler", str((job.dir / "scheduler.log").stat().st_size)]]
+    assert [line.split()[:2] for line in ls.stdout.splitlines()] == [
+        ["rank", "0"],
+        ["rank", "1"],
+        ["scheduler", str((job.dir / "scheduler.log").stat().st_size)],
+    ]
     assert_all_gone(job.pids)
 
 
 def test_bad_program_is_a_start_failure(job, tmp_path):
     # a missing program is refused before anything starts (exit 2, no job files)
-    r = run_process("run", "--np", "1", "--log-dir", str(job.dir), "--no-python", "--master-port", "auto",
-                    str(tmp_path / "missing.sh"), env=job.environ, timeout=60)
+    r = run_process(
+        "run",
+        "--np",
+        "1",
+        "--log-dir",
+        str(job.dir),
+        "--no-python",
+        "--master-port",
+        "auto",
+        str(tmp_path / "missing.sh"),
+        env=job.environ,
+        timeout=60,
+    )
     assert r.returncode == 2 and f"no such file '{tmp_path}/missing.sh'" in r.stderr, r.stderr
     assert not (job.dir / "summary.json").exists()
     # one that is there but cannot be executed fails at start
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"\x00\x01\x02")
     junk.chmod(0o755)
-    r = run_process("run", "--np", "1", "--log-dir", str(job.dir), "--no-python", "--master-port", "auto",
-                    str(junk), env=job.environ, timeout=60)
+    r = run_process(
+        "run",
+        "--np",
+        "1",
+        "--log-dir",
+        str(job.dir),
+        "--no-python",
+        "--master-port",
+        "auto",
+        str(junk),
+        env=job.environ,
+        timeout=60,
+    )
     assert r.returncode == 1
     assert f"cannot start '{junk}': Exec format error" in r.stderr, r.stderr
     # the scheduler (started first) did not survive
@@ -293,7 +368,9 @@ def test_mpirun_launcher_runs_and_names_failing_rank(job):
     r = job.run("env", np=2, extra=("--launcher", "mpirun", "--method", "mpi"))
     assert r.returncode == 0, r.stderr + (job.dir / "mpirun.log").read_text()
     for rank in (0, 1):
-        seen = dict(line.split("=", 1) for line in (job.dir / f"worker_{rank}.log").read_text().splitlines() if "=" in line)
+        seen = dict(
+            line.split("=", 1) for line in (job.dir / f"worker_{rank}.log").read_text().splitlines() if "=" in line
+        )
         assert (seen["RANK_ID"], seen["DEVICE_ID"], seen["OMPI_COMM_WORLD_RANK"]) == (str(rank), str(rank), str(rank))
     shutil.rmtree(job.dir)
     for name in os.listdir(job.pids):
@@ -316,8 +393,13 @@ def test_the_orphan_reaper_looks_again_until_nothing_new_runs(tmp_path) -> None:
 
     marker = new_marker()
     try:
-        out = sp.run([_sys.executable, os.path.join(TESTS, "scripts", "reap_forker.py"),
-                      marker], capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+        out = sp.run(
+            [_sys.executable, os.path.join(TESTS, "scripts", "reap_forker.py"), marker],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, PYTHONPATH=os.getcwd()),
+        )
         assert out.returncode == 0, out.stderr
         killed, left = (int(x) for x in out.stdout.split())
         assert killed > 1 and left == 0, out.stdout

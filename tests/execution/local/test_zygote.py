@@ -1,5 +1,6 @@
 """The zygote launcher with tiny processes (no MindSpore needed; MindSpore end to end is in
 ``tests/integration/test_msrun_e2e.py``)."""
+
 from __future__ import annotations
 
 import json
@@ -23,28 +24,57 @@ RANKPROG = os.path.join(ROOT, "tests", "scripts", "rankprog.py")
 
 
 def proc(name, argv, env=(), cwd="/"):
-    return ProcPlan(name=name, role="worker", host="localhost", rank=0, local_rank=0, node_rank=0, device_id=0,
-                    argv=tuple(argv), env=tuple(env), cwd=cwd, log="")
+    return ProcPlan(
+        name=name,
+        role="worker",
+        host="localhost",
+        rank=0,
+        local_rank=0,
+        node_rank=0,
+        device_id=0,
+        argv=tuple(argv),
+        env=tuple(env),
+        cwd=cwd,
+        log="",
+    )
 
 
 def test_forked_ranks_get_their_env_cwd_argv_log_and_exit_code(tmp_path):
     script = tmp_path / "s.py"
-    script.write_text("import json, os, sys\nprint(json.dumps({'argv': sys.argv, 'cwd': os.getcwd(), 'x': os.environ.get('ZX'),"
-                      " 'name': __name__, 'path0': sys.path[0]}))\nsys.exit(int(sys.argv[1]))\n")
+    script.write_text(
+        "import json, os, sys\nprint(json.dumps({'argv': sys.argv, 'cwd': os.getcwd(), 'x': os.environ.get('ZX'),"
+        " 'name': __name__, 'path0': sys.path[0]}))\nsys.exit(int(sys.argv[1]))\n"
+    )
     z = ZygoteBackend(preload=("json",))
     try:
-        handles = [z.start(proc(f"rank {i}", [sys.executable, str(script), str(code)], [("ZX", str(i))], str(tmp_path)), str(tmp_path / f"{i}.log"), str(tmp_path))
-                   for i, code in enumerate((0, 5))]
+        handles = [
+            z.start(
+                proc(f"rank {i}", [sys.executable, str(script), str(code)], [("ZX", str(i))], str(tmp_path)),
+                str(tmp_path / f"{i}.log"),
+                str(tmp_path),
+            )
+            for i, code in enumerate((0, 5))
+        ]
         assert [h.wait() for h in handles] == [0, 5]
         for i, h in enumerate(handles):
             assert h.pid != z.process.pid
             got = json.loads((tmp_path / f"{i}.log").read_text())
-            assert got == {"argv": [str(script), str((0, 5)[i])], "cwd": str(tmp_path), "x": str(i), "name": "__main__", "path0": str(tmp_path)}
+            assert got == {
+                "argv": [str(script), str((0, 5)[i])],
+                "cwd": str(tmp_path),
+                "x": str(i),
+                "name": "__main__",
+                "path0": str(tmp_path),
+            }
         # -m MODULE; an uncaught exception is exit 1 with its traceback in the log
-        mod = z.start(proc("rank 2", [sys.executable, "-m", "json.tool", "--nope"]), str(tmp_path / "m.log"), str(tmp_path))
+        mod = z.start(
+            proc("rank 2", [sys.executable, "-m", "json.tool", "--nope"]), str(tmp_path / "m.log"), str(tmp_path)
+        )
         assert mod.wait() == 2 and "usage" in (tmp_path / "m.log").read_text()
         (tmp_path / "boom.py").write_text("raise RuntimeError('boom')\n")
-        boom = z.start(proc("rank 3", [sys.executable, str(tmp_path / "boom.py")]), str(tmp_path / "b.log"), str(tmp_path))
+        boom = z.start(
+            proc("rank 3", [sys.executable, str(tmp_path / "boom.py")]), str(tmp_path / "b.log"), str(tmp_path)
+        )
         assert boom.wait() == 1 and "RuntimeError: boom" in (tmp_path / "b.log").read_text()
     finally:
         z.close()
@@ -57,10 +87,17 @@ def test_terminate_and_kill_end_the_whole_group(tmp_path):
     piddir.mkdir()
     try:
         env = [("PIDDIR", str(piddir)), ("MSLAUNCH_NAME", "r0")]
-        h = z.start(proc("rank 0", [sys.executable, RANKPROG, "stubborn"], env, str(tmp_path)), str(tmp_path / "r.log"), str(tmp_path))
+        h = z.start(
+            proc("rank 0", [sys.executable, RANKPROG, "stubborn"], env, str(tmp_path)),
+            str(tmp_path / "r.log"),
+            str(tmp_path),
+        )
         deadline = time.monotonic() + 30
         log = tmp_path / "r.log"
-        while not (log.exists() and "started" in log.read_text() and list(piddir.iterdir())) and time.monotonic() < deadline:
+        while (
+            not (log.exists() and "started" in log.read_text() and list(piddir.iterdir()))
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         assert h.poll() is None
         assert os.getpgid(h.pid) == h.pid  # its own session/group
@@ -88,8 +125,26 @@ def test_non_python_argv_starts_as_a_subprocess(tmp_path):
 
 def test_cli_zygote_fail_fast(tmp_path):
     """``mslaunch run --zygote``: a failing forked rank fails the job with its exit code."""
-    r = run_process("run", "--np", "2", "--zygote", "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
-                    "--grace", "1", RANKPROG, "fail", "0.3", "1", "7", timeout=120, cwd=tmp_path, env=dict(os.environ, PIDDIR=str(tmp_path)))
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--zygote",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(tmp_path / "job"),
+        "--grace",
+        "1",
+        RANKPROG,
+        "fail",
+        "0.3",
+        "1",
+        "7",
+        timeout=120,
+        cwd=tmp_path,
+        env=dict(os.environ, PIDDIR=str(tmp_path)),
+    )
     assert r.returncode == 7, r.stderr
     summary = json.loads((tmp_path / "job" / "summary.json").read_text())
     assert summary["root_cause"]["name"] == "rank 1" and summary["root_cause"]["exit_code"] == 7
@@ -103,7 +158,9 @@ def test_a_preload_whose_pool_stops_at_fork_is_forked_from(tmp_path):
     script.write_text("import os\nprint(len(os.listdir('/proc/self/task')))\n")
     z = ZygoteBackend(preload=("numpy",), preload_env={"OPENBLAS_NUM_THREADS": "2"})
     try:
-        h = z.start(proc("rank 0", [sys.executable, str(script)], cwd=str(tmp_path)), str(tmp_path / "r.log"), str(tmp_path))
+        h = z.start(
+            proc("rank 0", [sys.executable, str(script)], cwd=str(tmp_path)), str(tmp_path / "r.log"), str(tmp_path)
+        )
         assert isinstance(h, ZygoteProcess) and h.wait() == 0
         assert len(z.ready_info["threads_after_import"]) == 2 and z.fallback is None
         assert (tmp_path / "r.log").read_text() == "1\n"  # the child starts single-threaded
@@ -114,14 +171,27 @@ def test_a_preload_whose_pool_stops_at_fork_is_forked_from(tmp_path):
 def test_a_preload_that_starts_a_thread_falls_back_to_plain_processes(tmp_path):
     """A module that starts a thread at import is not fork-safe: the zygote says so and exits;
     every rank starts as a plain process, and the note says why, once."""
-    (tmp_path / "threaded.py").write_text("import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n")
+    (tmp_path / "threaded.py").write_text(
+        "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+    )
     script = tmp_path / "s.py"
     script.write_text("import os, sys\nprint(os.getppid() == int(sys.argv[1]))\n")
     notes = []
     z = ZygoteBackend(preload=("threaded",), preload_env={"PYTHONPATH": str(tmp_path)}, on_note=notes.append)
     try:
-        handles = [z.start(proc(f"rank {i}", [sys.executable, str(script), str(os.getpid())], [("PYTHONPATH", str(tmp_path))],
-                                cwd=str(tmp_path)), str(tmp_path / f"{i}.log"), str(tmp_path)) for i in (0, 1)]
+        handles = [
+            z.start(
+                proc(
+                    f"rank {i}",
+                    [sys.executable, str(script), str(os.getpid())],
+                    [("PYTHONPATH", str(tmp_path))],
+                    cwd=str(tmp_path),
+                ),
+                str(tmp_path / f"{i}.log"),
+                str(tmp_path),
+            )
+            for i in (0, 1)
+        ]
         assert all(isinstance(h, LocalProcess) and h.wait() == 0 for h in handles)
         assert [(tmp_path / f"{i}.log").read_text() for i in (0, 1)] == ["True\n", "True\n"]  # children of mslaunch
         assert len(notes) == 1 and "1 thread(s) besides the main one after importing threaded" in notes[0]
@@ -136,10 +206,28 @@ def test_cli_zygote_falls_back_when_the_interpreter_starts_a_thread(tmp_path):
     job runs on plain processes and succeeds; the header says how ranks start, a line the fallback."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text("import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n")
+    (site / "sitecustomize.py").write_text(
+        "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+    )
     env = dict(os.environ, PIDDIR=str(tmp_path), PYTHONPATH=os.pathsep.join([str(site), ROOT]))
-    r = run_process("run", "--np", "2", "--zygote", "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
-                    "--tee", "none", RANKPROG, "ok", "0.1", timeout=180, cwd=tmp_path, env=env)
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--zygote",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(tmp_path / "job"),
+        "--tee",
+        "none",
+        RANKPROG,
+        "ok",
+        "0.1",
+        timeout=180,
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert "mslaunch: start: Python ranks forked from one process that imported mindspore once" in r.stderr
     assert "mslaunch: zygote: 1 thread(s) besides the main one after" in r.stderr
@@ -157,8 +245,19 @@ def test_fork_scheduler_runs_the_scheduler_module_instead_of_the_script(tmp_path
     script = tmp_path / "user.py"
     script.write_text("print('user script')\n")
     monkeypatch.setattr(zygote_mod, "SCHEDULER_MODULE", "fake_sched")
-    sched = ProcPlan(name="scheduler", role="scheduler", host="localhost", rank=None, local_rank=None, node_rank=0, device_id=None,
-                     argv=(sys.executable, str(script)), env=(("MS_ROLE", "MS_SCHED"),), cwd=str(tmp_path), log="")
+    sched = ProcPlan(
+        name="scheduler",
+        role="scheduler",
+        host="localhost",
+        rank=None,
+        local_rank=None,
+        node_rank=0,
+        device_id=None,
+        argv=(sys.executable, str(script)),
+        env=(("MS_ROLE", "MS_SCHED"),),
+        cwd=str(tmp_path),
+        log="",
+    )
     z = ZygoteBackend(preload=("json",), preload_env={"PYTHONPATH": str(tmp_path)}, fork_scheduler=True)
     plain = ZygoteBackend(preload=("json",))
     try:
@@ -177,8 +276,20 @@ def test_a_forked_rank_runs_on_its_planned_cores(tmp_path):
     core = sorted(os.sched_getaffinity(0))[-1]
     script = tmp_path / "s.py"
     script.write_text("import os\nprint(sorted(os.sched_getaffinity(0)))\n")
-    p = ProcPlan(name="rank 0", role="worker", host="localhost", rank=0, local_rank=0, node_rank=0, device_id=0,
-                 argv=(sys.executable, str(script)), env=(), cwd=str(tmp_path), log="", cpus=(core,))
+    p = ProcPlan(
+        name="rank 0",
+        role="worker",
+        host="localhost",
+        rank=0,
+        local_rank=0,
+        node_rank=0,
+        device_id=0,
+        argv=(sys.executable, str(script)),
+        env=(),
+        cwd=str(tmp_path),
+        log="",
+        cpus=(core,),
+    )
     z = ZygoteBackend(preload=("json",))
     try:
         h = z.start(p, str(tmp_path / "r.log"), str(tmp_path))
@@ -204,7 +315,11 @@ def _wait_line(path, limit=60):
 def _failed_attempt(pool, tmp_path, script, kill=True, **kw):
     """Attempt 0: one rank forked, then SIGKILLed (as teardown ends it), the backend closed; (backend, handle)."""
     a = ZygoteBackend(preload=("json",), warm=True, pool=pool, **kw)
-    h = a.start(proc("rank 0", [sys.executable, str(script), "60"], [("ZX", "0")], str(tmp_path)), str(tmp_path / "a0.log"), str(tmp_path))
+    h = a.start(
+        proc("rank 0", [sys.executable, str(script), "60"], [("ZX", "0")], str(tmp_path)),
+        str(tmp_path / "a0.log"),
+        str(tmp_path),
+    )
     assert _wait_line(tmp_path / "a0.log") == ["0", str(a.process.pid)]
     assert a.keeps() == {a.process.pid}  # spared by the orphan reaper while it may serve a restart
     if kill:
@@ -224,7 +339,11 @@ def test_a_restart_forks_from_the_last_attempts_zygote_when_it_is_healthy(tmp_pa
         assert kept.poll() is None and pool.pids() == {kept.pid}  # waiting for the next attempt
         b = ZygoteBackend(preload=("json",), warm=True, pool=pool)
         assert b.reused and b.process is kept and pool.reused == 1 and pool.refused == []
-        h = b.start(proc("rank 0", [sys.executable, str(script), "0"], [("ZX", "1")], str(tmp_path)), str(tmp_path / "a1.log"), str(tmp_path))
+        h = b.start(
+            proc("rank 0", [sys.executable, str(script), "0"], [("ZX", "1")], str(tmp_path)),
+            str(tmp_path / "a1.log"),
+            str(tmp_path),
+        )
         assert h.wait() == 0 and _wait_line(tmp_path / "a1.log") == ["1", str(kept.pid)]
         b.close()
     finally:
@@ -245,24 +364,36 @@ def test_a_kept_zygote_is_not_reused_when_it_is_not_fit(tmp_path):
             b = ZygoteBackend(preload=("json",), warm=True, pool=pool, on_note=notes.append)
             assert not b.reused and b.process.pid != a.process.pid and a.process.poll() is not None
             assert pool.refused == ["1 process(es) of the last attempt still run under it"]
-            assert notes == ["zygote: the last attempt's zygote is not reused (1 process(es) of the last attempt still run under it); a new one imports"]
+            assert notes == [
+                "zygote: the last attempt's zygote is not reused (1 process(es) of the last attempt still run under it); a new one imports"
+            ]
         finally:
             left.kill()
-        ok = b.start(proc("rank 0", [sys.executable, str(script), "0"], [("ZX", "1")], str(tmp_path)), str(tmp_path / "b.log"), str(tmp_path))
+        ok = b.start(
+            proc("rank 0", [sys.executable, str(script), "0"], [("ZX", "1")], str(tmp_path)),
+            str(tmp_path / "b.log"),
+            str(tmp_path),
+        )
         assert ok.wait() == 0
         b.close()
         c = ZygoteBackend(preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3"})
-        assert not c.reused and pool.refused[-1] == "the new attempt's environment differs from the one it imported under"
+        assert (
+            not c.reused and pool.refused[-1] == "the new attempt's environment differs from the one it imported under"
+        )
         c.close()
         d = ZygoteBackend(preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3"})
         assert d.reused  # the same environment (MSLAUNCH_* aside) again: fit
         os.kill(d.process.pid, signal.SIGKILL)
         d.process.wait()
         d.close()
-        e = ZygoteBackend(preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3", "MSLAUNCH_ATTEMPT": "1"})
+        e = ZygoteBackend(
+            preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3", "MSLAUNCH_ATTEMPT": "1"}
+        )
         assert not e.reused and e.process.poll() is None
         e.close()
-        f = ZygoteBackend(preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3", "MSLAUNCH_ATTEMPT": "2"})
+        f = ZygoteBackend(
+            preload=("json",), warm=True, pool=pool, preload_env={"OMP_NUM_THREADS": "3", "MSLAUNCH_ATTEMPT": "2"}
+        )
         assert f.reused  # only the attempt number differs
         f.close()
     finally:

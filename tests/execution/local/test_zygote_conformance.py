@@ -9,6 +9,7 @@ replacing each run's own pid) and the files the case writes are compared.  What 
 listed in ``docs/cpu-performance.md`` ("What a forked rank sees"), and tested here as a
 difference, so that the list stays true.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,19 @@ def zygote(request):
 
 
 def plan(argv, env, cwd):
-    return ProcPlan(name="rank 0", role="worker", host="localhost", rank=0, local_rank=0, node_rank=0, device_id=0,
-                    argv=tuple(argv), env=tuple(sorted(env.items())), cwd=cwd, log="")
+    return ProcPlan(
+        name="rank 0",
+        role="worker",
+        host="localhost",
+        rank=0,
+        local_rank=0,
+        node_rank=0,
+        device_id=0,
+        argv=tuple(argv),
+        env=tuple(sorted(env.items())),
+        cwd=cwd,
+        log="",
+    )
 
 
 def wait(handle, limit=WAIT):
@@ -107,6 +119,7 @@ def run_both(zygote, tmp_path, args, **kw):
 
 # ---------------------------------------------------------------- the process as the program sees it
 
+
 def test_the_process_a_program_sees_is_a_plain_pythons(zygote, tmp_path):
     """Main module, argv, sys.path, flags, environment, cwd, umask, limits, signal dispositions
     and mask, stdio objects and stdin, session, descriptors, cores, threads, gc, warnings,
@@ -115,13 +128,21 @@ def test_the_process_a_program_sees_is_a_plain_pythons(zygote, tmp_path):
     assert plain.rc == forked.rc == 0, (plain.log, forked.log)
     a, b = json.loads(plain.log), json.loads(forked.log)
     for d in (a, b):
-        d["environ"].pop("OUT"), d.pop("native_threads")  # OpenBLAS's pool: stopped at the fork, back at the first BLAS call (docs)
+        (
+            d["environ"].pop("OUT"),
+            d.pop("native_threads"),
+        )  # OpenBLAS's pool: stopped at the fork, back at the first BLAS call (docs)
     assert a == b
     # and what that means, spelled out where a regression would hide
     assert a["argv"] == [PROG, "process"] and a["main"]["__name__"] == "__main__" and a["main"]["__file__"] == PROG
     assert a["path"][0] == os.path.dirname(PROG) and a["stdin_read"] == "" and a["own_session"]
-    assert a["signals"][str(int(signal.SIGPIPE))] == "SIG_IGN" and a["signals"][str(int(signal.SIGINT))] == "default_int_handler"
-    assert a["title"] == f"{sys.executable} {PROG} process" and a["program_invocation_short_name"] == os.path.basename(sys.executable)
+    assert (
+        a["signals"][str(int(signal.SIGPIPE))] == "SIG_IGN"
+        and a["signals"][str(int(signal.SIGINT))] == "default_int_handler"
+    )
+    assert a["title"] == f"{sys.executable} {PROG} process" and a["program_invocation_short_name"] == os.path.basename(
+        sys.executable
+    )
     assert a["stdout"]["write_through"] is zygote.unbuffered and a["stderr"]["line_buffering"] is not zygote.unbuffered
 
 
@@ -136,8 +157,10 @@ def test_a_relative_script_a_symlinked_one_and_a_module(zygote, tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "mod.py").write_text("import sys\nsys.argv[1:1] = ['process']\nexec(open(%r).read())\n" % PROG)
-    (pkg / "__main__.py").write_text("import sys, json\nprint(json.dumps({'name': __name__, 'spec': __spec__.name, 'argv0': sys.argv[0], "
-                                     "'path0': sys.path[0], 'file': __file__, 'package': __package__}))\n")
+    (pkg / "__main__.py").write_text(
+        "import sys, json\nprint(json.dumps({'name': __name__, 'spec': __spec__.name, 'argv0': sys.argv[0], "
+        "'path0': sys.path[0], 'file': __file__, 'package': __package__}))\n"
+    )
     for case, args in (("relative", ["link.py", "process"]), ("module", ["-m", "pkg.mod"]), ("package", ["-m", "pkg"])):
         sub = tmp_path / case
         sub.mkdir()
@@ -149,7 +172,11 @@ def test_a_relative_script_a_symlinked_one_and_a_module(zygote, tmp_path):
             d.get("environ", {}).pop("OUT", None), d.pop("native_threads", None)
         assert a == b, case
         if case == "relative":
-            assert a["argv"][0] == "link.py" and a["main"]["__file__"] == str(tmp_path / "link.py") and a["path"][0] == str(real)
+            assert (
+                a["argv"][0] == "link.py"
+                and a["main"]["__file__"] == str(tmp_path / "link.py")
+                and a["path"][0] == str(real)
+            )
         elif case == "module":
             assert a["main"]["__name__"] == "__main__" and a["spec"] == "pkg.mod" and a["path"][0] == str(tmp_path)
         else:
@@ -158,9 +185,23 @@ def test_a_relative_script_a_symlinked_one_and_a_module(zygote, tmp_path):
 
 # ---------------------------------------------------------------- how a program ends
 
-@pytest.mark.parametrize("kind,rc", [("int", 3), ("str", 1), ("none", 0), ("big", 7), ("obj", 1), ("raise", 1),
-                                     ("os_exit", 7), ("signal", -signal.SIGUSR1), ("interrupt", -signal.SIGINT),
-                                     ("hook", 1), ("thread_raise", 0)])
+
+@pytest.mark.parametrize(
+    "kind,rc",
+    [
+        ("int", 3),
+        ("str", 1),
+        ("none", 0),
+        ("big", 7),
+        ("obj", 1),
+        ("raise", 1),
+        ("os_exit", 7),
+        ("signal", -signal.SIGUSR1),
+        ("interrupt", -signal.SIGINT),
+        ("hook", 1),
+        ("thread_raise", 0),
+    ],
+)
 def test_exit_status_and_last_words(zygote, tmp_path, kind, rc):
     """Exit status as python's, and the same last lines: messages of ``sys.exit``, tracebacks
     (from the program's own first frame, chained), the program's ``sys.excepthook``, output lost
@@ -170,7 +211,10 @@ def test_exit_status_and_last_words(zygote, tmp_path, kind, rc):
     assert plain.log == forked.log
     if kind == "raise":
         assert plain.log.count("Traceback (most recent call last):") == 2 and "zygote" not in forked.log
-        assert f'  File "{PROG}", line' in forked.log.splitlines()[forked.log.splitlines().index("Traceback (most recent call last):") + 1]
+        assert (
+            f'  File "{PROG}", line'
+            in forked.log.splitlines()[forked.log.splitlines().index("Traceback (most recent call last):") + 1]
+        )
     if kind == "hook":
         assert "my hook: RuntimeError: through the hook frames=['<module>', 'case_exit', 'deep']" in forked.log
 
@@ -195,12 +239,20 @@ def test_what_reaches_the_log_at_the_end_and_in_which_order(zygote, tmp_path):
     plain, forked = run_both(zygote, tmp_path, ["ending"])
     assert plain.rc == forked.rc == 0
     assert plain.log == forked.log
-    assert plain.files() == forked.files() == {
-        "thread_file.txt": "written by a non-daemon thread after main returned\n",
-        "unclosed.txt": "buffered in a file the program never closes\n"}
+    assert (
+        plain.files()
+        == forked.files()
+        == {
+            "thread_file.txt": "written by a non-daemon thread after main returned\n",
+            "unclosed.txt": "buffered in a file the program never closes\n",
+        }
+    )
     lines = forked.log.splitlines()
-    assert lines.index("thread: done after main returned") < lines.index("atexit: second registered (runs first)") \
+    assert (
+        lines.index("thread: done after main returned")
+        < lines.index("atexit: second registered (runs first)")
         < lines.index("atexit: first registered")
+    )
     assert "__del__ of a global at shutdown" in lines and "weakref.finalize at shutdown" in lines
 
 
@@ -224,10 +276,15 @@ def test_multiprocessing_and_pickling_main(zygote, tmp_path, method):
     """Pools under every start method run functions of ``__main__``; its classes pickle."""
     plain, forked = run_both(zygote, tmp_path, ["multiprocessing", method])
     assert plain.rc == forked.rc == 0, (plain.log, forked.log)
-    assert plain.log == forked.log == (f"pickle: True __main__\n{method} [0, 1, 4, 9, 16]\n{method} process: __main__ True 0\n")
+    assert (
+        plain.log
+        == forked.log
+        == (f"pickle: True __main__\n{method} [0, 1, 4, 9, 16]\n{method} process: __main__ True 0\n")
+    )
 
 
 # ---------------------------------------------------------------- random state
+
 
 def test_every_generator_seeded_at_import_is_fresh_in_each_child(zygote, tmp_path):
     """Two plain processes draw different numbers from every generator a new process seeds with
@@ -255,6 +312,7 @@ def test_every_generator_seeded_at_import_is_fresh_in_each_child(zygote, tmp_pat
 
 # ---------------------------------------------------------------- interpreter settings
 
+
 def test_python_variables_of_a_rank_that_differ_from_the_zygotes_start_it_plainly(zygote, tmp_path):
     """``PYTHON*`` variables are read once, when an interpreter starts (hash seed, paths,
     warnings, bytecode): a rank whose own differ from the zygote's starts as a plain process, so
@@ -262,7 +320,9 @@ def test_python_variables_of_a_rank_that_differ_from_the_zygotes_start_it_plainl
     proc = plan([sys.executable, PROG, "hash"], dict(COMMON, PYTHONHASHSEED="123"), str(tmp_path))
     handle = zygote.start(proc, str(tmp_path / "z.log"), str(tmp_path))
     assert isinstance(handle, LocalProcess) and wait(handle) == 0
-    want = subprocess.run([sys.executable, PROG, "hash"], env=dict(os.environ, PYTHONHASHSEED="123"), capture_output=True, text=True)
+    want = subprocess.run(
+        [sys.executable, PROG, "hash"], env=dict(os.environ, PYTHONHASHSEED="123"), capture_output=True, text=True
+    )
     assert (tmp_path / "z.log").read_text() == want.stdout and want.stdout.endswith(" 1\n")
 
 
@@ -287,8 +347,10 @@ def test_what_still_differs_is_what_the_docs_list(zygote, tmp_path):
             wait(h)
         hashes[how] = got
     assert hashes == {"plain": [True, True], "forked": [False, False]}
-    seeds = {how: {subprocess.run([sys.executable, PROG, "hash"], capture_output=True, text=True).stdout for _ in range(2)}
-             for how in ("plain",)}
+    seeds = {
+        how: {subprocess.run([sys.executable, PROG, "hash"], capture_output=True, text=True).stdout for _ in range(2)}
+        for how in ("plain",)
+    }
     assert len(seeds["plain"]) == 2
     forked = []
     for n in range(2):

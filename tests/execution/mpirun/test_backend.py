@@ -1,5 +1,6 @@
 """The mpirun backend's seam: its pure argv builder per attempt, ``describe`` for plan.json,
 one start request standing for every process, and a missing mpirun named at start."""
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,18 @@ JOB = "/work/mslaunch_logs/j1"
 
 
 def plan_for(launcher="mpirun", method="dynamic", **kw):
-    spec = JobSpec(inventory=parse_host_list("localhost:2"), program=("train.py",), python="/usr/bin/python3", cwd="/work",
-                   job_dir=JOB, job_id="j1", launcher=launcher, method=method,
-                   wrapper="/t/mslaunch-rank.sh" if launcher == "mpirun" else None, **kw)
+    spec = JobSpec(
+        inventory=parse_host_list("localhost:2"),
+        program=("train.py",),
+        python="/usr/bin/python3",
+        cwd="/work",
+        job_dir=JOB,
+        job_id="j1",
+        launcher=launcher,
+        method=method,
+        wrapper="/t/mslaunch-rank.sh" if launcher == "mpirun" else None,
+        **kw,
+    )
     return build_plan(spec)
 
 

@@ -3,6 +3,7 @@ wrappers, ranks, the scheduler and their setsid grandchildren; a rank killed by 
 named with its signal; stop signals during start-up give a stopped summary; ranktable files
 keep the local backend's modes.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,17 @@ import psutil
 import pytest
 
 from tests.harness.ci import require_tool
-from tests.harness.faultkit import Fault, alive, escaper, kill_all, marked, signal_during_startup, survivors, tree, wait_for
+from tests.harness.faultkit import (
+    Fault,
+    alive,
+    escaper,
+    kill_all,
+    marked,
+    signal_during_startup,
+    survivors,
+    tree,
+    wait_for,
+)
 
 pytestmark = pytest.mark.mpi
 
@@ -42,7 +53,12 @@ def test_sigkill_of_mslaunch_ends_mpirun_wrappers_ranks_scheduler_and_grandchild
 
 @pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
 def test_rank_killed_by_signal_is_named_with_rank_and_signal(fault, sig):
-    prog = ("--no-python", "bash", "-c", f'if [ "$RANK_ID" = 1 ]; then sleep 0.5; kill -{sig.name[3:]} $$; fi; exec sleep 600 # {fault.marker}')
+    prog = (
+        "--no-python",
+        "bash",
+        "-c",
+        f'if [ "$RANK_ID" = 1 ]; then sleep 0.5; kill -{sig.name[3:]} $$; fi; exec sleep 600 # {fault.marker}',
+    )
     r = fault.run(*prog, extra=MPI)
     assert r.returncode == 128 + sig, r.stderr
     s = fault.summary()

@@ -8,6 +8,7 @@ The texts in ``data/mpirun/`` were printed by ``mpirun`` 4.1.4 on this machine:
 * daemon_failed.txt: ``--host nosuchhost-xyz`` (mpirun's own start failure, no rank to blame);
 * aborted_only.txt: mpirun exited before printing which process failed first.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,14 +29,17 @@ def report(name: str) -> str:
         return fh.read()
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("exit_code.txt", (1, 3, None)),
-    ("mpmd_exit_code.txt", (2, 5, None)),
-    ("signal_kill.txt", (2, None, 9)),
-    ("signal_term.txt", (0, None, 15)),
-    ("daemon_failed.txt", None),
-    ("aborted_only.txt", None),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("exit_code.txt", (1, 3, None)),
+        ("mpmd_exit_code.txt", (2, 5, None)),
+        ("signal_kill.txt", (2, None, 9)),
+        ("signal_term.txt", (0, None, 15)),
+        ("daemon_failed.txt", None),
+        ("aborted_only.txt", None),
+    ],
+)
 def test_parse_first_failure_of_real_reports(name, expected):
     assert parse_first_failure(report(name)) == expected
 
@@ -46,8 +50,16 @@ def test_parse_first_failure_ignores_rank_output_around_the_report():
 
 
 def _plan(tmp_path):
-    spec = JobSpec(inventory=parse_host_list("localhost:2"), program=("train.py",), python="/usr/bin/python3", cwd="/work",
-                   job_dir=str(tmp_path / "job"), job_id="j1", launcher="mpirun", wrapper="/t/mslaunch-rank.sh")
+    spec = JobSpec(
+        inventory=parse_host_list("localhost:2"),
+        program=("train.py",),
+        python="/usr/bin/python3",
+        cwd="/work",
+        job_dir=str(tmp_path / "job"),
+        job_id="j1",
+        launcher="mpirun",
+        wrapper="/t/mslaunch-rank.sh",
+    )
     return build_plan(spec)
 
 

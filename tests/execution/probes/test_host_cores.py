@@ -1,5 +1,6 @@
 """The cores reader that runs on every host (launcher/execution/probes/host_cores.py): the cgroup
 quota from real files laid out as cgroup v1 and v2 mount them, and this process's own cores."""
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,13 @@ def test_no_cgroup_mounts_or_files_is_no_quota():
 def test_this_process_reports_its_affinity_and_the_thread_variables_it_inherited():
     got = read_host_cores()
     assert got["cpus"] == sorted(os.sched_getaffinity(0))
-    out = subprocess.run([sys.executable, "-S", "-c", open(sys.modules[read_host_cores.__module__].__file__).read()],
-                         env={"OMP_NUM_THREADS": "3", "PATH": os.environ.get("PATH", "")}, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", open(sys.modules[read_host_cores.__module__].__file__).read()],
+        env={"OMP_NUM_THREADS": "3", "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     import json
 
     child = json.loads(out.stdout)

@@ -2,6 +2,7 @@
 reading agrees with the Python probe's (launcher/execution/probes/host_cores.py) on the same
 cgroup trees, and the wrapper, run for real by sh with OpenMPI's variables, gives each rank its
 share of the cores by the rule of launcher/planning/cpu/hostcores.py."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def _function(name: str) -> str:
     with open(WRAPPER, encoding="utf-8") as f:
         text = f.read()
     start = text.index(f"\n{name}() {{") + 1
-    return text[start:text.index("\n}\n", start) + 3]
+    return text[start : text.index("\n}\n", start) + 3]
 
 
 def _tree(tmp, files):
@@ -38,20 +39,28 @@ CASES = {
     "v1 nested, the parent tighter": (
         "30 25 0:26 / {m}/cpu rw - cgroup cgroup rw,cpu,cpuacct\n31 25 0:27 / {m}/cpuset rw - cgroup cgroup rw,cpuset\n",
         "5:cpu,cpuacct:/job/step\n4:cpuset:/job\n",
-        {"cpu/job/cpu.cfs_quota_us": "150000", "cpu/job/cpu.cfs_period_us": "100000",
-         "cpu/job/step/cpu.cfs_quota_us": "-1", "cpu/job/step/cpu.cfs_period_us": "100000"}),
+        {
+            "cpu/job/cpu.cfs_quota_us": "150000",
+            "cpu/job/cpu.cfs_period_us": "100000",
+            "cpu/job/step/cpu.cfs_quota_us": "-1",
+            "cpu/job/step/cpu.cfs_period_us": "100000",
+        },
+    ),
     "v1 namespaced root": (
         "30 25 0:26 /kube/pod {m}/cpu rw - cgroup cgroup rw,cpuacct,cpu\n",
         "5:cpuacct,cpu:/kube/pod/c1\n",
-        {"cpu/c1/cpu.cfs_quota_us": "50000", "cpu/c1/cpu.cfs_period_us": "100000"}),
+        {"cpu/c1/cpu.cfs_quota_us": "50000", "cpu/c1/cpu.cfs_period_us": "100000"},
+    ),
     "v2": (
         "40 25 0:30 / {m}/v2 rw - cgroup2 cgroup2 rw\n",
         "0::/a/b\n",
-        {"v2/a/cpu.max": "250000 100000", "v2/a/b/cpu.max": "max 100000", "v2/cpu.max": "max"}),
+        {"v2/a/cpu.max": "250000 100000", "v2/a/b/cpu.max": "max 100000", "v2/cpu.max": "max"},
+    ),
     "none": (
         "40 25 0:30 / {m}/v2 rw - cgroup2 cgroup2 rw\n30 25 0:26 / {m}/cpuset rw - cgroup cgroup rw,cpuset\n",
         "0::/a\n4:cpuset:/a\n",
-        {"v2/a/cpu.max": "max 100000"}),
+        {"v2/a/cpu.max": "max 100000"},
+    ),
 }
 
 
@@ -63,8 +72,19 @@ def test_the_wrappers_quota_reading_agrees_with_the_python_probe(case, tmp_path)
     (tmp_path / "mountinfo").write_text(mountinfo)
     (tmp_path / "cgroup").write_text(cgroup)
     quota, source = cgroup_quota(mountinfo, cgroup)
-    out = subprocess.run(["sh", "-c", _function("cgroup_quota") + 'cgroup_quota "$1" "$2"', "sh", str(tmp_path / "mountinfo"),
-                          str(tmp_path / "cgroup")], capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [
+            "sh",
+            "-c",
+            _function("cgroup_quota") + 'cgroup_quota "$1" "$2"',
+            "sh",
+            str(tmp_path / "mountinfo"),
+            str(tmp_path / "cgroup"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == ("" if quota is None else f"{quota:g} {source}")
     assert (quota is None) == (case == "none")
 
@@ -72,11 +92,24 @@ def test_the_wrappers_quota_reading_agrees_with_the_python_probe(case, tmp_path)
 def _run_rank(tmp_path, local: int, k: int, taskset=None, extra_env=None):
     """Run the wrapper as OpenMPI would for local rank ``local`` of ``k`` on a remote host."""
     env = {k_: v for k_, v in os.environ.items() if k_ not in ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS")}
-    env.update(OMPI_COMM_WORLD_RANK=str(local), MSLAUNCH_CTX_BASE="0", MSLAUNCH_ROLE="worker", MSLAUNCH_FIRST_RANK="0",
-               MSLAUNCH_DEVICES=",".join(str(i) for i in range(k)), MSLAUNCH_LOG_DIR=str(tmp_path), MSLAUNCH_LOG_NAME="worker_{rank}.log",
-               MSLAUNCH_METHOD="mpi", MSLAUNCH_THREADS="OMP_NUM_THREADS,MSLAUNCH_CPU_THREADS", MSLAUNCH_HOST="h9")
+    env.update(
+        OMPI_COMM_WORLD_RANK=str(local),
+        MSLAUNCH_CTX_BASE="0",
+        MSLAUNCH_ROLE="worker",
+        MSLAUNCH_FIRST_RANK="0",
+        MSLAUNCH_DEVICES=",".join(str(i) for i in range(k)),
+        MSLAUNCH_LOG_DIR=str(tmp_path),
+        MSLAUNCH_LOG_NAME="worker_{rank}.log",
+        MSLAUNCH_METHOD="mpi",
+        MSLAUNCH_THREADS="OMP_NUM_THREADS,MSLAUNCH_CPU_THREADS",
+        MSLAUNCH_HOST="h9",
+    )
     env.update(extra_env or {})
-    prog = [sys.executable, "-c", "import os; print('OMP=%s MS=%s' % (os.environ.get('OMP_NUM_THREADS'), os.environ.get('MSLAUNCH_CPU_THREADS')))"]
+    prog = [
+        sys.executable,
+        "-c",
+        "import os; print('OMP=%s MS=%s' % (os.environ.get('OMP_NUM_THREADS'), os.environ.get('MSLAUNCH_CPU_THREADS')))",
+    ]
     argv = ["sh", WRAPPER, *prog] if taskset is None else ["taskset", "-c", taskset, "sh", WRAPPER, *prog]
     subprocess.run(argv, env=env, check=True, timeout=60)
     return (tmp_path / f"worker_{local}.log").read_text()
@@ -95,7 +128,10 @@ def test_each_rank_gets_its_share_of_the_hosts_cores_and_rank_0_says_so(tmp_path
     assert record["usable"] == usable and record["ranks"] == k and record["warning"].startswith(f"h9: {k} ranks")
     one = _run_rank(tmp_path, 0, 1)
     assert one.splitlines()[-1] == f"OMP={usable} MS={usable}" == f"OMP={thread_shares(usable, 1)[0]} MS={usable}"
-    assert f"mslaunch: cpu: h9: threads per rank {usable} (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 1 rank(s) on {usable} usable core(s)" in one
+    assert (
+        f"mslaunch: cpu: h9: threads per rank {usable} (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 1 rank(s) on {usable} usable core(s)"
+        in one
+    )
     assert "warning" not in one
 
 

@@ -1,5 +1,6 @@
 """The base of mpirun's and srun's handles: one local process standing for many ranks (real tiny
 processes; only the ones these tests start are signalled)."""
+
 from __future__ import annotations
 
 import signal
@@ -47,14 +48,23 @@ def started():
 
 def test_the_plan_is_the_launchers_on_this_machine(tmp_path) -> None:
     plan = launcher_plan("srun", ["srun", "x"], "/w", "/w/srun.log", env=(("A", "1"),))
-    assert (plan.name, plan.role, plan.host, plan.rank, plan.local_rank, plan.node_rank, plan.device_id) == \
-        ("srun", "launcher", "localhost", None, None, None, None)
+    assert (plan.name, plan.role, plan.host, plan.rank, plan.local_rank, plan.node_rank, plan.device_id) == (
+        "srun",
+        "launcher",
+        "localhost",
+        None,
+        None,
+        None,
+        None,
+    )
     assert (plan.argv, plan.env, plan.cwd, plan.log) == (("srun", "x"), (("A", "1"),), "/w", "/w/srun.log")
 
 
 def test_without_a_watchdog_it_gets_sigterm_if_mslaunch_dies(tmp_path, monkeypatch) -> None:
     seen = {}
-    monkeypatch.setattr(standin, "start_local", lambda plan, log, **kw: seen.update(kw, plan=plan, log=log) or "started")
+    monkeypatch.setattr(
+        standin, "start_local", lambda plan, log, **kw: seen.update(kw, plan=plan, log=log) or "started"
+    )
     plan = launcher_plan("mpirun", ["mpirun"], "/w", "/w/mpirun.log")
     assert start_standin(plan, "/w/mpirun.log", "/c") == "started"
     assert seen == {"plan": plan, "log": "/w/mpirun.log", "cwd": "/c", "pdeathsig": signal.SIGTERM, "watchdog": None}
@@ -103,8 +113,17 @@ def test_own_result(tmp_path, started) -> None:
     rc = p.wait()
     p.log_path = str(tmp_path / "scheduler.log")  # it may stand as another process: its own log stays
     own = p.own_result(rc, 9.0)
-    assert (own.name, own.rank, own.host, own.returncode, own.started, own.ended, own.log, own.pid, own.reason) == \
-        ("stand", None, "localhost", 2, p.started, 9.0, str(tmp_path / "stand.log"), p.pid, None)
+    assert (own.name, own.rank, own.host, own.returncode, own.started, own.ended, own.log, own.pid, own.reason) == (
+        "stand",
+        None,
+        "localhost",
+        2,
+        p.started,
+        9.0,
+        str(tmp_path / "stand.log"),
+        p.pid,
+        None,
+    )
     assert own.failed and not own.torn_down
     named = p.own_result(None, None, "srun (scheduler)", reason="why")
     assert (named.name, named.returncode, named.ended, named.reason) == ("srun (scheduler)", None, None, "why")

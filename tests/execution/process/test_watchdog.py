@@ -1,5 +1,6 @@
 """The job watchdog's last guard: at the end of mslaunch's own teardown ("exit") it still ends
 whatever of the job runs (real processes; only the ones this test started are signalled)."""
+
 from __future__ import annotations
 
 import os
@@ -16,11 +17,16 @@ def _sleeper(env):
 
 def test_a_process_of_the_job_left_at_exit_is_ended_and_nothing_else() -> None:
     wd = Watchdog()
-    leftover = _sleeper(dict(os.environ, **{TOKEN_VAR: wd.token}))        # the job's, never torn down
-    other = _sleeper(dict(os.environ, **{TOKEN_VAR: "another-job"}))       # not the job's
+    leftover = _sleeper(dict(os.environ, **{TOKEN_VAR: wd.token}))  # the job's, never torn down
+    other = _sleeper(dict(os.environ, **{TOKEN_VAR: "another-job"}))  # not the job's
     try:
-        assert wait_for(lambda: os.path.exists(f"/proc/{leftover.pid}/environ") and
-                        TOKEN_VAR.encode() in open(f"/proc/{leftover.pid}/environ", "rb").read(), 10)
+        assert wait_for(
+            lambda: (
+                os.path.exists(f"/proc/{leftover.pid}/environ")
+                and TOKEN_VAR.encode() in open(f"/proc/{leftover.pid}/environ", "rb").read()
+            ),
+            10,
+        )
         wd.close()
         assert leftover.wait(timeout=10) == -9
         assert other.poll() is None

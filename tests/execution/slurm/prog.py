@@ -6,6 +6,7 @@ its pid in ``$PROG_PIDS/<rank>`` (if set), then per MODE: ``ok`` sleeps SECONDS 
 requeued run only, ``hang`` ignores SIGTERM
 and sleeps. The scheduler (MS_ROLE=MS_SCHED) listens on MS_SCHED_PORT until SIGTERM / SECONDS.
 """
+
 import json
 import os
 import signal
@@ -18,8 +19,15 @@ when = sys.argv[2] if len(sys.argv) > 2 else "0.3"
 first, _, again = when.partition("/")  # "N/M": N seconds, M in a requeued run (SLURM_RESTART_COUNT > 0)
 seconds = float(again if again and os.environ.get("SLURM_RESTART_COUNT", "0") != "0" else first)
 rank = os.environ.get("RANK_ID")
-keys = sorted(k for k in os.environ if k.startswith(("MS_", "RANK_", "DEVICE_", "LOCAL_", "MSL_TEST_", "SLURM_RESTART")))
-print(json.dumps({"rank": rank, "node": socket.gethostname(), "env": {k: os.environ[k] for k in keys}, "cwd": os.getcwd()}), flush=True)
+keys = sorted(
+    k for k in os.environ if k.startswith(("MS_", "RANK_", "DEVICE_", "LOCAL_", "MSL_TEST_", "SLURM_RESTART"))
+)
+print(
+    json.dumps(
+        {"rank": rank, "node": socket.gethostname(), "env": {k: os.environ[k] for k in keys}, "cwd": os.getcwd()}
+    ),
+    flush=True,
+)
 if os.environ.get("PROG_PIDS"):
     with open(os.path.join(os.environ["PROG_PIDS"], str(rank if rank is not None else "sched")), "w") as fh:
         fh.write(str(os.getpid()))

@@ -1,4 +1,5 @@
 """How the slurm backend turns the shims' records into one result per rank (no cluster needed)."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,27 @@ from launcher.planning.job.spec import ProcPlan
 
 
 def _proc(rank, role="worker", name=None):
-    return ProcPlan(name=name or f"rank {rank}", role=role, host=f"node{rank + 1 if rank is not None else 1}", rank=rank, local_rank=0,
-                    node_rank=0, device_id=None, argv=("x",), env=(), cwd="/", log=f"/j/worker_{rank}.log")
+    return ProcPlan(
+        name=name or f"rank {rank}",
+        role=role,
+        host=f"node{rank + 1 if rank is not None else 1}",
+        rank=rank,
+        local_rank=0,
+        node_rank=0,
+        device_id=None,
+        argv=("x",),
+        env=(),
+        cwd="/",
+        log=f"/j/worker_{rank}.log",
+    )
 
 
 def _handle(tmp_path, ranks, lost=None):
     h = object.__new__(SrunStepProcess)
     asked = []
-    h.backend = SimpleNamespace(status_dir=str(tmp_path), lost_nodes=lambda nodes: asked.append(list(nodes)) or dict(lost or {}))
+    h.backend = SimpleNamespace(
+        status_dir=str(tmp_path), lost_nodes=lambda nodes: asked.append(list(nodes)) or dict(lost or {})
+    )
     h.asked = asked
     h.procs = [StartRequest(_proc(r), f"/j/worker_{r}.log", "/") for r in ranks]
     h.plan = _proc(None, role="launcher", name="srun")
@@ -28,15 +42,21 @@ def _handle(tmp_path, ranks, lost=None):
 
 
 def _record(tmp_path, rank, rc, ended, stopped=False, node="n"):
-    (tmp_path / f"rank_{rank}.start.json").write_text(json.dumps({"pid": 100 + rank, "node": node, "started": 1.0, "job": "7", "step": "1"}))
-    (tmp_path / f"rank_{rank}.exit.json").write_text(json.dumps({"returncode": rc, "ended": ended, "node": node, "stopped": stopped}))
+    (tmp_path / f"rank_{rank}.start.json").write_text(
+        json.dumps({"pid": 100 + rank, "node": node, "started": 1.0, "job": "7", "step": "1"})
+    )
+    (tmp_path / f"rank_{rank}.exit.json").write_text(
+        json.dumps({"returncode": rc, "ended": ended, "node": node, "stopped": stopped})
+    )
 
 
 def test_the_failing_rank_is_the_cause_and_later_sigterm_exits_are_consequences(tmp_path) -> None:
-    _record(tmp_path, 0, -signal.SIGTERM, 5.2)              # killed by Slurm's SIGTERM before its shim saw the stop
-    _record(tmp_path, 1, 3, 5.0, node="node2")              # the real failure
-    _record(tmp_path, 2, 143, 5.3, stopped=True)            # its shim saw the stop
-    (tmp_path / "rank_3.start.json").write_text(json.dumps({"pid": 103, "node": "node3", "started": 1.0}))  # SIGKILLed: no exit record
+    _record(tmp_path, 0, -signal.SIGTERM, 5.2)  # killed by Slurm's SIGTERM before its shim saw the stop
+    _record(tmp_path, 1, 3, 5.0, node="node2")  # the real failure
+    _record(tmp_path, 2, 143, 5.3, stopped=True)  # its shim saw the stop
+    (tmp_path / "rank_3.start.json").write_text(
+        json.dumps({"pid": 103, "node": "node3", "started": 1.0})
+    )  # SIGKILLed: no exit record
     results = _handle(tmp_path, [0, 1, 2, 3]).outcomes(143, 6.0, False)
     by_rank = {r.rank: r for r in results}
     assert [r.rank for r in results] == [0, 1, 2, 3]
@@ -57,7 +77,10 @@ def test_a_sigterm_death_with_no_other_cause_is_the_failure(tmp_path) -> None:
 def test_srun_itself_failed_before_any_task(tmp_path) -> None:
     results = _handle(tmp_path, [0, 1]).outcomes(1, 2.0, False)
     assert [(r.name, r.returncode, r.torn_down) for r in results] == [
-        ("rank 0", None, True), ("rank 1", None, True), ("srun", 1, False)]
+        ("rank 0", None, True),
+        ("rank 1", None, True),
+        ("srun", 1, False),
+    ]
     assert earliest_failure(results).name == "srun" and results[0].reason == "not started by srun"
 
 
@@ -90,7 +113,9 @@ def test_a_signal_exit_on_a_surviving_node_is_a_consequence_of_the_lost_node(tmp
         _record(tmp_path, 0, code, 3.0, node="node1")
         (tmp_path / "rank_1.start.json").write_text(json.dumps({"pid": 101, "node": "node2", "started": 1.0}))
         results = _handle(tmp_path, [0, 1], lost={"node2": how}).outcomes(137, 6.0, False)
-        assert [(r.name, r.torn_down, r.lost) for r in results] == [("rank 0", True, None), ("rank 1", False, how)], code
+        assert [(r.name, r.torn_down, r.lost) for r in results] == [("rank 0", True, None), ("rank 1", False, how)], (
+            code
+        )
         assert earliest_failure(results).rank == 1 and results[0].reason == "ended by Slurm: node node2 lost"
     _record(tmp_path, 0, 5, 3.0, node="node1")
     results = _handle(tmp_path, [0, 1], lost={"node2": how}).outcomes(137, 6.0, False)

@@ -2,6 +2,7 @@
 with the plan's env, fail fast with the failing rank's own code and node, SIGTERM/SIGKILL of
 mslaunch leave nothing on any node, -H narrowing, --max-restarts, and the error outside an
 allocation."""
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,10 @@ def _log_json(path: str) -> Dict:
 
 
 def _gone(pids: List[int]) -> bool:
-    return not any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().rsplit(")", 1)[-1].split()[0] != "Z" for p in pids)
+    return not any(
+        os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().rsplit(")", 1)[-1].split()[0] != "Z"
+        for p in pids
+    )
 
 
 def _assert_nothing_left(slurm: SlurmCluster, alloc_job: str) -> None:
@@ -47,7 +51,9 @@ def _assert_nothing_left(slurm: SlurmCluster, alloc_job: str) -> None:
     slurm.wait_quiet()
 
 
-def test_six_ranks_on_three_nodes_with_the_planned_env_and_a_failing_rank_ends_the_job(slurm: SlurmCluster, tmp_path) -> None:
+def test_six_ranks_on_three_nodes_with_the_planned_env_and_a_failing_rank_ends_the_job(
+    slurm: SlurmCluster, tmp_path
+) -> None:
     """Inside salloc -N3: 6 ranks on 3 nodes, each with exactly the env `plan` shows; then a
     rank exiting 3 ends the job with exit 3, the summary naming rank 3 and node2."""
     env = slurm.env()
@@ -59,8 +65,14 @@ def test_six_ranks_on_three_nodes_with_the_planned_env_and_a_failing_rank_ends_t
         f"{' '.join(mslaunch_argv('run', *common, '--job-id', 'j1', '--log-dir', str(run_dir), '--tee', 'none', PROG, 'ok', '1'))}; echo rc=$?; "
         f"{' '.join(mslaunch_argv('run', *common, '--log-dir', str(fail_dir), '--tee', 'none', '--grace', '5', PROG, 'fail', '60'))}; echo rc=$?"
     )
-    res = subprocess.run(["salloc", "-N3", "--ntasks-per-node=2", "sh", "-c", inner], env=env, capture_output=True, text=True, timeout=180,
-                         cwd=str(tmp_path))
+    res = subprocess.run(
+        ["salloc", "-N3", "--ntasks-per-node=2", "sh", "-c", inner],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=str(tmp_path),
+    )
     assert "rc=0\nrc=3" in res.stdout, res.stdout + res.stderr
     plan = json.loads((tmp_path / "p.json").read_text())
     planned = {p["rank"]: p for p in plan["ranks"]}
@@ -73,7 +85,9 @@ def test_six_ranks_on_three_nodes_with_the_planned_env_and_a_failing_rank_ends_t
         for key, value in seen["env"].items():
             if key in penv:
                 assert value == penv[key], (rank, key)
-        assert {k: v for k, v in penv.items() if k.startswith(("MS_", "RANK_"))} == {k: v for k, v in seen["env"].items() if k.startswith(("MS_", "RANK_"))}
+        assert {k: v for k, v in penv.items() if k.startswith(("MS_", "RANK_"))} == {
+            k: v for k, v in seen["env"].items() if k.startswith(("MS_", "RANK_"))
+        }
         assert seen["env"]["MS_SCHED_HOST"] == slurm.addr("node1")
     ok = _summary(str(run_dir))
     assert ok["status"] == "succeeded" and ok["exit_code"] == 0
@@ -94,14 +108,34 @@ def _start(slurm_env: Dict[str, str], tmp_path, *args: str) -> subprocess.Popen:
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
     env["PROG_PIDS"] = str(tmp_path / "pids")
     os.makedirs(env["PROG_PIDS"], exist_ok=True)
-    return subprocess.Popen(mslaunch_argv("run", "--launcher", "slurm", "--log-dir", str(tmp_path / "job"), "--tee", "none",
-                                          "--master-port", "auto", *args), env=env, cwd=str(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        mslaunch_argv(
+            "run",
+            "--launcher",
+            "slurm",
+            "--log-dir",
+            str(tmp_path / "job"),
+            "--tee",
+            "none",
+            "--master-port",
+            "auto",
+            *args,
+        ),
+        env=env,
+        cwd=str(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _rank_pids(tmp_path, n: int) -> List[int]:
     d = tmp_path / "pids"
-    wait_or_fail(lambda: len(os.listdir(d)) >= n and all((d / f).read_text() for f in os.listdir(d)), 60, f"{n} processes started")
+    wait_or_fail(
+        lambda: len(os.listdir(d)) >= n and all((d / f).read_text() for f in os.listdir(d)),
+        60,
+        f"{n} processes started",
+    )
     return [int((d / f).read_text()) for f in os.listdir(d)]
 
 

@@ -1,5 +1,6 @@
 """``mslaunch doctor --launcher slurm`` on the real cluster: inside an allocation every check
 passes (Python probed on every node); too many ranks and a down node are ✗; outside one it says so."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,16 @@ def test_doctor_inside_an_allocation(slurm: SlurmCluster) -> None:
         ok = _doctor(env, "--np", "6")
         assert ok.returncode == 0, ok.stdout + ok.stderr
         rows = {r["check"]: r for r in json.loads(ok.stdout)}
-        assert set(rows) == {"sinfo", "squeue", "partitions", "nodes", "allocation", "python@node1", "python@node2", "python@node3"}
+        assert set(rows) == {
+            "sinfo",
+            "squeue",
+            "partitions",
+            "nodes",
+            "allocation",
+            "python@node1",
+            "python@node2",
+            "python@node3",
+        }
         assert all(r["ok"] for r in rows.values())
         assert "6 slot(s)" in rows["allocation"]["detail"]
         too_many = _doctor(env, "--np", "7")

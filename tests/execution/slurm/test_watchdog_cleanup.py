@@ -1,5 +1,6 @@
 """The watchdog's ``run`` lines: commands it runs if mslaunch dies (the slurm backend's scancel),
 and does not run after a clean teardown."""
+
 from __future__ import annotations
 
 import os

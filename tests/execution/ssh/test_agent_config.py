@@ -1,5 +1,6 @@
 """The launcher's side of the host agent protocol: the typed config of a rank's start request,
 the bootstrap payload, request lines, and the frame decoder."""
+
 import json
 
 import pytest
@@ -13,17 +14,31 @@ from launcher.planning.job.spec import ProcPlan
 
 
 def proc(env_dump=None):
-    return ProcPlan(name="rank 1", role="worker", host="h2", rank=1, local_rank=1, node_rank=0, device_id=1,
-                    argv=("python3", "train.py", "--lr", "0.1"), env=(("RANK_ID", "1"), ("A", "x y")), cwd="/j/job",
-                    log="/j/job/worker_1.log", env_dump=env_dump)
+    return ProcPlan(
+        name="rank 1",
+        role="worker",
+        host="h2",
+        rank=1,
+        local_rank=1,
+        node_rank=0,
+        device_id=1,
+        argv=("python3", "train.py", "--lr", "0.1"),
+        env=(("RANK_ID", "1"), ("A", "x y")),
+        cwd="/j/job",
+        log="/j/job/worker_1.log",
+        env_dump=env_dump,
+    )
 
 
-@pytest.mark.parametrize("cwd,mkdir", [
-    ("/j/job", True),
-    ("/j/job/attempt_1/device1", True),
-    ("/j/job2", False),  # a sibling whose name starts like the job dir is not under it
-    ("/home/u/project", False),
-])
+@pytest.mark.parametrize(
+    "cwd,mkdir",
+    [
+        ("/j/job", True),
+        ("/j/job/attempt_1/device1", True),
+        ("/j/job2", False),  # a sibling whose name starts like the job dir is not under it
+        ("/home/u/project", False),
+    ],
+)
 def test_the_agent_creates_cwd_only_under_the_job_dir(cwd, mkdir):
     assert AgentConfig.for_rank(proc(), cwd, "/j/job").mkdir is mkdir
 
@@ -67,24 +82,43 @@ def test_the_agent_source_runs_without_the_launcher_package(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['launcher'] = None\n"  # as on a host without mslaunch
-            "g = {'__name__': 'mslaunch_agent'}\n"
-            "exec(compile(sys.stdin.read(), 'mslaunch_agent', 'exec'), g)\n"
-            "print(sorted(n for n in ('main', 'proc_table', 'tree_below', 'poll_fds', 'Outbox', 'Agent') if callable(g.get(n))))\n")
-    out = subprocess.run([sys.executable, "-S", "-c", code], input=agent_source(), capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; sys.modules['launcher'] = None\n"  # as on a host without mslaunch
+        "g = {'__name__': 'mslaunch_agent'}\n"
+        "exec(compile(sys.stdin.read(), 'mslaunch_agent', 'exec'), g)\n"
+        "print(sorted(n for n in ('main', 'proc_table', 'tree_below', 'poll_fds', 'Outbox', 'Agent') if callable(g.get(n))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], input=agent_source(), capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["['Agent',", "'Outbox',", "'main',", "'poll_fds',", "'proc_table',", "'tree_below']"]
 
 
 def test_frames_decode_across_any_split():
-    stream = (HEADER.pack(b"M", 0, 14) + b'{"ev":"ready"}' + HEADER.pack(b"O", 5, 6) + b"a\nb\nc\n"
-              + HEADER.pack(b"O", 5, 0) + HEADER.pack(b"M", 5, 3) + b"{x}" + HEADER.pack(b"M", 5, 23) + b'{"ev":"exit","rc":-9}  ')
-    want = [("M", 0, {"ev": "ready"}), ("O", 5, b"a\nb\nc\n"), ("O", 5, b""), ("M", 5, {"ev": "garbled"}), ("M", 5, {"ev": "exit", "rc": -9})]
+    stream = (
+        HEADER.pack(b"M", 0, 14)
+        + b'{"ev":"ready"}'
+        + HEADER.pack(b"O", 5, 6)
+        + b"a\nb\nc\n"
+        + HEADER.pack(b"O", 5, 0)
+        + HEADER.pack(b"M", 5, 3)
+        + b"{x}"
+        + HEADER.pack(b"M", 5, 23)
+        + b'{"ev":"exit","rc":-9}  '
+    )
+    want = [
+        ("M", 0, {"ev": "ready"}),
+        ("O", 5, b"a\nb\nc\n"),
+        ("O", 5, b""),
+        ("M", 5, {"ev": "garbled"}),
+        ("M", 5, {"ev": "exit", "rc": -9}),
+    ]
     for step in (1, 2, 7, 9, 10, len(stream)):
         reader = FrameReader()
         got = []
         for i in range(0, len(stream), step):
-            got += list(reader.feed(stream[i:i + step]))
+            got += list(reader.feed(stream[i : i + step]))
         assert got == want, step
         assert reader.pending == 0
 
@@ -113,7 +147,9 @@ def test_exit_times_of_a_host_whose_clock_is_off_land_on_the_launchers_clock():
     assert agent.local_time("soon") is None
 
 
-@pytest.mark.parametrize("header", [HEADER.pack(b"X", 0, 3), HEADER.pack(b"O", 1, 0xFFFFFFF0)], ids=["unknown kind", "huge length"])
+@pytest.mark.parametrize(
+    "header", [HEADER.pack(b"X", 0, 3), HEADER.pack(b"O", 1, 0xFFFFFFF0)], ids=["unknown kind", "huge length"]
+)
 def test_a_stream_that_is_not_frames_is_an_error_not_a_huge_buffer(header):
     from launcher.execution.ssh.agent import FrameError
 

@@ -4,6 +4,7 @@ every rank's log holds its own output in order; one rank's failure on a host who
 still run tears the job down; an agent killed on a host makes the launcher report that host's
 ranks lost.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ def cluster(netns_cluster):
 
 
 def inventory(c, path, slots: int) -> str:
-    lines = ["defaults:", f"  slots: {slots}", f"  ssh: {{user: root, port: 22, key: \"{c.key_path}\"}}", "hosts:"]
+    lines = ["defaults:", f"  slots: {slots}", f'  ssh: {{user: root, port: 22, key: "{c.key_path}"}}', "hosts:"]
     lines += [f"  - host: {h.ip}" for h in c.hosts]
     path.write_text("\n".join(lines) + "\n")
     return str(path)
@@ -47,8 +48,22 @@ def inventory(c, path, slots: int) -> str:
 
 def run_args(tmp_path, inv: str, *args: str, method=("--method", "dynamic"), extra=()) -> List[str]:
     """The CLI's arguments of ``mslaunch run`` on the cluster of inventory ``inv``."""
-    return ["run", "--hosts", inv, "--master-port", "auto", "--log-dir", str(tmp_path / "job"),
-            "--grace", "2", "--env", f"PIDDIR={tmp_path / 'pids'}", *method, *extra, *args]
+    return [
+        "run",
+        "--hosts",
+        inv,
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(tmp_path / "job"),
+        "--grace",
+        "2",
+        "--env",
+        f"PIDDIR={tmp_path / 'pids'}",
+        *method,
+        *extra,
+        *args,
+    ]
 
 
 def env_for(c) -> Dict[str, str]:
@@ -79,7 +94,9 @@ def described(left: Dict[str, List[int]]) -> Dict[str, List[str]]:
             try:
                 p = psutil.Process(pid)
                 parent = p.parent()
-                out.setdefault(host, []).append(f"{pid} {p.status()} parent={parent.name() if parent else None} {p.cmdline()!r:.120}")
+                out.setdefault(host, []).append(
+                    f"{pid} {p.status()} parent={parent.name() if parent else None} {p.cmdline()!r:.120}"
+                )
             except psutil.Error as exc:
                 out.setdefault(host, []).append(f"{pid} gone ({type(exc).__name__})")
     return out
@@ -93,8 +110,14 @@ def started(tmp_path, n: int) -> bool:
 def hang_job(c, tmp_path, slots: int) -> subprocess.Popen:
     (tmp_path / "pids").mkdir(exist_ok=True)
     inv = inventory(c, tmp_path / f"inv{slots}.yaml", slots)
-    return subprocess.Popen(mslaunch_argv(*run_args(tmp_path, inv, PROG, "hang")), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env_for(c), cwd=str(tmp_path))
+    return subprocess.Popen(
+        mslaunch_argv(*run_args(tmp_path, inv, PROG, "hang")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_for(c),
+        cwd=str(tmp_path),
+    )
 
 
 def stop(p: subprocess.Popen) -> None:
@@ -139,7 +162,8 @@ def test_many_ranks_per_host_log_their_own_lines_in_order(cluster, tmp_path):
         "    s.bind((os.environ['MS_SCHED_HOST'], int(os.environ['MS_SCHED_PORT']))); s.listen(64); time.sleep(60)\n"
         "r = os.environ['RANK_ID']\n"
         "for i in range(3000):\n"
-        "    print('rank%s line %d' % (r, i), file=sys.stdout if i % 2 else sys.stderr, flush=True)\n")
+        "    print('rank%s line %d' % (r, i), file=sys.stdout if i % 2 else sys.stderr, flush=True)\n"
+    )
     (tmp_path / "pids").mkdir()
     r = run_process(*run_args(tmp_path, inv, str(script)), env=env_for(c), cwd=str(tmp_path), timeout=120)
     assert r.returncode == 0, r.stderr
@@ -152,7 +176,9 @@ def test_one_rank_fails_while_its_host_mates_run(cluster, tmp_path):
     c = cluster
     inv = inventory(c, tmp_path / "inv.yaml", 3)
     (tmp_path / "pids").mkdir()
-    r = run_process(*run_args(tmp_path, inv, PROG, "fail", "1.0", "4", "6"), env=env_for(c), cwd=str(tmp_path), timeout=120)
+    r = run_process(
+        *run_args(tmp_path, inv, PROG, "fail", "1.0", "4", "6"), env=env_for(c), cwd=str(tmp_path), timeout=120
+    )
     assert r.returncode == 6, r.stderr
     s = json.loads((tmp_path / "job" / "summary.json").read_text())
     cause = s["root_cause"]
@@ -188,7 +214,9 @@ def test_killed_agent_makes_its_host_ranks_lost(cluster, tmp_path):
     s = json.loads((tmp_path / "job" / "summary.json").read_text())
     cause = s["root_cause"]
     assert cause["host"] == c.hosts[1].ip and cause["rank"] in (2, 3)
-    assert cause["reason"].startswith(f"the mslaunch agent on {c.hosts[1].ip} ended without an exit status (killed by a signal?)")
+    assert cause["reason"].startswith(
+        f"the mslaunch agent on {c.hosts[1].ip} ended without an exit status (killed by a signal?)"
+    )
     lost = [q for q in s["processes"] if q["host"] == c.hosts[1].ip]
     assert [q["exit_code"] for q in lost] == [255, 255]
     assert all(q["reason"] == cause["reason"] for q in lost)
@@ -201,7 +229,9 @@ def test_no_agent_outlives_mslaunch(cluster, tmp_path, mode: str, code: int):
     c = cluster
     inv = inventory(c, tmp_path / "inv.yaml", 2)
     (tmp_path / "pids").mkdir()
-    r = run_process(*run_args(tmp_path, inv, PROG, mode, "0.3", "2", "6"), env=env_for(c), cwd=str(tmp_path), timeout=120)
+    r = run_process(
+        *run_args(tmp_path, inv, PROG, mode, "0.3", "2", "6"), env=env_for(c), cwd=str(tmp_path), timeout=120
+    )
     left = c.all_pids()
     assert r.returncode == code, r.stderr
     assert left == {}, described(left)

@@ -3,6 +3,7 @@ remote rank and its setsid grandchildren; a host whose agent never starts is rep
 not start" within ``--ssh-start-timeout``; mpirun's OpenSSH gets the ssh config mslaunch itself
 resolved from ``$HOME`` (HOME differing from the passwd home).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ def fault(tmp_path, cluster):
 
 
 def hosts_yaml(c, path, python=None) -> str:
-    lines = ["defaults:", "  slots: 2", f"  ssh: {{user: root, port: 22, key: \"{c.key_path}\"}}"]
+    lines = ["defaults:", "  slots: 2", f'  ssh: {{user: root, port: 22, key: "{c.key_path}"}}']
     if python is not None:
         lines.append(f"  python: {python}")
     lines.append("hosts:")
@@ -86,7 +87,12 @@ def test_mpirun_gets_the_ssh_config_mslaunch_resolved_from_home(fault, tmp_path)
     shutil.copy(c.ssh_config, home / ".ssh" / "config")
     fault.env = dict(fault.env, HOME=str(home))
     fault.env.pop("MSLAUNCH_SSH_CONFIG")
-    r = fault.run(PROG, "env", np=None, extra=("--hosts", c.hostfile, "--launcher", "mpirun", "--method", "mpi", "--nic", str(c.subnet)))
+    r = fault.run(
+        PROG,
+        "env",
+        np=None,
+        extra=("--hosts", c.hostfile, "--launcher", "mpirun", "--method", "mpi", "--nic", str(c.subnet)),
+    )
     assert r.returncode == 0, r.stderr + (fault.dir / "mpirun.log").read_text()
     plan = json.loads((fault.dir / "plan.json").read_text())
     argv = plan["mpirun"]

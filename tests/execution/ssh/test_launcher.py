@@ -4,6 +4,7 @@ mpirun's rsh agent planning and doctor's checks (the host agent run locally:
 
 (Everything that needs real sshds is in ``tests/integration/test_multihost.py``.)
 """
+
 from __future__ import annotations
 
 import json
@@ -68,23 +69,49 @@ def test_target_follows_ssh_config_with_tilde_from_home(home):
     conf = read_ssh_config(config_path())
     t = resolve_target(Host("h1", 2), conf)
     assert t == SshTarget(
-        name="h1", hostname="10.9.9.1", port=2201, user="alice", key_files=(f"{home}/.ssh/id_h1",),
-        known_hosts=(f"{home}/kh/known", "one/two"), global_known_hosts=("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"),
-        accept_new=True, allow_agent=True, look_for_keys=False,
+        name="h1",
+        hostname="10.9.9.1",
+        port=2201,
+        user="alice",
+        key_files=(f"{home}/.ssh/id_h1",),
+        known_hosts=(f"{home}/kh/known", "one/two"),
+        global_known_hosts=("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"),
+        accept_new=True,
+        allow_agent=True,
+        look_for_keys=False,
     )
     assert t.label == "h1 (10.9.9.1:2201)"
     t2 = resolve_target(Host("h2", 1), conf)
-    assert (t2.hostname, t2.port, t2.user, t2.key_files, t2.allow_agent, t2.look_for_keys) == ("10.9.9.2", 22, "bob", ("/keys/k2",), False, False)
+    assert (t2.hostname, t2.port, t2.user, t2.key_files, t2.allow_agent, t2.look_for_keys) == (
+        "10.9.9.2",
+        22,
+        "bob",
+        ("/keys/k2",),
+        False,
+        False,
+    )
     assert t2.known_hosts == (f"{home}/.ssh/known_hosts", f"{home}/.ssh/known_hosts2")
     other = resolve_target(Host("10.1.1.1", 1), conf)
-    assert (other.hostname, other.port, other.user, other.key_files, other.look_for_keys) == ("10.1.1.1", 22, "bob", (), True)
+    assert (other.hostname, other.port, other.user, other.key_files, other.look_for_keys) == (
+        "10.1.1.1",
+        22,
+        "bob",
+        (),
+        True,
+    )
 
 
 def test_inventory_ssh_settings_win_over_the_config(home):
     (home / ".ssh" / "config").write_text(CONFIG)
     conf = read_ssh_config(config_path())
     t = resolve_target(Host("h1", 2, ssh=SshOptions(user="root", port=22, key="~/other")), conf, known_hosts="~/kh2")
-    assert (t.hostname, t.port, t.user, t.key_files, t.known_hosts) == ("10.9.9.1", 22, "root", (f"{home}/other",), (f"{home}/kh2",))
+    assert (t.hostname, t.port, t.user, t.key_files, t.known_hosts) == (
+        "10.9.9.1",
+        22,
+        "root",
+        (f"{home}/other",),
+        (f"{home}/kh2",),
+    )
 
 
 def test_config_path_precedence(home, tmp_path, monkeypatch):
@@ -160,8 +187,10 @@ def test_refuse_policy_and_its_message(tmp_path):
         RefuseUnknownPolicy().missing_host_key(paramiko.SSHClient(), "10.1.2.3", key)
     target = SshTarget("h9", "10.1.2.3", 2222, "root", (), ("/k/known_hosts",))
     msg = describe_connect_error(target, info.value, 5.0)
-    assert msg == (f"host key for h9 is not known (ssh-ed25519 {fingerprint(key)}); verify it and add it to known_hosts "
-                   "(ssh-keyscan -p 2222 10.1.2.3 >> /k/known_hosts) or pass --ssh-accept-new")
+    assert msg == (
+        f"host key for h9 is not known (ssh-ed25519 {fingerprint(key)}); verify it and add it to known_hosts "
+        "(ssh-keyscan -p 2222 10.1.2.3 >> /k/known_hosts) or pass --ssh-accept-new"
+    )
     assert re.fullmatch(r"SHA256:[A-Za-z0-9+/]{43}", fingerprint(key))
 
 
@@ -174,12 +203,20 @@ def test_no_auto_add_policy_in_the_launcher():
     assert hits == []
 
 
-@pytest.mark.parametrize("exc,expected", [
-    (paramiko.AuthenticationException("x"), "authentication failed as root@10.1.2.3:22 (keys: /k/id (missing)); check User/IdentityFile"),
-    (paramiko.ssh_exception.NoValidConnectionsError({("10.1.2.3", 22): ConnectionRefusedError(111, "refused")}),
-     "connection refused by 10.1.2.3:22 (is sshd running there?)"),
-    (TimeoutError(), "no answer from 10.1.2.3:22 within 3 s (host down or link cut?)"),
-])
+@pytest.mark.parametrize(
+    "exc,expected",
+    [
+        (
+            paramiko.AuthenticationException("x"),
+            "authentication failed as root@10.1.2.3:22 (keys: /k/id (missing)); check User/IdentityFile",
+        ),
+        (
+            paramiko.ssh_exception.NoValidConnectionsError({("10.1.2.3", 22): ConnectionRefusedError(111, "refused")}),
+            "connection refused by 10.1.2.3:22 (is sshd running there?)",
+        ),
+        (TimeoutError(), "no answer from 10.1.2.3:22 within 3 s (host down or link cut?)"),
+    ],
+)
 def test_connect_errors_are_one_line_and_name_the_host(exc, expected):
     target = SshTarget("h9", "10.1.2.3", 22, "root", ("/k/id",), ())
     assert describe_connect_error(target, exc, 3.0).startswith(expected)
@@ -196,8 +233,17 @@ def _make_key(tmp_path) -> str:
 
 
 def _spec(inv: Inventory, **kw) -> JobSpec:
-    base = dict(inventory=inv, program=("/w/train.py",), python="/usr/bin/python3", cwd="/w", job_dir="/w/job", job_id="j1",
-                method="mpi", launcher="mpirun", wrapper="/t/mslaunch-rank.sh")
+    base = dict(
+        inventory=inv,
+        program=("/w/train.py",),
+        python="/usr/bin/python3",
+        cwd="/w",
+        job_dir="/w/job",
+        job_id="j1",
+        method="mpi",
+        launcher="mpirun",
+        wrapper="/t/mslaunch-rank.sh",
+    )
     base.update(kw)
     return JobSpec(**base)
 
@@ -207,7 +253,9 @@ def _mca(argv, key):
 
 
 def test_mpirun_rsh_agent_from_uniform_inventory_settings():
-    inv = parse_cluster_yaml("defaults:\n  slots: 1\n  ssh: {user: root, port: 2222, key: /k/id}\nhosts:\n  - host: 10.0.0.1\n    nic: eth0\n  - host: 10.0.0.2\n    nic: ens5\n")
+    inv = parse_cluster_yaml(
+        "defaults:\n  slots: 1\n  ssh: {user: root, port: 2222, key: /k/id}\nhosts:\n  - host: 10.0.0.1\n    nic: eth0\n  - host: 10.0.0.2\n    nic: ens5\n"
+    )
     plan = build_plan(_spec(inv, ssh_config="/c/ssh_config"))
     argv = mpi.mpirun_command(plan)
     assert _mca(argv, "plm_rsh_agent") == ["ssh -F /c/ssh_config -p 2222 -i /k/id -l root -o BatchMode=yes"]
@@ -217,17 +265,23 @@ def test_mpirun_rsh_agent_from_uniform_inventory_settings():
 
 
 def test_mpirun_rsh_agent_with_per_host_settings_writes_a_config():
-    inv = parse_cluster_yaml("hosts:\n  - host: a\n    slots: 1\n    ssh: {port: 2201}\n  - host: b\n    slots: 1\n    ssh: {user: u, key: /k/b}\n")
+    inv = parse_cluster_yaml(
+        "hosts:\n  - host: a\n    slots: 1\n    ssh: {port: 2201}\n  - host: b\n    slots: 1\n    ssh: {user: u, key: /k/b}\n"
+    )
     plan = build_plan(_spec(inv, ssh_config="/c/cfg"))
     assert _mca(mpi.mpirun_command(plan), "plm_rsh_agent") == ["ssh -F /w/job/ssh_config -o BatchMode=yes"]
     art = {a.name: a for a in plan.artefacts}["ssh_config"]
-    assert art.content == ("# generated by mslaunch: per-host ssh settings of the inventory, for mpirun's rsh agent\n"
-                           "Host a\n    Port 2201\nHost b\n    User u\n    IdentityFile /k/b\nMatch all\n    Include /c/cfg\n")
+    assert art.content == (
+        "# generated by mslaunch: per-host ssh settings of the inventory, for mpirun's rsh agent\n"
+        "Host a\n    Port 2201\nHost b\n    User u\n    IdentityFile /k/b\nMatch all\n    Include /c/cfg\n"
+    )
 
 
 def test_mpirun_local_only_has_no_rsh_agent_and_nic_flag_wins():
     plan = build_plan(_spec(parse_host_list("localhost:2"), mpi=mpi.MpiOptions(nic="10.0.0.0/24")))
-    assert _mca(mpi.mpirun_command(plan), "plm_rsh_agent") == [] and _mca(mpi.mpirun_command(plan), "btl_tcp_if_include") == ["10.0.0.0/24"]
+    assert _mca(mpi.mpirun_command(plan), "plm_rsh_agent") == [] and _mca(
+        mpi.mpirun_command(plan), "btl_tcp_if_include"
+    ) == ["10.0.0.0/24"]
 
 
 def test_rsh_agent_rejects_paths_with_spaces():
@@ -239,14 +293,29 @@ def test_rsh_agent_rejects_paths_with_spaces():
 
 
 def _job(hosts, **kw) -> DoctorJob:
-    base = dict(hosts=tuple(hosts), python={h.name: "/py" for h in hosts}, script={h.name: "/w/t.py" for h in hosts},
-                module=None, exe=None, cwd="/w", master=(hosts[0].name, 8118), hccn_path=None)
+    base = dict(
+        hosts=tuple(hosts),
+        python={h.name: "/py" for h in hosts},
+        script={h.name: "/w/t.py" for h in hosts},
+        module=None,
+        exe=None,
+        cwd="/w",
+        master=(hosts[0].name, 8118),
+        hccn_path=None,
+    )
     base.update(kw)
     return DoctorJob(**base)
 
 
 def _probe(**kw):
-    data = {"time": 100.0, "elapsed": 0.01, "python": "3.11.7", "mindspore": "2.10.0", "script_found": True, "cwd_found": True}
+    data = {
+        "time": 100.0,
+        "elapsed": 0.01,
+        "python": "3.11.7",
+        "mindspore": "2.10.0",
+        "script_found": True,
+        "cwd_found": True,
+    }
     data.update(kw)
     return (data, 99.0, 100.01)
 
@@ -260,7 +329,9 @@ def test_doctor_rows_flag_the_odd_python_the_busy_port_and_the_unreachable_host(
         "d": "connection refused by d:22 (is sshd running there?)",
     }
     rows = {r.host: r for r in check_rows(_job(hosts), results, {})}
-    assert rows["a"].check("master port") == Check("master port", False, "8118 in use on a (Address already in use); pass --master-port auto or another port")
+    assert rows["a"].check("master port") == Check(
+        "master port", False, "8118 in use on a (Address already in use); pass --master-port auto or another port"
+    )
     assert rows["a"].check("python") == Check("python", True, "3.11.7")
     assert rows["b"].check("python") == Check("python", False, "3.9.2 differs from 3.11.7 (a, c)")
     assert rows["b"].check("mindspore") == Check("mindspore", False, "not installed for /py")
@@ -274,8 +345,16 @@ def test_doctor_rows_flag_the_odd_python_the_busy_port_and_the_unreachable_host(
 
 def test_doctor_rows_mpirun_and_hccn():
     hosts = [Host("a", 1), Host("b", 1)]
-    results = {"a": _probe(mpirun="4.1.4", hccn_devices=8), "b": _probe(mpirun="4.1.2", hccn_error="No such file or directory")}
-    rows = {r.host: r for r in check_rows(_job(hosts, tools=(MPIRUN_CHECK,), hccn_path="/etc/hccn.conf", master=None), results, {"mpirun": "4.1.4"})}
+    results = {
+        "a": _probe(mpirun="4.1.4", hccn_devices=8),
+        "b": _probe(mpirun="4.1.2", hccn_error="No such file or directory"),
+    }
+    rows = {
+        r.host: r
+        for r in check_rows(
+            _job(hosts, tools=(MPIRUN_CHECK,), hccn_path="/etc/hccn.conf", master=None), results, {"mpirun": "4.1.4"}
+        )
+    }
     assert rows["a"].ok and rows["a"].check("hccn.conf") == Check("hccn.conf", True, "8 device addresses")
     assert rows["b"].check("mpirun") == Check("mpirun", False, "4.1.2 differs from 4.1.4 on this machine")
     assert rows["b"].check("hccn.conf") == Check("hccn.conf", False, "/etc/hccn.conf: No such file or directory")

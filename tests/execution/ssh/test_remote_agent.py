@@ -2,6 +2,7 @@
 open like an ssh channel: many ranks under one agent, literal env, exit codes and signals,
 TERM/KILL per rank and per host, whole trees, the end of every rank on EOF or silence, output
 ordered per rank, one rank's failure while others run."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,13 @@ class LocalAgent:
     """The agent as a subprocess; a thread decodes its frames into per-rank output and events."""
 
     def __init__(self, ping_timeout: float = 30.0, heartbeat: float = 0.2, argv: Optional[List[str]] = None) -> None:
-        self.proc = subprocess.Popen(argv or [sys.executable, "-S", "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv or [sys.executable, "-S", "-u", "-c", BOOTSTRAP],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         self.head = b""
         self.out: Dict[int, bytearray] = {}
         self.events: List[Dict[str, Any]] = []
@@ -55,8 +61,8 @@ class LocalAgent:
                 head += data
                 if MAGIC not in head:
                     continue
-                self.head = head[:head.index(MAGIC)]
-                data, synced = head[head.index(MAGIC) + len(MAGIC):], True
+                self.head = head[: head.index(MAGIC)]
+                data, synced = head[head.index(MAGIC) + len(MAGIC) :], True
             with self.cond:
                 for kind, rid, body in frames.feed(data):
                     if kind == "O":
@@ -80,7 +86,9 @@ class LocalAgent:
                 self.cond.wait(left)
 
     def event(self, ev: str, rid: int, timeout: float = 20.0) -> Dict[str, Any]:
-        return self.wait_for(lambda: next((e for e in self.events if e.get("ev") == ev and e.get("id") == rid), None), timeout)
+        return self.wait_for(
+            lambda: next((e for e in self.events if e.get("ev") == ev and e.get("id") == rid), None), timeout
+        )
 
     def exits(self) -> Dict[int, int]:
         with self.cond:
@@ -129,8 +137,19 @@ def test_one_agent_runs_many_ranks_with_literal_env_and_reports_each_exit(tmp_pa
     a = LocalAgent()
     try:
         for rid in range(4):
-            a.start(rid, ["sh", "-c", 'printf "%s\\n" "$EVIL"; printf "%s\\n" "$@"; echo err >&2; exit "$CODE"', "sh", evil, "two words"],
-                    str(tmp_path), env={"EVIL": evil, "CODE": str(rid)})
+            a.start(
+                rid,
+                [
+                    "sh",
+                    "-c",
+                    'printf "%s\\n" "$EVIL"; printf "%s\\n" "$@"; echo err >&2; exit "$CODE"',
+                    "sh",
+                    evil,
+                    "two words",
+                ],
+                str(tmp_path),
+                env={"EVIL": evil, "CODE": str(rid)},
+            )
         a.wait_for(lambda: len(a.exits()) == 4)
         assert a.exits() == {0: 0, 1: 1, 2: 2, 3: 3}
         for rid in range(4):
@@ -159,9 +178,11 @@ def test_exit_codes_and_signals(tmp_path):
 
 def test_output_of_many_ranks_stays_ordered_per_rank(tmp_path):
     """8 ranks write 2,000 numbered lines each as fast as they can, stdout and stderr mixed."""
-    prog = ("import sys\n"
-            "for i in range(2000):\n"
-            "    (sys.stdout if i % 3 else sys.stderr).write('%s %d\\n' % (sys.argv[1], i)); (sys.stdout if i % 3 else sys.stderr).flush()\n")
+    prog = (
+        "import sys\n"
+        "for i in range(2000):\n"
+        "    (sys.stdout if i % 3 else sys.stderr).write('%s %d\\n' % (sys.argv[1], i)); (sys.stdout if i % 3 else sys.stderr).flush()\n"
+    )
     a = LocalAgent()
     try:
         for rid in range(8):
@@ -271,7 +292,10 @@ def test_rank_that_cannot_start_fails_alone(tmp_path):
         a.start(2, ["true"], str(tmp_path))
         a.wait_for(lambda: len(a.exits()) == 3)
         assert a.exits() == {0: 127, 1: 127, 2: 0}
-        assert a.event("error", 0)["msg"] == "cannot run '/no/such/prog' on here: no such file; check the program path (or python: in the inventory)"
+        assert (
+            a.event("error", 0)["msg"]
+            == "cannot run '/no/such/prog' on here: no such file; check the program path (or python: in the inventory)"
+        )
         assert a.event("error", 1)["msg"].startswith(f"working directory {tmp_path}/missing does not exist on here")
     finally:
         a.close()
@@ -281,7 +305,14 @@ def test_agent_makes_cwd_and_dumps_env(tmp_path):
     cwd = tmp_path / "job" / "device3"
     a = LocalAgent()
     try:
-        a.start(3, ["sh", "-c", "pwd"], str(cwd), env={"RANK_ID": "3", "X": "a b"}, mkdir=True, env_dump=str(cwd / "env3.log"))
+        a.start(
+            3,
+            ["sh", "-c", "pwd"],
+            str(cwd),
+            env={"RANK_ID": "3", "X": "a b"},
+            mkdir=True,
+            env_dump=str(cwd / "env3.log"),
+        )
         assert a.event("exit", 3)["rc"] == 0
         assert a.text(3).strip() == str(cwd)
         dump = (cwd / "env3.log").read_text().splitlines()
@@ -293,7 +324,9 @@ def test_agent_makes_cwd_and_dumps_env(tmp_path):
 
 def test_login_shell_noise_on_stdout_before_the_agent_is_skipped(tmp_path):
     """A login shell that prints to stdout before exec'ing the agent does not garble frames."""
-    a = LocalAgent(argv=["sh", "-c", 'echo "welcome to the cluster"; exec "$0" -S -u -c "$1"', sys.executable, BOOTSTRAP])
+    a = LocalAgent(
+        argv=["sh", "-c", 'echo "welcome to the cluster"; exec "$0" -S -u -c "$1"', sys.executable, BOOTSTRAP]
+    )
     try:
         a.start(0, ["echo", "hi"], str(tmp_path))
         assert a.event("exit", 0)["rc"] == 0

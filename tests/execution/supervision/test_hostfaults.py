@@ -1,6 +1,7 @@
 """Spare hosts on restart: which failures count against a host, and the supervisor re-planning a
 restart without a host that failed too often (in-memory backend; the real thing over ssh is in
 tests/integration/test_spare_hosts.py)."""
+
 from __future__ import annotations
 
 import json
@@ -23,44 +24,95 @@ from tests.execution.fakebackend import FakeBackend, FakeProcess
 KILL = -signal.SIGKILL
 
 
-def _proc(rank: Optional[int], host: str, rc: Optional[int], ended: float, torn: bool = False, reason: Optional[str] = None,
-          lost: bool = False) -> ProcResult:
+def _proc(
+    rank: Optional[int],
+    host: str,
+    rc: Optional[int],
+    ended: float,
+    torn: bool = False,
+    reason: Optional[str] = None,
+    lost: bool = False,
+) -> ProcResult:
     """``lost``: the backend said the host was lost (its typed ``host_lost``, with ``reason``)."""
-    return ProcResult(f"rank {rank}" if rank is not None else "scheduler", rank, host, rc, 0.0, ended, "/j/l", torn_down=torn, reason=reason,
-                      host_lost=reason if lost else None)
+    return ProcResult(
+        f"rank {rank}" if rank is not None else "scheduler",
+        rank,
+        host,
+        rc,
+        0.0,
+        ended,
+        "/j/l",
+        torn_down=torn,
+        reason=reason,
+        host_lost=reason if lost else None,
+    )
 
 
-def _attempt(procs: Sequence[ProcResult], status: str = FAILED, hang: Optional[Dict[str, Any]] = None, k: int = 0) -> AttemptResult:
-    return AttemptResult(k, "/j", status, 1, 0.0, 1.0, tuple(procs), hang=HangReport.from_json(dict(hang, kind="no_progress")) if hang else None)
+def _attempt(
+    procs: Sequence[ProcResult], status: str = FAILED, hang: Optional[Dict[str, Any]] = None, k: int = 0
+) -> AttemptResult:
+    return AttemptResult(
+        k,
+        "/j",
+        status,
+        1,
+        0.0,
+        1.0,
+        tuple(procs),
+        hang=HangReport.from_json(dict(hang, kind="no_progress")) if hang else None,
+    )
 
 
-@pytest.mark.parametrize("procs,status,hang,faults", [
-    # the earliest failure, killed by a signal mslaunch did not send: its host
-    ([_proc(0, "h1", -15, 3.0, torn=True), _proc(2, "h2", KILL, 1.0), _proc(3, "h2", 0, 2.0)], FAILED, None,
-     [Fault("h2", "rank 2 killed by SIGKILL")]),
-    # what died after the first failure is a consequence: not counted
-    ([_proc(0, "h1", -6, 2.0), _proc(2, "h2", KILL, 1.0)], FAILED, None, [Fault("h2", "rank 2 killed by SIGKILL")]),
-    # an exit code (the program's own failure) says nothing about the host
-    ([_proc(2, "h2", 1, 1.0)], FAILED, None, []),
-    # torn down by mslaunch: not a cause
-    ([_proc(2, "h2", KILL, 1.0, torn=True)], FAILED, None, []),
-    # the scheduler dying is not a rank's failure
-    ([_proc(None, "h1", KILL, 1.0)], FAILED, None, []),
-    # a lost host counts whatever came first, and only once per host
-    ([_proc(0, "h1", 3, 1.0), _proc(2, "h2", 255, 2.0, reason="connection to h2 lost (closed)", lost=True),
-      _proc(3, "h2", 255, 2.0, reason="connection to h2 lost (closed)", lost=True)], FAILED, None,
-     [Fault("h2", "rank 2: connection to h2 lost (closed)", lost=True)]),
-    # a host is lost only when its backend says so: a message with the word in it is not a lost host
-    ([_proc(2, "h2", 255, 2.0, reason="mslaunch could not wait for it: connection pool lost its lock")], FAILED, None, []),
-    ([_proc(2, "h2", None, 2.0, reason="lost: a backend's bug")], FAILED, None, []),
-    # a hang: the culprit's host
-    ([_proc(0, "h1", -15, 1.0, torn=True), _proc(3, "h2", -15, 1.0, torn=True)], HUNG, {"culprit": {"rank": 3, "evidence": "x"}},
-     [Fault("h2", "rank 3 hang culprit")]),
-    ([_proc(0, "h1", -15, 1.0, torn=True)], HUNG, {"culprit": None}, []),
-    # a success, or a stop, blames nobody
-    ([_proc(2, "h2", KILL, 1.0)], SUCCEEDED, None, []),
-    ([_proc(2, "h2", KILL, 1.0)], "stopped", None, []),
-])
+@pytest.mark.parametrize(
+    "procs,status,hang,faults",
+    [
+        # the earliest failure, killed by a signal mslaunch did not send: its host
+        (
+            [_proc(0, "h1", -15, 3.0, torn=True), _proc(2, "h2", KILL, 1.0), _proc(3, "h2", 0, 2.0)],
+            FAILED,
+            None,
+            [Fault("h2", "rank 2 killed by SIGKILL")],
+        ),
+        # what died after the first failure is a consequence: not counted
+        ([_proc(0, "h1", -6, 2.0), _proc(2, "h2", KILL, 1.0)], FAILED, None, [Fault("h2", "rank 2 killed by SIGKILL")]),
+        # an exit code (the program's own failure) says nothing about the host
+        ([_proc(2, "h2", 1, 1.0)], FAILED, None, []),
+        # torn down by mslaunch: not a cause
+        ([_proc(2, "h2", KILL, 1.0, torn=True)], FAILED, None, []),
+        # the scheduler dying is not a rank's failure
+        ([_proc(None, "h1", KILL, 1.0)], FAILED, None, []),
+        # a lost host counts whatever came first, and only once per host
+        (
+            [
+                _proc(0, "h1", 3, 1.0),
+                _proc(2, "h2", 255, 2.0, reason="connection to h2 lost (closed)", lost=True),
+                _proc(3, "h2", 255, 2.0, reason="connection to h2 lost (closed)", lost=True),
+            ],
+            FAILED,
+            None,
+            [Fault("h2", "rank 2: connection to h2 lost (closed)", lost=True)],
+        ),
+        # a host is lost only when its backend says so: a message with the word in it is not a lost host
+        (
+            [_proc(2, "h2", 255, 2.0, reason="mslaunch could not wait for it: connection pool lost its lock")],
+            FAILED,
+            None,
+            [],
+        ),
+        ([_proc(2, "h2", None, 2.0, reason="lost: a backend's bug")], FAILED, None, []),
+        # a hang: the culprit's host
+        (
+            [_proc(0, "h1", -15, 1.0, torn=True), _proc(3, "h2", -15, 1.0, torn=True)],
+            HUNG,
+            {"culprit": {"rank": 3, "evidence": "x"}},
+            [Fault("h2", "rank 3 hang culprit")],
+        ),
+        ([_proc(0, "h1", -15, 1.0, torn=True)], HUNG, {"culprit": None}, []),
+        # a success, or a stop, blames nobody
+        ([_proc(2, "h2", KILL, 1.0)], SUCCEEDED, None, []),
+        ([_proc(2, "h2", KILL, 1.0)], "stopped", None, []),
+    ],
+)
 def test_which_failures_count_against_a_host(procs, status, hang, faults):
     assert attributed(_attempt(procs, status, hang)) == faults
 
@@ -73,8 +125,10 @@ def test_a_host_is_due_after_n_failures_a_lost_one_at_once():
     assert faults.due([], 1) == []
     faults.add(killed)
     faults.add(lost)
-    assert faults.due([], 3) == [Exclusion("h2", "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)", "restart", 3),
-                                 Exclusion("h3", "host lost (rank 4: connection to h3 lost (no answer for 30 s))", "restart", 3)]
+    assert faults.due([], 3) == [
+        Exclusion("h2", "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)", "restart", 3),
+        Exclusion("h3", "host lost (rank 4: connection to h3 lost (no answer for 30 s))", "restart", 3),
+    ]
     assert [e.host for e in faults.due(["h2"], 3)] == ["h3"]  # already left out: not again
     never = HostFaults(0)
     for _ in range(5):
@@ -82,12 +136,30 @@ def test_a_host_is_due_after_n_failures_a_lost_one_at_once():
     assert never.due([], 5) == []
 
 
-@pytest.mark.parametrize("old,new,sched,text", [
-    ([(0, "h1"), (1, "h1"), (2, "h2"), (3, "h2")], [(0, "h1"), (1, "h1"), (2, "h3"), (3, "h3")], ("h1", "h1"), "ranks 2-3 move to h3"),
-    ([(0, "h1"), (1, "h2")], [(0, "h2"), (1, "h3")], ("h1", "h2"), "rank 0 moves to h2, rank 1 to h3; the scheduler moves to h2"),
-    ([(0, "h1"), (1, "h2"), (2, "h2"), (4, "h2")], [(0, "h1"), (1, "h3"), (2, "h3"), (4, "h3")], (None, None), "ranks 1-2,4 move to h3"),
-    ([(0, "h1")], [(0, "h1")], ("h1", "h1"), ""),
-])
+@pytest.mark.parametrize(
+    "old,new,sched,text",
+    [
+        (
+            [(0, "h1"), (1, "h1"), (2, "h2"), (3, "h2")],
+            [(0, "h1"), (1, "h1"), (2, "h3"), (3, "h3")],
+            ("h1", "h1"),
+            "ranks 2-3 move to h3",
+        ),
+        (
+            [(0, "h1"), (1, "h2")],
+            [(0, "h2"), (1, "h3")],
+            ("h1", "h2"),
+            "rank 0 moves to h2, rank 1 to h3; the scheduler moves to h2",
+        ),
+        (
+            [(0, "h1"), (1, "h2"), (2, "h2"), (4, "h2")],
+            [(0, "h1"), (1, "h3"), (2, "h3"), (4, "h3")],
+            (None, None),
+            "ranks 1-2,4 move to h3",
+        ),
+        ([(0, "h1")], [(0, "h1")], ("h1", "h1"), ""),
+    ],
+)
 def test_moves_text(old, new, sched, text):
     assert moves_text(old, new, *sched) == text
 
@@ -104,8 +176,12 @@ def host_plan(job_dir: str, np: int = 4, excluded: Sequence[Exclusion] = (), slo
     free = [h for h in HOSTS if h not in gone for _ in range(slots)]
     if len(free) < np:
         raise PlanError(f"no spare host for {np} ranks without {', '.join(sorted(gone))}", field="--hosts")
-    procs = tuple(ProcPlan(f"rank {r}", "worker", free[r], r, r % slots, 0, None, ("train",), (), job_dir, f"{job_dir}/worker_{r}.log")
-                  for r in range(np))
+    procs = tuple(
+        ProcPlan(
+            f"rank {r}", "worker", free[r], r, r % slots, 0, None, ("train",), (), job_dir, f"{job_dir}/worker_{r}.log"
+        )
+        for r in range(np)
+    )
     return Plan("j1", job_dir, "dynamic", "fake", np, (), procs, None, (), None, None, excluded=tuple(excluded))
 
 
@@ -120,6 +196,7 @@ class BadHost:
     def factory(self, attempt: int, adir: str, plan: Plan) -> FakeBackend:
         self.plans.append(plan)
         first_bad = min((p.rank for p in plan.ranks if p.host == self.bad), default=None)
+
         class Backend(FakeBackend):
             def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
                 handle = super().start(proc, log_path, cwd)
@@ -135,7 +212,9 @@ class BadHost:
 def _supervise(tmp_path, job: BadHost, replan: Any, progress: Optional[AttemptProgress] = None, **options: Any):
     plan = host_plan(str(tmp_path / "job"))
     spares = Spares(replan, options.pop("host_failures", 2)) if replan is not None else None
-    sup = Supervisor(plan, job.factory, SuperviseOptions(grace=1.0, **options), on_event=job.event, spares=spares, progress=progress)
+    sup = Supervisor(
+        plan, job.factory, SuperviseOptions(grace=1.0, **options), on_event=job.event, spares=spares, progress=progress
+    )
     return sup.run()
 
 
@@ -148,10 +227,19 @@ def test_a_host_failing_twice_is_left_out_and_the_job_succeeds_on_the_spare(tmp_
     assert {p.host for p in result.processes} == {"h1", "h3"}
     assert [a.replanned for a in result.history] == [False, False, True]
     excluded = [d for k, d in job.events if k == "host_excluded"]
-    assert excluded == [{"host": "h2", "reason": "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)", "by": "restart",
-                         "attempt": 2, "moves": "ranks 2-3 move to h3"}]
+    assert excluded == [
+        {
+            "host": "h2",
+            "reason": "2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)",
+            "by": "restart",
+            "attempt": 2,
+            "moves": "ranks 2-3 move to h3",
+        }
+    ]
     kinds = [k for k, _ in job.events]
-    assert kinds.index("host_excluded") < len(kinds) - 1 - kinds[::-1].index("restart")  # announced before the last restart
+    assert kinds.index("host_excluded") < len(kinds) - 1 - kinds[::-1].index(
+        "restart"
+    )  # announced before the last restart
     summary = result.to_json()
     assert summary["excluded_hosts"] == [{"host": "h2", "reason": excluded[0]["reason"], "by": "restart", "attempt": 2}]
     assert summary["attempt_results"][2]["replanned"] is True
@@ -167,7 +255,9 @@ def test_exclusions_of_the_plan_so_far_are_kept(tmp_path):
         return host_plan(str(tmp_path / "job"), np=2, excluded=ex)
 
     first = host_plan(str(tmp_path / "job"), np=2, excluded=(Exclusion("h1", "slow", "preflight", 0),))
-    sup = Supervisor(first, job.factory, SuperviseOptions(grace=1.0, max_restarts=3), on_event=job.event, spares=Spares(replan, 1))
+    sup = Supervisor(
+        first, job.factory, SuperviseOptions(grace=1.0, max_restarts=3), on_event=job.event, spares=Spares(replan, 1)
+    )
     result = sup.run()
     assert asked == [("h1", "h2")]
     assert (result.status, [e["host"] for e in result.to_json()["excluded_hosts"]]) == (SUCCEEDED, ["h1", "h2"])
@@ -190,7 +280,9 @@ def test_no_replan_without_spares_support_and_none_before_n(tmp_path):
     assert (result.status, result.attempts) == (FAILED, 3)
     assert all(sorted({p.host for p in plan.ranks}) == ["h1", "h2"] for plan in job.plans)
     job = BadHost()
-    result = _supervise(tmp_path, job, lambda ex: host_plan(str(tmp_path / "job2"), excluded=ex), max_restarts=2, host_failures=3)
+    result = _supervise(
+        tmp_path, job, lambda ex: host_plan(str(tmp_path / "job2"), excluded=ex), max_restarts=2, host_failures=3
+    )
     assert (result.status, result.attempts) == (FAILED, 3)  # the third failure came with no restart left
     assert not any(k == "host_excluded" for k, _ in job.events)
 
@@ -209,8 +301,14 @@ def test_a_replanned_attempt_restarts_the_crash_loop_count(tmp_path):
     assert (result.status, result.attempts) == (FAILED, 3)
     assert result.extra["restarts_stopped"] == "attempts 1 and 2 got no further than step 5: not restarting"
     job = BadHost()
-    result = _supervise(tmp_path, job, lambda ex: host_plan(str(tmp_path / "job2"), excluded=ex),
-                        progress=_stuck_at_step(AttemptProgress(), 5, 4), max_restarts=5, host_failures=3)
+    result = _supervise(
+        tmp_path,
+        job,
+        lambda ex: host_plan(str(tmp_path / "job2"), excluded=ex),
+        progress=_stuck_at_step(AttemptProgress(), 5, 4),
+        max_restarts=5,
+        host_failures=3,
+    )
     assert (result.status, result.attempts) == (SUCCEEDED, 4)
     assert "restarts_stopped" not in result.extra
     assert result.history[3].replanned is True and result.history[3].best_step == 5
@@ -228,9 +326,19 @@ def test_a_replan_rewrites_plan_json_and_the_hostfile_and_keeps_the_log_names(tm
     from launcher.planning.spares import replan
 
     job = str(tmp_path / "job")
-    spec = JobSpec(inventory=parse_hostfile("n1 slots=2\nn2 slots=2\nn3 slots=2\n", "h.txt"), program=("train.py",), python="/usr/bin/python3",
-                   cwd=str(tmp_path), job_dir=job, job_id="j1", np=4, launcher="mpirun", wrapper="/t/mslaunch-rank.sh", method="mpi",
-                   mpi=MpiOptions(hostfile=f"{job}/hostfile"))
+    spec = JobSpec(
+        inventory=parse_hostfile("n1 slots=2\nn2 slots=2\nn3 slots=2\n", "h.txt"),
+        program=("train.py",),
+        python="/usr/bin/python3",
+        cwd=str(tmp_path),
+        job_dir=job,
+        job_id="j1",
+        np=4,
+        launcher="mpirun",
+        wrapper="/t/mslaunch-rank.sh",
+        method="mpi",
+        mpi=MpiOptions(hostfile=f"{job}/hostfile"),
+    )
     first = build_plan(spec)
     (tmp_path / "job").mkdir()
     write_plan_files(first)

@@ -1,4 +1,5 @@
 """The attempt's phases: the table of allowed moves, and a refused move."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,11 @@ from launcher.execution.supervision.state import AttemptState
 P = AttemptPhase
 
 ALLOWED = {
-    (P.STARTING, P.RUNNING), (P.STARTING, P.TEARING_DOWN),
-    (P.RUNNING, P.FINISHING), (P.RUNNING, P.HUNG), (P.RUNNING, P.TEARING_DOWN),
+    (P.STARTING, P.RUNNING),
+    (P.STARTING, P.TEARING_DOWN),
+    (P.RUNNING, P.FINISHING),
+    (P.RUNNING, P.HUNG),
+    (P.RUNNING, P.TEARING_DOWN),
     (P.FINISHING, P.TEARING_DOWN),
     (P.HUNG, P.TEARING_DOWN),
     (P.TEARING_DOWN, P.DONE),
@@ -28,7 +32,9 @@ def test_every_allowed_move_is_taken(current, target):
     assert check_transition(current, target) is target
 
 
-@pytest.mark.parametrize("current,target", [(a, b) for a in AttemptPhase for b in AttemptPhase if (a, b) not in ALLOWED])
+@pytest.mark.parametrize(
+    "current,target", [(a, b) for a in AttemptPhase for b in AttemptPhase if (a, b) not in ALLOWED]
+)
 def test_every_other_move_is_refused(current, target):
     with pytest.raises(IllegalTransition) as info:
         check_transition(current, target)

@@ -1,5 +1,6 @@
 """The supervisor against an in-memory backend: fail fast, teardown order, restarts, timeout,
 root cause, start failures (see :mod:`tests.execution.fakebackend`)."""
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,9 @@ class Recorder:
 
 def supervise(tmp_path, recorder: Recorder, **options: Any):
     plan = fake_plan(str(tmp_path / "job"))
-    sup = Supervisor(plan, recorder.factory, SuperviseOptions(grace=options.pop("grace", 5.0), **options), on_event=recorder.event)
+    sup = Supervisor(
+        plan, recorder.factory, SuperviseOptions(grace=options.pop("grace", 5.0), **options), on_event=recorder.event
+    )
     return sup.run()
 
 
@@ -50,12 +53,22 @@ def test_success_starts_in_plan_order_and_closes_the_backend(tmp_path):
     result = supervise(tmp_path, rec)
     assert (result.status, result.exit_code, result.attempts, result.root_cause) == (SUCCEEDED, 0, 1, None)
     (backend,) = rec.backends
-    assert [c for c in backend.calls if c[0] == "start"] == [("start", "rank 0"), ("start", "rank 1"), ("start", "rank 2")]
+    assert [c for c in backend.calls if c[0] == "start"] == [
+        ("start", "rank 0"),
+        ("start", "rank 1"),
+        ("start", "rank 2"),
+    ]
     assert [c for c in backend.calls if c[0] == "terminate"] == []  # nothing left running: nothing to terminate
     assert backend.closed
     assert [k for k, _ in rec.events if k != "exited"] == ["started", "started", "started"]
-    assert rec.events[0][1] == {"name": "rank 0", "rank": 0, "host": "localhost", "pid": rec.events[0][1]["pid"],
-                                "log": rec.events[0][1]["log"], "attempt": 0}
+    assert rec.events[0][1] == {
+        "name": "rank 0",
+        "rank": 0,
+        "host": "localhost",
+        "pid": rec.events[0][1]["pid"],
+        "log": rec.events[0][1]["log"],
+        "attempt": 0,
+    }
     exits = sorted((d["name"], d["returncode"], d["attempt"]) for k, d in rec.events if k == "exited")
     assert exits == [("rank 0", 0, 0), ("rank 1", 0, 0), ("rank 2", 0, 0)]  # each exit once: what status shows
 
@@ -69,7 +82,11 @@ def test_fail_fast_tears_down_the_others_in_order(tmp_path):
     backend = rec.backends[0]
     # SIGTERM to the running ones (in start order), then SIGKILL to every group.
     assert [c for c in backend.calls if c[0] != "start"] == [
-        ("terminate", "rank 0"), ("terminate", "rank 2"), ("kill", "rank 0"), ("kill", "rank 1"), ("kill", "rank 2"),
+        ("terminate", "rank 0"),
+        ("terminate", "rank 2"),
+        ("kill", "rank 0"),
+        ("kill", "rank 1"),
+        ("kill", "rank 2"),
     ]
     by_name = {p.name: p for p in result.processes}
     assert by_name["rank 1"].returncode == 3 and not by_name["rank 1"].torn_down
@@ -145,7 +162,11 @@ def test_a_failure_is_judged_as_usual_when_the_cluster_is_not_ending_the_job(tmp
 def test_the_clusters_time_limit_is_a_timeout(tmp_path):
     rec = Recorder({"script": {"rank 0": Exit(-15)}, "outside": ("timeout", "Slurm job 5 reached its time limit")})
     result = supervise(tmp_path, rec)
-    assert (result.status, result.exit_code, result.message) == (TIMEOUT, TIMEOUT_EXIT, "Slurm job 5 reached its time limit")
+    assert (result.status, result.exit_code, result.message) == (
+        TIMEOUT,
+        TIMEOUT_EXIT,
+        "Slurm job 5 reached its time limit",
+    )
 
 
 def test_a_stop_signal_sent_by_the_cluster_names_the_cluster(tmp_path):
@@ -165,7 +186,9 @@ def test_a_stop_signal_sent_by_the_cluster_names_the_cluster(tmp_path):
         return backends[-1]
 
     events: List[str] = []
-    sup = Supervisor(fake_plan(str(tmp_path / "job")), factory, SuperviseOptions(grace=1.0), on_event=lambda e: events.append(e.kind))
+    sup = Supervisor(
+        fake_plan(str(tmp_path / "job")), factory, SuperviseOptions(grace=1.0), on_event=lambda e: events.append(e.kind)
+    )
     result = sup.run()
     assert (result.status, result.exit_code, result.message) == (STOPPED, 143, "Slurm cancelled job 5")
     assert "cluster_stop" in events and "interrupted" not in events
@@ -257,7 +280,11 @@ def test_backends_that_report_exits_need_no_waiter_thread(tmp_path):
     result = Supervisor(plan, factory, SuperviseOptions(grace=5.0)).run()
     assert (result.status, result.exit_code) == (FAILED, 3)
     by_name = {p.name: p for p in result.processes}
-    assert by_name["rank 1"].returncode == 3 and by_name["rank 0"].signal == "SIGTERM" and by_name["rank 2"].signal == "SIGTERM"
+    assert (
+        by_name["rank 1"].returncode == 3
+        and by_name["rank 0"].signal == "SIGTERM"
+        and by_name["rank 2"].signal == "SIGTERM"
+    )
     assert not any(h.waited for h in backends[0].handles)
 
 
@@ -293,8 +320,10 @@ def test_the_phases_of_a_failed_attempt_and_of_its_restart(tmp_path, runners):
     rec = Recorder({"script": {"rank 1": Exit(3)}}, {"raise": "cannot connect to h1:22"})
     result = supervise(tmp_path, rec, max_restarts=1)
     assert [a.status for a in result.history] == [FAILED, FAILED]
-    assert [r.state.phases for r in runners] == [[P.STARTING, P.RUNNING, P.TEARING_DOWN, P.DONE],  # a rank failed
-                                                 [P.STARTING, P.TEARING_DOWN, P.DONE]]  # the restart could not start
+    assert [r.state.phases for r in runners] == [
+        [P.STARTING, P.RUNNING, P.TEARING_DOWN, P.DONE],  # a rank failed
+        [P.STARTING, P.TEARING_DOWN, P.DONE],
+    ]  # the restart could not start
 
 
 def test_the_phases_of_a_timed_out_attempt(tmp_path, runners):

@@ -15,6 +15,7 @@
   ``replicaSpecs.{Master,Worker}.{replicas,restartPolicy,template}``, the container named
   ``ascend`` ("do not modify"), ``minAvailable`` = Master + Worker replicas.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,7 +36,13 @@ VERSIONS = ("1.27.0", kv.latest_version())
 
 
 def job(**kw) -> K8sJob:
-    base = dict(name="demo", image="registry.example/ms:2.10", nodes=3, per_host=2, run_args=("--cpu-tune", "off", "train.py", "--lr", "0.1"))
+    base = dict(
+        name="demo",
+        image="registry.example/ms:2.10",
+        nodes=3,
+        per_host=2,
+        run_args=("--cpu-tune", "off", "train.py", "--lr", "0.1"),
+    )
     base.update(kw)
     return K8sJob(**base)
 
@@ -49,9 +56,58 @@ def docs(j: K8sJob):
 
 # ------------------------------------------------------------------ YAML writer
 
-TRICKY = ["yes", "no", "on", "off", "y", "true", "Null", "~", "", " ", "1.5", ".5", "0x1f", "1e3", "12:30", "0o7", "+1", "-",
-          "--worker_num", "a: b", "a #b", "#x", "- x", "*alias", "&a", "!tag", "%d", "@x", "`x", "'q'", '"dq"', "x:", "$(VAR)",
-          "$$(VAR)", "é", "a\nb", "tab\there", "[x]", "{x}", ">", "|", "?", "<<", "=", "A=1", ".inf", "NaN", "2026-11-25", "A\n", "x\r"]
+TRICKY = [
+    "yes",
+    "no",
+    "on",
+    "off",
+    "y",
+    "true",
+    "Null",
+    "~",
+    "",
+    " ",
+    "1.5",
+    ".5",
+    "0x1f",
+    "1e3",
+    "12:30",
+    "0o7",
+    "+1",
+    "-",
+    "--worker_num",
+    "a: b",
+    "a #b",
+    "#x",
+    "- x",
+    "*alias",
+    "&a",
+    "!tag",
+    "%d",
+    "@x",
+    "`x",
+    "'q'",
+    '"dq"',
+    "x:",
+    "$(VAR)",
+    "$$(VAR)",
+    "é",
+    "a\nb",
+    "tab\there",
+    "[x]",
+    "{x}",
+    ">",
+    "|",
+    "?",
+    "<<",
+    "=",
+    "A=1",
+    ".inf",
+    "NaN",
+    "2026-11-25",
+    "A\n",
+    "x\r",
+]
 
 
 @pytest.mark.parametrize("text", TRICKY)
@@ -60,9 +116,13 @@ def test_scalars_read_back_as_the_same_string(text):
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(st.recursive(st.one_of(st.text(), st.integers(), st.booleans(), st.none()),
-                    lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.text(min_size=1), kids, max_size=4)),
-                    max_leaves=12))
+@given(
+    st.recursive(
+        st.one_of(st.text(), st.integers(), st.booleans(), st.none()),
+        lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.text(min_size=1), kids, max_size=4)),
+        max_leaves=12,
+    )
+)
 def test_any_document_round_trips(value):
     doc = {"root": value}
     assert yaml.safe_load(render(doc)) == doc
@@ -71,17 +131,9 @@ def test_any_document_round_trips(value):
 def test_notes_are_comments_and_parse_away():
     doc = {"a": Note(1, "one"), "b": Note({"c": [Note("x", "an item"), {"d": Note([], "empty")}]}, "two\nlines")}
     text = render_all([doc, {"e": 2}], header="head")
-    assert text == ("# head\n"
-                    "a: 1  # one\n"
-                    "# two\n"
-                    "# lines\n"
-                    "b:\n"
-                    "  c:\n"
-                    "  # an item\n"
-                    "  - x\n"
-                    "  - d: []  # empty\n"
-                    "---\n"
-                    "e: 2\n")
+    assert text == (
+        "# head\na: 1  # one\n# two\n# lines\nb:\n  c:\n  # an item\n  - x\n  - d: []  # empty\n---\ne: 2\n"
+    )
     assert list(yaml.safe_load_all(text)) == [{"a": 1, "b": {"c": ["x", {"d": []}]}}, {"e": 2}]
 
 
@@ -89,8 +141,10 @@ def test_notes_are_comments_and_parse_away():
 
 
 @pytest.mark.parametrize("nodes", [1, 16])
-@pytest.mark.parametrize("extra", [{}, {"cpu": "8", "memory": "64Gi", "device": "ASCEND", "workdir": "/app", "namespace": "ml"},
-                                   {"device": "GPU"}])
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"cpu": "8", "memory": "64Gi", "device": "ASCEND", "workdir": "/app", "namespace": "ml"}, {"device": "GPU"}],
+)
 def test_indexed_passes_kubernetes_validate_strict(nodes, extra):
     parsed, _ = docs(job(nodes=nodes, **extra))
     assert [d["kind"] for d in parsed] == ["Service", "Job"]
@@ -116,32 +170,81 @@ def test_indexed_documents_whole():
     parsed, text = docs(job(nodes=16, per_host=8, cpu="8", memory="64Gi", device="ASCEND", workdir="/app"))
     service, jobdoc = parsed
     labels = {"app.kubernetes.io/name": "mslaunch", "app.kubernetes.io/instance": "demo"}
-    assert service == {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "demo", "labels": labels},
-                       "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels,
-                                "ports": [{"name": "ms-sched", "port": 8118, "targetPort": 8118}]}}
+    assert service == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "demo", "labels": labels},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": labels,
+            "ports": [{"name": "ms-sched", "port": 8118, "targetPort": 8118}],
+        },
+    }
     spec = jobdoc["spec"]
     assert {k: spec[k] for k in ("completionMode", "completions", "parallelism", "backoffLimit")} == {
-        "completionMode": "Indexed", "completions": 16, "parallelism": 16, "backoffLimit": 0}
-    assert spec["podFailurePolicy"] == {"rules": [{"action": "FailJob", "onPodConditions": [],
-                                                   "onExitCodes": {"containerName": "mslaunch", "operator": "NotIn", "values": [0]}}]}
+        "completionMode": "Indexed",
+        "completions": 16,
+        "parallelism": 16,
+        "backoffLimit": 0,
+    }
+    assert spec["podFailurePolicy"] == {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onPodConditions": [],
+                "onExitCodes": {"containerName": "mslaunch", "operator": "NotIn", "values": [0]},
+            }
+        ]
+    }
     assert spec["template"]["metadata"]["labels"] == labels  # what the Service selects
     pod = spec["template"]["spec"]
     assert (pod["subdomain"], pod["restartPolicy"]) == ("demo", "Never")
-    assert pod["containers"] == [{
-        "name": "mslaunch", "image": "registry.example/ms:2.10", "workingDir": "/app", "command": ["mslaunch", "run"],
-        "args": ["--worker_num", "128", "--local_worker_num", "8", "--node_rank", "$(JOB_COMPLETION_INDEX)",
-                 "--master_addr", "demo-0.demo", "--master_port", "8118", "--cpu-tune", "off", "train.py", "--lr", "0.1"],
-        "env": [{"name": "JOB_COMPLETION_INDEX",
-                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}],
-        "ports": [{"name": "ms-sched", "containerPort": 8118}],
-        "resources": {"requests": {"cpu": "8", "memory": "64Gi"},
-                      "limits": {"cpu": "8", "memory": "64Gi", "huawei.com/Ascend910": 8}},
-    }]
+    assert pod["containers"] == [
+        {
+            "name": "mslaunch",
+            "image": "registry.example/ms:2.10",
+            "workingDir": "/app",
+            "command": ["mslaunch", "run"],
+            "args": [
+                "--worker_num",
+                "128",
+                "--local_worker_num",
+                "8",
+                "--node_rank",
+                "$(JOB_COMPLETION_INDEX)",
+                "--master_addr",
+                "demo-0.demo",
+                "--master_port",
+                "8118",
+                "--cpu-tune",
+                "off",
+                "train.py",
+                "--lr",
+                "0.1",
+            ],
+            "env": [
+                {
+                    "name": "JOB_COMPLETION_INDEX",
+                    "valueFrom": {
+                        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+                    },
+                }
+            ],
+            "ports": [{"name": "ms-sched", "containerPort": 8118}],
+            "resources": {
+                "requests": {"cpu": "8", "memory": "64Gi"},
+                "limits": {"cpu": "8", "memory": "64Gi", "huawei.com/Ascend910": 8},
+            },
+        }
+    ]
     assert text.startswith("# Written by 'mslaunch k8s gen' (indexed): 16 pod(s) x 8 rank(s) = 128 ranks;\n")
     assert "# no retries: one failed pod fails the Job" in text
 
 
-@pytest.mark.parametrize("device, resource", [(None, None), ("CPU", None), ("GPU", "nvidia.com/gpu"), ("ASCEND", "huawei.com/Ascend910")])
+@pytest.mark.parametrize(
+    "device, resource", [(None, None), ("CPU", None), ("GPU", "nvidia.com/gpu"), ("ASCEND", "huawei.com/Ascend910")]
+)
 def test_device_resources_follow_the_device_target(device, resource):
     (_, jobdoc), _ = docs(job(device=device))
     limits = jobdoc["spec"]["template"]["spec"]["containers"][0].get("resources", {}).get("limits", {})
@@ -151,12 +254,36 @@ def test_device_resources_follow_the_device_target(device, resource):
 # ------------------------------------------------------------------ volcano
 
 #: volcano-sh/volcano installer/helm/chart/volcano/crd/bases/batch.volcano.sh_jobs.yaml (v1alpha1)
-VOLCANO_SPEC = {"maxRetry", "minAvailable", "minSuccess", "networkTopology", "plugins", "policies", "priorityClassName", "queue",
-                "runningEstimate", "schedulerName", "tasks", "ttlSecondsAfterFinished", "volumes"}
+VOLCANO_SPEC = {
+    "maxRetry",
+    "minAvailable",
+    "minSuccess",
+    "networkTopology",
+    "plugins",
+    "policies",
+    "priorityClassName",
+    "queue",
+    "runningEstimate",
+    "schedulerName",
+    "tasks",
+    "ttlSecondsAfterFinished",
+    "volumes",
+}
 VOLCANO_TASK = {"dependsOn", "maxRetry", "minAvailable", "name", "policies", "replicas", "template", "topologyPolicy"}
 VOLCANO_POLICY = {"action", "event", "events", "exitCode", "timeout"}
-VOLCANO_EVENTS = {"*", "PodPending", "PodRunning", "PodFailed", "PodEvicted", "Unknown", "TaskCompleted", "OutOfSync",
-                  "CommandIssued", "JobUpdated", "TaskFailed"}
+VOLCANO_EVENTS = {
+    "*",
+    "PodPending",
+    "PodRunning",
+    "PodFailed",
+    "PodEvicted",
+    "Unknown",
+    "TaskCompleted",
+    "OutOfSync",
+    "CommandIssued",
+    "JobUpdated",
+    "TaskFailed",
+}
 #: Volcano's job actions (pkg/apis/bus/v1alpha1 Action)
 VOLCANO_ACTIONS = {"AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob", "CompleteJob", "ResumeJob"}
 
@@ -169,10 +296,13 @@ def test_volcano_job_fields_as_the_crd_documents(nodes):
     spec = d["spec"]
     assert set(spec) <= VOLCANO_SPEC
     assert spec["minAvailable"] == nodes and spec["schedulerName"] == "volcano"
-    assert set(spec["plugins"]) == {"svc", "env"} and all(isinstance(v, list) and all(isinstance(s, str) for s in v)
-                                                           for v in spec["plugins"].values())
+    assert set(spec["plugins"]) == {"svc", "env"} and all(
+        isinstance(v, list) and all(isinstance(s, str) for s in v) for v in spec["plugins"].values()
+    )
     for policy in spec["policies"]:
-        assert set(policy) <= VOLCANO_POLICY and policy["event"] in VOLCANO_EVENTS and policy["action"] in VOLCANO_ACTIONS
+        assert (
+            set(policy) <= VOLCANO_POLICY and policy["event"] in VOLCANO_EVENTS and policy["action"] in VOLCANO_ACTIONS
+        )
     (task,) = spec["tasks"]
     assert set(task) <= VOLCANO_TASK and task["replicas"] == nodes and task["name"] == "node"
     container = task["template"]["spec"]["containers"][0]
@@ -203,13 +333,26 @@ def test_ascendjob_fields_as_documented(nodes):
     assert spec["successPolicy"] == "AllWorkers"
     replicas = spec["replicaSpecs"]
     assert list(replicas) == (["Master", "Worker"] if nodes > 1 else ["Master"])
-    assert spec["runPolicy"]["schedulingPolicy"]["minAvailable"] == sum(r["replicas"] for r in replicas.values()) == nodes
+    assert (
+        spec["runPolicy"]["schedulingPolicy"]["minAvailable"] == sum(r["replicas"] for r in replicas.values()) == nodes
+    )
     for role, r in replicas.items():
         assert set(r) == {"replicas", "restartPolicy", "template"} and r["restartPolicy"] == "Never"
         (container,) = r["template"]["spec"]["containers"]
         assert container["name"] == "ascend"
-        assert container["args"] == ["--worker_num", str(8 * nodes), "--local_worker_num", "8", "--node_rank", "auto",
-                                     "--cpu-tune", "off", "train.py", "--lr", "0.1"]  # the operator gives MS_SCHED_HOST/PORT
+        assert container["args"] == [
+            "--worker_num",
+            str(8 * nodes),
+            "--local_worker_num",
+            "8",
+            "--node_rank",
+            "auto",
+            "--cpu-tune",
+            "off",
+            "train.py",
+            "--lr",
+            "0.1",
+        ]  # the operator gives MS_SCHED_HOST/PORT
         assert container["resources"] == {"limits": {"huawei.com/Ascend910": 8}}
         template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": r["template"]}
         for version in VERSIONS:
@@ -219,24 +362,27 @@ def test_ascendjob_fields_as_documented(nodes):
 # ------------------------------------------------------------------ bad input
 
 
-@pytest.mark.parametrize("kw, field, words", [
-    ({"nodes": 0}, "--nodes", "at least 1, got 0"),
-    ({"per_host": 0}, "--per-host", "at least 1"),
-    ({"name": "Bad_Name"}, "--name", "not a DNS label"),
-    ({"name": "-x"}, "--name", "not a DNS label"),
-    ({"name": "x" * 62}, "--name", "at most 61 characters"),
-    ({"name": "x" * 57, "flavor": "volcano"}, "--name", "at most 56 characters"),
-    ({"namespace": "My NS"}, "--namespace", "not a DNS label"),
-    ({"image": "reg/ms 2.10"}, "--image", "without blanks"),
-    ({"image": ""}, "--image", "without blanks"),
-    ({"image": "a\tb"}, "--image", "without blanks"),
-    ({"cpu": "2x"}, "--cpu", "not a Kubernetes quantity"),
-    ({"memory": "64GB"}, "--memory", "not a Kubernetes quantity"),
-    ({"workdir": "app"}, "--workdir", "absolute"),
-    ({"flavor": "kubeflow"}, "--flavor", "unknown flavor"),
-    ({"run_args": ()}, "SCRIPT", "missing SCRIPT"),
-    ({"master_port": 0}, "--master_port", "not a port"),
-])
+@pytest.mark.parametrize(
+    "kw, field, words",
+    [
+        ({"nodes": 0}, "--nodes", "at least 1, got 0"),
+        ({"per_host": 0}, "--per-host", "at least 1"),
+        ({"name": "Bad_Name"}, "--name", "not a DNS label"),
+        ({"name": "-x"}, "--name", "not a DNS label"),
+        ({"name": "x" * 62}, "--name", "at most 61 characters"),
+        ({"name": "x" * 57, "flavor": "volcano"}, "--name", "at most 56 characters"),
+        ({"namespace": "My NS"}, "--namespace", "not a DNS label"),
+        ({"image": "reg/ms 2.10"}, "--image", "without blanks"),
+        ({"image": ""}, "--image", "without blanks"),
+        ({"image": "a\tb"}, "--image", "without blanks"),
+        ({"cpu": "2x"}, "--cpu", "not a Kubernetes quantity"),
+        ({"memory": "64GB"}, "--memory", "not a Kubernetes quantity"),
+        ({"workdir": "app"}, "--workdir", "absolute"),
+        ({"flavor": "kubeflow"}, "--flavor", "unknown flavor"),
+        ({"run_args": ()}, "SCRIPT", "missing SCRIPT"),
+        ({"master_port": 0}, "--master_port", "not a port"),
+    ],
+)
 def test_bad_jobs_are_refused_with_one_line(kw, field, words):
     with pytest.raises(PlanError) as err:
         check_job(job(**kw))
@@ -244,7 +390,7 @@ def test_bad_jobs_are_refused_with_one_line(kw, field, words):
 
 
 def test_longest_names_fit():
-    check_job(job(name="x" * 61, nodes=10))   # pod host names x...x-9: 63 characters
+    check_job(job(name="x" * 61, nodes=10))  # pod host names x...x-9: 63 characters
     check_job(job(name="x" * 56, nodes=10, flavor="volcano"))  # x...x-node-9
     assert pod_args(job(nodes=1, per_host=1))[:4] == ["--worker_num", "1", "--local_worker_num", "1"]
 
@@ -254,8 +400,11 @@ def test_longest_names_fit():
 def test_termination_grace_covers_mslaunch_grace(flavor, grace, expected):
     parsed, _ = docs(job(flavor=flavor, grace=grace))
     d = parsed[-1]
-    pod = {"indexed": lambda: d["spec"]["template"]["spec"], "volcano": lambda: d["spec"]["tasks"][0]["template"]["spec"],
-           "ascendjob": lambda: d["spec"]["replicaSpecs"]["Master"]["template"]["spec"]}[flavor]()
+    pod = {
+        "indexed": lambda: d["spec"]["template"]["spec"],
+        "volcano": lambda: d["spec"]["tasks"][0]["template"]["spec"],
+        "ascendjob": lambda: d["spec"]["replicaSpecs"]["Master"]["template"]["spec"],
+    }[flavor]()
     assert pod.get("terminationGracePeriodSeconds") == expected
     if flavor == "indexed":
         for version in VERSIONS:
@@ -268,7 +417,9 @@ def test_kubernetes_validate_command_line_strict(tmp_path):
     import subprocess
     import sys
 
-    exe = shutil.which("kubernetes-validate", path=os.path.dirname(sys.executable)) or shutil.which("kubernetes-validate")
+    exe = shutil.which("kubernetes-validate", path=os.path.dirname(sys.executable)) or shutil.which(
+        "kubernetes-validate"
+    )
     assert exe, "kubernetes-validate is in the dev extra"
     _, text = docs(job(nodes=16, cpu="8", memory="64Gi", device="ASCEND", workdir="/app"))
     path = tmp_path / "job.yaml"

@@ -1,5 +1,6 @@
 """CPU tuning: probe parsing and caching, the ISA decision, cores and threads per rank, --bind-core,
 the plan/dry-run output, affinity applied by the local backend, and the real probe on this CPU."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,16 @@ from launcher.errors import PlanError
 from launcher.execution.checks import cpu as cpuprobe
 from launcher.planning.build import build_plan
 from launcher.planning.cpu.hostcores import format_cpus
-from launcher.planning.cpu.tuning import CpuSpec, ProbeError, isa_advice, parse_bind_core, parse_cpu_list, parse_probe, plan_cpu, split_cores
+from launcher.planning.cpu.tuning import (
+    CpuSpec,
+    ProbeError,
+    isa_advice,
+    parse_bind_core,
+    parse_cpu_list,
+    parse_probe,
+    plan_cpu,
+    split_cores,
+)
 from launcher.planning.inventory.hostarg import parse_host_list
 from launcher.planning.job.spec import JobSpec
 from launcher.workloads import cpu_probe
@@ -21,21 +31,40 @@ from tests.harness.paths import REPO
 ROOT = REPO
 
 
-def probe_json(default_conv_ms=5000.0, avx2_conv_ms=73.0, default_impl="jit_uni_ncsp:conv+ref:any", key="k1", ms="2.10.0"):
+def probe_json(
+    default_conv_ms=5000.0, avx2_conv_ms=73.0, default_impl="jit_uni_ncsp:conv+ref:any", key="k1", ms="2.10.0"
+):
     """A probe result shaped as the probe prints it (figures from the issue's AVX-512 EPYC)."""
     flops = cpu_probe.conv_flops()
-    return json.dumps({
-        "version": 1, "key": key, "onednn": "3.10.1", "onednn_isa": "Intel AVX-512 with bf16",
-        "numpy_gflops": 186.0, "import_seconds": 1.5, "seconds": 4.2,
-        "facts": {"host": "h", "cpu_model": "AMD EPYC", "mindspore": ms, "key": key},
-        "variants": [
-            {"isa": None, "kernels": {"conv": {"impl": default_impl, "ms": default_conv_ms, "gflops": flops / default_conv_ms / 1e6},
-                                      "matmul": {"impl": "gemm:jit:f32", "ms": 3.0, "gflops": 89.0}}},
-            {"isa": "AVX2", "kernels": {"conv": {"impl": "x64:gemm:jit", "ms": avx2_conv_ms, "gflops": flops / avx2_conv_ms / 1e6},
-                                        "matmul": {"impl": "gemm:jit:f32", "ms": 3.1, "gflops": 86.0}}},
-            {"isa": "AVX512_CORE", "error": "timed out after 60 s"},
-        ],
-    })
+    return json.dumps(
+        {
+            "version": 1,
+            "key": key,
+            "onednn": "3.10.1",
+            "onednn_isa": "Intel AVX-512 with bf16",
+            "numpy_gflops": 186.0,
+            "import_seconds": 1.5,
+            "seconds": 4.2,
+            "facts": {"host": "h", "cpu_model": "AMD EPYC", "mindspore": ms, "key": key},
+            "variants": [
+                {
+                    "isa": None,
+                    "kernels": {
+                        "conv": {"impl": default_impl, "ms": default_conv_ms, "gflops": flops / default_conv_ms / 1e6},
+                        "matmul": {"impl": "gemm:jit:f32", "ms": 3.0, "gflops": 89.0},
+                    },
+                },
+                {
+                    "isa": "AVX2",
+                    "kernels": {
+                        "conv": {"impl": "x64:gemm:jit", "ms": avx2_conv_ms, "gflops": flops / avx2_conv_ms / 1e6},
+                        "matmul": {"impl": "gemm:jit:f32", "ms": 3.1, "gflops": 86.0},
+                    },
+                },
+                {"isa": "AVX512_CORE", "error": "timed out after 60 s"},
+            ],
+        }
+    )
 
 
 CLIFF = parse_probe(probe_json())
@@ -53,15 +82,28 @@ def test_parse_probe_reads_every_variant():
     assert p.variants[2].error == "timed out after 60 s" and p.variants[2].kernels == {}
 
 
-@pytest.mark.parametrize("text, field", [
-    ("not json", None),
-    (json.dumps({"version": 2, "key": "k"}), "version"),
-    (json.dumps({"version": 1, "variants": []}), "key"),
-    (json.dumps({"version": 1, "key": "k", "variants": []}), "variants"),
-    (json.dumps({"version": 1, "key": "k", "variants": [{"isa": None}]}), "variants[0].kernels"),
-    (json.dumps({"version": 1, "key": "k", "variants": [{"isa": None, "kernels": {"conv": {"ms": -1, "gflops": 1}}}]}), "variants[0].kernels.conv.ms"),
-    (json.dumps({"version": 1, "key": "k", "variants": [{"isa": None, "kernels": {"conv": {"ms": 0, "gflops": 1}}}]}), "variants[0].kernels.conv.ms"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("not json", None),
+        (json.dumps({"version": 2, "key": "k"}), "version"),
+        (json.dumps({"version": 1, "variants": []}), "key"),
+        (json.dumps({"version": 1, "key": "k", "variants": []}), "variants"),
+        (json.dumps({"version": 1, "key": "k", "variants": [{"isa": None}]}), "variants[0].kernels"),
+        (
+            json.dumps(
+                {"version": 1, "key": "k", "variants": [{"isa": None, "kernels": {"conv": {"ms": -1, "gflops": 1}}}]}
+            ),
+            "variants[0].kernels.conv.ms",
+        ),
+        (
+            json.dumps(
+                {"version": 1, "key": "k", "variants": [{"isa": None, "kernels": {"conv": {"ms": 0, "gflops": 1}}}]}
+            ),
+            "variants[0].kernels.conv.ms",
+        ),
+    ],
+)
 def test_parse_probe_errors_name_the_field(text, field):
     with pytest.raises(ProbeError) as e:
         parse_probe(text, "cache.json")
@@ -69,16 +111,24 @@ def test_parse_probe_errors_name_the_field(text, field):
 
 
 def test_verbose_lines_give_implementation_and_time():
-    text = ("onednn_verbose,v1,info,oneDNN v3.10.1 (commit x)\n"
-            "onednn_verbose,v1,primitive,create:cache_miss,cpu,convolution,jit_uni_ncsp:conv+ref:any,forward_training,src,,,4.1\n"
-            "onednn_verbose,v1,primitive,exec,cpu,convolution,jit_uni_ncsp:conv+ref:any,forward_training,src:f32,,alg,mb4,512.5\n"
-            "onednn_verbose,v1,primitive,exec,cpu,matmul,gemm:jit:f32,undef,src:f32,,,512x512:512x512,18.8\n")
-    assert cpu_probe.parse_verbose(text) == {"convolution": [("jit_uni_ncsp:conv+ref:any", 512.5)], "matmul": [("gemm:jit:f32", 18.8)]}
+    text = (
+        "onednn_verbose,v1,info,oneDNN v3.10.1 (commit x)\n"
+        "onednn_verbose,v1,primitive,create:cache_miss,cpu,convolution,jit_uni_ncsp:conv+ref:any,forward_training,src,,,4.1\n"
+        "onednn_verbose,v1,primitive,exec,cpu,convolution,jit_uni_ncsp:conv+ref:any,forward_training,src:f32,,alg,mb4,512.5\n"
+        "onednn_verbose,v1,primitive,exec,cpu,matmul,gemm:jit:f32,undef,src:f32,,,512x512:512x512,18.8\n"
+    )
+    assert cpu_probe.parse_verbose(text) == {
+        "convolution": [("jit_uni_ncsp:conv+ref:any", 512.5)],
+        "matmul": [("gemm:jit:f32", 18.8)],
+    }
 
 
 def test_candidate_isas_follow_the_cpu_flags():
     assert cpu_probe.candidate_isas(["avx", "avx2", "fma"]) == ["AVX2"]
-    assert cpu_probe.candidate_isas(["avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"]) == ["AVX2", "AVX512_CORE"]
+    assert cpu_probe.candidate_isas(["avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"]) == [
+        "AVX2",
+        "AVX512_CORE",
+    ]
     assert cpu_probe.candidate_isas(["sse4_2"]) == []
 
 
@@ -108,13 +158,16 @@ def test_gain_below_threshold_sets_nothing():
 # ------------------------------------------------------------------ cores and threads
 
 
-@pytest.mark.parametrize("k, cpus, expected", [
-    (1, [0, 1], [(0, 1)]),
-    (2, [0, 1], [(0,), (1,)]),
-    (3, range(8), [(0, 1, 2), (3, 4, 5), (6, 7)]),
-    (2, [4, 5, 6, 7], [(4, 5), (6, 7)]),
-    (4, [0, 1], [(0,), (1,), (0,), (1,)]),
-])
+@pytest.mark.parametrize(
+    "k, cpus, expected",
+    [
+        (1, [0, 1], [(0, 1)]),
+        (2, [0, 1], [(0,), (1,)]),
+        (3, range(8), [(0, 1, 2), (3, 4, 5), (6, 7)]),
+        (2, [4, 5, 6, 7], [(4, 5), (6, 7)]),
+        (4, [0, 1], [(0,), (1,), (0,), (1,)]),
+    ],
+)
 def test_split_cores(k, cpus, expected):
     assert list(split_cores(k, list(cpus))) == expected
 
@@ -132,7 +185,10 @@ def test_two_ranks_on_two_cores_get_one_thread_each_and_the_isa_but_no_affinity_
         assert dict(p.env[i]) == {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MSLAUNCH_CPU_THREADS": "1"}
     assert p.warnings == ()
     assert any(n.startswith("set ONEDNN_MAX_CPU_ISA=AVX2") for n in p.notes)
-    assert "2 local rank(s) on 2 usable core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)" in p.notes
+    assert (
+        "2 local rank(s) on 2 usable core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)"
+        in p.notes
+    )
 
 
 def test_bind_core_true_pins_each_rank_to_its_range_with_the_same_threads_and_isa():
@@ -159,7 +215,10 @@ def test_one_rank_is_not_bound_and_gets_every_core():
 def test_more_ranks_than_cores_warns_and_leaves_balancing_to_the_kernel():
     p = plan_cpu(ms_spec(), 5, {}, frozenset())
     assert dict(p.cpus) == {}  # no affinity: pinned to shared cores, ranks cannot use an idle core
-    assert all(dict(p.env[i]) == {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MSLAUNCH_CPU_THREADS": "1"} for i in range(5))
+    assert all(
+        dict(p.env[i]) == {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MSLAUNCH_CPU_THREADS": "1"}
+        for i in range(5)
+    )
     assert len(p.warnings) == 1 and "5 ranks on 2 usable core(s)" in p.warnings[0] and p.warnings[0] in p.notes
     pinned = plan_cpu(ms_spec(bind_core=True), 5, {}, frozenset())  # asked for: round-robin, as before
     assert [pinned.cpus[i] for i in range(5)] == [(0,), (1,), (0,), (1,), (0,)]
@@ -182,7 +241,9 @@ def test_no_gain_changes_no_isa_but_still_sizes_threads():
 
 
 def test_cpu_tune_off_and_non_mindspore_jobs_change_nothing():
-    assert plan_cpu(ms_spec(mode="off"), 2, {}, frozenset()) == plan_cpu(ms_spec(mindspore_cpu=False), 2, {}, frozenset())
+    assert plan_cpu(ms_spec(mode="off"), 2, {}, frozenset()) == plan_cpu(
+        ms_spec(mindspore_cpu=False), 2, {}, frozenset()
+    )
     empty = plan_cpu(ms_spec(mode="off"), 2, {}, frozenset())
     assert (dict(empty.env), dict(empty.cpus), empty.notes) == ({}, {}, ())
     # --cpu-tune on: tuned whatever the guess
@@ -202,18 +263,24 @@ def test_parse_bind_core_like_msrun():
     assert parse_bind_core(None) is None
     assert parse_bind_core("True") is True and parse_bind_core("false") is False
     assert parse_bind_core('{"device0": ["0-3"], "device1": ["4,6"], "scheduler": ["7"]}') == {
-        "device0": (0, 1, 2, 3), "device1": (4, 6), "scheduler": (7,)}
+        "device0": (0, 1, 2, 3),
+        "device1": (4, 6),
+        "scheduler": (7,),
+    }
     assert parse_cpu_list(" 0-2, 5") == (0, 1, 2, 5)
 
 
-@pytest.mark.parametrize("text, part", [
-    ("maybe", "expected True, False"),
-    ('{"gpu0": ["0"]}', "key 'gpu0'"),
-    ('{"device0": "0-3"}', "device0: expected a list"),
-    ('{"device0": ["3-1"]}', "bad CPU range"),
-    ('{"device0": ["a"]}', "bad CPU list"),
-    ("{}", "non-empty"),
-])
+@pytest.mark.parametrize(
+    "text, part",
+    [
+        ("maybe", "expected True, False"),
+        ('{"gpu0": ["0"]}', "key 'gpu0'"),
+        ('{"device0": "0-3"}', "device0: expected a list"),
+        ('{"device0": ["3-1"]}', "bad CPU range"),
+        ('{"device0": ["a"]}', "bad CPU list"),
+        ("{}", "non-empty"),
+    ],
+)
 def test_parse_bind_core_errors(text, part):
     with pytest.raises(PlanError) as e:
         parse_bind_core(text)
@@ -227,7 +294,12 @@ def test_bind_core_dict_and_false_and_true_for_any_job():
     assert dict(plan_cpu(ms_spec(bind_core=False), 2, {}, frozenset()).cpus) == {}
     assert dict(plan_cpu(CpuSpec(bind_core=True, local_cpus=(0, 1)), 2, {}, frozenset()).cpus) == {0: (0,), 1: (1,)}
     with pytest.raises(PlanError, match="CPU 9 is not available"):
-        plan_cpu(CpuSpec(bind_core=parse_bind_core('{"device0": ["9"], "device1": ["0"]}'), local_cpus=(0, 1)), 2, {}, frozenset())
+        plan_cpu(
+            CpuSpec(bind_core=parse_bind_core('{"device0": ["9"], "device1": ["0"]}'), local_cpus=(0, 1)),
+            2,
+            {},
+            frozenset(),
+        )
     with pytest.raises(PlanError, match="1 device"):
         plan_cpu(CpuSpec(bind_core=parse_bind_core('{"device0": ["0"]}'), local_cpus=(0, 1)), 2, {}, frozenset())
 
@@ -236,8 +308,15 @@ def test_bind_core_dict_and_false_and_true_for_any_job():
 
 
 def job(**kw):
-    base = dict(inventory=parse_host_list("localhost:2"), program=("train.py",), python="/usr/bin/python3", cwd="/w",
-                job_dir="/w/logs/j", job_id="j", cpu=ms_spec())
+    base = dict(
+        inventory=parse_host_list("localhost:2"),
+        program=("train.py",),
+        python="/usr/bin/python3",
+        cwd="/w",
+        job_dir="/w/logs/j",
+        job_id="j",
+        cpu=ms_spec(),
+    )
     base.update(kw)
     return JobSpec(**base)
 
@@ -266,8 +345,10 @@ def test_plan_under_mpirun_sets_threads_but_no_affinity():
     assert not any("cores per rank not applied" in n for n in plan.cpu_notes)  # nothing to bind by default
     plan = build_plan(job(launcher="mpirun", wrapper="/t/mslaunch-rank.sh", cpu=ms_spec(bind_core=True)))
     assert all(r.cpus is None for r in plan.ranks)
-    assert "cores per rank not applied: the mpirun launcher starts the ranks (mslaunch passes --bind-to none; " \
-           "--mpi-arg=--bind-to --mpi-arg=core binds them by mpirun)" in plan.cpu_notes
+    assert (
+        "cores per rank not applied: the mpirun launcher starts the ranks (mslaunch passes --bind-to none; "
+        "--mpi-arg=--bind-to --mpi-arg=core binds them by mpirun)" in plan.cpu_notes
+    )
 
 
 def test_default_spec_tunes_nothing():
@@ -308,9 +389,17 @@ def test_cache_hit_and_a_changed_mindspore_version_reprobes(tmp_path):
     assert cpuprobe.cached_probe(host, str(tmp_path), "h2").cached is False and host.probes == 3  # per host
 
 
-@pytest.mark.parametrize("flags,probed", [(["avx", "avx2", "fma", "sse4_2"], 0), (["avx2", "fma"], 0), (["sse2"], 0),
-                                           (["avx2", "avx512f", "avx512bw", "fma"], 1), (["avx2", "avx_vnni", "fma"], 1),
-                                           (["avx2", "amx_tile"], 1)])
+@pytest.mark.parametrize(
+    "flags,probed",
+    [
+        (["avx", "avx2", "fma", "sse4_2"], 0),
+        (["avx2", "fma"], 0),
+        (["sse2"], 0),
+        (["avx2", "avx512f", "avx512bw", "fma"], 1),
+        (["avx2", "avx_vnni", "fma"], 1),
+        (["avx2", "amx_tile"], 1),
+    ],
+)
 def test_a_job_skips_the_probe_where_no_isa_cap_can_change_onednns_kernels(tmp_path, flags, probed):
     host = FakeHost()
     facts = {"mindspore": host.ms, "key": host.key(), "cpu_flags": flags}
@@ -319,8 +408,10 @@ def test_a_job_skips_the_probe_where_no_isa_cap_can_change_onednns_kernels(tmp_p
     if not probed:
         assert "no ISA above AVX2" in out.note
         assert out.needless
-        assert any(n.startswith("oneDNN ISA: unchanged: this CPU has no ISA above AVX2") and n.endswith("(not probed)")
-                   for n in plan_cpu(ms_spec(probe=None, probe_note=out.note, isa_settled=True), 2, {}, frozenset()).notes)
+        assert any(
+            n.startswith("oneDNN ISA: unchanged: this CPU has no ISA above AVX2") and n.endswith("(not probed)")
+            for n in plan_cpu(ms_spec(probe=None, probe_note=out.note, isa_settled=True), 2, {}, frozenset()).notes
+        )
     cpuprobe.cached_probe(host, str(tmp_path), "h2", facts=facts)  # doctor: measures anyway
     assert host.probes == probed + 1
 
@@ -363,9 +454,14 @@ def test_program_detection(tmp_path):
     # the launcher reads a script itself (no facts step for a script without MindSpore): the same answers
     from launcher.execution.checks.cpu import IMPORTS_MINDSPORE_RE, script_imports_mindspore
 
-    assert IMPORTS_MINDSPORE_RE.pattern == cpu_probe._IMPORT_RE.pattern and IMPORTS_MINDSPORE_RE.flags == cpu_probe._IMPORT_RE.flags
+    assert (
+        IMPORTS_MINDSPORE_RE.pattern == cpu_probe._IMPORT_RE.pattern
+        and IMPORTS_MINDSPORE_RE.flags == cpu_probe._IMPORT_RE.flags
+    )
     for name in ("a.py", "b.py", "c.py"):
-        assert script_imports_mindspore(str(tmp_path / name)) is cpu_probe.program_imports_mindspore(script=str(tmp_path / name))
+        assert script_imports_mindspore(str(tmp_path / name)) is cpu_probe.program_imports_mindspore(
+            script=str(tmp_path / name)
+        )
 
 
 # ------------------------------------------------------------------ CLI and processes
@@ -374,12 +470,18 @@ def test_program_detection(tmp_path):
 def cli(*args, cwd=None, timeout=300):
     """The CLI in a launching env without thread/ISA settings (``import mindspore`` in this
     test process, e.g. by another test, sets OMP_NUM_THREADS, which would count as the user's)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+    }
     return run_process(*args, cwd=cwd or ROOT, timeout=timeout, env=env)
 
 
 def test_dry_run_of_a_non_mindspore_job_has_no_cpu_settings(tmp_path):
-    r = cli("run", "--dry-run", "--json", "--np", "2", "--log-dir", str(tmp_path / "j"), "tests/scripts/rankprog.py", "ok")
+    r = cli(
+        "run", "--dry-run", "--json", "--np", "2", "--log-dir", str(tmp_path / "j"), "tests/scripts/rankprog.py", "ok"
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert "cpu" not in out and all("cpus" not in p and "OMP_NUM_THREADS" not in p["env"] for p in out["ranks"])
@@ -390,8 +492,22 @@ def test_bind_core_applies_affinity_at_start_for_any_job(tmp_path):
     if len(cores) < 2:
         pytest.skip("needs 2 cores")
     bind = json.dumps({"device0": [str(cores[1])], "device1": [str(cores[0])]})
-    r = cli("run", "--np", "2", "--master-port", "auto", "--bind_core", bind, "--log-dir", str(tmp_path / "j"), "--tee", "none",
-            "tests/scripts/rankprog.py", "env", timeout=120)
+    r = cli(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--bind_core",
+        bind,
+        "--log-dir",
+        str(tmp_path / "j"),
+        "--tee",
+        "none",
+        "tests/scripts/rankprog.py",
+        "env",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     logs = [(tmp_path / "j" / f"worker_{i}.log").read_text().splitlines() for i in (0, 1)]
     assert f"cpus={cores[1]}" in logs[0] and f"cpus={cores[0]}" in logs[1]
@@ -405,7 +521,9 @@ def test_bind_core_applies_affinity_at_start_for_any_job(tmp_path):
 def test_real_probe_on_this_cpu_and_what_the_plan_does_with_it(tmp_path):
     """The probe on this machine, then the trainer's plan: ONEDNN_MAX_CPU_ISA is set exactly when
     the measured gain is >= 1.5x (on an AVX2-only CPU: no gain, nothing set)."""
-    r = cli("doctor", "--json", "-H", "localhost:2", "--master-port", "auto", "-m", "launcher.workloads.resnet50_cifar10")
+    r = cli(
+        "doctor", "--json", "-H", "localhost:2", "--master-port", "auto", "-m", "launcher.workloads.resnet50_cifar10"
+    )
     assert r.returncode == 0, r.stderr
     cpu = json.loads(r.stdout)["hosts"][0]["cpu"]
     assert cpu["probed"] and cpu["onednn"] and cpu["variants"][0]["isa"] is None
@@ -426,7 +544,15 @@ def test_real_probe_on_this_cpu_and_what_the_plan_does_with_it(tmp_path):
     assert all(e["OMP_NUM_THREADS"] == e["MSLAUNCH_CPU_THREADS"] == str(max(1, n // 2)) for e in envs)
     assert all("cpus" not in p for p in plan["ranks"])  # no affinity by default
     if n >= 2:
-        pinned = json.loads(cli("plan", "--json", "--np", "2", "--bind-core", "True", "-m", "launcher.workloads.resnet50_cifar10").stdout)
-        assert [p["cpus"] for p in pinned["ranks"]] == [format_cpus(c) for c in split_cores(2, sorted(os.sched_getaffinity(0)))]
-    off = json.loads(cli("plan", "--json", "--np", "2", "--cpu-tune", "off", "-m", "launcher.workloads.resnet50_cifar10").stdout)
+        pinned = json.loads(
+            cli(
+                "plan", "--json", "--np", "2", "--bind-core", "True", "-m", "launcher.workloads.resnet50_cifar10"
+            ).stdout
+        )
+        assert [p["cpus"] for p in pinned["ranks"]] == [
+            format_cpus(c) for c in split_cores(2, sorted(os.sched_getaffinity(0)))
+        ]
+    off = json.loads(
+        cli("plan", "--json", "--np", "2", "--cpu-tune", "off", "-m", "launcher.workloads.resnet50_cifar10").stdout
+    )
     assert "cpu" not in off and all("OMP_NUM_THREADS" not in p["env"] for p in off["ranks"])

@@ -1,9 +1,18 @@
 """The health check's pure logic: pairing rounds, medians, verdicts and their one-line reasons."""
+
 from __future__ import annotations
 
 import json
 
-from launcher.planning.health.rounds import Transfer, confirm_pairs, health_json, judge, round1_pairs, round2_pairs, slow_members
+from launcher.planning.health.rounds import (
+    Transfer,
+    confirm_pairs,
+    health_json,
+    judge,
+    round1_pairs,
+    round2_pairs,
+    slow_members,
+)
 
 HOSTS = ["h1", "h2", "h3", "h4", "h5"]
 FAST = {h: 10.0 for h in HOSTS}
@@ -26,7 +35,12 @@ def test_round2_pairs_each_candidate_with_a_distinct_fast_host() -> None:
 
 
 def test_round2_clears_the_healthy_member_of_a_slow_pair() -> None:
-    ts = [Transfer("h1", "h2", 1.0), Transfer("h3", "h4", 100.0), Transfer("h1", "h3", 95.0, 2), Transfer("h2", "h4", 1.1, 2)]
+    ts = [
+        Transfer("h1", "h2", 1.0),
+        Transfer("h3", "h4", 100.0),
+        Transfer("h1", "h3", 95.0, 2),
+        Transfer("h2", "h4", 1.1, 2),
+    ]
     v = {x.host: x for x in judge(HOSTS[:4], FAST, {}, ts)}
     assert [v[h].status for h in HOSTS[:4]] == ["ok", "slow", "ok", "ok"]
     assert v["h2"].reason == ("slow: network 1.1 MB/s (with h1 in round 1, h4 in round 2), median 50.5; threshold 0.5")
@@ -45,8 +59,13 @@ def test_round3_confirms_a_host_still_slow_with_a_partner_it_has_not_met() -> No
 
 
 def test_round3_spreads_slow_hosts_over_fast_ones_and_skips_dead_links() -> None:
-    ts = [Transfer("h1", "h2", 1.0), Transfer("h3", "h4", 100.0), Transfer("h1", "h3", 1.2, 2), Transfer("h2", "h4", 1.1, 2),
-          Transfer("h5", "h3", 0.0, 2, error="connection refused")]
+    ts = [
+        Transfer("h1", "h2", 1.0),
+        Transfer("h3", "h4", 100.0),
+        Transfer("h1", "h3", 1.2, 2),
+        Transfer("h2", "h4", 1.1, 2),
+        Transfer("h5", "h3", 0.0, 2, error="connection refused"),
+    ]
     assert confirm_pairs(HOSTS, ts, 0.5) == [("h1", "h4"), ("h2", "h3")]
     # a host none of whose transfers worked is faulty, not re-measured; no fast host: nothing to pair
     assert confirm_pairs(["h1", "h2"], [Transfer("h1", "h2", 1.0)], 0.5) == []
@@ -88,15 +107,24 @@ def test_health_json_shape() -> None:
     data = json.loads(json.dumps(health_json(v, kernel="numpy", threshold=0.5, seconds=3.21)))
     assert set(data) == {"ok", "kernel", "threshold", "seconds", "median", "network", "hosts"}
     assert data["ok"] is False and data["median"] == {"gflops": 10.0, "mbps": 50.5}
-    assert data["hosts"][0] == {"host": "h1", "verdict": "slow", "gflops": 10.0, "mbps": 1.0,
-                                "reason": v[0].reason, "transfers": [{"a": "h1", "b": "h2", "round": 1, "mbps": 1.0}]}
+    assert data["hosts"][0] == {
+        "host": "h1",
+        "verdict": "slow",
+        "gflops": 10.0,
+        "mbps": 1.0,
+        "reason": v[0].reason,
+        "transfers": [{"a": "h1", "b": "h2", "round": 1, "mbps": 1.0}],
+    }
 
 
 def test_a_host_no_transfer_of_which_worked_is_faulty() -> None:
     """h1 refuses connections: both its rounds fail; its round-1 partner is cleared in round 2."""
-    ts = [Transfer("h1", "h2", 0.0, 1, "h2: ConnectionRefusedError: [Errno 111] Connection refused"),
-          Transfer("h3", "h4", 100.0), Transfer("h1", "h3", 0.0, 2, "h3: ConnectionRefusedError: [Errno 111] Connection refused"),
-          Transfer("h2", "h4", 98.0, 2)]
+    ts = [
+        Transfer("h1", "h2", 0.0, 1, "h2: ConnectionRefusedError: [Errno 111] Connection refused"),
+        Transfer("h3", "h4", 100.0),
+        Transfer("h1", "h3", 0.0, 2, "h3: ConnectionRefusedError: [Errno 111] Connection refused"),
+        Transfer("h2", "h4", 98.0, 2),
+    ]
     v = judge(HOSTS[:4], FAST, {}, ts)
     assert [x.status for x in v] == ["faulty", "ok", "ok", "ok"]
     assert v[0].reason == "faulty: network: h3: ConnectionRefusedError: [Errno 111] Connection refused"

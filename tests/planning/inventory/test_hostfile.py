@@ -10,6 +10,7 @@ Every case says what is expected: ``SAME`` (both read it, with the same meaning)
 (both refuse it) or a :class:`Differs` with the reason mslaunch deliberately differs; a
 ``Differs`` case must really differ, so the list stays true when OpenMPI changes.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,7 +70,11 @@ CASES: List[Tuple[str, str, Expect]] = _generated() + [
     ("leading-trailing-ws", "   nodea slots=2   \n\tnodeb\tslots=3\t\n\f\vnodec \v slots=4\f\n", SAME),
     ("hash-comments", "# cluster\n  # indented\nnodea slots=2 # trailing\nnodeb#glued\nnodec slots=3#glued\n", SAME),
     ("slash-comments", "// cluster\nnodea slots=2 // trailing\nnodeb//glued\n", SAME),
-    ("block-comments", "/* one */\nnodea slots=2 /* two */\n/* three\n   four\n */ nodeb\n/* five */ nodec slots=3\n", SAME),
+    (
+        "block-comments",
+        "/* one */\nnodea slots=2 /* two */\n/* three\n   four\n */ nodeb\n/* five */ nodec slots=3\n",
+        SAME,
+    ),
     ("block-comment-open-at-end", "nodea slots=2\n/* never closed\nnodeb\n", SAME),
     # hosts
     ("ipv4", "192.0.2.1 slots=2\n192.0.2.2\n", SAME),
@@ -100,28 +105,80 @@ CASES: List[Tuple[str, str, Expect]] = _generated() + [
     ("topology-key", "nodea boards=1\n", REFUSED),
     ("relative-node", "+n0\n", REFUSED),
     ("port-without-value", "nodea port=\nnodeb\n", REFUSED),
-    ("hostlist-range", "node[1-2] slots=2\n", Differs("mslaunch expands Slurm hostlists as -H does; OpenMPI refuses '['")),
-    ("colon-slots", "nodea:2\n", Differs("mslaunch reads host:N as N slots (mpirun -H syntax); OpenMPI takes 'nodea:2' as a name it cannot launch on")),
+    (
+        "hostlist-range",
+        "node[1-2] slots=2\n",
+        Differs("mslaunch expands Slurm hostlists as -H does; OpenMPI refuses '['"),
+    ),
+    (
+        "colon-slots",
+        "nodea:2\n",
+        Differs(
+            "mslaunch reads host:N as N slots (mpirun -H syntax); OpenMPI takes 'nodea:2' as a name it cannot launch on"
+        ),
+    ),
     ("slot-alias", "nodea slot=2\n", Differs("mslaunch reads slot= as slots=; OpenMPI refuses it (a rankfile word)")),
     ("crlf", "nodea slots=2\r\nnodeb\r\n", Differs("mslaunch reads Windows line ends; OpenMPI refuses '\\r'")),
-    ("comment-at-eof", "nodea slots=2\n# last line without newline", Differs("OpenMPI's lexer needs a newline after a # comment")),
+    (
+        "comment-at-eof",
+        "nodea slots=2\n# last line without newline",
+        Differs("OpenMPI's lexer needs a newline after a # comment"),
+    ),
     # deliberately stricter
-    ("stray-words", "nodea foo 4 slots=2\n", Differs("OpenMPI ignores words that are not key=value; they are typos (e.g. 'nodea nodeb')")),
+    (
+        "stray-words",
+        "nodea foo 4 slots=2\n",
+        Differs("OpenMPI ignores words that are not key=value; they are typos (e.g. 'nodea nodeb')"),
+    ),
     ("two-hosts-one-line", "nodea nodeb\n", Differs("OpenMPI silently drops the second host")),
     ("slots-zero", "nodea slots=0\n", Differs("a host with no slots can run nothing: refused")),
     ("port-zero", "nodea port=0\n", Differs("port 0 is no SSH port: refused")),
-    ("max-then-fewer", "nodea max_slots=2 slots=4\n", Differs("OpenMPI raises max_slots to slots when slots comes second; mslaunch refuses max_slots below slots in any order")),
-    ("caret-line", "nodea slots=2\n^bob@nodea\n", Differs("OpenMPI 4.1.4 adds a slot instead of excluding the host; use --exclude")),
+    (
+        "max-then-fewer",
+        "nodea max_slots=2 slots=4\n",
+        Differs(
+            "OpenMPI raises max_slots to slots when slots comes second; mslaunch refuses max_slots below slots in any order"
+        ),
+    ),
+    (
+        "caret-line",
+        "nodea slots=2\n^bob@nodea\n",
+        Differs("OpenMPI 4.1.4 adds a slot instead of excluding the host; use --exclude"),
+    ),
     ("rankfile-line", "rank 0=nodea slot=0\n", Differs("rankfile syntax: mslaunch assigns ranks itself")),
-    ("username-empty", "nodea username=\nnodeb\n", Differs("OpenMPI ignores the empty value and drops the next line's host")),
+    (
+        "username-empty",
+        "nodea username=\nnodeb\n",
+        Differs("OpenMPI ignores the empty value and drops the next line's host"),
+    ),
     ("username-quoted", 'nodea username="bob"\n', Differs("OpenMPI ignores quoted values silently")),
-    ("repeat-other-user", "nodea\nbob@nodea\n", Differs("OpenMPI ignores user@ on a repeated host; mslaunch refuses the conflict")),
+    (
+        "repeat-other-user",
+        "nodea\nbob@nodea\n",
+        Differs("OpenMPI ignores user@ on a repeated host; mslaunch refuses the conflict"),
+    ),
     ("empty-file", "# nothing here\n", Differs("OpenMPI falls back to this machine; mslaunch asks for hosts")),
-    ("comma-in-name", "nodea,nodeb slots=2\n", Differs("OpenMPI reads one host named 'nodea,nodeb' it cannot launch on; not a host name")),
+    (
+        "comma-in-name",
+        "nodea,nodeb slots=2\n",
+        Differs("OpenMPI reads one host named 'nodea,nodeb' it cannot launch on; not a host name"),
+    ),
     # different meaning (read by both)
-    ("username-with-dot", "nodea username=first.last\n", Differs("OpenMPI's lexer drops a user name with a dot; mslaunch uses it")),
-    ("fqdn", "nodea.example.com slots=2\n", Differs("OpenMPI keeps only 'nodea'; mslaunch keeps the name whole for ssh")),
-    ("fqdn-twice", "nodea.x slots=2\nnodea.y\n", Differs("OpenMPI merges both into 'nodea' (3 slots); mslaunch has two hosts")),
+    (
+        "username-with-dot",
+        "nodea username=first.last\n",
+        Differs("OpenMPI's lexer drops a user name with a dot; mslaunch uses it"),
+    ),
+    (
+        "fqdn",
+        "nodea.example.com slots=2\n",
+        Differs("OpenMPI keeps only 'nodea'; mslaunch keeps the name whole for ssh"),
+    ),
+    (
+        "fqdn-twice",
+        "nodea.x slots=2\nnodea.y\n",
+        Differs("OpenMPI merges both into 'nodea' (3 slots); mslaunch has two hosts"),
+    ),
     ("local-aliases", "localhost slots=2\n127.0.0.1\n", Differs("OpenMPI merges this machine's names into one host")),
 ]
 
@@ -129,7 +186,8 @@ CASES: List[Tuple[str, str, Expect]] = _generated() + [
 # the example hostfiles mean the same to OpenMPI
 CASES += [
     (f"example-{name[:-4]}", open(os.path.join(ROOT, "hostfiles", name)).read(), SAME)
-    for name in sorted(os.listdir(os.path.join(ROOT, "hostfiles"))) if name.endswith(".txt")
+    for name in sorted(os.listdir(os.path.join(ROOT, "hostfiles")))
+    if name.endswith(".txt")
 ]
 
 
@@ -163,8 +221,21 @@ def openmpi(tmp_path_factory) -> Dict[str, OmpiResult]:
     for name, text, _ in CASES:
         (folder / f"{name}.hosts").write_text(text)
     proc = subprocess.Popen(
-        [unshare, "--net", "--pid", "--fork", "--kill-child", sys.executable, "-m", "tests.harness.ompi_hostfile_probe", str(folder)],
-        cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            unshare,
+            "--net",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            sys.executable,
+            "-m",
+            "tests.harness.ompi_hostfile_probe",
+            str(folder),
+        ],
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         out, _ = proc.communicate(timeout=600)

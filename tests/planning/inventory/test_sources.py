@@ -1,4 +1,5 @@
 """Inventory parsing (hostfile, -H, YAML), filters, rank assignment: table-driven and property tests."""
+
 from __future__ import annotations
 
 import glob
@@ -35,12 +36,17 @@ def names_slots(inv):
         ("10.0.0.1 slots=8\n10.0.0.2 slots=8", [("10.0.0.1", 8, None), ("10.0.0.2", 8, None)]),
         # OpenMPI's forms: spaces around '=', every alias, max_slots alone, repeated lines
         ("a slots = 2\nb slots= 3 max_slots = 4\nc slots =5\n", [("a", 2, None), ("b", 3, 4), ("c", 5, None)]),
-        ("a cpu=2\nb count=3 slots-max=4\nc max-cpu=6 cpu_max=5\nd count_max=2 max_count=3 count-max=4 max-slots=5\n",
-         [("a", 2, None), ("b", 3, 4), ("c", 5, 5), ("d", 5, 5)]),
+        (
+            "a cpu=2\nb count=3 slots-max=4\nc max-cpu=6 cpu_max=5\nd count_max=2 max_count=3 count-max=4 max-slots=5\n",
+            [("a", 2, None), ("b", 3, 4), ("c", 5, 5), ("d", 5, 5)],
+        ),
         ("a max_slots=3\nb slots_max=2 slots=1\n", [("a", 3, 3), ("b", 1, 2)]),
         ("a\na\nb\na\n", [("a", 3, None), ("b", 1, None)]),
         ("a slots=2\na\nb\nb max_slots=4\n", [("a", 3, None), ("b", 2, 4)]),
-        ("a slots=2 // c\n// x\n/* one\n two */ b /* three */ c slots=3\n/* open", [("a", 2, None), ("b", 1, None), ("c", 3, None)]),
+        (
+            "a slots=2 // c\n// x\n/* one\n two */ b /* three */ c slots=3\n/* open",
+            [("a", 2, None), ("b", 1, None), ("c", 3, None)],
+        ),
         ("a\tslots=2\f\v\nb slots=2#c\nc#c\n", [("a", 2, None), ("b", 2, None), ("c", 1, None)]),
         ("n[1-2] slots=2\n", [("n1", 2, None), ("n2", 2, None)]),
     ],
@@ -54,8 +60,10 @@ def test_parse_hostfile(text, expected):
     [
         ("node1 slots=0\n", "h.txt:1: slots must be a positive integer, got '0'"),
         ("node1 slots=8\n\nnode2 slots=x\n", "h.txt:3: slots must be a positive integer, got 'x'"),
-        ("node1 slots=8\nnode1 slots=8\n",
-         "h.txt:2: host 'node1' is listed again (first at line 1) with slots=: a repeated line adds one slot; list each host once with its total slots"),
+        (
+            "node1 slots=8\nnode1 slots=8\n",
+            "h.txt:2: host 'node1' is listed again (first at line 1) with slots=: a repeated line adds one slot; list each host once with its total slots",
+        ),
         ("node1 cpus=8\n", "h.txt:1: unknown hostfile key 'cpus'; use slots=N, max_slots=N, username=U or port=P"),
         ("node1 8\n", "h.txt:1: expected key=value, got '8' (e.g. 'slots=8')"),
         ("# nothing\n", "h.txt: no hosts in hostfile; add lines like 'node1 slots=8'"),
@@ -63,12 +71,24 @@ def test_parse_hostfile(text, expected):
         ("node1 max_slots=2 slots=4\n", "h.txt:1: max_slots=2 is below slots=4 of host 'node1'"),
         ("node1 foo slots=2\n", "h.txt:1: expected key=value, got 'foo' (e.g. 'slots=8')"),
         ("node1 username=\n", "h.txt:1: username must be a user name (letters, digits, '_', '.', '-'), got ''"),
-        ("node1 username=-oProxyCommand\n", "h.txt:1: username must be a user name (letters, digits, '_', '.', '-'), got '-oProxyCommand'"),
+        (
+            "node1 username=-oProxyCommand\n",
+            "h.txt:1: username must be a user name (letters, digits, '_', '.', '-'), got '-oProxyCommand'",
+        ),
         ("node1 port=65536\n", "h.txt:1: port must be in 1..65535, got '65536'"),
         ("node1\nbob@node1\n", "h.txt:2: host 'node1' is listed again (first at line 1) with another user"),
-        ("node1 port=22\nnode1 port=23\n", "h.txt:2: host 'node1' is listed again (first at line 1) with another user or port"),
-        ("a\n^node1\n", "h.txt:2: '^node1': '^host' lines are not read (OpenMPI 4.1 does not exclude with them); use --exclude"),
-        ("rank 0=node1 slot=0\n", "h.txt:1: 'rank N=host' is a rankfile line; list hosts here (mslaunch assigns the ranks)"),
+        (
+            "node1 port=22\nnode1 port=23\n",
+            "h.txt:2: host 'node1' is listed again (first at line 1) with another user or port",
+        ),
+        (
+            "a\n^node1\n",
+            "h.txt:2: '^node1': '^host' lines are not read (OpenMPI 4.1 does not exclude with them); use --exclude",
+        ),
+        (
+            "rank 0=node1 slot=0\n",
+            "h.txt:1: 'rank N=host' is a rankfile line; list hosts here (mslaunch assigns the ranks)",
+        ),
         ("+n0\n", "h.txt:1: '+n0': relative nodes (+n0, +e) need an existing allocation; name the hosts"),
         ("a\nx */ b\n", "h.txt:2: expected key=value, got '*/' (e.g. 'slots=8')"),
         ("a /* x */\n*/\n", "h.txt:2: '*/' without an opening '/*'"),
@@ -130,12 +150,20 @@ def test_parse_cluster_yaml():
     inv = parse_cluster_yaml(YAML, "c.yaml", base_dir="/etc/cluster")
     a, b = inv.hosts
     assert a == Host(
-        name="10.0.0.1", slots=8, devices=(0, 1, 2, 3, 4, 5, 6, 7), hccn_conf="/etc/cluster/hccn/10.0.0.1.conf",
-        env=(("GLOG_v", "2"),), ssh=SshOptions(user="root", port=22, key="~/.ssh/id_ed25519"), source="c.yaml:3",
+        name="10.0.0.1",
+        slots=8,
+        devices=(0, 1, 2, 3, 4, 5, 6, 7),
+        hccn_conf="/etc/cluster/hccn/10.0.0.1.conf",
+        env=(("GLOG_v", "2"),),
+        ssh=SshOptions(user="root", port=22, key="~/.ssh/id_ed25519"),
+        source="c.yaml:3",
     )
     assert b == Host(
-        name="10.0.0.2", slots=2, device_ips=((0, "192.1.27.8"), (1, "192.2.27.8")),
-        env=(("GLOG_v", "2"), ("NCCL_SOCKET_IFNAME", "en5")), ssh=SshOptions(user="root", port=2222, key="~/.ssh/id_ed25519"),
+        name="10.0.0.2",
+        slots=2,
+        device_ips=((0, "192.1.27.8"), (1, "192.2.27.8")),
+        env=(("GLOG_v", "2"), ("NCCL_SOCKET_IFNAME", "en5")),
+        ssh=SshOptions(user="root", port=2222, key="~/.ssh/id_ed25519"),
         source="c.yaml:7",
     )
 
@@ -146,8 +174,14 @@ def test_parse_cluster_yaml():
         ("hosts:\n  - host: a\n    slot: 2\n", "c.yaml:3: unknown key hosts[0].slot; expected one of"),
         ("hosts:\n  - host: a\n    slots: 0\n", "c.yaml:3: hosts[0].slots must be a positive integer, got 0"),
         ("hosts:\n  - host: a\n    slots: two\n", "c.yaml:3: hosts[0].slots must be an integer"),
-        ("hosts:\n  - host: a\n    slots: 1\n  - host: a\n    slots: 1\n", "c.yaml:4: duplicate host 'a' (first at c.yaml:2)"),
-        ("hosts:\n  - host: a\n    slots: 2\n    devices: [0]\n", "c.yaml:4: hosts[0].devices lists 1 devices but slots is 2"),
+        (
+            "hosts:\n  - host: a\n    slots: 1\n  - host: a\n    slots: 1\n",
+            "c.yaml:4: duplicate host 'a' (first at c.yaml:2)",
+        ),
+        (
+            "hosts:\n  - host: a\n    slots: 2\n    devices: [0]\n",
+            "c.yaml:4: hosts[0].devices lists 1 devices but slots is 2",
+        ),
         ("hosts: [\n", "c.yaml:2: invalid YAML:"),
         ("nodes: []\n", "c.yaml:1: unknown top-level key 'nodes'"),
         ("hosts:\n  - slots: 1\n", "c.yaml:2: hosts[0] has no 'host:'"),
@@ -229,7 +263,12 @@ def test_assign_ranks_np_per_host_and_order():
     inv = parse_host_list("h1:4,h2:4,h3:4")
     slots = assign_ranks(inv, np=5, per_host=2)
     assert [(s.host, s.local_rank, s.node_rank, s.local_world_size) for s in slots] == [
-        ("h1", 0, 0, 2), ("h1", 1, 0, 2), ("h2", 0, 1, 2), ("h2", 1, 1, 2), ("h3", 0, 2, 1)]
+        ("h1", 0, 0, 2),
+        ("h1", 1, 0, 2),
+        ("h2", 0, 1, 2),
+        ("h2", 1, 1, 2),
+        ("h3", 0, 2, 1),
+    ]
     used = used_inventory(inv, slots)
     assert [(h.name, h.device_ids) for h in used.hosts] == [("h1", (0, 1)), ("h2", (0, 1)), ("h3", (0,))]
 
@@ -238,7 +277,10 @@ def test_assign_ranks_errors():
     inv = parse_host_list("h1:2,h2:2")
     with pytest.raises(PlanError) as err:
         assign_ranks(inv, np=5)
-    assert str(err.value) == "--np: requested 5 ranks but the inventory has only 4 slots (h1:2, h2:2); lower --np or add hosts/slots"
+    assert (
+        str(err.value)
+        == "--np: requested 5 ranks but the inventory has only 4 slots (h1:2, h2:2); lower --np or add hosts/slots"
+    )
     with pytest.raises(PlanError, match="with --per-host 1"):
         assign_ranks(inv, np=3, per_host=1)
     with pytest.raises(PlanError, match="--np must be at least 1"):
@@ -268,9 +310,16 @@ def test_host_list_parser_only_raises_mslaunch_error(text):
 
 yaml_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 70000) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(
-        st.sampled_from(["host", "slots", "devices", "env", "ssh", "port", "user", "device_ips", "hosts", "defaults", "x", "0"]),
-        children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                ["host", "slots", "devices", "env", "ssh", "port", "user", "device_ips", "hosts", "defaults", "x", "0"]
+            ),
+            children,
+            max_size=4,
+        )
+    ),
     max_leaves=12,
 )
 

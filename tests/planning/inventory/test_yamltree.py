@@ -6,6 +6,7 @@ hold every path to ``safe_load`` on documents mixing the tokens where YAML 1.1 i
 block and flow style, and check the line tables that messages use.  The bounds and the error
 messages are tested in test_parser_tables.py and test_parser_bounds.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,14 +24,81 @@ from tests.harness.hypo import examples
 #: Scalars as written, where YAML 1.1 resolution is subtle (ints in other bases, sexagesimal,
 #: booleans, nulls, floats, timestamps, IP-like text, quoted look-alikes, non-ASCII).
 TOKENS = [
-    "a", "node1", "node0001", "host_ip", "_x", "/opt/x", "a b", "é", "ñame", "Zeta", "x-1",
-    "0", "7", "10", "123456789012345678", "1234567890123456789", "99999999999999999999999", "00", "010", "08",
-    "0x1F", "0b101", "0o17", "1_000", "+1", "-1", "-0", "+0", "12:30", "190:20:30", "1:2",
-    "1.5", "1e3", "1.0e+3", "6.8523015e+5", ".5", "-.inf", ".inf", ".Inf", ".NaN", "1.",
-    "yes", "No", "on", "OFF", "y", "n", "Y", "true", "False", "TRUE", "null", "Null", "~", "nil",
-    "10.0.0.1", "192.168.1.255", "256.1.1.1", "1.2.3", "1.2.3.4.5", "01.2.3.4", "1.2.3.4a",
-    "2001-12-14", "2001-12-14t21:59:43.10-05:00", "2001-12-14 21:59:43.10 -5",
-    "'quoted'", "'0'", "'yes'", "'10.0.0.1'", "''", '"dq"', '"1"', '"a\\tb"', '"\\u00e9"', "'it''s'",
+    "a",
+    "node1",
+    "node0001",
+    "host_ip",
+    "_x",
+    "/opt/x",
+    "a b",
+    "é",
+    "ñame",
+    "Zeta",
+    "x-1",
+    "0",
+    "7",
+    "10",
+    "123456789012345678",
+    "1234567890123456789",
+    "99999999999999999999999",
+    "00",
+    "010",
+    "08",
+    "0x1F",
+    "0b101",
+    "0o17",
+    "1_000",
+    "+1",
+    "-1",
+    "-0",
+    "+0",
+    "12:30",
+    "190:20:30",
+    "1:2",
+    "1.5",
+    "1e3",
+    "1.0e+3",
+    "6.8523015e+5",
+    ".5",
+    "-.inf",
+    ".inf",
+    ".Inf",
+    ".NaN",
+    "1.",
+    "yes",
+    "No",
+    "on",
+    "OFF",
+    "y",
+    "n",
+    "Y",
+    "true",
+    "False",
+    "TRUE",
+    "null",
+    "Null",
+    "~",
+    "nil",
+    "10.0.0.1",
+    "192.168.1.255",
+    "256.1.1.1",
+    "1.2.3",
+    "1.2.3.4.5",
+    "01.2.3.4",
+    "1.2.3.4a",
+    "2001-12-14",
+    "2001-12-14t21:59:43.10-05:00",
+    "2001-12-14 21:59:43.10 -5",
+    "'quoted'",
+    "'0'",
+    "'yes'",
+    "'10.0.0.1'",
+    "''",
+    '"dq"',
+    '"1"',
+    '"a\\tb"',
+    '"\\u00e9"',
+    "'it''s'",
 ]
 KEYS = ["k0", "k1", "host", "slots", "0", "7", "'0'", "10.0.0.1", "x y", "'k0 '", "null"]  # distinct once constructed
 
@@ -62,7 +130,8 @@ def block(value: Any, indent: int = 0) -> str:
         )
     if isinstance(value, list) and value:
         return "".join(
-            f"{pad}-\n{block(v, indent + 2)}" if isinstance(v, (dict, list)) and v else f"{pad}- {flow(v)}\n" for v in value
+            f"{pad}-\n{block(v, indent + 2)}" if isinstance(v, (dict, list)) and v else f"{pad}- {flow(v)}\n"
+            for v in value
         )
     return f"{pad}{flow(value)}\n"
 
@@ -143,12 +212,18 @@ def test_an_alias_is_its_anchors_value() -> None:
 
 
 @pytest.mark.parametrize("parser", ["libyaml", "pure Python"])
-@pytest.mark.parametrize("text, line", [
-    ("hosts: " + "[" * 2_000 + "]" * 2_000 + "\n", 1),  # past libyaml's own bound (1,000), which it meets while scanning ahead
-    ("hosts: " + "{a: " * 2_000 + "1" + "}" * 2_000 + "\n", 1),
-    ("hosts:\n" + "- " * 2_000 + "x\n", 2),  # block sequences, one per '- '
-    ("hosts: " + "[" * 40 + "]" * 40 + "\n", 1),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        (
+            "hosts: " + "[" * 2_000 + "]" * 2_000 + "\n",
+            1,
+        ),  # past libyaml's own bound (1,000), which it meets while scanning ahead
+        ("hosts: " + "{a: " * 2_000 + "1" + "}" * 2_000 + "\n", 1),
+        ("hosts:\n" + "- " * 2_000 + "x\n", 2),  # block sequences, one per '- '
+        ("hosts: " + "[" * 40 + "]" * 40 + "\n", 1),
+    ],
+)
 def test_deep_nesting_is_one_message_whatever_the_parser(monkeypatch, parser: str, text: str, line: int) -> None:
     if parser == "pure Python":
         monkeypatch.delattr(yaml, "CSafeLoader", raising=False)

@@ -1,5 +1,6 @@
 """One wording of an exit status (launcher.planning.job.kinds.describe_returncode), used by results,
 the supervisor and the console."""
+
 from __future__ import annotations
 
 import signal
@@ -10,17 +11,20 @@ from launcher.execution.results import ProcResult
 from launcher.planning.job.kinds import describe_returncode, signal_name
 
 
-@pytest.mark.parametrize("rc, text", [
-    (0, "exit code 0"),
-    (1, "exit code 1"),
-    (137, "exit code 137"),
-    (255, "exit code 255"),
-    (-9, "killed by SIGKILL"),
-    (-15, "killed by SIGTERM"),
-    (-2, "killed by SIGINT"),
-    (-11, "killed by SIGSEGV"),
-    (-6, "killed by SIGABRT"),
-])
+@pytest.mark.parametrize(
+    "rc, text",
+    [
+        (0, "exit code 0"),
+        (1, "exit code 1"),
+        (137, "exit code 137"),
+        (255, "exit code 255"),
+        (-9, "killed by SIGKILL"),
+        (-15, "killed by SIGTERM"),
+        (-2, "killed by SIGINT"),
+        (-11, "killed by SIGSEGV"),
+        (-6, "killed by SIGABRT"),
+    ],
+)
 def test_describe_returncode(rc, text):
     assert describe_returncode(rc) == text
 

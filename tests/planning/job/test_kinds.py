@@ -1,5 +1,6 @@
 """str enums (launcher.planning.job.kinds): members are their strings in JSON, formatting, comparisons
 and dict keys; and the places that define these values use them."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ ALL = [m for enum in (Method, Role, JobStatus, ArtefactKind, EventKind) for m in
 def test_member_is_its_string(member):
     value = member.value
     assert isinstance(member, str) and member == value and value == member
-    assert str(member) == value and f"{member}" == value and f"{member:>12}" == f"{value:>12}" and "%s" % member == value
+    assert (
+        str(member) == value and f"{member}" == value and f"{member:>12}" == f"{value:>12}" and "%s" % member == value
+    )
     assert json.dumps(member) == json.dumps(value)
     assert json.dumps({member: [member]}) == json.dumps({value: [value]})
     assert json.loads(json.dumps(member)) == member
@@ -49,8 +52,16 @@ def test_definition_sites_use_the_enums():
 
 def test_plan_json_keeps_strings():
     ips = {"localhost": {0: "192.1.27.6", 1: "192.2.27.6"}}
-    spec = JobSpec(inventory=parse_host_list("localhost:2"), program=("t.py",), python="/p", cwd="/w",
-                   job_dir="/w/j", job_id="j", method=Method.RANKTABLE, device_ips=ips)
+    spec = JobSpec(
+        inventory=parse_host_list("localhost:2"),
+        program=("t.py",),
+        python="/p",
+        cwd="/w",
+        job_dir="/w/j",
+        job_id="j",
+        method=Method.RANKTABLE,
+        device_ips=ips,
+    )
     plan = build_plan(spec)
     assert all(r.role is Role.WORKER for r in plan.ranks)
     text = json.dumps(plan.to_json())
@@ -60,13 +71,16 @@ def test_plan_json_keeps_strings():
 
 
 def test_plan_with_plain_string_method_equals_enum_plan():
-    base = dict(inventory=parse_host_list("localhost:2"), program=("t.py",), python="/p", cwd="/w", job_dir="/w/j", job_id="j")
+    base = dict(
+        inventory=parse_host_list("localhost:2"), program=("t.py",), python="/p", cwd="/w", job_dir="/w/j", job_id="j"
+    )
     assert build_plan(JobSpec(method="dynamic", **base)) == build_plan(JobSpec(method=Method.DYNAMIC, **base))
     assert build_plan(JobSpec(**base)).scheduler.role == "scheduler"
 
 
 def test_job_result_json_status_is_a_string():
-    res = results.JobResult(job_id="j", job_dir="/j", status=results.FAILED, exit_code=1, started=0.0, ended=1.0,
-                            attempts=1, processes=())
+    res = results.JobResult(
+        job_id="j", job_dir="/j", status=results.FAILED, exit_code=1, started=0.0, ended=1.0, attempts=1, processes=()
+    )
     out = json.loads(json.dumps(res.to_json()))
     assert out["status"] == "failed" and type(out["status"]) is str

@@ -1,6 +1,7 @@
 """The job layout (launcher.planning.job.layout): names round-trip through the regexes that read
 them back, and every user of the layout (plan, rank wrapper, log follower, metrics, job dirs)
 agrees with it."""
+
 from __future__ import annotations
 
 import os
@@ -26,13 +27,19 @@ JOB = "/work/mslaunch_logs/j1"
 
 
 def spec(**kw) -> JobSpec:
-    base = dict(inventory=parse_host_list("localhost:2"), program=("train.py",), python="/usr/bin/python3",
-                cwd="/work", job_dir=JOB, job_id="j1")
+    base = dict(
+        inventory=parse_host_list("localhost:2"),
+        program=("train.py",),
+        python="/usr/bin/python3",
+        cwd="/work",
+        job_dir=JOB,
+        job_id="j1",
+    )
     base.update(kw)
     return JobSpec(**base)
 
 
-@pytest.mark.parametrize("rank", [0, 1, 9, 10, 255, 16383, 10 ** 12])
+@pytest.mark.parametrize("rank", [0, 1, 9, 10, 255, 16383, 10**12])
 def test_worker_log_names_round_trip(rank):
     name = layout.worker_log_name(rank)
     assert name == f"worker_{rank}.log"
@@ -53,10 +60,20 @@ def test_attempt_zero_is_the_job_dir():
     assert layout.attempt_dir(JOB, 0) == JOB
 
 
-@pytest.mark.parametrize("name", [
-    "worker_.log", "worker_1.log.1", "worker_-1.log", "worker_1.txt", "xworker_1.log", "worker_1x.log",
-    "scheduler.log", "train_1.log", "worker_1.log\n",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "worker_.log",
+        "worker_1.log.1",
+        "worker_-1.log",
+        "worker_1.txt",
+        "xworker_1.log",
+        "worker_1x.log",
+        "scheduler.log",
+        "train_1.log",
+        "worker_1.log\n",
+    ],
+)
 def test_parse_worker_log_refuses_other_names(name):
     assert layout.parse_worker_log(name) is None
 
@@ -80,10 +97,24 @@ def test_fill_rank_replaces_the_last_placeholder_only():
 
 
 def test_job_files():
-    assert [layout.job_file(JOB, n) for n in (layout.PLAN_FILE, layout.SUMMARY_FILE, layout.JOB_FILE, layout.LOCK_FILE,
-                                               layout.EVENTS_FILE, layout.METRICS_FILE)] == [
-        f"{JOB}/plan.json", f"{JOB}/summary.json", f"{JOB}/job.json", f"{JOB}/job.lock", f"{JOB}/events.jsonl",
-        f"{JOB}/metrics.jsonl"]
+    assert [
+        layout.job_file(JOB, n)
+        for n in (
+            layout.PLAN_FILE,
+            layout.SUMMARY_FILE,
+            layout.JOB_FILE,
+            layout.LOCK_FILE,
+            layout.EVENTS_FILE,
+            layout.METRICS_FILE,
+        )
+    ] == [
+        f"{JOB}/plan.json",
+        f"{JOB}/summary.json",
+        f"{JOB}/job.json",
+        f"{JOB}/job.lock",
+        f"{JOB}/events.jsonl",
+        f"{JOB}/metrics.jsonl",
+    ]
 
 
 def test_rank_cwd_and_env_dump():
@@ -108,8 +139,16 @@ def test_ranktable_plan_cwds_and_artefact_from_the_layout():
 
 
 def test_mpirun_wrapper_is_given_the_log_name():
-    plan = build_plan(spec(inventory=parse_host_list("localhost:2"), method="mpi", launcher="mpirun",
-                           wrapper="/opt/w.sh", mpi=MpiOptions(), worker_log_name="train"))
+    plan = build_plan(
+        spec(
+            inventory=parse_host_list("localhost:2"),
+            method="mpi",
+            launcher="mpirun",
+            wrapper="/opt/w.sh",
+            mpi=MpiOptions(),
+            worker_log_name="train",
+        )
+    )
     argv = list(mpirun_command(plan))
     assert argv[argv.index("MSLAUNCH_LOG_DIR=" + JOB) + 2] == "MSLAUNCH_LOG_NAME=train_{rank}.log"
     assert not any("worker_" in a for a in argv)
@@ -119,12 +158,24 @@ def test_mpirun_wrapper_is_given_the_log_name():
 def test_rank_wrapper_writes_the_log_the_plan_names(tmp_path, prefix):
     """The wrapper template spells no log name: it writes where the launcher's template says."""
     log_dir = tmp_path / "logs"
-    env = dict(os.environ, OMPI_COMM_WORLD_RANK="3", MSLAUNCH_CTX_BASE="1", MSLAUNCH_ROLE="worker",
-               MSLAUNCH_FIRST_RANK="4", MSLAUNCH_DEVICES="0,1,2", MSLAUNCH_LOG_DIR=str(log_dir),
-               MSLAUNCH_LOG_NAME=layout.worker_log_template(prefix), MSLAUNCH_METHOD="dynamic")
+    env = dict(
+        os.environ,
+        OMPI_COMM_WORLD_RANK="3",
+        MSLAUNCH_CTX_BASE="1",
+        MSLAUNCH_ROLE="worker",
+        MSLAUNCH_FIRST_RANK="4",
+        MSLAUNCH_DEVICES="0,1,2",
+        MSLAUNCH_LOG_DIR=str(log_dir),
+        MSLAUNCH_LOG_NAME=layout.worker_log_template(prefix),
+        MSLAUNCH_METHOD="dynamic",
+    )
     # its own session: the wrapper reaps its process group when the program ends
-    done = subprocess.run(["sh", WRAPPER, "sh", "-c", 'echo "rank=$RANK_ID device=$DEVICE_ID"'], env=env,
-                          start_new_session=True, timeout=60)
+    done = subprocess.run(
+        ["sh", WRAPPER, "sh", "-c", 'echo "rank=$RANK_ID device=$DEVICE_ID"'],
+        env=env,
+        start_new_session=True,
+        timeout=60,
+    )
     assert done.returncode == 0
     assert os.listdir(log_dir) == [layout.worker_log_name(6, prefix)]
     assert (log_dir / layout.worker_log_name(6, prefix)).read_text() == "rank=6 device=2\n"

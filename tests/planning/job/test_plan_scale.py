@@ -4,6 +4,7 @@ No timing here (the machine is shared; ``bench/bench_plan_scale.py`` measures); 
 down that the fast paths (per-host caches, one-pass grouping, the line scanner, orjson) change
 no value, on inventories big enough to hit them.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,10 +59,27 @@ def test_dynamic_worker_layout_matches_the_one_rank_env() -> None:
     for slot in slots:
         env = make(slot)
         assert env == envs.dynamic_scheduler_env(8, "a", 8118, 30) | {
-            "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(slot.rank), "RANK_ID": str(slot.rank), "RANK_SIZE": "8",
-            "DEVICE_ID": str(slot.device_id), "LOCAL_RANK": str(slot.local_rank), "LOCAL_WORLD_SIZE": "4"}
-        assert list(env) == ["MS_ROLE", "MS_WORKER_NUM", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_TOPO_TIMEOUT", "MS_NODE_ID",
-                             "RANK_ID", "RANK_SIZE", "DEVICE_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE"]
+            "MS_ROLE": "MS_WORKER",
+            "MS_NODE_ID": str(slot.rank),
+            "RANK_ID": str(slot.rank),
+            "RANK_SIZE": "8",
+            "DEVICE_ID": str(slot.device_id),
+            "LOCAL_RANK": str(slot.local_rank),
+            "LOCAL_WORLD_SIZE": "4",
+        }
+        assert list(env) == [
+            "MS_ROLE",
+            "MS_WORKER_NUM",
+            "MS_SCHED_HOST",
+            "MS_SCHED_PORT",
+            "MS_TOPO_TIMEOUT",
+            "MS_NODE_ID",
+            "RANK_ID",
+            "RANK_SIZE",
+            "DEVICE_ID",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+        ]
         assert env == envs.dynamic_worker_env(slot, "a", 8118, 30)
 
 
@@ -95,7 +113,7 @@ def test_10k_hosts_by_8_assigns_80000_ranks_in_order() -> None:
 
 
 json_plain = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70) | st.text(),
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
     max_leaves=25,
 )
@@ -118,8 +136,13 @@ def test_dumps_indented_escapes_what_json_dumps_escapes() -> None:
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(st.recursive(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5),
-                    lambda inner: st.lists(inner, max_size=4), max_leaves=10))
+@given(
+    st.recursive(
+        st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5),
+        lambda inner: st.lists(inner, max_size=4),
+        max_leaves=10,
+    )
+)
 def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
     assert json.loads(dumps_indented(value)) == value
 
@@ -131,8 +154,11 @@ def test_dumps_indented_floats_keep_their_value(value: Any) -> None:
 @settings(max_examples=examples(40), deadline=None)
 @given(
     hosts=st.lists(st.integers(1, 4), min_size=1, max_size=6),
-    user_env=st.lists(st.sampled_from(["LOCAL_RANK", "LOCAL_WORLD_SIZE", "MS_TOPO_TIMEOUT", "FOO", "PYTHONUNBUFFERED"]),
-                      unique=True, max_size=3),
+    user_env=st.lists(
+        st.sampled_from(["LOCAL_RANK", "LOCAL_WORLD_SIZE", "MS_TOPO_TIMEOUT", "FOO", "PYTHONUNBUFFERED"]),
+        unique=True,
+        max_size=3,
+    ),
     host_env=st.booleans(),
     timeout=st.one_of(st.none(), st.integers(1, 900)),
 )
@@ -144,8 +170,16 @@ def test_cached_rank_envs_match_the_definition(hosts: Any, user_env: Any, host_e
     inv = parse_host_list(",".join(f"h{i}:{n}" for i, n in enumerate(hosts)))
     if host_env:  # one host with its own env, overlapping the layout's keys or not
         inv = Inventory((replace(inv.hosts[0], env=(("LOCAL_RANK", "x"), ("BAR", "1"))),) + inv.hosts[1:])
-    spec = JobSpec(inventory=inv, program=("train.py",), python="/usr/bin/python3", cwd="/w", job_dir="/w/j", job_id="j",
-                   env=tuple((k, "user") for k in user_env), cluster_time_out=timeout)
+    spec = JobSpec(
+        inventory=inv,
+        program=("train.py",),
+        python="/usr/bin/python3",
+        cwd="/w",
+        job_dir="/w/j",
+        job_id="j",
+        env=tuple((k, "user") for k in user_env),
+        cluster_time_out=timeout,
+    )
     plan = build_plan(spec)
     slots = assign_ranks(inv)
     used = list(used_inventory(inv, slots).hosts)
@@ -153,7 +187,9 @@ def test_cached_rank_envs_match_the_definition(hosts: Any, user_env: Any, host_e
     by_name = {h.name: h for h in used}
     for slot, proc in zip(slots, plan.ranks):
         host = by_name[slot.host]
-        want = envs.layered(proc_env.user_env(host, slot.rank), envs.dynamic_worker_env(slot, plan.master_addr, 8118, timeout))
+        want = envs.layered(
+            proc_env.user_env(host, slot.rank), envs.dynamic_worker_env(slot, plan.master_addr, 8118, timeout)
+        )
         assert proc.env == want
         assert proc.argv == program_argv(spec, host)
         assert proc.log == layout.worker_log("/w/j", slot.rank)
@@ -179,7 +215,9 @@ def test_the_rank_cache_works_out_each_hosts_shared_prefix_once_whether_it_has_o
     monkeypatch.setattr(planmod._RankCache, "shared_prefix", spy)
     inv = parse_host_list("localhost:2,h1:3,h2:3")
     inv = Inventory((inv.hosts[0], replace(inv.hosts[1], env=(("LOCAL_RANK", "x"),)), inv.hosts[2]))
-    spec = JobSpec(inventory=inv, program=("train.py",), python="/usr/bin/python3", cwd="/w", job_dir="/w/j", job_id="j")
+    spec = JobSpec(
+        inventory=inv, program=("train.py",), python="/usr/bin/python3", cwd="/w", job_dir="/w/j", job_id="j"
+    )
     plan = build_plan(spec)
     assert asked == [("h1", True), ("h2", False)]
 
@@ -188,7 +226,9 @@ def test_the_rank_cache_works_out_each_hosts_shared_prefix_once_whether_it_has_o
     assert set(proc_env.local_index) == {0, 1}
     by_name = {h.name: h for h in inv.hosts}
     for slot, proc in zip(slots, plan.ranks):
-        want = envs.layered(proc_env.user_env(by_name[slot.host], slot.rank), envs.dynamic_worker_env(slot, plan.master_addr, 8118))
+        want = envs.layered(
+            proc_env.user_env(by_name[slot.host], slot.rank), envs.dynamic_worker_env(slot, plan.master_addr, 8118)
+        )
         assert proc.env == want
     keys = [k for k, _ in plan.ranks[2].env]  # h1's first rank: the layout's value, in the user's place
     assert dict(plan.ranks[2].env)["LOCAL_RANK"] == "0" and keys.index("LOCAL_RANK") < keys.index("MS_ROLE")
@@ -207,16 +247,26 @@ def _plan_of(inventory_text: Any, parse: Any) -> Any:
     from launcher.planning.job.spec import JobSpec
 
     def make(hosts: int) -> Any:
-        spec = JobSpec(inventory=parse(inventory_text(hosts)), program=("train.py",), python="/usr/bin/python3",
-                       cwd="/w", job_dir="/w/j", job_id="j")
+        spec = JobSpec(
+            inventory=parse(inventory_text(hosts)),
+            program=("train.py",),
+            python="/usr/bin/python3",
+            cwd="/w",
+            job_dir="/w/j",
+            job_id="j",
+        )
         return lambda: build_plan(spec)
+
     return make
 
 
 def test_planning_work_grows_linearly_with_the_hosts_of_a_hostfile() -> None:
     from tests.harness.growth import assert_linear
 
-    assert_linear(_plan_of(lambda n: "".join(f"node{i:05d} slots=8\n" for i in range(n)), lambda t: parse_hostfile(t, "h.txt")), 100)
+    assert_linear(
+        _plan_of(lambda n: "".join(f"node{i:05d} slots=8\n" for i in range(n)), lambda t: parse_hostfile(t, "h.txt")),
+        100,
+    )
 
 
 def test_planning_work_grows_linearly_with_the_hosts_of_a_cluster_yaml() -> None:
@@ -233,9 +283,12 @@ def test_plan_json_rendering_work_grows_linearly() -> None:
     from launcher.execution.backend import plan_json
     from tests.harness.growth import assert_linear
 
-    build = _plan_of(lambda n: "".join(f"node{i:05d} slots=8\n" for i in range(n)), lambda t: parse_hostfile(t, "h.txt"))
+    build = _plan_of(
+        lambda n: "".join(f"node{i:05d} slots=8\n" for i in range(n)), lambda t: parse_hostfile(t, "h.txt")
+    )
 
     def make(hosts: int) -> Any:
         plan = build(hosts)()
         return lambda: dumps_indented(plan_json(plan))
+
     assert_linear(make, 50)

@@ -1,4 +1,5 @@
 """hccn.conf parsing (launcher.planning.ranktable.hccn)."""
+
 from __future__ import annotations
 
 import os
@@ -40,22 +41,36 @@ def test_parse_ok(text: str, expected: dict) -> None:
 @pytest.mark.parametrize(
     "text, line, message",
     [
-        ("address_0=192.1.27\n", 1, "h.conf:1: address_0: '192.1.27' is not an IPv4 address; write it as "
-         "address_<device_id>=<IPv4>, e.g. address_0=192.1.27.6 (hccn_tool -i <id> -ip -g prints it)"),
+        (
+            "address_0=192.1.27\n",
+            1,
+            "h.conf:1: address_0: '192.1.27' is not an IPv4 address; write it as "
+            "address_<device_id>=<IPv4>, e.g. address_0=192.1.27.6 (hccn_tool -i <id> -ip -g prints it)",
+        ),
         ("# c\naddress_0=256.1.1.1\n", 2, None),
         ("address_0=01.1.1.1\n", 1, None),
         ("address_0=\n", 1, None),
         ("address_0=1.1.1.1 2.2.2.2\n", 1, None),
-        ("address_x=1.1.1.1\n", 1, "h.conf:1: malformed address key 'address_x'; write it as "
-         "address_<device_id>=<IPv4>, e.g. address_0=192.1.27.6 (hccn_tool -i <id> -ip -g prints it)"),
+        (
+            "address_x=1.1.1.1\n",
+            1,
+            "h.conf:1: malformed address key 'address_x'; write it as "
+            "address_<device_id>=<IPv4>, e.g. address_0=192.1.27.6 (hccn_tool -i <id> -ip -g prints it)",
+        ),
         ("address=1.1.1.1\n", 1, None),
         ("address_-1=1.1.1.1\n", 1, None),
         ("Address_0=1.1.1.1\n", 1, None),
-        ("address_0 1.1.1.1\n", 1, "h.conf:1: expected key=value, got 'address_0 1.1.1.1'; "
-         "hccn.conf lines look like address_0=192.1.27.6"),
+        (
+            "address_0 1.1.1.1\n",
+            1,
+            "h.conf:1: expected key=value, got 'address_0 1.1.1.1'; hccn.conf lines look like address_0=192.1.27.6",
+        ),
         ("=1.1.1.1\n", 1, None),
-        ("address_0=1.1.1.1\n\naddress_0=1.1.1.2\n", 3, "h.conf:3: device 0 has a second address "
-         "(first at line 1); keep one address_N line per device"),
+        (
+            "address_0=1.1.1.1\n\naddress_0=1.1.1.2\n",
+            3,
+            "h.conf:3: device 0 has a second address (first at line 1); keep one address_N line per device",
+        ),
     ],
 )
 def test_parse_errors(text: str, line: int, message: str) -> None:
@@ -76,9 +91,19 @@ def test_parse_without_path_names_a_placeholder() -> None:
 @pytest.mark.parametrize(
     "text, ok",
     [
-        ("0.0.0.0", True), ("192.1.27.6", True), ("255.255.255.255", True),
-        ("256.0.0.1", False), ("1.2.3", False), ("1.2.3.4.5", False), ("01.2.3.4", False),
-        ("1.2.3.4 ", False), ("", False), ("a.b.c.d", False), ("1.2.3.４", False), (None, False), (1234, False),
+        ("0.0.0.0", True),
+        ("192.1.27.6", True),
+        ("255.255.255.255", True),
+        ("256.0.0.1", False),
+        ("1.2.3", False),
+        ("1.2.3.4.5", False),
+        ("01.2.3.4", False),
+        ("1.2.3.4 ", False),
+        ("", False),
+        ("a.b.c.d", False),
+        ("1.2.3.４", False),
+        (None, False),
+        (1234, False),
     ],
 )
 def test_is_ipv4(text: object, ok: bool) -> None:
@@ -96,8 +121,7 @@ def test_read_errors(tmp_path) -> None:
     with pytest.raises(RankTableError) as info:
         read_hccn_conf(missing)
     assert str(info.value) == (
-        f"{missing}: no such hccn.conf; copy /etc/hccn.conf from that server here, "
-        "or point --hccn HOST=PATH at it"
+        f"{missing}: no such hccn.conf; copy /etc/hccn.conf from that server here, or point --hccn HOST=PATH at it"
     )
     with pytest.raises(RankTableError) as info:
         read_hccn_conf(str(tmp_path))
@@ -121,7 +145,11 @@ def test_parse_never_raises_anything_else(text: str) -> None:
 
 _line = st.one_of(
     st.builds(lambda i, a, b, c, d: f"address_{i}={a}.{b}.{c}.{d}", st.integers(0, 20), *[st.integers(0, 300)] * 4),
-    st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["netmask_0", "netdetect_1", "address_", "address_1x"]), st.text(max_size=8)),
+    st.builds(
+        lambda k, v: f"{k}={v}",
+        st.sampled_from(["netmask_0", "netdetect_1", "address_", "address_1x"]),
+        st.text(max_size=8),
+    ),
     st.text(alphabet="address_=0123456789. #\t\r", max_size=30),
 )
 

@@ -1,4 +1,5 @@
 """Rank tables at 4,096 servers: the fast paths (depth-only check, orjson text) keep every answer."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,12 @@ from hypothesis import strategies as st
 
 from launcher.errors import RankTableError
 from launcher.planning.ranktable import MAX_JSON_DEPTH, parse_rank_table_json, rank_table_json, validate_rank_table
-from launcher.planning.ranktable.parse import MAX_RANK_TABLE_BYTES, MAX_TABLE_DEVICES, _check_json_depth, _check_json_value
+from launcher.planning.ranktable.parse import (
+    MAX_RANK_TABLE_BYTES,
+    MAX_TABLE_DEVICES,
+    _check_json_depth,
+    _check_json_value,
+)
 from tests.harness.hypo import examples
 
 
@@ -34,7 +40,12 @@ def big_table(servers: int, devices: int = 8, v12: bool = False) -> Any:
         dev["rank_id"] = str(n)
         if v12:
             dev["super_device_id"] = str(n)
-    table: Any = {"version": "1.2" if v12 else "1.0", "server_count": str(servers), "server_list": rows, "status": "completed"}
+    table: Any = {
+        "version": "1.2" if v12 else "1.0",
+        "server_count": str(servers),
+        "server_list": rows,
+        "status": "completed",
+    }
     if v12:
         table["super_pod_list"] = [{"super_pod_id": "0", "server_list": [{"server_id": s["server_id"]} for s in rows]}]
     return table
@@ -71,9 +82,11 @@ def test_nul_in_text_is_still_found() -> None:
         parse_rank_table_json('{"server_list": [{"server_id": "a\\u0000"}]}', "t.json")
 
 
-nested = st.recursive(st.integers(0, 3) | st.text(max_size=3),
-                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
-                      max_leaves=80)
+nested = st.recursive(
+    st.integers(0, 3) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=80,
+)
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -109,10 +122,13 @@ def test_rank_table_build_work_grows_linearly() -> None:
     def make(n: int) -> Any:
         text = "defaults:\n  slots: 8\nhosts:\n" + "".join(
             f"  - host: node{i:04d}\n    host_ip: 192.168.{i // 256}.{i % 256}\n    super_pod_id: '{i // 16}'\n"
-            f"    super_device_ids: {{{', '.join(f'{d}: {chr(39)}{i * 8 + d}{chr(39)}' for d in range(8))}}}\n" for i in range(n))
+            f"    super_device_ids: {{{', '.join(f'{d}: {chr(39)}{i * 8 + d}{chr(39)}' for d in range(8))}}}\n"
+            for i in range(n)
+        )
         inv = parse_cluster_yaml(text, "c.yaml")
         ips = {h.name: {d: f"10.{d}.{i // 256}.{i % 256}" for d in range(8)} for i, h in enumerate(inv.hosts)}
         return lambda: (build_rank_table(inv, ips, "1.0"), build_rank_table(inv, ips, "1.2"))
+
     assert_linear(make, 32)
 
 
@@ -122,6 +138,7 @@ def test_rank_table_validate_and_text_work_grows_linearly() -> None:
     def make(n: int) -> Any:
         tables = [big_table(n), big_table(n, v12=True)]
         return lambda: [validate_rank_table(parse_rank_table_json(rank_table_json(t), "t.json")) for t in tables]
+
     assert_linear(make, 32)
 
 
@@ -140,4 +157,5 @@ def test_rank_table_merge_work_grows_linearly() -> None:
     def make(n: int) -> Any:
         tables = [(f"t{i}.json", one(i)) for i in range(n)]
         return lambda: merge_rank_tables(tables)
+
     assert_linear(make, 32)

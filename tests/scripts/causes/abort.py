@@ -1,4 +1,5 @@
 """Dies of SIGABRT (as a C++ ``std::terminate`` does), after a harmless Python warning."""
+
 import os
 import warnings
 

@@ -1,4 +1,5 @@
 """Dies of SIGSEGV in native code with faulthandler on: ``Fatal Python error: Segmentation fault``."""
+
 import ctypes
 import faulthandler
 

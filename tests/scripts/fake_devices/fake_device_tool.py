@@ -30,6 +30,7 @@ H100, driver 580): the header line (the queried names, ``used_gpu_memory [MiB]``
 A command the case does not answer, or a host without a case, exits 2 with a message saying
 what to configure.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,10 @@ def host_case(folder: str, host: str) -> Tuple[str, Dict[str, str]]:
                 break
             values = dict(ln.split("=", 1) for ln in lines[1:] if "=" in ln)
             return lines[0], values
-    raise SystemExit(f"fake device tool: no case for host {host!r}: write its case name into {folder}/hosts/{host} "
-                     f"(or {folder}/hosts/default)")
+    raise SystemExit(
+        f"fake device tool: no case for host {host!r}: write its case name into {folder}/hosts/{host} "
+        f"(or {folder}/hosts/default)"
+    )
 
 
 def load_case(folder: str, case: str, seen: Optional[List[str]] = None) -> Dict[str, dict]:
@@ -130,14 +133,20 @@ def answer(tool: str, args: List[str], env: Dict[str, str]) -> int:
 
 
 #: nvidia-smi's header names of the query fields whose values have units, with ``--format=csv``.
-HEADER_NAMES = {"used_memory": "used_gpu_memory [MiB]", "memory.total": "memory.total [MiB]", "memory.used": "memory.used [MiB]"}
+HEADER_NAMES = {
+    "used_memory": "used_gpu_memory [MiB]",
+    "memory.total": "memory.total [MiB]",
+    "memory.used": "memory.used [MiB]",
+}
 
 
 def csv_format(args: List[str], text: str) -> str:
     """``text`` (as ``--format=csv,noheader,nounits`` prints it) as nvidia-smi prints it for the
     ``--format`` in ``args``: a header line unless ``noheader``, ``MiB`` after memory values unless ``nounits``."""
     query = next((a.split("=", 1)[1].split(",") for a in args if a.startswith("--query-") and "=" in a), [])
-    fmt = next((a.split("=", 1)[1].split(",") for a in args if a.startswith("--format=")), ["csv", "noheader", "nounits"])
+    fmt = next(
+        (a.split("=", 1)[1].split(",") for a in args if a.startswith("--format=")), ["csv", "noheader", "nounits"]
+    )
     lines = text.splitlines()
     if "nounits" not in fmt:
         with_unit = [i for i, name in enumerate(query) if name in HEADER_NAMES]

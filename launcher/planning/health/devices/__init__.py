@@ -8,6 +8,7 @@
 * :mod:`~launcher.planning.health.devices.target`: which target and which device ids a job has;
 * :mod:`~launcher.planning.health.devices.checks`: the entry points the health check calls.
 """
+
 from launcher.planning.health.devices.checks import (
     check_policy,
     device_commands,
@@ -47,9 +48,36 @@ from launcher.planning.health.devices.target import (
 )
 
 __all__ = [
-    "ASCEND", "CPU", "DEFAULT_POLICY", "DEVICE_CHECK_POLICIES", "FAULTY", "GPU", "NOT_CHECKED", "OK", "TARGETS",
-    "CheckResult", "DeviceCommand", "DeviceVerdict", "HostDeviceSpec", "HostDevices", "Outcome", "TargetChoice",
-    "ToolOutputError", "ToolSetup", "check_policy", "device_commands", "device_target", "devices_summary",
-    "host_time_limit", "inventory_devices", "judge_host", "judge_hosts", "normalize_target", "outcomes_from_json",
-    "planned_devices", "probe_order", "rank_table_device_ips", "with_devices",
+    "ASCEND",
+    "CPU",
+    "DEFAULT_POLICY",
+    "DEVICE_CHECK_POLICIES",
+    "FAULTY",
+    "GPU",
+    "NOT_CHECKED",
+    "OK",
+    "TARGETS",
+    "CheckResult",
+    "DeviceCommand",
+    "DeviceVerdict",
+    "HostDeviceSpec",
+    "HostDevices",
+    "Outcome",
+    "TargetChoice",
+    "ToolOutputError",
+    "ToolSetup",
+    "check_policy",
+    "device_commands",
+    "device_target",
+    "devices_summary",
+    "host_time_limit",
+    "inventory_devices",
+    "judge_host",
+    "judge_hosts",
+    "normalize_target",
+    "outcomes_from_json",
+    "planned_devices",
+    "probe_order",
+    "rank_table_device_ips",
+    "with_devices",
 ]

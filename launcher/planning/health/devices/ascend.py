@@ -15,6 +15,7 @@ The ``hccn_tool`` checks (the devices' RoCE NICs) run unless ``roce`` is false (
 that knows the job's devices do not talk over their NICs; by default they run: on 910 servers
 the two 4-device groups of one server talk over them too).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -44,20 +45,26 @@ __all__ = ["HCCN_CHECKS", "ascend_commands", "judge_ascend", "tls_across_hosts"]
 HCCN_CHECKS = (("link", "-link"), ("net_health", "-net_health"), ("ip", "-ip"), ("tls", "-tls"))
 
 
-def ascend_commands(spec: HostDeviceSpec, setup: ToolSetup = ToolSetup(), roce: bool = True) -> Tuple[DeviceCommand, ...]:
+def ascend_commands(
+    spec: HostDeviceSpec, setup: ToolSetup = ToolSetup(), roce: bool = True
+) -> Tuple[DeviceCommand, ...]:
     """``npu-smi info`` once, then per planned device the four ``hccn_tool`` queries (with ``roce``)."""
     out = [DeviceCommand("npu-smi info", "npu-smi", ("info",), setup.npu_smi, setup.npu_smi_timeout, "info")]
     if roce:
         for n in spec.devices:
             for check, option in HCCN_CHECKS:
                 argv = ("-i", str(n), option, "-g")
-                out.append(DeviceCommand(f"hccn_tool {' '.join(argv)}", "hccn_tool", argv, setup.hccn_tool,
-                                         setup.hccn_timeout, check, n))
+                out.append(
+                    DeviceCommand(
+                        f"hccn_tool {' '.join(argv)}", "hccn_tool", argv, setup.hccn_tool, setup.hccn_timeout, check, n
+                    )
+                )
     return tuple(out)
 
 
-def judge_ascend(spec: HostDeviceSpec, outcomes: Mapping[str, Outcome], setup: ToolSetup = ToolSetup(),
-                 roce: bool = True) -> HostDevices:
+def judge_ascend(
+    spec: HostDeviceSpec, outcomes: Mapping[str, Outcome], setup: ToolSetup = ToolSetup(), roce: bool = True
+) -> HostDevices:
     """Every planned device's verdict on one host (TLS provisional: see :func:`tls_across_hosts`).
 
     Args:
@@ -129,10 +136,14 @@ def _hccn_check(cmd: DeviceCommand, outcome: Optional[Outcome], spec: HostDevice
                 line = f"{line} (the job uses {expected})"
             return CheckResult(cmd.check, verdict, line, cmd.key)
         if outcome.exit_code != 0:
-            return CheckResult(cmd.check, NOT_CHECKED, f"{cmd.key} exited with {outcome.exit_code}: {first_line(outcome)}", cmd.key)
+            return CheckResult(
+                cmd.check, NOT_CHECKED, f"{cmd.key} exited with {outcome.exit_code}: {first_line(outcome)}", cmd.key
+            )
         return CheckResult(cmd.check, NOT_CHECKED, exc.message, cmd.key)
     if status == OK and outcome.exit_code != 0:
-        return CheckResult(cmd.check, NOT_CHECKED, f"{cmd.key} exited with {outcome.exit_code}: {first_line(outcome)}", cmd.key)
+        return CheckResult(
+            cmd.check, NOT_CHECKED, f"{cmd.key} exited with {outcome.exit_code}: {first_line(outcome)}", cmd.key
+        )
     return CheckResult(cmd.check, status, evidence, cmd.key, value)
 
 
@@ -153,7 +164,6 @@ def _read_hccn(check: str, text: str, key: str, expected: Optional[str]) -> Tupl
         return OK, f"ipaddr:{ip}", None
     value = hccntool.parse_tls(text, key)
     return OK, f"tls switch[{value}]", value
-
 
 
 def tls_across_hosts(reports: Sequence[HostDevices]) -> List[HostDevices]:
@@ -193,7 +203,9 @@ def tls_across_hosts(reports: Sequence[HostDevices]) -> List[HostDevices]:
         if majority is None:
             words = f"tls switch[{c.value}]; the devices differ: {mixed}"
         else:
-            words = f"tls switch[{c.value}], {counts[majority]} of {total} devices have tls switch[{majority}] ({mixed})"
+            words = (
+                f"tls switch[{c.value}], {counts[majority]} of {total} devices have tls switch[{majority}] ({mixed})"
+            )
         return CheckResult(c.check, FAULTY, words, c.command, c.value)
 
     out: List[HostDevices] = []

@@ -27,6 +27,7 @@ What the probe does with an order (standard library only):
   ``the host's <limit> s for device checks were spent``) and the answer is sent:
   ``{"outcomes": [...]}``, one entry per command, in order.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -55,7 +56,14 @@ from launcher.planning.health.devices.model import (
 from launcher.planning.health.rounds import Verdict
 
 __all__ = [
-    "check_policy", "device_commands", "devices_summary", "judge_host", "judge_hosts", "outcomes_from_json", "probe_order", "with_devices",
+    "check_policy",
+    "device_commands",
+    "devices_summary",
+    "judge_host",
+    "judge_hosts",
+    "outcomes_from_json",
+    "probe_order",
+    "with_devices",
 ]
 
 
@@ -67,7 +75,9 @@ def check_policy(value: str) -> str:
     """
     policy = value.strip().lower()
     if policy not in DEVICE_CHECK_POLICIES:
-        raise PlanError(f"unknown --device-checks {value!r}; use one of {', '.join(DEVICE_CHECK_POLICIES)}", field="--device-checks")
+        raise PlanError(
+            f"unknown --device-checks {value!r}; use one of {', '.join(DEVICE_CHECK_POLICIES)}", field="--device-checks"
+        )
     return policy
 
 
@@ -77,8 +87,9 @@ def _target(target: str) -> str:
     return target
 
 
-def device_commands(target: str, spec: HostDeviceSpec, setup: ToolSetup = ToolSetup(),
-                    roce: bool = True) -> Tuple[DeviceCommand, ...]:
+def device_commands(
+    target: str, spec: HostDeviceSpec, setup: ToolSetup = ToolSetup(), roce: bool = True
+) -> Tuple[DeviceCommand, ...]:
     """The commands to run on ``spec.host`` (none for ``cpu`` or a host without planned devices).
 
     Args:
@@ -103,8 +114,12 @@ def probe_order(target: str, spec: HostDeviceSpec, setup: ToolSetup = ToolSetup(
     :func:`~launcher.planning.health.devices.commands.host_time_limit`; ``output_limit``: bytes kept of
     each stream, :data:`~launcher.planning.health.devices.commands.OUTPUT_LIMIT`)."""
     commands = device_commands(target, spec, setup, roce)
-    return {"op": "devices", "commands": [c.to_json() for c in commands], "limit": host_time_limit(commands, setup),
-            "output_limit": OUTPUT_LIMIT}
+    return {
+        "op": "devices",
+        "commands": [c.to_json() for c in commands],
+        "limit": host_time_limit(commands, setup),
+        "output_limit": OUTPUT_LIMIT,
+    }
 
 
 def outcomes_from_json(answer: Any) -> Dict[str, Outcome]:
@@ -121,8 +136,13 @@ def outcomes_from_json(answer: Any) -> Dict[str, Outcome]:
     return out
 
 
-def judge_host(target: str, spec: HostDeviceSpec, outcomes: Mapping[str, Outcome], setup: ToolSetup = ToolSetup(),
-               roce: bool = True) -> HostDevices:
+def judge_host(
+    target: str,
+    spec: HostDeviceSpec,
+    outcomes: Mapping[str, Outcome],
+    setup: ToolSetup = ToolSetup(),
+    roce: bool = True,
+) -> HostDevices:
     """One host's device verdicts from its commands' outcomes (TLS across hosts: :func:`judge_hosts`).
 
     Raises:
@@ -137,9 +157,14 @@ def judge_host(target: str, spec: HostDeviceSpec, outcomes: Mapping[str, Outcome
     return judge_gpu(spec, outcomes, setup)
 
 
-def judge_hosts(target: str, specs: Sequence[HostDeviceSpec], answers: Mapping[str, Mapping[str, Outcome]],
-                failures: Optional[Mapping[str, str]] = None, setup: ToolSetup = ToolSetup(),
-                roce: bool = True) -> List[HostDevices]:
+def judge_hosts(
+    target: str,
+    specs: Sequence[HostDeviceSpec],
+    answers: Mapping[str, Mapping[str, Outcome]],
+    failures: Optional[Mapping[str, str]] = None,
+    setup: ToolSetup = ToolSetup(),
+    roce: bool = True,
+) -> List[HostDevices]:
     """Every host's device verdicts, in ``specs`` order, the TLS switch compared across them.
 
     Args:
@@ -184,14 +209,14 @@ def with_devices(verdict: Verdict, devices: Optional[HostDevices], policy: str =
         reason = verdict.reason + (f"; {finding}" if devices.status == FAULTY else "")
         return replace(verdict, reason=reason, devices=devices)
     if devices.failed(policy):
-        rest = verdict.reason[len("ok: "):] if verdict.reason.startswith("ok: ") else verdict.reason
+        rest = verdict.reason[len("ok: ") :] if verdict.reason.startswith("ok: ") else verdict.reason
         return replace(verdict, status=FAULTY, reason=f"faulty: {finding}; {rest}", devices=devices)
     return replace(verdict, reason=f"{verdict.reason}; {finding}", devices=devices)
 
 
-
-def devices_summary(target: Optional[str], policy: str = DEFAULT_POLICY, source: Optional[str] = None,
-                    note: Optional[str] = None) -> Dict[str, Any]:
+def devices_summary(
+    target: Optional[str], policy: str = DEFAULT_POLICY, source: Optional[str] = None, note: Optional[str] = None
+) -> Dict[str, Any]:
     """``doctor --health --json``'s ``"devices"``: ``{"target", "source", "checks", "note"}``
     (``target`` None: not checked, ``note`` says why; see
     :meth:`launcher.planning.health.devices.target.TargetChoice.note`)."""

@@ -6,6 +6,7 @@ The tools are where installs put them (container images mount them at the same p
 not on ``PATH``), ``nvidia-smi`` on ``PATH``.  Each :class:`DeviceCommand` lists its candidates:
 the install path first, then the bare name looked up on the probe's ``PATH``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,7 +23,16 @@ from launcher.planning.health.devices.model import (
     one_line,
 )
 
-__all__ = ["HCCN_TOOL", "NPU_SMI", "NVIDIA_SMI", "OUTPUT_LIMIT", "ToolSetup", "first_line", "host_time_limit", "not_run_reason"]
+__all__ = [
+    "HCCN_TOOL",
+    "NPU_SMI",
+    "NVIDIA_SMI",
+    "OUTPUT_LIMIT",
+    "ToolSetup",
+    "first_line",
+    "host_time_limit",
+    "not_run_reason",
+]
 
 #: Bytes of each of a command's streams the probe returns (the rest is dropped; npu-smi info
 #: of a 16-device host prints about 9 KB).

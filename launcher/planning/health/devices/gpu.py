@@ -10,6 +10,7 @@ For each planned GPU N (its index as nvidia-smi numbers it):
   no compute process on N (a leftover process is named by pid and name);
 * the host lists at least as many GPUs as the ranks the plan puts on it.
 """
+
 from __future__ import annotations
 
 from typing import List, Mapping, Optional, Tuple
@@ -58,7 +59,9 @@ def gpu_commands(spec: HostDeviceSpec, setup: ToolSetup = ToolSetup()) -> Tuple[
     apps = ("--query-compute-apps=" + APPS_QUERY, _FORMAT)
     return (
         DeviceCommand("nvidia-smi --query-gpu", "nvidia-smi", gpus, setup.nvidia_smi, setup.nvidia_timeout, "gpus"),
-        DeviceCommand("nvidia-smi --query-compute-apps", "nvidia-smi", apps, setup.nvidia_smi, setup.nvidia_timeout, "apps"),
+        DeviceCommand(
+            "nvidia-smi --query-compute-apps", "nvidia-smi", apps, setup.nvidia_smi, setup.nvidia_timeout, "apps"
+        ),
     )
 
 
@@ -77,8 +80,14 @@ def judge_gpu(spec: HostDeviceSpec, outcomes: Mapping[str, Outcome], setup: Tool
     if rows is not None:
         listed = id_ranges(r.index for r in rows)
         enough = len(rows) >= spec.ranks
-        host_checks = (CheckResult("count", OK if enough else FAULTY,
-                                   f"{len(rows)} GPU(s) for {spec.ranks} rank(s): nvidia-smi lists {listed}", gpus_cmd.key),)
+        host_checks = (
+            CheckResult(
+                "count",
+                OK if enough else FAULTY,
+                f"{len(rows)} GPU(s) for {spec.ranks} rank(s): nvidia-smi lists {listed}",
+                gpus_cmd.key,
+            ),
+        )
     devices: List[DeviceVerdict] = []
     for n in spec.devices:
         devices.append(DeviceVerdict(n, tuple(_gpu_checks(n, rows, rows_why, apps, apps_why, gpus_cmd, apps_cmd))))
@@ -93,22 +102,37 @@ def _read(cmd: DeviceCommand, outcome: Optional[Outcome], host: str, parse):
     assert outcome is not None
     if outcome.exit_code != 0:
         verdict, meaning = EXIT_STATUS.get(outcome.exit_code or 0, (NOT_CHECKED, "unknown exit status"))
-        return None, (verdict, f"{cmd.key} exited with {outcome.exit_code} ({meaning}) on {host}: {first_line(outcome)}")
+        return None, (
+            verdict,
+            f"{cmd.key} exited with {outcome.exit_code} ({meaning}) on {host}: {first_line(outcome)}",
+        )
     try:
         return parse(outcome.stdout), None
     except ToolOutputError as exc:
         return None, (NOT_CHECKED, f"{exc.message} (on {host})")
 
 
-def _gpu_checks(n: int, rows: Optional[Tuple[GpuRow, ...]], rows_why: Optional[Tuple[str, str]],
-                apps: Optional[Tuple[GpuApp, ...]], apps_why: Optional[Tuple[str, str]],
-                gpus_cmd: DeviceCommand, apps_cmd: DeviceCommand) -> List[CheckResult]:
+def _gpu_checks(
+    n: int,
+    rows: Optional[Tuple[GpuRow, ...]],
+    rows_why: Optional[Tuple[str, str]],
+    apps: Optional[Tuple[GpuApp, ...]],
+    apps_why: Optional[Tuple[str, str]],
+    gpus_cmd: DeviceCommand,
+    apps_cmd: DeviceCommand,
+) -> List[CheckResult]:
     if rows is None:
         assert rows_why is not None
         verdict, why = rows_why
-        return [CheckResult("health", verdict, why, gpus_cmd.key),
-                CheckResult("process", apps_why[0] if apps_why else NOT_CHECKED,
-                            apps_why[1] if apps_why else "cannot tell which GPU a process is on without the GPU list", apps_cmd.key)]
+        return [
+            CheckResult("health", verdict, why, gpus_cmd.key),
+            CheckResult(
+                "process",
+                apps_why[0] if apps_why else NOT_CHECKED,
+                apps_why[1] if apps_why else "cannot tell which GPU a process is on without the GPU list",
+                apps_cmd.key,
+            ),
+        ]
     row = next((r for r in rows if r.index == n), None)
     if row is None:
         listed = id_ranges(r.index for r in rows)
@@ -120,7 +144,9 @@ def _gpu_checks(n: int, rows: Optional[Tuple[GpuRow, ...]], rows_why: Optional[T
         if state == "bad":
             out.append(CheckResult(check, FAULTY, f"{meaning}: {value}", gpus_cmd.key))
         elif state == "unreadable":
-            out.append(CheckResult(check, NOT_CHECKED, f"unreadable {check} field {one_line(value, 30)!r}", gpus_cmd.key))
+            out.append(
+                CheckResult(check, NOT_CHECKED, f"unreadable {check} field {one_line(value, 30)!r}", gpus_cmd.key)
+            )
         else:
             out.append(CheckResult(check, OK, "not supported" if state == "unsupported" else value, gpus_cmd.key))
     if apps is None:
@@ -134,4 +160,3 @@ def _gpu_checks(n: int, rows: Optional[Tuple[GpuRow, ...]], rows_why: Optional[T
         else:
             out.append(CheckResult("process", OK, "no compute process", apps_cmd.key))
     return out
-

@@ -15,6 +15,7 @@ and, instead, one of the lines of its error table (:data:`FAILURE_LINES`).  Valu
 without regard to case and to the spaces around the colon; a value not in the tool's table is
 refused (:class:`ToolOutputError`), so a truncated answer is never taken for a healthy one.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,15 +25,33 @@ from launcher.planning.health.devices.model import FAULTY, NOT_CHECKED, ToolOutp
 from launcher.planning.ranktable.hccn import is_ipv4
 
 __all__ = [
-    "FAILURE_LINES", "LINK_VALUES", "NET_HEALTH_PASS", "NET_HEALTH_VALUES", "NO_IP_LINE", "failure_line", "parse_ip",
-    "parse_link", "parse_net_health", "parse_tls",
+    "FAILURE_LINES",
+    "LINK_VALUES",
+    "NET_HEALTH_PASS",
+    "NET_HEALTH_VALUES",
+    "NO_IP_LINE",
+    "failure_line",
+    "parse_ip",
+    "parse_link",
+    "parse_net_health",
+    "parse_tls",
 ]
 
 #: ``link status`` values; only UP is healthy.
 LINK_VALUES = ("UP", "DOWN", "PARTIAL LINK", "NA")
 #: ``net health status`` values (the tool's table), as printed.
-NET_HEALTH_VALUES = ("Success", "Socket fail", "Receive timeout", "Unreachable", "Time exceeded", "Fault", "Init",
-                     "Thread error", "Detect ip set", "Unknown")
+NET_HEALTH_VALUES = (
+    "Success",
+    "Socket fail",
+    "Receive timeout",
+    "Unreachable",
+    "Time exceeded",
+    "Fault",
+    "Init",
+    "Thread error",
+    "Detect ip set",
+    "Unknown",
+)
 #: Values that pass: ``Init`` means no detect address is configured (Ascend's own checks pass it).
 NET_HEALTH_PASS = ("Success", "Init")
 #: ``-ip -g`` on a device without an address.
@@ -97,7 +116,9 @@ def parse_link(text: str, command: str = "hccn_tool -link -g") -> str:
         ToolOutputError: no such line, or a value not in :data:`LINK_VALUES`.
     """
     raw = _value(_LINK_RE, text, "link status", command)
-    return _one_of(raw, LINK_VALUES, f"{command}: unknown link status {one_line(raw, 40)!r} (known: {', '.join(LINK_VALUES)})")
+    return _one_of(
+        raw, LINK_VALUES, f"{command}: unknown link status {one_line(raw, 40)!r} (known: {', '.join(LINK_VALUES)})"
+    )
 
 
 def parse_net_health(text: str, command: str = "hccn_tool -net_health -g") -> str:

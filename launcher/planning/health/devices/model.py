@@ -15,6 +15,7 @@ Verdicts, per check and per device:
 
 A device is ``faulty`` when any of its checks is, else ``not_checked`` when any is, else ``ok``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,8 +24,25 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from launcher.errors import MsLaunchError
 
 __all__ = [
-    "ASCEND", "CPU", "DEVICE_CHECK_POLICIES", "DEFAULT_POLICY", "FAULTY", "GPU", "NOT_CHECKED", "OK", "TARGETS",
-    "CheckResult", "DeviceCommand", "DeviceVerdict", "HostDeviceSpec", "HostDevices", "Outcome", "ToolOutputError", "combine", "id_ranges", "one_line",
+    "ASCEND",
+    "CPU",
+    "DEVICE_CHECK_POLICIES",
+    "DEFAULT_POLICY",
+    "FAULTY",
+    "GPU",
+    "NOT_CHECKED",
+    "OK",
+    "TARGETS",
+    "CheckResult",
+    "DeviceCommand",
+    "DeviceVerdict",
+    "HostDeviceSpec",
+    "HostDevices",
+    "Outcome",
+    "ToolOutputError",
+    "combine",
+    "id_ranges",
+    "one_line",
 ]
 
 ASCEND, GPU, CPU = "ascend", "gpu", "cpu"
@@ -75,8 +93,13 @@ class DeviceCommand:
 
     def to_json(self) -> Dict[str, Any]:
         """What the probe is sent: ``{"key", "tool", "candidates", "argv", "timeout"}``."""
-        return {"key": self.key, "tool": self.tool, "candidates": list(self.candidates), "argv": list(self.argv),
-                "timeout": self.timeout}
+        return {
+            "key": self.key,
+            "tool": self.tool,
+            "candidates": list(self.candidates),
+            "argv": list(self.argv),
+            "timeout": self.timeout,
+        }
 
 
 @dataclass(frozen=True)
@@ -144,7 +167,12 @@ class CheckResult:
     value: Optional[str] = None
 
     def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"check": self.check, "verdict": self.status, "evidence": self.evidence, "command": self.command}
+        out: Dict[str, Any] = {
+            "check": self.check,
+            "verdict": self.status,
+            "evidence": self.evidence,
+            "command": self.command,
+        }
         if self.value is not None:
             out["value"] = self.value
         return out

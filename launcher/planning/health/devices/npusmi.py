@@ -38,6 +38,7 @@ by position::
 An output without both tables, or whose last line is not a whole border, is refused
 (:class:`ToolOutputError`): a truncated answer is never taken for a healthy one.
 """
+
 from __future__ import annotations
 
 import re
@@ -103,8 +104,11 @@ class NpuSmiInfo:
 
     def processes_on(self, device: NpuDevice) -> List[NpuProcess]:
         """The process rows of ``device`` (its NPU, and its chip where both rows name one)."""
-        return [p for p in self.processes
-                if p.npu == device.npu and (p.chip is None or device.chip is None or p.chip == device.chip)]
+        return [
+            p
+            for p in self.processes
+            if p.npu == device.npu and (p.chip is None or device.chip is None or p.chip == device.chip)
+        ]
 
 
 def _cells(line: str) -> Optional[List[str]]:
@@ -151,8 +155,10 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
     mentioned = set(free) | {p.npu for p in processes}
     missing = sorted({d.npu for d in devices} - mentioned)
     if missing:
-        raise ToolOutputError(f"npu-smi info's process table does not mention NPU {', '.join(map(str, missing))} "
-                              "(a free NPU has a 'No running processes found' row): its output ends early")
+        raise ToolOutputError(
+            f"npu-smi info's process table does not mention NPU {', '.join(map(str, missing))} "
+            "(a free NPU has a 'No running processes found' row): its output ends early"
+        )
     return NpuSmiInfo(tuple(devices), tuple(processes), frozenset(free))
 
 
@@ -194,10 +200,12 @@ def _device_rows(lines: Sequence[str], per_device: int, health_at: int, phy: boo
         if not _BORDER_RE.match(line) and line != "+":
             raise ToolOutputError(f"npu-smi info: a line in its device table is not a row: {one_line(line, 80)}")
         if len(section) % per_device:
-            raise ToolOutputError(f"npu-smi info: a device has {len(section) % per_device} row(s), its header {per_device}: "
-                                  f"{one_line(' | '.join(section[-1]), 80)}")
+            raise ToolOutputError(
+                f"npu-smi info: a device has {len(section) % per_device} row(s), its header {per_device}: "
+                f"{one_line(' | '.join(section[-1]), 80)}"
+            )
         for k in range(0, len(section), per_device):
-            out.append(_device(section[k:k + per_device], health_at, phy, chips))
+            out.append(_device(section[k : k + per_device], health_at, phy, chips))
         section = []
     return out
 
@@ -206,7 +214,9 @@ def _device(rows: Sequence[List[str]], health_at: int, phy: bool, chips: bool) -
     first = rows[0]
     tokens = first[0].split()
     if not tokens or not _INT_RE.match(tokens[0]) or len(first) <= health_at or not first[health_at]:
-        raise ToolOutputError(f"npu-smi info: a device row is not in its header's layout: {one_line(' | '.join(first), 80)}")
+        raise ToolOutputError(
+            f"npu-smi info: a device row is not in its header's layout: {one_line(' | '.join(first), 80)}"
+        )
     npu = int(tokens[0])
     name = " ".join(tokens[1:]) or (first[1] if health_at > 1 else "")
     chip: Optional[int] = None
@@ -214,7 +224,9 @@ def _device(rows: Sequence[List[str]], health_at: int, phy: bool, chips: bool) -
     if len(rows) > 1 and (chips or rows[1][0]):
         ids = _ints(rows[1][0])
         if ids is None:
-            raise ToolOutputError(f"npu-smi info: the chip row of NPU {npu} has no chip index: {one_line(' | '.join(rows[1]), 80)}")
+            raise ToolOutputError(
+                f"npu-smi info: the chip row of NPU {npu} has no chip index: {one_line(' | '.join(rows[1]), 80)}"
+            )
         chip = ids[0]
         if phy and len(ids) > 1:
             device = ids[1]
@@ -243,14 +255,17 @@ def _process_rows(lines: Sequence[str], header: List[str]) -> Tuple[List[NpuProc
             continue
         if ids is None or len(cells) <= pid_at or not _INT_RE.match(cells[pid_at]):
             raise ToolOutputError(f"npu-smi info: a process row is not in its header's layout: {one_line(joined, 80)}")
-        processes.append(NpuProcess(
-            npu=ids[0], chip=ids[1] if len(ids) > 1 else None, pid=int(cells[pid_at]),
-            name=cells[name_at] if name_at is not None and name_at < len(cells) else "",
-            memory_mb=cells[mem_at] if mem_at is not None and mem_at < len(cells) else "",
-        ))
+        processes.append(
+            NpuProcess(
+                npu=ids[0],
+                chip=ids[1] if len(ids) > 1 else None,
+                pid=int(cells[pid_at]),
+                name=cells[name_at] if name_at is not None and name_at < len(cells) else "",
+                memory_mb=cells[mem_at] if mem_at is not None and mem_at < len(cells) else "",
+            )
+        )
     return processes, free
 
 
 def _first(lines: Sequence[str]) -> str:
     return one_line(lines[0], 80) if lines else "(nothing)"
-

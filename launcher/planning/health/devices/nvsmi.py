@@ -14,6 +14,7 @@ fault.  A header line (the same query without ``noheader``) is skipped, and a un
 number (``1024 MiB``) is tolerated.  nvidia-smi's exit statuses are documented in its manual
 (:data:`EXIT_STATUS`).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,7 +23,16 @@ from typing import Dict, List, Optional, Tuple
 
 from launcher.planning.health.devices.model import FAULTY, NOT_CHECKED, ToolOutputError, one_line
 
-__all__ = ["APPS_QUERY", "EXIT_STATUS", "GPU_QUERY", "GpuApp", "GpuRow", "field_state", "parse_compute_apps", "parse_gpu_query"]
+__all__ = [
+    "APPS_QUERY",
+    "EXIT_STATUS",
+    "GPU_QUERY",
+    "GpuApp",
+    "GpuRow",
+    "field_state",
+    "parse_compute_apps",
+    "parse_gpu_query",
+]
 
 GPU_QUERY = "index,uuid,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending"
 APPS_QUERY = "gpu_uuid,pid,process_name,used_memory"
@@ -115,8 +125,10 @@ def parse_gpu_query(text: str) -> Tuple[GpuRow, ...]:
         if cells and cells[0].lower() == "index":
             continue
         if len(cells) != 5 or not cells[0].isdigit() or len(cells[0]) > 6 or not _UUID_RE.match(cells[1]):
-            raise ToolOutputError(f"nvidia-smi --query-gpu printed a line that is not index, uuid and three fields: "
-                                  f"{one_line(', '.join(cells), 80)}")
+            raise ToolOutputError(
+                f"nvidia-smi --query-gpu printed a line that is not index, uuid and three fields: "
+                f"{one_line(', '.join(cells), 80)}"
+            )
         out.append(GpuRow(int(cells[0]), cells[1], cells[2], cells[3], cells[4]))
     return tuple(out)
 
@@ -134,7 +146,9 @@ def parse_compute_apps(text: str) -> Tuple[GpuApp, ...]:
         if cells and cells[0].lower() == "gpu_uuid":
             continue
         if len(cells) < 4 or not _UUID_RE.match(cells[0]) or not cells[1].isdigit() or len(cells[1]) > 12:
-            raise ToolOutputError(f"nvidia-smi --query-compute-apps printed a line that is not uuid, pid, name, memory: "
-                                  f"{one_line(', '.join(cells), 80)}")
+            raise ToolOutputError(
+                f"nvidia-smi --query-compute-apps printed a line that is not uuid, pid, name, memory: "
+                f"{one_line(', '.join(cells), 80)}"
+            )
         out.append(GpuApp(cells[0], int(cells[1]), ", ".join(cells[2:-1]), cells[-1]))
     return tuple(out)

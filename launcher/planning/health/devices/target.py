@@ -6,6 +6,7 @@ The target comes, first match wins, from ``doctor --device-target``, the program
 names are accepted in any case (``Ascend``, ``GPU``, ``CPU``; ``Davinci`` is its old name of
 ``Ascend``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +17,14 @@ from launcher.planning.health.devices.model import ASCEND, CPU, GPU, TARGETS, Ho
 from launcher.planning.inventory.model import Host, Inventory
 from launcher.planning.job.spec import Plan
 
-__all__ = ["TargetChoice", "device_target", "inventory_devices", "normalize_target", "planned_devices", "rank_table_device_ips"]
+__all__ = [
+    "TargetChoice",
+    "device_target",
+    "inventory_devices",
+    "normalize_target",
+    "planned_devices",
+    "rank_table_device_ips",
+]
 
 _FLAGS = ("--device-target", "--device_target")
 _NAMES = {"ascend": ASCEND, "davinci": ASCEND, "npu": ASCEND, "gpu": GPU, "cuda": GPU, "cpu": CPU}
@@ -42,8 +50,10 @@ class TargetChoice:
         if self.target is not None:
             return None
         if self.given is None:
-            return ("devices not checked: no device target (the program's --device-target, DEVICE_TARGET, "
-                    "or doctor --device-target ascend|gpu|cpu)")
+            return (
+                "devices not checked: no device target (the program's --device-target, DEVICE_TARGET, "
+                "or doctor --device-target ascend|gpu|cpu)"
+            )
         return f"devices not checked: unknown device target {self.given!r} ({self.source}); known: Ascend, GPU, CPU"
 
 
@@ -80,7 +90,7 @@ def device_target(program: Sequence[str], env: Mapping[str, str], flag: Optional
             given = program[i + 1]
         for name in _FLAGS:
             if arg.startswith(name + "="):
-                given = arg[len(name) + 1:]
+                given = arg[len(name) + 1 :]
     if given is not None:
         return TargetChoice(normalize_target(given), "program", given)
     value = env.get("DEVICE_TARGET")
@@ -89,8 +99,9 @@ def device_target(program: Sequence[str], env: Mapping[str, str], flag: Optional
     return TargetChoice(None, "none")
 
 
-def planned_devices(plan: Plan, inventory: Optional[Inventory] = None,
-                    device_ips: Optional[Mapping[str, Mapping[int, str]]] = None) -> List[HostDeviceSpec]:
+def planned_devices(
+    plan: Plan, inventory: Optional[Inventory] = None, device_ips: Optional[Mapping[str, Mapping[int, str]]] = None
+) -> List[HostDeviceSpec]:
     """What to check on every host: the devices the plan's ranks use, and on the hosts of
     ``inventory`` the plan gives no rank (spares, candidates of ``--preflight exclude``) the
     devices they offer.
@@ -122,7 +133,9 @@ def planned_devices(plan: Plan, inventory: Optional[Inventory] = None,
     return out
 
 
-def inventory_devices(inventory: Inventory, device_ips: Optional[Mapping[str, Mapping[int, str]]] = None) -> List[HostDeviceSpec]:
+def inventory_devices(
+    inventory: Inventory, device_ips: Optional[Mapping[str, Mapping[int, str]]] = None
+) -> List[HostDeviceSpec]:
     """What ``doctor --health`` checks without a job: every host's devices (its slots)."""
     ips = device_ips or {}
     return [_spec(h.name, list(h.device_ids), h.slots, ips.get(h.name, {})) for h in inventory.hosts]
@@ -149,7 +162,10 @@ def rank_table_device_ips(table: Any, hosts: Sequence[Host]) -> Dict[str, Dict[i
         if host is None:
             continue
         for dev in server.get("device") or []:
-            if isinstance(dev, dict) and str(dev.get("device_id", "")).isdigit() and isinstance(dev.get("device_ip"), str):
+            if (
+                isinstance(dev, dict)
+                and str(dev.get("device_id", "")).isdigit()
+                and isinstance(dev.get("device_ip"), str)
+            ):
                 out.setdefault(host.name, {})[int(dev["device_id"])] = dev["device_ip"]
     return out
-
