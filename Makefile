@@ -60,6 +60,7 @@ test: deps venv lint
 lint: venv
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/ruff check launcher tests bench
+	$(VENV)/bin/ruff format --check -q launcher tests bench
 	$(VENV)/bin/mypy
 
 # The edit-test loop: unit tests of every layer, no real parts (namespaces, Slurm, mpirun,

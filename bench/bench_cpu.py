@@ -243,12 +243,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         manual = [v for k, v in med.items() if k.startswith("1 process, manual")]
         if one and manual:
             print(
-                f"ratio 1 process, best manual / defaults: {max(manual):.1f} / {one:.1f} = {max(manual) / one:.2f} (target <= 1.15)"
+                f"ratio 1 process, best manual / defaults: {max(manual):.1f} / {one:.1f} = {max(manual) / one:.2f} "
+                "(target <= 1.15)"
             )
         for k in ("2 ranks, defaults", "2 ranks, --cpu-tune off"):
             if one and k in med:
                 print(
-                    f"ratio {k} / 1 process defaults: {med[k]:.1f} / {one:.1f} = {med[k] / one:.2f} (target >= 0.85 with defaults)"
+                    f"ratio {k} / 1 process defaults: {med[k]:.1f} / {one:.1f} = {med[k] / one:.2f} (target >= 0.85 "
+                    "with defaults)"
                 )
         accum = f"2 ranks, --grad-accum {accum_k}"
         if one and accum in med:
@@ -263,13 +265,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             t_step = 32 / single  # the trainer's per-rank batch
             bound = 2 * 32 / (t_step + t_ar)
             print(
-                f"bound for 2 ranks: one rank's step computes in {t_step:.2f} s (1 core, 1 thread: {single:.1f} img/s); "
+                f"bound for 2 ranks: one rank's step computes in {t_step:.2f} s (1 core, 1 thread: {single:.1f} "
+                "img/s); "
                 f"the gradient AllReduce takes {t_ar:.2f} s wall, {cpu_ar:.2f} s CPU per rank; "
                 f"2 x 32 / ({t_step:.2f} + {t_ar:.2f}) = {bound:.1f} img/s = {bound / one:.2f} of 1 process"
             )
             bound_k = 2 * accum_k * 32 / (accum_k * t_step + t_ar)
             print(
-                f"bound for 2 ranks with --grad-accum {accum_k}: 2 x {accum_k} x 32 / ({accum_k} x {t_step:.2f} + {t_ar:.2f}) = "
+                f"bound for 2 ranks with --grad-accum {accum_k}: 2 x {accum_k} x 32 / ({accum_k} x {t_step:.2f} + "
+                f"{t_ar:.2f}) = "
                 f"{bound_k:.1f} img/s = {bound_k / one:.2f} of 1 process"
             )
         if "2 ranks, defaults" in med and "2 ranks, --cpu-tune off" in med:

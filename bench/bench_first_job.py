@@ -141,7 +141,8 @@ def main() -> int:
         f"ratio first/warm {med['first job'] / med['warm job']:.2f}"
     )
     print(
-        f"the CPU probe alone (what a first job ran before its ranks when it was not skipped): {med['probe alone']:.2f} s; "
+        "the CPU probe alone (what a first job ran before its ranks when it was not skipped): "
+        f"{med['probe alone']:.2f} s; "
         f"(warm start + probe) / warm start = {(med['warm start'] + med['probe alone']) / med['warm start']:.2f}"
     )
     return 0

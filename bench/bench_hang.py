@@ -143,14 +143,16 @@ def main() -> None:
     base = statistics.median(follower_cpu(args.seconds, False, env) for _ in range(args.runs))
     hang = statistics.median(follower_cpu(args.seconds, True, env) for _ in range(args.runs))
     print(
-        f"follower, 8 ranks x 20 lines/s for {args.seconds:g} s: without hang tracking (anchor) {base * 100:.2f} % of a core, "
+        f"follower, 8 ranks x 20 lines/s for {args.seconds:g} s: without hang tracking (anchor) {base * 100:.2f} % of "
+        "a core, "
         f"with {hang * 100:.2f} %: +{(hang - base) * 100:.2f} points ({hang / max(base, 1e-9):.2f}x the anchor)"
     )
     one: List[float] = [limit_to_summary(1, 3.0, env) for _ in range(args.runs)]
     eight: List[float] = [limit_to_summary(8, 3.0, env) for _ in range(args.runs)]
     a, b = statistics.median(one), statistics.median(eight)
     print(
-        f"limit passed -> summary.json (dumps included): 1 rank (anchor) {a:.2f} s, 8 local ranks {b:.2f} s ({b / max(a, 1e-9):.2f}x the anchor); "
+        f"limit passed -> summary.json (dumps included): 1 rank (anchor) {a:.2f} s, 8 local ranks {b:.2f} s "
+        f"({b / max(a, 1e-9):.2f}x the anchor); "
         f"runs: {', '.join(f'{x:.2f}' for x in eight)}"
     )
 

@@ -173,7 +173,8 @@ def bench_cpu(work: str, seconds: float = 10.0) -> None:
     proc.wait(timeout=60)
     used = (t1.user + t1.system) - (t0.user + t0.system)
     print(
-        f"(c) mslaunch CPU while 2 ranks sleep (default console): {100 * used / (w1 - w0):.2f}% of a core over {w1 - w0:.1f} s  (target <= 1%)"
+        f"(c) mslaunch CPU while 2 ranks sleep (default console): {100 * used / (w1 - w0):.2f}% of a core over "
+        f"{w1 - w0:.1f} s  (target <= 1%)"
     )
 
 

@@ -107,7 +107,8 @@ def main() -> None:
                 results[name + " idle"] = follow(folder, n, args.seconds, args.period, False, legacy, env)
                 results[name] = follow(folder, n, args.seconds, args.period, True, legacy, env)
     print(
-        f"following for {args.seconds:.0f} s, one line per file every {args.period} s; {os.cpu_count()} CPUs, machine possibly shared"
+        f"following for {args.seconds:.0f} s, one line per file every {args.period} s; {os.cpu_count()} CPUs, machine "
+        "possibly shared"
     )
     print(f"{'case':<36} {'cpu s':>7} {'cpu %':>6} {'lines':>7} {'all':>4} {'cpu ms/1k lines':>16}")
     for name, r in results.items():
@@ -120,13 +121,15 @@ def main() -> None:
     print(
         f"ratio {big} / {small}: cpu {r_big['cpu'] / max(r_small['cpu'], 1e-6):.1f}x for "
         f"{r_big['lines'] / max(r_small['lines'], 1):.0f}x the lines "
-        f"(cpu per line {r_big['cpu'] / max(r_big['lines'], 1) / max(r_small['cpu'] / max(r_small['lines'], 1), 1e-12):.2f}x)"
+        "(cpu per line "
+        f"{r_big['cpu'] / max(r_big['lines'], 1) / max(r_small['cpu'] / max(r_small['lines'], 1), 1e-12):.2f}x)"
     )
     if not args.no_legacy:
         leg = results[f"{big} (legacy sweep) idle"]["cpu"]
         new = results[f"{big} idle"]["cpu"]
         print(
-            f"idle {big}: {new:.3f} s cpu now vs {leg:.3f} s with a full sweep every 0.2 s ({leg / max(new, 1e-6):.1f}x)"
+            f"idle {big}: {new:.3f} s cpu now vs {leg:.3f} s with a full sweep every 0.2 s "
+            f"({leg / max(new, 1e-6):.1f}x)"
         )
 
 

@@ -194,12 +194,14 @@ def report(part: str, target: float, times: Dict[str, List[float]]) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     msr = med["msrun"]
     print(
-        f"({part}) medians (ratio to msrun's; slowest run / median), target for default <= {target:.2f}, spread <= 1.50:"
+        f"({part}) medians (ratio to msrun's; slowest run / median), target for default <= {target:.2f}, spread <= "
+        "1.50:"
     )
     for who, m in med.items():
         ratio = "" if who == "msrun" else f", ratio {m / msr:.2f}"
         print(
-            f"    {who:<22} {m:6.2f} s{ratio}; spread {max(times[who]) / m:.2f}; runs {', '.join(f'{t:.1f}' for t in times[who])}"
+            f"    {who:<22} {m:6.2f} s{ratio}; spread {max(times[who]) / m:.2f}; runs "
+            f"{', '.join(f'{t:.1f}' for t in times[who])}"
         )
 
 

@@ -196,7 +196,8 @@ def report(med: Dict[str, float], sizes: List[int], label: str, runs: int) -> bo
             per_big = (m[f"plan {flag}{kind} {big}"] - anchor) / (big - ANCHOR_HOSTS)
             ratio = per_big / per_small if per_small > 0 else float("nan")
             print(
-                f"plan {flag}{kind}: per-host cost {per_small * 1e6:.0f} us at {small}, {per_big * 1e6:.0f} us at {big} "
+                f"plan {flag}{kind}: per-host cost {per_small * 1e6:.0f} us at {small}, {per_big * 1e6:.0f} us at "
+                f"{big} "
                 f"(anchor {anchor:.2f} s at {ANCHOR_HOSTS} hosts): ratio {ratio:.2f} (1.0 = linear)"
             )
     for kind in ("yaml", "hostfile"):

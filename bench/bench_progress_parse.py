@@ -29,7 +29,8 @@ sys.path.insert(0, ROOT)
 from launcher.logs.metrics import parse_line  # noqa: E402  (after sys.path is set above)
 
 NOISE = [
-    "[WARNING] ME(4711:140183,MainProcess):2026-11-25-13:00:01.123.456 [mindspore/train/model.py:1120] The step {n} of graph compile took long",
+    "[WARNING] ME(4711:140183,MainProcess):2026-11-25-13:00:01.123.456 [mindspore/train/model.py:1120] The step {n} of "
+    "graph compile took long",
     "2026-11-26 07:21:16,{n:03d} - INFO - root - data loader worker {n} started, prefetch 2, queue 64",
     "INFO:root:saving checkpoint at step {n} to /ckpt/step_{n}.ckpt",
     "[rank0]: warmup_steps: 100, max_steps=1000, lr: 0.0{n}, weight_decay: 0.01",
@@ -42,9 +43,11 @@ NOISE = [
 ]
 PROGRESS = [
     "epoch: 1 step: {n}, loss is 0.0{n}",
-    "2025-04-07 15:34:29,173 - INFO - {{ Epoch:[  1/  2], step:[ {n}/ 1900], loss: 10.633, per_step_time: 1752ms, lr: 1e-05",
+    "2025-04-07 15:34:29,173 - INFO - {{ Epoch:[  1/  2], step:[ {n}/ 1900], loss: 10.633, per_step_time: 1752ms, lr: "
+    "1e-05",
     "Epoch [1/5], Step [{n}/6000], Loss: 0.2154",
-    " iteration {n}/ 100000 | consumed samples: 640 | elapsed time per iteration (ms): 3514.5 | lm loss: 1.095398E+01 | loss scale: 4096.0 |",
+    " iteration {n}/ 100000 | consumed samples: 640 | elapsed time per iteration (ms): 3514.5 | lm loss: 1.095398E+01 "
+    "| loss scale: 4096.0 |",
     "iter {n} | loss 0.6667 | lr 0.01",
     "[step {n}] loss: 0.6667",
     "Train Epoch: 1 [{n}/60000 (1%)]\tLoss: 0.2154",

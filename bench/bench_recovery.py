@@ -251,7 +251,8 @@ def main() -> int:
                 results[mode].append(r)
                 phases = " ".join(f"{p} {r['0.' + p]:.2f}/{r['1.' + p]:.2f}" for p in PHASES)
                 print(
-                    f"round {k} {mode}: first {r['first']:.2f} s, recovery {r['recovery']:.2f} s, ratio {r['ratio']:.3f} "
+                    f"round {k} {mode}: first {r['first']:.2f} s, recovery {r['recovery']:.2f} s, ratio "
+                    f"{r['ratio']:.3f} "
                     f"(resumed from step {r['resumed_from']}); attempt 0/1: {phases}; {load()}",
                     flush=True,
                 )

@@ -185,7 +185,8 @@ def main() -> None:
                 continue
             n = JOBS[job][0]
             print(
-                f"({job}) {n}-worker {'data-parallel training' if job == 'a' else 'AllReduce'}, {args.runs} rounds of {', '.join(paths)}",
+                f"({job}) {n}-worker {'data-parallel training' if job == 'a' else 'AllReduce'}, {args.runs} rounds of "
+                f"{', '.join(paths)}",
                 flush=True,
             )
             stop_at = time.time() + (args.minutes * 60 if args.minutes else 1e12)

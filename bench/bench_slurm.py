@@ -251,7 +251,8 @@ def main() -> int:
                             what, left = left_on_nodes(cluster)
                             left_total += left
                             print(
-                                f"  {layout:12} {n:3} tasks: start {got[0]:.3f} s, {got[1]} srun, {got[2] / 2**20:.0f} MiB{what}",
+                                f"  {layout:12} {n:3} tasks: start {got[0]:.3f} s, {got[1]} srun, {got[2] / 2**20:.0f} "
+                                f"MiB{what}",
                                 file=sys.stderr,
                             )
         cluster.wait_idle()
@@ -263,7 +264,8 @@ def main() -> int:
     s_ssh, s_slurm = med("ssh", "ok", 0), med("slurm", "ok", 0)
     f_ssh, f_slurm = med("ssh", "fail", 1), med("slurm", "fail", 1)
     print(
-        f"3 namespace nodes, {RANKS} ranks (2 per node) + scheduler, dynamic method; median of {args.runs} (s); machine shared"
+        f"3 namespace nodes, {RANKS} ranks (2 per node) + scheduler, dynamic method; median of {args.runs} (s); "
+        "machine shared"
     )
     print(f"{'':24}{'ssh':>9}{'slurm':>9}{'slurm/ssh':>11}")
     print(f"{'time to all ranks started':24}{s_ssh:>9.3f}{s_slurm:>9.3f}{s_slurm / s_ssh:>11.2f}")
@@ -271,7 +273,7 @@ def main() -> int:
     if layouts:
         print(f"step layout, plain srun in the same allocation; median of {args.runs}")
         print(
-            f"{'tasks':>6}{'one step: start':>17}{'srun':>6}{'MiB':>6}{'one per rank: start':>21}{'srun':>6}{'MiB':>6}{'start ratio':>13}"
+            f"{'tasks':>6}{'one step: start':>17}{'srun':>6}{'MiB':>6}{'one per rank: start':>21}{'srun':>6}{'MiB':>6}{'start ratio':>13}"  # noqa: E501 - kept whole: a literal line as the program sees it
         )
         for n in (6, 24):
             one, per = layouts[("one step", n)], layouts[("one per rank", n)]

@@ -305,11 +305,13 @@ def main() -> int:
         for s in sizes:
             med = statistics.median(times[s])
             print(
-                f"   {s:>2} hosts x {PER_HOST} = {s * PER_HOST:>3} ranks: {med:.3f} s  ({med / base:.2f}x the {sizes[0]} x {PER_HOST} anchor)"
+                f"   {s:>2} hosts x {PER_HOST} = {s * PER_HOST:>3} ranks: {med:.3f} s  ({med / base:.2f}x the "
+                f"{sizes[0]} x {PER_HOST} anchor)"
                 f"   runs: {', '.join(f'{t:.3f}' for t in times[s])}"
             )
             print(
-                f"      floor: the same {s * PER_HOST} rank programs started at once here, no SSH: {statistics.median(floor[s]):.3f} s"
+                f"      floor: the same {s * PER_HOST} rank programs started at once here, no SSH: "
+                f"{statistics.median(floor[s]):.3f} s"
             )
         if 16 in times:
             ratio = statistics.median(times[16]) / base
@@ -337,7 +339,8 @@ def main() -> int:
         same = rows[1][2] == rows[2][2]
         ok &= same
         print(
-            f"   {big} x 1 vs {big} x {PER_HOST}: threads {rows[1][2]} vs {rows[2][2]} ({'do not grow per rank' if same else 'GROW per rank'})"
+            f"   {big} x 1 vs {big} x {PER_HOST}: threads {rows[1][2]} vs {rows[2][2]} "
+            f"({'do not grow per rank' if same else 'GROW per rank'})"
         )
 
         print(f"\n4. logs: {big} x {PER_HOST} ranks x 50 lines/s for {args.log_seconds:g} s:")

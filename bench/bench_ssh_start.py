@@ -99,7 +99,7 @@ def time_serial_ssh(cluster, work: str) -> float:
     stamps = tempfile.mkdtemp(dir=work)
     start = time.time()
     for rank, h in enumerate(cluster.hosts):
-        inner = f"cd {shlex.quote(work)}; RANK_ID={rank} nohup {shlex.join(rank_argv(work, stamps))} >/dev/null 2>&1 </dev/null &"
+        inner = f"cd {shlex.quote(work)}; RANK_ID={rank} nohup {shlex.join(rank_argv(work, stamps))} >/dev/null 2>&1 </dev/null &"  # noqa: E501 - kept whole: a literal line as the program sees it
         subprocess.run(["ssh", "-F", cluster.ssh_config, h.name, inner], check=True, capture_output=True, timeout=60)
     t = latest_stamp(stamps, len(cluster.hosts)) - start
     time.sleep(RANK_SLEEP + 0.5)  # let the background ranks end by themselves
@@ -138,7 +138,8 @@ def main() -> int:
         ours, serial = measure(size, args.runs)
         rows.append((size, statistics.median(ours), statistics.median(serial), ours, serial))
         print(
-            f"  {size:>2} host(s): mslaunch {statistics.median(ours):.3f} s  serial ssh {statistics.median(serial):.3f} s",
+            f"  {size:>2} host(s): mslaunch {statistics.median(ours):.3f} s  serial ssh "
+            f"{statistics.median(serial):.3f} s",
             file=sys.stderr,
         )
     base = rows[0][1]

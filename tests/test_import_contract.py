@@ -1,7 +1,8 @@
 """The import contract (``[importlinter]`` in setup.cfg) holds, and breaks when it should; no module is over 500 lines.
 
 ``lint-imports`` runs on the real tree, then on copies of the package with one forbidden import
-added per contract (to a new module or appended to an existing one): each copy must fail naming the contract and the offending import.
+added per contract (to a new module or appended to an existing one): each copy must fail naming the contract and the
+offending import.
 """
 
 import os

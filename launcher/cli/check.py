@@ -89,7 +89,8 @@ def check_cmd(
     if not problems and result.exit_code == 0:
         vector = ",".join(str(r) for r in range(plan.world_size))
         sys.stdout.write(
-            f"✓ {plan.world_size} ranks on {hosts} ({plan.method}, {plan.launcher}): AllGather gave [{vector}] on every rank\n"
+            f"✓ {plan.world_size} ranks on {hosts} ({plan.method}, {plan.launcher}): AllGather gave [{vector}] on "
+            "every rank\n"
         )
         return
     sys.stdout.write(

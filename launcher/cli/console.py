@@ -149,7 +149,8 @@ class Console:
             sys.stderr.flush()
 
     def event(self, event: Event) -> None:
-        """One line on stderr for the events the console shows (:func:`event_line`); above the live view when it runs."""
+        """One line on stderr for the events the console shows (:func:`event_line`); above the live
+        view when it runs."""
         if isinstance(event, Restart):
             from launcher.jobs.jobdir import attempt_dir
 

@@ -49,7 +49,8 @@ def doctor_cmd(
         False,
         "--health",
         help=(
-            "Instead of the checks: the health check of every inventory host (compute kernel, paired transfers; verdict ok "
+            "Instead of the checks: the health check of every inventory host (compute kernel, paired transfers; "
+            "verdict ok "
             "/ slow / faulty). Exit 1 when a host is slow or faulty. See docs/health.md."
         ),
         rich_help_panel="Health",
@@ -70,7 +71,8 @@ def doctor_cmd(
         None,
         "--device-target",
         help=(
-            "--health: ascend | gpu | cpu: check the hosts' NPUs (npu-smi, hccn_tool) or GPUs (nvidia-smi). Default: the "
+            "--health: ascend | gpu | cpu: check the hosts' NPUs (npu-smi, hccn_tool) or GPUs (nvidia-smi). Default: "
+            "the "
             "program's --device-target, else DEVICE_TARGET; none: devices not checked."
         ),
         rich_help_panel="Health",

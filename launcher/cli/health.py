@@ -182,7 +182,8 @@ def preflight(
         import socket
 
         raise PlanError(
-            f"this node ({socket.gethostname()}) is {bad[0].reason}; in per-node mode (--node_rank) its ranks cannot move to "
+            f"this node ({socket.gethostname()}) is {bad[0].reason}; in per-node mode (--node_rank) its ranks cannot "
+            "move to "
             "another node: fix it, or let the cluster manager start this node's part elsewhere",
             field="--preflight",
         )

@@ -267,7 +267,8 @@ def status_cmd(
                 from launcher.logs.causes import Cause, console_lines
 
                 sys.stdout.write(
-                    f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} (log {cause.get('log', '?')})\n"
+                    f"  root cause: {cause.get('name', '?')} on {cause.get('host', '?')}: {cause.get('reason', '?')} "
+                    f"(log {cause.get('log', '?')})\n"
                 )
                 judged = Cause.from_json(cause.get("cause"))
                 if judged is not None:

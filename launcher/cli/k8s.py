@@ -260,9 +260,11 @@ def gen_cmd(
 ) -> None:
     """Write the manifests of a job whose pods each run 'mslaunch run' for one node.
 
-    Give --nodes N --per-host K --image IMAGE and the options below, then any 'mslaunch run' options, then SCRIPT and its ARGS.
+    Give --nodes N --per-host K --image IMAGE and the options below, then any 'mslaunch run' options, then SCRIPT and
+    its ARGS.
 
-    The run options are checked now: a bad one is refused here, not in the pods. Device resources (huawei.com/Ascend910 or nvidia.com/gpu, K per pod)
+    The run options are checked now: a bad one is refused here, not in the pods. Device resources (huawei.com/Ascend910
+    or nvidia.com/gpu, K per pod)
     follow the job's --device-target or DEVICE_TARGET.
     """
     gen_names = _names(ctx.command)
@@ -285,7 +287,8 @@ def gen_cmd(
         raise PlanError(f"--per-host must be at least 1, got {per}", field="--per-host")
     if params["np"] is not None and params["np"] != nodes_n * per:
         raise PlanError(
-            f"--np {params['np']} is not --nodes x --per-host = {nodes_n} x {per} = {nodes_n * per}; drop --np or fix it",
+            f"--np {params['np']} is not --nodes x --per-host = {nodes_n} x {per} = {nodes_n * per}; drop --np or fix "
+            "it",
             field="--np",
         )
     opts, run_params = _parse_run(ctx, groups, program)

@@ -222,7 +222,8 @@ _opt(
         False,
         "--compile-cache",
         help=(
-            "Keep MindSpore's compiled graphs in the job dir for its restarts (MS_COMPILER_CACHE_*) for any program (the "
+            "Keep MindSpore's compiled graphs in the job dir for its restarts (MS_COMPILER_CACHE_*) for any program "
+            "(the "
             "reference trainer does it by itself). Only for programs that compile the same graphs in the same order in "
             "every attempt: MindSpore 2.10 finds a cached graph by its position. See docs/long-jobs.md."
         ),
@@ -298,7 +299,8 @@ _opt(
         "auto",
         "--cpu-tune",
         help=(
-            "auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job | "
+            "auto: tune MindSpore CPU ranks (oneDNN ISA from a cached probe, cores and threads per rank) | on: any job "
+            "| "
             "off."
         ),
         rich_help_panel="CPU",
@@ -323,7 +325,8 @@ _opt(
         "--node-rank",
         "--node_rank",
         help=(
-            "Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, SLURM_NODEID, "
+            "Per-node mode: this node's index (ranks node_rank*local_worker_num+i), or 'auto' (MS_NODE_RANK, "
+            "SLURM_NODEID, "
             "OMPI_COMM_WORLD_RANK, JOB_COMPLETION_INDEX, VC_TASK_INDEX)."
         ),
         rich_help_panel="msrun",
@@ -349,7 +352,8 @@ _opt(
         "--bind_numa",
         metavar="BOOL|JSON",
         help=(
-            'msrun\'s --bind_numa: True, a {"deviceN": ["nodes"]} dict or a bind JSON file (numactl --membind per rank).'
+            'msrun\'s --bind_numa: True, a {"deviceN": ["nodes"]} dict or a bind JSON file (numactl --membind per '
+            "rank)."
         ),
         rich_help_panel="msrun",
     ),

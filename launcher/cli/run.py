@@ -73,8 +73,10 @@ def run_cmd(
         "auto",
         "--hang-timeout",
         help=(
-            "auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this long;"
-            " auto = max(60 s, 5 x the longest step interval), armed once a rank logs a step (auto:FLOOR sets the 60 s). See docs/long-jobs.md."
+            "auto | SECONDS | off: end the attempt as hung (exit 125, stacks dumped) when no rank makes progress this "
+            "long;"
+            " auto = max(60 s, 5 x the longest step interval), armed once a rank logs a step (auto:FLOOR sets the 60 "
+            "s). See docs/long-jobs.md."
         ),
         rich_help_panel="Long jobs",
     ),
@@ -97,8 +99,10 @@ def run_cmd(
         SuperviseOptions.host_failures,
         "--host-failures",
         help=(
-            "After N failures blamed on one host (a rank killed by a signal, a hang's culprit), restarts leave it out and "
-            "move its ranks to spare hosts (hosts given no rank); a lost host is left out at once; 0: never for failures. "
+            "After N failures blamed on one host (a rank killed by a signal, a hang's culprit), restarts leave it out "
+            "and "
+            "move its ranks to spare hosts (hosts given no rank); a lost host is left out at once; 0: never for "
+            "failures. "
             "See docs/spare-hosts.md."
         ),
         rich_help_panel="Long jobs",
@@ -107,7 +111,8 @@ def run_cmd(
         None,
         "--tee",
         help=(
-            "Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the live "
+            "Console: none | rank0 | all | errors (rank 0 plus every rank's error lines). Default: on a terminal the "
+            "live "
             "per-rank view (as mslaunch top) plus every rank's error lines; else errors."
         ),
         rich_help_panel="Run",
@@ -137,8 +142,10 @@ def run_cmd(
         None,
         "--zygote/--no-zygote",
         help=(
-            "Import MindSpore once and fork each local Python rank from it (faster start). Default: on for MindSpore CPU "
-            "jobs of the local launcher, with a fallback to plain processes when the import is not fork-safe; --no-zygote: "
+            "Import MindSpore once and fork each local Python rank from it (faster start). Default: on for MindSpore "
+            "CPU "
+            "jobs of the local launcher, with a fallback to plain processes when the import is not fork-safe; "
+            "--no-zygote: "
             "plain processes."
         ),
         rich_help_panel="Run",
@@ -148,8 +155,10 @@ def run_cmd(
         "--preflight",
         metavar="MODE",
         help=(
-            "exclude | warn | fail: check every inventory host (compute kernel, paired transfers) before starting; exclude "
-            "plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See docs/health.md."
+            "exclude | warn | fail: check every inventory host (compute kernel, paired transfers) before starting; "
+            "exclude "
+            "plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See "
+            "docs/health.md."
         ),
         rich_help_panel="Run",
     ),
@@ -166,7 +175,8 @@ def run_cmd(
         None,
         "--minimal-scheduler/--script-scheduler",
         help=(
-            "With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() alone "
+            "With the zygote (MindSpore CPU dynamic jobs): the scheduler is forked too and runs MindSpore's init() "
+            "alone "
             "(default), or runs your script as msrun does (--script-scheduler)."
         ),
         rich_help_panel="Run",
@@ -178,7 +188,8 @@ def run_cmd(
     """Run a job: one process per rank (plus the scheduler), supervised, with per-rank logs.
 
     Exit code: 0 on success; the failing rank's exit code (128+N for signal N); 124 after
-    --timeout; 125 when hung (--hang-timeout, or a collective timed out); 130/143/129 when stopped by SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
+    --timeout; 125 when hung (--hang-timeout, or a collective timed out); 130/143/129 when stopped by
+    SIGINT/SIGTERM/SIGHUP; 1 when the job could not start;
     2 for bad input.
     """
     tee, live = _console_mode(opts, tee, quiet, detach)

@@ -195,7 +195,8 @@ def sbatch_cmd(
         False,
         "--dry-run",
         help=(
-            "Check the job and print the batch script; write and submit nothing (anywhere before SCRIPT: never passed to "
+            "Check the job and print the batch script; write and submit nothing (anywhere before SCRIPT: never passed "
+            "to "
             "run)."
         ),
         rich_help_panel="sbatch",
@@ -203,12 +204,16 @@ def sbatch_cmd(
 ) -> None:
     """Submit a job to Slurm: a batch script running 'mslaunch run --launcher slurm' in the allocation.
 
-    Before SCRIPT, the sbatch options below and mslaunch run's options (mslaunch run --help) come in any order. -h/--help and --dry-run are sbatch's;
-    --job-id and --log-dir name the mslaunch job and its directory; -n is run's --np (Slurm's is --ntasks). See docs/slurm.md.
+    Before SCRIPT, the sbatch options below and mslaunch run's options (mslaunch run --help) come in any order.
+    -h/--help and --dry-run are sbatch's;
+    --job-id and --log-dir name the mslaunch job and its directory; -n is run's --np (Slurm's is --ntasks). See
+    docs/slurm.md.
 
-    Without -N/--ntasks/--ntasks-per-node the allocation is sized from --np and --per-host (--np 16 --per-host 8: 2 nodes x 8 tasks).
+    Without -N/--ntasks/--ntasks-per-node the allocation is sized from --np and --per-host (--np 16 --per-host 8: 2
+    nodes x 8 tasks).
 
-    The job is checked as it will run in the allocation before anything is written: bad run options, a job too big for the allocation asked for or a
+    The job is checked as it will run in the allocation before anything is written: bad run options, a job too big for
+    the allocation asked for or a
     missing SCRIPT are refused (exit 2).
 
     Prints the Slurm job id, then the mslaunch job id; 'mslaunch ps/status/logs tail/stop' work on it.

@@ -18,7 +18,10 @@ from typing import Optional, Tuple
 from launcher.planning.job.kinds import Method
 from launcher.planning.job.spec import Plan
 
-FORKED = "Python ranks forked from one process that imported mindspore once (the zygote; plain processes if that import is not fork-safe)"
+FORKED = (
+    "Python ranks forked from one process that imported mindspore once"
+    " (the zygote; plain processes if that import is not fork-safe)"
+)
 
 
 def _own_interpreter(plan: Plan) -> bool:

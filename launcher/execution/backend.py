@@ -27,7 +27,8 @@ process.
 
 Registry: built-in backends are listed as ``module:Class`` in :mod:`launcher.execution.backends`
 and imported on first use (so the CLI does not pay for paramiko unless the ssh backend runs);
-importing a backend module registers nothing.  Others are registered with :func:`register_backend`.  ``--launcher`` choices and ``doctor`` read
+importing a backend module registers nothing.  Others are registered with :func:`register_backend`.  ``--launcher``
+choices and ``doctor`` read
 :func:`backend_names` / :func:`get_backend`.
 
 Adding a backend: one module (or package) with a :class:`Backend` and a

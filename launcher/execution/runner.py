@@ -4,7 +4,8 @@ Order of work (nothing starts until every check passed):
 
 1. checks: the scheduler's port is free (when the scheduler runs on this machine); the rank
    table (ranktable method) validates;
-2. the job dir (created 0700, or an empty one; locked for the job's life) with ``plan.json``, the artefacts, ``job.json``; the registry entry;
+2. the job dir (created 0700, or an empty one; locked for the job's life) with ``plan.json``, the artefacts,
+``job.json``; the registry entry;
 3. the watchdog; per-attempt preparation (ranktable: ``device<rank>/`` dirs and env dumps);
 4. the supervisor (with the metrics writer: ``metrics.jsonl``, whose lines also feed the hang watch; its
    events go to ``events.jsonl``); then ``summary.json`` (and ``--summary-json`` / ``--junit`` copies).

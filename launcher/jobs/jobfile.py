@@ -52,7 +52,8 @@ def validate_job_id(job_id: str, field: str = "--job-id") -> str:
         raise JobError(f"a job id has at most {MAX_JOB_ID_LEN} characters, got {len(job_id)}", field=field)
     if not _JOB_ID_RE.match(job_id) or ".." in job_id:
         raise JobError(
-            f"bad job id {job_id!r}: use letters, digits, '.', '_' and '-', starting with a letter, digit or '_', without '..'",
+            f"bad job id {job_id!r}: use letters, digits, '.', '_' and '-', starting with a letter, digit or '_', "
+            "without '..'",
             field=field,
         )
     return job_id

@@ -114,7 +114,8 @@ RULES: Tuple[Rule, ...] = (
     Rule(
         "hang",
         match_hang_report,
-        "start with rank {rank} on {culprit_host} (stacks in {stacks}); if a step can take this long, raise --hang-timeout",
+        "start with rank {rank} on {culprit_host} (stacks in {stacks}); if a step can take this long, raise "
+        "--hang-timeout",
     ),
     Rule("oom", match_oom, "{host} ran out of memory: run fewer ranks per host or use a smaller batch"),
     Rule(
@@ -126,13 +127,15 @@ RULES: Tuple[Rule, ...] = (
     Rule(
         "collective_timeout",
         match_collective_timeout_log,
-        "this rank waited for the others: the cause is the rank that failed or stalled first (their logs, mslaunch status)",
+        "this rank waited for the others: the cause is the rank that failed or stalled first (their logs, mslaunch "
+        "status)",
     ),
     Rule("disk_full", match_disk_full, "free space on {host} (checkpoints, logs, /tmp), or write elsewhere"),
     Rule(
         "native_crash",
         match_native_crash,
-        "a crash inside native code (the framework or a library), not a script error: read the native stack in the log, not the script",
+        "a crash inside native code (the framework or a library), not a script error: read the native stack in the "
+        "log, not the script",
     ),
     Rule(
         "missing_module",
@@ -214,7 +217,10 @@ def repeated_unfixable(attempts: Sequence[Tuple[int, Optional[Cause]]]) -> Optio
     if not same_unfixable(a, b):
         return None
     assert b is not None
-    return f"attempts {k1} and {k2} failed the same way ({b.kind}: {b.evidence}), which a restart cannot fix: not restarting"
+    return (
+        f"attempts {k1} and {k2} failed the same way ({b.kind}: {b.evidence}),"
+        " which a restart cannot fix: not restarting"
+    )
 
 
 def console_lines(cause: Cause) -> List[str]:

@@ -217,12 +217,14 @@ class HangTracker:
             if scaled > p.floor:
                 return (
                     scaled,
-                    f"auto: {AUTO_FACTOR:g} x the longest step interval {self._longest:.1f} s ({self._longest_where}){others}",
+                    f"auto: {AUTO_FACTOR:g} x the longest step interval {self._longest:.1f} s "
+                    f"({self._longest_where}){others}",
                 )
             longest = f"{self._longest:.1f} s" if self._longest else "none yet"
             return (
                 p.floor,
-                f"auto: the {p.floor:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is less){others}",
+                f"auto: the {p.floor:g} s floor ({AUTO_FACTOR:g} x the longest step interval, {longest}, is "
+                f"less){others}",
             )
         return None, "off"
 

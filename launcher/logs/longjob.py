@@ -100,6 +100,7 @@ def process_lines(table: Sequence[Mapping[str, Any]]) -> List[str]:
     width = max((len(str(r["name"])) for r in table), default=0)
     hwidth = max((len(str(r["host"])) for r in table), default=0)
     return [
-        f"{str(r['name']):<{width}}  {str(r['host']):<{hwidth}}  pid {'-' if r['pid'] is None else r['pid']}  {r['state']}"
+        f"{str(r['name']):<{width}}  {str(r['host']):<{hwidth}}  pid {'-' if r['pid'] is None else r['pid']}  "
+        f"{r['state']}"
         for r in table
     ]

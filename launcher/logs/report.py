@@ -288,7 +288,8 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
     parts += _html_ranks(plan, records)
     parts += _html_figures(paths)
     parts.append(
-        f'<p class="foot">metrics: {len(records)} records from {html.escape(os.path.join(job_dir, METRICS_FILE))}</p></body></html>\n'
+        f'<p class="foot">metrics: {len(records)} records from '
+        f"{html.escape(os.path.join(job_dir, METRICS_FILE))}</p></body></html>\n"
     )
     html_path = os.path.join(out_dir, "report.html")
     try:
@@ -322,7 +323,8 @@ def _html_summary(job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str
     esc = html.escape
     title = f"mslaunch report: job {esc(str(plan.get('job_id', '')))}"
     parts = [
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n<style>{_CSS}</style></head><body>',
+        '<!DOCTYPE html>\n<html lang="en"><head><meta '
+        f'charset="utf-8"><title>{title}</title>\n<style>{_CSS}</style></head><body>',
         f"<h1>{title}</h1>",
         '<h2>Summary</h2><table class="kv" id="summary">',
     ]
@@ -332,13 +334,15 @@ def _html_summary(job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str
     cause = (summary or {}).get("root_cause")
     if cause:
         parts.append(
-            f'<h2>Root cause</h2><p id="root-cause"><b>{esc(str(cause.get("name")))}</b> on {esc(str(cause.get("host")))}: '
+            f'<h2>Root cause</h2><p id="root-cause"><b>{esc(str(cause.get("name")))}</b> on '
+            f"{esc(str(cause.get('host')))}: "
             f"{esc(str(cause.get('reason')))} (log <code>{esc(str(cause.get('log')))}</code>)</p>"
         )
         judged = _cause(summary)
         if judged is not None:
             parts.append(
-                f'<p id="cause">cause: <b>{esc(judged.kind)}</b>: {esc(judged.evidence)}<br>hint: {esc(judged.hint)}</p>'
+                f'<p id="cause">cause: <b>{esc(judged.kind)}</b>: {esc(judged.evidence)}<br>hint: '
+                f"{esc(judged.hint)}</p>"
             )
         parts.append("<pre>" + esc("\n".join(cause.get("tail") or [])) + "</pre>")
     return parts
@@ -361,7 +365,8 @@ def _html_events(records: List[Dict[str, Any]], events: List[Dict[str, Any]], t0
         parts.append('<h2>Events</h2><ul id="events">')
         for r in nonfinite:
             parts.append(
-                f"<li>rank {r.get('rank')}: loss became {esc(str(r.get('loss_text')))} at epoch {r.get('epoch')} step {r.get('step')}</li>"
+                f"<li>rank {r.get('rank')}: loss became {esc(str(r.get('loss_text')))} at epoch {r.get('epoch')} step "
+                f"{r.get('step')}</li>"
             )
         parts.append("</ul>")
     return parts
@@ -372,7 +377,8 @@ def _html_ranks(plan: Dict[str, Any], records: List[Dict[str, Any]]) -> List[str
     prog = Progress()
     prog.extend(records)
     parts = [
-        '<h2>Ranks</h2><table id="ranks"><tr><th>rank</th><th>host</th><th>steps</th><th>last loss</th><th>ms/step</th><th>samples/s</th><th>eval</th></tr>'
+        '<h2>Ranks</h2><table id="ranks"><tr><th>rank</th><th>host</th><th>steps</th><th>last '
+        "loss</th><th>ms/step</th><th>samples/s</th><th>eval</th></tr>"
     ]
     hosts = {r.get("rank"): r.get("host") for r in plan.get("ranks", [])}
     for rank in range(int(plan.get("world_size") or 0)):
@@ -408,7 +414,8 @@ def _html_figures(paths: Dict[str, str]) -> List[str]:
         with open(paths[name], "rb") as fh:
             data = base64.b64encode(fh.read()).decode("ascii")
         parts.append(
-            f'<figure><img id="plot-{name}" class="plot" alt="{esc(captions[name])}" src="data:image/png;base64,{data}">'
+            f'<figure><img id="plot-{name}" class="plot" alt="{esc(captions[name])}" '
+            f'src="data:image/png;base64,{data}">'
             f'<figcaption>{esc(captions[name])} (<a href="{name}.png">{name}.png</a>)</figcaption></figure>'
         )
     return parts

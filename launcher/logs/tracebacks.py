@@ -306,7 +306,8 @@ class NativeCrash:
 
 
 _FATAL_RE = re.compile(
-    r"^\s*(Fatal Python error: .+|terminate called after throwing an instance of .+|terminate called without an active exception)$"
+    r"^\s*(Fatal Python error: .+|terminate called after throwing an instance of .+|terminate called without an active "
+    r"exception)$"
 )
 _WHAT_RE = re.compile(r"^\s*what\(\):\s*(.+)$")
 _CURRENT_THREAD_RE = re.compile(r"^\s*(Current thread|Thread) 0x[0-9a-fA-F]+ .*\(most recent call first\):\s*$")

@@ -207,7 +207,8 @@ def _rank_table(spec: JobSpec, used_inv: Inventory, artefacts: List[Artefact]) -
         return spec.rank_table_file
     if spec.device_ips is None:
         raise PlanError(
-            "the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf",
+            "the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with "
+            "device_ips/hccn_conf",
             field="--method",
         )
     from launcher.planning.ranktable import build_rank_table, rank_table_json

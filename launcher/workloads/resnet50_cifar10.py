@@ -307,7 +307,10 @@ def _training_data(args: argparse.Namespace, rank: int, size: int) -> Tuple[ds.D
     spe = min(args.steps_per_epoch, steps_per_pass) if args.steps_per_epoch else steps_per_pass
     line = f"data: {desc}; rank {rank} of {size}: {batches_per_pass} batches of {args.batch_size} per pass"
     if k > 1:
-        line += f"; --grad-accum {k}: {steps_per_pass} optimizer steps of {k} batches per pass (steps count optimizer steps)"
+        line += (
+            f"; --grad-accum {k}: {steps_per_pass} optimizer steps of {k} batches per pass"
+            " (steps count optimizer steps)"
+        )
     _say(line)
     # The step budget for `mslaunch top` (progress, ETA): the documented machine-readable line.
     # A step is an optimizer step: its batch is k micro-batches.

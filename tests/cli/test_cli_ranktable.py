@@ -160,7 +160,8 @@ def test_failed_gen_leaves_an_existing_output_alone(tmp_path) -> None:
         ),
         (
             ["gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN, "--version", "2"],
-            "mslaunch: error: --version: unknown rank table version '2'; use 1.0 (Ascend 910/910B) or 1.2 (Atlas A3 SuperPoD)",
+            "mslaunch: error: --version: unknown rank table version '2'; use 1.0 (Ascend 910/910B) or 1.2 (Atlas A3 "
+            "SuperPoD)",
         ),
         (
             ["gen", "-H", "10.0.0.1:8", "--hccn-dir", HCCN, "--chip", "310"],
@@ -413,7 +414,8 @@ def test_ranktable_does_not_import_the_other_commands(tmp_path) -> None:
     code = (
         "import atexit, sys\n"
         "atexit.register(lambda: print(sorted(m for m in sys.modules if m.startswith(('launcher.cli.app', "
-        "'launcher.cli.options', 'launcher.cli.spec', 'launcher.cli.run', 'launcher.planning.build'))), file=sys.stderr))\n"
+        "'launcher.cli.options', 'launcher.cli.spec', 'launcher.cli.run', 'launcher.planning.build'))), "
+        "file=sys.stderr))\n"
         f"sys.argv = ['mslaunch', 'ranktable', 'validate', {str(table)!r}]\n"
         "from launcher.__main__ import main\n"
         "main()\n"

@@ -55,8 +55,10 @@ def test_version_in_the_commands_parser_and_its_help() -> None:
 def test_version_as_a_process_imports_no_command() -> None:
     code = (
         "import atexit, sys\n"
-        "atexit.register(lambda: print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich', 'yaml', 'psutil', 'paramiko')"
-        " or m.startswith(('launcher.execution', 'launcher.planning', 'launcher.jobs', 'launcher.logs')) or m == 'launcher.cli.app'), file=sys.stderr))\n"
+        "atexit.register(lambda: print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich', "
+        "'yaml', 'psutil', 'paramiko')"
+        " or m.startswith(('launcher.execution', 'launcher.planning', 'launcher.jobs', 'launcher.logs')) or m == "
+        "'launcher.cli.app'), file=sys.stderr))\n"
         "sys.argv = ['mslaunch', '--version']\n"
         "from launcher.__main__ import main\n"
         "main()\n"

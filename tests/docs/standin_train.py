@@ -3,7 +3,8 @@
 A stand-in for a MindSpore training script, without MindSpore: under the dynamic method the
 scheduler role listens on ``MS_SCHED_PORT`` as MindSpore's ``init()`` does, every worker holds a
 connection to it while it runs, and the scheduler exits once all ``MS_WORKER_NUM`` workers have
-come and gone (as MindSpore's does: a launcher such as mpirun waits for it); a worker prints the tutorials' LossMonitor lines (``epoch: E step: S, loss is L``) for
+come and gone (as MindSpore's does: a launcher such as mpirun waits for it); a worker prints the tutorials' LossMonitor
+lines (``epoch: E step: S, loss is L``) for
 ``--steps N`` steps a second apart by ``--step-time`` (defaults 5 and 0.2 s), then exits 0.
 Every other argument (``--epochs 3``, ...) is accepted and ignored, as a real script's would be.
 """

@@ -194,10 +194,14 @@ def test_no_test_module_runs_mslaunch_but_through_the_harness():
         'from launcher.cli import app as appmod\nappmod.main(["plan", "x.py"])\n',
         'import launcher.cli.ranktable\nlauncher.cli.ranktable.main(["gen"])\n',
         "class Job:\n    def run_process(self):\n        pass\n",
-        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\nr = subprocess.run(mslaunch_argv("ps"), capture_output=True)\n',
-        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    argv = mslaunch_argv("ps")\n    return subprocess.check_output(argv)\n',
-        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    return subprocess.run(mslaunch_argv("ps") + ["--all"])\n',
-        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\nclass J:\n    def argv(self):\n        return mslaunch_argv("run")\n'
+        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\nr = subprocess.run(mslaunch_argv("ps"), '
+        "capture_output=True)\n",
+        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    argv = mslaunch_argv("ps")\n    '
+        "return subprocess.check_output(argv)\n",
+        "import subprocess\nfrom tests.harness.cli import mslaunch_argv\ndef f():\n    return "
+        'subprocess.run(mslaunch_argv("ps") + ["--all"])\n',
+        "import subprocess\nfrom tests.harness.cli import mslaunch_argv\nclass J:\n    def argv(self):\n        return "
+        'mslaunch_argv("run")\n'
         "    def go(self):\n        return subprocess.run(self.argv(), capture_output=True)\n",
     ],
 )
@@ -208,13 +212,16 @@ def test_the_check_finds_a_runner_of_a_module_own(source):
 @pytest.mark.parametrize(
     "source",
     [
-        'from tests.harness.cli import run_process\ndef on_cluster(c, *a):\n    return run_process(*a, env={"MSLAUNCH_SSH_CONFIG": c})\n',
-        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\np = subprocess.Popen(mslaunch_argv("logs", "tail", "-f"))\n',
+        "from tests.harness.cli import run_process\ndef on_cluster(c, *a):\n    return run_process(*a, "
+        'env={"MSLAUNCH_SSH_CONFIG": c})\n',
+        'import subprocess\nfrom tests.harness.cli import mslaunch_argv\np = subprocess.Popen(mslaunch_argv("logs", '
+        '"tail", "-f"))\n',
         'from tests.harness.cli import mslaunch_argv\nline = " ".join(mslaunch_argv("run", "x.py"))\n',
         'import subprocess\nsubprocess.run(["python3", "-m", "launcher.workloads.cifar10_synth", "d"])\n',
         "def _mslaunch_home(tmp_path):\n    pass\ndef mslaunch_reads(text):\n    pass\n",
         'assert " -m launcher run " in "x -m launcher run y"\n',
-        'from launcher.cli import app as appmod\nappmod._register("k8s")\nfrom launcher.workloads.x import main\nmain([])\n',
+        'from launcher.cli import app as appmod\nappmod._register("k8s")\nfrom launcher.workloads.x import '
+        "main\nmain([])\n",
     ],
 )
 def test_the_check_lets_calls_of_the_harness_pass(source):

@@ -121,7 +121,8 @@ def test_a_host_whose_link_is_cut_mid_check_is_faulty_within_the_step_limits(
     make_netns_cluster, tmp_path, kernel
 ) -> None:
     """h3's link is cut as its compute step begins (its Python, ``tests/scripts/cut_on_compute.py``,
-    drops every packet h3 sends, from the compute order on: silence, as a link lost on the way): h3 is ``faulty`` naming the compute
+    drops every packet h3 sends, from the compute order on: silence, as a link lost on the way): h3 is ``faulty`` naming
+    the compute
     step, h1 and h2 get their verdicts, and ``doctor --health`` ends within the limits of the steps
     run after the cut (from :class:`HealthBudget`), not the probe's lifetime nor the ssh connect
     timeout (30 s here: the kill of h3's probe, over a link that is gone, is not waited for that

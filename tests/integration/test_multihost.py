@@ -245,8 +245,8 @@ def test_unreachable_host_is_named_and_nothing_starts(job):
         r = job.run("ok")
         assert r.returncode == 1
         assert (
-            f"cannot connect to 1 of 3 host(s): {c.hosts[2].ip}: connection refused by {c.hosts[2].ip}:22 (is sshd running there?)"
-            in r.stderr
+            f"cannot connect to 1 of 3 host(s): {c.hosts[2].ip}: connection refused by {c.hosts[2].ip}:22 (is sshd "
+            "running there?)" in r.stderr
         )
         assert os.listdir(job.pids) == []
         assert job.summary()["status"] == "failed" and job.summary()["exit_code"] == 1
@@ -455,7 +455,7 @@ def test_doctor_reports_no_sshd_other_python_and_busy_port(job, tmp_path):
             c.hosts[0].netns,
             sys.executable,
             "-c",
-            f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();print('up',flush=True);time.sleep(120)",
+            f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();print('up',flush=True);time.sleep(120)",  # noqa: E501 - kept whole: a literal line as the program sees it
         ],
         stdout=subprocess.PIPE,
         text=True,

@@ -136,7 +136,8 @@ def test_mpirun_ranks_get_threads_from_their_hosts_usable_cores(make_netns_clust
         assert seen[2]["cpus"] == [0, 1] and (seen[2]["omp"], seen[2]["ms"]) == ("2", "2")
         first = (job / "worker_0.log").read_text()
         assert (
-            f"mslaunch: cpu: h1: threads per rank 1 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 2 rank(s) on 1 usable core(s) "
+            "mslaunch: cpu: h1: threads per rank 1 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 2 rank(s) on 1 usable "
+            "core(s) "
             f"(cpuset 0, cgroup v1 cpu.cfs_quota_us /{group}: 0.5 core(s); read by the rank wrapper on h1)"
         ) in first
         assert "mslaunch: warning: h1: 2 ranks on 1 usable core(s)" in first

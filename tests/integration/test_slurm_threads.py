@@ -55,8 +55,10 @@ def test_slurm_ranks_get_threads_from_their_nodes_usable_cores(slurm, tmp_path) 
             assert seen[2]["cpus"] == [0, 1] and (seen[2]["omp"], seen[2]["ms"]) == ("2", "2")
             logs = {r_: (job / f"worker_{r_}.log").read_text() for r_ in range(3)}
             assert (
-                f"mslaunch: cpu: node1: threads per rank 1 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 2 rank(s) on 1 usable "
-                f"core(s) (cpuset 0, cgroup v1 cpu.cfs_quota_us /{group}: 0.5 core(s); read by the Slurm task shim on node1)"
+                "mslaunch: cpu: node1: threads per rank 1 (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 2 rank(s) on 1 "
+                "usable "
+                f"core(s) (cpuset 0, cgroup v1 cpu.cfs_quota_us /{group}: 0.5 core(s); read by the Slurm task shim on "
+                "node1)"
             ) in logs[0]
             assert "mslaunch: warning: node1: 2 ranks on 1 usable core(s)" in logs[0]
             assert "mslaunch:" not in logs[1] and "warning" not in logs[2]

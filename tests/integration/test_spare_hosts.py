@@ -109,7 +109,8 @@ def test_a_bad_host_is_left_out_on_restart_and_without_a_spare_the_job_stops(clu
     r, job, _ = _run(c, tmp_path, "nospare", 6)
     assert r.returncode == 137, r.stderr
     line = (
-        f"--hosts: no spare host for 6 ranks without {bad} ({bad}: 2 failures (rank 2 killed by SIGKILL, rank 2 killed by SIGKILL)); "
+        f"--hosts: no spare host for 6 ranks without {bad} ({bad}: 2 failures (rank 2 killed by SIGKILL, rank 2 killed "
+        "by SIGKILL)); "
         "the other hosts have 4 slots: add hosts to the inventory or lower --np"
     )
     assert f"mslaunch: {line}" in r.stderr.splitlines() and "Traceback" not in r.stderr

@@ -107,7 +107,8 @@ def test_a_host_whose_mpirun_daemon_dies_is_lost_and_the_restart_uses_the_spare(
     assert [p["host"] for p in plan["ranks"]] == [good, good, spare, spare] and plan["excluded_hosts"] == excluded
     assert "rank2 done" in (job / "attempt_1" / "worker_2.log").read_text()
     assert re.search(
-        rf"mslaunch: restart: leaving out {re.escape(bad)} host lost \(rank 2: .*\); ranks 2-3 move to {re.escape(spare)}",
+        rf"mslaunch: restart: leaving out {re.escape(bad)} host lost \(rank 2: .*\); ranks 2-3 move to "
+        rf"{re.escape(spare)}",
         err,
     ), err
     assert wait_nothing_left(c) == {}

@@ -125,7 +125,8 @@ def check_isolation(template: str, tmp_path, cases: Dict[str, Tuple[Damage, str]
     good_status = cli(home, "status", GOOD)
     assert good_status.returncode == 0 and good_status.stdout.startswith(f"job {GOOD}: succeeded\n"), good_status.stdout
 
-    # (`status --json` and `logs ls` share their reading with `status` and `logs tail`: checked for the first cases only)
+    # (`status --json` and `logs ls` share their reading with `status` and `logs tail`: checked for the first cases
+    # only)
     first = list(cases)[:3]
     commands = [
         (job_id, cmd) for job_id in cases for cmd in (("status", job_id), ("logs", "tail", job_id), ("stop", job_id))
@@ -335,7 +336,8 @@ def test_registry_entry_pointing_at_another_jobs_dir(template, tmp_path):
 
 
 def test_registry_folder_unusable(tmp_path):
-    """$MSLAUNCH_HOME/jobs is not a directory: `run` refuses before writing or starting anything; the job commands say why."""
+    """$MSLAUNCH_HOME/jobs is not a directory: `run` refuses before writing or starting anything;
+    the job commands say why."""
     for make in (lambda p: p.write_text("x\n"), lambda p: os.symlink("/nonexistent/jobs", p)):
         home = tmp_path / f"home{len(os.listdir(tmp_path))}"
         home.mkdir()

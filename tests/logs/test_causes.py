@@ -103,8 +103,8 @@ def test_hang_names_the_culprit_its_host_and_the_stacks():
         "its last step is behind the others' (step 3 < step 4)"
     )
     assert (
-        c.hint
-        == "start with rank 1 on node2 (stacks in /job/attempt_1/stacks); if a step can take this long, raise --hang-timeout"
+        c.hint == "start with rank 1 on node2 (stacks in /job/attempt_1/stacks); if a step can take this long, raise "
+        "--hang-timeout"
     )
 
 
@@ -136,8 +136,9 @@ def test_collective_timeout_from_the_hang_report():
 KERNEL = (
     "[  626.051445] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
     "[  626.051785] memory: usage 2097152kB, limit 2097152kB, failcnt 88",
-    "[  626.051878] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/job,task_memcg=/job,task=python3,pid=4242,uid=0",
-    "[  626.051894] Memory cgroup out of memory: Killed process 4242 (python3) total-vm:82116kB, anon-rss:65280kB, file-rss:6652kB",
+    "[  626.051878] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/job,task_memcg=/job,task=python3,pid=4242,uid=0",  # noqa: E501 - kept whole: a literal line as the program sees it
+    "[  626.051894] Memory cgroup out of memory: Killed process 4242 (python3) total-vm:82116kB, anon-rss:65280kB, "
+    "file-rss:6652kB",
 )
 
 
@@ -165,7 +166,8 @@ def test_oom_from_the_cgroup_count_going_up():
     assert c.kind == "oom"
     assert (
         c.evidence
-        == "killed by SIGKILL; the cgroup's oom_kill count went from 1 to 2; peak memory 1.0 GiB (cgroup); limit 1.0 GiB"
+        == "killed by SIGKILL; the cgroup's oom_kill count went from 1 to 2; peak memory 1.0 GiB (cgroup); limit 1.0 "
+        "GiB"
     )
 
 
@@ -196,8 +198,10 @@ def test_oom_needs_sigkill():
 
 def test_address_in_use_in_the_schedulers_log_names_port_and_host():
     sched = (
-        "[WARNING] DISTRIBUTED(41187,7f6a,python):2026-11-26-07:40:11.498.210 [meta_server_node.cc:64] Initialize] Start the meta server",
-        "[ERROR] DISTRIBUTED(41187,7f6a,python):2026-11-26-07:40:11.512.003 [socket_operation.cc:281] Listen] Failed to call bind, url: tcp://10.0.0.1:8118",
+        "[WARNING] DISTRIBUTED(41187,7f6a,python):2026-11-26-07:40:11.498.210 [meta_server_node.cc:64] Initialize] "
+        "Start the meta server",
+        "[ERROR] DISTRIBUTED(41187,7f6a,python):2026-11-26-07:40:11.512.003 [socket_operation.cc:281] Listen] Failed "
+        "to call bind, url: tcp://10.0.0.1:8118",
     )
     c = classify(
         fail(("Worker failed to connect to the scheduler",), rc=1, scheduler_tail=sched, scheduler_host="node1")
@@ -237,7 +241,8 @@ def test_a_list_of_possible_reasons_naming_a_port_is_not_address_in_use():
     [
         ("EE9999: Inner Error!", "EE9999: Inner Error!", "look up EE9999"),
         (
-            "[ERROR] RUNTIME(1,python):2023-01-10 [stream.cc:1044] GetError:report error module_type=7, module_name=EZ9999",
+            "[ERROR] RUNTIME(1,python):2023-01-10 [stream.cc:1044] GetError:report error module_type=7, "
+            "module_name=EZ9999",
             "module_name=EZ9999",
             "look up EZ9999",
         ),
@@ -426,7 +431,8 @@ def test_missing_file(tail, path):
         "bash: python3.9: command not found",
         "env: 'python3': No such file or directory",
         # the agent's failure as mslaunch writes it into the rank's log
-        "mslaunch: the mslaunch agent on h3 exited with status 127: bash: line 1: /no/such/python3: No such file or directory",
+        "mslaunch: the mslaunch agent on h3 exited with status 127: bash: line 1: /no/such/python3: No such file or "
+        "directory",
     ],
 )
 def test_a_missing_interpreter_points_at_python(line):
@@ -598,7 +604,8 @@ def test_the_line_that_stops_the_restarts():
     missing = classify(fail(tb("/job/t.py:3:<module>", exc="ModuleNotFoundError: No module named 'mindspore'")))
     crash = classify(fail(("step 1",), rc=-11))
     assert repeated_unfixable([(0, missing), (1, missing)]) == (
-        "attempts 0 and 1 failed the same way (missing_module: ModuleNotFoundError: No module named 'mindspore' at /job/t.py:3 (<module>) "
+        "attempts 0 and 1 failed the same way (missing_module: ModuleNotFoundError: No module named 'mindspore' at "
+        "/job/t.py:3 (<module>) "
         "(on node2)), which a restart cannot fix: not restarting"
     )
     assert repeated_unfixable([(3, _exc()), (4, missing), (5, _exc())]) is None  # not the last two

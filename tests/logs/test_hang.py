@@ -224,7 +224,7 @@ def test_parse_pyspy_main_thread_and_innermost_python_frame():
     assert not in_collective(main)
     assert in_collective(main_thread(parse_pyspy(DUMP_INSIDE)))
     assert in_collective(main_thread(parse_pyspy(DUMP_NATIVE)))  # a native MindSpore frame above the Python one
-    proc_view = '# py-spy failed; the kernel\'s view from /proc\ntask 3 [S (sleeping)] "python"  wchan: futex_wait\n    kernel: [<0>] futex_wait\n'
+    proc_view = '# py-spy failed; the kernel\'s view from /proc\ntask 3 [S (sleeping)] "python"  wchan: futex_wait\n    kernel: [<0>] futex_wait\n'  # noqa: E501 - kept whole: a literal line as the program sees it
     assert main_thread(parse_pyspy(proc_view)) is None  # no Python frames: no frame is claimed
 
 
@@ -268,9 +268,11 @@ def test_a_rank_whose_collective_timed_out_is_never_the_culprit():
 @pytest.mark.parametrize(
     "line",
     [
-        "[ERROR] DEVICE(1,7f,python):2026-11-25-13:00:00.1 [mindspore/ccsrc/x.cc:88] Ring ReduceScatter wait receiving from rank 1 failed",
+        "[ERROR] DEVICE(1,7f,python):2026-11-25-13:00:00.1 [mindspore/ccsrc/x.cc:88] Ring ReduceScatter wait receiving "
+        "from rank 1 failed",
         "EI0002: The wait execution of the Notify register times out. HCCL_EXEC_TIMEOUT",
-        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds",
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 "
+        "milliseconds",
     ],
 )
 def test_collective_timeout_lines(line):

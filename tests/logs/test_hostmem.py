@@ -119,8 +119,8 @@ def test_kill_cgroups_names_each_killed_pids_memcg():
     from launcher.logs.hostmem import kill_cgroups
 
     lines = [
-        "[ 5.0] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/a/b,task=python3,pid=81,uid=0",
-        "[ 6.0] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/,task=x,pid=9,uid=0",
+        "[ 5.0] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a,task_memcg=/a/b,task=python3,pid=81,uid=0",  # noqa: E501 - kept whole: a literal line as the program sees it
+        "[ 6.0] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/,task=x,pid=9,uid=0",  # noqa: E501 - kept whole: a literal line as the program sees it
         "[ 7.0] Memory cgroup out of memory: Killed process 81 (python3) total-vm:1kB",
         "[ 8.0] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/c,task_memcg=/c,task=python3,pid=81,uid=0",
     ]

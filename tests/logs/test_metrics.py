@@ -15,12 +15,14 @@ from launcher.logs.progress import Progress, RankDeriver, snapshot
 from tests.harness.hypo import examples
 
 MF_LINE = (
-    "2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - { Epoch:[  1/  2], step:[    2/   19], "
+    "2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - { Epoch:[  1/  2], step:[    2/   "
+    "19], "
     "loss: 10.649, per_step_time: 103328ms, lr: 0.0, overflow cond: False, loss_scale: 1.0, global_norm: [1 31049], "
     "train_throughput_per_npu: 2.896T"
 )
 MF_LINE_MEAN = (
-    " mindformers[callback.py:305] - INFO - { Epoch:[  1/  1], step:[   92/25880], loss:[9.902/9.950], per_step_time: 2068ms, "
+    " mindformers[callback.py:305] - INFO - { Epoch:[  1/  1], step:[   92/25880], loss:[9.902/9.950], per_step_time: "
+    "2068ms, "
     "lr: 9.92268e-06, overflow cond: False, loss_scale: 262144.0"
 )
 

@@ -58,8 +58,10 @@ CORPUS = [
     # MindFormers MFLossMonitor (docs: resume training, worker_0.log | grep 'Epoch:').
     (
         "MindFormers MFLossMonitor",
-        "2025-04-07 15:34:29,173 - [mindformers/core/callback/callback.py:529] - INFO - { Epoch:[  1/  2], step:[    2/   19], "
-        "loss: 10.633, per_step_time: 1752ms, lr: 1e-05, overflow cond: False, loss_scale: 1.0, global_norm: [1 508834], "
+        "2025-04-07 15:34:29,173 - [mindformers/core/callback/callback.py:529] - INFO - { Epoch:[  1/  2], step:[    "
+        "2/   19], "
+        "loss: 10.633, per_step_time: 1752ms, lr: 1e-05, overflow cond: False, loss_scale: 1.0, global_norm: [1 "
+        "508834], "
         "train_throughput_per_npu: 170.738T",
         (1, 2),
         10.633,

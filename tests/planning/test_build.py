@@ -20,7 +20,8 @@ from tests.harness.cli import run_process
 from tests.harness.hypo import examples
 
 INV = parse_hostfile("10.0.0.1 slots=8\n10.0.0.2 slots=8\n", "h.txt")
-#: The job's MindSpore compile cache (--compile-cache), in every process's env unless the user sets it (envs.compile_cache_env).
+# : The job's MindSpore compile cache (--compile-cache), in every process's env unless the user sets it
+# (envs.compile_cache_env).
 MS_CACHE = {"MS_COMPILER_CACHE_ENABLE": "1", "MS_COMPILER_CACHE_PATH": "/work/mslaunch_logs/j1/compile_cache"}
 OFFER = {"MSLAUNCH_COMPILE_CACHE": "/work/mslaunch_logs/j1/compile_cache"}  # always: the program decides
 CACHE = {**MS_CACHE, **OFFER}
@@ -297,7 +298,8 @@ def test_env_precedence_and_reserved():
         (dict(method="nccl"), "--method: unknown method 'nccl'; use one of dynamic, ranktable, mpi"),
         (
             dict(launcher="local"),
-            "--launcher: --launcher local runs on this machine only, but the inventory has 10.0.0.1, 10.0.0.2; use ssh or mpirun",
+            "--launcher: --launcher local runs on this machine only, but the inventory has 10.0.0.1, 10.0.0.2; use ssh "
+            "or mpirun",
         ),
         (
             dict(method="mpi", launcher="ssh"),
@@ -305,7 +307,8 @@ def test_env_precedence_and_reserved():
         ),
         (
             dict(method="ranktable"),
-            "--method: the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory with device_ips/hccn_conf",
+            "--method: the ranktable method needs device IPs: pass --hccn-dir, --hccn HOST=PATH or a YAML inventory "
+            "with device_ips/hccn_conf",
         ),
         (dict(program=()), "SCRIPT: no program given; pass a script, -m MODULE, or --no-python EXECUTABLE"),
         (dict(master_port=70000), "--master-port: --master-port must be 1..65535, got 70000"),

@@ -373,7 +373,8 @@ def test_every_slot_of_a_huge_inventory_is_bounded() -> None:
         ("A\x00=1\n", "e.env:1: expected NAME=VALUE, got 'A\\x00=1'"),
         (
             "A=" + "x" * (128 * 1024) + "\n",
-            f"e.env:1: A: NAME=VALUE is longer than {inv_mod.MAX_ENV_ENTRY_BYTES} bytes, the most Linux passes to a process",
+            f"e.env:1: A: NAME=VALUE is longer than {inv_mod.MAX_ENV_ENTRY_BYTES} bytes, the most Linux passes to a "
+            "process",
         ),
     ],
 )

@@ -6,7 +6,8 @@ Every worker writes ``$PIDDIR/a<MSLAUNCH_ATTEMPT>-r<rank>`` holding its host nam
 for these before it takes a host away) and prints ``attempt=<a> rank=<r> host=<name>``.  With
 ``hold``, in attempt 0 it then waits until it is ended (the test loses a host meanwhile); else
 (and in a later attempt) it prints one LossMonitor line per step, tells the scheduler ``done``
-(waiting for it to listen: it starts with the ranks) and ends.  Further arguments are ignored (``--device-target Ascend`` tells mslaunch the job's
+(waiting for it to listen: it starts with the ranks) and ends.  Further arguments are ignored (``--device-target
+Ascend`` tells mslaunch the job's
 devices).  The scheduler
 role listens on MS_SCHED_PORT and ends once every worker said ``done``.
 """

@@ -9,7 +9,8 @@ more per step; the silent rank prints nothing after step 2 for ``--silent-for`` 
 goes on); ``--nan-at`` makes rank 0 print a NaN loss at that step and exit 1; ``--fail-once R``
 makes rank R exit 3 at step 3 the first time (a marker file in $PIDDIR remembers it).  At the end:
 ``Train epoch time: ... ms, per step time: ... ms`` (TimeMonitor's format).  The scheduler role
-listens on MS_SCHED_PORT like MindSpore's and exits once every worker connected to say it is done.  Pids go to ``$PIDDIR/<name>.pids``.
+listens on MS_SCHED_PORT like MindSpore's and exits once every worker connected to say it is done.  Pids go to
+``$PIDDIR/<name>.pids``.
 """
 
 import argparse
@@ -62,15 +63,18 @@ for step in range(1, args.steps + 1):
     if rank == 0 and step == args.nan_at:
         print(f"epoch: 1 step: {step}, loss is nan", flush=True)
         print(
-            f"ValueError: In epoch: 1 step: {step}, loss is NAN or INF, training process cannot continue, terminating training.",
+            f"ValueError: In epoch: 1 step: {step}, loss is NAN or INF, training process cannot continue, terminating "
+            "training.",
             file=sys.stderr,
             flush=True,
         )
         sys.exit(1)
     if args.format == "mindformers":
         print(
-            f"2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - {{ Epoch:[  1/  1], step:[{step:5d}/{args.steps:5d}], "
-            f"loss: {loss:5.3f}, per_step_time: {int((args.step_s) * 1000)}ms, lr: 0.0, overflow cond: False, loss_scale: 1.0, global_norm: [1.2]",
+            "2025-04-07 15:34:27,308 - [mindformers/core/callback/callback.py:529] - INFO - "
+            f"{{ Epoch:[  1/  1], step:[{step:5d}/{args.steps:5d}], "
+            f"loss: {loss:5.3f}, per_step_time: {int((args.step_s) * 1000)}ms, lr: 0.0, overflow cond: False, "
+            "loss_scale: 1.0, global_norm: [1.2]",
             flush=True,
         )
     elif args.format == "mslaunch":

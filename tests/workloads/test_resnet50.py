@@ -190,7 +190,8 @@ def test_distributed_resume_takes_the_newest_checkpoint_every_rank_has(tmp_path)
     with pytest.raises(UsageError) as info:
         resume_point(str(mine), 3, lambda p, n: [list(p), [(2, 8)], []])
     assert str(info.value) == (
-        "--resume: the ranks have no checkpoint in common (newest: rank 0 resnet50-1_8, rank 1 resnet50-2_8, rank 2 none); "
+        "--resume: the ranks have no checkpoint in common (newest: rank 0 resnet50-1_8, rank 1 resnet50-2_8, rank 2 "
+        "none); "
         "every rank needs CKPT_DIR/ckpt_<rank>/ of the same run (or remove them all to start over)"
     )
     assert sorted(os.listdir(mine)) == ["resnet50-1_4.ckpt", "resnet50-1_8.ckpt"]  # nothing removed on an error

@@ -19,7 +19,8 @@ hccn.conf      the host has ``hccn_path`` with device addresses (ranktable metho
 
 Checks are plain functions of probe results returning :class:`Check` rows; a check that does
 not apply is ``None`` ("-" in the table) and a host that cannot be reached gets ``None`` for
-everything after ``ssh``.  The probe is one small Python program (:mod:`launcher.execution.probes.doctor_probe`) run under
+everything after ``ssh``.  The probe is one small Python program (:mod:`launcher.execution.probes.doctor_probe`) run
+under
 ``python3`` (or the inventory's ``python:``) with its parameters as JSON on stdin.
 """
 
@@ -269,7 +270,8 @@ def _port_row(job: DoctorJob, host: str, data: Dict[str, Any]) -> Check:
         bool(free),
         f"{job.master[1]} free"
         if free
-        else f"{job.master[1]} in use on {host} ({data.get('port_error', 'busy')}); pass --master-port auto or another port",
+        else f"{job.master[1]} in use on {host} ({data.get('port_error', 'busy')}); pass --master-port auto or another "
+        "port",
     )
 
 

@@ -193,7 +193,8 @@ def _comparable(env: Dict[str, str]) -> Dict[str, str]:
 class ZygotePool:
     """Keeps a job's zygote from one attempt to the next (a restart forks from the warm one).
 
-    The attempt's backend hands its zygote back at :meth:`~launcher.execution.local.zygote.ZygoteBackend.close`; the next
+    The attempt's backend hands its zygote back at :meth:`~launcher.execution.local.zygote.ZygoteBackend.close`; the
+    next
     attempt's backend takes it if :meth:`Zygote.reusable` (else it is ended and a new one
     imports).  :meth:`close` ends what is kept (the job is over).  One job at a time.
 

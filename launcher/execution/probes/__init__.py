@@ -7,7 +7,8 @@ node's), and the ssh backend's remote agent (:mod:`launcher.execution.ssh.remote
 is :mod:`launcher.workloads.cpu_probe`.
 
 Such a program uses the standard library only (numpy where it says so), runs on Python >= 3.6
-and imports from ``launcher`` only :mod:`launcher.execution.process.proctree` (and the modules sent with it), inside ``try: ... except
+and imports from ``launcher`` only :mod:`launcher.execution.process.proctree` (and the modules sent with it), inside
+``try: ... except
 ImportError``: :func:`program_source` puts that module's source in front of the program's, so
 on the host the names are already defined and the import is skipped.
 """

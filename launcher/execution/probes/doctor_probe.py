@@ -44,8 +44,8 @@ def main():
         mod = cfg.get("module")
         if mod:
             code += (
-                "import importlib.util\ntry:\n print(importlib.util.find_spec(%r) is not None)\nexcept Exception:\n print(False)\n"
-                % mod
+                "import importlib.util\ntry:\n print(importlib.util.find_spec(%r) is not None)\nexcept Exception:\n "
+                "print(False)\n" % mod
             )
         rc, o, e = run([py, "-c", code])
         lines = o.splitlines()

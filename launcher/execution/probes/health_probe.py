@@ -19,7 +19,8 @@ command                                            answer
 
 With ``connect: [addr, port]`` in ``CFG`` (Slurm: one ``srun`` step per node) the lines go over a
 TCP connection to that address instead, which starts with ``{"hello": CFG's token, "addr": the
-probe's own address on that connection}``.  A failed command answers ``{"error": "..."}``.  The program exits at the end of its stdin, on
+probe's own address on that connection}``.  A failed command answers ``{"error": "..."}``.  The program exits at the end
+of its stdin, on
 ``quit``, and in any case ``lifetime`` seconds after it started (``CFG``'s ``lifetime``), so
 nothing is left running on a host whatever happens to the launching machine.  BLAS runs on
 one thread (the environment is set by the caller), so hosts compare fairly.

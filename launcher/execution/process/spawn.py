@@ -309,7 +309,8 @@ def start_local(
         if missing == run_dir or not os.path.isdir(run_dir):
             raise LaunchError(f"{plan.name}: working directory {run_dir} does not exist") from None
         raise LaunchError(
-            f"{plan.name}: cannot run {plan.argv[0]!r}: no such file; check the program path or use --no-python correctly"
+            f"{plan.name}: cannot run {plan.argv[0]!r}: no such file; check the program path or use --no-python "
+            "correctly"
         ) from None
     except PermissionError:
         raise LaunchError(f"{plan.name}: cannot run {plan.argv[0]!r}: permission denied (is it executable?)") from None

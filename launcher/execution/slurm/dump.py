@@ -1,4 +1,5 @@
-"""Stack dumps of a Slurm step's ranks, made on their nodes (see :mod:`launcher.execution.ssh.dump` for the ssh channel)."""
+"""Stack dumps of a Slurm step's ranks, made on their nodes (see :mod:`launcher.execution.ssh.dump`
+for the ssh channel)."""
 
 from __future__ import annotations
 

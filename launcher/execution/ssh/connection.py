@@ -36,7 +36,8 @@ def describe_connect_error(target: SshTarget, exc: BaseException, timeout: float
         port = f"-p {target.port} " if target.port != 22 else ""
         kh = target.known_hosts[0] if target.known_hosts else "~/.ssh/known_hosts"
         return (
-            f"host key for {target.name} is not known ({exc.key.get_name()} {fingerprint(exc.key)}); verify it and add it "
+            f"host key for {target.name} is not known ({exc.key.get_name()} {fingerprint(exc.key)}); verify it and add "
+            "it "
             f"to known_hosts (ssh-keyscan {port}{target.hostname} >> {kh}) or pass --ssh-accept-new"
         )
     if isinstance(exc, paramiko.BadHostKeyException):

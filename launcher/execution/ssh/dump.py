@@ -1,7 +1,8 @@
 """Stack dumps of ranks on ssh hosts: the dump runs on the rank's host and its text comes back.
 
 * ssh backend: one ``exec <python> -S -c <stackdump source> --stdout rank<R>=<pid> ...`` per host
-  (every running rank of the host at once) over the host's open connection (mslaunch need not be installed there; py-spy is used when it is next to
+  (every running rank of the host at once) over the host's open connection (mslaunch need not be installed there; py-spy
+  is used when it is next to
   that Python or on its PATH, else /proc);
 * slurm backend: one ``srun --jobid J --overlap -N1 -n1 -w NODE <python> -m
   launcher.execution.process.stackdump --stdout ...`` per node, with the pids the shims recorded

@@ -139,7 +139,8 @@ class SshProcess(ProcessHandle):
             self._agent.control(op_line("kill", self.rank_id))
 
     def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
-        """This rank's stacks, dumped on its host with its host's other ranks (:func:`launcher.execution.ssh.dump.agent_dump`)."""
+        """This rank's stacks, dumped on its host with its host's other ranks
+        (:func:`launcher.execution.ssh.dump.agent_dump`)."""
         from launcher.execution.ssh.dump import agent_dump
 
         return agent_dump(self._agent, folder, self.plan.rank)

@@ -36,7 +36,8 @@ State machine of the agent::
 The agent is single-threaded: one ``poll`` loop over stdin, every rank's pipe, stdout (when
 output is queued; stdout is non-blocking, so a stalled link never stops the ping timeout) and a
 SIGCHLD wake-up pipe.  Output is batched into frames (:class:`launcher.execution.ssh.remote_link.Outbox`),
-so many ranks' lines leave in few SSH packets.  Each rank runs in its own session (``start_new_session``), so its process
+so many ranks' lines leave in few SSH packets.  Each rank runs in its own session (``start_new_session``), so its
+process
 group is its pid; the agent is a child subreaper (Linux), so orphans of a rank are re-parented
 to it; they are attributed to their rank by snapshots of its tree (every second while ranks
 run, walked from each rank's ``/proc/<pid>/task/*/children`` files) and by their group/session,

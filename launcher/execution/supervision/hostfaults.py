@@ -78,7 +78,8 @@ class HostFaults:
         return new
 
     def due(self, already: Sequence[str], attempt: int) -> List[Exclusion]:
-        """Hosts to leave out from ``attempt`` on (not in ``already``), in the order first faulted, with their reasons."""
+        """Hosts to leave out from ``attempt`` on (not in ``already``), in the order first faulted,
+        with their reasons."""
         out: List[Exclusion] = []
         for host, faults in self.faults.items():
             if host in already:

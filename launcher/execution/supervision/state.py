@@ -57,7 +57,8 @@ class AttemptState:
                 rc = handle.wait()
             except Exception as exc:  # a backend bug must not hang the job: count it as a failure
                 rc = 255
-                handle.reason = f"mslaunch could not wait for it: {exc}"  # a backend's bug: the process failed, its host is not lost
+                # a backend's bug: the process failed, its host is not lost
+                handle.reason = f"mslaunch could not wait for it: {exc}"
             self.events.put((idx, rc, time.time()))
 
         threading.Thread(target=waiter, name=f"wait-{handle.plan.name}", daemon=True).start()

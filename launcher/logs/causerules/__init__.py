@@ -131,7 +131,8 @@ class Found:
     hint: Optional[str] = None
 
 
-#: MindSpore's log record prefix: ``[ERROR] DISTRIBUTED(41187,7f6a...,python):2026-11-26-07:40:11.512.003 [file.cc:281] Listen] ``.
+# : MindSpore's log record prefix: ``[ERROR] DISTRIBUTED(41187,7f6a...,python):2026-11-26-07:40:11.512.003 [file.cc:281]
+# Listen] ``.
 _MS_PREFIX_RE = re.compile(
     r"^\s*\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|TRACE)\] [\w_]+\([^)]*\):\S+ (?:\[[^\]]*\] ?\w*\] ?)?"
 )

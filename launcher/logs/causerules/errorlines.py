@@ -75,7 +75,10 @@ def match_address_in_use(facts: Facts) -> Optional[Found]:
         fields = {"port": port or "", "bind_host": host or "its host"}
         hccl = "bind fail" in line or "bound already" in line
         if hccl:
-            hint = "HCCL's port {port} on {bind_host} is taken (another job on the same devices?): end it, or move HCCL's ports with HCCL_IF_BASE_PORT"
+            hint = (
+                "HCCL's port {port} on {bind_host} is taken (another job on the same devices?): end it,"
+                " or move HCCL's ports with HCCL_IF_BASE_PORT"
+            )
         elif port:
             hint = "port {port} is taken on {bind_host}: run with --master-port auto (or free the port)"
         else:
@@ -128,7 +131,8 @@ ASCEND_HINTS = {
     "EI0005": "the ranks disagree on a collective's arguments: the script or the rank table differ between ranks",
     "EI0006": "HCCL could not connect to a peer: look for a rank that failed or started late, check the device network "
     "(hccn_tool), or raise HCCL_CONNECT_TIMEOUT",
-    "EJ0001": "an earlier training process still holds the devices on {host}: wait for it to end (or end it), then start again",
+    "EJ0001": "an earlier training process still holds the devices on {host}: wait for it to end (or end it), then "
+    "start again",
     "EE1001": "a device id is out of range on {host}: check DEVICE_ID and the rank table's device_id values",
 }
 #: Codes of another cause: EI0002 (HCCL's notify wait timed out) is a collective timeout.

@@ -50,7 +50,8 @@ _NO_FILE_LINE_RES = (
     re.compile(r"can't open file (?P<q>['\"])(?P<path>.+?)(?P=q): \[Errno 2\]"),
     # also after mslaunch's own prefix: "mslaunch: the mslaunch agent on h3 exited with status 127: bash: line 1: ..."
     re.compile(
-        r"(?:^|: )(?:/bin/|/usr/bin/)?(?:ba|z)?sh: (?:line \d+: )?(?P<path>[^:\s]+): (?:No such file or directory|command not found)$"
+        r"(?:^|: )(?:/bin/|/usr/bin/)?(?:ba|z)?sh: (?:line \d+: )?(?P<path>[^:\s]+): (?:No such file or "
+        r"directory|command not found)$"
     ),
     re.compile(r"(?:^|: )env: '?(?P<path>[^':]+)'?: No such file or directory$"),
 )

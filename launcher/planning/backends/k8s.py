@@ -103,7 +103,8 @@ def _dns_label(value: str, field: str, room: int = 0) -> None:
             f" and at most {63 - room} characters (pod names add a suffix)" if room else " and at most 63 characters"
         )
         raise PlanError(
-            f"{value!r} is not a DNS label: use lower-case letters, digits and '-', starting and ending with a letter or digit,"
+            f"{value!r} is not a DNS label: use lower-case letters, digits and '-', starting and ending with a letter "
+            "or digit,"
             f"{extra}",
             field=field,
         )
@@ -211,10 +212,13 @@ def _container(job: K8sJob, name: str) -> Dict[str, Any]:
     container["args"] = Note(
         args,
         {
-            "indexed": "per-node mode: this pod runs ranks JOB_COMPLETION_INDEX*per_host .. +per_host-1; pod 0 also runs\n"
+            "indexed": "per-node mode: this pod runs ranks JOB_COMPLETION_INDEX*per_host .. +per_host-1; pod 0 also "
+            "runs\n"
             "the scheduler (its name resolves to its own address) and every other pod waits for that name",
-            "volcano": "per-node mode: --node_rank auto reads VC_TASK_INDEX (Volcano's env plugin); pod 0 also runs the scheduler",
-            "ascendjob": "per-node mode: --node_rank auto reads the Ascend Operator's MS_NODE_RANK, MS_SCHED_HOST and MS_SCHED_PORT",
+            "volcano": "per-node mode: --node_rank auto reads VC_TASK_INDEX (Volcano's env plugin); pod 0 also runs "
+            "the scheduler",
+            "ascendjob": "per-node mode: --node_rank auto reads the Ascend Operator's MS_NODE_RANK, MS_SCHED_HOST and "
+            "MS_SCHED_PORT",
         }[job.flavor],
     )
     if job.flavor == "indexed":
@@ -410,7 +414,8 @@ def render_manifests(job: K8sJob) -> str:
     """The multi-document YAML, with a header saying what it runs and how to use it."""
     docs = build_manifests(job)
     header = (
-        f"Written by 'mslaunch k8s gen' ({job.flavor}): {job.nodes} pod(s) x {job.per_host} rank(s) = {job.world_size} ranks;\n"
+        f"Written by 'mslaunch k8s gen' ({job.flavor}): {job.nodes} pod(s) x {job.per_host} rank(s) = {job.world_size} "
+        "ranks;\n"
         f"every pod runs 'mslaunch run' in per-node mode and prints its ranks' lines (kubectl logs).\n"
         f"Apply with: kubectl apply -f <this file>"
     )

@@ -194,7 +194,8 @@ def host_thread_env(
     omp = threads.user_omp if threads.user_omp is not None else cores.preset.get("OMP_NUM_THREADS")
     if omp is not None and omp.isdigit() and k * int(omp) > cores.usable:
         warnings.append(
-            f"{cores.host}: {k} ranks x OMP_NUM_THREADS={omp} (yours) exceed its {cores.usable} usable core(s) (oversubscribed)"
+            f"{cores.host}: {k} ranks x OMP_NUM_THREADS={omp} (yours) exceed its {cores.usable} usable core(s) "
+            "(oversubscribed)"
         )
     return HostThreadPlan(env, tuple(notes), tuple(warnings))
 

@@ -22,7 +22,8 @@ launching environment, inventory env, ``--env-file``, ``--env``):
 
 ``--bind-core`` (msrun's ``--bind_core``): ``True`` = contiguous core ranges, for any job: k
 ranks on N cores get ``N // k`` cores each (the first ``N % k`` one more; k > N: one core
-each, round-robin), and threads sized to the range; ``False`` = no affinity; a dict ``{"device0": ["0-3"], "device1": ["4,5"], "scheduler": ["6"]}``
+each, round-robin), and threads sized to the range; ``False`` = no affinity; a dict ``{"device0": ["0-3"], "device1":
+["4,5"], "scheduler": ["6"]}``
 gives core lists per local rank (in order; msrun's device index is the local rank on CPU).
 """
 
@@ -419,7 +420,8 @@ def plan_cpu(spec: CpuSpec, local_ranks: int, user_env: Mapping[str, str], user_
         usable = spec.local_cores.usable if n else 0
         if user_omp is not None and user_omp.isdigit() and n and local_ranks * int(user_omp) > usable:
             warnings.append(
-                f"{local_ranks} ranks x OMP_NUM_THREADS={user_omp} (yours) exceed the {usable} usable cores here (oversubscribed)"
+                f"{local_ranks} ranks x OMP_NUM_THREADS={user_omp} (yours) exceed the {usable} usable cores here "
+                "(oversubscribed)"
             )
     elif not ranges:
         return CpuPlan()
@@ -473,7 +475,8 @@ def _core_ranges(
             bad = [c for c in cores if allowed and c not in allowed]
             if bad:
                 raise PlanError(
-                    f"--bind-core {key}: CPU {format_cpus(bad)} is not available here (available: {format_cpus(spec.local_cpus)})",
+                    f"--bind-core {key}: CPU {format_cpus(bad)} is not available here (available: "
+                    f"{format_cpus(spec.local_cpus)})",
                     field="--bind-core",
                 )
         ranges = {i: tuple(devices[i]) for i in range(local_ranks)}
@@ -482,16 +485,21 @@ def _core_ranges(
             + ", ".join(f"local rank {i}: {format_cpus(c)}" for i, c in ranges.items())
         )
         return ranges, (tuple(bind["scheduler"]) if "scheduler" in bind else None)
-    oversubscribed = f"{local_ranks} ranks on {n} cores: several ranks share each core (oversubscribed; expect each rank to run slower)"
+    oversubscribed = (
+        f"{local_ranks} ranks on {n} cores: several ranks share each core"
+        " (oversubscribed; expect each rank to run slower)"
+    )
     if n and bind is None and tune and local_ranks >= 2:
         # measured: pinning made short jobs slower and erratic and training no faster
         usable = spec.local_cores.usable
         notes.append(
-            f"{local_ranks} local rank(s) on {usable} usable core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)"
+            f"{local_ranks} local rank(s) on {usable} usable core(s): no core binding (the kernel places the threads; "
+            "--bind-core True pins each rank to its own range)"
         )
         if local_ranks > usable:
             warnings.append(
-                f"{local_ranks} ranks on {usable} usable core(s): several ranks share each core (oversubscribed; expect each rank to run slower)"
+                f"{local_ranks} ranks on {usable} usable core(s): several ranks share each core (oversubscribed; "
+                "expect each rank to run slower)"
             )
         return {}, None
     if n and bind is True:

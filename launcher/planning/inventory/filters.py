@@ -29,7 +29,8 @@ def parse_filter(text: str, flag: str) -> Dict[str, Optional[Tuple[int, ...]]]:
             texts = [s.strip() for s in ids.split(",")]
             if not all(DIGITS_RE.match(s) for s in texts):
                 raise InventoryError(
-                    f"slot ids in {clip(part)} must be integers, e.g. {name if len(name) <= 40 and HOST_RE.fullmatch(name) else 'host'}:0,1",
+                    f"slot ids in {clip(part)} must be integers, e.g. "
+                    f"{name if len(name) <= 40 and HOST_RE.fullmatch(name) else 'host'}:0,1",
                     field=flag,
                 )
             if any(len(s) > 9 or int(s) > MAX_DEVICE_ID for s in texts):

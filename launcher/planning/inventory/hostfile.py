@@ -177,7 +177,8 @@ def _apply(entry: _Entry, items: List[str], where: str, lineno: int, repeat: boo
         if key in SLOTS_KEYS:
             if entry.slots_given:
                 again = (
-                    f"host {entry.name!r} is listed again (first at line {entry.line}) with slots=: a repeated line adds one slot; "
+                    f"host {entry.name!r} is listed again (first at line {entry.line}) with slots=: a repeated line "
+                    "adds one slot; "
                     "list each host once with its total slots"
                 )
                 raise InventoryError(again if repeat else "slots given twice", path=where, line=lineno)

@@ -20,7 +20,8 @@ This module is the one import for all of it; the pieces live by source:
 
 * :mod:`launcher.planning.inventory.model`: the model (:class:`Host`, :class:`Inventory`, :data:`LOCAL_NAMES`,
   :func:`is_local`) and the shared checks and bounds;
-* :mod:`launcher.planning.inventory.hostarg`: ``-H`` lists, and OpenMPI hostfiles (:mod:`launcher.planning.inventory.hostfile`);
+* :mod:`launcher.planning.inventory.hostarg`: ``-H`` lists, and OpenMPI hostfiles
+(:mod:`launcher.planning.inventory.hostfile`);
 * :mod:`launcher.planning.inventory.clusteryaml` (with :mod:`launcher.planning.inventory.yamltree`): YAML cluster files;
 * :mod:`launcher.planning.inventory.filters`: ``--include`` / ``--exclude``.
 """

@@ -1,4 +1,5 @@
-"""Where each planned process's environment and cores come from (pure; a step of :func:`~launcher.planning.build.build_plan`)."""
+"""Where each planned process's environment and cores come from (pure; a step of
+:func:`~launcher.planning.build.build_plan`)."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ class ProcEnv:
         remote = [h for h in used if not h.is_local and h.name in with_slots]
         if remote and spec.cpu.remote_tune and not at_start:
             notes.append(
-                f"remote hosts: threads not planned (the {launcher} launcher starts their ranks without mslaunch learning their cores first)"
+                f"remote hosts: threads not planned (the {launcher} launcher starts their ranks without mslaunch "
+                "learning their cores first)"
             )
         if remote and (cpu_plan.notes or at_start):
             notes.append("remote hosts: oneDNN ISA left as is (mslaunch doctor probes their CPU kernels)")

@@ -190,7 +190,8 @@ def node_slots(
         if base + local_worker_num > worker_num:
             nodes = -(-worker_num // local_worker_num)
             raise PlanError(
-                f"--node_rank {node_rank} with --local_worker_num {local_worker_num} gives ranks {base}..{base + local_worker_num - 1}, "
+                f"--node_rank {node_rank} with --local_worker_num {local_worker_num} gives ranks "
+                f"{base}..{base + local_worker_num - 1}, "
                 f"but --worker_num is {worker_num} (node ranks 0..{nodes - 1})",
                 field="--node_rank",
             )

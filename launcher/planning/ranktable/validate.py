@@ -438,7 +438,8 @@ def _check_pods_together(ck: _Checker, server_ids: List[Optional[str]], pod_of: 
         if pod in closed:
             ck.bad(
                 f"server_list[{i}]",
-                f"servers of SuperPoD {json_kind(pod)} must be listed together (server_list[{closed[pod]}] is in it too)",
+                f"servers of SuperPoD {json_kind(pod)} must be listed together (server_list[{closed[pod]}] is in it "
+                "too)",
             )
         if current is not None:
             closed.setdefault(current, current_start)

@@ -132,7 +132,8 @@ def check_everywhere(job: Job, r, kind: str, *evidence: str):
 def test_python_exception_names_type_message_and_the_users_frame(job, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
-        "import json\n\n\ndef load_config(text):\n    return json.loads(text)['lr']\n\n\nload_config('{\"batch\": 32}')\n"
+        "import json\n\n\ndef load_config(text):\n    return json.loads(text)['lr']\n\n\nload_config('{\"batch\": "
+        "32}')\n"
     )
     r = job.run(str(script))
     assert r.returncode == 1, r.stderr

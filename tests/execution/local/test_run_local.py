@@ -224,7 +224,8 @@ def test_busy_master_port_starts_nothing(job):
     assert r.returncode == 1
     assert (
         r.stderr
-        == f"mslaunch: error: --master-port: port {port} is already in use on this machine; pass --master-port auto or another free port\n"
+        == f"mslaunch: error: --master-port: port {port} is already in use on this machine; pass --master-port auto or "
+        "another free port\n"
     )
     assert not job.dir.exists() and os.listdir(job.pids) == []
 

@@ -365,7 +365,8 @@ def test_a_kept_zygote_is_not_reused_when_it_is_not_fit(tmp_path):
             assert not b.reused and b.process.pid != a.process.pid and a.process.poll() is not None
             assert pool.refused == ["1 process(es) of the last attempt still run under it"]
             assert notes == [
-                "zygote: the last attempt's zygote is not reused (1 process(es) of the last attempt still run under it); a new one imports"
+                "zygote: the last attempt's zygote is not reused (1 process(es) of the last attempt still run under "
+                "it); a new one imports"
             ]
         finally:
             left.kill()

@@ -109,7 +109,8 @@ def test_one_tool_runs_in_order_and_different_tools_at_once(tmp_path) -> None:
     a = _tool(
         tmp_path,
         "a",
-        f'echo "$1" >> {seen}; touch {mark}; [ "$1" = first ] && while [ ! -e {tmp_path}/b-done ]; do sleep 0.01; done; cat {seen}',
+        f'echo "$1" >> {seen}; touch {mark}; [ "$1" = first ] && while [ ! -e {tmp_path}/b-done ]; do sleep 0.01; '
+        f"done; cat {seen}",
     )
     b = _tool(tmp_path, "b", f"while [ ! -e {mark} ]; do sleep 0.01; done; touch {tmp_path}/b-done; echo b")
     order = {

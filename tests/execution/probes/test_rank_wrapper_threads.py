@@ -37,7 +37,8 @@ def _tree(tmp, files):
 
 CASES = {
     "v1 nested, the parent tighter": (
-        "30 25 0:26 / {m}/cpu rw - cgroup cgroup rw,cpu,cpuacct\n31 25 0:27 / {m}/cpuset rw - cgroup cgroup rw,cpuset\n",
+        "30 25 0:26 / {m}/cpu rw - cgroup cgroup rw,cpu,cpuacct\n31 25 0:27 / {m}/cpuset rw - cgroup cgroup "
+        "rw,cpuset\n",
         "5:cpu,cpuacct:/job/step\n4:cpuset:/job\n",
         {
             "cpu/job/cpu.cfs_quota_us": "150000",
@@ -108,7 +109,8 @@ def _run_rank(tmp_path, local: int, k: int, taskset=None, extra_env=None):
     prog = [
         sys.executable,
         "-c",
-        "import os; print('OMP=%s MS=%s' % (os.environ.get('OMP_NUM_THREADS'), os.environ.get('MSLAUNCH_CPU_THREADS')))",
+        "import os; print('OMP=%s MS=%s' % (os.environ.get('OMP_NUM_THREADS'), "
+        "os.environ.get('MSLAUNCH_CPU_THREADS')))",
     ]
     argv = ["sh", WRAPPER, *prog] if taskset is None else ["taskset", "-c", taskset, "sh", WRAPPER, *prog]
     subprocess.run(argv, env=env, check=True, timeout=60)
@@ -129,8 +131,8 @@ def test_each_rank_gets_its_share_of_the_hosts_cores_and_rank_0_says_so(tmp_path
     one = _run_rank(tmp_path, 0, 1)
     assert one.splitlines()[-1] == f"OMP={usable} MS={usable}" == f"OMP={thread_shares(usable, 1)[0]} MS={usable}"
     assert (
-        f"mslaunch: cpu: h9: threads per rank {usable} (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 1 rank(s) on {usable} usable core(s)"
-        in one
+        f"mslaunch: cpu: h9: threads per rank {usable} (OMP_NUM_THREADS, MSLAUNCH_CPU_THREADS): 1 rank(s) on {usable} "
+        "usable core(s)" in one
     )
     assert "warning" not in one
 

@@ -154,7 +154,8 @@ def test_marker_mode_finds_the_job_ranks_by_their_environment(tmp_path):
     wrapper's RANK_ID set for its exec) first, then its child, and no process of another job
     (another marker value) or of a rank not asked for."""
     code = (
-        "import os, subprocess, sys, time\nif sys.argv[1:] == ['parent']:\n    subprocess.Popen([sys.executable, __file__])\n"
+        "import os, subprocess, sys, time\nif sys.argv[1:] == ['parent']:\n    subprocess.Popen([sys.executable, "
+        "__file__])\n"
         "print('up', flush=True)\ntime.sleep(600)\n"
     )
     script = tmp_path / "r.py"

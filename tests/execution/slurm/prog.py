@@ -1,6 +1,7 @@
 """A tiny rank program for the slurm backend tests (no MindSpore).
 
-``prog.py MODE SECONDS`` (or ``N/M``: M seconds in a requeued run): prints its rank, node and MS_*/RANK_* env as JSON to its log, records
+``prog.py MODE SECONDS`` (or ``N/M``: M seconds in a requeued run): prints its rank, node and MS_*/RANK_* env as JSON to
+its log, records
 its pid in ``$PROG_PIDS/<rank>`` (if set), then per MODE: ``ok`` sleeps SECONDS and exits 0,
 ``fail`` makes rank 3 exit 3 after 0.5 s (others sleep SECONDS), ``fail-requeued`` the same in a
 requeued run only, ``hang`` ignores SIGTERM

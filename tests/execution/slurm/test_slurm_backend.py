@@ -61,9 +61,9 @@ def test_six_ranks_on_three_nodes_with_the_planned_env_and_a_failing_rank_ends_t
     common = ["--launcher", "slurm", "--np", "6", "--master-port", "29517"]
     plan_dir, run_dir, fail_dir = tmp_path / "p", tmp_path / "ok", tmp_path / "fail"
     inner = (
-        f"{' '.join(mslaunch_argv('plan', '--json', *common, '--job-id', 'j1', '--log-dir', str(run_dir), PROG, 'ok', '1'))} > {plan_dir}.json && "
-        f"{' '.join(mslaunch_argv('run', *common, '--job-id', 'j1', '--log-dir', str(run_dir), '--tee', 'none', PROG, 'ok', '1'))}; echo rc=$?; "
-        f"{' '.join(mslaunch_argv('run', *common, '--log-dir', str(fail_dir), '--tee', 'none', '--grace', '5', PROG, 'fail', '60'))}; echo rc=$?"
+        f"{' '.join(mslaunch_argv('plan', '--json', *common, '--job-id', 'j1', '--log-dir', str(run_dir), PROG, 'ok', '1'))} > {plan_dir}.json && "  # noqa: E501 - kept whole: a literal line as the program sees it
+        f"{' '.join(mslaunch_argv('run', *common, '--job-id', 'j1', '--log-dir', str(run_dir), '--tee', 'none', PROG, 'ok', '1'))}; echo rc=$?; "  # noqa: E501 - kept whole: a literal line as the program sees it
+        f"{' '.join(mslaunch_argv('run', *common, '--log-dir', str(fail_dir), '--tee', 'none', '--grace', '5', PROG, 'fail', '60'))}; echo rc=$?"  # noqa: E501 - kept whole: a literal line as the program sees it
     )
     res = subprocess.run(
         ["salloc", "-N3", "--ntasks-per-node=2", "sh", "-c", inner],

@@ -86,7 +86,8 @@ def test_the_agent_source_runs_without_the_launcher_package(tmp_path):
         "import sys; sys.modules['launcher'] = None\n"  # as on a host without mslaunch
         "g = {'__name__': 'mslaunch_agent'}\n"
         "exec(compile(sys.stdin.read(), 'mslaunch_agent', 'exec'), g)\n"
-        "print(sorted(n for n in ('main', 'proc_table', 'tree_below', 'poll_fds', 'Outbox', 'Agent') if callable(g.get(n))))\n"
+        "print(sorted(n for n in ('main', 'proc_table', 'tree_below', 'poll_fds', 'Outbox', 'Agent') if "
+        "callable(g.get(n))))\n"
     )
     out = subprocess.run(
         [sys.executable, "-S", "-c", code], input=agent_source(), capture_output=True, text=True, timeout=60

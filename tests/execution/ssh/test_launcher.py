@@ -254,7 +254,8 @@ def _mca(argv, key):
 
 def test_mpirun_rsh_agent_from_uniform_inventory_settings():
     inv = parse_cluster_yaml(
-        "defaults:\n  slots: 1\n  ssh: {user: root, port: 2222, key: /k/id}\nhosts:\n  - host: 10.0.0.1\n    nic: eth0\n  - host: 10.0.0.2\n    nic: ens5\n"
+        "defaults:\n  slots: 1\n  ssh: {user: root, port: 2222, key: /k/id}\nhosts:\n  - host: 10.0.0.1\n    nic: "
+        "eth0\n  - host: 10.0.0.2\n    nic: ens5\n"
     )
     plan = build_plan(_spec(inv, ssh_config="/c/ssh_config"))
     argv = mpi.mpirun_command(plan)
@@ -266,7 +267,8 @@ def test_mpirun_rsh_agent_from_uniform_inventory_settings():
 
 def test_mpirun_rsh_agent_with_per_host_settings_writes_a_config():
     inv = parse_cluster_yaml(
-        "hosts:\n  - host: a\n    slots: 1\n    ssh: {port: 2201}\n  - host: b\n    slots: 1\n    ssh: {user: u, key: /k/b}\n"
+        "hosts:\n  - host: a\n    slots: 1\n    ssh: {port: 2201}\n  - host: b\n    slots: 1\n    ssh: {user: u, key: "
+        "/k/b}\n"
     )
     plan = build_plan(_spec(inv, ssh_config="/c/cfg"))
     assert _mca(mpi.mpirun_command(plan), "plm_rsh_agent") == ["ssh -F /w/job/ssh_config -o BatchMode=yes"]

@@ -181,7 +181,8 @@ def test_output_of_many_ranks_stays_ordered_per_rank(tmp_path):
     prog = (
         "import sys\n"
         "for i in range(2000):\n"
-        "    (sys.stdout if i % 3 else sys.stderr).write('%s %d\\n' % (sys.argv[1], i)); (sys.stdout if i % 3 else sys.stderr).flush()\n"
+        "    (sys.stdout if i % 3 else sys.stderr).write('%s %d\\n' % (sys.argv[1], i)); (sys.stdout if i % 3 else "
+        "sys.stderr).flush()\n"
     )
     a = LocalAgent()
     try:

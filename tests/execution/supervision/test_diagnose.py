@@ -56,7 +56,8 @@ def test_a_sigkill_in_the_cgroup_it_started_in_counts_from_the_start(tmp_path):
     assert cause.kind == "oom"
     assert (
         cause.evidence
-        == "killed by SIGKILL; the cgroup's oom_kill count went from 2 to 3; peak memory 47.0 MiB (cgroup); limit 48.0 MiB"
+        == "killed by SIGKILL; the cgroup's oom_kill count went from 2 to 3; peak memory 47.0 MiB (cgroup); limit 48.0 "
+        "MiB"
     )
 
 
@@ -67,8 +68,9 @@ def test_the_cgroup_the_kernel_names_is_read_when_the_rank_moved(tmp_path):
     kernel = (
         "[  100.5] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
         "[  100.5] memory: usage 65536kB, limit 65536kB, failcnt 88",
-        f"[  100.5] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/job7,task_memcg=/job7,task=python3,pid={os.getpid()},uid=0",
-        f"[  100.5] Memory cgroup out of memory: Killed process {os.getpid()} (python3) total-vm:82116kB, anon-rss:65280kB, file-rss:0kB",
+        f"[  100.5] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/job7,task_memcg=/job7,task=python3,pid={os.getpid()},uid=0",  # noqa: E501 - kept whole: a literal line as the program sees it
+        f"[  100.5] Memory cgroup out of memory: Killed process {os.getpid()} (python3) total-vm:82116kB, "
+        "anon-rss:65280kB, file-rss:0kB",
     )
     rec = HostRecorder(root=str(tmp_path), kernel_log=lambda since: kernel, clock=lambda: 99.0)
     rec.started(os.getpid(), local=True)
@@ -177,7 +179,8 @@ def test_a_collective_timeout_without_culprit_goes_to_the_rank_that_timed_out(tm
 
     log = tmp_path / "worker_0.log"
     log.write_text(
-        "step 3\n[ERROR] DISTRIBUTED(1,7f,python):2026-11-26-07:40:11.512.003 [ring.cc:88] Wait] Ring AllReduce wait receiving failed\n"
+        "step 3\n[ERROR] DISTRIBUTED(1,7f,python):2026-11-26-07:40:11.512.003 [ring.cc:88] Wait] Ring AllReduce wait "
+        "receiving failed\n"
     )
     procs = [
         ProcResult("rank 0", 0, "h1", 1, 0.0, 1.0, str(log)),

@@ -186,8 +186,8 @@ def test_two_ranks_on_two_cores_get_one_thread_each_and_the_isa_but_no_affinity_
     assert p.warnings == ()
     assert any(n.startswith("set ONEDNN_MAX_CPU_ISA=AVX2") for n in p.notes)
     assert (
-        "2 local rank(s) on 2 usable core(s): no core binding (the kernel places the threads; --bind-core True pins each rank to its own range)"
-        in p.notes
+        "2 local rank(s) on 2 usable core(s): no core binding (the kernel places the threads; --bind-core True pins "
+        "each rank to its own range)" in p.notes
     )
 
 

@@ -137,7 +137,8 @@ CASES: List[Tuple[str, str, Expect]] = _generated() + [
         "max-then-fewer",
         "nodea max_slots=2 slots=4\n",
         Differs(
-            "OpenMPI raises max_slots to slots when slots comes second; mslaunch refuses max_slots below slots in any order"
+            "OpenMPI raises max_slots to slots when slots comes second; mslaunch refuses max_slots below slots in any "
+            "order"
         ),
     ),
     (
@@ -258,7 +259,7 @@ def test_corpus_names_are_unique() -> None:
 def test_hostfile_read_as_openmpi_reads_it(openmpi, name: str, text: str, expect: Expect) -> None:
     theirs = openmpi[name]
     ours = mslaunch_reads(text)
-    shown = f"OpenMPI: {theirs.hosts if theirs.accepted else 'refused'} {theirs.ssh}; mslaunch: {ours}\n{theirs.stderr[-2000:]}"
+    shown = f"OpenMPI: {theirs.hosts if theirs.accepted else 'refused'} {theirs.ssh}; mslaunch: {ours}\n{theirs.stderr[-2000:]}"  # noqa: E501 - kept whole: a literal line as the program sees it
     if expect == SAME:
         assert ours is not None and theirs.accepted, shown
         assert same(ours, theirs), shown

@@ -160,7 +160,8 @@ def test_host_list_flag_takes_hostlists() -> None:
         ("n[1-2],n2", "-H: duplicate host 'n2'; list each host once with its total slots"),
         (
             "n[2-1]:8",
-            "-H: hostlist 1 'n[2-1]': bad range '2-1' in 'n[2-1]' (invalid values in range) (write h1:8,h2:8 or node[1-4]:8)",
+            "-H: hostlist 1 'n[2-1]': bad range '2-1' in 'n[2-1]' (invalid values in range) (write h1:8,h2:8 or "
+            "node[1-4]:8)",
         ),
         (
             "n[1-99999]",

@@ -37,7 +37,8 @@ def names_slots(inv):
         # OpenMPI's forms: spaces around '=', every alias, max_slots alone, repeated lines
         ("a slots = 2\nb slots= 3 max_slots = 4\nc slots =5\n", [("a", 2, None), ("b", 3, 4), ("c", 5, None)]),
         (
-            "a cpu=2\nb count=3 slots-max=4\nc max-cpu=6 cpu_max=5\nd count_max=2 max_count=3 count-max=4 max-slots=5\n",
+            "a cpu=2\nb count=3 slots-max=4\nc max-cpu=6 cpu_max=5\nd count_max=2 max_count=3 count-max=4 "
+            "max-slots=5\n",
             [("a", 2, None), ("b", 3, 4), ("c", 5, 5), ("d", 5, 5)],
         ),
         ("a max_slots=3\nb slots_max=2 slots=1\n", [("a", 3, 3), ("b", 1, 2)]),
@@ -62,7 +63,8 @@ def test_parse_hostfile(text, expected):
         ("node1 slots=8\n\nnode2 slots=x\n", "h.txt:3: slots must be a positive integer, got 'x'"),
         (
             "node1 slots=8\nnode1 slots=8\n",
-            "h.txt:2: host 'node1' is listed again (first at line 1) with slots=: a repeated line adds one slot; list each host once with its total slots",
+            "h.txt:2: host 'node1' is listed again (first at line 1) with slots=: a repeated line adds one slot; list "
+            "each host once with its total slots",
         ),
         ("node1 cpus=8\n", "h.txt:1: unknown hostfile key 'cpus'; use slots=N, max_slots=N, username=U or port=P"),
         ("node1 8\n", "h.txt:1: expected key=value, got '8' (e.g. 'slots=8')"),

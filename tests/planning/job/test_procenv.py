@@ -34,7 +34,8 @@ def test_remote_ranks_are_left_to_the_start_and_the_plan_says_so():
         assert "OMP_NUM_THREADS" not in r.env_dict() and "MSLAUNCH_CPU_THREADS" not in r.env_dict()
     assert plan.ranks[0].env_dict()["OMP_NUM_THREADS"] == "1"
     assert (
-        "h2: threads per rank set at start by the ssh agent from the host's usable cores (cpuset, cgroup CPU quota) / 2 rank(s) "
+        "h2: threads per rank set at start by the ssh agent from the host's usable cores (cpuset, cgroup CPU quota) / "
+        "2 rank(s) "
         "(not reached before this plan)"
     ) in plan.cpu_notes
     assert plan.thread_source(plan.ranks[4]).startswith("h3: threads per rank set at start")

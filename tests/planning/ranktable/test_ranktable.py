@@ -787,7 +787,8 @@ VALIDATE_CASES: List[Tuple[str, Callable[[], Any], Optional[Mutation], str, List
         [
             "server_list[1].device[7].rank_id: rank_id 16 is outside 0..15 (the table has 16 devices)",
             "server_list: rank ids must cover 0..15; missing 15",
-            "server_list[1].device[7].rank_id: rank ids within a server must be consecutive: expected 15 after 14, got 16",
+            "server_list[1].device[7].rank_id: rank ids within a server must be consecutive: expected 15 after 14, got "
+            "16",
         ],
     ),
     (
@@ -887,8 +888,10 @@ VALIDATE_CASES: List[Tuple[str, Callable[[], Any], Optional[Mutation], str, List
         None,
         "910",
         [
-            "server_list[0].device: a multi-server Ascend 910 job needs 8 devices on every server, got 4 (--chip 910b allows 1-8)",
-            "server_list[1].device: a multi-server Ascend 910 job needs 8 devices on every server, got 4 (--chip 910b allows 1-8)",
+            "server_list[0].device: a multi-server Ascend 910 job needs 8 devices on every server, got 4 (--chip 910b "
+            "allows 1-8)",
+            "server_list[1].device: a multi-server Ascend 910 job needs 8 devices on every server, got 4 (--chip 910b "
+            "allows 1-8)",
         ],
     ),
     (

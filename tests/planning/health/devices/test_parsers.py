@@ -74,7 +74,8 @@ def test_npu_smi_process_rows_belong_to_their_chip_on_910_93():
         ("", "npu-smi info printed no device table (no Health column): (nothing)"),
         (
             "dcmi model initialized failed, because the device is used. ret is -8020\n",
-            "npu-smi info printed no device table (no Health column): dcmi model initialized failed, because the device is used. ret is -8020",
+            "npu-smi info printed no device table (no Health column): dcmi model initialized failed, because the "
+            "device is used. ret is -8020",
         ),
         (
             fixture("npu_smi_910b_healthy.txt").split("| NPU     Chip")[0],
@@ -82,7 +83,8 @@ def test_npu_smi_process_rows_belong_to_their_chip_on_910_93():
         ),
         (
             fixture("npu_smi_910b_healthy.txt")[:-40],
-            "npu-smi info's output ends early, inside its process table: +===========================+===============+==============",
+            "npu-smi info's output ends early, inside its process table: "
+            "+===========================+===============+==============",
         ),
         (
             fixture("npu_smi_910b_healthy.txt").replace(

@@ -172,7 +172,8 @@ def test_init_net_health_and_a_spaced_link_line_pass():
                 )
                 for i in range(8)
             ],
-            "devices not checked: NPU 0-7: npu-smi not found on h1 (looked for /usr/local/bin/npu-smi, npu-smi on PATH)",
+            "devices not checked: NPU 0-7: npu-smi not found on h1 (looked for /usr/local/bin/npu-smi, npu-smi on "
+            "PATH)",
         ),
         (
             {"npu-smi info": ran("", 127, "sh: 1: npu-smi: not found\n")},
@@ -191,7 +192,8 @@ def test_init_net_health_and_a_spaced_link_line_pass():
                 )
                 for i in range(8)
             ],
-            "devices not checked: NPU 0-7: npu-smi not found on h1 (npu-smi info exited with 127: sh: 1: npu-smi: not found)",
+            "devices not checked: NPU 0-7: npu-smi not found on h1 (npu-smi info exited with 127: sh: 1: npu-smi: not "
+            "found)",
         ),
         (
             {"hccn_tool_-i_3_-link": Outcome("timed_out", seconds=8.0)},
@@ -231,7 +233,8 @@ def test_init_net_health_and_a_spaced_link_line_pass():
                     )
                 ],
             ),
-            "devices not checked: NPU 5: hccn_tool -link -g could not run on h1: PermissionError: [Errno 13] Permission denied",
+            "devices not checked: NPU 5: hccn_tool -link -g could not run on h1: PermissionError: [Errno 13] "
+            "Permission denied",
         ),
         (
             {"hccn_tool_-i_6_-link": ran("link status: UP\n", 3)},
@@ -255,7 +258,8 @@ def test_init_net_health_and_a_spaced_link_line_pass():
                 )
                 for i in range(8)
             ],
-            "devices not checked: NPU 0-7: npu-smi info exited with 255 on h1: dcmi module initialize failed. ret is -8005",
+            "devices not checked: NPU 0-7: npu-smi info exited with 255 on h1: dcmi module initialize failed. ret is "
+            "-8005",
         ),
     ],
 )
@@ -385,7 +389,8 @@ def gpu(gpus: str = "nvsmi_gpus_healthy.csv", apps: str = "nvsmi_apps_none.csv",
                 4,
             ),
             "faulty",
-            "GPU 3: uncorrected ECC errors (volatile): 2; retired pages pending (reset the GPU): Yes (nvidia-smi --query-gpu)",
+            "GPU 3: uncorrected ECC errors (volatile): 2; retired pages pending (reset the GPU): Yes (nvidia-smi "
+            "--query-gpu)",
         ),
         (
             gpu("nvsmi_gpus_remapped_pending.csv"),
@@ -410,7 +415,8 @@ def gpu(gpus: str = "nvsmi_gpus_healthy.csv", apps: str = "nvsmi_apps_none.csv",
                             c,
                             "faulty",
                             f"nvidia-smi --query-{q} exited with 9 (NVIDIA driver is not loaded) on g1: "
-                            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the ...",
+                            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+                            "that the ...",
                         )
                         for c, q in (("health", "gpu"), ("process", "compute-apps"))
                     ],
@@ -418,9 +424,12 @@ def gpu(gpus: str = "nvsmi_gpus_healthy.csv", apps: str = "nvsmi_apps_none.csv",
                 for i in range(4)
             ],
             "faulty",
-            "GPU 0-3: nvidia-smi --query-gpu exited with 9 (NVIDIA driver is not loaded) on g1: NVIDIA-SMI has failed because "
-            "it couldn't communicate with the NVIDIA driver. Make sure that the ...; nvidia-smi --query-compute-apps exited with 9 "
-            "(NVIDIA driver is not loaded) on g1: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+            "GPU 0-3: nvidia-smi --query-gpu exited with 9 (NVIDIA driver is not loaded) on g1: NVIDIA-SMI has failed "
+            "because "
+            "it couldn't communicate with the NVIDIA driver. Make sure that the ...; nvidia-smi --query-compute-apps "
+            "exited with 9 "
+            "(NVIDIA driver is not loaded) on g1: NVIDIA-SMI has failed because it couldn't communicate with the "
+            "NVIDIA driver. "
             "Make sure that the ...",
         ),
         (
