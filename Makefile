@@ -56,7 +56,7 @@ test: deps venv lint
 	exit $$rc
 
 # The import contract (setup.cfg), ruff and mypy (pyproject.toml): layers, no cycles, sorted imports,
-# no unused names, lines under 180, types.
+# no unused names, ruff format with lines of at most 120 characters, types.
 lint: venv
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/ruff check launcher tests bench
