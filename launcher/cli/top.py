@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
 
@@ -22,6 +22,9 @@ from launcher.cli.docs import epilog
 from launcher.errors import JobError, MsLaunchError
 from launcher.logs.progress import SILENT_AFTER, STRAGGLER_RATIO, Progress, Snapshot, snapshot
 from launcher.planning.job.kinds import JobStatus
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def register(app: typer.Typer) -> None:
@@ -160,13 +163,18 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
-    cols = [("rank", "right"), ("host", "left"), ("state", "left"), ("step", "right")]
+    cols: List[Tuple[str, "JustifyMethod"]] = [
+        ("rank", "right"),
+        ("host", "left"),
+        ("state", "left"),
+        ("step", "right"),
+    ]
     cols += [("progress", "left")] if bars else []
     cols += [("loss", "right"), ("ms/step", "right"), ("samples/s", "right"), ("last out", "right")]
     for col, just in cols:
         table.add_column(
             col, justify=just, no_wrap=True, min_width=9 if col in ("host", "state") else len(col), overflow="ellipsis"
-        )  # type: ignore[arg-type]  # rich's justify values, typed str
+        )
     for r in snap.rows:
         style = ""
         state = r.state
@@ -200,11 +208,12 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     known = [r for r in snap.rows if r.total_steps and r.step is not None]
     if not bars and known:
         low = min(known, key=lambda r: r.step / r.total_steps)  # type: ignore[operator]  # known: rows with both step and total_steps
+        low_step, low_total = int(low.step or 0), int(low.total_steps or 0)  # both set: low is in known
         grid = Table.grid(padding=(0, 1))
         grid.add_row(
-            Text(f"progress (rank {low.rank}) {low.step}/{low.total_steps}"),
-            ProgressBar(total=low.total_steps, completed=min(low.step, low.total_steps), width=30),
-        )  # type: ignore[arg-type,type-var]  # low is in known: step and total_steps are ints
+            Text(f"progress (rank {low.rank}) {low_step}/{low_total}"),
+            ProgressBar(total=low_total, completed=min(low_step, low_total), width=30),
+        )
         lines.append(grid)
     if snap.stragglers:
         lines.append(
