@@ -46,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from launcher.execution.checks.cpu import cached_probe, local_runner  # noqa: E402  (after sys.path is set above)
-from launcher.planning.cpu.tuning import isa_advice  # noqa: E402  (after sys.path is set above)
+from launcher.planning.cpu.probe import isa_advice  # noqa: E402  (after sys.path is set above)
 
 _TPUT = re.compile(r"epoch 2 throughput: ([\d.]+) img/s per rank, ([\d.]+) img/s total")
 

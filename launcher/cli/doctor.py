@@ -264,7 +264,7 @@ def _imports_mindspore(opts: JobOptions) -> bool:
 
 def _cpu_json(outcome: Any) -> Dict[str, Any]:
     """One host's CPU probe for ``doctor --json``."""
-    from launcher.planning.cpu.tuning import isa_advice
+    from launcher.planning.cpu.probe import isa_advice
 
     if isinstance(outcome, str) or outcome.probe is None:
         return {"probed": False, "note": outcome if isinstance(outcome, str) else outcome.note}
@@ -297,7 +297,7 @@ def _print_cpu(cpu: Dict[str, Any]) -> None:
     from rich.markup import escape
 
     from launcher.cli.render import console
-    from launcher.planning.cpu.tuning import isa_advice
+    from launcher.planning.cpu.probe import isa_advice
 
     con = console()
     for host, outcome in cpu.items():

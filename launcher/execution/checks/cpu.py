@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from launcher.errors import LaunchError
-from launcher.planning.cpu.tuning import CpuProbe, ProbeError, cap_can_matter, parse_probe
+from launcher.planning.cpu.probe import CpuProbe, ProbeError, cap_can_matter, parse_probe
 
 PROBE_TIMEOUT = 180.0
 FACTS_TIMEOUT = 30.0

@@ -20,15 +20,8 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from launcher.execution.checks.health import (
-    HealthBudget,
-    HealthResult,
-    ProbeLink,
-    close_all,
-    device_limit,
-    drive,
-    probe_source,
-)
+from launcher.execution.checks.health import HealthBudget, HealthResult, close_all, device_limit, drive, probe_source
+from launcher.execution.checks.links import ProbeLink
 from launcher.execution.probes.health_probe import THREAD_ENV
 from launcher.planning.health.rounds import DEFAULT_THRESHOLD
 

@@ -86,7 +86,7 @@ def test_the_kill_of_a_probe_on_a_host_that_no_longer_answers_is_not_waited_for(
     import threading
     import time
 
-    from launcher.execution.checks.health import SshLink
+    from launcher.execution.checks.links import SshLink
 
     release = threading.Event()
     calls = []

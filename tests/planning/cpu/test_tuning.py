@@ -12,16 +12,8 @@ from launcher.errors import PlanError
 from launcher.execution.checks import cpu as cpuprobe
 from launcher.planning.build import build_plan
 from launcher.planning.cpu.hostcores import format_cpus
-from launcher.planning.cpu.tuning import (
-    CpuSpec,
-    ProbeError,
-    isa_advice,
-    parse_bind_core,
-    parse_cpu_list,
-    parse_probe,
-    plan_cpu,
-    split_cores,
-)
+from launcher.planning.cpu.probe import ProbeError, isa_advice, parse_probe
+from launcher.planning.cpu.tuning import CpuSpec, parse_bind_core, parse_cpu_list, plan_cpu, split_cores
 from launcher.planning.inventory.hostarg import parse_host_list
 from launcher.planning.job.spec import JobSpec
 from launcher.workloads import cpu_probe

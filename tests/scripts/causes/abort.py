@@ -1,5 +1,4 @@
 """Dies of SIGABRT (as a C++ ``std::terminate`` does), after a harmless Python warning."""
-
 import os
 import warnings
 

@@ -1,5 +1,4 @@
 """Binds a port that another socket of this process already holds: ``OSError: [Errno 98] Address already in use``."""
-
 import socket
 
 holder = socket.socket()

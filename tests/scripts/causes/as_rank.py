@@ -8,7 +8,6 @@ mslaunch started).  Each process writes its pid to ``$PIDDIR/<name>.pids`` when 
 set.  With ``CAUSE_CGROUP`` set (a cgroup folder), a rank first moves itself into that cgroup by
 writing its pid to its ``cgroup.procs``.
 """
-
 import os
 import socket
 import sys

@@ -1,8 +1,7 @@
 """Writes a checkpoint where there is no space: ``OSError: [Errno 28] No space left on device``.
 
-disk_full.py [PATH]   (default /dev/full, which always answers ENOSPC)
+    disk_full.py [PATH]   (default /dev/full, which always answers ENOSPC)
 """
-
 import sys
 
 

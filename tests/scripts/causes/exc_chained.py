@@ -3,7 +3,6 @@
 The traceback that ends the process is the second one; its innermost frame of the user's files is
 ``load_config`` in this file (json's own frames are the standard library's).
 """
-
 import json
 
 

@@ -1,8 +1,7 @@
 """Opens a checkpoint that is not there: ``FileNotFoundError: [Errno 2] No such file or directory``.
 
-missing_file.py [PATH]
+    missing_file.py [PATH]
 """
-
 import sys
 
 

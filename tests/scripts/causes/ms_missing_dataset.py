@@ -1,8 +1,7 @@
 """A MindSpore dataset pointed at a folder that is not there (needs mindspore).
 
-ms_missing_dataset.py [FOLDER]
+    ms_missing_dataset.py [FOLDER]
 """
-
 import sys
 
 

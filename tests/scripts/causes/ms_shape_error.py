@@ -3,7 +3,6 @@
 MindSpore raises a ValueError whose message carries its own sections (``- C++ Call Stack:``);
 the innermost frame of the user's files is ``forward`` in this file.
 """
-
 import numpy as np
 
 

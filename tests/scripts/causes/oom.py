@@ -5,7 +5,6 @@
 Under a cgroup memory limit below MB the kernel's OOM killer ends it with SIGKILL.  Each step
 prints ``allocated N MB``.
 """
-
 import sys
 
 limit = int(sys.argv[1])

@@ -1,5 +1,4 @@
 """Dies of SIGSEGV in native code with faulthandler on: ``Fatal Python error: Segmentation fault``."""
-
 import ctypes
 import faulthandler
 
