@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.harness.artifacts import pytest_runtest_makereport  # noqa: F401 - the hook, registered by its name here
 from tests.harness.hypo import FAST
 from tests.harness.mindspore import require_mindspore
 from tests.harness.needs import check_names
