@@ -7,6 +7,7 @@ import os
 import pytest
 
 from tests.harness.artifacts import pytest_runtest_makereport  # noqa: F401 - the hook, registered by its name here
+from tests.harness.budget import BudgetPlugin
 from tests.harness.hypo import FAST
 from tests.harness.mindspore import require_mindspore
 from tests.harness.needs import check_names
@@ -15,6 +16,12 @@ from tests.harness.needs import require as require_needs
 pytest_plugins = ["tests.harness.conftest_netns", "tests.harness.conftest_slurm"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_configure(config):
+    """The suite's time budget (:mod:`tests.harness.budget`)."""
+    config.pluginmanager.register(BudgetPlugin(), "mslaunch-budget")
+
 
 if FAST:  # make test-fast: property tests without their own count try 20 inputs (see tests/harness/hypo.py)
     from hypothesis import settings

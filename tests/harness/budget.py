@@ -1,0 +1,157 @@
+"""The suite's time budget, kept by the suite itself (registered in ``tests/conftest.py``).
+
+``make test`` must stay within its budget on a fresh clone (docs/development.md): so every test
+pays for its own time.  A test that takes long says so with ``pytest.mark.cost(SECONDS)``
+(:mod:`tests.harness.order` also uses it to start the long tests first), and the run checks:
+
+* at collection (``make test``: :data:`ENFORCE_VAR` set): no test (or group of tests sharing a
+  fixture) declares more than :data:`MAX_TEST_SECONDS`: a longer one must be split, shared or
+  made cheaper;
+* at the end, from the time each test took (setup, call and teardown; a group's summed):
+  a test without a marker over :data:`UNMARKED_SECONDS`, or a marked one over
+  :data:`SLACK` times its marker plus :data:`GRACE_SECONDS`, is named with its time, and the run
+  fails (``make test`` only: :data:`ENFORCE_VAR` set), so a new slow test cannot slip in
+  unannounced;
+* with ``MSLAUNCH_TEST_BUDGET=SECONDS`` (``make test`` sets it to pytest's share of the budget),
+  the run fails when pytest's own wall time passes it.
+
+Times on this machine are noisy (other work shares its two cores), so the limits are loose:
+they catch a test that is several times slower than it says, not a slow minute.  A subset of the
+suite (``-k``, ``-m``, a file) is not held to the total.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import pytest
+
+#: The most a test (or a group sharing a module fixture) may declare with ``pytest.mark.cost``.
+MAX_TEST_SECONDS = 60.0
+#: A test without a cost marker may take this long.
+UNMARKED_SECONDS = 20.0
+#: A marked test may take ``SLACK`` times its marker plus :data:`GRACE_SECONDS`.
+SLACK = 2.0
+GRACE_SECONDS = 10.0
+#: Set (to anything) to fail the run on the per-test limits; ``make test`` sets it.
+ENFORCE_VAR = "MSLAUNCH_TEST_LIMITS"
+#: pytest's wall-time budget of the whole suite, in seconds (unset: not checked).
+BUDGET_VAR = "MSLAUNCH_TEST_BUDGET"
+
+
+def declared(costs: Mapping[str, Tuple[str, float]]) -> Dict[str, float]:
+    """Group key -> declared seconds, from ``nodeid -> (group key, seconds)``."""
+    out: Dict[str, float] = {}
+    for key, seconds in costs.values():
+        out[key] = out.get(key, 0.0) + seconds
+    return out
+
+
+def over_declared(costs: Mapping[str, Tuple[str, float]], limit: float = MAX_TEST_SECONDS) -> List[str]:
+    """One line per group that declares more than ``limit`` seconds."""
+    return [
+        f"{key} declares {seconds:.0f} s: more than {limit:.0f} s for one test;"
+        " split it, share its job or make it cheaper"
+        for key, seconds in sorted(declared(costs).items())
+        if seconds > limit
+    ]
+
+
+def too_slow(
+    durations: Mapping[str, float],
+    costs: Mapping[str, Tuple[str, float]],
+    unmarked: float = UNMARKED_SECONDS,
+    slack: float = SLACK,
+    grace: float = GRACE_SECONDS,
+) -> List[str]:
+    """One line per test (or group) slower than it may be: unmarked over ``unmarked`` seconds,
+    marked over ``slack`` x its marker + ``grace``."""
+    taken: Dict[str, float] = {}
+    for nodeid, seconds in durations.items():
+        key = costs[nodeid][0] if nodeid in costs else nodeid
+        taken[key] = taken.get(key, 0.0) + seconds
+    allowed = declared(costs)
+    out = []
+    for key, seconds in sorted(taken.items(), key=lambda kv: -kv[1]):
+        if key in allowed:
+            limit = slack * allowed[key] + grace
+            if seconds > limit:
+                out.append(
+                    f"{key} took {seconds:.0f} s, over {limit:.0f} s ({slack:g} x its cost marker of"
+                    f" {allowed[key]:.0f} s + {grace:.0f} s): make it cheaper or declare what it costs"
+                )
+        elif seconds > unmarked:
+            out.append(
+                f"{key} took {seconds:.0f} s with no cost marker (limit {unmarked:.0f} s): make it cheaper or"
+                " mark it pytest.mark.cost(SECONDS)"
+            )
+    return out
+
+
+def over_budget(wall: float, budget: Optional[float]) -> List[str]:
+    """One line when pytest's wall time passed ``budget`` seconds."""
+    if budget is None or wall <= budget:
+        return []
+    return [f"the suite took {wall:.0f} s, over its budget of {budget:.0f} s (docs/development.md): make tests cheaper"]
+
+
+class BudgetPlugin:
+    """Records each test's time and checks the limits above (a pytest plugin object).
+
+    Under pytest-xdist the workers collect and run the tests and the controller sees their
+    reports: each test's cost marker travels with its reports (``user_properties``)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.costs: Dict[str, Tuple[str, float]] = {}
+        self.durations: Dict[str, float] = {}
+        self.problems: List[str] = []
+
+    def pytest_collection_modifyitems(self, config: Any, items: List[Any]) -> None:
+        from tests.harness.order import cost_of
+
+        costs = {}
+        for it in items:
+            if it.get_closest_marker("cost") is not None:
+                costs[it.nodeid] = cost_of(it)
+                it.user_properties.append(("cost", costs[it.nodeid]))
+        problems = over_declared(costs) if os.environ.get(ENFORCE_VAR) else []
+        if problems:
+            raise pytest.UsageError("\n".join(problems))
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + float(report.duration)
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "cost":
+                key, seconds = value
+                self.costs[report.nodeid] = (str(key), float(seconds))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            return  # the controller sees every report and judges
+        if os.environ.get(ENFORCE_VAR):
+            self.problems += too_slow(self.durations, self.costs)
+        budget = os.environ.get(BUDGET_VAR)
+        if budget and whole_suite(session.config):
+            self.problems += over_budget(time.monotonic() - self.start, float(budget))
+        if self.problems and session.exitstatus == 0:
+            session.exitstatus = 1
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.problems:
+            terminalreporter.section("the suite's time budget (tests/harness/budget.py)", sep="=", red=True)
+            for line in self.problems:
+                terminalreporter.write_line(line)
+
+
+def whole_suite(config: Any) -> bool:
+    """The run is the whole suite: its paths are the configured testpaths and nothing deselects."""
+    opts = config.option
+    return (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not getattr(opts, "keyword", "")
+        and not getattr(opts, "markexpr", "")
+    )

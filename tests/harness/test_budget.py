@@ -1,0 +1,67 @@
+"""The suite's time budget (tests/harness/budget.py): what fails, on made-up times."""
+
+import pytest
+
+from tests.harness.budget import over_budget, over_declared, too_slow
+
+COSTS = {
+    "tests/a.py::test_job": ("tests/a.py::test_job", 30.0),
+    "tests/b.py::test_one": ("tests/b.py::[runs]", 20.0),
+    "tests/b.py::test_two": ("tests/b.py::[runs]", 20.0),
+}
+
+
+def test_a_declaration_over_a_minute_is_refused_and_a_group_counts_as_one():
+    assert over_declared(COSTS) == []
+    costs = dict(COSTS, **{"tests/b.py::test_three": ("tests/b.py::[runs]", 25.0)})
+    (line,) = over_declared(costs)
+    assert line.startswith("tests/b.py::[runs] declares 65 s: more than 60 s for one test")
+
+
+@pytest.mark.parametrize(
+    "durations, bad",
+    [
+        ({"tests/a.py::test_job": 69.0, "tests/c.py::test_unit": 19.0}, []),  # within 2 x 30 + 10, under 20
+        ({"tests/a.py::test_job": 71.0}, ["tests/a.py::test_job took 71 s, over 70 s"]),
+        ({"tests/c.py::test_unit": 21.0}, ["tests/c.py::test_unit took 21 s with no cost marker"]),
+        # a group: its members' times add up against its summed markers (2 x 40 + 10)
+        ({"tests/b.py::test_one": 60.0, "tests/b.py::test_two": 29.0}, []),
+        ({"tests/b.py::test_one": 60.0, "tests/b.py::test_two": 31.0}, ["tests/b.py::[runs] took 91 s, over 90 s"]),
+    ],
+)
+def test_a_test_slower_than_it_says_is_named(durations, bad):
+    lines = too_slow(durations, COSTS)
+    assert [line[: len(b)] for line, b in zip(lines, bad)] == bad and len(lines) == len(bad)
+
+
+def test_the_total_is_held_to_the_budget_when_one_is_set():
+    assert over_budget(419.0, 420.0) == [] and over_budget(1000.0, None) == []
+    (line,) = over_budget(421.0, 420.0)
+    assert line.startswith("the suite took 421 s, over its budget of 420 s")
+
+
+class _Report:
+    def __init__(self, nodeid, duration, cost=None):
+        self.nodeid, self.duration = nodeid, duration
+        self.user_properties = [("cost", cost)] if cost else []
+
+
+class _Session:
+    exitstatus = 0
+
+
+def test_the_plugin_reads_costs_from_the_reports_and_fails_a_passing_run(monkeypatch):
+    """As under pytest-xdist's controller: the costs come with the workers' reports."""
+    from tests.harness.budget import BudgetPlugin
+
+    monkeypatch.setenv("MSLAUNCH_TEST_LIMITS", "1")
+    monkeypatch.delenv("MSLAUNCH_TEST_BUDGET", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    plugin = BudgetPlugin()
+    for phase in (1.0, 70.0, 1.0):  # setup, call, teardown
+        plugin.pytest_runtest_logreport(_Report("tests/a.py::test_job", phase, ("tests/a.py::test_job", 30.0)))
+    plugin.pytest_runtest_logreport(_Report("tests/c.py::test_unit", 0.5))
+    session = _Session()
+    plugin.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == 1
+    assert [p.split(",")[0] for p in plugin.problems] == ["tests/a.py::test_job took 72 s"]
