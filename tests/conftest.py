@@ -74,6 +74,7 @@ _E2E_MODULES = {
     "tests/logs/test_logs_tail_files.py",
     "tests/execution/local/test_causes_local.py",
     "tests/planning/test_parser_bounds.py",
+    "tests/harness/test_markers_truthful.py",
 }
 
 

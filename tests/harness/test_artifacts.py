@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.harness.artifacts import keep
 from tests.harness.paths import REPO
 
@@ -28,6 +30,7 @@ def test_keep_copies_files_and_links_and_lists_what_it_left(tmp_path, monkeypatc
     assert keep(str(tmp_path / "missing"), "t") is None
 
 
+@pytest.mark.e2e  # a child pytest
 def test_a_failed_tests_report_names_the_kept_folder(tmp_path):
     """A child pytest with the suite's hook: the failing test's report names its copy, which holds
     what the test wrote; a passing test keeps nothing."""
