@@ -1,8 +1,11 @@
 """The ResNet-50 CIFAR-10 trainer, end to end on a small synthetic set (real MindSpore, CPU).
 
-Every MindSpore process costs seconds here, so the file runs the trainer three times in all:
+Every MindSpore process costs seconds here, so the file runs the trainer four times in all:
 one 12-step run (losses, throughput, checkpoint), one resumed run of 6 more steps with --eval
-(step count, optimizer state, accuracy), and one bad-flag run.
+(step count, optimizer state, accuracy), both with ``--arch resnet14`` (the training loop, its
+lines and checkpoints do not depend on the depth, and ResNet-14 costs a fraction of ResNet-50);
+two steps of the default network, ResNet-50 (it builds and trains in the trainer); and one
+bad-flag run.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from launcher.workloads.allgather_check import diagnose
 from launcher.workloads.cifar10_synth import write_synthetic_cifar10
 
 RESNET50_PARAMS_10 = 23_528_522  # trainable parameters of ResNet-50 with a 10-class head
+RESNET14_PARAMS_10 = 8_036_426  # and of ResNet-14, the network of the runs below
 MODULE = "launcher.workloads.resnet50_cifar10"
 LOSS_RE = re.compile(r"^epoch: (\d+) step: (\d+), loss is ([0-9.eE+-]+)$")
 STEPS_A, STEPS_B = 12, 6
@@ -46,7 +50,7 @@ def _losses(stdout: str) -> List[Tuple[int, int, float]]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
-    """Run A: 12 steps with checkpoints; run B: --resume to epoch 2 (6 steps) with --eval."""
+    """ResNet-14. Run A: 12 steps with checkpoints; run B: --resume to epoch 2 (6 steps) with --eval."""
     root = tmp_path_factory.mktemp("resnet50")
     write_synthetic_cifar10(str(root / "data"), train=1000, test=200, seed=0)
     common = [
@@ -54,6 +58,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
         str(root / "data"),
         "--image-size",
         "32",
+        "--arch",
+        "resnet14",
         "--batch-size",
         "16",
         "--ckpt-dir",
@@ -84,12 +90,12 @@ def test_parameter_count_of_resnet50_with_10_classes() -> None:
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(53, group="runs")
+@pytest.mark.cost(27, group="runs")
 def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict[str, object]) -> None:
     a = runs["a"]
     assert a.returncode == 0, a.stdout + a.stderr
     lines = a.stdout.splitlines()
-    assert lines[0] == f"params: {RESNET50_PARAMS_10}"
+    assert lines[0] == f"params: {RESNET14_PARAMS_10}"
     assert lines[1].startswith("data: ") and "1000 records" in lines[1] and "rank 0 of 1: 62 batches of 16" in lines[1]
     losses = _losses(a.stdout)
     assert [(e, s) for e, s, _ in losses] == [(1, s) for s in range(1, STEPS_A + 1)]
@@ -97,19 +103,19 @@ def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict
     assert 1.8 < values[0] < 3.2  # about ln(10) = 2.30 at the start
     assert sum(values[-3:]) / 3 < sum(values[:3]) / 3 - 0.3, values
     assert re.search(r"^epoch 1 throughput: [\d.]+ img/s per rank, [\d.]+ img/s total \(1 ranks\)$", a.stdout, re.M)
-    ckpt = runs["root"] / "ckpt" / "ckpt_0" / f"resnet50-1_{STEPS_A}.ckpt"
+    ckpt = runs["root"] / "ckpt" / "ckpt_0" / f"resnet14-1_{STEPS_A}.ckpt"
     assert f"checkpoint: {ckpt}" in lines
     assert runs["ckpts_after_a"] == [ckpt.name]  # no temp files left behind
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(53, group="runs")
+@pytest.mark.cost(27, group="runs")
 def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[str, object]) -> None:
     a, b = runs["a"], runs["b"]
     assert a.returncode == 0 and b.returncode == 0, b.stdout + b.stderr
     ckpt_dir = runs["root"] / "ckpt" / "ckpt_0"
     assert (
-        f"resume: {ckpt_dir / f'resnet50-1_{STEPS_A}.ckpt'} (global step {STEPS_A}); continuing at epoch 2 step 1"
+        f"resume: {ckpt_dir / f'resnet14-1_{STEPS_A}.ckpt'} (global step {STEPS_A}); continuing at epoch 2 step 1"
         in b.stdout.splitlines()
     )
     losses_b = _losses(b.stdout)
@@ -122,13 +128,29 @@ def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[st
     assert float(m.group(1)) >= 0.5
     # The newest checkpoint replaced the old one (--keep-checkpoints 1) and carries the
     # optimizer's global step, which only reaches 12 + 6 if it was restored.
-    assert sorted(os.listdir(ckpt_dir)) == [f"resnet50-2_{STEPS_B}.ckpt"]
+    assert sorted(os.listdir(ckpt_dir)) == [f"resnet14-2_{STEPS_B}.ckpt"]
     import mindspore as ms
 
-    params = ms.load_checkpoint(str(ckpt_dir / f"resnet50-2_{STEPS_B}.ckpt"))
+    params = ms.load_checkpoint(str(ckpt_dir / f"resnet14-2_{STEPS_B}.ckpt"))
     assert int(params["global_step"].asnumpy().reshape(-1)[0]) == STEPS_A + STEPS_B
     assert int(params["epoch_num"].asnumpy()) == 2 and int(params["step_num"].asnumpy()) == STEPS_B
     assert any(k.startswith("moments.") for k in params)  # Momentum's accumulators are saved
+
+
+@pytest.mark.mindspore
+@pytest.mark.cost(30)
+def test_the_default_network_is_resnet50_and_it_trains(tmp_path) -> None:
+    """The runs above train ResNet-14; the default --arch, ResNet-50 (its stages of several blocks,
+    most of them with identity shortcuts), builds, compiles and trains in the trainer: two steps."""
+    write_synthetic_cifar10(str(tmp_path / "data"), train=40, test=10, seed=0)
+    args = ["--data-path", str(tmp_path / "data"), "--image-size", "32", "--batch-size", "4", "--seed", "1"]
+    r = _run(args + ["--epochs", "1", "--steps-per-epoch", "2"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"params: {RESNET50_PARAMS_10}"
+    losses = _losses(r.stdout)
+    assert [(e, s) for e, s, _ in losses] == [(1, 1), (1, 2)]
+    assert 1.8 < losses[0][2] < 3.2 and 0 < losses[1][2] < 5, losses  # about ln(10) = 2.30 at the start
 
 
 @pytest.mark.mindspore
