@@ -71,7 +71,7 @@ def log_files(log_dir: str) -> set:
     return {n for n in os.listdir(log_dir) if os.path.isfile(os.path.join(log_dir, n))} - MSLAUNCH_FILES
 
 
-@pytest.mark.cost(35)
+@pytest.mark.cost(29)
 def test_single_node_docs_line(tmp_path):
     """msrun docs: --worker_num --local_worker_num --master_port --log_dir --join=True
     --cluster_time_out, plus --worker_log_name={hostname} and --tail_worker_log=0."""
@@ -147,7 +147,7 @@ def wait_all(procs: List[subprocess.Popen], timeout: float = 400) -> List[int]:
                 p.wait()
 
 
-@pytest.mark.cost(49)
+@pytest.mark.cost(46)
 def test_two_nodes_node_rank_like_msrun(netns_cluster, tmp_path):
     """msrun docs' two-node lines (--node_rank 0 / 1 on each node), each node started on its
     own inside its namespace: msrun, then mslaunch; same logs per node, AllReduce correct."""
@@ -166,7 +166,7 @@ def test_two_nodes_node_rank_like_msrun(netns_cluster, tmp_path):
     assert netns_cluster.all_pids() == {}
 
 
-@pytest.mark.cost(40)
+@pytest.mark.cost(43)
 def test_two_nodes_worker_failure_on_node1(netns_cluster, tmp_path):
     """Rank 2 (node 1) exits 3 after the cluster is built: node 1's mslaunch fails with rank 2's
     exit code; node 0's ends too, by whichever of MindSpore's detections comes first: the
