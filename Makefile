@@ -16,6 +16,9 @@ JOBS ?= 4
 PYTEST_ARGS ?=
 # How many of the slowest tests `make test` lists at its end.
 DURATIONS ?= 10
+# pytest's share of make test's 10 minutes on a fresh clone, in seconds; the suite fails past it,
+# and on a test much slower than its cost marker (tests/harness/budget.py).
+TEST_BUDGET ?= 420
 # The suite starts about a thousand Python processes: they share the bytecode caches of the
 # clone (launcher/ and the tests' rewritten asserts) even where the environment turns them off.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
@@ -54,7 +57,8 @@ venv: $(VENV)/.stamp-install
 # Ends with the ten slowest tests (pytest's --durations) and the suite's wall time.
 test: deps venv lint
 	@start=$$(date +%s.%N); rc=0; \
-	$(PYTEST) -n $(JOBS) --dist worksteal --durations=$(DURATIONS) $(PYTEST_ARGS) || rc=$$?; \
+	MSLAUNCH_TEST_LIMITS=1 MSLAUNCH_TEST_BUDGET=$(TEST_BUDGET) \
+	  $(PYTEST) -n $(JOBS) --dist worksteal --durations=$(DURATIONS) $(PYTEST_ARGS) || rc=$$?; \
 	echo "make test: the suite took $$(awk -v s=$$start -v e=$$(date +%s.%N) 'BEGIN { printf "%.1f", e - s }') s wall time (exit $$rc)"; \
 	exit $$rc
 
