@@ -247,6 +247,7 @@ def _tmux():
     return require_tool("tmux", package="tmux")
 
 
+@pytest.mark.cost(32)  # measured in a make test run on a fresh clone
 def test_live_view_under_tmux_run_and_top(job, tmp_path):
     tmux = _tmux()
     sock = str(tmp_path / "tmux.sock")

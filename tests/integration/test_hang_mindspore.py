@@ -39,6 +39,7 @@ def assert_no_pids_left(summary):
                     pass
 
 
+@pytest.mark.cost(28)  # measured in a make test run on a fresh clone
 def test_rank_blocked_before_allreduce_is_hung_dumped_named_and_restarted(tmp_path):
     job = tmp_path / "job"
     r = run_process(

@@ -76,6 +76,7 @@ def app_dir(tmp_path, script_src: str, name: str):
 
 @pytest.mark.netns
 @pytest.mark.mindspore
+@pytest.mark.cost(23)  # measured in a make test run on a fresh clone
 def test_reverse_start_order_forms_the_cluster(make_netns_cluster, tmp_path):
     """Pod 2 starts first and waits for pod 0's DNS name; then pod 1, then pod 0: the 6 ranks
     AllReduce 1+..+6 = 21 on every rank; each pod's stdout has its own ranks' result lines."""

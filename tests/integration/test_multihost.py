@@ -420,6 +420,7 @@ def doctor(job, *args, hosts=None):
     return r, (json.loads(r.stdout) if r.stdout.startswith("{") else None)
 
 
+@pytest.mark.cost(30)  # measured in a make test run on a fresh clone
 def test_doctor_all_good(job):
     r, out = doctor(job, "-m", "launcher.workloads.allreduce_smoke")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -540,6 +541,7 @@ def allreduce_sums(job, n: int) -> Dict[int, float]:
 
 @pytest.mark.mindspore
 @pytest.mark.mpi
+@pytest.mark.cost(48)  # measured in a make test run on a fresh clone
 def test_allreduce_6_workers_through_mpirun_across_hosts(job, need_mpirun):
     c = job.c
     r = job.run(

@@ -35,6 +35,7 @@ def _env(slurm: SlurmCluster):
     return env
 
 
+@pytest.mark.cost(39)  # measured in a make test run on a fresh clone
 def test_check_across_three_slurm_nodes(slurm: SlurmCluster, tmp_path) -> None:
     """``mslaunch check`` (MindSpore's AllGather over the dynamic cluster) on one rank per node."""
     check = " ".join(

@@ -286,6 +286,7 @@ def test_multiprocessing_and_pickling_main(zygote, tmp_path, method):
 # ---------------------------------------------------------------- random state
 
 
+@pytest.mark.cost(25)  # measured in a make test run on a fresh clone
 def test_every_generator_seeded_at_import_is_fresh_in_each_child(zygote, tmp_path):
     """Two plain processes draw different numbers from every generator a new process seeds with
     entropy (numpy's legacy global state, ``random``, MindSpore's); so must two forked children.
