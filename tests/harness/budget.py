@@ -31,7 +31,7 @@ import pytest
 #: The most a test (or a group sharing a module fixture) may declare with ``pytest.mark.cost``.
 MAX_TEST_SECONDS = 60.0
 #: A test without a cost marker may take this long.
-UNMARKED_SECONDS = 20.0
+UNMARKED_SECONDS = 30.0
 #: A marked test may take ``SLACK`` times its marker plus :data:`GRACE_SECONDS`.
 SLACK = 2.0
 GRACE_SECONDS = 10.0

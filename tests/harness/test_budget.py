@@ -21,9 +21,9 @@ def test_a_declaration_over_a_minute_is_refused_and_a_group_counts_as_one():
 @pytest.mark.parametrize(
     "durations, bad",
     [
-        ({"tests/a.py::test_job": 69.0, "tests/c.py::test_unit": 19.0}, []),  # within 2 x 30 + 10, under 20
+        ({"tests/a.py::test_job": 69.0, "tests/c.py::test_unit": 29.0}, []),  # within 2 x 30 + 10, under 30
         ({"tests/a.py::test_job": 71.0}, ["tests/a.py::test_job took 71 s, over 70 s"]),
-        ({"tests/c.py::test_unit": 21.0}, ["tests/c.py::test_unit took 21 s with no cost marker"]),
+        ({"tests/c.py::test_unit": 31.0}, ["tests/c.py::test_unit took 31 s with no cost marker"]),
         # a group: its members' times add up against its summed markers (2 x 40 + 10)
         ({"tests/b.py::test_one": 60.0, "tests/b.py::test_two": 29.0}, []),
         ({"tests/b.py::test_one": 60.0, "tests/b.py::test_two": 31.0}, ["tests/b.py::[runs] took 91 s, over 90 s"]),

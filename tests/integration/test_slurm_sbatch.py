@@ -105,6 +105,7 @@ def _requeued_run_ended(slurm: SlurmCluster, sid: str, job_dir) -> None:
     )
 
 
+@pytest.mark.cost(15)  # measured in a make test run
 def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     job_dir = tmp_path / "job"
@@ -148,6 +149,7 @@ def test_preemption_signal_requeues_and_the_run_continues_in_attempt_1(slurm: Sl
     assert slurm.node_pids() == {}
 
 
+@pytest.mark.cost(15)  # measured in a make test run
 def test_a_job_requeued_by_slurm_continues_in_attempt_1(slurm: SlurmCluster, tmp_path) -> None:
     env = _env(slurm, tmp_path)
     job_dir = tmp_path / "job"

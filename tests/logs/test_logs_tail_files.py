@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from tests.harness.cli import run_cli, run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
 
 
+@pytest.mark.cost(18)  # measured in a make test run
 def test_logs_tail_odd_log_files(tmp_path):
     env = dict(os.environ, MSLAUNCH_HOME=str(tmp_path / "home"))
     job = tmp_path / "job"

@@ -29,6 +29,7 @@ def _built(ckpt_dir, prefix, x, y, path):
     return skipped, loaded, loss, {p.name: p.asnumpy().copy() for p in train_net.get_parameters()}
 
 
+@pytest.mark.cost(16)  # measured in a make test run
 def test_a_network_built_for_its_checkpoint_trains_like_one_initialised_first(tmp_path) -> None:
     import mindspore as ms
     from mindspore import Tensor

@@ -114,6 +114,7 @@ def test_a_stalled_rank_is_hung_with_stacks_and_named(hjob):
     assert_all_gone(hjob.pids)
 
 
+@pytest.mark.cost(16)  # measured in a make test run
 def test_lines_every_two_seconds_keep_it_alive_and_quiet_ends_it(hjob):
     r = hjob.run("lines", "2", "5", extra=("--hang-timeout", "5"))
     assert r.returncode == 125, r.stderr
