@@ -1,13 +1,14 @@
 """The health check over Slurm on a real 3-node Slurm cluster (network namespaces).
 
 * ``doctor --health --launcher slurm`` inside an allocation whose node3 slurmd was stopped after
-  the allocation was granted: node3 is faulty, the others ok (one srun step per node), and no
-  probe is left on any node; and the device checks in each node's step on the shared cluster
-  (fake device tools);
+  the allocation was granted and whose node2 slurmd (so every step there) runs under a 5% CPU
+  quota: node3 is faulty, node2 slow (its compute, measured in its own step), node1 ok (one srun
+  step per node), and no probe is left on any node;
 * ``run --launcher slurm --preflight exclude`` in a 3-node allocation for a 2-rank job (one rank
-  per node; node3 spare): node2 is faulty (its fake NPU's link is down) or slow (its slurmd, so
-  every step there, under a 5% CPU quota); the check runs inside the allocation, node2 is left
-  out before the start and the job runs on node1 and node3.
+  per node; node3 spare): node2 is faulty (its fake NPU's link is down; the device checks run in
+  each node's step); the check runs inside the allocation, node2 is left out before the start and
+  the job runs on node1 and node3.  (Which verdict leaves a node out does not matter to
+  ``exclude``: the slow one is left out over ssh, tests/integration/test_health_cluster.py.)
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ FAKE_TOOLS = os.path.join(HERE, "scripts", "fake_devices")
 LOSTHOST = os.path.join(HERE, "scripts", "losthost.py")
 
 
-def test_a_node_whose_slurmd_is_down_is_faulty(tmp_path) -> None:
+@pytest.mark.cost(14)
+def test_a_node_whose_slurmd_is_down_is_faulty_and_one_under_a_cpu_quota_slow(tmp_path) -> None:
     require_slurm()
+    quota = cgroup_v1_cpu()  # without the cgroup v1 cpu controller node2 runs free (and is ok)
     with SlurmCluster(3) as cluster:  # its own: a node is broken for good
         res = cluster.run(["salloc", "--no-shell", "-N3", "--ntasks-per-node=1", "--immediate=30"], timeout=60)
         m = re.search(r"Granted job allocation (\d+)", res.stderr)
@@ -50,76 +53,36 @@ def test_a_node_whose_slurmd_is_down_is_faulty(tmp_path) -> None:
             }
         )
         stop_slurmd(cluster, "node3")
-        r = run_process("doctor", "--health", "--launcher", "slurm", "--json", env=env, cwd=str(tmp_path), timeout=120)
+        if quota:
+            throttle_slurmd(cluster, "node2")
+        try:
+            r = run_process(
+                "doctor", "--health", "--launcher", "slurm", "--json", env=env, cwd=str(tmp_path), timeout=120
+            )
+        finally:
+            if quota:
+                unthrottle_slurmd(cluster, "node2")
         assert r.returncode == 1, r.stderr
         data = json.loads(r.stdout)
         verdicts = {h["host"]: h for h in data["hosts"]}
-        assert [verdicts[n]["verdict"] for n in ("node1", "node2", "node3")] == ["ok", "ok", "faulty"], r.stdout
+        expected = ["ok", "slow" if quota else "ok", "faulty"]
+        assert [verdicts[n]["verdict"] for n in ("node1", "node2", "node3")] == expected, r.stdout
         assert verdicts["node1"]["gflops"] > 0 and verdicts["node1"]["mbps"] > 0
         assert data["network"] == "checked"
+        if quota:
+            reason = verdicts["node2"]["reason"]
+            assert re.match(r"slow: compute [\d.]+ GFLOPS, median [\d.]+; threshold 0.5$", reason), reason
         assert verdicts["node3"]["reason"].startswith("faulty: srun: "), verdicts[
             "node3"
         ]  # e.g. "Application launch failed"
         cluster.run(["scancel", job], timeout=30)
-        left = {n: p for n, p in cluster.node_pids(include_slurm=False).items()}
-        assert left == {}
-
-
-def test_device_checks_run_in_each_nodes_step(slurm, tmp_path) -> None:
-    """``--device-target ascend`` under Slurm: the fake device tools answer per node
-    (``SLURMD_NODENAME``) inside the probe's ``srun`` step; node2's NPU 0 link is down."""
-    fake = tmp_path / "fake"
-    (fake / "hosts").mkdir(parents=True)
-    (fake / "hosts" / "node1").write_text("ascend_healthy\nnet=1\n")
-    (fake / "hosts" / "node2").write_text("ascend_link_down\nnet=2\n")
-    res = slurm.run(
-        ["salloc", "--no-shell", "-N2", "-w", "node[1-2]", "--ntasks-per-node=1", "--immediate=30"], timeout=60
-    )
-    m = re.search(r"Granted job allocation (\d+)", res.stderr)
-    assert res.returncode == 0 and m, res.stderr
-    job = m.group(1)
-    try:
-        env = slurm.env()
-        env.update(
-            {
-                "SLURM_JOB_ID": job,
-                "SLURM_JOBID": job,
-                "SLURM_JOB_NODELIST": "node[1-2]",
-                "SLURM_NODELIST": "node[1-2]",
-                "SLURM_NTASKS_PER_NODE": "1",
-                "SLURM_JOB_NUM_NODES": "2",
-                "MSLAUNCH_DEVICE_TOOLS_DIR": FAKE_TOOLS,
-                "MSLAUNCH_FAKE_DEVICES_DIR": str(fake),
-            }
-        )
-        r = run_process(
-            "doctor",
-            "--health",
-            "--launcher",
-            "slurm",
-            "--json",
-            "--device-target",
-            "ascend",
-            env=env,
-            cwd=str(tmp_path),
-            timeout=120,
-        )
-        assert r.returncode == 1, r.stdout + r.stderr
-        hosts = {h["host"]: h for h in json.loads(r.stdout)["hosts"]}
-        assert hosts["node1"]["verdict"] == "ok" and hosts["node1"]["reason"].endswith("; devices ok: NPU 0"), hosts[
-            "node1"
-        ]
-        assert hosts["node2"]["verdict"] == "faulty", hosts["node2"]
-        assert hosts["node2"]["reason"].startswith("faulty: NPU 0: link status: DOWN (hccn_tool -link -g)"), hosts[
-            "node2"
-        ]
-    finally:
-        slurm.run(["scancel", job], timeout=30)
-    assert slurm.node_pids(include_slurm=False) == {}
+        wait_for(lambda: not cluster.node_pids(include_slurm=False), 30)
+        assert cluster.node_pids(include_slurm=False) == {}
 
 
 def _preflight_run(slurm, tmp_path, extra_env, *program_args):
-    """``run --preflight exclude`` of a 2-rank job in a 3-node allocation, one rank per node."""
+    """``run --preflight exclude`` of a 2-rank job in a 3-node allocation, one rank per node: its
+    ``preflight`` event."""
     res = slurm.run(["salloc", "--no-shell", "-N3", "--ntasks-per-node=1", "--immediate=30"], timeout=60)
     m = re.search(r"Granted job allocation (\d+)", res.stderr)
     assert res.returncode == 0 and m, res.stderr
@@ -186,30 +149,25 @@ def _preflight_run(slurm, tmp_path, extra_env, *program_args):
     assert line in r.stderr.splitlines(), r.stderr
     wait_for(lambda: not slurm.node_pids(include_slurm=False), 30)
     assert slurm.node_pids(include_slurm=False) == {}
-    return excluded["reason"]
+    return pre
 
 
+@pytest.mark.cost(9)
 def test_preflight_exclude_leaves_a_faulty_node_out_and_the_job_runs_on_the_spare(slurm, tmp_path) -> None:
     fake = tmp_path / "fake"
     (fake / "hosts").mkdir(parents=True)
     for k, case in ((1, "ascend_healthy"), (2, "ascend_link_down"), (3, "ascend_healthy")):
         (fake / "hosts" / f"node{k}").write_text(f"{case}\nnet={k}\n")
-    reason = _preflight_run(
+    pre = _preflight_run(
         slurm,
         tmp_path,
         {"MSLAUNCH_DEVICE_TOOLS_DIR": FAKE_TOOLS, "MSLAUNCH_FAKE_DEVICES_DIR": str(fake)},
         "--device-target",
         "Ascend",
     )
-    assert reason.startswith("faulty: NPU 0: link status: DOWN (hccn_tool -link -g)"), reason
-
-
-def test_preflight_exclude_leaves_a_slow_node_out_and_the_job_runs_on_the_spare(slurm, tmp_path) -> None:
-    if not cgroup_v1_cpu():
-        pytest.skip("needs the cgroup v1 cpu controller (a CPU quota on node2's slurmd)")
-    throttle_slurmd(slurm, "node2")
-    try:
-        reason = _preflight_run(slurm, tmp_path, {})
-    finally:
-        unthrottle_slurmd(slurm, "node2")
-    assert re.match(r"slow: compute [\d.]+ GFLOPS, median [\d.]+; threshold 0.5$", reason), reason
+    reasons = {h["host"]: h["reason"] for h in pre["hosts"]}
+    assert pre["devices"]["target"] == "ascend", pre["devices"]
+    assert reasons["node1"].endswith("; devices ok: NPU 0") and reasons["node3"].endswith("; devices ok: NPU 0"), (
+        reasons
+    )
+    assert reasons["node2"].startswith("faulty: NPU 0: link status: DOWN (hccn_tool -link -g)"), reasons
