@@ -146,6 +146,9 @@ def test_the_process_a_program_sees_is_a_plain_pythons(zygote, tmp_path):
     assert a["stdout"]["write_through"] is zygote.unbuffered and a["stderr"]["line_buffering"] is not zygote.unbuffered
 
 
+# How the script is named (argv, __main__, sys.path) does not touch stdio: the buffered zygote's
+# stdio is compared whole by the test above, so these run under the default (unbuffered) only.
+@pytest.mark.parametrize("zygote", ["unbuffered"], indirect=True)
 def test_a_relative_script_a_symlinked_one_and_a_module(zygote, tmp_path):
     """``argv[0]`` as typed, ``__file__`` absolute, ``sys.path[0]`` the real folder of the script
     (through a symlink), and ``python -m pkg.mod`` / ``-m pkg`` (a package's ``__main__``)."""
@@ -286,21 +289,42 @@ def test_multiprocessing_and_pickling_main(zygote, tmp_path, method):
 # ---------------------------------------------------------------- random state
 
 
-@pytest.mark.cost(25)  # measured in a make test run on a fresh clone
-def test_every_generator_seeded_at_import_is_fresh_in_each_child(zygote, tmp_path):
+@pytest.fixture(scope="module")
+def plain_draws(tmp_path_factory):
+    """What two plain processes draw (the ``random`` case): the premise of the test below, the
+    same for either zygote (stdio plays no part in it), so drawn once for both."""
+    runs = []
+    for n in range(2):
+        out = tmp_path_factory.mktemp(f"plain-random-{n}")
+        proc = plan([sys.executable, PROG, "random"], dict(COMMON, OUT=str(out)), str(out))
+        runs.append(Run(start_local(proc, str(out / "plain.log")), str(out / "plain.log"), str(out)))
+    draws = []
+    for r in runs:
+        r.finish()
+        assert r.rc == 0, r.log
+        draws.append(json.loads(r.log.splitlines()[-1]))
+    return draws
+
+
+# Both zygotes' cases are one group (one worker), so that they share the plain processes' draws.
+@pytest.mark.cost(10, group="random")  # measured alone x2 (the plain draws and zygote starts included)
+def test_every_generator_seeded_at_import_is_fresh_in_each_child(zygote, plain_draws, tmp_path):
     """Two plain processes draw different numbers from every generator a new process seeds with
     entropy (numpy's legacy global state, ``random``, MindSpore's); so must two forked children.
     Generators are also found by type and compared by state, so one that a future import adds
     is caught: a generator whose state differs between two plain processes differs between two
     children too."""
-    draws = {}
+    runs = []
     for n in range(2):
-        sub = tmp_path / str(n)
-        sub.mkdir()
-        plain, forked = run_both(zygote, sub, ["random"])
-        assert plain.rc == forked.rc == 0, (plain.log, forked.log)
-        draws[n] = (json.loads(plain.log.splitlines()[-1]), json.loads(forked.log.splitlines()[-1]))
-    (p0, f0), (p1, f1) = draws[0], draws[1]
+        out = tmp_path / str(n)
+        out.mkdir()
+        proc = plan([sys.executable, PROG, "random"], dict(COMMON, OUT=str(out)), str(out))
+        log = str(tmp_path / f"forked{n}.log")
+        runs.append(Run(zygote.start(proc, log, proc.cwd), log, str(out)))
+    for r in runs:
+        r.finish()
+        assert isinstance(r.handle, ZygoteProcess) and r.rc == 0, r.log
+    (p0, p1), (f0, f1) = plain_draws, (json.loads(r.log.splitlines()[-1]) for r in runs)
     for key in ("numpy", "random", "numpy_default_rng", "mindspore"):
         assert p0[key] != p1[key], key  # the premise: a new process draws anew
         assert f0[key] != f1[key], key
@@ -327,36 +351,40 @@ def test_python_variables_of_a_rank_that_differ_from_the_zygotes_start_it_plainl
     assert (tmp_path / "z.log").read_text() == want.stdout and want.stdout.endswith(" 1\n")
 
 
+#: Prints ``hash()`` of a str (PYTHONHASHSEED decides it), then ``ready``, then waits to be killed.
+HASH_AND_WAIT = (
+    "import sys, time\n"
+    'print(hash("conformance"), sys.flags.hash_randomization)\n'
+    'print("ready", flush=True)\n'
+    "time.sleep(120)\n"
+)
+
+
 def test_what_still_differs_is_what_the_docs_list(zygote, tmp_path):
     """The differences docs/cpu-performance.md lists, checked so the list stays true: the hash
     seed is the zygote's in every child (two children agree, two plain processes do not), and
     ``/proc/PID/environ`` does not show the rank's own variables."""
-    hashes = {}
+    script = tmp_path / "hash_and_wait.py"
+    script.write_text(HASH_AND_WAIT)
+    seen = {}
     for how in ("plain", "forked"):
         got = []
         for n in range(2):
-            proc = plan([sys.executable, PROG, "term"], dict(COMMON, OUT=str(tmp_path), RANK_ID=str(n)), str(tmp_path))
+            proc = plan([sys.executable, str(script)], dict(COMMON, RANK_ID=str(n)), str(tmp_path))
             log = str(tmp_path / f"{how}{n}.log")
             h = start_local(proc, log) if how == "plain" else zygote.start(proc, log, proc.cwd)
+            assert isinstance(h, LocalProcess if how == "plain" else ZygoteProcess)
             deadline = time.monotonic() + WAIT
             while not os.path.exists(log) or "ready" not in open(log).read():
                 assert time.monotonic() < deadline and h.poll() is None
                 time.sleep(0.05)
             environ = open(f"/proc/{h.pid}/environ", "rb").read()
-            got.append(b"RANK_ID=" + str(n).encode() in environ.split(b"\0"))
+            got.append((b"RANK_ID=" + str(n).encode() in environ.split(b"\0"), open(log).read().splitlines()[0]))
             h.kill()
             wait(h)
-        hashes[how] = got
-    assert hashes == {"plain": [True, True], "forked": [False, False]}
-    seeds = {
-        how: {subprocess.run([sys.executable, PROG, "hash"], capture_output=True, text=True).stdout for _ in range(2)}
-        for how in ("plain",)
-    }
-    assert len(seeds["plain"]) == 2
-    forked = []
-    for n in range(2):
-        proc = plan([sys.executable, PROG, "hash"], COMMON, str(tmp_path))
-        h = zygote.start(proc, str(tmp_path / f"h{n}.log"), str(tmp_path))
-        assert wait(h) == 0
-        forked.append((tmp_path / f"h{n}.log").read_text())
-    assert forked[0] == forked[1]
+        seen[how] = got
+    assert [shown for shown, _ in seen["plain"]] == [True, True]
+    assert [shown for shown, _ in seen["forked"]] == [False, False]
+    assert seen["plain"][0][1] != seen["plain"][1][1]  # a new process hashes with a new seed
+    assert seen["forked"][0][1] == seen["forked"][1][1]  # every child with the zygote's
+    assert all(line.endswith(" 1") for how in seen for _, line in seen[how]), seen  # hash randomization on
