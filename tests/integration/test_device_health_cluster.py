@@ -100,7 +100,7 @@ def _checks(host: dict, device: int) -> dict:
     return {x["check"]: (x["verdict"], x["evidence"]) for x in dev["checks"]}
 
 
-@pytest.mark.cost(26)
+@pytest.mark.cost(53)
 def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> None:  # noqa: F811  (the fixture)
     c = cluster
     ip = [h.ip for h in c.hosts]
@@ -211,7 +211,7 @@ elif role == "MS_WORKER":
 """
 
 
-@pytest.mark.cost(12)
+@pytest.mark.cost(23)
 def test_preflight_in_kubelet_like_pods_checks_each_pods_own_devices(make_netns_cluster, tmp_path) -> None:
     """``k8s gen ... --preflight exclude --device-checks require``: each pod (per-node mode) checks
     its own node's NPUs before it starts a rank.  All healthy: every pod logs its verdict and the

@@ -68,7 +68,7 @@ def cluster5(make_netns_cluster):
     return make_netns_cluster(n_hosts=5, slots=2)
 
 
-@pytest.mark.cost(29)
+@pytest.mark.cost(58)
 def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
     c = cluster5
     ip = [h.ip for h in c.hosts]
@@ -111,7 +111,7 @@ def test_health_verdicts_and_preflight_modes(cluster5, tmp_path) -> None:
     assert wait_nothing_left(c, 15.0) == {}
 
 
-@pytest.mark.cost(30)
+@pytest.mark.cost(59)
 def test_a_host_whose_link_is_cut_mid_check_is_faulty_within_the_step_limits(make_netns_cluster, tmp_path) -> None:
     """h3's link is cut as its compute step begins (its Python, ``tests/scripts/cut_on_compute.py``,
     drops every packet h3 sends, from the compute order on: silence, as a link lost on the way): h3

@@ -32,7 +32,7 @@ FAKE_TOOLS = os.path.join(HERE, "scripts", "fake_devices")
 LOSTHOST = os.path.join(HERE, "scripts", "losthost.py")
 
 
-@pytest.mark.cost(14)
+@pytest.mark.cost(27)
 def test_a_node_whose_slurmd_is_down_is_faulty_and_one_under_a_cpu_quota_slow(tmp_path) -> None:
     require_slurm()
     quota = cgroup_v1_cpu()  # without the cgroup v1 cpu controller node2 runs free (and is ok)
@@ -152,7 +152,7 @@ def _preflight_run(slurm, tmp_path, extra_env, *program_args):
     return pre
 
 
-@pytest.mark.cost(9)
+@pytest.mark.cost(18)
 def test_preflight_exclude_leaves_a_faulty_node_out_and_the_job_runs_on_the_spare(slurm, tmp_path) -> None:
     fake = tmp_path / "fake"
     (fake / "hosts").mkdir(parents=True)
