@@ -2,15 +2,20 @@
 
 Every command line is one from MindSpore's msrun docs; it runs once with ``msrun`` and once with
 ``msrun`` replaced by ``python -m launcher run``, and the two are compared: exit code, the log
-files' names and places, the collective's result.  Per-node mode runs on the namespace cluster
-without SSH: one launcher started inside each node's namespace, as a cluster manager would.
+files' names and places, what reaches the console, the collective's result.  Per-node mode runs
+on the namespace cluster without SSH: one launcher started inside each node's namespace, as a
+cluster manager would.
 
-Jobs cost ~10-30 s each here; each case proves something different:
+Each case proves something different:
 
-* one node, ``--join=True --log_dir --cluster_time_out --worker_log_name --tail_worker_log``;
-* two nodes with ``--node_rank 0/1`` (msrun, then mslaunch);
+* two nodes with ``--node_rank 0/1`` and the docs' ``--join=True --log_dir --cluster_time_out``
+  plus ``--worker_log_name`` (``{hostname}`` and ``{ip}``) and ``--tail_worker_log``: msrun and
+  mslaunch side by side (their own ports and folders), the same logs and console per node;
+* one node, no flag: the zygote forks the scheduler and both workers, with the docs' single-node
+  line (``--worker_log_name={hostname}``, ``--tail_worker_log=0``) held to what msrun does on node 0;
 * two nodes, a worker on node 1 fails: node 1 fails with its summary, node 0 ends (MindSpore's
-  heartbeat) with a summary naming the ranks its scheduler lost; nothing is left running.
+  heartbeat, its timeout cut to seconds) with a summary naming the ranks its scheduler lost;
+  nothing is left running.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -71,43 +76,13 @@ def log_files(log_dir: str) -> set:
     return {n for n in os.listdir(log_dir) if os.path.isfile(os.path.join(log_dir, n))} - MSLAUNCH_FILES
 
 
-@pytest.mark.cost(29)
-def test_single_node_docs_line(tmp_path):
-    """msrun docs: --worker_num --local_worker_num --master_port --log_dir --join=True
-    --cluster_time_out, plus --worker_log_name={hostname} and --tail_worker_log=0."""
-    host = socket.gethostname()
-    runs = {}
-    for which in ("msrun", "mslaunch"):
-        log_dir = tmp_path / which
-        argv = launcher_argv(which) + [
-            "--worker_num=2",
-            "--local_worker_num=2",
-            f"--master_port={free_port()}",
-            f"--log_dir={log_dir}",
-            "--join=True",
-            "--cluster_time_out=300",
-            "--worker_log_name=w_{hostname}",
-            "--tail_worker_log=0",
-            NET,
-        ]
-        runs[which] = subprocess.run(argv, cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=300)
-    for which, r in runs.items():
-        assert r.returncode == 0, (which, r.stdout[-3000:], r.stderr[-3000:])
-    names = [f"w_{host}_0.log", f"w_{host}_1.log"]
-    assert log_files(str(tmp_path / "msrun")) == set(names) | {"scheduler.log"}
-    assert log_files(str(tmp_path / "mslaunch")) == set(names) | {"scheduler.log"}
-    expected = {names[0]: (0, 2, 3.0), names[1]: (1, 2, 3.0)}
-    assert results(str(tmp_path / "msrun"), names) == expected
-    assert results(str(tmp_path / "mslaunch"), names) == expected
-    # --tail_worker_log=0: rank 0's output reaches the console, rank 1's does not (with both).
-    for which, r in runs.items():
-        assert "net rank=0 size=2 sum=3.0" in r.stdout, which
-        assert "net rank=1 size=2" not in r.stdout, which
-    assert_summary_pids_gone(str(tmp_path / "mslaunch"))
-
-
 def start_nodes(
-    cluster, which: str, work, port: int, extra_env: Optional[Dict[str, str]] = None
+    cluster,
+    which: str,
+    work,
+    port: int,
+    extra_env: Optional[Dict[str, str]] = None,
+    flags: Sequence[str] = (),
 ) -> List[subprocess.Popen]:
     """One launcher per namespace node (h1: node 0 owning the master address, h2: node 1)."""
     master = cluster.host(0).ip
@@ -126,6 +101,7 @@ def start_nodes(
                 f"--log_dir={work / which / f'node{k}'}",
                 "--join=True",
                 "--cluster_time_out=120",
+                *flags,
                 NET,
             ]
         )
@@ -147,34 +123,56 @@ def wait_all(procs: List[subprocess.Popen], timeout: float = 400) -> List[int]:
                 p.wait()
 
 
-@pytest.mark.cost(46)
+#: msrun's log and console flags, on both nodes: ``{ip}`` is each node's own address (towards the
+#: master), the log's suffix is the global rank, ``--tail_worker_log`` names global ranks
+DOCS_FLAGS = ("--worker_log_name=w_{hostname}_{ip}", "--tail_worker_log=0,3")
+
+
+@pytest.mark.cost(56)  # measured alone (25-31 s), x2
 def test_two_nodes_node_rank_like_msrun(netns_cluster, tmp_path):
     """msrun docs' two-node lines (--node_rank 0 / 1 on each node), each node started on its
-    own inside its namespace: msrun, then mslaunch; same logs per node, AllReduce correct."""
-    for which in ("msrun", "mslaunch"):
-        codes = wait_all(start_nodes(netns_cluster, which, tmp_path, free_port()))
+    own inside its namespace: msrun and mslaunch side by side (their own ports and folders);
+    same logs per node (named by --worker_log_name's {hostname} and {ip}), same console
+    (--tail_worker_log=0,3: rank 0 on node 0, rank 3 on node 1, not ranks 1 and 2),
+    AllReduce correct."""
+    c = netns_cluster
+    host = socket.gethostname()
+    both = ("msrun", "mslaunch")
+    procs = {which: start_nodes(c, which, tmp_path, free_port(), flags=DOCS_FLAGS) for which in both}
+    got = wait_all(procs["msrun"] + procs["mslaunch"])
+    codes = {"msrun": got[:2], "mslaunch": got[2:]}
+    for which in both:
         outs = [open(tmp_path / f"{which}_node{k}.out").read()[-3000:] for k in (0, 1)]
-        assert codes == [0, 0], (which, outs)
-    for k, ranks in ((0, (0, 1)), (1, (2, 3))):
-        names = [f"worker_{r}.log" for r in ranks]
+        assert codes[which] == [0, 0], (which, outs)
+    for k, ranks, tail in ((0, (0, 1), 0), (1, (2, 3), 3)):
+        names = [f"w_{host}_{c.host(k).ip}_{r}.log" for r in ranks]
         want = set(names) | ({"scheduler.log"} if k == 0 else set())
-        for which in ("msrun", "mslaunch"):
+        (quiet,) = set(ranks) - {tail}
+        for which in both:
             folder = str(tmp_path / which / f"node{k}")
             assert log_files(folder) == want, (which, k)
             assert results(folder, names) == {n: (r, 4, 10.0) for n, r in zip(names, ranks)}, (which, k)
+            console = open(tmp_path / f"{which}_node{k}.out", errors="replace").read()
+            assert f"net rank={tail} size=4 sum=10.0" in console, (which, k, console[-3000:])
+            assert f"net rank={quiet} size=4" not in console, (which, k)
         assert_summary_pids_gone(str(tmp_path / "mslaunch" / f"node{k}"))
-    assert netns_cluster.all_pids() == {}
+    assert c.all_pids() == {}
 
 
-@pytest.mark.cost(43)
+@pytest.mark.cost(40)  # measured alone (17-23 s), x2
 def test_two_nodes_worker_failure_on_node1(netns_cluster, tmp_path):
     """Rank 2 (node 1) exits 3 after the cluster is built: node 1's mslaunch fails with rank 2's
     exit code; node 0's ends too, by whichever of MindSpore's detections comes first: the
     scheduler losing node 1's heartbeats (the summary then names the lost ranks), or a node-0
     worker's collective failing for want of its peers (that worker is then the root cause, its
     log showing the failed collective, or, when its log names the collective's timeout, the
-    attempt is hung, exit 125); nothing is left running."""
-    codes = wait_all(start_nodes(netns_cluster, "mslaunch", tmp_path, free_port(), {"NET_FAIL_RANK": "2"}))
+    attempt is hung, exit 125); nothing is left running.
+
+    MindSpore's node timeout (the heartbeat's; half a minute by default here) is cut to 10 s, and the CPU
+    collectives' own timeout raised past it, so that node 0 ends as it does by default (its
+    scheduler notices first) without waiting half a minute for it."""
+    env = {"NET_FAIL_RANK": "2", "MS_NODE_TIMEOUT": "10", "MS_CPU_COMM_OP_TIMEOUT": "120"}
+    codes = wait_all(start_nodes(netns_cluster, "mslaunch", tmp_path, free_port(), env))
     node0 = json.load(open(tmp_path / "mslaunch" / "node0" / "summary.json"))
     node1 = json.load(open(tmp_path / "mslaunch" / "node1" / "summary.json"))
     assert codes[1] == 3, open(tmp_path / "mslaunch_node1.out").read()[-3000:]
@@ -194,20 +192,40 @@ def test_two_nodes_worker_failure_on_node1(netns_cluster, tmp_path):
             node0["message"],
             log[-2000:],
         )
-    for k in (0, 1):
+    for k, ranks in ((0, (0, 1)), (1, (2, 3))):  # msrun's default log names, per node
+        want = {f"worker_{r}.log" for r in ranks} | ({"scheduler.log"} if k == 0 else set())
+        assert want <= log_files(str(tmp_path / "mslaunch" / f"node{k}")), k
         assert_summary_pids_gone(str(tmp_path / "mslaunch" / f"node{k}"))
     assert netns_cluster.all_pids() == {}
 
 
+@pytest.mark.cost(20)  # measured alone (9-10 s), x2
 def test_zygote_forked_ranks_run_collectives_by_default(tmp_path):
     """No flag (a MindSpore CPU job): the zygote imports MindSpore once; it is single-threaded
     after that import, so the scheduler (MindSpore's init() alone) and both workers are forked
     from it (no fallback line), build the cluster and AllReduce correctly; nothing is left.  No
-    rank is bound to a core by default."""
+    rank is bound to a core by default.
+
+    The line is msrun docs' single-node one (--worker_num --local_worker_num --master_port
+    --log_dir --join=True --cluster_time_out, plus --worker_log_name={hostname} and
+    --tail_worker_log=0): the logs are named as msrun names node 0's (its naming and console
+    checked against msrun's in test_two_nodes_node_rank_like_msrun), rank 0's output reaches the
+    console, rank 1's does not."""
     log_dir = tmp_path / "z"
+    host = socket.gethostname()
     r = subprocess.run(
         launcher_argv("mslaunch")
-        + ["--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}", f"--log_dir={log_dir}", NET],
+        + [
+            "--worker_num=2",
+            "--local_worker_num=2",
+            f"--master_port={free_port()}",
+            f"--log_dir={log_dir}",
+            "--join=True",
+            "--cluster_time_out=300",
+            "--worker_log_name=w_{hostname}",
+            "--tail_worker_log=0",
+            NET,
+        ],
         cwd=tmp_path,
         env=job_env(),
         capture_output=True,
@@ -220,7 +238,10 @@ def test_zygote_forked_ranks_run_collectives_by_default(tmp_path):
     assert "the scheduler runs MindSpore's init() alone" in r.stderr  # forked too, not the script
     plan = json.loads((log_dir / "plan.json").read_text())
     assert all("cpus" not in p for p in plan["ranks"]) and any("no core binding" in n for n in plan["cpu"]["notes"])
-    names = ["worker_0.log", "worker_1.log"]
-    assert results(str(log_dir), names) == {"worker_0.log": (0, 2, 3.0), "worker_1.log": (1, 2, 3.0)}
+    names = [f"w_{host}_0.log", f"w_{host}_1.log"]
+    assert log_files(str(log_dir)) == set(names) | {"scheduler.log"}
+    assert results(str(log_dir), names) == {names[0]: (0, 2, 3.0), names[1]: (1, 2, 3.0)}
+    # --tail_worker_log=0: rank 0's output reaches the console, rank 1's does not
+    assert "net rank=0 size=2 sum=3.0" in r.stdout and "net rank=1 size=2" not in r.stdout, r.stdout[-3000:]
     summary = assert_summary_pids_gone(str(log_dir))
     assert summary["status"] == "succeeded" and len(summary["processes"]) == 3
