@@ -4,7 +4,7 @@ Each job costs ~10 s here; every case proves something different.  A local 2-ran
 default launcher is proven by ``test_msrun_e2e.py::test_zygote_forked_ranks_run_collectives_by_default``
 (the default forks the ranks), ``mslaunch check``'s line by ``test_multihost.py`` (over ssh) and by the
 docs block of docs/workload.md (locally), MindSpore under mpirun (two app contexts of one mpirun) by
-``test_multihost.py::test_allreduce_6_workers_through_mpirun_across_hosts``.
+``test_multihost.py::test_allreduce_through_mpirun_across_hosts``.
 """
 
 from __future__ import annotations
