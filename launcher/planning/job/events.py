@@ -12,7 +12,7 @@ report) is held as a small protocol or as its JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Protocol, Tuple, Type, Union
 
 from launcher.planning.job.kinds import EventKind
@@ -20,6 +20,7 @@ from launcher.planning.job.spec import Exclusion
 
 __all__ = [
     "PAYLOADS",
+    "Payload",
     "ClusterStop",
     "Event",
     "Exited",
@@ -61,20 +62,25 @@ class RootCauseLike(Protocol):
     def to_json(self) -> Dict[str, Any]: ...
 
 
+class Payload:
+    """What every event's payload shares: its data is its fields, in order (``to_json``), unless
+    the payload says otherwise."""
+
+    def to_json(self) -> Dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]  # every subclass is a dataclass
+
+
 @dataclass(frozen=True)
-class PreflightHost:
+class PreflightHost(Payload):
     """One host's verdict of the preflight check."""
 
     host: str
     verdict: str
     reason: str
 
-    def to_json(self) -> Dict[str, Any]:
-        return {"host": self.host, "verdict": self.verdict, "reason": self.reason}
-
 
 @dataclass(frozen=True)
-class Preflight:
+class Preflight(Payload):
     """The health check before the start (``run --preflight MODE``, docs/health.md)."""
 
     kind: ClassVar[EventKind] = EventKind.PREFLIGHT
@@ -97,18 +103,15 @@ class Preflight:
 
 
 @dataclass(frozen=True)
-class JobStart:
+class JobStart(Payload):
     """The job's supervision starts (written before the first attempt)."""
 
     kind: ClassVar[EventKind] = EventKind.JOB_START
     job_id: str
 
-    def to_json(self) -> Dict[str, Any]:
-        return {"job_id": self.job_id}
-
 
 @dataclass(frozen=True)
-class Started:
+class Started(Payload):
     """A process of the attempt started."""
 
     kind: ClassVar[EventKind] = EventKind.STARTED
@@ -119,19 +122,9 @@ class Started:
     log: str
     attempt: int
 
-    def to_json(self) -> Dict[str, Any]:
-        return {
-            "name": self.name,
-            "rank": self.rank,
-            "host": self.host,
-            "pid": self.pid,
-            "log": self.log,
-            "attempt": self.attempt,
-        }
-
 
 @dataclass(frozen=True)
-class Exited:
+class Exited(Payload):
     """A process of the attempt ended (recorded once; what ``status`` of a running job shows)."""
 
     kind: ClassVar[EventKind] = EventKind.EXITED
@@ -141,18 +134,9 @@ class Exited:
     returncode: int
     attempt: int
 
-    def to_json(self) -> Dict[str, Any]:
-        return {
-            "name": self.name,
-            "rank": self.rank,
-            "host": self.host,
-            "returncode": self.returncode,
-            "attempt": self.attempt,
-        }
-
 
 @dataclass(frozen=True)
-class Failure:
+class Failure(Payload):
     """A process failed: the attempt fails fast."""
 
     kind: ClassVar[EventKind] = EventKind.FAILURE
@@ -160,12 +144,9 @@ class Failure:
     host: str
     returncode: int
 
-    def to_json(self) -> Dict[str, Any]:
-        return {"name": self.name, "host": self.host, "returncode": self.returncode}
-
 
 @dataclass(frozen=True)
-class Teardown:
+class Teardown(Payload):
     """The processes still running are stopped (SIGTERM, then SIGKILL after the grace)."""
 
     kind: ClassVar[EventKind] = EventKind.TEARDOWN
@@ -176,7 +157,7 @@ class Teardown:
 
 
 @dataclass(frozen=True)
-class Restart:
+class Restart(Payload):
     """The job restarts as attempt ``attempt`` (``MSLAUNCH_ATTEMPT=env_attempt``) after ``cause``."""
 
     kind: ClassVar[EventKind] = EventKind.RESTART
@@ -193,52 +174,40 @@ class Restart:
 
 
 @dataclass(frozen=True)
-class TimedOut:
+class TimedOut(Payload):
     """The job ran past ``--timeout``."""
 
     kind: ClassVar[EventKind] = EventKind.TIMEOUT
     timeout: Optional[float]
 
-    def to_json(self) -> Dict[str, Any]:
-        return {"timeout": self.timeout}
-
 
 @dataclass(frozen=True)
-class Interrupted:
+class Interrupted(Payload):
     """mslaunch received a stop signal."""
 
     kind: ClassVar[EventKind] = EventKind.INTERRUPTED
     signal: int
 
-    def to_json(self) -> Dict[str, Any]:
-        return {"signal": self.signal}
-
 
 @dataclass(frozen=True)
-class Hung:
+class Hung(Payload):
     """The attempt is hung (no progress for the limit, or a collective timed out)."""
 
     kind: ClassVar[EventKind] = EventKind.HUNG
     message: str
     hang: Mapping[str, Any]  # the hang's report (launcher.logs.hangreport.HangReport), as JSON
 
-    def to_json(self) -> Dict[str, Any]:
-        return {"message": self.message, "hang": self.hang}
-
 
 @dataclass(frozen=True)
-class StopRestarts:
+class StopRestarts(Payload):
     """Restarts stop with restarts left (a crash loop; too few spare hosts)."""
 
     kind: ClassVar[EventKind] = EventKind.STOP_RESTARTS
     message: str
 
-    def to_json(self) -> Dict[str, Any]:
-        return {"message": self.message}
-
 
 @dataclass(frozen=True)
-class HostExcluded:
+class HostExcluded(Payload):
     """A restart leaves out a host that failed too often (``moves``: where its ranks go, or empty)."""
 
     kind: ClassVar[EventKind] = EventKind.HOST_EXCLUDED
@@ -250,27 +219,21 @@ class HostExcluded:
 
 
 @dataclass(frozen=True)
-class ClusterStop:
+class ClusterStop(Payload):
     """The cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)."""
 
     kind: ClassVar[EventKind] = EventKind.CLUSTER_STOP
     status: str
     message: Optional[str]
 
-    def to_json(self) -> Dict[str, Any]:
-        return {"status": self.status, "message": self.message}
-
 
 @dataclass(frozen=True)
-class JobEnd:
+class JobEnd(Payload):
     """The job ended (written after ``summary.json``)."""
 
     kind: ClassVar[EventKind] = EventKind.JOB_END
     status: str
     exit_code: int
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"status": self.status, "exit_code": self.exit_code}
 
 
 Event = Union[
