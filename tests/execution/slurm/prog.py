@@ -5,7 +5,8 @@ its log, records
 its pid in ``$PROG_PIDS/<rank>`` (if set), then per MODE: ``ok`` sleeps SECONDS and exits 0,
 ``fail`` makes rank 3 exit 3 after 0.5 s (others sleep SECONDS), ``fail-requeued`` the same in a
 requeued run only, ``hang`` ignores SIGTERM
-and sleeps. The scheduler (MS_ROLE=MS_SCHED) listens on MS_SCHED_PORT until SIGTERM / SECONDS.
+and sleeps. The scheduler (MS_ROLE=MS_SCHED) listens on MS_SCHED_PORT until SIGTERM (it exits 0 then), or
+max(SECONDS, 60) s.
 """
 
 import json
@@ -33,11 +34,15 @@ if os.environ.get("PROG_PIDS"):
     with open(os.path.join(os.environ["PROG_PIDS"], str(rank if rank is not None else "sched")), "w") as fh:
         fh.write(str(os.getpid()))
 if os.environ.get("MS_ROLE") == "MS_SCHED":
+    # As MindSpore's scheduler: it serves until the workers are done, and mslaunch ends it then
+    # (SIGTERM, after its sched_grace); it must not go before mslaunch saw its port accept, which
+    # on a loaded machine can take longer than a worker's SECONDS.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", int(os.environ["MS_SCHED_PORT"])))
     srv.listen()
-    time.sleep(seconds)
+    time.sleep(max(seconds, 60.0))
     sys.exit(0)
 if mode == "hang":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
