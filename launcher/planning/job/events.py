@@ -62,12 +62,13 @@ class RootCauseLike(Protocol):
     def to_json(self) -> Dict[str, Any]: ...
 
 
+@dataclass(frozen=True)
 class Payload:
     """What every event's payload shares: its data is its fields, in order (``to_json``), unless
     the payload says otherwise."""
 
     def to_json(self) -> Dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]  # every subclass is a dataclass
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
