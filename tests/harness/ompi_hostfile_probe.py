@@ -49,7 +49,11 @@ def _agents_started(path: str) -> bool:
 
 
 def probe(path: str, agent: str) -> None:
-    env = dict(os.environ, MSL_AGENT_LOG=path + ".agent", TMPDIR=os.path.dirname(path))
+    # one session directory per mpirun: OpenMPI creates ``$TMPDIR/ompi.<host>.<uid>`` and fails
+    # ("mkdir ... File exists") when two mpiruns started at once race to create the same one
+    tmp = path + ".tmp"
+    os.makedirs(tmp, exist_ok=True)
+    env = dict(os.environ, MSL_AGENT_LOG=path + ".agent", TMPDIR=tmp)
     argv = [
         "mpirun",
         "--allow-run-as-root",
