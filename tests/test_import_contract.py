@@ -46,42 +46,67 @@ def test_the_real_tree_keeps_every_contract():
     assert "4 kept, 0 broken" in r.stdout
 
 
-@pytest.mark.parametrize(
-    "module,line,contract",
-    [
-        (
-            "launcher/planning/_forbidden.py",
-            "from launcher.execution import ports\n",
-            "Layers: cli -> execution | jobs | logs -> planning -> errors",
-        ),
-        (
-            "launcher/errors.py",
-            "import launcher.planning.build\n",
-            "Layers: cli -> execution | jobs | logs -> planning -> errors",
-        ),
-        ("launcher/workloads/_forbidden.py", "def f():\n    from launcher.execution.ssh import settings\n", WORKLOADS),
-        ("launcher/workloads/_forbidden.py", "from launcher.errors import MsLaunchError\n", WORKLOADS),
-        ("launcher/workloads/cluster.py", "def f():\n    from launcher.jobs import files\n", WORKLOADS),
-        (
-            "launcher/jobs/_forbidden.py",
-            "from launcher.cli import options\n",
-            "Nothing imports cli (but the entry point)",
-        ),
-    ],
-)
+#: (module, line appended, the contract it breaks): one forbidden import per contract (and more)
+FORBIDDEN = [
+    (
+        "launcher/planning/_forbidden.py",
+        "from launcher.execution import ports\n",
+        "Layers: cli -> execution | jobs | logs -> planning -> errors",
+    ),
+    (
+        "launcher/errors.py",
+        "import launcher.planning.build\n",
+        "Layers: cli -> execution | jobs | logs -> planning -> errors",
+    ),
+    ("launcher/workloads/_forbidden.py", "def f():\n    from launcher.execution.ssh import settings\n", WORKLOADS),
+    ("launcher/workloads/_forbidden2.py", "from launcher.errors import MsLaunchError\n", WORKLOADS),
+    ("launcher/workloads/cluster.py", "def f():\n    from launcher.jobs import files\n", WORKLOADS),
+    (
+        "launcher/jobs/_forbidden.py",
+        "from launcher.cli import options\n",
+        "Nothing imports cli (but the entry point)",
+    ),
+]
+
+
+def _imported(line: str) -> str:
+    """The module a forbidden line imports, as the report names it."""
+    line = line.strip().splitlines()[-1].strip()
+    if line.startswith("import "):
+        return line.split("import ")[-1].strip()
+    return line.split("from ")[-1].split(" import")[0]
+
+
 @pytest.mark.needs("import-linter")
-def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
+def test_each_forbidden_import_breaks_its_contract_and_is_named(tmp_path):
+    """All the forbidden imports in one copy, one ``lint-imports`` run (each run costs most of a
+    second): every contract they break is reported broken, and each import is named in the
+    report (so each one broke its contract, not only one of them; one per contract is shown
+    alone in test_one_forbidden_import_alone_breaks_its_contract)."""
     root = copy_tree(tmp_path)
-    assert lint(root).returncode == 0  # the copy is clean before the edit
-    with open(os.path.join(root, module), "a", encoding="utf-8") as fh:  # a new module, or one more line
-        fh.write(line)
+    for module, line, _ in FORBIDDEN:
+        with open(os.path.join(root, module), "a", encoding="utf-8") as fh:  # a new module, or one more line
+            fh.write(line)
     r = lint(root)
     assert r.returncode != 0, r.stdout
-    assert f"{contract} BROKEN" in r.stdout
-    imported = (
-        line.split("import ")[-1].strip() if line.startswith("import ") else line.split("from ")[-1].split(" import")[0]
-    )
-    assert imported in r.stdout  # the report names the offending import
+    for module, line, contract in FORBIDDEN:
+        assert f"{contract} BROKEN" in r.stdout, (module, r.stdout)
+        importer = module[: -len(".py")].replace("/", ".")
+        assert f"{importer} -> {_imported(line)}" in r.stdout, (module, line, r.stdout)  # names the import
+    assert "4 kept" not in r.stdout
+
+
+@pytest.mark.needs("import-linter")
+def test_one_forbidden_import_alone_breaks_its_contract(tmp_path):
+    """The copy is clean as copied; one line in one module is enough to break a contract."""
+    root = copy_tree(tmp_path)
+    assert lint(root).returncode == 0  # the copy is clean before the edit
+    module, line, contract = FORBIDDEN[0]
+    with open(os.path.join(root, module), "a", encoding="utf-8") as fh:
+        fh.write(line)
+    r = lint(root)
+    assert r.returncode != 0 and f"{contract} BROKEN" in r.stdout, r.stdout
+    assert f"{module[: -len('.py')].replace('/', '.')} -> {_imported(line)}" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize(
