@@ -86,6 +86,15 @@ def run_cmd(
         help=("SECONDS | off: hung when no rank logged a step this long after the start (default off)."),
         rich_help_panel="Long jobs",
     ),
+    stopped_timeout: Optional[str] = typer.Option(
+        None,
+        "--stopped-timeout",
+        help=(
+            "SECONDS | off: hung when a rank's process has been stopped by a signal (SIGSTOP, ^Z) this long "
+            "(default 5; local and ssh ranks)."
+        ),
+        rich_help_panel="Long jobs",
+    ),
     restart_delay: float = typer.Option(
         SuperviseOptions.restart_delay,
         "--restart-delay",
@@ -201,7 +210,7 @@ def run_cmd(
         start_timeout=start_timeout,
         max_restarts=max_restarts,
         scheduler_first=sched_wait,
-        hang=HangPolicy.parse(hang_timeout, first_step_timeout),
+        hang=HangPolicy.parse(hang_timeout, first_step_timeout, stopped_timeout),
         restart_delay=restart_delay,
         host_failures=host_failures,
     )

@@ -17,6 +17,10 @@ for a rank whose log has shown no step yet, any new line of it.  State machine o
            --(no progress for the limit)--> hung
     off:   never hung (but see --first-step-timeout)
     --first-step-timeout S (any mode): hung when no rank logged a step S s after the start
+    --stopped-timeout S (any mode; 5 s by default, ``off``): hung when a rank's own process has
+           been stopped by a signal (state T: SIGSTOP, ^Z) for S s: it neither exits nor prints,
+           and without this only a collective's timeout (about 30 s on MindSpore's CPU ring)
+           or the limit above would end it; the supervisor asks the process handles
 
 The tracker is fed from the follower's thread and asked from the supervisor's: a lock guards it.
 """
@@ -29,8 +33,19 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from launcher.errors import PlanError
 
-__all__ = ["AUTO_FACTOR", "AUTO_FLOOR", "HangPolicy", "HangTracker", "HangVerdict", "RankWatch", "step_text"]
+__all__ = [
+    "AUTO_FACTOR",
+    "AUTO_FLOOR",
+    "STOPPED_LIMIT",
+    "HangPolicy",
+    "HangTracker",
+    "HangVerdict",
+    "RankWatch",
+    "step_text",
+]
 
+#: ``--stopped-timeout``'s default: seconds a rank's process may stay stopped by a signal.
+STOPPED_LIMIT = 5.0
 #: ``auto``: the limit is at least this many seconds ...
 AUTO_FLOOR = 60.0
 #: ... and this many times the longest interval between two steps seen so far.
@@ -58,16 +73,22 @@ class HangPolicy:
         seconds: the fixed limit (``fixed`` only).
         first_step: ``--first-step-timeout``: seconds from the start to the first step, or None.
         floor: ``auto``'s least limit (``--hang-timeout auto:SECONDS``; 60 s by default).
+        stopped: ``--stopped-timeout``: seconds a rank's process may stay stopped by a signal, or
+            None (off).
     """
 
     mode: str = "auto"
     seconds: Optional[float] = None
     first_step: Optional[float] = None
     floor: float = AUTO_FLOOR
+    stopped: Optional[float] = STOPPED_LIMIT
 
     @classmethod
-    def parse(cls, text: Optional[str], first_step: Optional[str] = None) -> "HangPolicy":
-        """From the flags' texts (``--hang-timeout auto|auto:FLOOR|SECONDS|off``, ``--first-step-timeout SECONDS|off``).
+    def parse(
+        cls, text: Optional[str], first_step: Optional[str] = None, stopped: Optional[str] = None
+    ) -> "HangPolicy":
+        """From the flags' texts (``--hang-timeout auto|auto:FLOOR|SECONDS|off``,
+        ``--first-step-timeout SECONDS|off``, ``--stopped-timeout SECONDS|off``).
 
         ``auto:FLOOR`` is ``auto`` with FLOOR seconds as its least limit instead of 60 s (jobs whose
         steps take well under a second can be watched more tightly).
@@ -75,9 +96,19 @@ class HangPolicy:
         Raises:
             PlanError: not auto/off/a positive number.
         """
+        from dataclasses import replace
+
         first = None
         if first_step is not None and first_step.strip().lower() not in ("off", "none", ""):
             first = _seconds(first_step.strip(), "--first-step-timeout")
+        halt: Optional[float] = STOPPED_LIMIT
+        if stopped is not None:
+            word = stopped.strip().lower()
+            halt = None if word in ("off", "none", "0") else _seconds(word, "--stopped-timeout")
+        return replace(cls._parse(text, first), stopped=halt)
+
+    @classmethod
+    def _parse(cls, text: Optional[str], first: Optional[float]) -> "HangPolicy":
         word = (text or "auto").strip().lower()
         if word == "auto":
             return cls("auto", None, first)
@@ -96,6 +127,7 @@ class HangPolicy:
 
     @property
     def watching(self) -> bool:
+        """Lines are watched (a limit or a first-step limit); see :attr:`stopped` for stopped ranks."""
         return self.mode != "off" or self.first_step is not None
 
     def describe(self) -> str:
@@ -105,7 +137,10 @@ class HangPolicy:
             text = "off"
         else:
             text = f"{self.seconds:g} s"
-        return text + (f", first step within {self.first_step:g} s" if self.first_step is not None else "")
+        text += f", first step within {self.first_step:g} s" if self.first_step is not None else ""
+        if self.stopped != STOPPED_LIMIT:
+            text += ", stopped ranks not watched" if self.stopped is None else f", stopped for {self.stopped:g} s"
+        return text
 
 
 @dataclass
@@ -134,10 +169,18 @@ class HangVerdict:
 
     limit: float
     derived: str
-    idle: float  # seconds without progress when judged
+    idle: float  # seconds without progress when judged (stopped: seconds the rank was stopped)
+    stopped_rank: Optional[int] = None  # a rank's process stopped by a signal for the limit
 
     def to_json(self) -> Dict[str, object]:
-        return {"limit_s": round(self.limit, 1), "derived": self.derived, "idle_s": round(self.idle, 1)}
+        out: Dict[str, object] = {
+            "limit_s": round(self.limit, 1),
+            "derived": self.derived,
+            "idle_s": round(self.idle, 1),
+        }
+        if self.stopped_rank is not None:
+            out["stopped_rank"] = self.stopped_rank
+        return out
 
 
 def step_text(progress: Optional[Progress]) -> Optional[str]:

@@ -4,11 +4,11 @@ Made by :class:`launcher.execution.supervision.hangwatch.HangWatch` before the t
 the attempt's result, written to ``summary.json`` as ``hang`` (and in each ``attempt_results``
 entry)::
 
-    {"kind": "no_progress" | "collective_timeout", "limit_s": 10.0, "derived": "--hang-timeout 10 s",
+    {"kind": "no_progress" | "collective_timeout" | "stopped", "limit_s": 10.0, "derived": "--hang-timeout 10 s",
      "idle_s": 10.4, "stacks_dir": ".../stacks", "culprit": {"rank": 1, "evidence": "..."} | null,
      "timed_out": {"rank": 0, "line": "..."} (collective_timeout only),
      "ranks": [{"rank", "host", "last_step", "silent_s", "frame", "in_collective", "alive",
-                "timed_out", "stack_files"}, ...]}
+                "timed_out", "stack_files", "stopped_s" (a stopped rank only)}, ...]}
 
 Read back with :meth:`HangReport.from_json` (``status``, ``top`` and ``report`` read summaries);
 what the console, the summary and the restart rules say of a hang comes from here.
@@ -30,6 +30,7 @@ class HangKind(StrEnum):
 
     NO_PROGRESS = "no_progress"  # no rank made progress for the limit
     COLLECTIVE_TIMEOUT = "collective_timeout"  # a rank's collective timed out waiting for the others
+    STOPPED = "stopped"  # a rank's process was stopped by a signal for --stopped-timeout
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,13 @@ class HangRank:
     alive: bool = True
     timed_out: bool = False
     stack_files: Tuple[str, ...] = ()
+    stopped_s: Optional[float] = None  # seconds its process had been stopped by a signal
 
     @property
     def where(self) -> str:
         """Its main thread's frame, or why there is none."""
+        if self.stopped_s is not None and not self.frame:
+            return "a stopped process"
         return self.frame or ("exited" if not self.alive else "no stack")
 
     def to_json(self) -> Dict[str, Any]:
@@ -73,6 +77,7 @@ class HangRank:
             "alive": self.alive,
             "timed_out": self.timed_out,
             "stack_files": list(self.stack_files),
+            **({"stopped_s": self.stopped_s} if self.stopped_s is not None else {}),
         }
 
 
@@ -98,6 +103,8 @@ class HangReport:
         if self.collective:
             t = self.timed_out or TimedOut(None, "")
             head = f"rank {t.rank}'s collective timed out waiting for the others ({t.line[:160]})"
+        elif self.kind == HangKind.STOPPED:
+            head = f"hung: a rank's process was stopped by a signal for {self.idle_s} s (limit {self.limit_s} s)"
         else:
             head = f"hung: no rank made progress for {self.idle_s} s (limit {self.limit_s} s, {self.derived})"
         if self.culprit is not None:
@@ -110,6 +117,8 @@ class HangReport:
         """The first line of :meth:`lines` (the console's table title)."""
         if self.collective:
             return f"hung: rank {self.timed_out.rank if self.timed_out else None}'s collective timed out"
+        if self.kind == HangKind.STOPPED:
+            return f"hung: a rank's process stopped for {self.idle_s} s; limit {self.limit_s} s ({self.derived})"
         return f"hung: no progress for {self.idle_s} s; limit {self.limit_s} s ({self.derived})"
 
     def lines(self) -> List[str]:
@@ -163,6 +172,7 @@ class HangReport:
                         alive=r.get("alive", True) is not False,
                         timed_out=bool(r.get("timed_out")),
                         stack_files=tuple(r.get("stack_files") or ()),
+                        stopped_s=r.get("stopped_s"),
                     )
                 )
         return cls(

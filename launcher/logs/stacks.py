@@ -11,6 +11,8 @@ or, where py-spy is missing or failed, the kernel's view from /proc (no frames).
 
 The culprit of a hang is judged by evidence, in this order (:func:`judge_culprit`):
 
+0. a rank whose process is stopped by a signal (state T, seen by the supervisor: it cannot run,
+   so whatever the others wait for, it is this one; the longest stopped first);
 1. a rank whose main thread is outside the collective (no MindSpore / communication frame)
    while other ranks' main threads are inside it;
 2. a rank whose last step is behind the others';
@@ -142,6 +144,7 @@ class RankEvidence:
         in_collective: whether its main thread is inside MindSpore / a collective (None: no stack).
         timed_out: it failed with a collective-timeout error (it waited for the others).
         alive: it was running when the stacks were dumped.
+        stopped_for: seconds its process had been stopped by a signal (state T), or None.
     """
 
     rank: int
@@ -152,6 +155,7 @@ class RankEvidence:
     timed_out: bool = False
     alive: bool = True
     stack_files: List[str] = field(default_factory=list)
+    stopped_for: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,14 @@ def _step_key(step: Optional[Tuple[Optional[int], int]]) -> Optional[Tuple[int, 
 
 def judge_culprit(ranks: Sequence[RankEvidence]) -> Optional[Culprit]:
     """The likely culprit of a hang by the evidence order of the module doc, or None."""
+    stopped = [r for r in ranks if r.stopped_for is not None and r.alive]
+    if stopped:  # it cannot run at all: whatever the others wait for, it is this rank
+        pick = max(stopped, key=lambda r: (r.stopped_for, -r.rank))
+        return Culprit(
+            pick.rank,
+            f"its process is stopped (state T: SIGSTOP or ^Z) for {pick.stopped_for:.0f} s; "
+            "it cannot run until continued",
+        )
     candidates = [r for r in ranks if not r.timed_out]
     if not candidates:
         return None

@@ -72,6 +72,7 @@ BAD_RUN_OPTIONS: List[Case] = [
     ),
     ("hang-timeout", ["--hang-timeout", "soon"], "expected auto, off or a number of seconds", False),
     ("first-step-timeout", ["--first-step-timeout", "-3"], "must be a positive number of seconds", False),
+    ("stopped-timeout", ["--stopped-timeout", "soon"], "--stopped-timeout 'soon'", False),
     ("restart-delay", ["--restart-delay", "-1"], "--restart-delay must be >= 0", False),
     ("host-failures", ["--host-failures", "-1"], "--host-failures must be >= 0", False),
     ("summary-json", ["--summary-json", "/nonexistent-dir/s.json"], "--summary-json", True),

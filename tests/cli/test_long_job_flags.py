@@ -18,6 +18,8 @@ def test_sbatch_passes_the_long_job_flags_to_run(tmp_path):
         "10",
         "--first-step-timeout",
         "600",
+        "--stopped-timeout",
+        "off",
         "--max-restarts",
         "2",
         "--restart-delay",
@@ -27,7 +29,10 @@ def test_sbatch_passes_the_long_job_flags_to_run(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if " -m launcher run " in x)
-    assert "--hang-timeout 10 --first-step-timeout 600 --max-restarts 2 --restart-delay 10 train.py" in line
+    assert (
+        "--hang-timeout 10 --first-step-timeout 600 --stopped-timeout off --max-restarts 2 --restart-delay 10 train.py"
+        in line
+    )
 
 
 @pytest.mark.parametrize(
@@ -36,6 +41,7 @@ def test_sbatch_passes_the_long_job_flags_to_run(tmp_path):
         (("--restart-delay", "-1"), "--restart-delay"),
         (("--first-step-timeout", "0"), "--first-step-timeout"),
         (("--hang-timeout", "-5"), "--hang-timeout"),
+        (("--stopped-timeout", "-1"), "--stopped-timeout"),
     ],
 )
 def test_bad_values_are_refused_with_one_line(tmp_path, flags, field):

@@ -99,6 +99,67 @@ def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F
     assert wait_nothing_left(c) == {}
 
 
+@pytest.mark.netns
+@pytest.mark.cost(12)
+def test_a_rank_stopped_on_its_host_is_seen_by_the_hosts_agent_named_and_the_restart_finishes(cluster, tmp_path):  # noqa: F811
+    """SIGSTOP on a remote host: no exit, no line; the host agent's heartbeats say the rank is
+    stopped, the attempt ends after --stopped-timeout (not --hang-timeout), rank 1 on its host is
+    the culprit, the agent's SIGTERM reaches it (SIGCONT follows), and the restart finishes."""
+    c = cluster
+    inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
+    job, pids = tmp_path / "job", tmp_path / "pids"
+    pids.mkdir()
+    r = run_process(
+        "run",
+        "--hosts",
+        inv,
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--log-dir",
+        str(job),
+        "--tee",
+        "none",
+        "--grace",
+        "3",
+        "--env",
+        f"PIDDIR={pids}",
+        "--hang-timeout",
+        "120",
+        "--stopped-timeout",
+        "2",
+        "--max-restarts",
+        "1",
+        HANG,
+        "steps",
+        "0.2",
+        str(STEPS),
+        "--stop-rank",
+        "1",
+        "--stop-at",
+        "3",
+        env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config),
+        cwd=str(tmp_path),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    s = json.loads((job / "summary.json").read_text())
+    first, second = s["attempt_results"]
+    assert (first["status"], second["status"]) == ("hung", "succeeded"), first.get("message")
+    hang = first["hang"]
+    assert hang["kind"] == "stopped" and hang["derived"] == "--stopped-timeout 2 s", hang
+    assert (
+        hang["culprit"]["rank"] == 1
+        and first["root_cause"]["rank"] == 1
+        and first["root_cause"]["host"] == c.hosts[1].ip
+    )
+    ended = {p["name"]: p for p in first["processes"]}
+    assert ended["rank 1"]["signal"] == "SIGTERM", ended["rank 1"]  # not held until the SIGKILL
+    assert f"epoch: 0, step: {STEPS - 1}, loss is" in (job / "attempt_1" / "worker_1.log").read_text()
+    assert wait_nothing_left(c) == {}
+
+
 @pytest.mark.slurm
 @pytest.mark.netns
 @pytest.mark.cost(12)

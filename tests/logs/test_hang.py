@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from launcher.errors import PlanError
-from launcher.logs.hang import AUTO_FLOOR, HangPolicy, HangTracker
+from launcher.logs.hang import AUTO_FLOOR, STOPPED_LIMIT, HangPolicy, HangTracker, HangVerdict
+from launcher.logs.hangreport import HangKind, HangRank, HangReport
 from launcher.logs.stacks import (
     RankEvidence,
     collective_timeout,
@@ -33,6 +34,16 @@ def test_policy_parse(text, first, expected):
 
 
 @pytest.mark.parametrize(
+    "text,expected", [(None, STOPPED_LIMIT), ("2", 2.0), (" 0.5 ", 0.5), ("off", None), ("0", None), ("OFF", None)]
+)
+def test_stopped_timeout_parse_whatever_the_hang_mode(text, expected):
+    for mode in (None, "off", "30", "auto:5"):
+        policy = HangPolicy.parse(mode, None, text)
+        assert policy.stopped == expected and policy.mode == HangPolicy.parse(mode).mode
+    assert ("stopped" in HangPolicy.parse("auto", None, text).describe()) == (expected != STOPPED_LIMIT)
+
+
+@pytest.mark.parametrize(
     "text,first,field",
     [
         ("soon", None, "--hang-timeout"),
@@ -42,10 +53,17 @@ def test_policy_parse(text, first, expected):
         ("auto:0", None, "--hang-timeout"),
         ("auto:", None, "--hang-timeout"),
         ("auto:soon", None, "--hang-timeout"),
+        ("auto", None, "--stopped-timeout"),
     ],
 )
 def test_policy_parse_rejects_bad_values_naming_the_flag(text, first, field):
     with pytest.raises(PlanError) as err:
+        if field == "--stopped-timeout":
+            for bad in ("soon", "-1", "nan", "inf"):
+                with pytest.raises(PlanError) as err:
+                    HangPolicy.parse(text, first, bad)
+                assert err.value.field == field and bad in str(err.value)
+            raise err.value
         HangPolicy.parse(text, first)
     assert err.value.field == field and field in str(err.value)
 
@@ -253,6 +271,39 @@ def test_culprit_by_step_behind_then_by_silence():
     assert (
         judge_culprit([RankEvidence(0, None, 30.0), RankEvidence(1, None, 9.0)]).rank == 0
     )  # no rank logs steps: as before
+
+
+def test_a_stopped_rank_is_the_culprit_before_any_other_evidence():
+    outside = RankEvidence(1, (0, 2), 40.0, "block_before_allreduce (train.py:21)", False)
+    stopped = RankEvidence(2, (0, 9), 3.0, None, None, stopped_for=6.4)
+    inside = RankEvidence(0, (0, 9), 30.0, "__call__ (mindspore/ops/primitive.py:412)", True)
+    c = judge_culprit([inside, outside, stopped])
+    assert c is not None and c.rank == 2 and "stopped (state T" in c.evidence and "6 s" in c.evidence
+    # the longest stopped of two; one that is no longer alive is no evidence
+    c = judge_culprit([RankEvidence(0, stopped_for=2.0), RankEvidence(1, stopped_for=9.0), inside])
+    assert c.rank == 1
+    c = judge_culprit([RankEvidence(0, (0, 9), 1.0), RankEvidence(1, (0, 8), 1.0, stopped_for=9.0, alive=False)])
+    assert c.rank == 1 and "behind" in c.evidence  # judged by its step, not as stopped
+
+
+def test_a_stopped_hang_reads_back_from_its_json_and_says_so():
+    verdict = HangVerdict(2.0, "--stopped-timeout 2 s", 2.3, stopped_rank=1)
+    assert verdict.to_json()["stopped_rank"] == 1 and "stopped_rank" not in HangVerdict(5.0, "x", 6.0).to_json()
+    report = HangReport(
+        kind=HangKind.STOPPED,
+        limit_s=2.0,
+        derived="--stopped-timeout 2 s",
+        idle_s=2.3,
+        stacks_dir="/j/stacks",
+        culprit=judge_culprit([RankEvidence(0, (0, 4), 2.0), RankEvidence(1, (0, 4), 2.0, stopped_for=2.3)]),
+        ranks=(HangRank(0, "a", "epoch 0 step 4"), HangRank(1, "b", "epoch 0 step 4", stopped_s=2.3)),
+    )
+    back = HangReport.from_json(report.to_json())
+    assert back == report
+    assert back.message().startswith("hung: a rank's process was stopped by a signal for 2.3 s (limit 2.0 s)")
+    assert "likely culprit: rank 1: its process is stopped" in back.message()
+    assert back.lines()[0].startswith("hung: a rank's process stopped for 2.3 s")
+    assert "  rank 1: last epoch 0 step 4, main thread in a stopped process" in back.lines()
 
 
 def test_a_rank_whose_collective_timed_out_is_never_the_culprit():

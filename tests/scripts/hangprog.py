@@ -5,6 +5,9 @@
                                            print ``epoch: 0, step: N, loss is ...`` lines; rank R blocks
                                            in stuck_reading_data() at step K, the others in wait_for_peers()
                                            (--collective-timeout: they print MindSpore's ring error, exit 1)
+                                           [--stop-rank R --stop-at K]
+                                           (attempt 0) rank R stops itself (SIGSTOP) at step K, the others
+                                           wait in wait_for_peers()
     hangprog.py fail-at STEP [EVERY]       steps 1.. then exit 3 at STEP (every attempt)
 
 The scheduler role (MS_ROLE=MS_SCHED) listens on MS_SCHED_PORT until SIGTERM.  Each process writes
@@ -12,6 +15,7 @@ its pid to ``$PIDDIR/<name>.pids`` and MSLAUNCH_ATTEMPT to ``$PIDDIR/<name>.atte
 """
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -56,7 +60,13 @@ elif mode == "steps":
     every, count = float(sys.argv[2]), int(sys.argv[3])
     stall_rank = int(sys.argv[sys.argv.index("--stall-rank") + 1]) if "--stall-rank" in sys.argv else -1
     stall_at = int(sys.argv[sys.argv.index("--stall-at") + 1]) if "--stall-at" in sys.argv else -1
+    stop_rank = int(sys.argv[sys.argv.index("--stop-rank") + 1]) if "--stop-rank" in sys.argv else -1
+    stop_at = int(sys.argv[sys.argv.index("--stop-at") + 1]) if "--stop-at" in sys.argv else -1
     for step in range(count):
+        if step == stop_at and attempt in ("0", "-"):
+            if rank == stop_rank:
+                os.kill(os.getpid(), signal.SIGSTOP)  # as `kill -STOP` from outside: no exit, no output
+            wait_for_peers()
         if step == stall_at:
             if rank == stall_rank and attempt in ("0", "-"):
                 stuck_reading_data()

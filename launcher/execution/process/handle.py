@@ -58,6 +58,8 @@ class ProcessHandle(ABC):
     exit_order: Optional[int] = None
     reason: Optional[str] = None
     host_lost: Optional[str] = None
+    #: monotonic time since which its process is seen stopped by a signal (see :meth:`stopped_for`)
+    stopped_since: Optional[float] = None
 
     @abstractmethod
     def wait(self) -> int:
@@ -82,6 +84,32 @@ class ProcessHandle(ABC):
         failure).  Default: False (not known), which tears it down like a running one.
         """
         return False
+
+    def stopped_for(self, now: float) -> Optional[float]:
+        """Seconds this rank's own process has been stopped by a signal (state ``T``: SIGSTOP, a
+        terminal's ^Z) as of ``now`` (monotonic), or None while it is not, or where that cannot be
+        known. A stopped process neither exits nor prints: the hang watch ends the attempt after
+        ``--stopped-timeout`` instead of waiting for a collective's timeout.
+
+        Default: a rank on this machine, looked at in ``/proc`` on each call; None for a handle
+        without a rank (mpirun, a Slurm step: they stand for many) or on another host. Backends
+        that see their hosts' processes override it (ssh: the host agent's heartbeats).
+        """
+        from launcher.execution.process.proctree import is_stopped
+        from launcher.planning.inventory.model import is_local
+
+        if self.pid is None or self.plan.rank is None or not is_local(self.host) or self.has_exited():
+            return None
+        return self.seen_stopped(is_stopped(self.pid), now)
+
+    def seen_stopped(self, stopped: bool, now: float) -> Optional[float]:
+        """Record one look at the process (stopped or not) at ``now``; :meth:`stopped_for`'s answer."""
+        if not stopped:
+            self.stopped_since = None
+            return None
+        if self.stopped_since is None:
+            self.stopped_since = now
+        return now - self.stopped_since
 
     def notify_exit(self, callback: Callable[[int], None]) -> bool:
         """Ask for ``callback(returncode)`` once the process exited (what ``wait()`` returns),

@@ -16,6 +16,7 @@ __all__ = [
     "become_subreaper",
     "below",
     "children_of",
+    "is_stopped",
     "kill_quietly",
     "killpg_quietly",
     "parent_map",
@@ -119,6 +120,19 @@ def below(table, roots):
         out.extend(nxt)
         frontier = nxt
     return out
+
+
+def is_stopped(pid):
+    """True while process ``pid`` is stopped by a signal: state ``T`` in ``/proc/<pid>/stat``
+    (SIGSTOP, a terminal's SIGTSTP, SIGTTIN/SIGTTOU). Not a traced stop (``t``: a debugger or
+    py-spy holding it for a moment); False once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+    except (OSError, TypeError):
+        return False
+    rest = data[data.rfind(b")") + 1 :].split()  # the name, in parentheses, may hold anything
+    return bool(rest) and rest[0] == b"T"
 
 
 def kill_quietly(pid, sig):

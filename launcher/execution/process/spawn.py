@@ -125,7 +125,8 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def kill_tree(pid: int, pgid: Optional[int], sig: int) -> None:
-    """Send ``sig`` to the process group ``pgid`` and to every descendant of ``pid``.
+    """Send ``sig`` to the process group ``pgid`` and to every descendant of ``pid`` (then SIGCONT,
+    for any signal but SIGKILL, SIGSTOP and SIGCONT: a stopped process acts on it at once).
 
     Descendants that left the group (their own session, e.g. under mpirun) are found through
     psutil before signalling, so nothing the process started survives a SIGKILL.
@@ -136,21 +137,24 @@ def kill_tree(pid: int, pgid: Optional[int], sig: int) -> None:
         procs = root.children(recursive=True)
     except psutil.Error:
         pass
-    if pgid is not None:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    else:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for child in procs:
-        try:
-            child.send_signal(sig)
-        except psutil.Error:
-            pass
+    # A stopped process (SIGSTOP, a terminal's ^Z) holds a SIGTERM until it is continued, so the
+    # grace would pass for nothing: SIGCONT follows, as Slurm's and systemd's stops do.
+    for s in (sig, signal.SIGCONT) if sig not in (signal.SIGKILL, signal.SIGCONT, signal.SIGSTOP) else (sig,):
+        if pgid is not None:
+            try:
+                os.killpg(pgid, s)
+            except (ProcessLookupError, PermissionError):
+                pass
+        else:
+            try:
+                os.kill(pid, s)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for child in procs:
+            try:
+                child.send_signal(s)
+            except psutil.Error:
+                pass
 
 
 class _ExitWatcher:

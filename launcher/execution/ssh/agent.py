@@ -21,7 +21,8 @@ Agent -> launcher (stdout): :data:`MAGIC`, then frames of a 9-byte header ``stru
 then ``length`` bytes::
 
     b"O"  output of rank ``id`` (its stdout and stderr, one pipe: the kernel's order is kept)
-    b"M"  a JSON message: {"ev": "ready", "pid": P, "time": EPOCH} (first frame), {"ev": "hb", "time": EPOCH},
+    b"M"  a JSON message: {"ev": "ready", "pid": P, "time": EPOCH} (first frame), {"ev": "hb", "time": EPOCH,
+          "stopped": [ID, ...]} (the ranks stopped by a signal),
           {"ev": "started", "id": K, "pid": P}, {"ev": "error", "id": K, "msg": S},
           {"ev": "exit", "id": K, "rc": RC, "time": EPOCH}  (RC negative: killed by that signal;
           the last frame of rank K: every byte of its output comes before it)

@@ -138,6 +138,12 @@ class SshProcess(ProcessHandle):
         if not self._done.is_set():
             self._agent.control(op_line("kill", self.rank_id))
 
+    def stopped_for(self, now: float) -> Optional[float]:
+        """As its host agent's heartbeats tell (one a second): see :meth:`HostAgent._message`."""
+        if self._done.is_set() or self.stopped_since is None:
+            return None
+        return now - self.stopped_since
+
     def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
         """This rank's stacks, dumped on its host with its host's other ranks
         (:func:`launcher.execution.ssh.dump.agent_dump`)."""
@@ -341,6 +347,13 @@ class HostAgent:
             cores = msg.get("cores")
             self.cores = cores if isinstance(cores, dict) else None
             self._heard.set()
+            return
+        if ev == "hb":
+            stopped = msg.get("stopped")
+            if isinstance(stopped, list):  # an older agent sends none: nothing is known
+                now = time.monotonic()
+                for rank_id, h in list(self.handles.items()):
+                    h.seen_stopped(rank_id in stopped, now)
             return
         handle = self.handles.get(rid)
         if handle is None:

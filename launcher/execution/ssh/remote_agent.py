@@ -25,7 +25,8 @@ State machine of one rank::
     start op --cwd/env dump/exec fail--> "error", "exit 127"
     start op --spawned--> running ("started" pid) --reaped--> draining (leftovers of the rank
         killed, its pipe read to EOF, at most 2 s) --> "exit rc"
-    running --term op--> SIGTERM to its group;  --kill op--> SIGKILL to its group and tree
+    running --term op--> SIGTERM (then SIGCONT) to its group;  --kill op--> SIGKILL to its group and tree
+    heartbeats name the running ranks whose process is stopped by a signal (state T)
 
 State machine of the agent::
 
@@ -56,6 +57,7 @@ try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.progra
     from launcher.execution.process.proctree import (
         become_subreaper,
         below,
+        is_stopped,
         kill_quietly,
         killpg_quietly,
         proc_table,
@@ -147,7 +149,10 @@ class Agent(object):
         """Queue a heartbeat when one is due; returns when the next one is."""
         now = time.monotonic()
         if now >= self.next_beat:
-            self.message({"ev": "hb", "time": time.time()})
+            # ranks stopped by a signal (SIGSTOP, ^Z): no exit and no output tells it; the
+            # launcher's hang watch judges them (--stopped-timeout)
+            stopped = [r.id for r in self.ranks.values() if r.rc is None and r.pid is not None and is_stopped(r.pid)]
+            self.message({"ev": "hb", "time": time.time(), "stopped": stopped})
             self.next_beat = now + self.heartbeat
         return self.next_beat
 
@@ -225,6 +230,7 @@ class Agent(object):
                 if kind == "term":
                     if r.rc is None and r.pid is not None:  # the group only, as the local launcher does
                         killpg_quietly(r.pid, signal.SIGTERM)
+                        killpg_quietly(r.pid, signal.SIGCONT)  # a stopped rank acts on it at once
                 else:
                     self.kill_tree(r)
 
@@ -437,6 +443,7 @@ class Agent(object):
                 kill_quietly(pid, sig)
 
         everything(signal.SIGTERM)
+        everything(signal.SIGCONT)  # a stopped process acts on the SIGTERM at once
         deadline = time.monotonic() + 2.0
         while self.by_pid and time.monotonic() < deadline:
             self.reap()

@@ -379,7 +379,9 @@ class AttemptRunner:
         return _Outcome(FAILED, exit_code_of(rc))
 
     def _check_hang(self, state: _Attempt) -> None:
-        verdict = self.hang.due() if self.hang is not None else None
+        if self.hang is None:
+            return
+        verdict = self.hang.due() or self.hang.stopped(state.handles, state.exits)
         if verdict is not None:
             raise _Hung(self._hung(state, verdict))
 

@@ -55,6 +55,7 @@ class HangWatch:
         self.tracker = HangTracker(policy)
         self._clock = clock
         self.plan_ranks: List[Tuple[int, str]] = []
+        self.stopped_for: Dict[int, float] = {}  # rank -> seconds stopped, as last looked at
 
     def on_line(self, attempt: int, rank: int, metric: Optional[Metric]) -> None:
         """A rank's line arrived (called by the metrics writer for every line)."""
@@ -63,6 +64,7 @@ class HangWatch:
     def begin(self, attempt: int, ranks: Sequence[Tuple[int, str]]) -> None:
         """Attempt ``attempt`` starts with these ``(rank, host)``."""
         self.plan_ranks = list(ranks)
+        self.stopped_for = {}
         self.tracker.begin(attempt, [r for r, _ in ranks], self._clock())
 
     def due(self) -> Optional[HangVerdict]:
@@ -70,6 +72,31 @@ class HangWatch:
         if not self.policy.watching:
             return None
         return self.tracker.due(self._clock())
+
+    def stopped(self, handles: Sequence[ProcessHandle], exits: Dict[int, Any]) -> Optional[HangVerdict]:
+        """The verdict when a running rank's process has been stopped by a signal for
+        ``--stopped-timeout`` (looked at on every call: the supervisor calls it about once a
+        second); None otherwise, or when that watch is off."""
+        limit = self.policy.stopped
+        if limit is None:
+            return None
+        now = self._clock()
+        self.stopped_for = {}
+        for idx, h in enumerate(handles):
+            if idx in exits or h.plan.rank is None or h.plan.role != Role.WORKER:
+                continue
+            try:
+                seconds = h.stopped_for(now)
+            except Exception:  # looking must never end a job
+                seconds = None
+            if seconds is not None:
+                self.stopped_for[h.plan.rank] = seconds
+        if not self.stopped_for:
+            return None
+        rank, seconds = max(self.stopped_for.items(), key=lambda kv: (kv[1], -kv[0]))
+        if seconds < limit:
+            return None
+        return HangVerdict(limit, f"--stopped-timeout {limit:g} s", seconds, stopped_rank=rank)
 
     def timed_out(self, handle: ProcessHandle, tail: Sequence[str]) -> Optional[str]:
         """The collective-timeout line of a failed worker's log tail, or None."""
@@ -124,6 +151,7 @@ class HangWatch:
                 timed_out=timed_out is not None and timed_out[0] == rank,
                 alive=alive.get(rank, False),
                 stack_files=files.get(rank, []),
+                stopped_for=self.stopped_for.get(rank),
             )
             if ev.stack_files:
                 _read_frame(ev.stack_files[0], ev)
@@ -139,6 +167,7 @@ class HangWatch:
                     alive=ev.alive,
                     timed_out=ev.timed_out,
                     stack_files=tuple(os.path.basename(f) for f in ev.stack_files),
+                    stopped_s=None if ev.stopped_for is None else round(ev.stopped_for, 1),
                 )
             )
         culprit = judge_culprit(ranks)
@@ -149,8 +178,12 @@ class HangWatch:
         else:
             limit, derived = self.tracker.limit()
             limit_s, idle_s = None if limit is None else round(limit, 1), None
+        if verdict is None:
+            kind = HangKind.COLLECTIVE_TIMEOUT
+        else:
+            kind = HangKind.STOPPED if verdict.stopped_rank is not None else HangKind.NO_PROGRESS
         report = HangReport(
-            kind=HangKind.COLLECTIVE_TIMEOUT if verdict is None else HangKind.NO_PROGRESS,
+            kind=kind,
             limit_s=limit_s,
             derived=derived,
             idle_s=idle_s,

@@ -55,11 +55,15 @@ def match_collective_timeout_report(facts: Facts) -> Optional[Found]:
 
 
 def match_hang_report(facts: Facts) -> Optional[Found]:
-    """The hang watch judged the attempt hung (no progress for the limit)."""
+    """The hang watch judged the attempt hung (no progress for the limit, or a rank stopped by a signal)."""
     hang = facts.failure.hang
     if not hang or hang.get("kind") == "collective_timeout":
         return None
     fields = _report_fields(hang, facts)
+    if hang.get("kind") == "stopped":
+        head = f"a rank's process was stopped by a signal for {hang.get('idle_s')} s ({hang.get('derived')})"
+        why = "something sent it SIGSTOP (or ^Z): find what, or give --stopped-timeout off to stop ranks on purpose"
+        return Found(cut(f"{head}; {_culprit_text(fields)}"), fields, hint=why)
     head = f"no rank made progress for {hang.get('idle_s')} s (limit {hang.get('limit_s')} s, {hang.get('derived')})"
     hint = (
         None

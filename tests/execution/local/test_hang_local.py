@@ -187,3 +187,37 @@ def test_first_step_timeout_ends_a_job_that_never_logs_a_step(hjob):
     hang = hjob.summary()["hang"]
     assert hang["derived"] == "--first-step-timeout 3 s: no rank logged a step" and hang["limit_s"] == 3.0
     assert_all_gone(hjob.pids)
+
+
+def test_a_stopped_rank_is_seen_at_once_named_ended_and_the_restart_finishes(hjob):
+    """A rank stopped by a signal (SIGSTOP: no exit, no output, the most common face of a real
+    hang) ends the attempt after --stopped-timeout, long before --hang-timeout; it is the culprit;
+    teardown's SIGTERM reaches it (SIGCONT follows), and the restart runs the job to its end."""
+    r = hjob.run(
+        "steps",
+        "0.1",
+        "15",
+        "--stop-rank",
+        "1",
+        "--stop-at",
+        "4",
+        extra=("--hang-timeout", "120", "--stopped-timeout", "2", "--max-restarts", "1"),
+    )
+    assert r.returncode == 0, r.stderr
+    s = hjob.summary()
+    first, second = s["attempt_results"]
+    assert (first["status"], second["status"]) == ("hung", "succeeded")
+    hang = first["hang"]
+    assert hang["kind"] == "stopped" and hang["limit_s"] == 2.0 and hang["derived"] == "--stopped-timeout 2 s"
+    assert hang["culprit"]["rank"] == 1 and "stopped (state T" in hang["culprit"]["evidence"], hang
+    rows = {row["rank"]: row for row in hang["ranks"]}
+    assert rows[1]["stopped_s"] >= 2.0 and "stopped_s" not in rows[0], rows
+    ended = {p["name"]: p for p in first["processes"] if p["name"].startswith("rank")}
+    assert ended["rank 1"]["signal"] == "SIGTERM", ended  # SIGTERM acted at once: not held until SIGKILL
+    assert "likely culprit: rank 1: its process is stopped" in r.stderr
+    cause = first["root_cause"]
+    assert cause["rank"] == 1 and "process was stopped by a signal" in cause["cause"]["evidence"], cause
+    assert "--stopped-timeout off" in cause["cause"]["hint"]
+    lines = (hjob.dir / "attempt_1" / "worker_1.log").read_text().splitlines()
+    assert lines[-1].startswith("epoch: 0, step: 14,")
+    assert_all_gone(hjob.pids)

@@ -1,0 +1,82 @@
+"""Process states from /proc on real processes: a process stopped by a signal, as the supervisor
+(local ranks) and the ssh backend's host agent (remote ranks) see it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from launcher.execution.process.handle import ReportedProcess
+from launcher.execution.process.proctree import is_stopped
+from launcher.execution.process.spawn import kill_tree
+from launcher.planning.job.kinds import Role
+from launcher.planning.job.spec import ProcPlan
+from tests.harness.faultkit import wait_for
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0].decode()
+
+
+def test_a_stopped_process_is_seen_until_it_is_continued_and_a_gone_one_is_not(tmp_path):
+    odd = tmp_path / "a) T (b"  # a name with parentheses and a T: the state follows the last ')'
+    shutil.copy(sys.executable, odd)
+    proc = subprocess.Popen([str(odd), "-c", "import time; time.sleep(60)"])
+    try:
+        assert wait_for(lambda: _state(proc.pid) == "S", 10)
+        assert not is_stopped(proc.pid)
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert wait_for(lambda: is_stopped(proc.pid), 10)
+        os.kill(proc.pid, signal.SIGCONT)
+        assert wait_for(lambda: not is_stopped(proc.pid), 10)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not is_stopped(proc.pid) and not is_stopped(None)
+
+
+def test_kill_tree_sigterm_reaches_a_stopped_process_at_once():
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert wait_for(lambda: is_stopped(proc.pid), 10)
+        kill_tree(proc.pid, proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM  # not held until a SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class _Handle(ReportedProcess):
+    def __init__(self, pid: int, rank: int, host: str = "localhost") -> None:
+        self.plan = ProcPlan(f"rank {rank}", Role.WORKER, host, rank, 0, 0, None, ("x",), (), "/", "/dev/null")
+        self.host, self.log_path, self.started, self.pid = host, "/dev/null", time.time(), pid
+
+    def terminate(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+
+def test_a_local_ranks_handle_counts_the_seconds_it_has_been_seen_stopped():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        h = _Handle(proc.pid, 1)
+        assert h.stopped_for(100.0) is None
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert wait_for(lambda: is_stopped(proc.pid), 10)
+        assert h.stopped_for(101.0) == 0.0 and h.stopped_for(103.5) == 2.5
+        assert _Handle(proc.pid, 1, host="10.9.9.9").stopped_for(104.0) is None  # another host: not known here
+        os.kill(proc.pid, signal.SIGCONT)
+        assert wait_for(lambda: not is_stopped(proc.pid), 10)
+        assert h.stopped_for(104.0) is None and h.stopped_since is None  # continued: counting starts again
+    finally:
+        proc.kill()
+        proc.wait()
