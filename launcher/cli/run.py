@@ -108,7 +108,8 @@ def run_cmd(
         SuperviseOptions.host_failures,
         "--host-failures",
         help=(
-            "After N failures blamed on one host (a rank killed by a signal, a hang's culprit), restarts leave it out "
+            "After N failures in a row blamed on one host (a rank killed by a signal, a hang's culprit; new steps "
+            "trained on it clear them), restarts leave it out "
             "and "
             "move its ranks to spare hosts (hosts given no rank); a lost host is left out at once; 0: never for "
             "failures. "

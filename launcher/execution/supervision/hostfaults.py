@@ -13,7 +13,11 @@ hung attempt, :func:`attributed` names the hosts the attempt's failure is blamed
   excluded at once, whatever ``N`` is.
 
 At most one failure per host and attempt is counted.  :class:`HostFaults` keeps the counts of the
-job; a host with ``N`` failures (or lost once) is due to be left out of the next attempt, and
+job; a host with ``N`` failures in a row (or lost once) is due to be left out of the next attempt.
+*In a row*: an attempt that trained new steps (its best step past every earlier attempt's) with a
+rank on a host clears that host's earlier failures: on a long job faults come now and then to any
+host, and a host the job trained on since its last failure is not the one that keeps the job from
+progressing (a bad host fails every attempt before the job gets further: a crash loop); and
 :class:`Spares` asks for that attempt's plan (``replan``, given by the caller that holds the job's
 spec: :func:`launcher.planning.spares.replan`).
 """
@@ -62,16 +66,28 @@ class HostFaults:
     """The faults per host of one job, and the hosts due to be left out.
 
     Args:
-        limit: ``--host-failures``: failures of one host that leave it out; 0: never leave a host
-            out for failures (a lost host is still left out).
+        limit: ``--host-failures``: failures of one host in a row (see the module doc) that leave
+            it out; 0: never leave a host out for failures (a lost host is still left out).
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.faults: Dict[str, List[Fault]] = {}
+        self.cleared: Dict[str, int] = {}  # host -> failures cleared by the job's progress on it
+        self.best: Optional[int] = None  # the furthest step of the attempts counted so far
 
     def add(self, result: AttemptResult) -> List[Fault]:
-        """Count ``result``'s faults; the new ones."""
+        """Count ``result``'s faults (after clearing the earlier ones of the hosts it trained new
+        steps on); the new ones."""
+        best = result.best_step
+        if isinstance(best, int) and (self.best is None or best > self.best):
+            self.best = best
+            for host in {p.host for p in result.processes if p.rank is not None}:
+                gone = self.faults.pop(host, [])
+                if gone and not any(f.lost for f in gone):
+                    self.cleared[host] = self.cleared.get(host, 0) + len(gone)
+                elif gone:
+                    self.faults[host] = gone
         new = attributed(result)
         for f in new:
             self.faults.setdefault(f.host, []).append(f)

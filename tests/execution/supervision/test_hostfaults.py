@@ -350,3 +350,30 @@ def test_a_replan_rewrites_plan_json_and_the_hostfile_and_keeps_the_log_names(tm
     doc = json.loads((tmp_path / "job" / "plan.json").read_text())
     assert doc["excluded_hosts"] == [gone.to_json()] and [p["host"] for p in doc["ranks"]] == ["n1", "n1", "n3", "n3"]
     assert recorded_logs(job) == logs_before and len(logs_before) == 4
+
+
+def test_failures_count_in_a_row_progress_on_a_host_clears_its_earlier_ones():
+    """A long job's faults land now and then on any host: a host the job trained new steps on
+    since its failure is not excluded by its next one; a host that fails every attempt before the
+    job gets further (a crash loop) is."""
+    from dataclasses import replace
+
+    def kill_on(host: str, k: int, best: Optional[int]) -> AttemptResult:
+        procs = [_proc(0, "h1", -15, 2.0, torn=True), _proc(1, host, KILL, 1.0)]
+        return replace(_attempt(procs, k=k), best_step=best)
+
+    spread = HostFaults(2)
+    spread.add(kill_on("h2", 0, 10))  # h2's first failure
+    spread.add(kill_on("h3", 1, 20))  # the job trained steps 11-20 on h2 too: h2's failure is cleared
+    spread.add(kill_on("h2", 2, 30))
+    assert spread.due([], 3) == [] and spread.cleared == {"h2": 1}
+    assert [f.what for f in spread.faults["h2"]] == ["rank 1 killed by SIGKILL"]
+
+    loop = HostFaults(2)  # no step past 10 between the failures: they count together
+    for k, best in enumerate((10, 10)):
+        loop.add(kill_on("h2", k, best))
+    assert [e.host for e in loop.due([], 2)] == ["h2"]
+    unknown = HostFaults(2)  # a job that logs no steps: nothing clears (as before)
+    for k in range(2):
+        unknown.add(kill_on("h2", k, None))
+    assert [e.host for e in unknown.due([], 2)] == ["h2"]

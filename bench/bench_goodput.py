@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Goodput under a stream of faults: the reference trainer on namespace hosts over ssh, fault-free
+and under a seeded stream of real faults, and the same stream for a baseline, all in one run.
+
+The job: ``launcher.workloads.resnet50_cifar10`` (ResNet-14, 32x32 synthetic CIFAR-10, batch 8,
+``--ckpt-every`` 5 steps), 3 ranks on 3 namespace hosts (``tests/harness/netns_cluster.py``), one
+per host, a 4th host spare, ``--steps`` optimizer steps.  Runs, back to back:
+
+1. **fault-free**, mslaunch's defaults (``--max-restarts`` set): its wall time F and step rate;
+2. **faulty**, the same job with the stream of :mod:`tests.harness.faultstream` injected from
+   outside: fault *i* once the job trained ``i x --every`` seconds' worth of fault-free steps
+   (kinds ``--kinds``: kill, stop, cut, restart; ranks drawn with ``--seed``); its wall time W;
+3. **baseline**, the same stream for what a torchrun or msrun user gets: every restart cold
+   (``--cold-restarts``, MindSpore's compile cache off), nothing watched beyond MindSpore's own
+   timeouts (``--stopped-timeout off --hang-timeout off``), no spare host (a lost host fails
+   the run).
+
+Printed for each faulty run: **ETTR = F / W**; a line per fault (when injected, noticed, the next
+new step trained) and badput by phase (detect, teardown, restart to first step, steps trained
+again); whether it ended 0 by itself, every step done, nothing left on any host, and whether the
+final parameters (rank 0's last checkpoint) are byte for byte the fault-free run's.
+
+Usage: python bench/bench_goodput.py [--steps 150] [--every 60] [--kinds kill,stop,cut,restart]
+       [--seed 1] [--no-baseline] [--keep DIR]
+Needs root (namespaces), OpenSSH and MindSpore.  Exit 0 when the faulty run ended 0 with every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchkit import exit_if_cannot_run  # noqa: E402  (after sys.path is set above)
+
+from tests.harness.faultstream import FaultStream, Injected, badput_table  # noqa: E402  (after sys.path is set above)
+from tests.harness.netns_cluster import NamespaceCluster  # noqa: E402  (after sys.path is set above)
+
+PY = sys.executable
+ACTIVE = 3  # hosts with a rank; one more is spare
+
+
+def inventory(c: NamespaceCluster, path: str, hosts: int) -> str:
+    lines = ["defaults:", "  slots: 1", f'  ssh: {{user: root, port: 22, key: "{c.key_path}"}}', "hosts:"]
+    lines += [f"  - host: {h.ip}" for h in c.hosts[:hosts]]
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return path
+
+
+def run_job(
+    name: str,
+    c: NamespaceCluster,
+    work: str,
+    data: str,
+    steps: int,
+    flags: List[str],
+    hosts: int,
+    stream: Optional[Tuple[List[str], List[int], int]] = None,
+) -> Dict[str, object]:
+    """One job; its wall time, exit code, faults and what it left."""
+    folder = os.path.join(work, name)
+    os.makedirs(folder)
+    job, ckpt = os.path.join(folder, "job"), os.path.join(folder, "ckpt")
+    mark = f"goodput-{name}-{os.getpid()}"
+    argv = [
+        PY,
+        "-m",
+        "launcher",
+        "run",
+        "--hosts",
+        inventory(c, os.path.join(folder, "inv.yaml"), hosts),
+        "--np",
+        str(ACTIVE),
+        "--master-port",
+        "auto",
+        "--log-dir",
+        job,
+        "--tee",
+        "none",
+        "--quiet",
+        "--max-restarts",
+        "8",
+        "--env",
+        "GLOG_v=3",
+        "--env",
+        f"FAULT_STREAM_MARK={mark}",
+        *flags,
+        "-m",
+        "launcher.workloads.resnet50_cifar10",
+        "--arch",
+        "resnet14",
+        "--data-path",
+        data,
+        "--image-size",
+        "32",
+        "--batch-size",
+        "8",
+        "--workers",
+        "1",
+        "--seed",
+        "1",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        str(steps),
+        "--ckpt-dir",
+        ckpt,
+        "--ckpt-every",
+        "5",
+    ]
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    fs = None
+    if stream is not None:
+        kinds, at_steps, seed = stream
+        fs = FaultStream(job, kinds=kinds, at_steps=at_steps, mark=mark, seed=seed, cluster=c)
+    t0 = time.time()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
+    if fs is not None:
+        fs.start()
+    try:
+        _, err = proc.communicate(timeout=3600)
+    finally:
+        if fs is not None:
+            fs.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    wall = time.time() - t0
+    left = wait_empty(c)
+    faults: List[Injected] = fs.account() if fs is not None else []
+    last = sorted(glob.glob(os.path.join(ckpt, "ckpt_0", f"resnet14-1_{steps}.ckpt")))
+    return {
+        "wall": wall,
+        "t0": t0,
+        "code": proc.returncode,
+        "err": err,
+        "faults": faults,
+        "errors": fs.errors if fs is not None else [],
+        "left": left,
+        "final": last[0] if last else None,
+        "job": job,
+    }
+
+
+def wait_empty(c: NamespaceCluster, within: float = 20.0) -> Dict[str, List[int]]:
+    deadline = time.monotonic() + within
+    while True:
+        left = c.all_pids()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def same_bytes(a: Optional[str], b: Optional[str]) -> Optional[bool]:
+    if a is None or b is None:
+        return None
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def report(name: str, run: Dict[str, object], free: Dict[str, object]) -> None:
+    wall = float(run["wall"])  # type: ignore[arg-type]  # run_job's dict: a float
+    ettr = float(free["wall"]) / wall  # type: ignore[arg-type]  # run_job's dict: a float
+    code = run["code"]
+    print(f"\n== {name}: wall {wall:.1f} s, ETTR = fault-free / faulty = {ettr:.3f}, exit code {code}")
+    faults: List[Injected] = run["faults"]  # type: ignore[assignment]  # run_job's dict: the faults
+    for line in badput_table(faults, float(run["t0"])):  # type: ignore[arg-type]  # run_job's dict: a float
+        print("   " + line)
+    print(f"   ended 0 by itself: {code == 0}; every step done: {run['final'] is not None}")
+    print(f"   nothing left on any host: {not run['left']} {run['left'] or ''}")
+    same = same_bytes(run["final"], free["final"])  # type: ignore[arg-type]  # run_job's dict: paths
+    print(f"   final parameters byte for byte the fault-free run's: {same}")
+    if same is False:
+        print(
+            "   (they differ by design: a resumed trainer draws a new batch order, seed + global step, instead\n"
+            "    of replaying the batches of the run it resumes (launcher/workloads/resnet50_cifar10.py); from the\n"
+            "    first resume on the two runs train on other batches, so their weights part)"
+        )
+    if run["errors"]:
+        print(f"   stream errors: {run['errors']}")
+    if code != 0:
+        print("   mslaunch said: " + " | ".join(str(run["err"]).strip().splitlines()[-3:]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=150, help="optimizer steps of the job")
+    ap.add_argument("--every", type=float, default=60.0, help="seconds of fault-free training between faults")
+    ap.add_argument("--kinds", default="kill,stop,cut,restart")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--keep", default=None, help="keep the jobs' folders here")
+    args = ap.parse_args()
+    exit_if_cannot_run()
+    work = args.keep or tempfile.mkdtemp(prefix="bench-goodput-")
+    os.makedirs(work, exist_ok=True)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    try:
+        data = os.path.join(work, "data")
+        subprocess.run(
+            [PY, "-m", "launcher.workloads.cifar10_synth", data, "--train", "2000", "--test", "100"],
+            check=True,
+            capture_output=True,
+        )
+        with NamespaceCluster(ACTIVE + 1, slots=1) as c:
+            free = run_job("fault-free", c, work, data, args.steps, [], ACTIVE + 1)
+            assert free["code"] == 0, free["err"]
+            rate = args.steps / float(free["wall"])  # type: ignore[arg-type]  # run_job's dict: a float
+            timed = [k for k in kinds if k != "restart"]
+            at = [max(1, int((i + 1) * args.every * rate)) for i in range(len(timed))]
+            print(f"fault-free: {free['wall']:.1f} s for {args.steps} steps ({rate:.2f} steps/s, start-up included)")
+            print(f"stream: {kinds}, at new steps {at} (one per {args.every:g} s of fault-free time), seed {args.seed}")
+            faulty = run_job("faulty", c, work, data, args.steps, [], ACTIVE + 1, (kinds, at, args.seed))
+            report("mslaunch (defaults, one spare host)", faulty, free)
+            if not args.no_baseline:
+                base_flags = [
+                    "--cold-restarts",
+                    "--env",
+                    "MS_COMPILER_CACHE_ENABLE=0",
+                    "--stopped-timeout",
+                    "off",
+                    "--hang-timeout",
+                    "off",
+                ]
+                base = run_job("baseline", c, work, data, args.steps, base_flags, ACTIVE, (kinds, at, args.seed))
+                report("baseline (cold restarts, no watch beyond MindSpore's timeouts, no spare)", base, free)
+        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+        return 0 if faulty["code"] == 0 and faulty["final"] is not None else 1
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

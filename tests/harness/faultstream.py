@@ -1,0 +1,355 @@
+"""A stream of real faults injected from outside into a running ``mslaunch run`` job, and the
+goodput accounting of what each one cost (used by ``bench/bench_goodput.py`` and by the short
+stream in ``tests/integration/test_fault_stream.py``).
+
+The job is watched through its job directory only, as an operator's tool would: ``events.jsonl``
+(each attempt's ranks with their pids and hosts, failures, hangs, restarts) and ``metrics.jsonl``
+(each rank's step lines with the time mslaunch read them).  Progress is the highest global step
+any rank has logged ("new" steps); fault *i* is injected once the job has trained
+``at_steps[i]`` new steps, so faults come at points of useful work, whatever the faults before
+them cost.
+
+Fault kinds (each on a rank drawn with the stream's seed, among the ranks of the running attempt):
+
+* ``kill``     SIGKILL to the rank's process;
+* ``stop``     SIGSTOP to it (no exit, no output: the commonest face of a real hang);
+* ``cut``      the link of the rank's namespace host goes down (its processes stay alive behind
+               it), restored once the job trains a new step elsewhere; never the first host (the
+               dynamic cluster's scheduler runs there);
+* ``restart``  SIGKILL to a rank of the *next* attempt as soon as it started (a fault while a
+               restart is starting): it comes with the fault before it and is counted on its own.
+
+Ranks are found by a mark in their environment (:func:`rank_pids`); every pid of a rank is a
+pid of this machine (namespace hosts share the pid namespace), so ``os.kill`` reaches remote
+ranks too.
+
+For each fault, from the job's own records: when it was injected, when mslaunch noticed it (the
+first ``failure``, ``hung`` or ``cluster_stop`` event after it), when the next attempt was asked
+for (``restart``), when that attempt logged its first step, and when it logged its first *new*
+step.  The badput of a fault is split into detect / teardown / restart / retrain along those
+times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["FAULT_KINDS", "FaultStream", "Injected", "JobView", "badput_table", "rank_pids"]
+
+FAULT_KINDS = ("kill", "stop", "cut", "restart")
+
+
+def rank_pids(mark: str) -> Dict[Tuple[str, int], int]:
+    """(MSLAUNCH_ATTEMPT, RANK_ID) -> pid of each rank's own process of the job whose ranks carry
+    ``FAULT_STREAM_MARK=<mark>`` in their environment, from /proc (every namespace host shares
+    this machine's pid namespace; the ssh backend's events carry no remote pid).  A rank's own
+    process is the topmost one with its rank id (its children inherit the environment)."""
+    found: Dict[int, Tuple[Tuple[str, int], int]] = {}
+    needle = f"FAULT_STREAM_MARK={mark}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            if needle not in env:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        values = dict(item.split(b"=", 1) for item in env if b"=" in item)
+        if values.get(b"MS_ROLE") == b"MS_SCHED" or b"RANK_ID" not in values:
+            continue
+        key = (values.get(b"MSLAUNCH_ATTEMPT", b"0").decode(), int(values[b"RANK_ID"]))
+        found[int(name)] = (key, ppid)
+    out: Dict[Tuple[str, int], int] = {}
+    for pid, (key, ppid) in found.items():
+        if ppid not in found or found[ppid][0] != key:
+            out[key] = pid
+    return out
+
+
+def kinds_after(kinds: Sequence[str], i: int) -> Optional[str]:
+    """The kind of the fault after fault ``i``, or None."""
+    return kinds[i + 1] if i + 1 < len(kinds) else None
+
+
+def _records(path: str) -> List[Dict[str, Any]]:
+    try:
+        with open(path, errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line being written
+    return out
+
+
+class JobView:
+    """What a job directory says now (re-read on each call: the files are small)."""
+
+    def __init__(self, job_dir: str) -> None:
+        self.job_dir = job_dir
+
+    def events(self) -> List[Dict[str, Any]]:
+        return _records(os.path.join(self.job_dir, "events.jsonl"))
+
+    def steps(self) -> List[Dict[str, Any]]:
+        return [r for r in _records(os.path.join(self.job_dir, "metrics.jsonl")) if r.get("kind") == "step"]
+
+    def attempt(self) -> int:
+        return max((e.get("attempt", 0) for e in self.events() if e.get("kind") == "started"), default=-1)
+
+    def ranks(self, attempt: int) -> Dict[int, str]:
+        """rank -> host of the ranks ``attempt`` started."""
+        out = {}
+        for e in self.events():
+            if e.get("kind") == "started" and e.get("attempt", 0) == attempt and e.get("rank") is not None:
+                out[int(e["rank"])] = str(e["host"])
+        return out
+
+    def ended(self) -> bool:
+        return any(e.get("kind") == "job_end" for e in self.events())
+
+    def best_step(self) -> int:
+        return max((int(r.get("global_step") or 0) for r in self.steps()), default=0)
+
+
+@dataclass
+class Injected:
+    """One fault as injected, and what the job's records say it cost (epoch seconds)."""
+
+    kind: str
+    rank: int
+    host: str
+    attempt: int
+    at: float
+    best_before: int  # the highest global step trained before it
+    noticed: Optional[float] = None
+    restart: Optional[float] = None
+    first_step: Optional[float] = None
+    new_step: Optional[float] = None
+    note: str = ""
+
+    def phases(self) -> Dict[str, Optional[float]]:
+        """Seconds of detect / teardown / restart / retrain (None where a time is missing)."""
+
+        def gap(a: Optional[float], b: Optional[float]) -> Optional[float]:
+            return None if a is None or b is None else max(0.0, b - a)
+
+        return {
+            "detect": gap(self.at, self.noticed),
+            "teardown": gap(self.noticed, self.restart),
+            "restart": gap(self.restart, self.first_step),
+            "retrain": gap(self.first_step, self.new_step),
+        }
+
+    def lost(self) -> Optional[float]:
+        return None if self.new_step is None else self.new_step - self.at
+
+
+@dataclass
+class FaultStream:
+    """Inject ``kinds[i]`` once the job trained ``at_steps[i]`` new steps (see the module doc).
+
+    Args:
+        job_dir: the job's ``--log-dir``.
+        kinds: one fault kind per fault (:data:`FAULT_KINDS`).
+        at_steps: the new-step count at which each fault is injected (``restart`` faults take
+            none: they ride on the restart after the fault before them).
+        mark: the value of ``FAULT_STREAM_MARK`` in the ranks' environment (``--env``): how their
+            processes are found (:func:`rank_pids`).
+        seed: draws the ranks.
+        cluster: the :class:`~tests.harness.netns_cluster.NamespaceCluster` (``cut`` only).
+    """
+
+    job_dir: str
+    kinds: Sequence[str]
+    at_steps: Sequence[int]
+    mark: str
+    seed: int = 0
+    cluster: Any = None
+    injected: List[Injected] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.view = JobView(self.job_dir)
+        self._rng = random.Random(self.seed)
+        self._cut: List[str] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    # ------------------------------------------------------------------ driving
+
+    def start(self) -> "FaultStream":
+        self._thread = threading.Thread(target=self._run, name="fault-stream", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the stream (the job ended); restore every cut link."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        for host in self._cut:
+            try:
+                self.cluster.restore_link(host, wait=False)
+            except Exception as exc:  # noqa: BLE001 - reported with the results
+                self.errors.append(f"restore {host}: {exc}")
+        self._cut = []
+
+    def _wait(self, cond, poll: float = 0.05) -> Any:
+        while not self._stop.is_set():
+            value = cond()
+            if value:
+                return value
+            if self.view.ended():
+                return None
+            time.sleep(poll)
+        return None
+
+    def _run(self) -> None:
+        steps = iter(self.at_steps)
+        try:
+            for i, kind in enumerate(self.kinds):
+                if kind == "restart":
+                    self._during_restart()
+                    if self._cut:
+                        self._restore_when_moved()
+                    continue
+                target = next(steps)
+                if self._wait(lambda: self.view.best_step() >= target) is None:
+                    return
+                self._inject(kind)
+                if self._cut and kinds_after(self.kinds, i) != "restart":
+                    self._restore_when_moved()
+        except Exception as exc:  # noqa: BLE001 - the stream must not kill the bench; reported
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ faults
+
+    def _running(self) -> Optional[Tuple[int, Dict[int, Tuple[int, str]]]]:
+        """(attempt, rank -> (pid, host)) once every rank of the newest attempt has its process."""
+        attempt = self.view.attempt()
+        hosts = self.view.ranks(attempt)
+        pids = rank_pids(self.mark)
+        ranks = {r: (pids[(str(attempt), r)], h) for r, h in hosts.items() if (str(attempt), r) in pids}
+        return (attempt, ranks) if hosts and len(ranks) == len(hosts) else None
+
+    def _inject(self, kind: str) -> None:
+        got = self._wait(self._running, poll=0.02)
+        if got is None:
+            return
+        attempt, ranks = got
+        first_host = ranks[min(ranks)][1]
+        choices = sorted(r for r, (_, host) in ranks.items() if kind != "cut" or host != first_host)
+        if not choices:
+            self.errors.append(f"{kind}: no rank to inject into")
+            return
+        rank = self._rng.choice(choices)
+        pid, host = ranks[rank]
+        fault = Injected(kind, rank, host, attempt, time.time(), self.view.best_step())
+        if kind == "kill":
+            os.kill(pid, signal.SIGKILL)
+        elif kind == "stop":
+            os.kill(pid, signal.SIGSTOP)
+        elif kind == "cut":
+            self.cluster.cut_link(host)
+            self._cut.append(host)
+        else:
+            raise ValueError(f"unknown fault kind {kind!r}")
+        self.injected.append(fault)
+
+    def _during_restart(self) -> None:
+        """SIGKILL to a rank of the next attempt as soon as its process runs."""
+        before = self.view.attempt()
+        got = self._wait(lambda: self._running() if self.view.attempt() > before else None, poll=0.02)
+        if got is None:
+            return
+        attempt, ranks = got
+        rank = self._rng.choice(sorted(ranks))
+        pid, host = ranks[rank]
+        fault = Injected("restart", rank, host, attempt, time.time(), self.view.best_step())
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            fault.note = "the rank was gone already"
+        self.injected.append(fault)
+
+    def _restore_when_moved(self) -> None:
+        best = self.view.best_step()
+        before = self.view.attempt()
+        self._wait(lambda: self.view.attempt() > before and self.view.best_step() > best)
+        for host in self._cut:
+            self.cluster.restore_link(host, wait=False)
+        self._cut = []
+
+    # ------------------------------------------------------------------ accounting
+
+    def account(self) -> List[Injected]:
+        """Fill in each fault's times from the job's records (call after the job ended)."""
+        events = self.view.events()
+        steps = sorted(self.view.steps(), key=lambda r: r.get("time", 0.0))
+        for k, f in enumerate(self.injected):
+            later = [e for e in events if e.get("time", 0.0) >= f.at]
+            noticed = next((e for e in later if e.get("kind") in ("failure", "hung", "cluster_stop")), None)
+            restart = next((e for e in later if e.get("kind") == "restart"), None)
+            f.noticed = noticed["time"] if noticed else None
+            f.restart = restart["time"] if restart else None
+            nxt = restart.get("attempt") if restart else None
+            if nxt is None and restart is not None:
+                nxt = f.attempt + 1
+            if nxt is not None:
+                mine = [r for r in steps if r.get("attempt") == nxt]
+                f.first_step = mine[0]["time"] if mine else None
+                new = [r for r in mine if int(r.get("global_step") or 0) > f.best_before]
+                f.new_step = new[0]["time"] if new else None
+            if k + 1 < len(self.injected) and self.injected[k + 1].kind == "restart":
+                # the restart was hit in turn: this fault's recovery ends where that one's begins
+                hit = self.injected[k + 1].at
+                f.first_step = f.new_step = hit  # restarting until then; no step retrained
+                f.note = (f.note + "; " if f.note else "") + "its restart was hit by the next fault"
+        return self.injected
+
+
+def badput_table(faults: Sequence[Injected], t0: float) -> List[str]:
+    """A line per fault and the sums by phase (seconds)."""
+    lines = [
+        f"{'fault':8} {'rank':>4} {'host':>14} {'injected':>9} {'noticed':>8} {'next new step':>14} "
+        f"{'detect':>7} {'teardown':>8} {'restart':>8} {'retrain':>8} {'lost':>7}"
+    ]
+    sums: Dict[str, float] = {"detect": 0.0, "teardown": 0.0, "restart": 0.0, "retrain": 0.0}
+
+    def rel(t: Optional[float]) -> str:
+        return "-" if t is None else f"{t - t0:.1f}"
+
+    def sec(v: Optional[float]) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    for f in faults:
+        ph = f.phases()
+        for k, v in ph.items():
+            sums[k] += v or 0.0
+        lines.append(
+            f"{f.kind:8} {f.rank:>4} {f.host:>14} {rel(f.at):>9} {rel(f.noticed):>8} {rel(f.new_step):>14} "
+            f"{sec(ph['detect']):>7} {sec(ph['teardown']):>8} {sec(ph['restart']):>8} {sec(ph['retrain']):>8} "
+            f"{sec(f.lost()):>7}" + (f"  ({f.note})" if f.note else "")
+        )
+    total = sum(sums.values())
+    lines.append(
+        f"{'sum':8} {'':>4} {'':>14} {'':>9} {'':>8} {'':>14} {sums['detect']:>7.1f} {sums['teardown']:>8.1f} "
+        f"{sums['restart']:>8.1f} {sums['retrain']:>8.1f} {total:>7.1f}"
+    )
+    return lines

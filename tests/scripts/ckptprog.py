@@ -1,0 +1,111 @@
+"""A stand-in data-parallel trainer with checkpoints (no MindSpore), for fault streams.
+
+    ckptprog.py DIR STEPS EVERY CKPT_EVERY
+
+Every worker trains global steps 1..STEPS in lockstep with the others (after each step it waits,
+over TCP through the scheduler, until every rank of its attempt has done it, as a gradient
+AllReduce makes it: a rank that is stopped, gone or cut off holds the others), sleeping EVERY s
+per step and printing the trainer's
+``epoch: 1 step: <s>, loss is <x>``; every CKPT_EVERY steps it saves its checkpoint
+(``DIR/ckpt/rank<r>``: the step, written atomically).  A restart (any attempt) resumes from the
+newest step every rank has saved, as the reference trainer's ``--resume`` does, and says
+``resume: global step <s>``.  The scheduler role (MS_ROLE=MS_SCHED) serves the barrier on
+MS_SCHED_PORT until it is ended.
+"""
+
+import os
+import select
+import socket
+import sys
+import time
+
+world = int(os.environ.get("MS_WORKER_NUM") or os.environ.get("RANK_SIZE") or 1)
+
+if os.environ.get("MS_ROLE") == "MS_SCHED":  # the barrier: "go <s>" once every rank said it did step s
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((os.environ.get("MS_SCHED_HOST", "127.0.0.1"), int(os.environ["MS_SCHED_PORT"])))
+    srv.listen(64)
+    conns, done, sent = {}, {}, -1
+    while True:
+        readable, _, _ = select.select([srv, *conns], [], [])
+        for sock in readable:
+            if sock is srv:
+                conn, _ = srv.accept()
+                conns[conn] = b""
+                continue
+            data = sock.recv(4096)
+            if not data:
+                del conns[sock]
+                continue
+            conns[sock] += data
+            while b"\n" in conns[sock]:
+                line, conns[sock] = conns[sock].split(b"\n", 1)
+                r, step = map(int, line.split())
+                done[r] = step
+        if len(done) == world and min(done.values()) > sent:
+            sent = min(done.values())
+            for conn in list(conns):
+                try:
+                    conn.sendall(b"go %d\n" % sent)
+                except OSError:
+                    del conns[conn]
+
+folder, steps, every, ckpt_every = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+rank = int(os.environ["RANK_ID"])
+ckpt = os.path.join(folder, "ckpt")
+os.makedirs(ckpt, exist_ok=True)
+
+
+def write(path: str, value: int) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(str(value))
+    os.replace(tmp, path)
+
+
+def read(path: str) -> int:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+peer = None
+for _ in range(600):  # the scheduler starts with the ranks: try for a minute
+    try:
+        peer = socket.create_connection((os.environ["MS_SCHED_HOST"], int(os.environ["MS_SCHED_PORT"])), timeout=5)
+        break
+    except OSError:
+        time.sleep(0.1)
+assert peer is not None, "no scheduler"
+peer.settimeout(None)
+inbox = b""
+
+
+def barrier(step: int) -> None:
+    """Tell the scheduler this rank did ``step``; wait until every rank did (the AllReduce)."""
+    global inbox
+    peer.sendall(b"%d %d\n" % (rank, step))
+    while True:
+        while b"\n" in inbox:
+            line, inbox = inbox.split(b"\n", 1)
+            if int(line.split()[1]) >= step:
+                return
+        data = peer.recv(4096)
+        if not data:
+            sys.exit("the scheduler is gone")
+        inbox += data
+
+
+start = min(read(os.path.join(ckpt, f"rank{r}")) for r in range(world))
+if start:
+    print(f"resume: global step {start}", flush=True)
+barrier(start)
+for step in range(start + 1, steps + 1):
+    time.sleep(every)
+    print(f"epoch: 1 step: {step}, loss is {1.0 / step:.4f}", flush=True)
+    if step % ckpt_every == 0:
+        write(os.path.join(ckpt, f"rank{rank}"), step)
+    barrier(step)
