@@ -155,12 +155,23 @@ set_threads() {
     fi
     if [ "$own" -lt "$cpus_n" ] && [ "$own" -lt "$n" ]; then n=$own; fi
     set_list=
+    # MSLAUNCH_THREADS can come from the user (--env): only names of shell variables are ever
+    # given to eval; anything else is skipped with one line on stderr (set -f: no globbing of it).
+    set -f
     for v in $(printf '%s\n' "$MSLAUNCH_THREADS" | tr ',' ' '); do
+        case $v in
+            [!A-Za-z_]* | *[!A-Za-z0-9_]*)
+                printf 'mslaunch: warning: %s: MSLAUNCH_THREADS: skipped %s (not a variable name)\n' \
+                    "${MSLAUNCH_HOST:-?}" "$v" >&2
+                continue
+                ;;
+        esac
         if eval "[ -z \"\${$v+x}\" ]"; then
             eval "$v=$n; export $v"
             set_list="${set_list:+$set_list, }$v"
         fi
     done
+    set +f
     [ "$idx" = 0 ] || return 0
     if [ -n "$q" ]; then how="$src: $q core(s)"; else how="no cgroup CPU quota"; fi
     bound=

@@ -145,3 +145,48 @@ def test_the_hosts_own_value_wins_and_a_binding_caps_the_share(tmp_path):
     first = min(os.sched_getaffinity(0))
     log = _run_rank(tmp_path, 0, 1, taskset=str(first))  # bound to one CPU, its parent (mpirun's daemon) is not
     assert log.splitlines()[-1] == "OMP=1 MS=1" and f"(rank 0 bound by mpirun to CPUs {first})" in log
+
+
+HOSTILE = {  # M: the file the item would create; no blanks (the wrapper splits the list at them)
+    "command substitution": "x-$(touch${IFS}M)",
+    "backticks": "x-`touch${IFS}M`",
+    "semicolon": 'x-}"];touch${IFS}M;:"${x',
+    "newline": "\nx-$(touch${IFS}M)\n",
+    "bare substitution": "$(touch${IFS}M)",
+    "glob": "*",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_threads_list_runs_nothing_and_valid_names_still_export(case, tmp_path, monkeypatch):
+    """MSLAUNCH_THREADS can be set with --env: only variable names reach the wrapper's eval."""
+    mark = tmp_path / "pwned"
+    (tmp_path / "OMP_FROM_GLOB").write_text("")  # a '*' must not expand to the folder's file names
+    monkeypatch.chdir(tmp_path)
+    env = {k_: v for k_, v in os.environ.items() if k_ not in ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS")}
+    env.update(
+        OMPI_COMM_WORLD_RANK="0",
+        MSLAUNCH_CTX_BASE="0",
+        MSLAUNCH_ROLE="worker",
+        MSLAUNCH_FIRST_RANK="0",
+        MSLAUNCH_DEVICES="0",
+        MSLAUNCH_LOG_DIR=str(tmp_path),
+        MSLAUNCH_LOG_NAME="worker_{rank}.log",
+        MSLAUNCH_METHOD="mpi",
+        MSLAUNCH_THREADS="OMP_NUM_THREADS," + HOSTILE[case].replace("M", str(mark)) + ",MSLAUNCH_CPU_THREADS",
+        MSLAUNCH_HOST="h9",
+    )
+    prog = [
+        sys.executable,
+        "-c",
+        "import os; print('OMP=%s MS=%s GLOB=%s' % (os.environ.get('OMP_NUM_THREADS'), "
+        "os.environ.get('MSLAUNCH_CPU_THREADS'), os.environ.get('OMP_FROM_GLOB')))",
+    ]
+    done = subprocess.run(["sh", WRAPPER, *prog], env=env, capture_output=True, text=True, timeout=60)
+    assert not mark.exists()
+    assert done.returncode == 0, done.stderr
+    last = (tmp_path / "worker_0.log").read_text().splitlines()[-1]
+    omp, ms, glob = (word.split("=", 1)[1] for word in last.split())
+    assert omp == ms and int(omp) >= 1 and glob == "None"  # both valid names exported with the rank's share
+    skipped = [line for line in done.stderr.splitlines() if "MSLAUNCH_THREADS: skipped" in line]
+    assert len(skipped) == 1 and skipped[0].startswith("mslaunch: warning: h9: ")
