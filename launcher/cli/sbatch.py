@@ -36,7 +36,13 @@ from typer.core import TyperCommand
 from launcher.cli.sbatch_args import SplitArgs, option_names, split_args
 from launcher.cli.spec import new_job_id
 from launcher.errors import PlanError
-from launcher.planning.backends.sbatch import Shape, derive_shape
+from launcher.planning.backends.sbatch import (
+    Shape,
+    check_directive_text,
+    derive_shape,
+    directive,
+    quote_directive_value,
+)
 from launcher.planning.job import layout
 
 _SIGNAL_RE = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?([A-Z0-9]+)(?:@(\d+))?$")
@@ -235,14 +241,15 @@ def sbatch_cmd(
         ctx, ["--launcher", "slurm", "--job-id", job_id, "--log-dir", job_dir, "--tee", "none"] + split.run_argv()
     )
     shape = derive_shape(nodes, ntasks, ntasks_per_node, run_ctx.params.get("np"), run_ctx.params.get("per_host"))
+    # every value is checked (no newline, CR or NUL) and quoted for sbatch's #SBATCH parser
     directives = [
-        f"--job-name={job_name or 'mslaunch-' + job_id}",
-        f"--output={os.path.join(job_dir, layout.SBATCH_OUTPUT)}",
+        directive("--job-name", job_name or "mslaunch-" + job_id),
+        directive("--output", os.path.join(job_dir, layout.SBATCH_OUTPUT), field="--log-dir"),
         "--open-mode=append",
     ] + shape.directives()
     for flag, value in (("--partition", partition), ("--time", time_limit), ("--account", account), ("--gres", gres)):
         if value is not None:
-            directives.append(f"{flag}={value}")
+            directives.append(directive(flag, value))
     if exclusive:
         directives.append("--exclusive")
     if signal_opt:
@@ -278,12 +285,16 @@ def sbatch_cmd(
 def _extra_directives(sbatch_arg: List[str]) -> List[str]:
     """``--sbatch-arg`` values: one sbatch option each, none that sizes the job.
 
+    The value of a ``--name=value`` is quoted for sbatch (read whole, blanks and ``#`` included);
+    other forms (``-q high``) go on the line as given.
+
     Raises:
-        PlanError: not an option, a newline, or ``-N``/``--nodes``/``-n``/``--ntasks``/``--ntasks-per-node``.
+        PlanError: not an option, a newline, CR or NUL, or ``-N``/``--nodes``/``-n``/``--ntasks``/``--ntasks-per-node``.
     """
     out = []
     for extra in sbatch_arg:
-        if not extra.startswith("-") or "\n" in extra:
+        check_directive_text(extra, "--sbatch-arg")
+        if not extra.startswith("-"):
             raise PlanError(
                 f"--sbatch-arg {extra!r}: give one sbatch option, e.g. --sbatch-arg=--qos=high", field="--sbatch-arg"
             )
@@ -294,6 +305,9 @@ def _extra_directives(sbatch_arg: List[str]) -> List[str]:
                 "(they size the job and are checked against --np)",
                 field="--sbatch-arg",
             )
+        if extra.startswith("--") and "=" in extra:
+            name, _, value = extra.partition("=")
+            extra = f"{name}={quote_directive_value(value)}"
         out.append(extra)
     return out
 

@@ -390,3 +390,51 @@ def test_a_refused_submission_leaves_no_script_behind(monkeypatch, capsys, tmp_p
     code, out, err = _main(monkeypatch, capsys, work, "sbatch", "-p", "nope", "--np", "1", "prog.py")
     assert code == 1 and "Invalid partition name" in err and out == "", err
     assert sorted(os.listdir(work)) == ["prog.py"]
+
+
+# ---------------------------------------------------------------- #SBATCH values (issue 45)
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--job-name", "a\ntouch x"], "--job-name"),
+        (["--log-dir", "logs\ntouch x"], "--log-dir"),
+        (["-p", "gpu\rx"], "--partition"),
+        (["--account", "a\nb"], "--account"),
+        (["--time", "1:00\n#"], "--time"),
+        (["--gres", "gpu:1\nrm -rf x"], "--gres"),
+        (["--sbatch-arg=--qos=high\rx"], "--sbatch-arg"),
+    ],
+)
+def test_a_value_that_would_break_a_sbatch_line_is_refused(args, field, monkeypatch, capsys, tmp_path) -> None:
+    (tmp_path / "prog.py").write_text("")
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "sbatch", "--dry-run", *args, "--np", "1", "prog.py")
+    _refused(code, out, err, f"mslaunch: error: {field}: ")
+    assert out == "" and sorted(os.listdir(tmp_path)) == ["prog.py"]
+
+
+def test_values_with_blanks_quotes_and_hashes_are_quoted_for_sbatch(monkeypatch, capsys, tmp_path) -> None:
+    from tests.planning.backends.test_sbatch import _sbatch_arguments
+
+    out = _script(
+        monkeypatch,
+        capsys,
+        tmp_path,
+        "--job-name",
+        'my "big" job #1',
+        "--log-dir",
+        "my logs/run 1",
+        "-p",
+        "gpu",
+        "--sbatch-arg=--comment=two words # and a hash",
+        "--np",
+        "1",
+        "prog.py",
+    )
+    lines = [line for line in out.splitlines() if line.startswith("#SBATCH ")]
+    read = [arg for line in lines for arg in _sbatch_arguments(line)]
+    assert read[:2] == ['--job-name=my "big" job #1', f"--output={tmp_path}/my logs/run 1/slurm.out"]
+    assert "#SBATCH --partition=gpu" in lines  # a plain value is written as it is
+    assert "--comment=two words # and a hash" in read
+    assert len(read) == len(lines)  # one argument per line: nothing split, nothing cut at a '#'

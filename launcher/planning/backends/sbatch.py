@@ -79,6 +79,56 @@ class Shape:
         return " ".join(d.replace("=", " ") for d in self.directives()) or "Slurm's default of one task"
 
 
+#: A ``#SBATCH`` value written as it is; any other is double-quoted (:func:`directive`).
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./:@%+,=~^-]*")
+#: What no ``#SBATCH`` line can hold: a newline ends the line (and its rest would be a command of
+#: the script, after which sbatch reads no more directives); CR and NUL are as bad.
+_LINE_BREAKERS = ("\n", "\r", "\0")
+
+
+def check_directive_text(text: str, field: str) -> str:
+    """``text`` if it can go on one ``#SBATCH`` line.
+
+    Raises:
+        PlanError: ``text`` holds a newline, a carriage return or a NUL (naming ``field``).
+    """
+    if any(c in text for c in _LINE_BREAKERS):
+        raise PlanError(
+            f"{text!r} holds a newline, carriage return or NUL, which no #SBATCH line can hold; remove it",
+            field=field,
+        )
+    return text
+
+
+def quote_directive_value(value: str) -> str:
+    """``value`` as sbatch's ``#SBATCH`` parser reads it back whole.
+
+    That parser (Slurm's ``src/sbatch/opt.c``, ``_get_argument``) splits a line at blanks outside
+    double quotes, takes ``\\`` as escaping the next character (inside quotes too) and an unescaped
+    ``#`` as the start of a comment (in older Slurm releases even inside quotes).  So a value of only
+    ``[A-Za-z0-9_./:@%+,=~^-]`` is written as it is; any other in double quotes, with ``\\``, ``"``
+    and ``#`` escaped by a backslash.
+    """
+    if _PLAIN_VALUE.fullmatch(value):
+        return value
+    return '"' + re.sub(r'([\\"#])', r"\\\1", value) + '"'
+
+
+def directive(flag: str, value: str, field: Optional[str] = None) -> str:
+    """The ``#SBATCH`` option text ``flag=value``, the value quoted for sbatch (:func:`quote_directive_value`).
+
+    Args:
+        flag: the sbatch option (``--job-name``).
+        value: its value, as the user gave it.
+        field: the option to name in an error (default ``flag``; ``--log-dir`` for ``--output``).
+
+    Raises:
+        PlanError: ``value`` holds a newline, a carriage return or a NUL.
+    """
+    check_directive_text(value, field or flag)
+    return f"{flag}={quote_directive_value(value)}"
+
+
 def parse_nodes(text: str) -> Tuple[int, Optional[int]]:
     """``--nodes``: ``N`` or ``MIN-MAX`` as ``(min, max or None)``.
 

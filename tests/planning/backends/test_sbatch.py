@@ -125,3 +125,81 @@ def test_stand_in_inventory_checks_the_syntax_of_node_names_only() -> None:
 def test_parse_nodes() -> None:
     assert parse_nodes("3") == (3, None)
     assert parse_nodes("2-4") == (2, 4)
+
+
+# ---------------------------------------------------------------- #SBATCH values (issue 45)
+
+
+def _sbatch_arguments(line: str, old: bool = False):
+    """The arguments sbatch reads from one ``#SBATCH`` line: Slurm's ``_get_argument``
+    (``src/sbatch/opt.c``) in Python; ``old``: the older parser (only ``"`` quotes, and an
+    unescaped ``#`` ends the argument even inside them)."""
+    assert line.startswith("#SBATCH")
+    rest, args = line[len("#SBATCH") :], []
+    i = 0
+    while True:
+        while i < len(rest) and rest[i].isspace():
+            i += 1
+        if i >= len(rest):
+            return args
+        arg, escape, quote = "", False, ""
+        while i < len(rest) and (quote or not rest[i].isspace()) and rest[i] != "\n":
+            c = rest[i]
+            i += 1
+            if escape:
+                escape = False
+            elif c == "\\":
+                escape = True
+                continue
+            elif old and c == "#":
+                i = len(rest)
+                break
+            elif quote:
+                if c == quote:
+                    quote = ""
+                    continue
+            elif c == '"' or (c == "'" and not old):
+                quote = c
+                continue
+            elif c == "#":
+                i = len(rest)
+                break
+            arg += c
+        assert not quote, f"unmatched quote in {line!r}"
+        if arg:
+            args.append(arg)
+        else:
+            return args
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "plain-name_1.2",
+        "two words",
+        "a#b",
+        'say "hi"',
+        "back\\slash",
+        "it's",
+        "tab\there",
+        "/logs/my job/slurm.out",
+        "",
+    ],
+)
+@pytest.mark.parametrize("old", [False, True], ids=["slurm", "old-slurm"])
+def test_a_directive_value_is_read_back_whole_by_sbatch(value, old) -> None:
+    from launcher.planning.backends.sbatch import directive
+
+    line = "#SBATCH " + directive("--job-name", value)
+    assert _sbatch_arguments(line, old=old) == [f"--job-name={value}"], line
+    if value == "plain-name_1.2":
+        assert line == f"#SBATCH --job-name={value}"  # plain values are written as they are
+
+
+@pytest.mark.parametrize("bad", ["a\ntouch x", "a\rb", "a\0b", "\n"])
+def test_a_directive_value_that_breaks_the_line_is_refused_naming_the_field(bad) -> None:
+    from launcher.planning.backends.sbatch import directive
+
+    with pytest.raises(PlanError) as err:
+        directive("--output", bad, field="--log-dir")
+    assert str(err.value).startswith("--log-dir: ") and "\n" not in str(err.value)
