@@ -292,7 +292,7 @@ def stop_cmd(
 ) -> None:
     """Stop a running job: its supervisor tears it down as after a failure (SIGTERM, grace, SIGKILL)."""
     from launcher.jobs.jobdir import find_job
-    from launcher.jobs.joblock import lock_holder
+    from launcher.jobs.joblock import holder_is_the_job, lock_holder
 
     if wait < 0:
         raise MsLaunchError(f"--wait must be >= 0, got {wait:g}", field="--wait")
@@ -303,11 +303,20 @@ def stop_cmd(
     if pid is None:
         why = f"{info.state}: {info.problem}" if info.problem else info.state
         raise JobError(f"job {info.job_id} is not running (state: {why})", exit_code=1)
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+    # only the job's own mslaunch is signalled, never whatever else holds the lock (holder_is_the_job)
     deadline = time.monotonic() + wait
+    while True:
+        ours, why = holder_is_the_job(info.job_dir, pid)
+        if ours or lock_holder(info.job_dir) != pid:
+            break
+        if ours is False or time.monotonic() >= deadline:
+            raise JobError(f"job {info.job_id}: {why}; not signalled", exit_code=1)
+        time.sleep(0.05)  # starting: job.json follows the lock at once
+    if ours:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
     while lock_holder(info.job_dir) == pid and time.monotonic() < deadline:
         time.sleep(0.05)
     if lock_holder(info.job_dir) == pid:

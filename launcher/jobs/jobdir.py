@@ -10,7 +10,7 @@ mslaunch writes there:
   the job's life and removes it after writing ``summary.json`` (a job whose mslaunch was killed
   keeps an unlocked one).  It is how a second run on the same directory is refused, how ``ps`` tells a
   running job from a lost one, and which pid ``stop`` signals (the lock's holder, so a reused pid
-  is never signalled).
+  is never signalled, and only when ``job.json`` names it: see :func:`~launcher.jobs.joblock.holder_is_the_job`).
 * ``job.json``: ``{"job_id", "pid", "started", "argv", "state": "running"}``, written at start.
 
 Registry: ``$MSLAUNCH_HOME/jobs/<job-id>.json`` (default ``~/.mslaunch``) with

@@ -13,7 +13,7 @@ import fcntl
 import os
 import stat
 import struct
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from launcher.errors import MsLaunchError
 from launcher.jobs.jobfile import CorruptJobFile, ensure_registry_dir, read_job_file
@@ -85,6 +85,71 @@ def lock_holder(job_dir: str) -> Optional[int]:
     if l_type == fcntl.F_UNLCK or l_pid <= 0:
         return None
     return l_pid
+
+
+#: Seconds a process's start time (from ``/proc``: boot time in whole seconds plus clock ticks)
+#: may seem to follow ``job.json``'s ``started`` (written by that process) and still be its writer.
+_START_SLACK = 2.0
+
+
+def process_start_time(pid: int) -> Optional[float]:
+    """When process ``pid`` started (seconds since the epoch, from ``/proc``), or None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: starttime
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+
+
+def describe_process(pid: int) -> str:
+    """``pid``'s command line for a message (at most 100 characters), or why it is unknown."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return "a process that has ended"
+    except OSError as exc:
+        return f"a process whose command line cannot be read ({exc.strerror})"
+    text = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a) or "a kernel thread or zombie"
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return repr(text if len(text) <= 100 else text[:97] + "...")
+
+
+def holder_is_the_job(job_dir: str, pid: int) -> Tuple[Optional[bool], str]:
+    """Whether ``pid``, holding ``job_dir``'s lock, is that job's mslaunch (the one ``stop`` may signal).
+
+    The rule: the job's ``mslaunch run`` takes the lock and then, in the same process, writes
+    ``job.json`` naming its own pid and the time (:func:`launcher.jobs.jobdir.register`).  So the
+    holder is the job's mslaunch when ``job.json`` names ``pid`` and the process started no later
+    than ``job.json``'s ``started`` (a later one reused the pid).  Any other holder (a process that
+    merely locked the file, or one that reused a dead mslaunch's pid) is not the job's.  The
+    command line is not part of the rule (plugins, ``-c`` drivers and entry points differ), only
+    of the message.
+
+    Returns:
+        ``(True, "")`` for the job's mslaunch; ``(None, why)`` while ``job.json`` is not written
+        yet (the job is starting); ``(False, why)`` for anything else, ``why`` naming the pid and
+        what it is.
+    """
+    path = os.path.join(job_dir, JOB_FILE)
+    try:
+        record = read_job_file(path, JOB_FILE)
+    except CorruptJobFile as exc:
+        return False, f"pid {pid} holds {LOCK_FILE} but {exc}; it is {describe_process(pid)}"
+    if record is None:
+        return None, f"pid {pid} holds {LOCK_FILE} and {JOB_FILE} does not exist yet; it is {describe_process(pid)}"
+    what = describe_process(pid)
+    if record.get("pid") != pid:
+        return False, f"pid {pid} holds {LOCK_FILE} but {JOB_FILE} names pid {record.get('pid')}; pid {pid} is {what}"
+    started, began = record.get("started"), process_start_time(pid)
+    if started is not None and began is not None and began > float(started) + _START_SLACK:
+        return False, (
+            f"pid {pid} holds {LOCK_FILE} but started after {JOB_FILE} was written (a reused pid); pid {pid} is {what}"
+        )
+    return True, ""
 
 
 def _listdir(path: str) -> List[str]:
