@@ -87,7 +87,7 @@ def logs_tail(
     from launcher.jobs.jobdir import latest_attempt_dir
     from launcher.jobs.joblock import lock_holder
     from launcher.logs.follow import Follower, LogSource, job_log_sources, last_lines, prefix
-    from launcher.logs.joblogs import job_logs, missing_note
+    from launcher.logs.joblogs import JobLog, job_logs, missing_note, outside_note
     from launcher.planning.job.layout import SUMMARY_FILE
 
     if lines < 0:
@@ -107,7 +107,11 @@ def logs_tail(
             sys.stdout.write(prefix(src, colour) + line + "\n")
 
     offsets = {}
-    present, missing = job_logs(attempt, ranks)
+    outside: List[JobLog] = []
+    present, missing = job_logs(attempt, ranks, outside=outside)
+    skipped = outside_note(outside, folder)
+    if skipped is not None:
+        sys.stderr.write(f"mslaunch: {skipped}\n")
     for log in present:
         src = LogSource(log.label, log.path, log.rank)
         text, end = last_lines(src.path, lines)
@@ -151,10 +155,14 @@ def logs_ls(
 ) -> None:
     """List a job's log files with their sizes."""
     from launcher.jobs.jobdir import latest_attempt_dir
-    from launcher.logs.joblogs import job_logs
+    from launcher.logs.joblogs import JobLog, job_logs, outside_note
 
     folder = _job(job, log_dir).job_dir
-    present, missing = job_logs(latest_attempt_dir(folder))
+    outside: List[JobLog] = []
+    present, missing = job_logs(latest_attempt_dir(folder), outside=outside)
+    skipped = outside_note(outside, folder)
+    if skipped is not None:
+        sys.stderr.write(f"mslaunch: {skipped}\n")
     gone = {log.path for log in missing}
     for log in sorted(present + missing, key=lambda log: (log.rank is None, log.rank or 0)):
         try:

@@ -310,9 +310,15 @@ def report_cmd(
 ) -> None:
     """Write a self-contained HTML report (plus PNGs): loss, step time and throughput per rank, timeline, root cause."""
     from launcher.jobs import jobdir
-    from launcher.logs.report import write_report
+    from launcher.logs.report import outside_files, write_report
 
     folder = _resolve(job, log_dir)
+    skipped = outside_files(folder)
+    if skipped:
+        shown = ", ".join(skipped[:4]) + (f" and {len(skipped) - 4} more" if len(skipped) > 4 else "")
+        sys.stderr.write(
+            f"mslaunch: skipped {shown}: outside the job directory {folder} (symlinks resolved); not read\n"
+        )
     out = output or os.path.join(folder, "report")
     plan = jobdir.read_job_file(os.path.join(folder, jobdir.PLAN_FILE), jobdir.PLAN_FILE)
     summary = jobdir.read_job_file(os.path.join(folder, jobdir.SUMMARY_FILE), jobdir.SUMMARY_FILE)

@@ -90,19 +90,34 @@ def _relative(path: str, base: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def inside(path: str, job_dir: str) -> bool:
+    """Whether ``path``, symlinks resolved, lies in ``job_dir`` (its own symlinks resolved too)."""
+    root = os.path.realpath(job_dir)
+    return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+
 def job_logs(
-    folder: str, ranks: Optional[Sequence[int]] = None, scheduler: bool = True
+    folder: str,
+    ranks: Optional[Sequence[int]] = None,
+    scheduler: bool = True,
+    outside: Optional[List[JobLog]] = None,
 ) -> Tuple[List[JobLog], List[JobLog]]:
     """A job (or attempt) folder's logs as ``(present, missing)``: ranks ascending, scheduler last.
+
+    Only files inside the job directory are given: a log ``plan.json`` names outside it (an
+    absolute path, ``..``), in a folder that resolves outside it, or a symlink pointing outside
+    it is left out (and added to ``outside``), so no reader of a job's logs reads another file.
 
     Args:
         folder: the job dir or one of its attempt dirs.
         ranks: only these ranks (and then no scheduler); None: every rank.
         scheduler: include the scheduler's log.
+        outside: if given, the logs left out for lying outside the job directory are appended.
     """
-    recorded = recorded_logs(job_dir_of(folder))
+    root = job_dir_of(folder)
+    recorded = recorded_logs(root)
     if recorded is None:
-        return _default_named(folder, ranks, scheduler), []
+        return _confine(_default_named(folder, ranks, scheduler), root, outside), []
     wanted = None if ranks is None else set(ranks)
     chosen = [
         JobLog(label, rel if os.path.isabs(rel) else os.path.join(folder, rel), rank)
@@ -110,19 +125,51 @@ def job_logs(
         if (rank is None and scheduler and wanted is None) or (rank is not None and (wanted is None or rank in wanted))
     ]
     chosen.sort(key=lambda log: (log.rank is None, log.rank or 0))
-    listed: Dict[str, Optional[set]] = {}  # one listing per folder, not a stat per log
+    listed: Dict[str, Optional[Dict[str, bool]]] = {}  # one listing per folder, not a stat per log
+    folder_inside: Dict[str, bool] = {}
     present: List[JobLog] = []
     missing: List[JobLog] = []
     for log in chosen:
         where, name = os.path.split(log.path)
-        if where not in listed:
-            try:
-                listed[where] = set(os.listdir(where))
-            except OSError:
-                listed[where] = None
+        if where not in folder_inside:
+            folder_inside[where] = inside(where, root)
+            listed[where] = _listing(where) if folder_inside[where] else None
         names = listed[where]
+        if not folder_inside[where] or (names is not None and names.get(name) and not inside(log.path, root)):
+            if outside is not None:  # named outside the job dir, or a symlink out of it
+                outside.append(log)
+            continue
         (present if names is not None and name in names else missing).append(log)
     return present, missing
+
+
+def _listing(folder: str) -> Optional[Dict[str, bool]]:
+    """``folder``'s entries -> whether each is a symlink (from the listing: no stat per entry); None if unreadable."""
+    try:
+        with os.scandir(folder) as entries:
+            return {e.name: e.is_symlink() for e in entries}
+    except OSError:
+        return None
+
+
+def _confine(logs: List[JobLog], root: str, outside: Optional[List[JobLog]]) -> List[JobLog]:
+    """``logs`` that lie inside the job dir ``root``; the others go to ``outside``."""
+    kept = []
+    for log in logs:
+        if inside(log.path, root):
+            kept.append(log)
+        elif outside is not None:
+            outside.append(log)
+    return kept
+
+
+def outside_note(outside: Sequence[JobLog], job_dir: str, shown: int = 4) -> Optional[str]:
+    """One line naming the logs left out for lying outside the job directory (None when none is)."""
+    if not outside:
+        return None
+    names = ", ".join(f"{log.label} ({log.path})" for log in outside[:shown])
+    more = f" and {len(outside) - shown} more" if len(outside) > shown else ""
+    return f"skipped {names}{more}: outside the job directory {job_dir} (symlinks resolved); not read"
 
 
 def _default_named(folder: str, ranks: Optional[Sequence[int]], scheduler: bool) -> List[JobLog]:

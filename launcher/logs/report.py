@@ -24,8 +24,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import MsLaunchError
 from launcher.logs.causes import Cause
-from launcher.logs.metricsfile import METRICS_FILE, LogMetrics, read_events, read_records
+from launcher.logs.joblogs import JobLog, inside, job_logs
+from launcher.logs.metricsfile import EVENTS_FILE, METRICS_FILE, LogMetrics, read_events, read_records
 from launcher.logs.progress import Progress
+from launcher.planning.job import layout
 from launcher.planning.job.kinds import EventKind
 
 #: The events the report's timeline lists (``started`` events are drawn as bars instead).
@@ -49,9 +51,28 @@ PLOTS = ("loss", "step_time", "throughput", "timeline")
 
 def _records(job_dir: str) -> List[Dict[str, Any]]:
     path = os.path.join(job_dir, METRICS_FILE)
-    if os.path.exists(path):
+    if os.path.exists(path) and inside(path, job_dir):  # never a symlink out of the job dir
         return read_records(path)
-    return LogMetrics(job_dir).poll(final=True)
+    return LogMetrics(job_dir).poll(final=True)  # the rank logs inside the job dir (joblogs.job_logs)
+
+
+def outside_files(job_dir: str) -> List[str]:
+    """The files a report of ``job_dir`` leaves out for lying outside it (symlinks resolved): the
+    metrics and events files, and logs ``plan.json`` names (every attempt), as ``label (path)``."""
+    out = [
+        name
+        for name in (METRICS_FILE, EVENTS_FILE)
+        if os.path.lexists(os.path.join(job_dir, name)) and not inside(os.path.join(job_dir, name), job_dir)
+    ]
+    k = 0
+    folder = job_dir
+    while k == 0 or os.path.isdir(folder):
+        skipped: List[JobLog] = []
+        job_logs(folder, scheduler=False, outside=skipped)
+        out += [f"{log.label} ({log.path})" for log in skipped]
+        k += 1
+        folder = layout.attempt_dir(job_dir, k)
+    return out
 
 
 def _series(records: List[Dict[str, Any]], key: str) -> Dict[int, Tuple[List[float], List[float]]]:
@@ -267,7 +288,7 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
     if plan is None:
         raise MsLaunchError("not a job directory (no plan.json)", path=job_dir)
     records = _records(job_dir)
-    events = read_events(job_dir)
+    events = read_events(job_dir) if inside(os.path.join(job_dir, EVENTS_FILE), job_dir) else []
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as exc:
