@@ -307,6 +307,8 @@ def find_job(ref: Optional[str]) -> JobInfo:
     """
     if ref is not None and not ref.strip():
         raise JobError("the job must not be empty; give a job id, an id prefix or a job directory", field="JOB")
+    if ref and os.sep not in ref and os.path.isdir(ref):
+        _refuse_folder_and_job(ref)
     if ref and (os.sep in ref or os.path.isdir(ref)):
         if not os.path.exists(ref):
             raise JobError("no such job directory", path=ref)
@@ -329,6 +331,26 @@ def find_job(ref: Optional[str]) -> JobInfo:
     if not matches:
         raise JobError(f"no job {ref!r}; 'mslaunch ps' lists jobs, or pass a job directory")
     raise JobError(f"job id prefix {ref!r} is ambiguous: {', '.join(j.job_id for j in matches[:5])}")
+
+
+def _refuse_folder_and_job(ref: str) -> None:
+    """Refuse a bare ``ref`` (no ``/``) that is both a folder here and a job id (or id prefix) of
+    the registry, unless both are the same job directory: which one is meant cannot be told.
+
+    Raises:
+        JobError: naming the folder and the job, and how to pick either.
+    """
+    here = os.path.realpath(ref)
+    jobs = [j for j in list_jobs() if j.job_id == ref or j.job_id.startswith(ref)]
+    others = [j for j in jobs if os.path.realpath(j.job_dir) != here]
+    if not others or len(others) < len(jobs):
+        return  # no such job, or the folder is that job's directory
+    job = next((j for j in others if j.job_id == ref), others[0])
+    raise JobError(
+        f"{ref!r} is both a folder here ({here}) and job {job.job_id} of the registry (in {job.job_dir}); "
+        f"pass ./{ref} for the folder, or {job.job_dir} for the job",
+        field="JOB",
+    )
 
 
 def attempt_dir(job_dir: str, attempt: int) -> str:
