@@ -77,7 +77,8 @@ def install(template: str, home: str, root: str, job_id: str) -> str:
     shutil.copytree(template, dest)
     for name in ("plan.json", "job.json", "summary.json"):
         path = os.path.join(dest, name)
-        data = json.loads(open(path).read())
+        # as if planned in dest: its logs too (a job's logs are read only inside its own directory)
+        data = json.loads(open(path).read().replace(json.dumps(template)[1:-1], json.dumps(dest)[1:-1]))
         data["job_id"] = job_id
         data["job_dir"] = dest
         open(path, "w").write(json.dumps(data))
