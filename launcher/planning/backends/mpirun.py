@@ -162,7 +162,8 @@ def ssh_config_arg(value: str, field: str) -> str:
         return value
     if any(c in value for c in '"\\\n\r\0'):
         raise PlanError(
-            f"{value!r}: an ssh config line cannot hold a value with '\"', '\\', a newline, CR or NUL; rename or move it",
+            f"{value!r}: an ssh config line cannot hold a value with '\"', '\\', a newline, CR or NUL; "
+            "rename or move it",
             field=field,
         )
     return f'"{value}"'
