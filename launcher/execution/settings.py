@@ -22,9 +22,10 @@ class SuperviseOptions:
         start_timeout: seconds for the scheduler's port to accept connections.
         max_restarts: restarts of the whole group after a failure.
         sched_grace: seconds the scheduler gets to exit by itself once every worker exited 0.
-        scheduler_first: start the workers only once the scheduler's port accepts; False starts
-            them right after the scheduler process (they retry registering) and checks the port
-            after, with the same --start-timeout.
+        scheduler_first: start the workers only once the scheduler's port accepts (the first
+            attempt only: a restart never waits); False starts them right after the scheduler
+            process (they retry registering) and checks the port after, with the same
+            --start-timeout.
         hang: when an attempt is hung (``--hang-timeout``, ``--first-step-timeout``).
         restart_delay: seconds between the end of every process of a failed attempt and the restart.
         host_failures: failures attributed to one host after which the next attempt is re-planned

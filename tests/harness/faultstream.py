@@ -205,7 +205,7 @@ class FaultStream:
             self._thread.join(30)
         for host in self._cut:
             try:
-                self.cluster.restore_link(host, wait=False)
+                self.cluster.restore_link(host, wait=True)  # the next user of the cluster finds it whole
             except Exception as exc:  # noqa: BLE001 - reported with the results
                 self.errors.append(f"restore {host}: {exc}")
         self._cut = []

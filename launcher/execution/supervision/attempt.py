@@ -253,15 +253,19 @@ class AttemptRunner:
     ) -> None:
         sched_idx: Optional[int] = None
         plan = restarts.attempt_plan(self.plan, attempt, self.options.max_restarts, self.attempt_base)
+        # A restart starts the workers right after the scheduler (they retry registering while it
+        # imports and binds): the first attempt showed that it starts, and every second of a
+        # restart is lost training time. Its port is still awaited, after the workers started.
+        first = self.options.scheduler_first and attempt == 0
         for request in backend.requests(plan, adir):
             self._check_deadline(deadline)
             stopsignals.check()
             idx = self._start_one(state, backend, request)
             if self._is_scheduler(request):
                 sched_idx = idx
-                if self.options.scheduler_first:
+                if first:
                     self._wait_scheduler(state, idx, deadline)
-        if not self.options.scheduler_first and sched_idx is not None:
+        if not first and sched_idx is not None:
             self._wait_scheduler(state, sched_idx, deadline)
 
     def _start_one(self, state: _Attempt, backend: Backend, request: StartRequest) -> int:

@@ -1,0 +1,85 @@
+"""The fault stream's accounting from a job directory's records (synthetic events and metrics):
+each fault's times, its badput by phase, a fault whose restart was hit by the next one, and
+finding a rank's own process by the mark in its environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.harness.faultkit import wait_for
+from tests.harness.faultstream import FaultStream, Injected, badput_table, rank_pids
+
+
+def _write(path, records) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_each_faults_times_and_phases_come_from_the_jobs_records(tmp_path):
+    ev = lambda kind, t, **kw: dict(kind=kind, time=t, **kw)  # noqa: E731 - a one-line local helper
+    _write(
+        tmp_path / "events.jsonl",
+        [
+            ev("started", 0.0, rank=0, host="h1", pid=None, attempt=0),
+            ev("failure", 10.5),
+            ev("restart", 11.0, attempt=1),
+            ev("started", 11.2, rank=0, host="h2", pid=None, attempt=1),
+            ev("hung", 30.0),
+            ev("restart", 30.5, attempt=2),
+            ev("failure", 31.0),  # the restart was hit
+            ev("restart", 31.5, attempt=3),
+        ],
+    )
+    step = lambda a, g, t: dict(kind="step", attempt=a, global_step=g, time=t, rank=0)  # noqa: E731
+    _write(
+        tmp_path / "metrics.jsonl",
+        [step(0, 1, 2.0), step(0, 9, 9.0), step(1, 6, 15.0), step(1, 9, 17.0), step(1, 10, 18.0), step(3, 11, 40.0)],
+    )
+    fs = FaultStream(str(tmp_path), kinds=("kill", "stop", "restart"), at_steps=(9, 10), mark="m")
+    fs.injected = [
+        Injected("kill", 0, "h1", 0, 10.0, best_before=9),
+        Injected("stop", 0, "h2", 1, 25.0, best_before=10),
+        Injected("restart", 0, "h2", 2, 30.9, best_before=10),
+    ]
+    kill, stop, restart = fs.account()
+    assert (kill.noticed, kill.restart, kill.first_step, kill.new_step) == (10.5, 11.0, 15.0, 18.0)
+    assert kill.phases() == {"detect": 0.5, "teardown": 0.5, "restart": 4.0, "retrain": 3.0} and kill.lost() == 8.0
+    assert stop.phases()["detect"] == 5.0 and stop.new_step == stop.first_step == 30.9  # hit by the next fault
+    assert "hit by the next fault" in stop.note
+    assert (restart.noticed, restart.restart, restart.new_step) == (31.0, 31.5, 40.0)
+    table = badput_table([kill, stop, restart], 0.0)
+    assert table[1].split()[:5] == ["kill", "0", "h1", "10.0", "10.5"] and table[-1].startswith("sum")
+    assert float(table[-1].split()[-1]) == kill.lost() + stop.lost() + restart.lost()
+
+
+def test_a_ranks_own_process_is_found_by_its_mark_not_its_children(tmp_path):
+    env = dict(os.environ, FAULT_STREAM_MARK=tmp_path.name, RANK_ID="1", MSLAUNCH_ATTEMPT="2")
+    child = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], env=env, start_new_session=True)
+    try:
+        assert wait_for(lambda: _two(tmp_path.name), 20)
+        assert rank_pids(tmp_path.name) == {("2", 1): proc.pid}
+        assert rank_pids("another-mark") == {}
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    assert wait_for(lambda: rank_pids(tmp_path.name) == {}, 10)
+
+
+def _two(mark: str) -> bool:
+    """Both processes carry the mark (the child started)."""
+    needle = f"FAULT_STREAM_MARK={mark}".encode()
+    n = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    n += needle in fh.read().split(b"\0")
+            except OSError:
+                pass
+    return n >= 2
