@@ -173,7 +173,10 @@ def report(name: str, run: Dict[str, object], free: Dict[str, object]) -> None:
     wall = float(run["wall"])  # type: ignore[arg-type]  # run_job's dict: a float
     ettr = float(free["wall"]) / wall  # type: ignore[arg-type]  # run_job's dict: a float
     code = run["code"]
-    print(f"\n== {name}: wall {wall:.1f} s, ETTR = fault-free / faulty = {ettr:.3f}, exit code {code}")
+    if code == 0 and run["final"] is not None:
+        print(f"\n== {name}: wall {wall:.1f} s, ETTR = fault-free / faulty = {ettr:.3f}, exit code {code}")
+    else:  # a run that did not finish kept no ratio: its steps were not all trained
+        print(f"\n== {name}: FAILED after {wall:.1f} s (exit code {code}): no ETTR, the job did not finish")
     faults: List[Injected] = run["faults"]  # type: ignore[assignment]  # run_job's dict: the faults
     for line in badput_table(faults, float(run["t0"])):  # type: ignore[arg-type]  # run_job's dict: a float
         print("   " + line)
