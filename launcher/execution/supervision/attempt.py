@@ -253,9 +253,7 @@ class AttemptRunner:
     ) -> None:
         sched_idx: Optional[int] = None
         plan = restarts.attempt_plan(self.plan, attempt, self.options.max_restarts, self.attempt_base)
-        # A restart starts the workers right after the scheduler (they retry registering while it
-        # imports and binds): the first attempt showed that it starts, and every second of a
-        # restart is lost training time. Its port is still awaited, after the workers started.
+        # A restart starts the workers right after the scheduler (they retry registering; its port is checked after)
         first = self.options.scheduler_first and attempt == 0
         for request in backend.requests(plan, adir):
             self._check_deadline(deadline)
@@ -383,9 +381,7 @@ class AttemptRunner:
         return _Outcome(FAILED, exit_code_of(rc))
 
     def _check_hang(self, state: _Attempt) -> None:
-        if self.hang is None:
-            return
-        verdict = self.hang.due() or self.hang.stopped(state.handles, state.exits)
+        verdict = None if self.hang is None else self.hang.due() or self.hang.stopped(state.handles, state.exits)
         if verdict is not None:
             raise _Hung(self._hung(state, verdict))
 
