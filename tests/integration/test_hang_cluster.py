@@ -71,29 +71,33 @@ def _check_hung_then_restarted(job, pids, hosts):
         assert f"epoch: 0, step: {STEPS - 1}, loss is" in log, log
 
 
-@pytest.mark.netns
-@pytest.mark.cost(11)
-def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F811  (pytest's fixture, imported above)
-    c = cluster
-    inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
-    job, pids = tmp_path / "job", tmp_path / "pids"
-    pids.mkdir()
-    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    r = run_process(
+def _run_on_cluster(c, tmp_path, args):
+    """``mslaunch run`` of 2 ranks, one per namespace host, in ``tmp_path/job`` (``tmp_path/pids``
+    made for the program) with ``args`` (options, then the program)."""
+    (tmp_path / "pids").mkdir()
+    return run_process(
         "run",
         "--hosts",
-        inv,
+        cluster_yaml(c, tmp_path / "inv.yaml", slots=1),
         "--np",
         "2",
         "--master-port",
         "auto",
         "--log-dir",
-        str(job),
-        *_hung_then_restarted_args(pids),
-        env=env,
+        str(tmp_path / "job"),
+        *args,
+        env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config),
         cwd=str(tmp_path),
         timeout=300,
     )
+
+
+@pytest.mark.netns
+@pytest.mark.cost(11)
+def test_hung_job_over_ssh_is_dumped_on_its_hosts(cluster, tmp_path):  # noqa: F811  (pytest's fixture, imported above)
+    c = cluster
+    job, pids = tmp_path / "job", tmp_path / "pids"
+    r = _run_on_cluster(c, tmp_path, _hung_then_restarted_args(pids))
     assert r.returncode == 0, r.stderr
     _check_hung_then_restarted(job, pids, [c.hosts[0].ip, c.hosts[1].ip])
     assert wait_nothing_left(c) == {}
@@ -106,43 +110,10 @@ def test_a_rank_stopped_on_its_host_is_seen_by_the_hosts_agent_named_and_the_res
     stopped, the attempt ends after --stopped-timeout (not --hang-timeout), rank 1 on its host is
     the culprit, the agent's SIGTERM reaches it (SIGCONT follows), and the restart finishes."""
     c = cluster
-    inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
     job, pids = tmp_path / "job", tmp_path / "pids"
-    pids.mkdir()
-    r = run_process(
-        "run",
-        "--hosts",
-        inv,
-        "--np",
-        "2",
-        "--master-port",
-        "auto",
-        "--log-dir",
-        str(job),
-        "--tee",
-        "none",
-        "--grace",
-        "3",
-        "--env",
-        f"PIDDIR={pids}",
-        "--hang-timeout",
-        "120",
-        "--stopped-timeout",
-        "2",
-        "--max-restarts",
-        "1",
-        HANG,
-        "steps",
-        "0.2",
-        str(STEPS),
-        "--stop-rank",
-        "1",
-        "--stop-at",
-        "3",
-        env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config),
-        cwd=str(tmp_path),
-        timeout=300,
-    )
+    flags = ["--tee", "none", "--grace", "3", "--env", f"PIDDIR={pids}", "--hang-timeout", "120"]
+    flags += ["--stopped-timeout", "2", "--max-restarts", "1"]
+    r = _run_on_cluster(c, tmp_path, [*flags, HANG, "steps", "0.2", str(STEPS), "--stop-rank", "1", "--stop-at", "3"])
     assert r.returncode == 0, r.stderr
     s = json.loads((job / "summary.json").read_text())
     first, second = s["attempt_results"]
