@@ -26,6 +26,7 @@ from launcher.planning.build import build_plan
 from launcher.planning.job import layout
 from launcher.planning.job.events import Preflight
 from launcher.planning.job.spec import JobSpec, Plan
+from launcher.planning.text.private import open_private
 
 if TYPE_CHECKING:
     from launcher.cli.startmode import StartMode
@@ -389,8 +390,9 @@ def _write_ci_outputs(result: Any, summary_json: Optional[str], junit: Optional[
 
     problems = []
     for flag, path, write in (
-        ("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json(), mode=0o644)),
-        ("--junit", junit, lambda p: write_atomic(p, junit_xml(result), mode=0o644)),
+        # 0600 as every job file: both hold the tails of rank logs (a rank may print its environment)
+        ("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json())),
+        ("--junit", junit, lambda p: write_atomic(p, junit_xml(result))),
     ):
         if path:
             try:
@@ -425,7 +427,7 @@ def _detach(plan: Plan) -> None:
         + ["--job-id", plan.job_id, "--log-dir", plan.job_dir, "--tee", "none"]
         + argv[idx + 1 :]
     )
-    with open(os.path.join(plan.job_dir, layout.DETACH_LOG), "ab") as out:
+    with os.fdopen(open_private(os.path.join(plan.job_dir, layout.DETACH_LOG)), "ab") as out:
         proc = subprocess.Popen(
             child,
             stdin=subprocess.DEVNULL,

@@ -13,6 +13,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.harness.cli import mslaunch_argv, run_cli, run_process
 
@@ -167,6 +168,89 @@ def test_existing_log_dir_keeps_its_mode(tmp_path):
     created = tmp_path / "new" / "deeper" / "job"
     assert e.run("--log-dir", str(created)).returncode == 0
     assert stat.S_IMODE(os.stat(created).st_mode) == 0o700  # a directory mslaunch creates is private
+    e.assert_gone()
+
+
+def not_private(root):
+    """Every folder below ``root`` (itself too) that is not 0700 and every regular file that is not
+    0600, as ``(path, mode)``; mslaunch writes no other kind of entry."""
+    bad = []
+    for folder, _dirs, files in os.walk(root):
+        mode = stat.S_IMODE(os.stat(folder).st_mode)
+        if mode != 0o700:
+            bad.append((folder, oct(mode)))
+        for name in files:
+            st = os.lstat(os.path.join(folder, name))
+            if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o600:
+                bad.append((os.path.join(folder, name), oct(st.st_mode)))
+    return bad
+
+
+def test_every_file_of_a_job_and_of_its_report_is_private_under_umask_022(tmp_path):
+    """A real 2-rank run whose workers print their environment, with --env and --env-file secrets,
+    under umask 022: every file of the job directory (plan.json, job.json, rank logs, events...),
+    the registry entry, --summary-json / --junit and ``mslaunch report``'s output are 0600, every
+    folder 0700 (rank logs and the report were 0644 and the report folder 0755)."""
+    e = Env(tmp_path)
+    (e.work / "secrets.env").write_text("FILE_SECRET=from-the-env-file\n")
+    job_dir, out = e.work / "job", e.work / "ci"
+    out.mkdir()
+
+    def umask_022():
+        os.umask(0o022)
+
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--quiet",
+        "--env",
+        "CLI_SECRET=from-the-cli",
+        "--env-file",
+        "secrets.env",
+        "--log-dir",
+        str(job_dir),
+        "--summary-json",
+        str(out / "summary.json"),
+        "--junit",
+        str(out / "junit.xml"),
+        "--no-python",
+        sys.executable,
+        PROG,
+        "env",
+        env=e.environ,
+        cwd=str(e.work),
+        timeout=120,
+        preexec_fn=umask_022,
+    )
+    assert r.returncode == 0, r.stderr
+    # the secrets are where the modes must protect them
+    assert "from-the-env-file" in (job_dir / "plan.json").read_text()
+    for log in ("worker_0.log", "worker_1.log"):
+        text = (job_dir / log).read_text()
+        assert "CLI_SECRET=from-the-cli" in text and "FILE_SECRET=from-the-env-file" in text, log
+    assert "CLI_SECRET=from-the-cli" in (job_dir / "job.json").read_text()
+    (entry,) = e.registry()
+    assert "CLI_SECRET=from-the-cli" in (e.home / "jobs" / entry).read_text()
+    assert not_private(job_dir) == []
+    assert not_private(e.home / "jobs") == []
+    assert [(n, oct(stat.S_IMODE(os.stat(out / n).st_mode))) for n in sorted(os.listdir(out))] == [
+        ("junit.xml", "0o600"),
+        ("summary.json", "0o600"),
+    ]
+    pytest.importorskip("matplotlib")
+    rep = run_process("report", "--log-dir", str(job_dir), env=e.environ, timeout=120, preexec_fn=umask_022)
+    assert rep.returncode == 0, rep.stderr
+    assert sorted(os.listdir(job_dir / "report")) == [
+        "loss.png",
+        "report.html",
+        "step_time.png",
+        "throughput.png",
+        "timeline.png",
+    ]
+    assert not_private(job_dir) == []
     e.assert_gone()
 
 
