@@ -418,7 +418,7 @@ def _detach(plan: Plan) -> None:
     preflight(plan)
     from launcher.jobs.joblock import prepare_job_dir
 
-    prepare_job_dir(plan.job_dir)  # created 0700 or an empty one; the child claims and locks it
+    prepare_job_dir(plan.job_dir)  # created 0700 (or an empty one of the user's made 0700); the child locks it
     argv = _without_detach(list(sys.argv[1:]))
     idx = argv.index("run")
     child = (

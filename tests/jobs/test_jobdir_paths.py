@@ -141,10 +141,16 @@ def test_job_id_is_validated(tmp_path):
     e.assert_gone()
 
 
-def test_existing_log_dir_keeps_its_mode(tmp_path):
+def test_existing_log_dir_is_made_private(tmp_path):
+    """An existing --log-dir of this user's is made 0700, with one line on stderr when its mode
+    changed.  It used to keep its mode; but the job's files hold the --env / --env-file values
+    (plan.json, job.json's argv, rank logs) and a cluster's hosts are shared with other teams, so a
+    group- or world-listable job directory (a sticky /tmp-like 1777, a 0755 made by mkdir under
+    umask 022) would let them see at least the job's names and open any file that is not 0600.
+    The directory is checked empty before: a refused one is left as it was."""
     e = Env(tmp_path)
     cases = []
-    for mode in (0o1777, 0o755, 0o750):
+    for mode in (0o1777, 0o755, 0o750, 0o700):
         d = tmp_path / f"dir{mode:o}"
         d.mkdir()
         os.chmod(d, mode)
@@ -156,7 +162,15 @@ def test_existing_log_dir_keeps_its_mode(tmp_path):
     for opts, d, mode, run_cwd in cases:
         r = e.run(*opts, cwd=run_cwd)
         assert r.returncode == 0, r.stderr
-        assert stat.S_IMODE(os.stat(d).st_mode) == mode, (d, oct(os.stat(d).st_mode))
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, (d, oct(os.stat(d).st_mode))
+        said = [line for line in r.stderr.splitlines() if "changed to 0700" in line]
+        if mode == 0o700:
+            assert said == [], r.stderr
+        else:
+            assert said == [
+                f"mslaunch: {d}: mode {mode:04o} changed to 0700 (only you may read the job's files: "
+                "they may hold --env values)"
+            ], r.stderr
         assert sorted(os.listdir(d)) == [
             "events.jsonl",
             "job.json",
@@ -168,7 +182,32 @@ def test_existing_log_dir_keeps_its_mode(tmp_path):
     created = tmp_path / "new" / "deeper" / "job"
     assert e.run("--log-dir", str(created)).returncode == 0
     assert stat.S_IMODE(os.stat(created).st_mode) == 0o700  # a directory mslaunch creates is private
+    # a job directory that is not empty is refused before its mode is touched
+    full = tmp_path / "full"
+    full.mkdir()
+    os.chmod(full, 0o755)
+    (full / "data.txt").write_text("x\n")
+    one_line_error(e.run("--log-dir", str(full)), 2, "is not empty")
+    assert snapshot(full) == (0o755, ["data.txt"])
     e.assert_gone()
+
+
+def test_a_log_dir_another_user_owns_is_refused(tmp_path):
+    """Its owner could read the job's files (and mslaunch may not change its mode): refused in one
+    line naming the directory and its owner, nothing written, its mode kept."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a directory another user owns")
+    e = Env(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chmod(theirs, 0o777)
+    os.chown(theirs, 65534, 65534)
+    for detach in ((), ("--detach",)):
+        r = e.run("--log-dir", str(theirs), *detach)
+        one_line_error(r, 2, f"{theirs}: is owned by uid 65534, not you (uid 0)")
+        assert "choose a --log-dir of your own" in r.stderr
+        assert snapshot(theirs) == (0o777, [])
+    assert e.started() == [] and e.registry() == []
 
 
 def not_private(root):
@@ -293,19 +332,21 @@ def test_log_dir_that_is_not_empty_is_refused(tmp_path):
 
 
 def test_log_dir_of_a_finished_job_is_reused_and_keeps_one_previous_job(tmp_path):
-    """msrun users re-run with the same --log_dir: the finished job moves to .previous/, its mode stays."""
+    """msrun users re-run with the same --log_dir: the finished job moves to .previous/; the directory
+    is made 0700 again (its files hold --env values), with one line saying so."""
     e = Env(tmp_path)
     d = tmp_path / "msrun_log"
     ids = []
     for k in range(3):
         r = e.run("--log-dir", str(d), "--job-id", f"again{k}")
         assert r.returncode == 0, r.stderr
+        assert ("mode 0755 changed to 0700" in r.stderr) == (k == 1), r.stderr
         ids.append(f"again{k}")
         if k == 0:
             os.chmod(d, 0o755)
         with open(d / "summary.json") as fh:
             assert json.load(fh)["job_id"] == ids[-1]
-    assert stat.S_IMODE(os.stat(d).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     assert sorted(os.listdir(d)) == [
         ".previous",
         "events.jsonl",
