@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 
@@ -239,7 +240,7 @@ def run_cmd(
         return
     _check_ci_outputs(summary_json, junit)
     if detach:
-        _detach(plan)
+        _detach(plan, opts.env)
         return
     plan, pre_event = _preflight(preflight, spec, plan, ssh, device_checks)
     from launcher.cli.startmode import choose
@@ -411,8 +412,13 @@ def _check_ci_outputs(summary_json: Optional[str], junit: Optional[str]) -> None
             check_writable(path, flag)
 
 
-def _detach(plan: Plan) -> None:
-    """Re-run this command in the background as its own session; print the job id."""
+def _detach(plan: Plan, env_assignments: Sequence[str] = ()) -> None:
+    """Re-run this command in the background as its own session; print the job id.
+
+    Its command line shows each ``--env NAME=VALUE`` as ``NAME=<hidden>`` (every user of the host
+    can read a process's command line); the values reach it in its environment
+    (:mod:`launcher.cli.hiddenenv`)."""
+    from launcher.cli.hiddenenv import HIDDEN_ENV_VAR, hide_env_values
     from launcher.execution.runner import preflight
 
     preflight(plan)
@@ -427,9 +433,15 @@ def _detach(plan: Plan) -> None:
         + ["--job-id", plan.job_id, "--log-dir", plan.job_dir, "--tee", "none"]
         + argv[idx + 1 :]
     )
+    shown, hidden = hide_env_values(child[3:], env_assignments)
+    env = dict(os.environ)
+    env.pop(HIDDEN_ENV_VAR, None)
+    if hidden:
+        env[HIDDEN_ENV_VAR] = json.dumps(hidden)
     with os.fdopen(open_private(os.path.join(plan.job_dir, layout.DETACH_LOG)), "ab") as out:
         proc = subprocess.Popen(
-            child,
+            child[:3] + shown,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
