@@ -7,10 +7,15 @@ NAME=VALUE`` shown as ``--env NAME=<hidden>``, and the hidden arguments travel i
 (:data:`HIDDEN_ENV_VAR`, readable only by the user and root, as the ranks' own environments are);
 :func:`restore_argv` puts them back (and removes the variable, so no rank inherits it) before
 the command line is parsed.  ``--env-file`` values are never on a command line.
+
+A run in the foreground (also the one a ``sbatch.sh`` starts) was given its values on its command
+line by its caller; :func:`hide_own_title` rewrites its title (``setproctitle``) the same way as
+soon as the options are parsed, for the rest of the job's life.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 from typing import Dict, List, MutableMapping, Sequence, Tuple
 
@@ -71,3 +76,37 @@ def restore_argv(argv: List[str], environ: MutableMapping[str, str]) -> List[str
     except (ValueError, TypeError, AttributeError):
         raise ValueError(f"{HIDDEN_ENV_VAR} does not match this command line; start the run again") from None
     return out
+
+
+def hide_own_title(assignments: Sequence[str]) -> bool:
+    """Rewrite this process's title (``/proc/self/cmdline``) with each ``--env`` value shown as
+    :data:`HIDDEN`, when it shows any; its short name (``/proc/self/comm``: ``pgrep mslaunch``)
+    is kept.  Best effort: without ``setproctitle`` or ``/proc`` the title is left as it is.
+
+    Returns:
+        True when the title was rewritten.
+    """
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            raw = fh.read()
+        with open("/proc/self/comm", "rb") as fh:
+            comm = fh.read().strip()[:15]
+    except OSError:
+        return False
+    args = raw.rstrip(b"\0").decode("utf-8", "surrogateescape").split("\0")
+    shown, hidden = hide_env_values(args[1:], assignments)
+    if not hidden:
+        return False
+    try:
+        import setproctitle
+    except ImportError:
+        return False
+    try:
+        setproctitle.setproctitle(" ".join([args[0], *shown]))
+    except (UnicodeError, ValueError):
+        return False  # a title it cannot encode: left as it is
+    try:  # setproctitle renames the process (comm) after the title: named back
+        ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(comm), 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+    return True

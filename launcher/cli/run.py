@@ -242,6 +242,9 @@ def run_cmd(
     if detach:
         _detach(plan, opts.env)
         return
+    from launcher.cli.hiddenenv import hide_own_title
+
+    hide_own_title(opts.env)  # the job's life: no --env value in this process's title
     plan, pre_event = _preflight(preflight, spec, plan, ssh, device_checks)
     from launcher.cli.startmode import choose
 

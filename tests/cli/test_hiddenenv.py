@@ -1,4 +1,4 @@
-"""launcher.cli.hiddenenv: no --env value in the detached run's process title."""
+"""launcher.cli.hiddenenv: no --env value in the process title of a run (detached or not)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import stat
+import subprocess
 import sys
 import time
 
@@ -14,7 +15,7 @@ import psutil
 import pytest
 
 from launcher.cli.hiddenenv import HIDDEN_ENV_VAR, hide_env_values, restore_argv
-from tests.harness.cli import run_process
+from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.paths import TESTS
 
 PROG = os.path.join(TESTS, "scripts", "rankprog.py")
@@ -140,6 +141,57 @@ def test_a_detached_runs_title_shows_no_env_value(tmp_path):
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
     assert json.loads((job_dir / "summary.json").read_text())["status"] == "stopped"
+
+
+def test_a_foreground_runs_title_shows_no_env_value_once_it_started(tmp_path):
+    """``mslaunch run --env K=V`` in the foreground (as sbatch.sh starts it): once the ranks run,
+    /proc/PID/cmdline shows ``K=<hidden>``, its short name (comm) is unchanged, the ranks have the
+    values; stopped with SIGTERM (by its pid), every pid it made is gone."""
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    env = dict(os.environ, PIDDIR=str(piddir), MSLAUNCH_HOME=str(tmp_path / "home"))
+    argv = mslaunch_argv(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--quiet",
+        "--log-dir",
+        str(tmp_path / "job"),
+        "--env",
+        "HF_TOKEN=fg-value-1",
+        "-eAPI_KEY=fg-value-2",
+        PROG,
+        "hang",
+    )
+    proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pids = [proc.pid]
+    try:
+        comm = psutil.Process(proc.pid).name()
+        _wait("the ranks did not start", lambda: len([n for n in os.listdir(piddir) if n.endswith(".pids")]) == 3)
+        for name in os.listdir(piddir):
+            pids += [int(x) for x in (piddir / name).read_text().split()]
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as fh:
+            title = fh.read().decode()
+        assert "fg-value" not in title, title
+        assert "--env HF_TOKEN=<hidden> -eAPI_KEY=<hidden>" in title, title
+        with open(f"/proc/{proc.pid}/comm") as fh:
+            assert fh.read().strip() == comm
+        rank = int((piddir / "rank1.pids").read_text().split()[0])
+        with open(f"/proc/{rank}/environ", "rb") as fh:
+            rank_env = dict(kv.split("=", 1) for kv in fh.read().decode().split("\0") if "=" in kv)
+        assert (rank_env["HF_TOKEN"], rank_env["API_KEY"]) == ("fg-value-1", "fg-value-2")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err
+        _wait(f"left running: {[p for p in pids if _alive(p)]}", lambda: not [p for p in pids if _alive(p)])
+    finally:
+        for p in pids:  # a failing test: SIGKILL what this run made, by pid
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.wait(timeout=30)
 
 
 if sys.platform != "linux":  # /proc
