@@ -11,6 +11,16 @@ def main() -> None:
     :func:`launcher.cli.ranktable.main`: rank tables need none of the other commands, whose
     imports are most of the start-up time.  Everything else goes to :func:`launcher.cli.app.main`.
     """
+    import os
+
+    if "MSLAUNCH_HIDDEN_ARGS" in os.environ:  # a detached run: its --env values (launcher.cli.hiddenenv)
+        from launcher.cli.hiddenenv import restore_argv
+
+        try:
+            sys.argv = restore_argv(sys.argv, os.environ)
+        except ValueError as exc:
+            sys.stderr.write(f"mslaunch: error: {exc}\n")
+            sys.exit(2)
     args = sys.argv[1:]
     if args[:1] == ["--version"]:
         from launcher.cli.version import version_line

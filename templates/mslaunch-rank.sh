@@ -28,7 +28,7 @@ run_and_reap() {
     log=$1
     shift
     set +e
-    : >"$log"
+    (umask 077 && : >"$log")   # 0600 whatever mpirun's umask: a rank may print its environment
     [ -z "$notes" ] || printf '%s\n' "$notes" >>"$log"
     "$@" >>"$log" 2>&1 </dev/null &
     wait $!
@@ -203,7 +203,7 @@ mslaunch: warning: $warning"
 notes=
 idx=$((OMPI_COMM_WORLD_RANK - MSLAUNCH_CTX_BASE))
 if [ "$MSLAUNCH_ROLE" = scheduler ]; then
-    mkdir -p "$(dirname "$MSLAUNCH_LOG")"
+    (umask 077 && mkdir -p "$(dirname "$MSLAUNCH_LOG")")
     run_and_reap "$MSLAUNCH_LOG" "$@"
 fi
 set_threads

@@ -327,5 +327,5 @@ def gen_cmd(
         return
     from launcher.jobs.files import write_atomic
 
-    write_atomic(path, text, mode=0o644)
+    write_atomic(path, text)  # 0600: the manifests hold the --env / --env-file values
     sys.stderr.write(f"wrote {path}: {job.flavor}, {job.nodes} pod(s) x {job.per_host} rank(s)\n")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 
@@ -26,6 +27,7 @@ from launcher.planning.build import build_plan
 from launcher.planning.job import layout
 from launcher.planning.job.events import Preflight
 from launcher.planning.job.spec import JobSpec, Plan
+from launcher.planning.text.private import open_private
 
 if TYPE_CHECKING:
     from launcher.cli.startmode import StartMode
@@ -238,8 +240,11 @@ def run_cmd(
         return
     _check_ci_outputs(summary_json, junit)
     if detach:
-        _detach(plan)
+        _detach(plan, opts.env)
         return
+    from launcher.cli.hiddenenv import hide_own_title
+
+    hide_own_title(opts.env)  # the job's life: no --env value in this process's title
     plan, pre_event = _preflight(preflight, spec, plan, ssh, device_checks)
     from launcher.cli.startmode import choose
 
@@ -389,8 +394,9 @@ def _write_ci_outputs(result: Any, summary_json: Optional[str], junit: Optional[
 
     problems = []
     for flag, path, write in (
-        ("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json(), mode=0o644)),
-        ("--junit", junit, lambda p: write_atomic(p, junit_xml(result), mode=0o644)),
+        # 0600 as every job file: both hold the tails of rank logs (a rank may print its environment)
+        ("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json())),
+        ("--junit", junit, lambda p: write_atomic(p, junit_xml(result))),
     ):
         if path:
             try:
@@ -409,14 +415,19 @@ def _check_ci_outputs(summary_json: Optional[str], junit: Optional[str]) -> None
             check_writable(path, flag)
 
 
-def _detach(plan: Plan) -> None:
-    """Re-run this command in the background as its own session; print the job id."""
+def _detach(plan: Plan, env_assignments: Sequence[str] = ()) -> None:
+    """Re-run this command in the background as its own session; print the job id.
+
+    Its command line shows each ``--env NAME=VALUE`` as ``NAME=<hidden>`` (every user of the host
+    can read a process's command line); the values reach it in its environment
+    (:mod:`launcher.cli.hiddenenv`)."""
+    from launcher.cli.hiddenenv import HIDDEN_ENV_VAR, hide_env_values
     from launcher.execution.runner import preflight
 
     preflight(plan)
     from launcher.jobs.joblock import prepare_job_dir
 
-    prepare_job_dir(plan.job_dir)  # created 0700 or an empty one; the child claims and locks it
+    prepare_job_dir(plan.job_dir)  # created 0700 (or an empty one of the user's made 0700); the child locks it
     argv = _without_detach(list(sys.argv[1:]))
     idx = argv.index("run")
     child = (
@@ -425,9 +436,15 @@ def _detach(plan: Plan) -> None:
         + ["--job-id", plan.job_id, "--log-dir", plan.job_dir, "--tee", "none"]
         + argv[idx + 1 :]
     )
-    with open(os.path.join(plan.job_dir, layout.DETACH_LOG), "ab") as out:
+    shown, hidden = hide_env_values(child[3:], env_assignments)
+    env = dict(os.environ)
+    env.pop(HIDDEN_ENV_VAR, None)
+    if hidden:
+        env[HIDDEN_ENV_VAR] = json.dumps(hidden)
+    with os.fdopen(open_private(os.path.join(plan.job_dir, layout.DETACH_LOG)), "ab") as out:
         proc = subprocess.Popen(
-            child,
+            child[:3] + shown,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

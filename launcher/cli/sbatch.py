@@ -334,7 +334,7 @@ def _write_and_submit(job_dir: str, script: str) -> str:
     parent_existed = os.path.isdir(parent)
     created = prepare_job_dir(job_dir)
     path = os.path.join(job_dir, layout.SBATCH_SCRIPT)
-    write_atomic(path, script, mode=0o700)
+    write_atomic(path, script)  # 0600: it holds the --env values (sbatch reads it; nothing runs it)
     try:
         return submit(path, os.getcwd())
     except BaseException:

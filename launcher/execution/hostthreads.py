@@ -106,7 +106,7 @@ class HostThreadsWatch:
         from launcher.jobs.files import write_atomic
 
         try:
-            write_atomic(self.merged_path, json.dumps(self.records, indent=1, sort_keys=True) + "\n", mode=0o644)
+            write_atomic(self.merged_path, json.dumps(self.records, indent=1, sort_keys=True) + "\n")
         except OSError:
             pass  # the per-host records stay; the job's result does not depend on this file
 

@@ -11,18 +11,20 @@ from launcher.errors import MsLaunchError
 __all__ = ["check_writable", "write_atomic"]
 
 
-def write_atomic(path: str, text: Union[str, bytes], mode: int = 0o644) -> None:
+def write_atomic(path: str, text: Union[str, bytes], mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part.
 
-    The text goes to a temporary file in the same folder (``.<name>.<random>.tmp``), is flushed
-    and fsynced, gets ``mode``, and is renamed over ``path`` with ``os.replace``; the folder is then
+    The text goes to a temporary file in the same folder (``.<name>.<random>.tmp``, created 0600 by
+    ``mkstemp`` whatever the umask), is flushed and fsynced, gets ``mode``, and is renamed over
+    ``path`` with ``os.replace``; the folder is then
     fsynced (best effort).  On any failure the temporary file is removed and ``path`` is left as
     it was.
 
     Args:
         path: the destination file; its folder must exist.
         text: the content: ``str`` (written as UTF-8) or ``bytes``.
-        mode: permission bits of the new file (not filtered by the umask).
+        mode: permission bits of the new file (not filtered by the umask); 0600 unless the file
+            can never hold a value of the environment and others must read it.
 
     Raises:
         MsLaunchError: naming ``path`` when the folder is missing or not writable, ``path`` is a

@@ -2,8 +2,10 @@
 
 Job directory (``--log-dir``, default ``./mslaunch_logs/<job-id>/``): see
 :mod:`launcher.planning.job.layout` for its files.  :func:`claim_job_dir` creates it with mode 0700
-when it is missing; an existing directory is used only when it is empty and keeps its mode
-(mslaunch never changes the mode of a directory it did not create).  Besides the plan's files
+when it is missing; an existing directory is used only when it is empty and the user's own, and is
+made 0700 (one line on stderr says so when its mode changed); one another user owns is refused.
+Every file mslaunch writes in it is created 0600 (:mod:`launcher.planning.text.private`): they
+hold values of the environment (``plan.json``, ``job.json``'s argv, rank logs).  Besides the plan's files
 mslaunch writes there:
 
 * ``job.lock``: the running ``mslaunch run`` holds an exclusive POSIX lock (``lockf``) on it for

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Tuple
 from launcher.errors import MsLaunchError
 from launcher.jobs.jobfile import CorruptJobFile, ensure_registry_dir, read_job_file
 from launcher.planning.job import layout
+from launcher.planning.text.private import PRIVATE_DIR
 
 PLAN_FILE = layout.PLAN_FILE
 SUMMARY_FILE = layout.SUMMARY_FILE
@@ -228,14 +229,23 @@ def _rotate_finished_job(path: str) -> None:
         ) from None
 
 
-def prepare_job_dir(path: str) -> bool:
-    """Create ``path`` (mode 0700) if missing, else check it is an empty directory; never chmod.
+def prepare_job_dir(path: str, tighten: bool = True) -> bool:
+    """Create ``path`` (mode 0700) if missing, else check it is an empty directory of this user's
+    and make it 0700 (one line on stderr when that changed its mode) unless a job holds its lock.
+
+    The job's files hold values of the environment (``--env HF_TOKEN=...``), so only their owner
+    may list or open them: a directory another user owns is refused (its owner could read them,
+    and mslaunch may not change its mode), one of this user's with group or other bits is tightened.
+
+    Args:
+        tighten: make an existing directory 0700 here (:func:`claim_job_dir` does it under the lock).
 
     Returns:
         True when this call created it.
 
     Raises:
-        MsLaunchError: not a directory, cannot be created, not empty, or holds a job.
+        MsLaunchError: not a directory, cannot be created, owned by another user, not empty, or
+            holds a job (nothing is changed on disk then).
     """
     parent = os.path.dirname(os.path.abspath(path))
     try:
@@ -251,16 +261,49 @@ def prepare_job_dir(path: str) -> bool:
         raise MsLaunchError(f"cannot create job directory: {exc.strerror}", path=path) from None
     if not os.path.isdir(path):
         raise MsLaunchError("exists and is not a directory; --log-dir takes a directory", path=path)
+    owner = _owner(path)
+    if owner != os.geteuid():
+        raise MsLaunchError(
+            f"is owned by uid {owner}, not you (uid {os.geteuid()}): its owner could read the job's files, which "
+            "may hold --env values; choose a --log-dir of your own",
+            path=path,
+        )
     _check_empty(path)
+    if tighten and lock_holder(path) is None:
+        _make_private(path)
     return False
+
+
+def _owner(path: str) -> int:
+    try:
+        return os.stat(path).st_uid
+    except OSError as exc:
+        raise MsLaunchError(f"cannot read the job directory: {exc.strerror}", path=path) from None
+
+
+def _make_private(path: str) -> None:
+    """Give this user's existing job directory mode 0700, saying so on stderr when that changed it."""
+    import sys
+
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode == PRIVATE_DIR:
+            return
+        os.chmod(path, PRIVATE_DIR)
+    except OSError as exc:
+        raise MsLaunchError(f"cannot make the job directory private (chmod 700): {exc.strerror}", path=path) from None
+    sys.stderr.write(
+        f"mslaunch: {path}: mode {mode:04o} changed to 0700 (only you may read the job's files: "
+        "they may hold --env values)\n"
+    )
 
 
 def claim_job_dir(path: str) -> JobLock:
     """Make ``path`` this job's directory and lock it for the job's life.
 
     :func:`prepare_job_dir` first: a missing directory is created with mode 0700 (missing parents
-    as ``mkdir -p`` does); an existing one must be a directory holding nothing (but a
-    ``job.lock`` or a detached run's ``mslaunch.log``) and keeps its mode.  Then ``job.lock`` is
+    as ``mkdir -p`` does); an existing one must be this user's directory holding nothing (but a
+    ``job.lock`` or a detached run's ``mslaunch.log``) and is made 0700.  Then ``job.lock`` is
     locked exclusively without waiting, and the directory is checked once more under the lock.
     A directory that holds a finished job of ours (msrun users re-run with the same
     ``--log_dir``) is accepted: that job's files move to ``.previous/`` under the lock.
@@ -274,7 +317,7 @@ def claim_job_dir(path: str) -> JobLock:
             directory created here (left empty).
     """
     ensure_registry_dir()
-    prepare_job_dir(path)
+    prepare_job_dir(path, tighten=False)
     lock_path = os.path.join(path, LOCK_FILE)
     created = False
     flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -298,6 +341,7 @@ def claim_job_dir(path: str) -> JobLock:
                 raise MsLaunchError(f"cannot lock {LOCK_FILE}: {exc.strerror}", path=path) from None
             raise _busy(path, lock_holder(path)) from None
         _check_empty(path, locked_here=True)
+        _make_private(path)
         _rotate_finished_job(path)
     except BaseException:
         if created and locked:  # never remove a lock file another run may have locked meanwhile

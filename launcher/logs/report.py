@@ -9,6 +9,9 @@ Output folder (``-o DIR``, default ``<job dir>/report/``)::
     timeline.png     each process from start to end (ok / failed / stopped; earlier attempts too),
                      job start and end, the failure, the teardown and restarts (from events.jsonl)
 
+The folder is created 0700 and every file in it 0600, whatever the umask (the page shows the job's
+plan and log lines, which may hold values of the environment).
+
 Plots are drawn with matplotlib (the ``report`` extra) on its non-interactive Agg backend.
 Reads ``plan.json``, ``summary.json``, ``events.jsonl`` and ``metrics.jsonl`` (or the logs when it is missing).
 """
@@ -29,6 +32,7 @@ from launcher.logs.metricsfile import EVENTS_FILE, METRICS_FILE, LogMetrics, rea
 from launcher.logs.progress import Progress
 from launcher.planning.job import layout
 from launcher.planning.job.kinds import EventKind
+from launcher.planning.text.private import makedirs_private, open_private
 
 #: The events the report's timeline lists (``started`` events are drawn as bars instead).
 _TIMELINE_KINDS = (
@@ -229,7 +233,8 @@ def _finish(ax: Any, fig: Any, path: str, legend: bool = True) -> None:
     if legend and ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    with os.fdopen(open_private(path, append=False), "wb") as fh:  # 0600 as every file of the job dir
+        fig.savefig(fh, format="png")
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -275,7 +280,7 @@ def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_d
 
 
 def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], summary: Optional[Dict[str, Any]]) -> str:
-    """Write ``report.html`` and the PNGs into ``out_dir`` (created); returns the HTML's path.
+    """Write ``report.html`` and the PNGs (each 0600) into ``out_dir`` (created 0700); returns the HTML's path.
 
     ``plan`` and ``summary`` are the job's validated ``plan.json`` / ``summary.json`` (the caller
     reads them with the job-file reader); ``summary`` is None while the job runs.
@@ -290,7 +295,7 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
     records = _records(job_dir)
     events = read_events(job_dir) if inside(os.path.join(job_dir, EVENTS_FILE), job_dir) else []
     try:
-        os.makedirs(out_dir, exist_ok=True)
+        makedirs_private(out_dir)
     except OSError as exc:
         raise MsLaunchError(f"cannot create the report folder: {exc.strerror}", path=out_dir) from None
     times = [float(r["time"]) for r in records if isinstance(r.get("time"), (int, float))]
@@ -314,7 +319,7 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
     )
     html_path = os.path.join(out_dir, "report.html")
     try:
-        with open(html_path, "w", encoding="utf-8") as fh:
+        with os.fdopen(open_private(html_path, append=False), "w", encoding="utf-8") as fh:
             fh.write("\n".join(parts))
     except OSError as exc:
         raise MsLaunchError(f"cannot write: {exc.strerror}", path=html_path) from None

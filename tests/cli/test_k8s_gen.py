@@ -107,6 +107,18 @@ def test_output_file_written_atomically(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["job.yaml"]  # no temporary file, no job dir
 
 
+def test_the_manifests_holding_env_values_are_written_0600_under_umask_022(tmp_path):
+    """The pods' env holds the --env values: the -o file is 0600 (it was 0644)."""
+    old = os.umask(0o022)
+    try:
+        code, out, err = gen(*BASE, "--env", "HF_TOKEN=hf_secret", "-o", "job.yaml", "train.py")
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert "hf_secret" in (tmp_path / "job.yaml").read_text()
+    assert oct(os.stat(tmp_path / "job.yaml").st_mode & 0o777) == "0o600"
+
+
 @pytest.mark.parametrize(
     "args, words",
     [

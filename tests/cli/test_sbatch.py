@@ -392,6 +392,36 @@ def test_a_refused_submission_leaves_no_script_behind(monkeypatch, capsys, tmp_p
     assert sorted(os.listdir(work)) == ["prog.py"]
 
 
+def test_a_submitted_jobs_script_and_records_are_0600_under_umask_022(monkeypatch, capsys, tmp_path) -> None:
+    """sbatch.sh and sbatch.json hold mslaunch's argv (--env values): 0600 (the script was 0700;
+    sbatch reads it, nothing runs it), the job dir 0700, the registry entry 0600."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text("#!/bin/sh\necho 4242\n")
+    (bindir / "sbatch").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "prog.py").write_text("")
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("MSLAUNCH_HOME", str(tmp_path / "home"))
+    old = os.umask(0o022)
+    try:
+        code, out, err = _main(
+            monkeypatch, capsys, work, "sbatch", "--log-dir", "job", "--np", "1", "--env", "HF_TOKEN=hf_x", "prog.py"
+        )
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    job = work / "job"
+    assert "HF_TOKEN=hf_x" in (job / "sbatch.sh").read_text() and "HF_TOKEN=hf_x" in (job / "sbatch.json").read_text()
+    modes = {
+        p.name: oct(p.stat().st_mode & 0o777) for p in [job, *job.iterdir(), *(tmp_path / "home" / "jobs").iterdir()]
+    }
+    assert set(modes.values()) == {"0o600", "0o700"} and modes.pop("job") == "0o700", modes
+    assert sorted(modes) == sorted(["sbatch.sh", "sbatch.json", *os.listdir(tmp_path / "home" / "jobs")])
+    assert set(modes.values()) == {"0o600"}, modes
+
+
 # ---------------------------------------------------------------- #SBATCH values (issue 45)
 
 

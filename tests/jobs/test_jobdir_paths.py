@@ -13,6 +13,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.harness.cli import mslaunch_argv, run_cli, run_process
 
@@ -140,10 +141,16 @@ def test_job_id_is_validated(tmp_path):
     e.assert_gone()
 
 
-def test_existing_log_dir_keeps_its_mode(tmp_path):
+def test_existing_log_dir_is_made_private(tmp_path):
+    """An existing --log-dir of this user's is made 0700, with one line on stderr when its mode
+    changed.  It used to keep its mode; but the job's files hold the --env / --env-file values
+    (plan.json, job.json's argv, rank logs) and a cluster's hosts are shared with other teams, so a
+    group- or world-listable job directory (a sticky /tmp-like 1777, a 0755 made by mkdir under
+    umask 022) would let them see at least the job's names and open any file that is not 0600.
+    The directory is checked empty before: a refused one is left as it was."""
     e = Env(tmp_path)
     cases = []
-    for mode in (0o1777, 0o755, 0o750):
+    for mode in (0o1777, 0o755, 0o750, 0o700):
         d = tmp_path / f"dir{mode:o}"
         d.mkdir()
         os.chmod(d, mode)
@@ -155,7 +162,15 @@ def test_existing_log_dir_keeps_its_mode(tmp_path):
     for opts, d, mode, run_cwd in cases:
         r = e.run(*opts, cwd=run_cwd)
         assert r.returncode == 0, r.stderr
-        assert stat.S_IMODE(os.stat(d).st_mode) == mode, (d, oct(os.stat(d).st_mode))
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, (d, oct(os.stat(d).st_mode))
+        said = [line for line in r.stderr.splitlines() if "changed to 0700" in line]
+        if mode == 0o700:
+            assert said == [], r.stderr
+        else:
+            assert said == [
+                f"mslaunch: {d}: mode {mode:04o} changed to 0700 (only you may read the job's files: "
+                "they may hold --env values)"
+            ], r.stderr
         assert sorted(os.listdir(d)) == [
             "events.jsonl",
             "job.json",
@@ -167,6 +182,114 @@ def test_existing_log_dir_keeps_its_mode(tmp_path):
     created = tmp_path / "new" / "deeper" / "job"
     assert e.run("--log-dir", str(created)).returncode == 0
     assert stat.S_IMODE(os.stat(created).st_mode) == 0o700  # a directory mslaunch creates is private
+    # a job directory that is not empty is refused before its mode is touched
+    full = tmp_path / "full"
+    full.mkdir()
+    os.chmod(full, 0o755)
+    (full / "data.txt").write_text("x\n")
+    one_line_error(e.run("--log-dir", str(full)), 2, "is not empty")
+    assert snapshot(full) == (0o755, ["data.txt"])
+    e.assert_gone()
+
+
+def test_a_log_dir_another_user_owns_is_refused(tmp_path):
+    """Its owner could read the job's files (and mslaunch may not change its mode): refused in one
+    line naming the directory and its owner, nothing written, its mode kept."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a directory another user owns")
+    e = Env(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chmod(theirs, 0o777)
+    os.chown(theirs, 65534, 65534)
+    for detach in ((), ("--detach",)):
+        r = e.run("--log-dir", str(theirs), *detach)
+        one_line_error(r, 2, f"{theirs}: is owned by uid 65534, not you (uid 0)")
+        assert "choose a --log-dir of your own" in r.stderr
+        assert snapshot(theirs) == (0o777, [])
+    assert e.started() == [] and e.registry() == []
+
+
+def not_private(root):
+    """Every folder below ``root`` (itself too) that is not 0700 and every regular file that is not
+    0600, as ``(path, mode)``; mslaunch writes no other kind of entry."""
+    bad = []
+    for folder, _dirs, files in os.walk(root):
+        mode = stat.S_IMODE(os.stat(folder).st_mode)
+        if mode != 0o700:
+            bad.append((folder, oct(mode)))
+        for name in files:
+            st = os.lstat(os.path.join(folder, name))
+            if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o600:
+                bad.append((os.path.join(folder, name), oct(st.st_mode)))
+    return bad
+
+
+def test_every_file_of_a_job_and_of_its_report_is_private_under_umask_022(tmp_path):
+    """A real 2-rank run whose workers print their environment, with --env and --env-file secrets,
+    under umask 022: every file of the job directory (plan.json, job.json, rank logs, events...),
+    the registry entry, --summary-json / --junit and ``mslaunch report``'s output are 0600, every
+    folder 0700 (rank logs and the report were 0644 and the report folder 0755)."""
+    e = Env(tmp_path)
+    (e.work / "secrets.env").write_text("FILE_SECRET=from-the-env-file\n")
+    job_dir, out = e.work / "job", e.work / "ci"
+    out.mkdir()
+
+    def umask_022():
+        os.umask(0o022)
+
+    r = run_process(
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--quiet",
+        "--env",
+        "CLI_SECRET=from-the-cli",
+        "--env-file",
+        "secrets.env",
+        "--log-dir",
+        str(job_dir),
+        "--summary-json",
+        str(out / "summary.json"),
+        "--junit",
+        str(out / "junit.xml"),
+        "--no-python",
+        sys.executable,
+        PROG,
+        "env",
+        env=e.environ,
+        cwd=str(e.work),
+        timeout=120,
+        preexec_fn=umask_022,
+    )
+    assert r.returncode == 0, r.stderr
+    # the secrets are where the modes must protect them
+    assert "from-the-env-file" in (job_dir / "plan.json").read_text()
+    for log in ("worker_0.log", "worker_1.log"):
+        text = (job_dir / log).read_text()
+        assert "CLI_SECRET=from-the-cli" in text and "FILE_SECRET=from-the-env-file" in text, log
+    assert "CLI_SECRET=from-the-cli" in (job_dir / "job.json").read_text()
+    (entry,) = e.registry()
+    assert "CLI_SECRET=from-the-cli" in (e.home / "jobs" / entry).read_text()
+    assert not_private(job_dir) == []
+    assert not_private(e.home / "jobs") == []
+    assert [(n, oct(stat.S_IMODE(os.stat(out / n).st_mode))) for n in sorted(os.listdir(out))] == [
+        ("junit.xml", "0o600"),
+        ("summary.json", "0o600"),
+    ]
+    pytest.importorskip("matplotlib")
+    rep = run_process("report", "--log-dir", str(job_dir), env=e.environ, timeout=120, preexec_fn=umask_022)
+    assert rep.returncode == 0, rep.stderr
+    assert sorted(os.listdir(job_dir / "report")) == [
+        "loss.png",
+        "report.html",
+        "step_time.png",
+        "throughput.png",
+        "timeline.png",
+    ]
+    assert not_private(job_dir) == []
     e.assert_gone()
 
 
@@ -209,19 +332,21 @@ def test_log_dir_that_is_not_empty_is_refused(tmp_path):
 
 
 def test_log_dir_of_a_finished_job_is_reused_and_keeps_one_previous_job(tmp_path):
-    """msrun users re-run with the same --log_dir: the finished job moves to .previous/, its mode stays."""
+    """msrun users re-run with the same --log_dir: the finished job moves to .previous/; the directory
+    is made 0700 again (its files hold --env values), with one line saying so."""
     e = Env(tmp_path)
     d = tmp_path / "msrun_log"
     ids = []
     for k in range(3):
         r = e.run("--log-dir", str(d), "--job-id", f"again{k}")
         assert r.returncode == 0, r.stderr
+        assert ("mode 0755 changed to 0700" in r.stderr) == (k == 1), r.stderr
         ids.append(f"again{k}")
         if k == 0:
             os.chmod(d, 0o755)
         with open(d / "summary.json") as fh:
             assert json.load(fh)["job_id"] == ids[-1]
-    assert stat.S_IMODE(os.stat(d).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     assert sorted(os.listdir(d)) == [
         ".previous",
         "events.jsonl",

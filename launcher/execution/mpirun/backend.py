@@ -33,6 +33,7 @@ from launcher.execution.results import ProcResult
 from launcher.planning.backends.mpirun import mpirun_command
 from launcher.planning.job.kinds import Method
 from launcher.planning.job.spec import Plan, ProcPlan
+from launcher.planning.text.private import makedirs_private
 
 _NAME_RE = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 _EXIT_RE = re.compile(r"Exit code:\s*(-?\d+)")
@@ -250,7 +251,7 @@ class MpirunBackend(WatchesHostThreads, Backend):
     def requests(self, plan: Plan, attempt_dir: str) -> Tuple[StartRequest, ...]:
         """One request: mpirun itself, logging to ``<attempt dir>/mpirun.log``."""
         status_dir = os.path.join(attempt_dir, STATUS_DIR)
-        os.makedirs(status_dir, exist_ok=True)
+        makedirs_private(status_dir)
         argv = watched_agent(mpirun_command(plan, attempt_dir), status_dir)
         log = os.path.join(attempt_dir, "mpirun.log")
         proc = launcher_plan(

@@ -81,7 +81,8 @@ def main(argv: List[str]) -> int:
     path = record_path(status_dir, host)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private as every file of the job dir
+        with open(fd, "w", encoding="utf-8") as fh:
             json.dump(record, fh)
         os.replace(tmp, path)
     except OSError:

@@ -35,6 +35,7 @@ from launcher.execution.process.handle import ProcessHandle, WatchdogLink
 from launcher.execution.process.proctree import starttime
 from launcher.execution.process.watchdog import TOKEN_VAR
 from launcher.planning.job.spec import ProcPlan
+from launcher.planning.text.private import open_private
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -295,7 +296,7 @@ def start_local(
         fd, pdeathsig = watchdog.fd, signal.SIGSTOP
     parent = os.getpid()
     run_dir = cwd if cwd is not None else plan.cwd
-    log = open(log_path, "ab", buffering=0)
+    log = os.fdopen(open_private(log_path), "ab", buffering=0)  # 0600: a rank may print its environment
     try:
         popen = subprocess.Popen(
             list(plan.argv),

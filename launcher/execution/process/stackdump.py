@@ -50,6 +50,12 @@ __all__ = [
 PYSPY_TIMEOUT = 10.0
 
 
+def _create_private(path: str) -> int:
+    """Create (or truncate) ``path`` with mode 0600, whatever the umask: a dump may show a rank's
+    environment (stdlib only, as this module runs alone: :func:`launcher.planning.text.private.open_private`)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+
 def pyspy_path(pid: Optional[int] = None) -> Optional[str]:
     """py-spy next to the target's own interpreter (``argv[0]`` of ``pid``: a rank run by a venv's
     Python finds that venv's wheel), else next to this interpreter, else on PATH, else
@@ -142,7 +148,7 @@ def dump_process(pid: int, path: str, label: str) -> str:
     if tool == "/proc":
         body = f"# {why}; the kernel's view from /proc instead (no Python frames)\n" + proc_view(pid)
     head = f"# mslaunch stack dump: {label}, pid {pid}, {time.strftime('%Y-%m-%dT%H:%M:%S')}, tool: {tool}\n"
-    with open(path, "w") as fh:
+    with os.fdopen(_create_private(path), "w") as fh:
         fh.write(head + body)
     return tool
 
@@ -286,7 +292,7 @@ def write_dumps(folder: str, output: str) -> Dict[Optional[int], List[str]]:
             continue
         safe = re.sub(r"[^\w.-]", "_", name)
         path = os.path.join(folder, f"{safe}.pid{pid}.txt")
-        with open(path, "w") as fh:
+        with os.fdopen(_create_private(path), "w") as fh:
             fh.write(text)
         out.setdefault(rank_of_name(safe), []).append(path)
     return out

@@ -53,6 +53,7 @@ from launcher.execution.slurm.shim import record_key
 from launcher.planning.backends.slurm import allocation_job_id, outside_stop, srun_steps
 from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import Plan, ProcPlan
+from launcher.planning.text.private import makedirs_private, open_private
 
 #: Folder of the shims' files in an attempt dir.
 STATUS_DIR = "slurm"
@@ -303,7 +304,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
         planned = super().requests(plan, attempt_dir)
         sched_req = [r for r in planned if r.proc.role == Role.SCHEDULER]
         worker_reqs = [r for r in planned if r.proc.role != Role.SCHEDULER]
-        os.makedirs(self.status_dir, exist_ok=True)
+        makedirs_private(self.status_dir)
         from launcher.jobs.jobdir import write_json
 
         threads = {r: t for t in plan.host_threads for r in t.ranks}
@@ -333,7 +334,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
         )
         sched, workers = _steps(plan, attempt_dir, self.attempt)
         hostfile = os.path.join(self.status_dir, "hostfile")
-        with open(hostfile, "w", encoding="utf-8") as fh:
+        with os.fdopen(open_private(hostfile, append=False), "w", encoding="utf-8") as fh:
             fh.write("\n".join(workers.hostfile) + "\n")
         out: List[StartRequest] = []
         cwd = worker_reqs[0].cwd if worker_reqs else plan.job_dir

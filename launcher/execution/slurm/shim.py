@@ -49,9 +49,15 @@ def record_key(rank: Optional[int]) -> str:
 
 def _write(path: str, data: Dict[str, Any]) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(_create_private(tmp, os.O_TRUNC), "w", encoding="utf-8") as fh:
         json.dump(data, fh)
     os.replace(tmp, path)
+
+
+def _create_private(path: str, flag: int) -> int:
+    """Open ``path`` for writing (``flag``: ``os.O_TRUNC`` or ``os.O_APPEND``), created 0600 whatever
+    the umask: a rank may print its environment into its log."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | flag | getattr(os, "O_CLOEXEC", 0), 0o600)
 
 
 def _child_setup() -> None:
@@ -148,7 +154,7 @@ def main(argv: List[str]) -> int:
         env.update(more)
         if record is not None:
             folder = os.path.join(os.path.dirname(status_dir), "host-threads")
-            os.makedirs(folder, exist_ok=True)
+            os.makedirs(folder, mode=0o700, exist_ok=True)
             _write(os.path.join(folder, f"{node}.json"), record)
     stopped = False
     child: "subprocess.Popen[bytes] | None" = None
@@ -164,7 +170,7 @@ def main(argv: List[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_stop)
-    with open(proc["log"], "ab", buffering=0) as log:
+    with open(_create_private(proc["log"], os.O_APPEND), "ab", buffering=0) as log:
         if lines:
             log.write(("\n".join(lines) + "\n").encode())
         try:

@@ -53,6 +53,7 @@ from launcher.execution.ssh.transfer import put_file
 from launcher.planning.cpu.hostcores import HostCores, HostThreadPlan, HostThreads, host_thread_env, parse_host_cores
 from launcher.planning.job.kinds import ArtefactKind
 from launcher.planning.job.spec import Plan, ProcPlan
+from launcher.planning.text.private import open_private
 
 #: Seconds between liveness checks of every host agent.
 _TICK = 0.25
@@ -206,7 +207,7 @@ class SshBackend(Backend):
         if not agent.conn.active():
             raise LaunchError(f"{proc.name}: the connection to {agent.conn.target.label} is closed")
         # The log exists (and is empty) before the process, as for local ranks.
-        open(log_path, "ab").close()
+        os.close(open_private(log_path))  # 0600: a rank may print its environment
         proc = self._with_threads(proc, agent)
         handle = SshProcess(proc, agent, self._next_id, log_path)
         self._next_id += 1
@@ -272,7 +273,7 @@ class SshBackend(Backend):
         }
         from launcher.jobs.files import write_atomic
 
-        write_atomic(path, json.dumps(data, indent=1) + "\n", mode=0o644)
+        write_atomic(path, json.dumps(data, indent=1) + "\n")
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:

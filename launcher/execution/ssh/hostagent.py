@@ -30,6 +30,7 @@ from launcher.execution.ssh.connection import SshConnection
 from launcher.execution.ssh.dump import StackDumps
 from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
 from launcher.planning.job.spec import ProcPlan
+from launcher.planning.text.private import open_private
 
 #: Log files kept open at once (the least recently written are closed beyond that).
 _MAX_OPEN_LOGS = 256
@@ -56,7 +57,7 @@ class LogFiles:
         with self._lock:
             fd = self._fds.pop(path, None)
             if fd is None:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = open_private(path)  # 0600: a rank may print its environment
                 while len(self._fds) >= self._max:
                     _, old = self._fds.popitem(last=False)
                     os.close(old)

@@ -190,3 +190,52 @@ def test_a_hostile_threads_list_runs_nothing_and_valid_names_still_export(case, 
     assert omp == ms and int(omp) >= 1 and glob == "None"  # both valid names exported with the rank's share
     skipped = [line for line in done.stderr.splitlines() if "MSLAUNCH_THREADS: skipped" in line]
     assert len(skipped) == 1 and skipped[0].startswith("mslaunch: warning: h9: ")
+
+
+def test_the_wrapper_writes_the_ranks_log_0600_whatever_mpiruns_umask(tmp_path):
+    """A rank may print its environment (--env values): its log is created 0600 under umask 022,
+    as the local and ssh backends' are, and the scheduler's folder 0700."""
+    env = {k_: v for k_, v in os.environ.items() if k_ != "MSLAUNCH_THREADS"}
+    env.update(
+        OMPI_COMM_WORLD_RANK="0",
+        MSLAUNCH_CTX_BASE="0",
+        MSLAUNCH_ROLE="worker",
+        MSLAUNCH_FIRST_RANK="0",
+        MSLAUNCH_DEVICES="0",
+        MSLAUNCH_LOG_DIR=str(tmp_path),
+        MSLAUNCH_LOG_NAME="worker_{rank}.log",
+        MSLAUNCH_METHOD="mpi",
+        MSLAUNCH_HOST="h9",
+        HF_TOKEN="hf_secret",
+    )
+    prog = [sys.executable, "-c", "import os; print(os.environ['HF_TOKEN'])"]
+    done = subprocess.run(
+        ["sh", WRAPPER, *prog],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    assert done.returncode == 0, done.stderr
+    log = tmp_path / "worker_0.log"
+    assert "hf_secret" in log.read_text()
+    assert oct(os.stat(log).st_mode & 0o777) == "0o600"
+    sched_log = tmp_path / "sched" / "scheduler.log"
+    env.update(MSLAUNCH_ROLE="scheduler", MSLAUNCH_LOG=str(sched_log))
+    done = subprocess.run(
+        ["sh", WRAPPER, *prog],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hf_secret" in sched_log.read_text()
+    assert (oct(os.stat(sched_log).st_mode & 0o777), oct(os.stat(sched_log.parent).st_mode & 0o777)) == (
+        "0o600",
+        "0o700",
+    )

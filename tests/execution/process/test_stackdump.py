@@ -110,12 +110,18 @@ def test_write_dumps_names_files_by_rank(tmp_path):
         )
         + "\nnot json\n"
     )
-    got = write_dumps(str(tmp_path), lines)
+    old = os.umask(0o022)
+    try:
+        got = write_dumps(str(tmp_path), lines)
+    finally:
+        os.umask(old)
     assert {k: [os.path.basename(p) for p in v] for k, v in got.items()} == {
         1: ["rank1.pid7.txt", "rank1.pid9.txt"],
         None: ["scheduler.pid3.txt"],
     }
     assert (tmp_path / "rank1.pid9.txt").read_text() == "b"
+    # a dump may show a rank's environment: 0600 whatever the umask
+    assert sorted(oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()) == ["0o600"] * 3
 
 
 def test_one_remote_command_dumps_every_running_rank_of_a_host(tmp_path, sleeper):
