@@ -209,30 +209,26 @@ def test_the_wrapper_writes_the_ranks_log_0600_whatever_mpiruns_umask(tmp_path):
         HF_TOKEN="hf_secret",
     )
     prog = [sys.executable, "-c", "import os; print(os.environ['HF_TOKEN'])"]
-    done = subprocess.run(
-        ["sh", WRAPPER, *prog],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=str(tmp_path),
-        preexec_fn=lambda: os.umask(0o022),
-    )
+
+    def wrapped() -> "subprocess.CompletedProcess[str]":  # the wrapper under umask 022
+        return subprocess.run(
+            ["sh", WRAPPER, *prog],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=str(tmp_path),
+            preexec_fn=lambda: os.umask(0o022),
+        )
+
+    done = wrapped()
     assert done.returncode == 0, done.stderr
     log = tmp_path / "worker_0.log"
     assert "hf_secret" in log.read_text()
     assert oct(os.stat(log).st_mode & 0o777) == "0o600"
     sched_log = tmp_path / "sched" / "scheduler.log"
     env.update(MSLAUNCH_ROLE="scheduler", MSLAUNCH_LOG=str(sched_log))
-    done = subprocess.run(
-        ["sh", WRAPPER, *prog],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=str(tmp_path),
-        preexec_fn=lambda: os.umask(0o022),
-    )
+    done = wrapped()
     assert done.returncode == 0, done.stderr
     assert "hf_secret" in sched_log.read_text()
     assert (oct(os.stat(sched_log).st_mode & 0o777), oct(os.stat(sched_log.parent).st_mode & 0o777)) == (
