@@ -13,6 +13,9 @@ NP ?= 2
 STEPS ?= 60
 # Parallel test workers: most tests wait on processes, not on the CPU.
 JOBS ?= 4
+# test-fast's workers: unit tests use the CPU, so one worker per core (each worker pays its own
+# collection, about 3 CPU-seconds: 4 workers on 2 cores cost 87 CPU-s where 2 cost 80).
+FAST_JOBS ?= auto
 PYTEST_ARGS ?=
 # How many of the slowest tests `make test` lists at its end.
 DURATIONS ?= 10
@@ -75,7 +78,7 @@ lint: venv
 # The edit-test loop: unit tests of every layer, no real parts (namespaces, Slurm, mpirun,
 # MindSpore, browsers) and no end-to-end runs.
 test-fast: venv
-	MSLAUNCH_FAST_TESTS=1 $(PYTEST) -n $(JOBS) --dist worksteal -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
+	MSLAUNCH_FAST_TESTS=1 $(PYTEST) -n $(FAST_JOBS) --dist worksteal -q -m "not (mindspore or netns or mpi or slurm or e2e)" $(PYTEST_ARGS)
 
 run: venv-run
 	@set -e; start=$$(date +%s); \
