@@ -31,6 +31,7 @@ __all__ = [
     "JobEnd",
     "JobStart",
     "JudgedCause",
+    "MetricsEndpoint",
     "OnEvent",
     "Preflight",
     "PreflightHost",
@@ -109,6 +110,15 @@ class JobStart(Payload):
 
     kind: ClassVar[EventKind] = EventKind.JOB_START
     job_id: str
+
+
+@dataclass(frozen=True)
+class MetricsEndpoint(Payload):
+    """Where the job's metrics are exposed: ``/metrics``'s URL and the textfile (None: not asked for)."""
+
+    kind: ClassVar[EventKind] = EventKind.METRICS
+    url: Optional[str]
+    textfile: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -235,11 +245,13 @@ class JobEnd(Payload):
     kind: ClassVar[EventKind] = EventKind.JOB_END
     status: str
     exit_code: int
+    cause: Optional[str] = None  # the kind of the root cause of a failed or hung job (launcher.logs.causes.KINDS)
 
 
 Event = Union[
     Preflight,
     JobStart,
+    MetricsEndpoint,
     Started,
     Exited,
     Failure,
@@ -263,6 +275,7 @@ PAYLOADS: Mapping[EventKind, Type[Any]] = {
     for cls in (
         Preflight,
         JobStart,
+        MetricsEndpoint,
         Started,
         Exited,
         Failure,

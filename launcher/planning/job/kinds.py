@@ -95,6 +95,7 @@ class EventKind(StrEnum):
 
     PREFLIGHT = "preflight"  # the health check before the start: verdicts, hosts left out (docs/health.md)
     JOB_START = "job_start"
+    METRICS = "metrics"  # where the job's metrics are exposed (--metrics-port / --metrics-textfile, docs/watching.md)
     STARTED = "started"
     EXITED = "exited"  # a process of the attempt ended (what `status` of a running job shows)
     FAILURE = "failure"

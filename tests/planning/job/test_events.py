@@ -84,7 +84,12 @@ CASES = [
         {"host": "h2", "reason": "2 failures", "by": "restart", "attempt": 3, "moves": "rank 2 moves to h4"},
     ),
     (ev.ClusterStop("preempted", "Slurm preempted job 5"), {"status": "preempted", "message": "Slurm preempted job 5"}),
-    (ev.JobEnd("failed", 3), {"status": "failed", "exit_code": 3}),
+    (ev.JobEnd("failed", 3, "oom"), {"status": "failed", "exit_code": 3, "cause": "oom"}),
+    (ev.JobEnd("succeeded", 0), {"status": "succeeded", "exit_code": 0, "cause": None}),
+    (
+        ev.MetricsEndpoint("http://127.0.0.1:9400/metrics", "/tf/j.prom"),
+        {"url": "http://127.0.0.1:9400/metrics", "textfile": "/tf/j.prom"},
+    ),
 ]
 
 
