@@ -1,0 +1,97 @@
+"""``run --metrics-port / --metrics-addr / --metrics-textfile``: the values they take, and bad ones
+refused in one line naming the flag, before anything starts."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from launcher.cli.metrics_flags import parse_settings
+from launcher.errors import MsLaunchError
+from launcher.logs.promexport import MetricsSettings
+from tests.harness.cli import run_cli  # refusals: in this process
+
+
+@pytest.mark.parametrize(
+    "port, addr, want",
+    [
+        (None, None, MetricsSettings(None, "127.0.0.1", None)),
+        ("9400", None, MetricsSettings(9400, "127.0.0.1", None)),
+        ("0", None, MetricsSettings(0, "127.0.0.1", None)),
+        ("0.0.0.0:9400", None, MetricsSettings(9400, "0.0.0.0", None)),
+        ("[::1]:9400", None, MetricsSettings(9400, "::1", None)),
+        ("9400", "10.0.0.5", MetricsSettings(9400, "10.0.0.5", None)),
+        ("10.0.0.5:9400", "10.0.0.5", MetricsSettings(9400, "10.0.0.5", None)),
+    ],
+)
+def test_port_and_address(port, addr, want):
+    assert parse_settings(port, addr, None) == want
+
+
+def test_the_textfile_folder_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert parse_settings(None, None, "tf").textfile == str(tmp_path / "tf")
+
+
+@pytest.mark.parametrize(
+    "port, addr, textfile, field",
+    [
+        ("70000", None, None, "--metrics-port"),
+        ("-1", None, None, "--metrics-port"),
+        ("http", None, None, "--metrics-port"),
+        (":9400", None, None, "--metrics-port"),
+        ("10.0.0.5:9400", "10.0.0.6", None, "--metrics-addr"),
+        (None, "0.0.0.0", None, "--metrics-addr"),
+        (None, None, " ", "--metrics-textfile"),
+    ],
+)
+def test_bad_values_name_their_flag(port, addr, textfile, field):
+    with pytest.raises(MsLaunchError) as err:
+        parse_settings(port, addr, textfile)
+    assert err.value.field == field
+
+
+@pytest.fixture
+def script(tmp_path):
+    (tmp_path / "train.py").write_text("print('train')\n")
+    return tmp_path
+
+
+def refused(cwd, *flags):
+    r = run_cli("run", "--np", "1", "--log-dir", str(cwd / "job"), *flags, "train.py", cwd=str(cwd))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert not os.path.exists(cwd / "job" / "job.json")  # nothing started
+    return lines[0]
+
+
+def test_a_bad_port_on_the_command_line_is_one_line(script):
+    line = refused(script, "--metrics-port", "99999")
+    assert line.startswith("mslaunch: error: --metrics-port: '99999' is not a port"), line
+
+
+def test_a_port_in_use_is_one_line_before_the_job_starts(script):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        line = refused(script, "--metrics-port", str(port))
+    assert line.startswith(f"mslaunch: error: --metrics-port: cannot serve on 127.0.0.1:{port}: "), line
+    assert "choose another port" in line
+
+
+def test_a_textfile_folder_that_is_missing_or_not_writable_is_one_line(script):
+    line = refused(script, "--metrics-textfile", str(script / "missing"))
+    assert line == (
+        f"mslaunch: error: --metrics-textfile: {script / 'missing'} is not a directory; create it "
+        "(node_exporter's --collector.textfile.directory) or choose another"
+    )
+    (script / "ro").mkdir(mode=0o500)
+    if os.access(script / "ro", os.W_OK):  # root writes anywhere: a file in its place is not a folder
+        (script / "ro").rmdir()
+        (script / "ro").write_text("")
+    line = refused(script, "--metrics-textfile", str(script / "ro"))
+    assert line.startswith(f"mslaunch: error: --metrics-textfile: {script / 'ro'} is not "), line
