@@ -32,6 +32,7 @@ __all__ = [
     "JobStart",
     "JudgedCause",
     "MetricsEndpoint",
+    "Pid",
     "OnEvent",
     "Preflight",
     "PreflightHost",
@@ -131,6 +132,19 @@ class Started(Payload):
     host: str
     pid: Optional[int]
     log: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Pid(Payload):
+    """A started process's pid on its own host, learnt after its ``started`` event (the ssh agent's
+    report; mpirun's and Slurm's ranks from their wrapper): ``status`` shows it."""
+
+    kind: ClassVar[EventKind] = EventKind.PID
+    name: str
+    rank: Optional[int]
+    host: str
+    pid: int
     attempt: int
 
 
@@ -253,6 +267,7 @@ Event = Union[
     JobStart,
     MetricsEndpoint,
     Started,
+    Pid,
     Exited,
     Failure,
     Teardown,
@@ -277,6 +292,7 @@ PAYLOADS: Mapping[EventKind, Type[Any]] = {
         JobStart,
         MetricsEndpoint,
         Started,
+        Pid,
         Exited,
         Failure,
         Teardown,

@@ -50,6 +50,10 @@ CASES = [
         {"name": "rank 0", "rank": 0, "host": "h1", "pid": 123, "log": "/j/worker_0.log", "attempt": 1},
     ),
     (
+        ev.Pid("rank 1", 1, "h2", 4242, 0),
+        {"name": "rank 1", "rank": 1, "host": "h2", "pid": 4242, "attempt": 0},
+    ),
+    (
         ev.Exited("scheduler", None, "h1", -9, 0),
         {"name": "scheduler", "rank": None, "host": "h1", "returncode": -9, "attempt": 0},
     ),
