@@ -118,6 +118,14 @@ class MpirunProcess(StandInProcess):
         lost = lost_host(os.path.join(self.adir, STATUS_DIR))
         return dict([lost]) if lost else {}
 
+    def host_pids(self) -> Dict[str, Tuple[Optional[int], str, Optional[int]]]:
+        """Each rank's (and the scheduler's) pid on its host, as the rank wrapper recorded it
+        (:mod:`launcher.execution.process.rankpids`)."""
+        from launcher.execution.process.rankpids import named
+
+        procs = self.job.ranks + ((self.job.scheduler,) if self.job.scheduler is not None else ())
+        return named(self.adir, tuple((p.name, p.rank, p.host) for p in procs))
+
     def stop_gracefully(self) -> None:
         # mpirun forwards SIGTERM to its ranks and then ends them itself; signal only mpirun.
         try:

@@ -115,6 +115,15 @@ class SrunStepProcess(StandInProcess):
         """The step's nodes Slurm holds lost, node -> how (asked once srun failed by itself)."""
         return self.backend.lost_nodes([r.proc.host for r in self.procs])
 
+    def host_pids(self) -> Dict[str, Tuple[Optional[int], str, Optional[int]]]:
+        """Each process of this step's pid on its node, from the shims' start records."""
+        out: Dict[str, Tuple[Optional[int], str, Optional[int]]] = {}
+        for req in self.procs:
+            rec, _ = _records(self.backend.status_dir, req.proc)
+            if isinstance(rec.get("pid"), int):
+                out[req.proc.name] = (req.proc.rank, req.proc.host, rec["pid"])
+        return out
+
     def step_ids(self) -> List[str]:
         """``J.S`` of this step, from the shims' start records (empty until a task started)."""
         ids = set()

@@ -18,31 +18,44 @@ from tests.harness.faultkit import wait_or_fail
 from tests.integration.test_multihost import cluster, cluster_yaml, job  # noqa: F401  (fixtures)
 
 
+def wait_status_pids(mj, names, within=60):
+    """``status --json``'s processes by name, once every one of ``names`` has a pid."""
+
+    def processes():
+        r = run_cli("status", "--json", str(mj.dir), env=mj.env)
+        if r.returncode != 0:
+            return None
+        rows = {p["name"]: p for p in json.loads(r.stdout).get("processes", [])}
+        return rows if all(rows.get(n) is not None and rows[n]["pid"] is not None for n in names) else None
+
+    return wait_or_fail(processes, within, f"status --json with the pids of {', '.join(names)}")
+
+
+def check_pids_on_hosts(mj, rows, hosts):
+    """Rank k's pid in ``rows`` is the rank's own (rankprog.py wrote it), alive in ``hosts[k]``'s namespace."""
+    c = mj.c
+    for k, host in enumerate(hosts):
+        row = rows[f"rank {k}"]
+        assert (row["host"], row["state"]) == (c.hosts[host].ip, "running"), row
+        own = int((mj.pids / f"rank{k}.pids").read_text().split()[0])  # the rank's os.getpid()
+        assert row["pid"] == own
+        assert own in c.pids_in(host), (own, c.pids_in(host))
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+
+
 @pytest.mark.netns
 @pytest.mark.e2e
 @pytest.mark.cost(4)
 def test_status_json_gives_each_remote_ranks_pid_on_its_host(job, tmp_path):  # noqa: F811  (pytest's fixture)
-    c = job.c
-    hosts = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
+    hosts = cluster_yaml(job.c, tmp_path / "inv.yaml", slots=1)
     proc = job.popen("hang", hosts=hosts, extra=("--np", "2", "--tee", "none"))
     try:
-
-        def processes():
-            r = run_cli("status", "--json", str(job.dir), env=job.env)
-            if r.returncode != 0:
-                return None
-            rows = {p["name"]: p for p in json.loads(r.stdout).get("processes", [])}
-            ranks = [rows.get(f"rank {k}") for k in (0, 1)]
-            return rows if all(p is not None and p["pid"] is not None for p in ranks) else None
-
-        rows = wait_or_fail(processes, 60, "status --json with both ranks' pids")
-        for k in (0, 1):
-            row, host = rows[f"rank {k}"], c.hosts[k]
-            assert (row["host"], row["state"]) == (host.ip, "running")
-            own = int((job.pids / f"rank{k}.pids").read_text().split()[0])  # the rank's os.getpid()
-            assert row["pid"] == own
-            assert own in c.pids_in(k), (own, c.pids_in(k))  # alive, in that host's namespace
+        rows = wait_status_pids(job, ["rank 0", "rank 1"])
+        check_pids_on_hosts(job, rows, [0, 1])
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
-    assert proc.returncode == 143
+        stop(proc)
