@@ -242,8 +242,9 @@ def start_exporter(settings: MetricsSettings, spec: "JobSpec", plan: "Plan") -> 
 
 
 def job_identity(spec: "JobSpec", plan: "Plan") -> JobIdentity:
-    """The job as ``mslaunch_job_info`` names it: its id, backend, program (a file name or a module)."""
+    """The job as ``mslaunch_job_info`` names it: its id, backend, program (a file name or a module);
+    the ranks this mslaunch runs (per-node mode: its node's, so the pods' sum is the world size)."""
     program = spec.program[0] if spec.program else ""
     script = program if spec.module else os.path.basename(program)
     node = spec.node.node_rank if spec.node is not None else None
-    return JobIdentity(plan.job_id, plan.launcher, script, plan.world_size, node)
+    return JobIdentity(plan.job_id, plan.launcher, script, len(plan.ranks), node)  # per-node mode: this node's

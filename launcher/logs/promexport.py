@@ -15,7 +15,7 @@ directory never collide.  The names (``docs/watching.md`` has the table):
 ``mslaunch_job_info``                       gauge     1, labels ``job_id``, ``backend``, ``script``, ``node_rank``
 ``mslaunch_job_state``                      gauge     1 for the job's state (``state`` label), 0 for the others
 ``mslaunch_job_start_time_seconds``         gauge     when the job's supervision started (Unix time)
-``mslaunch_ranks_planned``                  gauge     the world size
+``mslaunch_ranks_planned``                  gauge     ranks planned (per-node mode: this node's)
 ``mslaunch_ranks_running``                  gauge     ranks of the current attempt running
 ``mslaunch_attempt``                        gauge     the current attempt (0, then 1.. after restarts)
 ``mslaunch_restarts_total``                 counter   restarts
@@ -109,7 +109,7 @@ def families(sample: JobSample) -> Iterator[Metric]:
         yield _gauge(
             "mslaunch_job_start_time_seconds", "When the job's supervision started (Unix time).", job, sample.started
         )
-    yield _gauge("mslaunch_ranks_planned", "Ranks planned (the world size).", job, ident.ranks_planned)
+    yield _gauge("mslaunch_ranks_planned", "Ranks planned (per-node mode: this node's).", job, ident.ranks_planned)
     yield _gauge("mslaunch_ranks_running", "Ranks of the current attempt running.", job, sample.ranks_running)
     yield _gauge("mslaunch_attempt", "The current attempt (0, then 1.. after restarts).", job, sample.attempt)
     restarts = CounterMetricFamily("mslaunch_restarts", "Restarts of the job.", labels=["job_id"])

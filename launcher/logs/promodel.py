@@ -57,7 +57,7 @@ class JobIdentity:
         job_id: the job's id.
         backend: ``--launcher`` (``local``, ``ssh``, ``mpirun``, ``slurm``, ...).
         script: the program's file name (or module), without its arguments.
-        ranks_planned: the world size.
+        ranks_planned: the ranks this mslaunch runs: the world size, or in per-node mode its node's.
         node_rank: per-node mode's ``--node_rank`` (None otherwise).
     """
 

@@ -95,3 +95,51 @@ def test_a_textfile_folder_that_is_missing_or_not_writable_is_one_line(script):
         (script / "ro").write_text("")
     line = refused(script, "--metrics-textfile", str(script / "ro"))
     assert line.startswith(f"mslaunch: error: --metrics-textfile: {script / 'ro'} is not "), line
+
+
+@pytest.mark.e2e
+def test_per_node_mode_writes_its_nodes_ranks_and_node_rank_in_the_textfile(tmp_path):
+    """msrun's per-node mode (what each k8s pod runs): the textfile names the node and counts its ranks."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.harness.cli import run_process
+    from tests.harness.paths import REPO
+
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    prog = os.path.join(REPO, "tests", "scripts", "metricprog.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests", "scripts")]))
+    flags = ["--worker_num", "4", "--local_worker_num", "2", "--node_rank", "1", "--master_addr", "127.0.0.1"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    r = run_process(
+        "run",
+        *flags,
+        "--master_port",
+        port,
+        "--log-dir",
+        str(tmp_path / "job"),
+        "--tee",
+        "none",
+        "--metrics-textfile",
+        str(tf),
+        prog,
+        "3",
+        "0.1",
+        env=env,
+        cwd=str(tmp_path),
+    )
+    assert r.returncode == 0, r.stderr
+    (path,) = tf.iterdir()
+    got = {}
+    for fam in text_string_to_metric_families(path.read_text()):
+        for smp in fam.samples:
+            got[(smp.name, smp.labels.get("rank") or smp.labels.get("state") or smp.labels.get("node_rank"))] = (
+                smp.value
+            )
+    assert got[("mslaunch_job_info", "1")] == 1  # node_rank="1"
+    assert got[("mslaunch_ranks_planned", None)] == 2  # this node's ranks; the pods' sum is the world
+    assert got[("mslaunch_job_state", "succeeded")] == 1
+    assert (got[("mslaunch_rank_step", "2")], got[("mslaunch_rank_step", "3")]) == (3, 3)
+    assert ("mslaunch_rank_step", "0") not in got  # node 0's ranks are node 0's to tell
