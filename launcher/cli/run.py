@@ -262,8 +262,7 @@ def run_cmd(
         start_note=start.note,
     )
     result = _supervise(spec, plan, options, ssh, start, console, pre_event, metrics)
-    # a CI output that cannot be written never hides the job's result
-    problems = _write_ci_outputs(result, summary_json, junit)
+    problems = _write_ci_outputs(result, summary_json, junit)  # one that cannot be written never hides the result
     from launcher.cli.render import print_result
 
     print_result(result, quiet=quiet)
@@ -389,10 +388,11 @@ def _supervise(
                 ),
             },
             job_extra=exporter.job_extra(),
+            on_ended=exporter.close,  # the textfile's last write, before the job is seen ended
         )
     finally:
         console.stop()
-        exporter.close()  # the textfile a final time: the job's end
+        exporter.close()  # (again: the server, and when the job could not start)
 
 
 def _write_ci_outputs(result: Any, summary_json: Optional[str], junit: Optional[str]) -> List[str]:

@@ -170,6 +170,7 @@ def run_plan(
     on_started: Optional[Callable[[], None]] = None,
     replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None,
     job_extra: Optional[Mapping[str, Any]] = None,
+    on_ended: Optional[Callable[[], None]] = None,
 ) -> JobResult:
     """Run ``plan`` to the end; returns the result after writing ``summary.json``.
 
@@ -183,6 +184,8 @@ def run_plan(
         replan: the plan without the given hosts, same world size (:func:`launcher.planning.spares.replan`
             of the job's spec): restarts leave out hosts that failed ``options.host_failures`` times.
         job_extra: more fields of ``job.json`` (e.g. ``metrics_url``).
+        on_ended: called after the ``job_end`` event, while the job dir is still locked (the metrics
+            textfile's last write: whoever waits for the job's end finds it).
 
     Raises:
         LaunchError: the first attempt's backend could not be set up (summary.json says so too).
@@ -219,6 +222,8 @@ def run_plan(
         metrics.stop()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
     append_event(plan.job_dir, JobEnd(result.status, result.exit_code, _cause_kind(result)))
+    if on_ended is not None:
+        on_ended()
     joblock.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
 

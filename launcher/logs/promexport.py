@@ -255,7 +255,9 @@ class MetricsExporter:
             pass  # best effort, as metrics.jsonl: never fail the job for it
 
     def close(self) -> None:
-        """Write the textfile a final time and stop serving."""
+        """Write the textfile a final time and stop serving (once; later calls do nothing)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
