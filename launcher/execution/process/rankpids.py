@@ -1,10 +1,11 @@
-"""Each rank's pid on its own host, written there by what starts it (mpirun's rank wrapper, the
-Slurm task shim), read here for ``status`` (stdlib only: the shim imports it on the nodes).
+"""Each rank's pid on its own host, written there by mpirun's rank wrapper
+(``templates/mslaunch-rank.sh``), read here for ``status`` (the supervisor's ``pid`` events).
 
 ``<attempt dir>/rank-pids/<name>``: one line, the pid of the rank's program as its host sees it;
 ``<name>`` is ``rank<N>`` for rank N, ``scheduler`` for the scheduler.  Written to a temporary
-name and renamed, so a reader sees the whole line or nothing.  The job dir is on a filesystem
-every host sees (as for ``host-threads/``).
+name (``.<name>.<wrapper's pid>``) and renamed, so a reader sees the whole line or nothing.  The
+job dir is on a filesystem every host sees (as for ``host-threads/``).  (The Slurm task shim has
+its own start records: :mod:`launcher.execution.slurm.shim`.)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional, Tuple
 
-__all__ = ["FOLDER", "file_name", "named", "read_pids", "write_pid"]
+__all__ = ["FOLDER", "file_name", "named", "read_pids"]
 
 FOLDER = "rank-pids"
 
@@ -20,20 +21,6 @@ FOLDER = "rank-pids"
 def file_name(rank: Optional[int]) -> str:
     """``rank<N>``, or ``scheduler`` for no rank."""
     return "scheduler" if rank is None else f"rank{rank}"
-
-
-def write_pid(attempt_dir: str, rank: Optional[int], pid: int) -> None:
-    """Record ``pid`` for ``rank`` (best effort: never raises)."""
-    folder = os.path.join(attempt_dir, FOLDER)
-    path = os.path.join(folder, file_name(rank))
-    tmp = os.path.join(folder, f".{file_name(rank)}.{os.getpid()}")
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        with open(tmp, "w", encoding="ascii") as fh:
-            fh.write(f"{pid}\n")
-        os.replace(tmp, path)
-    except OSError:
-        pass
 
 
 def read_pids(attempt_dir: str) -> Dict[Optional[int], int]:
