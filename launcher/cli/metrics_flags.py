@@ -119,14 +119,17 @@ def parse_settings(port: Optional[str], addr: Optional[str], textfile: Optional[
 
 
 def with_metrics_settings(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the flags to a command; it receives ``metrics: MetricsSettings``, before its keyword-only ``opts``."""
+    """Add the flags to a command; it receives ``metrics: MetricsSettings``, before its keyword-only ``opts``.
+    Bad values are refused first; so is a textfile folder that cannot be written, unless ``--dry-run``."""
     sig = inspect.signature(func)
     names = [p.name for p in _PARAMS]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values = [kwargs.pop(name) for name in names]
-        return func(*args, metrics=parse_settings(*values), **kwargs)
+        settings = parse_settings(*[kwargs.pop(name) for name in names])
+        if not kwargs.get("dry_run"):  # a real run (and sbatch's check at submit time): the folder is there
+            check_textfile(settings)
+        return func(*args, metrics=settings, **kwargs)
 
     own = [p for p in sig.parameters.values() if p.name != "metrics"]
     at = next((i for i, p in enumerate(own) if p.kind == inspect.Parameter.KEYWORD_ONLY), len(own))
