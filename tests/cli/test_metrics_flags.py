@@ -143,3 +143,30 @@ def test_per_node_mode_writes_its_nodes_ranks_and_node_rank_in_the_textfile(tmp_
     assert got[("mslaunch_job_state", "succeeded")] == 1
     assert (got[("mslaunch_rank_step", "2")], got[("mslaunch_rank_step", "3")]) == (3, 3)
     assert ("mslaunch_rank_step", "0") not in got  # node 0's ranks are node 0's to tell
+
+
+@pytest.mark.e2e
+def test_detach_refuses_a_port_in_use_before_it_returns(script):
+    """--detach: the background run would bind the port; the error is the command's own, and no job starts."""
+    from tests.harness.cli import run_process
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        r = run_process(
+            "run",
+            "--detach",
+            "--np",
+            "1",
+            "--log-dir",
+            str(script / "job"),
+            "--metrics-port",
+            str(port),
+            "train.py",
+            cwd=str(script),
+        )
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr.startswith(f"mslaunch: error: --metrics-port: cannot serve on 127.0.0.1:{port}: "), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(script / "job" / "job.json")

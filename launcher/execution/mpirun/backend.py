@@ -111,6 +111,7 @@ class MpirunProcess(StandInProcess):
         super().__init__(base)
         self.job = plan
         self.adir = adir
+        self._pids: Dict[str, Tuple[Optional[int], str, Optional[int]]] = {}
 
     def read_lost(self, rc: int) -> Dict[str, str]:
         """The host mpirun lost (:func:`lost_host`), read when mpirun failed by itself, before a
@@ -124,7 +125,9 @@ class MpirunProcess(StandInProcess):
         from launcher.execution.process.rankpids import named
 
         procs = self.job.ranks + ((self.job.scheduler,) if self.job.scheduler is not None else ())
-        return named(self.adir, tuple((p.name, p.rank, p.host) for p in procs))
+        if len(self._pids) < len(procs):  # once every one is known, the folder is not read again
+            self._pids = named(self.adir, tuple((p.name, p.rank, p.host) for p in procs))
+        return self._pids
 
     def stop_gracefully(self) -> None:
         # mpirun forwards SIGTERM to its ranks and then ends them itself; signal only mpirun.
