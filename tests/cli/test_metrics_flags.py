@@ -60,7 +60,9 @@ def script(tmp_path):
 
 
 def refused(cwd, *flags):
-    r = run_cli("run", "--np", "1", "--log-dir", str(cwd / "job"), *flags, "train.py", cwd=str(cwd))
+    r = run_cli(
+        "run", "--np", "1", "--master-port", "auto", "--log-dir", str(cwd / "job"), *flags, "train.py", cwd=str(cwd)
+    )
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
@@ -159,6 +161,8 @@ def test_detach_refuses_a_port_in_use_before_it_returns(script):
             "--detach",
             "--np",
             "1",
+            "--master-port",
+            "auto",
             "--log-dir",
             str(script / "job"),
             "--metrics-port",
