@@ -100,6 +100,7 @@ def test_a_textfile_folder_that_is_missing_or_not_writable_is_one_line(script):
 
 
 @pytest.mark.e2e
+@pytest.mark.cost(3)
 def test_per_node_mode_writes_its_nodes_ranks_and_node_rank_in_the_textfile(tmp_path):
     """msrun's per-node mode (what each k8s pod runs): the textfile names the node and counts its ranks."""
     from prometheus_client.parser import text_string_to_metric_families
