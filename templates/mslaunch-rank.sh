@@ -31,6 +31,7 @@ run_and_reap() {
     (umask 077 && : >"$log")   # 0600 whatever mpirun's umask: a rank may print its environment
     [ -z "$notes" ] || printf '%s\n' "$notes" >>"$log"
     "$@" >>"$log" 2>&1 </dev/null &
+    tell_pid $!
     wait $!
     rc=$?
     reap_group
@@ -40,6 +41,14 @@ run_and_reap() {
         kill -s "$sig" $$ 2>/dev/null || true   # (killed by signal N) as orted would have seen it
     fi
     exit "$rc"
+}
+
+tell_pid() {
+    # The program's pid on this host, for mslaunch status: <log's folder>/rank-pids/<pid_name>, written
+    # whole (a temporary name, then mv); see launcher/execution/process/rankpids.py.  Best effort.
+    d="$(dirname "$log")/rank-pids"
+    (umask 077 && mkdir -p "$d" && printf '%s\n' "$1" >"$d/.$pid_name.$$" && mv -f "$d/.$pid_name.$$" "$d/$pid_name") \
+        2>/dev/null || true
 }
 
 reap_group() {
@@ -203,11 +212,13 @@ mslaunch: warning: $warning"
 notes=
 idx=$((OMPI_COMM_WORLD_RANK - MSLAUNCH_CTX_BASE))
 if [ "$MSLAUNCH_ROLE" = scheduler ]; then
+    pid_name=scheduler
     (umask 077 && mkdir -p "$(dirname "$MSLAUNCH_LOG")")
     run_and_reap "$MSLAUNCH_LOG" "$@"
 fi
 set_threads
 rank=$((MSLAUNCH_FIRST_RANK + idx))
+pid_name=rank$rank
 device=$(printf '%s\n' "$MSLAUNCH_DEVICES" | cut -d, -f$((idx + 1)))
 RANK_ID=$rank
 DEVICE_ID=$device

@@ -41,6 +41,32 @@ _SET_BY_GEN = {
 }
 #: run options whose value the manifest carries itself (taken out of the pass-through arguments).
 _MASTER_PORT = ("--master_port", "--master-port")
+_METRICS = ("--metrics-port", "--metrics-addr")
+
+
+def _metrics(params: Dict[str, Any], groups: List[List[str]]) -> Tuple[Optional[int], List[List[str]]]:
+    """``--metrics-port`` in a pod: its port (for the scrape annotations) and the run options with
+    ``--metrics-port ADDR:PORT`` bound to every address of the pod (or the ``--metrics-addr`` given):
+    Prometheus scrapes the pod's IP, not its loopback.
+
+    Raises:
+        MsLaunchError: a bad value; port 0 (Prometheus needs the port in the annotation).
+    """
+    from launcher.cli.metrics_flags import parse_settings
+
+    settings = parse_settings(params.get("metrics_port"), params.get("metrics_addr"), params.get("metrics_textfile"))
+    if settings.port is None:
+        return None, groups
+    if settings.port == 0:
+        raise PlanError(
+            "port 0 cannot be scraped in a pod (the annotation names the port); give a port number",
+            field="--metrics-port",
+        )
+    given = params.get("metrics_addr") is not None or ":" in str(params.get("metrics_port"))
+    addr = settings.addr if given else "0.0.0.0"
+    host = f"[{addr}]" if ":" in addr else addr
+    kept = [g for g in groups if g[0].partition("=")[0] not in _METRICS]
+    return settings.port, kept + [["--metrics-port", f"{host}:{settings.port}"]]
 
 
 def register(root: typer.Typer) -> None:
@@ -301,6 +327,7 @@ def gen_cmd(
     env_pairs = dict(envs.parse_env_assignment(e) for e in opts.env)
     device = device_target(((opts.module,) if opts.module else ()) + opts.program, env_pairs)
     # pass-through run options: as given, minus the scheduler port (the manifest carries it)
+    metrics_port, groups = _metrics(run_params, groups)
     keep = (
         [g for g in groups if g[0].partition("=")[0] not in _MASTER_PORT] if params["flavor"] != "ascendjob" else groups
     )
@@ -318,6 +345,7 @@ def gen_cmd(
         memory=params["memory"],
         device=device.upper() if device else None,
         grace=float(run_params["grace"]),
+        metrics_port=metrics_port,
     )
     text = render_manifests(job)  # checks the job's own fields (name, image, quantities...)
     _plan_stand_ins(opts, nodes_n, per)

@@ -14,6 +14,7 @@ import typer
 
 from launcher.cli.console import Console
 from launcher.cli.docs import epilog
+from launcher.cli.metrics_flags import with_metrics_settings
 from launcher.cli.msrun_flags import parse_msrun_bool, tail_ranks
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, with_job_options
 from launcher.cli.program_check import check_program
@@ -23,6 +24,7 @@ from launcher.cli.submit_check import stand_in, stand_in_options
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
+from launcher.logs.promexport import MetricsSettings
 from launcher.planning.build import build_plan
 from launcher.planning.job import layout
 from launcher.planning.job.events import Preflight
@@ -41,6 +43,7 @@ def register(app: typer.Typer) -> None:
 
 @with_job_options
 @with_ssh_settings("accept_new", "connect_timeout", "start_timeout")
+@with_metrics_settings
 def run_cmd(
     ctx: typer.Context,
     dry_run: bool = typer.Option(
@@ -196,6 +199,7 @@ def run_cmd(
     *,
     opts: JobOptions,
     ssh: SSHSettings,
+    metrics: MetricsSettings,
 ) -> None:
     """Run a job: one process per rank (plus the scheduler), supervised, with per-rank logs.
 
@@ -240,7 +244,7 @@ def run_cmd(
         return
     _check_ci_outputs(summary_json, junit)
     if detach:
-        _detach(plan, opts.env)
+        _detach(plan, opts.env, metrics)
         return
     from launcher.cli.hiddenenv import hide_own_title
 
@@ -257,10 +261,8 @@ def run_cmd(
         live=live,
         start_note=start.note,
     )
-    result = _supervise(spec, plan, options, ssh, start, console, pre_event)
-    problems = _write_ci_outputs(
-        result, summary_json, junit
-    )  # a CI output that cannot be written never hides the job's result
+    result = _supervise(spec, plan, options, ssh, start, console, pre_event, metrics)
+    problems = _write_ci_outputs(result, summary_json, junit)  # one that cannot be written never hides the result
     from launcher.cli.render import print_result
 
     print_result(result, quiet=quiet)
@@ -342,22 +344,26 @@ def _supervise(
     start: "StartMode",
     console: Console,
     pre_event: Optional[Preflight],
+    metrics: MetricsSettings,
 ) -> Any:
     """Start the job and supervise it to its end, its ranks' output on ``console``; the result
     (a :class:`~launcher.execution.results.JobResult`).
 
     Restarts leave out bad hosts when the inventory has more than one (:func:`launcher.planning.spares.replan`).
     """
+    from launcher.cli.metrics_flags import start_exporter
     from launcher.execution.hostthreads import NoteSettings
     from launcher.execution.local.backend import LocalSettings
     from launcher.execution.runner import run_plan
+    from launcher.logs.metricsfile import append_event
     from launcher.planning.spares import replan
+
+    exporter = start_exporter(metrics, spec, plan)  # bound before the job starts: a port in use starts nothing
 
     def started() -> None:
         if pre_event is not None:
-            from launcher.logs.metricsfile import append_event
-
             append_event(plan.job_dir, pre_event)
+        exporter.announce()
         console.start()
 
     try:
@@ -381,9 +387,12 @@ def _supervise(
                     keep_zygote=start.keep_zygote,
                 ),
             },
+            job_extra=exporter.job_extra(),
+            on_ended=exporter.close,  # the textfile's last write, before the job is seen ended
         )
     finally:
         console.stop()
+        exporter.close()  # (again: the server, and when the job could not start)
 
 
 def _write_ci_outputs(result: Any, summary_json: Optional[str], junit: Optional[str]) -> List[str]:
@@ -415,16 +424,18 @@ def _check_ci_outputs(summary_json: Optional[str], junit: Optional[str]) -> None
             check_writable(path, flag)
 
 
-def _detach(plan: Plan, env_assignments: Sequence[str] = ()) -> None:
+def _detach(plan: Plan, env_assignments: Sequence[str] = (), metrics: Optional[MetricsSettings] = None) -> None:
     """Re-run this command in the background as its own session; print the job id.
 
     Its command line shows each ``--env NAME=VALUE`` as ``NAME=<hidden>`` (every user of the host
     can read a process's command line); the values reach it in its environment
     (:mod:`launcher.cli.hiddenenv`)."""
     from launcher.cli.hiddenenv import HIDDEN_ENV_VAR, hide_env_values
+    from launcher.cli.metrics_flags import check_bindable
     from launcher.execution.runner import preflight
 
     preflight(plan)
+    check_bindable(metrics or MetricsSettings())  # the port and textfile folder: errors here, not in the background
     from launcher.jobs.joblock import prepare_job_dir
 
     prepare_job_dir(plan.job_dir)  # created 0700 (or an empty one of the user's made 0700); the child locks it

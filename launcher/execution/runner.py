@@ -109,16 +109,15 @@ def check_artefacts(plan: Plan) -> None:
                 raise RankTableError(f"the generated rank table is invalid: {first}", path=art.name)
 
 
-def write_job_files(plan: Plan, argv: List[str]) -> None:
-    """Claim and lock the job dir (see :func:`launcher.jobs.jobdir.claim_job_dir`), write its files, register."""
+def write_job_files(plan: Plan, argv: List[str], job_extra: Optional[Mapping[str, Any]] = None) -> None:
+    """Claim and lock the job dir (see :func:`launcher.jobs.jobdir.claim_job_dir`), write its files, register
+    (``job_extra``: more fields of ``job.json`` and the registry entry)."""
     joblock.claim_job_dir(plan.job_dir)
     write_plan_files(plan)
-    extra = (
-        {"slurm_job_id": os.environ["SLURM_JOB_ID"]}
-        if plan.launcher == "slurm" and os.environ.get("SLURM_JOB_ID")
-        else None
-    )
-    jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv, extra=extra)
+    extra = dict(job_extra or {})
+    if plan.launcher == "slurm" and os.environ.get("SLURM_JOB_ID"):
+        extra["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    jobdir.register(plan.job_id, plan.job_dir, os.getpid(), argv, extra=extra or None)
 
 
 def write_plan_files(plan: Plan) -> None:
@@ -170,6 +169,8 @@ def run_plan(
     backend_settings: Optional[Mapping[str, Any]] = None,
     on_started: Optional[Callable[[], None]] = None,
     replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None,
+    job_extra: Optional[Mapping[str, Any]] = None,
+    on_ended: Optional[Callable[[], None]] = None,
 ) -> JobResult:
     """Run ``plan`` to the end; returns the result after writing ``summary.json``.
 
@@ -182,12 +183,15 @@ def run_plan(
         on_started: called once the job dir is written, before anything starts.
         replan: the plan without the given hosts, same world size (:func:`launcher.planning.spares.replan`
             of the job's spec): restarts leave out hosts that failed ``options.host_failures`` times.
+        job_extra: more fields of ``job.json`` (e.g. ``metrics_url``).
+        on_ended: called after the ``job_end`` event, while the job dir is still locked (the metrics
+            textfile's last write: whoever waits for the job's end finds it).
 
     Raises:
         LaunchError: the first attempt's backend could not be set up (summary.json says so too).
     """
     preflight(plan)
-    write_job_files(plan, argv)
+    write_job_files(plan, argv, job_extra)
     if on_started is not None:
         on_started()
     from launcher.execution.process.spawn import become_subreaper
@@ -217,9 +221,19 @@ def run_plan(
             watchdog.close()
         metrics.stop()
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
-    append_event(plan.job_dir, JobEnd(result.status, result.exit_code))
+    append_event(plan.job_dir, JobEnd(result.status, result.exit_code, _cause_kind(result)))
+    if on_ended is not None:
+        on_ended()
     joblock.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
+
+
+def _cause_kind(result: JobResult) -> Optional[str]:
+    """The kind of a failed or hung job's root cause (``job_end``'s ``cause``), else None."""
+    if result.status not in (JobStatus.FAILED, JobStatus.HUNG) or result.root_cause is None:
+        return None
+    cause = result.root_cause.cause
+    return cause.kind if cause is not None else None
 
 
 def make_supervisor(

@@ -68,8 +68,9 @@ def process_table(events: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     ``exited`` events, written by the supervisor under every backend): one entry per started
     process, in start order, ``{"name", "rank", "host", "pid", "attempt", "state", "returncode"}``
     with ``state`` ``running`` or the exit's wording (``exit code 0``, ``killed by SIGKILL``).
-    ``pid`` is the process's pid on its host (mpirun: the pid of ``mpirun`` itself for every rank,
-    Slurm: of the rank's ``srun`` step; None where the backend has none)."""
+    ``pid`` is the process's pid on its own host: the ``started`` event's, or the ``pid`` event's
+    that followed it (the ssh agent reports a rank's pid after its start; mpirun's ranks, which
+    have no ``started`` event of their own, come with theirs); None while nobody knows it."""
     from launcher.planning.job.kinds import EventKind, describe_returncode
 
     attempt = max(
@@ -90,6 +91,20 @@ def process_table(events: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
                 "state": "running",
                 "returncode": None,
             }
+        elif e.get("kind") == EventKind.PID and isinstance(e.get("pid"), int):
+            row = rows.setdefault(  # a rank a stand-in (mpirun) runs has no ``started`` event of its own
+                e["name"],
+                {
+                    "name": e["name"],
+                    "rank": e.get("rank"),
+                    "host": e.get("host"),
+                    "pid": None,
+                    "attempt": attempt,
+                    "state": "running",
+                    "returncode": None,
+                },
+            )
+            row["pid"] = e["pid"]
         elif e.get("kind") == EventKind.EXITED and e["name"] in rows and isinstance(e.get("returncode"), int):
             rows[e["name"]].update(state=describe_returncode(e["returncode"]), returncode=e["returncode"])
     return list(rows.values())

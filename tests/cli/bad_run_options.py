@@ -76,6 +76,9 @@ BAD_RUN_OPTIONS: List[Case] = [
     ("restart-delay", ["--restart-delay", "-1"], "--restart-delay must be >= 0", False),
     ("host-failures", ["--host-failures", "-1"], "--host-failures must be >= 0", False),
     ("summary-json", ["--summary-json", "/nonexistent-dir/s.json"], "--summary-json", True),
+    ("metrics-port", ["--metrics-port", "70000"], "--metrics-port: '70000' is not a port", False),
+    ("metrics-addr", ["--metrics-addr", "0.0.0.0"], "serves nothing without --metrics-port", False),
+    ("metrics-textfile", ["--metrics-textfile", "/nonexistent-dir"], "--metrics-textfile: /nonexistent-dir", True),
     ("junit", ["--junit", "/nonexistent-dir/j.xml"], "--junit", True),
 ]
 

@@ -166,3 +166,19 @@ def test_missing_image_and_script():
     assert code == 2 and "missing --image" in err and err.count("\n") == 1
     code, _, err = gen(*BASE)
     assert code == 2 and "missing SCRIPT" in err and err.count("\n") == 1
+
+
+def test_metrics_port_binds_every_address_of_the_pod_and_port_0_is_refused():
+    code, out, err = gen(*BASE, "--metrics-port", "9400", "train.py")
+    assert code == 0, err
+    args = container(out)["args"]
+    assert args[-3:] == ["--metrics-port", "0.0.0.0:9400", "train.py"]  # Prometheus scrapes the pod's IP
+    code, out, err = gen(*BASE, "--metrics-port", "9400", "--metrics-addr", "10.1.2.3", "train.py")
+    assert code == 0, err
+    assert container(out)["args"][-3:] == ["--metrics-port", "10.1.2.3:9400", "train.py"]
+    code, out, err = gen(*BASE, "--metrics-port", "0", "train.py")
+    assert (code, out) == (2, "")
+    assert err == (
+        "mslaunch: error: --metrics-port: port 0 cannot be scraped in a pod (the annotation names the port); "
+        "give a port number\n"
+    )

@@ -1,7 +1,8 @@
 """``pytest.mark.needs(...)``: what a unit test needs beyond the dev extra, checked before it runs.
 
 ``@pytest.mark.needs("ssh-keygen")``, ``needs("installed")``, ``needs("import-linter")``,
-``needs("root")`` (several names: all of them).  A missing need skips the test with its reason;
+``needs("root")``, ``needs("prometheus")`` (the Prometheus server, Debian's ``prometheus``)
+(several names: all of them).  A missing need skips the test with its reason;
 in CI it fails (:func:`tests.harness.ci.skip_or_fail`), because ``make test`` provides every one.
 Unknown names stop the run at collection (:func:`check_names`).  MindSpore has its own marker,
 ``mindspore`` (:mod:`tests.harness.mindspore`).
@@ -47,6 +48,11 @@ NEEDS: Dict[str, Tuple[Callable[[], bool], str, str]] = {
         "lint-imports is missing in CI (make test installs the [dev] extra)",
     ),
     "root": (lambda: os.geteuid() == 0, "needs root", "CI runs the tests as root"),
+    "prometheus": (
+        lambda: shutil.which("prometheus") is not None,
+        "the Prometheus server is not installed (apt-get install prometheus)",
+        "prometheus is missing in CI (make test installs the Debian package prometheus)",
+    ),
 }
 
 

@@ -98,3 +98,23 @@ def test_process_table_is_the_current_attempts_processes_with_their_state():
         process_table([{"kind": "started", "name": "rank 0", "host": "h", "pid": 5}])[0]["state"] == "running"
     )  # old events
     assert process_table([]) == [] and process_lines([]) == []
+
+
+def test_a_pid_learnt_after_the_start_replaces_the_unknown_one_and_a_stand_ins_ranks_get_rows():
+    """The ssh agent reports a rank's pid after its ``started`` event; mpirun's ranks come only with
+    ``pid`` events (the stand-in ``mpirun`` has the ``started`` one)."""
+    from launcher.logs.longjob import process_table
+
+    events = [
+        {"kind": "started", "name": "rank 0", "rank": 0, "host": "node-01", "pid": None, "attempt": 0},
+        {"kind": "pid", "name": "rank 0", "rank": 0, "host": "node-01", "pid": 4242, "attempt": 0},
+        {"kind": "started", "name": "mpirun", "rank": None, "host": "localhost", "pid": 77, "attempt": 0},
+        {"kind": "pid", "name": "rank 1", "rank": 1, "host": "node-02", "pid": 99, "attempt": 0},
+        {"kind": "pid", "name": "rank 5", "rank": 5, "host": "node-02", "pid": 98, "attempt": -1},  # an older attempt
+        {"kind": "exited", "name": "rank 0", "rank": 0, "host": "node-01", "returncode": 0, "attempt": 0},
+    ]
+    assert [(r["name"], r["host"], r["pid"], r["state"]) for r in process_table(events)] == [
+        ("rank 0", "node-01", 4242, "exit code 0"),
+        ("mpirun", "localhost", 77, "running"),
+        ("rank 1", "node-02", 99, "running"),
+    ]

@@ -111,12 +111,23 @@ class MpirunProcess(StandInProcess):
         super().__init__(base)
         self.job = plan
         self.adir = adir
+        self._pids: Dict[str, Tuple[Optional[int], str, Optional[int]]] = {}
 
     def read_lost(self, rc: int) -> Dict[str, str]:
         """The host mpirun lost (:func:`lost_host`), read when mpirun failed by itself, before a
         teardown could end other daemons' sessions."""
         lost = lost_host(os.path.join(self.adir, STATUS_DIR))
         return dict([lost]) if lost else {}
+
+    def host_pids(self) -> Dict[str, Tuple[Optional[int], str, Optional[int]]]:
+        """Each rank's (and the scheduler's) pid on its host, as the rank wrapper recorded it
+        (:mod:`launcher.execution.process.rankpids`)."""
+        from launcher.execution.process.rankpids import named
+
+        procs = self.job.ranks + ((self.job.scheduler,) if self.job.scheduler is not None else ())
+        if len(self._pids) < len(procs):  # once every one is known, the folder is not read again
+            self._pids = named(self.adir, tuple((p.name, p.rank, p.host) for p in procs))
+        return self._pids
 
     def stop_gracefully(self) -> None:
         # mpirun forwards SIGTERM to its ranks and then ends them itself; signal only mpirun.

@@ -101,6 +101,7 @@ class SrunStepProcess(StandInProcess):
         super().__init__(base, role_plan)
         self.backend = backend
         self.procs = procs
+        self._pids: Dict[str, Tuple[Optional[int], str, Optional[int]]] = {}
         if role_plan.role == Role.SCHEDULER:
             self.log_path = procs[0].log_path
             self.host = procs[0].proc.host
@@ -114,6 +115,16 @@ class SrunStepProcess(StandInProcess):
     def read_lost(self, rc: int) -> Dict[str, str]:
         """The step's nodes Slurm holds lost, node -> how (asked once srun failed by itself)."""
         return self.backend.lost_nodes([r.proc.host for r in self.procs])
+
+    def host_pids(self) -> Dict[str, Tuple[Optional[int], str, Optional[int]]]:
+        """Each process of this step's pid on its node, from the shims' start records (read until
+        every one is known)."""
+        for req in self.procs:
+            if req.proc.name not in self._pids:
+                rec, _ = _records(self.backend.status_dir, req.proc)
+                if isinstance(rec.get("pid"), int):
+                    self._pids[req.proc.name] = (req.proc.rank, req.proc.host, rec["pid"])
+        return self._pids
 
     def step_ids(self) -> List[str]:
         """``J.S`` of this step, from the shims' start records (empty until a task started)."""

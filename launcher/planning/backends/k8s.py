@@ -76,6 +76,9 @@ class K8sJob:
             per pod (:data:`DEVICE_RESOURCES`).
         grace: ``mslaunch run --grace`` (seconds between SIGTERM and SIGKILL of the ranks); a pod
             being deleted gets it plus :data:`GRACE_MARGIN` when that exceeds Kubernetes' 30 s.
+        metrics_port: the port each pod serves its Prometheus metrics on (``run --metrics-port``, bound
+            to the pod's every address), or None: the pod template gets Prometheus' ``prometheus.io/*``
+            scrape annotations and a ``metrics`` container port.
     """
 
     name: str
@@ -91,6 +94,7 @@ class K8sJob:
     memory: Optional[str] = None
     device: Optional[str] = None
     grace: float = 5.0
+    metrics_port: Optional[int] = None
 
     @property
     def world_size(self) -> int:
@@ -143,6 +147,12 @@ def check_job(job: K8sJob) -> None:
         raise PlanError(f"--workdir {job.workdir!r} must be an absolute path in the image", field="--workdir")
     if not 1 <= job.master_port <= 65535:
         raise PlanError(f"--master_port {job.master_port} is not a port number", field="--master_port")
+    if job.metrics_port is not None and (not 1 <= job.metrics_port <= 65535 or job.metrics_port == job.master_port):
+        raise PlanError(
+            f"--metrics-port {job.metrics_port}: the pods need a port number of their own (1..65535, not the "
+            "scheduler's)",
+            field="--metrics-port",
+        )
     if not job.run_args:
         raise PlanError("missing SCRIPT: mslaunch k8s gen [options] [run options] SCRIPT [ARGS]", field="SCRIPT")
 
@@ -231,14 +241,33 @@ def _container(job: K8sJob, name: str) -> Dict[str, Any]:
                 "the Job controller sets it too; declared here so that $(JOB_COMPLETION_INDEX) in args always expands",
             )
         ]
+    ports: List[Any] = []
     if job.flavor != "ascendjob":
-        container["ports"] = [
-            Note({"name": "ms-sched", "containerPort": job.master_port}, "MindSpore's scheduler (pod 0)")
-        ]
+        ports.append(Note({"name": "ms-sched", "containerPort": job.master_port}, "MindSpore's scheduler (pod 0)"))
+    if job.metrics_port is not None:
+        ports.append(Note({"name": "metrics", "containerPort": job.metrics_port}, "mslaunch run --metrics-port"))
+    if ports:
+        container["ports"] = ports
     resources = _resources(job)
     if resources is not None:
         container["resources"] = resources
     return container
+
+
+def _template_metadata(job: K8sJob, labels: Dict[str, str]) -> Dict[str, Any]:
+    """The pod template's metadata: its labels; with ``metrics_port``, the annotations Prometheus'
+    Kubernetes service discovery reads (the common ``prometheus.io/*`` relabelling)."""
+    meta: Dict[str, Any] = {"labels": labels}
+    if job.metrics_port is not None:
+        meta["annotations"] = Note(
+            {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(job.metrics_port),
+                "prometheus.io/path": "/metrics",
+            },
+            "each pod's mslaunch serves the metrics of its node's ranks (docs/watching.md#prometheus)",
+        )
+    return meta
 
 
 def _pod_spec(job: K8sJob, container: str) -> Dict[str, Any]:
@@ -302,7 +331,7 @@ def _indexed(job: K8sJob) -> List[Any]:
                 "fail the whole Job at the first non-zero exit (mslaunch exits with the failing rank's code)",
             ),
             "template": {
-                "metadata": {"labels": _labels(job)},
+                "metadata": _template_metadata(job, _labels(job)),
                 "spec": _pod_spec(job, CONTAINER),
             },
         },
@@ -338,7 +367,7 @@ def _volcano(job: K8sJob) -> List[Any]:
                         "name": VOLCANO_TASK,
                         "replicas": job.nodes,
                         "template": {
-                            "metadata": {"labels": _labels(job)},
+                            "metadata": _template_metadata(job, _labels(job)),
                             "spec": _pod_spec(job, CONTAINER),
                         },
                     }
@@ -365,7 +394,7 @@ def _ascendjob(job: K8sJob) -> List[Any]:
             "replicas": count,
             "restartPolicy": "Never",
             "template": {
-                "metadata": {"labels": dict(labels)},
+                "metadata": _template_metadata(job, dict(labels)),
                 "spec": _ascend_pod_spec(),
             },
         }

@@ -31,6 +31,8 @@ __all__ = [
     "JobEnd",
     "JobStart",
     "JudgedCause",
+    "MetricsEndpoint",
+    "Pid",
     "OnEvent",
     "Preflight",
     "PreflightHost",
@@ -112,6 +114,15 @@ class JobStart(Payload):
 
 
 @dataclass(frozen=True)
+class MetricsEndpoint(Payload):
+    """Where the job's metrics are exposed: ``/metrics``'s URL and the textfile (None: not asked for)."""
+
+    kind: ClassVar[EventKind] = EventKind.METRICS
+    url: Optional[str]
+    textfile: Optional[str]
+
+
+@dataclass(frozen=True)
 class Started(Payload):
     """A process of the attempt started."""
 
@@ -121,6 +132,19 @@ class Started(Payload):
     host: str
     pid: Optional[int]
     log: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Pid(Payload):
+    """A started process's pid on its own host, learnt after its ``started`` event (the ssh agent's
+    report; mpirun's and Slurm's ranks from their wrapper): ``status`` shows it."""
+
+    kind: ClassVar[EventKind] = EventKind.PID
+    name: str
+    rank: Optional[int]
+    host: str
+    pid: int
     attempt: int
 
 
@@ -235,12 +259,15 @@ class JobEnd(Payload):
     kind: ClassVar[EventKind] = EventKind.JOB_END
     status: str
     exit_code: int
+    cause: Optional[str] = None  # the kind of the root cause of a failed or hung job (launcher.logs.causes.KINDS)
 
 
 Event = Union[
     Preflight,
     JobStart,
+    MetricsEndpoint,
     Started,
+    Pid,
     Exited,
     Failure,
     Teardown,
@@ -263,7 +290,9 @@ PAYLOADS: Mapping[EventKind, Type[Any]] = {
     for cls in (
         Preflight,
         JobStart,
+        MetricsEndpoint,
         Started,
+        Pid,
         Exited,
         Failure,
         Teardown,

@@ -95,7 +95,9 @@ class EventKind(StrEnum):
 
     PREFLIGHT = "preflight"  # the health check before the start: verdicts, hosts left out (docs/health.md)
     JOB_START = "job_start"
+    METRICS = "metrics"  # where the job's metrics are exposed (--metrics-port / --metrics-textfile, docs/watching.md)
     STARTED = "started"
+    PID = "pid"  # a started process's pid on its own host, learnt after its start (ssh, mpirun, Slurm)
     EXITED = "exited"  # a process of the attempt ended (what `status` of a running job shows)
     FAILURE = "failure"
     TEARDOWN = "teardown"

@@ -430,3 +430,36 @@ def test_kubernetes_validate_command_line_strict(tmp_path):
     path.write_text(text.replace("completionMode: Indexed", "completionMode: Indexed\n  completionsTotal: 3"))
     r = subprocess.run([exe, "--strict", "-k", VERSIONS[0], str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
+
+
+@pytest.mark.parametrize("flavor", ["indexed", "volcano", "ascendjob"])
+def test_metrics_port_annotates_every_pod_template_for_prometheus_and_names_the_port(flavor):
+    parsed, text = docs(job(flavor=flavor, metrics_port=9400))
+    if flavor == "indexed":
+        templates = [parsed[1]["spec"]["template"]]
+    elif flavor == "volcano":
+        templates = [t["template"] for t in parsed[0]["spec"]["tasks"]]
+    else:
+        templates = [r["template"] for r in parsed[0]["spec"]["replicaSpecs"].values()]
+    assert templates
+    for t in templates:
+        assert t["metadata"]["annotations"] == {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": "9400",
+            "prometheus.io/path": "/metrics",
+        }
+        ports = t["spec"]["containers"][0]["ports"]
+        assert {"name": "metrics", "containerPort": 9400} in ports
+    if flavor == "indexed":
+        for d in parsed:
+            for version in VERSIONS:
+                kv.validate(d, version, strict=True)
+    _, plain = docs(job(flavor=flavor))
+    assert "prometheus.io" not in plain and "name: metrics" not in plain
+
+
+@pytest.mark.parametrize("port", [0, 70000, 8118])
+def test_a_metrics_port_the_pods_cannot_use_is_refused(port):
+    with pytest.raises(PlanError) as err:
+        check_job(job(metrics_port=port, master_port=8118))
+    assert err.value.field == "--metrics-port"

@@ -50,6 +50,10 @@ CASES = [
         {"name": "rank 0", "rank": 0, "host": "h1", "pid": 123, "log": "/j/worker_0.log", "attempt": 1},
     ),
     (
+        ev.Pid("rank 1", 1, "h2", 4242, 0),
+        {"name": "rank 1", "rank": 1, "host": "h2", "pid": 4242, "attempt": 0},
+    ),
+    (
         ev.Exited("scheduler", None, "h1", -9, 0),
         {"name": "scheduler", "rank": None, "host": "h1", "returncode": -9, "attempt": 0},
     ),
@@ -84,7 +88,12 @@ CASES = [
         {"host": "h2", "reason": "2 failures", "by": "restart", "attempt": 3, "moves": "rank 2 moves to h4"},
     ),
     (ev.ClusterStop("preempted", "Slurm preempted job 5"), {"status": "preempted", "message": "Slurm preempted job 5"}),
-    (ev.JobEnd("failed", 3), {"status": "failed", "exit_code": 3}),
+    (ev.JobEnd("failed", 3, "oom"), {"status": "failed", "exit_code": 3, "cause": "oom"}),
+    (ev.JobEnd("succeeded", 0), {"status": "succeeded", "exit_code": 0, "cause": None}),
+    (
+        ev.MetricsEndpoint("http://127.0.0.1:9400/metrics", "/tf/j.prom"),
+        {"url": "http://127.0.0.1:9400/metrics", "textfile": "/tf/j.prom"},
+    ),
 ]
 
 

@@ -156,7 +156,8 @@ def test_mpirun_wrapper_is_given_the_log_name():
 
 @pytest.mark.parametrize("prefix", [None, "train", "a{rank}b"])
 def test_rank_wrapper_writes_the_log_the_plan_names(tmp_path, prefix):
-    """The wrapper template spells no log name: it writes where the launcher's template says."""
+    """The wrapper template spells no log name: it writes where the launcher's template says; and
+    it records the program's own pid beside the log, for ``status`` (launcher/execution/process/rankpids.py)."""
     log_dir = tmp_path / "logs"
     env = dict(
         os.environ,
@@ -171,14 +172,16 @@ def test_rank_wrapper_writes_the_log_the_plan_names(tmp_path, prefix):
     )
     # its own session: the wrapper reaps its process group when the program ends
     done = subprocess.run(
-        ["sh", WRAPPER, "sh", "-c", 'echo "rank=$RANK_ID device=$DEVICE_ID"'],
+        ["sh", WRAPPER, "sh", "-c", 'echo "rank=$RANK_ID device=$DEVICE_ID pid=$$"'],
         env=env,
         start_new_session=True,
         timeout=60,
     )
     assert done.returncode == 0
-    assert os.listdir(log_dir) == [layout.worker_log_name(6, prefix)]
-    assert (log_dir / layout.worker_log_name(6, prefix)).read_text() == "rank=6 device=2\n"
+    assert sorted(os.listdir(log_dir)) == sorted([layout.worker_log_name(6, prefix), "rank-pids"])
+    text = (log_dir / layout.worker_log_name(6, prefix)).read_text()
+    pid = (log_dir / "rank-pids" / "rank6").read_text()
+    assert text == f"rank=6 device=2 pid={pid}" and os.listdir(log_dir / "rank-pids") == ["rank6"]
 
 
 def test_readers_find_what_the_layout_names(tmp_path):
