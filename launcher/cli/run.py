@@ -348,6 +348,7 @@ def _supervise(
 
     Restarts leave out bad hosts when the inventory has more than one (:func:`launcher.planning.spares.replan`).
     """
+    from launcher.cli.hiddenenv import without_secrets
     from launcher.execution.hostthreads import NoteSettings
     from launcher.execution.local.backend import LocalSettings
     from launcher.execution.runner import run_plan
@@ -364,7 +365,7 @@ def _supervise(
         return run_plan(
             plan,
             options,
-            sys.argv,
+            without_secrets(sys.argv, [f"{k}={v}" for k, v in spec.env], plan.secrets),
             on_event=console.event,
             on_started=started,
             replan=(lambda exclusions: replan(spec, exclusions, plan.world_size))

@@ -391,6 +391,9 @@ def _rank_context(plan: "Plan", mine: Sequence["ProcPlan"], base: int, log_dir: 
     )
     if plan.method == Method.RANKTABLE:
         settings["cwd_prefix"] = layout.rank_cwd_prefix(plan.job_dir)
+        shown = sorted(k for k in env if k in plan.secrets)
+        if shown:
+            settings["secrets"] = ",".join(shown)  # the env dump shows them as <secret>
     threads = next((t for t in plan.host_threads if t.host == mine[0].host), None)
     if threads is not None and threads.set_vars:
         # the wrapper sets these from the host's usable cores (launcher.planning.cpu.hostcores' rule)
