@@ -13,7 +13,7 @@ command that prints a plan shows :data:`SHOWN` in its place.
 from __future__ import annotations
 
 import fnmatch
-from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Mapping, Sequence, Tuple
+from typing import AbstractSet, FrozenSet, Iterable, List, Sequence, Tuple
 
 #: What is written or printed in place of a secret's value.
 SHOWN = "<secret>"
@@ -33,11 +33,6 @@ def secret_names(named: Iterable[str], user_names: Iterable[str], patterns: Sequ
     return frozenset(named) | frozenset(n for n in user_names if matches(n, patterns))
 
 
-def redact_env(env: Mapping[str, str], secrets: AbstractSet[str]) -> Dict[str, str]:
-    """``env`` with each secret's value shown as :data:`SHOWN`."""
-    return {k: (SHOWN if k in secrets else v) for k, v in env.items()}
-
-
 def redact_pairs(pairs: Iterable[Tuple[str, str]], secrets: AbstractSet[str]) -> Tuple[Tuple[str, str], ...]:
     """``(name, value)`` pairs with each secret's value shown as :data:`SHOWN`."""
     return tuple((k, SHOWN if k in secrets else v) for k, v in pairs)
@@ -52,11 +47,3 @@ def split_pairs(
     for k, v in pairs:
         (secret if k in secrets else plain).append((k, v))
     return plain, secret
-
-
-def scrub(text: str, values: Iterable[str]) -> str:
-    """``text`` with every occurrence of a secret value (of 4 characters or more: shorter ones
-    would blank ordinary words) replaced by :data:`SHOWN`."""
-    for value in sorted({v for v in values if len(v) >= 4}, key=len, reverse=True):
-        text = text.replace(value, SHOWN)
-    return text

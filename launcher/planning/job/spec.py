@@ -19,7 +19,7 @@ from launcher.planning.inventory.model import Host, Inventory
 from launcher.planning.job import layout
 from launcher.planning.job.kinds import ArtefactKind, Method, Role
 from launcher.planning.job.mpirun_options import MpiOptions
-from launcher.planning.job.secrets import DEFAULT_PATTERNS, SHOWN
+from launcher.planning.job.secrets import DEFAULT_PATTERNS, redact_pairs
 
 LAUNCHERS = ("local", "ssh", "mpirun")
 DEFAULT_MASTER_PORT = 8118
@@ -259,7 +259,7 @@ class Plan:
 
     def shown_env(self, proc: ProcPlan) -> Tuple[Tuple[str, str], ...]:
         """``proc``'s env as it may be written or printed: each secret's value shown as ``<secret>``."""
-        return tuple((k, SHOWN if k in self.secrets else v) for k, v in proc.env)
+        return redact_pairs(proc.env, self.secrets)
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, Method):
