@@ -11,8 +11,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from launcher.planning.backends.mpirun import COLON_STAND_IN, make_context, mpirun_launch
 from launcher.planning.job.mpirun_options import MpiOptions
+from tests.harness.hypo import examples
 from tests.harness.paths import REPO
 
 WRAPPER = os.path.join(REPO, "templates", "mslaunch-rank.sh")
@@ -78,3 +83,34 @@ def test_values_come_from_their_carriers_byte_for_byte_and_nothing_is_run(tmp_pa
     dump = (tmp_path / "device1" / "env1.log").read_text()
     assert "HF_TOKEN=<secret>\n" in dump and "tok " not in dump and f"SHARED={hostile}" in dump
     assert oct(os.stat(tmp_path / "device1" / "env1.log").st_mode & 0o777) == "0o600"
+
+
+NAMES = st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True).filter(lambda n: not n.startswith("MSLAUNCH"))
+VALUES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40)
+
+
+@pytest.mark.cost(6)
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(NAMES, st.tuples(VALUES, VALUES), min_size=1, max_size=4), st.lists(VALUES, max_size=3))
+def test_no_value_on_mpiruns_command_line_and_every_value_byte_for_byte_at_the_rank(tmp_path, pairs, args):
+    first = {k: a for k, (a, _) in pairs.items()}
+    second = {k: b for k, (_, b) in pairs.items()}  # differing values: each context's own carrier
+    prog = [sys.executable, "-c", "import json, os, sys; print(json.dumps([dict(os.environ), sys.argv[1:]]))", *args]
+    settings_ = dict(role="worker", first_rank="0", log_dir=str(tmp_path), log_name="w{rank}.log", method="mpi")
+    contexts = [
+        make_context("h1", 1, first, prog, dict(settings_, ctx_base="0", devices="0")),
+        make_context("h2", 1, second, prog, dict(settings_, ctx_base="1", first_rank="1", devices="0")),
+    ]
+    argv, carried = mpirun_launch(contexts, MpiOptions())
+    for value in list(first.values()) + list(second.values()):
+        if len(value) >= 3:
+            assert not any(value in a for a in argv if not a.startswith(sys.executable)), (value, argv)
+    tail = argv[argv.index(":") + 1 :]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSLAUNCH_") and k not in pairs}
+    env.update(carried, OMPI_COMM_WORLD_RANK="1")
+    env.update(dict(tail[i + 1].split("=", 1) for i, a in enumerate(tail) if a == "-x" and "=" in tail[i + 1]))
+    done = subprocess.run(["sh", WRAPPER, *tail[-len(prog) :]], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rank_env, rank_args = json.loads((tmp_path / "w1.log").read_text().splitlines()[-1])
+    assert {k: rank_env.get(k) for k in second} == second
+    assert rank_args == args
