@@ -213,6 +213,8 @@ def _plan_stand_ins(opts: JobOptions, nodes: int, per_host: int) -> None:
             master_addr=None,
             cpu_tune="off",
             env_file=(),
+            secret_env=(),  # the pods take them from the job's Secret
+            secret_env_file=(),  # in the image
             rank_table_file=None,
         )
         build_plan(build_spec(stand_in))

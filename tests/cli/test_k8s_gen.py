@@ -163,10 +163,18 @@ def test_secrets_come_from_a_kubernetes_secret_written_apart_0600(tmp_path, monk
 
 
 def test_a_secret_manifest_without_a_known_value_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A --secret-env unknown here is fine for the manifests (the pods take it from the Secret),
+    but --secret-manifest cannot write its value: refused, one line, nothing written."""
     monkeypatch.delenv("CRED", raising=False)
-    code, out, err = gen(*BASE, "--env", "PLAIN=1", "--secret-manifest", "s.yaml", "train.py")
-    assert code == 2 and "--secret-manifest" in err and "no secret variable" in err, err
-    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "s.yaml").exists()
+    code, out, err = gen(*BASE, "--secret-env", "CRED", "-o", "job.yaml", "train.py")
+    assert code == 0 and "secretKeyRef" in (tmp_path / "job.yaml").read_text(), err
+    for args, needle in ((["--secret-env", "CRED"], "CRED set nowhere here"), ([], "no secret variable")):
+        code, out, err = gen(
+            *BASE, *args, "--env", "PLAIN=1", "--secret-manifest", "s.yaml", "-o", "j2.yaml", "train.py"
+        )
+        assert code == 2 and "--secret-manifest" in err and needle in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "s.yaml").exists()
+        assert not (tmp_path / "j2.yaml").exists()  # nothing half-written
 
 
 @pytest.mark.parametrize(
