@@ -14,6 +14,13 @@
 #   MSLAUNCH_CWD_PREFIX  ranktable: the rank runs in <prefix><rank>/ and dumps env there
 #   MSLAUNCH_THREADS     remote hosts: the thread variables to set (e.g. OMP_NUM_THREADS,MSLAUNCH_CPU_THREADS)
 #   MSLAUNCH_HOST        with MSLAUNCH_THREADS: the host's name in the plan
+#   MSLAUNCH_VARS        the names of the processes' own variables (comma-separated); no value is
+#                        on mpirun's command line: each travels in mpirun's environment under a
+#                        carrier, MSLAUNCH_V<ctx base>_<NAME> (this context's own value) or
+#                        MSLAUNCH_V_<NAME> (shared), forwarded by a bare -x (see import_vars)
+#   MSLAUNCH_SECRETS     names of secret variables: shown as NAME=<secret> in env<rank>.log
+#   MSLAUNCH_COLONS      indices of the program's arguments that are ":" (mpirun's context
+#                        separator: written as mslaunch-colon on its command line)
 # and the wrapper exports RANK_ID, DEVICE_ID, LOCAL_RANK (and MS_NODE_ID for dynamic), the
 # thread variables (see set_threads), then runs the program with its output in the rank's log.
 #
@@ -209,6 +216,63 @@ mslaunch: warning: $warning"
         && mv -f "$MSLAUNCH_LOG_DIR/host-threads/.$MSLAUNCH_HOST.json.$$" "$MSLAUNCH_LOG_DIR/host-threads/$MSLAUNCH_HOST.json"
 }
 
+import_vars() {
+    # Each name of MSLAUNCH_VARS from its carrier (this context's own, else the shared one), then
+    # every carrier unset (mpirun hands its whole environment to the processes it starts on its
+    # own host: other contexts' carriers too).  Only names of shell variables reach eval; the
+    # values are never part of its text.
+    case ${MSLAUNCH_CTX_BASE:-} in '' | *[!0-9]*) return 0 ;; esac
+    set -f
+    for v in $(printf '%s\n' "${MSLAUNCH_VARS:-}" | tr ',' ' '); do
+        case $v in [!A-Za-z_]* | *[!A-Za-z0-9_]*) continue ;; esac
+        if eval "[ -n \"\${MSLAUNCH_V${MSLAUNCH_CTX_BASE}_$v+x}\" ]"; then
+            eval "$v=\$MSLAUNCH_V${MSLAUNCH_CTX_BASE}_$v"
+        elif eval "[ -n \"\${MSLAUNCH_V_$v+x}\" ]"; then
+            eval "$v=\$MSLAUNCH_V_$v"
+        else
+            continue
+        fi
+        export "$v"
+    done
+    for c in $(awk 'BEGIN { for (k in ENVIRON) if (k ~ /^MSLAUNCH_V[0-9]*_[A-Za-z0-9_]+$/) print k }'); do
+        unset "$c"
+    done
+    set +f
+}
+
+dump_env() {
+    # The full environment into $1 (0600), each secret's value shown as <secret>.
+    (
+        umask 077
+        rm -f "$1"
+        set -f
+        secrets=$(printf '%s\n' "${MSLAUNCH_SECRETS:-}" | tr ',' ' ')
+        for s in $secrets; do
+            case $s in [!A-Za-z_]* | *[!A-Za-z0-9_]*) continue ;; esac
+            unset "$s"
+        done
+        unset MSLAUNCH_SECRETS
+        env >"$1"
+        for s in $secrets; do
+            case $s in [!A-Za-z_]* | *[!A-Za-z0-9_]*) continue ;; esac
+            printf '%s=<secret>\n' "$s" >>"$1"
+        done
+    )
+}
+
+import_vars
+if [ -n "${MSLAUNCH_COLONS:-}" ]; then
+    # The program's arguments with those at MSLAUNCH_COLONS' indices turned back into ":".
+    n=$#
+    i=0
+    while [ "$i" -lt "$n" ]; do
+        a=$1
+        shift
+        case ",$MSLAUNCH_COLONS," in *",$i,"*) a=: ;; esac
+        set -- "$@" "$a"
+        i=$((i + 1))
+    done
+fi
 notes=
 idx=$((OMPI_COMM_WORLD_RANK - MSLAUNCH_CTX_BASE))
 if [ "$MSLAUNCH_ROLE" = scheduler ]; then
@@ -234,7 +298,7 @@ if [ -n "${MSLAUNCH_CWD_PREFIX:-}" ]; then
     mkdir -p "$MSLAUNCH_CWD_PREFIX$rank"
     chmod 700 "$MSLAUNCH_CWD_PREFIX$rank"
     cd "$MSLAUNCH_CWD_PREFIX$rank"
-    (umask 077 && rm -f "env$rank.log" && env >"env$rank.log")
+    dump_env "env$rank.log"
 fi
 # The log name: MSLAUNCH_LOG_NAME with its last {rank} replaced by the rank.
 log_name="${MSLAUNCH_LOG_NAME%"{rank}"*}$rank${MSLAUNCH_LOG_NAME##*"{rank}"}"

@@ -96,7 +96,7 @@ def env_show(
         if not 0 <= rank < plan.world_size:
             raise PlanError(f"rank {rank} is not in 0..{plan.world_size - 1}", field="--rank")
         proc = plan.ranks[rank]
-    for key, value in proc.env:
+    for key, value in plan.shown_env(proc):  # a secret's value: <secret>
         sys.stdout.write(f"export {key}={shlex.quote(value)}\n")
     source = plan.thread_source(proc)
     if source is not None:

@@ -102,6 +102,8 @@ def print_result(result: Any, prefix: str = "") -> None:
     out = sys.stderr if prefix else sys.stdout
     for v in result.verdicts:
         out.write(f"{prefix}{v.line()}\n")
+    for line in result.refused:
+        out.write(f"{prefix}{line}\n")
     bad = [v for v in result.verdicts if not v.ok]
     total = (
         f"{len(bad)} of {len(result.verdicts)} host(s) slow or faulty"
@@ -115,17 +117,17 @@ def result_json(result: Any, kernel: str, threshold: float, devices: Optional[De
     """``doctor --health --json`` (with ``"devices"``: what the device step checked, when given)."""
     from launcher.planning.health.rounds import health_json
 
-    return json.dumps(
-        health_json(
-            result.verdicts,
-            kernel=kernel,
-            threshold=threshold,
-            seconds=result.seconds,
-            network_note=result.network_note,
-            devices=devices.summary() if devices is not None else None,
-        ),
-        indent=2,
+    out = health_json(
+        result.verdicts,
+        kernel=kernel,
+        threshold=threshold,
+        seconds=result.seconds,
+        network_note=result.network_note,
+        devices=devices.summary() if devices is not None else None,
     )
+    if result.refused:
+        out["refused"] = list(result.refused)
+    return json.dumps(out, indent=2)
 
 
 def preflight(
@@ -155,6 +157,8 @@ def preflight(
     if note is not None and devices.choice.given is not None:  # the program names a device not known
         sys.stderr.write(f"mslaunch: preflight: {note}\n")
     result = check_hosts(spec, ssh, devices=devices)
+    for line in result.refused:
+        sys.stderr.write(f"mslaunch: preflight: {line}\n")
     bad = [v for v in result.verdicts if not v.ok]
     used = {p.host for p in plan.ranks}
     event = Preflight(
@@ -163,6 +167,7 @@ def preflight(
         result.network_note,
         tuple(PreflightHost(v.host, v.status, v.reason) for v in result.verdicts),
         devices.summary(),
+        refused=tuple(result.refused),
     )
     if not bad:
         sys.stderr.write(f"mslaunch: preflight: all {len(result.verdicts)} host(s) ok ({result.seconds:.1f} s)\n")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import json
-from typing import Dict, List, MutableMapping, Sequence, Tuple
+from typing import AbstractSet, Dict, List, MutableMapping, Sequence, Tuple
 
 #: The variable the detached run's hidden arguments travel in: ``{"<index in argv[1:]>": "arg"}``.
 HIDDEN_ENV_VAR = "MSLAUNCH_HIDDEN_ARGS"
@@ -25,8 +25,10 @@ HIDDEN_ENV_VAR = "MSLAUNCH_HIDDEN_ARGS"
 HIDDEN = "<hidden>"
 
 
-def hide_env_values(args: Sequence[str], assignments: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
-    """``args`` with the value of each ``--env`` assignment replaced by :data:`HIDDEN`.
+def hide_env_values(
+    args: Sequence[str], assignments: Sequence[str], shown: str = HIDDEN
+) -> Tuple[List[str], Dict[str, str]]:
+    """``args`` with the value of each ``--env`` assignment replaced by ``shown``.
 
     Args:
         args: the command line after the program name (``run ... --env K=V ... prog ...``).
@@ -48,11 +50,20 @@ def hide_env_values(args: Sequence[str], assignments: Sequence[str]) -> Tuple[Li
             arg = out[i]
             if arg == assignment or (arg.startswith("-") and arg.endswith(assignment)):
                 hidden[str(i)] = arg
-                out[i] = arg[: len(arg) - len(assignment)] + f"{name}={HIDDEN}"
+                out[i] = arg[: len(arg) - len(assignment)] + f"{name}={shown}"
                 i += 1
                 break
             i += 1
     return out, hidden
+
+
+def without_secrets(argv: Sequence[str], assignments: Sequence[str], secrets: AbstractSet[str]) -> List[str]:
+    """``argv`` (``sys.argv``) as ``job.json`` and the registry record it: the value of each
+    ``--env`` assignment of a secret variable shown as ``<secret>``."""
+    from launcher.planning.job.secrets import SHOWN
+
+    mine = [a for a in assignments if a.partition("=")[0] in secrets]
+    return [*argv[:1], *hide_env_values(list(argv[1:]), mine, SHOWN)[0]]
 
 
 def restore_argv(argv: List[str], environ: MutableMapping[str, str]) -> List[str]:

@@ -239,9 +239,58 @@ def _plan_stand_ins(opts: JobOptions, nodes: int, per_host: int) -> None:
             master_addr=None,
             cpu_tune="off",
             env_file=(),
+            secret_env=(),  # the pods take them from the job's Secret
+            secret_env_file=(),  # in the image
             rank_table_file=None,
         )
         build_plan(build_spec(stand_in))
+
+
+def _secrets_out_of_the_args(
+    groups: List[List[str]], opts: JobOptions
+) -> Tuple[List[List[str]], Tuple[str, ...], Dict[str, str]]:
+    """The pass-through option groups without the values of secret variables, the secret names
+    the pods take from the job's Secret, and the values known here (for ``--secret-manifest``).
+
+    A secret ``--env NAME=VALUE`` becomes ``--secret-env NAME`` (its value in the Secret); a
+    ``--secret-env NAME`` stays, its value taken from this environment when set here.
+    """
+    from launcher.cli.secretflags import take_secret_env_args
+    from launcher.planning.job.secrets import DEFAULT_PATTERNS
+
+    patterns = (() if opts.no_secret_patterns else DEFAULT_PATTERNS) + tuple(opts.secret_pattern)
+    out: List[List[str]] = []
+    values: Dict[str, str] = {}
+    for group in groups:
+        kept, taken = take_secret_env_args(group, opts.secret_env, patterns)
+        if kept:
+            out.append(kept)
+        for name, value in taken:
+            values[name] = value
+            if name not in opts.secret_env:
+                out.append(["--secret-env", name])
+    for name in opts.secret_env:
+        if name not in values and name in os.environ:
+            values[name] = os.environ[name]
+    names = tuple(dict.fromkeys(list(values) + list(opts.secret_env)))
+    return out, names, values
+
+
+def _write_secret_manifest(path: str, job: K8sJob, values: Dict[str, str]) -> None:
+    """``--secret-manifest FILE``: the job's Secret, written atomically, 0600 whatever the umask.
+
+    Raises:
+        PlanError: the job has no secret, or one whose value is not known here.
+    """
+    missing = [n for n in job.secrets if n not in values]
+    if not job.secrets or missing:
+        why = f"{', '.join(missing)} set nowhere here" if missing else "the job has no secret variable"
+        raise PlanError(f"{why}: give the value with --env NAME=VALUE or export it", field="--secret-manifest")
+    from launcher.jobs.files import write_atomic
+    from launcher.planning.backends.k8s import render_secret
+
+    write_atomic(path, render_secret(job, values))
+    sys.stderr.write(f"wrote {path}: Secret {job.secret_name} ({len(values)} key(s)); apply it first\n")
 
 
 def _default_name(program: List[str], module: Optional[str]) -> str:
@@ -282,6 +331,9 @@ def gen_cmd(
     memory: Optional[str] = typer.Option(None, "--memory", help="Memory per pod (requests = limits), e.g. 64Gi."),
     workdir: Optional[str] = typer.Option(
         None, "--workdir", help="The container's working directory (default: the image's)."
+    ),
+    secret_manifest: Optional[str] = typer.Option(
+        None, "--secret-manifest", help="Write the Secret of the job's secret variables here (0600)."
     ),
 ) -> None:
     """Write the manifests of a job whose pods each run 'mslaunch run' for one node.
@@ -331,6 +383,7 @@ def gen_cmd(
     keep = (
         [g for g in groups if g[0].partition("=")[0] not in _MASTER_PORT] if params["flavor"] != "ascendjob" else groups
     )
+    keep, secret_names, secret_values = _secrets_out_of_the_args(keep, opts)
     job = K8sJob(
         name=params["name"] if params["name"] is not None else _default_name(program, opts.module),
         image=img,
@@ -346,9 +399,12 @@ def gen_cmd(
         device=device.upper() if device else None,
         grace=float(run_params["grace"]),
         metrics_port=metrics_port,
+        secrets=secret_names,
     )
     text = render_manifests(job)  # checks the job's own fields (name, image, quantities...)
     _plan_stand_ins(opts, nodes_n, per)
+    if params["secret_manifest"] is not None:
+        _write_secret_manifest(params["secret_manifest"], job, secret_values)
     path = params["output"]
     if path is None:
         sys.stdout.write(text)

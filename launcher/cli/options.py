@@ -45,6 +45,10 @@ class JobOptions:
     cluster_time_out: Optional[int]
     env: Tuple[str, ...]
     env_file: Tuple[str, ...]
+    secret_env: Tuple[str, ...]
+    secret_env_file: Tuple[str, ...]
+    secret_pattern: Tuple[str, ...]
+    no_secret_patterns: bool
     module: Optional[str]
     no_python: bool
     cold_restarts: bool
@@ -196,6 +200,38 @@ _opt(
     "env_file",
     List[str],
     typer.Option([], "--env-file", help="File of K=V lines for every rank (repeatable).", rich_help_panel="Job"),
+)
+_opt(
+    "secret_env",
+    List[str],
+    typer.Option(
+        [],
+        "--secret-env",
+        help="NAME: a secret variable (its value from --env/--env-file or this environment; shown as <secret>).",
+        rich_help_panel="Job",
+    ),
+)
+_opt(
+    "secret_env_file",
+    List[str],
+    typer.Option(
+        [], "--secret-env-file", help="File of K=V lines, every one secret (repeatable).", rich_help_panel="Job"
+    ),
+)
+_opt(
+    "secret_pattern",
+    List[str],
+    typer.Option(
+        [],
+        "--secret-pattern",
+        help="Names matching this glob (any case) are secret (repeatable; besides *TOKEN* *KEY* *SECRET* *PASSWORD*).",
+        rich_help_panel="Job",
+    ),
+)
+_opt(
+    "no_secret_patterns",
+    bool,
+    typer.Option(False, "--no-secret-patterns", help="Drop the default secret name patterns.", rich_help_panel="Job"),
 )
 _opt(
     "module",
@@ -450,6 +486,6 @@ def with_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def job_options(params: Mapping[str, Any]) -> JobOptions:
     """The :class:`JobOptions` of a command's parsed parameters (e.g. ``run``'s click context)."""
     values = {name: params[name] for name in _FIELDS}
-    for name in ("env", "env_file", "hccn", "mpi_arg", "program"):
+    for name in ("env", "env_file", "secret_env", "secret_env_file", "secret_pattern", "hccn", "mpi_arg", "program"):
         values[name] = tuple(values[name] or ())
     return JobOptions(**values)

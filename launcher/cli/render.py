@@ -98,7 +98,7 @@ def print_plan(plan: Plan, everything: bool = False) -> None:
         lines = [
             f"  cwd:  {p.cwd}",
             f"  argv: {' '.join(shlex.quote(a) for a in p.argv)}",
-            f"  env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in p.env)}",
+            f"  env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in plan.shown_env(p))}",
             f"  log:  {p.log}",
         ]
         if p.cpus is not None:

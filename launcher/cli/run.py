@@ -347,10 +347,9 @@ def _supervise(
     metrics: MetricsSettings,
 ) -> Any:
     """Start the job and supervise it to its end, its ranks' output on ``console``; the result
-    (a :class:`~launcher.execution.results.JobResult`).
-
-    Restarts leave out bad hosts when the inventory has more than one (:func:`launcher.planning.spares.replan`).
-    """
+    (a :class:`~launcher.execution.results.JobResult`).  Restarts leave out bad hosts when the
+    inventory has more than one (:func:`launcher.planning.spares.replan`)."""
+    from launcher.cli.hiddenenv import without_secrets
     from launcher.cli.metrics_flags import start_exporter
     from launcher.execution.hostthreads import NoteSettings
     from launcher.execution.local.backend import LocalSettings
@@ -370,7 +369,7 @@ def _supervise(
         return run_plan(
             plan,
             options,
-            sys.argv,
+            without_secrets(sys.argv, [f"{k}={v}" for k, v in spec.env], plan.secrets),
             on_event=console.event,
             on_started=started,
             replan=(lambda exclusions: replan(spec, exclusions, plan.world_size))

@@ -24,11 +24,13 @@ Slurm itself does the same.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import sys
-from typing import Any, List, Optional
+from dataclasses import replace
+from typing import Any, List, Optional, Sequence, Tuple
 
 import typer
 from typer.core import TyperCommand
@@ -101,6 +103,7 @@ def render_script(
     run_args: List[str],
     requeue: bool,
     environ_conf: Optional[str] = None,
+    secrets_file: Optional[str] = None,
 ) -> str:
     """The batch script (pure).
 
@@ -113,6 +116,8 @@ def render_script(
         run_args: ``mslaunch run`` options, SCRIPT and ARGS.
         requeue: requeue the job after a preemption warning (``--requeue``).
         environ_conf: ``SLURM_CONF`` to export, if set when submitting.
+        secrets_file: the job's ``secrets.json`` (``run_args`` name it): removed when the run ends
+            unless the job may be requeued (a requeued run reads it again).
     """
     q = shlex.quote
     lines = (
@@ -138,6 +143,8 @@ def render_script(
     ]
     if requeue:  # a preempted run requeues its job, unless Slurm does it already
         lines.append(f'{q(python)} -m launcher.execution.slurm.requeue "$LOG_DIR/summary.json"')
+    elif secrets_file:
+        lines.append(f"rm -f {q(secrets_file)}")
     lines.append("exit $rc")
     return "\n".join(lines) + "\n"
 
@@ -257,29 +264,55 @@ def sbatch_cmd(
     directives.append("--requeue" if requeue else "--no-requeue")
     directives += extras
     check_run(run_ctx, submit_environ(stand_in_environ(shape), os.environ))  # against a stand-in of the allocation
+    run_args, secret_pairs = _secrets_out_of_the_script(run_ctx.params, split, job_dir)
     script = render_script(
         job_id=job_id,
         job_dir=job_dir,
         cwd=os.getcwd(),
         python=sys.executable,
         directives=directives,
-        run_args=split.run_argv(),
+        run_args=run_args,
         requeue=requeue,
         environ_conf=os.environ.get("SLURM_CONF"),
+        secrets_file=os.path.join(job_dir, layout.SBATCH_SECRETS) if secret_pairs else None,
     )
     _note_derived(shape)
     if dry_run:
         sys.stdout.write(script)
         return
-    slurm_id = _write_and_submit(job_dir, script)
+    slurm_id = _write_and_submit(job_dir, script, secret_pairs)
+    from launcher.cli.hiddenenv import without_secrets
     from launcher.jobs.jobdir import register_submitted
 
-    register_submitted(job_id, job_dir, slurm_id, ["mslaunch", "sbatch"] + [a for a in sys.argv[2:]])
+    shown = without_secrets(
+        ["mslaunch", "sbatch"] + sys.argv[2:], [f"{k}={v}" for k, v in secret_pairs], {k for k, _ in secret_pairs}
+    )
+    register_submitted(job_id, job_dir, slurm_id, shown)
     sys.stdout.write(f"{slurm_id}\n{job_id}\n")
     sys.stderr.write(
         f"mslaunch: submitted Slurm job {slurm_id} as mslaunch job {job_id}; logs: {job_dir}\n"
         f"  follow: mslaunch logs tail {job_id} -f    stop: mslaunch stop {job_id}\n"
     )
+
+
+def _secrets_out_of_the_script(params: Any, split: SplitArgs, job_dir: str) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """The script's run arguments without the secrets' values, and those values: the ``--env``
+    assignments of secret variables and the ``--secret-env`` values of this environment go into
+    ``<job dir>/secrets.json`` (0600), which the run reads as a ``--secret-env-file``."""
+    from launcher.cli.secretflags import take_secret_env_args
+    from launcher.planning.job.secrets import DEFAULT_PATTERNS
+
+    patterns = (() if params.get("no_secret_patterns") else DEFAULT_PATTERNS) + tuple(
+        params.get("secret_pattern") or ()
+    )
+    names = list(params.get("secret_env") or ())
+    run, pairs = take_secret_env_args(split.run, names, patterns)
+    given = {k for k, _ in pairs}
+    pairs += [(n, os.environ[n]) for n in dict.fromkeys(names) if n not in given and n in os.environ]
+    if not pairs:
+        return split.run_argv(), []
+    run += ["--secret-env-file", os.path.join(job_dir, layout.SBATCH_SECRETS)]
+    return replace(split, run=run).run_argv(), pairs
 
 
 def _extra_directives(sbatch_arg: List[str]) -> List[str]:
@@ -318,10 +351,11 @@ def _note_derived(shape: Shape) -> None:
         sys.stderr.write(f"mslaunch: allocation {shown} (derived from --np/--per-host)\n")
 
 
-def _write_and_submit(job_dir: str, script: str) -> str:
-    """Write ``sbatch.sh`` into a new (or empty) job dir and submit it; the Slurm job id.
+def _write_and_submit(job_dir: str, script: str, secret_pairs: Sequence[Tuple[str, str]] = ()) -> str:
+    """Write ``sbatch.sh`` (and ``secrets.json`` when the job has ``secret_pairs``) into a new (or
+    empty) job dir and submit it; the Slurm job id.
 
-    If sbatch refuses the job, the script and the directories this call created are removed.
+    If sbatch refuses the job, the files and the directories this call created are removed.
 
     Raises:
         LaunchError: sbatch refused the job (its message) or is missing.
@@ -335,10 +369,15 @@ def _write_and_submit(job_dir: str, script: str) -> str:
     created = prepare_job_dir(job_dir)
     path = os.path.join(job_dir, layout.SBATCH_SCRIPT)
     write_atomic(path, script)  # 0600: it holds the --env values (sbatch reads it; nothing runs it)
+    secrets_path = os.path.join(job_dir, layout.SBATCH_SECRETS)
+    if secret_pairs:  # 0600; read by the run at run time, never part of the script
+        write_atomic(secrets_path, json.dumps(dict(secret_pairs)))
     try:
         return submit(path, os.getcwd())
     except BaseException:
         os.unlink(path)
+        if secret_pairs:
+            os.unlink(secrets_path)
         for made, folder in ((created, job_dir), (not parent_existed, parent)):
             if made:
                 try:

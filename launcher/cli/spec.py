@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, Tuple
 from launcher.cli.cpuspec import cpu_spec
 from launcher.cli.msrun_flags import node_rank_from_env, parse_bind_numa, parse_msrun_bool, tail_ranks
 from launcher.cli.options import JobOptions
+from launcher.cli.secretflags import read_secret_file, secret_inputs
 from launcher.cli.ssh_flags import job_ssh_config
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.backend import backend_names
@@ -288,6 +289,20 @@ def build_spec(
     job_id, job_dir = _job_id_and_dir(opts, job_id)
     env_pairs = tuple(envs.parse_env_assignment(e) for e in opts.env)
     env_files = tuple((path, _read_env_file(path)) for path in opts.env_file)
+    given = (
+        [k for k, _ in env_pairs]
+        + [k for _, p in env_files for k, _ in p]
+        + [k for h in inventory.hosts for k, _ in h.env]
+    )
+    secret = secret_inputs(
+        opts.secret_env,
+        opts.secret_env_file,
+        opts.secret_pattern,
+        opts.no_secret_patterns,
+        given,
+        environ,
+        read_secret_file,
+    )
     device_ips = _device_ips(opts, inventory)
     wrapper = template_path("mslaunch-rank.sh") if opts.launcher == "mpirun" or opts.method == Method.MPI else None
     port = master_port(shape.master_port) if opts.method == Method.DYNAMIC else DEFAULT_MASTER_PORT
@@ -310,8 +325,10 @@ def build_spec(
         master_addr=shape.master_addr,
         master_port=port,
         cluster_time_out=opts.cluster_time_out,
-        env_files=env_files,
+        env_files=env_files + secret.env_files,
         env=env_pairs,
+        secret_named=secret.named,
+        secret_patterns=secret.patterns,
         user_env_keys=frozenset(os.environ),
         compile_cache=opts.compile_cache,
         device_ips=device_ips,

@@ -35,6 +35,7 @@ from launcher.jobs.files import write_atomic
 from launcher.planning.inventory.model import is_local
 from launcher.planning.job.events import Event, JobEnd, JobStart, OnEvent
 from launcher.planning.job.kinds import ArtefactKind, JobStatus, Method
+from launcher.planning.job.secrets import SHOWN
 from launcher.planning.job.spec import Exclusion, Plan
 
 if TYPE_CHECKING:
@@ -154,6 +155,7 @@ def prepare_ranktable_dirs(plan: Plan, adir: str, local_only: bool = False) -> N
             continue  # remote ranks: the ssh launcher writes their dump on the host
         env = dict(os.environ)
         env.update(proc.env)
+        env.update((k, SHOWN) for k in plan.secrets if k in env)  # a secret's value is never written
         write_atomic(
             os.path.join(cwd, os.path.basename(proc.env_dump)),
             "".join(f"{k}={v}\n" for k, v in env.items()),

@@ -28,7 +28,15 @@ PREVIOUS_DIR = layout.PREVIOUS_DIR
 #: Entries an otherwise empty directory may hold and still be used as a new job dir: the lock, a
 #: detached run's console log, and the previous job's files (``.previous/``).
 _EMPTY_OK = frozenset(
-    {LOCK_FILE, layout.DETACH_LOG, PREVIOUS_DIR, layout.SBATCH_SCRIPT, layout.SBATCH_FILE, layout.SBATCH_OUTPUT}
+    {
+        LOCK_FILE,
+        layout.DETACH_LOG,
+        PREVIOUS_DIR,
+        layout.SBATCH_SCRIPT,
+        layout.SBATCH_FILE,
+        layout.SBATCH_OUTPUT,
+        layout.SBATCH_SECRETS,
+    }
 )  # written by mslaunch sbatch
 
 

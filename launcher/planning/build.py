@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning.backends import mpirun as mpi
 from launcher.planning.inventory.model import Host, Inventory
-from launcher.planning.job import envs, layout
+from launcher.planning.job import envs, layout, secrets
 from launcher.planning.job.kinds import ArtefactKind, Method, Role
 from launcher.planning.job.procenv import ProcEnv
 from launcher.planning.job.ranks import RankSlot, assign_ranks, new_frozen, node_slots, used_inventory
@@ -138,7 +138,16 @@ def build_plan(spec: JobSpec) -> Plan:
         cpu_notes=proc_env.cpu_notes,
         cpu_warnings=proc_env.cpu.warnings,
         host_threads=proc_env.host_threads,
+        secrets=_secrets(spec, used),
     )
+
+
+def _secrets(spec: JobSpec, used: List[Host]) -> FrozenSet[str]:
+    """The job's secret names (:mod:`launcher.planning.job.secrets`): the named ones, and the
+    user's variables (inventory ``env``, env files, ``--env``) matching the secret patterns."""
+    user = [k for h in used for k, _ in h.env]
+    user += [k for _, pairs in spec.env_files for k, _ in pairs] + [k for k, _ in spec.env]
+    return secrets.secret_names(spec.secret_named, user, spec.secret_patterns)
 
 
 def _check_spec(spec: JobSpec) -> str:

@@ -111,12 +111,70 @@ def test_the_manifests_holding_env_values_are_written_0600_under_umask_022(tmp_p
     """The pods' env holds the --env values: the -o file is 0600 (it was 0644)."""
     old = os.umask(0o022)
     try:
-        code, out, err = gen(*BASE, "--env", "HF_TOKEN=hf_secret", "-o", "job.yaml", "train.py")
+        code, out, err = gen(*BASE, "--env", "MY_SETTING=not_secret", "-o", "job.yaml", "train.py")
     finally:
         os.umask(old)
     assert code == 0, err
-    assert "hf_secret" in (tmp_path / "job.yaml").read_text()
+    assert "not_secret" in (tmp_path / "job.yaml").read_text()
     assert oct(os.stat(tmp_path / "job.yaml").st_mode & 0o777) == "0o600"
+
+
+def test_secrets_come_from_a_kubernetes_secret_written_apart_0600(tmp_path, monkeypatch):
+    """A secret (by the default patterns, or --secret-env from this environment) is no value in the
+    manifests: the container takes it from the Secret <job>-secrets (secretKeyRef), the pods' run
+    names it with --secret-env; --secret-manifest writes that Secret, 0600 under umask 022."""
+    monkeypatch.setenv("CRED", "cred: 'x' \"y\"\n")
+    old = os.umask(0o022)
+    try:
+        code, out, err = gen(
+            *BASE,
+            "--env",
+            "HF_TOKEN=hf_secret",
+            "--secret-env",
+            "CRED",
+            "--env",
+            "PLAIN=1",
+            "--secret-manifest",
+            "secret.yaml",
+            "-o",
+            "job.yaml",
+            "train.py",
+        )
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    text = (tmp_path / "job.yaml").read_text()
+    assert "hf_secret" not in text and "cred:" not in text
+    job = [d for d in yaml.safe_load_all(text) if d["kind"] == "Job"][0]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    assert refs == {n: {"name": "train-secrets", "key": n} for n in ("HF_TOKEN", "CRED")}
+    args = container["args"]
+    assert "PLAIN=1" in args and [args[i + 1] for i, a in enumerate(args) if a == "--secret-env"] == [
+        "HF_TOKEN",
+        "CRED",
+    ]
+    (secret,) = yaml.safe_load_all((tmp_path / "secret.yaml").read_text())
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", "train-secrets")
+    assert secret["stringData"] == {"HF_TOKEN": "hf_secret", "CRED": "cred: 'x' \"y\"\n"}
+    assert oct(os.stat(tmp_path / "secret.yaml").st_mode & 0o777) == "0o600"
+
+
+def test_a_secret_manifest_without_a_known_value_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A --secret-env unknown here is fine for the manifests (the pods take it from the Secret),
+    but --secret-manifest cannot write its value: refused, one line, nothing written."""
+    monkeypatch.delenv("CRED", raising=False)
+    code, out, err = gen(*BASE, "--secret-env", "CRED", "-o", "job.yaml", "train.py")
+    assert code == 0 and "secretKeyRef" in (tmp_path / "job.yaml").read_text(), err
+    for args, needle in ((["--secret-env", "CRED"], "CRED set nowhere here"), ([], "no secret variable")):
+        code, out, err = gen(
+            *BASE, *args, "--env", "PLAIN=1", "--secret-manifest", "s.yaml", "-o", "j2.yaml", "train.py"
+        )
+        assert code == 2 and "--secret-manifest" in err and needle in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "s.yaml").exists()
+        assert not (tmp_path / "j2.yaml").exists()  # nothing half-written
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -394,7 +395,8 @@ def test_a_refused_submission_leaves_no_script_behind(monkeypatch, capsys, tmp_p
 
 def test_a_submitted_jobs_script_and_records_are_0600_under_umask_022(monkeypatch, capsys, tmp_path) -> None:
     """sbatch.sh and sbatch.json hold mslaunch's argv (--env values): 0600 (the script was 0700;
-    sbatch reads it, nothing runs it), the job dir 0700, the registry entry 0600."""
+    sbatch reads it, nothing runs it), the job dir 0700, the registry entry 0600.  A secret's
+    value is in none of them: it is in secrets.json (0600), which the script's run reads."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "sbatch").write_text("#!/bin/sh\necho 4242\n")
@@ -404,22 +406,52 @@ def test_a_submitted_jobs_script_and_records_are_0600_under_umask_022(monkeypatc
     (work / "prog.py").write_text("")
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setenv("MSLAUNCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CRED", "cred-from-env")
     old = os.umask(0o022)
     try:
         code, out, err = _main(
-            monkeypatch, capsys, work, "sbatch", "--log-dir", "job", "--np", "1", "--env", "HF_TOKEN=hf_x", "prog.py"
+            monkeypatch,
+            capsys,
+            work,
+            "sbatch",
+            "--log-dir",
+            "job",
+            "--np",
+            "1",
+            "--env",
+            "PLAIN=plain_x",
+            "-eHF_TOKEN=hf_x",
+            "--secret-env",
+            "CRED",
+            "prog.py",
         )
     finally:
         os.umask(old)
     assert code == 0, err
     job = work / "job"
-    assert "HF_TOKEN=hf_x" in (job / "sbatch.sh").read_text() and "HF_TOKEN=hf_x" in (job / "sbatch.json").read_text()
+    script, record = (job / "sbatch.sh").read_text(), (job / "sbatch.json").read_text()
+    assert "PLAIN=plain_x" in script and "PLAIN=plain_x" in record
+    assert f"--secret-env-file {job / 'secrets.json'}" in script and "--secret-env CRED" in script
+    assert not any(v in t for v in ("hf_x", "cred-from-env") for t in (script, record)), (script, record)
+    assert "HF_TOKEN=<secret>" in record
+    assert json.loads((job / "secrets.json").read_text()) == {"HF_TOKEN": "hf_x", "CRED": "cred-from-env"}
     modes = {
         p.name: oct(p.stat().st_mode & 0o777) for p in [job, *job.iterdir(), *(tmp_path / "home" / "jobs").iterdir()]
     }
     assert set(modes.values()) == {"0o600", "0o700"} and modes.pop("job") == "0o700", modes
-    assert sorted(modes) == sorted(["sbatch.sh", "sbatch.json", *os.listdir(tmp_path / "home" / "jobs")])
+    assert sorted(modes) == sorted(
+        ["sbatch.sh", "sbatch.json", "secrets.json", *os.listdir(tmp_path / "home" / "jobs")]
+    )
     assert set(modes.values()) == {"0o600"}, modes
+    for entry in (tmp_path / "home" / "jobs").iterdir():
+        assert "hf_x" not in entry.read_text()
+
+
+def test_the_script_of_a_job_with_secrets_removes_them_at_its_end_unless_it_may_be_requeued() -> None:
+    base = dict(job_id="j", job_dir="/j", cwd="/w", python="/py", directives=[], run_args=["p.py"])
+    assert "rm -f /j/secrets.json\nexit $rc" in render_script(**base, requeue=False, secrets_file="/j/secrets.json")
+    assert "rm -f" not in render_script(**base, requeue=True, secrets_file="/j/secrets.json")
+    assert "rm -f" not in render_script(**base, requeue=False)
 
 
 # ---------------------------------------------------------------- #SBATCH values (issue 45)

@@ -245,6 +245,7 @@ def test_every_file_of_a_job_and_of_its_report_is_private_under_umask_022(tmp_pa
         "--master-port",
         "auto",
         "--quiet",
+        "--no-secret-patterns",  # values not marked secret: written, so the modes must protect them
         "--env",
         "CLI_SECRET=from-the-cli",
         "--env-file",

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import MsLaunchError, PlanError
-from launcher.planning.backends.mpirun import mpirun_command
+from launcher.planning.backends.mpirun import mpirun_command, mpirun_plan_launch
 from launcher.planning.build import build_plan
 from launcher.planning.inventory.hostarg import parse_host_list
 from launcher.planning.inventory.hostfile import parse_hostfile
@@ -167,20 +167,26 @@ def test_mpi_16_ranks_and_mpirun_argv():
         "LOCAL_RANK": "2",
         "LOCAL_WORLD_SIZE": "8",
     }
-    ctx = [
-        "-x",
-        "PYTHONUNBUFFERED=1",
-        "-x",
-        "MS_COMPILER_CACHE_ENABLE=1",
-        "-x",
-        "MS_COMPILER_CACHE_PATH=/work/mslaunch_logs/j1/compile_cache",
-        "-x",
-        "MSLAUNCH_COMPILE_CACHE=/work/mslaunch_logs/j1/compile_cache",
-        "-x",
-        "RANK_SIZE=16",
-        "-x",
-        "LOCAL_WORLD_SIZE=8",
+    names = [
+        "PYTHONUNBUFFERED",
+        "MS_COMPILER_CACHE_ENABLE",
+        "MS_COMPILER_CACHE_PATH",
+        "MSLAUNCH_COMPILE_CACHE",
+        "RANK_SIZE",
+        "LOCAL_WORLD_SIZE",
     ]
+    # no value on the command line: each is forwarded from mpirun's environment by its carrier
+    ctx = ["-x", "MSLAUNCH_VARS=" + ",".join(names)] + [a for n in names for a in ("-x", f"MSLAUNCH_V_{n}")]
+    argv, env = mpirun_plan_launch(plan)
+    assert env == {
+        "MSLAUNCH_V_PYTHONUNBUFFERED": "1",
+        "MSLAUNCH_V_MS_COMPILER_CACHE_ENABLE": "1",
+        "MSLAUNCH_V_MS_COMPILER_CACHE_PATH": "/work/mslaunch_logs/j1/compile_cache",
+        "MSLAUNCH_V_MSLAUNCH_COMPILE_CACHE": "/work/mslaunch_logs/j1/compile_cache",
+        "MSLAUNCH_V_RANK_SIZE": "16",
+        "MSLAUNCH_V_LOCAL_WORLD_SIZE": "8",
+    }
+    assert argv == mpirun_command(plan)
     assert mpirun_command(plan) == tuple(
         [
             "mpirun",
@@ -209,9 +215,6 @@ def test_mpi_16_ranks_and_mpirun_argv():
             "8",
             "--host",
             "10.0.0.1:8",
-        ]
-        + ctx
-        + [
             "-x",
             "MSLAUNCH_CTX_BASE=0",
             "-x",
@@ -226,6 +229,9 @@ def test_mpi_16_ranks_and_mpirun_argv():
             "MSLAUNCH_LOG_NAME=worker_{rank}.log",
             "-x",
             "MSLAUNCH_METHOD=mpi",
+        ]
+        + ctx
+        + [
             "/opt/w.sh",
             "/usr/bin/python3",
             "/work/train.py",
@@ -236,9 +242,6 @@ def test_mpi_16_ranks_and_mpirun_argv():
             "8",
             "--host",
             "10.0.0.2:8",
-        ]
-        + ctx
-        + [
             "-x",
             "MSLAUNCH_CTX_BASE=8",
             "-x",
@@ -253,6 +256,9 @@ def test_mpi_16_ranks_and_mpirun_argv():
             "MSLAUNCH_LOG_NAME=worker_{rank}.log",
             "-x",
             "MSLAUNCH_METHOD=mpi",
+        ]
+        + ctx
+        + [
             "/opt/w.sh",
             "/usr/bin/python3",
             "/work/train.py",
@@ -270,11 +276,14 @@ def test_dynamic_under_mpirun_has_scheduler_context():
     assert argv.count(":") == 1
     first = argv[: argv.index(":")]
     assert first[3:9] == ["--bind-to", "none", "-np", "1", "--host", "localhost:3"]
-    assert "MS_ROLE=MS_SCHED" in first and "MSLAUNCH_ROLE=scheduler" in first
+    _, env = mpirun_plan_launch(plan)
+    assert "MSLAUNCH_V0_MS_ROLE" in first and "MSLAUNCH_ROLE=scheduler" in first
     second = argv[argv.index(":") + 1 :]
     assert second[:4] == ["-np", "2", "--host", "localhost:3"]
-    assert "MS_ROLE=MS_WORKER" in second and "MSLAUNCH_CTX_BASE=1" in second
-    assert "MS_NODE_ID=0" not in argv  # per rank: derived by the wrapper
+    assert "MSLAUNCH_V1_MS_ROLE" in second and "MSLAUNCH_CTX_BASE=1" in second
+    assert (env["MSLAUNCH_V0_MS_ROLE"], env["MSLAUNCH_V1_MS_ROLE"]) == ("MS_SCHED", "MS_WORKER")
+    assert not any("MS_ROLE=" in a for a in argv)  # a value differing by context: its own carrier
+    assert not any("MS_NODE_ID" in a for a in argv)  # per rank: derived by the wrapper
     assert [a.kind for a in plan.artefacts] == ["hostfile"]
     assert plan.artefacts[0].content == "localhost slots=2\n"
 

@@ -22,6 +22,7 @@ The answers are returned raw (:attr:`HealthResult.device_answers`), judged by th
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 import sys
 import threading
@@ -99,6 +100,8 @@ class HealthResult:
             for the hosts that were sent one and answered.
         device_failures: host -> why it gave no device answer (it did not answer the check, or
             not the device order in time).
+        refused: one line per connection refused for a bad token (``h2: refused a connection
+            from ADDR: bad token``): an impostor's figures are never used.
     """
 
     verdicts: Tuple[Verdict, ...]
@@ -106,6 +109,7 @@ class HealthResult:
     network_note: str
     device_answers: Mapping[str, Any] = field(default_factory=dict)
     device_failures: Mapping[str, str] = field(default_factory=dict)
+    refused: Tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -171,7 +175,8 @@ def run_health(
             py = python.get(h.name) or h.python
             if h.is_local:
                 try:
-                    links[h.name] = LocalLink(h.name, _argv(py or sys.executable, kernel, "", lifetime), THREAD_ENV)
+                    argv = _argv(py or sys.executable, kernel, "127.0.0.1", lifetime)
+                    links[h.name] = LocalLink(h.name, argv, THREAD_ENV)
                 except OSError as exc:
                     failures[h.name] = f"cannot start the probe: {exc.strerror or exc}: {py or sys.executable}"
                 continue
@@ -227,13 +232,22 @@ def drive(
     t_start: float,
     no_network: str = "not checked: fewer than 2 hosts answered",
     devices: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    token: str = "",
+    refused: Sequence[str] = (),
 ) -> HealthResult:
     """The check over open probes (``links``; hosts without one are in ``failures``): start,
     compute, the network rounds between the hosts of ``addr`` (host -> the address its peers
     connect to), the device orders of ``devices`` (host -> order), verdicts.  Updates
-    ``failures``; sets each link's ``pid``."""
+    ``failures``; sets each link's ``pid``.
+
+    Args:
+        token: the check's token (default a new one), given to every probe in ``start``: a
+            probe's sink takes a peer's data only after it.
+        refused: lines of connections refused before (the Slurm channel's impostors).
+    """
     start_t = budget.mindspore_start_timeout if kernel == "mindspore" else budget.start_timeout
-    started = _ask(links, {h: {"op": "start", "kernel": kernel, "n": budget.n} for h in links}, start_t)
+    token = token or secrets.token_hex(16)  # over the channel: every sink takes only this check's probes
+    started = _ask(links, {h: {"op": "start", "kernel": kernel, "n": budget.n, "token": token} for h in links}, start_t)
     port = _note(started, failures, "start", "port")
     for h, a in started.items():
         links[h].pid = a.get("pid")
@@ -262,8 +276,16 @@ def drive(
             transfers += _transfers(links, again, addr, port, budget, 3)
     answers, missing = _devices(names, links, failures, devices, budget) if devices else ({}, {})
     verdicts = judge(names, gflops, failures, transfers, threshold, network=network)
+    lines = list(refused) + [
+        f"{h}: refused a connection from {a}: bad token" for h in names if h in links for a in links[h].refused
+    ]
     return HealthResult(
-        tuple(verdicts), time.monotonic() - t_start, "checked" if network else no_network, answers, missing
+        tuple(verdicts),
+        time.monotonic() - t_start,
+        "checked" if network else no_network,
+        answers,
+        missing,
+        tuple(lines),
     )
 
 

@@ -25,6 +25,8 @@ class ProbeLink:
         self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
         self.dead: Optional[str] = None
         self.pid: Optional[int] = None  #: the probe's pid on its host, once it answered ``start``
+        #: addresses whose connection to the probe's sink it refused (no or a bad token)
+        self.refused: List[str] = []
 
     def _pump(self, read: Any) -> None:
         buf = b""
@@ -60,7 +62,10 @@ class ProbeLink:
             data = json.loads(line)
         except ValueError:
             return {"error": f"the probe said {line[:200]!r}"}
-        return data if isinstance(data, dict) else {"error": f"the probe said {line[:200]!r}"}
+        if not isinstance(data, dict):
+            return {"error": f"the probe said {line[:200]!r}"}
+        self.refused += [str(a) for a in data.pop("refused", None) or ()]
+        return data
 
     def _said(self) -> str:
         return ""

@@ -30,7 +30,7 @@ from launcher.execution.process.handle import WatchdogLink
 from launcher.execution.process.spawn import LocalProcess
 from launcher.execution.process.standin import StandInProcess, launcher_plan, read_json_record, start_standin
 from launcher.execution.results import ProcResult
-from launcher.planning.backends.mpirun import mpirun_command
+from launcher.planning.backends.mpirun import mpirun_command, mpirun_plan_launch
 from launcher.planning.job.kinds import Method
 from launcher.planning.job.spec import Plan, ProcPlan
 from launcher.planning.text.private import makedirs_private
@@ -260,14 +260,16 @@ class MpirunBackend(WatchesHostThreads, Backend):
         return {"mpirun": list(mpirun_command(plan))}
 
     def requests(self, plan: Plan, attempt_dir: str) -> Tuple[StartRequest, ...]:
-        """One request: mpirun itself, logging to ``<attempt dir>/mpirun.log``."""
+        """One request: mpirun itself, logging to ``<attempt dir>/mpirun.log``; the ranks' values
+        in its environment (their carriers: :mod:`launcher.planning.backends.mpirun`), none on its
+        command line."""
         status_dir = os.path.join(attempt_dir, STATUS_DIR)
         makedirs_private(status_dir)
-        argv = watched_agent(mpirun_command(plan, attempt_dir), status_dir)
+        argv, env = mpirun_plan_launch(plan, attempt_dir)
+        argv = watched_agent(argv, status_dir)
         log = os.path.join(attempt_dir, "mpirun.log")
-        proc = launcher_plan(
-            "mpirun", argv, plan.ranks[0].cwd if plan.method != Method.RANKTABLE else plan.job_dir, log
-        )
+        cwd = plan.ranks[0].cwd if plan.method != Method.RANKTABLE else plan.job_dir
+        proc = launcher_plan("mpirun", argv, cwd, log, env=tuple(env.items()))
         return (StartRequest(proc, log, proc.cwd),)
 
     def start(self, proc: ProcPlan, log_path: str, cwd: str) -> MpirunProcess:

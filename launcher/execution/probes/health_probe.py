@@ -18,14 +18,22 @@ command                                            answer
 =================================================  ==========================================
 
 With ``connect: [addr, port]`` in ``CFG`` (Slurm: one ``srun`` step per node) the lines go over a
-TCP connection to that address instead, which starts with ``{"hello": CFG's token, "addr": the
-probe's own address on that connection}``.  A failed command answers ``{"error": "..."}``.  The program exits at the end
+TCP connection to that address instead, which starts with ``{"hello": CFG's name, "key": the
+check's token, "addr": the probe's own address on that connection}``.
+
+The check's token (``secrets.token_hex``, new for every check) is never on a command line: it
+comes in ``start``'s ``token`` (over the channel), or for the connection back in the
+environment (:data:`TOKEN_ENV`, which srun passes on).  The sink listens only on ``CFG``'s
+``bind`` (the address its peers use; 127.0.0.1 when empty), and a peer must send the token and a
+newline first (``send`` does): any other connection is closed unread, and its address is listed
+in ``refused`` of the probe's next answer.  A failed command answers ``{"error": "..."}``.  The program exits at the end
 of its stdin, on
 ``quit``, and in any case ``lifetime`` seconds after it started (``CFG``'s ``lifetime``), so
 nothing is left running on a host whatever happens to the launching machine.  BLAS runs on
 one thread (the environment is set by the caller), so hosts compare fairly.
 """
 
+import hmac
 import json
 import os
 import socket
@@ -43,25 +51,42 @@ __all__ = ["THREAD_ENV", "main"]
 
 #: Environment of the probe: one BLAS / OpenMP thread.
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: The variable that hands the check's token to a probe started by srun (never its command line).
+TOKEN_ENV = "MSLAUNCH_PROBE_TOKEN"
+#: Addresses whose connection to the sink was refused (a bad token), until the next answer.
+REFUSED: "list[str]" = []
 
 
 def _lines(cfg):
     """The command channel: stdin/stdout, or a TCP connection back to ``cfg["connect"]``
-    (greeted with ``{"hello": token, "addr": our address}``)."""
+    (greeted with ``{"hello": name, "key": the check's token, "addr": our address}``)."""
     if not cfg.get("connect"):
         return sys.stdin, sys.stdout
     cs = socket.create_connection((cfg["connect"][0], int(cfg["connect"][1])), timeout=30)
     cs.settimeout(None)
     rd, wr = cs.makefile("r", encoding="utf-8"), cs.makefile("w", encoding="utf-8")
-    wr.write(json.dumps({"hello": cfg.get("token"), "addr": cs.getsockname()[0]}) + "\n")
+    hello = {"hello": cfg.get("name"), "key": os.environ.get(TOKEN_ENV, ""), "addr": cs.getsockname()[0]}
+    wr.write(json.dumps(hello) + "\n")
     wr.flush()
     return rd, wr
 
 
-def sink(c, lifetime):
-    """Read and drop what a peer sends, until it closes or ``lifetime`` s pass."""
-    c.settimeout(lifetime)
+def sink(c, peer, lifetime, token):
+    """Check the peer's token, then read and drop what it sends, until it closes or ``lifetime``
+    s pass; a peer without the token is closed unread and listed in :data:`REFUSED`."""
+    want = (token + "\n").encode()
     try:
+        c.settimeout(10.0)
+        got = b""
+        while len(got) < len(want):
+            chunk = c.recv(len(want) - len(got))
+            if not chunk:
+                break
+            got += chunk
+        if not token or not hmac.compare_digest(got, want):
+            REFUSED.append(peer[0])
+            return
+        c.settimeout(lifetime)
         while c.recv(1 << 20):
             pass
     except OSError:
@@ -70,14 +95,14 @@ def sink(c, lifetime):
         c.close()
 
 
-def serve(srv, lifetime):
+def serve(srv, lifetime, token):
     """Accept peers on ``srv`` and sink each one in its own thread."""
     while True:
         try:
-            c, _ = srv.accept()
+            c, peer = srv.accept()
         except OSError:
             return
-        threading.Thread(target=sink, args=(c, lifetime), daemon=True).start()
+        threading.Thread(target=sink, args=(c, peer, lifetime, token), daemon=True).start()
 
 
 def setup(kernel, n):
@@ -121,14 +146,15 @@ def compute(run, n, window, repeats, delay):
     return best
 
 
-def send(addr, port, seconds, delay):
-    """MB/s sent to a peer's sink for ``seconds`` s, after ``delay`` s."""
+def send(addr, port, seconds, delay, token):
+    """MB/s sent to a peer's sink for ``seconds`` s, after ``delay`` s (the token first)."""
     time.sleep(delay)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 17)
     s.settimeout(seconds + 3.0)
     try:
         s.connect((addr, port))
+        s.sendall((token + "\n").encode())
         buf, sent = b"\0" * 65536, 0
         t0 = time.perf_counter()
         end = t0 + seconds
@@ -149,8 +175,11 @@ def main(cfg_text):
     timer.daemon = True
     timer.start()
     rd, wr = _lines(cfg)
+    token = os.environ.pop(TOKEN_ENV, "")  # not passed on to the device checks' commands
 
     def reply(obj):
+        if REFUSED:
+            obj["refused"] = [REFUSED.pop(0) for _ in range(len(REFUSED))]
         wr.write(json.dumps(obj) + "\n")
         wr.flush()
 
@@ -165,13 +194,15 @@ def main(cfg_text):
             if op == "quit":
                 break
             if op == "start":
+                token = cmd.get("token") or token
+                bind = cfg.get("bind") or "127.0.0.1"
                 srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 try:
-                    srv.bind((cfg.get("bind") or "", 0))
-                except OSError:
-                    srv.bind(("", 0))
+                    srv.bind((bind, 0))
+                except OSError as exc:
+                    raise OSError("cannot listen on %s (the address its peers use): %s" % (bind, exc)) from None
                 srv.listen(64)
-                threading.Thread(target=serve, args=(srv, lifetime), daemon=True).start()
+                threading.Thread(target=serve, args=(srv, lifetime, token), daemon=True).start()
                 n = int(cmd.get("n", 256))
                 run = setup(cmd.get("kernel", "numpy"), n)
                 reply({"port": srv.getsockname()[1], "pid": os.getpid()})
@@ -180,7 +211,13 @@ def main(cfg_text):
                     {"gflops": compute(run, n, float(cmd["window"]), int(cmd["repeats"]), float(cmd.get("delay", 0)))}
                 )
             elif op == "send":
-                reply({"mbps": send(cmd["addr"], int(cmd["port"]), float(cmd["seconds"]), float(cmd.get("delay", 0)))})
+                reply(
+                    {
+                        "mbps": send(
+                            cmd["addr"], int(cmd["port"]), float(cmd["seconds"]), float(cmd.get("delay", 0)), token
+                        )
+                    }
+                )
             elif op == "devices":
                 reply(run_order(cmd))
             else:

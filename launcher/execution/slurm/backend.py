@@ -49,9 +49,10 @@ from launcher.execution.process.handle import WatchdogLink
 from launcher.execution.process.spawn import LocalProcess
 from launcher.execution.process.standin import StandInProcess, launcher_plan, read_json_record, start_standin
 from launcher.execution.results import ProcResult
-from launcher.execution.slurm.shim import record_key
+from launcher.execution.slurm.shim import SECRET_CARRIER, record_key
 from launcher.planning.backends.slurm import allocation_job_id, outside_stop, srun_steps
 from launcher.planning.job.kinds import Role
+from launcher.planning.job.secrets import split_pairs
 from launcher.planning.job.spec import Plan, ProcPlan
 from launcher.planning.text.private import makedirs_private, open_private
 
@@ -319,16 +320,23 @@ class SlurmBackend(WatchesHostThreads, Backend):
         from launcher.jobs.jobdir import write_json
 
         threads = {r: t for t in plan.host_threads for r in t.ranks}
+        carriers: Dict[Tuple[str, str], str] = {}  # (secret name, value) -> its carrier in srun's env
 
         def entry(r: StartRequest) -> Dict[str, Any]:
+            plain, secret = split_pairs(r.proc.env, plan.secrets)
+            carried = {}
+            for k, v in secret:
+                carried[k] = carriers.setdefault((k, v), f"{SECRET_CARRIER}{len(carriers)}_{k}")
             out: Dict[str, Any] = {
                 "name": r.proc.name,
                 "rank": r.proc.rank,
                 "argv": list(r.proc.argv),
-                "env": [list(kv) for kv in r.proc.env],
+                "env": [list(kv) for kv in plain],
                 "cwd": r.cwd,
                 "log": r.log_path,
             }
+            if carried:  # never in this file: srun's environment carries them to the shim
+                out["secrets"] = carried
             t = threads.get(r.proc.rank) if r.proc.rank is not None else None
             if t is not None and t.set_vars:  # set by the shim from its node's cores
                 out["threads"] = {"set": list(t.set_vars), "user_omp": t.user_omp}
@@ -349,11 +357,12 @@ class SlurmBackend(WatchesHostThreads, Backend):
             fh.write("\n".join(workers.hostfile) + "\n")
         out: List[StartRequest] = []
         cwd = worker_reqs[0].cwd if worker_reqs else plan.job_dir
+        carried = tuple((c, v) for (_, v), c in carriers.items())
         if sched is not None and sched_req:
-            proc = replace(sched_req[0].proc, argv=sched.argv, env=())
+            proc = replace(sched_req[0].proc, argv=sched.argv, env=carried)
             out.append(StartRequest(proc, os.path.join(attempt_dir, "srun_scheduler.log"), cwd))
         log = os.path.join(attempt_dir, "srun.log")
-        proc = launcher_plan("srun", workers.argv, cwd, log, env=(("SLURM_HOSTFILE", hostfile),))
+        proc = launcher_plan("srun", workers.argv, cwd, log, env=(("SLURM_HOSTFILE", hostfile),) + carried)
         out.append(StartRequest(proc, log, cwd))
         self._sched_reqs = sched_req
         self._worker_reqs = worker_reqs

@@ -6,13 +6,21 @@ does not answer fails its own step, not the others') runs the probe
 (:mod:`launcher.execution.probes.health_probe`), which connects back to a TCP port this machine
 opens on its address towards the nodes and speaks the same JSON lines as over SSH.  A node whose
 probe does not connect within the start time limit, or whose step ends first, is ``faulty``
-with srun's last line.  Peers reach a node's transfer sink at its ``NodeAddr``.
+with srun's last line.  Peers reach a node's transfer sink at its ``NodeAddr`` (the sink listens
+there only).
+
+The check's token (``secrets.token_hex``, new for every check) reaches the probes in srun's
+environment (never a command line); a probe's connection back must carry it (its hello's
+``key``), as must every peer of a sink: any other connection is refused and named, one line
+(``refused a connection from ADDR: bad token``), and the node's own probe is still awaited.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,7 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from launcher.execution.checks.health import HealthBudget, HealthResult, close_all, device_limit, drive, probe_source
 from launcher.execution.checks.links import ProbeLink
-from launcher.execution.probes.health_probe import THREAD_ENV
+from launcher.execution.probes.health_probe import THREAD_ENV, TOKEN_ENV
 from launcher.planning.health.rounds import DEFAULT_THRESHOLD
 
 __all__ = ["slurm_health"]
@@ -124,7 +132,9 @@ def slurm_health(
     srv.bind((me, 0))
     srv.listen(len(nodes) + 8)
     lifetime = budget.lifetime(kernel) + device_limit(devices)
-    env = {**environ, **THREAD_ENV}
+    token = secrets.token_hex(16)
+    env = {**environ, **THREAD_ENV, TOKEN_ENV: token}
+    refused: List[str] = []
     procs: Dict[str, "subprocess.Popen[bytes]"] = {}
     links: Dict[str, ProbeLink] = {}
     failures: Dict[str, str] = {}
@@ -134,10 +144,10 @@ def slurm_health(
             cfg = json.dumps(
                 {
                     "lifetime": lifetime,
-                    "bind": "",
+                    "bind": addrs[node],
                     "kernel": kernel,
                     "connect": [me, srv.getsockname()[1]],
-                    "token": node,
+                    "name": node,
                 }
             )
             argv = [
@@ -165,7 +175,7 @@ def slurm_health(
                 )
             except OSError as exc:
                 failures[node] = f"cannot run srun: {exc.strerror or exc}"
-        _accept(srv, nodes, procs, links, failures, time.monotonic() + start_t)
+        _accept(srv, nodes, procs, links, failures, time.monotonic() + start_t, token, refused)
         for node in nodes:
             if node not in links and node not in failures:
                 failures[node] = "the probe did not connect in time (srun: slurmd down or the node unreachable?)"
@@ -180,6 +190,8 @@ def slurm_health(
             budget=budget,
             t_start=t_start,
             devices=devices,
+            token=token,
+            refused=refused,
         )
     finally:
         srv.close()
@@ -197,9 +209,12 @@ def _accept(
     links: Dict[str, ProbeLink],
     failures: Dict[str, str],
     deadline: float,
+    token: str,
+    refused: List[str],
 ) -> None:
-    """Take the probes' connections (each says its node first) until every node connected or
-    failed, or ``deadline``."""
+    """Take the probes' connections (each says its node and the check's token first) until every
+    node connected or failed, or ``deadline``; one without the token is closed and named in
+    ``refused``."""
     srv.settimeout(0.1)
     while time.monotonic() < deadline and len(links) + len(failures) < len(nodes):
         try:
@@ -208,10 +223,15 @@ def _accept(
             sock = None
         if sock is not None:
             sock.settimeout(None)
+            peer = sock.getpeername()[0]
             link = _SockLink("?", sock)
             hello = link.recv(time.monotonic() + 5.0)
             node = hello.get("hello")
-            if node in procs and node not in links:
+            if not hmac.compare_digest(str(hello.get("key") or "").encode(), token.encode()):
+                said = f" (it said it was {node})" if isinstance(node, str) else ""
+                refused.append(f"refused a connection from {peer}{said}: bad token")
+                sock.close()
+            elif node in procs and node not in links:
                 link.host = node
                 link.proc = procs[node]
                 links[node] = link

@@ -6,7 +6,8 @@ Runs on a Slurm node (the job dir is on a filesystem every node sees).  It reads
 ``TASKS_FILE`` (written by the backend before srun starts)::
 
     {"scheduler": PROC or null, "workers": [PROC, ...], "status_dir": DIR}
-    PROC = {"name", "rank", "argv", "env": [[K, V], ...], "cwd", "log"[, "threads": THREADS]}
+    PROC = {"name", "rank", "argv", "env": [[K, V], ...], "cwd", "log"[, "threads": THREADS]
+            [, "secrets": {NAME: CARRIER}]}   (a secret's value is in srun's environment, as CARRIER)
     THREADS = {"set": [VAR, ...], "user_omp": STR or null}     (ranks of a remote host)
 
 picks its process (``workers``: index ``SLURM_PROCID``), and runs it as a child in its own
@@ -40,6 +41,10 @@ import subprocess
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
+
+#: Prefix of the variables of srun's environment that carry the secrets to the shim
+#: (``<prefix><n>_<NAME>``); the tasks file names each secret's carrier, never its value.
+SECRET_CARRIER = "MSLAUNCH_SECRET_"
 
 
 def record_key(rank: Optional[int]) -> str:
@@ -145,6 +150,12 @@ def main(argv: List[str]) -> int:
     # on the nodes are ended through Slurm (scancel), so they do not carry it.
     env.pop("MSLAUNCH_JOB_TOKEN", None)
     env.update({k: v for k, v in proc["env"]})
+    # Secrets are not in the tasks file: srun's environment carried them here (see the backend).
+    for name, carrier in (proc.get("secrets") or {}).items():
+        if carrier in os.environ:
+            env[name] = os.environ[carrier]
+    for key in [k for k in env if k.startswith(SECRET_CARRIER)]:
+        del env[key]
     lines: List[str] = []
     if proc.get("threads") and argv[1] == "workers":
         try:

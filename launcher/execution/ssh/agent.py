@@ -36,7 +36,7 @@ import json
 import posixpath
 import shlex
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from launcher.execution.ssh.settings import PING_INTERVAL
 from launcher.planning.job.spec import ProcPlan
@@ -105,6 +105,8 @@ class AgentConfig:
         mkdir: create ``cwd`` first (it lies under the job directory).
         env_dump: where the agent writes the rank's full environment (ranktable method), or None.
         host: the host's name as the inventory gives it (for messages).
+        secrets: names whose values the env dump shows as ``<secret>`` (the values travel only
+            in this request, over the ssh channel).
     """
 
     argv: Tuple[str, ...]
@@ -113,9 +115,10 @@ class AgentConfig:
     mkdir: bool
     env_dump: Optional[str]
     host: str
+    secrets: Tuple[str, ...] = ()
 
     @classmethod
-    def for_rank(cls, proc: ProcPlan, cwd: str, job_dir: str) -> "AgentConfig":
+    def for_rank(cls, proc: ProcPlan, cwd: str, job_dir: str, secrets: AbstractSet[str] = frozenset()) -> "AgentConfig":
         """The config of ``proc`` run in ``cwd`` (created by the agent when under ``job_dir``)."""
         under_job = cwd == job_dir or cwd.startswith(job_dir.rstrip("/") + "/")
         return cls(
@@ -125,6 +128,7 @@ class AgentConfig:
             mkdir=under_job,
             env_dump=posixpath.join(cwd, posixpath.basename(proc.env_dump)) if proc.env_dump else None,
             host=proc.host,
+            secrets=tuple(sorted(k for k, _ in proc.env if k in secrets)),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -135,6 +139,7 @@ class AgentConfig:
             "cwd": self.cwd,
             "mkdir": self.mkdir,
             "env_dump": self.env_dump,
+            "secrets": list(self.secrets),
         }
 
     def start_op(self, rank_id: int) -> bytes:

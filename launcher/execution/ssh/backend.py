@@ -212,7 +212,9 @@ class SshBackend(Backend):
         handle = SshProcess(proc, agent, self._next_id, log_path)
         self._next_id += 1
         self._handles.append(handle)
-        agent.add(handle, AgentConfig.for_rank(proc, cwd, self.plan.job_dir).start_op(handle.rank_id))
+        agent.add(
+            handle, AgentConfig.for_rank(proc, cwd, self.plan.job_dir, self.plan.secrets).start_op(handle.rank_id)
+        )
         return handle
 
     def _with_threads(self, proc: ProcPlan, agent: HostAgent) -> ProcPlan:

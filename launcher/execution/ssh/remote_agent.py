@@ -245,7 +245,7 @@ class Agent(object):
             env.update({str(k): str(v) for k, v in (cfg.get("env") or {}).items()})
             argv = [str(a) for a in cfg["argv"]]
             cwd = self.prepare_cwd(cfg)
-            self.write_env_dump(cfg.get("env_dump"), env)
+            self.write_env_dump(cfg.get("env_dump"), env, cfg.get("secrets") or ())
             rfd, wfd = os.pipe()
             try:
                 popen = subprocess.Popen(
@@ -309,9 +309,11 @@ class Agent(object):
             )
         return cwd
 
-    def write_env_dump(self, path, env):
+    def write_env_dump(self, path, env, secrets=()):
         if not path:
             return
+        env = dict(env)
+        env.update((str(k), "<secret>") for k in secrets if k in env)  # never written in clear
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from launcher.errors import PlanError
 from launcher.planning.text.yamlout import Note, render_all
@@ -77,8 +77,11 @@ class K8sJob:
         grace: ``mslaunch run --grace`` (seconds between SIGTERM and SIGKILL of the ranks); a pod
             being deleted gets it plus :data:`GRACE_MARGIN` when that exceeds Kubernetes' 30 s.
         metrics_port: the port each pod serves its Prometheus metrics on (``run --metrics-port``, bound
-            to the pod's every address), or None: the pod template gets Prometheus' ``prometheus.io/*``
-            scrape annotations and a ``metrics`` container port.
+            to the pod's every address), or None; with a port, the pod template gets Prometheus'
+            ``prometheus.io/*`` scrape annotations and a ``metrics`` container port.
+        secrets: names of the secret variables: each pod's container takes them from the
+            Kubernetes Secret :attr:`secret_name` (``valueFrom.secretKeyRef``), and ``run_args``
+            name them with ``--secret-env NAME`` only; no value is in the manifests.
     """
 
     name: str
@@ -95,10 +98,16 @@ class K8sJob:
     device: Optional[str] = None
     grace: float = 5.0
     metrics_port: Optional[int] = None
+    secrets: Tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.per_host
+
+    @property
+    def secret_name(self) -> str:
+        """The Kubernetes Secret holding the secret variables' values (one key per name)."""
+        return f"{self.name}-secrets"
 
 
 def _dns_label(value: str, field: str, room: int = 0) -> None:
@@ -231,8 +240,9 @@ def _container(job: K8sJob, name: str) -> Dict[str, Any]:
             "MS_SCHED_PORT",
         }[job.flavor],
     )
+    env: List[Any] = []
     if job.flavor == "indexed":
-        container["env"] = [
+        env.append(
             Note(
                 {
                     "name": "JOB_COMPLETION_INDEX",
@@ -240,7 +250,16 @@ def _container(job: K8sJob, name: str) -> Dict[str, Any]:
                 },
                 "the Job controller sets it too; declared here so that $(JOB_COMPLETION_INDEX) in args always expands",
             )
-        ]
+        )
+    for i, key in enumerate(job.secrets):
+        ref = {"name": key, "valueFrom": {"secretKeyRef": {"name": job.secret_name, "key": key}}}
+        env.append(
+            Note(ref, f"secrets: from the Secret {job.secret_name} (mslaunch k8s gen --secret-manifest writes it)")
+            if i == 0
+            else ref
+        )
+    if env:
+        container["env"] = env
     ports: List[Any] = []
     if job.flavor != "ascendjob":
         ports.append(Note({"name": "ms-sched", "containerPort": job.master_port}, "MindSpore's scheduler (pod 0)"))
@@ -437,6 +456,19 @@ def build_manifests(job: K8sJob) -> List[Any]:
     """
     check_job(job)
     return {"indexed": _indexed, "volcano": _volcano, "ascendjob": _ascendjob}[job.flavor](job)
+
+
+def render_secret(job: K8sJob, values: Mapping[str, str]) -> str:
+    """The ``v1`` Secret :attr:`K8sJob.secret_name` holding ``values`` (``stringData``), for
+    ``--secret-manifest`` (a file of its own, 0600: the job's manifests hold no value)."""
+    meta = _metadata(job)
+    meta["name"] = job.secret_name
+    doc = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "stringData": dict(values)}
+    header = (
+        f"Written by 'mslaunch k8s gen --secret-manifest': the secret variables of {job.name}.\n"
+        "Apply it before the job's manifests; keep this file private (it holds the values)."
+    )
+    return render_all([doc], header)
 
 
 def render_manifests(job: K8sJob) -> str:

@@ -1,11 +1,19 @@
 """OpenMPI artefacts: hostfiles and the exact ``mpirun`` argv (pure).
 
 mslaunch runs one *app context* per host (``--host h --np n`` each, joined by ``:``), plus one for
-the scheduler under the dynamic method.  Per-context ``-x`` variables carry that host's env
-(seed 000's per-host wrapper script, without writing one per host), and the per-rank wrapper
-(``templates/mslaunch-rank.sh``) turns ``OMPI_COMM_WORLD_RANK`` into mslaunch's rank, device id
-and log file.  OpenMPI 4.1 applies ``-x VAR=VAL`` to the context it is written in, so shared
-variables are repeated in every context.
+the scheduler under the dynamic method, and the per-rank wrapper (``templates/mslaunch-rank.sh``)
+turns ``OMPI_COMM_WORLD_RANK`` into mslaunch's rank, device id and log file.
+
+No value of the ranks' environment is on mpirun's command line (``/proc/PID/cmdline`` is readable
+by every user of the host): each value travels in mpirun's own environment under a *carrier*
+name (:func:`carrier`: ``MSLAUNCH_V_<NAME>`` when every context that has ``NAME`` has the same
+value, ``MSLAUNCH_V<ctx>_<NAME>`` for one context's own value), which a bare ``-x CARRIER`` in the
+context forwards (OpenMPI reads the value from its own environment); the context's
+``MSLAUNCH_VARS`` lists the names, and the wrapper sets each ``NAME`` from its carrier and unsets
+every carrier before the program starts.  Only mslaunch's own wrapper settings (``MSLAUNCH_ROLE``,
+the context's first MPI rank, ranks, devices, log paths: :func:`context_env`'s keywords) are
+written ``-x K=V``.  A program argument ``:`` (mpirun's context separator) is written as
+:data:`COLON_STAND_IN` and its index given in ``MSLAUNCH_COLONS``; the wrapper puts the ``:`` back.
 """
 
 from __future__ import annotations
@@ -41,12 +49,47 @@ def render_hostfile(inventory: Inventory) -> str:
 
 @dataclass(frozen=True)
 class MpiContext:
-    """One app context of an MPMD mpirun: ``np`` processes on ``host`` with ``env``."""
+    """One app context of an MPMD mpirun: ``np`` processes on ``host``; ``env``: the wrapper's
+    settings (written ``-x K=V``), ``carried``: the processes' own variables (never on the
+    command line: :func:`carriers`)."""
 
     host: str
     np: int
     env: Tuple[Tuple[str, str], ...]
     argv: Tuple[str, ...]
+    carried: Tuple[Tuple[str, str], ...] = ()
+
+
+#: What a program argument ``:`` is written as on mpirun's command line (the wrapper puts it back).
+COLON_STAND_IN = "mslaunch-colon"
+
+
+def carrier(name: str, ctx: Optional[str] = None) -> str:
+    """The carrier of variable ``name``: shared by every context (``ctx`` None), or context ``ctx``'s own."""
+    return f"MSLAUNCH_V{'' if ctx is None else ctx}_{name}"
+
+
+def carriers(contexts: Sequence[MpiContext]) -> Tuple[List[List[str]], Dict[str, str]]:
+    """Per context the carriers its ``-x`` forwards, and mpirun's environment holding them (pure).
+
+    A name whose value is the same in every context that has it gets one shared carrier; one whose
+    value differs gets a carrier per context (tagged with its ``MSLAUNCH_CTX_BASE``, else its index).
+    """
+    values: Dict[str, set] = {}
+    for ctx in contexts:
+        for key, value in ctx.carried:
+            values.setdefault(key, set()).add(value)
+    per_ctx: List[List[str]] = []
+    env: Dict[str, str] = {}
+    for i, ctx in enumerate(contexts):
+        mine = []
+        tag = dict(ctx.env).get("MSLAUNCH_CTX_BASE", str(i))
+        for key, value in ctx.carried:
+            name = carrier(key, None if len(values[key]) == 1 else tag)
+            env[name] = value
+            mine.append(name)
+        per_ctx.append(mine)
+    return per_ctx, env
 
 
 def host_slot_list(counts: Sequence[Tuple[str, int]]) -> str:
@@ -58,12 +101,18 @@ def host_slot_list(counts: Sequence[Tuple[str, int]]) -> str:
 
 
 def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[str, ...]:
-    """The full mpirun argv for ``contexts``.
+    """The full mpirun argv for ``contexts`` (its environment: :func:`mpirun_launch`).
 
     Global options come first (``-H`` or ``--hostfile``, ``--allow-run-as-root``,
     ``--oversubscribe``, MCA settings, passthrough), then each context as
-    ``-np N --host H -x K=V ... argv`` separated by ``:``.
+    ``-np N --host H -x K=V ... -x MSLAUNCH_VARS=names -x CARRIER ... argv`` separated by ``:``.
     """
+    return mpirun_launch(contexts, options)[0]
+
+
+def mpirun_launch(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[Tuple[str, ...], Dict[str, str]]:
+    """mpirun's argv for ``contexts`` and the variables to add to its environment (the carriers)."""
+    per_ctx, carried_env = carriers(contexts)
     argv: List[str] = [options.mpirun]
     if options.hostfile is not None:
         argv += ["--hostfile", options.hostfile]
@@ -114,8 +163,12 @@ def mpirun_argv(contexts: Sequence[MpiContext], options: MpiOptions) -> Tuple[st
         argv += ["-np", str(ctx.np), "--host", f"{ctx.host}:{totals[ctx.host]}"]
         for key, value in ctx.env:
             argv += ["-x", f"{key}={value}"]
+        if ctx.carried:
+            argv += ["-x", "MSLAUNCH_VARS=" + ",".join(k for k, _ in ctx.carried)]
+        for name in per_ctx[i]:
+            argv += ["-x", name]
         argv += list(ctx.argv)
-    return tuple(argv)
+    return tuple(argv), carried_env
 
 
 #: mpirun options by which a user chooses the ranks' binding (then mslaunch adds no ``--bind-to``).
@@ -134,12 +187,26 @@ USER_BINDING = (
 )
 
 
-def context_env(base: Mapping[str, str], **wrapper: str) -> Tuple[Tuple[str, str], ...]:
-    """The ``-x`` pairs of one context: ``base`` then the wrapper's ``MSLAUNCH_*`` settings."""
-    out = dict(base)
-    for key, value in wrapper.items():
-        out[f"MSLAUNCH_{key.upper()}"] = value
-    return tuple(out.items())
+def context_env(**wrapper: str) -> Tuple[Tuple[str, str], ...]:
+    """The wrapper's ``MSLAUNCH_*`` settings of one context (its ``-x K=V`` pairs: mslaunch's own
+    layout, never a value of the processes' environment)."""
+    return tuple((f"MSLAUNCH_{key.upper()}", value) for key, value in wrapper.items())
+
+
+def make_context(
+    host: str, np: int, base: Mapping[str, str], argv: Sequence[str], wrapper: Mapping[str, str]
+) -> MpiContext:
+    """One context: the wrapper's settings on the command line, ``base`` (the processes' own
+    variables, less those the settings name) carried, each ``:`` of ``argv`` (the program's)
+    written as :data:`COLON_STAND_IN` with its index in ``MSLAUNCH_COLONS``."""
+    colons = [str(i) for i, a in enumerate(argv) if a == ":"]
+    if colons:
+        wrapper = dict(wrapper, colons=",".join(colons))
+    settings = context_env(**wrapper)
+    named = {k for k, _ in settings}
+    carried = tuple((k, v) for k, v in base.items() if k not in named)
+    shown = tuple(COLON_STAND_IN if a == ":" else a for a in argv)
+    return MpiContext(host=host, np=np, env=settings, argv=shown, carried=carried)
 
 
 #: An ssh config argument written as it is; any other goes in double quotes (:func:`ssh_config_arg`).
@@ -270,8 +337,13 @@ _WRAPPER_DERIVED = ("RANK_ID", "DEVICE_ID", "LOCAL_RANK", "MS_NODE_ID")
 
 
 def mpirun_command(plan: "Plan", log_dir: Optional[str] = None) -> Tuple[str, ...]:
+    """The mpirun argv of ``plan`` (:func:`mpirun_plan_launch` without the environment)."""
+    return mpirun_plan_launch(plan, log_dir)[0]
+
+
+def mpirun_plan_launch(plan: "Plan", log_dir: Optional[str] = None) -> Tuple[Tuple[str, ...], Dict[str, str]]:
     """The mpirun argv of ``plan``: one context for the scheduler (dynamic), then one per host
-    with its ranks (pure).
+    with its ranks, and the variables mpirun's environment must hold (pure).
 
     Args:
         plan: a plan for the mpirun launcher (``plan.backend_settings`` is a :class:`MpirunPlan`).
@@ -294,16 +366,18 @@ def mpirun_command(plan: "Plan", log_dir: Optional[str] = None) -> Tuple[str, ..
             if log_dir == plan.job_dir
             else posixpath.join(log_dir, posixpath.relpath(sched.log, plan.job_dir))
         )
-        env = context_env(sched.env_dict(), ctx_base="0", role=Role.SCHEDULER, log=log)
-        contexts.append(MpiContext(host=sched.host, np=1, env=env, argv=(settings.wrapper,) + sched.argv))
+        contexts.append(
+            make_context(sched.host, 1, sched.env_dict(), sched.argv, dict(ctx_base="0", role=Role.SCHEDULER, log=log))
+        )
     for host in plan.hosts:
         mine = [r for r in plan.ranks if r.host == host.name]
         if mine:
-            contexts.append(_rank_context(plan, settings.wrapper, mine, sum(c.np for c in contexts), log_dir))
-    return mpirun_argv(contexts, settings.options)
+            contexts.append(_rank_context(plan, mine, sum(c.np for c in contexts), log_dir))
+    wrapped = [replace(c, argv=(settings.wrapper,) + c.argv) for c in contexts]
+    return mpirun_launch(wrapped, settings.options)
 
 
-def _rank_context(plan: "Plan", wrapper: str, mine: Sequence["ProcPlan"], base: int, log_dir: str) -> MpiContext:
+def _rank_context(plan: "Plan", mine: Sequence["ProcPlan"], base: int, log_dir: str) -> MpiContext:
     """The app context of one host's ranks; ``base``: the MPI rank of its first process."""
     env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
     settings = dict(
@@ -317,9 +391,12 @@ def _rank_context(plan: "Plan", wrapper: str, mine: Sequence["ProcPlan"], base: 
     )
     if plan.method == Method.RANKTABLE:
         settings["cwd_prefix"] = layout.rank_cwd_prefix(plan.job_dir)
+        shown = sorted(k for k in env if k in plan.secrets)
+        if shown:
+            settings["secrets"] = ",".join(shown)  # the env dump shows them as <secret>
     threads = next((t for t in plan.host_threads if t.host == mine[0].host), None)
     if threads is not None and threads.set_vars:
         # the wrapper sets these from the host's usable cores (launcher.planning.cpu.hostcores' rule)
         settings["threads"] = ",".join(threads.set_vars)
         settings["host"] = mine[0].host
-    return MpiContext(host=mine[0].host, np=len(mine), env=context_env(env, **settings), argv=(wrapper,) + mine[0].argv)
+    return make_context(mine[0].host, len(mine), env, mine[0].argv, settings)

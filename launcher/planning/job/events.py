@@ -93,9 +93,10 @@ class Preflight(Payload):
     hosts: Tuple[PreflightHost, ...]
     devices: Any  # the devices' summary (JSON)
     excluded: Tuple[Exclusion, ...] = ()  # the hosts ``exclude`` left out
+    refused: Tuple[str, ...] = ()  # connections refused for a bad token, one line each
 
     def to_json(self) -> Dict[str, Any]:
-        return {
+        out = {
             "mode": self.mode,
             "seconds": self.seconds,
             "network": self.network,
@@ -103,6 +104,9 @@ class Preflight(Payload):
             "excluded": [e.to_json() for e in self.excluded],
             "devices": self.devices,
         }
+        if self.refused:
+            out["refused"] = list(self.refused)
+        return out
 
 
 @dataclass(frozen=True)

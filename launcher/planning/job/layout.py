@@ -104,6 +104,8 @@ ATTEMPT_DIR_GLOB = "attempt_*"
 #: ``mslaunch sbatch``: the batch script, its record (Slurm job id) and Slurm's output for it.
 SBATCH_SCRIPT = "sbatch.sh"
 SBATCH_FILE = "sbatch.json"
+#: ``mslaunch sbatch``: the secrets' values (0600), read by the run at run time, never in the script.
+SBATCH_SECRETS = "secrets.json"
 SBATCH_OUTPUT = "slurm.out"
 
 _WORKER_LOG_RE = re.compile(re.escape(DEFAULT_WORKER_LOG_PREFIX) + r"_([0-9]+)\.log\Z")

@@ -19,6 +19,7 @@ from launcher.planning.inventory.model import Host, Inventory
 from launcher.planning.job import layout
 from launcher.planning.job.kinds import ArtefactKind, Method, Role
 from launcher.planning.job.mpirun_options import MpiOptions
+from launcher.planning.job.secrets import DEFAULT_PATTERNS, redact_pairs
 
 LAUNCHERS = ("local", "ssh", "mpirun")
 DEFAULT_MASTER_PORT = 8118
@@ -134,6 +135,9 @@ class JobSpec:
         compile_cache: give every process MindSpore's compile cache in the job dir
             (:func:`launcher.planning.job.envs.compile_cache_env`) unless the user sets its
             variables (``--compile-cache``).
+        secret_named: names the user marked secret (``--secret-env``, ``--secret-env-file``).
+        secret_patterns: the user's variables whose names match one of these are secret too
+            (:mod:`launcher.planning.job.secrets`).
     """
 
     inventory: Inventory
@@ -167,6 +171,8 @@ class JobSpec:
     sim_rank_id: Optional[int] = None
     bind_numa: Tuple[Tuple[str, str], ...] = ()
     compile_cache: bool = False
+    secret_named: FrozenSet[str] = frozenset()
+    secret_patterns: Tuple[str, ...] = DEFAULT_PATTERNS
 
 
 def numa_prefix(bind_numa: Tuple[Tuple[str, str], ...], key: str) -> Tuple[str, ...]:
@@ -247,6 +253,13 @@ class Plan:
     #: remote hosts whose ranks' thread variables the backend sets at start (see
     #: :mod:`launcher.planning.cpu.hostcores`): their cores are learned there
     host_threads: Tuple[HostThreads, ...] = ()
+    #: names of the secret variables: their values reach the ranks but are shown as ``<secret>``
+    #: in ``to_json`` (``plan.json``, ``plan``) and everything else mslaunch writes or prints
+    secrets: FrozenSet[str] = frozenset()
+
+    def shown_env(self, proc: ProcPlan) -> Tuple[Tuple[str, str], ...]:
+        """``proc``'s env as it may be written or printed: each secret's value shown as ``<secret>``."""
+        return redact_pairs(proc.env, self.secrets)
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, Method):
@@ -280,7 +293,7 @@ class Plan:
                 "device_id": p.device_id,
                 "cwd": p.cwd,
                 "argv": list(p.argv),
-                "env": dict(p.env),
+                "env": dict(self.shown_env(p)),
                 "log": p.log,
             }
             if p.env_dump is not None:
@@ -322,4 +335,6 @@ class Plan:
                 out["cpu"]["threads_at_start"] = [t.to_json() for t in self.host_threads]
         if self.excluded:
             out["excluded_hosts"] = [e.to_json() for e in self.excluded]
+        if self.secrets:
+            out["secrets"] = sorted(self.secrets)
         return out

@@ -51,11 +51,15 @@ def test_start_request_is_one_json_line_with_the_rank_config():
         "cwd": "/j/job/attempt_1/device1",
         "mkdir": True,
         "env_dump": "/j/job/attempt_1/device1/env1.log",  # the dump goes to the attempt's rank dir
+        "secrets": [],
     }
     line = cfg.start_op(7)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert json.loads(line) == {"op": "start", "id": 7, "cfg": cfg.to_json()}
     assert AgentConfig.for_rank(proc(), "/w", "/j/job").to_json()["env_dump"] is None
+    # a secret's value travels in this request only (the ssh channel); its name tells the dump
+    secret = AgentConfig.for_rank(proc(), "/w", "/j/job", frozenset({"A", "NOT_HERE"})).to_json()
+    assert secret["env"]["A"] == "x y" and secret["secrets"] == ["A"]
 
 
 def test_requests():

@@ -303,21 +303,25 @@ def test_rank_that_cannot_start_fails_alone(tmp_path):
 
 
 def test_agent_makes_cwd_and_dumps_env(tmp_path):
+    """The env dump holds the rank's environment, a secret's value shown as <secret> (the rank
+    itself gets it)."""
     cwd = tmp_path / "job" / "device3"
     a = LocalAgent()
     try:
         a.start(
             3,
-            ["sh", "-c", "pwd"],
+            ["sh", "-c", 'pwd; printf "%s\\n" "$HF_TOKEN"'],
             str(cwd),
-            env={"RANK_ID": "3", "X": "a b"},
+            env={"RANK_ID": "3", "X": "a b", "HF_TOKEN": "hf-secret-9"},
             mkdir=True,
             env_dump=str(cwd / "env3.log"),
+            secrets=["HF_TOKEN"],
         )
         assert a.event("exit", 3)["rc"] == 0
-        assert a.text(3).strip() == str(cwd)
+        assert a.text(3).split() == [str(cwd), "hf-secret-9"]
         dump = (cwd / "env3.log").read_text().splitlines()
-        assert "RANK_ID=3" in dump and "X=a b" in dump
+        assert "RANK_ID=3" in dump and "X=a b" in dump and "HF_TOKEN=<secret>" in dump
+        assert "hf-secret-9" not in (cwd / "env3.log").read_text()
         assert oct((cwd / "env3.log").stat().st_mode & 0o777) == "0o600"
     finally:
         a.close()

@@ -79,6 +79,7 @@ def test_mpirun_and_slurm_set_remote_threads_at_start_too():
         )
     )
     assert not any(a.startswith("MSLAUNCH_THREADS=") for a in mpirun_command(plan))
+    assert "MSLAUNCH_V_MSLAUNCH_CPU_THREADS" in mpirun_command(plan)  # the user's own, carried
 
 
 def test_a_users_mpirun_binding_is_left_alone():
