@@ -41,7 +41,7 @@ def test_an_impostor_with_a_nodes_name_but_no_token_is_refused_and_the_real_prob
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
     port = srv.getsockname()[1]
-    impostor = socket.create_connection(("127.0.0.1", port))  # first in the queue: it says it is node1
+    impostor = socket.create_connection(("127.0.0.1", port), timeout=60)  # first in the queue: it says it is node1
     impostor.sendall(json.dumps({"hello": "node1", "key": "0" * 32, "addr": "127.0.0.1"}).encode() + b"\n")
     procs = {n: _probe(n, port, token) for n in ("node1", "node2")}
     links: dict = {}
