@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence
 
 from launcher.errors import LaunchError
@@ -216,10 +217,22 @@ def run_plan(
         finally:
             watchdog.close()
         metrics.stop()
+    end = JobEnd(result.status, result.exit_code)
+    result = replace(result, extra={**result.extra, "goodput": _goodput(plan.job_dir, end, result.ended)})
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
-    append_event(plan.job_dir, JobEnd(result.status, result.exit_code))
+    append_event(plan.job_dir, end, when=result.ended)  # the end the goodput counted to
     joblock.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
     return result
+
+
+def _goodput(job_dir: str, end: JobEnd, ended: float) -> Any:
+    """``summary.json``'s ``goodput`` (:func:`launcher.logs.goodput.account`): the job's events with
+    its ``job_end`` at ``ended`` (written right after, with that time), and its metric records."""
+    from launcher.logs.goodput import account
+    from launcher.logs.metricsfile import METRICS_FILE, read_events, read_records
+
+    events = read_events(job_dir) + [dict(end.to_json(), time=round(ended, 3), kind=end.kind)]
+    return account(events, read_records(os.path.join(job_dir, METRICS_FILE))).to_json()
 
 
 def make_supervisor(
