@@ -69,7 +69,9 @@ def backend_factory(
         from launcher.execution.supervision.restarts import attempt_plan
 
         now = current if current is not None else plan
-        mine = attempt_plan(now, attempt, options.max_restarts, attempt_base) if options is not None else now
+        mine = (
+            attempt_plan(now, attempt, options.max_restarts, attempt_base, attempt_dir) if options is not None else now
+        )
         return entry.create(BackendContext(mine, attempt, attempt_dir, watchdog, dict(settings or {})))
 
     return make

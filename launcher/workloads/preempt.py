@@ -12,7 +12,9 @@ between bytecodes of the main thread, so a helper thread hears the signal too (`
 and ends the process by the signal when the loop has not reached a step's end within
 ``patience`` s (1.5 times its last step time, at least half a second): a stuck rank does not cost the whole grace.
 With nothing to save (before the first step, right after a checkpoint, after training) the
-process ends at once.
+process ends at once; so it does when mslaunch says it stops the ranks after a fault (its
+``MSLAUNCH_STOPPING_FILE`` says ``failed`` or ``hung``): the rank that failed has no checkpoint of
+this step, so no resume could load one, and the teardown after a fault stays as short as before.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 __all__ = ["StopOnSignal"]
 
 #: The least time a rank in a step is given to reach its end after SIGTERM.
 MIN_PATIENCE = 0.5
+#: What mslaunch's ``stopping`` file says when it stops the ranks after a fault.
+FAULTS = ("failed", "hung")
 
 
 class StopOnSignal:
@@ -37,8 +41,9 @@ class StopOnSignal:
     ``if stop.requested: stop.stop_here(save)``.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, environ: Mapping[str, str] = os.environ) -> None:
         self.requested = False
+        self._why = environ.get("MSLAUNCH_STOPPING_FILE")  # mslaunch writes why it stops the ranks there
         self._clock = clock
         self._lock = threading.Lock()
         self._unsaved = False  # steps done since the last checkpoint
@@ -85,7 +90,7 @@ class StopOnSignal:
         self._stopping.set()
         with self._lock:
             unsaved = self._unsaved
-        if unsaved:
+        if unsaved and not self.after_fault():
             t0 = self._clock()
             save()
             print(f"preempted: checkpoint saved in {self._clock() - t0:.2f} s after SIGTERM", flush=True)
@@ -108,6 +113,16 @@ class StopOnSignal:
         os._exit(128 + signal.SIGTERM)
 
     # ------------------------------------------------------------------ the signal's side
+
+    def after_fault(self) -> bool:
+        """mslaunch stops the ranks after a fault (its ``stopping`` file says so)."""
+        if not self._why:
+            return False
+        try:
+            with open(self._why) as fh:
+                return fh.read(64).strip() in FAULTS
+        except OSError:
+            return False
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.requested = True
@@ -134,6 +149,6 @@ class StopOnSignal:
             if self.signalled_at is None:
                 self.signalled_at = self._clock()
             wait, limit = self.patience()
-            if not wait or not self._stopping.wait(limit):
+            if not wait or self.after_fault() or not self._stopping.wait(limit):
                 self.die()  # nothing to save, or stuck in a step that cannot end
             return  # the loop saves; mslaunch's SIGKILL after --grace is the limit

@@ -49,8 +49,10 @@ def _alive(pid):
         return False
 
 
-def _loop(tmp_path, step_s, mode):
-    env = dict(os.environ, PYTHONPATH=ROOT)
+def _loop(tmp_path, step_s, mode, **environ):
+    env = dict(os.environ, PYTHONPATH=ROOT, **environ)
+    if "MSLAUNCH_STOPPING_FILE" not in environ:  # not a rank of a job
+        env.pop("MSLAUNCH_STOPPING_FILE", None)
     proc = subprocess.Popen(
         [sys.executable, "-c", LOOP, str(step_s), mode, str(tmp_path / "saved")],
         stdout=subprocess.PIPE,
@@ -76,12 +78,11 @@ def test_a_rank_in_a_step_saves_at_its_end_and_ends_by_the_signal(tmp_path):
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGTERM, err
-    lines = out.splitlines()
+    lines = out.splitlines()  # after "step 2"
     step = int((tmp_path / "saved").read_text())
-    assert lines[-2] == f"step {step}" and re.fullmatch(
-        r"preempted: checkpoint saved in \d+\.\d\d s after SIGTERM", lines[-1]
-    )
     assert step in (2, 3)  # the step it was in when the signal came (or the one it had just ended)
+    assert lines[:-1] == [f"step {k}" for k in range(3, step + 1)]
+    assert re.fullmatch(r"preempted: checkpoint saved in \d+\.\d\d s after SIGTERM", lines[-1])
 
 
 def test_a_rank_stuck_in_a_step_ends_by_the_signal_without_saving(tmp_path):
@@ -91,6 +92,20 @@ def test_a_rank_stuck_in_a_step_ends_by_the_signal_without_saving(tmp_path):
     out, err = proc.communicate(timeout=30)  # its patience (0.5 s here), not mslaunch's grace
     assert proc.returncode == -signal.SIGTERM, err
     assert not (tmp_path / "saved").exists() and "preempted" not in out
+
+
+@pytest.mark.parametrize("why", ["failed", "hung"])
+def test_a_rank_stopped_after_a_fault_ends_at_once_without_saving(tmp_path, why):
+    """mslaunch's stopping file says the teardown follows a fault: the rank that failed has no
+    checkpoint of this step, so none is written (and the teardown is not held up by one)."""
+    (tmp_path / "stopping").write_text(f"{why}\n")
+    proc = _loop(tmp_path, 0.3, "steps", MSLAUNCH_STOPPING_FILE=str(tmp_path / "stopping"))
+    _until(proc, "step 2")  # as in the first test, which saves: here nothing is
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "preempted" not in out
+    assert not (tmp_path / "saved").exists()
 
 
 def test_a_rank_with_nothing_new_ends_at_once(tmp_path):
@@ -139,6 +154,7 @@ def test_sigterm_to_mslaunch_leaves_a_checkpoint_a_resumed_run_continues_from(tm
             proc.kill()
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, err
+    assert (job / "stopping").read_text() == "stopped\n"  # what the rank read before it saved
     text = log.read_text(errors="replace")
     saved = re.findall(r"^checkpoint: (\S+resnet14-1_(\d+)\.ckpt)$", text, re.M)
     assert saved and "preempted: checkpoint saved in" in text, text[-2000:]

@@ -234,7 +234,8 @@ def plot_goodput(plt: Any, goodput: Goodput, path: str) -> Facts:
     ax.set_xlim(0, max(goodput.elapsed_s, 1e-3))
     ax.set_xlabel("seconds since the job started")
     ax.set_title(f"where the time went: {100 * goodput.ratio:.1f} % productive of {goodput.elapsed_s:.1f} s")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    if drawn:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     _finish(ax, fig, path, legend=False)
     return {"lines": drawn, "restarts": 0}
 
