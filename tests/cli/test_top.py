@@ -189,10 +189,18 @@ def test_a_silent_rank_is_flagged_while_the_job_runs_detached(job):
         assert rows[1]["state"] == "silent" and rows[1]["silent"] and rows[1]["last_output_age"] >= 3
         assert rows[0]["state"] == "running" and not rows[0]["silent"] and rows[0]["last_output_age"] < 3
         assert rows[1]["step"] == 2 and rows[0]["step"] > 2
+        # status counts the goodput of a running job so far: up to now, still running
+        live = job.cli("status", "--json", job_id)
+        assert live.returncode == 0, live.stderr
+        so_far = json.loads(live.stdout)["goodput"]
+        assert so_far["running"] and so_far["has_steps"] and so_far["productive_s"] > 0
+        assert so_far["productive_s"] + sum(so_far["badput_s"].values()) == pytest.approx(so_far["elapsed_s"], abs=0.01)
     finally:
         stop = job.cli("stop", job_id)
     assert stop.returncode == 0, stop.stderr
     assert job.top()["state"] == "stopped"
+    done = json.loads((job.dir / "summary.json").read_text())["goodput"]
+    assert not done["running"] and done["badput_s"]["planned"] > 0  # the stop: from mslaunch's SIGTERM on
 
 
 def test_nan_loss_is_an_event_in_metrics_top_and_the_report(job, tmp_path):
