@@ -147,7 +147,7 @@ def _int(value: Any, default: Optional[int] = None) -> Optional[int]:
 
 @dataclass
 class _Steps:
-    """One attempt's step records: first and last time, and the times its best step grew."""
+    """One attempt's step records: first and last time, best step, when each step was first logged."""
 
     first: float = float("inf")
     last: float = float("-inf")
@@ -212,14 +212,14 @@ def account(
     spans: List[Span] = []
     best_before: Optional[int] = None
     lead = "startup"
-    for k, start in enumerate(starts):
-        stop_end = starts[k + 1] if k + 1 < len(starts) else end
+    for i, (k, start) in enumerate(starts):
+        stop_end = starts[i + 1][1] if i + 1 < len(starts) else end
         window = [e for e in evs if start <= float(e["time"]) <= stop_end]
-        if k + 1 < len(starts):  # events at the very start of the next attempt are its own
+        if i + 1 < len(starts):  # events at the very start of the next attempt are its own
             window = [e for e in window if float(e["time"]) < stop_end or e.get("kind") != EventKind.RESTART]
         mine = steps.get(k)
         cuts, stop_kind = _attempt_cuts(
-            k, start, stop_end, window, mine, best_before, lead, last=k + 1 == len(starts), ended=not running
+            k, start, stop_end, window, mine, best_before, lead, last=i + 1 == len(starts), ended=not running
         )
         spans += _spans(cuts, stop_end, k)
         if mine is not None:
@@ -228,9 +228,12 @@ def account(
     return _total(spans, begin, end, running, bool(steps))
 
 
-def _attempt_starts(evs: List[Mapping[str, Any]], steps: Dict[int, _Steps], begin: float, end: float) -> List[float]:
-    """Each attempt's start: the job's, then each ``restart`` event (or its first ``started`` event
-    or step record when the events lack it), clamped into order."""
+def _attempt_starts(
+    evs: List[Mapping[str, Any]], steps: Dict[int, _Steps], begin: float, end: float
+) -> List[Tuple[int, float]]:
+    """``(attempt, start)`` of each attempt the job's files name: attempt 0 at the job's start,
+    then each at its ``restart`` event (or its first ``started`` event or step record when the
+    events lack it), in order of attempt, the times clamped into that order."""
     known: Dict[int, float] = {0: begin}
     for e in evs:
         k = _int(e.get("attempt"))
@@ -244,11 +247,9 @@ def _attempt_starts(evs: List[Mapping[str, Any]], steps: Dict[int, _Steps], begi
             known[k] = float(e["time"])
     for k, s in steps.items():
         known.setdefault(k, s.first)
-    count = max(known) + 1
-    out: List[float] = []
-    for k in range(count):
-        t = known.get(k, out[-1] if out else begin)
-        out.append(min(end, max(t, out[-1] if out else begin)))
+    out: List[Tuple[int, float]] = []
+    for k in sorted(known):
+        out.append((k, min(end, max(known[k], out[-1][1] if out else begin))))
     return out
 
 

@@ -142,6 +142,19 @@ def test_a_job_from_before_events_counts_from_its_first_step_record():
     assert g.elapsed_s == pytest.approx(3.0) and g.productive_s == pytest.approx(3.0)
 
 
+def test_an_attempt_number_out_of_all_proportion_costs_nothing():
+    """A damaged events.jsonl naming attempt 10**12: the attempts the files name, not a range up to it."""
+    events = [ev(0, "job_start"), ev(4, "restart", attempt=10**12, cause=None, env_attempt=1), ev(9, "job_end")]
+    g = account(events, [step(2, 1), step(6, 2, attempt=10**12)])
+    assert [(s.kind, s.attempt) for s in g.spans] == [
+        ("startup", 0),
+        (PRODUCTIVE, 0),
+        ("restart", 10**12),
+        ("finish", 10**12),
+    ]
+    assert g.badput_s == bad(g, startup=2, restart=2, finish=3) and g.productive_s == pytest.approx(2)
+
+
 def test_its_json_reads_back():
     g = account(*restarted_job())
     data = g.to_json()
