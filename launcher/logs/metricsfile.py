@@ -304,4 +304,7 @@ def load_goodput(job_dir: str, summary: Optional[Dict[str, Any]] = None, now: Op
     done = Goodput.from_json((summary or {}).get("goodput"))
     if done is not None:
         return done
+    ended = (summary or {}).get("ended")  # a job from before job_end events ended then
+    if now is None and isinstance(ended, (int, float)):
+        now = float(ended)
     return account(read_events(job_dir), read_records(os.path.join(job_dir, METRICS_FILE)), now=now)

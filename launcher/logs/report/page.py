@@ -129,7 +129,8 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
     records = _records(job_dir)
     events = read_events(job_dir) if inside(os.path.join(job_dir, EVENTS_FILE), job_dir) else []
     # The same accounting as summary.json's (its job_end is the summary's end): they agree.
-    goodput = account(events, records)
+    ended = (summary or {}).get("ended")  # a job from before job_end events ended then
+    goodput = account(events, records, now=float(ended) if isinstance(ended, (int, float)) else None)
     try:
         makedirs_private(out_dir)
     except OSError as exc:
