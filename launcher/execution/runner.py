@@ -229,12 +229,16 @@ def run_plan(
 
 def _goodput(job_dir: str, end: JobEnd, ended: float) -> Any:
     """``summary.json``'s ``goodput`` (:func:`launcher.logs.goodput.account`): the job's events with
-    its ``job_end`` at ``ended`` (written right after, with that time), and its metric records."""
+    its ``job_end`` at ``ended`` (written right after, with that time), and its metric records;
+    None if it could not be counted."""
     from launcher.logs.goodput import account
     from launcher.logs.metricsfile import METRICS_FILE, read_events, read_records
 
-    events = read_events(job_dir) + [dict(end.to_json(), time=round(ended, 3), kind=end.kind)]
-    return account(events, read_records(os.path.join(job_dir, METRICS_FILE))).to_json()
+    try:
+        events = read_events(job_dir) + [dict(end.to_json(), time=round(ended, 3), kind=end.kind)]
+        return account(events, read_records(os.path.join(job_dir, METRICS_FILE))).to_json()
+    except Exception:  # an accounting bug must not cost the job its summary (status counts it again)
+        return None
 
 
 def make_supervisor(
