@@ -42,7 +42,12 @@ sys.path.insert(0, ROOT)
 
 from benchkit import exit_if_cannot_run  # noqa: E402  (after sys.path is set above)
 
-from tests.harness.faultstream import FaultStream, Injected, badput_table  # noqa: E402  (after sys.path is set above)
+from tests.harness.faultstream import (  # noqa: E402  (after sys.path is set above)
+    FaultStream,
+    Injected,
+    badput_table,
+    inside_and_outside,
+)
 from tests.harness.netns_cluster import NamespaceCluster  # noqa: E402  (after sys.path is set above)
 
 PY = sys.executable
@@ -180,6 +185,9 @@ def report(name: str, run: Dict[str, object], free: Dict[str, object]) -> None:
     faults: List[Injected] = run["faults"]  # type: ignore[assignment]  # run_job's dict: the faults
     for line in badput_table(faults, float(run["t0"])):  # type: ignore[arg-type]  # run_job's dict: a float
         print("   " + line)
+    print("   badput by phase, measured from outside and by mslaunch itself (summary.json's goodput):")
+    for line in inside_and_outside(faults, str(run["job"])):
+        print("     " + line)
     print(f"   ended 0 by itself: {code == 0}; every step done: {run['final'] is not None}")
     print(f"   nothing left on any host: {not run['left']} {run['left'] or ''}")
     same = same_bytes(run["final"], free["final"])  # type: ignore[arg-type]  # run_job's dict: paths

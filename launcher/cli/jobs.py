@@ -222,11 +222,13 @@ def status_cmd(
 ) -> None:
     """Show a job's state; exit 0 if it succeeded or is running, 1 otherwise."""
     from launcher.jobs.jobdir import find_job
+    from launcher.logs.goodput import goodput_line
     from launcher.logs.longjob import process_lines, process_table
-    from launcher.logs.metricsfile import load_progress, read_events
+    from launcher.logs.metricsfile import load_goodput, load_progress, read_events
 
     info = find_job(job)
     progress = load_progress(info.job_dir)
+    goodput = load_goodput(info.job_dir, info.summary if info.problem is None else None)
     if as_json:
         if info.summary is not None and info.problem is None:
             data = info.summary
@@ -247,6 +249,7 @@ def status_cmd(
                 }
                 for r, st in sorted(progress.ranks.items())
             ],
+            goodput=goodput.to_json(),
         )
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
@@ -268,6 +271,7 @@ def status_cmd(
             step = st.global_step if st.global_step is not None else st.step
             loss = "-" if st.loss is None else ("NaN/Inf" if st.loss != st.loss else f"{st.loss:.6g}")
             sys.stdout.write(f"  rank {r}: step {'-' if step is None else step}, loss {loss}\n")
+        sys.stdout.write(f"  {goodput_line(goodput)}\n")
         if info.summary:
             sys.stdout.write(f"  exit code: {info.summary.get('exit_code')}\n")
             cause = info.summary.get("root_cause")

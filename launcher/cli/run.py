@@ -56,7 +56,7 @@ def run_cmd(
     grace: float = typer.Option(
         SuperviseOptions.grace,
         "--grace",
-        help="Seconds between SIGTERM and SIGKILL at teardown.",
+        help="Seconds between SIGTERM and SIGKILL at teardown (time for a checkpoint on SIGTERM; docs/long-jobs.md).",
         rich_help_panel="Run",
     ),
     timeout: Optional[float] = typer.Option(

@@ -308,9 +308,10 @@ def report_cmd(
         None, "-o", "--output", help="Folder for report.html and the PNGs (default: <job dir>/report)."
     ),
 ) -> None:
-    """Write a self-contained HTML report (plus PNGs): loss, step time and throughput per rank, timeline, root cause."""
+    """Write a self-contained HTML report (plus PNGs): loss, step time and throughput over every attempt,
+    goodput, timeline, root cause."""
     from launcher.jobs import jobdir
-    from launcher.logs.report import outside_files, write_report
+    from launcher.logs.report.page import outside_files, write_report
 
     folder = _resolve(job, log_dir)
     skipped = outside_files(folder)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence
 
 from launcher.errors import LaunchError
@@ -69,7 +70,9 @@ def backend_factory(
         from launcher.execution.supervision.restarts import attempt_plan
 
         now = current if current is not None else plan
-        mine = attempt_plan(now, attempt, options.max_restarts, attempt_base) if options is not None else now
+        mine = (
+            attempt_plan(now, attempt, options.max_restarts, attempt_base, attempt_dir) if options is not None else now
+        )
         return entry.create(BackendContext(mine, attempt, attempt_dir, watchdog, dict(settings or {})))
 
     return make
@@ -222,8 +225,10 @@ def run_plan(
         finally:
             watchdog.close()
         metrics.stop()
+    end = JobEnd(result.status, result.exit_code, _cause_kind(result))
+    result = replace(result, extra={**result.extra, "goodput": _goodput(plan.job_dir, end, result.ended)})
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
-    append_event(plan.job_dir, JobEnd(result.status, result.exit_code, _cause_kind(result)))
+    append_event(plan.job_dir, end, when=result.ended)  # the end the goodput counted to
     if on_ended is not None:
         on_ended()
     joblock.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
@@ -236,6 +241,20 @@ def _cause_kind(result: JobResult) -> Optional[str]:
         return None
     cause = result.root_cause.cause
     return cause.kind if cause is not None else None
+
+
+def _goodput(job_dir: str, end: JobEnd, ended: float) -> Any:
+    """``summary.json``'s ``goodput`` (:func:`launcher.logs.goodput.account`): the job's events with
+    its ``job_end`` at ``ended`` (written right after, with that time), and its metric records;
+    None if it could not be counted."""
+    from launcher.logs.goodput import account
+    from launcher.logs.metricsfile import METRICS_FILE, read_events, read_records
+
+    try:
+        events = read_events(job_dir) + [dict(end.to_json(), time=round(ended, 3), kind=end.kind)]
+        return account(events, read_records(os.path.join(job_dir, METRICS_FILE))).to_json()
+    except Exception:  # an accounting bug must not cost the job its summary (status counts it again)
+        return None
 
 
 def make_supervisor(

@@ -35,7 +35,7 @@ class SuperviseOptions:
         PlanError: a negative --max-restarts, --restart-delay, --grace or --host-failures.
     """
 
-    grace: float = 5.0
+    grace: float = 25.0
     timeout: Optional[float] = None
     start_timeout: float = 60.0
     max_restarts: int = 0

@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from launcher.logs.follow import Follower, LogSource, job_log_sources
 from launcher.logs.metrics import Metric, parse_line
@@ -25,11 +25,15 @@ from launcher.logs.progress import Progress, RankDeriver
 from launcher.planning.job import layout
 from launcher.planning.job.events import Event
 
+if TYPE_CHECKING:
+    from launcher.logs.goodput import Goodput
+
 __all__ = [
     "EVENTS_FILE",
     "append_event",
     "read_events",
     "METRICS_FILE",
+    "load_goodput",
     "MetricsWriter",
     "JsonlTail",
     "log_mtimes",
@@ -290,3 +294,17 @@ def append_event(job_dir: str, event: Event, when: Optional[float] = None) -> No
 def read_events(job_dir: str) -> List[Dict[str, Any]]:
     """The events of a job (empty when it has none)."""
     return read_records(os.path.join(job_dir, EVENTS_FILE))
+
+
+def load_goodput(job_dir: str, summary: Optional[Dict[str, Any]] = None, now: Optional[float] = None) -> Goodput:
+    """The job's goodput: its ``summary.json``'s (written when it ended), else counted from its
+    ``events.jsonl`` and ``metrics.jsonl`` (:func:`launcher.logs.goodput.account`; a running job's up to ``now``)."""
+    from launcher.logs.goodput import Goodput, account
+
+    done = Goodput.from_json((summary or {}).get("goodput"))
+    if done is not None:
+        return done
+    ended = (summary or {}).get("ended")  # a job from before job_end events ended then
+    if now is None and isinstance(ended, (int, float)):
+        now = float(ended)
+    return account(read_events(job_dir), read_records(os.path.join(job_dir, METRICS_FILE)), now=now)

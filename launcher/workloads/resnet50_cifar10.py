@@ -68,6 +68,11 @@ one on some ranks only, so:
   every rank has; newer ones of this rank (steps that are trained again) are removed. No common
   one while some rank has one is an error (exit 2) naming each rank's newest.
 
+SIGTERM (a preemption, a stop, a launcher's teardown) with ``--ckpt-dir``: the rank ends the step it
+is in, writes a checkpoint there (``preempted: checkpoint saved in X s after SIGTERM``) and ends by
+the signal; a rank stuck in a step that cannot end (its peers are gone) ends after 1.5 step times
+(:mod:`launcher.workloads.preempt`).  ``--resume`` (or a restart) continues after it.
+
 Compile cache: under mslaunch (``MSLAUNCH_COMPILE_CACHE``, the job's folder) the trainer turns
 MindSpore's compile cache on there, unless ``MS_COMPILER_CACHE_*`` is set, so a restart takes its
 graphs from it (launcher/workloads/compile_cache.py); a distributed run with ``--ckpt-dir`` then
@@ -109,6 +114,7 @@ from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
 from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.grad_accum import AccumulatingStep, one_batch_step
+from launcher.workloads.preempt import StopOnSignal
 from launcher.workloads.resnet50 import (
     ARCHS,
     SoftmaxCrossEntropyExpand,
@@ -335,6 +341,7 @@ class _Loop:
     global_step: int
     compiled: bool = False  # the first step of a process compiles the graph (it is not timed)
     prune_due: bool = False  # a checkpoint was saved: prune the older ones after the next step
+    stop: Optional[StopOnSignal] = None  # SIGTERM: a checkpoint at the next step's end (with --ckpt-dir)
 
 
 def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
@@ -344,8 +351,12 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
     t_epoch, timed_steps, timed_time = time.perf_counter(), 0, 0.0
     while step < loop.spe:
         t0 = time.perf_counter()
+        if loop.stop is not None:
+            loop.stop.step_started()
         loss = loop.step_fn(loop.batches)  # --grad-accum batches, one optimizer step
         dt = time.perf_counter() - t0
+        if loop.stop is not None:
+            loop.stop.step_done()
         step += 1
         loop.global_step += 1
         if loop.prune_due:  # this step's AllReduce needed every rank: all have saved the newest
@@ -362,6 +373,8 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
         loop.compiled = True
         if loop.ckpt_dir and args.ckpt_every and loop.global_step % args.ckpt_every == 0 and step < loop.spe:
             _save(loop, epoch, step)
+        if loop.stop is not None and loop.stop.requested:  # SIGTERM: save here, then end by it
+            loop.stop.stop_here(lambda: _save(loop, epoch, step))
     if timed_steps == 0:  # an epoch of one (compiling) step: report what we have
         timed_steps, timed_time = loop.spe, time.perf_counter() - t_epoch
     per_rank = timed_steps * args.grad_accum * args.batch_size / timed_time if timed_time > 0 else 0.0
@@ -378,6 +391,8 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
     """Write a checkpoint at this position and print its ``checkpoint:`` line."""
     assert loop.ckpt_dir is not None
     alone = loop.size == 1
+    if loop.stop is not None:
+        loop.stop.saving()
     path = save_checkpoint(
         loop.train_net,
         loop.ckpt_dir,
@@ -389,6 +404,8 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
     )
     loop.prune_due = not alone
     _say(f"checkpoint: {path}")
+    if loop.stop is not None:
+        loop.stop.saved()
 
 
 def train(args: argparse.Namespace, distributed: bool) -> int:
@@ -430,6 +447,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
             ds.config.set_seed(args.seed + global_step)
         batches = data.repeat().create_tuple_iterator(num_epochs=1)
         loop = _Loop(args, train_net, step_fn, batches, ckpt_dir, spe, size, global_step)
+        loop.stop = StopOnSignal().install() if ckpt_dir else None
         while epoch <= args.epochs:
             if not _train_epoch(loop, epoch, step):
                 return 1

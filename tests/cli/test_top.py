@@ -189,10 +189,18 @@ def test_a_silent_rank_is_flagged_while_the_job_runs_detached(job):
         assert rows[1]["state"] == "silent" and rows[1]["silent"] and rows[1]["last_output_age"] >= 3
         assert rows[0]["state"] == "running" and not rows[0]["silent"] and rows[0]["last_output_age"] < 3
         assert rows[1]["step"] == 2 and rows[0]["step"] > 2
+        # status counts the goodput of a running job so far: up to now, still running
+        live = job.cli("status", "--json", job_id)
+        assert live.returncode == 0, live.stderr
+        so_far = json.loads(live.stdout)["goodput"]
+        assert so_far["running"] and so_far["has_steps"] and so_far["productive_s"] > 0
+        assert so_far["productive_s"] + sum(so_far["badput_s"].values()) == pytest.approx(so_far["elapsed_s"], abs=0.01)
     finally:
         stop = job.cli("stop", job_id)
     assert stop.returncode == 0, stop.stderr
     assert job.top()["state"] == "stopped"
+    done = json.loads((job.dir / "summary.json").read_text())["goodput"]
+    assert not done["running"] and done["badput_s"]["planned"] > 0  # the stop: from mslaunch's SIGTERM on
 
 
 def test_nan_loss_is_an_event_in_metrics_top_and_the_report(job, tmp_path):
@@ -224,7 +232,7 @@ def test_report_renders_its_charts_in_headless_chromium(straggler_job, tmp_path)
     assert rep.returncode == 0, rep.stderr
     html_path = rep.stdout.strip()
     assert html_path == str(job.dir / "report" / "report.html")
-    for name in ("loss", "step_time", "throughput", "timeline"):
+    for name in ("loss", "step_time", "throughput", "goodput", "timeline"):
         assert (job.dir / "report" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The page stands alone: copy it elsewhere, without the PNGs.
     lone = tmp_path / "lone" / "report.html"
@@ -254,9 +262,9 @@ def test_report_renders_its_charts_in_headless_chromium(straggler_job, tmp_path)
     console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
     assert console == [], console
     imgs = re.findall(
-        r'<img id="plot-(\w+)" class="plot" alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', dom.stdout
+        r'<img id="plot-(\w+)" class="plot" alt="[^"]*"[^>]* src="data:image/png;base64,([A-Za-z0-9+/=]+)"', dom.stdout
     )
-    assert [name for name, _ in imgs] == ["loss", "step_time", "throughput", "timeline"], (
+    assert [name for name, _ in imgs] == ["loss", "step_time", "throughput", "goodput", "timeline"], (
         dom.stdout[:500],
         dom.stderr[-2000:],
     )
@@ -270,7 +278,7 @@ def test_report_renders_its_charts_in_headless_chromium(straggler_job, tmp_path)
     for rgb in ((31, 119, 180), (255, 127, 14)):
         hits = np.all(np.abs(pixels - np.array(rgb)) <= 12, axis=2).sum()
         assert hits > 100, (rgb, hits)
-    for caption in ("Loss vs step", "Step time per rank", "Throughput over time", "Timeline"):
+    for caption in ("Loss vs step", "Step time per rank", "Throughput over time", "Where the time went", "Timeline"):
         assert f"<figcaption>{caption} (" in dom.stdout
     assert "<td>succeeded</td>" in dom.stdout
 
@@ -389,8 +397,9 @@ def test_a_restarted_job_top_follows_the_new_attempt_and_the_report_shows_the_re
     rep = job.cli("report", str(job.dir), "-o", str(out))
     assert rep.returncode == 0, rep.stderr
     page = (out / "report.html").read_text()
-    timeline = re.search(r'<ul id="timeline">(.*?)</ul>', page, re.S).group(1)
-    assert re.findall(r"<b>(\w+)</b>", timeline) == ["job_start", "failure", "teardown", "restart", "job_end"]
+    timeline = re.search(r'<ol id="timeline">(.*?)</ol>', page, re.S).group(1)
+    told = [k for k in re.findall(r'<li class="ev-(\w+)">', timeline) if k not in ("started", "exited", "steps")]
+    assert told == ["job_start", "failure", "teardown", "restart", "job_end"]
 
 
 @pytest.mark.mpi

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["FAULT_KINDS", "FaultStream", "Injected", "JobView", "badput_table", "rank_pids"]
+__all__ = ["FAULT_KINDS", "FaultStream", "Injected", "JobView", "badput_table", "inside_and_outside", "rank_pids"]
 
 FAULT_KINDS = ("kill", "stop", "cut", "restart")
 
@@ -352,4 +352,32 @@ def badput_table(faults: Sequence[Injected], t0: float) -> List[str]:
         f"{'sum':8} {'':>4} {'':>14} {'':>9} {'':>8} {'':>14} {sums['detect']:>7.1f} {sums['teardown']:>8.1f} "
         f"{sums['restart']:>8.1f} {sums['retrain']:>8.1f} {total:>7.1f}"
     )
+    return lines
+
+
+def inside_and_outside(faults: Sequence[Injected], job_dir: str) -> List[str]:
+    """The badput by phase as measured here from outside (:func:`badput_table`'s sums) beside
+    mslaunch's own accounting of the same job (``summary.json``'s ``goodput``,
+    :func:`launcher.logs.goodput.account`), which sees no injection: a fault starts for it at the
+    failed process's exit, or a hung attempt's last step."""
+    from launcher.logs.goodput import KINDS, Goodput, account, goodput_line
+
+    view = JobView(job_dir)
+    try:
+        with open(os.path.join(job_dir, "summary.json")) as fh:
+            inside = Goodput.from_json(json.load(fh).get("goodput"))
+    except (OSError, ValueError):
+        inside = None
+    if inside is None:
+        inside = account(view.events(), view.steps())
+    outside: Dict[str, float] = {"detect": 0.0, "teardown": 0.0, "restart": 0.0, "retrain": 0.0}
+    for f in faults:
+        for k, v in f.phases().items():
+            outside[k] += v or 0.0
+    lines = [f"{'phase':10} {'outside':>8} {'mslaunch':>8}"]
+    for k in KINDS:
+        seen = f"{outside[k]:8.1f}" if k in outside else f"{'-':>8}"
+        lines.append(f"{k:10} {seen} {inside.badput_s[k]:8.1f}")
+    lines.append(f"{'productive':10} {'-':>8} {inside.productive_s:8.1f}")
+    lines.append("mslaunch: " + goodput_line(inside))
     return lines

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from tests.harness.faultkit import wait_for
-from tests.harness.faultstream import FaultStream, Injected, badput_table, rank_pids
+from tests.harness.faultstream import FaultStream, Injected, badput_table, inside_and_outside, rank_pids
 
 
 def _write(path, records) -> None:
@@ -52,6 +52,15 @@ def test_each_faults_times_and_phases_come_from_the_jobs_records(tmp_path):
     table = badput_table([kill, stop, restart], 0.0)
     assert table[1].split()[:5] == ["kill", "0", "h1", "10.0", "10.5"] and table[-1].startswith("sum")
     assert float(table[-1].split()[-1]) == kill.lost() + stop.lost() + restart.lost()
+    # Beside it, mslaunch's own accounting of the same job (no summary.json: counted from its files).
+    from launcher.logs.goodput import account
+
+    both = {line.split()[0]: line.split()[1:] for line in inside_and_outside([kill, stop, restart], str(tmp_path))}
+    mine = account(fs.view.events(), fs.view.steps())
+    for phase in ("detect", "teardown", "restart", "retrain"):
+        outside = sum(f.phases()[phase] or 0.0 for f in (kill, stop, restart))
+        assert both[phase] == [f"{outside:.1f}", f"{mine.badput_s[phase]:.1f}"], phase
+    assert both["startup"] == ["-", f"{mine.badput_s['startup']:.1f}"] and both["mslaunch:"][0] == "goodput"
 
 
 def test_a_ranks_own_process_is_found_by_its_mark_not_its_children(tmp_path):

@@ -114,4 +114,9 @@ def test_every_fault_kind_in_one_stream_ends_in_a_job_that_finishes_by_itself(cl
         assert "resume: global step " in log and log.rstrip().endswith(
             f"epoch: 1 step: {STEPS}, loss is {1 / STEPS:.4f}"
         )
+    # mslaunch's own accounting of the stream: its parts add up; the stopped rank cost detection
+    # (its hang from its last step to --stopped-timeout), and each of the 4 restarts its start.
+    g = s["goodput"]
+    assert g["productive_s"] + sum(g["badput_s"].values()) == pytest.approx(g["elapsed_s"], abs=0.01)
+    assert g["badput_s"]["detect"] > 0 and g["badput_s"]["restart"] > 0 and 0 < g["ratio"] < 1
     assert wait_nothing_left(c) == {}

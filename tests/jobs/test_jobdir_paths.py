@@ -284,6 +284,7 @@ def test_every_file_of_a_job_and_of_its_report_is_private_under_umask_022(tmp_pa
     rep = run_process("report", "--log-dir", str(job_dir), env=e.environ, timeout=120, preexec_fn=umask_022)
     assert rep.returncode == 0, rep.stderr
     assert sorted(os.listdir(job_dir / "report")) == [
+        "goodput.png",
         "loss.png",
         "report.html",
         "step_time.png",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launcher.logs.longjob import attempt_lines, excluded_lines, summary_notes
-from launcher.logs.report import _summary_rows
+from launcher.logs.report.page import _summary_rows
 
 EXCLUDED = [
     {

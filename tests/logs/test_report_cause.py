@@ -3,7 +3,7 @@ its summary table."""
 
 from __future__ import annotations
 
-from launcher.logs.report import _html_summary, _summary_rows
+from launcher.logs.report.page import _html_summary, _summary_rows
 
 CAUSE = {
     "kind": "missing_file",

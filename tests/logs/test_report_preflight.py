@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.logs.report import _html_events
+from launcher.logs.report.page import _html_events
 
 
 def test_the_preflight_event_is_on_the_timeline() -> None:
@@ -18,5 +18,5 @@ def test_the_preflight_event_is_on_the_timeline() -> None:
         {"time": 10.5, "kind": "job_start", "job_id": "j"},
     ]
     html = "".join(_html_events([], events, 10.0))
-    assert "<b>preflight</b>" in html and "slow: compute 0.21 GFLOPS" in html
-    assert html.index("preflight") < html.index("job_start")
+    assert "The pre-flight check (exclude) ran; it left out h2 (slow: compute 0.21 GFLOPS" in html
+    assert html.index("pre-flight") < html.index("The job j started.")

@@ -2,12 +2,16 @@
 
     metricprog.py STEPS STEP_SECONDS [--format lossmonitor|mindformers|mslaunch]
                   [--straggler RANK] [--silent RANK] [--silent-for SECONDS] [--nan-at STEP] [--fail-once RANK]
+                  [--fail-at STEP] [--ckpt-dir DIR --ckpt-every N]
 
 Every worker prints ``MSLAUNCH_METRIC {"batch_size": 32, "total_steps": STEPS}`` first, then one
 line per step in the chosen format with loss ``2.0 / step``; the straggler rank sleeps 0.5 s
 more per step; the silent rank prints nothing after step 2 for ``--silent-for`` seconds (then
 goes on); ``--nan-at`` makes rank 0 print a NaN loss at that step and exit 1; ``--fail-once R``
-makes rank R exit 3 at step 3 the first time (a marker file in $PIDDIR remembers it).  At the end:
+makes rank R exit 3 at step ``--fail-at`` (3) the first time (a marker file in $PIDDIR remembers it).
+With ``--ckpt-dir``, every rank saves its step there (``rank<r>``) every ``--ckpt-every`` steps, and
+a restart resumes after the newest step every rank saved (``resume: global step <s>``), as a
+trainer resumes from its checkpoint.  At the end:
 ``Train epoch time: ... ms, per step time: ... ms`` (TimeMonitor's format).  The scheduler role
 listens on MS_SCHED_PORT like MindSpore's and exits once every worker connected to say it is done.  Pids go to
 ``$PIDDIR/<name>.pids``.
@@ -35,6 +39,9 @@ p.add_argument(
     default=-1,
     help="this rank exits 3 at step 3 unless $PIDDIR/failed-once exists (creates it)",
 )
+p.add_argument("--fail-at", type=int, default=3, help="the step --fail-once fails at")
+p.add_argument("--ckpt-dir", default=None, help="save the step here; a restart resumes from the newest common one")
+p.add_argument("--ckpt-every", type=int, default=2)
 args = p.parse_args()
 
 role = os.environ.get("MS_ROLE", "")
@@ -50,13 +57,33 @@ if role == "MS_SCHED":
     sys.exit(0)
 
 print("MSLAUNCH_METRIC " + json.dumps({"batch_size": 32, "total_steps": args.steps}), flush=True)
+
+
+def saved(r: int) -> int:
+    try:
+        with open(os.path.join(args.ckpt_dir, f"rank{r}")) as fh:
+            return int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+start = 0
+if args.ckpt_dir:
+    os.makedirs(args.ckpt_dir, exist_ok=True)
+    start = min(saved(r) for r in range(int(os.environ.get("MS_WORKER_NUM") or 1)))
+    if start:
+        print(f"resume: global step {start}", flush=True)
 t_start = time.time()
-for step in range(1, args.steps + 1):
+for step in range(start + 1, args.steps + 1):
     time.sleep(args.step_s + (0.5 if rank == args.straggler else 0.0))
     if rank == args.silent and step == 3:
         time.sleep(args.silent_for)
     loss = 2.0 / step
-    if rank == args.fail_once and step == 3 and not os.path.exists(os.path.join(piddir or ".", "failed-once")):
+    if (
+        rank == args.fail_once
+        and step == args.fail_at
+        and not os.path.exists(os.path.join(piddir or ".", "failed-once"))
+    ):
         open(os.path.join(piddir or ".", "failed-once"), "w").close()
         print("RuntimeError: rank fails once", file=sys.stderr, flush=True)
         sys.exit(3)
@@ -81,7 +108,12 @@ for step in range(1, args.steps + 1):
         print("MSLAUNCH_METRIC " + json.dumps({"step": step, "loss": loss}), flush=True)
     else:
         print(f"epoch: 1 step: {step}, loss is {loss:.7g}", flush=True)
+    if args.ckpt_dir and step % args.ckpt_every == 0:
+        tmp = os.path.join(args.ckpt_dir, f".rank{rank}.{os.getpid()}")
+        with open(tmp, "w") as fh:
+            fh.write(str(step))
+        os.replace(tmp, os.path.join(args.ckpt_dir, f"rank{rank}"))
 elapsed = (time.time() - t_start) * 1000
-print(f"Train epoch time: {elapsed:5.3f} ms, per step time: {elapsed / args.steps:5.3f} ms", flush=True)
+print(f"Train epoch time: {elapsed:5.3f} ms, per step time: {elapsed / max(1, args.steps - start):5.3f} ms", flush=True)
 if os.environ.get("MS_SCHED_PORT"):
     tell_done()

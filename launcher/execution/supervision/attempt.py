@@ -198,7 +198,7 @@ class AttemptRunner:
                     if state.phase is not AttemptPhase.TEARING_DOWN:  # a success, a failure, a stop signal, an error
                         state.transition(AttemptPhase.TEARING_DOWN)
                 finally:  # a refused move is a bug, but the processes are still ended
-                    self._teardown(state, announce=outcome.status != SUCCEEDED)
+                    self._teardown(state, outcome.status)
                 state.transition(AttemptPhase.DONE)
         finally:
             if backend is not None:
@@ -252,7 +252,7 @@ class AttemptRunner:
         self, state: _Attempt, backend: Backend, adir: str, deadline: Optional[float], attempt: int = 0
     ) -> None:
         sched_idx: Optional[int] = None
-        plan = restarts.attempt_plan(self.plan, attempt, self.options.max_restarts, self.attempt_base)
+        plan = restarts.attempt_plan(self.plan, attempt, self.options.max_restarts, self.attempt_base, adir)
         # A restart starts the workers right after the scheduler (they retry registering; its port is checked after)
         first = self.options.scheduler_first and attempt == 0
         for request in backend.requests(plan, adir):
@@ -407,13 +407,14 @@ class AttemptRunner:
 
     # ---------------------------------------------------------------- teardown
 
-    def _teardown(self, state: _Attempt, announce: bool = True) -> None:
-        """SIGTERM every running group, wait ``grace``, SIGKILL whole trees; always kill groups.
-
-        After a success only the scheduler can still be running; it is ended without notice.
-        A stop signal received during the grace skips the rest of it.
+    def _teardown(self, state: _Attempt, status: str = FAILED) -> None:
+        """Why (the ``stopping`` file), SIGTERM every running group, wait ``grace``, SIGKILL whole
+        trees; always kill groups.  After a success only the scheduler can still be running; it is
+        ended without notice.  A stop signal received during the grace skips the rest of it.
         """
-        self._terminate_running(state, announce)
+        if status != SUCCEEDED:
+            restarts.tell_stopping(self.adir, status)
+        self._terminate_running(state, status != SUCCEEDED)
         signals_seen = len(stopsignals.pending)
         state.drain_until(time.monotonic() + self.options.grace, stop=lambda: len(stopsignals.pending) != signals_seen)
         for handle in state.handles:

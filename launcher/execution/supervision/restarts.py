@@ -1,7 +1,8 @@
 """Restarts that resume, and crash loops that stop.
 
-* Each process of attempt ``k`` gets ``MSLAUNCH_ATTEMPT=k`` (0 in the first attempt) and
-  ``MSLAUNCH_MAX_RESTARTS`` (this run's ``--max-restarts``) in its env (:func:`attempt_plan`);
+* Each process of attempt ``k`` gets ``MSLAUNCH_ATTEMPT=k`` (0 in the first attempt),
+  ``MSLAUNCH_MAX_RESTARTS`` (this run's ``--max-restarts``) and ``MSLAUNCH_STOPPING_FILE`` (the
+  attempt's ``stopping`` file: :func:`tell_stopping`) in its env (:func:`attempt_plan`);
   under ``mslaunch sbatch`` a requeued run continues the count: ``SLURM_RESTART_COUNT`` plus the
   run's own restarts (:func:`attempt_base`).  The attempt's folder stays ``attempt_<k>`` of the
   run, ``k`` counted within the run.
@@ -31,12 +32,23 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from launcher.execution.results import HUNG, SUCCEEDED, AttemptResult
 from launcher.logs.causes import repeated_unfixable
+from launcher.planning.job import layout
 from launcher.planning.job.spec import Plan, ProcPlan
 
-__all__ = ["ATTEMPT_VAR", "MAX_RESTARTS_VAR", "AttemptProgress", "attempt_base", "attempt_plan", "crash_loop"]
+__all__ = [
+    "ATTEMPT_VAR",
+    "MAX_RESTARTS_VAR",
+    "STOPPING_VAR",
+    "AttemptProgress",
+    "attempt_base",
+    "attempt_plan",
+    "crash_loop",
+    "tell_stopping",
+]
 
 ATTEMPT_VAR = "MSLAUNCH_ATTEMPT"
 MAX_RESTARTS_VAR = "MSLAUNCH_MAX_RESTARTS"
+STOPPING_VAR = "MSLAUNCH_STOPPING_FILE"
 
 
 def attempt_base(launcher: str, environ: Mapping[str, str]) -> int:
@@ -52,9 +64,12 @@ def _with_env(proc: ProcPlan, extra: Tuple[Tuple[str, str], ...]) -> ProcPlan:
     return replace(proc, env=tuple((k, v) for k, v in proc.env if k not in names) + extra)
 
 
-def attempt_plan(plan: Plan, attempt: int, max_restarts: int, base: int = 0) -> Plan:
-    """``plan`` with ``MSLAUNCH_ATTEMPT`` / ``MSLAUNCH_MAX_RESTARTS`` in every process's env (pure)."""
-    extra = ((ATTEMPT_VAR, str(base + attempt)), (MAX_RESTARTS_VAR, str(max_restarts)))
+def attempt_plan(plan: Plan, attempt: int, max_restarts: int, base: int = 0, adir: Optional[str] = None) -> Plan:
+    """``plan`` with ``MSLAUNCH_ATTEMPT`` / ``MSLAUNCH_MAX_RESTARTS`` (and, given the attempt's
+    folder ``adir``, ``MSLAUNCH_STOPPING_FILE``) in every process's env (pure)."""
+    extra: Tuple[Tuple[str, str], ...] = ((ATTEMPT_VAR, str(base + attempt)), (MAX_RESTARTS_VAR, str(max_restarts)))
+    if adir is not None:
+        extra += ((STOPPING_VAR, layout.stopping_file(adir)),)
     sched = _with_env(plan.scheduler, extra) if plan.scheduler is not None else None
     return replace(plan, ranks=tuple(_with_env(p, extra) for p in plan.ranks), scheduler=sched)
 
@@ -127,6 +142,25 @@ def wait_delay(seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end and stopsignals.first() is None:
         time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+
+def tell_stopping(adir: str, status: str) -> None:
+    """Before a teardown's SIGTERM: why the ranks are stopped, one word in the attempt's
+    ``stopping`` file (``MSLAUNCH_STOPPING_FILE``): the attempt's status, ``failed`` or ``hung`` (a
+    fault), ``stopped``, ``preempted`` or ``timeout``.  A rank that saves a checkpoint on SIGTERM
+    skips it after a fault: the rank that failed has no checkpoint of that step, so no resume could
+    load it (the reference trainer, :mod:`launcher.workloads.preempt`).  Best effort: never raises."""
+    import os
+
+    path = layout.stopping_file(adir)
+    tmp = f"{path}.{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{status}\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def crash_loop(history: Sequence[AttemptResult]) -> Optional[str]:

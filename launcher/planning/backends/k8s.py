@@ -96,7 +96,7 @@ class K8sJob:
     cpu: Optional[str] = None
     memory: Optional[str] = None
     device: Optional[str] = None
-    grace: float = 5.0
+    grace: float = 25.0  # mslaunch run's default --grace (launcher.execution.settings.SuperviseOptions)
     metrics_port: Optional[int] = None
     secrets: Tuple[str, ...] = ()
 

@@ -15,6 +15,8 @@ Job directory (``--log-dir``, default ``./mslaunch_logs/<job-id>/``)::
       events.jsonl         the supervisor's events, one JSON object a line
       metrics.jsonl        training metrics parsed from the ranks' logs
       mslaunch.log         a detached run's own output
+      stopping             written before a teardown's SIGTERM: why the ranks are stopped (in each
+                           attempt's folder; ``MSLAUNCH_STOPPING_FILE``, docs/long-jobs.md)
       rank_table.json      artefact: ranktable method (unless --rank_table_file is given)
       hostfile             artefact: mpirun launcher with --hostfile
       ssh_config           artefact: mpirun launcher, per-host ssh settings
@@ -53,6 +55,7 @@ __all__ = [
     "RANK_TABLE_FILE",
     "SCHEDULER_LOG",
     "SSH_CONFIG_FILE",
+    "STOPPING_FILE",
     "SUMMARY_FILE",
     "WORKER_LOG_GLOB",
     "artefact_path",
@@ -63,6 +66,7 @@ __all__ = [
     "fill_rank",
     "job_file",
     "parse_attempt_dir",
+    "stopping_file",
     "parse_worker_log",
     "rank_cwd",
     "rank_cwd_prefix",
@@ -80,6 +84,8 @@ EVENTS_FILE = "events.jsonl"
 METRICS_FILE = "metrics.jsonl"
 #: A detached run's own output.
 DETACH_LOG = "mslaunch.log"
+#: Why the ranks of an attempt are stopped, written before its teardown's SIGTERM (an attempt dir's file).
+STOPPING_FILE = "stopping"
 #: Where a reused ``--log-dir``'s previous job is moved.
 PREVIOUS_DIR = ".previous"
 
@@ -126,6 +132,11 @@ def artefact_path(job_dir: str, name: str) -> str:
 def compile_cache_dir(job_dir: str) -> str:
     """``<job_dir>/compile_cache``: where the ranks' compiled graphs are kept for the job's restarts."""
     return posixpath.join(job_dir, COMPILE_CACHE_DIR)
+
+
+def stopping_file(attempt_dir: str) -> str:
+    """``<attempt dir>/stopping``: why its ranks are stopped (:data:`STOPPING_FILE`)."""
+    return posixpath.join(attempt_dir, STOPPING_FILE)
 
 
 def attempt_dir_name(attempt: int) -> str:

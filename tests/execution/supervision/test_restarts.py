@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
 
+import psutil
 import pytest
 
 from launcher.execution.results import AttemptResult
-from launcher.execution.supervision.restarts import AttemptProgress, attempt_base, attempt_plan, crash_loop
+from launcher.execution.supervision.restarts import (
+    AttemptProgress,
+    attempt_base,
+    attempt_plan,
+    crash_loop,
+    tell_stopping,
+)
 from launcher.planning.job.spec import Plan, ProcPlan
 from tests.execution.local.test_hang_local import PROG, hjob  # noqa: F401  (the fixture)
 from tests.execution.local.test_run_local import assert_all_gone
-from tests.harness.cli import run_cli
+from tests.harness.cli import run_cli, run_process
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _proc(name, rank, env):
@@ -212,3 +227,26 @@ def test_fixable_causes_and_a_replan_do_not_stop_the_restarts():
         is not None
     )
     assert crash_loop([_failed_with(0, _exc()), _attempt(1)]) is None  # no root cause
+
+
+def test_each_process_knows_where_mslaunch_says_why_it_stops_it(tmp_path):
+    plan = Plan("j", "/j", "dynamic", "local", 1, (), (_proc("rank 0", 0, ()),), None, (), "127.0.0.1", 1)
+    got = attempt_plan(plan, 1, 2, adir="/j/attempt_1")
+    assert got.ranks[0].env[-1] == ("MSLAUNCH_STOPPING_FILE", "/j/attempt_1/stopping")
+    tell_stopping(str(tmp_path), "preempted")
+    assert (tmp_path / "stopping").read_text() == "preempted\n"
+    assert (tmp_path / "stopping").stat().st_mode & 0o777 == 0o600 and os.listdir(tmp_path) == ["stopping"]
+    tell_stopping(str(tmp_path / "gone"), "failed")  # best effort: an attempt folder that is gone
+
+
+def test_a_rank_torn_down_after_a_failure_reads_why_before_its_sigterm(tmp_path):
+    prog = os.path.join(os.path.dirname(PROG), "stopwhy.py")
+    job = tmp_path / "job"
+    run = ["run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--grace", "2", "--tee", "none"]
+    r = run_process(*run, prog, "1", cwd=str(tmp_path), env=dict(os.environ, MSLAUNCH_HOME=str(tmp_path / "home")))
+    assert r.returncode == 3, r.stderr
+    assert (job / "worker_0.log").read_text().splitlines() == ["stopping: failed"]
+    assert (job / "stopping").read_text() == "failed\n"
+    started = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
+    pids = [e["pid"] for e in started if e["kind"] == "started"]
+    assert len(pids) == 3 and not [p for p in pids if _alive(p)]

@@ -1,18 +1,22 @@
-"""``mslaunch report``: a self-contained HTML page (plus PNGs) about one job.
+"""``mslaunch report``: a self-contained HTML page (plus PNGs) about one job, every attempt included.
 
 Output folder (``-o DIR``, default ``<job dir>/report/``)::
 
     report.html      the page; the plots are embedded as data: URIs, so the file alone is enough
-    loss.png         loss vs global step, one line per rank
+    loss.png         loss vs global step per rank, every attempt (charts.py: restarts marked,
+                     steps trained again dashed)
     step_time.png    step time vs global step per rank (the straggler view), with the median
-    throughput.png   samples/s over time: each rank and the job's total
+    throughput.png   samples/s over time: each rank and the job's total, a line per attempt
+    goodput.png      where the time went: productive and each kind of badput (launcher.logs.goodput)
     timeline.png     each process from start to end (ok / failed / stopped; earlier attempts too),
                      job start and end, the failure, the teardown and restarts (from events.jsonl)
+
+The page: the summary (with the goodput line), the root cause, the timeline in words
+(story.py: one sentence per event), the per-rank table and the plots.
 
 The folder is created 0700 and every file in it 0600, whatever the umask (the page shows the job's
 plan and log lines, which may hold values of the environment).
 
-Plots are drawn with matplotlib (the ``report`` extra) on its non-interactive Agg backend.
 Reads ``plan.json``, ``summary.json``, ``events.jsonl`` and ``metrics.jsonl`` (or the logs when it is missing).
 """
 
@@ -20,37 +24,24 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from launcher.errors import MsLaunchError
 from launcher.logs.causes import Cause
+from launcher.logs.goodput import Goodput, account, goodput_line
 from launcher.logs.joblogs import JobLog, inside, job_logs
 from launcher.logs.metricsfile import EVENTS_FILE, METRICS_FILE, LogMetrics, read_events, read_records
 from launcher.logs.progress import Progress
+from launcher.logs.report import charts
+from launcher.logs.report.story import story
 from launcher.planning.job import layout
-from launcher.planning.job.kinds import EventKind
 from launcher.planning.text.private import makedirs_private, open_private
 
-#: The events the report's timeline lists (``started`` events are drawn as bars instead).
-_TIMELINE_KINDS = (
-    EventKind.PREFLIGHT,
-    EventKind.JOB_START,
-    EventKind.FAILURE,
-    EventKind.TEARDOWN,
-    EventKind.RESTART,
-    EventKind.TIMEOUT,
-    EventKind.INTERRUPTED,
-    EventKind.CLUSTER_STOP,
-    EventKind.HOST_EXCLUDED,
-    EventKind.JOB_END,
-)
+__all__ = ["PLOTS", "outside_files", "write_report"]
 
-__all__ = ["write_report", "PLOTS"]
-
-PLOTS = ("loss", "step_time", "throughput", "timeline")
+PLOTS = ("loss", "step_time", "throughput", "goodput", "timeline")
 
 
 def _records(job_dir: str) -> List[Dict[str, Any]]:
@@ -79,174 +70,15 @@ def outside_files(job_dir: str) -> List[str]:
     return out
 
 
-def _series(records: List[Dict[str, Any]], key: str) -> Dict[int, Tuple[List[float], List[float]]]:
-    """rank -> (global steps, values) of step records of the newest attempt that carry ``key``."""
-    newest: Dict[int, int] = {}
-    for r in records:
-        if isinstance(r.get("rank"), int):
-            newest[r["rank"]] = max(newest.get(r["rank"], 0), int(r.get("attempt", 0) or 0))
-    out: Dict[int, Tuple[List[float], List[float]]] = {}
-    for r in records:
-        rank = r.get("rank")
-        if not isinstance(rank, int) or r.get("kind") != "step" or int(r.get("attempt", 0) or 0) != newest.get(rank):
-            continue
-        if isinstance(r.get("global_step"), int) and isinstance(r.get(key), (int, float)):
-            xs, ys = out.setdefault(rank, ([], []))
-            xs.append(r["global_step"])
-            ys.append(float(r[key]))
-    return dict(sorted(out.items()))
-
-
-def _plot_loss(plt: Any, records: List[Dict[str, Any]], path: str) -> None:
-    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
-    for rank, (xs, ys) in _series(records, "loss").items():
-        ax.plot(xs, ys, marker=".", linewidth=1.2, label=f"rank {rank}")
-    for r in records:
-        if r.get("event") == "nonfinite_loss" and isinstance(r.get("global_step"), int):
-            ax.axvline(r["global_step"], color="red", linestyle=":", linewidth=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title("loss per rank")
-    _finish(ax, fig, path)
-
-
-def _plot_step_time(plt: Any, records: List[Dict[str, Any]], path: str) -> None:
-    import statistics
-
-    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
-    last: List[float] = []
-    for rank, (xs, ys) in _series(records, "step_time_ms").items():
-        ax.plot(xs, ys, marker=".", linewidth=1.2, label=f"rank {rank}")
-        last.append(ys[-1])
-    if last:
-        ax.axhline(statistics.median(last), color="grey", linestyle="--", linewidth=1, label="median (last)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("ms / step")
-    ax.set_title("step time per rank (stragglers stand out)")
-    _finish(ax, fig, path)
-
-
-def _plot_throughput(plt: Any, records: List[Dict[str, Any]], t0: float, path: str) -> None:
-    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
-    per_rank: Dict[int, Tuple[List[float], List[float]]] = {}
-    latest: Dict[int, float] = {}
-    total_x: List[float] = []
-    total_y: List[float] = []
-    for r in sorted((r for r in records if isinstance(r.get("time"), (int, float))), key=lambda r: r["time"]):
-        rank = r.get("rank")
-        if not isinstance(rank, int) or not isinstance(r.get("samples_per_s"), (int, float)):
-            continue
-        t = float(r["time"]) - t0
-        xs, ys = per_rank.setdefault(rank, ([], []))
-        xs.append(t)
-        ys.append(float(r["samples_per_s"]))
-        latest[rank] = float(r["samples_per_s"])
-        total_x.append(t)
-        total_y.append(sum(latest.values()))
-    for rank, (xs, ys) in sorted(per_rank.items()):
-        ax.plot(xs, ys, linewidth=1.2, label=f"rank {rank}")
-    if total_x:
-        ax.plot(total_x, total_y, color="black", linewidth=2, label="total")
-    ax.set_xlabel("seconds since the job started")
-    ax.set_ylabel("samples / s")
-    ax.set_title("throughput")
-    _finish(ax, fig, path)
-
-
-def _plot_timeline(
-    plt: Any, summary: Optional[Dict[str, Any]], events: List[Dict[str, Any]], t0: float, path: str
-) -> None:
-    procs = (summary or {}).get("processes", [])
-    end = float((summary or {}).get("ended") or time.time())
-    restarts = sorted(
-        float(e["time"])
-        for e in events
-        if e.get("kind") == EventKind.RESTART and isinstance(e.get("time"), (int, float))
-    )
-    rows: Dict[str, int] = {}
-    for p in procs:
-        rows.setdefault(str(p.get("name")), len(rows))
-    # Processes of earlier attempts: from their "started" events to the restart that ended them.
-    earlier: List[Tuple[str, float, float]] = []
-    for e in events:
-        if e.get("kind") != EventKind.STARTED or not isinstance(e.get("time"), (int, float)):
-            continue
-        later = [t for t in restarts if t >= float(e["time"])]
-        if later:
-            earlier.append((str(e.get("name")), float(e["time"]), later[0]))
-            rows.setdefault(str(e.get("name")), len(rows))
-    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.4 * max(2, len(rows))), dpi=100)
-    for name, start, stop in earlier:
-        ax.barh(rows[name], max(stop - start, 0.01), left=start - t0, color="#e8a0a0", height=0.6)
-    for p in procs:
-        start = float(p.get("started") or t0) - t0
-        stop = float(p.get("ended") or end) - t0
-        if p.get("exit_code") == 0 and not p.get("signal"):
-            colour = "tab:green"
-        elif p.get("torn_down"):
-            colour = "tab:grey"
-        else:
-            colour = "tab:red"
-        ax.barh(rows[str(p.get("name"))], max(stop - start, 0.01), left=start, color=colour, height=0.6)
-    names = sorted(rows, key=lambda n: rows[n])
-    ax.set_yticks(range(len(names)))
-    hosts = {str(p.get("name")): p.get("host") for p in procs}
-    ax.set_yticklabels([f"{n} @ {hosts.get(n, '?')}" for n in names])
-    ax.axvline(0, color="black", linewidth=1)
-    ax.axvline(end - t0, color="black", linewidth=1)
-    styles = {
-        "failure": ("red", "--"),
-        "teardown": ("grey", ":"),
-        "restart": ("tab:orange", "-."),
-        "timeout": ("tab:purple", "--"),
-        "interrupted": ("tab:purple", ":"),
-        "cluster_stop": ("tab:purple", ":"),
-    }
-    attempt = 1
-    for e in events:
-        kind = e.get("kind")
-        if kind not in styles or not isinstance(e.get("time"), (int, float)):
-            continue
-        colour, style = styles[kind]
-        label = {"failure": f"failure: {e.get('name')}", "restart": f"restart (attempt {attempt + 1})"}.get(
-            str(kind), str(kind)
-        )
-        attempt += kind == EventKind.RESTART
-        ax.axvline(float(e["time"]) - t0, color=colour, linestyle=style, linewidth=1.5, label=label)
-    if not events:  # a job from before events.jsonl: the summary's root cause
-        cause = (summary or {}).get("root_cause")
-        if cause and cause.get("time"):
-            ax.axvline(
-                float(cause["time"]) - t0,
-                color="red",
-                linestyle="--",
-                linewidth=1.5,
-                label=f"failure: {cause.get('name')}",
-            )
-    ax.set_xlabel("seconds since the job started")
-    ax.set_title("timeline (green ok, red failed, grey stopped by mslaunch, pink earlier attempts)", fontsize="medium")
-    _finish(ax, fig, path)
-
-
-def _finish(ax: Any, fig: Any, path: str, legend: bool = True) -> None:
-    ax.grid(True, alpha=0.3)
-    if legend and ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    with os.fdopen(open_private(path, append=False), "wb") as fh:  # 0600 as every file of the job dir
-        fig.savefig(fh, format="png")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-
-
 def _cause(summary: Optional[Dict[str, Any]]) -> Optional[Cause]:
     """The cause inside a summary's ``root_cause``, or None."""
     cause = (summary or {}).get("root_cause")
     return Cause.from_json(cause.get("cause")) if isinstance(cause, dict) else None
 
 
-def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_dir: str) -> List[Tuple[str, str]]:
+def _summary_rows(
+    plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_dir: str, goodput: Optional[Goodput] = None
+) -> List[Tuple[str, str]]:
     rows = [("job", str((summary or plan).get("job_id") or os.path.basename(job_dir))), ("job dir", job_dir)]
     if summary:
         rows += [
@@ -265,6 +97,8 @@ def _summary_rows(plan: Dict[str, Any], summary: Optional[Dict[str, Any]], job_d
         ("method", str(plan.get("method", "?"))),
         ("hosts", ", ".join(plan.get("hosts", []))),
     ]
+    if goodput is not None:
+        rows.append(("goodput", goodput_line(goodput)))
     if summary and summary.get("message"):
         rows.append(("message", str(summary["message"])))
     judged = _cause(summary)
@@ -289,30 +123,38 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
         MsLaunchError: matplotlib is missing, the job dir has no ``plan.json``, or ``out_dir``
             cannot be written.
     """
-    plt = _pyplot()
+    plt = charts.pyplot()
     if plan is None:
         raise MsLaunchError("not a job directory (no plan.json)", path=job_dir)
     records = _records(job_dir)
     events = read_events(job_dir) if inside(os.path.join(job_dir, EVENTS_FILE), job_dir) else []
+    # The same accounting as summary.json's (its job_end is the summary's end): they agree.
+    ended = (summary or {}).get("ended")  # a job from before job_end events ended then
+    goodput = account(events, records, now=float(ended) if isinstance(ended, (int, float)) else None)
     try:
         makedirs_private(out_dir)
     except OSError as exc:
         raise MsLaunchError(f"cannot create the report folder: {exc.strerror}", path=out_dir) from None
     times = [float(r["time"]) for r in records if isinstance(r.get("time"), (int, float))]
     t0 = float((summary or {}).get("started") or (min(times) if times else time.time()))
+    if events:  # the job's start as its events say (the pre-flight check, job_start): as the goodput counts
+        t0 = min(t0, goodput.started)
     paths = {name: os.path.join(out_dir, f"{name}.png") for name in PLOTS}
     try:
-        _plot_loss(plt, records, paths["loss"])
-        _plot_step_time(plt, records, paths["step_time"])
-        _plot_throughput(plt, records, t0, paths["throughput"])
-        _plot_timeline(plt, summary, events, t0, paths["timeline"])
+        facts = {
+            "loss": charts.plot_loss(plt, records, paths["loss"]),
+            "step_time": charts.plot_step_time(plt, records, paths["step_time"]),
+            "throughput": charts.plot_throughput(plt, records, events, t0, goodput, paths["throughput"]),
+            "goodput": charts.plot_goodput(plt, goodput, paths["goodput"]),
+            "timeline": charts.plot_timeline(plt, summary, events, t0, paths["timeline"]),
+        }
     except OSError as exc:
         raise MsLaunchError(f"cannot write the plots: {exc.strerror}", path=out_dir) from None
 
-    parts = _html_summary(job_dir, plan, summary)
+    parts = _html_summary(job_dir, plan, summary, goodput)
     parts += _html_events(records, events, t0)
     parts += _html_ranks(plan, records)
-    parts += _html_figures(paths)
+    parts += _html_figures(paths, facts)
     parts.append(
         f'<p class="foot">metrics: {len(records)} records from '
         f"{html.escape(os.path.join(job_dir, METRICS_FILE))}</p></body></html>\n"
@@ -326,25 +168,9 @@ def write_report(job_dir: str, out_dir: str, plan: Optional[Dict[str, Any]], sum
     return html_path
 
 
-def _pyplot() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend (no display needed).
-
-    Raises:
-        MsLaunchError: matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MsLaunchError(
-            "mslaunch report needs matplotlib: pip install 'mslaunch[report]' (or pip install matplotlib)"
-        ) from None
-    return plt
-
-
-def _html_summary(job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str, Any]]) -> List[str]:
+def _html_summary(
+    job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str, Any]], goodput: Optional[Goodput] = None
+) -> List[str]:
     """The page's head, title, summary table and (for a failed job) its root cause."""
     esc = html.escape
     title = f"mslaunch report: job {esc(str(plan.get('job_id', '')))}"
@@ -354,7 +180,7 @@ def _html_summary(job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str
         f"<h1>{title}</h1>",
         '<h2>Summary</h2><table class="kv" id="summary">',
     ]
-    for k, v in _summary_rows(plan, summary, job_dir):
+    for k, v in _summary_rows(plan, summary, job_dir, goodput):
         parts.append(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>")
     parts.append("</table>")
     cause = (summary or {}).get("root_cause")
@@ -375,18 +201,20 @@ def _html_summary(job_dir: str, plan: Dict[str, Any], summary: Optional[Dict[str
 
 
 def _html_events(records: List[Dict[str, Any]], events: List[Dict[str, Any]], t0: float) -> List[str]:
-    """The timeline of the job's events (times relative to ``t0``) and the non-finite losses."""
+    """The job's timeline in words (story.py; times relative to ``t0``) and the non-finite losses."""
     esc = html.escape
     parts: List[str] = []
     nonfinite = [r for r in records if r.get("event")]
-    timeline = [e for e in events if e.get("kind") in _TIMELINE_KINDS]
+    timeline = story(events, records)
     if timeline:
-        parts.append('<h2>Timeline</h2><ul id="timeline">')
-        for e in timeline:
-            at = max(0.0, float(e.get("time", t0)) - t0)
-            detail = {k: v for k, v in e.items() if k not in ("time", "kind", "cause")}
-            parts.append(f"<li>+{at:.2f} s: <b>{esc(str(e.get('kind')))}</b> {esc(json.dumps(detail))}</li>")
-        parts.append("</ul>")
+        parts.append('<h2>Timeline</h2><ol id="timeline">')
+        for line in timeline:
+            at = line.time - t0
+            parts.append(
+                f'<li class="ev-{esc(line.kind)}"><span class="at">{"+" if at >= 0 else "-"}{abs(at):.2f} s</span> '
+                f"{esc(line.text)}</li>"
+            )
+        parts.append("</ol>")
     if nonfinite:
         parts.append('<h2>Events</h2><ul id="events">')
         for r in nonfinite:
@@ -426,13 +254,15 @@ def _html_ranks(plan: Dict[str, Any], records: List[Dict[str, Any]]) -> List[str
     return parts
 
 
-def _html_figures(paths: Dict[str, str]) -> List[str]:
-    """The plots embedded as base64 PNGs, each linking to its file."""
+def _html_figures(paths: Dict[str, str], facts: Dict[str, Dict[str, int]]) -> List[str]:
+    """The plots embedded as base64 PNGs, each linking to its file, with what each drew
+    (``data-lines``: lines or bars, ``data-restarts``: restart markers)."""
     esc = html.escape
     captions = {
         "loss": "Loss vs step",
         "step_time": "Step time per rank",
         "throughput": "Throughput over time",
+        "goodput": "Where the time went",
         "timeline": "Timeline",
     }
     parts: List[str] = []
@@ -441,6 +271,7 @@ def _html_figures(paths: Dict[str, str]) -> List[str]:
             data = base64.b64encode(fh.read()).decode("ascii")
         parts.append(
             f'<figure><img id="plot-{name}" class="plot" alt="{esc(captions[name])}" '
+            f'data-lines="{facts[name]["lines"]}" data-restarts="{facts[name]["restarts"]}" '
             f'src="data:image/png;base64,{data}">'
             f'<figcaption>{esc(captions[name])} (<a href="{name}.png">{name}.png</a>)</figcaption></figure>'
         )
@@ -463,4 +294,7 @@ table.kv th { background: #f3f3f3; }
 pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 85%; }
 figure { margin: 1em 0; } img.plot { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 90%; color: #555; } .foot { color: #777; font-size: 85%; }
+ol#timeline { list-style: none; padding-left: 0; } ol#timeline li { margin: 0.15em 0; }
+ol#timeline .at { display: inline-block; min-width: 6em; color: #555; font-variant-numeric: tabular-nums; }
+ol#timeline li.ev-failure, ol#timeline li.ev-hung { color: #b00; }
 """

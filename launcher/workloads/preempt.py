@@ -1,0 +1,154 @@
+"""A checkpoint on SIGTERM: what the reference trainer does when it is stopped (a preemption, a
+stop, mslaunch's teardown).  Stdlib only.
+
+SIGTERM (SIGTERM, then SIGKILL after ``--grace``: mslaunch's teardown, Slurm's, Kubernetes') sets a
+flag; the training loop looks at it after each step: a rank with steps not yet saved writes a
+checkpoint there (:meth:`StopOnSignal.stop_here`) and then ends *by the signal* (its exit status
+stays "killed by SIGTERM", as a rank without the handler).
+
+A rank whose current step cannot end never reaches that point: in data parallel, a rank whose
+peers are gone waits in the gradient AllReduce for ever.  Python runs a signal handler only
+between bytecodes of the main thread, so a helper thread hears the signal too (``set_wakeup_fd``)
+and ends the process by the signal when the loop has not reached a step's end within
+``patience`` s (1.5 times its last step time, at least half a second): a stuck rank does not cost the whole grace.
+With nothing to save (before the first step, right after a checkpoint, after training) the
+process ends at once; so it does when mslaunch says it stops the ranks after a fault (its
+``MSLAUNCH_STOPPING_FILE`` says ``failed`` or ``hung``): the rank that failed has no checkpoint of
+this step, so no resume could load one, and the teardown after a fault stays as short as before.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Mapping, Optional, Tuple
+
+__all__ = ["StopOnSignal"]
+
+#: The least time a rank in a step is given to reach its end after SIGTERM.
+MIN_PATIENCE = 0.5
+#: What mslaunch's ``stopping`` file says when it stops the ranks after a fault.
+FAULTS = ("failed", "hung")
+
+
+class StopOnSignal:
+    """The trainer's SIGTERM: a checkpoint at the next step's end (see the module doc).
+
+    Use: :meth:`install` once; :meth:`step_started` / :meth:`step_done` around each step;
+    :meth:`saving` / :meth:`saved` around each checkpoint; after each step
+    ``if stop.requested: stop.stop_here(save)``.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, environ: Mapping[str, str] = os.environ) -> None:
+        self.requested = False
+        self._why = environ.get("MSLAUNCH_STOPPING_FILE")  # mslaunch writes why it stops the ranks there
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._unsaved = False  # steps done since the last checkpoint
+        self._in_step_since: Optional[float] = None
+        self._step_s = 0.0  # the last step's time (not the first, which compiles)
+        self._steps = 0
+        self._saving = False
+        self._stopping = threading.Event()  # the loop reached a step's end and saves
+        self.signalled_at: Optional[float] = None
+
+    def install(self) -> "StopOnSignal":
+        """Handle SIGTERM in this process (call from the main thread)."""
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, args=(read,), name="sigterm-watch", daemon=True).start()
+        return self
+
+    # ------------------------------------------------------------------ the loop's side
+
+    def step_started(self) -> None:
+        with self._lock:
+            self._in_step_since = self._clock()
+
+    def step_done(self) -> None:
+        with self._lock:
+            self._steps += 1
+            if self._in_step_since is not None and self._steps > 1:
+                self._step_s = self._clock() - self._in_step_since
+            self._in_step_since = None
+            self._unsaved = True
+
+    def saving(self) -> None:
+        with self._lock:
+            self._saving = True
+
+    def saved(self) -> None:
+        with self._lock:
+            self._unsaved = self._saving = False
+
+    def stop_here(self, save: Callable[[], Any]) -> None:
+        """At a step's end after SIGTERM: ``save()`` (unless nothing is new), then end by the signal."""
+        self._stopping.set()
+        with self._lock:
+            unsaved = self._unsaved
+        if unsaved and not self.after_fault():
+            t0 = self._clock()
+            save()
+            print(f"preempted: checkpoint saved in {self._clock() - t0:.2f} s after SIGTERM", flush=True)
+        self.die()
+
+    @staticmethod
+    def die() -> None:
+        """End the process by SIGTERM (its default action), from any thread."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        else:  # only the main thread may call signal.signal: libc's own
+            try:
+                import ctypes
+
+                ctypes.CDLL(None).signal(int(signal.SIGTERM), 0)  # SIG_DFL
+            except (OSError, AttributeError):
+                os._exit(128 + signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal ends the process before this returns
+        os._exit(128 + signal.SIGTERM)
+
+    # ------------------------------------------------------------------ the signal's side
+
+    def after_fault(self) -> bool:
+        """mslaunch stops the ranks after a fault (its ``stopping`` file says so)."""
+        if not self._why:
+            return False
+        try:
+            with open(self._why) as fh:
+                return fh.read(64).strip() in FAULTS
+        except OSError:
+            return False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def patience(self) -> Tuple[bool, Optional[float]]:
+        """Whether to wait for the loop, and how long (None: as long as it takes)."""
+        with self._lock:
+            if self._saving:
+                return True, None  # a checkpoint being written: the loop stops right after it
+            if not self._unsaved and (self._in_step_since is None or self._steps == 0):
+                return False, None  # nothing trained since the last checkpoint (or the first step compiles)
+            if self._in_step_since is None:
+                return True, MIN_PATIENCE  # between steps: the check is near
+            return True, max(MIN_PATIENCE, 1.5 * self._step_s)
+
+    def _watch(self, fd: int) -> None:
+        while True:
+            try:
+                data = os.read(fd, 64)
+            except InterruptedError:
+                continue
+            if signal.SIGTERM not in data:
+                continue
+            if self.signalled_at is None:
+                self.signalled_at = self._clock()
+            wait, limit = self.patience()
+            if not wait or self.after_fault() or not self._stopping.wait(limit):
+                self.die()  # nothing to save, or stuck in a step that cannot end
+            return  # the loop saves; mslaunch's SIGKILL after --grace is the limit

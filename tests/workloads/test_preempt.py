@@ -1,0 +1,179 @@
+"""The trainer's checkpoint on SIGTERM (launcher/workloads/preempt.py).
+
+Stand-in loops (no MindSpore) drive :class:`StopOnSignal` the way the trainer does: a rank in a
+step saves at its end and ends by the signal; a rank stuck in a step (as in an AllReduce whose
+peer is gone) ends by the signal after its patience without saving; a rank with nothing new ends
+at once.  Then one real preemption: SIGTERM to mslaunch while the reference trainer trains; the
+checkpoint it wrote on SIGTERM loads, and a run with ``--resume`` continues from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.harness.cli import mslaunch_argv
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+ROOT = os.path.dirname(HERE)
+
+#: A loop of steps of STEP seconds (a step is a sleep; ``stuck`` makes step 3 never end), saving
+#: to SAVED on SIGTERM; prints ``step N`` after each.
+LOOP = """
+import os, sys, time
+from launcher.workloads.preempt import StopOnSignal
+step_s, stuck, saved = float(sys.argv[1]), sys.argv[2] == "stuck", sys.argv[3]
+stop = StopOnSignal().install()
+for step in range(1, 10000):
+    stop.step_started()
+    time.sleep(3600 if stuck and step == 3 else step_s)
+    stop.step_done()
+    print(f"step {step}", flush=True)
+    if stop.requested:
+        stop.stop_here(lambda: open(saved, "w").write(str(step)))
+"""
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _loop(tmp_path, step_s, mode, **environ):
+    env = dict(os.environ, PYTHONPATH=ROOT, **environ)
+    if "MSLAUNCH_STOPPING_FILE" not in environ:  # not a rank of a job
+        env.pop("MSLAUNCH_STOPPING_FILE", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LOOP, str(step_s), mode, str(tmp_path / "saved")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    return proc
+
+
+def _until(proc, line):
+    seen = []
+    for got in proc.stdout:
+        seen.append(got.strip())
+        if got.strip() == line:
+            return seen
+    raise AssertionError(f"{line!r} never came: {seen}")
+
+
+def test_a_rank_in_a_step_saves_at_its_end_and_ends_by_the_signal(tmp_path):
+    proc = _loop(tmp_path, 0.3, "steps")
+    _until(proc, "step 2")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM, err
+    lines = out.splitlines()  # after "step 2"
+    step = int((tmp_path / "saved").read_text())
+    assert step in (2, 3)  # the step it was in when the signal came (or the one it had just ended)
+    assert lines[:-1] == [f"step {k}" for k in range(3, step + 1)]
+    assert re.fullmatch(r"preempted: checkpoint saved in \d+\.\d\d s after SIGTERM", lines[-1])
+
+
+def test_a_rank_stuck_in_a_step_ends_by_the_signal_without_saving(tmp_path):
+    proc = _loop(tmp_path, 0.05, "stuck")
+    _until(proc, "step 2")  # step 3 never ends (the AllReduce of a rank whose peer is gone)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)  # its patience (0.5 s here), not mslaunch's grace
+    assert proc.returncode == -signal.SIGTERM, err
+    assert not (tmp_path / "saved").exists() and "preempted" not in out
+
+
+@pytest.mark.parametrize("why", ["failed", "hung"])
+def test_a_rank_stopped_after_a_fault_ends_at_once_without_saving(tmp_path, why):
+    """mslaunch's stopping file says the teardown follows a fault: the rank that failed has no
+    checkpoint of this step, so none is written (and the teardown is not held up by one)."""
+    (tmp_path / "stopping").write_text(f"{why}\n")
+    proc = _loop(tmp_path, 0.3, "steps", MSLAUNCH_STOPPING_FILE=str(tmp_path / "stopping"))
+    _until(proc, "step 2")  # as in the first test, which saves: here nothing is
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "preempted" not in out
+    assert not (tmp_path / "saved").exists()
+
+
+def test_a_rank_with_nothing_new_ends_at_once(tmp_path):
+    """SIGTERM during the first step (the compile): nothing trained since the start to save."""
+    proc = _loop(tmp_path, 60, "steps")
+    deadline = time.monotonic() + 30
+    while len(psutil.Process(proc.pid).threads()) < 2:  # installed: its watching thread runs
+        assert time.monotonic() < deadline and proc.poll() is None, "the handler was never installed"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert out == "" and not (tmp_path / "saved").exists()
+
+
+# ---------------------------------------------------------------------------- a real preemption
+
+
+@pytest.mark.mindspore
+@pytest.mark.cost(25)  # measured alone: 20 s
+def test_sigterm_to_mslaunch_leaves_a_checkpoint_a_resumed_run_continues_from(tmp_path):
+    from launcher.workloads.cifar10_synth import write_synthetic_cifar10
+
+    data = tmp_path / "data"
+    write_synthetic_cifar10(str(data), train=64, test=8)
+    ckpt = tmp_path / "ckpt"
+    common = ["--arch", "resnet14", "--data-path", str(data), "--image-size", "32", "--batch-size", "2"]
+    common += ["--workers", "1", "--ckpt-dir", str(ckpt)]
+    job = tmp_path / "job"
+    argv = mslaunch_argv(
+        "run", "--np", "1", "--master-port", "auto", "--log-dir", str(job), "--tee", "none", "--quiet",
+        "-m", "launcher.workloads.resnet50_cifar10", *common, "--steps-per-epoch", "30",
+    )  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=ROOT, MSLAUNCH_HOME=str(tmp_path / "home"), GLOG_v="3")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    log = job / "worker_0.log"
+    try:
+        deadline = time.monotonic() + 240
+        while not (log.exists() and "epoch: 1 step: 2," in log.read_text(errors="replace")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)  # a preemption: mslaunch tears the rank down with SIGTERM
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert (job / "stopping").read_text() == "stopped\n"  # what the rank read before it saved
+    text = log.read_text(errors="replace")
+    saved = re.findall(r"^checkpoint: (\S+resnet14-1_(\d+)\.ckpt)$", text, re.M)
+    assert saved and "preempted: checkpoint saved in" in text, text[-2000:]
+    path, step = saved[-1][0], int(saved[-1][1])
+    assert step >= 2 and os.path.exists(path)
+    # Every process of the job is gone (the scheduler, the rank).
+    events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
+    started = [e["pid"] for e in events if e["kind"] == "started"]
+    assert len(started) == 2 and not [p for p in started if _alive(p)]
+    assert [e["kind"] for e in events if e["kind"] in ("interrupted", "job_end")] == ["interrupted", "job_end"]
+    # It loads, and a resumed run continues after it: one more step.
+    resumed = subprocess.run(
+        [sys.executable, "-m", "launcher.workloads.resnet50_cifar10", *common, "--resume"]
+        + ["--steps-per-epoch", str(step + 1)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resume: {path} (global step {step}); continuing at epoch 1 step {step + 1}" in resumed.stdout
+    assert f"epoch: 1 step: {step + 1}, loss is" in resumed.stdout
