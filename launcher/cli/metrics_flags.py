@@ -221,8 +221,11 @@ def start_exporter(settings: MetricsSettings, spec: "JobSpec", plan: "Plan") -> 
         return JobMetrics(plan.job_dir, None)
     check_textfile(settings)
     from launcher.logs.causes import KINDS
+    from launcher.logs.promgoodput import GoodputFamilies
 
-    exporter = MetricsExporter(plan.job_dir, job_identity(spec, plan), causes=KINDS)
+    exporter = MetricsExporter(
+        plan.job_dir, job_identity(spec, plan), causes=KINDS, extra=[GoodputFamilies(plan.job_dir)]
+    )
     try:
         if settings.port is not None:
             try:

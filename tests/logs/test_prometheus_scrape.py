@@ -197,6 +197,15 @@ def test_prometheus_scrapes_the_running_jobs_steps_and_its_restart(scrape):
     ]
     steps = {r["metric"]["rank"]: float(r["value"][1]) for r in scrape.query(f"mslaunch_rank_step{{{j}}}")}
     assert sorted(steps) == ["0", "1"] and min(steps.values()) >= 4
+    # the goodput account so far: a restart costs badput, the steps since count as productive
+    assert scrape.value(f"mslaunch_job_productive_seconds{{{j}}}") > 0
+    assert scrape.value(f'mslaunch_job_badput_seconds{{{j},kind="restart"}}') > 0
+    left = scrape.value(  # one query, one scrape: the parts add up to the elapsed time
+        f"mslaunch_job_elapsed_seconds{{{j}}} - mslaunch_job_productive_seconds{{{j}}}"
+        f" - on(job_id) sum by (job_id) (mslaunch_job_badput_seconds{{{j}}})"
+    )
+    assert left == pytest.approx(0, abs=0.01)
+    assert 0 < scrape.value(f"mslaunch_job_goodput_ratio{{{j}}}") < 1
     assert scrape.job.poll() is None  # all of it from the running job
     assert scrape.metrics_url.startswith("http://127.0.0.1:")  # loopback by default
 
