@@ -8,9 +8,10 @@ NAME=VALUE`` shown as ``--env NAME=<hidden>``, and the hidden arguments travel i
 :func:`restore_argv` puts them back (and removes the variable, so no rank inherits it) before
 the command line is parsed.  ``--env-file`` values are never on a command line.
 
-A run in the foreground (also the one a ``sbatch.sh`` starts) was given its values on its command
-line by its caller; :func:`hide_own_title` rewrites its title (``setproctitle``) the same way as
-soon as the options are parsed, for the rest of the job's life.
+The run a ``sbatch.sh`` starts gets its values the same way (:func:`launcher.cli.sbatch.render_script`).
+A run the user starts in the foreground was given its values on its command line by the user;
+:func:`hide_own_title` rewrites its title (``setproctitle``) the same way as soon as the options
+are parsed, for the rest of the job's life.
 """
 
 from __future__ import annotations

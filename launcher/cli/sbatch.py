@@ -104,6 +104,7 @@ def render_script(
     requeue: bool,
     environ_conf: Optional[str] = None,
     secrets_file: Optional[str] = None,
+    env_assignments: Sequence[str] = (),
 ) -> str:
     """The batch script (pure).
 
@@ -118,6 +119,9 @@ def render_script(
         environ_conf: ``SLURM_CONF`` to export, if set when submitting.
         secrets_file: the job's ``secrets.json`` (``run_args`` name it): removed when the run ends
             unless the job may be requeued (a requeued run reads it again).
+        env_assignments: the ``--env NAME=VALUE`` of ``run_args``: the run's command line shows
+            ``NAME=<hidden>`` and the values travel in its environment (:mod:`launcher.cli.hiddenenv`),
+            so no value is on the command line of the process the script starts, not even at its start.
     """
     q = shlex.quote
     lines = (
@@ -130,12 +134,17 @@ def render_script(
     )
     if environ_conf:
         lines.append(f"export SLURM_CONF={q(environ_conf)}")
-    run = [python, "-m", "launcher", "run", "--launcher", "slurm", "--job-id", job_id, "--log-dir"]
+    from launcher.cli.hiddenenv import HIDDEN_ENV_VAR, hide_env_values
+
+    head = ["run", "--launcher", "slurm", "--job-id", job_id, "--log-dir", "$LOG_DIR", "--tee", "none"]
+    shown, hidden = hide_env_values(head + list(run_args), env_assignments)
+    hidden_env = f"{HIDDEN_ENV_VAR}={q(json.dumps(hidden))} " if hidden else ""
+    run = [python, "-m", "launcher", *head[:6]]
     lines += [
         f"cd {q(cwd)}",
         "K=${SLURM_RESTART_COUNT:-0}",
         f'if [ "$K" -gt 0 ]; then LOG_DIR={q(job_dir)}/attempt_$K; else LOG_DIR={q(job_dir)}; fi',
-        " ".join(q(a) for a in run) + ' "$LOG_DIR" --tee none ' + " ".join(q(a) for a in run_args) + " &",
+        hidden_env + " ".join(q(a) for a in run) + ' "$LOG_DIR" --tee none ' + " ".join(q(a) for a in shown[9:]) + " &",
         "pid=$!",
         "trap 'kill -USR1 $pid 2>/dev/null' USR1",
         "trap 'kill -TERM $pid 2>/dev/null' TERM INT",
@@ -265,6 +274,7 @@ def sbatch_cmd(
     directives += extras
     check_run(run_ctx, submit_environ(stand_in_environ(shape), os.environ))  # against a stand-in of the allocation
     run_args, secret_pairs = _secrets_out_of_the_script(run_ctx.params, split, job_dir)
+    kept = [a for a in run_ctx.params.get("env") or () if any(x == a or x.endswith(a) for x in run_args)]
     script = render_script(
         job_id=job_id,
         job_dir=job_dir,
@@ -275,6 +285,7 @@ def sbatch_cmd(
         requeue=requeue,
         environ_conf=os.environ.get("SLURM_CONF"),
         secrets_file=os.path.join(job_dir, layout.SBATCH_SECRETS) if secret_pairs else None,
+        env_assignments=kept,
     )
     _note_derived(shape)
     if dry_run:

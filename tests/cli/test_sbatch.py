@@ -454,6 +454,55 @@ def test_the_script_of_a_job_with_secrets_removes_them_at_its_end_unless_it_may_
     assert "rm -f" not in render_script(**base, requeue=False)
 
 
+def test_the_scripts_run_has_no_env_value_on_its_command_line_and_gets_them_back(tmp_path) -> None:
+    """The run the script starts shows ``NAME=<hidden>``; its hidden arguments travel in its
+    environment and :func:`restore_argv` (what ``python -m launcher`` does first) gives the
+    command line the user asked for, whatever the values hold."""
+    import json
+    import shlex
+    import subprocess
+
+    from launcher.cli.hiddenenv import HIDDEN_ENV_VAR, restore_argv
+
+    values = ["A=plain", "B=x y 'q' \"d\" $(touch pwned) `id` \n, := -x é", "C="]
+    run_args = ["--np", "2"] + [x for v in values for x in ("--env", v)] + ["--env=D=d=1", "p.py", "--env", "E=arg"]
+    script = render_script(
+        job_id="j",
+        job_dir="/j",
+        cwd="/w",
+        python="/py",
+        directives=[],
+        run_args=run_args,
+        requeue=False,
+        env_assignments=values + ["D=d=1"],
+    )
+    line = next(ln for ln in script.splitlines() if " -m launcher run " in ln)
+    shown = line[line.index("/py -m launcher") :]
+    assert "plain" not in shown and "pwned" not in shown and "d=1" not in shown
+    assert "A=<hidden>" in shown and "--env=D=<hidden>" in shown and "E=arg" in shown  # the program's own stay
+    # what the shell hands the run: its argv and the variable (a real sh evaluates the line)
+    probe = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('%s')]))" % HIDDEN_ENV_VAR
+    text = line.replace("/py -m launcher", shlex.quote(sys.executable) + " -c " + shlex.quote(probe) + " m")
+    text = text.replace(" &", "")
+    out = subprocess.run(["sh", "-c", "LOG_DIR=/j\n" + text], capture_output=True, text=True, check=True).stdout
+    argv, hidden = json.loads(out)
+    env = {HIDDEN_ENV_VAR: hidden}
+    restored = restore_argv(["mslaunch", *argv[1:]], env)
+    assert restored[1:] == [
+        "run",
+        "--launcher",
+        "slurm",
+        "--job-id",
+        "j",
+        "--log-dir",
+        "/j",
+        "--tee",
+        "none",
+        *run_args,
+    ]
+    assert env == {}  # taken out of the environment: no rank inherits it
+
+
 # ---------------------------------------------------------------- #SBATCH values (issue 45)
 
 
