@@ -1,6 +1,6 @@
 """Processes from /proc: the process table, a process's tree, start times, signals that never
 raise, and the two prctl settings a supervising process needs (child subreaper, parent-death
-signal).  Shared by the watchdog (:mod:`launcher.execution.process.watchdog`), the ssh backend's
+signal), and the scheduler's time figures of a process tree (:class:`SchedCounter`).  Shared by the watchdog (:mod:`launcher.execution.process.watchdog`), the ssh backend's
 remote agent (:mod:`launcher.execution.ssh.remote_agent`) and the stack dumps
 (:mod:`launcher.execution.process.stackdump`).
 
@@ -21,6 +21,8 @@ __all__ = [
     "killpg_quietly",
     "parent_map",
     "proc_table",
+    "SchedCounter",
+    "task_schedstat",
     "set_parent_death_signal",
     "starttime",
     "tree_below",
@@ -169,3 +171,56 @@ def become_subreaper():
 def set_parent_death_signal(sig):
     """Ask the kernel to send ``sig`` to this process when its parent dies (``PR_SET_PDEATHSIG``)."""
     return _prctl(1, int(sig))
+
+
+def task_schedstat(pid):
+    """``{tid: (cpu_ns, run_delay_ns)}`` of every thread of process ``pid`` from
+    ``/proc/<pid>/task/<tid>/schedstat`` (time on a CPU; time runnable but waiting for one, which
+    includes time throttled by a CFS quota); {} when it is gone."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid), "rb") as fh:
+                f = fh.read().split()
+            out[int(tid)] = (int(f[0]), int(f[1]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+class SchedCounter(object):
+    """Cumulative CPU and run-delay seconds of a process tree (the process, its descendants, all
+    their threads), summed from ``/proc`` on each :meth:`read`.
+
+    The kernel's figures live per thread and vanish with it; the counter adds each thread's
+    growth since it was last seen, so its totals never go back when threads or children end (what
+    a thread did since the last read before it ended is lost: reading every few seconds keeps
+    that small).  Cost: one ``schedstat`` read per thread of the tree.
+    """
+
+    def __init__(self):
+        self.seen = {}  # (pid, tid) -> (cpu_ns, delay_ns) at the last read
+        self.cpu_ns = 0
+        self.delay_ns = 0
+
+    def read(self, pid):
+        """``(cpu_s, delay_s)`` of ``pid``'s tree, cumulative since the first read (None if it is gone)."""
+        pids = [pid] + (tree_below(pid) or [])
+        now = {}
+        for p in pids:
+            for tid, figs in task_schedstat(p).items():
+                now[(p, tid)] = figs
+        if not now:
+            return None
+        for key, (cpu, delay) in now.items():
+            old_cpu, old_delay = self.seen.get(key, (0, 0))
+            if cpu < old_cpu or delay < old_delay:  # a new thread under a reused id
+                old_cpu, old_delay = 0, 0
+            self.cpu_ns += cpu - old_cpu
+            self.delay_ns += delay - old_delay
+        self.seen = now
+        return (self.cpu_ns / 1e9, self.delay_ns / 1e9)
