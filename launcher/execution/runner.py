@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence
 
 from launcher.errors import LaunchError
@@ -216,6 +217,8 @@ def run_plan(
         finally:
             watchdog.close()
         metrics.stop()
+    if hang.stragglers is not None and hang.stragglers.named:  # every rank named while the job ran
+        result = replace(result, extra={**result.extra, "stragglers": hang.stragglers.summary()})
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
     append_event(plan.job_dir, JobEnd(result.status, result.exit_code))
     joblock.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between
@@ -268,6 +271,10 @@ def make_supervisor(
         attempt_base=base,
         spares=spares,
     )
+    if hang is not None and options.straggler.watching:
+        from launcher.execution.supervision.stragglerwatch import StragglerWatch
+
+        hang.stragglers = StragglerWatch(options.straggler, sup.emit)
     return sup
 
 

@@ -1,8 +1,8 @@
 """Processes from /proc: the process table, a process's tree, start times, signals that never
 raise, and the two prctl settings a supervising process needs (child subreaper, parent-death
-signal), and the scheduler's time figures of a process tree (:class:`SchedCounter`).  Shared by the watchdog (:mod:`launcher.execution.process.watchdog`), the ssh backend's
-remote agent (:mod:`launcher.execution.ssh.remote_agent`) and the stack dumps
-(:mod:`launcher.execution.process.stackdump`).
+signal), and a process tree's scheduler figures (:class:`SchedCounter`).  Shared by the watchdog
+(:mod:`launcher.execution.process.watchdog`), the ssh backend's remote agent
+(:mod:`launcher.execution.ssh.remote_agent`) and the stack dumps (:mod:`launcher.execution.process.stackdump`).
 
 The remote agent and the stack dump also run on other hosts, sent there as source text with this
 module's source in front of theirs (:func:`launcher.execution.probes.program_source`): so, like
@@ -11,6 +11,7 @@ them, this module uses the standard library only, runs on Python >= 3.6, imports
 """
 
 import os
+import time
 
 __all__ = [
     "become_subreaper",
@@ -177,7 +178,7 @@ def task_schedstat(pid):
     """``{tid: (cpu_ns, run_delay_ns)}`` of every thread of process ``pid`` from
     ``/proc/<pid>/task/<tid>/schedstat`` (time on a CPU; time runnable but waiting for one, which
     includes time throttled by a CFS quota); {} when it is gone."""
-    out = {}
+    out = {}  # type: dict[int, tuple[int, int]]
     try:
         tids = os.listdir("/proc/%d/task" % pid)
     except OSError:
@@ -224,3 +225,8 @@ class SchedCounter(object):
             self.delay_ns += delay - old_delay
         self.seen = now
         return (self.cpu_ns / 1e9, self.delay_ns / 1e9)
+
+    def sample(self, pid):
+        """``[monotonic time, cpu_s, delay_s]`` of :meth:`read`, rounded to ms (None if it is gone)."""
+        got = self.read(pid)
+        return None if got is None else [round(time.monotonic(), 3), round(got[0], 3), round(got[1], 3)]

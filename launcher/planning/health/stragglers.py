@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Deque, Dict, List, Mapping, Optional, Tuple
 
 from launcher.errors import PlanError
@@ -116,6 +116,7 @@ class StragglerVerdict:
     others: Tuple[float, float]  # the other ranks' lowest and highest share
     window: float  # seconds judged
     since: float  # the judge's clock when it was first named
+    median: float = 0.0  # the other ranks' median share
 
     @property
     def evidence(self) -> str:
@@ -161,16 +162,17 @@ class StragglerJudge:
         self.last_shares: Dict[int, float] = {}  # rank -> share at the last judgement
 
     def feed(self, samples: Mapping[int, Sample], hosts: Mapping[int, str], now: float) -> Update:
-        """One judgement from each rank's latest sample (rank -> :class:`Sample`); ``now`` is the
-        judge's clock (the ``since`` of a verdict)."""
+        """One judgement from each rank's latest sample (rank -> :class:`Sample`; a rank without
+        one is forgotten); ``now`` is the judge's clock (the ``since`` of a verdict)."""
         shares: Dict[int, Tuple[float, float, float]] = {}  # rank -> (share, busy part, span)
         for rank, s in samples.items():
             st = self._ranks.setdefault(rank, _Rank(deque()))
-            if st.samples and (
-                s.cpu < st.samples[-1].cpu or s.delay < st.samples[-1].delay or s.time <= st.samples[-1].time
-            ):
-                st.samples.clear()  # a new process (a restart), or a repeated sample
-            st.samples.append(s)
+            last = st.samples[-1] if st.samples else None
+            if last is not None and (s.cpu < last.cpu or s.delay < last.delay or s.time < last.time):
+                st.samples.clear()  # a new process (a restart)
+                last = None
+            if last is None or s.time > last.time:  # else the same sample again (a host reports less often)
+                st.samples.append(s)
             while len(st.samples) > 2 and st.samples[1].time <= s.time - self.policy.window:
                 st.samples.popleft()
             first = st.samples[0]
@@ -180,13 +182,15 @@ class StragglerJudge:
             cpu, delay = s.cpu - first.cpu, s.delay - first.delay
             runnable = cpu + delay
             shares[rank] = (delay / runnable if runnable > 0 else 0.0, runnable / span, span)
-        for gone in set(self._ranks) - set(samples):
+        for gone in set(self._ranks) - set(samples):  # exited: no longer judged
             self._ranks.pop(gone)
+            self.named.pop(gone, None)
         self.last_shares = {r: v[0] for r, v in shares.items()}
         named: List[StragglerVerdict] = []
         cleared: List[StragglerVerdict] = []
         for rank, st in self._ranks.items():
-            verdict = self._judge(rank, shares, hosts.get(rank, "?"), now)
+            measured = self._measure(rank, shares, hosts.get(rank, "?"), now)
+            verdict = measured if measured is not None and self._meets(measured, shares[rank][1]) else None
             held = self.named.get(rank)
             if held is None:
                 st.streak = st.streak + 1 if verdict is not None else 0
@@ -196,30 +200,31 @@ class StragglerJudge:
                     st.streak = 0
             else:
                 st.streak = 0 if verdict is not None else st.streak + 1
-                if verdict is not None:
-                    self.named[rank] = StragglerVerdict(
-                        rank, verdict.host, verdict.share, verdict.others, verdict.window, held.since
-                    )
-                elif st.streak >= self.policy.confirm:
-                    cleared.append(self.named.pop(rank))
+                now_seen = replace(measured, since=held.since) if measured is not None else held
+                if verdict is not None or st.streak < self.policy.confirm:
+                    self.named[rank] = now_seen
+                else:
+                    del self.named[rank]
+                    cleared.append(now_seen)
                     st.streak = 0
         return Update(tuple(named), tuple(cleared))
 
-    def _judge(
+    def _measure(
         self, rank: int, shares: Mapping[int, Tuple[float, float, float]], host: str, now: float
     ) -> Optional[StragglerVerdict]:
-        """A verdict when ``rank`` meets the rule in this judgement, else None."""
-        p = self.policy
-        if rank not in shares:
-            return None
-        share, busy, span = shares[rank]
+        """``rank``'s figures over the window beside the others' (named or not), or None without them."""
         others = [v[0] for r, v in shares.items() if r != rank]
-        if not others or share < p.min_share or busy < p.min_busy:
+        if rank not in shares or not others:
             return None
-        median = statistics.median(others)
-        if _odds(share) < p.odds_ratio * _odds(median):
-            return None
-        return StragglerVerdict(rank, host, share, (min(others), max(others)), span, now)
+        share, _, span = shares[rank]
+        return StragglerVerdict(rank, host, share, (min(others), max(others)), span, now, statistics.median(others))
+
+    def _meets(self, v: StragglerVerdict, busy: float) -> bool:
+        """Whether figures ``v`` (runnable ``busy`` of the window) meet the rule."""
+        p = self.policy
+        if v.share < p.min_share or busy < p.min_busy:
+            return False
+        return _odds(v.share) >= p.odds_ratio * _odds(v.median)
 
 
 def _odds(share: float) -> float:

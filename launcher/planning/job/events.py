@@ -38,6 +38,7 @@ __all__ = [
     "RootCauseLike",
     "Started",
     "StopRestarts",
+    "Straggler",
     "Teardown",
     "TimedOut",
 ]
@@ -229,6 +230,21 @@ class ClusterStop(Payload):
 
 
 @dataclass(frozen=True)
+class Straggler(Payload):
+    """A running rank is named a straggler (it waits for a CPU far more than the others), or no
+    longer (``cleared``); ``since``: epoch seconds it was first named
+    (:mod:`launcher.planning.health.stragglers`)."""
+
+    kind: ClassVar[EventKind] = EventKind.STRAGGLER
+    rank: int
+    host: str
+    evidence: str
+    since: float
+    attempt: int
+    cleared: bool = False
+
+
+@dataclass(frozen=True)
 class JobEnd(Payload):
     """The job ended (written after ``summary.json``)."""
 
@@ -251,6 +267,7 @@ Event = Union[
     StopRestarts,
     HostExcluded,
     ClusterStop,
+    Straggler,
     JobEnd,
 ]
 
@@ -274,6 +291,7 @@ PAYLOADS: Mapping[EventKind, Type[Any]] = {
         StopRestarts,
         HostExcluded,
         ClusterStop,
+        Straggler,
         JobEnd,
     )
 }
