@@ -46,6 +46,20 @@ def unthrottle(cluster: NamespaceCluster, host: HostRef) -> None:
     _unthrottle(_group(cluster, host))
 
 
+def throttle_pids(name: str, pids: List[int], quota_us: int = 3000, period_us: int = 100000) -> str:
+    """Move running processes ``pids`` (every thread of each) into a new cgroup v1 ``cpu`` group
+    ``name`` under ``quota_us`` per ``period_us``; :func:`unthrottle_group` undoes it."""
+    path = os.path.join(CPU_ROOT, name)
+    for pid in pids:
+        _throttle(path, pid, quota_us, period_us)
+    return path
+
+
+def unthrottle_group(name: str) -> None:
+    """Move what is left in cgroup ``name`` back to the root group and remove the group."""
+    _unthrottle(os.path.join(CPU_ROOT, name))
+
+
 def throttle_slurmd(slurm, node: str, quota_us: int = 5000, period_us: int = 100000) -> str:  # type: ignore[no-untyped-def]
     """Put ``node``'s slurmd (a :class:`tests.harness.slurm_cluster.SlurmCluster` node) under a CPU
     quota: every job step started there later (its slurmstepd and tasks) inherits it."""

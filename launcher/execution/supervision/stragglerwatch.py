@@ -73,7 +73,10 @@ class StragglerWatch:
             rank = h.plan.rank
             if idx in exits or rank is None or h.plan.role != Role.WORKER:
                 continue
-            figs = h.sched_figures()
+            try:
+                figs = h.sched_figures()
+            except Exception:  # one rank's look failing leaves the others judged
+                figs = None
             if figs is not None:
                 samples[rank] = Sample(*figs)
                 hosts[rank] = h.host
