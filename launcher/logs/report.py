@@ -45,6 +45,7 @@ _TIMELINE_KINDS = (
     EventKind.INTERRUPTED,
     EventKind.CLUSTER_STOP,
     EventKind.HOST_EXCLUDED,
+    EventKind.STRAGGLER,
     EventKind.JOB_END,
 )
 

@@ -20,7 +20,7 @@ from launcher.planning.health.stragglers import StragglerPolicy
 from launcher.planning.job.events import Straggler
 from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import ProcPlan
-from tests.harness.cli import mslaunch_argv
+from tests.harness.cli import mslaunch_argv, run_cli
 from tests.harness.hostfaults import cgroup_v1_cpu, throttle_pids, unthrottle_group
 
 DPLOOP = os.path.join(
@@ -154,6 +154,8 @@ def test_a_rank_under_a_cpu_quota_is_named_and_cleared_and_a_busy_machine_names_
         named = _until("rank 1 named", lambda: [e for e in _events(job) if e["kind"] == "straggler"])
         assert (named[0]["rank"], named[0]["host"], named[0]["cleared"]) == (1, "localhost", False), named
         assert named[0]["evidence"].startswith("rank 1 on localhost waited for CPU "), named
+        status = run_cli("status", job)
+        assert f"(attempt 0): {named[0]['evidence']}" in status.stdout, status.stdout
         unthrottle_group(group)
         cleared = _until(
             "rank 1 cleared", lambda: [e for e in _events(job) if e["kind"] == "straggler" and e["cleared"]]
@@ -177,5 +179,7 @@ def test_a_rank_under_a_cpu_quota_is_named_and_cleared_and_a_busy_machine_names_
     with open(os.path.join(job, "summary.json")) as fh:
         summary = json.load(fh)
     assert [(s["rank"], s["host"]) for s in summary["stragglers"]] == [(1, "localhost")]
+    status = run_cli("status", job)
+    assert "straggler since " in status.stdout and ", cleared " in status.stdout, status.stdout
     for pid in pids.values():
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
