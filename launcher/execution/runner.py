@@ -217,8 +217,8 @@ def run_plan(
         finally:
             watchdog.close()
         metrics.stop()
-    if hang.stragglers is not None and hang.stragglers.named:  # every rank named while the job ran
-        result = replace(result, extra={**result.extra, "stragglers": hang.stragglers.summary()})
+    if hang.stragglers is not None:  # every rank named while the job ran; what watching cost
+        result = replace(result, extra={**result.extra, **hang.stragglers.summary()})
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
     append_event(plan.job_dir, JobEnd(result.status, result.exit_code))
     joblock.release_job_dir(plan.job_dir)  # after summary.json: the job is never seen as "lost" in between

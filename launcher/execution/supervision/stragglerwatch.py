@@ -93,7 +93,11 @@ class StragglerWatch:
     def _emit(self, v: StragglerVerdict, cleared: bool) -> None:
         self.emit(events.Straggler(v.rank, v.host, v.evidence, round(v.since, 3), self.attempt, cleared))
 
-    def summary(self) -> List[Dict[str, Any]]:
-        """``summary.json``'s ``stragglers``: every rank named in the job (rank, host, share,
-        the others' shares, evidence, attempt, since, cleared when it recovered)."""
-        return list(self.named)
+    def summary(self) -> Dict[str, Any]:
+        """``summary.json``'s ``stragglers`` (when any: every rank named in the job: rank, host,
+        share, the others' shares, evidence, attempt, since, cleared when it recovered) and
+        ``straggler_watch`` (``looks``, ``cpu_s``: what watching cost the supervisor)."""
+        out: Dict[str, Any] = {"straggler_watch": {"looks": self.looks, "cpu_s": round(self.cpu_s, 3)}}
+        if self.named:
+            out["stragglers"] = list(self.named)
+        return out
