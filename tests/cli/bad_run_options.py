@@ -75,6 +75,7 @@ BAD_RUN_OPTIONS: List[Case] = [
     ("stopped-timeout", ["--stopped-timeout", "soon"], "--stopped-timeout 'soon'", False),
     ("restart-delay", ["--restart-delay", "-1"], "--restart-delay must be >= 0", False),
     ("host-failures", ["--host-failures", "-1"], "--host-failures must be >= 0", False),
+    ("straggler", ["--straggler", "loud"], "--straggler 'loud': expected off, warn or replace", False),
     ("summary-json", ["--summary-json", "/nonexistent-dir/s.json"], "--summary-json", True),
     ("junit", ["--junit", "/nonexistent-dir/j.xml"], "--junit", True),
 ]
