@@ -24,6 +24,7 @@ __all__ = [
     "proc_table",
     "SchedCounter",
     "task_schedstat",
+    "tcp_send_queued",
     "set_parent_death_signal",
     "starttime",
     "tree_below",
@@ -193,6 +194,38 @@ def task_schedstat(pid):
     return out
 
 
+def tcp_send_queued(pids):
+    """Bytes waiting in the TCP send queues (sent but not yet acknowledged, or not yet sent) of
+    every socket the processes ``pids`` hold: ``tx_queue`` of ``/proc/<pid>/net/tcp`` and
+    ``tcp6`` (the first pid's network namespace), joined with the socket inodes of
+    ``/proc/<pid>/fd``. A rank behind a slow link keeps its send queues full."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    total = 0
+    for name in ("tcp", "tcp6") if inodes and pids else ():
+        try:
+            with open("/proc/%d/net/%s" % (pids[0], name), "rb") as fh:
+                lines = fh.read().decode("ascii", "replace").splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[9] in inodes:
+                total += int(f[4].split(":")[0], 16)
+    return total
+
+
 class SchedCounter(object):
     """Cumulative CPU and run-delay seconds of a process tree (the process, its descendants, all
     their threads), summed from ``/proc`` on each :meth:`read`.
@@ -207,10 +240,11 @@ class SchedCounter(object):
         self.seen = {}  # (pid, tid) -> (cpu_ns, delay_ns) at the last read
         self.cpu_ns = 0
         self.delay_ns = 0
+        self.pids = []  # the tree at the last read
 
     def read(self, pid):
         """``(cpu_s, delay_s)`` of ``pid``'s tree, cumulative since the first read (None if it is gone)."""
-        pids = [pid] + (tree_below(pid) or [])
+        pids = self.pids = [pid] + (tree_below(pid) or [])
         now = {}
         for p in pids:
             for tid, figs in task_schedstat(p).items():
@@ -227,6 +261,9 @@ class SchedCounter(object):
         return (self.cpu_ns / 1e9, self.delay_ns / 1e9)
 
     def sample(self, pid):
-        """``[monotonic time, cpu_s, delay_s]`` of :meth:`read`, rounded to ms (None if it is gone)."""
+        """``[monotonic time, cpu_s, delay_s, send_queued_bytes]``: :meth:`read`, rounded to ms, and
+        :func:`tcp_send_queued` of the tree now (None if it is gone)."""
         got = self.read(pid)
-        return None if got is None else [round(time.monotonic(), 3), round(got[0], 3), round(got[1], 3)]
+        if got is None:
+            return None
+        return [round(time.monotonic(), 3), round(got[0], 3), round(got[1], 3), tcp_send_queued(self.pids)]

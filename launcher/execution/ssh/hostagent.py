@@ -145,7 +145,7 @@ class SshProcess(ProcessHandle):
             return None
         return now - self.stopped_since
 
-    def sched_figures(self) -> Optional[Tuple[float, float, float]]:
+    def sched_figures(self) -> Optional[Tuple[float, float, float, float]]:
         """As its host agent's heartbeats tell (a sample every few seconds): see :meth:`HostAgent._message`."""
         return None if self._done.is_set() else self.sched_seen
 
@@ -363,8 +363,8 @@ class HostAgent:
             if isinstance(sched, dict):  # the ranks' [agent time, cpu s, delay s] (an older agent: none)
                 for rank_id, h in list(self.handles.items()):
                     figs = sched.get(str(rank_id))
-                    if isinstance(figs, list) and len(figs) == 3:
-                        h.sched_seen = (float(figs[0]), float(figs[1]), float(figs[2]))
+                    if isinstance(figs, list) and len(figs) in (3, 4):  # [T, CPU_S, DELAY_S, SEND_QUEUED]
+                        h.sched_seen = (float(figs[0]), float(figs[1]), float(figs[2]), float((figs + [0])[3]))
             return
         handle = self.handles.get(rid)
         if handle is None:

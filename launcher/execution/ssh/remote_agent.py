@@ -27,7 +27,8 @@ State machine of one rank::
         killed, its pipe read to EOF, at most 2 s) --> "exit rc"
     running --term op--> SIGTERM (then SIGCONT) to its group;  --kill op--> SIGKILL to its group and tree
     heartbeats name the running ranks whose process is stopped by a signal (state T), and every
-    SCHED_EVERY s carry each running rank's tree's CPU and run-delay seconds (the straggler watch)
+    SCHED_EVERY s carry each running rank's tree's CPU and run-delay seconds and TCP send-queued
+    bytes (the straggler watch)
 
 State machine of the agent::
 
@@ -168,7 +169,7 @@ class Agent(object):
         return self.next_beat
 
     def sched_figures(self):
-        """``{id: [agent time, cpu s, delay s]}`` of the running ranks' trees (:class:`SchedCounter`)."""
+        """``{id: [agent time, cpu s, delay s, send-queued bytes]}`` of the running ranks (:class:`SchedCounter`)."""
         got = {str(r.id): r.sched.sample(r.pid) for r in self.ranks.values() if r.rc is None and r.pid is not None}
         return {k: v for k, v in got.items() if v is not None}
 

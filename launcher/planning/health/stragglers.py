@@ -18,6 +18,12 @@ seconds).  Odds rather than a difference of shares: under a heavy common load ev
 1 (measured here: 0.84-0.88 for healthy ranks at load 9 on 2 cores), where a starved rank's
 0.97 is a small difference but a large ratio of odds (32 against 6).  A named rank is cleared
 after ``confirm`` judgements in a row that do not name it.
+
+A second rule sees a slow link: each sample also carries the bytes waiting in the rank's TCP send
+queues (``tx_queue`` of its sockets); a rank whose mean over the window is at least ``min_sendq``
+and ``sendq_ratio`` times the other ranks' median (at least ``min_sendq / 16``) is named too
+(``kind`` ``link``): the rank behind a shaped or congested link keeps its queues full, the others'
+drain.  (A receiver that does not read fills its senders' queues as well: the evidence says so.)
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class StragglerPolicy:
         min_share: the least share of a straggler.
         odds_ratio: how many times the other ranks' median odds a straggler's must be.
         min_busy: the least part of the window a straggler was runnable.
+        min_sendq: the least mean of bytes in a straggler's TCP send queues (the link rule).
+        sendq_ratio: how many times the other ranks' median (at least ``min_sendq / 16``) that must be.
     """
 
     mode: str = "warn"
@@ -54,6 +62,8 @@ class StragglerPolicy:
     min_share: float = 0.5
     odds_ratio: float = 4.0
     min_busy: float = 0.1
+    min_sendq: float = 65536.0
+    sendq_ratio: float = 8.0
 
     @property
     def watching(self) -> bool:
@@ -104,6 +114,7 @@ class Sample:
     time: float
     cpu: float
     delay: float
+    sendq: float = 0.0  # bytes in its TCP send queues at ``time`` (not cumulative)
 
 
 @dataclass(frozen=True)
@@ -117,9 +128,20 @@ class StragglerVerdict:
     window: float  # seconds judged
     since: float  # the judge's clock when it was first named
     median: float = 0.0  # the other ranks' median share
+    kind: str = "cpu"  # cpu: starved of CPU; link: its TCP send queues stay full
+    sendq: float = 0.0  # its mean send-queued bytes over the window
+    others_sendq: Tuple[float, float] = (0.0, 0.0)  # the other ranks' lowest and highest mean
+    median_sendq: float = 0.0
 
     @property
     def evidence(self) -> str:
+        if self.kind == "link":
+            low, high = (round(x / 1024) for x in self.others_sendq)
+            others = f"{low} KiB" if low == high else f"{low}-{high} KiB"
+            return (
+                f"rank {self.rank} on {self.host} kept {self.sendq / 1024:.0f} KiB waiting in its TCP send queues "
+                f"over the last {self.window:.0f} s (the other ranks {others}): a slow link or receiver"
+            )
         low, high = (round(100 * x) for x in self.others)
         others = f"{low} %" if low == high else f"{low}-{high} %"
         return (
@@ -134,6 +156,8 @@ class StragglerVerdict:
             "share": round(self.share, 3),
             "others": [round(x, 3) for x in self.others],
             "window_s": round(self.window, 1),
+            "kind": self.kind,
+            "send_queued": round(self.sendq),
             "evidence": self.evidence,
         }
 
@@ -164,7 +188,7 @@ class StragglerJudge:
     def feed(self, samples: Mapping[int, Sample], hosts: Mapping[int, str], now: float) -> Update:
         """One judgement from each rank's latest sample (rank -> :class:`Sample`; a rank without
         one is forgotten); ``now`` is the judge's clock (the ``since`` of a verdict)."""
-        shares: Dict[int, Tuple[float, float, float]] = {}  # rank -> (share, busy part, span)
+        shares: Dict[int, Tuple[float, float, float, float]] = {}  # rank -> (share, busy part, span, mean sendq)
         for rank, s in samples.items():
             st = self._ranks.setdefault(rank, _Rank(deque()))
             last = st.samples[-1] if st.samples else None
@@ -181,7 +205,8 @@ class StragglerJudge:
                 continue
             cpu, delay = s.cpu - first.cpu, s.delay - first.delay
             runnable = cpu + delay
-            shares[rank] = (delay / runnable if runnable > 0 else 0.0, runnable / span, span)
+            sendq = sum(x.sendq for x in st.samples) / len(st.samples)
+            shares[rank] = (delay / runnable if runnable > 0 else 0.0, runnable / span, span, sendq)
         for gone in set(self._ranks) - set(samples):  # exited: no longer judged
             self._ranks.pop(gone)
             self.named.pop(gone, None)
@@ -190,7 +215,7 @@ class StragglerJudge:
         cleared: List[StragglerVerdict] = []
         for rank, st in self._ranks.items():
             measured = self._measure(rank, shares, hosts.get(rank, "?"), now)
-            verdict = measured if measured is not None and self._meets(measured, shares[rank][1]) else None
+            verdict = self._meets(measured, shares[rank][1]) if measured is not None else None
             held = self.named.get(rank)
             if held is None:
                 st.streak = st.streak + 1 if verdict is not None else 0
@@ -200,7 +225,7 @@ class StragglerJudge:
                     st.streak = 0
             else:
                 st.streak = 0 if verdict is not None else st.streak + 1
-                now_seen = replace(measured, since=held.since) if measured is not None else held
+                now_seen = replace(verdict or measured, since=held.since, kind=held.kind) if measured else held
                 if verdict is not None or st.streak < self.policy.confirm:
                     self.named[rank] = now_seen
                 else:
@@ -210,21 +235,37 @@ class StragglerJudge:
         return Update(tuple(named), tuple(cleared))
 
     def _measure(
-        self, rank: int, shares: Mapping[int, Tuple[float, float, float]], host: str, now: float
+        self, rank: int, shares: Mapping[int, Tuple[float, float, float, float]], host: str, now: float
     ) -> Optional[StragglerVerdict]:
         """``rank``'s figures over the window beside the others' (named or not), or None without them."""
-        others = [v[0] for r, v in shares.items() if r != rank]
+        others = [v for r, v in shares.items() if r != rank]
         if rank not in shares or not others:
             return None
-        share, _, span = shares[rank]
-        return StragglerVerdict(rank, host, share, (min(others), max(others)), span, now, statistics.median(others))
+        share, _, span, sendq = shares[rank]
+        low, med, high = min(v[0] for v in others), statistics.median(v[0] for v in others), max(v[0] for v in others)
+        queued = [v[3] for v in others]
+        return StragglerVerdict(
+            rank,
+            host,
+            share,
+            (low, high),
+            span,
+            now,
+            med,
+            "cpu",
+            sendq,
+            (min(queued), max(queued)),
+            statistics.median(queued),
+        )
 
-    def _meets(self, v: StragglerVerdict, busy: float) -> bool:
-        """Whether figures ``v`` (runnable ``busy`` of the window) meet the rule."""
+    def _meets(self, v: StragglerVerdict, busy: float) -> Optional[StragglerVerdict]:
+        """``v`` as the kind of straggler its figures (runnable ``busy`` of the window) make it, or None."""
         p = self.policy
-        if v.share < p.min_share or busy < p.min_busy:
-            return False
-        return _odds(v.share) >= p.odds_ratio * _odds(v.median)
+        if v.share >= p.min_share and busy >= p.min_busy and _odds(v.share) >= p.odds_ratio * _odds(v.median):
+            return v
+        if v.sendq >= p.min_sendq and v.sendq >= p.sendq_ratio * max(v.median_sendq, p.min_sendq / 16):
+            return replace(v, kind="link")
+        return None
 
 
 def _odds(share: float) -> float:

@@ -190,7 +190,9 @@ def test_a_heartbeats_figures_reach_each_ranks_handle():
     plans = [ProcPlan(f"rank {r}", Role.WORKER, "h1", r, 0, 0, None, ("x",), (), "/", "/dev/null") for r in (0, 1)]
     h0, h1 = (SshProcess(p, agent, r, "/dev/null") for r, p in enumerate(plans))
     agent.handles.update({0: h0, 1: h1})
-    agent._message(0, {"ev": "hb", "stopped": [], "sched": {"0": [12.5, 3.25, 0.5]}})
-    assert h0.sched_figures() == (12.5, 3.25, 0.5) and h1.sched_figures() is None
+    agent._message(0, {"ev": "hb", "stopped": [], "sched": {"0": [12.5, 3.25, 0.5, 4096]}})
+    assert h0.sched_figures() == (12.5, 3.25, 0.5, 4096.0) and h1.sched_figures() is None
     agent._message(0, {"ev": "hb", "stopped": []})
-    assert h0.sched_figures() == (12.5, 3.25, 0.5)
+    assert h0.sched_figures() == (12.5, 3.25, 0.5, 4096.0)
+    agent._message(0, {"ev": "hb", "stopped": [], "sched": {"1": [1.0, 2.0, 3.0]}})  # no send queues: 0
+    assert h1.sched_figures() == (1.0, 2.0, 3.0, 0.0)

@@ -145,3 +145,25 @@ def test_parse_refuses(text: str, says: str) -> None:
     with pytest.raises(PlanError, match=says) as err:
         StragglerPolicy.parse(text)
     assert err.value.field == "--straggler"
+
+
+def test_a_rank_whose_send_queues_stay_full_is_named_for_its_link() -> None:
+    judge = StragglerJudge(StragglerPolicy(window=6.0))
+    t, cpu = 0.0, 0.0
+    named = []
+    for i in range(12):
+        t, cpu = t + 1.0, cpu + 0.2
+        queued = {0: 2000.0, 1: 0.0, 2: 900_000.0 if i >= 3 else 1000.0}
+        update = judge.feed({r: Sample(t, cpu, 0.01 * t, queued[r]) for r in range(3)}, HOSTS, t)
+        named += update.named
+    (v,) = named
+    assert (v.rank, v.kind) == (2, "link") and v.to_json()["kind"] == "link"
+    assert v.evidence.startswith("rank 2 on 10.0.0.3 kept ") and "KiB waiting in its TCP send queues" in v.evidence
+    assert "(the other ranks 0-2 KiB): a slow link or receiver" in v.evidence
+
+
+def test_small_queues_name_nobody() -> None:
+    judge = StragglerJudge(StragglerPolicy(window=6.0))
+    for i in range(1, 15):
+        queued = {0: 3000.0, 1: 0.0, 2: 40_000.0}  # under 64 KiB: a busy link, not a full one
+        assert judge.feed({r: Sample(i, 0.2 * i, 0.01 * i, queued[r]) for r in range(3)}, HOSTS, i) == Update()
