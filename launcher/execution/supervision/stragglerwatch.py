@@ -91,7 +91,7 @@ class StragglerWatch:
             self._emit(v, cleared=True)
 
     def _emit(self, v: StragglerVerdict, cleared: bool) -> None:
-        self.emit(events.Straggler(v.rank, v.host, v.evidence, round(v.since, 3), self.attempt, cleared))
+        self.emit(events.Straggler(v.rank, v.host, v.evidence, round(v.since, 3), self.attempt, cleared, v.kind))
 
     def summary(self) -> Dict[str, Any]:
         """``summary.json``'s ``stragglers`` (when any: every rank named in the job: rank, host,

@@ -156,7 +156,7 @@ class StragglerVerdict:
             "share": round(self.share, 3),
             "others": [round(x, 3) for x in self.others],
             "window_s": round(self.window, 1),
-            "kind": self.kind,
+            "by": self.kind,
             "send_queued": round(self.sendq),
             "evidence": self.evidence,
         }

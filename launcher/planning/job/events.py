@@ -231,8 +231,8 @@ class ClusterStop(Payload):
 
 @dataclass(frozen=True)
 class Straggler(Payload):
-    """A running rank is named a straggler (it waits for a CPU far more than the others), or no
-    longer (``cleared``); ``since``: epoch seconds it was first named
+    """A running rank is named a straggler (it waits for a CPU far more than the others, or its TCP
+    send queues stay full: ``by``), or no longer (``cleared``); ``since``: epoch seconds it was first named
     (:mod:`launcher.planning.health.stragglers`)."""
 
     kind: ClassVar[EventKind] = EventKind.STRAGGLER
@@ -242,6 +242,7 @@ class Straggler(Payload):
     since: float
     attempt: int
     cleared: bool = False
+    by: str = "cpu"  # what shows it: cpu (it waits for a CPU) or link (its TCP send queues stay full)
 
 
 @dataclass(frozen=True)

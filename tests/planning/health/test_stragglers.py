@@ -102,7 +102,7 @@ def test_a_new_process_starts_its_figures_afresh() -> None:
     assert update == Update() and 0 not in judge.last_shares
 
 
-@settings(max_examples=examples(200), deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     n=st.integers(2, 8),
     common=st.lists(st.floats(0.0, 0.95), min_size=25, max_size=25),
@@ -157,7 +157,7 @@ def test_a_rank_whose_send_queues_stay_full_is_named_for_its_link() -> None:
         update = judge.feed({r: Sample(t, cpu, 0.01 * t, queued[r]) for r in range(3)}, HOSTS, t)
         named += update.named
     (v,) = named
-    assert (v.rank, v.kind) == (2, "link") and v.to_json()["kind"] == "link"
+    assert (v.rank, v.kind) == (2, "link") and v.to_json()["by"] == "link"
     assert v.evidence.startswith("rank 2 on 10.0.0.3 kept ") and "KiB waiting in its TCP send queues" in v.evidence
     assert "(the other ranks 0-2 KiB): a slow link or receiver" in v.evidence
 

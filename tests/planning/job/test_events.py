@@ -86,7 +86,15 @@ CASES = [
     (ev.ClusterStop("preempted", "Slurm preempted job 5"), {"status": "preempted", "message": "Slurm preempted job 5"}),
     (
         ev.Straggler(2, "h3", "rank 2 on h3 waited", 7.5, 1),
-        {"rank": 2, "host": "h3", "evidence": "rank 2 on h3 waited", "since": 7.5, "attempt": 1, "cleared": False},
+        {
+            "rank": 2,
+            "host": "h3",
+            "evidence": "rank 2 on h3 waited",
+            "since": 7.5,
+            "attempt": 1,
+            "cleared": False,
+            "by": "cpu",
+        },
     ),
     (ev.JobEnd("failed", 3), {"status": "failed", "exit_code": 3}),
 ]
