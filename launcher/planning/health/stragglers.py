@@ -23,7 +23,9 @@ A second rule sees a slow link: each sample also carries the bytes waiting in th
 queues (``tx_queue`` of its sockets); a rank whose mean over the window is at least ``min_sendq``
 and ``sendq_ratio`` times the other ranks' median (at least ``min_sendq / 16``) is named too
 (``kind`` ``link``): the rank behind a shaped or congested link keeps its queues full, the others'
-drain.  (A receiver that does not read fills its senders' queues as well: the evidence says so.)
+drain.  A receiver that does not read fills its senders' queues as well (the evidence says so): while
+a rank is starved of CPU in a judgement, no rank is named for its link in it (the starved rank
+is the one its senders wait for).
 """
 
 from __future__ import annotations
@@ -213,9 +215,12 @@ class StragglerJudge:
         self.last_shares = {r: v[0] for r, v in shares.items()}
         named: List[StragglerVerdict] = []
         cleared: List[StragglerVerdict] = []
+        measured_all = {r: self._measure(r, shares, hosts.get(r, "?"), now) for r in self._ranks}
+        verdicts = {r: self._meets(m, shares[r][1]) if m is not None else None for r, m in measured_all.items()}
+        if any(v is not None and v.kind == "cpu" for v in verdicts.values()):  # a starved rank reads slowly:
+            verdicts = {r: v if v is not None and v.kind == "cpu" else None for r, v in verdicts.items()}  # not links
         for rank, st in self._ranks.items():
-            measured = self._measure(rank, shares, hosts.get(rank, "?"), now)
-            verdict = self._meets(measured, shares[rank][1]) if measured is not None else None
+            measured, verdict = measured_all[rank], verdicts[rank]
             held = self.named.get(rank)
             if held is None:
                 st.streak = st.streak + 1 if verdict is not None else 0

@@ -167,3 +167,13 @@ def test_small_queues_name_nobody() -> None:
     for i in range(1, 15):
         queued = {0: 3000.0, 1: 0.0, 2: 40_000.0}  # under 64 KiB: a busy link, not a full one
         assert judge.feed({r: Sample(i, 0.2 * i, 0.01 * i, queued[r]) for r in range(3)}, HOSTS, i) == Update()
+
+
+def test_the_sender_to_a_starved_rank_is_not_named_for_its_link() -> None:
+    """Rank 1 starved of CPU reads slowly, so rank 0's queue to it stays full: rank 1 is named, rank 0 is not."""
+    judge = StragglerJudge(StragglerPolicy(window=6.0))
+    named = []
+    for i in range(1, 15):
+        figs = {0: (0.2 * i, 0.01 * i, 500_000.0), 1: (0.03 * i, 0.97 * i, 0.0), 2: (0.2 * i, 0.01 * i, 0.0)}
+        named += judge.feed({r: Sample(i, c, d, q) for r, (c, d, q) in figs.items()}, HOSTS, i).named
+    assert [(v.rank, v.kind) for v in named] == [(1, "cpu")]
