@@ -14,7 +14,7 @@ window's starvation shares, so the margins of the rule can be read off:
 * ``slow``: RUNS jobs whose rank 1 is put under a CPU quota (QUOTA us per 100 ms, cgroup v1) after
   a few seconds: the seconds from the quota to the ``straggler`` event, the shares then;
 * cost: the watch's CPU seconds (``summary.json`` ``straggler_watch``) per minute against the
-  ranks' CPU seconds, and one :meth:`SchedCounter.read` of a process with 64 threads.
+  ranks' CPU seconds, and one :meth:`SchedCounter.sample` of a process with 64 threads.
 
 Usage::
 
@@ -131,7 +131,8 @@ def run_job(folder: str, seconds: float, hogs: int, window: float, quota: int) -
 
 
 def read_cost(threads: int = 64, reads: int = 200) -> float:
-    """Microseconds of CPU per :meth:`SchedCounter.read` of a process with ``threads`` threads."""
+    """Microseconds of CPU per :meth:`SchedCounter.sample` (the scheduler figures of every thread
+    and the TCP send queues) of a process with ``threads`` threads."""
     stop = threading.Event()
     pool = [threading.Thread(target=stop.wait, daemon=True) for _ in range(threads - 1)]
     for t in pool:
@@ -139,7 +140,7 @@ def read_cost(threads: int = 64, reads: int = 200) -> float:
     c = SchedCounter()
     started = time.thread_time()
     for _ in range(reads):
-        c.read(os.getpid())
+        c.sample(os.getpid())
     cost = (time.thread_time() - started) / reads * 1e6
     stop.set()
     return cost
@@ -154,7 +155,7 @@ def main() -> int:
     ap.add_argument("--quota", type=int, default=3000)
     ap.add_argument("--folder", default=f"/tmp/bench-stragglers-{os.getpid()}")
     a = ap.parse_args()
-    print(f"SchedCounter.read of a 64-thread process: {read_cost():.0f} us of CPU")
+    print(f"SchedCounter.sample of a 64-thread process: {read_cost():.0f} us of CPU")
     healthy_max_share, healthy_max_ratio, false_named = 0.0, 0.0, 0
     watch_cpu, rank_cpu, minutes = 0.0, 0.0, 0.0
     for i in range(a.runs):
