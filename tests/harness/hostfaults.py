@@ -4,7 +4,8 @@
   (``cpu.cfs_quota_us`` per ``cpu.cfs_period_us``); everything started over ssh on that host
   inherits it.  :func:`unthrottle` moves the processes back and removes the group.
   :func:`throttle_slurmd` / :func:`unthrottle_slurmd` do the same for a Slurm node's slurmd
-  (the job steps started there), and :func:`stop_slurmd` stops it.
+  (the job steps started there), and :func:`stop_slurmd` stops it.  :func:`throttle_pids` moves
+  processes already running (a rank) into a group with a quota; :func:`unthrottle_group` undoes it.
 * :func:`shape_link` adds a ``tbf`` qdisc on the root-namespace end of the host's veth (the
   traffic *to* the host) and on the host's own ``eth0`` (the traffic *from* it);
   :func:`unshape_link` removes both.
