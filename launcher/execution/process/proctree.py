@@ -194,11 +194,54 @@ def task_schedstat(pid):
     return out
 
 
+#: the send queues of a network namespace's sockets, read at most once a second:
+#: ``{(netns inode, "tcp" or "tcp6"): (monotonic time, {socket inode: bytes queued})}``
+_NET_QUEUES = {}  # type: dict[tuple[int, str], tuple[float, dict[str, int]]]
+
+
+def _net_queues(pid, name):
+    """``{socket inode: tx_queue bytes}`` of the non-empty send queues of ``/proc/<pid>/net/<name>``.
+
+    The kernel walks its whole socket hash table for each ``read`` of that file (milliseconds
+    on a large machine, however few sockets there are), so it is read in one large ``read`` and
+    once a second per network namespace (every rank of a host shares it)."""
+    try:
+        key = (os.stat("/proc/%d/ns/net" % pid).st_ino, name)
+    except OSError:
+        key = (pid, name)
+    now = time.monotonic()
+    got = _NET_QUEUES.get(key)
+    if got is not None and now - got[0] < 1.0:
+        return got[1]
+    queues = {}  # type: dict[str, int]
+    chunks = []
+    try:
+        with open("/proc/%d/net/%s" % (pid, name), "rb", buffering=0) as fh:
+            while True:  # a short read is the end: no further read (each walks the table again)
+                data = fh.read(1 << 22)
+                chunks.append(data)
+                if len(data) < (1 << 22):
+                    break
+    except OSError:
+        return queues
+    for line in b"".join(chunks).decode("ascii", "replace").splitlines()[1:]:
+        f = line.split()
+        if len(f) > 9:
+            queued = int(f[4].split(":")[0], 16)
+            if queued:
+                queues[f[9]] = queued
+    if len(_NET_QUEUES) > 64:
+        _NET_QUEUES.clear()
+    _NET_QUEUES[key] = (now, queues)
+    return queues
+
+
 def tcp_send_queued(pids):
     """Bytes waiting in the TCP send queues (sent but not yet acknowledged, or not yet sent) of
     every socket the processes ``pids`` hold: ``tx_queue`` of ``/proc/<pid>/net/tcp`` and
-    ``tcp6`` (the first pid's network namespace), joined with the socket inodes of
-    ``/proc/<pid>/fd``. A rank behind a slow link keeps its send queues full."""
+    ``tcp6`` (the first pid's network namespace; read at most once a second, see
+    :func:`_net_queues`), joined with the socket inodes of ``/proc/<pid>/fd``. A rank behind a slow
+    link keeps its send queues full."""
     inodes = set()
     for pid in pids:
         try:
@@ -214,15 +257,8 @@ def tcp_send_queued(pids):
                 inodes.add(link[8:-1])
     total = 0
     for name in ("tcp", "tcp6") if inodes and pids else ():
-        try:
-            with open("/proc/%d/net/%s" % (pids[0], name), "rb") as fh:
-                lines = fh.read().decode("ascii", "replace").splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if len(f) > 9 and f[9] in inodes:
-                total += int(f[4].split(":")[0], 16)
+        queues = _net_queues(pids[0], name)
+        total += sum(queues.get(i, 0) for i in inodes)
     return total
 
 
