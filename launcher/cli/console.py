@@ -18,6 +18,7 @@ from launcher.planning.job.events import (
     Interrupted,
     Restart,
     StopRestarts,
+    Straggler,
     Teardown,
     TimedOut,
 )
@@ -47,6 +48,10 @@ def event_line(event: Event, attempt_dir: str = "") -> Optional[str]:
         return f"{event.message}; tearing down"
     if isinstance(event, StopRestarts):
         return event.message
+    if isinstance(event, Straggler):
+        if event.cleared:
+            return f"rank {event.rank} on {event.host} is no longer a straggler: {event.evidence}"
+        return f"straggler: {event.evidence}"
     if isinstance(event, HostExcluded):  # the restart after it runs on the spare hosts
         reason = event.exclusion.reason
         why = reason if reason.startswith("host lost") else f"after {reason}"

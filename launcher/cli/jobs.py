@@ -223,7 +223,7 @@ def status_cmd(
     """Show a job's state; exit 0 if it succeeded or is running, 1 otherwise."""
     from launcher.jobs.jobdir import find_job
     from launcher.logs.goodput import goodput_line
-    from launcher.logs.longjob import process_lines, process_table
+    from launcher.logs.longjob import process_lines, process_table, running_stragglers, straggler_lines
     from launcher.logs.metricsfile import load_goodput, load_progress, read_events
 
     info = find_job(job)
@@ -237,7 +237,8 @@ def status_cmd(
             if info.problem is not None:
                 data["problem"] = info.problem
         if info.summary is None:  # running (or ended without a summary): its processes from events.jsonl
-            data = dict(data, processes=process_table(read_events(info.job_dir)))
+            now = read_events(info.job_dir)
+            data = dict(data, processes=process_table(now), stragglers=running_stragglers(now))
         data = dict(
             data,
             progress=[
@@ -259,7 +260,8 @@ def status_cmd(
         if info.ranks is not None:
             sys.stdout.write(f"  ranks: {info.ranks}\n")
         if info.summary is None:
-            for line in process_lines(process_table(read_events(info.job_dir))):
+            now = read_events(info.job_dir)
+            for line in process_lines(process_table(now)) + straggler_lines(running_stragglers(now)):
                 sys.stdout.write(f"  {line}\n")
         if info.slurm_job_id is not None:
             from launcher.execution.slurm.submit import job_state

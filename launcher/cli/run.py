@@ -122,6 +122,15 @@ def run_cmd(
         ),
         rich_help_panel="Long jobs",
     ),
+    straggler: str = typer.Option(
+        "warn",
+        "--straggler",
+        help=(
+            "off | warn[:WINDOW]: name a rank whose process waits for a CPU far more than the others' over the last "
+            "WINDOW s (default 30; local and ssh ranks); replace is not built yet. See docs/long-jobs.md."
+        ),
+        rich_help_panel="Long jobs",
+    ),
     tee: Optional[str] = typer.Option(
         None,
         "--tee",
@@ -210,6 +219,7 @@ def run_cmd(
     """
     tee, live = _console_mode(opts, tee, quiet, detach)
     from launcher.logs.hang import HangPolicy
+    from launcher.planning.health.stragglers import StragglerPolicy
 
     options = SuperviseOptions(
         grace=grace,
@@ -220,6 +230,7 @@ def run_cmd(
         hang=HangPolicy.parse(hang_timeout, first_step_timeout, stopped_timeout),
         restart_delay=restart_delay,
         host_failures=host_failures,
+        straggler=StragglerPolicy.parse(straggler),
     )
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
     opts = _run_options(opts, stand_in_env, dry_run, start_timeout)

@@ -98,9 +98,13 @@ class JobWatch:
         return JobStatus.RUNNING if jobdir.pid_alive(self.pid) else JobStatus.LOST
 
     def notes(self) -> List[str]:
-        """The hang and the attempts of an ended job (``summary.json``), as lines."""
-        from launcher.logs.longjob import summary_notes
+        """The hang, the stragglers and the attempts of an ended job (``summary.json``), as lines;
+        while it runs, the ranks named stragglers now (``events.jsonl``)."""
+        from launcher.logs.longjob import running_stragglers, straggler_lines, summary_notes
+        from launcher.logs.metricsfile import read_events
 
+        if self.summary is None:
+            return straggler_lines(running_stragglers(read_events(self.job_dir)))
         return summary_notes(self.summary)
 
     def poll(self) -> Snapshot:
@@ -225,7 +229,11 @@ def render(snap: Snapshot, width: int = 120, notes: Sequence[str] = ()) -> Any:
     if snap.silent:
         lines.append(Text(f"silent (no output for a while): rank {', '.join(map(str, snap.silent))}", style="red"))
     lines += [
-        Text(note, style="red" if note.startswith(("hung", "likely")) else "") for note in notes
+        Text(
+            note,
+            style="red" if note.startswith(("hung", "likely")) else "yellow" if note.startswith("straggler") else "",
+        )
+        for note in notes
     ]  # hang, attempts (after the end)
     return Group(table, *lines)
 

@@ -225,6 +225,8 @@ def run_plan(
         finally:
             watchdog.close()
         metrics.stop()
+    if hang.stragglers is not None:  # every rank named while the job ran; what watching cost
+        result = replace(result, extra={**result.extra, **hang.stragglers.summary()})
     end = JobEnd(result.status, result.exit_code, _cause_kind(result))
     result = replace(result, extra={**result.extra, "goodput": _goodput(plan.job_dir, end, result.ended)})
     jobdir.write_json(os.path.join(plan.job_dir, jobdir.SUMMARY_FILE), result.to_json())
@@ -303,6 +305,10 @@ def make_supervisor(
         attempt_base=base,
         spares=spares,
     )
+    if hang is not None and options.straggler.watching:
+        from launcher.execution.supervision.stragglerwatch import StragglerWatch
+
+        hang.stragglers = StragglerWatch(options.straggler, sup.emit)
     return sup
 
 

@@ -7,12 +7,13 @@ from typing import Optional
 
 from launcher.errors import PlanError
 from launcher.logs.hang import HangPolicy
+from launcher.planning.health.stragglers import StragglerPolicy
 
 
 @dataclass(frozen=True)
 class SuperviseOptions:
     """Supervision knobs (CLI: --grace, --timeout, --start-timeout, --max-restarts, --sched-wait,
-    --hang-timeout, --first-step-timeout, --restart-delay, --host-failures).
+    --hang-timeout, --first-step-timeout, --restart-delay, --host-failures, --straggler).
 
     The defaults here are the CLI's defaults (the options read them from this class).
 
@@ -30,6 +31,7 @@ class SuperviseOptions:
         restart_delay: seconds between the end of every process of a failed attempt and the restart.
         host_failures: failures attributed to one host after which the next attempt is re-planned
             without it (docs/spare-hosts.md); 0: never for failures (a lost host is still left out).
+        straggler: ``--straggler``: name a rank that waits for a CPU far more than the others.
 
     Raises:
         PlanError: a negative --max-restarts, --restart-delay, --grace or --host-failures.
@@ -44,6 +46,7 @@ class SuperviseOptions:
     hang: HangPolicy = HangPolicy()
     restart_delay: float = 0.0
     host_failures: int = 2
+    straggler: StragglerPolicy = StragglerPolicy()
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0:

@@ -4,14 +4,24 @@
 ``summary.json``'s ``hang`` object is documented in :mod:`launcher.execution.supervision.hangwatch`; each of
 ``attempt_results`` may carry ``ended_because``, ``resumed_from_step``, ``best_step`` and
 ``steps_lost`` (see :mod:`launcher.execution.supervision.restarts`), and ``replanned`` when it was the first
-attempt without a host left out; ``excluded_hosts`` lists those hosts (docs/spare-hosts.md).
+attempt without a host left out; ``excluded_hosts`` lists those hosts (docs/spare-hosts.md);
+``stragglers`` the ranks named slow while the job ran (:mod:`launcher.execution.supervision.stragglerwatch`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-__all__ = ["attempt_lines", "excluded_lines", "hang_lines", "process_lines", "process_table", "summary_notes"]
+__all__ = [
+    "attempt_lines",
+    "excluded_lines",
+    "hang_lines",
+    "process_lines",
+    "process_table",
+    "running_stragglers",
+    "straggler_lines",
+    "summary_notes",
+]
 
 
 def hang_lines(hang: Optional[Mapping[str, Any]]) -> List[str]:
@@ -58,9 +68,49 @@ def excluded_lines(record: Optional[Mapping[str, Any]]) -> List[str]:
     return out
 
 
+def _clock(epoch: Any) -> str:
+    import time
+
+    return time.strftime("%H:%M:%S", time.localtime(epoch)) if isinstance(epoch, (int, float)) else "?"
+
+
+def straggler_lines(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """One line per rank named a straggler (``summary.json``'s ``stragglers``, or
+    :func:`running_stragglers`): ``straggler since 21:37:02 (attempt 0): rank 1 on h2 waited ...``."""
+    out = []
+    for row in rows:
+        if isinstance(row, Mapping):
+            when = row.get("cleared")  # epoch seconds in summary.json (an event's flag is a bool)
+            cleared = (
+                f", cleared {_clock(when)}" if isinstance(when, (int, float)) and not isinstance(when, bool) else ""
+            )
+            out.append(
+                f"straggler since {_clock(row.get('since'))} (attempt {row.get('attempt')}{cleared}): "
+                f"{row.get('evidence')}"
+            )
+    return out
+
+
+def running_stragglers(events: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """The ranks named stragglers now (the last ``straggler`` event of each rank of the current
+    attempt, unless it cleared it), from ``events.jsonl``."""
+    from launcher.planning.job.kinds import EventKind
+
+    attempt = max((e.get("attempt", 0) for e in events if e.get("kind") == EventKind.STARTED), default=0)
+    now: Dict[Any, Dict[str, Any]] = {}
+    for e in events:
+        if e.get("kind") == EventKind.STRAGGLER and e.get("attempt") == attempt:
+            if e.get("cleared"):
+                now.pop(e.get("rank"), None)
+            else:
+                now[e.get("rank")] = dict(e)
+    return list(now.values())
+
+
 def summary_notes(summary: Optional[Mapping[str, Any]]) -> List[str]:
     """Everything above for one job."""
-    return hang_lines((summary or {}).get("hang")) + excluded_lines(summary) + attempt_lines(summary)
+    s = summary or {}
+    return hang_lines(s.get("hang")) + straggler_lines(s.get("stragglers") or []) + excluded_lines(s) + attempt_lines(s)
 
 
 def process_table(events: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:

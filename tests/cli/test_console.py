@@ -58,6 +58,14 @@ def test_console_failure_line_uses_the_one_wording(console, capsys):
             "restart: leaving out h3 host lost (rank 4: connection lost)",
         ),
         (ev.ClusterStop("preempted", "Slurm preempted job 5 at T"), "Slurm preempted job 5 at T; tearing down"),
+        (
+            ev.Straggler(2, "h3", "rank 2 on h3 waited for CPU 90 % ...", 1.0, 0),
+            "straggler: rank 2 on h3 waited for CPU 90 % ...",
+        ),
+        (
+            ev.Straggler(2, "h3", "rank 2 on h3 waited for CPU 20 % ...", 1.0, 0, cleared=True),
+            "rank 2 on h3 is no longer a straggler: rank 2 on h3 waited for CPU 20 % ...",
+        ),
     ],
 )
 def test_each_shown_event_is_one_line_on_stderr(console, capsys, event, line):

@@ -42,6 +42,9 @@ def test_sbatch_passes_the_long_job_flags_to_run(tmp_path):
         (("--first-step-timeout", "0"), "--first-step-timeout"),
         (("--hang-timeout", "-5"), "--hang-timeout"),
         (("--stopped-timeout", "-1"), "--stopped-timeout"),
+        (("--straggler", "loud"), "--straggler"),
+        (("--straggler", "warn:1"), "--straggler"),
+        (("--straggler", "replace"), "--straggler"),
     ],
 )
 def test_bad_values_are_refused_with_one_line(tmp_path, flags, field):

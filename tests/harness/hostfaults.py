@@ -4,7 +4,8 @@
   (``cpu.cfs_quota_us`` per ``cpu.cfs_period_us``); everything started over ssh on that host
   inherits it.  :func:`unthrottle` moves the processes back and removes the group.
   :func:`throttle_slurmd` / :func:`unthrottle_slurmd` do the same for a Slurm node's slurmd
-  (the job steps started there), and :func:`stop_slurmd` stops it.
+  (the job steps started there), and :func:`stop_slurmd` stops it.  :func:`throttle_pids` moves
+  processes already running (a rank) into a group with a quota; :func:`unthrottle_group` undoes it.
 * :func:`shape_link` adds a ``tbf`` qdisc on the root-namespace end of the host's veth (the
   traffic *to* the host) and on the host's own ``eth0`` (the traffic *from* it);
   :func:`unshape_link` removes both.
@@ -44,6 +45,20 @@ def throttle_cpu(cluster: NamespaceCluster, host: HostRef, quota_us: int = 5000,
 def unthrottle(cluster: NamespaceCluster, host: HostRef) -> None:
     """Move ``host``'s throttled processes back to the root group and remove the group."""
     _unthrottle(_group(cluster, host))
+
+
+def throttle_pids(name: str, pids: List[int], quota_us: int = 3000, period_us: int = 100000) -> str:
+    """Move running processes ``pids`` (every thread of each) into a new cgroup v1 ``cpu`` group
+    ``name`` under ``quota_us`` per ``period_us``; :func:`unthrottle_group` undoes it."""
+    path = os.path.join(CPU_ROOT, name)
+    for pid in pids:
+        _throttle(path, pid, quota_us, period_us)
+    return path
+
+
+def unthrottle_group(name: str) -> None:
+    """Move what is left in cgroup ``name`` back to the root group and remove the group."""
+    _unthrottle(os.path.join(CPU_ROOT, name))
 
 
 def throttle_slurmd(slurm, node: str, quota_us: int = 5000, period_us: int = 100000) -> str:  # type: ignore[no-untyped-def]

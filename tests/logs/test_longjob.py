@@ -118,3 +118,17 @@ def test_a_pid_learnt_after_the_start_replaces_the_unknown_one_and_a_stand_ins_r
         ("mpirun", "localhost", 77, "running"),
         ("rank 1", "node-02", 99, "running"),
     ]
+
+
+def test_stragglers_of_the_summary_and_of_a_running_job() -> None:
+    from launcher.logs.longjob import running_stragglers, straggler_lines
+
+    row = {"rank": 1, "host": "h2", "attempt": 0, "since": 0.0, "evidence": "rank 1 on h2 waited for CPU 90 %"}
+    (line,) = summary_notes({"stragglers": [dict(row, cleared=60.0)]})
+    assert line.startswith("straggler since ") and "(attempt 0, cleared " in line and line.endswith("CPU 90 %")
+    named = dict(row, kind="straggler", cleared=False)
+    events = [{"kind": "started", "attempt": 0}, named, dict(named, rank=2), dict(named, rank=2, cleared=True)]
+    now = running_stragglers(events)
+    assert [r["rank"] for r in now] == [1]
+    assert straggler_lines(now) == [line.split(", cleared")[0] + "): rank 1 on h2 waited for CPU 90 %"]
+    assert running_stragglers([{"kind": "started", "attempt": 1}, named]) == []  # an earlier attempt's

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from launcher.execution.results import ProcResult
 from launcher.planning.job.spec import ProcPlan
@@ -60,6 +60,9 @@ class ProcessHandle(ABC):
     host_lost: Optional[str] = None
     #: monotonic time since which its process is seen stopped by a signal (see :meth:`stopped_for`)
     stopped_since: Optional[float] = None
+    #: ``(time, cpu_s, delay_s, send_queued)`` of its process tree as last reported (see :meth:`sched_figures`)
+    sched_seen: Optional[Tuple[float, float, float, float]] = None
+    _sched_counter: Any = None  # proctree.SchedCounter of a rank on this machine
 
     @abstractmethod
     def wait(self) -> int:
@@ -110,6 +113,28 @@ class ProcessHandle(ABC):
         if self.stopped_since is None:
             self.stopped_since = now
         return now - self.stopped_since
+
+    def sched_figures(self) -> Optional[Tuple[float, float, float, float]]:
+        """``(time, cpu_s, delay_s, send_queued)``: this rank's process tree's cumulative seconds on
+        a CPU and runnable but waiting for one (CFS throttling included), at ``time`` (seconds of a
+        monotonic clock of the sampler's own; only differences count), and the bytes waiting in its
+        TCP send queues now; None where not known. The straggler watch compares ranks by them
+        (:mod:`launcher.execution.supervision.stragglerwatch`).
+
+        Default: a rank on this machine, read from ``/proc`` on each call
+        (:class:`~launcher.execution.process.proctree.SchedCounter`); None for a handle without a
+        rank or on another host. Backends that see their hosts' processes override it (ssh: the
+        host agent's heartbeats).
+        """
+        from launcher.execution.process.proctree import SchedCounter
+        from launcher.planning.inventory.model import is_local
+
+        if self.pid is None or self.plan.rank is None or not is_local(self.host) or self.has_exited():
+            return None
+        if self._sched_counter is None:
+            self._sched_counter = SchedCounter()
+        got = self._sched_counter.sample(self.pid)
+        return None if got is None else (float(got[0]), float(got[1]), float(got[2]), float(got[3]))
 
     def notify_exit(self, callback: Callable[[int], None]) -> bool:
         """Ask for ``callback(returncode)`` once the process exited (what ``wait()`` returns),

@@ -11,7 +11,7 @@ import collections
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import paramiko
 
@@ -144,6 +144,10 @@ class SshProcess(ProcessHandle):
         if self._done.is_set() or self.stopped_since is None:
             return None
         return now - self.stopped_since
+
+    def sched_figures(self) -> Optional[Tuple[float, float, float, float]]:
+        """As its host agent's heartbeats tell (a sample every few seconds): see :meth:`HostAgent._message`."""
+        return None if self._done.is_set() else self.sched_seen
 
     def dump_stacks(self, folder: str) -> Dict[Optional[int], List[str]]:
         """This rank's stacks, dumped on its host with its host's other ranks
@@ -355,6 +359,12 @@ class HostAgent:
                 now = time.monotonic()
                 for rank_id, h in list(self.handles.items()):
                     h.seen_stopped(rank_id in stopped, now)
+            sched = msg.get("sched")
+            if isinstance(sched, dict):  # the ranks' [agent time, cpu s, delay s] (an older agent: none)
+                for rank_id, h in list(self.handles.items()):
+                    figs = sched.get(str(rank_id))
+                    if isinstance(figs, list) and len(figs) in (3, 4):  # [T, CPU_S, DELAY_S, SEND_QUEUED]
+                        h.sched_seen = (float(figs[0]), float(figs[1]), float(figs[2]), float((figs + [0])[3]))
             return
         handle = self.handles.get(rid)
         if handle is None:

@@ -26,7 +26,9 @@ State machine of one rank::
     start op --spawned--> running ("started" pid) --reaped--> draining (leftovers of the rank
         killed, its pipe read to EOF, at most 2 s) --> "exit rc"
     running --term op--> SIGTERM (then SIGCONT) to its group;  --kill op--> SIGKILL to its group and tree
-    heartbeats name the running ranks whose process is stopped by a signal (state T)
+    heartbeats name the running ranks whose process is stopped by a signal (state T), and every
+    SCHED_EVERY s carry each running rank's tree's CPU and run-delay seconds and TCP send-queued
+    bytes (the straggler watch)
 
 State machine of the agent::
 
@@ -55,6 +57,7 @@ import time
 try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.program_source` puts its source first
     from launcher.execution.probes.host_cores import read_host_cores
     from launcher.execution.process.proctree import (
+        SchedCounter,
         become_subreaper,
         below,
         is_stopped,
@@ -72,6 +75,8 @@ except ImportError:
 DRAIN_LIMIT = 2.0
 #: Seconds between process-tree snapshots while ranks run.
 SNAPSHOT_EVERY = 1.0
+#: Seconds between samples of the ranks' scheduler figures (sent with a heartbeat).
+SCHED_EVERY = 2.0
 
 
 def main(cfg):
@@ -98,6 +103,7 @@ class Rank(object):
         self.reaped_mono = None
         self.tree = set()  # pids seen below it in snapshots
         self.reported = False
+        self.sched = SchedCounter()  # its tree's CPU and run-delay seconds
 
 
 class Agent(object):
@@ -107,6 +113,8 @@ class Agent(object):
         self.host = cfg.get("host", "this host")
         self.ping_timeout = float(cfg.get("ping_timeout", 8.0))
         self.heartbeat = float(cfg.get("heartbeat", 1.0))
+        self.sched_every = float(cfg.get("sched_every", SCHED_EVERY))
+        self.next_sched = 0.0
         self.ranks = {}
         self.by_pid = {}
         self.outbox = Outbox(1)
@@ -152,9 +160,18 @@ class Agent(object):
             # ranks stopped by a signal (SIGSTOP, ^Z): no exit and no output tells it; the
             # launcher's hang watch judges them (--stopped-timeout)
             stopped = [r.id for r in self.ranks.values() if r.rc is None and r.pid is not None and is_stopped(r.pid)]
-            self.message({"ev": "hb", "time": time.time(), "stopped": stopped})
+            beat = {"ev": "hb", "time": time.time(), "stopped": stopped}
+            if now >= self.next_sched:  # each rank's CPU and run-delay seconds: the straggler watch
+                beat["sched"] = self.sched_figures()
+                self.next_sched = now + self.sched_every
+            self.message(beat)
             self.next_beat = now + self.heartbeat
         return self.next_beat
+
+    def sched_figures(self):
+        """``{id: [agent time, cpu s, delay s, send-queued bytes]}`` of the running ranks (:class:`SchedCounter`)."""
+        got = {str(r.id): r.sched.sample(r.pid) for r in self.ranks.values() if r.rc is None and r.pid is not None}
+        return {k: v for k, v in got.items() if v is not None}
 
     def run(self):
         self.next_beat = time.monotonic() + self.heartbeat

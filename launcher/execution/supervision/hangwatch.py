@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from launcher.execution.process.handle import ProcessHandle
 from launcher.execution.results import ProcResult, RootCause
@@ -35,6 +35,9 @@ from launcher.logs.stacks import (
     parse_pyspy,
 )
 from launcher.planning.job.kinds import Role
+
+if TYPE_CHECKING:
+    from launcher.execution.supervision.stragglerwatch import StragglerWatch
 
 __all__ = ["HangWatch", "STACKS_DIR", "culprit_cause"]
 
@@ -56,6 +59,7 @@ class HangWatch:
         self._clock = clock
         self.plan_ranks: List[Tuple[int, str]] = []
         self.stopped_for: Dict[int, float] = {}  # rank -> seconds stopped, as last looked at
+        self.stragglers: Optional["StragglerWatch"] = None  # --straggler, asked along (see stopped())
 
     def on_line(self, attempt: int, rank: int, metric: Optional[Metric]) -> None:
         """A rank's line arrived (called by the metrics writer for every line)."""
@@ -66,6 +70,8 @@ class HangWatch:
         self.plan_ranks = list(ranks)
         self.stopped_for = {}
         self.tracker.begin(attempt, [r for r, _ in ranks], self._clock())
+        if self.stragglers is not None:
+            self.stragglers.begin(attempt)
 
     def due(self) -> Optional[HangVerdict]:
         """The verdict when the current attempt is hung now (never when the policy is off)."""
@@ -76,7 +82,9 @@ class HangWatch:
     def stopped(self, handles: Sequence[ProcessHandle], exits: Dict[int, Any]) -> Optional[HangVerdict]:
         """The verdict when a running rank's process has been stopped by a signal for
         ``--stopped-timeout`` (looked at on every call: the supervisor calls it about once a
-        second); None otherwise, or when that watch is off."""
+        second); None otherwise, or when that watch is off.  The straggler watch looks along."""
+        if self.stragglers is not None:
+            self.stragglers.look(handles, exits)
         limit = self.policy.stopped
         if limit is None:
             return None

@@ -94,6 +94,11 @@ def _sentence(e: Mapping[str, Any], attempt: int) -> Optional[str]:
     if kind == EventKind.CLUSTER_STOP:
         why = f": {e['message']}" if e.get("message") else ""
         return f"The cluster's scheduler ended the job ({_s(e.get('status'))}){why}."
+    if kind == EventKind.STRAGGLER:
+        who = f"rank {_s(e.get('rank'))} on {_s(e.get('host'))}"
+        if e.get("cleared"):
+            return f"{who} was no longer a straggler: {_s(e.get('evidence'))}."
+        return f"mslaunch named {who} a straggler: {_s(e.get('evidence'))}."
     if kind == EventKind.JOB_END:
         return f"The job ended: {_s(e.get('status'))} (exit code {_s(e.get('exit_code'))})."
     return None

@@ -40,6 +40,7 @@ __all__ = [
     "RootCauseLike",
     "Started",
     "StopRestarts",
+    "Straggler",
     "Teardown",
     "TimedOut",
 ]
@@ -257,6 +258,22 @@ class ClusterStop(Payload):
 
 
 @dataclass(frozen=True)
+class Straggler(Payload):
+    """A running rank is named a straggler (it waits for a CPU far more than the others, or its TCP
+    send queues stay full: ``by``), or no longer (``cleared``); ``since``: epoch seconds it was first named
+    (:mod:`launcher.planning.health.stragglers`)."""
+
+    kind: ClassVar[EventKind] = EventKind.STRAGGLER
+    rank: int
+    host: str
+    evidence: str
+    since: float
+    attempt: int
+    cleared: bool = False
+    by: str = "cpu"  # what shows it: cpu (it waits for a CPU) or link (its TCP send queues stay full)
+
+
+@dataclass(frozen=True)
 class JobEnd(Payload):
     """The job ended (written after ``summary.json``)."""
 
@@ -282,6 +299,7 @@ Event = Union[
     StopRestarts,
     HostExcluded,
     ClusterStop,
+    Straggler,
     JobEnd,
 ]
 
@@ -307,6 +325,7 @@ PAYLOADS: Mapping[EventKind, Type[Any]] = {
         StopRestarts,
         HostExcluded,
         ClusterStop,
+        Straggler,
         JobEnd,
     )
 }

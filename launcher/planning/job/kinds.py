@@ -108,6 +108,7 @@ class EventKind(StrEnum):
     STOP_RESTARTS = "stop_restarts"  # a crash loop: restarts stop (docs/long-jobs.md)
     HOST_EXCLUDED = "host_excluded"  # a restart leaves out a host that failed too often (docs/spare-hosts.md)
     CLUSTER_STOP = "cluster_stop"  # the cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)
+    STRAGGLER = "straggler"  # a rank waits for CPU far more than the others, or no longer (docs/long-jobs.md)
     JOB_END = "job_end"
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 from launcher.execution.process.handle import ReportedProcess
-from launcher.execution.process.proctree import is_stopped
+from launcher.execution.process.proctree import SchedCounter, is_stopped, task_schedstat, tcp_send_queued
 from launcher.execution.process.spawn import kill_tree
 from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import ProcPlan
@@ -80,3 +80,60 @@ def test_a_local_ranks_handle_counts_the_seconds_it_has_been_seen_stopped():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_trees_cpu_and_run_delay_seconds_only_grow_while_its_children_come_and_go():
+    """A parent that runs a busy child for a moment, again and again: the tree's cumulative CPU
+    counts each child while it lived and never goes back when one ends."""
+    child = "import time\\nt = time.time()\\nwhile time.time() - t < 0.3: pass"
+    script = f"import subprocess, sys\nwhile True:\n    subprocess.run([sys.executable, '-c', '{child}'])\n"
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        c = SchedCounter()
+        seen = [c.read(proc.pid)]
+        assert wait_for(lambda: seen.append(c.read(proc.pid)) or seen[-1][0] > 0.5, 60)
+        assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(seen, seen[1:]))
+        assert set(task_schedstat(proc.pid)) == {proc.pid}
+        t, cpu, delay, queued = c.sample(proc.pid)
+        assert cpu >= seen[-1][0] - 0.001 and delay >= seen[-1][1] - 0.001 and t > 0  # rounded to ms
+    finally:
+        proc.kill()
+        proc.wait()
+    assert c.read(proc.pid) is None and task_schedstat(proc.pid) == {}
+
+
+def test_a_local_ranks_handle_reads_its_trees_figures():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        h = _Handle(proc.pid, 1)
+        figs = h.sched_figures()
+        assert figs is not None and len(figs) == 4 and figs[3] == 0  # no socket
+        assert _Handle(proc.pid, 1, host="10.9.9.9").sched_figures() is None  # another host: its agent tells
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_bytes_waiting_in_a_processs_tcp_send_queues():
+    """A connection whose peer does not read: what was sent waits in the sender's queue."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    code = (
+        f"import socket, time\ns = socket.create_connection(('127.0.0.1', {srv.getsockname()[1]}))\n"
+        "s.setblocking(False)\ntry:\n    while True: s.send(b'x' * 65536)\nexcept BlockingIOError:\n    pass\n"
+        "print('full', flush=True)\ntime.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        conn, _ = srv.accept()
+        assert child.stdout is not None and child.stdout.readline() == b"full\n"
+        assert tcp_send_queued([child.pid]) > 65536
+        assert tcp_send_queued([os.getpid()]) == 0  # what it received waits in this side's receive queue
+        conn.close()
+    finally:
+        child.kill()
+        child.wait()
+        srv.close()

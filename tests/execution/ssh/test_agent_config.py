@@ -179,3 +179,24 @@ def test_a_garbled_agent_stream_ends_the_hosts_ranks_with_a_hint_and_closes_the_
     assert len(ended) == 1 and ended[0][0] == 255
     assert "output from h1 is garbled" in ended[0][1] and "stdout after login" in ended[0][1]
     assert closed == [True] and agent.state == "ended"
+
+
+def test_a_heartbeats_figures_reach_each_ranks_handle():
+    """``sched`` of a heartbeat: each rank's [agent time, cpu s, delay s] becomes its handle's
+    :meth:`sched_figures`; a heartbeat without it (an older agent, or between samples) changes nothing."""
+    from types import SimpleNamespace
+
+    from launcher.execution.ssh.hostagent import HostAgent, LogFiles, SshProcess
+    from launcher.planning.job.kinds import Role
+    from launcher.planning.job.spec import ProcPlan
+
+    agent = HostAgent(SimpleNamespace(name="h1"), "python3", None, LogFiles())  # type: ignore[arg-type]
+    plans = [ProcPlan(f"rank {r}", Role.WORKER, "h1", r, 0, 0, None, ("x",), (), "/", "/dev/null") for r in (0, 1)]
+    h0, h1 = (SshProcess(p, agent, r, "/dev/null") for r, p in enumerate(plans))
+    agent.handles.update({0: h0, 1: h1})
+    agent._message(0, {"ev": "hb", "stopped": [], "sched": {"0": [12.5, 3.25, 0.5, 4096]}})
+    assert h0.sched_figures() == (12.5, 3.25, 0.5, 4096.0) and h1.sched_figures() is None
+    agent._message(0, {"ev": "hb", "stopped": []})
+    assert h0.sched_figures() == (12.5, 3.25, 0.5, 4096.0)
+    agent._message(0, {"ev": "hb", "stopped": [], "sched": {"1": [1.0, 2.0, 3.0]}})  # no send queues: 0
+    assert h1.sched_figures() == (1.0, 2.0, 3.0, 0.0)

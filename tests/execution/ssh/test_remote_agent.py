@@ -32,6 +32,7 @@ class LocalAgent:
         self.head = b""
         self.out: Dict[int, bytearray] = {}
         self.events: List[Dict[str, Any]] = []
+        self.beats: List[Dict[str, Any]] = []  # heartbeats
         self.cond = threading.Condition()
         self.eof = False
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -69,6 +70,8 @@ class LocalAgent:
                         self.out.setdefault(rid, bytearray()).extend(body)
                     elif body.get("ev") != "hb":
                         self.events.append(body)
+                    else:
+                        self.beats.append(body)
                 self.cond.notify_all()
         with self.cond:
             self.eof = True
@@ -163,6 +166,31 @@ def test_one_agent_runs_many_ranks_with_literal_env_and_reports_each_exit(tmp_pa
         assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
     finally:
         assert a.close() == 0
+
+
+def test_heartbeats_carry_each_running_ranks_cpu_and_run_delay_seconds(tmp_path):
+    """Every few seconds a heartbeat has ``sched``: the running ranks' [agent time, cpu s, delay s],
+    cumulative (the straggler watch); a sleeping rank's CPU stays near 0."""
+    a = LocalAgent()
+    try:
+        a.start(
+            0, [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 60: pass"], str(tmp_path)
+        )
+        a.start(1, ["sleep", "60"], str(tmp_path))
+        a.event("started", 0)
+
+        def busy_beats() -> List[Dict[str, Any]]:
+            got = [b["sched"] for b in a.beats if "0" in b.get("sched", {})]
+            return got if len(got) >= 2 and got[-1]["0"][1] > 0.05 else []
+
+        beats = a.wait_for(busy_beats)
+        first, last = beats[0]["0"], beats[-1]["0"]
+        assert last[0] > first[0] and last[1] >= first[1] and last[2] >= first[2]
+        assert beats[-1]["1"][1] < 0.05  # sleep: almost no CPU
+        a.write(op_line("kill", None))
+        a.wait_for(lambda: len(a.exits()) == 2)
+    finally:
+        a.close()
 
 
 def test_exit_codes_and_signals(tmp_path):

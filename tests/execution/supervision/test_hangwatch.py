@@ -59,3 +59,16 @@ def test_a_handle_that_fails_to_look_is_not_stopped():
             raise OSError("gone")
 
     assert _watch().stopped([Broken(0, None), _Handle(1, 5.0)], {}).stopped_rank == 1
+
+
+def test_the_straggler_watch_begins_with_each_attempt_and_looks_along_even_with_the_stopped_watch_off():
+    from types import SimpleNamespace
+
+    looked: list = []
+    watch = _watch("off")
+    watch.stragglers = SimpleNamespace(  # type: ignore[assignment]  # a stand-in that records the calls
+        begin=lambda attempt: looked.append(("begin", attempt)), look=lambda handles, exits: looked.append(len(handles))
+    )
+    watch.begin(3, [(0, "h")])
+    assert watch.stopped([_Handle(0, None)], {}) is None
+    assert looked == [("begin", 3), 1]

@@ -94,6 +94,18 @@ CASES = [
         ev.MetricsEndpoint("http://127.0.0.1:9400/metrics", "/tf/j.prom"),
         {"url": "http://127.0.0.1:9400/metrics", "textfile": "/tf/j.prom"},
     ),
+    (
+        ev.Straggler(2, "h3", "rank 2 on h3 waited", 7.5, 1),
+        {
+            "rank": 2,
+            "host": "h3",
+            "evidence": "rank 2 on h3 waited",
+            "since": 7.5,
+            "attempt": 1,
+            "cleared": False,
+            "by": "cpu",
+        },
+    ),
 ]
 
 

@@ -1,0 +1,94 @@
+"""Slow hosts found while the job runs over ssh: 3 ranks of the computing stand-in
+``tests/scripts/dploop.py`` (each step also sends 1 MiB to the barrier, its gradients), one per
+namespace host, in one job: mid-job host 2 is put under a CPU quota
+(:func:`tests.harness.hostfaults.throttle_cpu`: its sshd's group, so what starts there later; the
+rank already running there is moved into the group by its pid); the host's agent sends the rank's
+scheduler figures with its heartbeats, and the straggler event names rank 1 with that host, then
+clears it once the quota is gone.  Then host 3's link is shaped to 8 Mbit/s
+(:func:`tests.harness.hostfaults.shape_link`): rank 2's TCP send queue stays full, and it is named
+for its link."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.execution.supervision.test_stragglerwatch import DPLOOP, _events, _steps, _until
+from tests.harness.cli import mslaunch_argv
+from tests.harness.faultstream import rank_pids
+from tests.harness.hostfaults import (
+    CPU_ROOT,
+    cgroup_v1_cpu,
+    shape_link,
+    throttle_cpu,
+    throttle_pids,
+    unshape_link,
+    unthrottle,
+)
+from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
+
+
+@pytest.mark.netns
+@pytest.mark.cost(25)
+def test_a_host_under_a_cpu_quota_then_a_shaped_link_are_named_over_ssh(cluster, tmp_path):  # noqa: F811  (pytest's fixture, imported above)
+    if not cgroup_v1_cpu():
+        pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
+    c = cluster
+    job, stop = str(tmp_path / "job"), str(tmp_path / "stop")
+    argv = mslaunch_argv(
+        "run", "--hosts", cluster_yaml(c, tmp_path / "inv.yaml", slots=1), "--np", "3", "--master-port", "auto",
+        "--log-dir", job, "--tee", "none", "--straggler", "warn:6", "--env", f"FAULT_STREAM_MARK={tmp_path.name}",
+        "--no-python", sys.executable, DPLOOP, "150000", stop, "100000", str(1 << 20),
+    )  # fmt: skip
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    throttled = shaped = False
+
+    def stragglers():
+        return [e for e in _events(job) if e["kind"] == "straggler"]
+
+    try:
+        _until("20 steps", lambda: _steps(os.path.join(job, "worker_0.log")) >= 20)
+        assert stragglers() == []
+        pid = rank_pids(tmp_path.name)[("0", 1)]
+        group = throttle_cpu(c, 1, quota_us=3000)
+        throttled = True
+        throttle_pids(os.path.relpath(group, CPU_ROOT), [pid], quota_us=3000)
+        _until("rank 1 named", stragglers)
+        unthrottle(c, 1)
+        throttled = False
+        _until("rank 1 cleared", lambda: len(stragglers()) == 2)
+        shape_link(c, 2)
+        shaped = True
+        _until("rank 2 named", lambda: len(stragglers()) == 3)
+        unshape_link(c, 2)
+        shaped = False
+        with open(stop, "w"):
+            pass
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if throttled:
+            unthrottle(c, 1)
+        if shaped:
+            unshape_link(c, 2)
+        with open(stop, "w"):
+            pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    cpu, cleared, link = stragglers()[:3]
+    ip1, ip2 = c.hosts[1].ip, c.hosts[2].ip
+    assert (cpu["rank"], cpu["host"], cpu["cleared"]) == (1, ip1, False), cpu
+    assert cpu["evidence"].startswith(f"rank 1 on {ip1} waited for CPU "), cpu
+    assert (cleared["rank"], cleared["cleared"]) == (1, True), cleared
+    assert (link["rank"], link["host"], link["cleared"], link["by"]) == (2, ip2, False, "link"), link
+    assert link["evidence"].startswith(f"rank 2 on {ip2} kept ") and "TCP send queues" in link["evidence"], link
+    assert proc.returncode == 0, err
+    with open(os.path.join(job, "summary.json")) as fh:
+        rows = json.load(fh)["stragglers"]
+    assert [(s["rank"], s["host"], s["by"]) for s in rows][:2] == [(1, ip1, "cpu"), (2, ip2, "link")], rows
+    assert wait_nothing_left(c) == {}
