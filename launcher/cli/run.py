@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 
+from launcher.cli.ci_outputs import check_ci_outputs, write_ci_outputs
 from launcher.cli.console import Console
 from launcher.cli.docs import epilog
 from launcher.cli.metrics_flags import with_metrics_settings
@@ -248,12 +249,12 @@ def run_cmd(
     if stand_in_env is not None:  # checked up to where the run would start anything
         if detach:
             raise PlanError("--join False would end the batch job at once (the run returns); drop it", field="--join")
-        _check_ci_outputs(summary_json, junit)
+        check_ci_outputs(summary_json, junit)
         return
     if dry_run:
         _print_plan(plan, as_json)
         return
-    _check_ci_outputs(summary_json, junit)
+    check_ci_outputs(summary_json, junit)
     if detach:
         _detach(plan, opts.env, metrics)
         return
@@ -273,7 +274,7 @@ def run_cmd(
         start_note=start.note,
     )
     result = _supervise(spec, plan, options, ssh, start, console, pre_event, metrics)
-    problems = _write_ci_outputs(result, summary_json, junit)  # one that cannot be written never hides the result
+    problems = write_ci_outputs(result, summary_json, junit)  # one that cannot be written never hides the result
     from launcher.cli.render import print_result
 
     print_result(result, quiet=quiet)
@@ -403,35 +404,6 @@ def _supervise(
     finally:
         console.stop()
         exporter.close()  # (again: the server, and when the job could not start)
-
-
-def _write_ci_outputs(result: Any, summary_json: Optional[str], junit: Optional[str]) -> List[str]:
-    """Write ``--summary-json`` and ``--junit``; the error line of each that could not be written."""
-    from launcher.execution.runner import junit_xml
-    from launcher.jobs import jobdir
-    from launcher.jobs.files import write_atomic
-
-    problems = []
-    for flag, path, write in (
-        # 0600 as every job file: both hold the tails of rank logs (a rank may print its environment)
-        ("--summary-json", summary_json, lambda p: jobdir.write_json(p, result.to_json())),
-        ("--junit", junit, lambda p: write_atomic(p, junit_xml(result))),
-    ):
-        if path:
-            try:
-                write(path)
-            except MsLaunchError as exc:
-                problems.append(f"mslaunch: error: {flag}: {exc}")
-    return problems
-
-
-def _check_ci_outputs(summary_json: Optional[str], junit: Optional[str]) -> None:
-    """--summary-json / --junit must be writable before anything starts (nothing is written here)."""
-    from launcher.jobs.files import check_writable
-
-    for flag, path in (("--summary-json", summary_json), ("--junit", junit)):
-        if path is not None:
-            check_writable(path, flag)
 
 
 def _detach(plan: Plan, env_assignments: Sequence[str] = (), metrics: Optional[MetricsSettings] = None) -> None:
