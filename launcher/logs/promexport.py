@@ -28,7 +28,7 @@ directory never collide.  The names (``docs/watching.md`` has the table):
 ``mslaunch_rank_step_seconds``              gauge     per ``rank``: its time per step
 ``mslaunch_rank_last_step_timestamp_seconds`` gauge   per ``rank``: when its last step line was read
 ``mslaunch_rank_seconds_since_last_step``   gauge     per ``rank``: seconds since then
-``mslaunch_rank_straggler``                 gauge     per ``rank``: 1 when its step time is above 1.3 x the median
+``mslaunch_rank_straggler``                 gauge     per ``rank``: 1 while the straggler watch names it, or its step time is above 1.3 x the median
 =========================================  ========  =========================================
 
 Other gauges (a goodput account, say) join through ``extra``: callables that take the sample
@@ -160,7 +160,9 @@ def _rank_families(sample: JobSample) -> Iterator[Metric]:
                 g.add_metric([job, str(r.rank)], float(value))
         yield g
     straggler = GaugeMetricFamily(
-        "mslaunch_rank_straggler", "1 when the rank's step time is well above the median.", labels=["job_id", "rank"]
+        "mslaunch_rank_straggler",
+        "1 while the straggler watch names the rank, or its step time is well above the median.",
+        labels=["job_id", "rank"],
     )
     for r in sample.ranks:
         straggler.add_metric([job, str(r.rank)], 1.0 if r.straggler else 0.0)

@@ -20,7 +20,8 @@ What each number means:
 - ``hosts_excluded``: hosts left out, by ``--preflight exclude`` or by restarts (``host_excluded``).
 - per rank, the current attempt's newest step record (:class:`launcher.logs.progress.Progress`):
   step, loss, samples per second, step time, the time of its last step line and the seconds since,
-  and whether it is a straggler (step time above ``straggler_ratio`` times the median of the ranks).
+  and whether it is a straggler: named by the straggler watch (a ``straggler`` event not cleared
+  since: docs/long-jobs.md), or its step time above ``straggler_ratio`` times the median of the ranks.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ class JobModel:
         self.failures: Dict[str, int] = {kind: 0 for kind in causes}
         self._running: Dict[int, Set[int]] = {}  # attempt -> ranks started and not exited
         self._excluded: Set[str] = set()
+        self._named: Set[Tuple[int, int]] = set()  # (attempt, rank) the straggler watch names now
 
     def add_event(self, rec: Mapping[str, Any]) -> None:
         """Take one ``events.jsonl`` record (unknown or malformed ones are ignored)."""
@@ -158,6 +160,9 @@ class JobModel:
             self._fail(_cause_kind(rec.get("cause")))
             if isinstance(rec.get("attempt"), int):
                 self.attempt = max(self.attempt, rec["attempt"])
+        elif kind == EventKind.STRAGGLER and isinstance(rec.get("rank"), int):
+            key = (rec.get("attempt") if isinstance(rec.get("attempt"), int) else self.attempt, rec["rank"])
+            (self._named.discard if rec.get("cleared") else self._named.add)(key)
         elif kind == EventKind.HOST_EXCLUDED and isinstance(rec.get("host"), str):
             self._excluded.add(rec["host"])
         elif kind == EventKind.PREFLIGHT and isinstance(rec.get("excluded"), list):
@@ -195,7 +200,8 @@ class JobModel:
                     step_seconds=None if st.step_time_ms is None else st.step_time_ms / 1000.0,
                     last_step_time=last,
                     seconds_since_step=None if last is None else max(0.0, now - last),
-                    straggler=bool(median and rank in times and times[rank] > self.straggler_ratio * median),
+                    straggler=(self.attempt, rank) in self._named
+                    or bool(median and rank in times and times[rank] > self.straggler_ratio * median),
                 )
             )
         return JobSample(

@@ -127,6 +127,19 @@ def test_a_rank_well_above_the_median_step_time_is_a_straggler_and_a_nan_loss_st
     assert math.isnan(s.ranks[0].loss)
 
 
+def test_a_rank_the_straggler_watch_names_is_a_straggler_until_it_is_cleared():
+    """In data parallel every rank steps at the slowest's pace: the watch's ``straggler`` event
+    (docs/long-jobs.md) names the rank that the step times cannot."""
+    same = [step(r, 0, 5, 10.0, 1.0, ms=100.0) for r in (0, 1, 2)]
+    named = {"kind": "straggler", "rank": 1, "host": "h2", "attempt": 0, "cleared": False, "time": 9.0}
+    m = model(started(0, 0), started(1, 0), started(2, 0), named, metrics=same)
+    assert [r.straggler for r in m.sample(12.0).ranks] == [False, True, False]
+    m.add_event(dict(named, cleared=True, time=11.0))
+    assert [r.straggler for r in m.sample(12.0).ranks] == [False, False, False]
+    m.add_event(dict(named, attempt=-1))  # an earlier attempt's rank 1 is not this one
+    assert [r.straggler for r in m.sample(12.0).ranks] == [False, False, False]
+
+
 def test_malformed_records_are_ignored():
     m = model(
         {"kind": "started", "rank": "0", "attempt": "x"},
