@@ -28,7 +28,7 @@ directory never collide.  The names (``docs/watching.md`` has the table):
 ``mslaunch_rank_step_seconds``              gauge     per ``rank``: its time per step
 ``mslaunch_rank_last_step_timestamp_seconds`` gauge   per ``rank``: when its last step line was read
 ``mslaunch_rank_seconds_since_last_step``   gauge     per ``rank``: seconds since then
-``mslaunch_rank_straggler``                 gauge     per ``rank``: 1 while the straggler watch names it, or its step time is above 1.3 x the median
+``mslaunch_rank_straggler``                 gauge     per ``rank``: 1 while the straggler watch names it (or slow steps)
 =========================================  ========  =========================================
 
 Other gauges (a goodput account, say) join through ``extra``: callables that take the sample
