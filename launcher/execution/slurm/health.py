@@ -64,6 +64,16 @@ class _SockLink(ProbeLink):
         self.sock.close()
 
 
+def _hang_up(sock: socket.socket) -> None:
+    """End a connection whose link's reader thread is in ``recv``: ``close`` alone leaves that call
+    (and so the connection) open until it returns; ``shutdown`` ends both at once."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def _stop_srun(proc: "subprocess.Popen[bytes]", deadline: float) -> None:
     """Wait for ``srun`` until ``deadline``; then SIGTERM (srun ends its step), then SIGKILL."""
     try:
@@ -230,13 +240,13 @@ def _accept(
             if not hmac.compare_digest(str(hello.get("key") or "").encode(), token.encode()):
                 said = f" (it said it was {node})" if isinstance(node, str) else ""
                 refused.append(f"refused a connection from {peer}{said}: bad token")
-                sock.close()
+                _hang_up(sock)
             elif node in procs and node not in links:
                 link.host = node
                 link.proc = procs[node]
                 links[node] = link
             else:
-                sock.close()
+                _hang_up(sock)
         for node, proc in procs.items():
             if node not in links and node not in failures and proc.poll() is not None:
                 failures[node] = f"srun: {_last(proc)}"
