@@ -161,8 +161,12 @@ class JobModel:
             if isinstance(rec.get("attempt"), int):
                 self.attempt = max(self.attempt, rec["attempt"])
         elif kind == EventKind.STRAGGLER and isinstance(rec.get("rank"), int):
-            key = (rec.get("attempt") if isinstance(rec.get("attempt"), int) else self.attempt, rec["rank"])
-            (self._named.discard if rec.get("cleared") else self._named.add)(key)
+            attempt = rec.get("attempt")
+            key = (attempt if isinstance(attempt, int) else self.attempt, int(rec["rank"]))
+            if rec.get("cleared"):
+                self._named.discard(key)
+            else:
+                self._named.add(key)
         elif kind == EventKind.HOST_EXCLUDED and isinstance(rec.get("host"), str):
             self._excluded.add(rec["host"])
         elif kind == EventKind.PREFLIGHT and isinstance(rec.get("excluded"), list):
