@@ -90,7 +90,7 @@ def test_parameter_count_of_resnet50_with_10_classes() -> None:
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(36, group="runs")
+@pytest.mark.cost(30, group="runs")
 def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict[str, object]) -> None:
     a = runs["a"]
     assert a.returncode == 0, a.stdout + a.stderr
@@ -109,7 +109,7 @@ def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(36, group="runs")
+@pytest.mark.cost(30, group="runs")
 def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[str, object]) -> None:
     a, b = runs["a"], runs["b"]
     assert a.returncode == 0 and b.returncode == 0, b.stdout + b.stderr
