@@ -130,7 +130,10 @@ def test_the_bytes_waiting_in_a_processs_tcp_send_queues():
     try:
         conn, _ = srv.accept()
         assert child.stdout is not None and child.stdout.readline() == b"full\n"
-        assert tcp_send_queued([child.pid]) > 65536
+        # the socket table is read at most once a second per namespace: a read just before (another
+        # test's) may not hold this connection yet
+        queued = wait_for(lambda: tcp_send_queued([child.pid]) > 65536 and tcp_send_queued([child.pid]), 10)
+        assert queued > 65536
         assert tcp_send_queued([os.getpid()]) == 0  # what it received waits in this side's receive queue
         conn.close()
     finally:
