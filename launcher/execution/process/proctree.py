@@ -202,9 +202,10 @@ _NET_QUEUES = {}  # type: dict[tuple[int, str], tuple[float, dict[str, int]]]
 def _net_queues(pid, name):
     """``{socket inode: tx_queue bytes}`` of the non-empty send queues of ``/proc/<pid>/net/<name>``.
 
-    The kernel walks its whole socket hash table for each ``read`` of that file (milliseconds
-    on a large machine, however few sockets there are), so it is read in one large ``read`` and
-    once a second per network namespace (every rank of a host shares it)."""
+    The kernel walks its socket hash table to answer (milliseconds on a large machine, however
+    few sockets there are), so the file is read at most once a second per network namespace
+    (every rank of a host shares it), to its end: a ``read`` returns about a page (some 27
+    sockets) whatever it asks for, so one read alone would miss every later socket."""
     try:
         key = (os.stat("/proc/%d/ns/net" % pid).st_ino, name)
     except OSError:
@@ -217,11 +218,11 @@ def _net_queues(pid, name):
     chunks = []
     try:
         with open("/proc/%d/net/%s" % (pid, name), "rb", buffering=0) as fh:
-            while True:  # a short read is the end: no further read (each walks the table again)
-                data = fh.read(1 << 22)
-                chunks.append(data)
-                if len(data) < (1 << 22):
+            while True:  # until the end: each read gives about a page
+                data = fh.read(1 << 16)
+                if not data:
                     break
+                chunks.append(data)
     except OSError:
         return queues
     for line in b"".join(chunks).decode("ascii", "replace").splitlines()[1:]:

@@ -115,28 +115,36 @@ def test_a_local_ranks_handle_reads_its_trees_figures():
 
 
 def test_the_bytes_waiting_in_a_processs_tcp_send_queues():
-    """A connection whose peer does not read: what was sent waits in the sender's queue."""
+    """Connections whose peer does not read: what was sent waits in the sender's queues, summed over
+    every socket of the process, however many sockets the namespace has (a read of
+    ``/proc/net/tcp`` gives about a page: 27 sockets; this table holds 80 and more)."""
     import socket
 
+    n = 40
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
+    srv.listen(n + 8)
     code = (
-        f"import socket, time\ns = socket.create_connection(('127.0.0.1', {srv.getsockname()[1]}))\n"
-        "s.setblocking(False)\ntry:\n    while True: s.send(b'x' * 65536)\nexcept BlockingIOError:\n    pass\n"
-        "print('full', flush=True)\ntime.sleep(60)"
+        f"import socket, time\nsocks = []\nfor _ in range({n}):\n"
+        f"    s = socket.socket()\n    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)\n"
+        f"    s.connect(('127.0.0.1', {srv.getsockname()[1]}))\n    s.setblocking(False)\n"
+        "    try:\n        while True: s.send(b'x' * 65536)\n    except BlockingIOError:\n        pass\n"
+        "    socks.append(s)\nprint('full', flush=True)\ntime.sleep(60)"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    conns = []
     try:
-        conn, _ = srv.accept()
+        for _ in range(n):
+            conns.append(srv.accept()[0])
         assert child.stdout is not None and child.stdout.readline() == b"full\n"
         # the socket table is read at most once a second per namespace: a read just before (another
-        # test's) may not hold this connection yet
-        queued = wait_for(lambda: tcp_send_queued([child.pid]) > 65536 and tcp_send_queued([child.pid]), 10)
-        assert queued > 65536
-        assert tcp_send_queued([os.getpid()]) == 0  # what it received waits in this side's receive queue
-        conn.close()
+        # test's) may not hold these connections yet
+        queued = wait_for(lambda: tcp_send_queued([child.pid]) >= n * 65536 and tcp_send_queued([child.pid]), 10)
+        assert queued >= n * 65536, tcp_send_queued([child.pid])
+        assert tcp_send_queued([os.getpid()]) == 0  # what it received waits in this side's receive queues
     finally:
+        for c in conns:
+            c.close()
         child.kill()
         child.wait()
         srv.close()
