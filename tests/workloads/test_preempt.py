@@ -25,8 +25,8 @@ from tests.harness.cli import mslaunch_argv
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 ROOT = os.path.dirname(HERE)
 
-#: A loop of steps of STEP seconds (a step is a sleep; ``stuck`` makes step 3 never end), saving
-#: to SAVED on SIGTERM; prints ``step N`` after each.
+#: A loop of steps of STEP seconds (a step is a sleep; ``stuck`` makes step 3 never end, and says
+#: ``in step 3`` once inside it), saving to SAVED on SIGTERM; prints ``step N`` after each.
 LOOP = """
 import os, sys, time
 from launcher.workloads.preempt import StopOnSignal
@@ -34,6 +34,8 @@ step_s, stuck, saved = float(sys.argv[1]), sys.argv[2] == "stuck", sys.argv[3]
 stop = StopOnSignal().install()
 for step in range(1, 10000):
     stop.step_started()
+    if stuck and step == 3:
+        print("in step 3", flush=True)
     time.sleep(3600 if stuck and step == 3 else step_s)
     stop.step_done()
     print(f"step {step}", flush=True)
@@ -87,7 +89,7 @@ def test_a_rank_in_a_step_saves_at_its_end_and_ends_by_the_signal(tmp_path):
 
 def test_a_rank_stuck_in_a_step_ends_by_the_signal_without_saving(tmp_path):
     proc = _loop(tmp_path, 0.05, "stuck")
-    _until(proc, "step 2")  # step 3 never ends (the AllReduce of a rank whose peer is gone)
+    _until(proc, "in step 3")  # step 3 never ends (the AllReduce of a rank whose peer is gone)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)  # its patience (0.5 s here), not mslaunch's grace
     assert proc.returncode == -signal.SIGTERM, err
