@@ -169,19 +169,3 @@ class EnvProbe:
 
     def shows_no_secret(self, text: str) -> bool:
         return not any(s.decode() in text for s in self.secret_bytes())
-
-
-def all_gone(pids: Iterable[int], timeout: float = 20.0) -> List[int]:
-    """The pids still alive after waiting up to ``timeout`` for them to end."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    left.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)

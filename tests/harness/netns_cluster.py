@@ -248,7 +248,7 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _wait_gone(pids: Sequence[int], timeout: float) -> List[int]:
+def wait_gone(pids: Sequence[int], timeout: float) -> List[int]:
     """Wait until none of ``pids`` is alive (zombies count as gone); return those still alive."""
     deadline = time.monotonic() + timeout
     left = [p for p in pids if _alive(p)]
@@ -597,9 +597,9 @@ class NamespaceCluster:
                     proc.wait(timeout)
         elif pid is not None and self._is_our_sshd(pid, h):
             _signal(pid, signal.SIGTERM)
-            if _wait_gone([pid], timeout):
+            if wait_gone([pid], timeout):
                 _signal(pid, signal.SIGKILL)
-                _wait_gone([pid], timeout)
+                wait_gone([pid], timeout)
         self._write_state()
 
     def start_sshd(self, host: HostRef, *, timeout: float = 15.0) -> None:

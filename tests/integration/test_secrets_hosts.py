@@ -15,8 +15,8 @@ import pytest
 
 from tests.harness.ci import skip_or_fail
 from tests.harness.cli import mslaunch_argv
-from tests.harness.envprobe import EnvProbe, all_gone
-from tests.harness.netns_cluster import NamespaceCluster
+from tests.harness.envprobe import EnvProbe
+from tests.harness.netns_cluster import NamespaceCluster, wait_gone
 
 pytestmark = pytest.mark.netns
 
@@ -52,7 +52,7 @@ def _run_probe_job(c: NamespaceCluster, tmp_path, *extra: str) -> None:
             proc.communicate()
     logs = [(job_dir / n).read_text() for n in ("scheduler.log", "worker_0.log", "worker_1.log")]
     assert proc.returncode == 0, err + "".join(logs)
-    assert all_gone(pids) == []
+    assert wait_gone(pids, 20.0) == []
     probe.check_ranks(logs, 3)
     assert probe.files_holding_secrets(str(job_dir), str(home)) == []
     assert probe.shows_no_secret(out + err)

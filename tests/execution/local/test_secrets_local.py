@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from tests.harness.cli import mslaunch_argv, run_cli
-from tests.harness.envprobe import EnvProbe, all_gone
+from tests.harness.envprobe import EnvProbe
+from tests.harness.netns_cluster import wait_gone
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +42,7 @@ def test_hostile_and_secret_values_reach_local_ranks_and_nowhere_else(tmp_path):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert all_gone(pids) == []
+    assert wait_gone(pids, 20.0) == []
     logs = [(job_dir / n).read_text() for n in ("scheduler.log", "worker_0.log", "worker_1.log")]
     probe.check_ranks(logs, 3)
     assert probe.files_holding_secrets(str(job_dir), str(home)) == []
