@@ -157,13 +157,10 @@ HOSTILE = {  # M: the file the item would create; no blanks (the wrapper splits 
 }
 
 
-@pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_a_hostile_threads_list_runs_nothing_and_valid_names_still_export(case, tmp_path, monkeypatch):
-    """MSLAUNCH_THREADS can be set with --env: only variable names reach the wrapper's eval."""
-    mark = tmp_path / "pwned"
-    (tmp_path / "OMP_FROM_GLOB").write_text("")  # a '*' must not expand to the folder's file names
-    monkeypatch.chdir(tmp_path)
-    env = {k_: v for k_, v in os.environ.items() if k_ not in ("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS")}
+def _rank0_env(tmp_path, drop=(), **extra):
+    """The environment mpirun and the planner give the wrapper for worker rank 0 on host h9
+    (log in ``tmp_path``), without ``drop``'s variables, with ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(
         OMPI_COMM_WORLD_RANK="0",
         MSLAUNCH_CTX_BASE="0",
@@ -173,8 +170,22 @@ def test_a_hostile_threads_list_runs_nothing_and_valid_names_still_export(case, 
         MSLAUNCH_LOG_DIR=str(tmp_path),
         MSLAUNCH_LOG_NAME="worker_{rank}.log",
         MSLAUNCH_METHOD="mpi",
-        MSLAUNCH_THREADS="OMP_NUM_THREADS," + HOSTILE[case].replace("M", str(mark)) + ",MSLAUNCH_CPU_THREADS",
         MSLAUNCH_HOST="h9",
+        **extra,
+    )
+    return env
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_threads_list_runs_nothing_and_valid_names_still_export(case, tmp_path, monkeypatch):
+    """MSLAUNCH_THREADS can be set with --env: only variable names reach the wrapper's eval."""
+    mark = tmp_path / "pwned"
+    (tmp_path / "OMP_FROM_GLOB").write_text("")  # a '*' must not expand to the folder's file names
+    monkeypatch.chdir(tmp_path)
+    env = _rank0_env(
+        tmp_path,
+        drop=("OMP_NUM_THREADS", "MSLAUNCH_CPU_THREADS"),
+        MSLAUNCH_THREADS="OMP_NUM_THREADS," + HOSTILE[case].replace("M", str(mark)) + ",MSLAUNCH_CPU_THREADS",
     )
     prog = [
         sys.executable,
@@ -195,19 +206,7 @@ def test_a_hostile_threads_list_runs_nothing_and_valid_names_still_export(case, 
 def test_the_wrapper_writes_the_ranks_log_0600_whatever_mpiruns_umask(tmp_path):
     """A rank may print its environment (--env values): its log is created 0600 under umask 022,
     as the local and ssh backends' are, and the scheduler's folder 0700."""
-    env = {k_: v for k_, v in os.environ.items() if k_ != "MSLAUNCH_THREADS"}
-    env.update(
-        OMPI_COMM_WORLD_RANK="0",
-        MSLAUNCH_CTX_BASE="0",
-        MSLAUNCH_ROLE="worker",
-        MSLAUNCH_FIRST_RANK="0",
-        MSLAUNCH_DEVICES="0",
-        MSLAUNCH_LOG_DIR=str(tmp_path),
-        MSLAUNCH_LOG_NAME="worker_{rank}.log",
-        MSLAUNCH_METHOD="mpi",
-        MSLAUNCH_HOST="h9",
-        HF_TOKEN="hf_secret",
-    )
+    env = _rank0_env(tmp_path, drop=("MSLAUNCH_THREADS",), HF_TOKEN="hf_secret")
     prog = [sys.executable, "-c", "import os; print(os.environ['HF_TOKEN'])"]
 
     def wrapped() -> "subprocess.CompletedProcess[str]":  # the wrapper under umask 022
