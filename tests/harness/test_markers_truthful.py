@@ -71,7 +71,7 @@ def _modules_naming_mindspore() -> list:
     return sorted(found)
 
 
-@pytest.mark.cost(20)
+@pytest.mark.cost(25)
 def test_the_unit_subset_collects_and_the_tests_near_mindspore_pass_without_it() -> None:
     collect = _child("--collect-only", "tests")
     assert collect.returncode == 0, collect.stdout[-4000:] + collect.stderr[-2000:]

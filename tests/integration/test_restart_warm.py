@@ -4,7 +4,7 @@ the cache turned off with ``MS_COMPILER_CACHE_ENABLE=0``), with real MindSpore 2
 program, killed the same way, must look the same to its user either way.
 
 The reference trainer (2 ranks, ResNet-14, batch 4, 6 steps, ``--ckpt-every 3``) has rank 1
-SIGKILLed once it logged step 4; ``--max-restarts 1`` resumes it from the step-3 checkpoint.  Each
+SIGKILLed once both ranks logged step 4; ``--max-restarts 1`` resumes it from the step-3 checkpoint.  Each
 way is one test with one job, held to the same recorded run: the exit code, every attempt's status
 and resume step, each rank's own lines in both attempts (the losses to 1e-4 relative; MindSpore's
 log lines and the timing figures left out), and the checkpoint files at the end (their names, and
@@ -52,8 +52,8 @@ def _started(job, attempt, rank):
 
 def _own_lines(path, root, upto=None):
     """The lines the trainer printed: MindSpore's log lines left out, timing figures and the
-    run's folder masked; with ``upto``, up to the line starting so (where the kill cut attempt 0:
-    a rank may or may not log one more step before it)."""
+    run's folder masked; with ``upto``, up to the line starting so (where the kill cut attempt 0,
+    once both ranks logged it: rank 1 may log one more step before it)."""
     text = path.read_text(errors="replace").replace(str(root), "<run>")
     lines = [
         ln
@@ -76,7 +76,7 @@ def _cache_use(path):
 
 
 #: The job: 2 ranks of ResNet-14 on 32x32 images, batch 4, 6 steps, checkpoints every 3 steps;
-#: rank 1 is SIGKILLed once it logged step 4 (two steps before the next checkpoint could be
+#: rank 1 is SIGKILLed once both ranks logged step 4 (two steps before the next checkpoint could be
 #: written), so the restart resumes from step 3 and trains steps 4-6.
 SPE, EVERY, KILL_AT = 6, 3, 4
 
@@ -138,9 +138,9 @@ def _run(tmp_path, mode, flags):
                 if snap["state"] == "running" and all((row["step"] or 0) >= 2 for row in snap["ranks"]):
                     live.update(snap)
 
-        def kill_step():
+        def kill_step():  # both ranks logged it (under load rank 0 may print it later than rank 1)
             watch(job, 1)
-            return logged(1, KILL_AT)
+            return logged(1, KILL_AT) and logged(0, KILL_AT)
 
         wait_or_fail(kill_step, 300, f"step {KILL_AT} on rank 1")
         parents[0] = _ppid(_started(job, 0, 0))

@@ -61,10 +61,10 @@ def test_a_host_under_a_cpu_quota_then_a_shaped_link_are_named_over_ssh(cluster,
         _until("rank 1 named", stragglers)
         unthrottle(c, 1)
         throttled = False
-        _until("rank 1 cleared", lambda: len(stragglers()) == 2)
+        _until("rank 1 cleared", lambda: [e for e in stragglers() if e["cleared"]])
         shape_link(c, 2)
         shaped = True
-        _until("rank 2 named", lambda: len(stragglers()) == 3)
+        _until("rank 2 named", lambda: [e for e in stragglers() if e["by"] == "link" and not e["cleared"]])
         unshape_link(c, 2)
         shaped = False
         with open(stop, "w"):
@@ -80,7 +80,13 @@ def test_a_host_under_a_cpu_quota_then_a_shaped_link_are_named_over_ssh(cluster,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    cpu, cleared, link = stragglers()[:3]
+    seen = stragglers()
+    assert [(e["rank"], e["by"], e["cleared"]) for e in seen][:3] == [
+        (1, "cpu", False),
+        (1, "cpu", True),
+        (2, "link", False),
+    ], seen
+    cpu, cleared, link = seen[:3]
     ip1, ip2 = c.hosts[1].ip, c.hosts[2].ip
     assert (cpu["rank"], cpu["host"], cpu["cleared"]) == (1, ip1, False), cpu
     assert cpu["evidence"].startswith(f"rank 1 on {ip1} waited for CPU "), cpu

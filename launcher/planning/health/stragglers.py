@@ -1,31 +1,35 @@
 """Slow ranks found while the job runs (``--straggler``): the policy and the judge (pure: no I/O).
 
-In data-parallel training every rank waits for the slowest at each AllReduce, so step times
-cannot tell which rank is slow.  The scheduler can: each rank's process tree has cumulative
-``cpu`` (seconds on a CPU) and ``delay`` (seconds runnable but waiting for a CPU, CFS-throttled
-time included) figures (``/proc/<pid>/task/<tid>/schedstat``, summed over the tree; see
-:class:`launcher.execution.process.proctree.SchedCounter`).  Over a window, a rank's **CPU
-starvation share** is ``Δdelay / (Δcpu + Δdelay)``: of the time it wanted a CPU, the part it
-waited.  A rank that waits in a collective is blocked (not runnable) and adds to neither, so the
-share separates a CPU-starved rank (a CPU quota, a noisy neighbour on its host) from the ranks
-that wait for it.
+In data-parallel training every rank waits for the slowest at each AllReduce, so step times cannot
+tell which rank is slow. The scheduler can: each rank's process tree has cumulative ``cpu`` (seconds
+on a CPU) and ``delay`` (seconds runnable but waiting for a CPU, CFS-throttled time included)
+figures (``/proc/<pid>/task/<tid>/schedstat``, summed over the tree; see
+:class:`launcher.execution.process.proctree.SchedCounter`). Over a window, a rank's **CPU starvation
+share** is ``Δdelay / (Δcpu + Δdelay)``: of the time it wanted a CPU, the part it waited. A rank
+that waits in a collective is blocked (not runnable) and adds to neither, so the share separates a
+CPU-starved rank (a CPU quota, a noisy neighbour on its host) from the ranks that wait for it.
 
-The rule is relative, so a machine-wide load names nobody: a rank is a straggler when, over the
-last ``window`` seconds, its share is at least ``min_share`` and its odds ``share / (1 - share)``
-are at least ``odds_ratio`` times those of the median of the other ranks, and it was runnable at
-least ``min_busy`` of the window, at ``confirm`` judgements in a row (one every ``every``
-seconds).  Odds rather than a difference of shares: under a heavy common load every share nears
-1 (measured here: 0.84-0.88 for healthy ranks at load 9 on 2 cores), where a starved rank's
-0.97 is a small difference but a large ratio of odds (32 against 6).  A named rank is cleared
-after ``confirm`` judgements in a row that do not name it.
+The rule is relative, so a machine-wide load names nobody: a rank is a straggler when, over the last
+``window`` seconds, its share is at least ``min_share`` and its odds ``share / (1 - share)`` are at
+least ``odds_ratio`` times those of the median of the other ranks, and it was runnable at least
+``min_busy`` of the window, at ``confirm`` judgements in a row (one every ``every`` seconds) that
+each saw a new sample of the rank (a host that reports less often than the judge looks gives the
+same sample again: that is no new evidence, so it neither confirms nor clears). Odds rather than a
+difference of shares: under a heavy common load every share nears 1 (measured here: 0.84-0.88 for
+healthy ranks at load 9 on 2 cores), where a starved rank's 0.97 is a small difference but a large
+ratio of odds (32 against 6). A named rank is cleared after ``confirm`` judgements in a row that do
+not name it.
 
 A second rule sees a slow link: each sample also carries the bytes waiting in the rank's TCP send
-queues (``tx_queue`` of its sockets); a rank whose mean over the window is at least ``min_sendq``
-and ``sendq_ratio`` times the other ranks' median (at least ``min_sendq / 16``) is named too
-(``kind`` ``link``): the rank behind a shaped or congested link keeps its queues full, the others'
-drain.  A receiver that does not read fills its senders' queues as well (the evidence says so): while
-a rank is starved of CPU in a judgement, no rank is named for its link in it (the starved rank
-is the one its senders wait for).
+queues (``tx_queue`` of its sockets); a rank whose median over the window's samples is at least
+``min_sendq`` and ``sendq_ratio`` times the other ranks' median (at least ``min_sendq / 16``) is
+named too (``kind`` ``link``): the rank behind a shaped or congested link keeps its queues full in
+most samples, the others' drain. The median, not the mean: on a busy machine a slow reader leaves
+one sender's queue full at one moment or another (measured here: 600-900 KiB in a single sample of a
+healthy job beside two MindSpore jobs), which a mean over three samples made a straggler. A receiver
+that does not read fills its senders' queues as well (the evidence says so): while a rank is starved
+of CPU in a judgement, no rank is named for its link in it (the starved rank is the one its senders
+wait for).
 """
 
 from __future__ import annotations
@@ -131,8 +135,8 @@ class StragglerVerdict:
     since: float  # the judge's clock when it was first named
     median: float = 0.0  # the other ranks' median share
     kind: str = "cpu"  # cpu: starved of CPU; link: its TCP send queues stay full
-    sendq: float = 0.0  # its mean send-queued bytes over the window
-    others_sendq: Tuple[float, float] = (0.0, 0.0)  # the other ranks' lowest and highest mean
+    sendq: float = 0.0  # its median send-queued bytes over the window's samples
+    others_sendq: Tuple[float, float] = (0.0, 0.0)  # the other ranks' lowest and highest median
     median_sendq: float = 0.0
 
     @property
@@ -176,6 +180,7 @@ class Update:
 class _Rank:
     samples: Deque[Sample]
     streak: int = 0  # judgements in a row that met the rule (named: that did not)
+    fresh: bool = False  # the last judgement had a new sample of this rank
 
 
 class StragglerJudge:
@@ -197,7 +202,8 @@ class StragglerJudge:
             if last is not None and (s.cpu < last.cpu or s.delay < last.delay or s.time < last.time):
                 st.samples.clear()  # a new process (a restart)
                 last = None
-            if last is None or s.time > last.time:  # else the same sample again (a host reports less often)
+            st.fresh = last is None or s.time > last.time  # else the same sample again (a host reports less often)
+            if st.fresh:
                 st.samples.append(s)
             while len(st.samples) > 2 and st.samples[1].time <= s.time - self.policy.window:
                 st.samples.popleft()
@@ -207,7 +213,7 @@ class StragglerJudge:
                 continue
             cpu, delay = s.cpu - first.cpu, s.delay - first.delay
             runnable = cpu + delay
-            sendq = sum(x.sendq for x in st.samples) / len(st.samples)
+            sendq = statistics.median(x.sendq for x in st.samples)
             shares[rank] = (delay / runnable if runnable > 0 else 0.0, runnable / span, span, sendq)
         for gone in set(self._ranks) - set(samples):  # exited: no longer judged
             self._ranks.pop(gone)
@@ -222,6 +228,8 @@ class StragglerJudge:
         for rank, st in self._ranks.items():
             measured, verdict = measured_all[rank], verdicts[rank]
             held = self.named.get(rank)
+            if not st.fresh:  # no new evidence of this rank
+                continue
             if held is None:
                 st.streak = st.streak + 1 if verdict is not None else 0
                 if verdict is not None and st.streak >= self.policy.confirm:

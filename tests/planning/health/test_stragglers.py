@@ -177,3 +177,32 @@ def test_the_sender_to_a_starved_rank_is_not_named_for_its_link() -> None:
         figs = {0: (0.2 * i, 0.01 * i, 500_000.0), 1: (0.03 * i, 0.97 * i, 0.0), 2: (0.2 * i, 0.01 * i, 0.0)}
         named += judge.feed({r: Sample(i, c, d, q) for r, (c, d, q) in figs.items()}, HOSTS, i).named
     assert [(v.rank, v.kind) for v in named] == [(1, "cpu")]
+
+
+def test_a_sample_given_again_confirms_nothing() -> None:
+    """A host reports every 2 s, the judge looks every second: the same sample twice is one piece of evidence."""
+    judge = StragglerJudge(StragglerPolicy(window=6.0, confirm=3))
+    named, t = [], 0.0
+    for i in range(1, 5):  # healthy: the window fills
+        t = float(i)
+        judge.feed({r: Sample(t, 0.3 * t, 0.05 * t) for r in range(3)}, HOSTS, t)
+    figs = {r: (0.3 * t, 0.05 * t) for r in range(3)}
+    for i in range(1, 9):
+        if i % 2:  # a new sample every other look, rank 2 now starved
+            t += 2.0
+            figs = {r: (c + 0.6, d + (1.9 if r == 2 else 0.1)) for r, (c, d) in figs.items()}
+        update = judge.feed({r: Sample(t, c, d) for r, (c, d) in figs.items()}, HOSTS, t)
+        named.append([v.rank for v in update.named])
+    first = next(i for i, n in enumerate(named) if n)
+    assert named[first] == [2] and first >= 4, named  # three new samples, not three looks
+
+
+def test_one_full_queue_in_one_sample_names_nobody() -> None:
+    """On a busy machine a slow reader leaves one sender's queue full now and then: a rank is named
+    for its link only when its queues stay full in most samples of the window."""
+    judge = StragglerJudge(StragglerPolicy(window=6.0))
+    for i in range(1, 30):
+        queued = {r: 0.0 for r in range(3)}
+        if i % 8 == 0:
+            queued[i // 8 % 2] = 800_000.0  # one sample in eight, now rank 1, now rank 0
+        assert judge.feed({r: Sample(i, 0.2 * i, 0.01 * i, queued[r]) for r in range(3)}, HOSTS, i) == Update()
