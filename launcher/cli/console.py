@@ -14,8 +14,10 @@ from launcher.planning.job.events import (
     Event,
     Failure,
     HostExcluded,
+    HostRejoined,
     Hung,
     Interrupted,
+    Resized,
     Restart,
     StopRestarts,
     Straggler,
@@ -56,6 +58,16 @@ def event_line(event: Event, attempt_dir: str = "") -> Optional[str]:
         reason = event.exclusion.reason
         why = reason if reason.startswith("host lost") else f"after {reason}"
         return f"restart: leaving out {event.exclusion.host} {why}" + (f"; {event.moves}" if event.moves else "")
+    if isinstance(event, HostRejoined):
+        return f"restart: {event.host} answers again; trying it again (it was left out: {event.left_out})"
+    if isinstance(event, Resized):
+        hosts = f"{event.hosts} host{'s' * (event.hosts != 1)}"
+        verb = "goes on with" if event.world_size < event.previous else "grows back to"
+        return (
+            f"elastic: attempt {event.attempt} {verb} {event.world_size} of {event.planned} ranks on {hosts} "
+            f"({event.why}); every process finds MSLAUNCH_WORLD_SIZE={event.world_size} "
+            f"MSLAUNCH_PLANNED_WORLD_SIZE={event.planned}"
+        )
     if isinstance(event, Restart):
         line = (
             f"restarting the job: attempt {event.attempt} (MSLAUNCH_ATTEMPT={event.env_attempt}); logs in {attempt_dir}"

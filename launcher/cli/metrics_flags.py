@@ -8,14 +8,14 @@ written is a one-line error and nothing runs (``docs/watching.md#prometheus``).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
 
 import typer
 
+from launcher.cli.flagset import flag_set
 from launcher.errors import MsLaunchError
 from launcher.logs.promexport import DEFAULT_ADDR, MetricsExporter, MetricsSettings
 from launcher.logs.promodel import JobIdentity
@@ -121,21 +121,14 @@ def parse_settings(port: Optional[str], addr: Optional[str], textfile: Optional[
 def with_metrics_settings(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the flags to a command; it receives ``metrics: MetricsSettings``, before its keyword-only ``opts``.
     Bad values are refused first; so is a textfile folder that cannot be written, unless ``--dry-run``."""
-    sig = inspect.signature(func)
-    names = [p.name for p in _PARAMS]
 
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        settings = parse_settings(*[kwargs.pop(name) for name in names])
-        if not kwargs.get("dry_run"):  # a real run (and sbatch's check at submit time): the folder is there
+    def build(values: Dict[str, Any], others: Mapping[str, Any]) -> MetricsSettings:
+        settings = parse_settings(*[values[p.name] for p in _PARAMS])
+        if not others.get("dry_run"):  # a real run (and sbatch's check at submit time): the folder is there
             check_textfile(settings)
-        return func(*args, metrics=settings, **kwargs)
+        return settings
 
-    own = [p for p in sig.parameters.values() if p.name != "metrics"]
-    at = next((i for i, p in enumerate(own) if p.kind == inspect.Parameter.KEYWORD_ONLY), len(own))
-    rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:]]
-    wrapper.__signature__ = sig.replace(parameters=own[:at] + list(_PARAMS) + rest)  # type: ignore[attr-defined]  # inspect.signature (typer) reads it
-    return wrapper
+    return flag_set(_PARAMS, "metrics", build)(func)
 
 
 def check_textfile(settings: MetricsSettings) -> None:

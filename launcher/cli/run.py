@@ -15,6 +15,7 @@ import typer
 from launcher.cli.ci_outputs import check_ci_outputs, write_ci_outputs
 from launcher.cli.console import Console
 from launcher.cli.docs import epilog
+from launcher.cli.elastic_flags import with_elastic_settings
 from launcher.cli.metrics_flags import with_metrics_settings
 from launcher.cli.msrun_flags import parse_msrun_bool, tail_ranks
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, with_job_options
@@ -23,7 +24,7 @@ from launcher.cli.spec import build_spec
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.cli.submit_check import stand_in, stand_in_options
 from launcher.errors import MsLaunchError, PlanError
-from launcher.execution.settings import SuperviseOptions
+from launcher.execution.settings import ElasticSettings, SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
 from launcher.logs.promexport import MetricsSettings
 from launcher.planning.build import build_plan
@@ -45,6 +46,7 @@ def register(app: typer.Typer) -> None:
 @with_job_options
 @with_ssh_settings("accept_new", "connect_timeout", "start_timeout")
 @with_metrics_settings
+@with_elastic_settings
 def run_cmd(
     ctx: typer.Context,
     dry_run: bool = typer.Option(
@@ -210,6 +212,7 @@ def run_cmd(
     opts: JobOptions,
     ssh: SSHSettings,
     metrics: MetricsSettings,
+    elastic: ElasticSettings,
 ) -> None:
     """Run a job: one process per rank (plus the scheduler), supervised, with per-rank logs.
 
@@ -232,6 +235,7 @@ def run_cmd(
         restart_delay=restart_delay,
         host_failures=host_failures,
         straggler=StragglerPolicy.parse(straggler),
+        elastic=elastic,
     )
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
     opts = _run_options(opts, stand_in_env, dry_run, start_timeout)
@@ -366,6 +370,7 @@ def _supervise(
     from launcher.execution.hostthreads import NoteSettings
     from launcher.execution.local.backend import LocalSettings
     from launcher.execution.runner import run_plan
+    from launcher.execution.ssh.reach import answers_probe
     from launcher.logs.metricsfile import append_event
     from launcher.planning.spares import replan
 
@@ -384,8 +389,11 @@ def _supervise(
             without_secrets(sys.argv, [f"{k}={v}" for k, v in spec.env], plan.secrets),
             on_event=console.event,
             on_started=started,
-            replan=(lambda exclusions: replan(spec, exclusions, plan.world_size))
+            replan=(lambda exclusions: replan(spec, exclusions, plan.world_size, options.elastic.min_hosts))
             if len(spec.inventory.hosts) > 1
+            else None,
+            reachable=answers_probe(spec.inventory.hosts, spec.ssh_config)
+            if plan.launcher in ("ssh", "mpirun")
             else None,
             backend_settings={
                 "ssh": replace(ssh, on_note=console.note),

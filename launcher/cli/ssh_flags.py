@@ -12,7 +12,6 @@ command one frozen :class:`~launcher.execution.ssh.settings.SSHSettings`.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 from dataclasses import dataclass
@@ -116,24 +115,7 @@ def with_ssh_settings(
     The flags go before the parameter named ``before``, else after the command's own options
     (before a keyword-only ``opts``, if any); ``when`` and ``panel`` as for :func:`ssh_parameter`.
     """
+    from launcher.cli.flagset import flag_set
+
     params = [ssh_parameter(field, when, panel) for field in fields]
-    names = [p.name for p in params]
-
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        sig = inspect.signature(func)
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            values = {name: kwargs.pop(name) for name in names}
-            return func(*args, ssh=settings_from(values), **kwargs)
-
-        own = [p for p in sig.parameters.values() if p.name != "ssh"]
-        at = next(
-            (i for i, p in enumerate(own) if p.name == before or p.kind == inspect.Parameter.KEYWORD_ONLY), len(own)
-        )
-        flags = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-        rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:]]
-        wrapper.__signature__ = sig.replace(parameters=own[:at] + flags + rest)  # type: ignore[attr-defined]  # inspect.signature (typer) reads it
-        return wrapper
-
-    return decorate
+    return flag_set(params, "ssh", lambda values, _: settings_from(values), before)

@@ -176,6 +176,7 @@ def run_plan(
     replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None,
     job_extra: Optional[Mapping[str, Any]] = None,
     on_ended: Optional[Callable[[], None]] = None,
+    reachable: Optional[Callable[[str], bool]] = None,
 ) -> JobResult:
     """Run ``plan`` to the end; returns the result after writing ``summary.json``.
 
@@ -188,6 +189,8 @@ def run_plan(
         on_started: called once the job dir is written, before anything starts.
         replan: the plan without the given hosts, same world size (:func:`launcher.planning.spares.replan`
             of the job's spec): restarts leave out hosts that failed ``options.host_failures`` times.
+        reachable: whether a host left out answers again (``--rejoin-after``); None: asks nothing
+            (a host is tried again once its cooldown is over).
         job_extra: more fields of ``job.json`` (e.g. ``metrics_url``).
         on_ended: called after the ``job_end`` event, while the job dir is still locked (the metrics
             textfile's last write: whoever waits for the job's end finds it).
@@ -216,7 +219,15 @@ def run_plan(
     try:
         result = _supervise(
             make_supervisor(
-                plan, options, watchdog, on_event, backend_settings, hang=hang, progress=progress, replan=replan
+                plan,
+                options,
+                watchdog,
+                on_event,
+                backend_settings,
+                hang=hang,
+                progress=progress,
+                replan=replan,
+                reachable=reachable,
             )
         )
     finally:
@@ -268,10 +279,11 @@ def make_supervisor(
     hang: Optional["HangWatch"] = None,
     progress: Optional["AttemptProgress"] = None,
     replan: Optional[Callable[[Sequence[Exclusion]], Plan]] = None,
+    reachable: Optional[Callable[[str], bool]] = None,
 ) -> Supervisor:
     """The job's supervisor: its backend, events to ``events.jsonl`` then ``on_event``, the
     ranktable dirs prepared per attempt (unless the backend does it), orphans reaped, the hang watch,
-    restarts re-planned on spare hosts (``replan``, see :func:`run_plan`)."""
+    restarts re-planned on spare hosts (``replan``, ``reachable``: see :func:`run_plan`)."""
     from launcher.execution.process.spawn import reap_orphans
     from launcher.logs.metricsfile import append_event
 
@@ -291,7 +303,11 @@ def make_supervisor(
     from launcher.execution.supervision.restarts import attempt_base
 
     base = attempt_base(plan.launcher, os.environ)
-    spares = Spares(replan_writing(replan), options.host_failures) if replan is not None else None
+    spares = (
+        Spares(replan_writing(replan), options.host_failures, options.elastic.rejoin_after, reachable)
+        if replan is not None
+        else None
+    )
     sup = Supervisor(
         plan,
         backend_factory(plan, backend_settings, watchdog, options, base),

@@ -11,6 +11,30 @@ from launcher.planning.health.stragglers import StragglerPolicy
 
 
 @dataclass(frozen=True)
+class ElasticSettings:
+    """``--min-hosts`` and ``--rejoin-after`` (docs/spare-hosts.md#elastic).
+
+    Attributes:
+        min_hosts: when no spare is left, restarts go on with fewer hosts (and ranks), at least
+            this many; None: the job stops instead.
+        rejoin_after: seconds after which a host left out is tried again at a restart, if it
+            answers (doubled each time it is left out again); None: never.
+
+    Raises:
+        PlanError: ``min_hosts`` below 1 or a negative ``rejoin_after``.
+    """
+
+    min_hosts: Optional[int] = None
+    rejoin_after: Optional[float] = 300.0
+
+    def __post_init__(self) -> None:
+        if self.min_hosts is not None and self.min_hosts < 1:
+            raise PlanError("--min-hosts must be >= 1 (the fewest hosts a restart may go on with)", field="--min-hosts")
+        if self.rejoin_after is not None and not self.rejoin_after >= 0:
+            raise PlanError("--rejoin-after must be seconds >= 0, or off", field="--rejoin-after")
+
+
+@dataclass(frozen=True)
 class SuperviseOptions:
     """Supervision knobs (CLI: --grace, --timeout, --start-timeout, --max-restarts, --sched-wait,
     --hang-timeout, --first-step-timeout, --restart-delay, --host-failures, --straggler).
@@ -32,6 +56,7 @@ class SuperviseOptions:
         host_failures: failures attributed to one host after which the next attempt is re-planned
             without it (docs/spare-hosts.md); 0: never for failures (a lost host is still left out).
         straggler: ``--straggler``: name a rank that waits for a CPU far more than the others.
+        elastic: ``--min-hosts`` and ``--rejoin-after``.
 
     Raises:
         PlanError: a negative --max-restarts, --restart-delay, --grace or --host-failures.
@@ -47,6 +72,7 @@ class SuperviseOptions:
     restart_delay: float = 0.0
     host_failures: int = 2
     straggler: StragglerPolicy = StragglerPolicy()
+    elastic: ElasticSettings = ElasticSettings()
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0:

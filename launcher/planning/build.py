@@ -139,6 +139,7 @@ def build_plan(spec: JobSpec) -> Plan:
         cpu_warnings=proc_env.cpu.warnings,
         host_threads=proc_env.host_threads,
         secrets=_secrets(spec, used),
+        planned_world_size=spec.planned_np if spec.planned_np is not None and spec.planned_np != world else 0,
     )
 
 

@@ -89,8 +89,8 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import mindspore as ms
 import mindspore.dataset as ds
@@ -113,6 +113,7 @@ from launcher.workloads.cifar10_data import (
 from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
 from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
+from launcher.workloads.elastic import keep_global_batch, mirror_checkpoint, planned_size, smaller, stand_in_dirs
 from launcher.workloads.grad_accum import AccumulatingStep, one_batch_step
 from launcher.workloads.preempt import StopOnSignal
 from launcher.workloads.resnet50 import (
@@ -342,6 +343,7 @@ class _Loop:
     compiled: bool = False  # the first step of a process compiles the graph (it is not timed)
     prune_due: bool = False  # a checkpoint was saved: prune the older ones after the next step
     stop: Optional[StopOnSignal] = None  # SIGTERM: a checkpoint at the next step's end (with --ckpt-dir)
+    stand_ins: List[str] = field(default_factory=list)  # folders of missing ranks this rank keeps (elastic)
 
 
 def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
@@ -360,7 +362,8 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
         step += 1
         loop.global_step += 1
         if loop.prune_due:  # this step's AllReduce needed every rank: all have saved the newest
-            prune_checkpoints(loop.ckpt_dir or "", loop.args.keep_checkpoints, loop.args.arch)
+            for folder in [loop.ckpt_dir or "", *loop.stand_ins]:
+                prune_checkpoints(folder, loop.args.keep_checkpoints, loop.args.arch)
             loop.prune_due = False
         if not math.isfinite(loss):
             sys.stderr.write(f"epoch: {epoch} step: {step}. Invalid loss {loss}, terminating training.\n")
@@ -402,6 +405,7 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
         loop.args.keep_checkpoints if alone else 0,
         loop.args.arch,
     )
+    mirror_checkpoint(path, loop.stand_ins)
     loop.prune_due = not alone
     _say(f"checkpoint: {path}")
     if loop.stop is not None:
@@ -411,16 +415,24 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
 def train(args: argparse.Namespace, distributed: bool) -> int:
     """Run the training described by ``args``; returns the exit code."""
     # Data parallel only: the (semi-)auto-parallel modes plan strategies that a cached graph would skip.
-    cache = use_offered_cache(os.environ) if args.parallel_mode == "data_parallel" else None
+    # Not in a run smaller than planned (--min-hosts): its train step accumulates more (another graph).
+    cache = use_offered_cache(os.environ) if args.parallel_mode == "data_parallel" and not smaller(os.environ) else None
     if cache:
         _say(f"compile cache: {cache} (MindSpore's; a restart takes the graphs it compiles from there)")
     rank, size = _init_parallel(args, distributed)
+    planned = planned_size(os.environ, size)
+    if planned > size and args.parallel_mode == "data_parallel":  # fewer ranks: the same global batch
+        args.grad_accum, note = keep_global_batch(args.grad_accum, args.batch_size, size, planned)
+        _say(note or "")
+    elif planned > size:
+        _say(f"elastic: {size} of {planned} planned ranks: the global batch is smaller ({args.parallel_mode})")
     # Same seed on every rank: identical initial weights (data parallel) and one common shuffle
     # order, which the DistributedSampler splits into disjoint shards.
     ms.set_seed(args.seed)
     ds.config.set_seed(args.seed)
 
     ckpt_dir = os.path.join(args.ckpt_dir, f"ckpt_{rank}") if args.ckpt_dir else None
+    stand_ins = stand_in_dirs(ckpt_dir, rank, size, planned) if ckpt_dir else []  # the missing ranks' folders
     with weights_from_checkpoint(ckpt_dir if args.resume else None, args.arch):
         net = resnet(args.arch, num_classes=10)
     _say(f"params: {count_parameters(net)}")
@@ -446,7 +458,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         if global_step:
             ds.config.set_seed(args.seed + global_step)
         batches = data.repeat().create_tuple_iterator(num_epochs=1)
-        loop = _Loop(args, train_net, step_fn, batches, ckpt_dir, spe, size, global_step)
+        loop = _Loop(args, train_net, step_fn, batches, ckpt_dir, spe, size, global_step, stand_ins=stand_ins)
         loop.stop = StopOnSignal().install() if ckpt_dir else None
         while epoch <= args.epochs:
             if not _train_epoch(loop, epoch, step):

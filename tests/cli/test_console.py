@@ -57,6 +57,20 @@ def test_console_failure_line_uses_the_one_wording(console, capsys):
             ev.HostExcluded(Exclusion("h3", "host lost (rank 4: connection lost)", "restart", 1), ""),
             "restart: leaving out h3 host lost (rank 4: connection lost)",
         ),
+        (
+            ev.Resized(2, 4, 6, 6, 2, "h2: host lost (rank 2: connection lost)"),
+            "elastic: attempt 2 goes on with 4 of 6 ranks on 2 hosts (h2: host lost (rank 2: connection lost)); "
+            "every process finds MSLAUNCH_WORLD_SIZE=4 MSLAUNCH_PLANNED_WORLD_SIZE=6",
+        ),
+        (
+            ev.Resized(4, 6, 4, 6, 3, "back: h2"),
+            "elastic: attempt 4 grows back to 6 of 6 ranks on 3 hosts (back: h2); every process finds "
+            "MSLAUNCH_WORLD_SIZE=6 MSLAUNCH_PLANNED_WORLD_SIZE=6",
+        ),
+        (
+            ev.HostRejoined("h2", 4, "host lost (rank 2: connection lost)"),
+            "restart: h2 answers again; trying it again (it was left out: host lost (rank 2: connection lost))",
+        ),
         (ev.ClusterStop("preempted", "Slurm preempted job 5 at T"), "Slurm preempted job 5 at T; tearing down"),
         (
             ev.Straggler(2, "h3", "rank 2 on h3 waited for CPU 90 % ...", 1.0, 0),

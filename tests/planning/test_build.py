@@ -29,6 +29,9 @@ IPS = {
     h: {d: f"192.{d % 4 + 1}.27.{6 + d // 4 + 2 * i}" for d in range(8)} for i, h in enumerate(["10.0.0.1", "10.0.0.2"])
 }
 
+#: every process's view of the job's size (planned as run)
+SIZES = {"MSLAUNCH_WORLD_SIZE": "16", "MSLAUNCH_PLANNED_WORLD_SIZE": "16"}
+
 
 def spec(**kw):
     base = dict(
@@ -56,6 +59,7 @@ def test_dynamic_16_ranks():
         "MS_RETRY_INTERVAL_LOWER": "0",
         "MS_RETRY_INTERVAL_UPPER": "1",
         **CACHE,
+        **SIZES,
         "MS_ROLE": "MS_WORKER",
         "MS_WORKER_NUM": "16",
         "MS_SCHED_HOST": "10.0.0.1",
@@ -73,6 +77,7 @@ def test_dynamic_16_ranks():
         "MS_RETRY_INTERVAL_LOWER": "0",
         "MS_RETRY_INTERVAL_UPPER": "1",
         **CACHE,
+        **SIZES,
         "MS_ROLE": "MS_SCHED",
         "MS_WORKER_NUM": "16",
         "MS_SCHED_HOST": "10.0.0.1",
@@ -132,6 +137,7 @@ def test_ranktable_16_ranks():
     assert r12.env_dict() == {
         "PYTHONUNBUFFERED": "1",
         **CACHE,
+        **SIZES,
         "RANK_TABLE_FILE": "/work/mslaunch_logs/j1/rank_table.json",
         "RANK_ID": "12",
         "RANK_SIZE": "16",
@@ -161,6 +167,7 @@ def test_mpi_16_ranks_and_mpirun_argv():
     assert plan.ranks[10].env_dict() == {
         "PYTHONUNBUFFERED": "1",
         **CACHE,
+        **SIZES,
         "RANK_ID": "10",
         "RANK_SIZE": "16",
         "DEVICE_ID": "2",
@@ -172,6 +179,8 @@ def test_mpi_16_ranks_and_mpirun_argv():
         "MS_COMPILER_CACHE_ENABLE",
         "MS_COMPILER_CACHE_PATH",
         "MSLAUNCH_COMPILE_CACHE",
+        "MSLAUNCH_WORLD_SIZE",
+        "MSLAUNCH_PLANNED_WORLD_SIZE",
         "RANK_SIZE",
         "LOCAL_WORLD_SIZE",
     ]
@@ -183,6 +192,8 @@ def test_mpi_16_ranks_and_mpirun_argv():
         "MSLAUNCH_V_MS_COMPILER_CACHE_ENABLE": "1",
         "MSLAUNCH_V_MS_COMPILER_CACHE_PATH": "/work/mslaunch_logs/j1/compile_cache",
         "MSLAUNCH_V_MSLAUNCH_COMPILE_CACHE": "/work/mslaunch_logs/j1/compile_cache",
+        "MSLAUNCH_V_MSLAUNCH_WORLD_SIZE": "16",
+        "MSLAUNCH_V_MSLAUNCH_PLANNED_WORLD_SIZE": "16",
         "MSLAUNCH_V_RANK_SIZE": "16",
         "MSLAUNCH_V_LOCAL_WORLD_SIZE": "8",
     }

@@ -20,17 +20,25 @@ host, and a host the job trained on since its last failure is not the one that k
 progressing (a bad host fails every attempt before the job gets further: a crash loop); and
 :class:`Spares` asks for that attempt's plan (``replan``, given by the caller that holds the job's
 spec: :func:`launcher.planning.spares.replan`).
+
+A host left out is tried again (``--rejoin-after SECONDS``): at a restart at least that long after
+it was left out, when it answers again (``reachable``: its ssh port accepts), it is given ranks
+again (the event ``host_rejoined``) and its failures are forgotten; each time the same host is
+left out again its cooldown doubles (Horovod's blacklist cooldown, for the same reason: a host
+that keeps failing costs a restart each time it is tried).  With ``--min-hosts`` this is how a job
+that went on with fewer hosts grows back to its planned size.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from launcher.execution.results import FAILED, HUNG, AttemptResult, earliest_failure
 from launcher.planning.job.spec import Exclusion, Plan
 
-__all__ = ["Fault", "HostFaults", "Replan", "Replanned", "Spares", "attributed", "moves_text"]
+__all__ = ["Fault", "HostFaults", "Reachable", "Replan", "Replanned", "Spares", "attributed", "moves_text"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,10 @@ class HostFaults:
             self.faults.setdefault(f.host, []).append(f)
         return new
 
+    def forget(self, host: str) -> None:
+        """``host`` starts with no failures (it is tried again after its cooldown)."""
+        self.faults.pop(host, None)
+
     def due(self, already: Sequence[str], attempt: int) -> List[Exclusion]:
         """Hosts to leave out from ``attempt`` on (not in ``already``), in the order first faulted,
         with their reasons."""
@@ -149,19 +161,24 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return "ranks " + ",".join(runs)
 
 
-#: Re-plans the job without the given hosts (every exclusion so far), same world size; raises
-#: :class:`launcher.errors.PlanError` (one line) when the rest has too few slots.
+#: Re-plans the job without the given hosts (every exclusion so far), the planned world size (fewer
+#: ranks with ``--min-hosts``); raises :class:`launcher.errors.PlanError` (one line) when the rest
+#: has too few slots (or hosts).
 Replan = Callable[[Sequence[Exclusion]], Plan]
+
+#: Whether a host left out answers again (the caller's probe: its ssh port accepts a connection).
+Reachable = Callable[[str], bool]
 
 
 @dataclass(frozen=True)
 class Replanned:
-    """The plan of the next attempt, the hosts it newly leaves out, and which ranks moved where
-    (``ranks 2-3 move to h4``, see :func:`moves_text`)."""
+    """The plan of the next attempt, the hosts it newly leaves out, those it takes back, and which
+    ranks moved where (``ranks 2-3 move to h4``, see :func:`moves_text`)."""
 
     plan: Plan
     excluded: Tuple[Exclusion, ...]
     moves: str
+    rejoined: Tuple[Exclusion, ...] = ()
 
 
 class Spares:
@@ -171,23 +188,62 @@ class Spares:
     Args:
         replan: see :data:`Replan`.
         limit: ``--host-failures``.
+        rejoin_after: ``--rejoin-after``: seconds before a host left out is tried again (doubled
+            each time it is left out again); None: never.
+        reachable: see :data:`Reachable` (asked only of hosts whose cooldown is over).
+        clock: monotonic seconds.
     """
 
-    def __init__(self, replan: Replan, limit: int) -> None:
+    def __init__(
+        self,
+        replan: Replan,
+        limit: int,
+        rejoin_after: Optional[float] = None,
+        reachable: Optional[Reachable] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.replan = replan
         self.faults = HostFaults(limit)
+        self.rejoin_after = rejoin_after
+        self.reachable: Reachable = reachable or (lambda host: True)
+        self.clock = clock
+        self.left_at: Dict[str, float] = {}  # host -> when it was last left out
+        self.times_left: Dict[str, int] = {}  # host -> how often it was left out
 
     def after(self, result: AttemptResult, plan: Plan, next_attempt: int) -> Optional[Replanned]:
-        """Count ``result``; the re-planned next attempt, or None when no host is due.
+        """Count ``result``; the re-planned next attempt, or None when no host is due to be left
+        out or taken back.
 
         Raises:
             PlanError: not enough spare hosts (one line naming the hosts and their failures).
         """
         self.faults.add(result)
         new = self.faults.due([e.host for e in plan.excluded], next_attempt)
-        if not new:
+        back = self._back(plan.excluded, {e.host for e in new})
+        if not new and not back:
             return None
-        fresh = self.replan(tuple(plan.excluded) + tuple(new))
+        now = self.clock()
+        for e in new:
+            self.left_at[e.host] = now
+            self.times_left[e.host] = self.times_left.get(e.host, 0) + 1
+        for e in back:
+            self.faults.forget(e.host)
+        fresh = self.replan(tuple(e for e in plan.excluded if e not in back) + tuple(new))
         rank_hosts = lambda p: [(r.rank, r.host) for r in p.ranks if r.rank is not None]  # noqa: E731  (a one-line local helper)
         sched = lambda p: p.scheduler.host if p.scheduler is not None else None  # noqa: E731  (a one-line local helper)
-        return Replanned(fresh, tuple(new), moves_text(rank_hosts(plan), rank_hosts(fresh), sched(plan), sched(fresh)))
+        moves = moves_text(rank_hosts(plan), rank_hosts(fresh), sched(plan), sched(fresh))
+        return Replanned(fresh, tuple(new), moves, tuple(back))
+
+    def _back(self, excluded: Sequence[Exclusion], leaving: "set[str]") -> List[Exclusion]:
+        """The hosts left out whose cooldown is over and that answer again."""
+        if self.rejoin_after is None:
+            return []
+        now = self.clock()
+        out = []
+        for e in excluded:
+            if e.host in leaving or e.host not in self.left_at:  # left out before the job (--preflight): not ours
+                continue
+            cooldown = self.rejoin_after * 2 ** (self.times_left.get(e.host, 1) - 1)
+            if now - self.left_at[e.host] >= cooldown and self.reachable(e.host):
+                out.append(e)
+        return out

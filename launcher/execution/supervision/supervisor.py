@@ -5,7 +5,9 @@ watch, fail fast, tear down, judge: its state machine is in that module).  Betwe
 supervisor decides whether to restart (``--max-restarts``, a stop signal, the crash-loop rule of
 :mod:`launcher.execution.supervision.restarts`), and leaves out hosts that failed too often
 (``--host-failures``): the next attempt runs a new plan on the spare hosts
-(:mod:`launcher.execution.supervision.hostfaults`).  Every event goes through :meth:`Supervisor.emit`
+(:mod:`launcher.execution.supervision.hostfaults`), or on fewer hosts (``--min-hosts``: the event
+``resized``, and ``summary.json``'s ``resized``), and takes hosts back after their cooldown
+(``--rejoin-after``).  Every event goes through :meth:`Supervisor.emit`
 as one of the typed events of :mod:`launcher.planning.job.events`.
 
 A backend that cannot be set up on a restart attempt (a host unreachable) fails that attempt
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
 
 from launcher.errors import MsLaunchError
 from launcher.execution import stopsignals
@@ -96,6 +98,7 @@ class Supervisor:
         self.attempt_base = attempt_base
         self.spares = spares
         self._replanned_at: Optional[int] = None  # the first attempt of the current plan, when re-planned
+        self.resized: List[Dict[str, Any]] = []  # every change of the world size (summary.json's ``resized``)
 
     # ---------------------------------------------------------------- public
 
@@ -135,8 +138,12 @@ class Supervisor:
 
     def _done(self, started: float, history: List[AttemptResult]) -> JobResult:
         done = job_result(self.plan.job_id, self.plan.job_dir, started, history)
-        excluded = [e.to_json() for e in self.plan.excluded]
-        return replace(done, extra={**done.extra, "excluded_hosts": excluded}) if excluded else done
+        extra = dict(done.extra)
+        if self.plan.excluded:
+            extra["excluded_hosts"] = [e.to_json() for e in self.plan.excluded]
+        if self.resized:
+            extra["resized"] = list(self.resized)
+        return replace(done, extra=extra)
 
     def _stop_restarts(self, started: float, history: List[AttemptResult], stop: str, alone: bool = False) -> JobResult:
         """The job ends with restarts left; ``stop`` ends its message (``alone``: is all of it)."""
@@ -151,9 +158,21 @@ class Supervisor:
         nxt = self.spares.after(result, self.plan, attempt) if self.spares is not None else None
         if nxt is None:
             return False
+        for e in nxt.rejoined:
+            self.emit(events.HostRejoined(e.host, attempt, e.reason))
         for e in nxt.excluded:
             self.emit(events.HostExcluded(e, nxt.moves))
-        self.plan, self._replanned_at = nxt.plan, attempt
+        old, new = self.plan, nxt.plan
+        if new.world_size != old.world_size:
+            if new.world_size < old.world_size:
+                why = "; ".join(f"{e.host}: {e.reason}" for e in new.excluded) or "hosts left out"
+            else:
+                why = "back: " + ", ".join(e.host for e in nxt.rejoined)
+            hosts = len({p.host for p in new.ranks})
+            ev = events.Resized(attempt, new.world_size, old.world_size, new.planned_size, hosts, why)
+            self.resized.append(ev.to_json())
+            self.emit(ev)
+        self.plan, self._replanned_at = new, attempt
         return True
 
     def _restart_after(self, result: AttemptResult) -> bool:

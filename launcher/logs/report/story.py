@@ -83,6 +83,19 @@ def _sentence(e: Mapping[str, Any], attempt: int) -> Optional[str]:
         return (
             f"mslaunch left out {_s(e.get('host'))} from attempt {_s(e.get('attempt'))}: {_s(e.get('reason'))}{moves}."
         )
+    if kind == EventKind.HOST_REJOINED:
+        return f"{_s(e.get('host'))} answered again and was given ranks from attempt {_s(e.get('attempt'))} on."
+    if kind == EventKind.RESIZED:
+        smaller = (
+            isinstance(e.get("world_size"), int)
+            and isinstance(e.get("previous"), int)
+            and (e["world_size"] < e["previous"])
+        )
+        return (
+            f"Attempt {_s(e.get('attempt'))} {'went on with' if smaller else 'grew back to'} "
+            f"{_s(e.get('world_size'))} of the {_s(e.get('planned'))} planned ranks on {_s(e.get('hosts'))} hosts "
+            f"({_s(e.get('why'))})."
+        )
     if kind == EventKind.STOP_RESTARTS:
         return f"Restarts stopped: {_s(e.get('message'))}."
     if kind == EventKind.TIMEOUT:

@@ -57,6 +57,10 @@ RESERVED: Dict[str, Dict[str, str]] = {
     },
 }
 
+for _reserved in RESERVED.values():  # every method: the job's sizes (world_env)
+    _reserved["MSLAUNCH_WORLD_SIZE"] = "the ranks of this attempt: use --np"
+    _reserved["MSLAUNCH_PLANNED_WORLD_SIZE"] = "the job's planned size: use --np"
+
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -171,6 +175,17 @@ def compile_cache_env(folder: str) -> Dict[str, str]:
     the frontend's compile.  MindSpore checks the hash of the network's Python files and compiles
     anew when they changed."""
     return {COMPILE_CACHE_VARS[0]: "1", COMPILE_CACHE_VARS[1]: folder}
+
+
+#: Every process's view of the job's size: the ranks of this attempt, and the job's planned world
+#: size (larger when a restart goes on with fewer hosts, ``--min-hosts``: a data-parallel program
+#: keeps its global batch by accumulating ``planned / current`` micro-batches per step).
+WORLD_SIZE_VARS: Tuple[str, str] = ("MSLAUNCH_WORLD_SIZE", "MSLAUNCH_PLANNED_WORLD_SIZE")
+
+
+def world_env(world_size: int, planned: Optional[int] = None) -> Dict[str, str]:
+    """:data:`WORLD_SIZE_VARS` of a job of ``world_size`` ranks planned as ``planned`` (None: the same)."""
+    return {WORLD_SIZE_VARS[0]: str(world_size), WORLD_SIZE_VARS[1]: str(planned or world_size)}
 
 
 def _common(slot: RankSlot) -> Dict[str, str]:

@@ -26,6 +26,8 @@ __all__ = [
     "Exited",
     "Failure",
     "HostExcluded",
+    "HostRejoined",
+    "Resized",
     "Hung",
     "Interrupted",
     "JobEnd",
@@ -249,6 +251,32 @@ class HostExcluded(Payload):
 
 
 @dataclass(frozen=True)
+class HostRejoined(Payload):
+    """A host left out earlier is tried again from ``attempt`` on: reachable again after the
+    cooldown (``--rejoin-after``); ``left_out``: why it was left out."""
+
+    kind: ClassVar[EventKind] = EventKind.HOST_REJOINED
+    host: str
+    attempt: int
+    left_out: str
+
+
+@dataclass(frozen=True)
+class Resized(Payload):
+    """Attempt ``attempt`` runs ``world_size`` ranks on ``hosts`` hosts, where the last ran
+    ``previous``; the job was planned with ``planned`` (``--min-hosts``: the hosts left have too
+    few slots, or hosts came back).  ``why``: the hosts left out and why, or that hosts came back."""
+
+    kind: ClassVar[EventKind] = EventKind.RESIZED
+    attempt: int
+    world_size: int
+    previous: int
+    planned: int
+    hosts: int
+    why: str
+
+
+@dataclass(frozen=True)
 class ClusterStop(Payload):
     """The cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)."""
 
@@ -298,6 +326,8 @@ Event = Union[
     Hung,
     StopRestarts,
     HostExcluded,
+    HostRejoined,
+    Resized,
     ClusterStop,
     Straggler,
     JobEnd,
@@ -324,6 +354,8 @@ PAYLOADS: Mapping[EventKind, Type[Any]] = {
         Hung,
         StopRestarts,
         HostExcluded,
+        HostRejoined,
+        Resized,
         ClusterStop,
         Straggler,
         JobEnd,

@@ -107,6 +107,8 @@ class EventKind(StrEnum):
     HUNG = "hung"  # the attempt is hung (no progress for the limit, or a collective timed out)
     STOP_RESTARTS = "stop_restarts"  # a crash loop: restarts stop (docs/long-jobs.md)
     HOST_EXCLUDED = "host_excluded"  # a restart leaves out a host that failed too often (docs/spare-hosts.md)
+    RESIZED = "resized"  # a restart runs another number of ranks: fewer hosts left, or hosts back (--min-hosts)
+    HOST_REJOINED = "host_rejoined"  # a host left out earlier is given ranks again (--min-hosts, --rejoin-after)
     CLUSTER_STOP = "cluster_stop"  # the cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)
     STRAGGLER = "straggler"  # a rank waits for CPU far more than the others, or no longer (docs/long-jobs.md)
     JOB_END = "job_end"

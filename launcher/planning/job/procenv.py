@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.planning.cpu import hostcores
@@ -25,8 +25,9 @@ class ProcEnv:
     compile-cache folder offered as ``MSLAUNCH_COMPILE_CACHE``, and MindSpore's compile cache on
     there with ``compile_cache`` unless the user sets it), the rank's CPU
     tuning (local ranks), its host's inventory ``env``, ``--env-file``s, ``--env``, then what
-    msrun's flags imply (``RANK_TABLE_FILE``, ``MS_SIMULATION_LEVEL``); the method's layout
-    variables go on top (:func:`launcher.planning.job.envs.layered`).
+    msrun's flags imply (``RANK_TABLE_FILE``, ``MS_SIMULATION_LEVEL``) and the job's sizes
+    (:func:`launcher.planning.job.envs.world_env`); the method's layout variables go on top
+    (:func:`launcher.planning.job.envs.layered`).
     """
 
     tuning: Mapping[str, str]
@@ -41,6 +42,8 @@ class ProcEnv:
     cpu_notes: Tuple[str, ...]
     #: remote hosts whose ranks' threads are set at start, where their cores are learned
     host_threads: Tuple[hostcores.HostThreads, ...] = ()
+    #: the job's world sizes, planned and current (:func:`launcher.planning.job.envs.world_env`)
+    job_env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, spec: "JobSpec", launcher: str, slots: Sequence[RankSlot], used: Sequence[Host]) -> "ProcEnv":
@@ -107,6 +110,7 @@ class ProcEnv:
             bind_here=launcher == "local",
             cpu_notes=tuple(notes),
             host_threads=at_start,
+            job_env=envs.world_env(slots[0].world_size if slots else 0, spec.planned_np),
         )
 
     def user_env(self, host: Host, rank: Optional[int] = None) -> Dict[str, str]:
@@ -118,6 +122,7 @@ class ProcEnv:
         out.update(self.file_env)
         out.update(self.flag_env)
         out.update(self.msrun_env)
+        out.update(self.job_env)
         return out
 
     def rank_cpus(self, rank: int) -> Optional[Tuple[int, ...]]:

@@ -138,6 +138,9 @@ class JobSpec:
         secret_named: names the user marked secret (``--secret-env``, ``--secret-env-file``).
         secret_patterns: the user's variables whose names match one of these are secret too
             (:mod:`launcher.planning.job.secrets`).
+        planned_np: the job's world size as first planned, when this spec is a restart's on fewer
+            hosts (``--min-hosts``, :func:`launcher.planning.spares.without_hosts`); None: ``np``
+            is the planned size.
     """
 
     inventory: Inventory
@@ -173,6 +176,7 @@ class JobSpec:
     compile_cache: bool = False
     secret_named: FrozenSet[str] = frozenset()
     secret_patterns: Tuple[str, ...] = DEFAULT_PATTERNS
+    planned_np: Optional[int] = None
 
 
 def numa_prefix(bind_numa: Tuple[Tuple[str, str], ...], key: str) -> Tuple[str, ...]:
@@ -256,6 +260,14 @@ class Plan:
     #: names of the secret variables: their values reach the ranks but are shown as ``<secret>``
     #: in ``to_json`` (``plan.json``, ``plan``) and everything else mslaunch writes or prints
     secrets: FrozenSet[str] = frozenset()
+    #: the job's world size as first planned; larger than ``world_size`` when a restart runs on
+    #: fewer hosts (``--min-hosts``); 0: the same as ``world_size``
+    planned_world_size: int = 0
+
+    @property
+    def planned_size(self) -> int:
+        """The job's planned world size (``MSLAUNCH_PLANNED_WORLD_SIZE``)."""
+        return self.planned_world_size or self.world_size
 
     def shown_env(self, proc: ProcPlan) -> Tuple[Tuple[str, str], ...]:
         """``proc``'s env as it may be written or printed: each secret's value shown as ``<secret>``."""
@@ -308,6 +320,7 @@ class Plan:
             "method": self.method,
             "launcher": self.launcher,
             "world_size": self.world_size,
+            **({"planned_world_size": self.planned_size} if self.planned_size != self.world_size else {}),
             "hosts": [h.name for h in self.hosts],
             "ranks": [proc(p) for p in self.ranks],
             "artefacts": [

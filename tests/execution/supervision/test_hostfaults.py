@@ -377,3 +377,137 @@ def test_failures_count_in_a_row_progress_on_a_host_clears_its_earlier_ones():
     for k in range(2):
         unknown.add(kill_on("h2", k, None))
     assert [e.host for e in unknown.due([], 2)] == ["h2"]
+
+
+# ------------------------------------------------------------------ elastic: --min-hosts, --rejoin-after
+
+
+def elastic_plan(job_dir: str, excluded: Sequence[Exclusion] = (), planned: int = 6, min_hosts: int = 1) -> Plan:
+    """As :func:`launcher.planning.spares.replan` with ``min_hosts``: every slot of the hosts left,
+    up to ``planned`` ranks (HOSTS, 2 slots each)."""
+    gone = {e.host for e in excluded}
+    left = [h for h in HOSTS if h not in gone]
+    if len(left) < min_hosts:
+        raise PlanError(f"{len(left)} hosts left, fewer than --min-hosts {min_hosts}", field="--min-hosts")
+    np = min(planned, 2 * len(left))
+    plan = host_plan(job_dir, np=np, excluded=excluded)
+    return Plan(**{**plan.__dict__, "planned_world_size": planned if np != planned else 0})
+
+
+class Faults:
+    """Backends per attempt: in attempt k, the first rank on ``kills[k]`` (a host) dies by SIGKILL
+    (``(host, code)``: exits with that code, which blames no host)."""
+
+    def __init__(self, kills: Dict[int, Any]) -> None:
+        self.kills = kills
+        self.plans: List[Plan] = []
+        self.events: List[Tuple[str, Dict[str, Any]]] = []
+
+    def factory(self, attempt: int, adir: str, plan: Plan) -> FakeBackend:
+        self.plans.append(plan)
+        host, code = (
+            (self.kills[attempt], KILL)
+            if isinstance(self.kills.get(attempt), str)
+            else self.kills.get(attempt, (None, 0))
+        )
+        victim = min((p.rank for p in plan.ranks if p.host == host), default=None)
+
+        class Backend(FakeBackend):
+            def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
+                handle = super().start(proc, log_path, cwd)
+                handle.exited(code if proc.rank == victim else 0)
+                return handle
+
+        return Backend()
+
+    def event(self, event: Event) -> None:
+        self.events.append((event.kind, event.to_json()))
+
+
+def test_without_a_spare_the_job_goes_on_smaller_then_grows_back_when_the_host_answers(tmp_path):
+    job = Faults({0: "h2", 1: ("h1", 3)})  # h2 fails (left out at once: --host-failures 1), then a rank on h1
+    job_dir = str(tmp_path / "job")
+    spares = Spares(lambda ex: elastic_plan(job_dir, ex), 1, rejoin_after=0.0, reachable=lambda host: True)
+    sup = Supervisor(
+        elastic_plan(job_dir),
+        job.factory,
+        SuperviseOptions(grace=1.0, max_restarts=3),
+        on_event=job.event,
+        spares=spares,
+    )
+    result = sup.run()
+    assert (result.status, result.attempts) == (SUCCEEDED, 3)
+    assert [(p.world_size, p.planned_size, sorted({r.host for r in p.ranks})) for p in job.plans] == [
+        (6, 6, ["h1", "h2", "h3"]),
+        (4, 6, ["h1", "h3"]),
+        (6, 6, ["h1", "h2", "h3"]),
+    ]
+    resized = [d for k, d in job.events if k == "resized"]
+    assert resized == [
+        {
+            "attempt": 1,
+            "world_size": 4,
+            "previous": 6,
+            "planned": 6,
+            "hosts": 2,
+            "why": "h2: 1 failure (rank 2 killed by SIGKILL)",
+        },
+        {"attempt": 2, "world_size": 6, "previous": 4, "planned": 6, "hosts": 3, "why": "back: h2"},
+    ]
+    rejoined = [d for k, d in job.events if k == "host_rejoined"]
+    assert rejoined == [{"host": "h2", "attempt": 2, "left_out": "1 failure (rank 2 killed by SIGKILL)"}]
+    summary = result.to_json()
+    assert summary["resized"] == resized and "excluded_hosts" not in summary
+
+
+def test_below_min_hosts_the_job_stops_with_the_one_line(tmp_path):
+    job = Faults({0: "h2", 1: "h1"})
+    job_dir = str(tmp_path / "job")
+    spares = Spares(lambda ex: elastic_plan(job_dir, ex, min_hosts=2), 1, rejoin_after=None)
+    sup = Supervisor(
+        elastic_plan(job_dir),
+        job.factory,
+        SuperviseOptions(grace=1.0, max_restarts=3),
+        on_event=job.event,
+        spares=spares,
+    )
+    result = sup.run()
+    assert (result.status, result.attempts) == (FAILED, 2)
+    assert result.message == "--min-hosts: 1 hosts left, fewer than --min-hosts 2"
+    assert [k for k, _ in job.events].count("resized") == 1
+
+
+def test_a_host_left_out_comes_back_after_its_cooldown_doubling_each_time_and_only_when_it_answers():
+    now = [0.0]
+    answers = {"h2": False}
+    plans: List[Tuple[str, ...]] = []
+
+    def replan(ex: Sequence[Exclusion]) -> Plan:
+        plans.append(tuple(e.host for e in ex))
+        return elastic_plan("/j", ex)
+
+    spares = Spares(replan, 1, rejoin_after=10.0, reachable=lambda h: answers[h], clock=lambda: now[0])
+    plan = elastic_plan("/j")
+    lose_h2 = _attempt([_proc(2, "h2", 255, 1.0, reason="connection to h2 lost", lost=True)])
+    other = _attempt([_proc(0, "h1", 1, 1.0)])  # an exit code: blames no host
+
+    nxt = spares.after(lose_h2, plan, 1)
+    assert nxt is not None and [e.host for e in nxt.excluded] == ["h2"] and nxt.plan.world_size == 4
+    plan = nxt.plan
+    now[0] = 9.0
+    assert spares.after(other, plan, 2) is None  # within its cooldown
+    now[0] = 11.0
+    assert spares.after(other, plan, 3) is None  # over, but it does not answer
+    answers["h2"] = True
+    nxt = spares.after(other, plan, 4)
+    assert nxt is not None and [e.host for e in nxt.rejoined] == ["h2"] and nxt.plan.world_size == 6
+    plan = nxt.plan
+    nxt = spares.after(lose_h2, plan, 5)  # lost again at t=11: its cooldown is now 20 s
+    assert nxt is not None
+    plan = nxt.plan
+    now[0] = 30.0
+    assert spares.after(other, plan, 6) is None
+    now[0] = 31.0
+    nxt = spares.after(other, plan, 7)
+    assert nxt is not None and nxt.plan.world_size == 6
+    assert plans == [("h2",), (), ("h2",), ()]

@@ -21,3 +21,22 @@ def test_a_straggler_named_and_cleared_is_told_in_words() -> None:
         ),
         ("straggler", "rank 2 on h3 was no longer a straggler: rank 2 on h3 waited for CPU 30 %."),
     ]
+
+
+def test_a_job_that_went_on_smaller_and_grew_back_is_told_in_words() -> None:
+    events = [
+        {"time": 2.0, "kind": "resized", "attempt": 1, "world_size": 4, "previous": 6, "planned": 6, "hosts": 2,
+         "why": "h2: host lost (rank 2: connection lost)"},
+        {"time": 5.0, "kind": "host_rejoined", "host": "h2", "attempt": 3, "left_out": "host lost"},
+        {"time": 5.0, "kind": "resized", "attempt": 3, "world_size": 6, "previous": 4, "planned": 6, "hosts": 3,
+         "why": "back: h2"},
+    ]  # fmt: skip
+    lines = [(line.kind, line.text) for line in story(events, []) if line.kind in ("resized", "host_rejoined")]
+    assert lines == [
+        (
+            "resized",
+            "Attempt 1 went on with 4 of the 6 planned ranks on 2 hosts (h2: host lost (rank 2: connection lost)).",
+        ),
+        ("host_rejoined", "h2 answered again and was given ranks from attempt 3 on."),
+        ("resized", "Attempt 3 grew back to 6 of the 6 planned ranks on 3 hosts (back: h2)."),
+    ]

@@ -87,6 +87,11 @@ CASES = [
         ev.HostExcluded(Exclusion("h2", "2 failures", "restart", 3), "rank 2 moves to h4"),
         {"host": "h2", "reason": "2 failures", "by": "restart", "attempt": 3, "moves": "rank 2 moves to h4"},
     ),
+    (ev.HostRejoined("h2", 4, "host lost (x)"), {"host": "h2", "attempt": 4, "left_out": "host lost (x)"}),
+    (
+        ev.Resized(3, 4, 6, 6, 2, "h2: host lost (x)"),
+        {"attempt": 3, "world_size": 4, "previous": 6, "planned": 6, "hosts": 2, "why": "h2: host lost (x)"},
+    ),
     (ev.ClusterStop("preempted", "Slurm preempted job 5"), {"status": "preempted", "message": "Slurm preempted job 5"}),
     (ev.JobEnd("failed", 3, "oom"), {"status": "failed", "exit_code": 3, "cause": "oom"}),
     (ev.JobEnd("succeeded", 0), {"status": "succeeded", "exit_code": 0, "cause": None}),

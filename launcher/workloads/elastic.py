@@ -1,0 +1,103 @@
+"""The reference trainer in a job that goes on with fewer ranks (``mslaunch run --min-hosts``):
+the same global batch, and the checkpoints of the ranks that are missing kept current.
+
+No MindSpore here (the rules are plain arithmetic and files; the trainer calls them).
+
+mslaunch gives every process the job's planned world size and the current one
+(``MSLAUNCH_PLANNED_WORLD_SIZE``, ``MSLAUNCH_WORLD_SIZE``).  Data parallel, a step's global batch
+is ``K x micro-batch x ranks``; with fewer ranks the trainer accumulates more micro-batches per
+step (:func:`keep_global_batch`): ``K' = K x planned / current``.  When that is not a whole
+number it takes the nearest (halves up), so the global batch is the nearest one that the ranks
+left can make, and says so in one line; the learning rate is left as it is (the global batch is
+the same, or the nearest).  The steps per epoch stay the same: each rank's shard grows by
+``planned / current`` and so does ``K``.
+
+Checkpoints: rank ``r`` writes ``CKPT_DIR/ckpt_<r>/``; a restart resumes from the newest step that
+every rank has.  While the job is smaller, the ranks that are missing write nothing, so when
+hosts come back their folders would hold only older steps and hold the whole job back to them.
+So each rank also keeps the folders of the missing ranks ``r + current, r + 2 x current, ...``
+(:func:`stand_in_dirs`): a hard link to the checkpoint it wrote (data parallel: the same
+weights), or a copy where a link cannot be made.  This needs the checkpoint folder to be one
+folder for every host (a shared file system), as resuming on a spare host already does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import List, Mapping, Optional, Tuple
+
+__all__ = ["PLANNED_VAR", "keep_global_batch", "mirror_checkpoint", "planned_size", "smaller", "stand_in_dirs"]
+
+PLANNED_VAR = "MSLAUNCH_PLANNED_WORLD_SIZE"
+SIZE_VAR = "MSLAUNCH_WORLD_SIZE"
+
+
+def smaller(env: Mapping[str, str]) -> bool:
+    """This run has fewer ranks than the job planned (known before ``init()``, from mslaunch's
+    variables): the trainer's graphs differ from the planned run's (another ``K``), so MindSpore's
+    compile cache, which finds a graph by its position, is not used."""
+    try:
+        return int(env.get(SIZE_VAR, "")) < int(env.get(PLANNED_VAR, ""))
+    except ValueError:
+        return False
+
+
+def planned_size(env: Mapping[str, str], size: int) -> int:
+    """The job's planned world size (``MSLAUNCH_PLANNED_WORLD_SIZE``), never below ``size``;
+    ``size`` when the variable is unset or not a positive number."""
+    try:
+        planned = int(env.get(PLANNED_VAR, ""))
+    except ValueError:
+        return size
+    return max(planned, size)
+
+
+def keep_global_batch(k: int, micro_batch: int, size: int, planned: int) -> Tuple[int, Optional[str]]:
+    """``(K for this run, the one line that says so or None)`` (see the module doc).
+
+    Args:
+        k: ``--grad-accum`` as given (micro-batches per optimizer step at the planned size).
+        micro_batch: ``--batch-size``.
+        size: ranks now.
+        planned: ranks planned.
+    """
+    if planned <= size or size < 1:
+        return k, None
+    exact = k * planned / size
+    new = max(1, int(exact + 0.5))
+    want, got = k * micro_batch * planned, new * micro_batch * size
+    line = (
+        f"elastic: {size} of {planned} planned ranks: --grad-accum {k} -> {new} micro-batches of {micro_batch} "
+        f"per step, "
+    )
+    if got == want:
+        line += f"so a step's global batch stays {want}"
+    else:
+        line += f"the nearest to the planned global batch of {want}: {got}"
+    return new, line
+
+
+def stand_in_dirs(ckpt_dir: str, rank: int, size: int, planned: int) -> List[str]:
+    """The folders of the missing ranks that rank ``rank`` keeps (``ckpt_dir`` is its own,
+    ``<root>/ckpt_<rank>``): ranks ``rank + size``, ``rank + 2 x size``, ... below ``planned``."""
+    root = os.path.dirname(os.path.abspath(ckpt_dir))
+    return [os.path.join(root, f"ckpt_{q}") for q in range(rank + size, planned, size)]
+
+
+def mirror_checkpoint(path: str, dirs: List[str]) -> List[str]:
+    """Put the checkpoint ``path`` into each of ``dirs`` under its own name, atomically (a hard
+    link, or a copy where the folders are on other file systems); the paths written."""
+    out = []
+    name = os.path.basename(path)
+    for folder in dirs:
+        os.makedirs(folder, exist_ok=True)
+        final = os.path.join(folder, name)
+        tmp = os.path.join(folder, f".tmp-{os.getpid()}-{name}")
+        try:
+            os.link(path, tmp)
+        except OSError:
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, final)
+        out.append(final)
+    return out
