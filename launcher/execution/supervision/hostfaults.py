@@ -10,7 +10,11 @@ hung attempt, :func:`attributed` names the hosts the attempt's failure is blamed
   culprit``);
 * a *lost* host (its ssh session or agent gone, mpirun's daemon on it gone, its Slurm node down
   or not responding: a rank its backend ended with ``host_lost``, not by mslaunch's teardown):
-  excluded at once, whatever ``N`` is.
+  excluded at once, whatever ``N`` is;
+* a host whose ranks mslaunch was tearing down when its backend found it lost too (two hosts
+  behind one failed switch: the first one lost starts the teardown, the second is found lost
+  during it): lost when it does not answer at the restart (``reachable``), since a teardown can
+  end a backend's link to a host that is fine (mpirun's daemons go with mpirun).
 
 At most one failure per host and attempt is counted.  :class:`HostFaults` keeps the counts of the
 job; a host with ``N`` failures in a row (or lost once) is due to be left out of the next attempt.
@@ -205,6 +209,7 @@ class Spares:
         self.replan = replan
         self.faults = HostFaults(limit)
         self.rejoin_after = rejoin_after
+        self.probes = reachable is not None
         self.reachable: Reachable = reachable or (lambda host: True)
         self.clock = clock
         self.left_at: Dict[str, float] = {}  # host -> when it was last left out
@@ -218,6 +223,7 @@ class Spares:
             PlanError: not enough spare hosts (one line naming the hosts and their failures).
         """
         self.faults.add(result)
+        self._silent_during_teardown(result)
         new = self.faults.due([e.host for e in plan.excluded], next_attempt)
         back = self._back(plan.excluded, {e.host for e in new})
         if not new and not back:
@@ -233,6 +239,20 @@ class Spares:
         sched = lambda p: p.scheduler.host if p.scheduler is not None else None  # noqa: E731  (a one-line local helper)
         moves = moves_text(rank_hosts(plan), rank_hosts(fresh), sched(plan), sched(fresh))
         return Replanned(fresh, tuple(new), moves, tuple(back))
+
+    def _silent_during_teardown(self, result: AttemptResult) -> None:
+        """Count as lost a host found lost while its ranks were torn down, if it does not answer now."""
+        if not self.probes:
+            return
+        seen = set()
+        for p in result.processes:
+            if p.host_lost is None or p.lost is not None or p.host in seen:
+                continue
+            seen.add(p.host)
+            if not any(f.lost for f in self.faults.faults.get(p.host, [])) and not self.reachable(p.host):
+                self.faults.faults.setdefault(p.host, []).append(
+                    Fault(p.host, f"{p.name}: {p.host_lost}; no answer at the restart", lost=True)
+                )
 
     def _back(self, excluded: Sequence[Exclusion], leaving: "set[str]") -> List[Exclusion]:
         """The hosts left out whose cooldown is over and that answer again."""

@@ -511,3 +511,29 @@ def test_a_host_left_out_comes_back_after_its_cooldown_doubling_each_time_and_on
     nxt = spares.after(other, plan, 7)
     assert nxt is not None and nxt.plan.world_size == 6
     assert plans == [("h2",), (), ("h2",), ()]
+
+
+@pytest.mark.parametrize("h3_answers, left_out", [(False, ["h2", "h3"]), (True, ["h2"])])
+def test_a_host_found_lost_during_the_teardown_is_left_out_when_it_does_not_answer(h3_answers, left_out):
+    """Two hosts behind one switch: h2 is lost first (the teardown starts), h3 is found lost during it."""
+    asked: List[str] = []
+
+    def reachable(host: str) -> bool:
+        asked.append(host)
+        return h3_answers
+
+    spares = Spares(lambda ex: elastic_plan("/j", ex), 2, reachable=reachable)
+    lost = "connection to {} lost (no answer for 5 s)"
+    result = _attempt(
+        [
+            _proc(0, "h1", -15, 2.0, torn=True),
+            _proc(2, "h2", 255, 1.0, reason=lost.format("h2"), lost=True),
+            _proc(4, "h3", 255, 2.0, torn=True, reason=lost.format("h3"), lost=True),
+        ]
+    )
+    nxt = spares.after(result, elastic_plan("/j"), 1)
+    assert nxt is not None and [e.host for e in nxt.excluded] == left_out
+    assert asked == ["h3"]  # only the host torn down while lost is asked; h1 (torn down, fine) is not
+    if not h3_answers:
+        assert nxt.excluded[1].reason == f"host lost (rank 4: {lost.format('h3')}; no answer at the restart)"
+    assert Spares(lambda ex: elastic_plan("/j", ex), 2).after(result, elastic_plan("/j"), 1).excluded[0].host == "h2"
