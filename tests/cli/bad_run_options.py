@@ -79,6 +79,8 @@ BAD_RUN_OPTIONS: List[Case] = [
     ("stopped-timeout", ["--stopped-timeout", "soon"], "--stopped-timeout 'soon'", False),
     ("restart-delay", ["--restart-delay", "-1"], "--restart-delay must be >= 0", False),
     ("host-failures", ["--host-failures", "-1"], "--host-failures must be >= 0", False),
+    ("min-hosts", ["--min-hosts", "0"], "--min-hosts must be >= 1", False),
+    ("rejoin-after", ["--rejoin-after", "soon"], "--rejoin-after 'soon': expected seconds >= 0, or off", False),
     ("straggler", ["--straggler", "loud"], "--straggler 'loud': expected off, warn or replace", False),
     ("summary-json", ["--summary-json", "/nonexistent-dir/s.json"], "--summary-json", True),
     ("metrics-port", ["--metrics-port", "70000"], "--metrics-port: '70000' is not a port", False),
