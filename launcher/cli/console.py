@@ -17,6 +17,7 @@ from launcher.planning.job.events import (
     HostRejoined,
     Hung,
     Interrupted,
+    PlannedRestart,
     Resized,
     Restart,
     StopRestarts,
@@ -58,6 +59,8 @@ def event_line(event: Event, attempt_dir: str = "") -> Optional[str]:
         reason = event.exclusion.reason
         why = reason if reason.startswith("host lost") else f"after {reason}"
         return f"restart: leaving out {event.exclusion.host} {why}" + (f"; {event.moves}" if event.moves else "")
+    if isinstance(event, PlannedRestart):
+        return f"planned restart: {event.reason}; the ranks save at their next step's end, then restart"
     if isinstance(event, HostRejoined):
         return f"restart: {event.host} answers again; trying it again (it was left out: {event.left_out})"
     if isinstance(event, Resized):

@@ -1,5 +1,6 @@
-"""``run``'s ``--min-hosts`` and ``--rejoin-after``: a job that goes on with fewer hosts when no
-spare is left, and takes hosts back when they answer again (docs/spare-hosts.md#elastic).
+"""``run``'s ``--min-hosts``, ``--rejoin-after`` and ``--grow-at-checkpoint``: a job that goes on
+with fewer hosts when no spare is left, and takes hosts back when they answer again
+(docs/spare-hosts.md).
 
 The decorator :func:`with_elastic_settings` adds the flags to a command, which receives one
 :class:`~launcher.execution.settings.ElasticSettings` (``elastic``); bad values are one-line
@@ -52,6 +53,20 @@ _PARAMS = (
         ),
         annotation=Optional[str],
     ),
+    inspect.Parameter(
+        "grow_at_checkpoint",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(
+            False,
+            "--grow-at-checkpoint",
+            help=(
+                "With --min-hosts: a job running smaller restarts to grow back as soon as a left-out host answers "
+                "after --rejoin-after (the ranks save at their next step's end first), not at the next fault."
+            ),
+            rich_help_panel=_PANEL,
+        ),
+        annotation=bool,
+    ),
 )
 
 
@@ -76,5 +91,5 @@ def parse_rejoin_after(text: Optional[str]) -> Optional[float]:
 
 def with_elastic_settings(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the flags to a command; it receives ``elastic: ElasticSettings``, before its keyword-only ``opts``."""
-    build = lambda v, _: ElasticSettings(v["min_hosts"], parse_rejoin_after(v["rejoin_after"]))  # noqa: E731  (one line)
+    build = lambda v, _: ElasticSettings(v["min_hosts"], parse_rejoin_after(v["rejoin_after"]), v["grow_at_checkpoint"])  # noqa: E731  (one line)
     return flag_set(_PARAMS, "elastic", build)(func)

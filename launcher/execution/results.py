@@ -14,6 +14,7 @@ from launcher.planning.job.kinds import JobStatus, describe_returncode, signal_n
 SUCCEEDED, FAILED, TIMEOUT, STOPPED = JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMEOUT, JobStatus.STOPPED
 PREEMPTED = JobStatus.PREEMPTED
 HUNG = JobStatus.HUNG
+PLANNED = JobStatus.PLANNED
 
 #: mslaunch's exit code for a job that ran past --timeout (GNU timeout's convention).
 TIMEOUT_EXIT = 124
@@ -170,6 +171,8 @@ class AttemptResult:
         steps_lost: steps the previous attempt had made that this one had to do again.
         replanned: the first attempt after a re-plan (a host left out): the crash-loop count
             starts afresh here.
+        leave_out: a ``planned`` attempt's hosts to leave out from the next one, with why
+            (``--straggler replace``); empty for a planned restart that grows the job.
     """
 
     attempt: int
@@ -187,9 +190,12 @@ class AttemptResult:
     best_step: Optional[int] = None
     steps_lost: Optional[int] = None
     replanned: bool = False
+    leave_out: Tuple[Tuple[str, str], ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
         out = _outcome_json(self, {"attempt": self.attempt, "log_dir": self.log_dir}, {})
+        if self.leave_out:
+            out["leave_out"] = [{"host": h, "reason": why} for h, why in self.leave_out]
         for key in ("ended_because", "resumed_from_step", "best_step", "steps_lost"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)

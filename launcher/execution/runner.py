@@ -41,6 +41,7 @@ from launcher.planning.job.spec import Exclusion, Plan
 
 if TYPE_CHECKING:
     from launcher.execution.supervision.hangwatch import HangWatch
+    from launcher.execution.supervision.hostfaults import Spares
     from launcher.execution.supervision.restarts import AttemptProgress
 
 
@@ -321,11 +322,41 @@ def make_supervisor(
         attempt_base=base,
         spares=spares,
     )
-    if hang is not None and options.straggler.watching:
-        from launcher.execution.supervision.stragglerwatch import StragglerWatch
-
-        hang.stragglers = StragglerWatch(options.straggler, sup.emit)
+    if hang is not None:
+        _planned_restarts(sup, hang, options, spares, replan, reachable)
     return sup
+
+
+def _planned_restarts(
+    sup: Supervisor,
+    hang: "HangWatch",
+    options: SuperviseOptions,
+    spares: Optional["Spares"],
+    replan: Optional[Callable[[Sequence[Exclusion]], Plan]],
+    reachable: Optional[Callable[[str], bool]],
+) -> None:
+    """The straggler watch, and what asks for planned restarts (:mod:`launcher.execution.supervision.planned`):
+    ``--straggler replace`` (a straggler's host left out when the job can go on without it) and
+    ``--grow-at-checkpoint`` (a smaller job grows back once a left-out host answers)."""
+    from launcher.execution.supervision.planned import GrowWatch, PlannedRequest, PlannedRestarts
+    from launcher.execution.supervision.stragglerwatch import StragglerWatch
+
+    planned = hang.planned = PlannedRestarts()
+    if spares is not None:
+        spares.check = replan  # the same re-plan, nothing written: can the job go on without a host?
+    on_named = None
+    if options.straggler.mode == "replace" and spares is not None:
+
+        def on_named(host: str, evidence: str) -> bool:
+            if not spares.can_leave_out(sup.plan, host):
+                return False  # no spare, no --min-hosts: named only
+            why = f"straggler: {evidence}"
+            return planned.request(PlannedRequest(f"leaving out {host}: {evidence}", ((host, why),)))
+
+    if options.straggler.watching:
+        hang.stragglers = StragglerWatch(options.straggler, sup.emit, on_named=on_named)
+    if options.elastic.grow and spares is not None and reachable is not None:
+        sup.watchers.append(GrowWatch(lambda: sup.plan, spares.cooldown_over, reachable, planned))
 
 
 def _supervise(sup: Supervisor) -> JobResult:

@@ -19,6 +19,8 @@ class ElasticSettings:
             this many; None: the job stops instead.
         rejoin_after: seconds after which a host left out is tried again at a restart, if it
             answers (doubled each time it is left out again); None: never.
+        grow: ``--grow-at-checkpoint``: a job running smaller than planned restarts as soon as a
+            left-out host answers after its cooldown (a planned restart), not at the next fault.
 
     Raises:
         PlanError: ``min_hosts`` below 1 or a negative ``rejoin_after``.
@@ -26,6 +28,7 @@ class ElasticSettings:
 
     min_hosts: Optional[int] = None
     rejoin_after: Optional[float] = 300.0
+    grow: bool = False
 
     def __post_init__(self) -> None:
         if self.min_hosts is not None and self.min_hosts < 1:

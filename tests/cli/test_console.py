@@ -68,6 +68,11 @@ def test_console_failure_line_uses_the_one_wording(console, capsys):
             "MSLAUNCH_WORLD_SIZE=6 MSLAUNCH_PLANNED_WORLD_SIZE=6",
         ),
         (
+            ev.PlannedRestart("leaving out h3: rank 2 on h3 waited for CPU 97 %"),
+            "planned restart: leaving out h3: rank 2 on h3 waited for CPU 97 %; the ranks save at their next step's "
+            "end, then restart",
+        ),
+        (
             ev.HostRejoined("h2", 4, "host lost (rank 2: connection lost)"),
             "restart: h2 answers again; trying it again (it was left out: host lost (rank 2: connection lost))",
         ),

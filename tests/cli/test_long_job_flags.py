@@ -44,7 +44,7 @@ def test_sbatch_passes_the_long_job_flags_to_run(tmp_path):
         (("--stopped-timeout", "-1"), "--stopped-timeout"),
         (("--straggler", "loud"), "--straggler"),
         (("--straggler", "warn:1"), "--straggler"),
-        (("--straggler", "replace"), "--straggler"),
+        (("--straggler", "replace:x"), "--straggler"),
     ],
 )
 def test_bad_values_are_refused_with_one_line(tmp_path, flags, field):

@@ -9,7 +9,7 @@ An attempt is a state machine: its phases are
 tearing_down, done) and the moves allowed between them are the table
 :data:`~launcher.execution.supervision.phases.TRANSITIONS`; the runner's
 :class:`~launcher.execution.supervision.state.AttemptState` moves only through its ``transition()``.
-The internal exceptions that cut an attempt short (``_Timeout``, ``_Hung``, ``_StartFailed``) each
+The internal exceptions that cut an attempt short (``AttemptTimeout``, ``WatchEnded``, ``StartFailed``) each
 name the phase they lead to (``leads_to``).
 
 Waiting never busy-loops: one thread per process blocks in ``wait()`` and posts to a queue
@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set, Tuple
 
 from launcher.errors import LaunchError
@@ -36,6 +36,7 @@ from launcher.execution.results import (
     FAILED,
     HUNG,
     HUNG_EXIT,
+    PLANNED,
     PREEMPTED,
     STOPPED,
     SUCCEEDED,
@@ -53,9 +54,9 @@ from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
 from launcher.execution.supervision.diagnose import HostRecorder, RootTail, judge_cause
+from launcher.execution.supervision.outcome import AttemptTimeout, Outcome, StartFailed, WatchEnded
 from launcher.execution.supervision.phases import AttemptPhase
 from launcher.execution.supervision.state import AttemptState as _Attempt
-from launcher.logs.hangreport import HangReport
 from launcher.planning.job import events
 from launcher.planning.job.events import OnEvent
 from launcher.planning.job.kinds import Role, describe_returncode
@@ -79,17 +80,6 @@ BackendFactory = Callable[[int, str, Plan], Backend]
 
 #: Tells the job of an event (:mod:`launcher.planning.job.events`: events.jsonl, then the console); never raises.
 Emit = OnEvent
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """How an attempt's supervision ended, before the results are judged."""
-
-    status: str
-    code: int
-    message: Optional[str] = None
-    by_cluster: bool = False  # the cluster's scheduler ended the attempt (see _outside_stop)
-    hang: Optional[HangReport] = None  # a hung attempt's report (see launcher.logs.hangreport)
 
 
 class AttemptRunner:
@@ -152,13 +142,14 @@ class AttemptRunner:
             ]
         status, code, cause, message = self._judge(outcome, results, adir)
         return AttemptResult(
-            attempt, adir, status, code, started, time.time(), tuple(results), cause, message, hang=outcome.hang
-        )
+            attempt, adir, status, code, started, time.time(), tuple(results), cause, message, hang=outcome.hang,
+            leave_out=outcome.leave_out,
+        )  # fmt: skip
 
-    def _supervise(self, state: _Attempt, attempt: int, adir: str, deadline: Optional[float]) -> _Outcome:
+    def _supervise(self, state: _Attempt, attempt: int, adir: str, deadline: Optional[float]) -> Outcome:
         """Set up, start, watch and tear down one attempt; how it ended."""
         backend: Optional[Backend] = None
-        outcome = _Outcome(SUCCEEDED, 0)
+        outcome = Outcome(SUCCEEDED, 0)
         try:
             try:
                 # Armed: a stop signal raises Interrupted at once (also one received earlier).
@@ -180,18 +171,18 @@ class AttemptRunner:
                     outcome = outside
                 else:
                     status = PREEMPTED if signum == signal.SIGUSR1 else STOPPED
-                    outcome = _Outcome(status, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
+                    outcome = Outcome(status, 128 + signum, f"mslaunch received {signal.Signals(signum).name}")
                     self.emit(events.Interrupted(signum))
-            except _Timeout as exc:
+            except AttemptTimeout as exc:
                 state.transition(exc.leads_to)
-                outcome = _Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")
+                outcome = Outcome(TIMEOUT, TIMEOUT_EXIT, f"the job ran past --timeout {self.options.timeout:g} s")
                 self.emit(events.TimedOut(self.options.timeout))
-            except _Hung as exc:
+            except WatchEnded as exc:
                 state.transition(exc.leads_to)
                 outcome = exc.outcome
-            except _StartFailed as exc:
+            except StartFailed as exc:
                 state.transition(exc.leads_to)
-                outcome = self._cluster_stop(state, 128 + signal.SIGTERM) or _Outcome(FAILED, exc.code, exc.message)
+                outcome = self._cluster_stop(state, 128 + signal.SIGTERM) or Outcome(FAILED, exc.code, exc.message)
             finally:
                 stopsignals.arm(False)  # from here on signals are only recorded: teardown runs to the end
                 try:
@@ -213,10 +204,10 @@ class AttemptRunner:
             stopsignals.check()  # set-up cut short by a stop signal: stopped, not failed
             if attempt == 0:
                 raise
-            raise _StartFailed(f"attempt {attempt} could not start: {exc}", exc.exit_code) from None
+            raise StartFailed(f"attempt {attempt} could not start: {exc}", exc.exit_code) from None
 
     def _judge(
-        self, outcome: _Outcome, results: List[ProcResult], adir: str
+        self, outcome: Outcome, results: List[ProcResult], adir: str
     ) -> Tuple[str, int, Optional[RootCause], Optional[str]]:
         """Status, exit code, root cause (the earliest failure) and message of an attempt."""
         status, code, message = outcome.status, outcome.code, outcome.message
@@ -277,7 +268,7 @@ class AttemptRunner:
                 state.start_failure = ProcResult(
                     proc.name, proc.rank, proc.host, None, now, now, request.log_path, reason=str(exc)
                 )
-                raise _StartFailed(str(exc), 1) from None
+                raise StartFailed(str(exc), 1) from None
             idx = state.add(handle)
             self.host_records.started(handle.pid, local=handle.pgid is not None)  # reads a few files; never raises
         self.emit(events.Started(proc.name, proc.rank, proc.host, handle.pid, request.log_path, self.attempt))
@@ -312,7 +303,7 @@ class AttemptRunner:
         rc = handle.poll()
         if rc is not None:
             state.record(idx, rc, time.time())
-            raise _StartFailed(
+            raise StartFailed(
                 f"the scheduler exited ({describe_returncode(rc)}) before its port {addr}:{port} accepted connections",
                 exit_code_of(rc) or 1,
             )
@@ -327,11 +318,11 @@ class AttemptRunner:
             handle.log_path,
             reason=f"port {port} did not accept within {limit_text}",
         )
-        raise _StartFailed(f"the scheduler's port {addr}:{port} did not accept connections within {limit_text}", 1)
+        raise StartFailed(f"the scheduler's port {addr}:{port} did not accept connections within {limit_text}", 1)
 
     # ---------------------------------------------------------------- watching
 
-    def _watch(self, state: _Attempt, deadline: Optional[float]) -> _Outcome:
+    def _watch(self, state: _Attempt, deadline: Optional[float]) -> Outcome:
         """Until every worker exited 0 (then the scheduler gets its grace) or one failed."""
         sched = [i for i, h in enumerate(state.handles) if h.plan.role == Role.SCHEDULER]
         pending = {i for i, h in enumerate(state.handles) if h.plan.role != Role.SCHEDULER}
@@ -350,9 +341,9 @@ class AttemptRunner:
         state.drain_until(
             time.monotonic() + self.options.sched_grace, stop=lambda: all(i in state.exits for i in sched)
         )
-        return _Outcome(SUCCEEDED, 0)
+        return Outcome(SUCCEEDED, 0)
 
-    def _failure(self, state: _Attempt, pending: Set[int], sched: List[int]) -> Optional[_Outcome]:
+    def _failure(self, state: _Attempt, pending: Set[int], sched: List[int]) -> Optional[Outcome]:
         """Drop exited workers from ``pending``; a failed worker (or a failed scheduler while
         workers run) as an outcome, announced."""
         for idx in sorted(pending):
@@ -366,7 +357,7 @@ class AttemptRunner:
                 return self._failed(state, "scheduler", state.handles[idx], state.exits[idx][0])
         return None
 
-    def _failed(self, state: _Attempt, name: str, handle: ProcessHandle, rc: int) -> _Outcome:
+    def _failed(self, state: _Attempt, name: str, handle: ProcessHandle, rc: int) -> Outcome:
         """A process failed: the attempt's outcome, announced, unless the cluster's scheduler is
         ending the job (its processes die of its signals: a preemption is not their failure)."""
         outside = self._cluster_stop(state, exit_code_of(rc) or 1)
@@ -378,23 +369,27 @@ class AttemptRunner:
         )
         if timed_out is not None and handle.plan.rank is not None:  # it waited for a stuck rank: a hang too
             return self._hung(state, None, (handle.plan.rank, timed_out))
-        return _Outcome(FAILED, exit_code_of(rc))
+        return Outcome(FAILED, exit_code_of(rc))
 
     def _check_hang(self, state: _Attempt) -> None:
         verdict = None if self.hang is None else self.hang.due() or self.hang.stopped(state.handles, state.exits)
         if verdict is not None:
-            raise _Hung(self._hung(state, verdict))
+            raise WatchEnded(self._hung(state, verdict))
+        req = self.hang.planned.take() if self.hang is not None and self.hang.planned is not None else None
+        if req is not None:  # --straggler replace, --grow-at-checkpoint (planned.py): the ranks save, then go
+            self.emit(events.PlannedRestart(req.reason))
+            raise WatchEnded(Outcome(PLANNED, 0, f"planned restart: {req.reason}", leave_out=req.leave_out))
 
-    def _hung(self, state: _Attempt, verdict: Any, timed_out: Optional[Tuple[int, str]] = None) -> _Outcome:
+    def _hung(self, state: _Attempt, verdict: Any, timed_out: Optional[Tuple[int, str]] = None) -> Outcome:
         """Dump the running ranks' stacks and judge the culprit (before teardown); announced (``hung``)."""
         assert self.hang is not None
         state.transition(AttemptPhase.HUNG)
         with stopsignals.recorded_only():  # the dump runs to its end
             hang, message = self.hang.investigate(state.handles, dict(state.exits), self.adir, verdict, timed_out)
         self.emit(events.Hung(message, hang.to_json()))
-        return _Outcome(HUNG, HUNG_EXIT, message, hang=hang)
+        return Outcome(HUNG, HUNG_EXIT, message, hang=hang)
 
-    def _cluster_stop(self, state: _Attempt, code: int) -> Optional[_Outcome]:
+    def _cluster_stop(self, state: _Attempt, code: int) -> Optional[Outcome]:
         """:func:`_outside_stop` of the attempt's backend, announced (``cluster_stop``)."""
         outside = _outside_stop(state.backend, code)
         if outside is not None:
@@ -403,7 +398,7 @@ class AttemptRunner:
 
     def _check_deadline(self, deadline: Optional[float]) -> None:
         if deadline is not None and time.monotonic() >= deadline:
-            raise _Timeout()
+            raise AttemptTimeout()
 
     # ---------------------------------------------------------------- teardown
 
@@ -450,34 +445,7 @@ class AttemptRunner:
                     self.watchdog.forget(h.pid)
 
 
-class _Timeout(Exception):
-    """The job ran past ``--timeout`` (internal: becomes a ``timeout`` result)."""
-
-    leads_to = AttemptPhase.TEARING_DOWN
-
-
-class _Hung(Exception):
-    """The attempt is hung (internal: carries its outcome, stacks already dumped in phase ``hung``)."""
-
-    leads_to = AttemptPhase.TEARING_DOWN
-
-    def __init__(self, outcome: _Outcome) -> None:
-        super().__init__(outcome.message)
-        self.outcome = outcome
-
-
-class _StartFailed(Exception):
-    """An attempt could not start (internal: becomes a ``failed`` attempt result)."""
-
-    leads_to = AttemptPhase.TEARING_DOWN
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-
-def _outside_stop(backend: Optional[Backend], code: int) -> Optional[_Outcome]:
+def _outside_stop(backend: Optional[Backend], code: int) -> Optional[Outcome]:
     """The cluster scheduler's own reason to end the attempt, if it has one
     (:meth:`Backend.outside_stop`: a preemption, its time limit, a cancel), as the outcome
     (``code`` unless it is a time limit), so such an attempt is not judged a failure of its ranks."""
@@ -489,7 +457,7 @@ def _outside_stop(backend: Optional[Backend], code: int) -> Optional[_Outcome]:
     if why is None:
         return None
     status, message = why
-    return _Outcome(status, TIMEOUT_EXIT if status == TIMEOUT else code, message, by_cluster=True)
+    return Outcome(status, TIMEOUT_EXIT if status == TIMEOUT else code, message, by_cluster=True)
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

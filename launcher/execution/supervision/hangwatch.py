@@ -37,6 +37,7 @@ from launcher.logs.stacks import (
 from launcher.planning.job.kinds import Role
 
 if TYPE_CHECKING:
+    from launcher.execution.supervision.planned import PlannedRestarts
     from launcher.execution.supervision.stragglerwatch import StragglerWatch
 
 __all__ = ["HangWatch", "STACKS_DIR", "culprit_cause"]
@@ -60,6 +61,7 @@ class HangWatch:
         self.plan_ranks: List[Tuple[int, str]] = []
         self.stopped_for: Dict[int, float] = {}  # rank -> seconds stopped, as last looked at
         self.stragglers: Optional["StragglerWatch"] = None  # --straggler, asked along (see stopped())
+        self.planned: Optional["PlannedRestarts"] = None  # a planned restart asked for (planned.py)
 
     def on_line(self, attempt: int, rank: int, metric: Optional[Metric]) -> None:
         """A rank's line arrived (called by the metrics writer for every line)."""
@@ -72,6 +74,8 @@ class HangWatch:
         self.tracker.begin(attempt, [r for r, _ in ranks], self._clock())
         if self.stragglers is not None:
             self.stragglers.begin(attempt)
+        if self.planned is not None:
+            self.planned.begin(attempt)
 
     def due(self) -> Optional[HangVerdict]:
         """The verdict when the current attempt is hung now (never when the policy is off)."""

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from launcher.errors import MsLaunchError
 from launcher.execution.results import FAILED, HUNG, AttemptResult, earliest_failure
 from launcher.planning.job.spec import Exclusion, Plan
 
@@ -214,6 +215,8 @@ class Spares:
         self.clock = clock
         self.left_at: Dict[str, float] = {}  # host -> when it was last left out
         self.times_left: Dict[str, int] = {}  # host -> how often it was left out
+        self.never_back: Set[str] = set()  # hosts left out as stragglers: not taken back in this job
+        self.check: Optional[Replan] = None  # the re-plan without writing anything (can_leave_out)
 
     def after(self, result: AttemptResult, plan: Plan, next_attempt: int) -> Optional[Replanned]:
         """Count ``result``; the re-planned next attempt, or None when no host is due to be left
@@ -225,6 +228,10 @@ class Spares:
         self.faults.add(result)
         self._silent_during_teardown(result)
         new = self.faults.due([e.host for e in plan.excluded], next_attempt)
+        for host, why in result.leave_out:  # a planned restart's (--straggler replace): for good
+            if host not in {e.host for e in plan.excluded} | {e.host for e in new}:
+                new.append(Exclusion(host, why, "restart", next_attempt))
+            self.never_back.add(host)
         back = self._back(plan.excluded, {e.host for e in new})
         if not new and not back:
             return None
@@ -256,14 +263,31 @@ class Spares:
 
     def _back(self, excluded: Sequence[Exclusion], leaving: "set[str]") -> List[Exclusion]:
         """The hosts left out whose cooldown is over and that answer again."""
+        due = set(self.cooldown_over(excluded)) - leaving
+        return [e for e in excluded if e.host in due and self.reachable(e.host)]
+
+    def cooldown_over(self, excluded: Sequence[Exclusion]) -> List[str]:
+        """Hosts of ``excluded`` that may be tried again now (``--rejoin-after``): left out by this
+        job's restarts (not before the start: ``--preflight``), not as stragglers, cooldown over."""
         if self.rejoin_after is None:
             return []
         now = self.clock()
         out = []
         for e in excluded:
-            if e.host in leaving or e.host not in self.left_at:  # left out before the job (--preflight): not ours
+            if e.host not in self.left_at or e.host in self.never_back:
                 continue
             cooldown = self.rejoin_after * 2 ** (self.times_left.get(e.host, 1) - 1)
-            if now - self.left_at[e.host] >= cooldown and self.reachable(e.host):
-                out.append(e)
+            if now - self.left_at[e.host] >= cooldown:
+                out.append(e.host)
         return out
+
+    def can_leave_out(self, plan: Plan, host: str) -> bool:
+        """Whether the job could go on without ``host`` (a spare is left, or ``--min-hosts`` allows
+        a smaller job): asked before a planned restart leaves a straggler's host out."""
+        if self.check is None:
+            return False
+        try:
+            self.check(tuple(plan.excluded) + (Exclusion(host, "straggler", "restart", 0),))
+        except MsLaunchError:
+            return False
+        return True

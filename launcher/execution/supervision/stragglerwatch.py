@@ -15,7 +15,7 @@ machine, the host agent's heartbeats over ssh).  A rank named (or cleared) is an
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from launcher.execution.process.handle import ProcessHandle
 from launcher.planning.health.stragglers import Sample, StragglerJudge, StragglerPolicy, StragglerVerdict
@@ -35,9 +35,16 @@ class StragglerWatch:
         clock: the monotonic clock (when a look is due; a verdict's ``since`` is epoch seconds).
     """
 
-    def __init__(self, policy: StragglerPolicy, emit: OnEvent, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        policy: StragglerPolicy,
+        emit: OnEvent,
+        clock: Callable[[], float] = time.monotonic,
+        on_named: Optional[Callable[[str, str], bool]] = None,
+    ) -> None:
         self.policy = policy
         self.emit = emit
+        self.on_named = on_named  # --straggler replace: (host, evidence) -> whether a planned restart leaves it out
         self._clock = clock
         self.judge = StragglerJudge(policy)
         self.attempt = 0
@@ -84,6 +91,8 @@ class StragglerWatch:
         for v in update.named:
             self.named.append(dict(v.to_json(), attempt=self.attempt, since=round(v.since, 3)))
             self._emit(v, cleared=False)
+            if self.on_named is not None and self.on_named(v.host, v.evidence):
+                self.named[-1]["replaced"] = True
         for v in update.cleared:
             for row in self.named:
                 if row["rank"] == v.rank and row["attempt"] == self.attempt and "cleared" not in row:

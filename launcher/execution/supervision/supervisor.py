@@ -26,7 +26,7 @@ from launcher.errors import MsLaunchError
 from launcher.execution import stopsignals
 from launcher.execution.backend import attempt_path
 from launcher.execution.process.watchdog import Watchdog
-from launcher.execution.results import FAILED, HUNG, AttemptResult, JobResult, job_result
+from launcher.execution.results import FAILED, HUNG, PLANNED, AttemptResult, JobResult, job_result
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
@@ -99,6 +99,7 @@ class Supervisor:
         self.spares = spares
         self._replanned_at: Optional[int] = None  # the first attempt of the current plan, when re-planned
         self.resized: List[Dict[str, Any]] = []  # every change of the world size (summary.json's ``resized``)
+        self.watchers: List[Any] = []  # threads watching the job while it runs (start(), stop()): the grow watch
 
     # ---------------------------------------------------------------- public
 
@@ -114,6 +115,8 @@ class Supervisor:
         deadline = None if self.options.timeout is None else time.monotonic() + self.options.timeout
         history: List[AttemptResult] = []
         previous = stopsignals.install_for_run()
+        for w in self.watchers:
+            w.start()
         try:
             while True:
                 result = self._attempt(len(history)).run(deadline)
@@ -122,7 +125,7 @@ class Supervisor:
                 if self.progress is not None:
                     result = self.progress.annotate(result, history)
                 history.append(result)
-                if not self._restart_after(result):
+                if not self._restart_after(result, history):
                     return self._done(started, history)
                 try:
                     moved = self._next_plan(result, len(history))
@@ -132,8 +135,11 @@ class Supervisor:
                 if stop is not None:
                     return self._stop_restarts(started, history, stop)
                 self.emit(events.Restart(len(history), result.root_cause, self.attempt_base + len(history)))
-                restarts.wait_delay(self.options.restart_delay)
+                if result.status != PLANNED:  # a planned restart goes on at once
+                    restarts.wait_delay(self.options.restart_delay)
         finally:
+            for w in self.watchers:
+                w.stop()
             stopsignals.restore_after_run(previous)
 
     def _done(self, started: float, history: List[AttemptResult]) -> JobResult:
@@ -175,12 +181,15 @@ class Supervisor:
         self.plan, self._replanned_at = new, attempt
         return True
 
-    def _restart_after(self, result: AttemptResult) -> bool:
-        return (
-            result.status in (FAILED, HUNG)
-            and result.attempt < self.options.max_restarts
-            and stopsignals.first() is None
-        )
+    def _restart_after(self, result: AttemptResult, history: List[AttemptResult]) -> bool:
+        """After a failed or hung attempt while restarts are left (planned restarts do not count
+        against ``--max-restarts``), or a planned one; never after a stop signal."""
+        if stopsignals.first() is not None:
+            return False
+        if result.status == PLANNED:
+            return True
+        used = sum(1 for a in history[:-1] if a.status != PLANNED)
+        return result.status in (FAILED, HUNG) and used < self.options.max_restarts
 
     def _attempt(self, attempt: int) -> AttemptRunner:
         adir = self.attempt_dir(attempt)

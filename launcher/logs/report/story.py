@@ -83,6 +83,8 @@ def _sentence(e: Mapping[str, Any], attempt: int) -> Optional[str]:
         return (
             f"mslaunch left out {_s(e.get('host'))} from attempt {_s(e.get('attempt'))}: {_s(e.get('reason'))}{moves}."
         )
+    if kind == EventKind.PLANNED_RESTART:
+        return f"mslaunch ended attempt {attempt} for a planned restart ({_s(e.get('reason'))})."
     if kind == EventKind.HOST_REJOINED:
         return f"{_s(e.get('host'))} answered again and was given ranks from attempt {_s(e.get('attempt'))} on."
     if kind == EventKind.RESIZED:

@@ -43,7 +43,9 @@ from launcher.errors import PlanError
 
 __all__ = ["MODES", "Sample", "StragglerJudge", "StragglerPolicy", "StragglerVerdict", "Update"]
 
-#: ``--straggler`` modes: off, warn (events and the console), replace (not built yet).
+#: ``--straggler`` modes: off, warn (events and the console), replace (warn, and a planned restart
+#: that leaves the straggler's host out when the job can go on without it:
+#: :mod:`launcher.execution.supervision.planned`).
 MODES = ("off", "warn", "replace")
 
 
@@ -85,19 +87,13 @@ class StragglerPolicy:
         """From ``--straggler off|warn|replace`` with an optional ``:WINDOW`` in seconds (``warn:10``).
 
         Raises:
-            PlanError: another mode, a window that is not a number of seconds >= 3, or ``replace``
-                (not built yet).
+            PlanError: another mode, or a window that is not a number of seconds >= 3.
         """
         word = (text or "warn").strip().lower()
         mode, _, window = word.partition(":")
         if mode not in MODES:
             raise PlanError(
                 f"--straggler {text!r}: expected off, warn or replace (optionally :WINDOW seconds, e.g. warn:30)",
-                field="--straggler",
-            )
-        if mode == "replace":
-            raise PlanError(
-                "--straggler replace is not built yet: use warn (the straggler is named in events and status)",
                 field="--straggler",
             )
         seconds = cls.window

@@ -35,6 +35,7 @@ __all__ = [
     "JudgedCause",
     "MetricsEndpoint",
     "Pid",
+    "PlannedRestart",
     "OnEvent",
     "Preflight",
     "PreflightHost",
@@ -251,6 +252,16 @@ class HostExcluded(Payload):
 
 
 @dataclass(frozen=True)
+class PlannedRestart(Payload):
+    """mslaunch ends the attempt to restart on other hosts (``reason``): a straggler's host left
+    out (``--straggler replace``), or hosts back (``--grow-at-checkpoint``); the ranks are told
+    (``MSLAUNCH_STOPPING_FILE`` says ``planned``) and save at their next step's end."""
+
+    kind: ClassVar[EventKind] = EventKind.PLANNED_RESTART
+    reason: str
+
+
+@dataclass(frozen=True)
 class HostRejoined(Payload):
     """A host left out earlier is tried again from ``attempt`` on: reachable again after the
     cooldown (``--rejoin-after``); ``left_out``: why it was left out."""
@@ -328,6 +339,7 @@ Event = Union[
     HostExcluded,
     HostRejoined,
     Resized,
+    PlannedRestart,
     ClusterStop,
     Straggler,
     JobEnd,
@@ -356,6 +368,7 @@ PAYLOADS: Mapping[EventKind, Type[Any]] = {
         HostExcluded,
         HostRejoined,
         Resized,
+        PlannedRestart,
         ClusterStop,
         Straggler,
         JobEnd,

@@ -72,6 +72,9 @@ class JobStatus(StrEnum):
     PREEMPTED = "preempted"
     #: no rank made progress for --hang-timeout, or a rank's collective timed out (``docs/long-jobs.md``)
     HUNG = "hung"
+    #: ended by mslaunch to restart on other hosts at once (``--straggler replace``,
+    #: ``--grow-at-checkpoint``): the ranks save at their next step's end; the job goes on
+    PLANNED = "planned"
     #: submitted with ``mslaunch sbatch``; its run has not started yet
     SUBMITTED = "submitted"
     #: a job whose supervising mslaunch still holds its lock
@@ -110,6 +113,7 @@ class EventKind(StrEnum):
     RESIZED = "resized"  # a restart runs another number of ranks: fewer hosts left, or hosts back (--min-hosts)
     HOST_REJOINED = "host_rejoined"  # a host left out earlier is given ranks again (--min-hosts, --rejoin-after)
     CLUSTER_STOP = "cluster_stop"  # the cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)
+    PLANNED_RESTART = "planned_restart"  # mslaunch ends the attempt to restart on other hosts (docs/spare-hosts.md)
     STRAGGLER = "straggler"  # a rank waits for CPU far more than the others, or no longer (docs/long-jobs.md)
     JOB_END = "job_end"
 

@@ -537,3 +537,124 @@ def test_a_host_found_lost_during_the_teardown_is_left_out_when_it_does_not_answ
     if not h3_answers:
         assert nxt.excluded[1].reason == f"host lost (rank 4: {lost.format('h3')}; no answer at the restart)"
     assert Spares(lambda ex: elastic_plan("/j", ex), 2).after(result, elastic_plan("/j"), 1).excluded[0].host == "h2"
+
+
+# ------------------------------------------------------------------ planned restarts
+
+
+class Planned:
+    """Backends per attempt whose ranks run until torn down; when attempt ``at`` has started,
+    ``ask`` asks for a planned restart; in the attempts after it every rank exits 0."""
+
+    def __init__(self, planned: Any, at: int, ask: Any) -> None:
+        self.planned, self.at, self.ask = planned, at, ask
+        self.plans: List[Plan] = []
+        self.backends: List[FakeBackend] = []
+        self.events: List[Tuple[str, Dict[str, Any]]] = []
+
+    def factory(self, attempt: int, adir: str, plan: Plan) -> FakeBackend:
+        self.plans.append(plan)
+        job = self
+
+        class Backend(FakeBackend):
+            def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
+                handle = super().start(proc, log_path, cwd)
+                if attempt > job.at:
+                    handle.exited(0)
+                elif attempt == job.at and proc.rank == max(p.rank for p in plan.ranks):
+                    job.ask(job.planned)
+                return handle
+
+        backend = Backend()
+        self.backends.append(backend)
+        return backend
+
+    def event(self, event: Event) -> None:
+        self.events.append((event.kind, event.to_json()))
+
+
+def _planned_job(tmp_path, ask, plan, replan, **spares_kw):
+    from launcher.execution.supervision.hangwatch import HangWatch
+    from launcher.execution.supervision.planned import PlannedRestarts
+    from launcher.logs.hang import HangPolicy
+
+    hang = HangWatch(HangPolicy.parse("off", None, "off"))
+    hang.planned = PlannedRestarts()
+    job = Planned(hang.planned, 0, ask)
+    spares = Spares(replan, 2, **spares_kw)
+    sup = Supervisor(plan, job.factory, SuperviseOptions(grace=1.0), on_event=job.event, spares=spares, hang=hang)
+    return job, sup.run(), spares
+
+
+def test_a_planned_restart_leaves_the_straggler_out_at_once_without_counting_as_a_restart(tmp_path):
+    from launcher.execution.supervision.planned import PlannedRequest
+
+    job_dir = str(tmp_path / "job")
+    why = "straggler: rank 2 on h2 waited for CPU 97 % of its runnable time"
+    ask = lambda planned: planned.request(PlannedRequest(f"leaving out h2: {why}", (("h2", why),)))  # noqa: E731
+    job, result, spares = _planned_job(
+        tmp_path, ask, host_plan(job_dir), lambda ex: host_plan(job_dir, excluded=ex), rejoin_after=0.0
+    )
+    assert (result.status, result.attempts) == (SUCCEEDED, 2)  # --max-restarts 0: a planned restart is not one
+    first = result.history[0]
+    assert (first.status, first.exit_code, first.leave_out) == ("planned", 0, (("h2", why),))
+    assert first.message == f"planned restart: leaving out h2: {why}"
+    assert all(p.torn_down for p in first.processes)  # every rank told, then torn down
+    assert (tmp_path / "job" / "stopping").read_text() == "planned\n"  # what the ranks read: save, no fault
+    assert [sorted({r.host for r in p.ranks}) for p in job.plans] == [["h1", "h2"], ["h1", "h3"]]
+    kinds = [k for k, _ in job.events]
+    assert kinds.index("planned_restart") < kinds.index("host_excluded") < kinds.index("restart")
+    excluded = [d for k, d in job.events if k == "host_excluded"]
+    assert [(d["host"], d["reason"]) for d in excluded] == [("h2", why)]
+    assert spares.never_back == {"h2"} and spares.cooldown_over(job.plans[1].excluded) == []  # slow: not back
+
+
+def test_a_planned_restart_that_grows_takes_the_host_back(tmp_path):
+    """Attempt 0 loses h3 (the job goes on smaller); while attempt 1 runs, h3 answers and a planned
+    restart is asked for (the grow watch's request): attempt 2 runs at the planned size again."""
+    from launcher.execution.supervision.hangwatch import HangWatch
+    from launcher.execution.supervision.planned import PlannedRequest, PlannedRestarts
+    from launcher.logs.hang import HangPolicy
+
+    job_dir = str(tmp_path / "job")
+    hang = HangWatch(HangPolicy.parse("off", None, "off"))
+    planned = hang.planned = PlannedRestarts()
+    plans: List[Plan] = []
+    events_seen: List[Tuple[str, Dict[str, Any]]] = []
+
+    def factory(attempt: int, adir: str, plan: Plan) -> FakeBackend:
+        plans.append(plan)
+        last = max(p.rank for p in plan.ranks)
+
+        class Backend(FakeBackend):
+            def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
+                handle = super().start(proc, log_path, cwd)
+                if attempt == 0 and proc.host == "h3":
+                    handle.host_lost = "connection to h3 lost (closed)"
+                    handle.exited(255)
+                elif attempt == 1 and proc.rank == last:
+                    planned.request(PlannedRequest("h3 answers again: growing back to 6 ranks"))
+                elif attempt == 2:
+                    handle.exited(0)
+                return handle
+
+        return Backend()
+
+    spares = Spares(lambda ex: elastic_plan(job_dir, ex), 2, rejoin_after=0.0, reachable=lambda host: True)
+    sup = Supervisor(
+        elastic_plan(job_dir),
+        factory,
+        SuperviseOptions(grace=1.0, max_restarts=1),
+        on_event=lambda e: events_seen.append((e.kind, e.to_json())),
+        spares=spares,
+        hang=hang,
+    )
+    result = sup.run()
+    assert (result.status, [a.status for a in result.history]) == (SUCCEEDED, ["failed", "planned", "succeeded"])
+    assert [(p.world_size, sorted({r.host for r in p.ranks})) for p in plans] == [
+        (6, ["h1", "h2", "h3"]),
+        (4, ["h1", "h2"]),
+        (6, ["h1", "h2", "h3"]),
+    ]
+    assert [d["world_size"] for k, d in events_seen if k == "resized"] == [4, 6]
+    assert ("planned_restart", {"reason": "h3 answers again: growing back to 6 ranks"}) in events_seen

@@ -184,3 +184,17 @@ def test_a_rank_under_a_cpu_quota_is_named_and_cleared_and_a_busy_machine_names_
     assert "straggler since " in status.stdout and ", cleared " in status.stdout, status.stdout
     for pid in pids.values():
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_replace_asks_once_per_named_rank_and_notes_it_in_the_summary():
+    from launcher.planning.health.stragglers import StragglerVerdict, Update
+
+    asked: List[Tuple[str, str]] = []
+    watch = StragglerWatch(
+        StragglerPolicy("replace", 6.0), lambda e: None, on_named=lambda h, ev: asked.append((h, ev)) or True
+    )
+    verdict = StragglerVerdict(1, "10.0.0.3", 0.97, (0.2, 0.3), 6.0, 5.0)
+    watch.judge.feed = lambda samples, hosts, now: Update(named=(verdict,))  # type: ignore[method-assign]
+    watch._look([], {})
+    assert asked == [("10.0.0.3", verdict.evidence)]
+    assert watch.summary()["stragglers"][0]["replaced"] is True

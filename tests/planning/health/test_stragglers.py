@@ -125,7 +125,13 @@ def test_a_common_load_with_noise_names_nobody(
 
 @pytest.mark.parametrize(
     ("text", "mode", "window"),
-    [(None, "warn", 30.0), ("off", "off", 30.0), ("warn:10", "warn", 10.0), ("WARN", "warn", 30.0)],
+    [
+        (None, "warn", 30.0),
+        ("off", "off", 30.0),
+        ("warn:10", "warn", 10.0),
+        ("WARN", "warn", 30.0),
+        ("replace:6", "replace", 6.0),
+    ],
 )
 def test_parse(text: str, mode: str, window: float) -> None:
     policy = StragglerPolicy.parse(text)
@@ -138,7 +144,6 @@ def test_parse(text: str, mode: str, window: float) -> None:
         ("loud", "expected off, warn or replace"),
         ("warn:1", "seconds from 3"),
         ("warn:x", "seconds from 3"),
-        ("replace", "not built yet"),
     ],
 )
 def test_parse_refuses(text: str, says: str) -> None:

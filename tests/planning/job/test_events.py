@@ -87,6 +87,7 @@ CASES = [
         ev.HostExcluded(Exclusion("h2", "2 failures", "restart", 3), "rank 2 moves to h4"),
         {"host": "h2", "reason": "2 failures", "by": "restart", "attempt": 3, "moves": "rank 2 moves to h4"},
     ),
+    (ev.PlannedRestart("h2 answers again"), {"reason": "h2 answers again"}),
     (ev.HostRejoined("h2", 4, "host lost (x)"), {"host": "h2", "attempt": 4, "left_out": "host lost (x)"}),
     (
         ev.Resized(3, 4, 6, 6, 2, "h2: host lost (x)"),
