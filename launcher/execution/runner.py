@@ -323,7 +323,7 @@ def make_supervisor(
         spares=spares,
     )
     if hang is not None:
-        _planned_restarts(sup, hang, options, spares, replan, reachable)
+        _planned_restarts(sup, hang, options, spares, replan, reachable, progress)
     return sup
 
 
@@ -334,6 +334,7 @@ def _planned_restarts(
     spares: Optional["Spares"],
     replan: Optional[Callable[[Sequence[Exclusion]], Plan]],
     reachable: Optional[Callable[[str], bool]],
+    progress: Optional["AttemptProgress"],
 ) -> None:
     """The straggler watch, and what asks for planned restarts (:mod:`launcher.execution.supervision.planned`):
     ``--straggler replace`` (a straggler's host left out when the job can go on without it) and
@@ -356,7 +357,8 @@ def _planned_restarts(
     if options.straggler.watching:
         hang.stragglers = StragglerWatch(options.straggler, sup.emit, on_named=on_named)
     if options.elastic.grow and spares is not None and reachable is not None:
-        sup.watchers.append(GrowWatch(lambda: sup.plan, spares.cooldown_over, reachable, planned))
+        trained = (lambda: progress.steps(sup.current_attempt) >= 2) if progress is not None else (lambda: True)
+        sup.watchers.append(GrowWatch(lambda: sup.plan, spares.cooldown_over, reachable, planned, ready=trained))
 
 
 def _supervise(sup: Supervisor) -> JobResult:

@@ -76,6 +76,8 @@ class GrowWatch:
         reachable: the probe (its ssh port accepts).
         planned: where to ask.
         every: seconds between rounds.
+        ready: whether the running attempt may be restarted now (it trained a step: a restart
+            before its first step would save nothing and only cost its start).
     """
 
     def __init__(
@@ -84,8 +86,10 @@ class GrowWatch:
         candidates: Callable[[Sequence[Exclusion]], Sequence[str]],
         reachable: Callable[[str], bool],
         planned: PlannedRestarts,
-        every: float = 5.0,
+        every: float = 2.0,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
+        self.ready = ready
         self.plan, self.candidates, self.reachable, self.planned, self.every = (
             plan,
             candidates,
@@ -107,7 +111,7 @@ class GrowWatch:
     def round(self) -> Optional[str]:
         """One round: the host that answered (a restart was asked for), or None."""
         plan = self.plan()
-        if plan.world_size >= plan.planned_size:
+        if plan.world_size >= plan.planned_size or not self.ready():
             return None
         for host in self.candidates(plan.excluded):
             if self._stop.is_set():

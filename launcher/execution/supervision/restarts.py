@@ -100,6 +100,11 @@ class AttemptProgress:
         with self._lock:
             return self._best.get(attempt)
 
+    def steps(self, attempt: int) -> int:
+        """How many steps ``attempt``'s ranks logged so far (its first to its furthest)."""
+        with self._lock:
+            return self._best[attempt] - self._first[attempt] + 1 if attempt in self._best else 0
+
     def annotate(self, result: AttemptResult, previous: Sequence[AttemptResult]) -> AttemptResult:
         """``result`` with ``ended_because``, ``resumed_from_step``, ``best_step`` and ``steps_lost``."""
         if self.flush is not None:

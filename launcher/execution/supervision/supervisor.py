@@ -193,7 +193,7 @@ class Supervisor:
 
     def _attempt(self, attempt: int) -> AttemptRunner:
         adir = self.attempt_dir(attempt)
-        self.current_attempt_dir = adir
+        self.current_attempt_dir, self.current_attempt = adir, attempt
         return AttemptRunner(
             self.plan,
             attempt,
