@@ -152,7 +152,8 @@ def wait_delay(seconds: float) -> None:
 def tell_stopping(adir: str, status: str) -> None:
     """Before a teardown's SIGTERM: why the ranks are stopped, one word in the attempt's
     ``stopping`` file (``MSLAUNCH_STOPPING_FILE``): the attempt's status, ``failed`` or ``hung`` (a
-    fault), ``stopped``, ``preempted``, ``timeout`` or ``planned`` (:mod:`launcher.execution.supervision.planned`).  A rank that saves a checkpoint on SIGTERM
+    fault), ``stopped``, ``preempted``, ``timeout`` or ``planned``
+    (:mod:`launcher.execution.supervision.planned`).  A rank that saves a checkpoint on SIGTERM
     skips it after a fault: the rank that failed has no checkpoint of that step, so no resume could
     load it (the reference trainer, :mod:`launcher.workloads.preempt`).  Best effort: never raises."""
     import os
