@@ -131,11 +131,17 @@ def result_json(result: Any, kernel: str, threshold: float, devices: Optional[De
 
 
 def preflight(
-    mode: str, spec: JobSpec, plan: Plan, ssh: Any, device_checks: str = DEFAULT_POLICY
+    mode: str,
+    spec: JobSpec,
+    plan: Plan,
+    ssh: Any,
+    device_checks: str = DEFAULT_POLICY,
+    min_hosts: Optional[int] = None,
 ) -> Tuple[Plan, Preflight]:
     """``run --preflight MODE``: check every inventory host (and, for an Ascend or GPU job, the
     devices the plan and the spares offer; ``device_checks``: ``--device-checks``), then keep,
-    re-plan or stop.
+    re-plan or stop; with ``min_hosts`` (``--min-hosts``) ``exclude`` starts smaller when the
+    spares are too few.
 
     Returns:
         the plan to run (re-planned without slow/faulty hosts for ``exclude``) and the event
@@ -193,7 +199,7 @@ def preflight(
             field="--preflight",
         )
     exclusions = [Exclusion(v.host, v.reason, "preflight", 0) for v in bad]
-    new = replan(spec, exclusions, plan.world_size)
+    new = replan(spec, exclusions, plan.world_size, min_hosts)
     spares = set(spare_hosts(spec, plan))
     for v in bad:
         sys.stderr.write(f"mslaunch: preflight: leaving out {v.line()}{_moved(v.host, plan, new, spares)}\n")

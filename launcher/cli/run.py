@@ -266,7 +266,7 @@ def run_cmd(
     from launcher.cli.hiddenenv import hide_own_title
 
     hide_own_title(opts.env)  # the job's life: no --env value in this process's title
-    plan, pre_event = _preflight(preflight, spec, plan, ssh, device_checks)
+    plan, pre_event = _preflight(preflight, spec, plan, ssh, device_checks, elastic.min_hosts)
     from launcher.cli.startmode import choose
 
     start = replace(choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler), keep_zygote=not opts.cold_restarts)
@@ -341,7 +341,12 @@ def _print_plan(plan: Plan, as_json: bool) -> None:
 
 
 def _preflight(
-    mode: Optional[str], spec: JobSpec, plan: Plan, ssh: SSHSettings, device_checks: str = "try"
+    mode: Optional[str],
+    spec: JobSpec,
+    plan: Plan,
+    ssh: SSHSettings,
+    device_checks: str = "try",
+    min_hosts: Optional[int] = None,
 ) -> Tuple[Plan, Optional[Preflight]]:
     """``--preflight MODE``: the health check of every host, and the plan to run (``exclude``:
     planned around slow or faulty hosts); with the check's event for the job's metrics (None
@@ -350,7 +355,7 @@ def _preflight(
         return plan, None
     from launcher.cli.health import preflight as run_preflight
 
-    return run_preflight(mode, spec, plan, ssh, device_checks)
+    return run_preflight(mode, spec, plan, ssh, device_checks, min_hosts)
 
 
 def _supervise(
@@ -390,7 +395,7 @@ def _supervise(
             without_secrets(sys.argv, [f"{k}={v}" for k, v in spec.env], plan.secrets),
             on_event=console.event,
             on_started=started,
-            replan=(lambda exclusions: replan(spec, exclusions, plan.world_size, options.elastic.min_hosts))
+            replan=(lambda exclusions: replan(spec, exclusions, plan.planned_size, options.elastic.min_hosts))
             if len(spec.inventory.hosts) > 1
             else None,
             reachable=answers_probe(spec.inventory.hosts, spec.ssh_config)

@@ -99,6 +99,7 @@ NOT_VALIDATED: Dict[str, str] = {
     "sched_wait": "a flag",
     "zygote": "a flag",
     "cold_restarts": "a flag",
+    "grow_at_checkpoint": "a flag",
     "compile_cache": "a flag",
     "no_secret_patterns": "a flag",
     "minimal_scheduler": "a flag (--script-scheduler)",

@@ -111,7 +111,8 @@ def test_a_bad_host_is_left_out_on_restart_and_without_a_spare_the_job_stops(clu
     line = (
         f"--hosts: no spare host for 6 ranks without {bad} ({bad}: 2 failures (rank 2 killed by SIGKILL, rank 2 killed "
         "by SIGKILL)); "
-        "the other hosts have 4 slots: add hosts to the inventory or lower --np"
+        "the other hosts have 4 slots: add hosts to the inventory, lower --np, "
+        "or go on with fewer hosts (--min-hosts N)"
     )
     assert f"mslaunch: {line}" in r.stderr.splitlines() and "Traceback" not in r.stderr
     s = json.loads((job / "summary.json").read_text())

@@ -11,10 +11,16 @@ per step and printing the trainer's
 newest step every rank has saved, as the reference trainer's ``--resume`` does, and says
 ``resume: global step <s>``.  The scheduler role (MS_ROLE=MS_SCHED) serves the barrier on
 MS_SCHED_PORT until it is ended.
+
+Like the reference trainer in a job smaller than planned (``MSLAUNCH_PLANNED_WORLD_SIZE``), each
+rank r also saves the checkpoints of the missing ranks r + n, r + 2n, ...; and on SIGTERM, unless
+mslaunch's ``MSLAUNCH_STOPPING_FILE`` says it stops the ranks after a fault, it saves the last step
+every rank did before it ends (by the signal).
 """
 
 import os
 import select
+import signal
 import socket
 import sys
 import time
@@ -53,8 +59,10 @@ if os.environ.get("MS_ROLE") == "MS_SCHED":  # the barrier: "go <s>" once every 
 
 folder, steps, every, ckpt_every = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 rank = int(os.environ["RANK_ID"])
+planned = max(world, int(os.environ.get("MSLAUNCH_PLANNED_WORLD_SIZE") or world))
 ckpt = os.path.join(folder, "ckpt")
 os.makedirs(ckpt, exist_ok=True)
+done_step = 0  # the last step every rank did (its barrier passed)
 
 
 def write(path: str, value: int) -> None:
@@ -62,6 +70,27 @@ def write(path: str, value: int) -> None:
     with open(tmp, "w") as fh:
         fh.write(str(value))
     os.replace(tmp, path)
+
+
+def save(step: int) -> None:
+    for r in range(rank, planned, world):  # this rank's, and the missing ranks' it keeps
+        write(os.path.join(ckpt, f"rank{r}"), step)
+
+
+def on_sigterm(signum, frame):  # noqa: ANN001  (a signal handler)
+    why = os.environ.get("MSLAUNCH_STOPPING_FILE")
+    try:
+        with open(why or "") as fh:
+            after_fault = fh.read().strip() in ("failed", "hung")
+    except OSError:
+        after_fault = False
+    if done_step and not after_fault:
+        save(done_step)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def read(path: str) -> int:
@@ -103,9 +132,11 @@ start = min(read(os.path.join(ckpt, f"rank{r}")) for r in range(world))
 if start:
     print(f"resume: global step {start}", flush=True)
 barrier(start)
+done_step = start
 for step in range(start + 1, steps + 1):
     time.sleep(every)
     print(f"epoch: 1 step: {step}, loss is {1.0 / step:.4f}", flush=True)
     if step % ckpt_every == 0:
-        write(os.path.join(ckpt, f"rank{rank}"), step)
+        save(step)
     barrier(step)
+    done_step = step
