@@ -175,3 +175,54 @@ def test_a_host_whose_rank_is_killed_is_left_out_and_is_not_taken_for_lost(clust
         "rank 3": spare,
     }
     assert wait_nothing_left(c) == {}
+
+
+@pytest.mark.cost(15)
+def test_without_a_spare_min_hosts_goes_on_with_the_hosts_left_through_mpirun(cluster, need_mpirun, tmp_path):  # noqa: F811  (pytest's fixtures, imported above)
+    """``--np 6`` fills the 3 hosts (no spare), ``--min-hosts 2``: the second host's daemon is killed;
+    attempt 1 runs 4 ranks on the other two (mpirun's hosts planned again), each told the job's two sizes through
+    mpirun's carriers."""
+    c = cluster
+    good, bad, other = (h.ip for h in c.hosts)
+    pids, job = tmp_path / "pids", tmp_path / "job"
+    pids.mkdir()
+    argv = mslaunch_argv(
+        "run", "--launcher", "mpirun", "--hosts", cluster_yaml(c, tmp_path / "inv.yaml", slots=2), "--np", "6",
+        "--max-restarts", "1", "--min-hosts", "2", "--master-port", "auto", "--nic", str(c.subnet),
+        "--log-dir", str(job), "--tee", "none", "--grace", "2", "--env", f"PIDDIR={pids}", LOSTHOST, "3", "hold",
+    )  # fmt: skip
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    left_on_bad: list = []
+    try:
+        wait_or_fail(
+            lambda: all((pids / f"a0-r{r}").exists() for r in range(6)) or proc.poll() is not None, 120, "attempt 0"
+        )
+        assert proc.poll() is None, proc.communicate()
+        orted = [p for p in c.pids_in(1) if _comm(p) == "orted"]
+        assert len(orted) == 1, [(p, _comm(p)) for p in c.pids_in(1)]
+        left_on_bad = [p for p in c.pids_in(1) if p != orted[0]]
+        os.kill(orted[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for p in left_on_bad:  # what the dead daemon left: mpirun cannot reach it any more
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == 0, err + (job / "mpirun.log").read_text()
+    s = json.loads((job / "summary.json").read_text())
+    assert [a["status"] for a in s["attempt_results"]] == ["failed", "succeeded"]
+    (resized,) = s["resized"]
+    assert (resized["world_size"], resized["previous"], resized["planned"], resized["hosts"]) == (4, 6, 6, 2)
+    plan = json.loads((job / "plan.json").read_text())
+    assert [p["host"] for p in plan["ranks"]] == [good, good, other, other] and plan["planned_world_size"] == 6
+    argv = plan["mpirun"]  # mpirun's hosts planned again
+    assert argv[argv.index("-H") + 1] == f"{good}:3,{other}:2", argv  # the scheduler on the first too
+    for r in range(4):
+        log = (job / "attempt_1" / f"worker_{r}.log").read_text()
+        assert "sizes: rank_size=4 world=4 planned=6" in log and f"rank{r} done" in log, log
+    assert wait_nothing_left(c) == {}

@@ -3,7 +3,8 @@
     losthost.py STEPS [hold] [ARGS...]
 
 Every worker writes ``$PIDDIR/a<MSLAUNCH_ATTEMPT>-r<rank>`` holding its host name (the test waits
-for these before it takes a host away) and prints ``attempt=<a> rank=<r> host=<name>``.  With
+for these before it takes a host away) and prints ``attempt=<a> rank=<r> host=<name>``, then
+``sizes: rank_size=<RANK_SIZE> world=<MSLAUNCH_WORLD_SIZE> planned=<MSLAUNCH_PLANNED_WORLD_SIZE>``.  With
 ``hold``, in attempt 0 it then waits until it is ended (the test loses a host meanwhile); else
 (and in a later attempt) it prints one LossMonitor line per step, tells the scheduler ``done``
 (waiting for it to listen: it starts with the ranks) and ends.  Further arguments are ignored (``--device-target
@@ -30,6 +31,8 @@ if os.environ.get("MS_ROLE") == "MS_SCHED":
 rank = int(os.environ["RANK_ID"])
 host = socket.gethostname()
 print(f"attempt={attempt} rank={rank} host={host}", flush=True)
+sizes = (os.environ.get(k, "-") for k in ("RANK_SIZE", "MSLAUNCH_WORLD_SIZE", "MSLAUNCH_PLANNED_WORLD_SIZE"))
+print("sizes: rank_size={} world={} planned={}".format(*sizes), flush=True)
 marker = os.path.join(os.environ["PIDDIR"], f"a{attempt}-r{rank}")
 with open(marker + ".tmp", "w") as fh:
     fh.write(host)
