@@ -35,6 +35,37 @@ def _comm(pid: int) -> str:
         return ""
 
 
+def _lose_second_host(c, argv, tmp_path, pids, ranks: int):
+    """Run ``argv`` (``losthost.py ... hold``); once its ``ranks`` ranks of attempt 0 run, SIGKILL
+    mpirun's daemon on the second host by its pid; the job's (returncode, stderr).  The ranks the
+    dead daemon left there are ended afterwards (mpirun cannot reach them any more)."""
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    left_on_bad: list = []
+    try:
+        wait_or_fail(
+            lambda: all((pids / f"a0-r{r}").exists() for r in range(ranks)) or proc.poll() is not None,
+            120,
+            "every rank of attempt 0 running",
+        )
+        assert proc.poll() is None, proc.communicate()
+        orted = [p for p in c.pids_in(1) if _comm(p) == "orted"]
+        assert len(orted) == 1, [(p, _comm(p)) for p in c.pids_in(1)]
+        left_on_bad = [p for p in c.pids_in(1) if p != orted[0]]  # its ranks (and their wrappers)
+        os.kill(orted[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for p in left_on_bad:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return proc.returncode, err
+
+
 @pytest.mark.cost(40)
 def test_a_host_whose_mpirun_daemon_dies_is_lost_and_the_restart_uses_the_spare(cluster, need_mpirun, tmp_path):  # noqa: F811  (pytest's fixtures, imported above)
     c = cluster
@@ -42,7 +73,6 @@ def test_a_host_whose_mpirun_daemon_dies_is_lost_and_the_restart_uses_the_spare(
     inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=2)
     pids, job = tmp_path / "pids", tmp_path / "job"
     pids.mkdir()
-    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
     argv = mslaunch_argv(
         "run",
         "--launcher",
@@ -69,30 +99,8 @@ def test_a_host_whose_mpirun_daemon_dies_is_lost_and_the_restart_uses_the_spare(
         "3",
         "hold",
     )
-    proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_or_fail(
-            lambda: all((pids / f"a0-r{r}").exists() for r in range(4)) or proc.poll() is not None,
-            120,
-            "every rank of attempt 0 running",
-        )
-        assert proc.poll() is None, proc.communicate()
-        orted = [p for p in c.pids_in(1) if _comm(p) == "orted"]
-        assert len(orted) == 1, [(p, _comm(p)) for p in c.pids_in(1)]
-        left_on_bad = [p for p in c.pids_in(1) if p != orted[0]]  # its ranks (and their wrappers)
-        os.kill(orted[0], signal.SIGKILL)
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    # the ranks the daemon left behind on the lost host: mpirun cannot reach them any more
-    for p in left_on_bad:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == 0, err + (job / "mpirun.log").read_text()
+    code, err = _lose_second_host(c, argv, tmp_path, pids, 4)
+    assert code == 0, err + (job / "mpirun.log").read_text()
     s = json.loads((job / "summary.json").read_text())
     first, second = s["attempt_results"]
     assert (first["status"], second["status"], second.get("replanned")) == ("failed", "succeeded", True), first
@@ -191,29 +199,8 @@ def test_without_a_spare_min_hosts_goes_on_with_the_hosts_left_through_mpirun(cl
         "--max-restarts", "1", "--min-hosts", "2", "--master-port", "auto", "--nic", str(c.subnet),
         "--log-dir", str(job), "--tee", "none", "--grace", "2", "--env", f"PIDDIR={pids}", LOSTHOST, "3", "hold",
     )  # fmt: skip
-    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    proc = subprocess.Popen(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    left_on_bad: list = []
-    try:
-        wait_or_fail(
-            lambda: all((pids / f"a0-r{r}").exists() for r in range(6)) or proc.poll() is not None, 120, "attempt 0"
-        )
-        assert proc.poll() is None, proc.communicate()
-        orted = [p for p in c.pids_in(1) if _comm(p) == "orted"]
-        assert len(orted) == 1, [(p, _comm(p)) for p in c.pids_in(1)]
-        left_on_bad = [p for p in c.pids_in(1) if p != orted[0]]
-        os.kill(orted[0], signal.SIGKILL)
-        _, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        for p in left_on_bad:  # what the dead daemon left: mpirun cannot reach it any more
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    assert proc.returncode == 0, err + (job / "mpirun.log").read_text()
+    code, err = _lose_second_host(c, argv, tmp_path, pids, 6)
+    assert code == 0, err + (job / "mpirun.log").read_text()
     s = json.loads((job / "summary.json").read_text())
     assert [a["status"] for a in s["attempt_results"]] == ["failed", "succeeded"]
     (resized,) = s["resized"]

@@ -32,55 +32,81 @@ from tests.harness.hostfaults import (
 from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
 
 
+class _Dploop:
+    """A job of ``tests/scripts/dploop.py`` on the cluster, one rank per host, and the faults put on
+    its hosts (host 2's CPU, host 3's link), all undone by :meth:`close`."""
+
+    def __init__(self, c, tmp_path, np: int, *flags: str, payload: int = 0) -> None:
+        self.c, self.mark = c, tmp_path.name
+        self.job, self.stop = str(tmp_path / "job"), str(tmp_path / "stop")
+        argv = mslaunch_argv(
+            "run", "--hosts", cluster_yaml(c, tmp_path / "inv.yaml", slots=1), "--np", str(np), "--master-port",
+            "auto", "--log-dir", self.job, "--tee", "none", *flags, "--env", f"FAULT_STREAM_MARK={tmp_path.name}",
+            "--no-python", sys.executable, DPLOOP, "150000", self.stop, "100000", *([str(payload)] if payload else []),
+        )  # fmt: skip
+        env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        self.throttled = self.shaped = False
+
+    def steps(self, attempt: int = 0) -> int:
+        return _steps(os.path.join(self.job, f"attempt_{attempt}" if attempt else "", "worker_0.log"))
+
+    def stragglers(self):
+        return [e for e in _events(self.job) if e["kind"] == "straggler"]
+
+    def slow_rank_1(self) -> None:
+        """Host 2 under a 3 % CPU quota: its sshd's group, and attempt 0's rank 1 moved in by its pid."""
+        group = throttle_cpu(self.c, 1, quota_us=3000)
+        self.throttled = True
+        throttle_pids(os.path.relpath(group, CPU_ROOT), [rank_pids(self.mark)[("0", 1)]], quota_us=3000)
+
+    def unslow(self) -> None:
+        unthrottle(self.c, 1)
+        self.throttled = False
+
+    def shape(self, on: bool) -> None:
+        (shape_link if on else unshape_link)(self.c, 2)
+        self.shaped = on
+
+    def finish(self) -> str:
+        """Tell the job to end; its stderr once it did."""
+        with open(self.stop, "w"):
+            pass
+        return self.proc.communicate(timeout=120)[1]
+
+    def close(self) -> None:
+        if self.throttled:
+            self.unslow()
+        if self.shaped:
+            self.shape(False)
+        with open(self.stop, "w"):
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @pytest.mark.netns
 @pytest.mark.cost(25)
 def test_a_host_under_a_cpu_quota_then_a_shaped_link_are_named_over_ssh(cluster, tmp_path):  # noqa: F811  (pytest's fixture, imported above)
     if not cgroup_v1_cpu():
         pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
     c = cluster
-    job, stop = str(tmp_path / "job"), str(tmp_path / "stop")
-    argv = mslaunch_argv(
-        "run", "--hosts", cluster_yaml(c, tmp_path / "inv.yaml", slots=1), "--np", "3", "--master-port", "auto",
-        "--log-dir", job, "--tee", "none", "--straggler", "warn:6", "--env", f"FAULT_STREAM_MARK={tmp_path.name}",
-        "--no-python", sys.executable, DPLOOP, "150000", stop, "100000", str(1 << 20),
-    )  # fmt: skip
-    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    throttled = shaped = False
-
-    def stragglers():
-        return [e for e in _events(job) if e["kind"] == "straggler"]
-
+    j = _Dploop(c, tmp_path, 3, "--straggler", "warn:6", payload=1 << 20)
     try:
-        _until("20 steps", lambda: _steps(os.path.join(job, "worker_0.log")) >= 20)
-        assert stragglers() == []
-        pid = rank_pids(tmp_path.name)[("0", 1)]
-        group = throttle_cpu(c, 1, quota_us=3000)
-        throttled = True
-        throttle_pids(os.path.relpath(group, CPU_ROOT), [pid], quota_us=3000)
-        _until("rank 1 named", stragglers)
-        unthrottle(c, 1)
-        throttled = False
-        _until("rank 1 cleared", lambda: [e for e in stragglers() if e["cleared"]])
-        shape_link(c, 2)
-        shaped = True
-        _until("rank 2 named", lambda: [e for e in stragglers() if e["by"] == "link" and not e["cleared"]])
-        unshape_link(c, 2)
-        shaped = False
-        with open(stop, "w"):
-            pass
-        _, err = proc.communicate(timeout=120)
+        _until("20 steps", lambda: j.steps() >= 20)
+        assert j.stragglers() == []
+        j.slow_rank_1()
+        _until("rank 1 named", j.stragglers)
+        j.unslow()
+        _until("rank 1 cleared", lambda: [e for e in j.stragglers() if e["cleared"]])
+        j.shape(True)
+        _until("rank 2 named", lambda: [e for e in j.stragglers() if e["by"] == "link" and not e["cleared"]])
+        j.shape(False)
+        err = j.finish()
     finally:
-        if throttled:
-            unthrottle(c, 1)
-        if shaped:
-            unshape_link(c, 2)
-        with open(stop, "w"):
-            pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    seen = stragglers()
+        j.close()
+    seen = j.stragglers()
     assert [(e["rank"], e["by"], e["cleared"]) for e in seen][:3] == [
         (1, "cpu", False),
         (1, "cpu", True),
@@ -93,8 +119,8 @@ def test_a_host_under_a_cpu_quota_then_a_shaped_link_are_named_over_ssh(cluster,
     assert (cleared["rank"], cleared["cleared"]) == (1, True), cleared
     assert (link["rank"], link["host"], link["cleared"], link["by"]) == (2, ip2, False, "link"), link
     assert link["evidence"].startswith(f"rank 2 on {ip2} kept ") and "TCP send queues" in link["evidence"], link
-    assert proc.returncode == 0, err
-    with open(os.path.join(job, "summary.json")) as fh:
+    assert j.proc.returncode == 0, err
+    with open(os.path.join(j.job, "summary.json")) as fh:
         rows = json.load(fh)["stragglers"]
     assert [(s["rank"], s["host"], s["by"]) for s in rows][:2] == [(1, ip1, "cpu"), (2, ip2, "link")], rows
     assert wait_nothing_left(c) == {}
@@ -109,36 +135,17 @@ def test_replace_leaves_the_slow_host_out_at_once_for_the_spare(cluster, tmp_pat
     if not cgroup_v1_cpu():
         pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
     c = cluster
-    job, stop = str(tmp_path / "job"), str(tmp_path / "stop")
-    argv = mslaunch_argv(
-        "run", "--hosts", cluster_yaml(c, tmp_path / "inv.yaml", slots=1), "--np", "2", "--master-port", "auto",
-        "--log-dir", job, "--tee", "none", "--grace", "3", "--straggler", "replace:6",
-        "--env", f"FAULT_STREAM_MARK={tmp_path.name}",
-        "--no-python", sys.executable, DPLOOP, "150000", stop, "100000",
-    )  # fmt: skip
-    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    throttled = False
+    j = _Dploop(c, tmp_path, 2, "--grace", "3", "--straggler", "replace:6")
     try:
-        _until("20 steps", lambda: _steps(os.path.join(job, "worker_0.log")) >= 20)
-        group = throttle_cpu(c, 1, quota_us=3000)
-        throttled = True
-        throttle_pids(os.path.relpath(group, CPU_ROOT), [rank_pids(tmp_path.name)[("0", 1)]], quota_us=3000)
-        _until("attempt 1 stepping", lambda: _steps(os.path.join(job, "attempt_1", "worker_0.log")) >= 5)
-        unthrottle(c, 1)
-        throttled = False
-        with open(stop, "w"):
-            pass
-        _, err = proc.communicate(timeout=120)
+        _until("20 steps", lambda: j.steps() >= 20)
+        j.slow_rank_1()
+        _until("attempt 1 stepping", lambda: j.steps(1) >= 5)
+        j.unslow()
+        err = j.finish()
     finally:
-        if throttled:
-            unthrottle(c, 1)
-        with open(stop, "w"):
-            pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
+        j.close()
+    assert j.proc.returncode == 0, err
+    job = j.job
     ip = [h.ip for h in c.hosts]
     evs = _events(job)
     named = next(e for e in evs if e["kind"] == "straggler")

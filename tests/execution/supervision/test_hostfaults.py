@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -185,28 +185,39 @@ def host_plan(job_dir: str, np: int = 4, excluded: Sequence[Exclusion] = (), slo
     return Plan("j1", job_dir, "dynamic", "fake", np, (), procs, None, (), None, None, excluded=tuple(excluded))
 
 
-class BadHost:
-    """Backends per attempt in which the first rank on ``bad`` dies by SIGKILL; every other rank exits 0."""
+class Faults:
+    """Backends per attempt: in attempt k, the first rank on host ``kills(k)`` dies by SIGKILL
+    (``(host, code)``: exits with that code, which blames no host; None: every rank exits 0)."""
 
-    def __init__(self, bad: str = "h2") -> None:
-        self.bad = bad
+    def __init__(self, kills: Callable[[int], Any]) -> None:
+        self.kills = kills
         self.plans: List[Plan] = []
         self.events: List[Tuple[str, Dict[str, Any]]] = []
 
     def factory(self, attempt: int, adir: str, plan: Plan) -> FakeBackend:
         self.plans.append(plan)
-        first_bad = min((p.rank for p in plan.ranks if p.host == self.bad), default=None)
+        what = self.kills(attempt)
+        host, code = (what, KILL) if isinstance(what, str) else (what or (None, 0))
+        victim = min((p.rank for p in plan.ranks if p.host == host), default=None)
 
         class Backend(FakeBackend):
             def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
                 handle = super().start(proc, log_path, cwd)
-                handle.exited(KILL if proc.rank == first_bad else 0)
+                handle.exited(code if proc.rank == victim else 0)
                 return handle
 
         return Backend()
 
     def event(self, event: Event) -> None:
         self.events.append((event.kind, event.to_json()))
+
+
+class BadHost(Faults):
+    """Backends per attempt in which the first rank on ``bad`` dies by SIGKILL; every other rank exits 0."""
+
+    def __init__(self, bad: str = "h2") -> None:
+        super().__init__(lambda attempt: bad)
+        self.bad = bad
 
 
 def _supervise(tmp_path, job: BadHost, replan: Any, progress: Optional[AttemptProgress] = None, **options: Any):
@@ -394,38 +405,8 @@ def elastic_plan(job_dir: str, excluded: Sequence[Exclusion] = (), planned: int 
     return Plan(**{**plan.__dict__, "planned_world_size": planned if np != planned else 0})
 
 
-class Faults:
-    """Backends per attempt: in attempt k, the first rank on ``kills[k]`` (a host) dies by SIGKILL
-    (``(host, code)``: exits with that code, which blames no host)."""
-
-    def __init__(self, kills: Dict[int, Any]) -> None:
-        self.kills = kills
-        self.plans: List[Plan] = []
-        self.events: List[Tuple[str, Dict[str, Any]]] = []
-
-    def factory(self, attempt: int, adir: str, plan: Plan) -> FakeBackend:
-        self.plans.append(plan)
-        host, code = (
-            (self.kills[attempt], KILL)
-            if isinstance(self.kills.get(attempt), str)
-            else self.kills.get(attempt, (None, 0))
-        )
-        victim = min((p.rank for p in plan.ranks if p.host == host), default=None)
-
-        class Backend(FakeBackend):
-            def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
-                handle = super().start(proc, log_path, cwd)
-                handle.exited(code if proc.rank == victim else 0)
-                return handle
-
-        return Backend()
-
-    def event(self, event: Event) -> None:
-        self.events.append((event.kind, event.to_json()))
-
-
 def test_without_a_spare_the_job_goes_on_smaller_then_grows_back_when_the_host_answers(tmp_path):
-    job = Faults({0: "h2", 1: ("h1", 3)})  # h2 fails (left out at once: --host-failures 1), then a rank on h1
+    job = Faults({0: "h2", 1: ("h1", 3)}.get)  # h2 fails (left out at once: --host-failures 1), then a rank on h1
     job_dir = str(tmp_path / "job")
     spares = Spares(lambda ex: elastic_plan(job_dir, ex), 1, rejoin_after=0.0, reachable=lambda host: True)
     sup = Supervisor(
@@ -461,7 +442,7 @@ def test_without_a_spare_the_job_goes_on_smaller_then_grows_back_when_the_host_a
 
 
 def test_below_min_hosts_the_job_stops_with_the_one_line(tmp_path):
-    job = Faults({0: "h2", 1: "h1"})
+    job = Faults({0: "h2", 1: "h1"}.get)
     job_dir = str(tmp_path / "job")
     spares = Spares(lambda ex: elastic_plan(job_dir, ex, min_hosts=2), 1, rejoin_after=None)
     sup = Supervisor(
