@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchkit import exit_if_cannot_run  # noqa: E402  (after sys.path is set above)
+from benchkit import exit_if_cannot_run, job_events, step_rate, step_times, wait_until  # noqa: E402  (after sys.path)
 
 from tests.harness.faultstream import rank_pids  # noqa: E402  (after sys.path is set above)
 from tests.harness.netns_cluster import NamespaceCluster  # noqa: E402  (after sys.path is set above)
@@ -51,31 +51,8 @@ PY = sys.executable
 BATCH = 8
 
 
-def _events(job: str) -> List[Dict[str, Any]]:
-    path = os.path.join(job, "events.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def _steps(job: str) -> List[Dict[str, Any]]:
-    path = os.path.join(job, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        recs = [json.loads(line) for line in fh if line.strip()]
-    return [r for r in recs if r.get("kind") == "step" and r.get("rank") == 0]
-
-
-def _wait(cond: Any, within: float, what: str) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise SystemExit(f"bench_elastic: not within {within:g} s: {what}")
+    return [{"attempt": k, "time": t} for k in range(3) for t in step_times(job, k)]
 
 
 def _first_new_step(job: str, attempt: int) -> Optional[float]:
@@ -85,8 +62,7 @@ def _first_new_step(job: str, attempt: int) -> Optional[float]:
 
 def _rate(job: str, attempt: int) -> Optional[float]:
     """Optimizer steps per second of rank 0 in ``attempt``, its first step (compile) left out."""
-    times = sorted(r["time"] for r in _steps(job) if r.get("attempt") == attempt)[1:]
-    return (len(times) - 1) / (times[-1] - times[0]) if len(times) >= 3 and times[-1] > times[0] else None
+    return step_rate(step_times(job, attempt)[1:])
 
 
 def main() -> int:
@@ -124,18 +100,18 @@ def main() -> int:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         try:
             log0 = os.path.join(job, "worker_0.log")
-            _wait(lambda: os.path.exists(log0) and f"step: {args.cut_at}," in open(log0).read(), 600, "the cut")
+            wait_until(lambda: os.path.exists(log0) and f"step: {args.cut_at}," in open(log0).read(), 600, "the cut")
             t_cut = time.time()
             c.cut_link(1)
             c.cut_link(2)
-            _wait(lambda: any(e["kind"] == "resized" for e in _events(job)), 300, "attempt 1 planned")
+            wait_until(lambda: any(e["kind"] == "resized" for e in job_events(job)), 300, "attempt 1 planned")
             c.restore_link(1)
             c.restore_link(2)
-            t_small = _wait(lambda: _first_new_step(job, 1), 600, "attempt 1's first step")
-            _wait(lambda: len([r for r in _steps(job) if r["attempt"] == 1]) >= args.small_steps, 600, "steps")
+            t_small = wait_until(lambda: _first_new_step(job, 1), 600, "attempt 1's first step")
+            wait_until(lambda: len([r for r in _steps(job) if r["attempt"] == 1]) >= args.small_steps, 600, "steps")
             t_kill = time.time()
             os.kill(rank_pids(mark)[("1", 0)], signal.SIGKILL)
-            t_full = _wait(lambda: _first_new_step(job, 2), 600, "attempt 2's first step")
+            t_full = wait_until(lambda: _first_new_step(job, 2), 600, "attempt 2's first step")
             proc.communicate(timeout=1800)
             code = proc.returncode
         finally:
@@ -143,7 +119,7 @@ def main() -> int:
                 proc.kill()
                 proc.communicate()
         left = c.all_pids()
-    ev = _events(job)
+    ev = job_events(job)
     failure = [e["time"] for e in ev if e["kind"] in ("failure", "hung") and e["time"] >= t_cut]
     restart = [e["time"] for e in ev if e["kind"] == "restart" and e["time"] >= t_cut]
     shrink = t_small - t_cut

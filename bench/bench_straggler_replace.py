@@ -27,51 +27,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchkit import exit_if_cannot_run  # noqa: E402  (after sys.path is set above)
+from benchkit import exit_if_cannot_run, job_events, step_rate, step_times, wait_until  # noqa: E402  (after sys.path)
 
 from tests.harness.faultstream import rank_pids  # noqa: E402  (after sys.path is set above)
 from tests.harness.hostfaults import CPU_ROOT, cgroup_v1_cpu, throttle_cpu, throttle_pids, unthrottle  # noqa: E402
 from tests.harness.netns_cluster import NamespaceCluster  # noqa: E402  (after sys.path is set above)
 
 DPLOOP = os.path.join(ROOT, "tests", "scripts", "dploop.py")
-
-
-def _events(job: str) -> List[Dict[str, Any]]:
-    path = os.path.join(job, "events.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def _step_times(job: str, attempt: int) -> List[float]:
-    path = os.path.join(job, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        recs = [json.loads(line) for line in fh if line.strip()]
-    return sorted(
-        r["time"] for r in recs if r.get("kind") == "step" and r.get("rank") == 0 and r.get("attempt") == attempt
-    )
-
-
-def _rate(times: List[float]) -> Optional[float]:
-    return (len(times) - 1) / (times[-1] - times[0]) if len(times) >= 3 and times[-1] > times[0] else None
-
-
-def _wait(cond: Any, within: float, what: str) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise SystemExit(f"bench_straggler_replace: not within {within:g} s: {what}")
 
 
 def main() -> int:
@@ -101,15 +67,19 @@ def main() -> int:
         env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=work)
         try:
-            _wait(lambda: len(_step_times(job, 0)) >= 3, 120, "the first steps")
+            wait_until(lambda: len(step_times(job, 0)) >= 3, 120, "the first steps")
             time.sleep(args.before)  # the anchor's steps (a bench measures over time; tests wait on conditions)
             t_slow = time.time()
             group = throttle_cpu(c, 1, quota_us=args.quota)
             throttled = True
             throttle_pids(os.path.relpath(group, CPU_ROOT), [rank_pids(mark)[("0", 1)]], quota_us=args.quota)
-            named = _wait(lambda: [e for e in _events(job) if e["kind"] == "straggler"], 300, "the straggler")[0]
-            planned = _wait(lambda: [e for e in _events(job) if e["kind"] == "planned_restart"], 300, "the restart")[0]
-            first = _wait(lambda: _step_times(job, 1)[:1], 300, "the first step on the spare")[0]
+            named = wait_until(lambda: [e for e in job_events(job) if e["kind"] == "straggler"], 300, "the straggler")[
+                0
+            ]
+            planned = wait_until(
+                lambda: [e for e in job_events(job) if e["kind"] == "planned_restart"], 300, "the restart"
+            )[0]
+            first = wait_until(lambda: step_times(job, 1)[:1], 300, "the first step on the spare")[0]
             unthrottle(c, 1)
             throttled = False
             time.sleep(args.after)
@@ -125,9 +95,9 @@ def main() -> int:
                 proc.kill()
                 proc.communicate()
         left = c.all_pids()
-    before = [t for t in _step_times(job, 0) if t < t_slow]
-    slow = [t for t in _step_times(job, 0) if t >= t_slow]
-    after = _step_times(job, 1)
+    before = [t for t in step_times(job, 0) if t < t_slow]
+    slow = [t for t in step_times(job, 0) if t >= t_slow]
+    after = step_times(job, 1)
     with open(os.path.join(job, "summary.json")) as fh:
         summary = json.load(fh)
     hosts = sorted(p["host"] for p in summary["attempt_results"][-1]["processes"] if p["rank"] is not None)
@@ -140,9 +110,9 @@ def main() -> int:
         f"planned restart {planned['time'] - t_slow:.1f} s after the quota; "
         f"first step on the spare {first - t_slow:.1f} s after"
     )
-    base = _rate(before)
+    base = step_rate(before)
     for name, times in (("before (anchor)", before), ("while slow", slow), ("after, on the spare", after)):
-        rate = _rate(times)
+        rate = step_rate(times)
         ratio = f"{rate / base:.2f}x the anchor" if rate and base else "too few steps"
         print(f"{name}: {len(times)} steps, {rate or 0:.1f} steps/s, {ratio}")
     print(f"exit code {proc.returncode}; last attempt's hosts {hosts}; nothing left on any host: {not left}")

@@ -38,19 +38,13 @@ from typing import Any, Dict, List, Tuple
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
+from benchkit import job_events  # noqa: E402  (after sys.path is set above)
+
 from launcher.execution.process.proctree import SchedCounter  # noqa: E402
 from tests.harness.cli import mslaunch_argv  # noqa: E402
 
 DPLOOP = os.path.join(HERE, "tests", "scripts", "dploop.py")
 CPU_ROOT = "/sys/fs/cgroup/cpu"
-
-
-def _events(job: str) -> List[Dict[str, Any]]:
-    try:
-        with open(os.path.join(job, "events.jsonl")) as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    except OSError:
-        return []
 
 
 def _odds(s: float) -> float:
@@ -72,7 +66,7 @@ def run_job(folder: str, seconds: float, hogs: int, window: float, quota: int) -
         deadline = time.monotonic() + 60
         pids: Dict[int, int] = {}
         while len(pids) < 3 and time.monotonic() < deadline:
-            pids = {e["rank"]: e["pid"] for e in _events(job) if e["kind"] == "started" and e["rank"] is not None}
+            pids = {e["rank"]: e["pid"] for e in job_events(job) if e["kind"] == "started" and e["rank"] is not None}
             time.sleep(0.2)
         counters = {r: SchedCounter() for r in pids}
         hist: Dict[int, List[Tuple[float, float, float]]] = {r: [] for r in pids}
@@ -101,13 +95,13 @@ def run_job(folder: str, seconds: float, hogs: int, window: float, quota: int) -
                 with open(os.path.join(group, "cgroup.procs"), "w") as fh:
                     fh.write(str(pids[1]))
                 throttled_at = time.time()
-            named = [e for e in _events(job) if e["kind"] == "straggler"]
+            named = [e for e in job_events(job) if e["kind"] == "straggler"]
             if throttled_at is not None and named and out["named_after"] is None:
                 out["named_after"] = named[0]["since"] - throttled_at
                 out["deadline"] = time.monotonic() + 2 * window  # a few windows more of shares
             if out.get("deadline") and time.monotonic() > out["deadline"]:
                 break
-        out["events"] = [e for e in _events(job) if e["kind"] == "straggler"]
+        out["events"] = [e for e in job_events(job) if e["kind"] == "straggler"]
         out["rank_cpu_s"] = sum(h[-1][1] for h in hist.values() if h)
         out["elapsed_s"] = time.monotonic() - t0
     finally:

@@ -8,11 +8,12 @@ port check passes. Import it from a script in ``bench/`` (the script's folder is
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 #: The head of a Python rank program: the imports, and the scheduler's part (listen, then wait).
 RANK_PROGRAM_HEAD = """\
@@ -85,3 +86,40 @@ def exit_if_cannot_run(slurm: bool = False) -> None:
     if reason is not None:
         print(f"cannot run: {reason}", file=sys.stderr)
         sys.exit(2)
+
+
+def job_events(job: str) -> List[Dict[str, Any]]:
+    """A job dir's ``events.jsonl`` as read now (empty before it exists)."""
+    return _jsonl(os.path.join(job, "events.jsonl"))
+
+
+def step_times(job: str, attempt: int, rank: int = 0) -> List[float]:
+    """When ``rank`` logged each step of ``attempt`` (``metrics.jsonl``'s step records), in order."""
+    recs = _jsonl(os.path.join(job, "metrics.jsonl"))
+    return sorted(
+        r["time"] for r in recs if r.get("kind") == "step" and r.get("rank") == rank and r.get("attempt") == attempt
+    )
+
+
+def step_rate(times: List[float]) -> Optional[float]:
+    """Steps per second over ``times`` (None with fewer than 3)."""
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) >= 3 and times[-1] > times[0] else None
+
+
+def wait_until(cond: Callable[[], Any], within: float, what: str) -> Any:
+    """``cond()``'s first true value within ``within`` seconds; else exit with one line naming ``what``."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise SystemExit(f"{os.path.basename(sys.argv[0])}: not within {within:g} s: {what}")
+
+
+def _jsonl(path: str) -> List[Dict[str, Any]]:
+    try:
+        with open(path) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except OSError:
+        return []
