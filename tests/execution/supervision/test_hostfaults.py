@@ -405,18 +405,17 @@ def elastic_plan(job_dir: str, excluded: Sequence[Exclusion] = (), planned: int 
     return Plan(**{**plan.__dict__, "planned_world_size": planned if np != planned else 0})
 
 
+def _elastic_run(tmp_path, job: Faults, min_hosts: int = 1, **spares_kw: Any):
+    """Supervise the 6-rank :func:`elastic_plan` job (``--host-failures 1``, 3 restarts) through ``job``."""
+    job_dir = str(tmp_path / "job")
+    spares = Spares(lambda ex: elastic_plan(job_dir, ex, min_hosts=min_hosts), 1, **spares_kw)
+    options = SuperviseOptions(grace=1.0, max_restarts=3)
+    return Supervisor(elastic_plan(job_dir), job.factory, options, on_event=job.event, spares=spares).run()
+
+
 def test_without_a_spare_the_job_goes_on_smaller_then_grows_back_when_the_host_answers(tmp_path):
     job = Faults({0: "h2", 1: ("h1", 3)}.get)  # h2 fails (left out at once: --host-failures 1), then a rank on h1
-    job_dir = str(tmp_path / "job")
-    spares = Spares(lambda ex: elastic_plan(job_dir, ex), 1, rejoin_after=0.0, reachable=lambda host: True)
-    sup = Supervisor(
-        elastic_plan(job_dir),
-        job.factory,
-        SuperviseOptions(grace=1.0, max_restarts=3),
-        on_event=job.event,
-        spares=spares,
-    )
-    result = sup.run()
+    result = _elastic_run(tmp_path, job, rejoin_after=0.0, reachable=lambda host: True)
     assert (result.status, result.attempts) == (SUCCEEDED, 3)
     assert [(p.world_size, p.planned_size, sorted({r.host for r in p.ranks})) for p in job.plans] == [
         (6, 6, ["h1", "h2", "h3"]),
@@ -443,16 +442,7 @@ def test_without_a_spare_the_job_goes_on_smaller_then_grows_back_when_the_host_a
 
 def test_below_min_hosts_the_job_stops_with_the_one_line(tmp_path):
     job = Faults({0: "h2", 1: "h1"}.get)
-    job_dir = str(tmp_path / "job")
-    spares = Spares(lambda ex: elastic_plan(job_dir, ex, min_hosts=2), 1, rejoin_after=None)
-    sup = Supervisor(
-        elastic_plan(job_dir),
-        job.factory,
-        SuperviseOptions(grace=1.0, max_restarts=3),
-        on_event=job.event,
-        spares=spares,
-    )
-    result = sup.run()
+    result = _elastic_run(tmp_path, job, min_hosts=2, rejoin_after=None)
     assert (result.status, result.attempts) == (FAILED, 2)
     assert result.message == "--min-hosts: 1 hosts left, fewer than --min-hosts 2"
     assert [k for k, _ in job.events].count("resized") == 1
