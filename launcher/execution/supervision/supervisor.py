@@ -26,7 +26,7 @@ from launcher.errors import MsLaunchError
 from launcher.execution import stopsignals
 from launcher.execution.backend import attempt_path
 from launcher.execution.process.watchdog import Watchdog
-from launcher.execution.results import FAILED, HUNG, PLANNED, AttemptResult, JobResult, job_result
+from launcher.execution.results import FAILED, HUNG, PLANNED, STOPPED, AttemptResult, JobResult, job_result
 from launcher.execution.settings import SuperviseOptions
 from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
@@ -143,6 +143,9 @@ class Supervisor:
             stopsignals.restore_after_run(previous)
 
     def _done(self, started: float, history: List[AttemptResult]) -> JobResult:
+        sig = stopsignals.first()
+        if history[-1].status == PLANNED and sig is not None:  # stopped during a planned restart: stopped
+            history[-1] = replace(history[-1], status=STOPPED, exit_code=128 + sig)
         done = job_result(self.plan.job_id, self.plan.job_dir, started, history)
         extra = dict(done.extra)
         if self.plan.excluded:

@@ -517,8 +517,8 @@ class Planned:
     """Backends per attempt whose ranks run until torn down; when attempt ``at`` has started,
     ``ask`` asks for a planned restart; in the attempts after it every rank exits 0."""
 
-    def __init__(self, planned: Any, at: int, ask: Any) -> None:
-        self.planned, self.at, self.ask = planned, at, ask
+    def __init__(self, planned: Any, at: int, ask: Any, base: Any = FakeBackend) -> None:
+        self.planned, self.at, self.ask, self.base = planned, at, ask, base
         self.plans: List[Plan] = []
         self.backends: List[FakeBackend] = []
         self.events: List[Tuple[str, Dict[str, Any]]] = []
@@ -527,7 +527,7 @@ class Planned:
         self.plans.append(plan)
         job = self
 
-        class Backend(FakeBackend):
+        class Backend(self.base):  # type: ignore[name-defined]  # the test's base backend
             def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
                 handle = super().start(proc, log_path, cwd)
                 if attempt > job.at:
@@ -544,14 +544,14 @@ class Planned:
         self.events.append((event.kind, event.to_json()))
 
 
-def _planned_job(tmp_path, ask, plan, replan, **spares_kw):
+def _planned_job(tmp_path, ask, plan, replan, base: Any = FakeBackend, **spares_kw):
     from launcher.execution.supervision.hangwatch import HangWatch
     from launcher.execution.supervision.planned import PlannedRestarts
     from launcher.logs.hang import HangPolicy
 
     hang = HangWatch(HangPolicy.parse("off", None, "off"))
     hang.planned = PlannedRestarts()
-    job = Planned(hang.planned, 0, ask)
+    job = Planned(hang.planned, 0, ask, base)
     spares = Spares(replan, 2, **spares_kw)
     sup = Supervisor(plan, job.factory, SuperviseOptions(grace=1.0), on_event=job.event, spares=spares, hang=hang)
     return job, sup.run(), spares
@@ -629,3 +629,35 @@ def test_a_planned_restart_that_grows_takes_the_host_back(tmp_path):
     ]
     assert [d["world_size"] for k, d in events_seen if k == "resized"] == [4, 6]
     assert ("planned_restart", {"reason": "h3 answers again: growing back to 6 ranks"}) in events_seen
+
+
+def test_a_stop_signal_during_a_planned_restart_stops_the_job(tmp_path):
+    """mslaunch is told to stop (SIGTERM recorded while the planned attempt tears down): no restart,
+    and the job ends ``stopped`` with 143, not ``planned``."""
+    import signal as sig
+
+    from launcher.execution import stopsignals
+    from launcher.execution.supervision.planned import PlannedRequest
+
+    job_dir = str(tmp_path / "job")
+
+    class Stopping(FakeBackend):
+        def start(self, proc: ProcPlan, log_path: str, cwd: str) -> FakeProcess:
+            handle = super().start(proc, log_path, cwd)
+            original = handle.terminate
+
+            def terminate() -> None:
+                stopsignals.pending.append(sig.SIGTERM)  # as the handler records it
+                original()
+
+            handle.terminate = terminate  # type: ignore[method-assign]
+            return handle
+
+    ask = lambda planned: planned.request(PlannedRequest("leaving out h2: slow", (("h2", "straggler: slow"),)))  # noqa: E731
+    try:
+        _, result, _ = _planned_job(
+            tmp_path, ask, host_plan(job_dir), lambda ex: host_plan(job_dir, excluded=ex), base=Stopping
+        )
+    finally:
+        stopsignals.pending.clear()
+    assert (result.status, result.exit_code, result.attempts) == ("stopped", 143, 1)
