@@ -38,6 +38,7 @@ def attempt_lines(summary: Optional[Mapping[str, Any]]) -> List[str]:
     if len(attempts) < 2 and not any(a.get("resumed_from_step") for a in attempts):
         return []
     out = []
+    sizes = {r.get("attempt"): r for r in (summary or {}).get("resized") or [] if isinstance(r, Mapping)}
     for a in attempts:
         text = f"attempt {a.get('attempt')}: {a.get('status')}"
         why = a.get("ended_because")
@@ -49,7 +50,14 @@ def attempt_lines(summary: Optional[Mapping[str, Any]]) -> List[str]:
             text += f"; reached step {a['best_step']}"
         if a.get("steps_lost"):
             text += f"; {a['steps_lost']} step(s) lost"
-        if a.get("replanned"):
+        size = sizes.get(a.get("attempt"))
+        if size is not None:  # --min-hosts: fewer hosts, or back
+            hosts = size.get("hosts")
+            text += (
+                f"; re-planned: {size.get('world_size')} of {size.get('planned')} ranks on {hosts} "
+                f"host{'s' * (hosts != 1)}"
+            )
+        elif a.get("replanned"):
             text += "; re-planned on spare hosts"
         out.append(text)
     note = (summary or {}).get("restarts_stopped")

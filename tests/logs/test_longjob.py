@@ -132,3 +132,22 @@ def test_stragglers_of_the_summary_and_of_a_running_job() -> None:
     assert [r["rank"] for r in now] == [1]
     assert straggler_lines(now) == [line.split(", cleared")[0] + "): rank 1 on h2 waited for CPU 90 %"]
     assert running_stragglers([{"kind": "started", "attempt": 1}, named]) == []  # an earlier attempt's
+
+
+def test_an_attempt_planned_smaller_or_grown_back_says_its_size():
+    summary = {
+        "attempt_results": [
+            {"attempt": 0, "status": "failed"},
+            {"attempt": 1, "status": "planned", "replanned": True},
+            {"attempt": 2, "status": "succeeded", "replanned": True},
+        ],
+        "resized": [
+            {"attempt": 1, "world_size": 1, "previous": 3, "planned": 3, "hosts": 1, "why": "h2: host lost"},
+            {"attempt": 2, "world_size": 3, "previous": 1, "planned": 3, "hosts": 3, "why": "back: h2"},
+        ],
+    }
+    assert attempt_lines(summary)[1:] == [
+        "attempt 1: planned; re-planned: 1 of 3 ranks on 1 host",
+        "attempt 2: succeeded; re-planned: 3 of 3 ranks on 3 hosts",
+    ]
+    assert attempt_lines({**summary, "resized": "junk"})[1] == "attempt 1: planned; re-planned on spare hosts"

@@ -95,7 +95,8 @@ def _sentence(e: Mapping[str, Any], attempt: int) -> Optional[str]:
         )
         return (
             f"Attempt {_s(e.get('attempt'))} {'went on with' if smaller else 'grew back to'} "
-            f"{_s(e.get('world_size'))} of the {_s(e.get('planned'))} planned ranks on {_s(e.get('hosts'))} hosts "
+            f"{_s(e.get('world_size'))} of the {_s(e.get('planned'))} planned ranks on {_s(e.get('hosts'))} "
+            f"host{'s' * (e.get('hosts') != 1)} "
             f"({_s(e.get('why'))})."
         )
     if kind == EventKind.STOP_RESTARTS:

@@ -40,3 +40,18 @@ def test_a_job_that_went_on_smaller_and_grew_back_is_told_in_words() -> None:
         ("host_rejoined", "h2 answered again and was given ranks from attempt 3 on."),
         ("resized", "Attempt 3 grew back to 6 of the 6 planned ranks on 3 hosts (back: h2)."),
     ]
+
+
+def test_one_host_is_one_host() -> None:
+    e = {
+        "time": 2.0,
+        "kind": "resized",
+        "attempt": 1,
+        "world_size": 1,
+        "previous": 3,
+        "planned": 3,
+        "hosts": 1,
+        "why": "x",
+    }
+    (line,) = [line.text for line in story([e], []) if line.kind == "resized"]
+    assert line == "Attempt 1 went on with 1 of the 3 planned ranks on 1 host (x)."
