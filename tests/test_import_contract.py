@@ -39,6 +39,7 @@ ACYCLIC = "No import cycles between sibling modules"
 MAX_LINES = 500
 
 
+@pytest.mark.e2e
 @pytest.mark.needs("import-linter")
 def test_the_real_tree_keeps_every_contract():
     r = lint(REPO)
@@ -77,6 +78,7 @@ def _imported(line: str) -> str:
     return line.split("from ")[-1].split(" import")[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.needs("import-linter")
 def test_each_forbidden_import_breaks_its_contract_and_is_named(tmp_path):
     """All the forbidden imports in one copy, one ``lint-imports`` run (each run costs most of a
@@ -96,6 +98,7 @@ def test_each_forbidden_import_breaks_its_contract_and_is_named(tmp_path):
     assert "4 kept" not in r.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.needs("import-linter")
 def test_one_forbidden_import_alone_breaks_its_contract(tmp_path):
     """The copy is clean as copied; one line in one module is enough to break a contract."""
@@ -125,6 +128,7 @@ def test_one_forbidden_import_alone_breaks_its_contract(tmp_path):
         ("launcher/execution/backend.py", "def f():\n    from launcher.execution.supervision import supervisor\n"),
     ],
 )
+@pytest.mark.e2e
 @pytest.mark.needs("import-linter")
 def test_an_import_cycle_breaks_the_acyclic_contract(tmp_path, module, line):
     root = copy_tree(tmp_path)

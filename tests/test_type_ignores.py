@@ -43,6 +43,7 @@ def _launcher_files() -> List[Path]:
     return sorted(LAUNCHER.rglob("*.py"))
 
 
+@pytest.mark.heavy
 def test_every_ignore_has_a_code_and_a_reason() -> None:
     problems = []
     for path in _launcher_files():

@@ -27,6 +27,7 @@ MODULES = ("run", "jobs", "check", "doctor", "top", "sbatch", "k8s", "ranktable"
         (("--help",), MODULES),
     ],
 )
+@pytest.mark.e2e
 def test_a_command_imports_its_own_modules_only(args: Tuple[str, ...], wanted: Tuple[str, ...]) -> None:
     code = (
         "import atexit, sys\n"

@@ -73,6 +73,7 @@ def _wait(what, predicate, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.e2e
 def test_a_detached_runs_title_shows_no_env_value(tmp_path):
     """A real ``run --detach`` (2 ranks, umask 022): its /proc/PID/cmdline names the variables with
     ``<hidden>`` values, the ranks get the real values (and not the carrier variable), the job
@@ -143,6 +144,7 @@ def test_a_detached_runs_title_shows_no_env_value(tmp_path):
     assert json.loads((job_dir / "summary.json").read_text())["status"] == "stopped"
 
 
+@pytest.mark.e2e
 def test_a_foreground_runs_title_shows_no_env_value_once_it_started(tmp_path):
     """``mslaunch run --env K=V`` in the foreground (as sbatch.sh starts it): once the ranks run,
     /proc/PID/cmdline shows ``K=<hidden>``, its short name (comm) is unchanged, the ranks have the

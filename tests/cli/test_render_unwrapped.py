@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.harness.cli import run_process
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 PROG = os.path.join(HERE, "scripts", "rankprog.py")
 
 
+@pytest.mark.e2e
 def test_summary_and_ps_print_long_paths_whole_when_not_a_terminal(tmp_path) -> None:
     env = dict(os.environ, MSLAUNCH_HOME=str(tmp_path / "home"), COLUMNS="80")
     job = tmp_path / ("a_log_directory_whose_name_alone_is_longer_than" + "_x" * 30) / "job"

@@ -13,7 +13,12 @@ pays for its own time.  A test that takes long says so with ``pytest.mark.cost(S
   fails (``make test`` only: :data:`ENFORCE_VAR` set), so a new slow test cannot slip in
   unannounced;
 * with ``MSLAUNCH_TEST_BUDGET=SECONDS`` (``make test`` sets it to pytest's share of the budget),
-  the run fails when pytest's own wall time passes it.
+  the run fails when pytest's own wall time passes it;
+* the tests of ``make test-fast`` (none of the markers of :data:`NOT_FAST`) stay cheap: a test
+  there that used more than :data:`FAST_CPU_SECONDS` of CPU (its own and its child processes',
+  from ``getrusage``: CPU time, not wall time, so a busy machine does not make it fail) is named,
+  and the run fails (``make test`` and ``make test-fast``): one that starts a program as a
+  process is ``e2e``, one that works at scale in-process is ``heavy``.
 
 Times on this machine are noisy (other work shares its two cores), so the limits are loose:
 they catch a test that is several times slower than it says, not a slow minute.  A subset of the
@@ -23,6 +28,7 @@ suite (``-k``, ``-m``, a file) is not held to the total.
 from __future__ import annotations
 
 import os
+import resource
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -39,6 +45,14 @@ GRACE_SECONDS = 10.0
 ENFORCE_VAR = "MSLAUNCH_TEST_LIMITS"
 #: pytest's wall-time budget of the whole suite, in seconds (unset: not checked).
 BUDGET_VAR = "MSLAUNCH_TEST_BUDGET"
+#: Set by ``make test-fast`` (also read by tests/harness/hypo.py).
+FAST_VAR = "MSLAUNCH_FAST_TESTS"
+#: The markers ``make test-fast`` leaves out (its ``-m`` expression; tests/harness/test_budget.py
+#: holds the Makefile to it).
+NOT_FAST = ("mindspore", "netns", "mpi", "slurm", "e2e", "heavy")
+#: The most CPU seconds (its own process's and its children's) a test of ``make test-fast`` may use;
+#: those left there use at most about 0.5 s.
+FAST_CPU_SECONDS = 1.0
 
 
 def declared(costs: Mapping[str, Tuple[str, float]]) -> Dict[str, float]:
@@ -90,6 +104,23 @@ def too_slow(
     return out
 
 
+def too_heavy(cpu: Mapping[str, float], limit: float = FAST_CPU_SECONDS) -> List[str]:
+    """One line per test of ``make test-fast`` that used more than ``limit`` CPU seconds."""
+    return [
+        f"{nodeid} used {seconds:.1f} s of CPU, over {limit:g} s for a test of make test-fast:"
+        " mark it pytest.mark.e2e if it starts a program as a process, pytest.mark.heavy if it works"
+        " at scale, or make it cheaper"
+        for nodeid, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])
+        if seconds > limit
+    ]
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it waited for, so far."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def over_budget(wall: float, budget: Optional[float]) -> List[str]:
     """One line when pytest's wall time passed ``budget`` seconds."""
     if budget is None or wall <= budget:
@@ -107,7 +138,9 @@ class BudgetPlugin:
         self.start = time.monotonic()
         self.costs: Dict[str, Tuple[str, float]] = {}
         self.durations: Dict[str, float] = {}
+        self.cpu: Dict[str, float] = {}  # make test-fast's tests: CPU seconds each
         self.problems: List[str] = []
+        self._cpu_at_setup = 0.0
 
     def pytest_collection_modifyitems(self, config: Any, items: List[Any]) -> None:
         from tests.harness.order import cost_of
@@ -121,12 +154,26 @@ class BudgetPlugin:
         if problems:
             raise pytest.UsageError("\n".join(problems))
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: Any) -> None:
+        self._cpu_at_setup = cpu_seconds()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        """On a test of ``make test-fast``'s teardown report: the CPU seconds of its three phases
+        (measured where it ran: the pytest-xdist worker)."""
+        outcome = yield
+        if call.when == "teardown" and not any(item.get_closest_marker(m) for m in NOT_FAST):
+            outcome.get_result().user_properties.append(("cpu", cpu_seconds() - self._cpu_at_setup))
+
     def pytest_runtest_logreport(self, report: Any) -> None:
         self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + float(report.duration)
         for name, value in getattr(report, "user_properties", ()):
             if name == "cost":
                 key, seconds = value
                 self.costs[report.nodeid] = (str(key), float(seconds))
+            elif name == "cpu":
+                self.cpu[report.nodeid] = float(value)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
@@ -134,6 +181,8 @@ class BudgetPlugin:
             return  # the controller sees every report and judges
         if os.environ.get(ENFORCE_VAR):
             self.problems += too_slow(self.durations, self.costs)
+        if os.environ.get(ENFORCE_VAR) or os.environ.get(FAST_VAR, "") not in ("", "0"):
+            self.problems += too_heavy(self.cpu)
         budget = os.environ.get(BUDGET_VAR)
         if budget and whole_suite(session.config):
             self.problems += over_budget(time.monotonic() - self.start, float(budget))

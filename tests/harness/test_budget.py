@@ -65,3 +65,38 @@ def test_the_plugin_reads_costs_from_the_reports_and_fails_a_passing_run(monkeyp
     plugin.pytest_sessionfinish(session, 0)
     assert session.exitstatus == 1
     assert [p.split(",")[0] for p in plugin.problems] == ["tests/a.py::test_job took 72 s"]
+
+
+def test_a_test_of_the_fast_loop_over_a_cpu_second_is_named():
+    from tests.harness.budget import too_heavy
+
+    assert too_heavy({"tests/a.py::test_unit": 0.4, "tests/a.py::test_edge": 1.0}) == []
+    (line,) = too_heavy({"tests/a.py::test_unit": 0.4, "tests/a.py::test_spawns": 1.7})
+    assert line.startswith("tests/a.py::test_spawns used 1.7 s of CPU, over 1 s for a test of make test-fast")
+    assert "pytest.mark.e2e" in line and "pytest.mark.heavy" in line
+
+
+def test_the_cpu_of_a_fast_test_reaches_the_controller_and_fails_the_run(monkeypatch):
+    from tests.harness.budget import BudgetPlugin
+
+    monkeypatch.delenv("MSLAUNCH_TEST_LIMITS", raising=False)
+    monkeypatch.setenv("MSLAUNCH_FAST_TESTS", "1")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    plugin = BudgetPlugin()
+    report = _Report("tests/c.py::test_spawns", 0.1)
+    report.user_properties.append(("cpu", 2.5))
+    plugin.pytest_runtest_logreport(report)
+    session = _Session()
+    plugin.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == 1 and plugin.problems[0].startswith("tests/c.py::test_spawns used 2.5 s of CPU")
+
+
+def test_make_test_fast_leaves_out_the_markers_the_budget_knows():
+    import re
+
+    from tests.harness.budget import NOT_FAST
+    from tests.harness.paths import REPO
+
+    with open(f"{REPO}/Makefile") as fh:
+        (expr,) = re.findall(r'MSLAUNCH_FAST_TESTS=1 .* -m "not \(([^)]*)\)"', fh.read())
+    assert tuple(expr.split(" or ")) == NOT_FAST

@@ -23,12 +23,14 @@ def test_the_command_line_is_python_m_launcher_under_this_interpreter():
 @pytest.mark.parametrize(
     "args", [("plan", "--np", "0", "train.py"), ("run", "--np", "2", "--bogus", "x.py"), ("status", "no-such-job")]
 )
+@pytest.mark.e2e
 def test_in_this_process_and_as_a_process_the_cli_answers_alike(args, tmp_path):
     inside, outside = run_cli(*args, cwd=str(tmp_path)), run_process(*args, cwd=str(tmp_path))
     assert (inside.returncode, inside.stdout, inside.stderr) == (outside.returncode, outside.stdout, outside.stderr)
     assert outside.returncode == 2 and outside.stderr.startswith("mslaunch: error: ")
 
 
+@pytest.mark.e2e
 def test_imports_come_before_the_cli_and_popen_arguments_replace_the_captures(tmp_path):
     r = run_process("--help", imports=("this",), cwd=str(tmp_path))  # importing `this` prints the Zen of Python
     assert r.returncode == 0 and r.stdout.startswith("The Zen of Python") and "Usage: mslaunch" in r.stdout

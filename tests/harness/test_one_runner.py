@@ -167,6 +167,7 @@ def violations(source: str, where: str) -> List[str]:
     return sorted(set(found))
 
 
+@pytest.mark.heavy
 def test_no_test_module_runs_mslaunch_but_through_the_harness():
     found = []
     for path in sorted(TESTS.rglob("*.py")):

@@ -63,6 +63,7 @@ def test_a_real_failure_is_classified(script, kind, evidence, hint):
     assert evidence in cause.evidence and hint in cause.hint
 
 
+@pytest.mark.e2e
 def test_the_same_real_failure_twice_is_the_same_cause_a_restart_cannot_fix():
     from launcher.logs.causes import same_unfixable
 
@@ -81,6 +82,7 @@ def _kernel_lines() -> list:
     os.geteuid() != 0 or not os.path.exists(os.path.join(MEMCG, "memory.limit_in_bytes")),
     reason="needs root and a cgroup v1 memory controller",
 )
+@pytest.mark.e2e
 def test_a_real_oom_kill_under_a_cgroup_limit():
     group = os.path.join(MEMCG, f"mslaunch-test-{uuid.uuid4().hex[:8]}")
     os.mkdir(group)

@@ -280,6 +280,7 @@ def test_idle_sweeps_back_off_and_lines_reset_the_wait(tmp_path):
     assert f.next_wait(3) == 0.1 and f.next_wait(0) == 0.2
 
 
+@pytest.mark.heavy
 def test_lines_from_1500_files_all_arrive_in_order(tmp_path):
     """1,500 rank logs growing while a follower thread runs: every line of every file arrives,
     in each file's order, with the right label."""

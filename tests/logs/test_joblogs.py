@@ -62,6 +62,7 @@ def test_logs_tail_and_ls_never_read_outside_the_job_dir(job) -> None:
     assert "[rank 3] rank3 fine" in run_cli("logs", "tail", str(job)).stdout
 
 
+@pytest.mark.heavy
 def test_report_never_reads_outside_the_job_dir(job, tmp_path) -> None:
     out = tmp_path / "report"
     r = run_cli("report", str(job), "-o", str(out))

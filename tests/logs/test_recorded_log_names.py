@@ -51,6 +51,7 @@ def named_job(tmp_path_factory):
     return tmp, job
 
 
+@pytest.mark.e2e
 def test_logs_tail_and_ls_find_worker_log_name_logs(named_job) -> None:
     tmp, job = named_job
     t = cli(tmp, "logs", "tail", "--log-dir", str(job), "-n", "100")
@@ -67,6 +68,7 @@ def test_logs_tail_and_ls_find_worker_log_name_logs(named_job) -> None:
     ]
 
 
+@pytest.mark.e2e
 def test_top_status_and_metrics_read_worker_log_name_logs(named_job) -> None:
     tmp, job = named_job
     recs = [json.loads(line) for line in open(job / "metrics.jsonl")]
@@ -84,6 +86,7 @@ def test_top_status_and_metrics_read_worker_log_name_logs(named_job) -> None:
         os.rename(tmp / "metrics.jsonl.bak", job / "metrics.jsonl")
 
 
+@pytest.mark.e2e
 def test_a_missing_recorded_log_is_named_in_one_line(named_job, tmp_path) -> None:
     tmp, job = named_job
     copy = tmp_path / "job"
@@ -100,6 +103,7 @@ def test_a_missing_recorded_log_is_named_in_one_line(named_job, tmp_path) -> Non
     assert ls[1].split() == ["rank", "1", "-", str(copy / "train_1.log"), "(no", "log", "yet)"]
 
 
+@pytest.mark.e2e
 def test_attempt_folders_keep_the_recorded_names(named_job, tmp_path) -> None:
     _, job = named_job
     attempt = tmp_path / "attempt_2"

@@ -359,6 +359,7 @@ def test_env_file_parsing():
     assert str(err.value) == "e.env:2: expected NAME=VALUE, got 'not a pair'"
 
 
+@pytest.mark.e2e
 def test_cli_plan_json_2x8_each_method(tmp_path):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("10.0.0.1 slots=8\n10.0.0.2 slots=8\n")
@@ -424,6 +425,7 @@ def test_cli_plan_json_2x8_each_method(tmp_path):
     assert not (tmp_path / "job").exists()  # planning writes nothing
 
 
+@pytest.mark.e2e
 def test_cli_env_show_and_errors(tmp_path):
     r = run_process(
         "env", "show", "--rank", "1", "-H", "localhost:2", "--env", "X=a b", "--master-port", "9100", "t.py", timeout=60
@@ -440,6 +442,7 @@ def test_cli_env_show_and_errors(tmp_path):
     assert (r.returncode, r.stderr) == (2, "mslaunch: error: --rank: rank 5 is not in 0..1\n")
 
 
+@pytest.mark.e2e
 def test_cli_hostfile_gen(tmp_path):
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text("hosts:\n  - {host: a, slots: 4}\n  - {host: b, slots: 4}\n")
@@ -451,6 +454,7 @@ def test_cli_hostfile_gen(tmp_path):
     assert r.stdout == "n1 slots=2\nn2 slots=1\n"
 
 
+@pytest.mark.e2e
 def test_msrun_flag_names_are_accepted(tmp_path):
     r = run_process(
         "plan",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -356,6 +357,7 @@ CLUSTERS = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.heavy
 @SETTINGS
 @given(CLUSTERS, st.booleans())
 def test_cluster_yaml_random_structures(doc: dict, flow: bool) -> None:

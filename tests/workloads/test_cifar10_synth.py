@@ -144,6 +144,7 @@ def test_bad_counts_raise_a_one_line_error(tmp_path: Path, kwargs: dict, message
     assert not (tmp_path / "cifar-10-batches-bin").exists()
 
 
+@pytest.mark.e2e
 def test_module_main_and_cli_command(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

@@ -27,6 +27,7 @@ PROG = (
         ({"MSLAUNCH_ATTEMPT": "1", "OMPI_COMM_WORLD_SIZE": "2"}, True),  # under mpirun the scheduler waits again
     ],
 )
+@pytest.mark.e2e
 def test_exit_now_flushes_exits_with_the_code_and_skips_atexit_only_under_mslaunchs_supervision(extra, handlers_run):
     env = {k: v for k, v in os.environ.items() if k not in ("MSLAUNCH_ATTEMPT", "OMPI_COMM_WORLD_SIZE")}
     env.update(extra, PYTHONPATH=ROOT)
@@ -54,6 +55,7 @@ CRASHING = (
 )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("how, signum", [("segv", 11), ("abort", 6), ("thread", 11)])
 def test_a_crash_in_the_exit_cleanup_after_the_result_keeps_the_results_exit_code(how, signum):
     env = {

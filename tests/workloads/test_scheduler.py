@@ -6,9 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.e2e
 def test_outside_the_scheduler_role_it_refuses_in_one_line():
     env = {k: v for k, v in os.environ.items() if k != "MS_ROLE"}
     r = subprocess.run(

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from launcher.execution.mpirun.backend import lost_host, report_outcomes, watched_agent
 from launcher.execution.mpirun.rshwatch import record_path
 from launcher.execution.results import ProcResult, earliest_failure
@@ -22,6 +24,7 @@ def _agent(tmp_path, host, *command):
     return subprocess.run(argv, timeout=60).returncode
 
 
+@pytest.mark.e2e
 def test_the_wrapper_records_each_session_and_the_first_failure_unasked_is_the_lost_host(tmp_path) -> None:
     assert _agent(tmp_path, "h1", "exit 0") == 0
     assert _agent(tmp_path, "h2", "exit 255") == 255

@@ -154,6 +154,7 @@ def test_an_order_without_commands_answers_no_outcome(bad) -> None:
     assert run_order(bad) == {"outcomes": []}
 
 
+@pytest.mark.e2e
 def test_the_probe_sent_to_a_host_runs_an_order_of_the_planner_without_launcher(tmp_path) -> None:
     """The health probe's source alone (no ``launcher`` importable, as on a host) answers a
     ``devices`` order built by :func:`probe_order`."""

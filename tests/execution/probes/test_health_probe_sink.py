@@ -10,6 +10,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from launcher.execution.checks.health import _argv, close_all
 from launcher.execution.checks.links import LocalLink
@@ -24,6 +25,7 @@ def _closed(sock: socket.socket) -> bool:
         return True
 
 
+@pytest.mark.e2e
 def test_a_sink_refuses_a_peer_without_the_token_and_names_it() -> None:
     token = secrets.token_hex(16)
     links = [LocalLink(n, _argv(sys.executable, "numpy", "127.0.0.1", 60), THREAD_ENV) for n in ("a", "b")]

@@ -89,6 +89,7 @@ NAMES = st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True).filter(lambda n: n
 VALUES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40)
 
 
+@pytest.mark.e2e
 @pytest.mark.cost(6)
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(NAMES, st.tuples(VALUES, VALUES), min_size=1, max_size=4), st.lists(VALUES, max_size=3))

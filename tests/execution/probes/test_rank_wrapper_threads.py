@@ -117,6 +117,7 @@ def _run_rank(tmp_path, local: int, k: int, taskset=None, extra_env=None):
     return (tmp_path / f"worker_{local}.log").read_text()
 
 
+@pytest.mark.e2e
 def test_each_rank_gets_its_share_of_the_hosts_cores_and_rank_0_says_so(tmp_path):
     cpus = len(os.sched_getaffinity(0))
     quota, _ = cgroup_quota(open("/proc/self/mountinfo").read(), open("/proc/self/cgroup").read())
@@ -137,6 +138,7 @@ def test_each_rank_gets_its_share_of_the_hosts_cores_and_rank_0_says_so(tmp_path
     assert "warning" not in one
 
 
+@pytest.mark.e2e
 def test_the_hosts_own_value_wins_and_a_binding_caps_the_share(tmp_path):
     log = _run_rank(tmp_path, 0, 1, extra_env={"OMP_NUM_THREADS": "7"})
     assert log.splitlines()[-1].startswith("OMP=7 MS=")
@@ -176,6 +178,7 @@ def _rank0_env(tmp_path, drop=(), **extra):
     return env
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_a_hostile_threads_list_runs_nothing_and_valid_names_still_export(case, tmp_path, monkeypatch):
     """MSLAUNCH_THREADS can be set with --env: only variable names reach the wrapper's eval."""
@@ -203,6 +206,7 @@ def test_a_hostile_threads_list_runs_nothing_and_valid_names_still_export(case, 
     assert len(skipped) == 1 and skipped[0].startswith("mslaunch: warning: h9: ")
 
 
+@pytest.mark.e2e
 def test_the_wrapper_writes_the_ranks_log_0600_whatever_mpiruns_umask(tmp_path):
     """A rank may print its environment (--env values): its log is created 0600 under umask 022,
     as the local and ssh backends' are, and the scheduler's folder 0700."""

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from launcher.execution.process.handle import ReportedProcess
 from launcher.execution.process.proctree import SchedCounter, is_stopped, task_schedstat, tcp_send_queued
 from launcher.execution.process.spawn import kill_tree
@@ -82,6 +84,7 @@ def test_a_local_ranks_handle_counts_the_seconds_it_has_been_seen_stopped():
         proc.wait()
 
 
+@pytest.mark.e2e
 def test_a_trees_cpu_and_run_delay_seconds_only_grow_while_its_children_come_and_go():
     """A parent that runs a busy child for a moment, again and again: the tree's cumulative CPU
     counts each child while it lived and never goes back when one ends."""

@@ -33,6 +33,7 @@ def sleeper():
     proc.wait()
 
 
+@pytest.mark.e2e
 def test_stackdump_runs_stand_alone_from_its_source_and_prints_json(sleeper, tmp_path):
     """As sent to a host: the standard library only (the one import from ``launcher``, proctree's,
     is skipped: its source comes first), no ``launcher`` package there."""
@@ -124,6 +125,7 @@ def test_write_dumps_names_files_by_rank(tmp_path):
     assert sorted(oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()) == ["0o600"] * 3
 
 
+@pytest.mark.e2e
 def test_one_remote_command_dumps_every_running_rank_of_a_host(tmp_path, sleeper):
     from types import SimpleNamespace
 
@@ -155,6 +157,7 @@ def test_one_remote_command_dumps_every_running_rank_of_a_host(tmp_path, sleeper
     assert got[2] == {}
 
 
+@pytest.mark.e2e
 def test_marker_mode_finds_the_job_ranks_by_their_environment(tmp_path):
     """``--marker KEY=VALUE --ranks``: as a host runs it for mpirun's ranks: a rank's process (the
     wrapper's RANK_ID set for its exec) first, then its child, and no process of another job

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from launcher.execution.process.watchdog import TOKEN_VAR, Watchdog
 from tests.harness.faultkit import wait_for
 
@@ -15,6 +17,7 @@ def _sleeper(env):
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env, start_new_session=True)
 
 
+@pytest.mark.e2e
 def test_a_process_of_the_job_left_at_exit_is_ended_and_nothing_else() -> None:
     wd = Watchdog()
     leftover = _sleeper(dict(os.environ, **{TOKEN_VAR: wd.token}))  # the job's, never torn down

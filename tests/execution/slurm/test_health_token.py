@@ -13,6 +13,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from launcher.execution.checks.health import HealthBudget, close_all, drive, probe_source
 from launcher.execution.probes.health_probe import THREAD_ENV, TOKEN_ENV
@@ -35,6 +36,7 @@ def _probe(name: str, port: int, token: str) -> "subprocess.Popen[bytes]":
     )
 
 
+@pytest.mark.e2e
 def test_an_impostor_with_a_nodes_name_but_no_token_is_refused_and_the_real_probe_counts() -> None:
     token = secrets.token_hex(16)
     srv = socket.socket()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from launcher.execution.process.watchdog import Watchdog, on_death
 
 
@@ -13,6 +15,7 @@ def _writer(path: str) -> list:
     return [sys.executable, "-c", f"open({path!r}, 'w').write('ran')"]
 
 
+@pytest.mark.e2e
 def test_cleanup_runs_when_mslaunch_dies(tmp_path) -> None:
     wd = Watchdog()
     mark = str(tmp_path / "ran")

@@ -51,6 +51,7 @@ def hosts_yaml(c, path, python=None) -> str:
     return str(path)
 
 
+@pytest.mark.e2e
 def test_sigkill_of_mslaunch_ends_remote_ranks_and_grandchildren(fault):
     c = fault.c
     proc = fault.popen(*escaper(fault, "hang"), np=None, extra=("--hosts", c.inventory_yaml))
@@ -63,6 +64,7 @@ def test_sigkill_of_mslaunch_ends_remote_ranks_and_grandchildren(fault):
     assert wait_for(lambda: c.all_pids() == {}, 20), c.all_pids()
 
 
+@pytest.mark.e2e
 def test_agent_that_never_starts_is_reported_as_not_started(fault, tmp_path):
     """The host's "python" reads its input and never answers, like a login shell that hangs."""
     c = fault.c
@@ -79,6 +81,7 @@ def test_agent_that_never_starts_is_reported_as_not_started(fault, tmp_path):
     assert survivors(fault.marker, {}, timeout=30) == []
 
 
+@pytest.mark.e2e
 def test_mpirun_gets_the_ssh_config_mslaunch_resolved_from_home(fault, tmp_path):
     require_tool("mpirun", package="openmpi-bin")
     c = fault.c

@@ -144,6 +144,7 @@ def test_resolve_addrs_gives_aliases_their_hostname(home):
     assert [h.name for h in out.hosts] == ["h1", "h2", "10.1.1.1"]
 
 
+@pytest.mark.e2e
 def test_master_addr_is_the_resolved_hostname_in_the_plan(home, tmp_path, monkeypatch):
     cfg = tmp_path / "cfg"
     cfg.write_text(CONFIG)

@@ -13,6 +13,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 import psutil
+import pytest
 
 from launcher.execution.ssh.agent import FrameReader, bootstrap_payload, op_line
 from launcher.execution.ssh.remote_link import BOOTSTRAP, MAGIC
@@ -168,6 +169,7 @@ def test_one_agent_runs_many_ranks_with_literal_env_and_reports_each_exit(tmp_pa
         assert a.close() == 0
 
 
+@pytest.mark.e2e
 def test_heartbeats_carry_each_running_ranks_cpu_and_run_delay_seconds(tmp_path):
     """Every few seconds a heartbeat has ``sched``: the running ranks' [agent time, cpu s, delay s],
     cumulative (the straggler watch); a sleeping rank's CPU stays near 0."""
@@ -193,6 +195,7 @@ def test_heartbeats_carry_each_running_ranks_cpu_and_run_delay_seconds(tmp_path)
         a.close()
 
 
+@pytest.mark.e2e
 def test_exit_codes_and_signals(tmp_path):
     a = LocalAgent()
     try:
@@ -204,6 +207,7 @@ def test_exit_codes_and_signals(tmp_path):
         a.close()
 
 
+@pytest.mark.e2e
 def test_output_of_many_ranks_stays_ordered_per_rank(tmp_path):
     """8 ranks write 2,000 numbered lines each as fast as they can, stdout and stderr mixed."""
     prog = (
@@ -224,6 +228,7 @@ def test_output_of_many_ranks_stays_ordered_per_rank(tmp_path):
         a.close()
 
 
+@pytest.mark.e2e
 def test_one_rank_fails_while_the_others_run_on(tmp_path):
     a = LocalAgent()
     try:
@@ -245,6 +250,7 @@ def test_one_rank_fails_while_the_others_run_on(tmp_path):
         a.close()
 
 
+@pytest.mark.e2e
 def test_term_kill_and_whole_tree_of_one_rank(tmp_path):
     a = LocalAgent()
     try:
@@ -281,6 +287,7 @@ def test_leftovers_of_an_exited_rank_are_killed_others_untouched(tmp_path):
         a.close()
 
 
+@pytest.mark.e2e
 def test_eof_ends_every_rank_and_its_tree(tmp_path):
     a = LocalAgent()
     trees = []

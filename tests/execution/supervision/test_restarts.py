@@ -239,6 +239,7 @@ def test_each_process_knows_where_mslaunch_says_why_it_stops_it(tmp_path):
     tell_stopping(str(tmp_path / "gone"), "failed")  # best effort: an attempt folder that is gone
 
 
+@pytest.mark.e2e
 def test_a_rank_torn_down_after_a_failure_reads_why_before_its_sigterm(tmp_path):
     prog = os.path.join(os.path.dirname(PROG), "stopwhy.py")
     job = tmp_path / "job"

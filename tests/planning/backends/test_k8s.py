@@ -411,6 +411,7 @@ def test_termination_grace_covers_mslaunch_grace(flavor, grace, expected):
             kv.validate(d, version, strict=True)
 
 
+@pytest.mark.e2e
 def test_kubernetes_validate_command_line_strict(tmp_path):
     """The same check as a user runs it: ``kubernetes-validate --strict -k VERSION FILE``."""
     import shutil

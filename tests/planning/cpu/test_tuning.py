@@ -470,6 +470,7 @@ def cli(*args, cwd=None, timeout=300):
     return run_process(*args, cwd=cwd or ROOT, timeout=timeout, env=env)
 
 
+@pytest.mark.e2e
 def test_dry_run_of_a_non_mindspore_job_has_no_cpu_settings(tmp_path):
     r = cli(
         "run", "--dry-run", "--json", "--np", "2", "--log-dir", str(tmp_path / "j"), "tests/scripts/rankprog.py", "ok"
@@ -479,6 +480,7 @@ def test_dry_run_of_a_non_mindspore_job_has_no_cpu_settings(tmp_path):
     assert "cpu" not in out and all("cpus" not in p and "OMP_NUM_THREADS" not in p["env"] for p in out["ranks"])
 
 
+@pytest.mark.e2e
 def test_bind_core_applies_affinity_at_start_for_any_job(tmp_path):
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:

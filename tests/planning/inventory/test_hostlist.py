@@ -68,6 +68,7 @@ def scontrol_env(tmp_path: Any) -> Any:
     return dict(os.environ, SLURM_CONF=str(conf))
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="scontrol (slurm-client) is not installed")
 @settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(0, 2**32))

@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -102,6 +103,7 @@ def test_big_hostfile_line_numbers_and_comments() -> None:
     assert {h.slots for h in inv.hosts} == {8}
 
 
+@pytest.mark.heavy
 def test_10k_hosts_by_8_assigns_80000_ranks_in_order() -> None:
     inv = parse_hostfile("".join(f"node{i:05d} slots=8\n" for i in range(10000)), "h.txt")
     slots = assign_ranks(inv)

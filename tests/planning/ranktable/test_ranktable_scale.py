@@ -51,6 +51,7 @@ def big_table(servers: int, devices: int = 8, v12: bool = False) -> Any:
     return table
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("v12, devices", [(False, 8), (True, 8), (True, 16)])
 def test_4096_server_table_fits_the_caps_and_validates(v12: bool, devices: int) -> None:
     table = big_table(4096, devices, v12)

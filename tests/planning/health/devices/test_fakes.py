@@ -107,10 +107,12 @@ def faults(target: str, spec: HostDeviceSpec, found: Dict[str, Outcome]):
         ),
     ],
 )
+@pytest.mark.e2e
 def test_ascend_cases(fake_dir, case, status, found):
     assert faults("ascend", TWO, outcomes("ascend", TWO, fake_dir("h", case, net="5"))) == (status, found)
 
 
+@pytest.mark.e2e
 def test_a_device_hccn_tool_does_not_know(fake_dir):
     spec = HostDeviceSpec("h", (6, 7), 2)
     got = faults("ascend", spec, outcomes("ascend", spec, fake_dir("h", "ascend_device_not_exist", net="5")))
@@ -127,6 +129,7 @@ def test_910_93_case_checks_16_devices(fake_dir):
     assert judge_host("ascend", spec, found, SETUP, roce=False).status == "ok"
 
 
+@pytest.mark.e2e
 def test_tls_mismatch_across_hosts(fake_dir):
     specs = [HostDeviceSpec(f"h{k}", (0,), 1) for k in (1, 2, 3)]
     answers = {
@@ -174,10 +177,12 @@ G = HostDeviceSpec("g", (2, 3), 2)
         ),
     ],
 )
+@pytest.mark.e2e
 def test_gpu_cases(fake_dir, case, status, found):
     assert faults("gpu", G, outcomes("gpu", G, fake_dir("g", case))) == (status, found)
 
 
+@pytest.mark.e2e
 def test_gpu_driver_failure_exits_9(fake_dir):
     env = fake_dir("g", "gpu_driver_failed")
     out = run(device_commands("gpu", G, SETUP)[0], env)
@@ -211,6 +216,7 @@ def test_a_hanging_tool_times_out(fake_dir, case, target, key):
     assert f"{key.replace('-i 0 ', '')} timed out after 1 s on h" in report.reason()
 
 
+@pytest.mark.e2e
 def test_the_host_is_chosen_by_slurm_ssh_or_the_default(fake_dir):
     env = fake_dir("10.213.0.2", "ascend_link_down")
     fake_dir("node3", "ascend_healthy")
@@ -323,6 +329,7 @@ def test_the_fake_nvidia_smi_prints_the_lines_of_a_real_h100(fake_dir, case, arg
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, out, "")
 
 
+@pytest.mark.e2e
 def test_the_checks_say_of_the_fake_h100_what_they_said_of_the_real_one(fake_dir):
     """On the real host: idle ``devices ok: GPU 0``; with the process ``GPU 0: held by pid 476 (python3, 8710 MiB)``."""
     spec = HostDeviceSpec("g", (0,), 1)
