@@ -19,6 +19,8 @@
 #                        carrier, MSLAUNCH_V<ctx base>_<NAME> (this context's own value) or
 #                        MSLAUNCH_V_<NAME> (shared), forwarded by a bare -x (see import_vars)
 #   MSLAUNCH_SECRETS     names of secret variables: shown as NAME=<secret> in env<rank>.log
+#   MSLAUNCH_SAMPLER     worker: the host's Python, which samples the rank for the straggler watch
+#                        (see start_sampler)
 #   MSLAUNCH_COLONS      indices of the program's arguments that are ":" (mpirun's context
 #                        separator: written as mslaunch-colon on its command line)
 # and the wrapper exports RANK_ID, DEVICE_ID, LOCAL_RANK (and MS_NODE_ID for dynamic), the
@@ -38,8 +40,10 @@ run_and_reap() {
     (umask 077 && : >"$log")   # 0600 whatever mpirun's umask: a rank may print its environment
     [ -z "$notes" ] || printf '%s\n' "$notes" >>"$log"
     "$@" >>"$log" 2>&1 </dev/null &
-    tell_pid $!
-    wait $!
+    child=$!
+    tell_pid "$child"
+    start_sampler "$child"
+    wait "$child"
     rc=$?
     reap_group
     if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
@@ -56,6 +60,25 @@ tell_pid() {
     d="$(dirname "$log")/rank-pids"
     (umask 077 && mkdir -p "$d" && printf '%s\n' "$1" >"$d/.$pid_name.$$" && mv -f "$d/.$pid_name.$$" "$d/$pid_name") \
         2>/dev/null || true
+}
+
+start_sampler() {
+    # A worker's scheduler figures (CPU and run-delay seconds, TCP send queues) for mslaunch's
+    # straggler watch: <log's folder>/rank-figures/<pid_name>, rewritten every 2 s by
+    # `$MSLAUNCH_SAMPLER -m launcher.execution.process.rankfigures PID FILE` (that host's Python),
+    # which ends once the program is gone (and with this group: reap_group).  Best effort.
+    [ -n "${MSLAUNCH_SAMPLER:-}" ] && [ "$pid_name" != scheduler ] || return 0
+    d="$(dirname "$log")/rank-figures"
+    (umask 077 && mkdir -p "$d") 2>/dev/null || return 0
+    # Only PATH and PYTHONPATH: not the rank's variables (its secrets among them).
+    if [ -n "${PYTHONPATH:-}" ]; then
+        env -i PATH="${PATH:-/usr/bin:/bin}" PYTHONPATH="$PYTHONPATH" \
+            "$MSLAUNCH_SAMPLER" -m launcher.execution.process.rankfigures "$1" "$d/$pid_name" </dev/null >/dev/null 2>&1 &
+    else
+        env -i PATH="${PATH:-/usr/bin:/bin}" \
+            "$MSLAUNCH_SAMPLER" -m launcher.execution.process.rankfigures "$1" "$d/$pid_name" </dev/null >/dev/null 2>&1 &
+    fi
+    return 0
 }
 
 reap_group() {

@@ -118,6 +118,7 @@ def build_plan(spec: JobSpec) -> Plan:
             used_inv,
             spec.ssh_config,
             spec.job_dir,
+            spec.python,
         )
         artefacts += [Artefact(name, kind, text) for name, kind, text in files]
 

@@ -29,7 +29,7 @@ from tests.harness.hostfaults import (
     unshape_link,
     unthrottle,
 )
-from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
+from tests.integration.test_multihost import cluster, cluster_yaml, need_mpirun, wait_nothing_left  # noqa: F401  (fixtures)
 
 
 class _Dploop:
@@ -168,4 +168,33 @@ def test_replace_leaves_the_slow_host_out_at_once_for_the_spare(cluster, tmp_pat
         assert fh.read() == "planned\n"  # what the ranks were told: save, no fault
     assert sorted(p["host"] for p in second["processes"] if p["rank"] is not None) == [ip[0], ip[2]]
     assert s["stragglers"][0]["replaced"] is True
+    assert wait_nothing_left(c) == {}
+
+
+@pytest.mark.netns
+@pytest.mark.mpi
+@pytest.mark.cost(20)
+def test_a_host_under_a_cpu_quota_is_named_through_mpirun(cluster, tmp_path, need_mpirun):  # noqa: F811  (pytest's fixtures, imported above)
+    """The same slow host with ``--launcher mpirun``: mslaunch starts no agent there; each rank's
+    wrapper starts a sampler beside it (``rank-figures/``), and the watch names rank 1 with its host
+    from those figures."""
+    if not cgroup_v1_cpu():
+        pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
+    c = cluster
+    j = _Dploop(c, tmp_path, 2, "--launcher", "mpirun", "--nic", str(c.subnet), "--straggler", "warn:6")
+    try:
+        _until("20 steps", lambda: j.steps() >= 20)
+        assert j.stragglers() == []
+        j.slow_rank_1()
+        _until("rank 1 named", j.stragglers)
+        j.unslow()
+        err = j.finish()
+    finally:
+        j.close()
+    named = j.stragglers()[0]
+    ip1 = c.hosts[1].ip
+    assert (named["rank"], named["host"], named["by"], named["cleared"]) == (1, ip1, "cpu", False), named
+    assert named["evidence"].startswith(f"rank 1 on {ip1} waited for CPU "), named
+    assert sorted(os.listdir(os.path.join(j.job, "rank-figures"))) == ["rank0", "rank1"]
+    assert j.proc.returncode == 0, err
     assert wait_nothing_left(c) == {}

@@ -240,6 +240,8 @@ def test_mpi_16_ranks_and_mpirun_argv():
             "MSLAUNCH_LOG_NAME=worker_{rank}.log",
             "-x",
             "MSLAUNCH_METHOD=mpi",
+            "-x",
+            "MSLAUNCH_SAMPLER=/usr/bin/python3",  # samples the ranks on their host: the straggler watch
         ]
         + ctx
         + [
@@ -267,6 +269,8 @@ def test_mpi_16_ranks_and_mpirun_argv():
             "MSLAUNCH_LOG_NAME=worker_{rank}.log",
             "-x",
             "MSLAUNCH_METHOD=mpi",
+            "-x",
+            "MSLAUNCH_SAMPLER=/usr/bin/python3",  # samples the ranks on their host: the straggler watch
         ]
         + ctx
         + [

@@ -129,6 +129,18 @@ class MpirunProcess(StandInProcess):
             self._pids = named(self.adir, tuple((p.name, p.rank, p.host) for p in procs))
         return self._pids
 
+    def rank_figures(self) -> Dict[int, Tuple[str, Tuple[float, float, float, float]]]:
+        """Each worker's scheduler figures, as the sampler its wrapper started on its host last
+        wrote them (:mod:`launcher.execution.process.rankfigures`)."""
+        from launcher.execution.process.rankfigures import read
+
+        out: Dict[int, Tuple[str, Tuple[float, float, float, float]]] = {}
+        for p in self.job.ranks:
+            figs = read(self.adir, p.rank) if p.rank is not None else None
+            if figs is not None and p.rank is not None:
+                out[p.rank] = (p.host, figs)
+        return out
+
     def stop_gracefully(self) -> None:
         # mpirun forwards SIGTERM to its ranks and then ends them itself; signal only mpirun.
         try:

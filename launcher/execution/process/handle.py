@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from launcher.execution.results import ProcResult
+from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import ProcPlan
 
 
@@ -135,6 +136,19 @@ class ProcessHandle(ABC):
             self._sched_counter = SchedCounter()
         got = self._sched_counter.sample(self.pid)
         return None if got is None else (float(got[0]), float(got[1]), float(got[2]), float(got[3]))
+
+    def rank_figures(self) -> Dict[int, Tuple[str, Tuple[float, float, float, float]]]:
+        """``{rank: (host, figures)}`` of the workers this handle stands for, figures as
+        :meth:`sched_figures` gives them; what the straggler watch judges.
+
+        Default: this handle's own rank (a worker) from :meth:`sched_figures`.  A handle that
+        stands for many ranks (mpirun's, an srun step's) gives theirs, as sampled on their hosts
+        (:mod:`launcher.execution.process.rankfigures`).
+        """
+        if self.plan.rank is None or self.plan.role != Role.WORKER:
+            return {}
+        figs = self.sched_figures()
+        return {} if figs is None else {self.plan.rank: (self.host, figs)}
 
     def notify_exit(self, callback: Callable[[int], None]) -> bool:
         """Ask for ``callback(returncode)`` once the process exited (what ``wait()`` returns),

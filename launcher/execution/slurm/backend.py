@@ -127,6 +127,20 @@ class SrunStepProcess(StandInProcess):
                     self._pids[req.proc.name] = (req.proc.rank, req.proc.host, rec["pid"])
         return self._pids
 
+    def rank_figures(self) -> Dict[int, Tuple[str, Tuple[float, float, float, float]]]:
+        """Each worker of this step's scheduler figures, as its shim last sampled them on its node
+        (:mod:`launcher.execution.process.rankfigures`)."""
+        from launcher.execution.process.rankfigures import read
+
+        attempt_dir = os.path.dirname(self.backend.status_dir)
+        out = {}
+        for req in self.procs:
+            rank = req.proc.rank
+            figs = read(attempt_dir, rank) if rank is not None and req.proc.role == Role.WORKER else None
+            if figs is not None and rank is not None:
+                out[rank] = (req.proc.host, figs)
+        return out
+
     def step_ids(self) -> List[str]:
         """``J.S`` of this step, from the shims' start records (empty until a task started)."""
         ids = set()

@@ -39,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -214,6 +215,11 @@ def main(argv: List[str]) -> int:
             "step": os.environ.get("SLURM_STEP_ID"),
         },
     )
+    if argv[1] == "workers" and proc["rank"] is not None:  # the straggler watch's figures of this rank
+        from launcher.execution.process.rankfigures import path_of, sample_until_gone
+
+        path = path_of(os.path.dirname(status_dir), proc["rank"])
+        threading.Thread(target=sample_until_gone, args=(child.pid, path), daemon=True).start()
     if stopped:  # a stop signal came before the child existed
         try:
             os.killpg(child.pid, signal.SIGTERM)

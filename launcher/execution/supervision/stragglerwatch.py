@@ -21,7 +21,6 @@ from launcher.execution.process.handle import ProcessHandle
 from launcher.planning.health.stragglers import Sample, StragglerJudge, StragglerPolicy, StragglerVerdict
 from launcher.planning.job import events
 from launcher.planning.job.events import OnEvent
-from launcher.planning.job.kinds import Role
 
 __all__ = ["StragglerWatch"]
 
@@ -77,16 +76,15 @@ class StragglerWatch:
         samples: Dict[int, Sample] = {}
         hosts: Dict[int, str] = {}
         for idx, h in enumerate(handles):
-            rank = h.plan.rank
-            if idx in exits or rank is None or h.plan.role != Role.WORKER:
+            if idx in exits:
                 continue
             try:
-                figs = h.sched_figures()
-            except Exception:  # one rank's look failing leaves the others judged
-                figs = None
-            if figs is not None:
+                figures = h.rank_figures()  # one rank, or every rank of an mpirun or srun step
+            except Exception:  # one handle's look failing leaves the others judged
+                continue
+            for rank, (host, figs) in figures.items():
                 samples[rank] = Sample(*figs)
-                hosts[rank] = h.host
+                hosts[rank] = host
         update = self.judge.feed(samples, hosts, time.time())
         for v in update.named:
             self.named.append(dict(v.to_json(), attempt=self.attempt, since=round(v.since, 3)))

@@ -292,11 +292,14 @@ class MpirunPlan:
         options: mpirun options with the rsh agent, NICs and hostfile resolved for the job.
         wrapper: the per-rank wrapper script (``templates/mslaunch-rank.sh``).
         log_name: the workers' log name with ``{rank}`` for the rank (the wrapper fills it in).
+        python: the Python that samples each worker on its host for the straggler watch (the
+            wrapper's ``MSLAUNCH_SAMPLER``; a host's own ``python:`` wins); None: no sampling.
     """
 
     options: MpiOptions
     wrapper: str
     log_name: str = layout.worker_log_template()
+    python: Optional[str] = None
 
 
 def plan_mpirun(
@@ -306,6 +309,7 @@ def plan_mpirun(
     used: Inventory,
     ssh_config: Optional[str],
     job_dir: str,
+    python: Optional[str] = None,
 ) -> Tuple[MpirunPlan, Tuple[Tuple[str, ArtefactKind, str], ...]]:
     """The mpirun backend's settings for a job on ``used``, and the files it needs in the job dir.
 
@@ -329,7 +333,7 @@ def plan_mpirun(
             options = replace(options, nic=",".join(nics))
     if options.hostfile is not None:
         files.append((layout.HOSTFILE_FILE, ArtefactKind.HOSTFILE, render_hostfile(used)))
-    return MpirunPlan(options, wrapper, log_name), tuple(files)
+    return MpirunPlan(options, wrapper, log_name, python), tuple(files)
 
 
 #: Per-rank layout variables the wrapper derives from OMPI_COMM_WORLD_RANK instead of -x.
@@ -394,6 +398,10 @@ def _rank_context(plan: "Plan", mine: Sequence["ProcPlan"], base: int, log_dir: 
         shown = sorted(k for k in env if k in plan.secrets)
         if shown:
             settings["secrets"] = ",".join(shown)  # the env dump shows them as <secret>
+    host = next((h for h in plan.hosts if h.name == mine[0].host), None)
+    python = host.python if host is not None and host.python is not None else plan.backend_settings.python
+    if python is not None:
+        settings["sampler"] = python
     threads = next((t for t in plan.host_threads if t.host == mine[0].host), None)
     if threads is not None and threads.set_vars:
         # the wrapper sets these from the host's usable cores (launcher.planning.cpu.hostcores' rule)

@@ -1,0 +1,70 @@
+"""Slow nodes found while a Slurm job runs: 2 ranks of the computing stand-in
+``tests/scripts/dploop.py`` as srun steps on the namespace Slurm cluster; mid-job rank 1's process
+(on node2) is moved into a cgroup under a CPU quota.  mslaunch starts nothing on the nodes but the
+steps: each rank's task shim samples it there (``rank-figures/``), and the straggler watch names
+rank 1 with node2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.execution.supervision.test_stragglerwatch import DPLOOP, _events, _steps, _until
+from tests.harness.cli import mslaunch_argv
+from tests.harness.faultstream import rank_pids
+from tests.harness.hostfaults import cgroup_v1_cpu, throttle_pids, unthrottle_group
+
+
+@pytest.mark.slurm
+@pytest.mark.netns
+@pytest.mark.e2e
+@pytest.mark.cost(20)
+def test_a_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(slurm, tmp_path):
+    if not cgroup_v1_cpu():
+        pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
+    job, stop, mark = tmp_path / "job", tmp_path / "stop", tmp_path.name
+    run = mslaunch_argv(
+        "run", "--launcher", "slurm", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+        "--grace", "3", "--straggler", "warn:6", "--env", f"FAULT_STREAM_MARK={mark}",
+        "--no-python", sys.executable, DPLOOP, "150000", str(stop), "100000",
+    )  # fmt: skip
+    env = slurm.env()
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    salloc = subprocess.Popen(
+        ["salloc", "-N2", "--ntasks-per-node=1", *run], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=str(tmp_path),
+    )  # fmt: skip
+    group = f"mslaunch-test-{uuid.uuid4().hex[:8]}"
+    throttled = False
+    try:
+        _until("20 steps", lambda: _steps(str(job / "worker_0.log")) >= 20)
+        assert [e for e in _events(str(job)) if e["kind"] == "straggler"] == []
+        throttle_pids(group, [rank_pids(mark)[("0", 1)]])
+        throttled = True
+        _until("rank 1 named", lambda: [e for e in _events(str(job)) if e["kind"] == "straggler"])
+        unthrottle_group(group)
+        throttled = False
+        stop.touch()
+        out, err = salloc.communicate(timeout=120)
+    finally:
+        if throttled:
+            unthrottle_group(group)
+        stop.touch()
+        if salloc.poll() is None:
+            record = json.loads((job / "job.json").read_text()) if (job / "job.json").exists() else {}
+            if record.get("pid"):
+                os.kill(record["pid"], signal.SIGTERM)
+            salloc.communicate(timeout=60)
+    named = next(e for e in _events(str(job)) if e["kind"] == "straggler")
+    assert (named["rank"], named["host"], named["by"], named["cleared"]) == (1, "node2", "cpu", False), named
+    assert named["evidence"].startswith("rank 1 on node2 waited for CPU "), named
+    assert sorted(os.listdir(job / "rank-figures")) == ["rank0", "rank1"]
+    assert salloc.returncode == 0, out + err
+    slurm.wait_idle()
+    assert slurm.node_pids() == {}
