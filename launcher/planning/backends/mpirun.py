@@ -376,13 +376,17 @@ def mpirun_plan_launch(plan: "Plan", log_dir: Optional[str] = None) -> Tuple[Tup
     for host in plan.hosts:
         mine = [r for r in plan.ranks if r.host == host.name]
         if mine:
-            contexts.append(_rank_context(plan, mine, sum(c.np for c in contexts), log_dir))
+            python = host.python if host.python is not None else settings.python
+            contexts.append(_rank_context(plan, mine, sum(c.np for c in contexts), log_dir, python))
     wrapped = [replace(c, argv=(settings.wrapper,) + c.argv) for c in contexts]
     return mpirun_launch(wrapped, settings.options)
 
 
-def _rank_context(plan: "Plan", mine: Sequence["ProcPlan"], base: int, log_dir: str) -> MpiContext:
-    """The app context of one host's ranks; ``base``: the MPI rank of its first process."""
+def _rank_context(
+    plan: "Plan", mine: Sequence["ProcPlan"], base: int, log_dir: str, python: Optional[str] = None
+) -> MpiContext:
+    """The app context of one host's ranks; ``base``: the MPI rank of its first process;
+    ``python``: the host's Python, which samples its ranks (the wrapper's ``MSLAUNCH_SAMPLER``)."""
     env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
     settings = dict(
         ctx_base=str(base),
@@ -398,8 +402,6 @@ def _rank_context(plan: "Plan", mine: Sequence["ProcPlan"], base: int, log_dir: 
         shown = sorted(k for k in env if k in plan.secrets)
         if shown:
             settings["secrets"] = ",".join(shown)  # the env dump shows them as <secret>
-    host = next((h for h in plan.hosts if h.name == mine[0].host), None)
-    python = host.python if host is not None and host.python is not None else plan.backend_settings.python
     if python is not None:
         settings["sampler"] = python
     threads = next((t for t in plan.host_threads if t.host == mine[0].host), None)

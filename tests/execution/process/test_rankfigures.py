@@ -14,6 +14,7 @@ import time
 import pytest
 
 from launcher.execution.process.rankfigures import main, path_of, read, sample_until_gone, write
+from tests.execution.probes.test_rank_wrapper_threads import _rank0_env
 from tests.harness.paths import REPO
 
 WRAPPER = os.path.join(REPO, "templates", "mslaunch-rank.sh")
@@ -74,19 +75,7 @@ def _children(pid: int):
 def test_mpiruns_wrapper_samples_a_worker_and_leaves_nothing(tmp_path):
     """What the wrapper starts beside rank 0 writes its figures to <log dir>/rank-figures/rank0 while
     it runs; once the rank exits, the wrapper exits with its code and no sampler is left."""
-    env = dict(
-        os.environ,
-        OMPI_COMM_WORLD_RANK="0",
-        MSLAUNCH_CTX_BASE="0",
-        MSLAUNCH_ROLE="worker",
-        MSLAUNCH_FIRST_RANK="0",
-        MSLAUNCH_DEVICES="0",
-        MSLAUNCH_LOG_DIR=str(tmp_path),
-        MSLAUNCH_LOG_NAME="worker_{rank}.log",
-        MSLAUNCH_METHOD="mpi",
-        MSLAUNCH_SAMPLER=sys.executable,
-        A_SECRET="s3cr3t-value",
-    )
+    env = _rank0_env(tmp_path, MSLAUNCH_SAMPLER=sys.executable, A_SECRET="s3cr3t-value")
     stop = tmp_path / "stop"
     prog = ["sh", "-c", f'while [ ! -e "{stop}" ]; do sleep 0.1; done; exit 3']
     wrapper = subprocess.Popen(["sh", WRAPPER, *prog], env=env, stdin=subprocess.DEVNULL)
