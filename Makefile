@@ -77,7 +77,7 @@ lint: venv
 
 # The edit-test loop: unit tests of every layer, in-process: no real parts (namespaces, Slurm,
 # mpirun, MindSpore, browsers), no program started as a process (e2e) and no work at scale (heavy);
-# `make test` runs those.  A test here that uses more than a CPU-second fails the run
+# `make test` runs those.  A test here that uses more than a CPU-second fails this run
 # (tests/harness/budget.py), so the loop stays near 30 s on 2 cores.
 test-fast: venv
 	MSLAUNCH_FAST_TESTS=1 $(PYTEST) -n $(FAST_JOBS) --dist worksteal -q -m "not (mindspore or netns or mpi or slurm or e2e or heavy)" $(PYTEST_ARGS)

@@ -80,6 +80,7 @@ def test_the_cpu_of_a_fast_test_reaches_the_controller_and_fails_the_run(monkeyp
     from tests.harness.budget import BudgetPlugin
 
     monkeypatch.delenv("MSLAUNCH_TEST_LIMITS", raising=False)
+    monkeypatch.delenv("MSLAUNCH_TEST_BUDGET", raising=False)
     monkeypatch.setenv("MSLAUNCH_FAST_TESTS", "1")
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     plugin = BudgetPlugin()

@@ -37,7 +37,9 @@ def check_pids_on_hosts(mj, rows, hosts):
     for k, host in enumerate(hosts):
         row = rows[f"rank {k}"]
         assert (row["host"], row["state"]) == (c.hosts[host].ip, "running"), row
-        own = int((mj.pids / f"rank{k}.pids").read_text().split()[0])  # the rank's os.getpid()
+        written = mj.pids / f"rank{k}.pids"  # the wrapper may tell its pid before rankprog.py writes it
+        wait_or_fail(lambda: written.exists() and written.read_text().endswith("\n"), 60, f"{written.name} written")
+        own = int(written.read_text().split()[0])  # the rank's os.getpid()
         assert row["pid"] == own
         assert own in c.pids_in(host), (own, c.pids_in(host))
 
