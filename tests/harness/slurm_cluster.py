@@ -84,7 +84,9 @@ SlurmctldTimeout=10
 SlurmdTimeout=10
 MessageTimeout=5
 InactiveLimit=0
-KillWait=2
+# mslaunch in a batch step tears down and writes its summary between SIGTERM and SIGKILL: 2 s
+# was too short under the suite's load (Slurm's default is 30 s)
+KillWait=10
 MinJobAge=10
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE

@@ -6,7 +6,9 @@ Every worker trains global steps 1..STEPS in lockstep with the others (after eac
 over TCP through the scheduler, until every rank of its attempt has done it, as a gradient
 AllReduce makes it: a rank that is stopped, gone or cut off holds the others), sleeping EVERY s
 per step and printing the trainer's
-``epoch: 1 step: <s>, loss is <x>``; every CKPT_EVERY steps it saves its checkpoint
+``epoch: 1 step: <s>, loss is <x>`` once the step is done (the trainer prints a step's loss after
+its AllReduce: a logged step is one every rank did, so a save on SIGTERM keeps it); every
+CKPT_EVERY steps it saves its checkpoint
 (``DIR/ckpt/rank<r>``: the step, written atomically).  A restart (any attempt) resumes from the
 newest step every rank has saved, as the reference trainer's ``--resume`` does, and says
 ``resume: global step <s>``.  The scheduler role (MS_ROLE=MS_SCHED) serves the barrier on
@@ -135,8 +137,10 @@ barrier(start)
 done_step = start
 for step in range(start + 1, steps + 1):
     time.sleep(every)
+    barrier(step)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the line and done_step go together
+    done_step = step
     print(f"epoch: 1 step: {step}, loss is {1.0 / step:.4f}", flush=True)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if step % ckpt_every == 0:
         save(step)
-    barrier(step)
-    done_step = step
