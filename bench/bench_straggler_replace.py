@@ -13,8 +13,14 @@ Printed, in the same run:
 * rank 0's step rate before the quota (the anchor), while slow (the quota to the planned
   restart), and after (the next attempt's steps), each as a ratio to the anchor.
 
-Usage: python bench/bench_straggler_replace.py [--window 6] [--quota 3000] [--before 15] [--after 15]
-Needs root, OpenSSH and the cgroup v1 cpu controller.  Exit 0 when the job ended 0 on the spare.
+With ``--trainer``, the job is the reference trainer instead (real MindSpore: ResNet-14 on 32x32
+synthetic CIFAR-10, batch 8, checkpoints in a folder every host sees): the same quota, the planned
+restart saves on SIGTERM and resumes on the spare; the run is stopped (SIGTERM to mslaunch) once
+the spare has stepped ``--after`` seconds.
+
+Usage: python bench/bench_straggler_replace.py [--trainer] [--window 6] [--quota 3000] [--before 15] [--after 15]
+Needs root, OpenSSH and the cgroup v1 cpu controller (and MindSpore with ``--trainer``).  Exit 0 when
+the job ended 0 on the spare (``--trainer``: stopped, 143, with its last attempt on the spare).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ def main() -> int:
     ap.add_argument("--quota", type=int, default=3000)
     ap.add_argument("--before", type=float, default=15.0)
     ap.add_argument("--after", type=float, default=15.0)
+    ap.add_argument("--trainer", action="store_true", help="the reference trainer (MindSpore) instead of dploop")
     args = ap.parse_args()
     exit_if_cannot_run()
     if not cgroup_v1_cpu():
@@ -55,6 +62,7 @@ def main() -> int:
     job, stop, mark = os.path.join(work, "job"), os.path.join(work, "stop"), f"replace-{os.getpid()}"
     throttled = False
     with NamespaceCluster(3, slots=1) as c:
+        slow_ip = c.hosts[1].ip
         inv = os.path.join(work, "inv.yaml")
         with open(inv, "w") as fh:
             fh.write(f'defaults:\n  slots: 1\n  ssh: {{user: root, port: 22, key: "{c.key_path}"}}\nhosts:\n')
@@ -62,8 +70,21 @@ def main() -> int:
         argv = [
             sys.executable, "-m", "launcher", "run", "--hosts", inv, "--np", "2", "--master-port", "auto",
             "--log-dir", job, "--tee", "none", "--quiet", "--grace", "3", "--straggler", f"replace:{args.window:g}",
-            "--env", f"FAULT_STREAM_MARK={mark}", "--no-python", sys.executable, DPLOOP, "150000", stop, "1000000",
+            "--env", f"FAULT_STREAM_MARK={mark}",
         ]  # fmt: skip
+        if args.trainer:
+            data = os.path.join(work, "data")
+            subprocess.run(
+                [sys.executable, "-m", "launcher", "data", "synth-cifar10", data, "--train", "4000", "--test", "50"],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            argv += [
+                "--env", "GLOG_v=3", "-m", "launcher.workloads.resnet50_cifar10", "--data-path", data, "--arch",
+                "resnet14", "--image-size", "32", "--batch-size", "8", "--epochs", "1", "--steps-per-epoch", "250",
+                "--ckpt-dir", os.path.join(work, "ckpt"), "--ckpt-every", "5",
+            ]  # fmt: skip
+        else:
+            argv += ["--no-python", sys.executable, DPLOOP, "150000", stop, "1000000"]
         env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=work)
         try:
@@ -83,6 +104,8 @@ def main() -> int:
             unthrottle(c, 1)
             throttled = False
             time.sleep(args.after)
+            if args.trainer:
+                proc.terminate()  # SIGTERM to mslaunch: the trainer saves and the job stops
             with open(stop, "w"):
                 pass
             proc.communicate(timeout=120)
@@ -101,8 +124,9 @@ def main() -> int:
     with open(os.path.join(job, "summary.json")) as fh:
         summary = json.load(fh)
     hosts = sorted(p["host"] for p in summary["attempt_results"][-1]["processes"] if p["rank"] is not None)
+    what = "the reference trainer (MindSpore, ResNet-14)" if args.trainer else "dploop"
     print(
-        f"job: 2 ranks of dploop on 2 namespace hosts + 1 spare, --straggler replace:{args.window:g}, "
+        f"job: 2 ranks of {what} on 2 namespace hosts + 1 spare, --straggler replace:{args.window:g}, "
         f"quota {args.quota} us/100 ms"
     )
     print(f"named {named['time'] - t_slow:.1f} s after the quota: {named['evidence']}")
@@ -117,7 +141,8 @@ def main() -> int:
         print(f"{name}: {len(times)} steps, {rate or 0:.1f} steps/s, {ratio}")
     print(f"exit code {proc.returncode}; last attempt's hosts {hosts}; nothing left on any host: {not left}")
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if proc.returncode == 0 and not left else 1
+    ended = proc.returncode == (143 if args.trainer else 0)
+    return 0 if ended and slow_ip not in hosts and not left else 1
 
 
 if __name__ == "__main__":
