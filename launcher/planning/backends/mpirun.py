@@ -30,6 +30,7 @@ from launcher.planning.job.kinds import ArtefactKind, Method, Role
 from launcher.planning.job.mpirun_options import MpiOptions
 
 if TYPE_CHECKING:
+    from launcher.planning.cpu.hostcores import HostThreads
     from launcher.planning.job.spec import Plan, ProcPlan
 
 #: A generated ssh config for OpenMPI's rsh agent, in the job dir (per-host ssh settings).
@@ -373,20 +374,32 @@ def mpirun_plan_launch(plan: "Plan", log_dir: Optional[str] = None) -> Tuple[Tup
         contexts.append(
             make_context(sched.host, 1, sched.env_dict(), sched.argv, dict(ctx_base="0", role=Role.SCHEDULER, log=log))
         )
+    by_host: Dict[str, List["ProcPlan"]] = {}  # one pass over the ranks, one over the hosts: linear
+    for r in plan.ranks:
+        by_host.setdefault(r.host, []).append(r)
+    threads = {t.host: t for t in plan.host_threads}
+    base = sum(c.np for c in contexts)
     for host in plan.hosts:
-        mine = [r for r in plan.ranks if r.host == host.name]
+        mine = by_host.get(host.name)
         if mine:
             python = host.python if host.python is not None else settings.python
-            contexts.append(_rank_context(plan, mine, sum(c.np for c in contexts), log_dir, python))
+            contexts.append(_rank_context(plan, mine, base, log_dir, python, threads.get(host.name)))
+            base += len(mine)
     wrapped = [replace(c, argv=(settings.wrapper,) + c.argv) for c in contexts]
     return mpirun_launch(wrapped, settings.options)
 
 
 def _rank_context(
-    plan: "Plan", mine: Sequence["ProcPlan"], base: int, log_dir: str, python: Optional[str] = None
+    plan: "Plan",
+    mine: Sequence["ProcPlan"],
+    base: int,
+    log_dir: str,
+    python: Optional[str] = None,
+    threads: Optional["HostThreads"] = None,
 ) -> MpiContext:
     """The app context of one host's ranks; ``base``: the MPI rank of its first process;
-    ``python``: the host's Python, which samples its ranks (the wrapper's ``MSLAUNCH_SAMPLER``)."""
+    ``python``: the host's Python, which samples its ranks (the wrapper's ``MSLAUNCH_SAMPLER``);
+    ``threads``: the host's thread plan, if the backend sets its ranks' thread variables."""
     env = {k: v for k, v in mine[0].env if k not in _WRAPPER_DERIVED}
     settings = dict(
         ctx_base=str(base),
@@ -404,7 +417,6 @@ def _rank_context(
             settings["secrets"] = ",".join(shown)  # the env dump shows them as <secret>
     if python is not None:
         settings["sampler"] = python
-    threads = next((t for t in plan.host_threads if t.host == mine[0].host), None)
     if threads is not None and threads.set_vars:
         # the wrapper sets these from the host's usable cores (launcher.planning.cpu.hostcores' rule)
         settings["threads"] = ",".join(threads.set_vars)

@@ -294,3 +294,28 @@ def test_plan_json_rendering_work_grows_linearly() -> None:
         return lambda: dumps_indented(plan_json(plan))
 
     assert_linear(make, 50)
+
+
+def test_mpirun_command_work_grows_linearly_with_the_hosts() -> None:
+    """``--launcher mpirun``: one app context per host (a scan of every rank for each host made
+    4,000 hosts x 8 plan in 29 s where 1,000 took 1.3 s)."""
+    from launcher.planning.backends.mpirun import mpirun_plan_launch
+    from launcher.planning.build import build_plan
+    from launcher.planning.job.spec import JobSpec
+    from tests.harness.growth import assert_linear
+
+    def make(hosts: int) -> Any:
+        spec = JobSpec(
+            inventory=parse_hostfile("".join(f"node{i:05d} slots=8\n" for i in range(hosts)), "h.txt"),
+            program=("train.py",),
+            python="/usr/bin/python3",
+            cwd="/w",
+            job_dir="/w/j",
+            job_id="j",
+            launcher="mpirun",
+            wrapper="/opt/w.sh",
+        )
+        plan = build_plan(spec)
+        return lambda: mpirun_plan_launch(plan)
+
+    assert_linear(make, 50)
