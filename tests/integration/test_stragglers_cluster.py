@@ -60,6 +60,13 @@ class _Dploop:
         self.throttled = True
         throttle_pids(os.path.relpath(group, CPU_ROOT), [rank_pids(self.mark)[("0", 1)]], quota_us=3000)
 
+    def slow_rank_1_until_named(self) -> None:
+        """After 20 healthy steps that name nobody, :meth:`slow_rank_1`, then wait until a rank is named."""
+        _until("20 steps", lambda: self.steps() >= 20)
+        assert self.stragglers() == []
+        self.slow_rank_1()
+        _until("rank 1 named", self.stragglers)
+
     def unslow(self) -> None:
         unthrottle(self.c, 1)
         self.throttled = False
@@ -94,10 +101,7 @@ def test_a_host_under_a_cpu_quota_then_a_shaped_link_are_named_over_ssh(cluster,
     c = cluster
     j = _Dploop(c, tmp_path, 3, "--straggler", "warn:6", payload=1 << 20)
     try:
-        _until("20 steps", lambda: j.steps() >= 20)
-        assert j.stragglers() == []
-        j.slow_rank_1()
-        _until("rank 1 named", j.stragglers)
+        j.slow_rank_1_until_named()
         j.unslow()
         _until("rank 1 cleared", lambda: [e for e in j.stragglers() if e["cleared"]])
         j.shape(True)
@@ -183,10 +187,7 @@ def test_a_host_under_a_cpu_quota_is_named_through_mpirun(cluster, tmp_path, nee
     c = cluster
     j = _Dploop(c, tmp_path, 2, "--launcher", "mpirun", "--nic", str(c.subnet), "--straggler", "warn:6")
     try:
-        _until("20 steps", lambda: j.steps() >= 20)
-        assert j.stragglers() == []
-        j.slow_rank_1()
-        _until("rank 1 named", j.stragglers)
+        j.slow_rank_1_until_named()
         j.unslow()
         err = j.finish()
     finally:
