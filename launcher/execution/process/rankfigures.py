@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from typing import List, Optional, Tuple
 
@@ -63,21 +62,19 @@ def read(attempt_dir: str, rank: Optional[int]) -> Optional[Figures]:
     return (t, cpu, delay, queued)
 
 
-def sample_until_gone(pid: int, path: str, every: float = EVERY, stop: Optional[threading.Event] = None) -> None:
-    """Write ``pid``'s tree's figures to ``path`` every ``every`` seconds until it is gone (or
-    ``stop`` is set); never raises."""
+def sample_until_gone(pid: int, path: str, every: float = EVERY) -> None:
+    """Write ``pid``'s tree's figures to ``path`` every ``every`` seconds until it is gone; never raises."""
     from launcher.execution.process.proctree import SchedCounter
 
     counter = SchedCounter()
-    wait = stop.wait if stop is not None else time.sleep
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        while stop is None or not stop.is_set():
+        while True:
             got = counter.sample(pid)
             if got is None:
                 return
             write(path, got)
-            wait(every)
+            time.sleep(every)
     except Exception:  # noqa: BLE001 - sampling is best effort: the rank runs on without it
         return
 
