@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.logs.goodput import KINDS, PRODUCTIVE, Goodput, account
+from launcher.logs.goodput import KINDS, LABELS, PRODUCTIVE, Goodput, account
 from tests.harness.hypo import examples
 
 
@@ -162,6 +162,19 @@ def test_its_json_reads_back():
     back = Goodput.from_json(data)
     assert back is not None and back.to_json() == data
     assert Goodput.from_json({"elapsed_s": "x"}) is None and Goodput.from_json(None) is None
+
+
+def test_the_line_of_a_fresh_count_is_the_line_of_its_json():
+    """The report counts afresh, ``status`` reads summary.json (seconds rounded to the ms): figures
+    at a rounding edge (0.04996 s is 0.0 s, its 0.05 in JSON 0.1 s) still give one line."""
+    from launcher.logs.goodput import goodput_line
+
+    bad = {k: 0.0 for k in KINDS}
+    bad[KINDS[0]], bad[KINDS[1]] = 0.04996, 1.24951
+    g = Goodput(2.34947, 1.04998, bad, 1.04998 / 2.34947, 100.0, 102.34947, False, True)
+    line = goodput_line(g)
+    assert line == goodput_line(Goodput.from_json(g.to_json()))
+    assert "(1.1 s productive)" in line and f"{LABELS[KINDS[0]]} 0.1 s" in line, line
 
 
 # ---------------------------------------------------------------------------- the rule that it adds up
