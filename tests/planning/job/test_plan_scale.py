@@ -244,7 +244,7 @@ def test_the_rank_cache_works_out_each_hosts_shared_prefix_once_whether_it_has_o
 # grows it about 11x for 4x the hosts; linear is 4x.
 
 
-def _plan_of(inventory_text: Any, parse: Any) -> Any:
+def _plan_of(inventory_text: Any, parse: Any, **spec_args: Any) -> Any:
     from launcher.planning.build import build_plan
     from launcher.planning.job.spec import JobSpec
 
@@ -256,6 +256,7 @@ def _plan_of(inventory_text: Any, parse: Any) -> Any:
             cwd="/w",
             job_dir="/w/j",
             job_id="j",
+            **spec_args,
         )
         return lambda: build_plan(spec)
 
@@ -300,22 +301,17 @@ def test_mpirun_command_work_grows_linearly_with_the_hosts() -> None:
     """``--launcher mpirun``: one app context per host (a scan of every rank for each host made
     4,000 hosts x 8 plan in 29 s where 1,000 took 1.3 s)."""
     from launcher.planning.backends.mpirun import mpirun_plan_launch
-    from launcher.planning.build import build_plan
-    from launcher.planning.job.spec import JobSpec
     from tests.harness.growth import assert_linear
 
+    build = _plan_of(
+        lambda n: "".join(f"node{i:05d} slots=8\n" for i in range(n)),
+        lambda t: parse_hostfile(t, "h.txt"),
+        launcher="mpirun",
+        wrapper="/opt/w.sh",
+    )
+
     def make(hosts: int) -> Any:
-        spec = JobSpec(
-            inventory=parse_hostfile("".join(f"node{i:05d} slots=8\n" for i in range(hosts)), "h.txt"),
-            program=("train.py",),
-            python="/usr/bin/python3",
-            cwd="/w",
-            job_dir="/w/j",
-            job_id="j",
-            launcher="mpirun",
-            wrapper="/opt/w.sh",
-        )
-        plan = build_plan(spec)
+        plan = build(hosts)()
         return lambda: mpirun_plan_launch(plan)
 
     assert_linear(make, 50)
