@@ -1,7 +1,7 @@
 """``run``'s ``--metrics-port``, ``--metrics-addr`` and ``--metrics-textfile``: the job's metrics for Prometheus.
 
 The decorator :func:`with_metrics_settings` adds the flags to a command, which receives one
-:class:`~launcher.logs.promexport.MetricsSettings`; :func:`start_exporter` binds the server and
+:class:`~launcher.logs.promsettings.MetricsSettings`; :func:`start_exporter` binds the server and
 writes the first textfile before the job starts, so a port in use or a folder that cannot be
 written is a one-line error and nothing runs (``docs/watching.md#prometheus``).
 """
@@ -17,10 +17,11 @@ import typer
 
 from launcher.cli.flagset import flag_set
 from launcher.errors import MsLaunchError
-from launcher.logs.promexport import DEFAULT_ADDR, MetricsExporter, MetricsSettings
 from launcher.logs.promodel import JobIdentity
+from launcher.logs.promsettings import DEFAULT_ADDR, MetricsSettings
 
 if TYPE_CHECKING:
+    from launcher.logs.promexport import MetricsExporter
     from launcher.planning.job.spec import JobSpec, Plan
 
 __all__ = ["check_bindable", "job_identity", "parse_settings", "start_exporter", "with_metrics_settings"]
@@ -180,7 +181,7 @@ def check_bindable(settings: MetricsSettings) -> None:
 class JobMetrics:
     """The run's exporter, if it has one: what to record of it, and its end."""
 
-    def __init__(self, job_dir: str, exporter: Optional[MetricsExporter]) -> None:
+    def __init__(self, job_dir: str, exporter: "Optional[MetricsExporter]") -> None:
         self.job_dir = job_dir
         self.exporter = exporter
 
@@ -214,6 +215,7 @@ def start_exporter(settings: MetricsSettings, spec: "JobSpec", plan: "Plan") -> 
         return JobMetrics(plan.job_dir, None)
     check_textfile(settings)
     from launcher.logs.causes import KINDS
+    from launcher.logs.promexport import MetricsExporter  # prometheus_client: only for a job that exports
     from launcher.logs.promgoodput import GoodputFamilies
 
     exporter = MetricsExporter(

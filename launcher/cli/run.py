@@ -26,7 +26,7 @@ from launcher.cli.submit_check import stand_in, stand_in_options
 from launcher.errors import MsLaunchError, PlanError
 from launcher.execution.settings import ElasticSettings, SuperviseOptions
 from launcher.execution.ssh.settings import SSHSettings
-from launcher.logs.promexport import MetricsSettings
+from launcher.logs.promsettings import MetricsSettings
 from launcher.planning.build import build_plan
 from launcher.planning.job import layout
 from launcher.planning.job.events import Preflight

@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from prometheus_client import start_http_server, write_to_textfile
@@ -49,39 +48,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from launcher.logs.metricsfile import EVENTS_FILE, METRICS_FILE, JsonlTail
 from launcher.logs.promodel import STATES, JobIdentity, JobModel, JobSample
+from launcher.logs.promsettings import DEFAULT_ADDR, TEXTFILE_INTERVAL, MetricsSettings, textfile_path
 
 __all__ = ["DEFAULT_ADDR", "MetricsExporter", "MetricsSettings", "TEXTFILE_INTERVAL", "families", "textfile_path"]
 
-#: The address ``--metrics-port`` binds unless told otherwise: this machine only.
-DEFAULT_ADDR = "127.0.0.1"
-#: Seconds between rewrites of the textfile.
-TEXTFILE_INTERVAL = 2.0
-
 Extra = Callable[[JobSample], Iterable[Metric]]
-
-
-@dataclass(frozen=True)
-class MetricsSettings:
-    """Where the job's metrics go (built once by the CLI from ``--metrics-*``).
-
-    Attributes:
-        port: the port ``/metrics`` is served on (0: a free one), None: no server.
-        addr: the address it binds.
-        textfile: the folder of ``<job id>.prom``, None: no textfile.
-    """
-
-    port: Optional[int] = None
-    addr: str = DEFAULT_ADDR
-    textfile: Optional[str] = None
-
-    @property
-    def enabled(self) -> bool:
-        return self.port is not None or self.textfile is not None
-
-
-def textfile_path(folder: str, job_id: str) -> str:
-    """The job's file in the textfile collector's folder."""
-    return os.path.join(folder, f"{job_id}.prom")
 
 
 def families(sample: JobSample) -> Iterator[Metric]:

@@ -78,3 +78,28 @@ def test_the_full_list_has_every_command_in_one_order_whatever_came_first() -> N
     group = appmod._command()
     assert isinstance(appmod.app, typer.Typer) and sorted(group.commands) == sorted(names)
     assert set(names) == set(appmod._ORDER)
+
+
+@pytest.mark.e2e
+def test_a_run_that_exports_no_metrics_never_imports_prometheus_client(tmp_path) -> None:
+    """Every test and user command starts a CLI: a library it does not use is import time paid
+    each time (prometheus_client and http.server: a fifth of ``run``'s start)."""
+    (tmp_path / "x.py").write_text("")
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print([m for m in ('prometheus_client', 'launcher.logs.promexport') "
+        "if m in sys.modules], file=sys.stderr))\n"
+        "sys.argv = ['mslaunch', 'run', '--dry-run', '--np', '2', 'x.py']\n"
+        "from launcher.__main__ import main\n"
+        "main()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from launcher.cli.metrics_flags import parse_settings
 from launcher.errors import MsLaunchError
-from launcher.logs.promexport import MetricsSettings
+from launcher.logs.promsettings import MetricsSettings
 from tests.harness.cli import run_cli  # refusals: in this process
 
 
