@@ -1,21 +1,26 @@
 """A restart that forks from the last attempt's warm zygote and takes the trainer's graphs from
-MindSpore's compile cache (the default) against one that starts from nothing (``--cold-restarts``,
-the cache turned off with ``MS_COMPILER_CACHE_ENABLE=0``), with real MindSpore 2.10: the same
-program, killed the same way, must look the same to its user either way.
+MindSpore's compile cache (the default), with real MindSpore 2.10, must look to its user as one
+that starts from nothing: the recorded run below was recorded from a cold restart
+(``--cold-restarts --env MS_COMPILER_CACHE_ENABLE=0``: a new zygote, every graph compiled).
 
 The reference trainer (2 ranks, ResNet-14, batch 4, 6 steps, ``--ckpt-every 3``) has rank 1
-SIGKILLed once both ranks logged step 4; ``--max-restarts 1`` resumes it from the step-3 checkpoint.  Each
-way is one test with one job, held to the same recorded run: the exit code, every attempt's status
-and resume step, each rank's own lines in both attempts (the losses to 1e-4 relative; MindSpore's
-log lines and the timing figures left out), and the checkpoint files at the end (their names, and
-byte for byte where the losses are the recorded ones to the last digit).  That the default's
-restart really forked from the kept zygote, and the cold one from a new one, is checked on the
-ranks' parent process; that the default's restart took both of its graphs (the resume's AllGather,
-then the train step) from the cache, on MindSpore's own log line, and the cold one compiled them.
-The default run is also the reference trainer as ``top`` shows it (both ranks stepping while it
-runs; at the end every step of the resumed attempt in ``metrics.jsonl`` with its loss, each rank
-done, its throughput the trainer's own figure) and as ``report`` shows it (both attempts, the steps
-lost).
+SIGKILLed once both ranks logged step 4; ``--max-restarts 1`` resumes it from the step-3 checkpoint.
+The job is held to the recorded run: the exit code, every attempt's status and resume step, each
+rank's own lines in both attempts (the losses to 1e-4 relative; MindSpore's log lines and the
+timing figures left out), and the checkpoint files at the end (their names, and byte for byte
+where the losses are the recorded ones to the last digit).  That the restart really forked from the
+kept zygote is checked on the ranks' parent process; that it took both of its graphs (the resume's
+AllGather, then the train step) from the cache, on MindSpore's own log line.
+The run is also the reference trainer as ``top`` shows it (both ranks stepping while it runs; at
+the end every step of the resumed attempt in ``metrics.jsonl`` with its loss, each rank done, its
+throughput the trainer's own figure) and as ``report`` shows it (both attempts, the steps lost).
+
+The cold restart is not run here (a second job of the same cost): ``--cold-restarts`` handing the
+zygote no pool is tests/cli/test_cold_restarts.py's, a restart without a pool importing in a new
+zygote tests/execution/local/test_zygote.py's, and ``MS_COMPILER_CACHE_ENABLE`` set by the user
+turning the trainer's cache off tests/workloads/test_compile_cache.py's.  To record the run again
+(the trainer changed what it prints or computes), run :func:`_run` with those two flags and
+:func:`_assert_the_recorded_run` on its result.
 """
 
 from __future__ import annotations
@@ -269,22 +274,12 @@ def _assert_the_recorded_run(seen, err):
 
 @pytest.mark.cost(60)
 def test_a_restart_from_the_warm_zygote_looks_the_same_as_a_cold_one(tmp_path):
-    """The default: the recorded run (which test_a_cold_restart_gives_the_recorded_run holds a
-    cold restart to), its restart forked from the zygote of attempt 0 and both of each rank's
-    graphs taken from the cache that attempt 0 wrote; and what top, metrics.jsonl and report show."""
+    """The default: the recorded run (recorded from a cold restart), its restart forked from the
+    zygote of attempt 0 and both of each rank's graphs taken from the cache that attempt 0 wrote;
+    and what top, metrics.jsonl and report show."""
     warm, parents, err = _run(tmp_path, "warm", [])
     _assert_the_recorded_run(warm, err)
     assert parents[1] == parents[0]
     assert warm["cache"] == {(0, 0): (True, 0), (0, 1): (True, 0), (1, 0): (True, 2), (1, 1): (True, 2)}, warm["cache"]
     assert warm["cached"] == [f"rank_{r}/graph_cache/MS_WORKERcompile_cache_{g}.mindir" for r in (0, 1) for g in (0, 1)]
     _check_top_metrics_report(warm, tmp_path)
-
-
-@pytest.mark.cost(60)
-def test_a_cold_restart_gives_the_recorded_run(tmp_path):
-    """``--cold-restarts`` with MindSpore's cache off (a restart as before either existed): the
-    same recorded run, its restart under a new zygote, every graph compiled."""
-    cold, parents, err = _run(tmp_path, "cold", ["--cold-restarts", "--env", "MS_COMPILER_CACHE_ENABLE=0"])
-    _assert_the_recorded_run(cold, err)
-    assert parents[1] != parents[0]
-    assert set(cold["cache"].values()) == {(False, 0)} and cold["cached"] == []

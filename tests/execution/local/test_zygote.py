@@ -321,7 +321,8 @@ def _failed_attempt(pool, tmp_path, script, kill=True, **kw):
         str(tmp_path),
     )
     assert _wait_line(tmp_path / "a0.log") == ["0", str(a.process.pid)]
-    assert a.keeps() == {a.process.pid}  # spared by the orphan reaper while it may serve a restart
+    # spared by the orphan reaper while it may serve a restart; without a pool, nothing is kept
+    assert a.keeps() == ({a.process.pid} if pool is not None else set())
     if kill:
         h.kill()
         assert h.wait() == -signal.SIGKILL
@@ -349,6 +350,25 @@ def test_a_restart_forks_from_the_last_attempts_zygote_when_it_is_healthy(tmp_pa
     finally:
         pool.close()
     assert kept.poll() is not None and pool.pids() == set()
+
+
+def test_without_a_pool_a_restart_imports_in_a_new_zygote(tmp_path):
+    """``--cold-restarts`` (no pool): the last attempt's zygote ends with it; the next one is new."""
+    script = tmp_path / "s.py"
+    script.write_text(STEP)
+    a, _ = _failed_attempt(None, tmp_path, script)
+    assert a.process.wait(timeout=30) is not None  # ended with its attempt: nothing kept
+    b = ZygoteBackend(preload=("json",), warm=True, pool=None)
+    try:
+        assert not b.reused and b.process.pid != a.process.pid
+        h = b.start(
+            proc("rank 0", [sys.executable, str(script), "0"], [("ZX", "1")], str(tmp_path)),
+            str(tmp_path / "a1.log"),
+            str(tmp_path),
+        )
+        assert h.wait() == 0 and _wait_line(tmp_path / "a1.log") == ["1", str(b.process.pid)]
+    finally:
+        b.close()
 
 
 def test_a_kept_zygote_is_not_reused_when_it_is_not_fit(tmp_path):
