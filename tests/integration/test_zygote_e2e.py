@@ -203,33 +203,32 @@ def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
     assert summary["status"] == "stopped"
 
 
-@pytest.mark.cost(50)
-def test_an_8_worker_data_parallel_job_with_msruns_flags_ends_cleanly_twice(tmp_path):
+@pytest.mark.cost(30)
+def test_an_8_worker_data_parallel_job_with_msruns_flags_ends_cleanly(tmp_path):
     """The job shape that failed at its end (8 workers on this machine's cores, gradient
-    AllReduce, msrun's own flags), twice in a row under the default: every worker trains to
-    its last step, finalizes with the scheduler (8 unregistrations, no timed-out node), exit 0.
-    The 100-run counts are bench/bench_reliability.py's."""
+    AllReduce, msrun's own flags) under the default: every worker trains to its last step,
+    finalizes with the scheduler (8 unregistrations, no timed-out node), exit 0.  How often it
+    ends so (100 runs each way) is bench/bench_reliability.py's: one run here guards the shape."""
     env = dict(os.environ, EPOCHS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    for i in range(2):
-        log_dir = tmp_path / f"run{i}"
-        r = run_process(
-            "run",
-            "--worker_num=8",
-            "--local_worker_num=8",
-            "--master_port=auto",
-            "--join=True",
-            "--cluster_time_out=300",
-            f"--log_dir={log_dir}",
-            DP,
-            cwd=tmp_path,
-            env=env,
-            timeout=600,
-        )
-        assert r.returncode == 0, (i, r.stderr[-3000:])
-        for rank in range(8):
-            assert re.search(
-                rf"^dp rank={rank} size=8 steps=4 loss=", (log_dir / f"worker_{rank}.log").read_text(), re.M
-            ), rank
-        sched = (log_dir / "scheduler.log").read_text()
-        assert sched.count("has unregistered") == 8 and "timed out node" not in sched, sched[-2000:]
-        assert_no_pids_left(str(log_dir))
+    log_dir = tmp_path / "run"
+    r = run_process(
+        "run",
+        "--worker_num=8",
+        "--local_worker_num=8",
+        "--master_port=auto",
+        "--join=True",
+        "--cluster_time_out=300",
+        f"--log_dir={log_dir}",
+        DP,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    for rank in range(8):
+        assert re.search(
+            rf"^dp rank={rank} size=8 steps=4 loss=", (log_dir / f"worker_{rank}.log").read_text(), re.M
+        ), rank
+    sched = (log_dir / "scheduler.log").read_text()
+    assert sched.count("has unregistered") == 8 and "timed out node" not in sched, sched[-2000:]
+    assert_no_pids_left(str(log_dir))

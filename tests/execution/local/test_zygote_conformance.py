@@ -36,7 +36,15 @@ COMMON = {"GLOG_v": "3", "CONFORMANCE": "1"}
 WAIT = 120
 
 
-@pytest.fixture(scope="module", params=["unbuffered", "buffered"])
+# Each setting's tests are one group (tests/harness/order.py): they run on one worker, so its
+# zygote imports MindSpore there once, not on every worker that takes one of its tests.
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("unbuffered", marks=pytest.mark.cost(2, group="unbuffered")),
+        pytest.param("buffered", marks=pytest.mark.cost(2, group="buffered")),
+    ],
+)
 def zygote(request):
     """The default's zygote, under ``PYTHONUNBUFFERED=1`` (mslaunch's default for ranks) and
     without it (``--env PYTHONUNBUFFERED=`` or a user's own choice): stdio differs between the
@@ -149,6 +157,7 @@ def test_the_process_a_program_sees_is_a_plain_pythons(zygote, tmp_path):
 # How the script is named (argv, __main__, sys.path) does not touch stdio: the buffered zygote's
 # stdio is compared whole by the test above, so these run under the default (unbuffered) only.
 @pytest.mark.parametrize("zygote", ["unbuffered"], indirect=True)
+@pytest.mark.cost(2, group="unbuffered")
 def test_a_relative_script_a_symlinked_one_and_a_module(zygote, tmp_path):
     """``argv[0]`` as typed, ``__file__`` absolute, ``sys.path[0]`` the real folder of the script
     (through a symlink), and ``python -m pkg.mod`` / ``-m pkg`` (a package's ``__main__``)."""
@@ -307,7 +316,6 @@ def plain_draws(tmp_path_factory):
 
 
 # Both zygotes' cases are one group (one worker), so that they share the plain processes' draws.
-@pytest.mark.cost(10, group="random")  # measured alone x2 (the plain draws and zygote starts included)
 def test_every_generator_seeded_at_import_is_fresh_in_each_child(zygote, plain_draws, tmp_path):
     """Two plain processes draw different numbers from every generator a new process seeds with
     entropy (numpy's legacy global state, ``random``, MindSpore's); so must two forked children.
