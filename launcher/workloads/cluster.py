@@ -89,6 +89,10 @@ def all_gather() -> Any:
 #: The longest MindSpore's exit cleanup may take once the result is decided (its handshake with
 #: the scheduler waits for the slowest peer's last collective): past it the process ends by SIGALRM.
 TEARDOWN_SECONDS = 120
+#: Past this, a cleanup that still runs ends the process with the result's code, when Python can
+#: still run (:func:`end_after`): under mpirun, every rank of a 4-rank check was once seen stuck in
+#: MindSpore's cleanup after each had unregistered from the scheduler, which waited on them in turn.
+TEARDOWN_GRACE = 60
 _FAULTS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
 _KEEP: list = []  # the native fault handler (ctypes keeps no reference of its own)
 
@@ -139,6 +143,28 @@ def keep_code_through_teardown(code: int) -> bool:
     return True
 
 
+def end_after(seconds: float, code: int) -> None:
+    """From a daemon thread: once ``seconds`` have passed, one line on stderr and end the process
+    with ``code``.  For a cleanup that runs after the result is decided and may not end: where it
+    waits with Python's lock released, this ends the process with the result's code; where it holds
+    the lock, the thread never runs and :func:`keep_code_through_teardown`'s alarm ends it."""
+    import threading
+    import time
+
+    def wait() -> None:
+        time.sleep(seconds)
+        os.write(
+            2,
+            (
+                f"{os.path.basename(sys.argv[0] or 'python')}: the framework's exit cleanup did not end within "
+                f"{seconds:g} s after the result was decided; exit code {code} stands\n"
+            ).encode(),
+        )
+        os._exit(code & 0xFF)
+
+    threading.Thread(target=wait, name="teardown-grace", daemon=True).start()
+
+
 def exit_now(code: int) -> "NoReturn":
     """End a collective check without MindSpore's C++ teardown: flush, then ``os._exit``. The
     static destructors after a finished job add ~2.7 s a process here and now and then crash
@@ -151,7 +177,8 @@ def exit_now(code: int) -> "NoReturn":
     cluster's finalize among them: the scheduler of msrun, or one mpirun started, ends only when
     every worker has left (else it reports them lost and exits 1, which ends an mpirun job).
     A crash in them ends the process with ``code`` all the same
-    (:func:`keep_code_through_teardown`)."""
+    (:func:`keep_code_through_teardown`), and so does one that has not ended after
+    :data:`TEARDOWN_GRACE` seconds (:func:`end_after`)."""
     import atexit
 
     try:
@@ -159,6 +186,7 @@ def exit_now(code: int) -> "NoReturn":
             sys.stdout.flush()
             sys.stderr.flush()
             keep_code_through_teardown(code)
+            end_after(TEARDOWN_GRACE, code)
             atexit._run_exitfuncs()
     finally:
         sys.stdout.flush()

@@ -90,3 +90,23 @@ def test_a_crash_before_the_result_is_still_a_crash():
     env.pop("PYTHONFAULTHANDLER", None)
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == -11 and "exit cleanup crashed" not in r.stderr
+
+
+@pytest.mark.e2e
+def test_an_exit_cleanup_that_does_not_end_ends_with_the_results_code_after_the_grace():
+    """Under mpirun the cleanup runs; one that waits (with Python's lock released, as a blocking
+    call does) ends the process with the result's code once the grace is over, with one line."""
+    prog = (
+        "import atexit, time\n"
+        "from launcher.workloads import cluster\n"
+        "cluster.TEARDOWN_GRACE = 0.5\n"
+        "atexit.register(lambda: time.sleep(600))\n"
+        "print('result line', flush=True)\n"
+        "cluster.exit_now(int(__import__('sys').argv[1]))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT, MSLAUNCH_ATTEMPT="0", OMPI_COMM_WORLD_SIZE="2")
+    for code in (0, 3):
+        r = subprocess.run([sys.executable, "-c", prog, str(code)], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == code and r.stdout == "result line\n", r.stderr
+        (line,) = r.stderr.splitlines()
+        assert "exit cleanup did not end within 0.5 s" in line and f"exit code {code} stands" in line
