@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from typing import Tuple
 
 import pytest
 import typer
+
+from tests.harness.cli import imported_by
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULES = ("run", "jobs", "check", "doctor", "top", "sbatch", "k8s", "ranktable", "data")
@@ -29,24 +29,9 @@ MODULES = ("run", "jobs", "check", "doctor", "top", "sbatch", "k8s", "ranktable"
 )
 @pytest.mark.e2e
 def test_a_command_imports_its_own_modules_only(args: Tuple[str, ...], wanted: Tuple[str, ...]) -> None:
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
-        f"if m in {[f'launcher.cli.{m}' for m in MODULES]!r}), file=sys.stderr))\n"
-        f"sys.argv = ['mslaunch', *{list(args)!r}]\n"
-        "from launcher.__main__ import main\n"
-        "main()\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT),
-        timeout=60,
-    )
+    r, modules = imported_by(*args)
     assert r.returncode == 0 and "Usage: mslaunch" in r.stdout, r.stderr
-    assert r.stderr.strip().splitlines()[-1] == repr(sorted(wanted))
+    assert sorted(m.rsplit(".", 1)[1] for m in modules if m in {f"launcher.cli.{c}" for c in MODULES}) == sorted(wanted)
 
 
 def test_the_full_list_has_every_command_in_one_order_whatever_came_first() -> None:
@@ -85,21 +70,6 @@ def test_a_run_that_exports_no_metrics_never_imports_prometheus_client(tmp_path)
     """Every test and user command starts a CLI: a library it does not use is import time paid
     each time (prometheus_client and http.server: a fifth of ``run``'s start)."""
     (tmp_path / "x.py").write_text("")
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print([m for m in ('prometheus_client', 'launcher.logs.promexport') "
-        "if m in sys.modules], file=sys.stderr))\n"
-        "sys.argv = ['mslaunch', 'run', '--dry-run', '--np', '2', 'x.py']\n"
-        "from launcher.__main__ import main\n"
-        "main()\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=str(tmp_path),
-        env=dict(os.environ, PYTHONPATH=ROOT),
-        timeout=60,
-    )
+    r, modules = imported_by("run", "--dry-run", "--np", "2", "x.py", cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr
+    assert [m for m in ("prometheus_client", "launcher.logs.promexport") if m in modules] == []

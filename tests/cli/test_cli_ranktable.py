@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from tests.harness.cli import run_cli
+from tests.harness.cli import imported_by, run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "data")
@@ -411,21 +411,13 @@ def test_ranktable_alone_answers_as_the_full_app(args: Tuple[str, ...]) -> None:
 def test_ranktable_does_not_import_the_other_commands(tmp_path) -> None:
     table = tmp_path / "t.json"
     table.write_text(read(os.path.join(ROOT, "tests", "data", "seed001_rank_table_8pcs.json")))
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print(sorted(m for m in sys.modules if m.startswith(('launcher.cli.app', "
-        "'launcher.cli.options', 'launcher.cli.spec', 'launcher.cli.run', 'launcher.planning.build'))), "
-        "file=sys.stderr))\n"
-        f"sys.argv = ['mslaunch', 'ranktable', 'validate', {str(table)!r}]\n"
-        "from launcher.__main__ import main\n"
-        "main()\n"
+    r, modules = imported_by("ranktable", "validate", str(table))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "OK: 1 server, 8 ranks\n", "")
+    heavy = (
+        "launcher.cli.app",
+        "launcher.cli.options",
+        "launcher.cli.spec",
+        "launcher.cli.run",
+        "launcher.planning.build",
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT),
-        timeout=60,
-    )
-    assert (r.returncode, r.stdout, r.stderr) == (0, "OK: 1 server, 8 ranks\n", "[]\n")
+    assert [m for m in modules if m.startswith(heavy)] == []

@@ -7,12 +7,10 @@ import contextlib
 import importlib.metadata
 import io
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.harness.cli import run_cli
+from tests.harness.cli import imported_by, run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -53,23 +51,8 @@ def test_version_in_the_commands_parser_and_its_help() -> None:
 
 @pytest.mark.needs("installed")
 def test_version_as_a_process_imports_no_command() -> None:
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich', "
-        "'yaml', 'psutil', 'paramiko')"
-        " or m.startswith(('launcher.execution', 'launcher.planning', 'launcher.jobs', 'launcher.logs')) or m == "
-        "'launcher.cli.app'), file=sys.stderr))\n"
-        "sys.argv = ['mslaunch', '--version']\n"
-        "from launcher.__main__ import main\n"
-        "main()\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT),
-        timeout=60,
-    )
+    r, modules = imported_by("--version")
     assert (r.returncode, r.stdout) == (0, f"mslaunch {importlib.metadata.version('mslaunch')}\n"), r.stderr
-    assert r.stderr.strip().splitlines()[-1] == "[]"
+    libraries = ("typer", "click", "rich", "yaml", "psutil", "paramiko")
+    layers = ("launcher.execution", "launcher.planning", "launcher.jobs", "launcher.logs")
+    assert [m for m in modules if m.split(".")[0] in libraries or m.startswith(layers) or m == "launcher.cli.app"] == []

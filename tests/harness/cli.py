@@ -24,6 +24,7 @@ cluster's ssh config, a plugin imported first) is a call of these with arguments
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -180,3 +181,37 @@ def run_process(
     return subprocess.run(
         mslaunch_argv(*args, imports=imports), cwd=cwd, env=env, timeout=timeout, input=input, **kwargs
     )
+
+
+#: The line :func:`imported_by`'s child ends its stderr with.
+_MODULES = "mslaunch-test-modules "
+
+
+def imported_by(*args: str, cwd: Optional[str] = None) -> "tuple[subprocess.CompletedProcess[str], List[str]]":
+    """Run ``mslaunch ARGS`` as a process (with the clone first on its path) and list every module
+    it had imported when it exited, for the tests of what a command imports.
+
+    Returns:
+        (``subprocess.run``'s result, with the modules' line taken out of ``stderr``; the sorted
+        module names).
+    """
+    code = (
+        "import atexit, json, sys\n"
+        f"atexit.register(lambda: print({_MODULES!r} + json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        f"sys.argv = ['mslaunch', *{list(args)!r}]\n"
+        "from launcher.__main__ import main\n"
+        "main()\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=cwd or root,
+        env=dict(os.environ, PYTHONPATH=root),
+        timeout=60,
+    )
+    lines = r.stderr.splitlines(keepends=True)
+    found = [ln for ln in lines if ln.startswith(_MODULES)]
+    r.stderr = "".join(ln for ln in lines if not ln.startswith(_MODULES))
+    return r, json.loads(found[-1][len(_MODULES) :]) if found else []
