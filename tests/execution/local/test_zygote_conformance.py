@@ -315,7 +315,8 @@ def plain_draws(tmp_path_factory):
     return draws
 
 
-# Both zygotes' cases are one group (one worker), so that they share the plain processes' draws.
+# (Each zygote setting's tests are one group: the plain processes' draws are taken once on each
+# of at most two workers.)
 def test_every_generator_seeded_at_import_is_fresh_in_each_child(zygote, plain_draws, tmp_path):
     """Two plain processes draw different numbers from every generator a new process seeds with
     entropy (numpy's legacy global state, ``random``, MindSpore's); so must two forked children.
