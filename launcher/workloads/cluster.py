@@ -91,7 +91,7 @@ def all_gather() -> Any:
 TEARDOWN_SECONDS = 120
 #: Past this, a cleanup that still runs ends the process with the result's code, when Python can
 #: still run (:func:`end_after`): under mpirun, every rank of a 4-rank check was once seen stuck in
-#: MindSpore's cleanup after each had unregistered from the scheduler, which waited on them in turn.
+#: MindSpore's cleanup after each had unregistered from the scheduler (which did not end either).
 TEARDOWN_GRACE = 60
 _FAULTS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
 _KEEP: list = []  # the native fault handler (ctypes keeps no reference of its own)
@@ -123,14 +123,7 @@ def keep_code_through_teardown(code: int) -> bool:
             name = signal.Signals(signum).name
         except ValueError:
             name = f"signal {signum}"
-        os.write(
-            2,
-            (
-                f"{os.path.basename(sys.argv[0] or 'python')}: the framework's exit cleanup crashed ({name}) "
-                f"after the result was decided; exit code {code} stands\n"
-            ).encode(),
-        )
-        os._exit(code & 0xFF)
+        _end_with(code, f"crashed ({name})")
 
     handler = handler_type(on_fault)
     install.restype = ctypes.c_void_p
@@ -143,6 +136,18 @@ def keep_code_through_teardown(code: int) -> bool:
     return True
 
 
+def _end_with(code: int, what: str) -> "NoReturn":
+    """One line on stderr (the exit cleanup ``what``, after the result), then end with ``code``."""
+    os.write(
+        2,
+        (
+            f"{os.path.basename(sys.argv[0] or 'python')}: the framework's exit cleanup {what} "
+            f"after the result was decided; exit code {code} stands\n"
+        ).encode(),
+    )
+    os._exit(code & 0xFF)
+
+
 def end_after(seconds: float, code: int) -> None:
     """From a daemon thread: once ``seconds`` have passed, one line on stderr and end the process
     with ``code``.  For a cleanup that runs after the result is decided and may not end: where it
@@ -153,14 +158,7 @@ def end_after(seconds: float, code: int) -> None:
 
     def wait() -> None:
         time.sleep(seconds)
-        os.write(
-            2,
-            (
-                f"{os.path.basename(sys.argv[0] or 'python')}: the framework's exit cleanup did not end within "
-                f"{seconds:g} s after the result was decided; exit code {code} stands\n"
-            ).encode(),
-        )
-        os._exit(code & 0xFF)
+        _end_with(code, f"did not end within {seconds:g} s")
 
     threading.Thread(target=wait, name="teardown-grace", daemon=True).start()
 
