@@ -46,6 +46,13 @@ __all__ = ["FAULT_KINDS", "FaultStream", "Injected", "JobView", "badput_table", 
 FAULT_KINDS = ("kill", "stop", "cut", "restart")
 
 
+def job_mark(folder: Any) -> str:
+    """A ``FAULT_STREAM_MARK`` value no other job on this machine carries: the test's folder is
+    not enough (pytest names each worker's temporary folders alike: two tests whose names begin
+    the same get the same ``tmp_path.name`` on two workers at once), so the worker's pid joins it."""
+    return f"{os.getpid()}-{os.path.basename(str(folder))}"
+
+
 def rank_pids(mark: str) -> Dict[Tuple[str, int], int]:
     """(MSLAUNCH_ATTEMPT, RANK_ID) -> pid of each rank's own process of the job whose ranks carry
     ``FAULT_STREAM_MARK=<mark>`` in their environment, from /proc (every namespace host shares

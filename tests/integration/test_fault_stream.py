@@ -23,7 +23,7 @@ import sys
 import pytest
 
 from tests.harness.cli import mslaunch_argv
-from tests.harness.faultstream import FaultStream
+from tests.harness.faultstream import FaultStream, job_mark
 from tests.harness.paths import TESTS
 from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
 
@@ -38,7 +38,7 @@ def test_every_fault_kind_in_one_stream_ends_in_a_job_that_finishes_by_itself(cl
 
     c = cluster
     inv = cluster_yaml(c, tmp_path / "inv.yaml", slots=1)
-    job, work = tmp_path / "job", tmp_path / "work"
+    job, work, mark = tmp_path / "job", tmp_path / "work", job_mark(tmp_path)
     argv = mslaunch_argv(
         "run",
         "--hosts",
@@ -62,7 +62,7 @@ def test_every_fault_kind_in_one_stream_ends_in_a_job_that_finishes_by_itself(cl
         "--hang-timeout",
         "60",
         "--env",
-        f"FAULT_STREAM_MARK={tmp_path.name}",
+        f"FAULT_STREAM_MARK={mark}",
         "--no-python",
         sys.executable,
         PROG,
@@ -72,7 +72,7 @@ def test_every_fault_kind_in_one_stream_ends_in_a_job_that_finishes_by_itself(cl
         "5",
     )
     stream = FaultStream(
-        str(job), kinds=("kill", "stop", "cut", "restart"), at_steps=(8, 20, 32), mark=tmp_path.name, seed=3, cluster=c
+        str(job), kinds=("kill", "stop", "cut", "restart"), at_steps=(8, 20, 32), mark=mark, seed=3, cluster=c
     )
     proc = subprocess.Popen(
         argv,

@@ -17,7 +17,7 @@ import pytest
 
 from tests.execution.supervision.test_stragglerwatch import DPLOOP, _events, _steps, _until
 from tests.harness.cli import mslaunch_argv
-from tests.harness.faultstream import rank_pids
+from tests.harness.faultstream import job_mark, rank_pids
 from tests.harness.hostfaults import cgroup_v1_cpu, throttle_pids, unthrottle_group
 
 
@@ -28,7 +28,7 @@ from tests.harness.hostfaults import cgroup_v1_cpu, throttle_pids, unthrottle_gr
 def test_a_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(slurm, tmp_path):
     if not cgroup_v1_cpu():
         pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
-    job, stop, mark = tmp_path / "job", tmp_path / "stop", tmp_path.name
+    job, stop, mark = tmp_path / "job", tmp_path / "stop", job_mark(tmp_path)
     run = mslaunch_argv(
         "run", "--launcher", "slurm", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
         "--grace", "3", "--straggler", "warn:6", "--env", f"FAULT_STREAM_MARK={mark}",

@@ -19,7 +19,7 @@ import pytest
 
 from tests.execution.supervision.test_stragglerwatch import DPLOOP, _events, _steps, _until
 from tests.harness.cli import mslaunch_argv
-from tests.harness.faultstream import rank_pids
+from tests.harness.faultstream import job_mark, rank_pids
 from tests.harness.hostfaults import (
     CPU_ROOT,
     cgroup_v1_cpu,
@@ -37,11 +37,11 @@ class _Dploop:
     its hosts (host 2's CPU, host 3's link), all undone by :meth:`close`."""
 
     def __init__(self, c, tmp_path, np: int, *flags: str, payload: int = 0) -> None:
-        self.c, self.mark = c, tmp_path.name
+        self.c, self.mark = c, job_mark(tmp_path)
         self.job, self.stop = str(tmp_path / "job"), str(tmp_path / "stop")
         argv = mslaunch_argv(
             "run", "--hosts", cluster_yaml(c, tmp_path / "inv.yaml", slots=1), "--np", str(np), "--master-port",
-            "auto", "--log-dir", self.job, "--tee", "none", *flags, "--env", f"FAULT_STREAM_MARK={tmp_path.name}",
+            "auto", "--log-dir", self.job, "--tee", "none", *flags, "--env", f"FAULT_STREAM_MARK={self.mark}",
             "--no-python", sys.executable, DPLOOP, "150000", self.stop, "100000", *([str(payload)] if payload else []),
         )  # fmt: skip
         env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
