@@ -343,16 +343,13 @@ def _total(spans: List[Span], begin: float, end: float, running: bool, has_steps
 def goodput_line(g: Goodput) -> str:
     """``status``'s and the report's one line: ``goodput 62.1 % of 30.2 s (18.8 s productive);
     badput: start-up to the first step 3.1 s, ...`` (kinds of no time left out)."""
-    # From the figures as summary.json rounds them (:meth:`Goodput.to_json`), so that a line made
-    # from a fresh count (the report) and one read back from summary.json (status) are the same.
-    ms = lambda x: round(x, 3)  # noqa: E731
+    # From the figures as summary.json keeps them (:meth:`Goodput.to_json` rounds them), so that a
+    # line made from a fresh count (the report) and one read back from summary.json (status) agree.
+    g = Goodput.from_json(g.to_json()) or g
     head = "goodput so far" if g.running else "goodput"
     if not g.has_steps:
-        text = f"{head}: no step logged in {ms(g.elapsed_s):.1f} s"
+        text = f"{head}: no step logged in {g.elapsed_s:.1f} s"
     else:
-        text = (
-            f"{head} {100 * round(g.ratio, 4):.1f} % of {ms(g.elapsed_s):.1f} s ({ms(g.productive_s):.1f} s productive)"
-        )
-    bad = {k: ms(g.badput_s.get(k, 0.0)) for k in KINDS}
-    parts = [f"{LABELS[k]} {bad[k]:.1f} s" for k in KINDS if round(bad[k], 1) > 0]
+        text = f"{head} {100 * g.ratio:.1f} % of {g.elapsed_s:.1f} s ({g.productive_s:.1f} s productive)"
+    parts = [f"{LABELS[k]} {g.badput_s[k]:.1f} s" for k in KINDS if round(g.badput_s.get(k, 0.0), 1) > 0]
     return text + ("; badput: " + ", ".join(parts) if parts else "")
