@@ -88,24 +88,25 @@ class FakeBackend(Backend):
         self.closed = True
 
 
-def fake_plan(job_dir: str, ranks: int = 3) -> Plan:
-    """A plan of ``ranks`` workers on this machine, no scheduler (nothing to dial)."""
-    procs = tuple(
-        ProcPlan(
-            name=f"rank {r}",
-            role="worker",
+def fake_plan(job_dir: str, ranks: int = 3, scheduler: bool = False) -> Plan:
+    """A plan of ``ranks`` workers on this machine; with ``scheduler``, also a scheduler started
+    first (no master address: nothing to dial)."""
+
+    def proc(name: str, role: str, rank: Optional[int], log: str) -> ProcPlan:
+        return ProcPlan(
+            name=name,
+            role=role,
             host="localhost",
-            rank=r,
-            local_rank=r,
+            rank=rank,
+            local_rank=rank,
             node_rank=0,
-            device_id=r,
+            device_id=rank,
             argv=("train",),
             env=(),
             cwd=job_dir,
-            log=f"{job_dir}/worker_{r}.log",
+            log=f"{job_dir}/{log}",
         )
-        for r in range(ranks)
-    )
+
     return Plan(
         job_id="j1",
         job_dir=job_dir,
@@ -113,8 +114,8 @@ def fake_plan(job_dir: str, ranks: int = 3) -> Plan:
         launcher="fake",
         world_size=ranks,
         hosts=(),
-        ranks=procs,
-        scheduler=None,
+        ranks=tuple(proc(f"rank {r}", "worker", r, f"worker_{r}.log") for r in range(ranks)),
+        scheduler=proc("scheduler", "scheduler", None, "scheduler.log") if scheduler else None,
         artefacts=(),
         master_addr=None,
         master_port=None,

@@ -403,29 +403,41 @@ class AttemptRunner:
     # ---------------------------------------------------------------- teardown
 
     def _teardown(self, state: _Attempt, status: str = FAILED) -> None:
-        """Why (the ``stopping`` file), SIGTERM every running group, wait ``grace``, SIGKILL whole
-        trees; always kill groups.  After a success only the scheduler can still be running; it is
-        ended without notice.  A stop signal received during the grace skips the rest of it.
+        """Why (the ``stopping`` file), SIGTERM every running worker and wait for them, then SIGTERM
+        the scheduler, all within ``grace``; then SIGKILL whole trees; always kill groups.  The
+        scheduler goes last: a worker that ends gracefully (it saves at its step's end on a planned
+        or preempted stop) may still need it for that step.  After a success only the scheduler can
+        still be running; it is ended without notice.  A stop signal received during the grace skips
+        the rest of it.
         """
         if status != SUCCEEDED:
             restarts.tell_stopping(self.adir, status)
-        self._terminate_running(state, status != SUCCEEDED)
+        # A process that already ended by itself (its waiter has not posted yet) is not torn
+        # down: its own exit counts (it may be the earliest failure).
+        running = [i for i in state.running() if not state.handles[i].has_exited()]
+        if running and status != SUCCEEDED:
+            self.emit(events.Teardown(tuple(state.handles[i].plan.name for i in running)))
+        sched = [i for i in running if state.handles[i].plan.role == Role.SCHEDULER]
+        workers = [i for i in running if i not in sched]
         signals_seen = len(stopsignals.pending)
-        state.drain_until(time.monotonic() + self.options.grace, stop=lambda: len(stopsignals.pending) != signals_seen)
+        end = time.monotonic() + self.options.grace
+
+        def signalled() -> bool:
+            return len(stopsignals.pending) != signals_seen
+
+        self._terminate(state, workers, status)
+        state.drain_until(end, stop=lambda: signalled() or all(i in state.exits for i in workers))
+        self._terminate(state, [i for i in sched if not state.handles[i].has_exited()], status)
+        state.drain_until(end, stop=signalled)
         for handle in state.handles:
             _quietly(handle.kill)  # whole group/tree, also leftovers of exited leaders
         state.drain_until(time.monotonic() + _KILL_WAIT)
         self._after_teardown(state)
 
-    def _terminate_running(self, state: _Attempt, announce: bool) -> None:
-        # A process that already ended by itself (its waiter has not posted yet) is not torn
-        # down: its own exit counts (it may be the earliest failure).
-        running = [i for i in state.running() if not state.handles[i].has_exited()]
-        if running and announce:
-            self.emit(events.Teardown(tuple(state.handles[i].plan.name for i in running)))
-        for idx in running:
+    def _terminate(self, state: _Attempt, which: List[int], status: str) -> None:
+        for idx in which:
             state.torn[idx] = True
-            if not announce:
+            if status == SUCCEEDED:
                 state.notes[idx] = "ended after every worker finished"
             _quietly(state.handles[idx].terminate)
 

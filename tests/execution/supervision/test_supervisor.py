@@ -26,12 +26,13 @@ class Recorder:
         self.backends: List[FakeBackend] = []
         self.events: List[Tuple[str, Dict[str, Any]]] = []  # (kind, its events.jsonl data)
         self.typed: List[Event] = []
+        self.backend_class = FakeBackend
 
     def factory(self, attempt: int, adir: str, plan: Any = None) -> FakeBackend:
         config = self.scripts[min(attempt, len(self.scripts) - 1)]
         if "raise" in config:
             raise LaunchError(config["raise"])
-        backend = FakeBackend(**config)
+        backend = self.backend_class(**config)
         self.backends.append(backend)
         return backend
 
@@ -40,8 +41,8 @@ class Recorder:
         self.events.append((event.kind, event.to_json()))
 
 
-def supervise(tmp_path, recorder: Recorder, **options: Any):
-    plan = fake_plan(str(tmp_path / "job"))
+def supervise(tmp_path, recorder: Recorder, scheduler: bool = False, **options: Any):
+    plan = fake_plan(str(tmp_path / "job"), scheduler=scheduler)
     sup = Supervisor(
         plan, recorder.factory, SuperviseOptions(grace=options.pop("grace", 5.0), **options), on_event=recorder.event
     )
@@ -97,6 +98,43 @@ def test_fail_fast_tears_down_the_others_in_order(tmp_path):
     assert events[4][1] == {"names": ["rank 0", "rank 2"]}
     exits = [(d["name"], d["returncode"]) for k, d in rec.events if k == "exited"]
     assert exits[0] == ("rank 1", 3) and sorted(n for n, _ in exits) == ["rank 0", "rank 1", "rank 2"]
+
+
+class _SeesOthers(FakeProcess):
+    """Records, when it is asked to end, which processes of its attempt had ended."""
+
+    def terminate(self) -> None:
+        ended = ",".join(h.plan.name for h in self.backend.handles if h.has_exited())
+        self.backend.calls.append(("ended before", ended))
+        super().terminate()
+
+
+class _SeesOthersBackend(FakeBackend):
+    handle_class = _SeesOthers
+
+
+@pytest.mark.parametrize("stubborn", [set(), {"rank 2"}])
+def test_the_scheduler_is_ended_after_the_workers_which_may_need_it_for_their_last_step(tmp_path, stubborn):
+    # A worker that ends gracefully saves at its step's end: that step may still need the
+    # scheduler (the barrier, the rendezvous).  So the scheduler is asked last, once the workers
+    # ended, or once the grace is over for a worker that does not end.
+    rec = Recorder({"script": {"rank 1": Exit(3)}, "stubborn": stubborn})
+    rec.backend_class = _SeesOthersBackend
+    result = supervise(tmp_path, rec, scheduler=True, grace=0.3)
+    assert result.status == FAILED and result.root_cause is not None and result.root_cause.name == "rank 1"
+    calls = [c for c in rec.backends[0].calls if c[0] not in ("start", "kill")]
+    after_grace = "rank 0,rank 1" if stubborn else "rank 0,rank 1,rank 2"  # a stubborn rank 2 outlives the grace
+    assert calls == [
+        ("ended before", "rank 1"),
+        ("terminate", "rank 0"),
+        ("ended before", "rank 0,rank 1"),
+        ("terminate", "rank 2"),
+        ("ended before", after_grace),
+        ("terminate", "scheduler"),
+    ]
+    by_name = {p.name: p for p in result.processes}
+    assert by_name["scheduler"].torn_down and by_name["scheduler"].signal == "SIGTERM"
+    assert by_name["rank 2"].signal == ("SIGKILL" if stubborn else "SIGTERM")
 
 
 def test_root_cause_is_the_earliest_exit_not_the_first_reported(tmp_path):
