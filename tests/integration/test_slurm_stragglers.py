@@ -1,8 +1,8 @@
-"""Slow nodes found while a Slurm job runs: 2 ranks of the computing stand-in
-``tests/scripts/dploop.py`` as srun steps on the namespace Slurm cluster; mid-job rank 1's process
-(on node2) is moved into a cgroup under a CPU quota.  mslaunch starts nothing on the nodes but the
-steps: each rank's task shim samples it there (``rank-figures/``), and the straggler watch names
-rank 1 with node2."""
+"""Slow nodes found while a Slurm job runs: the reference trainer (real MindSpore: ResNet-14, data
+parallel, 2 ranks) as srun steps on the namespace Slurm cluster; once the ranks step, rank 1's
+process (on node2) is moved into a cgroup under a CPU quota.  mslaunch starts nothing on the nodes
+but the steps: each rank's task shim samples it there (``rank-figures/``), and the straggler watch
+names rank 1 with node2; the quota lifted, the job trains to its end by itself."""
 
 from __future__ import annotations
 
@@ -15,24 +15,31 @@ import uuid
 
 import pytest
 
-from tests.execution.supervision.test_stragglerwatch import DPLOOP, _events, _steps, _until
+from tests.execution.supervision.test_stragglerwatch import _events, _steps, _until
 from tests.harness.cli import mslaunch_argv
 from tests.harness.faultstream import job_mark, rank_pids
 from tests.harness.hostfaults import cgroup_v1_cpu, throttle_pids, unthrottle_group
 
+STEPS = 12
+
 
 @pytest.mark.slurm
 @pytest.mark.netns
-@pytest.mark.e2e
-@pytest.mark.cost(20)
-def test_a_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(slurm, tmp_path):
+@pytest.mark.mindspore
+@pytest.mark.cost(40)
+def test_a_trainer_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(slurm, tmp_path):
     if not cgroup_v1_cpu():
         pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
-    job, stop, mark = tmp_path / "job", tmp_path / "stop", job_mark(tmp_path)
+    job, data, mark = tmp_path / "job", tmp_path / "data", job_mark(tmp_path)
+    subprocess.run(
+        [sys.executable, "-m", "launcher.workloads.cifar10_synth", str(data), "--train", "200", "--test", "16"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
     run = mslaunch_argv(
         "run", "--launcher", "slurm", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
-        "--grace", "3", "--straggler", "warn:6", "--env", f"FAULT_STREAM_MARK={mark}",
-        "--no-python", sys.executable, DPLOOP, "150000", str(stop), "100000",
+        "--grace", "10", "--straggler", "warn:6", "--env", f"FAULT_STREAM_MARK={mark}", "--env", "GLOG_v=3",
+        "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data),
+        "--image-size", "32", "--batch-size", "4", "--steps-per-epoch", str(STEPS), "--epochs", "1", "--workers", "1",
     )  # fmt: skip
     env = slurm.env()
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
@@ -43,19 +50,17 @@ def test_a_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(slurm, tm
     group = f"mslaunch-test-{uuid.uuid4().hex[:8]}"
     throttled = False
     try:
-        _until("20 steps", lambda: _steps(str(job / "worker_0.log")) >= 20)
+        _until("2 steps", lambda: _steps(str(job / "worker_0.log")) >= 2 or salloc.poll() is not None, 240)
         assert [e for e in _events(str(job)) if e["kind"] == "straggler"] == []
-        throttle_pids(group, [rank_pids(mark)[("0", 1)]])
+        throttle_pids(group, [rank_pids(mark)[("0", 1)]], quota_us=10000)  # 10 %: slow steps of seconds
         throttled = True
-        _until("rank 1 named", lambda: [e for e in _events(str(job)) if e["kind"] == "straggler"])
+        _until("rank 1 named", lambda: [e for e in _events(str(job)) if e["kind"] == "straggler"] or salloc.poll())
         unthrottle_group(group)
         throttled = False
-        stop.touch()
-        out, err = salloc.communicate(timeout=120)
+        out, err = salloc.communicate(timeout=240)
     finally:
         if throttled:
             unthrottle_group(group)
-        stop.touch()
         if salloc.poll() is None:
             record = json.loads((job / "job.json").read_text()) if (job / "job.json").exists() else {}
             if record.get("pid"):
@@ -66,5 +71,6 @@ def test_a_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(slurm, tm
     assert named["evidence"].startswith("rank 1 on node2 waited for CPU "), named
     assert sorted(os.listdir(job / "rank-figures")) == ["rank0", "rank1"]
     assert salloc.returncode == 0, out + err
+    assert _steps(str(job / "worker_1.log")) == STEPS  # it trained on to the end, on the same nodes
     slurm.wait_idle()
     assert slurm.node_pids() == {}
