@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The straggler watch on healthy jobs: every job a test-suite run left, read back.
+
+``make test`` runs a few hundred jobs of 2 to 8 ranks (local, ssh, mpirun, Slurm; MindSpore and
+stand-ins) on 2 shared cores under a load of 4 to 11, every one with the default ``--straggler
+warn`` (a 30 s window) or the window its test sets: a large sample of healthy, noisy jobs.  This
+reads each job folder under FOLDER (default: the newest ``/tmp/pytest-of-$USER/pytest-N``, pytest's
+folder of the last run) and prints:
+
+* how many jobs, how many of them with 2 ranks or more, their wall time, and the watch's
+  judgements (``summary.json``'s ``straggler_watch.looks``) in them;
+* every ``straggler`` event, split by whether its test put a host under a CPU quota or shaped its
+  link (its folder name matches ``--injected``: pytest names a test's folder after the test, cut
+  to 30 characters), and the others, each with its folder and evidence.
+
+A named rank in a job whose test injected nothing is a false positive (or a fault nobody meant:
+read its evidence).  Exit 1 when there is one.
+
+Usage: python bench/bench_straggler_quiet.py [FOLDER ...] [--injected REGEX]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+from typing import Any, Dict, List
+
+#: Folder names of the tests that slow a host on purpose (a CPU quota, a shaped link).
+INJECTED = r"quota|shaped|slow|straggl|replace|under_a|throttl|link_is"
+
+
+def newest_pytest_folder() -> str:
+    user = os.environ.get("USER") or "root"
+    found = sorted(glob.glob(f"/tmp/pytest-of-{user}/pytest-[0-9]*"), key=os.path.getmtime)
+    if not found:
+        sys.exit(f"bench_straggler_quiet: no /tmp/pytest-of-{user}/pytest-N folder: run the tests first, or name one")
+    return found[-1]
+
+
+def read_jobs(folder: str) -> List[Dict[str, Any]]:
+    jobs, seen = [], set()
+    for path in glob.glob(os.path.join(folder, "**", "events.jsonl"), recursive=True):
+        job = os.path.dirname(path)
+        if os.path.realpath(job) in seen:  # pytest's <name>current links point at folders read already
+            continue
+        seen.add(os.path.realpath(job))
+        parts = os.path.relpath(job, folder).split(os.sep)
+        try:
+            with open(path) as fh:
+                events = [json.loads(line) for line in fh if line.strip()]
+        except (OSError, ValueError):
+            continue
+        summary: Dict[str, Any] = {}
+        try:
+            with open(os.path.join(job, "summary.json")) as fh:
+                summary = json.load(fh)
+        except (OSError, ValueError):
+            pass
+        ranks = {e.get("rank") for e in events if e.get("kind") == "started" and e.get("rank") is not None}
+        times = [e["time"] for e in events if isinstance(e.get("time"), (int, float))]
+        jobs.append(
+            {
+                "job": job,
+                "test": next((p for p in parts if p.startswith("test")), job),
+                "ranks": len(ranks),
+                "seconds": (max(times) - min(times)) if times else 0.0,
+                "looks": int((summary.get("straggler_watch") or {}).get("looks") or 0),
+                "named": [e for e in events if e.get("kind") == "straggler" and not e.get("cleared")],
+            }
+        )
+    return jobs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folders", nargs="*")
+    ap.add_argument("--injected", default=INJECTED, help="regex of the test folders that slow a host on purpose")
+    args = ap.parse_args()
+    folders = args.folders or [newest_pytest_folder()]
+    injected = re.compile(args.injected)
+    jobs = [j for f in folders for j in read_jobs(f)]
+    multi = [j for j in jobs if j["ranks"] >= 2]
+    healthy = [j for j in multi if not injected.search(j["test"])]
+    print(f"folders: {', '.join(folders)}")
+    print(
+        f"{len(jobs)} jobs, {len(multi)} of 2 ranks or more ({sum(j['seconds'] for j in multi) / 60:.1f} min of "
+        f"wall time, {sum(j['looks'] for j in multi)} judgements); of these {len(healthy)} with nothing injected "
+        f"({sum(j['seconds'] * j['ranks'] for j in healthy) / 60:.1f} rank-minutes, "
+        f"{sum(j['looks'] for j in healthy)} judgements)"
+    )
+    false = [(j, e) for j in healthy for e in j["named"]]
+    meant = [(j, e) for j in multi if injected.search(j["test"]) for e in j["named"]]
+    print(f"named in jobs whose test slowed a host: {len(meant)}")
+    for j, e in meant:
+        print(f"  {j['test']}: {e.get('evidence')}")
+    print(f"named in jobs with nothing injected: {len(false)}")
+    for j, e in false:
+        print(f"  {j['job']}: {e.get('evidence')}")
+    return 1 if false else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
