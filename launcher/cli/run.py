@@ -130,8 +130,9 @@ def run_cmd(
         "--straggler",
         help=(
             "off | warn[:WINDOW] | replace[:WINDOW]: name a rank whose process waits for a CPU far more than the "
-            "others' over the last WINDOW s (default 30), or keeps its TCP send queues full; replace: then restart at once without "
-            "its host when a spare is left or --min-hosts allows (the ranks save first). See docs/long-jobs.md."
+            "others' over the last WINDOW s (default 30), or keeps its TCP send queues full; replace: then restart "
+            "at once without its host when a spare is left or --min-hosts allows (the ranks save first). "
+            "See docs/long-jobs.md."
         ),
         rich_help_panel="Long jobs",
     ),
