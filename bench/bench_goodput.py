@@ -6,21 +6,24 @@ The job: ``launcher.workloads.resnet50_cifar10`` (ResNet-14, 32x32 synthetic CIF
 ``--ckpt-every`` 5 steps), 3 ranks on 3 namespace hosts (``tests/harness/netns_cluster.py``), one
 per host, a 4th host spare, ``--steps`` optimizer steps.  Runs, back to back:
 
-1. **fault-free**, mslaunch's defaults (``--max-restarts`` set): its wall time F and step rate;
+1. **fault-free**, mslaunch's defaults (``--max-restarts`` set) with ``--straggler replace:10
+   --min-hosts 2`` (a slow host is left for the spare; once the spare is gone the job goes on
+   with the hosts left): its wall time F and step rate;
 2. **faulty**, the same job with the stream of :mod:`tests.harness.faultstream` injected from
    outside: fault *i* once the job trained ``i x --every`` seconds' worth of fault-free steps
-   (kinds ``--kinds``: kill, stop, cut, restart; ranks drawn with ``--seed``); its wall time W;
+   (kinds ``--kinds``: kill, stop, cut, restart, slow, ckpt; ranks drawn with ``--seed``); its
+   wall time W;
 3. **baseline**, the same stream for what a torchrun or msrun user gets: every restart cold
    (``--cold-restarts``, MindSpore's compile cache off), nothing watched beyond MindSpore's own
-   timeouts (``--stopped-timeout off --hang-timeout off``), no spare host (a lost host fails
-   the run).
+   timeouts (``--stopped-timeout off --hang-timeout off --straggler off``), no spare host (a lost
+   host fails the run; a slow host stays slow until the next fault).
 
 Printed for each faulty run: **ETTR = F / W**; a line per fault (when injected, noticed, the next
 new step trained) and badput by phase (detect, teardown, restart to first step, steps trained
 again); whether it ended 0 by itself, every step done, nothing left on any host, and whether the
 final parameters (rank 0's last checkpoint) are byte for byte the fault-free run's.
 
-Usage: python bench/bench_goodput.py [--steps 320] [--every 75] [--kinds kill,stop,cut,restart]
+Usage: python bench/bench_goodput.py [--steps 320] [--every 75] [--kinds kill,stop,cut,restart,slow,ckpt]
        [--seed 1] [--no-baseline] [--keep DIR]
 Needs root (namespaces), OpenSSH and MindSpore.  Exit 0 when the faulty run ended 0 with every step.
 """
@@ -127,7 +130,15 @@ def run_job(
     fs = None
     if stream is not None:
         kinds, at_steps, seed = stream
-        fs = FaultStream(job, kinds=kinds, at_steps=at_steps, mark=mark, seed=seed, cluster=c)
+        fs = FaultStream(
+            job,
+            kinds=kinds,
+            at_steps=at_steps,
+            mark=mark,
+            seed=seed,
+            cluster=c,
+            ckpt_path=lambda rank: os.path.join(ckpt, f"ckpt_{rank}"),  # the trainer's folder of a rank's checkpoints
+        )
     t0 = time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
     if fs is not None:
@@ -238,15 +249,16 @@ def main() -> int:
             capture_output=True,
         )
         with NamespaceCluster(ACTIVE + 1, slots=1) as c:
-            free = run_job("fault-free", c, work, data, args.steps, [], ACTIVE + 1)
+            flags = ["--straggler", "replace:10", "--min-hosts", "2"]
+            free = run_job("fault-free", c, work, data, args.steps, flags, ACTIVE + 1)
             assert free["code"] == 0 and free["final"] is not None, free["err"]
             rate = args.steps / float(free["wall"])  # type: ignore[arg-type]  # run_job's dict: a float
             timed = [k for k in kinds if k != "restart"]
             at = [max(1, int((i + 1) * args.every * rate)) for i in range(len(timed))]
             print(f"fault-free: {free['wall']:.1f} s for {args.steps} steps ({rate:.2f} steps/s, start-up included)")
             print(f"stream: {kinds}, at new steps {at} (one per {args.every:g} s of fault-free time), seed {args.seed}")
-            faulty = run_job("faulty", c, work, data, args.steps, [], ACTIVE + 1, (kinds, at, args.seed))
-            report("mslaunch (defaults, one spare host)", faulty, free)
+            faulty = run_job("faulty", c, work, data, args.steps, flags, ACTIVE + 1, (kinds, at, args.seed))
+            report("mslaunch (defaults and --straggler replace:10 --min-hosts 2, one spare host)", faulty, free)
             if not args.no_baseline:
                 base_flags = [
                     "--cold-restarts",
@@ -255,6 +267,8 @@ def main() -> int:
                     "--stopped-timeout",
                     "off",
                     "--hang-timeout",
+                    "off",
+                    "--straggler",
                     "off",
                 ]
                 base = run_job("baseline", c, work, data, args.steps, base_flags, ACTIVE, (kinds, at, args.seed))

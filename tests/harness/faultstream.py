@@ -17,7 +17,15 @@ Fault kinds (each on a rank drawn with the stream's seed, among the ranks of the
                it), restored once the job trains a new step elsewhere; never the first host (the
                dynamic cluster's scheduler runs there);
 * ``restart``  SIGKILL to a rank of the *next* attempt as soon as it started (a fault while a
-               restart is starting): it comes with the fault before it and is counted on its own.
+               restart is starting): it comes with the fault before it and is counted on its own;
+* ``slow``     the rank's namespace host under a CPU quota (cgroup v1: its sshd's group, so what
+               starts there later, and the rank moved in by its pid), lifted once the job trained
+               a new step in a later attempt, or once the next fault is due (a job that never
+               leaves the host trains at its pace until then); never the first host;
+* ``ckpt``     the rank's next checkpoint write fails: its checkpoint (``ckpt_path(rank)``, a file
+               or a folder) is moved aside and something of the other kind put in its place; put
+               back as soon as the job noticed a fault (the rank's save failed), before a restart
+               reads it.
 
 Ranks are found by a mark in their environment (:func:`rank_pids`); every pid of a rank is a
 pid of this machine (namespace hosts share the pid namespace), so ``os.kill`` reaches remote
@@ -39,11 +47,13 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["FAULT_KINDS", "FaultStream", "Injected", "JobView", "badput_table", "inside_and_outside", "rank_pids"]
 
-FAULT_KINDS = ("kill", "stop", "cut", "restart")
+FAULT_KINDS = ("kill", "stop", "cut", "restart", "slow", "ckpt")
+#: The events that say the job noticed a fault (``slow``: also its straggler event).
+NOTICED = ("failure", "hung", "cluster_stop")
 
 
 def job_mark(folder: Any) -> str:
@@ -179,7 +189,9 @@ class FaultStream:
         mark: the value of ``FAULT_STREAM_MARK`` in the ranks' environment (``--env``): how their
             processes are found (:func:`rank_pids`).
         seed: draws the ranks.
-        cluster: the :class:`~tests.harness.netns_cluster.NamespaceCluster` (``cut`` only).
+        cluster: the :class:`~tests.harness.netns_cluster.NamespaceCluster` (``cut``, ``slow``).
+        ckpt_path: rank -> the path of its checkpoint (``ckpt`` only).
+        quota_us: the CPU quota of a ``slow`` host, in us per 100 ms.
     """
 
     job_dir: str
@@ -188,6 +200,8 @@ class FaultStream:
     mark: str
     seed: int = 0
     cluster: Any = None
+    ckpt_path: Optional[Callable[[int], str]] = None
+    quota_us: int = 10000
     injected: List[Injected] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
 
@@ -195,6 +209,7 @@ class FaultStream:
         self.view = JobView(self.job_dir)
         self._rng = random.Random(self.seed)
         self._cut: List[str] = []
+        self._slow: List[str] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -216,6 +231,7 @@ class FaultStream:
             except Exception as exc:  # noqa: BLE001 - reported with the results
                 self.errors.append(f"restore {host}: {exc}")
         self._cut = []
+        self._unslow()
 
     def _wait(self, cond, poll: float = 0.05) -> Any:
         while not self._stop.is_set():
@@ -242,6 +258,9 @@ class FaultStream:
                 self._inject(kind)
                 if self._cut and kinds_after(self.kinds, i) != "restart":
                     self._restore_when_moved()
+                if self._slow:
+                    timed = len(self.injected) - self._restarts()  # the next timed fault's index
+                    self._restore_when_moved(until_step=self.at_steps[timed] if timed < len(self.at_steps) else None)
         except Exception as exc:  # noqa: BLE001 - the stream must not kill the bench; reported
             self.errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -261,7 +280,7 @@ class FaultStream:
             return
         attempt, ranks = got
         first_host = ranks[min(ranks)][1]
-        choices = sorted(r for r, (_, host) in ranks.items() if kind != "cut" or host != first_host)
+        choices = sorted(r for r, (_, host) in ranks.items() if kind not in ("cut", "slow") or host != first_host)
         if not choices:
             self.errors.append(f"{kind}: no rank to inject into")
             return
@@ -275,9 +294,57 @@ class FaultStream:
         elif kind == "cut":
             self.cluster.cut_link(host)
             self._cut.append(host)
+        elif kind == "slow":
+            from tests.harness.hostfaults import CPU_ROOT, throttle_cpu, throttle_pids
+
+            group = throttle_cpu(self.cluster, host, quota_us=self.quota_us)
+            self._slow.append(host)
+            throttle_pids(os.path.relpath(group, CPU_ROOT), [pid], quota_us=self.quota_us)
+        elif kind == "ckpt":
+            self.injected.append(fault)
+            self._fail_next_save(fault)
+            return
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
         self.injected.append(fault)
+
+    def _fail_next_save(self, fault: Injected) -> None:
+        """``ckpt``: the rank's checkpoint aside, a blocker of the other kind in its place, until
+        the job noticed a fault (or ended); then the checkpoint back."""
+        assert self.ckpt_path is not None, "a ckpt fault needs ckpt_path"
+        path = self.ckpt_path(fault.rank)
+        aside = f"{path}.fault-aside"
+        try:
+            os.rename(path, aside)
+        except OSError as exc:
+            fault.note = f"nothing to block at {path}: {exc.strerror}"
+            return
+        if os.path.isdir(aside):
+            with open(path, "w"):
+                pass
+        else:
+            os.mkdir(path)
+        try:
+            self._wait(lambda: any(e.get("kind") in NOTICED for e in self.view.events() if e["time"] >= fault.at), 0.02)
+        finally:
+            if os.path.isdir(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+            os.rename(aside, path)
+
+    def _restarts(self) -> int:
+        return sum(1 for f in self.injected if f.kind == "restart")
+
+    def _unslow(self) -> None:
+        from tests.harness.hostfaults import unthrottle
+
+        for host in self._slow:
+            try:
+                unthrottle(self.cluster, host)
+            except Exception as exc:  # noqa: BLE001 - reported with the results
+                self.errors.append(f"unthrottle {host}: {exc}")
+        self._slow = []
 
     def _during_restart(self) -> None:
         """SIGKILL to a rank of the next attempt as soon as its process runs."""
@@ -295,13 +362,21 @@ class FaultStream:
             fault.note = "the rank was gone already"
         self.injected.append(fault)
 
-    def _restore_when_moved(self) -> None:
+    def _restore_when_moved(self, until_step: Optional[int] = None) -> None:
+        """Once the job trained a new step in a later attempt (or reached ``until_step``): cut
+        links back, slow hosts back to full speed."""
         best = self.view.best_step()
         before = self.view.attempt()
-        self._wait(lambda: self.view.attempt() > before and self.view.best_step() > best)
+
+        def moved() -> bool:
+            now = self.view.best_step()
+            return (self.view.attempt() > before and now > best) or (until_step is not None and now >= until_step)
+
+        self._wait(moved)
         for host in self._cut:
             self.cluster.restore_link(host, wait=False)
         self._cut = []
+        self._unslow()
 
     # ------------------------------------------------------------------ accounting
 
@@ -311,7 +386,8 @@ class FaultStream:
         steps = sorted(self.view.steps(), key=lambda r: r.get("time", 0.0))
         for k, f in enumerate(self.injected):
             later = [e for e in events if e.get("time", 0.0) >= f.at]
-            noticed = next((e for e in later if e.get("kind") in ("failure", "hung", "cluster_stop")), None)
+            kinds = NOTICED + (("straggler", "planned_restart") if f.kind == "slow" else ())
+            noticed = next((e for e in later if e.get("kind") in kinds), None)
             restart = next((e for e in later if e.get("kind") == "restart"), None)
             f.noticed = noticed["time"] if noticed else None
             f.restart = restart["time"] if restart else None

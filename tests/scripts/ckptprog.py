@@ -1,11 +1,12 @@
 """A stand-in data-parallel trainer with checkpoints (no MindSpore), for fault streams.
 
-    ckptprog.py DIR STEPS EVERY CKPT_EVERY
+    ckptprog.py DIR STEPS EVERY CKPT_EVERY [cpu]
 
 Every worker trains global steps 1..STEPS in lockstep with the others (after each step it waits,
 over TCP through the scheduler, until every rank of its attempt has done it, as a gradient
 AllReduce makes it: a rank that is stopped, gone or cut off holds the others), sleeping EVERY s
-per step and printing the trainer's
+per step (with ``cpu``: computing EVERY s of CPU time, so a rank whose host is under a CPU quota
+is slow, and waits for a CPU as a trainer does) and printing the trainer's
 ``epoch: 1 step: <s>, loss is <x>`` once the step is done (the trainer prints a step's loss after
 its AllReduce: a logged step is one every rank did, so a save on SIGTERM keeps it); every
 CKPT_EVERY steps it saves its checkpoint
@@ -60,6 +61,7 @@ if os.environ.get("MS_ROLE") == "MS_SCHED":  # the barrier: "go <s>" once every 
                     del conns[conn]
 
 folder, steps, every, ckpt_every = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+compute = sys.argv[5:6] == ["cpu"]
 rank = int(os.environ["RANK_ID"])
 planned = max(world, int(os.environ.get("MSLAUNCH_PLANNED_WORLD_SIZE") or world))
 ckpt = os.path.join(folder, "ckpt")
@@ -136,7 +138,12 @@ if start:
 barrier(start)
 done_step = start
 for step in range(start + 1, steps + 1):
-    time.sleep(every)
+    if compute:
+        until = time.process_time() + every
+        while time.process_time() < until:
+            sum(range(1000))
+    else:
+        time.sleep(every)
     barrier(step)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the line and done_step go together
     done_step = step
