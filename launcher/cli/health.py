@@ -137,6 +137,7 @@ def preflight(
     ssh: Any,
     device_checks: str = DEFAULT_POLICY,
     min_hosts: Optional[int] = None,
+    threshold: float = 0.5,
 ) -> Tuple[Plan, Preflight]:
     """``run --preflight MODE``: check every inventory host (and, for an Ascend or GPU job, the
     devices the plan and the spares offer; ``device_checks``: ``--device-checks``), then keep,
@@ -162,7 +163,7 @@ def preflight(
     note = devices.choice.note()
     if note is not None and devices.choice.given is not None:  # the program names a device not known
         sys.stderr.write(f"mslaunch: preflight: {note}\n")
-    result = check_hosts(spec, ssh, devices=devices)
+    result = check_hosts(spec, ssh, threshold=threshold, devices=devices)
     for line in result.refused:
         sys.stderr.write(f"mslaunch: preflight: {line}\n")
     bad = [v for v in result.verdicts if not v.ok]

@@ -19,6 +19,7 @@ from launcher.cli.elastic_flags import with_elastic_settings
 from launcher.cli.metrics_flags import with_metrics_settings
 from launcher.cli.msrun_flags import parse_msrun_bool, tail_ranks
 from launcher.cli.options import PROGRAM_CONTEXT, JobOptions, with_job_options
+from launcher.cli.preflight_flags import PreflightSettings, with_preflight_settings
 from launcher.cli.program_check import check_program
 from launcher.cli.spec import build_spec
 from launcher.cli.ssh_flags import with_ssh_settings
@@ -47,6 +48,7 @@ def register(app: typer.Typer) -> None:
 @with_ssh_settings("accept_new", "connect_timeout", "start_timeout")
 @with_metrics_settings
 @with_elastic_settings
+@with_preflight_settings
 def run_cmd(
     ctx: typer.Context,
     dry_run: bool = typer.Option(
@@ -179,27 +181,6 @@ def run_cmd(
         ),
         rich_help_panel="Run",
     ),
-    preflight: Optional[str] = typer.Option(
-        None,
-        "--preflight",
-        metavar="MODE",
-        help=(
-            "exclude | warn | fail: check every inventory host (compute kernel, paired transfers) before starting; "
-            "exclude "
-            "plans around slow or faulty hosts when there are spares, warn only reports, fail stops. See "
-            "docs/health.md."
-        ),
-        rich_help_panel="Run",
-    ),
-    device_checks: str = typer.Option(
-        "try",
-        "--device-checks",
-        help=(
-            "--preflight, Ascend and GPU jobs: off | try | require: check the planned NPUs/GPUs with the hosts' tools; "
-            "require also fails a host whose device checks could not run."
-        ),
-        rich_help_panel="Run",
-    ),
     minimal_scheduler: Optional[bool] = typer.Option(
         None,
         "--minimal-scheduler/--script-scheduler",
@@ -215,6 +196,7 @@ def run_cmd(
     ssh: SSHSettings,
     metrics: MetricsSettings,
     elastic: ElasticSettings,
+    preflight: PreflightSettings,
 ) -> None:
     """Run a job: one process per rank (plus the scheduler), supervised, with per-rank logs.
 
@@ -241,12 +223,6 @@ def run_cmd(
     )
     stand_in_env = stand_in(ctx)  # set when 'mslaunch sbatch' checks its batch script's run at submit time
     opts = _run_options(opts, stand_in_env, dry_run, start_timeout)
-    from launcher.cli.health import check_mode
-
-    check_mode(preflight)
-    from launcher.planning.health.devices import check_policy
-
-    check_policy(device_checks)
     spec = build_spec(opts, allocation=stand_in_env)
     plan = build_plan(spec)
     check_program(spec, os.environ if stand_in_env is None else stand_in_env)
@@ -267,7 +243,7 @@ def run_cmd(
     from launcher.cli.hiddenenv import hide_own_title
 
     hide_own_title(opts.env)  # the job's life: no --env value in this process's title
-    plan, pre_event = _preflight(preflight, spec, plan, ssh, device_checks, elastic.min_hosts)
+    plan, pre_event = _preflight(preflight, spec, plan, ssh, elastic.min_hosts)
     from launcher.cli.startmode import choose
 
     start = replace(choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler), keep_zygote=not opts.cold_restarts)
@@ -342,21 +318,20 @@ def _print_plan(plan: Plan, as_json: bool) -> None:
 
 
 def _preflight(
-    mode: Optional[str],
+    settings: PreflightSettings,
     spec: JobSpec,
     plan: Plan,
     ssh: SSHSettings,
-    device_checks: str = "try",
     min_hosts: Optional[int] = None,
 ) -> Tuple[Plan, Optional[Preflight]]:
     """``--preflight MODE``: the health check of every host, and the plan to run (``exclude``:
     planned around slow or faulty hosts); with the check's event for the job's metrics (None
     without ``--preflight``)."""
-    if mode is None:
+    if settings.mode is None:
         return plan, None
     from launcher.cli.health import preflight as run_preflight
 
-    return run_preflight(mode, spec, plan, ssh, device_checks, min_hosts)
+    return run_preflight(settings.mode, spec, plan, ssh, settings.device_checks, min_hosts, settings.threshold)
 
 
 def _supervise(

@@ -74,6 +74,12 @@ BAD_RUN_OPTIONS: List[Case] = [
         "unknown --device-checks 'maybe'; use one of off, try, require",
         False,
     ),
+    (
+        "health-threshold",
+        ["--preflight", "warn", "--health-threshold", "0"],
+        "--health-threshold must be between 0",
+        False,
+    ),
     ("hang-timeout", ["--hang-timeout", "soon"], "expected auto, off or a number of seconds", False),
     ("first-step-timeout", ["--first-step-timeout", "-3"], "must be a positive number of seconds", False),
     ("stopped-timeout", ["--stopped-timeout", "soon"], "--stopped-timeout 'soon'", False),

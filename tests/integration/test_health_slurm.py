@@ -80,7 +80,7 @@ def test_a_node_whose_slurmd_is_down_is_faulty_and_one_under_a_cpu_quota_slow(tm
         assert cluster.node_pids(include_slurm=False) == {}
 
 
-def _preflight_run(slurm, tmp_path, extra_env, *program_args):
+def _preflight_run(slurm, tmp_path, extra_env, *program_args, threshold="0.5"):
     """``run --preflight exclude`` of a 2-rank job in a 3-node allocation, one rank per node: its
     ``preflight`` event."""
     res = slurm.run(["salloc", "--no-shell", "-N3", "--ntasks-per-node=1", "--immediate=30"], timeout=60)
@@ -111,6 +111,8 @@ def _preflight_run(slurm, tmp_path, extra_env, *program_args):
             "2",
             "--preflight",
             "exclude",
+            "--health-threshold",
+            threshold,
             "--master-port",
             "auto",
             "--log-dir",
@@ -164,6 +166,7 @@ def test_preflight_exclude_leaves_a_faulty_node_out_and_the_job_runs_on_the_spar
         {"MSLAUNCH_DEVICE_TOOLS_DIR": FAKE_TOOLS, "MSLAUNCH_FAKE_DEVICES_DIR": str(fake)},
         "--device-target",
         "Ascend",
+        threshold="0.2",  # the device verdicts are this test's: the figures are measured beside the suite's work
     )
     reasons = {h["host"]: h["reason"] for h in pre["hosts"]}
     assert pre["devices"]["target"] == "ascend", pre["devices"]
