@@ -9,9 +9,9 @@ folder of the last run) and prints:
 
 * how many jobs, how many of them with 2 ranks or more, their wall time, and the watch's
   judgements (``summary.json``'s ``straggler_watch.looks``) in them;
-* every ``straggler`` event, split by whether its test put a host under a CPU quota or shaped its
-  link (its folder name matches ``--injected``: pytest names a test's folder after the test, cut
-  to 30 characters), and the others, each with its folder and evidence.
+* every ``straggler`` event, split by whether its test injected a fault (its folder name matches
+  ``--injected``: pytest names a test's folder after the test, cut to 30 characters), and the
+  others, each with its folder and evidence.
 
 A named rank in a job whose test injected nothing is a false positive (or a fault nobody meant:
 read its evidence).  Exit 1 when there is one.
@@ -29,8 +29,12 @@ import re
 import sys
 from typing import Any, Dict, List
 
-#: Folder names of the tests that slow a host on purpose (a CPU quota, a shaped link).
-INJECTED = r"quota|shaped|slow|straggl|replace|under_a|throttl|link_is"
+#: Folder names of the tests that inject a fault (a CPU quota, a shaped or cut link, a lost host, a
+#: killed, stopped or hung rank, a preemption): a rank named there may be what the test did.
+INJECTED = (
+    r"quota|shaped|slow|straggl|replace|under_a|throttl|link|cut|lost|fault|kill|stop|hang|hung|preempt|fail|"
+    r"dies|down|blocked|timeout|stalled|sigint|sigterm"
+)
 
 
 def newest_pytest_folder() -> str:
@@ -78,7 +82,7 @@ def read_jobs(folder: str) -> List[Dict[str, Any]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="*")
-    ap.add_argument("--injected", default=INJECTED, help="regex of the test folders that slow a host on purpose")
+    ap.add_argument("--injected", default=INJECTED, help="regex of the folders of tests that inject faults")
     args = ap.parse_args()
     folders = args.folders or [newest_pytest_folder()]
     injected = re.compile(args.injected)
@@ -94,7 +98,7 @@ def main() -> int:
     )
     false = [(j, e) for j in healthy for e in j["named"]]
     meant = [(j, e) for j in multi if injected.search(j["test"]) for e in j["named"]]
-    print(f"named in jobs whose test slowed a host: {len(meant)}")
+    print(f"named in jobs whose test injected a fault: {len(meant)}")
     for j, e in meant:
         print(f"  {j['test']}: {e.get('evidence')}")
     print(f"named in jobs with nothing injected: {len(false)}")
