@@ -234,14 +234,16 @@ def main() -> int:
     try:
         data = os.path.join(work, "data")
         subprocess.run(
-            # one pass of the data holds every step: the trainer caps an epoch at one pass
+            # one pass of the data holds every step (the trainer caps an epoch at one pass), twice
+            # over: a job gone smaller (--min-hosts) keeps about its global batch with a whole
+            # number of micro-batches, which can be larger (2 of 3 ranks: 2 x 2 x 8 = 32, not 24)
             [
                 PY,
                 "-m",
                 "launcher.workloads.cifar10_synth",
                 data,
                 "--train",
-                str(args.steps * 8 * ACTIVE),
+                str(2 * args.steps * 8 * ACTIVE),
                 "--test",
                 "100",
             ],

@@ -61,7 +61,9 @@ LABELS: Mapping[str, str] = {
 }
 
 _FAULTS = (EventKind.FAILURE, EventKind.HUNG)
-_PLANNED = (EventKind.INTERRUPTED, EventKind.CLUSTER_STOP, EventKind.TIMEOUT)
+#: Stops that are not faults: a stop signal, the cluster's own stop or time limit, and mslaunch's
+#: planned restart (``--straggler replace``, ``--grow-at-checkpoint``).
+_PLANNED = (EventKind.INTERRUPTED, EventKind.CLUSTER_STOP, EventKind.TIMEOUT, EventKind.PLANNED_RESTART)
 
 
 @dataclass(frozen=True)

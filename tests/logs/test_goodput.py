@@ -115,6 +115,25 @@ def test_a_stop_signal_is_planned_not_a_fault():
     assert g.productive_s == pytest.approx(4.0)
 
 
+def test_a_planned_restart_is_planned_from_its_event_not_a_faults_teardown():
+    # --straggler replace / --grow-at-checkpoint: mslaunch ends a healthy attempt itself; the
+    # ranks save at their step's end (step 5 at 6.5), the next attempt resumes there: the stop and
+    # the restart after it are both planned
+    events = [
+        ev(0, "job_start", job_id="j"),
+        ev(6, "planned_restart", reason="leaving out h1: ..."),
+        ev(6, "teardown", names=["scheduler", "rank 0", "rank 1"]),
+        ev(6.6, "exited", name="rank 0", rank=0, host="h0", returncode=-15, attempt=0),
+        ev(7.0, "restart", attempt=1, cause=None, env_attempt=1),
+        ev(12.0, "job_end", status="succeeded", exit_code=0),
+    ]
+    records = [step(t, g) for t, g in ((2, 1), (3, 2), (4, 3), (5, 4), (6.5, 5))]
+    records += [step(t, g, attempt=1) for t, g in ((9, 6), (10, 7))]
+    g = account(events, records)
+    assert g.badput_s == bad(g, startup=2, planned=3, finish=2), spans(g)
+    assert g.productive_s == pytest.approx(5.0)
+
+
 def test_an_attempt_that_could_not_start_is_a_restart_then_its_teardown():
     events = [
         ev(0, "job_start"),
