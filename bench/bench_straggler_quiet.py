@@ -29,6 +29,8 @@ import re
 import sys
 from typing import Any, Dict, List
 
+#: Larger events files are a test's on purpose (parser bombs), not a job's.
+MAX_BYTES = 16 << 20
 #: Folder names of the tests that inject a fault (a CPU quota, a shaped or cut link, a lost host, a
 #: killed, stopped or hung rank, a preemption): a rank named there may be what the test did.
 INJECTED = (
@@ -38,32 +40,45 @@ INJECTED = (
 
 
 def newest_pytest_folder() -> str:
+    """The newest folder of a ``make test`` run (its workers' ``popen-gwN`` folders; the suite also
+    runs pytest inside some tests, whose folders come later), else the newest."""
     user = os.environ.get("USER") or "root"
     found = sorted(glob.glob(f"/tmp/pytest-of-{user}/pytest-[0-9]*"), key=os.path.getmtime)
     if not found:
         sys.exit(f"bench_straggler_quiet: no /tmp/pytest-of-{user}/pytest-N folder: run the tests first, or name one")
-    return found[-1]
+    suites = [f for f in found if glob.glob(os.path.join(f, "popen-gw*"))]
+    return (suites or found)[-1]
 
 
 def read_jobs(folder: str) -> List[Dict[str, Any]]:
     jobs, seen = [], set()
-    for path in glob.glob(os.path.join(folder, "**", "events.jsonl"), recursive=True):
+    found = [
+        os.path.join(top, "events.jsonl")
+        for top, _dirs, files in os.walk(folder)  # not into links: tests make link loops and links out on purpose
+        if "events.jsonl" in files
+    ]
+    for path in found:
         job = os.path.dirname(path)
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_BYTES:  # a link, or a test's giant
+            continue
         if os.path.realpath(job) in seen:  # pytest's <name>current links point at folders read already
             continue
         seen.add(os.path.realpath(job))
         parts = os.path.relpath(job, folder).split(os.sep)
         try:
             with open(path) as fh:
-                events = [json.loads(line) for line in fh if line.strip()]
-        except (OSError, ValueError):
-            continue
-        summary: Dict[str, Any] = {}
+                events = [e for e in (json.loads(line) for line in fh if line.strip()) if isinstance(e, dict)]
+        except (OSError, ValueError, RecursionError):
+            continue  # some tests write files that are not a job's on purpose (parser bombs too)
+        summary: Any = {}
         try:
+            if not os.path.isfile(os.path.join(job, "summary.json")):  # a FIFO would block the read
+                raise OSError("not a file")
             with open(os.path.join(job, "summary.json")) as fh:
                 summary = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             pass
+        watch = summary.get("straggler_watch") if isinstance(summary, dict) else None
         ranks = {e.get("rank") for e in events if e.get("kind") == "started" and e.get("rank") is not None}
         times = [e["time"] for e in events if isinstance(e.get("time"), (int, float))]
         jobs.append(
@@ -72,7 +87,7 @@ def read_jobs(folder: str) -> List[Dict[str, Any]]:
                 "test": next((p for p in parts if p.startswith("test")), job),
                 "ranks": len(ranks),
                 "seconds": (max(times) - min(times)) if times else 0.0,
-                "looks": int((summary.get("straggler_watch") or {}).get("looks") or 0),
+                "looks": int(watch.get("looks") or 0) if isinstance(watch, dict) else 0,
                 "named": [e for e in events if e.get("kind") == "straggler" and not e.get("cleared")],
             }
         )

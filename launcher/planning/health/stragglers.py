@@ -29,7 +29,9 @@ one sender's queue full at one moment or another (measured here: 600-900 KiB in 
 healthy job beside two MindSpore jobs), which a mean over three samples made a straggler. A receiver
 that does not read fills its senders' queues as well (the evidence says so): while a rank is starved
 of CPU in a judgement, no rank is named for its link in it (the starved rank is the one its senders
-wait for).
+wait for); and it needs three ranks at least: between two, the sender's full queue says as much of
+the receiver as of its own link (a healthy 2-rank trainer named its sender here once, at the end of
+a job under the test suite's load).
 """
 
 from __future__ import annotations
@@ -218,7 +220,8 @@ class StragglerJudge:
         named: List[StragglerVerdict] = []
         cleared: List[StragglerVerdict] = []
         measured_all = {r: self._measure(r, shares, hosts.get(r, "?"), now) for r in self._ranks}
-        verdicts = {r: self._meets(m, shares[r][1]) if m is not None else None for r, m in measured_all.items()}
+        peers = len(shares) - 1
+        verdicts = {r: self._meets(m, shares[r][1], peers) if m is not None else None for r, m in measured_all.items()}
         if any(v is not None and v.kind == "cpu" for v in verdicts.values()):  # a starved rank reads slowly:
             verdicts = {r: v if v is not None and v.kind == "cpu" else None for r, v in verdicts.items()}  # not links
         for rank, st in self._ranks.items():
@@ -267,11 +270,15 @@ class StragglerJudge:
             statistics.median(queued),
         )
 
-    def _meets(self, v: StragglerVerdict, busy: float) -> Optional[StragglerVerdict]:
-        """``v`` as the kind of straggler its figures (runnable ``busy`` of the window) make it, or None."""
+    def _meets(self, v: StragglerVerdict, busy: float, peers: int) -> Optional[StragglerVerdict]:
+        """``v`` as the kind of straggler its figures (runnable ``busy`` of the window, beside
+        ``peers`` other ranks) make it, or None.  The link rule needs two peers at least: between two
+        ranks a full send queue says as much of the receiver as of the sender's link."""
         p = self.policy
         if v.share >= p.min_share and busy >= p.min_busy and _odds(v.share) >= p.odds_ratio * _odds(v.median):
             return v
+        if peers < 2:
+            return None
         if v.sendq >= p.min_sendq and v.sendq >= p.sendq_ratio * max(v.median_sendq, p.min_sendq / 16):
             return replace(v, kind="link")
         return None

@@ -167,6 +167,15 @@ def test_a_rank_whose_send_queues_stay_full_is_named_for_its_link() -> None:
     assert "(the other ranks 0-2 KiB): a slow link or receiver" in v.evidence
 
 
+def test_between_two_ranks_a_full_send_queue_names_nobody() -> None:
+    # the sender's queue stays full when its link is slow, and as well when its only peer reads
+    # slowly: with no third rank to compare, the link rule says nothing (the CPU rule still judges)
+    judge = StragglerJudge(StragglerPolicy(window=6.0))
+    for i in range(1, 15):
+        queued = {0: 0.0, 1: 900_000.0}
+        assert judge.feed({r: Sample(i, 0.2 * i, 0.01 * i, queued[r]) for r in range(2)}, HOSTS, i) == Update()
+
+
 def test_small_queues_name_nobody() -> None:
     judge = StragglerJudge(StragglerPolicy(window=6.0))
     for i in range(1, 15):
