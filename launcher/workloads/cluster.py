@@ -87,8 +87,12 @@ def all_gather() -> Any:
 
 
 #: The longest MindSpore's exit cleanup may take once the result is decided (its handshake with
-#: the scheduler waits for the slowest peer's last collective): past it the process ends by SIGALRM.
+#: the scheduler waits for the slowest peer's last collective): past it an alarm ends the process
+#: with the result's code (:func:`keep_code_through_teardown`).
 TEARDOWN_SECONDS = 120
+#: Seconds after :data:`TEARDOWN_SECONDS` when faulthandler's watchdog ends a process the alarm
+#: could not end (exit 1, with every thread's stack on stderr).
+TEARDOWN_LAST = 30
 #: Past this, a cleanup that still runs ends the process with the result's code, when Python can
 #: still run (:func:`end_after`): under mpirun, every rank of a 4-rank check was once seen stuck in
 #: MindSpore's cleanup after each had unregistered from the scheduler (which did not end either).
@@ -105,10 +109,17 @@ def keep_code_through_teardown(code: int) -> bool:
     once every worker had printed a correct sum). That crash is the framework's, not the check's
     result: a native handler for the fault signals writes one line on stderr and ends the process
     with ``code``.  A crash in a thread other than the main one is handled once the main thread
-    lets the interpreter go (as ``join`` does); should it not, an alarm ends the process by
-    SIGALRM after :data:`TEARDOWN_SECONDS`, so the exit stays bounded.  Returns False where no
+    lets the interpreter go (as ``join`` does).  A cleanup that still runs after
+    :data:`TEARDOWN_SECONDS` (one that holds Python's lock, which :func:`end_after`'s thread needs)
+    is ended by an alarm whose handler runs on the thread that holds the lock, with ``code`` too:
+    under mpirun, every worker of a correct AllReduce was once seen in MindSpore's finalize for two
+    minutes, and the alarm's default action (exit by SIGALRM) failed the job.  Should even that
+    handler not run (the alarm taken by a thread that waits for the lock), faulthandler's watchdog
+    thread, which needs no lock, dumps the threads' stacks and ends the process (exit 1) after
+    :data:`TEARDOWN_LAST` seconds more, so the exit stays bounded.  Returns False where no
     native handler can be installed (the cleanup then runs unguarded)."""
     import ctypes
+    import faulthandler
     import signal
 
     try:
@@ -119,6 +130,8 @@ def keep_code_through_teardown(code: int) -> bool:
     handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
 
     def on_fault(signum: int) -> None:
+        if signum == signal.SIGALRM:
+            _end_with(code, f"did not end within {TEARDOWN_SECONDS:g} s")
         try:
             name = signal.Signals(signum).name
         except ValueError:
@@ -129,9 +142,9 @@ def keep_code_through_teardown(code: int) -> bool:
     install.restype = ctypes.c_void_p
     install.argtypes = (ctypes.c_int, handler_type)
     _KEEP.append(handler)
-    for name in _FAULTS:
+    for name in _FAULTS + ("SIGALRM",):
         install(int(getattr(signal, name)), handler)
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    faulthandler.dump_traceback_later(TEARDOWN_SECONDS + TEARDOWN_LAST, exit=True)
     alarm(ctypes.c_uint(TEARDOWN_SECONDS))
     return True
 

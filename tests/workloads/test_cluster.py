@@ -110,3 +110,38 @@ def test_an_exit_cleanup_that_does_not_end_ends_with_the_results_code_after_the_
         assert r.returncode == code and r.stdout == "result line\n", r.stderr
         (line,) = r.stderr.splitlines()
         assert "exit cleanup did not end within 0.5 s" in line and f"exit code {code} stands" in line
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("alarm_reaches_it", [True, False])
+def test_an_exit_cleanup_that_holds_pythons_lock_is_still_ended_in_bounded_time(alarm_reaches_it):
+    """A cleanup blocked in native code that holds Python's lock (the grace's thread cannot run):
+    the alarm ends it with the result's code, on the thread that holds the lock.  Where the alarm
+    goes to a thread that waits for the lock instead (here: the main thread blocks SIGALRM),
+    faulthandler's watchdog ends it (exit 1, the stacks on stderr)."""
+    prog = (
+        "import atexit, ctypes, signal, sys\n"
+        "from launcher.workloads import cluster\n"
+        "cluster.TEARDOWN_GRACE, cluster.TEARDOWN_SECONDS, cluster.TEARDOWN_LAST = 0.5, 1, 1\n"
+        "def stuck():\n"
+        "    if sys.argv[2] == 'blocked':\n"
+        "        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+        "    ctypes.PyDLL(None).sleep(600)\n"  # a native call that keeps Python's lock
+        "atexit.register(stuck)\n"
+        "print('result line', flush=True)\n"
+        "cluster.exit_now(int(sys.argv[1]))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT, MSLAUNCH_ATTEMPT="0", OMPI_COMM_WORLD_SIZE="2")
+    how = "reached" if alarm_reaches_it else "blocked"
+    for code in (0, 3) if alarm_reaches_it else (0,):
+        r = subprocess.run(
+            [sys.executable, "-c", prog, str(code), how], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert r.stdout == "result line\n", r.stderr
+        if alarm_reaches_it:
+            assert r.returncode == code, r.stderr
+            (line,) = r.stderr.splitlines()
+            assert "exit cleanup did not end within 1 s" in line and f"exit code {code} stands" in line
+        else:
+            assert r.returncode == 1, r.stderr
+            assert "Timeout (0:00:02)!" in r.stderr and "in stuck" in r.stderr, r.stderr
