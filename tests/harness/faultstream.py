@@ -144,6 +144,16 @@ class JobView:
         return max((int(r.get("global_step") or 0) for r in self.steps()), default=0)
 
 
+def _descendants(pid: int) -> List[int]:
+    """The processes below ``pid`` (a rank's recorded pid may be a wrapper that forked its program)."""
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 @dataclass
 class Injected:
     """One fault as injected, and what the job's records say it cost (epoch seconds)."""
@@ -256,6 +266,11 @@ class FaultStream:
                 if self._wait(lambda: self.view.best_step() >= target) is None:
                     return
                 self._inject(kind)
+                if kind in ("kill", "stop") and self.injected and self.injected[-1].kind == kind:
+                    # one fault at a time: the next one (due at a step the job may pass before it
+                    # noticed this one) goes to the attempt after it, not to one being torn down
+                    done = self.injected[-1].attempt
+                    self._wait(lambda: self.view.attempt() > done)
                 if self._cut and kinds_after(self.kinds, i) != "restart":
                     self._restore_when_moved()
                 if self._slow:
@@ -299,7 +314,7 @@ class FaultStream:
 
             group = throttle_cpu(self.cluster, host, quota_us=self.quota_us)
             self._slow.append(host)
-            throttle_pids(os.path.relpath(group, CPU_ROOT), [pid], quota_us=self.quota_us)
+            throttle_pids(os.path.relpath(group, CPU_ROOT), [pid, *_descendants(pid)], quota_us=self.quota_us)
         elif kind == "ckpt":
             self.injected.append(fault)
             self._fail_next_save(fault)
