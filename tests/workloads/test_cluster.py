@@ -4,6 +4,7 @@ atexit handlers run (MindSpore's cluster finalize among them) under which launch
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -140,8 +141,11 @@ def test_an_exit_cleanup_that_holds_pythons_lock_is_still_ended_in_bounded_time(
         assert r.stdout == "result line\n", r.stderr
         if alarm_reaches_it:
             assert r.returncode == code, r.stderr
+            # the alarm's handler runs Python on the thread that held the lock, which lets the
+            # grace's thread in too: either may write the line first; the code is the result's
             (line,) = r.stderr.splitlines()
-            assert "exit cleanup did not end within 1 s" in line and f"exit code {code} stands" in line
+            assert re.search(r"exit cleanup did not end within (1|0\.5) s", line), line
+            assert f"exit code {code} stands" in line
         else:
             assert r.returncode == 1, r.stderr
             assert "Timeout (0:00:02)!" in r.stderr and "in stuck" in r.stderr, r.stderr
