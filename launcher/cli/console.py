@@ -78,6 +78,8 @@ def event_line(event: Event, attempt_dir: str = "") -> Optional[str]:
         judged = event.cause.cause if event.cause is not None else None  # the failed attempt's judged cause
         if judged is not None:
             line += f"; attempt {event.attempt - 1} failed with {judged.kind}: {judged.evidence}"
+        if event.ckpt_interval is not None:
+            line += f"; {event.ckpt_interval.describe()}"
         return line
     return None
 

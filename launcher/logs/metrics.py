@@ -39,7 +39,8 @@ line; steps may count from 0 or 1 (see :attr:`Metric.progress`).
 ``epoch`` (int), ``loss`` (number; ``"nan"``/``"inf"`` strings are accepted), ``step_time_ms``
 (number), ``samples_per_s`` (number, this rank), ``batch_size`` (int, per rank), ``epochs`` (int,
 total), ``steps_per_epoch`` (int), ``total_steps`` (int, the whole run), ``eval`` (object of
-numbers).  Example::
+numbers), ``ckpt_ms`` (number: how long the last checkpoint write took; a line with only this is
+an ``info`` metric).  Example::
 
     print('MSLAUNCH_METRIC ' + json.dumps({"step": 12, "loss": 0.42, "step_time_ms": 130.5}), flush=True)
 
@@ -104,6 +105,8 @@ class Metric:
         batch_size: samples per step on this rank, when the line says.
         eval: evaluation metrics (name -> number).
         event: ``nonfinite_loss`` when the loss is NaN or infinite.
+        ckpt_ms: how long the rank's last checkpoint write took (``MSLAUNCH_METRIC`` only: the
+            checkpoint cost of :mod:`launcher.planning.job.ckptinterval`).
         unit: what ``step`` counts when it is not steps: ``samples`` (PyTorch's MNIST line
             ``Train Epoch: 1 [640/60000 (1%)]``: ``step`` is the sample position within the epoch
             and ``steps_per_epoch`` the dataset's size).
@@ -127,6 +130,7 @@ class Metric:
     eval: Dict[str, float] = field(default_factory=dict)
     event: Optional[str] = None
     unit: Optional[str] = None
+    ckpt_ms: Optional[float] = None
 
     @property
     def progress(self) -> Optional[Tuple[Optional[int], int]]:
@@ -163,6 +167,9 @@ def _parse_mslaunch(payload: str) -> Optional[Metric]:
         num = finite(obj.get(key))
         if num is not None and num >= 0:
             kw[key] = num
+    ckpt = finite(obj.get("ckpt_ms"))
+    if ckpt is not None and ckpt >= 0:
+        kw["ckpt_ms"] = ckpt
     loss = obj.get("loss")
     if isinstance(loss, float) and not math.isfinite(loss):
         kw.update(loss_fields(repr(loss)))

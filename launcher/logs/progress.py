@@ -100,6 +100,7 @@ class RankDeriver:
                 "batch_size",
                 "event",
                 "unit",
+                "ckpt_ms",
             ):
                 value = getattr(m, key)
                 if value is not None:

@@ -15,12 +15,10 @@ cluster and ends the process itself once every worker has left (exit 0, or 1 if 
 so nothing after it runs.
 
 Data: ``--data-path`` is a folder holding ``cifar-10-batches-bin`` or that folder itself.
-MindSpore's ``Cifar10Dataset`` reads exactly 10000 records from every ``data_batch*.bin`` /
-``test_batch.bin`` (and fails on shorter files), so it is used for full-size files (the real
-CIFAR-10, or ``cifar10_synth`` with 10000 records per file); smaller files of the same binary
-layout (e.g. ``mslaunch data synth-cifar10 DIR --train 2000``) are read with numpy into a
-random-access ``GeneratorDataset``. Both sources shard with the same ``DistributedSampler`` semantics and feed
-the same pipeline as the tutorials' ``create_dataset``: random crop 32 (pad 4), random horizontal
+``Cifar10Dataset`` (exactly 10000 records per ``data_batch*.bin`` / ``test_batch.bin``) reads
+full-size files; smaller ones of the same layout (``mslaunch data synth-cifar10 DIR --train 2000``)
+are read with numpy into a random-access ``GeneratorDataset``. Both shard as ``DistributedSampler``
+does and feed the tutorials' ``create_dataset`` pipeline: random crop 32 (pad 4), random horizontal
 flip, resize to ``--image-size`` (skipped at 32), rescale 1/255, normalize with the CIFAR
 mean/std, HWC2CHW, label cast to int32, shuffle, batch (drop_remainder). The batch stream repeats
 forever; an *epoch* is ``--steps-per-epoch`` steps (0: one pass over this rank's shard).
@@ -44,16 +42,16 @@ Output on stdout (flushed after every line; launchers capture it to files)::
     checkpoint: <ckpt-dir>/ckpt_<rank>/resnet50-1_40.ckpt
     accuracy: 0.8125                               (with --eval; over the whole test set)
 
-Network (``--arch``): ResNet-50 by default; ``resnet101`` / ``resnet152``, or the shallower
-``resnet14`` / ``resnet26`` (the same bottleneck blocks, 1 or 2 per stage: the same training and
-checkpoints at about half the cost of a ResNet-50 step and compile on CPU, for CI smoke jobs).
+Network (``--arch``): ResNet-50 by default; ``resnet101``/``resnet152``, or ``resnet14``/``resnet26``
+(1 or 2 bottleneck blocks per stage: about half a ResNet-50's step and compile on CPU, for CI).
 
 Checkpoints (``--ckpt-dir``): ``<ckpt-dir>/ckpt_<rank>/<arch>-<epoch>_<step>.ckpt`` (the
 ``ModelCheckpoint`` naming, prefixed with the network's name, so ``--resume`` never loads
 another network's; ``step`` is the step within the epoch), written at the end of every
-epoch (and every ``--ckpt-every`` steps), atomically (temp file + ``os.replace``), keeping the
-newest ``--keep-checkpoints``. A checkpoint holds the network parameters, the optimizer state
-(momentum accumulators, ``global_step``) and ``epoch_num`` / ``step_num`` / ``global_step``.
+epoch (and every ``--ckpt-every`` steps; ``auto[:N]``: the interval mslaunch offers after a fault,
+launcher/workloads/ckpt_every.py), atomically, keeping the newest ``--keep-checkpoints``; the
+time each write took follows its line (``MSLAUNCH_METRIC {"ckpt_ms": ...}``). A checkpoint holds
+the parameters, the optimizer state (momentum, ``global_step``), ``epoch_num`` / ``step_num``.
 ``--resume`` loads the newest one and continues at the next step: ``--epochs`` is the total number
 of epochs, so ``--resume --epochs 3`` after a 2-epoch run trains epoch 3.
 
@@ -73,10 +71,9 @@ is in, writes a checkpoint there (``preempted: checkpoint saved in X s after SIG
 the signal; a rank stuck in a step that cannot end (its peers are gone) ends after 1.5 step times
 (:mod:`launcher.workloads.preempt`).  ``--resume`` (or a restart) continues after it.
 
-Compile cache: under mslaunch (``MSLAUNCH_COMPILE_CACHE``, the job's folder) the trainer turns
-MindSpore's compile cache on there, unless ``MS_COMPILER_CACHE_*`` is set, so a restart takes its
-graphs from it (launcher/workloads/compile_cache.py); a distributed run with ``--ckpt-dir`` then
-gathers the checkpoint positions in every attempt, so that graph comes first in each.
+Compile cache: under mslaunch (``MSLAUNCH_COMPILE_CACHE``) MindSpore's compile cache is on there
+unless ``MS_COMPILER_CACHE_*`` is set: a restart takes its graphs from it (compile_cache.py); with
+``--ckpt-dir`` every attempt gathers the checkpoint positions first, so that graph comes first.
 
 Exit codes: 0 done; 1 training failed (e.g. the loss became NaN); 2 bad arguments or data.
 """
@@ -110,6 +107,7 @@ from launcher.workloads.cifar10_data import (
     open_cifar10,
     resolve_cifar_folder,
 )
+from launcher.workloads.ckpt_every import ckpt_every_steps, parse_ckpt_every
 from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
 from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
@@ -184,7 +182,8 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
     p.add_argument("--lr", type=float, default=0.01, help="Momentum learning rate (default 0.01)")
     p.add_argument("--momentum", type=float, default=0.9, help="Momentum momentum (default 0.9)")
     p.add_argument("--ckpt-dir", default=None, help="save checkpoints to CKPT_DIR/ckpt_<rank>/")
-    p.add_argument("--ckpt-every", type=int, default=0, help="also save every N global steps (0: epoch ends only)")
+    h = "also save every N global steps (0: epoch ends only); auto[:N]: mslaunch's interval after a fault, N before"
+    p.add_argument("--ckpt-every", default="0", help=h)
     p.add_argument("--keep-checkpoints", type=int, default=1, help="newest checkpoints to keep (0: all)")
     p.add_argument(
         "--resume",
@@ -219,7 +218,11 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
     for name in ("epochs", "batch_size", "image_size", "log_every", "workers", "grad_accum"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("steps_per_epoch", "ckpt_every", "keep_checkpoints"):
+    try:
+        args.ckpt_every = ckpt_every_steps(parse_ckpt_every(args.ckpt_every), os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for name in ("steps_per_epoch", "keep_checkpoints"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if args.lr <= 0:
@@ -396,6 +399,7 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
     alone = loop.size == 1
     if loop.stop is not None:
         loop.stop.saving()
+    t0 = time.perf_counter()
     path = save_checkpoint(
         loop.train_net,
         loop.ckpt_dir,
@@ -408,6 +412,7 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
     mirror_checkpoint(path, loop.stand_ins)
     loop.prune_due = not alone
     _say(f"checkpoint: {path}")
+    _say("MSLAUNCH_METRIC " + json.dumps({"ckpt_ms": round((time.perf_counter() - t0) * 1000.0, 1)}))
     if loop.stop is not None:
         loop.stop.saved()
 

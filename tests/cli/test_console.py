@@ -10,6 +10,7 @@ from launcher.logs.causes import Cause
 from launcher.planning.build import build_plan
 from launcher.planning.inventory.hostarg import parse_host_list
 from launcher.planning.job import events as ev
+from launcher.planning.job.ckptinterval import Advice
 from launcher.planning.job.spec import Exclusion, JobSpec
 
 
@@ -97,11 +98,15 @@ def test_a_restart_names_its_attempt_its_logs_and_the_cause_judged(console, caps
     console.event(ev.Restart(1, _cause(Cause("python_exception", "ValueError: bad", "fix it")), 1))
     console.event(ev.Restart(2, _cause(), 5))  # no cause judged
     console.event(ev.Restart(3, None, 3))  # no root cause
+    console.event(ev.Restart(4, None, 4, Advice(39.6, 1.2, 690.0, 3, 0.5)))  # a checkpoint interval offered
     assert capsys.readouterr().err == (
         "mslaunch: restarting the job: attempt 1 (MSLAUNCH_ATTEMPT=1); logs in /w/j/attempt_1;"
         " attempt 0 failed with python_exception: ValueError: bad\n"
         "mslaunch: restarting the job: attempt 2 (MSLAUNCH_ATTEMPT=5); logs in /w/j/attempt_2\n"
         "mslaunch: restarting the job: attempt 3 (MSLAUNCH_ATTEMPT=3); logs in /w/j/attempt_3\n"
+        "mslaunch: restarting the job: attempt 4 (MSLAUNCH_ATTEMPT=4); logs in /w/j/attempt_4;"
+        " checkpoint interval 40 s = 79 steps offered (MSLAUNCH_CKPT_INTERVAL: Young/Daly from a 1.2 s checkpoint"
+        " and 11.5 min between faults, 3 so far)\n"
     )
 
 

@@ -32,7 +32,7 @@ from tests.harness.paths import TESTS
 from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
 
 PROG = os.path.join(TESTS, "scripts", "ckptprog.py")
-STEPS = 60
+STEPS = 90  # the last fault (at step 54) comes well before the end, though the stream reads metrics.jsonl late
 KINDS = ("kill", "stop", "slow", "cut", "restart", "ckpt")
 
 
@@ -86,7 +86,7 @@ def test_every_fault_kind_in_one_stream_ends_in_a_job_that_finishes_by_itself(cl
     stream = FaultStream(
         str(job),
         kinds=KINDS,
-        at_steps=(6, 14, 22, 36, 46),
+        at_steps=(6, 14, 22, 44, 54),  # the slow host has 22 steps (of a second or more there) to be named
         quota_us=5000,  # 5 %: a step of 0.05 CPU-s takes a second there, slow long enough to be named
         mark=mark,
         seed=3,
@@ -137,7 +137,19 @@ def test_every_fault_kind_in_one_stream_ends_in_a_job_that_finishes_by_itself(cl
     last = s["attempt_results"][-1]
     assert sorted(p["host"] for p in last["processes"] if p["rank"] is not None) == [ip[0]]
     log = (job / f"attempt_{len(statuses) - 1}" / "worker_0.log").read_text()
-    assert "resume: global step " in log and log.rstrip().endswith(f"epoch: 1 step: {STEPS}, loss is {1 / STEPS:.4f}")
+    steps_logged = [ln for ln in log.splitlines() if ln.startswith("epoch: 1 step: ")]
+    assert "resume: global step " in log and steps_logged[-1] == f"epoch: 1 step: {STEPS}, loss is {1 / STEPS:.4f}"
+    # each restart after a fault offers the checkpoint interval from the job's own figures (the
+    # stand-in reports its writes' ckpt_ms): the faults counted are the failed and hung attempts so far
+    offers = [(e["attempt"], e.get("ckpt_interval")) for e in events if e["kind"] == "restart"]
+    for attempt, offer in offers:
+        assert offer is not None, offers
+        assert offer["faults"] == sum(st in ("failed", "hung") for st in statuses[:attempt]), offers
+        assert offer["seconds"] >= 1 and offer["ckpt_seconds"] >= 0 and (offer["steps"] or 1) >= 1, offer
+    # in steps once the ranks' step time is known (the stand-in's lines carry none: it comes from
+    # their arrival), the same number on every rank of the next attempt
+    assert offers[-1][1]["steps"] is not None, offers
+    assert f"offered checkpoint interval: {offers[-1][1]['steps']} steps" in log, log[:2000]
     # mslaunch's own accounting of the stream: its parts add up; the stopped rank cost detection
     # (its hang from its last step to --stopped-timeout), and each of the 4 restarts its start.
     g = s["goodput"]

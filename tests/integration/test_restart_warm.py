@@ -66,6 +66,7 @@ def _own_lines(path, root, upto=None):
         if ln.strip() and not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln) and not ln.startswith("compile cache: ")
     ]
     lines = [re.sub(r"throughput: .*", "throughput: <timing>", ln) for ln in lines]
+    lines = [re.sub(r'"ckpt_ms": [0-9.]+', '"ckpt_ms": <ms>', ln) for ln in lines]
     if upto is not None:
         lines = lines[: next(i for i, ln in enumerate(lines) if ln.startswith(upto)) + 1]
     return lines
@@ -218,6 +219,9 @@ def _check_top_metrics_report(warm, tmp_path):
     assert f"{second['steps_lost']} step(s) lost" in html
 
 
+CKPT_MS = 'MSLAUNCH_METRIC {"ckpt_ms": <ms>}'  # how long the checkpoint took to write (masked)
+
+
 def _lines(k, r):
     """The recorded lines of attempt ``k``, rank ``r`` (a cold run's; "<run>" is the run's folder)."""
     head = [
@@ -229,13 +233,13 @@ def _lines(k, r):
     first = [("2.272907", "2.778126", "1.438041", "2.455217"), ("2.23289", "2.238372", "3.074548", "3.051277")][r]
     if k == 0:
         steps = [f"epoch: 1 step: {i + 1}, loss is {v}" for i, v in enumerate(first)]
-        return head + steps[:3] + [f"checkpoint: <run>/ckpt/ckpt_{r}/resnet14-1_3.ckpt"] + steps[3:]
+        return head + steps[:3] + [f"checkpoint: <run>/ckpt/ckpt_{r}/resnet14-1_3.ckpt", CKPT_MS] + steps[3:]
     resumed = [("2.624962", "3.039181", "2.555962"), ("2.417188", "3.411202", "2.146783")][r]
     return (
         head
         + [f"resume: <run>/ckpt/ckpt_{r}/resnet14-1_3.ckpt (global step 3); continuing at epoch 1 step 4"]
         + [f"epoch: 1 step: {i + 4}, loss is {v}" for i, v in enumerate(resumed)]
-        + ["epoch 1 throughput: <timing>", f"checkpoint: <run>/ckpt/ckpt_{r}/resnet14-1_6.ckpt"]
+        + ["epoch 1 throughput: <timing>", f"checkpoint: <run>/ckpt/ckpt_{r}/resnet14-1_6.ckpt", CKPT_MS]
     )
 
 

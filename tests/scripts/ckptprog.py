@@ -77,8 +77,10 @@ def write(path: str, value: int) -> None:
 
 
 def save(step: int) -> None:
+    t0 = time.perf_counter()
     for r in range(rank, planned, world):  # this rank's, and the missing ranks' it keeps
         write(os.path.join(ckpt, f"rank{r}"), step)
+    print('MSLAUNCH_METRIC {"ckpt_ms": %.3f}' % ((time.perf_counter() - t0) * 1000.0), flush=True)
 
 
 def on_sigterm(signum, frame):  # noqa: ANN001  (a signal handler)
@@ -133,6 +135,8 @@ def barrier(step: int) -> None:
 
 
 start = min(read(os.path.join(ckpt, f"rank{r}")) for r in range(world))
+if os.environ.get("MSLAUNCH_CKPT_INTERVAL_STEPS"):  # the interval mslaunch offers after a fault
+    print(f"offered checkpoint interval: {os.environ['MSLAUNCH_CKPT_INTERVAL_STEPS']} steps", flush=True)
 if start:
     print(f"resume: global step {start}", flush=True)
 barrier(start)

@@ -26,13 +26,17 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.execution.results import HUNG, SUCCEEDED, AttemptResult
+from launcher.execution.results import FAILED, HUNG, SUCCEEDED, AttemptResult
 from launcher.logs.causes import repeated_unfixable
 from launcher.planning.job import layout
+from launcher.planning.job.ckptinterval import ENV_VAR as CKPT_INTERVAL_VAR
+from launcher.planning.job.ckptinterval import STEPS_VAR as CKPT_STEPS_VAR
+from launcher.planning.job.ckptinterval import Advice
 from launcher.planning.job.spec import Plan, ProcPlan
 
 __all__ = [
@@ -43,12 +47,38 @@ __all__ = [
     "attempt_base",
     "attempt_plan",
     "crash_loop",
+    "faults",
+    "with_ckpt_interval",
     "tell_stopping",
 ]
 
 ATTEMPT_VAR = "MSLAUNCH_ATTEMPT"
 MAX_RESTARTS_VAR = "MSLAUNCH_MAX_RESTARTS"
 STOPPING_VAR = "MSLAUNCH_STOPPING_FILE"
+
+
+#: How many of the ranks' latest checkpoint costs :meth:`AttemptProgress.ckpt_seconds` looks at.
+CKPT_SAMPLES = 16
+#: And of their latest step times, for :meth:`AttemptProgress.step_seconds`.
+STEP_SAMPLES = 64
+
+
+def with_ckpt_interval(plan: Plan, advice: Optional[Advice]) -> Plan:
+    """``plan`` with ``MSLAUNCH_CKPT_INTERVAL`` (:mod:`launcher.planning.job.ckptinterval`) in every
+    process's env, or without it when ``advice`` is None (pure)."""
+    extra = tuple(advice.env().items()) if advice is not None else ()
+
+    def offer(proc: ProcPlan) -> ProcPlan:
+        kept = tuple(kv for kv in proc.env if kv[0] not in (CKPT_INTERVAL_VAR, CKPT_STEPS_VAR))
+        return replace(proc, env=kept + extra)
+
+    sched = offer(plan.scheduler) if plan.scheduler is not None else None
+    return replace(plan, ranks=tuple(offer(p) for p in plan.ranks), scheduler=sched)
+
+
+def faults(history: Sequence[AttemptResult]) -> int:
+    """Attempts that ended by a fault (failed or hung; not planned, stopped or succeeded)."""
+    return sum(1 for r in history if r.status in (FAILED, HUNG))
 
 
 def attempt_base(launcher: str, environ: Mapping[str, str]) -> int:
@@ -86,6 +116,8 @@ class AttemptProgress:
         self._lock = threading.Lock()
         self._first: Dict[int, int] = {}
         self._best: Dict[int, int] = {}
+        self._ckpt_ms: List[float] = []  # the last checkpoint costs the ranks reported (ckpt_ms)
+        self._step_ms: List[float] = []  # and the last step times
 
     def on_records(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Metric records as written to ``metrics.jsonl`` (``attempt``, ``global_step``)."""
@@ -95,6 +127,23 @@ class AttemptProgress:
                 if isinstance(g, int) and isinstance(k, int) and rec.get("kind") == "step":
                     self._first[k] = min(self._first.get(k, g), g)
                     self._best[k] = max(self._best.get(k, g), g)
+                ms = rec.get("ckpt_ms")
+                if isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0:
+                    self._ckpt_ms = (self._ckpt_ms + [float(ms)])[-CKPT_SAMPLES:]
+                ms = rec.get("step_time_ms")
+                if rec.get("kind") == "step" and isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms > 0:
+                    self._step_ms = (self._step_ms + [float(ms)])[-STEP_SAMPLES:]
+
+    def step_seconds(self) -> Optional[float]:
+        """The median of the last :data:`STEP_SAMPLES` step times the ranks logged, in seconds."""
+        with self._lock:
+            return statistics.median(self._step_ms) / 1000.0 if self._step_ms else None
+
+    def ckpt_seconds(self) -> Optional[float]:
+        """What a checkpoint costs the job: the longest of the last :data:`CKPT_SAMPLES` writes
+        the ranks reported (the job waits for its slowest rank), in seconds; None before any."""
+        with self._lock:
+            return max(self._ckpt_ms) / 1000.0 if self._ckpt_ms else None
 
     def best(self, attempt: int) -> Optional[int]:
         with self._lock:

@@ -32,6 +32,7 @@ from launcher.execution.stopsignals import Interrupted
 from launcher.execution.supervision import restarts
 from launcher.execution.supervision.attempt import AttemptRunner, BackendFactory
 from launcher.planning.job import events, layout
+from launcher.planning.job.ckptinterval import Advice, advise
 from launcher.planning.job.events import Event, OnEvent
 from launcher.planning.job.spec import Plan
 
@@ -134,13 +135,23 @@ class Supervisor:
                 stop = None if moved else restarts.crash_loop(history)
                 if stop is not None:
                     return self._stop_restarts(started, history, stop)
-                self.emit(events.Restart(len(history), result.root_cause, self.attempt_base + len(history)))
+                advice = self._ckpt_advice(started, history)
+                self.plan = restarts.with_ckpt_interval(self.plan, advice)
+                self.emit(events.Restart(len(history), result.root_cause, self.attempt_base + len(history), advice))
                 if result.status != PLANNED:  # a planned restart goes on at once
                     restarts.wait_delay(self.options.restart_delay)
         finally:
             for w in self.watchers:
                 w.stop()
             stopsignals.restore_after_run(previous)
+
+    def _ckpt_advice(self, started: float, history: List[AttemptResult]) -> Optional[Advice]:
+        """The checkpoint interval for the next attempt (:mod:`launcher.planning.job.ckptinterval`):
+        from the checkpoint cost the ranks reported and the job's faults over its wall time so far."""
+        if self.progress is None:
+            return None
+        cost, step = self.progress.ckpt_seconds(), self.progress.step_seconds()
+        return advise(cost, restarts.faults(history), time.time() - started, step)
 
     def _done(self, started: float, history: List[AttemptResult]) -> JobResult:
         sig = stopsignals.first()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Protocol, Tuple, Type, Union
 
+from launcher.planning.job.ckptinterval import Advice
 from launcher.planning.job.kinds import EventKind
 from launcher.planning.job.spec import Exclusion
 
@@ -191,19 +192,25 @@ class Teardown(Payload):
 
 @dataclass(frozen=True)
 class Restart(Payload):
-    """The job restarts as attempt ``attempt`` (``MSLAUNCH_ATTEMPT=env_attempt``) after ``cause``."""
+    """The job restarts as attempt ``attempt`` (``MSLAUNCH_ATTEMPT=env_attempt``) after ``cause``,
+    offering its processes the checkpoint interval ``ckpt_interval`` (``MSLAUNCH_CKPT_INTERVAL``),
+    when the job's figures give one."""
 
     kind: ClassVar[EventKind] = EventKind.RESTART
     attempt: int
     cause: Optional[RootCauseLike]  # the failed attempt's root cause, if it has one
     env_attempt: int
+    ckpt_interval: Optional[Advice] = None
 
     def to_json(self) -> Dict[str, Any]:
-        return {
+        out = {
             "attempt": self.attempt,
             "cause": self.cause.to_json() if self.cause is not None else None,
             "env_attempt": self.env_attempt,
         }
+        if self.ckpt_interval is not None:
+            out["ckpt_interval"] = self.ckpt_interval.to_json()
+        return out
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from launcher.execution.results import ProcResult, RootCause
 from launcher.logs.causes import Cause
 from launcher.logs.metricsfile import append_event, read_events
 from launcher.planning.job import events as ev
+from launcher.planning.job.ckptinterval import Advice
 from launcher.planning.job.kinds import EventKind
 from launcher.planning.job.spec import Exclusion
 
@@ -79,6 +80,15 @@ CASES = [
         },
     ),
     (ev.Restart(2, None, 2), {"attempt": 2, "cause": None, "env_attempt": 2}),
+    (
+        ev.Restart(2, None, 2, Advice(40.0, 1.25, 800.0, 2, 5.0)),
+        {
+            "attempt": 2,
+            "cause": None,
+            "env_attempt": 2,
+            "ckpt_interval": {"seconds": 40.0, "ckpt_seconds": 1.25, "mtbf_seconds": 800.0, "faults": 2, "steps": 8},
+        },
+    ),
     (ev.TimedOut(0.5), {"timeout": 0.5}),
     (ev.Interrupted(15), {"signal": 15}),
     (ev.Hung("no progress for 60 s", {"culprit": 1}), {"message": "no progress for 60 s", "hang": {"culprit": 1}}),
