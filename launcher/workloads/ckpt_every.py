@@ -22,7 +22,7 @@ def parse_ckpt_every(text: str) -> str:
     """``text`` when it is ``N`` (>= 0), ``auto`` or ``auto:N``; else ValueError naming the forms."""
     body = text.strip()
     number = body[5:] if body.startswith("auto:") else ("0" if body == "auto" else body)
-    if not number.isdigit():
+    if not number.isdecimal():
         raise ValueError(f"--ckpt-every takes N (steps, >= 0), auto or auto:N, got {text!r}")
     return body
 
@@ -33,6 +33,6 @@ def ckpt_every_steps(spec: str, environ: Mapping[str, str]) -> int:
     if not spec.startswith("auto"):
         return int(spec)
     offered = environ.get(OFFER_STEPS_VAR, "").strip()
-    if offered.isdigit() and int(offered) >= 1:
+    if offered.isdecimal() and int(offered) >= 1:
         return int(offered)
     return int(spec[5:]) if spec.startswith("auto:") else 0

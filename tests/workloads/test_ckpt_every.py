@@ -24,7 +24,7 @@ def test_steps_between_checkpoints(spec, env, want):
     assert ckpt_every_steps(parse_ckpt_every(spec), env) == want
 
 
-@pytest.mark.parametrize("bad", ["-1", "auto:", "auto:-3", "every", "1.5", "", "auto:x"])
+@pytest.mark.parametrize("bad", ["-1", "auto:", "auto:-3", "every", "1.5", "", "auto:x", "\u00b2"])
 def test_other_values_are_refused_naming_the_forms(bad):
     with pytest.raises(ValueError, match=r"--ckpt-every takes N \(steps, >= 0\), auto or auto:N"):
         parse_ckpt_every(bad)
