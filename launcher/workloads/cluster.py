@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from typing import Any, Callable, Mapping, NoReturn, Optional, Sequence
 
 
@@ -99,6 +100,7 @@ TEARDOWN_LAST = 30
 TEARDOWN_GRACE = 60
 _FAULTS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
 _KEEP: list = []  # the native fault handler (ctypes keeps no reference of its own)
+_ENDING = threading.Lock()  # held by the one caller of _end_with that writes the line and exits
 
 
 def keep_code_through_teardown(code: int) -> bool:
@@ -150,7 +152,11 @@ def keep_code_through_teardown(code: int) -> bool:
 
 
 def _end_with(code: int, what: str) -> "NoReturn":
-    """One line on stderr (the exit cleanup ``what``, after the result), then end with ``code``."""
+    """One line on stderr (the exit cleanup ``what``, after the result), then end with ``code``.
+    Once: the alarm's handler and the grace's thread can both get here (the handler's Python lets
+    the waiting thread in); the second waits for the first's exit."""
+    if not _ENDING.acquire(blocking=False):
+        _ENDING.acquire()  # never released: the first caller ends the process
     os.write(
         2,
         (
@@ -166,7 +172,6 @@ def end_after(seconds: float, code: int) -> None:
     with ``code``.  For a cleanup that runs after the result is decided and may not end: where it
     waits with Python's lock released, this ends the process with the result's code; where it holds
     the lock, the thread never runs and :func:`keep_code_through_teardown`'s alarm ends it."""
-    import threading
     import time
 
     def wait() -> None:

@@ -142,7 +142,7 @@ def test_an_exit_cleanup_that_holds_pythons_lock_is_still_ended_in_bounded_time(
         if alarm_reaches_it:
             assert r.returncode == code, r.stderr
             # the alarm's handler runs Python on the thread that held the lock, which lets the
-            # grace's thread in too: either may write the line first; the code is the result's
+            # grace's thread in too: either writes the one line; the code is the result's
             (line,) = r.stderr.splitlines()
             assert re.search(r"exit cleanup did not end within (1|0\.5) s", line), line
             assert f"exit code {code} stands" in line
