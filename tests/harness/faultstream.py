@@ -144,16 +144,6 @@ class JobView:
         return max((int(r.get("global_step") or 0) for r in self.steps()), default=0)
 
 
-def _descendants(pid: int) -> List[int]:
-    """The processes below ``pid`` (a rank's recorded pid may be a wrapper that forked its program)."""
-    import psutil
-
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
 @dataclass
 class Injected:
     """One fault as injected, and what the job's records say it cost (epoch seconds)."""
@@ -314,7 +304,7 @@ class FaultStream:
 
             group = throttle_cpu(self.cluster, host, quota_us=self.quota_us)
             self._slow.append(host)
-            throttle_pids(os.path.relpath(group, CPU_ROOT), [pid, *_descendants(pid)], quota_us=self.quota_us)
+            throttle_pids(os.path.relpath(group, CPU_ROOT), [pid], quota_us=self.quota_us)
         elif kind == "ckpt":
             self.injected.append(fault)
             self._fail_next_save(fault)
