@@ -125,6 +125,8 @@ def test_a_host_whose_link_is_shaped_is_named_for_its_link_over_ssh(cluster, tmp
     with open(os.path.join(j.job, "summary.json")) as fh:
         rows = json.load(fh)["stragglers"]
     assert [(s["rank"], s["host"], s["by"]) for s in rows][:1] == [(2, ip2, "link")], rows
+    # the host's agent measured the kernel's busy time too: the shaped link was never idle
+    assert rows[0]["link_busy"] >= 0.8 and "its busiest connection sending" in rows[0]["evidence"], rows
     assert wait_nothing_left(c) == {}
 
 

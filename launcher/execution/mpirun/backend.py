@@ -26,7 +26,7 @@ from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, StartRequest, ToolCheck
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
 from launcher.execution.ports import check_scheduler_port
-from launcher.execution.process.handle import WatchdogLink
+from launcher.execution.process.handle import RankFigures, WatchdogLink
 from launcher.execution.process.spawn import LocalProcess
 from launcher.execution.process.standin import StandInProcess, launcher_plan, read_json_record, start_standin
 from launcher.execution.results import ProcResult
@@ -129,12 +129,12 @@ class MpirunProcess(StandInProcess):
             self._pids = named(self.adir, tuple((p.name, p.rank, p.host) for p in procs))
         return self._pids
 
-    def rank_figures(self) -> Dict[int, Tuple[str, Tuple[float, float, float, float]]]:
+    def rank_figures(self) -> Dict[int, Tuple[str, RankFigures]]:
         """Each worker's scheduler figures, as the sampler its wrapper started on its host last
         wrote them (:mod:`launcher.execution.process.rankfigures`)."""
         from launcher.execution.process.rankfigures import read
 
-        out: Dict[int, Tuple[str, Tuple[float, float, float, float]]] = {}
+        out: Dict[int, Tuple[str, RankFigures]] = {}
         for p in self.job.ranks:
             figs = read(self.adir, p.rank) if p.rank is not None else None
             if figs is not None and p.rank is not None:

@@ -20,6 +20,22 @@ from launcher.execution.results import ProcResult
 from launcher.planning.job.kinds import Role
 from launcher.planning.job.spec import ProcPlan
 
+#: A rank's scheduler figures as a sampler gives them: ``(time, cpu_s, delay_s, send_queued,
+#: busiest_link_s)`` (see :meth:`ProcessHandle.sched_figures`).
+RankFigures = Tuple[float, float, float, float, float]
+
+
+def figures(got: Any) -> Optional[RankFigures]:
+    """A sampler's list as :data:`RankFigures`: 3 to 5 numbers (an older sampler's have no send
+    queue, 0, nor busiest link, -1.0: unknown); None if it is not such a list."""
+    if not isinstance(got, (list, tuple)) or not 3 <= len(got) <= 5:
+        return None
+    try:
+        full = [float(x) for x in got] + [0.0, -1.0][len(got) - 3 :]
+    except (TypeError, ValueError):
+        return None
+    return (full[0], full[1], full[2], full[3], full[4])
+
 
 class WatchdogLink(Protocol):
     """What a started process needs of the job's watchdog (see :mod:`launcher.execution.process.watchdog`)."""
@@ -61,8 +77,8 @@ class ProcessHandle(ABC):
     host_lost: Optional[str] = None
     #: monotonic time since which its process is seen stopped by a signal (see :meth:`stopped_for`)
     stopped_since: Optional[float] = None
-    #: ``(time, cpu_s, delay_s, send_queued)`` of its process tree as last reported (see :meth:`sched_figures`)
-    sched_seen: Optional[Tuple[float, float, float, float]] = None
+    #: its process tree's :data:`RankFigures` as last reported (see :meth:`sched_figures`)
+    sched_seen: Optional[RankFigures] = None
     _sched_counter: Any = None  # proctree.SchedCounter of a rank on this machine
 
     @abstractmethod
@@ -115,11 +131,12 @@ class ProcessHandle(ABC):
             self.stopped_since = now
         return now - self.stopped_since
 
-    def sched_figures(self) -> Optional[Tuple[float, float, float, float]]:
-        """``(time, cpu_s, delay_s, send_queued)``: this rank's process tree's cumulative seconds on
+    def sched_figures(self) -> Optional[RankFigures]:
+        """``(time, cpu_s, delay_s, send_queued, busiest_link_s)``: this rank's process tree's cumulative seconds on
         a CPU and runnable but waiting for one (CFS throttling included), at ``time`` (seconds of a
         monotonic clock of the sampler's own; only differences count), and the bytes waiting in its
-        TCP send queues now; None where not known. The straggler watch compares ranks by them
+        TCP send queues now, and the cumulative seconds its busiest TCP connection had data in flight
+        (-1.0: unknown); None where not known. The straggler watch compares ranks by them
         (:mod:`launcher.execution.supervision.stragglerwatch`).
 
         Default: a rank on this machine, read from ``/proc`` on each call
@@ -135,9 +152,9 @@ class ProcessHandle(ABC):
         if self._sched_counter is None:
             self._sched_counter = SchedCounter()
         got = self._sched_counter.sample(self.pid)
-        return None if got is None else (float(got[0]), float(got[1]), float(got[2]), float(got[3]))
+        return None if got is None else figures(got)
 
-    def rank_figures(self) -> Dict[int, Tuple[str, Tuple[float, float, float, float]]]:
+    def rank_figures(self) -> Dict[int, Tuple[str, RankFigures]]:
         """``{rank: (host, figures)}`` of the workers this handle stands for, figures as
         :meth:`sched_figures` gives them; what the straggler watch judges.
 

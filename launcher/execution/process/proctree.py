@@ -11,6 +11,8 @@ them, this module uses the standard library only, runs on Python >= 3.6, imports
 """
 
 import os
+import socket
+import struct
 import time
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "proc_table",
     "SchedCounter",
     "task_schedstat",
+    "tcp_busy_times",
     "tcp_send_queued",
     "set_parent_death_signal",
     "starttime",
@@ -237,12 +240,8 @@ def _net_queues(pid, name):
     return queues
 
 
-def tcp_send_queued(pids):
-    """Bytes waiting in the TCP send queues (sent but not yet acknowledged, or not yet sent) of
-    every socket the processes ``pids`` hold: ``tx_queue`` of ``/proc/<pid>/net/tcp`` and
-    ``tcp6`` (the first pid's network namespace; read at most once a second, see
-    :func:`_net_queues`), joined with the socket inodes of ``/proc/<pid>/fd``. A rank behind a slow
-    link keeps its send queues full."""
+def _socket_inodes(pids):
+    """The socket inodes (as text) the processes ``pids`` hold, from ``/proc/<pid>/fd``."""
     inodes = set()
     for pid in pids:
         try:
@@ -256,11 +255,101 @@ def tcp_send_queued(pids):
                 continue
             if link.startswith("socket:["):
                 inodes.add(link[8:-1])
+    return inodes
+
+
+def tcp_send_queued(pids, inodes=None):
+    """Bytes waiting in the TCP send queues (sent but not yet acknowledged, or not yet sent) of
+    every socket the processes ``pids`` hold: ``tx_queue`` of ``/proc/<pid>/net/tcp`` and
+    ``tcp6`` (the first pid's network namespace; read at most once a second, see
+    :func:`_net_queues`), joined with the socket inodes of ``/proc/<pid>/fd`` (``inodes``, when
+    the caller has them). A rank behind a slow link keeps its send queues full."""
+    if inodes is None:
+        inodes = _socket_inodes(pids)
     total = 0
     for name in ("tcp", "tcp6") if inodes and pids else ():
         queues = _net_queues(pids[0], name)
         total += sum(queues.get(i, 0) for i in inodes)
     return total
+
+
+#: netlink's sock_diag, as ``ss -ti`` asks it: every TCP socket of this network namespace with its
+#: ``struct tcp_info`` (linux/inet_diag.h, linux/tcp.h)
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_INET_DIAG_INFO = 2
+#: ``tcpi_busy_time`` in ``struct tcp_info``: microseconds the connection had data not yet
+#: acknowledged (Linux >= 4.10; the time limited by the receiver's window or the send buffer included)
+_BUSY_OFFSET = 168
+#: ``{(netns inode, family): (monotonic time, {socket inode: busy microseconds})}``: the ranks of a
+#: host sampled in one round share one dump (a figure read later is at most this many seconds old)
+_BUSY_FRESH = 0.25
+_BUSY = {}  # type: dict[tuple[int, int], tuple[float, dict[str, int]]]
+
+
+def _diag_busy(family):
+    """``{socket inode: tcpi_busy_time}`` of this namespace's TCP sockets of ``family``; None when
+    sock_diag cannot be asked (no netlink, an old kernel)."""
+    req = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 1 << (_INET_DIAG_INFO - 1), 0, 0xFFFFFFFF) + bytes(48)
+    msg = struct.pack("=IHHII", 16 + len(req), _SOCK_DIAG_BY_FAMILY, 0x301, 1, 0) + req  # REQUEST | DUMP
+    out = {}  # type: dict[str, int]
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
+    except (OSError, AttributeError):
+        return None
+    try:
+        sock.settimeout(1.0)
+        sock.sendto(msg, (0, 0))
+        while True:
+            data = sock.recv(1 << 17)
+            off = 0
+            while off + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, off)
+                if length < 16 or kind in (_NLMSG_DONE, _NLMSG_ERROR):
+                    return out if kind == _NLMSG_DONE else (out or None)
+                end, at = off + length, off + 16 + 72  # struct inet_diag_msg is 72 bytes, then attributes
+                inode = str(struct.unpack_from("=I", data, off + 16 + 68)[0])
+                while at + 4 <= end:
+                    alen, atype = struct.unpack_from("=HH", data, at)
+                    if alen < 4:
+                        break
+                    if atype == _INET_DIAG_INFO and alen - 4 >= _BUSY_OFFSET + 8:
+                        out[inode] = struct.unpack_from("=Q", data, at + 4 + _BUSY_OFFSET)[0]
+                    at += (alen + 3) & ~3
+                off += (length + 3) & ~3
+            if not data:
+                return out
+    except (OSError, struct.error):
+        return None
+    finally:
+        sock.close()
+
+
+def tcp_busy_times(pid):
+    """``{socket inode: microseconds busy}`` of every TCP socket of ``pid``'s network namespace
+    (``tcpi_busy_time``, the time each connection had data in flight), asked at most every
+    :data:`_BUSY_FRESH` s per namespace; None when they cannot be had: sock_diag answers for the asking process's own
+    namespace only, so a process in another one has none."""
+    try:
+        ns = os.stat("/proc/%d/ns/net" % pid).st_ino
+        if ns != os.stat("/proc/self/ns/net").st_ino:
+            return None
+    except OSError:
+        return None
+    now = time.monotonic()
+    merged = {}  # type: dict[str, int]
+    for family in (socket.AF_INET, socket.AF_INET6):
+        got = _BUSY.get((ns, family))
+        if got is None or now - got[0] >= _BUSY_FRESH:
+            table = _diag_busy(family)
+            if table is None:
+                return None
+            if len(_BUSY) > 64:
+                _BUSY.clear()
+            got = _BUSY[(ns, family)] = (now, table)
+        merged.update(got[1])
+    return merged
 
 
 class SchedCounter(object):
@@ -278,6 +367,8 @@ class SchedCounter(object):
         self.cpu_ns = 0
         self.delay_ns = 0
         self.pids = []  # the tree at the last read
+        self.busy_seen = {}  # socket inode -> its tcpi_busy_time (us) at the last sample
+        self.busy_us = 0  # the busiest connection's busy time, summed over the samples
 
     def read(self, pid):
         """``(cpu_s, delay_s)`` of ``pid``'s tree, cumulative since the first read (None if it is gone)."""
@@ -297,10 +388,35 @@ class SchedCounter(object):
         self.seen = now
         return (self.cpu_ns / 1e9, self.delay_ns / 1e9)
 
+    def busiest_link(self, inodes):
+        """Cumulative seconds of the tree's busiest TCP connection: at each call, the most any one
+        of its sockets (``inodes``) was busy (:func:`tcp_busy_times`) since the call before, added
+        up; -1.0 when the busy times cannot be had.  Over a window, its growth divided by the
+        window is the share of the time the rank's busiest connection had data in flight."""
+        busy = tcp_busy_times(self.pids[0]) if self.pids else None
+        if busy is None:
+            return -1.0
+        now = dict((i, busy[i]) for i in inodes if i in busy)
+        grew = 0
+        for inode, us in now.items():
+            old = self.busy_seen.get(inode)
+            grew = max(grew, us - old if old is not None and us >= old else 0)
+        self.busy_seen = now
+        self.busy_us += grew
+        return self.busy_us / 1e6
+
     def sample(self, pid):
-        """``[monotonic time, cpu_s, delay_s, send_queued_bytes]``: :meth:`read`, rounded to ms, and
-        :func:`tcp_send_queued` of the tree now (None if it is gone)."""
+        """``[monotonic time, cpu_s, delay_s, send_queued_bytes, busiest_link_s]``: :meth:`read`,
+        rounded to ms, :func:`tcp_send_queued` of the tree now and :meth:`busiest_link` (None if
+        it is gone)."""
         got = self.read(pid)
         if got is None:
             return None
-        return [round(time.monotonic(), 3), round(got[0], 3), round(got[1], 3), tcp_send_queued(self.pids)]
+        inodes = _socket_inodes(self.pids)
+        return [
+            round(time.monotonic(), 3),
+            round(got[0], 3),
+            round(got[1], 3),
+            tcp_send_queued(self.pids, inodes),
+            round(self.busiest_link(inodes), 3),
+        ]

@@ -2,7 +2,7 @@
 for backends whose ranks mslaunch does not start itself (mpirun's and Slurm's).
 
 ``<attempt dir>/rank-figures/<name>`` (``<name>`` as :mod:`launcher.execution.process.rankpids`
-names it: ``rank<N>``): one line, ``[time, cpu_s, delay_s, send_queued]`` as
+names it: ``rank<N>``): one line, ``[time, cpu_s, delay_s, send_queued, busiest_link_s]`` as
 :meth:`~launcher.execution.process.proctree.SchedCounter.sample` gives it (``time`` is the sampling
 host's monotonic clock: only differences of one rank's samples count).  Written to a temporary name
 and renamed, so a reader sees a whole line or the last one.  The job dir is on a filesystem every
@@ -29,7 +29,8 @@ FOLDER = "rank-figures"
 #: Seconds between samples (as the ssh agents send theirs).
 EVERY = 2.0
 
-Figures = Tuple[float, float, float, float]
+#: as :data:`launcher.execution.process.handle.RankFigures` (not imported: this module runs beside each rank)
+Figures = Tuple[float, float, float, float, float]
 
 
 def path_of(attempt_dir: str, rank: Optional[int]) -> str:
@@ -53,13 +54,13 @@ def read(attempt_dir: str, rank: Optional[int]) -> Optional[Figures]:
             got = json.loads(fh.read(256))
     except (OSError, ValueError):
         return None
-    if not isinstance(got, list) or len(got) != 4:
+    if not isinstance(got, list) or len(got) not in (4, 5):
         return None
     try:
-        t, cpu, delay, queued = (float(x) for x in got)
+        t, cpu, delay, queued, link = (float(x) for x in got + [-1.0] * (5 - len(got)))
     except (TypeError, ValueError):
         return None
-    return (t, cpu, delay, queued)
+    return (t, cpu, delay, queued, link)
 
 
 def sample_until_gone(pid: int, path: str, every: float = EVERY) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, StartRequest
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
-from launcher.execution.process.handle import WatchdogLink
+from launcher.execution.process.handle import RankFigures, WatchdogLink
 from launcher.execution.process.spawn import LocalProcess
 from launcher.execution.process.standin import StandInProcess, launcher_plan, read_json_record, start_standin
 from launcher.execution.results import ProcResult
@@ -127,7 +127,7 @@ class SrunStepProcess(StandInProcess):
                     self._pids[req.proc.name] = (req.proc.rank, req.proc.host, rec["pid"])
         return self._pids
 
-    def rank_figures(self) -> Dict[int, Tuple[str, Tuple[float, float, float, float]]]:
+    def rank_figures(self) -> Dict[int, Tuple[str, RankFigures]]:
         """Each worker of this step's scheduler figures, as its shim last sampled them on its node
         (:mod:`launcher.execution.process.rankfigures`)."""
         from launcher.execution.process.rankfigures import read

@@ -22,9 +22,10 @@ then ``length`` bytes::
 
     b"O"  output of rank ``id`` (its stdout and stderr, one pipe: the kernel's order is kept)
     b"M"  a JSON message: {"ev": "ready", "pid": P, "time": EPOCH} (first frame), {"ev": "hb", "time": EPOCH,
-          "stopped": [ID, ...], "sched": {"ID": [T, CPU_S, DELAY_S, SEND_QUEUED], ...}} (the ranks stopped
-          by a signal; every few seconds, each running rank's tree's seconds on a CPU and waiting for
-          one at the agent's monotonic time T, and the bytes in its TCP send queues),
+          "stopped": [ID, ...], "sched": {"ID": [T, CPU_S, DELAY_S, SEND_QUEUED, BUSIEST_LINK_S], ...}}
+          (the ranks stopped by a signal; every few seconds, each running rank's tree's seconds on a
+          CPU and waiting for one at the agent's monotonic time T, the bytes in its TCP send queues,
+          and the seconds its busiest TCP connection had data in flight, cumulative),
           {"ev": "started", "id": K, "pid": P}, {"ev": "error", "id": K, "msg": S},
           {"ev": "exit", "id": K, "rc": RC, "time": EPOCH}  (RC negative: killed by that signal;
           the last frame of rank K: every byte of its output comes before it)

@@ -11,12 +11,12 @@ import collections
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import paramiko
 
 from launcher.errors import LaunchError
-from launcher.execution.process.handle import ProcessHandle
+from launcher.execution.process.handle import ProcessHandle, RankFigures, figures
 from launcher.execution.ssh.agent import (
     LOST_RC,
     FrameError,
@@ -145,7 +145,7 @@ class SshProcess(ProcessHandle):
             return None
         return now - self.stopped_since
 
-    def sched_figures(self) -> Optional[Tuple[float, float, float, float]]:
+    def sched_figures(self) -> Optional[RankFigures]:
         """As its host agent's heartbeats tell (a sample every few seconds): see :meth:`HostAgent._message`."""
         return None if self._done.is_set() else self.sched_seen
 
@@ -360,11 +360,11 @@ class HostAgent:
                 for rank_id, h in list(self.handles.items()):
                     h.seen_stopped(rank_id in stopped, now)
             sched = msg.get("sched")
-            if isinstance(sched, dict):  # the ranks' [agent time, cpu s, delay s] (an older agent: none)
+            if isinstance(sched, dict):  # the ranks' [T, CPU_S, DELAY_S, SEND_QUEUED, BUSIEST_LINK_S]
                 for rank_id, h in list(self.handles.items()):
-                    figs = sched.get(str(rank_id))
-                    if isinstance(figs, list) and len(figs) in (3, 4):  # [T, CPU_S, DELAY_S, SEND_QUEUED]
-                        h.sched_seen = (float(figs[0]), float(figs[1]), float(figs[2]), float((figs + [0])[3]))
+                    figs = figures(sched.get(str(rank_id)))
+                    if figs is not None:
+                        h.sched_seen = figs
             return
         handle = self.handles.get(rid)
         if handle is None:

@@ -32,6 +32,16 @@ of CPU in a judgement, no rank is named for its link in it (the starved rank is 
 wait for); and it needs three ranks at least: between two, the sender's full queue says as much of
 the receiver as of its own link (a healthy 2-rank trainer named its sender here once, at the end of
 a job under the test suite's load).
+
+A full queue in most samples is not yet a slow link: a data-parallel rank sends its gradients in a
+burst each step, and samples taken every few seconds can meet one rank's bursts every time (a
+healthy 3-host trainer over ssh: one rank at a median of 296 KiB, the others at 0, named and its
+host replaced). So the rule also needs the rank's busiest TCP connection to have had data in flight
+(the kernel's ``tcpi_busy_time``, see :meth:`~launcher.execution.process.proctree.SchedCounter.busiest_link`)
+at least ``min_link_busy`` of the window: a link that is the job's bottleneck is never idle, a
+bursty sender's drains between steps (measured on the namespace cluster: 35-50 % for every rank of a
+healthy trainer). Where the busy times are unknown (``link`` -1: another network namespace, no
+sock_diag) the queue rule alone decides.
 """
 
 from __future__ import annotations
@@ -64,6 +74,8 @@ class StragglerPolicy:
         min_busy: the least part of the window a straggler was runnable.
         min_sendq: the least mean of bytes in a straggler's TCP send queues (the link rule).
         sendq_ratio: how many times the other ranks' median (at least ``min_sendq / 16``) that must be.
+        min_link_busy: the least share of the window its busiest TCP connection had data in flight
+            (the link rule; where the busy times are known).
     """
 
     mode: str = "warn"
@@ -74,6 +86,7 @@ class StragglerPolicy:
     min_busy: float = 0.1
     min_sendq: float = 65536.0
     sendq_ratio: float = 8.0
+    min_link_busy: float = 0.8
 
     @property
     def watching(self) -> bool:
@@ -119,6 +132,7 @@ class Sample:
     cpu: float
     delay: float
     sendq: float = 0.0  # bytes in its TCP send queues at ``time`` (not cumulative)
+    link: float = -1.0  # cumulative seconds its busiest TCP connection had data in flight (-1: unknown)
 
 
 @dataclass(frozen=True)
@@ -136,15 +150,18 @@ class StragglerVerdict:
     sendq: float = 0.0  # its median send-queued bytes over the window's samples
     others_sendq: Tuple[float, float] = (0.0, 0.0)  # the other ranks' lowest and highest median
     median_sendq: float = 0.0
+    link_busy: float = -1.0  # the share of the window its busiest TCP connection had data in flight (-1: unknown)
 
     @property
     def evidence(self) -> str:
         if self.kind == "link":
             low, high = (round(x / 1024) for x in self.others_sendq)
             others = f"{low} KiB" if low == high else f"{low}-{high} KiB"
+            busy = f", its busiest connection sending {100 * self.link_busy:.0f} % of the time"
+            busy = busy if self.link_busy >= 0 else ""
             return (
                 f"rank {self.rank} on {self.host} kept {self.sendq / 1024:.0f} KiB waiting in its TCP send queues "
-                f"over the last {self.window:.0f} s (the other ranks {others}): a slow link or receiver"
+                f"over the last {self.window:.0f} s{busy} (the other ranks {others}): a slow link or receiver"
             )
         low, high = (round(100 * x) for x in self.others)
         others = f"{low} %" if low == high else f"{low}-{high} %"
@@ -162,6 +179,7 @@ class StragglerVerdict:
             "window_s": round(self.window, 1),
             "by": self.kind,
             "send_queued": round(self.sendq),
+            "link_busy": round(self.link_busy, 3),
             "evidence": self.evidence,
         }
 
@@ -193,7 +211,8 @@ class StragglerJudge:
     def feed(self, samples: Mapping[int, Sample], hosts: Mapping[int, str], now: float) -> Update:
         """One judgement from each rank's latest sample (rank -> :class:`Sample`; a rank without
         one is forgotten); ``now`` is the judge's clock (the ``since`` of a verdict)."""
-        shares: Dict[int, Tuple[float, float, float, float]] = {}  # rank -> (share, busy part, span, mean sendq)
+        shares: Dict[int, Tuple[float, float, float, float, float]] = {}  # rank -> (share, busy part, span,
+        # median sendq, busiest link's share or -1)
         for rank, s in samples.items():
             st = self._ranks.setdefault(rank, _Rank(deque()))
             last = st.samples[-1] if st.samples else None
@@ -212,7 +231,8 @@ class StragglerJudge:
             cpu, delay = s.cpu - first.cpu, s.delay - first.delay
             runnable = cpu + delay
             sendq = statistics.median(x.sendq for x in st.samples)
-            shares[rank] = (delay / runnable if runnable > 0 else 0.0, runnable / span, span, sendq)
+            link = (s.link - first.link) / span if first.link >= 0 and s.link >= first.link else -1.0
+            shares[rank] = (delay / runnable if runnable > 0 else 0.0, runnable / span, span, sendq, link)
         for gone in set(self._ranks) - set(samples):  # exited: no longer judged
             self._ranks.pop(gone)
             self.named.pop(gone, None)
@@ -247,13 +267,13 @@ class StragglerJudge:
         return Update(tuple(named), tuple(cleared))
 
     def _measure(
-        self, rank: int, shares: Mapping[int, Tuple[float, float, float, float]], host: str, now: float
+        self, rank: int, shares: Mapping[int, Tuple[float, float, float, float, float]], host: str, now: float
     ) -> Optional[StragglerVerdict]:
         """``rank``'s figures over the window beside the others' (named or not), or None without them."""
         others = [v for r, v in shares.items() if r != rank]
         if rank not in shares or not others:
             return None
-        share, _, span, sendq = shares[rank]
+        share, _, span, sendq, link = shares[rank]
         low, med, high = min(v[0] for v in others), statistics.median(v[0] for v in others), max(v[0] for v in others)
         queued = [v[3] for v in others]
         return StragglerVerdict(
@@ -268,6 +288,7 @@ class StragglerJudge:
             sendq,
             (min(queued), max(queued)),
             statistics.median(queued),
+            link,
         )
 
     def _meets(self, v: StragglerVerdict, busy: float, peers: int) -> Optional[StragglerVerdict]:
@@ -280,6 +301,8 @@ class StragglerJudge:
         if peers < 2:
             return None
         if v.sendq >= p.min_sendq and v.sendq >= p.sendq_ratio * max(v.median_sendq, p.min_sendq / 16):
+            if 0 <= v.link_busy < p.min_link_busy:  # full now and then, but its link drains: bursts
+                return None
             return replace(v, kind="link")
         return None
 

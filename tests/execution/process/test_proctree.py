@@ -97,8 +97,9 @@ def test_a_trees_cpu_and_run_delay_seconds_only_grow_while_its_children_come_and
         assert wait_for(lambda: seen.append(c.read(proc.pid)) or seen[-1][0] > 0.5, 60)
         assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(seen, seen[1:]))
         assert set(task_schedstat(proc.pid)) == {proc.pid}
-        t, cpu, delay, queued = c.sample(proc.pid)
+        t, cpu, delay, queued, link = c.sample(proc.pid)
         assert cpu >= seen[-1][0] - 0.001 and delay >= seen[-1][1] - 0.001 and t > 0  # rounded to ms
+        assert (queued, link) == (0, 0.0)  # no socket: nothing queued, no connection busy (sock_diag answers)
     finally:
         proc.kill()
         proc.wait()
@@ -110,7 +111,7 @@ def test_a_local_ranks_handle_reads_its_trees_figures():
     try:
         h = _Handle(proc.pid, 1)
         figs = h.sched_figures()
-        assert figs is not None and len(figs) == 4 and figs[3] == 0  # no socket
+        assert figs is not None and len(figs) == 5 and figs[3] == 0 and figs[4] == 0.0  # no socket
         assert _Handle(proc.pid, 1, host="10.9.9.9").sched_figures() is None  # another host: its agent tells
     finally:
         proc.kill()
@@ -158,4 +159,49 @@ def test_the_bytes_waiting_in_a_processs_tcp_send_queues():
             c.close()
         child.kill()
         child.wait()
+        srv.close()
+
+
+def test_the_seconds_a_processs_busiest_connection_had_data_in_flight():
+    """The kernel's busy time (sock_diag's ``tcpi_busy_time``): a connection whose peer does not
+    read is busy all the time, one whose peer reads everything is not; the figure is the busiest
+    connection's, cumulative over samples, so its growth over a span is the busiest's share of it."""
+    import socket
+
+    from launcher.execution.process.proctree import tcp_busy_times
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    code = (
+        "import socket, sys, time\n"
+        f"a = socket.create_connection(('127.0.0.1', {srv.getsockname()[1]}))\n"
+        f"b = socket.create_connection(('127.0.0.1', {srv.getsockname()[1]}))\n"
+        "a.setblocking(False)\n"
+        "try:\n    while True: a.send(b'x' * 65536)\nexcept BlockingIOError:\n    pass\n"
+        "b.sendall(b'y' * 1000)\nprint('sent', flush=True)\ntime.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    peers = []
+    try:
+        peers = [srv.accept()[0], srv.accept()[0]]
+        assert child.stdout is not None and child.stdout.readline() == "sent\n"
+        c = SchedCounter()
+        first = c.sample(child.pid)
+        assert first is not None
+        got = [first]
+        assert wait_for(lambda: got.append(c.sample(child.pid)) or got[-1][0] - first[0] >= 2.0, 30)
+        last = got[-1]
+        share = (last[4] - first[4]) / (last[0] - first[0])
+        assert 0.8 <= share <= 1.05, (first, last)  # the unread connection: busy the whole span
+        # the connection whose peer reads: idle once what it sent was acknowledged
+        peers[1].recv(4096)
+        busy = tcp_busy_times(child.pid)
+        assert busy is not None and len([v for v in busy.values() if v > 0]) >= 1
+        assert tcp_busy_times(2**22 + 7) is None  # no such process
+    finally:
+        child.kill()
+        child.wait()
+        for p in peers:
+            p.close()
         srv.close()

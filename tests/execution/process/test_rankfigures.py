@@ -25,11 +25,21 @@ def test_the_line_is_read_back_and_a_bad_or_missing_file_is_none(tmp_path):
     assert path == str(tmp_path / "rank-figures" / "rank3")
     assert read(str(tmp_path), 3) is None
     os.makedirs(os.path.dirname(path))
-    write(path, [12.5, 3.25, 0.5, 4096])
-    assert read(str(tmp_path), 3) == (12.5, 3.25, 0.5, 4096.0)
+    write(path, [12.5, 3.25, 0.5, 4096, 0.75])
+    assert read(str(tmp_path), 3) == (12.5, 3.25, 0.5, 4096.0, 0.75)
+    write(path, [12.5, 3.25, 0.5, 4096])  # an older sampler's: the busiest link unknown
+    assert read(str(tmp_path), 3) == (12.5, 3.25, 0.5, 4096.0, -1.0)
     assert os.listdir(os.path.dirname(path)) == ["rank3"]  # no temporary name left
     assert os.stat(path).st_mode & 0o777 == 0o600
-    for bad in ("", "[1, 2, 3]\n", '["a", 1, 2, 3]\n', "{}\n", "[1, 2, 3, null]\n", "not json\n"):
+    for bad in (
+        "",
+        "[1, 2, 3]\n",
+        '["a", 1, 2, 3]\n',
+        "{}\n",
+        "[1, 2, 3, null]\n",
+        "[1, 2, 3, 4, 5, 6]\n",
+        "not json\n",
+    ):
         with open(path, "w") as fh:
             fh.write(bad)
         assert read(str(tmp_path), 3) is None, bad

@@ -182,8 +182,9 @@ def test_a_garbled_agent_stream_ends_the_hosts_ranks_with_a_hint_and_closes_the_
 
 
 def test_a_heartbeats_figures_reach_each_ranks_handle():
-    """``sched`` of a heartbeat: each rank's [agent time, cpu s, delay s] becomes its handle's
-    :meth:`sched_figures`; a heartbeat without it (an older agent, or between samples) changes nothing."""
+    """``sched`` of a heartbeat: each rank's [agent time, cpu s, delay s, send queued, busiest link s]
+    becomes its handle's :meth:`sched_figures`; a heartbeat without it (between samples) changes
+    nothing; an older agent's shorter list gets 0 bytes queued and an unknown (-1) busiest link."""
     from types import SimpleNamespace
 
     from launcher.execution.ssh.hostagent import HostAgent, LogFiles, SshProcess
@@ -194,9 +195,14 @@ def test_a_heartbeats_figures_reach_each_ranks_handle():
     plans = [ProcPlan(f"rank {r}", Role.WORKER, "h1", r, 0, 0, None, ("x",), (), "/", "/dev/null") for r in (0, 1)]
     h0, h1 = (SshProcess(p, agent, r, "/dev/null") for r, p in enumerate(plans))
     agent.handles.update({0: h0, 1: h1})
-    agent._message(0, {"ev": "hb", "stopped": [], "sched": {"0": [12.5, 3.25, 0.5, 4096]}})
-    assert h0.sched_figures() == (12.5, 3.25, 0.5, 4096.0) and h1.sched_figures() is None
+    agent._message(0, {"ev": "hb", "stopped": [], "sched": {"0": [12.5, 3.25, 0.5, 4096, 1.5]}})
+    assert h0.sched_figures() == (12.5, 3.25, 0.5, 4096.0, 1.5) and h1.sched_figures() is None
     agent._message(0, {"ev": "hb", "stopped": []})
-    assert h0.sched_figures() == (12.5, 3.25, 0.5, 4096.0)
+    assert h0.sched_figures() == (12.5, 3.25, 0.5, 4096.0, 1.5)
     agent._message(0, {"ev": "hb", "stopped": [], "sched": {"1": [1.0, 2.0, 3.0]}})  # no send queues: 0
-    assert h1.sched_figures() == (1.0, 2.0, 3.0, 0.0)
+    assert h1.sched_figures() == (1.0, 2.0, 3.0, 0.0, -1.0)
+    agent._message(0, {"ev": "hb", "stopped": [], "sched": {"1": [1.0, 2.0, 3.0, 7]}})
+    assert h1.sched_figures() == (1.0, 2.0, 3.0, 7.0, -1.0)
+    for bad in ([1.0, 2.0], [1, 2, 3, 4, 5, 6], ["a", 2, 3], None, "1 2 3"):  # kept: the last good one
+        agent._message(0, {"ev": "hb", "stopped": [], "sched": {"1": bad}})
+        assert h1.sched_figures() == (1.0, 2.0, 3.0, 7.0, -1.0), bad

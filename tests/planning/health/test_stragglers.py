@@ -220,3 +220,34 @@ def test_one_full_queue_in_one_sample_names_nobody() -> None:
         if i % 8 == 0:
             queued[i // 8 % 2] = 800_000.0  # one sample in eight, now rank 1, now rank 0
         assert judge.feed({r: Sample(i, 0.2 * i, 0.01 * i, queued[r]) for r in range(3)}, HOSTS, i) == Update()
+
+
+@pytest.mark.parametrize(
+    "busy, named",
+    [
+        (0.4, False),  # full whenever sampled, but its link drains between the bursts: not the bottleneck
+        (0.79, False),
+        (0.95, True),  # a link that is never idle
+        (None, True),  # busy times unknown (another network namespace, no sock_diag): the queues decide
+    ],
+)
+def test_a_full_queue_names_a_link_only_if_its_busiest_connection_is_never_idle(busy: float, named: bool) -> None:
+    """A data-parallel rank sends its gradients in a burst each step; samples that meet one rank's
+    bursts every time see its queue full in most of them.  The kernel's busy time of its busiest
+    connection tells a bottleneck link (busy all the time) from such a sender."""
+    judge = StragglerJudge(StragglerPolicy(window=6.0))
+    got = []
+    for i in range(1, 15):
+        queued = {0: 0.0, 1: 0.0, 2: 300_000.0}
+        link = {0: 0.35 * i, 1: 0.4 * i, 2: (busy if busy is not None else 0.0) * i}
+        samples = {r: Sample(i, 0.2 * i, 0.01 * i, queued[r], link[r] if busy is not None else -1.0) for r in range(3)}
+        got += judge.feed(samples, HOSTS, i).named
+    assert [(v.rank, v.kind) for v in got] == ([(2, "link")] if named else [])
+    if named:
+        (v,) = got
+        assert v.to_json()["link_busy"] == (pytest.approx(busy) if busy is not None else -1.0)
+        says = f", its busiest connection sending {100 * busy:.0f} % of the time" if busy is not None else ""
+        assert v.evidence == (
+            f"rank 2 on 10.0.0.3 kept 293 KiB waiting in its TCP send queues over the last 5 s{says}"
+            " (the other ranks 0 KiB): a slow link or receiver"
+        )
