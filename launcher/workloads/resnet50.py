@@ -98,6 +98,7 @@ class ResNet(nn.Cell):
 #: ResNet-50/101/152 are He et al.'s; the shallower two (timm's names) train the same way at a
 #: fraction of the cost (CI smoke jobs, trying a launcher setup).
 ARCHS = {
+    "resnet8": (1, 1),
     "resnet14": (1, 1, 1, 1),
     "resnet26": (2, 2, 2, 2),
     "resnet50": (3, 4, 6, 3),

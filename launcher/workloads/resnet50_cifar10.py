@@ -42,8 +42,8 @@ Output on stdout (flushed after every line; launchers capture it to files)::
     checkpoint: <ckpt-dir>/ckpt_<rank>/resnet50-1_40.ckpt
     accuracy: 0.8125                               (with --eval; over the whole test set)
 
-Network (``--arch``): ResNet-50 by default; ``resnet101``/``resnet152``, or ``resnet14``/``resnet26``
-(1 or 2 bottleneck blocks per stage: about half a ResNet-50's step and compile on CPU, for CI).
+Network (``--arch``): ResNet-50 by default; ``resnet101``/``resnet152``, ``resnet14``/``resnet26`` (1 or 2
+bottleneck blocks a stage: about half a ResNet-50's compile on CPU), or ``resnet8`` (2 stages: tests).
 
 Checkpoints (``--ckpt-dir``): ``<ckpt-dir>/ckpt_<rank>/<arch>-<epoch>_<step>.ckpt`` (the
 ``ModelCheckpoint`` naming, prefixed with the network's name, so ``--resume`` never loads
@@ -173,7 +173,7 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
         "--arch",
         choices=tuple(ARCHS),
         default="resnet50",
-        help="the network (default resnet50; resnet14/26: the same training at a fraction of the cost)",
+        help="the network (default resnet50; resnet8/14/26: the same training at a fraction of the cost)",
     )
     p.add_argument("--epochs", type=int, default=1, help="total epochs (with --resume: including finished ones)")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size (default 32)")

@@ -2,7 +2,7 @@
 two hosts at once, ``--min-hosts 1`` lets the job go on, on the host left, and the job grows back
 when the hosts answer again.
 
-* With real MindSpore, the reference trainer (ResNet-14 on 32x32 synthetic CIFAR-10, micro-batch 4,
+* With real MindSpore, the reference trainer (ResNet-8 on 32x32 synthetic CIFAR-10, micro-batch 4,
   ``--ckpt-every 2``, 12 steps): once rank 0 logged step 4 the links of hosts 2 and 3 are cut
   together (their ranks alive behind them). Attempt 1 runs 1 rank that accumulates 3 micro-batches
   per step (the planned global batch of 12) to the end of the job, its losses in the range of the
@@ -97,7 +97,7 @@ def test_two_hosts_lost_at_once_the_trainer_goes_on_with_one_and_the_same_global
         "run", "--hosts", cluster_yaml(c, tmp_path / "inv.yaml", slots=1), "--np", "3", "--master-port", "auto",
         "--log-dir", str(job), "--tee", "none", "--grace", "5", "--max-restarts", "1", "--min-hosts", "1",
         "--env", "GLOG_v=3",
-        "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data),
+        "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet8", "--data-path", str(data),
         "--image-size", "32", "--batch-size", str(BATCH), "--steps-per-epoch", str(STEPS), "--epochs", "1",
         "--workers", "1", "--ckpt-dir", str(ckpt), "--ckpt-every", str(EVERY),
     )  # fmt: skip

@@ -3,7 +3,7 @@
 Each case proves something different (~10-50 s each here):
 
 * ``mslaunch check`` (an AllGather over the dynamic method) across 3 Slurm nodes inside ``salloc``;
-* the reference trainer (resnet14, one step an epoch) under ``mslaunch sbatch --requeue``:
+* the reference trainer (resnet8, one step an epoch) under ``mslaunch sbatch --requeue``:
   preempted (SIGUSR1) after its epoch-1 checkpoint, requeued, and resumed by itself from that
   checkpoint in ``attempt_1/``.
 """
@@ -68,7 +68,7 @@ def test_check_across_three_slurm_nodes(slurm: SlurmCluster, tmp_path) -> None:
 def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpoint(
     slurm: SlurmCluster, tmp_path
 ) -> None:
-    """The reference trainer (resnet14, one step an epoch), held after its epoch-1 checkpoint in
+    """The reference trainer (resnet8, one step an epoch), held after its epoch-1 checkpoint in
     the first run (tests/scripts/held_trainer.py: the preemption then comes at a known point),
     preempted by SIGUSR1 and requeued: the requeued run (MSLAUNCH_ATTEMPT=1, from Slurm's restart
     count) resumes by itself, without --resume, from that checkpoint on both ranks, dropping the
@@ -101,7 +101,7 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         "10",
         HELD_TRAINER,
         "--arch",
-        "resnet14",
+        "resnet8",
         "--data-path",
         str(data),
         "--image-size",
@@ -122,7 +122,7 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
     sid, jid = res.stdout.split()
 
     def saved(rank: int) -> bool:  # the epoch-1 checkpoint of this rank is complete (written atomically)
-        return (ckpt / f"ckpt_{rank}" / "resnet14-1_1.ckpt").exists()
+        return (ckpt / f"ckpt_{rank}" / "resnet8-1_1.ckpt").exists()
 
     end, queued_at = time.monotonic() + 300, 0.0
     while time.monotonic() < end and not (saved(0) and saved(1)):
@@ -134,8 +134,8 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
     wait_or_fail(lambda: (job / "summary.json").exists(), 120, "the preempted run's summary")
     # As if the preemption had come while rank 0 saved a newer checkpoint that rank 1 did not:
     # the requeued ranks must still resume from one common step.
-    newer = ckpt / "ckpt_0" / "resnet14-2_1.ckpt"
-    shutil.copyfile(ckpt / "ckpt_0" / "resnet14-1_1.ckpt", newer)
+    newer = ckpt / "ckpt_0" / "resnet8-2_1.ckpt"
+    shutil.copyfile(ckpt / "ckpt_0" / "resnet8-1_1.ckpt", newer)
     slurm.release_requeued(sid, timeout=120)
     slurm.wait_left_queue(sid, 400)
     assert (job / "attempt_1" / "summary.json").exists(), (
@@ -150,7 +150,7 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         log = (job / f"worker_{rank}.log").read_text(errors="replace")
         assert "resume:" not in log and "checkpoint: " in log, log[-3000:]  # the first run started afresh
         log = (job / "attempt_1" / f"worker_{rank}.log").read_text(errors="replace")
-        m = re.search(r"resume: (\S+resnet14-1_1\.ckpt) \(global step 1\); continuing at epoch 2 step 1\n", log)
+        m = re.search(r"resume: (\S+resnet8-1_1\.ckpt) \(global step 1\); continuing at epoch 2 step 1\n", log)
         assert m, log[-3000:]
         assert "epoch: 2 step: 1, loss is" in log and "epoch: 1 step:" not in log, log[-3000:]
     for folder, attempt in (

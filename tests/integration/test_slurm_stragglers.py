@@ -1,4 +1,4 @@
-"""Slow nodes found while a Slurm job runs: the reference trainer (real MindSpore: ResNet-14, data
+"""Slow nodes found while a Slurm job runs: the reference trainer (real MindSpore: ResNet-8, data
 parallel, 2 ranks) as srun steps on the namespace Slurm cluster; once the ranks step, rank 1's
 process (on node2) is moved into a cgroup under a CPU quota.  mslaunch starts nothing on the nodes
 but the steps: each rank's task shim samples it there (``rank-figures/``), and the straggler watch
@@ -38,7 +38,7 @@ def test_a_trainer_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(s
     run = mslaunch_argv(
         "run", "--launcher", "slurm", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
         "--grace", "10", "--straggler", "warn:6", "--env", f"FAULT_STREAM_MARK={mark}", "--env", "GLOG_v=3",
-        "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data),
+        "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet8", "--data-path", str(data),
         "--image-size", "32", "--batch-size", "4", "--steps-per-epoch", str(STEPS), "--epochs", "1", "--workers", "1",
     )  # fmt: skip
     env = slurm.env()

@@ -66,10 +66,10 @@ def test_each_missing_rank_is_kept_by_exactly_one_rank_left():
 def test_a_mirrored_checkpoint_is_the_same_file_in_each_folder(tmp_path):
     own = tmp_path / "ckpt_0"
     own.mkdir()
-    ckpt = own / "resnet14-1_6.ckpt"
+    ckpt = own / "resnet8-1_6.ckpt"
     ckpt.write_bytes(b"weights")
     (tmp_path / "ckpt_3").mkdir()
-    (tmp_path / "ckpt_3" / "resnet14-1_3.ckpt").write_bytes(b"older")  # what rank 3 wrote before it went
+    (tmp_path / "ckpt_3" / "resnet8-1_3.ckpt").write_bytes(b"older")  # what rank 3 wrote before it went
     dirs = stand_in_dirs(str(own), 0, 2, 6)
     written = mirror_checkpoint(str(ckpt), dirs)
     assert written == [str(tmp_path / "ckpt_2" / ckpt.name), str(tmp_path / "ckpt_4" / ckpt.name)]

@@ -1,6 +1,6 @@
 """Gradient accumulation (``--grad-accum K``) with real MindSpore on CPU, in graph mode.
 
-Two cases: the trainer's accumulating cells on ResNet-14 with BatchNorm in inference mode, where
+Two cases: the trainer's accumulating cells on ResNet-8 with BatchNorm in inference mode, where
 K micro-batches must update the weights exactly as one batch of K times the size, and their
 checkpoint (no accumulator) resumes a K=1 step; and the trainer itself, where K=4 micro-batches
 of 8 must train like K=1 batches of 32 from the same seed (same images per step), and count
@@ -28,7 +28,7 @@ MODULE = "launcher.workloads.resnet50_cifar10"
 LOSS_RE = re.compile(r"^epoch: (\d+) step: (\d+), loss is ([0-9.eE+-]+)$")
 
 # K=1 (the trainer's TrainOneStepCell, batch 32) against K=4 (its accumulating cells, 4 x 8) on
-# ResNet-14 with the same weights and data, BatchNorm in inference mode (so a batch of 32 and four
+# ResNet-8 with the same weights and data, BatchNorm in inference mode (so a batch of 32 and four
 # of 8 are the same function); prints the largest weight difference and facts about the cells.
 # Then the K=4 state's checkpoint resumes a new K=1 step (other initial weights) as the trainer's
 # --resume does: the same weights and optimizer state, the step count goes on.
@@ -42,17 +42,17 @@ ms.set_context(mode=ms.GRAPH_MODE); ms.set_device("CPU")
 rng = np.random.default_rng(0)
 x = rng.normal(size=(2, 32, 3, 32, 32)).astype(np.float32)
 y = rng.integers(0, 10, size=(2, 32)).astype(np.int32)
-ms.set_seed(1); net1 = resnet("resnet14"); opt1, one = make_train_step(net1, lr=0.05); one.set_train(False)
+ms.set_seed(1); net1 = resnet("resnet8"); opt1, one = make_train_step(net1, lr=0.05); one.set_train(False)
 step1 = one_batch_step(one)
 losses1 = [step1(iter([(Tensor(x[i]), Tensor(y[i]))])) for i in range(2)]
-ms.set_seed(1); net4 = resnet("resnet14"); opt4, acc = make_accumulating_step(net4, 4, False, lr=0.05)
+ms.set_seed(1); net4 = resnet("resnet8"); opt4, acc = make_accumulating_step(net4, 4, False, lr=0.05)
 acc.accumulate.set_train(False)
 micro = lambda i: iter([(Tensor(x[i][j * 8:(j + 1) * 8]), Tensor(y[i][j * 8:(j + 1) * 8])) for j in range(4)])
 losses4 = [acc.step(micro(i)) for i in range(2)]
 folder = tempfile.mkdtemp()
-saved = sorted(ms.load_checkpoint(save_checkpoint(acc.state, folder, 1, 2, 2, 1, "resnet14")))
-ms.set_seed(2); net1b = resnet("resnet14"); opt1b, oneb = make_train_step(net1b, lr=0.05)
-position = _resume(folder, oneb, opt1b, 2, 1, "resnet14")
+saved = sorted(ms.load_checkpoint(save_checkpoint(acc.state, folder, 1, 2, 2, 1, "resnet8")))
+ms.set_seed(2); net1b = resnet("resnet8"); opt1b, oneb = make_train_step(net1b, lr=0.05)
+position = _resume(folder, oneb, opt1b, 2, 1, "resnet8")
 diff = lambda xs, ys: max(float(np.abs(a.asnumpy() - b.asnumpy()).max()) for a, b in zip(xs, ys))
 print(json.dumps({
     "saved_accum": [n for n in saved if n.startswith("grad_accum")],
@@ -163,8 +163,9 @@ def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp
     assert deriver.batch_size == 32 and deriver.total() == steps
     assert [r["global_step"] for r in records if r["kind"] == "step"] == list(range(1, steps + 1))
 
-    # the learning curves: the same 32 images and weights at step 1, so the same loss up to
-    # BatchNorm (which normalises over each micro-batch of 8); then both fall alike
+    # the learning curves (ResNet-14's: the bounds were set on its fall over 8 steps): the same 32
+    # images and weights at step 1, so the same loss up to BatchNorm (which normalises over each
+    # micro-batch of 8); then both fall alike
     l1, l4 = _losses(one.stdout), _losses(acc.stdout)
     assert len(l1) == len(l4) == steps
     assert abs(l1[0] - l4[0]) < 0.1, (l1, l4)
@@ -198,7 +199,7 @@ def test_grad_accum_below_one_and_outside_data_parallel_are_one_line_errors(tmp_
             "--image-size",
             "32",
             "--arch",
-            "resnet14",
+            "resnet8",
             "--batch-size",
             "8",
             "--grad-accum",

@@ -134,7 +134,7 @@ def test_sigterm_to_mslaunch_leaves_a_checkpoint_a_resumed_run_continues_from(tm
     data = tmp_path / "data"
     write_synthetic_cifar10(str(data), train=64, test=8)
     ckpt = tmp_path / "ckpt"
-    common = ["--arch", "resnet14", "--data-path", str(data), "--image-size", "32", "--batch-size", "2"]
+    common = ["--arch", "resnet8", "--data-path", str(data), "--image-size", "32", "--batch-size", "2"]
     common += ["--workers", "1", "--ckpt-dir", str(ckpt)]
     job = tmp_path / "job"
     argv = mslaunch_argv(
@@ -158,7 +158,7 @@ def test_sigterm_to_mslaunch_leaves_a_checkpoint_a_resumed_run_continues_from(tm
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert (job / "stopping").read_text() == "stopped\n"  # what the rank read before it saved
     text = log.read_text(errors="replace")
-    saved = re.findall(r"^checkpoint: (\S+resnet14-1_(\d+)\.ckpt)$", text, re.M)
+    saved = re.findall(r"^checkpoint: (\S+resnet8-1_(\d+)\.ckpt)$", text, re.M)
     assert saved and "preempted: checkpoint saved in" in text, text[-2000:]
     path, step = saved[-1][0], int(saved[-1][1])
     assert step >= 2 and os.path.exists(path)

@@ -2,8 +2,8 @@
 
 Every MindSpore process costs seconds here, so the file runs the trainer three times in all:
 one 12-step run (losses, throughput, checkpoint), one resumed run of 6 more steps with --eval
-(step count, optimizer state, accuracy), both with ``--arch resnet14`` (the training loop, its
-lines and checkpoints do not depend on the depth, and ResNet-14 costs a fraction of ResNet-50);
+(step count, optimizer state, accuracy), both with ``--arch resnet8`` (the training loop, its
+lines and checkpoints do not depend on the depth, and ResNet-8 costs a fraction of ResNet-50);
 and two steps of the default network, ResNet-50 (it builds and trains in the trainer).  The bad-flag case runs
 the trainer's ``main`` in this process: it refuses before MindSpore does anything.
 """
@@ -22,7 +22,7 @@ from launcher.workloads.allgather_check import diagnose
 from launcher.workloads.cifar10_synth import write_synthetic_cifar10
 
 RESNET50_PARAMS_10 = 23_528_522  # trainable parameters of ResNet-50 with a 10-class head
-RESNET14_PARAMS_10 = 8_036_426  # and of ResNet-14, the network of the runs below
+RESNET8_PARAMS_10 = 469_066  # and of ResNet-8 (2 stages of 1 block), the network of the runs below
 MODULE = "launcher.workloads.resnet50_cifar10"
 LOSS_RE = re.compile(r"^epoch: (\d+) step: (\d+), loss is ([0-9.eE+-]+)$")
 STEPS_A, STEPS_B = 12, 6
@@ -50,7 +50,7 @@ def _losses(stdout: str) -> List[Tuple[int, int, float]]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
-    """ResNet-14. Run A: 12 steps with checkpoints; run B: --resume to epoch 2 (6 steps) with --eval."""
+    """ResNet-8. Run A: 12 steps with checkpoints; run B: --resume to epoch 2 (6 steps) with --eval."""
     root = tmp_path_factory.mktemp("resnet50")
     write_synthetic_cifar10(str(root / "data"), train=1000, test=200, seed=0)
     common = [
@@ -59,7 +59,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
         "--image-size",
         "32",
         "--arch",
-        "resnet14",
+        "resnet8",
         "--batch-size",
         "16",
         "--ckpt-dir",
@@ -95,7 +95,7 @@ def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict
     a = runs["a"]
     assert a.returncode == 0, a.stdout + a.stderr
     lines = a.stdout.splitlines()
-    assert lines[0] == f"params: {RESNET14_PARAMS_10}"
+    assert lines[0] == f"params: {RESNET8_PARAMS_10}"
     assert lines[1].startswith("data: ") and "1000 records" in lines[1] and "rank 0 of 1: 62 batches of 16" in lines[1]
     losses = _losses(a.stdout)
     assert [(e, s) for e, s, _ in losses] == [(1, s) for s in range(1, STEPS_A + 1)]
@@ -103,7 +103,7 @@ def test_training_run_logs_falling_losses_throughput_and_a_checkpoint(runs: Dict
     assert 1.8 < values[0] < 3.2  # about ln(10) = 2.30 at the start
     assert sum(values[-3:]) / 3 < sum(values[:3]) / 3 - 0.3, values
     assert re.search(r"^epoch 1 throughput: [\d.]+ img/s per rank, [\d.]+ img/s total \(1 ranks\)$", a.stdout, re.M)
-    ckpt = runs["root"] / "ckpt" / "ckpt_0" / f"resnet14-1_{STEPS_A}.ckpt"
+    ckpt = runs["root"] / "ckpt" / "ckpt_0" / f"resnet8-1_{STEPS_A}.ckpt"
     assert f"checkpoint: {ckpt}" in lines
     assert runs["ckpts_after_a"] == [ckpt.name]  # no temp files left behind
 
@@ -115,7 +115,7 @@ def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[st
     assert a.returncode == 0 and b.returncode == 0, b.stdout + b.stderr
     ckpt_dir = runs["root"] / "ckpt" / "ckpt_0"
     assert (
-        f"resume: {ckpt_dir / f'resnet14-1_{STEPS_A}.ckpt'} (global step {STEPS_A}); continuing at epoch 2 step 1"
+        f"resume: {ckpt_dir / f'resnet8-1_{STEPS_A}.ckpt'} (global step {STEPS_A}); continuing at epoch 2 step 1"
         in b.stdout.splitlines()
     )
     losses_b = _losses(b.stdout)
@@ -128,10 +128,10 @@ def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[st
     assert float(m.group(1)) >= 0.5
     # The newest checkpoint replaced the old one (--keep-checkpoints 1) and carries the
     # optimizer's global step, which only reaches 12 + 6 if it was restored.
-    assert sorted(os.listdir(ckpt_dir)) == [f"resnet14-2_{STEPS_B}.ckpt"]
+    assert sorted(os.listdir(ckpt_dir)) == [f"resnet8-2_{STEPS_B}.ckpt"]
     import mindspore as ms
 
-    params = ms.load_checkpoint(str(ckpt_dir / f"resnet14-2_{STEPS_B}.ckpt"))
+    params = ms.load_checkpoint(str(ckpt_dir / f"resnet8-2_{STEPS_B}.ckpt"))
     assert int(params["global_step"].asnumpy().reshape(-1)[0]) == STEPS_A + STEPS_B
     assert int(params["epoch_num"].asnumpy()) == 2 and int(params["step_num"].asnumpy()) == STEPS_B
     assert any(k.startswith("moments.") for k in params)  # Momentum's accumulators are saved
@@ -140,7 +140,7 @@ def test_resume_continues_the_step_count_and_eval_reports_accuracy(runs: Dict[st
 @pytest.mark.mindspore
 @pytest.mark.cost(30)
 def test_the_default_network_is_resnet50_and_it_trains(tmp_path) -> None:
-    """The runs above train ResNet-14; the default --arch, ResNet-50 (its stages of several blocks,
+    """The runs above train ResNet-8; the default --arch, ResNet-50 (its stages of several blocks,
     most of them with identity shortcuts), builds, compiles and trains in the trainer: two steps."""
     write_synthetic_cifar10(str(tmp_path / "data"), train=40, test=10, seed=0)
     args = ["--data-path", str(tmp_path / "data"), "--image-size", "32", "--batch-size", "4", "--seed", "1"]
@@ -262,20 +262,21 @@ def test_each_arch_has_its_own_checkpoints_and_blocks(tmp_path) -> None:
     from launcher.workloads.resnet50_cifar10 import parse_args
 
     _ckpt_files(tmp_path, (1, 8), (2, 8))
-    (tmp_path / "resnet14-1_4.ckpt").write_bytes(b"x")
-    assert [p[:2] for p in list_checkpoints(str(tmp_path), "resnet14")] == [(1, 4)]
-    assert resume_point(str(tmp_path), 1, None, prefix="resnet14") == str(tmp_path / "resnet14-1_4.ckpt")
+    (tmp_path / "resnet8-1_4.ckpt").write_bytes(b"x")
+    assert [p[:2] for p in list_checkpoints(str(tmp_path), "resnet8")] == [(1, 4)]
+    assert resume_point(str(tmp_path), 1, None, prefix="resnet8") == str(tmp_path / "resnet8-1_4.ckpt")
     assert resume_point(str(tmp_path), 1, None) == str(tmp_path / "resnet50-2_8.ckpt")
     assert resume_point(str(tmp_path), 1, None, prefix="resnet26") is None
-    prune_checkpoints(str(tmp_path), 1, "resnet14")  # another network's files are not this one's to prune
-    assert sorted(os.listdir(tmp_path)) == ["resnet14-1_4.ckpt", "resnet50-1_8.ckpt", "resnet50-2_8.ckpt"]
+    prune_checkpoints(str(tmp_path), 1, "resnet8")  # another network's files are not this one's to prune
+    assert sorted(os.listdir(tmp_path)) == ["resnet50-1_8.ckpt", "resnet50-2_8.ckpt", "resnet8-1_4.ckpt"]
 
     assert parse_args(["--data-path", "d"], {}).arch == "resnet50"
-    assert parse_args(["--arch", "resnet14", "--data-path", "d"], {}).arch == "resnet14"
+    assert parse_args(["--arch", "resnet8", "--data-path", "d"], {}).arch == "resnet8"
     for arch, blocks in ARCHS.items():
         assert arch == f"resnet{3 * sum(blocks) + 2}"
     small = resnet("resnet14", num_classes=10)
     # stem + 3 convolutions per block + one projection per stage; a BatchNorm (gamma, beta) each; dense weight and bias
     convs = 1 + 3 * 4 + 4
     assert len(small.trainable_params()) == convs + 2 * convs + 2
-    assert count_parameters(small) < count_parameters(resnet("resnet26")) < RESNET50_PARAMS_10
+    assert count_parameters(resnet("resnet8")) == RESNET8_PARAMS_10
+    assert RESNET8_PARAMS_10 < count_parameters(small) < count_parameters(resnet("resnet26")) < RESNET50_PARAMS_10
