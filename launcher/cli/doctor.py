@@ -21,6 +21,7 @@ from launcher.cli.spec import build_spec
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import PlanError
 from launcher.execution.ssh.settings import SSHSettings
+from launcher.planning.health.policy import DEFAULT_POLICY
 from launcher.planning.job.kinds import Method
 
 
@@ -78,7 +79,7 @@ def doctor_cmd(
         rich_help_panel="Health",
     ),
     device_checks: str = typer.Option(
-        "try",
+        DEFAULT_POLICY,
         "--device-checks",
         help=(
             "--health: off | try | require: require also fails a host whose device checks could not run (tool missing, "
@@ -176,14 +177,14 @@ def _health_doctor(
     kernel: str,
     threshold: float,
     device_target: Optional[str] = None,
-    device_checks: str = "try",
+    device_checks: str = DEFAULT_POLICY,
 ) -> None:
     """``doctor --health`` (see :mod:`launcher.cli.health`); exit 1 when a host is slow or faulty
     (a faulty device makes its host faulty)."""
     from launcher.cli.devices import doctor_devices
-    from launcher.cli.health import check_hosts, check_kernel, check_threshold, print_result, result_json
-    from launcher.planning.health.devices import check_policy
+    from launcher.cli.health import check_hosts, check_kernel, print_result, result_json
     from launcher.planning.health.devices import device_target as target_of
+    from launcher.planning.health.policy import check_policy, check_threshold
 
     check_kernel(kernel)
     check_threshold(threshold)

@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Tuple
 from launcher.cli.devices import DeviceCheck, run_devices
 from launcher.errors import PlanError
 from launcher.planning.health.devices import DEFAULT_POLICY
-from launcher.planning.health.rounds import KERNELS, PREFLIGHT_MODES
+from launcher.planning.health.rounds import KERNELS
 from launcher.planning.job.events import Preflight, PreflightHost
 from launcher.planning.job.spec import JobSpec, Plan
 
@@ -23,23 +23,6 @@ def check_kernel(kernel: str) -> str:
     if kernel not in KERNELS:
         raise PlanError(f"unknown --health-kernel {kernel!r}; use one of {', '.join(KERNELS)}", field="--health-kernel")
     return kernel
-
-
-def check_threshold(threshold: float) -> float:
-    if not 0.0 < threshold < 1.0:
-        raise PlanError(
-            f"--health-threshold must be between 0 and 1 (a fraction of the median), got {threshold:g}",
-            field="--health-threshold",
-        )
-    return threshold
-
-
-def check_mode(mode: Optional[str]) -> Optional[str]:
-    if mode is not None and mode not in PREFLIGHT_MODES:
-        raise PlanError(
-            f"unknown --preflight mode {mode!r}; use one of {', '.join(PREFLIGHT_MODES)}", field="--preflight"
-        )
-    return mode
 
 
 def check_hosts(

@@ -17,11 +17,11 @@ import typer
 
 from launcher.cli.flagset import flag_set
 from launcher.errors import MsLaunchError
-from launcher.logs.promodel import JobIdentity
 from launcher.logs.promsettings import DEFAULT_ADDR, MetricsSettings
 
 if TYPE_CHECKING:
     from launcher.logs.promexport import MetricsExporter
+    from launcher.logs.promodel import JobIdentity
     from launcher.planning.job.spec import JobSpec, Plan
 
 __all__ = ["check_bindable", "job_identity", "parse_settings", "start_exporter", "with_metrics_settings"]
@@ -242,10 +242,12 @@ def start_exporter(settings: MetricsSettings, spec: "JobSpec", plan: "Plan") -> 
     return JobMetrics(plan.job_dir, exporter)
 
 
-def job_identity(spec: "JobSpec", plan: "Plan") -> JobIdentity:
+def job_identity(spec: "JobSpec", plan: "Plan") -> "JobIdentity":
     """The job as ``mslaunch_job_info`` names it: its id, backend, program (a file name or a module);
     the ranks this mslaunch runs (per-node mode: its node's, so the pods' sum is the world size)."""
     program = spec.program[0] if spec.program else ""
     script = program if spec.module else os.path.basename(program)
     node = spec.node.node_rank if spec.node is not None else None
+    from launcher.logs.promodel import JobIdentity  # the exporter's model: only for a job that exports
+
     return JobIdentity(plan.job_id, plan.launcher, script, len(plan.ranks), node)  # per-node mode: this node's

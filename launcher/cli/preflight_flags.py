@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from launcher.cli.flagset import flag_set
+from launcher.planning.health.policy import DEFAULT_POLICY, check_mode, check_policy, check_threshold
 
 __all__ = ["PreflightSettings", "with_preflight_settings"]
 
@@ -25,7 +26,7 @@ class PreflightSettings:
     """``--preflight MODE`` (None: no check), ``--device-checks``, ``--health-threshold``."""
 
     mode: Optional[str] = None
-    device_checks: str = "try"
+    device_checks: str = DEFAULT_POLICY
     threshold: float = 0.5
 
 
@@ -78,9 +79,6 @@ _PARAMS = (
 
 
 def _build(values: Any, _: Any) -> PreflightSettings:
-    from launcher.cli.health import check_mode, check_threshold
-    from launcher.planning.health.devices import check_policy
-
     check_mode(values["preflight_mode"])
     check_policy(values["device_checks"])
     check_threshold(values["health_threshold"])

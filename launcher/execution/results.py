@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from launcher.logs.causes import Cause
-from launcher.logs.hangreport import HangReport
+if TYPE_CHECKING:  # annotations only: the cause rules load when a failure is judged, not with every command
+    from launcher.logs.causes import Cause
+    from launcher.logs.hangreport import HangReport
 from launcher.planning.job.kinds import JobStatus, describe_returncode, signal_name
 
 #: Job states written to summary.json.

@@ -29,13 +29,13 @@ instead of starting again.
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from launcher.logs.metrics import Metric
 from launcher.planning.job.kinds import JobStatus
+from launcher.planning.median import median as median_of
 
 __all__ = ["RankDeriver", "Progress", "RankRow", "Snapshot", "snapshot", "STRAGGLER_RATIO", "SILENT_AFTER"]
 
@@ -357,7 +357,7 @@ def snapshot(
     """
     exits = exits or {}
     times = {r: st.step_time_ms for r, st in progress.ranks.items() if st.step_time_ms and r < world_size}
-    median = statistics.median(times.values()) if times else None
+    median = median_of(times.values()) if times else None
     stragglers = tuple(
         sorted(r for r, t in times.items() if len(times) >= 2 and median and t > straggler_ratio * median)
     )

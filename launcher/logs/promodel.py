@@ -27,12 +27,12 @@ What each number means:
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Set, Tuple
 
 from launcher.logs.progress import STRAGGLER_RATIO, Progress
 from launcher.planning.job.kinds import EventKind, JobStatus
+from launcher.planning.median import median as median_of
 
 __all__ = ["JobIdentity", "JobModel", "JobSample", "RankSample", "STATES", "UNKNOWN_CAUSE"]
 
@@ -189,7 +189,7 @@ class JobModel:
         """The numbers at wall-clock time ``now`` (s)."""
         ranks = {r: st for r, st in self.progress.ranks.items() if st.attempt == self.attempt}
         times = {r: st.step_time_ms for r, st in ranks.items() if st.step_time_ms}
-        median = statistics.median(times.values()) if len(times) >= 2 else None
+        median = median_of(times.values()) if len(times) >= 2 else None
         rows = []
         for rank in sorted(ranks):
             st = ranks[rank]

@@ -158,9 +158,7 @@ class Watchdog:
     """
 
     def __init__(self) -> None:
-        import secrets
-
-        self.token = secrets.token_hex(16)
+        self.token = os.urandom(16).hex()  # as secrets.token_hex(16), without importing OpenSSL's hashes
         read_end, self.fd = os.pipe()
         try:
             self._proc = subprocess.Popen(

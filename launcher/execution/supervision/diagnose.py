@@ -18,13 +18,14 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.results import ProcResult, tail_lines
-from launcher.logs.causerules import TAIL_LINES, Failure, signal_of
-from launcher.logs.causes import Cause, classify
 from launcher.logs.hangreport import HangReport
 from launcher.logs.hostmem import HostRecords, kernel_since, kill_cgroups, memory_cgroup, read_cgroup_files
+
+if TYPE_CHECKING:  # the cause rules load when a failure is judged, not with every job
+    from launcher.logs.causes import Cause
 
 __all__ = ["CGROUP_ROOT", "KERNEL_LINES", "HostRecorder", "RootTail", "cgroup_folder", "judge_cause", "read_kernel_log"]
 
@@ -113,6 +114,8 @@ class HostRecorder:
 
     def records(self, pid: Optional[int], returncode: Optional[int]) -> HostRecords:
         """The records about a local process that died of SIGKILL (empty for others)."""
+        from launcher.logs.causerules import signal_of
+
         start = self._started.get(pid) if pid is not None else None
         if pid is None or start is None or signal_of(returncode) != signal.SIGKILL:
             return HostRecords()
@@ -133,6 +136,8 @@ class RootTail:
     @classmethod
     def read(cls, path: str) -> "RootTail":
         """The last :data:`~launcher.logs.causerules.TAIL_LINES` lines of ``path`` (of its last :data:`TAIL_BYTES`)."""
+        from launcher.logs.causerules import TAIL_LINES
+
         return cls(tail_lines(path, TAIL_LINES, max_bytes=TAIL_BYTES))
 
     def shown(self, n: int = 20) -> Tuple[str, ...]:
@@ -151,6 +156,8 @@ def judge_cause(
     """The cause of ``failed`` (:func:`launcher.logs.causes.classify`) from its log tail, the
     scheduler's log tail, its host's records, the attempt's hang report and whether its host was
     lost; None only if classifying failed (a judged attempt must not become a crash)."""
+    from launcher.logs.causerules import Failure
+
     failure = Failure(
         name=failed.name,
         host=failed.host,
@@ -164,6 +171,8 @@ def judge_cause(
         hang=hang.to_json() if hang is not None else None,
         lost=failed.lost,
     )
+    from launcher.logs.causes import classify
+
     try:
         return classify(failure)
     except Exception:  # the classifier is pure and tested; a miss there still leaves the root cause

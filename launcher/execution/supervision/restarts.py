@@ -26,18 +26,17 @@
 
 from __future__ import annotations
 
-import statistics
 import threading
 from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.results import FAILED, HUNG, SUCCEEDED, AttemptResult
-from launcher.logs.causes import repeated_unfixable
 from launcher.planning.job import layout
 from launcher.planning.job.ckptinterval import ENV_VAR as CKPT_INTERVAL_VAR
 from launcher.planning.job.ckptinterval import STEPS_VAR as CKPT_STEPS_VAR
 from launcher.planning.job.ckptinterval import Advice
 from launcher.planning.job.spec import Plan, ProcPlan
+from launcher.planning.median import median
 
 __all__ = [
     "ATTEMPT_VAR",
@@ -137,7 +136,7 @@ class AttemptProgress:
     def step_seconds(self) -> Optional[float]:
         """The median of the last :data:`STEP_SAMPLES` step times the ranks logged, in seconds."""
         with self._lock:
-            return statistics.median(self._step_ms) / 1000.0 if self._step_ms else None
+            return median(self._step_ms) / 1000.0 if self._step_ms else None
 
     def ckpt_seconds(self) -> Optional[float]:
         """What a checkpoint costs the job: the longest of the last :data:`CKPT_SAMPLES` writes
@@ -225,6 +224,8 @@ def crash_loop(history: Sequence[AttemptResult]) -> Optional[str]:
         if a.replanned:
             start = i
     window = list(history[start:])
+    from launcher.logs.causes import repeated_unfixable  # the cause rules: loaded once a job has failed
+
     same = repeated_unfixable([(a.attempt, a.root_cause.cause if a.root_cause is not None else None) for a in window])
     if same is not None:
         return same

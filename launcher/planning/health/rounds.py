@@ -24,9 +24,11 @@ only clears a host), else ``ok``.  Each verdict carries a one-line reason with t
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from launcher.planning.health.policy import DEFAULT_THRESHOLD, PREFLIGHT_MODES
+from launcher.planning.median import median
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -42,9 +44,7 @@ __all__ = [
     "slow_members",
 ]
 
-DEFAULT_THRESHOLD = 0.5
 KERNELS = ("numpy", "mindspore")
-PREFLIGHT_MODES = ("exclude", "warn", "fail")
 
 OK, SLOW, FAULTY = "ok", "slow", "faulty"
 
@@ -116,7 +116,7 @@ def round1_pairs(hosts: Sequence[str]) -> Tuple[List[Tuple[str, str]], Optional[
 
 
 def _median(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else 0.0
+    return float(median(values)) if values else 0.0
 
 
 def slow_members(transfers: Sequence[Transfer], threshold: float) -> Tuple[List[str], List[str]]:

@@ -46,12 +46,12 @@ sock_diag) the queue rule alone decides.
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Deque, Dict, List, Mapping, Optional, Tuple
 
 from launcher.errors import PlanError
+from launcher.planning.median import median
 
 __all__ = ["MODES", "Sample", "StragglerJudge", "StragglerPolicy", "StragglerVerdict", "Update"]
 
@@ -230,7 +230,7 @@ class StragglerJudge:
                 continue
             cpu, delay = s.cpu - first.cpu, s.delay - first.delay
             runnable = cpu + delay
-            sendq = statistics.median(x.sendq for x in st.samples)
+            sendq = median(x.sendq for x in st.samples)
             link = (s.link - first.link) / span if first.link >= 0 and s.link >= first.link else -1.0
             shares[rank] = (delay / runnable if runnable > 0 else 0.0, runnable / span, span, sendq, link)
         for gone in set(self._ranks) - set(samples):  # exited: no longer judged
@@ -274,7 +274,7 @@ class StragglerJudge:
         if rank not in shares or not others:
             return None
         share, _, span, sendq, link = shares[rank]
-        low, med, high = min(v[0] for v in others), statistics.median(v[0] for v in others), max(v[0] for v in others)
+        low, med, high = min(v[0] for v in others), median(v[0] for v in others), max(v[0] for v in others)
         queued = [v[3] for v in others]
         return StragglerVerdict(
             rank,
@@ -287,7 +287,7 @@ class StragglerJudge:
             "cpu",
             sendq,
             (min(queued), max(queued)),
-            statistics.median(queued),
+            median(queued),
             link,
         )
 

@@ -41,7 +41,6 @@ from launcher.planning.health.devices.model import (
     ASCEND,
     CPU,
     DEFAULT_POLICY,
-    DEVICE_CHECK_POLICIES,
     FAULTY,
     NOT_CHECKED,
     TARGETS,
@@ -53,6 +52,7 @@ from launcher.planning.health.devices.model import (
     Outcome,
     one_line,
 )
+from launcher.planning.health.policy import check_policy
 from launcher.planning.health.rounds import Verdict
 
 __all__ = [
@@ -65,20 +65,6 @@ __all__ = [
     "probe_order",
     "with_devices",
 ]
-
-
-def check_policy(value: str) -> str:
-    """``--device-checks``'s value, lower case.
-
-    Raises:
-        PlanError: not one of :data:`DEVICE_CHECK_POLICIES`.
-    """
-    policy = value.strip().lower()
-    if policy not in DEVICE_CHECK_POLICIES:
-        raise PlanError(
-            f"unknown --device-checks {value!r}; use one of {', '.join(DEVICE_CHECK_POLICIES)}", field="--device-checks"
-        )
-    return policy
 
 
 def _target(target: str) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import MsLaunchError
+from launcher.planning.health.policy import DEFAULT_POLICY, DEVICE_CHECK_POLICIES
 
 __all__ = [
     "ASCEND",
@@ -51,10 +52,6 @@ TARGETS = (ASCEND, GPU, CPU)
 
 OK, FAULTY, NOT_CHECKED = "ok", "faulty", "not_checked"
 
-#: ``--device-checks``: ``off`` runs none; ``try`` (the default) runs them and fails a host on a
-#: faulty device only; ``require`` also fails a host whose planned devices could not be checked.
-DEVICE_CHECK_POLICIES = ("off", "try", "require")
-DEFAULT_POLICY = "try"
 
 #: Outcome statuses (what the probe says happened to a command).
 EXITED, NOT_FOUND, TIMED_OUT, ERROR, SKIPPED = "exited", "not_found", "timed_out", "error", "skipped"
