@@ -130,10 +130,11 @@ class JobView:
         return max((e.get("attempt", 0) for e in self.events() if e.get("kind") == "started"), default=-1)
 
     def ranks(self, attempt: int) -> Dict[int, str]:
-        """rank -> host of the ranks ``attempt`` started."""
+        """rank -> host of the ranks ``attempt`` started (their ``started`` events; under mpirun and
+        Slurm, whose one process stands for every rank, their ``pid`` events)."""
         out = {}
         for e in self.events():
-            if e.get("kind") == "started" and e.get("attempt", 0) == attempt and e.get("rank") is not None:
+            if e.get("kind") in ("started", "pid") and e.get("attempt", 0) == attempt and e.get("rank") is not None:
                 out[int(e["rank"])] = str(e["host"])
         return out
 

@@ -92,3 +92,21 @@ def _two(mark: str) -> bool:
             except OSError:
                 pass
     return n >= 2
+
+
+def test_ranks_of_a_step_that_stands_for_them_come_from_their_pid_events(tmp_path):
+    """Under Slurm and mpirun one process (srun, mpirun) stands for every rank: its ``started``
+    event has no rank; each rank's host is in its ``pid`` event."""
+    from tests.harness.faultstream import JobView
+
+    _write(
+        tmp_path / "events.jsonl",
+        [
+            dict(kind="started", name="srun", rank=None, host="localhost", attempt=0, time=1.0),
+            dict(kind="pid", name="rank 0", rank=0, host="node1", pid=12, attempt=0, time=2.0),
+            dict(kind="pid", name="rank 1", rank=1, host="node2", pid=13, attempt=0, time=2.0),
+            dict(kind="pid", name="rank 1", rank=1, host="node4", pid=14, attempt=1, time=9.0),
+        ],
+    )
+    view = JobView(str(tmp_path))
+    assert view.ranks(0) == {0: "node1", 1: "node2"} and view.ranks(1) == {1: "node4"}
