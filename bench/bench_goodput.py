@@ -103,6 +103,32 @@ def run_job(
         "--env",
         f"FAULT_STREAM_MARK={mark}",
         *flags,
+        *trainer_argv(data, steps, ckpt),
+    ]
+    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
+    fs = None
+    if stream is not None:
+        kinds, at_steps, seed = stream
+        fs = FaultStream(
+            job,
+            kinds=kinds,
+            at_steps=at_steps,
+            mark=mark,
+            seed=seed,
+            cluster=c,
+            ckpt_path=lambda rank: os.path.join(ckpt, f"ckpt_{rank}"),  # the trainer's folder of a rank's checkpoints
+        )
+    run = run_streamed(argv, env, folder, fs)
+    run.update(left=wait_empty(c), job=job, kinds=list(stream[0]) if stream is not None else [])
+    last = sorted(glob.glob(os.path.join(ckpt, "ckpt_0", f"resnet14-1_{steps}.ckpt")))
+    run["final"] = last[0] if last else None
+    return run
+
+
+def trainer_argv(data: str, steps: int, ckpt: str) -> List[str]:
+    """The reference trainer as every goodput job runs it: ResNet-14, 32x32, batch 8, seeded,
+    ``steps`` optimizer steps in one epoch, checkpoints every 5 steps to ``ckpt``."""
+    return [
         "-m",
         "launcher.workloads.resnet50_cifar10",
         "--arch",
@@ -126,19 +152,11 @@ def run_job(
         "--ckpt-every",
         "5",
     ]
-    env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
-    fs = None
-    if stream is not None:
-        kinds, at_steps, seed = stream
-        fs = FaultStream(
-            job,
-            kinds=kinds,
-            at_steps=at_steps,
-            mark=mark,
-            seed=seed,
-            cluster=c,
-            ckpt_path=lambda rank: os.path.join(ckpt, f"ckpt_{rank}"),  # the trainer's folder of a rank's checkpoints
-        )
+
+
+def run_streamed(argv: List[str], env: Dict[str, str], folder: str, fs: Optional[FaultStream]) -> Dict[str, object]:
+    """Run ``mslaunch`` with the fault stream ``fs`` beside it (None: no faults); its start, wall
+    time, exit code, stderr and the faults as injected and accounted."""
     t0 = time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
     if fs is not None:
@@ -151,21 +169,14 @@ def run_job(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    wall = time.time() - t0
-    left = wait_empty(c)
     faults: List[Injected] = fs.account() if fs is not None else []
-    last = sorted(glob.glob(os.path.join(ckpt, "ckpt_0", f"resnet14-1_{steps}.ckpt")))
     return {
-        "wall": wall,
+        "wall": time.time() - t0,
         "t0": t0,
         "code": proc.returncode,
         "err": err,
         "faults": faults,
         "errors": fs.errors if fs is not None else [],
-        "left": left,
-        "final": last[0] if last else None,
-        "job": job,
-        "kinds": list(stream[0]) if stream is not None else [],
     }
 
 

@@ -32,15 +32,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, cast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench_goodput import report  # noqa: E402  (bench/ is this script's folder)
+from bench_goodput import report, run_streamed, trainer_argv  # noqa: E402  (bench/ is this script's folder)
 from benchkit import exit_if_cannot_run  # noqa: E402  (after sys.path is set above)
 
 from tests.harness.faultstream import FaultStream, Injected  # noqa: E402  (after sys.path is set above)
+from tests.harness.netns_cluster import NamespaceCluster  # noqa: E402
 from tests.harness.slurm_cluster import SlurmCluster, slurm_unavailable_reason  # noqa: E402
 
 PY = sys.executable
@@ -54,14 +55,16 @@ class SlurmLinks:
     def __init__(self, c: SlurmCluster) -> None:
         self.c = c
 
+        self.net = cast(NamespaceCluster, c.net)
+
     def _ip(self, node: str) -> str:
-        return self.c.net.hosts[self.c.nodes.index(node)].ip
+        return self.net.hosts[self.c.nodes.index(node)].ip
 
     def cut_link(self, node: str) -> None:
-        self.c.net.cut_link(self._ip(node))
+        self.net.cut_link(self._ip(node))
 
     def restore_link(self, node: str, *, wait: bool = True) -> None:
-        self.c.net.restore_link(self._ip(node), wait=wait)
+        self.net.restore_link(self._ip(node), wait=wait)
 
 
 def run_job(
@@ -93,60 +96,17 @@ def run_job(
         "--env",
         f"FAULT_STREAM_MARK={mark}",
         *flags,
-        "-m",
-        "launcher.workloads.resnet50_cifar10",
-        "--arch",
-        "resnet14",
-        "--data-path",
-        data,
-        "--image-size",
-        "32",
-        "--batch-size",
-        "8",
-        "--workers",
-        "1",
-        "--seed",
-        "1",
-        "--epochs",
-        "1",
-        "--steps-per-epoch",
-        str(steps),
-        "--ckpt-dir",
-        ckpt,
-        "--ckpt-every",
-        "5",
+        *trainer_argv(data, steps, ckpt),
     ]
     fs = None
     if at:
         fs = FaultStream(job, kinds=["cut"], at_steps=[at], mark=mark, seed=1, cluster=SlurmLinks(c))
-    t0 = time.time()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
-    if fs is not None:
-        fs.start()
-    try:
-        _, err = proc.communicate(timeout=3600)
-    finally:
-        if fs is not None:
-            fs.stop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    wall = time.time() - t0
-    faults: List[Injected] = fs.account() if fs is not None else []
-    left = settle(c, [f.host for f in faults])
+    run = run_streamed(argv, env, folder, fs)
+    faults: List[Injected] = run["faults"]  # type: ignore[assignment]  # run_streamed's dict: the faults
     last = os.path.join(ckpt, "ckpt_0", f"resnet14-1_{steps}.ckpt")
-    return {
-        "wall": wall,
-        "t0": t0,
-        "code": proc.returncode,
-        "err": err,
-        "faults": faults,
-        "errors": fs.errors if fs is not None else [],
-        "left": left,
-        "final": last if os.path.exists(last) else None,
-        "job": job,
-        "kinds": ["cut"] if at else [],
-    }
+    run.update(left=settle(c, [f.host for f in faults]), job=job, kinds=["cut"] if at else [])
+    run["final"] = last if os.path.exists(last) else None
+    return run
 
 
 def settle(c: SlurmCluster, cut: List[str], within: float = 60.0) -> Dict[str, List[int]]:
