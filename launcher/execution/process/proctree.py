@@ -285,7 +285,7 @@ _BUSY_OFFSET = 168
 #: ``{(netns inode, family): (monotonic time, {socket inode: busy microseconds})}``: the ranks of a
 #: host sampled in one round share one dump (a figure read later is at most this many seconds old)
 _BUSY_FRESH = 0.25
-_BUSY = {}  # type: dict[tuple[int, int], tuple[float, dict[str, int]]]
+_BUSY = {}  # type: dict[tuple[int, int], tuple[float, dict[str, int] | None]]
 
 
 def _diag_busy(family):
@@ -338,17 +338,15 @@ def tcp_busy_times(pid):
     except OSError:
         return None
     now = time.monotonic()
-    merged = {}  # type: dict[str, int]
-    for family in (socket.AF_INET, socket.AF_INET6):
+    merged = None  # type: dict[str, int] | None
+    for family in (socket.AF_INET, socket.AF_INET6):  # a family the kernel does not answer for (IPv6 off) has none
         got = _BUSY.get((ns, family))
         if got is None or now - got[0] >= _BUSY_FRESH:
-            table = _diag_busy(family)
-            if table is None:
-                return None
             if len(_BUSY) > 64:
                 _BUSY.clear()
-            got = _BUSY[(ns, family)] = (now, table)
-        merged.update(got[1])
+            got = _BUSY[(ns, family)] = (now, _diag_busy(family))
+        if got[1] is not None:
+            merged = dict(merged or {}, **got[1])
     return merged
 
 
