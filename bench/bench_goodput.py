@@ -80,31 +80,8 @@ def run_job(
     os.makedirs(folder)
     job, ckpt = os.path.join(folder, "job"), os.path.join(folder, "ckpt")
     mark = f"goodput-{name}-{os.getpid()}"
-    argv = [
-        PY,
-        "-m",
-        "launcher",
-        "run",
-        "--hosts",
-        inventory(c, os.path.join(folder, "inv.yaml"), hosts),
-        "--np",
-        str(ACTIVE),
-        "--master-port",
-        "auto",
-        "--log-dir",
-        job,
-        "--tee",
-        "none",
-        "--quiet",
-        "--max-restarts",
-        "8",
-        "--env",
-        "GLOG_v=3",
-        "--env",
-        f"FAULT_STREAM_MARK={mark}",
-        *flags,
-        *trainer_argv(data, steps, ckpt),
-    ]
+    where = ["--hosts", inventory(c, os.path.join(folder, "inv.yaml"), hosts), "--max-restarts", "8"]
+    argv = job_argv(where, job, mark, flags, trainer_argv(data, steps, ckpt))
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
     fs = None
     if stream is not None:
@@ -123,6 +100,15 @@ def run_job(
     last = sorted(glob.glob(os.path.join(ckpt, "ckpt_0", f"resnet14-1_{steps}.ckpt")))
     run["final"] = last[0] if last else None
     return run
+
+
+def job_argv(where: List[str], job: str, mark: str, flags: List[str], program: List[str]) -> List[str]:
+    """``mslaunch run`` as every goodput job runs it: ``where`` (the hosts or the backend), 3
+    ranks, quiet, the job's folder ``job``, the fault stream's ``mark`` in every rank's
+    environment, then ``flags`` and the ``program``."""
+    head = [PY, "-m", "launcher", "run", *where, "--np", str(ACTIVE), "--master-port", "auto", "--log-dir", job]
+    quiet = ["--tee", "none", "--quiet", "--env", "GLOG_v=3", "--env", f"FAULT_STREAM_MARK={mark}"]
+    return head + quiet + flags + program
 
 
 def trainer_argv(data: str, steps: int, ckpt: str) -> List[str]:

@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, cast
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench_goodput import report, run_streamed, trainer_argv  # noqa: E402  (bench/ is this script's folder)
+from bench_goodput import job_argv, report, run_streamed, trainer_argv  # noqa: E402  (bench/ is this script's folder)
 from benchkit import exit_if_cannot_run  # noqa: E402  (after sys.path is set above)
 
 from tests.harness.faultstream import FaultStream, Injected  # noqa: E402  (after sys.path is set above)
@@ -75,29 +75,7 @@ def run_job(
     os.makedirs(folder)
     job, ckpt = os.path.join(folder, "job"), os.path.join(folder, "ckpt")
     mark = f"goodput-slurm-{name}-{os.getpid()}"
-    argv = [
-        PY,
-        "-m",
-        "launcher",
-        "run",
-        "--launcher",
-        "slurm",
-        "--np",
-        str(ACTIVE),
-        "--master-port",
-        "auto",
-        "--log-dir",
-        job,
-        "--tee",
-        "none",
-        "--quiet",
-        "--env",
-        "GLOG_v=3",
-        "--env",
-        f"FAULT_STREAM_MARK={mark}",
-        *flags,
-        *trainer_argv(data, steps, ckpt),
-    ]
+    argv = job_argv(["--launcher", "slurm"], job, mark, flags, trainer_argv(data, steps, ckpt))
     fs = None
     if at:
         fs = FaultStream(job, kinds=["cut"], at_steps=[at], mark=mark, seed=1, cluster=SlurmLinks(c))
