@@ -21,7 +21,7 @@ from launcher.cli.spec import build_spec
 from launcher.cli.ssh_flags import with_ssh_settings
 from launcher.errors import PlanError
 from launcher.execution.ssh.settings import SSHSettings
-from launcher.planning.health.policy import DEFAULT_POLICY
+from launcher.planning.health.policy import DEFAULT_POLICY, DEFAULT_THRESHOLD
 from launcher.planning.job.kinds import Method
 
 
@@ -63,7 +63,7 @@ def doctor_cmd(
         rich_help_panel="Health",
     ),
     health_threshold: float = typer.Option(
-        0.5,
+        DEFAULT_THRESHOLD,
         "--health-threshold",
         help=("--health: a host below this fraction of the median (compute or network) is slow."),
         rich_help_panel="Health",

@@ -13,7 +13,7 @@ from typing import Any, List, Optional, Tuple
 
 from launcher.cli.devices import DeviceCheck, run_devices
 from launcher.errors import PlanError
-from launcher.planning.health.devices import DEFAULT_POLICY
+from launcher.planning.health.policy import DEFAULT_POLICY, DEFAULT_THRESHOLD
 from launcher.planning.health.rounds import KERNELS
 from launcher.planning.job.events import Preflight, PreflightHost
 from launcher.planning.job.spec import JobSpec, Plan
@@ -26,7 +26,11 @@ def check_kernel(kernel: str) -> str:
 
 
 def check_hosts(
-    spec: JobSpec, ssh: Any, kernel: str = "numpy", threshold: float = 0.5, devices: Optional[DeviceCheck] = None
+    spec: JobSpec,
+    ssh: Any,
+    kernel: str = "numpy",
+    threshold: float = DEFAULT_THRESHOLD,
+    devices: Optional[DeviceCheck] = None,
 ) -> Any:
     """Run the check on every host of ``spec``'s inventory; a
     :class:`~launcher.execution.checks.health.HealthResult`, with ``devices``' verdicts joined
@@ -51,7 +55,10 @@ def check_hosts(
 
 
 def check_slurm(
-    python: Optional[str], kernel: str = "numpy", threshold: float = 0.5, devices: Optional[DeviceCheck] = None
+    python: Optional[str],
+    kernel: str = "numpy",
+    threshold: float = DEFAULT_THRESHOLD,
+    devices: Optional[DeviceCheck] = None,
 ) -> Any:
     """The check on every node of the Slurm allocation this runs in (one srun step per node),
     with ``devices``' verdicts joined in when given."""

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from launcher.cli.flagset import flag_set
-from launcher.planning.health.policy import DEFAULT_POLICY, check_mode, check_policy, check_threshold
+from launcher.planning.health.policy import DEFAULT_POLICY, DEFAULT_THRESHOLD, check_mode, check_policy, check_threshold
 
 __all__ = ["PreflightSettings", "with_preflight_settings"]
 
@@ -27,7 +27,7 @@ class PreflightSettings:
 
     mode: Optional[str] = None
     device_checks: str = DEFAULT_POLICY
-    threshold: float = 0.5
+    threshold: float = DEFAULT_THRESHOLD
 
 
 _PARAMS = (
