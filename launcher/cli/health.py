@@ -127,7 +127,7 @@ def preflight(
     ssh: Any,
     device_checks: str = DEFAULT_POLICY,
     min_hosts: Optional[int] = None,
-    threshold: float = 0.5,
+    threshold: float = DEFAULT_THRESHOLD,
 ) -> Tuple[Plan, Preflight]:
     """``run --preflight MODE``: check every inventory host (and, for an Ascend or GPU job, the
     devices the plan and the spares offer; ``device_checks``: ``--device-checks``), then keep,
