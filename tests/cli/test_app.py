@@ -103,7 +103,19 @@ def test_a_job_that_succeeds_imports_nothing_it_does_not_use(tmp_path) -> None:
     assert [m for m in NOT_FOR_A_GOOD_RUN if m in modules] == []
     job = str(tmp_path / "job")
     r, modules = imported_by(
-        "run", "--np", "2", "--tee", "none", "--log-dir", job, prog, "ok", "0.1", cwd=str(tmp_path)
+        "run",
+        "--np",
+        "2",
+        "--master-port",
+        "auto",
+        "--tee",
+        "none",
+        "--log-dir",
+        job,
+        prog,
+        "ok",
+        "0.1",
+        cwd=str(tmp_path),
     )
     assert r.returncode == 0, r.stderr
     assert [m for m in NOT_FOR_A_GOOD_RUN if m in modules] == []

@@ -122,7 +122,7 @@ def test_lines_every_two_seconds_keep_it_alive_and_quiet_ends_it(hjob):
         lines = (hjob.dir / f"worker_{rank}.log").read_text().splitlines()
         assert lines == [f"rank{rank}: still compiling, part {i}" for i in range(5)]
     hang = hjob.summary()["hang"]
-    assert hang["idle_s"] > 5.0 and hang["limit_s"] == 5.0
+    assert hang["idle_s"] >= 5.0 and hang["limit_s"] == 5.0  # it fires at idle >= limit; idle_s is rounded to 0.1 s
     assert_all_gone(hjob.pids)
 
 
