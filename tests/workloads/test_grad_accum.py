@@ -114,17 +114,17 @@ def test_k_micro_batches_update_the_weights_as_one_batch_k_times_the_size() -> N
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(52)
+@pytest.mark.cost(30)
 def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp_path) -> None:
     write_synthetic_cifar10(str(tmp_path / "data"), train=1000, test=100, seed=0)
-    steps = 8
+    steps = 12
     common = [
         "--data-path",
         str(tmp_path / "data"),
         "--image-size",  # 16: a quarter of the work of 32 per image; the curves fall all the same
         "16",
         "--arch",
-        "resnet14",
+        "resnet8",
         "--seed",
         "1",
         "--epochs",
@@ -143,7 +143,7 @@ def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp
     assert "125 batches of 8 per pass; --grad-accum 4: 31 optimizer steps of 4 batches per pass" in lines[1]
     budget = json.loads(next(ln for ln in lines if ln.startswith("MSLAUNCH_METRIC ")).split(" ", 1)[1])
     assert budget == {"batch_size": 32, "epochs": 1, "steps_per_epoch": steps, "grad_accum": 4, "micro_batch_size": 8}
-    ckpt = tmp_path / "ckpt" / "ckpt_0" / f"resnet14-1_{steps}.ckpt"
+    ckpt = tmp_path / "ckpt" / "ckpt_0" / f"resnet8-1_{steps}.ckpt"
     assert f"checkpoint: {ckpt}" in lines
     # and so does the checkpoint, which holds no accumulator (a K=1 run resumes from it: the
     # equivalence test above loads one into a K=1 step)
@@ -163,7 +163,8 @@ def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp
     assert deriver.batch_size == 32 and deriver.total() == steps
     assert [r["global_step"] for r in records if r["kind"] == "step"] == list(range(1, steps + 1))
 
-    # the learning curves (ResNet-14's: the bounds were set on its fall over 8 steps): the same 32
+    # the learning curves (ResNet-8 over 12 steps, half the CPU of ResNet-14 over 8: it falls to 0.48
+    # and 0.60 of its first loss here, 0.27 apart, against the bounds below): the same 32
     # images and weights at step 1, so the same loss up to BatchNorm (which normalises over each
     # micro-batch of 8); then both fall alike
     l1, l4 = _losses(one.stdout), _losses(acc.stdout)
