@@ -11,6 +11,9 @@ peers are gone waits in the gradient AllReduce for ever.  Python runs a signal h
 between bytecodes of the main thread, so a helper thread hears the signal too (``set_wakeup_fd``)
 and ends the process by the signal when the loop has not reached a step's end within
 ``patience`` s (1.5 times its last step time, at least half a second): a stuck rank does not cost the whole grace.
+A *planned* stop (``MSLAUNCH_STOPPING_FILE`` says ``planned``: mslaunch restarts the job to leave a
+slow host out, or to grow it) waits for the step however long it takes, up to mslaunch's grace:
+the step of a rank on a slow host is many times its last one, and the stop is there to save it.
 With nothing to save (before the first step, right after a checkpoint, after training) the
 process ends at once; so it does when mslaunch says it stops the ranks after a fault (its
 ``MSLAUNCH_STOPPING_FILE`` says ``failed`` or ``hung``): the rank that failed has no checkpoint of
@@ -31,6 +34,8 @@ __all__ = ["StopOnSignal"]
 MIN_PATIENCE = 0.5
 #: What mslaunch's ``stopping`` file says when it stops the ranks after a fault.
 FAULTS = ("failed", "hung")
+#: What it says for a planned restart (``--straggler replace``, ``--grow-at-checkpoint``).
+PLANNED = "planned"
 
 
 class StopOnSignal:
@@ -116,13 +121,17 @@ class StopOnSignal:
 
     def after_fault(self) -> bool:
         """mslaunch stops the ranks after a fault (its ``stopping`` file says so)."""
+        return self._stopping_why() in FAULTS
+
+    def _stopping_why(self) -> str:
+        """What mslaunch's ``stopping`` file says ("" when there is none)."""
         if not self._why:
-            return False
+            return ""
         try:
             with open(self._why) as fh:
-                return fh.read(64).strip() in FAULTS
+                return fh.read(64).strip()
         except OSError:
-            return False
+            return ""
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.requested = True
@@ -136,7 +145,10 @@ class StopOnSignal:
                 return False, None  # nothing trained since the last checkpoint (or the first step compiles)
             if self._in_step_since is None:
                 return True, MIN_PATIENCE  # between steps: the check is near
-            return True, max(MIN_PATIENCE, 1.5 * self._step_s)
+            step_s = self._step_s
+        if self._stopping_why() == PLANNED:
+            return True, None  # a slow host's step: as long as it takes (mslaunch's grace is the limit)
+        return True, max(MIN_PATIENCE, 1.5 * step_s)
 
     def _watch(self, fd: int) -> None:
         while True:

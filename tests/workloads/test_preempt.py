@@ -25,18 +25,19 @@ from tests.harness.cli import mslaunch_argv
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 ROOT = os.path.dirname(HERE)
 
-#: A loop of steps of STEP seconds (a step is a sleep; ``stuck`` makes step 3 never end, and says
-#: ``in step 3`` once inside it), saving to SAVED on SIGTERM; prints ``step N`` after each.
+#: A loop of steps of STEP seconds (a step is a sleep; ``stuck`` makes step 3 never end, ``slow``
+#: makes it 40 times the others, as on a host put under a CPU quota; both say ``in step 3`` once
+#: inside it), saving to SAVED on SIGTERM; prints ``step N`` after each.
 LOOP = """
 import os, sys, time
 from launcher.workloads.preempt import StopOnSignal
-step_s, stuck, saved = float(sys.argv[1]), sys.argv[2] == "stuck", sys.argv[3]
+step_s, mode, saved = float(sys.argv[1]), sys.argv[2], sys.argv[3]
 stop = StopOnSignal().install()
 for step in range(1, 10000):
     stop.step_started()
-    if stuck and step == 3:
+    if mode in ("stuck", "slow") and step == 3:
         print("in step 3", flush=True)
-    time.sleep(3600 if stuck and step == 3 else step_s)
+    time.sleep({"stuck": 3600, "slow": 40 * step_s}.get(mode, step_s) if step == 3 else step_s)
     stop.step_done()
     print(f"step {step}", flush=True)
     if stop.requested:
@@ -92,6 +93,31 @@ def test_a_rank_stuck_in_a_step_ends_by_the_signal_without_saving(tmp_path):
     _until(proc, "in step 3")  # step 3 never ends (the AllReduce of a rank whose peer is gone)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)  # its patience (0.5 s here), not mslaunch's grace
+    assert proc.returncode == -signal.SIGTERM, err
+    assert not (tmp_path / "saved").exists() and "preempted" not in out
+
+
+def test_a_planned_stop_waits_for_a_slow_step_and_saves_at_its_end(tmp_path):
+    """mslaunch's planned restart (``--straggler replace``: the stopping file says ``planned``)
+    stops a rank whose step is many times its last one (its host is the slow one): the rank waits
+    for that step (1.5 times its last one, 0.15 s, would end it unsaved) and saves at its end."""
+    (tmp_path / "stopping").write_text("planned\n")
+    proc = _loop(tmp_path, 0.1, "slow", MSLAUNCH_STOPPING_FILE=str(tmp_path / "stopping"))
+    _until(proc, "in step 3")  # 4 s, after steps of 0.1 s
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert (tmp_path / "saved").read_text() == "3"
+    assert out.splitlines()[0] == "step 3" and out.splitlines()[1].startswith("preempted: checkpoint saved in ")
+
+
+def test_a_stop_that_is_not_planned_does_not_wait_for_a_slow_step(tmp_path):
+    """The same slow step under a preemption (no stopping file): 1.5 times the last step, then the
+    signal ends it unsaved, so a stuck rank does not cost the whole grace."""
+    proc = _loop(tmp_path, 0.1, "slow")
+    _until(proc, "in step 3")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGTERM, err
     assert not (tmp_path / "saved").exists() and "preempted" not in out
 
