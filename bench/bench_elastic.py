@@ -110,7 +110,7 @@ def main() -> int:
             t_small = wait_until(lambda: _first_new_step(job, 1), 600, "attempt 1's first step")
             wait_until(lambda: len([r for r in _steps(job) if r["attempt"] == 1]) >= args.small_steps, 600, "steps")
             t_kill = time.time()
-            os.kill(rank_pids(mark)[("1", 0)], signal.SIGKILL)
+            os.kill(rank_pids(mark, job)[("1", 0)], signal.SIGKILL)
             t_full = wait_until(lambda: _first_new_step(job, 2), 600, "attempt 2's first step")
             proc.communicate(timeout=1800)
             code = proc.returncode

@@ -14,7 +14,7 @@ per host, a 4th host spare, ``--steps`` optimizer steps.  Runs, back to back:
    (kinds ``--kinds``: kill, stop, cut, restart, slow, ckpt; ranks drawn with ``--seed``); its
    wall time W;
 3. **baseline**, the same stream for what a torchrun or msrun user gets: every restart cold
-   (``--cold-restarts``, MindSpore's compile cache off), nothing watched beyond MindSpore's own
+   (``--cold-restarts --no-zygote``, MindSpore's compile cache off), nothing watched beyond MindSpore's own
    timeouts (``--stopped-timeout off --hang-timeout off --straggler off``), no spare host (a lost
    host fails the run; a slow host stays slow until the next fault).
 
@@ -261,6 +261,7 @@ def main() -> int:
             if not args.no_baseline:
                 base_flags = [
                     "--cold-restarts",
+                    "--no-zygote",
                     "--env",
                     "MS_COMPILER_CACHE_ENABLE=0",
                     "--stopped-timeout",

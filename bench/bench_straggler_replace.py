@@ -93,7 +93,7 @@ def main() -> int:
             t_slow = time.time()
             group = throttle_cpu(c, 1, quota_us=args.quota)
             throttled = True
-            throttle_pids(os.path.relpath(group, CPU_ROOT), [rank_pids(mark)[("0", 1)]], quota_us=args.quota)
+            throttle_pids(os.path.relpath(group, CPU_ROOT), [rank_pids(mark, job)[("0", 1)]], quota_us=args.quota)
             named = wait_until(lambda: [e for e in job_events(job) if e["kind"] == "straggler"], 300, "the straggler")[
                 0
             ]

@@ -244,9 +244,11 @@ def run_cmd(
 
     hide_own_title(opts.env)  # the job's life: no --env value in this process's title
     plan, pre_event = _preflight(preflight, spec, plan, ssh, elastic.min_hosts)
-    from launcher.cli.startmode import choose
+    from launcher.cli.startmode import choose, mindspore_cpu_job
 
-    start = replace(choose(plan, spec.cpu.mindspore_cpu, zygote, minimal_scheduler), keep_zygote=not opts.cold_restarts)
+    start = replace(
+        choose(plan, mindspore_cpu_job(spec, plan), zygote, minimal_scheduler), keep_zygote=not opts.cold_restarts
+    )
     console = Console(
         plan,
         "none" if quiet else tee,
@@ -349,6 +351,7 @@ def _supervise(
     inventory has more than one (:func:`launcher.planning.spares.replan`)."""
     from launcher.cli.hiddenenv import without_secrets
     from launcher.cli.metrics_flags import start_exporter
+    from launcher.cli.startmode import ssh_settings
     from launcher.execution.hostthreads import NoteSettings
     from launcher.execution.local.backend import LocalSettings
     from launcher.execution.runner import run_plan
@@ -378,7 +381,7 @@ def _supervise(
             if plan.launcher in ("ssh", "mpirun")
             else None,
             backend_settings={
-                "ssh": replace(ssh, on_note=console.note),
+                "ssh": ssh_settings(ssh, spec, plan, start, console.note),
                 "mpirun": NoteSettings(console.note),
                 "slurm": NoteSettings(console.note),
                 "local": LocalSettings(

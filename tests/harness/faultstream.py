@@ -63,11 +63,13 @@ def job_mark(folder: Any) -> str:
     return f"{os.getpid()}-{os.path.basename(str(folder))}"
 
 
-def rank_pids(mark: str) -> Dict[Tuple[str, int], int]:
+def rank_pids(mark: str, job_dir: Optional[str] = None) -> Dict[Tuple[str, int], int]:
     """(MSLAUNCH_ATTEMPT, RANK_ID) -> pid of each rank's own process of the job whose ranks carry
     ``FAULT_STREAM_MARK=<mark>`` in their environment, from /proc (every namespace host shares
-    this machine's pid namespace; the ssh backend's events carry no remote pid).  A rank's own
-    process is the topmost one with its rank id (its children inherit the environment)."""
+    this machine's pid namespace).  A rank's own process is the topmost one with its rank id (its
+    children inherit the environment).  A rank forked from a zygote shows the zygote's environment
+    in /proc (its own is set after the fork): with ``job_dir``, the pids the job's events name
+    (``started``, and ``pid`` once a remote rank's pid is known) are taken too."""
     found: Dict[int, Tuple[Tuple[str, int], int]] = {}
     needle = f"FAULT_STREAM_MARK={mark}".encode()
     for name in os.listdir("/proc"):
@@ -91,6 +93,10 @@ def rank_pids(mark: str) -> Dict[Tuple[str, int], int]:
     for pid, (key, ppid) in found.items():
         if ppid not in found or found[ppid][0] != key:
             out[key] = pid
+    if job_dir is not None:
+        for e in _records(os.path.join(job_dir, "events.jsonl")):
+            if e.get("kind") in ("started", "pid") and e.get("rank") is not None and isinstance(e.get("pid"), int):
+                out[(str(e.get("attempt", 0)), int(e["rank"]))] = int(e["pid"])
     return out
 
 
@@ -276,7 +282,7 @@ class FaultStream:
         """(attempt, rank -> (pid, host)) once every rank of the newest attempt has its process."""
         attempt = self.view.attempt()
         hosts = self.view.ranks(attempt)
-        pids = rank_pids(self.mark)
+        pids = rank_pids(self.mark, self.view.job_dir)
         ranks = {r: (pids[(str(attempt), r)], h) for r, h in hosts.items() if (str(attempt), r) in pids}
         return (attempt, ranks) if hosts and len(ranks) == len(hosts) else None
 

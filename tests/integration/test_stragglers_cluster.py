@@ -38,6 +38,19 @@ from tests.integration.test_multihost import cluster, cluster_yaml, need_mpirun,
 TRAINER_STEPS = 12
 
 
+def _stat(pid):
+    """(parent pid, start time in clock ticks since boot) of a process on this machine (every
+    namespace host shares its pid namespace)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[19])
+
+
+def _ticks_now():
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK")
+
+
 class _Dploop:
     """A job of ``tests/scripts/dploop.py`` on the cluster, one rank per host, and the faults put on
     its hosts (host 2's CPU, host 3's link), all undone by :meth:`close`."""
@@ -151,7 +164,7 @@ def test_replace_leaves_the_slow_host_out_for_the_spare_at_the_trainers_next_ste
     )  # fmt: skip
     argv = mslaunch_argv(
         "run", "--hosts", cluster_yaml(c, tmp_path / "inv.yaml", slots=1), "--np", "2", "--master-port", "auto",
-        "--log-dir", str(job), "--tee", "none", "--grace", "20", "--max-restarts", "0", "--straggler", "replace:6",
+        "--log-dir", str(job), "--tee", "none", "--grace", "60", "--max-restarts", "0", "--straggler", "replace:6",
         "--env", f"FAULT_STREAM_MARK={mark}", "--env", "GLOG_v=3",
         "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet14", "--data-path", str(data),
         "--image-size", "32", "--batch-size", "4", "--steps-per-epoch", str(TRAINER_STEPS), "--epochs", "1",
@@ -164,8 +177,16 @@ def test_replace_leaves_the_slow_host_out_for_the_spare_at_the_trainers_next_ste
         _until("2 steps", lambda: _steps(str(job / "worker_0.log")) >= 2 or proc.poll() is not None, 240)
         group = throttle_cpu(c, 1, quota_us=10000)  # 10 %: a step of the slow job takes seconds, not minutes
         throttled = True
-        throttle_pids(os.path.relpath(group, CPU_ROOT), [rank_pids(mark)[("0", 1)]], quota_us=10000)
+        pids = rank_pids(mark, str(job))
+        throttle_pids(os.path.relpath(group, CPU_ROOT), [pids[("0", 1)]], quota_us=10000)
+        throttled_at, zygote = _ticks_now(), _stat(pids[("0", 0)])[0]
         _until("attempt 1 stepping", lambda: _steps(str(job / "attempt_1" / "worker_0.log")) or proc.poll() is not None)
+        # the restart forked its ranks from warm zygotes: host 1's, kept with its agent from attempt 0,
+        # and the spare's, started (with its agent) when the job started, before any fault
+        pids = rank_pids(mark, str(job))
+        forked = {r: _stat(pids[("1", r)])[0] for r in (0, 1)}
+        assert forked[0] == zygote
+        assert _stat(forked[1])[1] < throttled_at
         unthrottle(c, 1)
         throttled = False
         _, err = proc.communicate(timeout=240)

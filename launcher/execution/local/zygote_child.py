@@ -22,7 +22,10 @@ import signal
 import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
-from launcher.execution.local.zygote_libs import argv_at_import, reseed
+try:  # sent to a remote host as source (launcher.execution.ssh.remote_zygote), zygote_libs' comes first
+    from launcher.execution.local.zygote_libs import argv_at_import, reseed
+except ImportError:
+    pass
 
 #: The signal dispositions this interpreter started with (a new Python process's: SIGINT raises
 #: KeyboardInterrupt, SIGPIPE and SIGXFSZ ignored, the rest as inherited); a child gets them back.
@@ -150,6 +153,8 @@ def _become(request: Dict[str, Any], own_fds: Sequence[int]) -> None:
     """Own session, a fresh process's signal dispositions, the zygote's fds closed, stdio on the
     log, cwd, env, cores, new random state."""
     os.setsid()
+    if request.get("die_with_parent") and _PRCTL is not None:  # a remote host's zygote: it dies with its agent
+        _PRCTL(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     for fd in own_fds:
         os.close(fd)
     signal.set_wakeup_fd(-1)

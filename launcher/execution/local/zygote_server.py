@@ -40,7 +40,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 # Imported here, at the server's start and before the preload: the child's module captures this
 # interpreter's start-up state (its signal dispositions, libc) as a new process has it.
-from launcher.execution.local.zygote_child import record_preload_env, run_child, title_setup
+try:  # sent to a remote host as source (launcher.execution.ssh.remote_zygote), zygote_child's comes first
+    from launcher.execution.local.zygote_child import record_preload_env, run_child, title_setup
+except ImportError:
+    pass
 
 
 def threads() -> List[str]:

@@ -15,6 +15,10 @@ Protocol.  Launcher -> agent (stdin): one JSON object per line::
     {"op": "ping"}
     {"op": "term", "id": K}   SIGTERM to rank K's process group ("id" null or absent: every rank)
     {"op": "kill", "id": K}   SIGKILL to rank K's group and every process attributed to it (null: all)
+    {"op": "zygote", "python": P, "preload": [M...], "env": {...}, "src": S}
+                              fork the Python ranks of later "start" requests with "zygote": true from
+                              one P that imported M... (launcher.execution.ssh.remote_zygote); kept
+                              while a later request asks for the same
     EOF                       the launcher is gone: end every rank
 
 Agent -> launcher (stdout): :data:`MAGIC`, then frames of a 9-byte header ``struct.pack("!cII", kind, id, length)``
@@ -27,6 +31,7 @@ then ``length`` bytes::
           CPU and waiting for one at the agent's monotonic time T, the bytes in its TCP send queues,
           and the seconds its busiest TCP connection had data in flight, cumulative),
           {"ev": "started", "id": K, "pid": P}, {"ev": "error", "id": K, "msg": S},
+          {"ev": "note", "msg": S} (a line for the console: the zygote's fallback to plain processes),
           {"ev": "exit", "id": K, "rc": RC, "time": EPOCH}  (RC negative: killed by that signal;
           the last frame of rank K: every byte of its output comes before it)
 
@@ -39,7 +44,7 @@ import json
 import posixpath
 import shlex
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.execution.ssh.settings import PING_INTERVAL
 from launcher.planning.job.spec import ProcPlan
@@ -62,9 +67,43 @@ def agent_source() -> str:
         _AGENT_SOURCE = program_source(
             "launcher.execution.probes.host_cores",
             "launcher.execution.ssh.remote_link",
+            "launcher.execution.ssh.remote_zygote",
+            "launcher.execution.ssh.remote_start",
             "launcher.execution.ssh.remote_agent",
         )
     return _AGENT_SOURCE
+
+
+_ZYGOTE_SOURCE: Optional[str] = None
+
+
+def zygote_source() -> str:
+    """The source text of a host's zygote (:mod:`launcher.execution.local.zygote_server` with the
+    child's side before it), run as ``<python> -c <source> MODULE...``.  Read once."""
+    global _ZYGOTE_SOURCE
+    if _ZYGOTE_SOURCE is None:
+        from launcher.execution.probes import program_source
+
+        _ZYGOTE_SOURCE = program_source(
+            "launcher.execution.local.zygote_libs",
+            "launcher.execution.local.zygote_child",
+            "launcher.execution.local.zygote_server",
+        )
+    return _ZYGOTE_SOURCE
+
+
+def zygote_op(python: str, preload: Sequence[str], env: Mapping[str, str]) -> bytes:
+    """The ``zygote`` request: fork this host's Python ranks from one ``python`` that imported
+    ``preload`` under the agent's environment plus ``env`` (kept when the host's last zygote
+    imported the same; ``preload`` empty: none)."""
+    return op_line(
+        "zygote",
+        None,
+        python=python,
+        preload=list(preload),
+        env=dict(env),
+        src=zygote_source() if preload else "",
+    )
 
 
 def agent_command(python: str) -> str:
@@ -110,6 +149,8 @@ class AgentConfig:
         host: the host's name as the inventory gives it (for messages).
         secrets: names whose values the env dump shows as ``<secret>`` (the values travel only
             in this request, over the ssh channel).
+        zygote: fork it from the host's zygote when the agent has one that can run it (else it
+            starts as a plain process).
     """
 
     argv: Tuple[str, ...]
@@ -119,9 +160,12 @@ class AgentConfig:
     env_dump: Optional[str]
     host: str
     secrets: Tuple[str, ...] = ()
+    zygote: bool = False
 
     @classmethod
-    def for_rank(cls, proc: ProcPlan, cwd: str, job_dir: str, secrets: AbstractSet[str] = frozenset()) -> "AgentConfig":
+    def for_rank(
+        cls, proc: ProcPlan, cwd: str, job_dir: str, secrets: AbstractSet[str] = frozenset(), zygote: bool = False
+    ) -> "AgentConfig":
         """The config of ``proc`` run in ``cwd`` (created by the agent when under ``job_dir``)."""
         under_job = cwd == job_dir or cwd.startswith(job_dir.rstrip("/") + "/")
         return cls(
@@ -132,6 +176,7 @@ class AgentConfig:
             env_dump=posixpath.join(cwd, posixpath.basename(proc.env_dump)) if proc.env_dump else None,
             host=proc.host,
             secrets=tuple(sorted(k for k, _ in proc.env if k in secrets)),
+            zygote=zygote,
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -143,6 +188,7 @@ class AgentConfig:
             "mkdir": self.mkdir,
             "env_dump": self.env_dump,
             "secrets": list(self.secrets),
+            **({"zygote": True} if self.zygote else {}),
         }
 
     def start_op(self, rank_id: int) -> bytes:

@@ -5,7 +5,7 @@ copies the rank tables there (:func:`~.transfer.put_file`) and opens one session
 parallel) that runs the host agent (:mod:`~.agent`, :mod:`launcher.execution.ssh.remote_agent`).
 Each :meth:`SshBackend.start` sends one ``start`` request to the rank's host agent, which spawns
 the rank at once; the agent multiplexes every rank's output over the one channel, and one
-thread in mslaunch (:class:`_Pump`, ``select`` over every channel) writes each rank's output into
+thread in mslaunch (:class:`~.pump.Pump`, ``select`` over every channel) writes each rank's output into
 its local log file as it arrives, so ``mslaunch logs tail`` works unchanged.  mslaunch's threads
 therefore grow per host (paramiko's transport and a sender per connection), never per rank.
 
@@ -37,87 +37,37 @@ from __future__ import annotations
 
 import os
 import posixpath
-import selectors
 import threading
-import time
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from launcher.errors import LaunchError, MsLaunchError
 from launcher.execution.backend import Backend, BackendContext
-from launcher.execution.ssh.agent import AgentConfig
-from launcher.execution.ssh.connection import SshConnection, connect_all, run_parallel
+from launcher.execution.local.zygote import shared_env
+from launcher.execution.ssh.agent import AgentConfig, zygote_op
+from launcher.execution.ssh.connection import SshConnection, connect_all, connect_each, run_parallel
 from launcher.execution.ssh.hostagent import HostAgent, LogFiles, SshProcess
-from launcher.execution.ssh.settings import PING_INTERVAL, SSHSettings
+from launcher.execution.ssh.pool import AgentPool, Kept, end_agents
+from launcher.execution.ssh.pump import Pump
+from launcher.execution.ssh.settings import SSHSettings
 from launcher.execution.ssh.transfer import put_file
 from launcher.planning.cpu.hostcores import HostCores, HostThreadPlan, HostThreads, host_thread_env, parse_host_cores
 from launcher.planning.job.kinds import ArtefactKind
 from launcher.planning.job.spec import Plan, ProcPlan
 from launcher.planning.text.private import open_private
 
-#: Seconds between liveness checks of every host agent.
-_TICK = 0.25
-#: Seconds to wait at close for the agents to exit (an agent ending ranks that still run takes ~2 s).
-_AGENT_EXIT_WAIT = 3.0
+#: The dynamic cluster's layout: read when a rank joins (``init()``), never by ``import mindspore``,
+#: and changed by a restart on other hosts or fewer ranks.  A host's zygote imports without them,
+#: so it stays warm across such a restart.
+_LAYOUT = frozenset(
+    {"MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_TOPO_TIMEOUT", "RANK_SIZE", "RANK_TABLE_FILE"}
+)
 
 
-class _Pump(threading.Thread):
-    """The one thread that reads every host agent's channel (``selectors``), checks liveness
-    and pings; it never blocks on a link (requests go through each connection's sender)."""
-
-    def __init__(self, agents: List[HostAgent]) -> None:
-        super().__init__(name="ssh-pump", daemon=True)
-        self.agents = agents
-        self.stopping = threading.Event()
-        self._wake_r, self._wake_w = os.pipe()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """End the loop at once (it wakes from ``select``) and wait for it."""
-        self.stopping.set()
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
-        self.join(timeout)
-        if not self.is_alive():
-            for fd in (self._wake_r, self._wake_w):
-                os.close(fd)
-
-    def run(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self._wake_r, selectors.EVENT_READ, None)
-        registered: Dict[int, HostAgent] = {}
-        for a in self.agents:
-            if a.chan is not None and not a.ended:
-                fd = a.chan.fileno()
-                sel.register(fd, selectors.EVENT_READ, a)
-                registered[fd] = a
-        next_ping = time.monotonic() + PING_INTERVAL
-        next_check = time.monotonic()
-        try:
-            while not self.stopping.is_set():
-                for key, _ in sel.select(_TICK):
-                    if key.data is None:  # woken by stop()
-                        continue
-                    key.data.pump()
-                    if key.data.eof_since is not None:  # the channel stays readable from now on
-                        sel.unregister(key.fd)
-                        registered.pop(key.fd, None)
-                now = time.monotonic()
-                if now >= next_check:
-                    for a in self.agents:
-                        a.check(now)
-                    next_check = now + _TICK
-                for fd, a in list(registered.items()):
-                    if a.ended:
-                        sel.unregister(fd)
-                        del registered[fd]
-                if now >= next_ping:
-                    for a in self.agents:
-                        a.ping()
-                    next_ping = now + PING_INTERVAL
-        finally:
-            sel.close()
+def zygote_env(plan: Plan) -> Dict[str, str]:
+    """What each host's zygote imports under, on top of its agent's environment: the variables
+    every rank of ``plan`` has with the same value, but the cluster's layout (:data:`_LAYOUT`)."""
+    return {k: v for k, v in shared_env(plan).items() if k not in _LAYOUT}
 
 
 class SshBackend(Backend):
@@ -142,21 +92,27 @@ class SshBackend(Backend):
         self.settings = settings
         self._hosts = {h.name: h for h in plan.hosts}
         self._handles: List[SshProcess] = []
-        self._next_id = 0
+        self.keep: Optional[AgentPool] = settings.keep
+        self._next_id = self.keep.next_id if self.keep is not None else 0
         self.logs = LogFiles()
         self.agents: Dict[str, HostAgent] = {}
-        self._pump: Optional[_Pump] = None
+        self._pump: Optional[Pump] = None
         self._threads = {t.host: t for t in plan.host_threads}
         self._thread_plans: Dict[str, Optional[HostThreadPlan]] = {}
         self._thread_lock = threading.Lock()
         self.record_dir = record_dir
-        self.conns = connect_all(list(plan.hosts), settings)
+        #: the agents (and connections) taken from the last attempt, by host
+        self.kept = self.keep.take([h.name for h in plan.hosts]) if self.keep is not None else {}
+        self.conns = {name: conn for name, (conn, _) in self.kept.items()}
         try:
+            self.conns.update(connect_all([h for h in plan.hosts if h.name not in self.kept], settings))
             self._copy_artefacts()
             self._open_agents()
         except BaseException:
             self.close()
             raise
+        if self.keep is not None and settings.standby:
+            self.keep.standby(self._open_standby)
 
     def _copy_artefacts(self) -> None:
         """Rank tables go to the same path on every host (their ranks read RANK_TABLE_FILE)."""
@@ -174,17 +130,56 @@ class SshBackend(Backend):
             raise LaunchError("; ".join(errors))
 
     def _open_agents(self) -> None:
-        """One session per host with ranks, opened in parallel; then the pump starts."""
+        """One session per host with ranks, opened in parallel (a kept agent is taken as it is);
+        with ``settings.zygote`` each is told to have its zygote import; then the pump starts."""
         used = {p.host for p in self.plan.processes}
+        opening = []
         for name, conn in self.conns.items():
             if name not in used:
                 continue
-            host = self._hosts.get(name)
-            python = host.python if host is not None and host.python else "python3"
-            self.agents[name] = HostAgent(conn, python, self.settings, self.logs)
-        self._parallel(lambda a: a.open(), list(self.agents.values()), "starting the host agents")
-        self._pump = _Pump(list(self.agents.values()))
+            if name in self.kept:
+                agent = self.kept[name][1]
+                agent.adopt(self.settings, self.logs)
+            else:
+                agent = HostAgent(conn, self._python(name), self.settings, self.logs)
+                opening.append(agent)
+            self.agents[name] = agent
+        self._parallel(lambda a: a.open(), opening, "starting the host agents")
+        if self.settings.zygote:
+            env = zygote_env(self.plan)
+            for name, agent in self.agents.items():
+                agent.control(zygote_op(self._python(name), self.settings.zygote, env))
+        self._pump = Pump(list(self.agents.values()))
         self._pump.start()
+
+    def _python(self, name: str) -> str:
+        """The interpreter of host ``name``'s ranks (and of its agent)."""
+        for p in self.plan.processes:
+            if p.host == name and len(p.argv) >= 2 and (p.argv[1] == "-m" or not p.argv[1].startswith("-")):
+                return p.argv[0]
+        host = self._hosts.get(name)
+        return host.python if host is not None and host.python else "python3"
+
+    def _open_standby(self) -> Dict[str, Kept]:
+        """The spare hosts' connections and agents, their zygotes importing (in the background:
+        :meth:`AgentPool.standby`); a host that cannot be reached is left out."""
+        hosts = [h for h, _ in self.settings.standby if h.name not in self.conns]
+        pythons = dict((h.name, python) for h, python in self.settings.standby)
+        conns = connect_each(hosts, self.settings)
+        kept: Dict[str, Kept] = {}
+        env = zygote_env(self.plan)
+        for name, conn in conns.items():
+            if not isinstance(conn, SshConnection):
+                continue
+            agent = HostAgent(conn, pythons[name], self.settings, LogFiles())
+            agent.open()
+            if agent.ended:
+                conn.close()
+                continue
+            if self.settings.zygote:
+                agent.control(zygote_op(pythons[name], self.settings.zygote, env))
+            kept[name] = (conn, agent)
+        return kept
 
     def _parallel(self, fn: Callable[[Any], Any], items: List[Any], what: str) -> List[Any]:
         from launcher.execution.stopsignals import Interrupted
@@ -213,7 +208,10 @@ class SshBackend(Backend):
         self._next_id += 1
         self._handles.append(handle)
         agent.add(
-            handle, AgentConfig.for_rank(proc, cwd, self.plan.job_dir, self.plan.secrets).start_op(handle.rank_id)
+            handle,
+            AgentConfig.for_rank(proc, cwd, self.plan.job_dir, self.plan.secrets, bool(self.settings.zygote)).start_op(
+                handle.rank_id
+            ),
         )
         return handle
 
@@ -282,31 +280,29 @@ class SshBackend(Backend):
         return cls(ctx.plan, ctx.settings_for("ssh") or SSHSettings(), record_dir=ctx.attempt_dir)
 
     def close(self) -> None:
-        """Stop the pump, let every agent exit, and close every connection."""
+        """Stop the pump; hand every agent that still serves to the job's pool (``settings.keep``),
+        let the others exit and close their connections."""
         if self._pump is not None:
             self._pump.stop()
-        self._let_agents_exit()
-        conns = list(getattr(self, "conns", {}).values())
-        threads = [threading.Thread(target=c.close, daemon=True) for c in conns]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(5.0)
+        conns = dict(getattr(self, "conns", {}))
+        kept: Dict[str, Kept] = {}
+        if self.keep is not None:
+            for name, agent in self.agents.items():
+                if agent.serves() and agent.conn.active():
+                    kept[name] = (conns.pop(name), agent)
+            self.keep.next_id = max(self.keep.next_id, self._next_id)
+        # an agent of this attempt not kept, and a taken one whose host this plan does not use
+        ending = [a for n, a in self.agents.items() if n not in kept]
+        ending += [a for n, (_, a) in getattr(self, "kept", {}).items() if n not in self.agents]
+        end_agents(ending, list(conns.values()))
+        if kept:
+            assert self.keep is not None  # kept is empty without a pool
+            self.keep.put(kept)
         self.logs.close()
 
-    def _let_agents_exit(self, timeout: float = _AGENT_EXIT_WAIT) -> None:
-        """End every agent's stdin and wait (at most ``timeout`` s, all hosts at once) until sshd
-        reports its exit, so no agent outlives mslaunch: closing the connections alone lets
-        each agent end by itself a moment after mslaunch exited.  An agent whose ranks still
-        run ends them first (SIGTERM, 2 s, SIGKILL); a lost connection is not waited for."""
-        waiting = []
-        for agent in self.agents.values():
-            chan = agent.chan
-            if chan is None or chan.closed or chan.exit_status_ready() or not agent.conn.active():
-                continue
-            agent.conn.send_eof(chan)
-            waiting.append(chan)
-        deadline = time.monotonic() + timeout
-        while waiting and time.monotonic() < deadline:
-            time.sleep(0.005)
-            waiting = [c for c in waiting if not (c.closed or c.exit_status_ready())]
+    @classmethod
+    def end_job(cls, settings: Mapping[str, Any]) -> None:
+        """End the agents kept for a restart, if any (the job is over)."""
+        ssh = settings.get("ssh")
+        if isinstance(ssh, SSHSettings) and ssh.keep is not None:
+            ssh.keep.close()

@@ -222,6 +222,19 @@ class HostAgent:
         self._heard.wait()
         return self._end is None
 
+    def serves(self) -> bool:
+        """Ready, not ended, and none of its ranks running: an attempt may hand it to the next
+        (:class:`~launcher.execution.ssh.pool.AgentPool`)."""
+        with self._lock:
+            handles = list(self.handles.values())
+        return self._end is None and self.state == "ready" and all(h.done for h in handles)
+
+    def adopt(self, settings: SSHSettings, logs: LogFiles) -> None:
+        """A new attempt takes this agent: its settings and log files; the last attempt's ranks forgotten."""
+        with self._lock:
+            self.handles = {}
+        self.settings, self.logs = settings, logs
+
     # ------------------------------------------------------------ set-up / requests
 
     def open(self) -> None:
@@ -365,6 +378,10 @@ class HostAgent:
                     figs = figures(sched.get(str(rank_id)))
                     if figs is not None:
                         h.sched_seen = figs
+            return
+        if ev == "note":
+            if self.settings.on_note is not None:
+                self.settings.on_note(str(msg.get("msg", "")))
             return
         handle = self.handles.get(rid)
         if handle is None:

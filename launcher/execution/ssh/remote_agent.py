@@ -23,7 +23,10 @@ The protocol (requests on stdin, frames on stdout) is described in :mod:`launche
 State machine of one rank::
 
     start op --cwd/env dump/exec fail--> "error", "exit 127"
-    start op --spawned--> running ("started" pid) --reaped--> draining (leftovers of the rank
+    start op with "zygote", the host's zygote importing --> waiting --its "ready"--> forked (below);
+        --the zygote cannot serve (not fork-safe, ended)--> spawned as a plain process
+    start op --spawned (or forked by the zygote: remote_zygote.py, its exit from the zygote's
+        report, its output through a FIFO)--> running ("started" pid) --reaped--> draining (leftovers of the rank
         killed, its pipe read to EOF, at most 2 s) --> "exit rc"
     running --term op--> SIGTERM (then SIGCONT) to its group;  --kill op--> SIGKILL to its group and tree
     heartbeats name the running ranks whose process is stopped by a signal (state T), and every
@@ -51,7 +54,6 @@ Nothing here runs a shell.
 import json
 import os
 import signal
-import subprocess
 import time
 
 try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.program_source` puts its source first
@@ -68,6 +70,14 @@ try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.progra
         tree_below,
     )
     from launcher.execution.ssh.remote_link import MAGIC, OUT_LIMIT, Outbox, poll_fds, set_nonblocking
+    from launcher.execution.ssh.remote_start import (
+        StartError,
+        plain_process,
+        prepare_cwd,
+        start_failure,
+        write_env_dump,
+        zygote_request,
+    )
 except ImportError:
     pass
 
@@ -124,6 +134,7 @@ class Agent(object):
         self.next_beat = 0.0  # set by run()
         self.me = os.getpid()
         self.base_env = dict(os.environ)
+        self.zygote = None  # the host's warm zygote (a ZygoteLink), once a "zygote" request asked for one
         self.wake_r, self.wake_w = os.pipe()
         for fd in (self.wake_r, self.wake_w, 1):
             set_nonblocking(fd)
@@ -184,6 +195,13 @@ class Agent(object):
                     self.snapshot()
                 next_snap = now + SNAPSHOT_EVERY
             rlist = [0, self.wake_r]
+            z = self.zygote
+            zfd = None
+            if z is not None:
+                z.late(now, self)
+                zfd = z.fd()
+            if zfd is not None:
+                rlist.append(zfd)
             if len(self.outbox) < OUT_LIMIT:
                 rlist += [r.fd for r in self.ranks.values() if r.fd is not None]
             wlist = [1] if self.outbox.due(now) else []
@@ -200,6 +218,8 @@ class Agent(object):
                         pass
                 except OSError:
                     pass
+            if z is not None and zfd is not None and zfd in readable:
+                z.read(self, now)
             for r in list(self.ranks.values()):
                 if r.fd is not None and r.fd in readable:
                     self.read_rank(r)
@@ -240,11 +260,16 @@ class Agent(object):
         kind = op.get("op")
         if kind == "start":
             self.start(int(op["id"]), op.get("cfg") or {})
+        elif kind == "zygote":
+            self.zygote = zygote_request(self.zygote, op, self.base_env)
         elif kind in ("term", "kill"):
             rid = op.get("id")
             targets = list(self.ranks.values()) if rid is None else [self.ranks[rid]] if rid in self.ranks else []
             for r in targets:
-                if kind == "term":
+                if r.pid is None and r.rc is None and self.zygote is not None and self.zygote.cancel(r):
+                    r.rc = -(signal.SIGTERM if kind == "term" else signal.SIGKILL)
+                    r.ended_at, r.reaped_mono = time.time(), 0.0
+                elif kind == "term":
                     if r.rc is None and r.pid is not None:  # the group only, as the local launcher does
                         killpg_quietly(r.pid, signal.SIGTERM)
                         killpg_quietly(r.pid, signal.SIGCONT)  # a stopped rank acts on it at once
@@ -254,89 +279,54 @@ class Agent(object):
     # ------------------------------------------------------------ ranks
 
     def start(self, rid, cfg):
-        """Start rank ``rid``; failures become "error" and "exit 127" for that rank only."""
+        """Start rank ``rid`` (forked from the zygote when ``cfg`` asks and it can); failures
+        become "error" and "exit 127" for that rank only."""
         r = Rank(rid)
         self.ranks[rid] = r
         try:
             env = dict(self.base_env)
             env.update({str(k): str(v) for k, v in (cfg.get("env") or {}).items()})
             argv = [str(a) for a in cfg["argv"]]
-            cwd = self.prepare_cwd(cfg)
-            self.write_env_dump(cfg.get("env_dump"), env, cfg.get("secrets") or ())
-            rfd, wfd = os.pipe()
-            try:
-                popen = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=wfd,
-                    stderr=wfd,
-                    start_new_session=True,
-                    close_fds=True,
-                    preexec_fn=_child_setup,
-                )
-            except BaseException:
-                os.close(rfd)
-                raise
-            finally:
-                os.close(wfd)
-        except _StartError as exc:
+            cwd = prepare_cwd(cfg, self.host)
+            write_env_dump(cfg.get("env_dump"), env, cfg.get("secrets") or (), self.host)
+        except StartError as exc:
             return self.failed(r, str(exc))
-        except FileNotFoundError:
-            return self.failed(
-                r,
-                "cannot run %r on %s: no such file; check the program path (or python: in the inventory)"
-                % (cfg["argv"][0], self.host),
-            )
-        except PermissionError:
-            return self.failed(
-                r, "cannot run %r on %s: permission denied (is it executable?)" % (cfg["argv"][0], self.host)
-            )
-        except (OSError, KeyError, IndexError, TypeError, ValueError) as exc:
-            what = cfg.get("argv", ["?"])[0] if isinstance(cfg.get("argv"), list) and cfg.get("argv") else "?"
-            return self.failed(
-                r, "cannot start %r on %s: %s" % (what, self.host, getattr(exc, "strerror", None) or exc)
-            )
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            return self.failed(r, start_failure(exc, cfg.get("argv") or [], self.host))
+        z = self.zygote
+        if cfg.get("zygote") and z is not None and z.takes(argv, env):
+            return z.start(r, argv, env, cwd, self)
+        self.spawn(r, argv, env, cwd)
+
+    def spawn(self, r, argv, env, cwd):
+        """Start rank ``r`` as a plain process (the agent's child)."""
+        try:
+            popen, rfd = plain_process(argv, env, cwd, _child_setup)
+        except (OSError, ValueError, TypeError) as exc:
+            return self.failed(r, start_failure(exc, argv, self.host))
         set_nonblocking(rfd)
-        r.popen, r.pid, r.fd = popen, popen.pid, rfd
-        self.by_pid[popen.pid] = r
-        self.message({"ev": "started", "id": rid, "pid": popen.pid})
+        r.popen, r.fd = popen, rfd
+        self.spawned(r, popen.pid)
+
+    def spawned(self, r, pid):
+        r.pid = pid
+        self.by_pid[pid] = r  # a forked rank is reaped here too once its zygote is gone (we are the subreaper)
+        self.message({"ev": "started", "id": r.id, "pid": pid})
+
+    def exited(self, r, rc):
+        """Rank ``r`` (forked by the zygote) exited: as :meth:`reap` does for a child."""
+        if self.by_pid.pop(r.pid, None) is None:
+            return  # reaped here already
+        r.rc, r.ended_at, r.reaped_mono = rc, time.time(), time.monotonic()
+        self.kill_leftovers(r, proc_table())
+
+    def note(self, text):
+        self.message({"ev": "note", "msg": text})
 
     def failed(self, r, msg):
         self.message({"ev": "error", "id": r.id, "msg": msg.replace("\n", " ")})
         r.rc, r.ended_at, r.reported = 127, time.time(), True
         self.message({"ev": "exit", "id": r.id, "rc": 127, "time": r.ended_at})
-
-    def prepare_cwd(self, cfg):
-        cwd = cfg.get("cwd") or None
-        if cwd is None:
-            return None
-        if cfg.get("mkdir"):
-            try:
-                os.makedirs(cwd, 0o700, exist_ok=True)
-            except OSError as exc:
-                raise _StartError(
-                    "cannot create working directory %s on %s: %s" % (cwd, self.host, exc.strerror or exc)
-                )
-        if not os.path.isdir(cwd):
-            raise _StartError(
-                "working directory %s does not exist on %s; run from a folder that exists on every host"
-                % (cwd, self.host)
-            )
-        return cwd
-
-    def write_env_dump(self, path, env, secrets=()):
-        if not path:
-            return
-        env = dict(env)
-        env.update((str(k), "<secret>") for k in secrets if k in env)  # never written in clear
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write("".join("%s=%s\n" % (k, v) for k, v in env.items()))
-        except OSError as exc:
-            raise _StartError("cannot write %s on %s: %s" % (path, self.host, exc.strerror or exc))
 
     def read_rank(self, r):
         """Frame what rank ``r``'s pipe holds; close it at EOF."""
@@ -419,8 +409,9 @@ class Agent(object):
         their descendants; orphans nobody else claims when no other rank runs."""
         roots = set()
         others_running = any(o is not r and o.rc is None and o.pid is not None for o in self.ranks.values())
+        zygote = self.zygote.pid if self.zygote is not None else None
         for pid, (ppid, pgid, sid) in table.items():
-            if pid == self.me:
+            if pid == self.me or pid == zygote:
                 continue
             if pid in r.tree or (r.pid is not None and (pgid == r.pid or sid == r.pid or pid == r.pid)):
                 roots.add(pid)
@@ -463,9 +454,14 @@ class Agent(object):
 
         everything(signal.SIGTERM)
         everything(signal.SIGCONT)  # a stopped process acts on the SIGTERM at once
+        z = self.zygote
+        if z is not None:
+            z.state = "ended"  # it forks nothing more, and nothing waiting for it starts now
         deadline = time.monotonic() + 2.0
         while self.by_pid and time.monotonic() < deadline:
             self.reap()
+            if z is not None and z.fd() is not None:  # the exits of ranks it forked and reaped
+                z.read(self, time.monotonic())
             time.sleep(0.02)
         for _ in range(50):
             everything(signal.SIGKILL)
@@ -475,6 +471,8 @@ class Agent(object):
             time.sleep(0.02)
         self.reap()
         for r in self.ranks.values():
+            if r.rc is None:  # reaped by its zygote, which died before saying so, or never forked
+                r.rc, r.ended_at = -signal.SIGKILL, time.time()
             if r.fd is not None:
                 try:
                     os.close(r.fd)
@@ -483,10 +481,8 @@ class Agent(object):
                 r.fd = None
         self.finish_ranks()
         self.flush()
-
-
-class _StartError(Exception):
-    """A rank cannot be started (its message is sent as the rank's "error")."""
+        if self.zygote is not None:
+            self.zygote.discard()
 
 
 def _child_setup():

@@ -6,7 +6,10 @@ This module imports nothing heavy (no paramiko), so the CLI can build the value 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
+
+if TYPE_CHECKING:
+    from launcher.planning.inventory.model import Host
 
 #: Connections opened at once.
 DEFAULT_POOL = 32
@@ -39,6 +42,12 @@ class SSHSettings:
         pool: connections opened at once.
         on_note: called with one line for the console (e.g. the threads a host's cores gave its
             ranks, learned at start); None: not shown.
+        zygote: modules each host's zygote imports before it forks that host's Python ranks
+            (:mod:`launcher.execution.ssh.remote_zygote`); empty: every rank is a plain process.
+        keep: the job's pool that keeps each host's agent (and its zygote) from one attempt to
+            the next (:mod:`launcher.execution.ssh.pool`); None: each attempt connects anew.
+        standby: the job's spare hosts with their ranks' interpreter: with ``keep``, their agents
+            (and zygotes) start in the background when the job starts.
     """
 
     config: Optional[str] = None
@@ -50,3 +59,6 @@ class SSHSettings:
     agent_timeout: float = AGENT_TIMEOUT
     pool: int = DEFAULT_POOL
     on_note: Optional[Callable[[str], None]] = field(default=None, compare=False)
+    zygote: Tuple[str, ...] = ()
+    keep: Optional[Any] = field(default=None, compare=False)  # an AgentPool (its module imports this one)
+    standby: Tuple[Tuple["Host", str], ...] = ()

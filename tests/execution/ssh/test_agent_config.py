@@ -7,7 +7,7 @@ import pytest
 
 from launcher.execution.probes import host_cores
 from launcher.execution.process import proctree
-from launcher.execution.ssh import remote_agent, remote_link
+from launcher.execution.ssh import remote_agent, remote_link, remote_start, remote_zygote
 from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.remote_link import HEADER
 from launcher.planning.job.spec import ProcPlan
@@ -75,7 +75,7 @@ def test_bootstrap_payload_is_a_length_line_then_the_source_and_settings():
     first = json.loads(body)
     assert first == {"src": agent_source(), "cfg": {"host": "h2", "ping_timeout": 8.0, "heartbeat": 1.0}}
     sources = []
-    for module in (proctree, host_cores, remote_link, remote_agent):  # what the agent uses first
+    for module in (proctree, host_cores, remote_link, remote_zygote, remote_start, remote_agent):  # what it uses first
         with open(module.__file__, encoding="utf-8") as fh:
             sources.append(fh.read())
     assert first["src"] == "\n\n".join(sources)
@@ -98,6 +98,37 @@ def test_the_agent_source_runs_without_the_launcher_package(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["['Agent',", "'Outbox',", "'main',", "'poll_fds',", "'proc_table',", "'tree_below']"]
+
+
+def test_the_zygote_source_runs_without_the_launcher_package(tmp_path):
+    """A host's zygote (``python -c <source> MODULE...``) defines what it uses itself: run with no
+    ``launcher`` package and a cheap preload, it says it is ready, forks a child that runs a
+    script into its log, and reports that child's exit status."""
+    import subprocess
+    import sys
+
+    from launcher.execution.ssh.agent import zygote_source
+
+    script, log = tmp_path / "s.py", tmp_path / "log"
+    script.write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\nsys.exit(7)\n")
+    code = (
+        "import sys; sys.modules['launcher'] = None\nexec(compile(" + repr(zygote_source()) + ", '<zygote>', 'exec'))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert "ready" in json.loads(proc.stdout.readline()), proc.stderr
+        request = {"argv": [str(script), "a b"], "env": {}, "cwd": str(tmp_path), "log": str(log), "cpus": None}
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.flush()
+        pid = json.loads(proc.stdout.readline())["pid"]
+        assert json.loads(proc.stdout.readline()) == {"exit": pid, "status": 7}
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+    assert log.read_text() == '["a b"]\n'
 
 
 def test_frames_decode_across_any_split():

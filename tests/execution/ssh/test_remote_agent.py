@@ -5,125 +5,16 @@ ordered per rank, one rank's failure while others run."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import psutil
 import pytest
 
-from launcher.execution.ssh.agent import FrameReader, bootstrap_payload, op_line
-from launcher.execution.ssh.remote_link import BOOTSTRAP, MAGIC
-
-
-class LocalAgent:
-    """The agent as a subprocess; a thread decodes its frames into per-rank output and events."""
-
-    def __init__(self, ping_timeout: float = 30.0, heartbeat: float = 0.2, argv: Optional[List[str]] = None) -> None:
-        self.proc = subprocess.Popen(
-            argv or [sys.executable, "-S", "-u", "-c", BOOTSTRAP],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        self.head = b""
-        self.out: Dict[int, bytearray] = {}
-        self.events: List[Dict[str, Any]] = []
-        self.beats: List[Dict[str, Any]] = []  # heartbeats
-        self.cond = threading.Condition()
-        self.eof = False
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.write(bootstrap_payload("here", ping_timeout, heartbeat))
-
-    def write(self, data: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def start(self, rid: int, argv: List[str], cwd: str, env: Optional[Dict[str, str]] = None, **cfg: Any) -> None:
-        body = {"argv": argv, "env": env or {}, "cwd": cwd, "mkdir": False, "env_dump": None}
-        body.update(cfg)
-        self.write(op_line("start", rid, cfg=body))
-
-    def _read(self) -> None:
-        frames = FrameReader()
-        head = b""
-        synced = False
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        while True:
-            data = os.read(fd, 65536)
-            if not data:
-                break
-            if not synced:
-                head += data
-                if MAGIC not in head:
-                    continue
-                self.head = head[: head.index(MAGIC)]
-                data, synced = head[head.index(MAGIC) + len(MAGIC) :], True
-            with self.cond:
-                for kind, rid, body in frames.feed(data):
-                    if kind == "O":
-                        self.out.setdefault(rid, bytearray()).extend(body)
-                    elif body.get("ev") != "hb":
-                        self.events.append(body)
-                    else:
-                        self.beats.append(body)
-                self.cond.notify_all()
-        with self.cond:
-            self.eof = True
-            self.cond.notify_all()
-
-    def wait_for(self, pred, timeout: float = 20.0) -> Any:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                value = pred()
-                if value:
-                    return value
-                left = deadline - time.monotonic()
-                assert left > 0, f"timed out; events {self.events}"
-                self.cond.wait(left)
-
-    def event(self, ev: str, rid: int, timeout: float = 20.0) -> Dict[str, Any]:
-        return self.wait_for(
-            lambda: next((e for e in self.events if e.get("ev") == ev and e.get("id") == rid), None), timeout
-        )
-
-    def exits(self) -> Dict[int, int]:
-        with self.cond:
-            return {e["id"]: e["rc"] for e in self.events if e.get("ev") == "exit"}
-
-    def text(self, rid: int) -> str:
-        with self.cond:
-            return bytes(self.out.get(rid, b"")).decode()
-
-    def close(self, timeout: float = 20.0) -> int:
-        """Close stdin (the launcher goes away) and wait for the agent to end."""
-        if not self.proc.stdin.closed:  # type: ignore[union-attr]
-            self.proc.stdin.close()  # type: ignore[union-attr]
-        rc = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout)
-        return rc
-
-
-def _gone(pids: List[int], within: float = 5.0) -> List[int]:
-    deadline = time.monotonic() + within
-    while True:
-        left = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    left.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
+from launcher.execution.ssh.agent import op_line
+from launcher.execution.ssh.remote_link import BOOTSTRAP
+from tests.harness.localagent import LocalAgent, gone
 
 
 def _tree(pid: int, n: int, timeout: float = 10.0) -> List[int]:
@@ -241,11 +132,11 @@ def test_one_rank_fails_while_the_others_run_on(tmp_path):
         assert a.text(3) == "bye\n"
         a.write(op_line("term", 1))  # one rank only
         assert a.event("exit", 1)["rc"] == -15
-        assert set(a.exits()) == {1, 3} and _gone([pids[1]]) == []
+        assert set(a.exits()) == {1, 3} and gone([pids[1]]) == []
         a.write(op_line("kill", None))  # the host's every rank
         a.wait_for(lambda: len(a.exits()) == 4)
         assert a.exits() == {0: -9, 1: -15, 2: -9, 3: 5}
-        assert _gone(pids) == []
+        assert gone(pids) == []
     finally:
         a.close()
 
@@ -261,10 +152,10 @@ def test_term_kill_and_whole_tree_of_one_rank(tmp_path):
         assert len(tree) == 3
         a.write(op_line("term", 0))  # to the group only; the shell ignores it, and its children inherit that
         time.sleep(0.3)  # an absence (nothing dies) has no event to wait on
-        assert _gone(tree, within=0) == tree
+        assert gone(tree, within=0) == tree
         a.write(op_line("kill", 0))
         assert a.event("exit", 0)["rc"] == -9
-        assert _gone(tree) == []
+        assert gone(tree) == []
         assert psutil.Process(other).is_running() and 1 not in a.exits()
     finally:
         a.close()
@@ -281,7 +172,7 @@ def test_leftovers_of_an_exited_rank_are_killed_others_untouched(tmp_path):
         rank = a.event("started", 0)["pid"]
         left = _tree(rank, 3)
         assert a.event("exit", 0, timeout=30)["rc"] == 4
-        assert _gone(left) == []
+        assert gone(left) == []
         assert psutil.Process(other).is_running()
     finally:
         a.close()
@@ -297,7 +188,7 @@ def test_eof_ends_every_rank_and_its_tree(tmp_path):
         trees += _tree(a.event("started", rid)["pid"], 3)
     assert len(trees) == 9
     assert a.close() == 0
-    assert _gone(trees) == []
+    assert gone(trees) == []
 
 
 def test_silence_ends_every_rank(tmp_path):
@@ -313,7 +204,7 @@ def test_silence_ends_every_rank(tmp_path):
         assert all(psutil.Process(p).is_running() for p in pids)
         a.proc.wait(timeout=15)
         assert a.proc.returncode == 0 and time.monotonic() - t0 >= 1.6
-        assert _gone(pids) == []
+        assert gone(pids) == []
         a.wait_for(lambda: len(a.exits()) == 2)  # the reader may still be taking in the last frames
         assert a.exits() == {0: -15, 1: -15}  # reported on the way out
     finally:
