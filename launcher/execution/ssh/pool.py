@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from launcher.execution.ssh.connection import SshConnection
 from launcher.execution.ssh.hostagent import HostAgent
@@ -42,7 +42,7 @@ class AgentPool:
 
     def __init__(self) -> None:
         self._kept: Dict[str, Kept] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the kept agents and their pump (attempts and the standby thread)
         self._pump: Optional[Pump] = None
         self._standby: Optional[threading.Thread] = None
         self.standby_asked = False
@@ -57,9 +57,13 @@ class AgentPool:
         standby = self._standby
         if standby is not None:
             standby.join()
-        self._stop_pump()
+        with self._lock:
+            starting = [self._kept[n][1] for n in hosts if n in self._kept and self._kept[n][1].state == "starting"]
+        for agent in starting:  # a spare's agent still logging in: its "ready" (or its start timeout) first
+            agent.wait_ready()
         out: Dict[str, Kept] = {}
         with self._lock:
+            self._stop_pump()
             for name in hosts:
                 kept = self._kept.pop(name, None)
                 if kept is None:
@@ -69,24 +73,20 @@ class AgentPool:
                     out[name] = kept
                 else:
                     end_agents([kept[1]], [kept[0]])
-        self.reused += len(out)
-        self._start_pump()
+            self.reused += len(out)
+            self._start_pump()
         return out
 
     def put(self, kept: Dict[str, Kept]) -> None:
         """Keep these agents for the next attempt."""
         if not kept:
             return
-        self._stop_pump()
         with self._lock:
+            self._stop_pump()
             old = [self._kept[n] for n in kept if n in self._kept and self._kept[n] is not kept[n]]
             self._kept.update(kept)
+            self._start_pump()
         end_agents([a for _, a in old], [c for c, _ in old])
-        self._start_pump()
-
-    def hosts(self) -> List[str]:
-        with self._lock:
-            return sorted(self._kept)
 
     # ------------------------------------------------------------ spare hosts
 
@@ -114,8 +114,8 @@ class AgentPool:
         standby = self._standby
         if standby is not None:
             standby.join()
-        self._stop_pump()
         with self._lock:
+            self._stop_pump()
             kept, self._kept = list(self._kept.values()), {}
         end_agents([a for _, a in kept], [c for c, _ in kept])
 
