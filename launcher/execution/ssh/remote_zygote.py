@@ -94,6 +94,7 @@ class ZygoteLink(object):
             try:
                 self.proc = subprocess.Popen(
                     [self.python, "-c", self.src] + self.preload,
+                    cwd=self.dir,  # its sys.path[0]: an empty folder, so nothing of a home folder shadows the preload
                     env=self.env,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,

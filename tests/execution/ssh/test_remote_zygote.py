@@ -39,6 +39,13 @@ def _zygotes(agent: LocalAgent) -> List[int]:
     return [c.pid for c in psutil.Process(agent.proc.pid).children() if c.pid not in ranks]
 
 
+def _preload_module(tmp_path: Path, name: str, source: str) -> Dict[str, str]:
+    """A module ``name`` in ``tmp_path`` for a zygote to preload; the environment that finds it
+    (the zygote's and the ranks': their ``PYTHON*`` variables must be the same)."""
+    _script(tmp_path, source, f"{name}.py")
+    return {"PYTHONPATH": str(tmp_path)}
+
+
 def _printed(agent: LocalAgent, rid: int) -> list:
     agent.event("exit", rid)
     return json.loads(agent.text(rid).strip().splitlines()[-1])
@@ -98,13 +105,9 @@ def test_a_later_request_for_the_same_keeps_the_zygote_and_another_environment_r
 
 
 def test_an_import_that_is_not_fork_safe_starts_the_ranks_as_plain_processes_and_says_so(tmp_path):
-    _script(
-        tmp_path,
-        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
-        "thready.py",
-    )
+    thread = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    env = _preload_module(tmp_path, "thready", thread)
     script = _script(tmp_path)
-    env = {"PYTHONPATH": str(tmp_path)}
     a = LocalAgent()
     try:
         a.write(zygote_op(PY, ["thready"], env))
@@ -151,9 +154,8 @@ def test_kill_and_term_reach_forked_ranks_and_their_children_and_the_agents_end_
 
 
 def test_a_rank_ended_while_the_zygote_still_imports_never_starts(tmp_path):
-    _script(tmp_path, "import time\ntime.sleep(3)\n", "slow_import.py")
+    env = _preload_module(tmp_path, "slow_import", "import time\ntime.sleep(3)\n")
     script = _script(tmp_path)
-    env = {"PYTHONPATH": str(tmp_path)}
     a = LocalAgent()
     try:
         a.write(zygote_op(PY, ["slow_import"], env))
