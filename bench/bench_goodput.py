@@ -24,7 +24,7 @@ again); whether it ended 0 by itself, every step done, nothing left on any host,
 final parameters (rank 0's last checkpoint) are byte for byte the fault-free run's.
 
 Usage: python bench/bench_goodput.py [--steps 320] [--every 75] [--kinds kill,stop,cut,restart,slow,ckpt]
-       [--seed 1] [--no-baseline] [--keep DIR]
+       [--ckpt-every 5|auto:5] [--seed 1] [--no-baseline] [--keep DIR]
 Needs root (namespaces), OpenSSH and MindSpore.  Exit 0 when the faulty run ended 0 with every step.
 """
 
@@ -74,6 +74,7 @@ def run_job(
     flags: List[str],
     hosts: int,
     stream: Optional[Tuple[List[str], List[int], int]] = None,
+    ckpt_every: str = "5",
 ) -> Dict[str, object]:
     """One job; its wall time, exit code, faults and what it left."""
     folder = os.path.join(work, name)
@@ -81,7 +82,7 @@ def run_job(
     job, ckpt = os.path.join(folder, "job"), os.path.join(folder, "ckpt")
     mark = f"goodput-{name}-{os.getpid()}"
     where = ["--hosts", inventory(c, os.path.join(folder, "inv.yaml"), hosts), "--max-restarts", "8"]
-    argv = job_argv(where, job, mark, flags, trainer_argv(data, steps, ckpt))
+    argv = job_argv(where, job, mark, flags, trainer_argv(data, steps, ckpt, ckpt_every))
     env = dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config)
     fs = None
     if stream is not None:
@@ -111,7 +112,7 @@ def job_argv(where: List[str], job: str, mark: str, flags: List[str], program: L
     return head + quiet + flags + program
 
 
-def trainer_argv(data: str, steps: int, ckpt: str) -> List[str]:
+def trainer_argv(data: str, steps: int, ckpt: str, ckpt_every: str = "5") -> List[str]:
     """The reference trainer as every goodput job runs it: ResNet-14, 32x32, batch 8, seeded,
     ``steps`` optimizer steps in one epoch, checkpoints every 5 steps to ``ckpt``."""
     return [
@@ -136,7 +137,7 @@ def trainer_argv(data: str, steps: int, ckpt: str) -> List[str]:
         "--ckpt-dir",
         ckpt,
         "--ckpt-every",
-        "5",
+        ckpt_every,
     ]
 
 
@@ -221,6 +222,11 @@ def main() -> int:
     ap.add_argument("--kinds", default="kill,stop,cut,restart")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument(
+        "--ckpt-every",
+        default="5",
+        help="the trainer's --ckpt-every: 5 steps, or auto:5 (the interval mslaunch offers after a fault, Young/Daly)",
+    )
     ap.add_argument("--keep", default=None, help="keep the jobs' folders here")
     args = ap.parse_args()
     exit_if_cannot_run()
@@ -249,14 +255,16 @@ def main() -> int:
         )
         with NamespaceCluster(ACTIVE + 1, slots=1) as c:
             flags = ["--straggler", "replace:10", "--min-hosts", "2"]
-            free = run_job("fault-free", c, work, data, args.steps, flags, ACTIVE + 1)
+            free = run_job("fault-free", c, work, data, args.steps, flags, ACTIVE + 1, ckpt_every=args.ckpt_every)
             assert free["code"] == 0 and free["final"] is not None, free["err"]
             rate = args.steps / float(free["wall"])  # type: ignore[arg-type]  # run_job's dict: a float
             timed = [k for k in kinds if k != "restart"]
             at = [max(1, int((i + 1) * args.every * rate)) for i in range(len(timed))]
             print(f"fault-free: {free['wall']:.1f} s for {args.steps} steps ({rate:.2f} steps/s, start-up included)")
             print(f"stream: {kinds}, at new steps {at} (one per {args.every:g} s of fault-free time), seed {args.seed}")
-            faulty = run_job("faulty", c, work, data, args.steps, flags, ACTIVE + 1, (kinds, at, args.seed))
+            faulty = run_job(
+                "faulty", c, work, data, args.steps, flags, ACTIVE + 1, (kinds, at, args.seed), args.ckpt_every
+            )
             report("mslaunch (defaults and --straggler replace:10 --min-hosts 2, one spare host)", faulty, free)
             if not args.no_baseline:
                 base_flags = [
