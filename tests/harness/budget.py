@@ -11,7 +11,9 @@ pays for its own time.  A test that takes long says so with ``pytest.mark.cost(S
   a test without a marker over :data:`UNMARKED_SECONDS`, or a marked one over
   :data:`SLACK` times its marker plus :data:`GRACE_SECONDS`, is named with its time, and the run
   fails (``make test`` only: :data:`ENFORCE_VAR` set), so a new slow test cannot slip in
-  unannounced;
+  unannounced; both limits stretch with the run's own pace (:func:`pace`: how much slower than
+  their markers the run's end-to-end tests went, as a whole, up to :data:`MAX_PACE`), so a slower
+  CPU or a busy machine does not fail a test that is as slow as the others;
 * with ``MSLAUNCH_TEST_BUDGET=SECONDS`` (``make test`` sets it to pytest's share of the budget),
   the run fails when pytest's own wall time passes it;
 * the tests of ``make test-fast`` (none of the markers of :data:`NOT_FAST`) stay cheap: a test
@@ -42,6 +44,12 @@ UNMARKED_SECONDS = 30.0
 #: A marked test may take ``SLACK`` times its marker plus :data:`GRACE_SECONDS`.
 SLACK = 2.0
 GRACE_SECONDS = 10.0
+#: The limits above stretch with the run's pace (:func:`pace`), up to this factor ...
+MAX_PACE = 2.0
+#: ... judged from the tests that declare at least this many seconds (the end-to-end jobs).
+PACE_MIN_COST = 10.0
+#: With fewer such tests in the run than this, the pace is 1: too few to say how fast the run went.
+PACE_MIN_TESTS = 5
 #: Set (to anything) to fail the run on the per-test limits; ``make test`` sets it.
 ENFORCE_VAR = "MSLAUNCH_TEST_LIMITS"
 #: pytest's wall-time budget of the whole suite, in seconds (unset: not checked).
@@ -74,6 +82,31 @@ def over_declared(costs: Mapping[str, Tuple[str, float]], limit: float = MAX_TES
     ]
 
 
+def pace(durations: Mapping[str, float], costs: Mapping[str, Tuple[str, float]], most: float = MAX_PACE) -> float:
+    """How much slower than their markers this run's marked tests went, as a whole: the median of
+    taken / declared over the groups that declare at least :data:`PACE_MIN_COST` seconds (1 with
+    fewer than :data:`PACE_MIN_TESTS` of them), at least 1 and at most ``most``.  The markers were
+    measured on one machine; a slower CPU or a busier one makes every end-to-end test slower alike,
+    and the run is its own anchor: a test is judged against the others of the same run, not
+    against a time measured elsewhere."""
+    taken = _taken(durations, costs)
+    allowed = declared(costs)
+    ratios = sorted(taken[k] / allowed[k] for k in taken if allowed.get(k, 0.0) >= PACE_MIN_COST)
+    if len(ratios) < PACE_MIN_TESTS:
+        return 1.0
+    mid = len(ratios) // 2
+    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    return min(max(median, 1.0), most)
+
+
+def _taken(durations: Mapping[str, float], costs: Mapping[str, Tuple[str, float]]) -> Dict[str, float]:
+    taken: Dict[str, float] = {}
+    for nodeid, seconds in durations.items():
+        key = costs[nodeid][0] if nodeid in costs else nodeid
+        taken[key] = taken.get(key, 0.0) + seconds
+    return taken
+
+
 def too_slow(
     durations: Mapping[str, float],
     costs: Mapping[str, Tuple[str, float]],
@@ -82,25 +115,24 @@ def too_slow(
     grace: float = GRACE_SECONDS,
 ) -> List[str]:
     """One line per test (or group) slower than it may be: unmarked over ``unmarked`` seconds,
-    marked over ``slack`` x its marker + ``grace``."""
-    taken: Dict[str, float] = {}
-    for nodeid, seconds in durations.items():
-        key = costs[nodeid][0] if nodeid in costs else nodeid
-        taken[key] = taken.get(key, 0.0) + seconds
+    marked over ``slack`` x its marker + ``grace``; both limits times the run's :func:`pace`."""
+    taken = _taken(durations, costs)
     allowed = declared(costs)
+    run_pace = pace(durations, costs)
+    at = f" at this run's pace of {run_pace:.2f}" if run_pace > 1.0 else ""
     out = []
     for key, seconds in sorted(taken.items(), key=lambda kv: -kv[1]):
         if key in allowed:
-            limit = slack * allowed[key] + grace
+            limit = slack * allowed[key] * run_pace + grace
             if seconds > limit:
                 out.append(
                     f"{key} took {seconds:.0f} s, over {limit:.0f} s ({slack:g} x its cost marker of"
-                    f" {allowed[key]:.0f} s + {grace:.0f} s): make it cheaper or declare what it costs"
+                    f" {allowed[key]:.0f} s{at} + {grace:.0f} s): make it cheaper or declare what it costs"
                 )
-        elif seconds > unmarked:
+        elif seconds > unmarked * run_pace:
             out.append(
-                f"{key} took {seconds:.0f} s with no cost marker (limit {unmarked:.0f} s): make it cheaper or"
-                " mark it pytest.mark.cost(SECONDS)"
+                f"{key} took {seconds:.0f} s with no cost marker (limit {unmarked * run_pace:.0f} s{at}):"
+                " make it cheaper or mark it pytest.mark.cost(SECONDS)"
             )
     return out
 

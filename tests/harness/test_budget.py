@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.harness.budget import over_budget, over_declared, too_slow
+from tests.harness.budget import over_budget, over_declared, pace, too_slow
 
 COSTS = {
     "tests/a.py::test_job": ("tests/a.py::test_job", 30.0),
@@ -32,6 +32,25 @@ def test_a_declaration_over_a_minute_is_refused_and_a_group_counts_as_one():
 def test_a_test_slower_than_it_says_is_named(durations, bad):
     lines = too_slow(durations, COSTS)
     assert [line[: len(b)] for line, b in zip(lines, bad)] == bad and len(lines) == len(bad)
+
+
+def test_the_limits_stretch_with_the_runs_pace_and_only_with_it():
+    """Every end-to-end test 1.5 x its marker: the run's pace is 1.5 and none is named; one test
+    4 x its marker among them is still named; the pace is never under 1 nor over 2."""
+    costs = {f"tests/e.py::test_{i}": (f"tests/e.py::test_{i}", 20.0) for i in range(5)}
+    costs.update(COSTS)
+    slow = {nodeid: 1.5 * seconds for nodeid, (_key, seconds) in costs.items() if nodeid != "tests/b.py::test_two"}
+    slow["tests/b.py::test_two"] = 30.0
+    assert pace(slow, costs) == 1.5
+    slow["tests/c.py::test_unit"] = 40.0  # unmarked: 30 x 1.5 = 45 s allowed
+    assert too_slow(slow, costs) == []
+    slow["tests/e.py::test_0"] = 4 * 20.0  # over 2 x 20 x 1.5 + 10 = 70
+    (line,) = too_slow(slow, costs)
+    assert line.startswith("tests/e.py::test_0 took 80 s, over 70 s (2 x its cost marker of 20 s at this run's pace")
+    fast = {nodeid: 0.5 * seconds for nodeid, (_key, seconds) in costs.items()}
+    assert pace(fast, costs) == 1.0 and pace({k: 10 * v for k, v in slow.items()}, costs) == 2.0
+    assert pace({"tests/c.py::test_unit": 5.0}, COSTS) == 1.0  # no marked test ran
+    assert pace({"tests/a.py::test_job": 70.0}, COSTS) == 1.0  # one is too few to tell the pace
 
 
 def test_the_total_is_held_to_the_budget_when_one_is_set():
