@@ -23,6 +23,9 @@ On-disk (per attempt dir)::
 A node Slurm holds lost when the step fails (``DOWN`` or ``NOT_RESPONDING`` in ``scontrol show
 node``, e.g. its slurmd stopped) makes each of the step's processes there end with ``host_lost``,
 so a restart leaves the node out and uses a spare node of the allocation (docs/spare-hosts.md).
+A node whose link is cut is known sooner, from its shims' heartbeats
+(:mod:`launcher.execution.slurm.beat`): silent for 5 s, it is lost, and the attempt's steps on it
+end as failed by the node, as if Slurm had said so (Slurm says so only after ``SlurmdTimeout``).
 
 The job dir must be on a filesystem every node of the allocation sees (it is where the shims
 read their tasks and write logs and records).
@@ -36,19 +39,21 @@ If mslaunch dies, the job's watchdog kills srun and then runs
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import sys
 from dataclasses import replace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext, StartRequest
 from launcher.execution.hostthreads import WatchesHostThreads, watch_host_threads
 from launcher.execution.process.handle import RankFigures, WatchdogLink
-from launcher.execution.process.spawn import LocalProcess
+from launcher.execution.process.spawn import LocalProcess, kill_tree
 from launcher.execution.process.standin import StandInProcess, launcher_plan, read_json_record, start_standin
 from launcher.execution.results import ProcResult
+from launcher.execution.slurm.beat import BeatListener
 from launcher.execution.slurm.shim import SECRET_CARRIER, record_key
 from launcher.planning.backends.slurm import allocation_job_id, outside_stop, srun_steps
 from launcher.planning.job.kinds import Role
@@ -159,6 +164,18 @@ class SrunStepProcess(StandInProcess):
         else:
             self.backend.cancel(signal_name)
 
+    def nodes(self) -> List[str]:
+        """The planned nodes of this step's processes."""
+        return sorted({r.proc.host for r in self.procs})
+
+    def fail_lost(self) -> None:
+        """A node of the step went silent (:mod:`launcher.execution.slurm.beat`): end the step
+        through Slurm and srun here, as a failure of the step (not a stop): its exit then asks
+        which nodes were lost (:meth:`read_lost`)."""
+        if self.popen.poll() is None:
+            self.end_elsewhere()
+            kill_tree(self.pid, self.pgid, signal.SIGKILL)
+
     def stop_gracefully(self) -> None:
         """SIGTERM to every task of the step (``scancel --signal=TERM``; the shims pass it to
         their ranks), so ranks get the grace.  (srun itself, given SIGTERM, would SIGKILL them.)"""
@@ -202,6 +219,9 @@ class SrunStepProcess(StandInProcess):
         for req, start, end in records:
             host = str((end or start).get("node") or req.proc.host)
             started = start.get("started") or self.started
+            on_lost = host in lost or req.proc.host in lost
+            if end is not None and on_lost and (end.get("cut_off") or int(end.get("returncode", 1)) in _KILL_CODES):
+                end = None  # ended with its node (Slurm's kill there, or its shim cut off from mslaunch)
             if end is not None:
                 code = int(end.get("returncode", 1))
                 by_slurm = code in ended_by_slurm
@@ -226,7 +246,7 @@ class SrunStepProcess(StandInProcess):
                         pid=start.get("pid"),
                     )
                 )
-            elif host in lost or req.proc.host in lost:
+            elif on_lost:
                 own_failure = True
                 how = lost.get(host) or lost[req.proc.host]
                 out.append(
@@ -292,6 +312,10 @@ class SlurmBackend(WatchesHostThreads, Backend):
         self.watchdog = watchdog
         self.name = step_name(plan, attempt)
         self.status_dir = os.path.join(attempt_dir, STATUS_DIR)
+        self.beats: Optional[BeatListener] = None
+        self._silent: Dict[str, str] = {}
+        self._steps: List[SrunStepProcess] = []
+        self.on_note: Optional[Callable[[str], None]] = None
 
     @classmethod
     def create(cls, ctx: BackendContext) -> Backend:
@@ -304,6 +328,7 @@ class SlurmBackend(WatchesHostThreads, Backend):
 
             on_death(ctx.watchdog, [sys.executable, "-m", "launcher.execution.slurm.cancel", job_id, backend.name])
         backend.threads_watch = watch_host_threads(ctx, "slurm", backend.attempt_dir)
+        backend.on_note = getattr(ctx.settings_for("slurm"), "on_note", None)
         return backend
 
     @classmethod
@@ -357,14 +382,15 @@ class SlurmBackend(WatchesHostThreads, Backend):
             return out
 
         tasks = os.path.join(self.status_dir, "tasks.json")
-        write_json(
-            tasks,
-            {
-                "scheduler": entry(sched_req[0]) if sched_req else None,
-                "workers": [entry(r) for r in worker_reqs],
-                "status_dir": self.status_dir,
-            },
-        )
+        content: Dict[str, Any] = {
+            "scheduler": entry(sched_req[0]) if sched_req else None,
+            "workers": [entry(r) for r in worker_reqs],
+            "status_dir": self.status_dir,
+        }
+        beat = self._listen(sorted({r.proc.host for r in planned}))
+        if beat is not None:  # the file is private (0600): the token is the attempt's alone
+            content["beat"] = beat
+        write_json(tasks, content)
         sched, workers = _steps(plan, attempt_dir, self.attempt)
         hostfile = os.path.join(self.status_dir, "hostfile")
         with os.fdopen(open_private(hostfile, append=False), "w", encoding="utf-8") as fh:
@@ -395,8 +421,34 @@ class SlurmBackend(WatchesHostThreads, Backend):
         proc = replace(proc, argv=("env", "-u", TOKEN_VAR) + tuple(proc.argv))
         base = start_standin(proc, log_path, cwd, self.watchdog)
         if proc.role == Role.SCHEDULER:
-            return SrunStepProcess(base, self, list(self._sched_reqs), proc)
-        return SrunStepProcess(base, self, list(self._worker_reqs), proc)
+            step = SrunStepProcess(base, self, list(self._sched_reqs), proc)
+        else:
+            step = SrunStepProcess(base, self, list(self._worker_reqs), proc)
+        self._steps.append(step)
+        return step
+
+    def _listen(self, nodes: List[str]) -> Optional[Dict[str, Any]]:
+        """Start the attempt's heartbeat listener (:mod:`launcher.execution.slurm.beat`) on this
+        machine's address towards the nodes; what the shims need to reach it, or None (no address
+        found: Slurm's own view of the nodes is the only one)."""
+        from launcher.execution.slurm.nodes import my_addr, node_addrs
+
+        try:
+            addrs = node_addrs(nodes, timeout=10.0)
+            self.beats = BeatListener(my_addr(addrs[nodes[0]]), secrets.token_hex(16), self._on_silent)
+        except (LaunchError, OSError, IndexError) as exc:
+            if self.on_note is not None:
+                self.on_note(f"slurm: no heartbeats from the nodes ({exc}); a node is known lost when Slurm says so")
+            return None
+        host, port = self.beats.address
+        return {"addr": [host, port], "token": self.beats.token}
+
+    def _on_silent(self, node: str, how: str) -> None:
+        """From the listener's thread: ``node`` went silent; its steps end, failed by the node."""
+        self._silent[node] = how
+        for step in list(self._steps):
+            if node in step.nodes():
+                step.fail_lost()
 
     def outside_stop(self) -> Optional[Tuple[str, str]]:
         """Slurm's own reason to end the run (see :func:`~launcher.planning.backends.slurm.outside_stop`),
@@ -409,10 +461,20 @@ class SlurmBackend(WatchesHostThreads, Backend):
         )
 
     def lost_nodes(self, nodes: List[str]) -> Dict[str, str]:
-        """Of ``nodes``, those Slurm holds lost (see :func:`launcher.execution.slurm.nodes.lost_nodes`)."""
+        """Of ``nodes``, those whose heartbeats went silent (:mod:`launcher.execution.slurm.beat`),
+        and those Slurm holds lost (see :func:`launcher.execution.slurm.nodes.lost_nodes`)."""
         from launcher.execution.slurm.nodes import lost_nodes
 
-        return lost_nodes(nodes)
+        silent = {n: self._silent[n] for n in nodes if n in self._silent}
+        rest = [n for n in nodes if n not in silent]
+        return {**silent, **(lost_nodes(rest) if rest else {})}
+
+    def close(self) -> None:
+        """End the heartbeats (the shims see the link close and go on: Slurm ends their steps),
+        then what :class:`WatchesHostThreads` closes."""
+        if self.beats is not None:
+            self.beats.close()
+        super().close()
 
     def cancel(self, signal_name: Optional[str] = None) -> List[str]:
         """``scancel`` this attempt's steps (``--signal`` only when given); their ids."""

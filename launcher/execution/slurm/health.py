@@ -93,18 +93,6 @@ def _stop_srun(proc: "subprocess.Popen[bytes]", deadline: float) -> None:
             continue
 
 
-def _my_addr(peer: str) -> str:
-    """This machine's address on the route to ``peer`` (no packet is sent)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.connect((peer, 9))
-        return s.getsockname()[0]
-    except OSError:
-        return socket.gethostbyname(socket.gethostname())
-    finally:
-        s.close()
-
-
 def _last(proc: "subprocess.Popen[bytes]") -> str:
     try:
         err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
@@ -131,13 +119,13 @@ def slurm_health(
         MsLaunchError: not inside an allocation, or its variables cannot be read.
         LaunchError: scontrol fails.
     """
-    from launcher.execution.slurm.nodes import node_addrs
+    from launcher.execution.slurm.nodes import my_addr, node_addrs
     from launcher.planning.backends.slurm import parse_allocation
 
     t_start = time.monotonic()
     nodes = list(parse_allocation(environ).nodes)
     addrs = node_addrs(nodes)
-    me = _my_addr(addrs[nodes[0]])
+    me = my_addr(addrs[nodes[0]])
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.bind((me, 0))
     srv.listen(len(nodes) + 8)

@@ -1,9 +1,11 @@
 """Slurm nodes as slurmctld knows them (``scontrol show node -o``): node name -> address (node
 names need not resolve on the nodes, but ``MS_SCHED_HOST`` must be an address every node
-reaches), and the nodes Slurm holds lost (down, or their slurmd not responding)."""
+reaches), the nodes Slurm holds lost (down, or their slurmd not responding), and this machine's
+address towards them."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from typing import Dict, Sequence
 
@@ -37,6 +39,18 @@ def node_addrs(nodes: Sequence[str], timeout: float = 30.0) -> Dict[str, str]:
         raise LaunchError(f"scontrol show node failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
     addrs = parse_node_addrs(res.stdout)
     return {n: addrs.get(n, n) for n in nodes}
+
+
+def my_addr(peer: str) -> str:
+    """This machine's address on the route to ``peer`` (no packet is sent)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((peer, 9))
+        return str(s.getsockname()[0])
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+    finally:
+        s.close()
 
 
 def lost_nodes(nodes: Sequence[str], timeout: float = 5.0) -> Dict[str, str]:

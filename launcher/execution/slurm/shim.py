@@ -15,12 +15,14 @@ session with exactly that argv/cwd and ``os.environ`` + the planned env, output 
 the planned log.  Its own records, in ``status_dir`` (written atomically)::
 
     <key>.start.json   {"pid", "node", "started", "job", "step"}      when the child started
-    <key>.exit.json    {"returncode", "ended", "node", "stopped"}     when it ended
+    <key>.exit.json    {"returncode", "ended", "node", "stopped"[, "cut_off"]}   when it ended
 
 ``key`` is ``rank_<r>`` or ``scheduler``; ``returncode`` follows subprocess (negative: killed by
 that signal); ``stopped`` is true when the shim was asked to stop (SIGTERM/SIGINT/SIGHUP, e.g.
 Slurm ending the step because another task failed) before the child ended, so that exit is a
-consequence, not a cause.  A stop signal is passed on to the child's process group.  The shim
+consequence, not a cause; ``cut_off`` is true when the shim ended its rank because mslaunch's
+heartbeats stopped (``"beat": {"addr", "token"}`` in the tasks file: see
+:mod:`launcher.execution.slurm.beat`).  A stop signal is passed on to the child's process group.  The shim
 exits with the child's code (128+N for signal N), so ``--kill-on-bad-exit`` sees a failure.
 
 A worker with ``threads`` gets those thread variables from its node's usable cores (see
@@ -155,8 +157,8 @@ def main(argv: List[str]) -> int:
     for name, carrier in (proc.get("secrets") or {}).items():
         if carrier in os.environ:
             env[name] = os.environ[carrier]
-    for key in [k for k in env if k.startswith(SECRET_CARRIER)]:
-        del env[key]
+    for var in [k for k in env if k.startswith(SECRET_CARRIER)]:
+        del env[var]
     lines: List[str] = []
     if proc.get("threads") and argv[1] == "workers":
         try:
@@ -220,6 +222,25 @@ def main(argv: List[str]) -> int:
 
         path = path_of(os.path.dirname(status_dir), proc["rank"])
         threading.Thread(target=sample_until_gone, args=(child.pid, path), daemon=True).start()
+    done = threading.Event()
+    cut_off = threading.Event()
+    if tasks.get("beat"):  # heartbeats with mslaunch (launcher.execution.slurm.beat)
+        from launcher.execution.slurm.beat import SHIM_TIMEOUT, shim_beat
+
+        def lost() -> None:  # mslaunch said nothing for long: the node is cut off; end the rank
+            cut_off.set()
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+        beat = tasks["beat"]
+        addr = (str(beat["addr"][0]), int(beat["addr"][1]))
+        here = os.environ.get("SLURMD_NODENAME") or node
+        timeout = float(beat.get("timeout") or SHIM_TIMEOUT)
+        threading.Thread(
+            target=shim_beat, args=(addr, str(beat["token"]), here, key, lost, done, timeout), daemon=True
+        ).start()
     if stopped:  # a stop signal came before the child existed
         try:
             os.killpg(child.pid, signal.SIGTERM)
@@ -232,10 +253,11 @@ def main(argv: List[str]) -> int:
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
             continue
     ended = time.time()
-    _write(
-        os.path.join(status_dir, f"{key}.exit.json"),
-        {"returncode": rc, "ended": ended, "node": node, "stopped": stopped},
-    )
+    done.set()
+    end: Dict[str, Any] = {"returncode": rc, "ended": ended, "node": node, "stopped": stopped}
+    if cut_off.is_set():
+        end["cut_off"] = True
+    _write(os.path.join(status_dir, f"{key}.exit.json"), end)
     # whatever the rank left in its session ends with it
     try:
         os.killpg(child.pid, signal.SIGKILL)

@@ -133,3 +133,22 @@ def test_nodes_are_not_asked_after_a_success_or_a_teardown(tmp_path) -> None:
     assert all(r.torn_down and not r.lost for r in h.outcomes(143, 6.0, True)) and h.asked == []
     h._stopping = True
     assert all(not r.lost for r in h.outcomes(143, 6.0, False)) and h.asked == []
+
+
+def test_a_rank_its_shim_ended_when_cut_off_is_lost_with_its_node(tmp_path) -> None:
+    """node2 went silent (no heartbeat: launcher.execution.slurm.beat) and its shim, cut off from
+    mslaunch, ended rank 1 and wrote its record (the job folder is still reachable): rank 1 is
+    lost with its node, not a rank torn down, so the restart leaves node2 out.  So is a rank
+    there whose record is Slurm's SIGKILL; a rank there that failed by itself stays a failure."""
+    how = "no heartbeat from node node2 for 5 s (its rank_1's shim); the node or its link is down"
+    for extra, code in (({"cut_off": True}, -signal.SIGKILL), ({}, 137)):
+        _record(tmp_path, 0, -signal.SIGKILL, 3.0, node="node1")
+        _record(tmp_path, 1, code, 3.5, node="node2")
+        rec = json.loads((tmp_path / "rank_1.exit.json").read_text())
+        (tmp_path / "rank_1.exit.json").write_text(json.dumps({**rec, **extra}))
+        results = _handle(tmp_path, [0, 1], lost={"node2": how}).outcomes(-signal.SIGKILL, 6.0, False)
+        assert [(r.name, r.torn_down, r.lost) for r in results] == [("rank 0", True, None), ("rank 1", False, how)]
+        assert earliest_failure(results).rank == 1
+    _record(tmp_path, 1, 1, 2.0, node="node2")
+    results = _handle(tmp_path, [0, 1], lost={"node2": how}).outcomes(-signal.SIGKILL, 6.0, False)
+    assert [(r.name, r.returncode, r.lost) for r in results][1] == ("rank 1", 1, None)
