@@ -11,12 +11,14 @@ The job: ``launcher.workloads.resnet50_cifar10`` (ResNet-14, 32x32 synthetic CIF
 2. **faulty**: the same job; once it trained ``--at`` new steps, the link of a node with a rank
    (never the first: the scheduler runs there) goes down (:mod:`tests.harness.faultstream`'s
    ``cut``: the node's processes stay alive behind it, its slurmd stops answering), and comes back
-   once the job trained a new step elsewhere; mslaunch learns the node is lost from Slurm
-   (``scontrol show node``: not responding, then down, after ``SlurmdTimeout``, 10 s here) or from
-   its own watch, and restarts on the spare node.  Its wall time W: **ETTR = F / W**, the badput by
+   once the job trained a new step elsewhere; mslaunch learns the node is lost from its shims'
+   heartbeats (5 s of silence: ``launcher/execution/slurm/beat.py``), sooner than from Slurm
+   (``scontrol show node``: not responding, then down, after ``SlurmdTimeout``, 10 s here), and
+   restarts on the spare node.  Its wall time W: **ETTR = F / W**, the badput by
    phase, whether it ended 0 by itself with every step and nothing left on any node;
 3. **baseline**, what a user of srun alone gets (``--max-restarts 0``, no watch beyond
-   MindSpore's own timeouts): the job fails at the lost node.
+   MindSpore's own timeouts, no heartbeats: ``MSLAUNCH_SLURM_HEARTBEAT=off``): the job fails at
+   the lost node.
 
 Usage: python bench/bench_goodput_slurm.py [--steps 160] [--at 80] [--no-baseline] [--keep DIR]
 Needs root (namespaces), Slurm 22.05 (slurmctld, slurmd) and MindSpore.  Exit 0 when the faulty
@@ -139,6 +141,7 @@ def main() -> int:
                     env["PYTHONPATH"] = ROOT
                     flags = ["--max-restarts", "0", "--stopped-timeout", "off", "--hang-timeout", "off"]
                     flags += ["--straggler", "off", "--cold-restarts", "--env", "MS_COMPILER_CACHE_ENABLE=0"]
+                    env["MSLAUNCH_SLURM_HEARTBEAT"] = "off"  # srun alone hears of a node from Slurm only
                     base = run_job("baseline", c, env, work, data, args.steps, flags, at=args.at)
                 report("baseline (srun alone: no restart, no spare)", base, free)
         print(f"\nload average after: {os.getloadavg()[0]:.2f}")

@@ -14,7 +14,11 @@ Over ssh, the host agents' pings find a cut link in about 5 s; this is the same 
   steps there as failed with the node lost (:mod:`launcher.execution.slurm.backend`);
 * a shim whose link said nothing for :data:`SHIM_TIMEOUT` s ends its rank (SIGKILL to the rank's
   process group, as the ssh agent does after its ping timeout): a node cut off from mslaunch does
-  not train on alone, whatever Slurm does when it hears of the node again.
+  not train on alone, whatever Slurm does when it hears of the node again;
+* mslaunch's teardown signals the ranks over the links (:meth:`BeatListener.send`: ``T`` for
+  SIGTERM, ``K`` for SIGKILL; the shim passes it to its rank's process group as it does Slurm's):
+  ``scancel --signal`` waits for every node of the job, and with one node silent it takes
+  ``MessageTimeout`` + 1 s (6 s here) and fails, even for a step on other nodes.
 
 A shim that cannot connect (no route back to mslaunch) runs its rank without heartbeats: then
 Slurm's own view of the node is the only one, as before.  A connection without the token is
@@ -26,10 +30,11 @@ from __future__ import annotations
 import hmac
 import json
 import select
+import signal
 import socket
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 #: Seconds between two beats, both ways.
 BEAT_INTERVAL = 1.0
@@ -41,6 +46,8 @@ SHIM_TIMEOUT = 8.0
 #: A shim gives up connecting after this many seconds (its rank runs on without heartbeats).
 CONNECT_FOR = 30.0
 _HELLO_LIMIT = 4096
+#: What mslaunch may send a shim beside its beats (``.``): a signal for the shim's rank.
+SIGNALS = {b"T": signal.SIGTERM, b"K": signal.SIGKILL}
 
 
 class _Link:
@@ -101,6 +108,20 @@ class BeatListener:
                 if link.node is not None:
                     out[link.node] = out.get(link.node, 0) + 1
             return out
+
+    def send(self, keys: Set[str], code: bytes) -> Set[str]:
+        """Send ``code`` (:data:`SIGNALS`' keys) on the links whose shim said one of ``keys``
+        (``rank_<r>``, ``scheduler``); the keys it reached (not those of a silent node)."""
+        reached: Set[str] = set()
+        with self._lock:
+            for link in self._links:
+                if link.node is not None and link.key in keys and link.node not in self.silent:
+                    try:
+                        link.sock.send(code)
+                        reached.add(link.key)
+                    except OSError:
+                        pass
+        return reached
 
     def close(self) -> None:
         self._stop.set()
@@ -230,10 +251,12 @@ def shim_beat(
     timeout: float = SHIM_TIMEOUT,
     interval: float = BEAT_INTERVAL,
     connect_for: float = CONNECT_FOR,
+    on_signal: Optional[Callable[[int], None]] = None,
 ) -> None:
     """A shim's side (see the module doc), until ``done`` is set: connect, say hello, beat; call
-    ``on_lost()`` once when mslaunch said nothing for ``timeout`` s on a link that was up.
-    Returns without a call when it cannot connect within ``connect_for`` s."""
+    ``on_signal(signum)`` for each signal mslaunch sends (:data:`SIGNALS`), and ``on_lost()``
+    once when mslaunch said nothing for ``timeout`` s on a link that was up.  Returns without a
+    call when it cannot connect within ``connect_for`` s."""
     sock = _connect(addr, done, connect_for)
     if sock is None:
         return
@@ -267,6 +290,9 @@ def shim_beat(
                 if not data:
                     return  # mslaunch closed the link (its attempt ended): Slurm ends the step
                 last_in = time.monotonic()
+                for code, signum in SIGNALS.items():
+                    if code in data and on_signal is not None:
+                        on_signal(signum)
             if time.monotonic() - last_in > timeout:
                 on_lost()
                 return

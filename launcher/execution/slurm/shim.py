@@ -239,7 +239,10 @@ def main(argv: List[str]) -> int:
         here = os.environ.get("SLURMD_NODENAME") or node
         timeout = float(beat.get("timeout") or SHIM_TIMEOUT)
         threading.Thread(
-            target=shim_beat, args=(addr, str(beat["token"]), here, key, lost, done, timeout), daemon=True
+            target=shim_beat,
+            args=(addr, str(beat["token"]), here, key, lost, done, timeout),
+            kwargs={"on_signal": lambda signum: on_stop(signum, None)},  # mslaunch's teardown, as Slurm's
+            daemon=True,
         ).start()
     if stopped:  # a stop signal came before the child existed
         try:

@@ -4,6 +4,7 @@ sockets on loopback, both sides in this process; short timeouts stand for the re
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 
@@ -99,3 +100,51 @@ def test_a_shim_that_hears_nothing_from_mslaunch_ends_its_rank_and_one_that_cann
     done2, lost2 = threading.Event(), []  # nothing listens on port 1 of loopback
     shim_beat(("127.0.0.1", 1), TOKEN, "node1", "rank_0", lambda: lost2.append(1), done2, 0.5, 0.1, 0.5)
     assert lost2 == []
+
+
+def test_the_backend_listens_on_its_address_towards_the_nodes_unless_turned_off(monkeypatch):
+    from launcher.execution.slurm import backend as sb
+    from launcher.execution.slurm import nodes
+
+    monkeypatch.setattr(nodes, "node_addrs", lambda names, timeout=30.0: {n: "127.0.0.1" for n in names})
+    b = sb.SlurmBackend.__new__(sb.SlurmBackend)
+    b.beats, b._silent, b._steps, b.on_note = None, {}, [], None
+    monkeypatch.setenv(sb.HEARTBEAT_VAR, "off")
+    assert b._listen(["node1"]) is None and b.beats is None
+    monkeypatch.delenv(sb.HEARTBEAT_VAR)
+    beat = b._listen(["node1", "node2"])
+    try:
+        assert beat == {"addr": ["127.0.0.1", b.beats.address[1]], "token": b.beats.token}
+        assert len(beat["token"]) == 32
+    finally:
+        b.beats.close()
+
+
+def test_a_signal_reaches_the_shims_of_the_keys_asked_and_none_on_a_silent_node():
+    lis, seen = _listener(silent_after=0.6)
+    done, got = threading.Event(), []
+    threads = []
+    try:
+        for node, key in (("node1", "rank_0"), ("node1", "scheduler"), ("node2", "rank_1")):
+            t = threading.Thread(
+                target=shim_beat,
+                args=(lis.address, TOKEN, node, key, lambda: None, done, 5.0, 0.1),
+                kwargs={"on_signal": lambda signum, key=key: got.append((key, signum))},
+            )
+            t.start()
+            threads.append(t)
+        wait_or_fail(lambda: lis.nodes() == {"node1": 2, "node2": 1}, 10, "three shims said hello")
+        assert lis.send({"rank_0", "rank_1"}, b"T") == {"rank_0", "rank_1"}
+        wait_or_fail(lambda: len(got) == 2, 10, "both shims got SIGTERM")
+        assert sorted(got) == [("rank_0", signal.SIGTERM), ("rank_1", signal.SIGTERM)]
+        cut = _cut_off(lis, "node3", "rank_2")
+        wait_or_fail(lambda: seen, 10, "node3 named silent")
+        assert lis.send({"rank_2", "scheduler"}, b"K") == {"scheduler"}  # none on the silent node
+        wait_or_fail(lambda: len(got) == 3, 10, "the scheduler's shim got SIGKILL")
+        assert got[2] == ("scheduler", signal.SIGKILL)
+        cut.close()
+    finally:
+        done.set()
+        for t in threads:
+            t.join(5)
+        lis.close()

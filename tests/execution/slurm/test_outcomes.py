@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from launcher.execution.backend import StartRequest
 from launcher.execution.results import earliest_failure
-from launcher.execution.slurm.backend import SrunStepProcess
+from launcher.execution.slurm.step import SrunStepProcess
 from launcher.planning.job.spec import ProcPlan
 
 
@@ -152,3 +152,16 @@ def test_a_rank_its_shim_ended_when_cut_off_is_lost_with_its_node(tmp_path) -> N
     _record(tmp_path, 1, 1, 2.0, node="node2")
     results = _handle(tmp_path, [0, 1], lost={"node2": how}).outcomes(-signal.SIGKILL, 6.0, False)
     assert [(r.name, r.returncode, r.lost) for r in results][1] == ("rank 1", 1, None)
+
+
+def test_a_graceful_stop_goes_over_the_heartbeat_links_and_through_slurm_only_when_one_is_missing(tmp_path) -> None:
+    """``scancel --signal`` waits for every node of the job (6 s with one node silent): the
+    teardown's SIGTERM goes to the shims over their links, and through Slurm only when a shim of
+    the step has no link (not started yet, or it could not connect)."""
+    for reached, scancels in (({"rank_0", "rank_1"}, []), ({"rank_0"}, ["TERM"]), (set(), ["TERM"])):
+        h = _handle(tmp_path, [0, 1])
+        sent, called = [], []
+        h.backend.signal_shims = lambda keys, code, reached=reached: sent.append((sorted(keys), code)) or set(reached)
+        h._scancel = called.append
+        h.stop_gracefully()
+        assert sent == [(["rank_0", "rank_1"], b"T")] and called == scancels, reached

@@ -70,3 +70,34 @@ def test_a_shim_cut_off_from_mslaunch_ends_its_rank_and_says_so(tmp_path):
     assert hello == {"node": "node7", "key": "rank_0", "token": "t"}
     end = json.loads((status / "rank_0.exit.json").read_text())
     assert (end["returncode"], end["cut_off"], end["stopped"]) == (-9, True, False)
+
+
+def test_mslaunchs_sigterm_over_the_link_reaches_the_rank_as_slurms_would(tmp_path):
+    """mslaunch's teardown sends ``T`` on the link (``scancel --signal`` waits for every node of
+    the job): the shim passes SIGTERM to its rank and records the exit as stopped."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    tasks, status = _tasks(tmp_path, [sys.executable, "-c", "import time; time.sleep(120)"])
+    tasks["beat"] = {"addr": list(srv.getsockname()), "token": "t"}
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(tasks))
+    env = dict(os.environ, SLURM_PROCID="0", SLURMD_NODENAME="node7")
+    shim = subprocess.Popen(
+        [sys.executable, "-m", "launcher.execution.slurm.shim", str(path), "workers"], env=env, stderr=subprocess.PIPE
+    )
+    try:
+        srv.settimeout(60)
+        conn, _ = srv.accept()
+        assert json.loads(conn.recv(4096).split(b"\n")[0])["key"] == "rank_0"
+        conn.sendall(b".T")
+        _, err = shim.communicate(timeout=60)
+        conn.close()
+    finally:
+        srv.close()
+        if shim.poll() is None:
+            shim.kill()
+            shim.communicate()
+    assert shim.returncode == 128 + 15, err
+    end = json.loads((status / "rank_0.exit.json").read_text())
+    assert (end["returncode"], end["stopped"]) == (-15, True) and "cut_off" not in end
