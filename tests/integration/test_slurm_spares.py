@@ -178,13 +178,14 @@ def test_a_node_cut_off_is_lost_by_its_heartbeats_before_slurm_knows(cluster, tm
     cluster.net.cut_link(addr)
     try:
         out, err = _finish(proc)
+        # the link stays down until the shim, hearing nothing, ended rank 1 (node2 sees the job folder)
+        wait_or_fail(lambda: (job / "slurm" / "rank_1.exit.json").exists(), 30, "rank 1's shim ended it, cut off")
     finally:
         cluster.net.restore_link(addr, wait=False)
     assert proc.returncode == 0, err
     _moved_to_node3(
         job, pids, err, r"no heartbeat from node node2 for \d+ s \(its rank_1's shim\); the node or its link is down"
     )
-    wait_or_fail(lambda: (job / "slurm" / "rank_1.exit.json").exists(), 30, "rank 1's shim ended it, cut off")
     end = json.loads((job / "slurm" / "rank_1.exit.json").read_text())
     assert (end["node"], end["cut_off"], end["returncode"]) == ("node2", True, -9), end
     wait_for(lambda: not cluster.node_pids(include_slurm=False), 60)
