@@ -122,27 +122,23 @@ class SrunStepProcess(StandInProcess):
         return sorted({r.proc.host for r in self.procs})
 
     def fail_lost(self) -> Optional[threading.Thread]:
-        """A node of the step went silent (:mod:`launcher.execution.slurm.beat`): end srun here at
-        once, as a failure of the step (not a stop: its exit then asks which nodes were lost,
-        :meth:`read_lost`), and the step's tasks through Slurm from a thread (returned), since
-        slurmctld may answer only once its message to the silent node timed out."""
+        """A node of the step went silent (:mod:`launcher.execution.slurm.beat`): SIGKILL to the
+        step's tasks on the other nodes over their links, srun here ended at once, as a failure of
+        the step (not a stop: its exit then asks which nodes were lost, :meth:`read_lost`), and
+        the step cancelled through Slurm from a thread (returned), since slurmctld may answer only
+        once its message to the silent node timed out."""
         if self.popen.poll() is not None:
             return None
-        ids = self.step_ids()
-        cancel = threading.Thread(target=self._cancel_ids, args=(ids,), name="mslaunch-slurm-cancel", daemon=True)
+        self._signal_shims(b"K")
+        cancel = threading.Thread(target=self._cancel_tasks, name="mslaunch-slurm-cancel", daemon=True)
         cancel.start()
         kill_tree(self.pid, self.pgid, signal.SIGKILL)
         return cancel
 
-    def _cancel_ids(self, ids: List[str]) -> None:
-        from launcher.execution.slurm.cancel import scancel
-
-        if ids:
-            scancel(ids, "KILL")
-            scancel(ids, None)
-        else:
-            self.backend.cancel("KILL")
-            self.backend.cancel(None)
+    def _cancel_tasks(self) -> None:
+        """SIGKILL to the step's tasks through Slurm, and the step cancelled."""
+        self._scancel("KILL")
+        self._scancel(None)
 
     def stop_gracefully(self) -> None:
         """SIGTERM to every task of the step, so ranks get the grace: over the shims' heartbeat
@@ -162,8 +158,7 @@ class SrunStepProcess(StandInProcess):
         ``kill()`` SIGKILLs srun)."""
         if self.popen.poll() is None:
             self._signal_shims(b"K")
-            self._scancel("KILL")
-            self._scancel(None)
+            self._cancel_tasks()
 
     def outcomes(
         self, rc: Optional[int], when: Optional[float], torn: bool, note: Optional[str] = None
