@@ -153,6 +153,15 @@ def _moved_to_node3(job, pids, err: str, lost_re: str) -> str:
     return lost
 
 
+def _linked(cluster: SlurmCluster, node: str, job) -> bool:
+    """Whether ``node`` holds an established TCP connection to the attempt's heartbeat port (from
+    the tasks file; launcher.execution.slurm.beat)."""
+    port = json.loads((job / "slurm" / "tasks.json").read_text())["beat"]["addr"][1]
+    ns = cluster.net.hosts[cluster.nodes.index(node)].netns
+    argv = ["ip", "netns", "exec", ns, "ss", "-Htn", "state", "established", f"( dport = :{port} )"]
+    return bool(subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip())
+
+
 @pytest.mark.cost(25)
 def test_a_node_whose_slurmd_stops_mid_job_is_lost_and_the_restart_uses_the_spare_node(cluster, tmp_path) -> None:
     proc, pids, job = _start(cluster, tmp_path)
@@ -174,6 +183,8 @@ def test_a_node_cut_off_is_lost_by_its_heartbeats_before_slurm_knows(cluster, tm
     once the link is back."""
     wait_or_fail(lambda: "node2" in cluster.idle_nodes(), 60, "node2 back in service")
     proc, pids, job = _start(cluster, tmp_path)
+    # a rank runs before its shim's link is up (the shim connects beside it): cut only once it is
+    wait_or_fail(lambda: _linked(cluster, "node2", job), 60, "node2's shim linked to mslaunch")
     addr = cluster.addr("node2")
     cluster.net.cut_link(addr)
     try:
