@@ -158,8 +158,8 @@ def _linked(cluster: SlurmCluster, node: str, job) -> bool:
     the tasks file; launcher.execution.slurm.beat)."""
     port = json.loads((job / "slurm" / "tasks.json").read_text())["beat"]["addr"][1]
     ns = cluster.net.hosts[cluster.nodes.index(node)].netns
-    argv = ["ip", "netns", "exec", ns, "ss", "-Htn", "state", "established", f"( dport = :{port} )"]
-    return bool(subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip())
+    ss = ["ip", "netns", "exec", ns, "ss", "-Htn", "state", "established", f"( dport = :{port} )"]
+    return bool(subprocess.run(ss, capture_output=True, text=True, timeout=30).stdout.strip())
 
 
 @pytest.mark.cost(25)
