@@ -42,7 +42,7 @@ MAX_TEST_SECONDS = 60.0
 #: A test without a cost marker may take this long.
 UNMARKED_SECONDS = 30.0
 #: A marked test may take ``SLACK`` times its marker plus :data:`GRACE_SECONDS`.
-SLACK = 2.0
+SLACK = 3.0
 GRACE_SECONDS = 10.0
 #: The limits above stretch with the run's pace (:func:`pace`), up to this factor ...
 MAX_PACE = 2.0
