@@ -1,4 +1,4 @@
-"""Slow nodes found while a Slurm job runs: the reference trainer (real MindSpore: ResNet-8, data
+"""Slow nodes found while a Slurm job runs: the reference trainer (real MindSpore: ResNet-8 on 16x16, data
 parallel, 2 ranks) as srun steps on the namespace Slurm cluster; once the ranks step, rank 1's
 process (on node2) is moved into a cgroup under a CPU quota.  mslaunch starts nothing on the nodes
 but the steps: each rank's task shim samples it there (``rank-figures/``), and the straggler watch
@@ -26,7 +26,7 @@ STEPS = 12
 @pytest.mark.slurm
 @pytest.mark.netns
 @pytest.mark.mindspore
-@pytest.mark.cost(40)
+@pytest.mark.cost(30)  # 26 s alone
 def test_a_trainer_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(slurm, tmp_path):
     if not cgroup_v1_cpu():
         pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
@@ -39,7 +39,7 @@ def test_a_trainer_rank_under_a_cpu_quota_mid_job_is_named_with_its_slurm_node(s
         "run", "--launcher", "slurm", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
         "--grace", "10", "--straggler", "warn:6", "--env", f"FAULT_STREAM_MARK={mark}", "--env", "GLOG_v=3",
         "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet8", "--data-path", str(data),
-        "--image-size", "32", "--batch-size", "4", "--steps-per-epoch", str(STEPS), "--epochs", "1", "--workers", "1",
+        "--image-size", "16", "--batch-size", "4", "--steps-per-epoch", str(STEPS), "--epochs", "1", "--workers", "1",
     )  # fmt: skip
     env = slurm.env()
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
