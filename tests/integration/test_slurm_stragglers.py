@@ -20,7 +20,7 @@ from tests.harness.cli import mslaunch_argv
 from tests.harness.faultstream import job_mark, rank_pids
 from tests.harness.hostfaults import cgroup_v1_cpu, throttle_pids, unthrottle_group
 
-STEPS = 12
+STEPS = 16
 
 
 @pytest.mark.slurm
