@@ -198,15 +198,19 @@ def last_lines(path: str, n: int, block: int = 64 * 1024) -> Tuple[List[str], in
             return [], 0
         size = st.st_size
         pos = size
-        data = b""
-        while pos > 0 and data.count(b"\n") <= n and size - pos < MAX_TAIL:
+        chunks: List[bytes] = []  # newest first: each read is copied and counted once
+        newlines = 0
+        while pos > 0 and newlines <= n and size - pos < MAX_TAIL:
             step = min(block, pos)
             pos -= step
-            data = os.pread(fd, step, pos) + data
+            chunk = os.pread(fd, step, pos)
+            chunks.append(chunk)
+            newlines += chunk.count(b"\n")
     except OSError:
         return [], 0
     finally:
         os.close(fd)
+    data = b"".join(reversed(chunks))
     lines = data.split(b"\n")
     partial = lines.pop() if lines else b""
     if pos > 0 and lines:
