@@ -69,7 +69,8 @@ class Env:
         )
 
     def cli(self, *args):
-        return run_process(*args, env=self.environ, timeout=60)
+        """status / stop / logs tail of a job folder: in this process (they start nothing)."""
+        return run_cli(*args, env=self.environ)
 
     def started(self):
         return sorted(n for n in os.listdir(self.pids) if n.endswith(".pids"))
@@ -147,18 +148,20 @@ def test_existing_log_dir_is_made_private(tmp_path):
     (plan.json, job.json's argv, rank logs) and a cluster's hosts are shared with other teams, so a
     group- or world-listable job directory (a sticky /tmp-like 1777, a 0755 made by mkdir under
     umask 022) would let them see at least the job's names and open any file that is not 0600.
-    The directory is checked empty before: a refused one is left as it was."""
+    (A directory mslaunch creates is private from the start, and one that is not empty is refused
+    before its mode is touched: test_every_file_of_a_job_and_of_its_report_is_private_under_umask_022
+    and test_log_dir_that_is_not_empty_is_refused.)"""
     e = Env(tmp_path)
     cases = []
-    for mode in (0o1777, 0o755, 0o750, 0o700):
+    for mode in (0o1777, 0o700):  # world-writable and sticky, already private
         d = tmp_path / f"dir{mode:o}"
         d.mkdir()
         os.chmod(d, mode)
         cases.append((["--log-dir", str(d)], d, mode, e.work))
-    cwd = tmp_path / "cwd"
+    cwd = tmp_path / "cwd"  # group- and world-readable, as mkdir makes it under umask 022
     cwd.mkdir()
-    os.chmod(cwd, 0o751)
-    cases.append((["--log-dir", "."], cwd, 0o751, cwd))
+    os.chmod(cwd, 0o755)
+    cases.append((["--log-dir", "."], cwd, 0o755, cwd))
     for opts, d, mode, run_cwd in cases:
         r = e.run(*opts, cwd=run_cwd)
         assert r.returncode == 0, r.stderr
@@ -179,16 +182,6 @@ def test_existing_log_dir_is_made_private(tmp_path):
             "summary.json",
             "worker_0.log",
         ]
-    created = tmp_path / "new" / "deeper" / "job"
-    assert e.run("--log-dir", str(created)).returncode == 0
-    assert stat.S_IMODE(os.stat(created).st_mode) == 0o700  # a directory mslaunch creates is private
-    # a job directory that is not empty is refused before its mode is touched
-    full = tmp_path / "full"
-    full.mkdir()
-    os.chmod(full, 0o755)
-    (full / "data.txt").write_text("x\n")
-    one_line_error(e.run("--log-dir", str(full)), 2, "is not empty")
-    assert snapshot(full) == (0o755, ["data.txt"])
     e.assert_gone()
 
 
@@ -229,10 +222,11 @@ def test_every_file_of_a_job_and_of_its_report_is_private_under_umask_022(tmp_pa
     """A real 2-rank run whose workers print their environment, with --env and --env-file secrets,
     under umask 022: every file of the job directory (plan.json, job.json, rank logs, events...),
     the registry entry, --summary-json / --junit and ``mslaunch report``'s output are 0600, every
-    folder 0700 (rank logs and the report were 0644 and the report folder 0755)."""
+    folder 0700 (rank logs and the report were 0644 and the report folder 0755); the job directory
+    is new, below folders that do not exist yet, and mslaunch creates it 0700."""
     e = Env(tmp_path)
     (e.work / "secrets.env").write_text("FILE_SECRET=from-the-env-file\n")
-    job_dir, out = e.work / "job", e.work / "ci"
+    job_dir, out = e.work / "new" / "deeper" / "job", e.work / "ci"
     out.mkdir()
 
     def umask_022():
@@ -281,7 +275,11 @@ def test_every_file_of_a_job_and_of_its_report_is_private_under_umask_022(tmp_pa
         ("summary.json", "0o600"),
     ]
     pytest.importorskip("matplotlib")
-    rep = run_process("report", "--log-dir", str(job_dir), env=e.environ, timeout=120, preexec_fn=umask_022)
+    saved = os.umask(0o022)  # the report starts nothing: in this process, under the same umask
+    try:
+        rep = run_cli("report", "--log-dir", str(job_dir), env=e.environ)
+    finally:
+        os.umask(saved)
     assert rep.returncode == 0, rep.stderr
     assert sorted(os.listdir(job_dir / "report")) == [
         "goodput.png",
@@ -325,8 +323,7 @@ def test_log_dir_that_is_not_empty_is_refused(tmp_path):
     assert e.started() == first and len(e.registry()) == 1  # only the finished job
 
     # a job dir whose job did not finish (no summary.json) is refused and left as it is
-    unfinished = tmp_path / "unfinished"
-    assert e.run("--log-dir", str(unfinished)).returncode == 0
+    unfinished = finished
     os.unlink(unfinished / "summary.json")
     before = snapshot(unfinished)
     one_line_error(e.run("--log-dir", str(unfinished), cwd=cwd), 2, "holds a job that did not finish")

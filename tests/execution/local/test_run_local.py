@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 
@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from tests.harness.ci import require_tool
-from tests.harness.cli import mslaunch_argv, run_process
+from tests.harness.cli import mslaunch_argv, run_cli, run_process
 from tests.harness.paths import TESTS
 
 HERE = TESTS
@@ -287,7 +287,7 @@ def test_detach_ps_status_logs_stop(job, tmp_path):
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
     job.wait_started(3)
-    cli = lambda *a: run_process(*a, env=env, timeout=60)  # noqa: E731  (a one-line local helper)
+    cli = lambda *a: run_cli(*a, env=env)  # noqa: E731  (in this process: they start nothing; see tests/harness/cli.py)
     ps = cli("ps")
     assert job_id in ps.stdout and "running" in ps.stdout
     st = cli("status", job_id)
@@ -313,7 +313,7 @@ def test_logs_tail_follow_and_grep(job, tmp_path):
     p.communicate(timeout=30)
     assert p.returncode == 0
     assert sorted(follow.stdout.splitlines()) == ["[rank 0] rank0 done", "[rank 1] rank1 done"]
-    ls = run_process("logs", "ls", str(job.dir), env=job.environ)
+    ls = run_cli("logs", "ls", str(job.dir), env=job.environ)
     assert [line.split()[:2] for line in ls.stdout.splitlines()] == [
         ["rank", "0"],
         ["rank", "1"],
@@ -323,8 +323,8 @@ def test_logs_tail_follow_and_grep(job, tmp_path):
 
 
 def test_bad_program_is_a_start_failure(job, tmp_path):
-    # a missing program is refused before anything starts (exit 2, no job files)
-    r = run_process(
+    # a missing program is refused before anything starts (exit 2, no job files): in this process
+    r = run_cli(
         "run",
         "--np",
         "1",
@@ -335,7 +335,6 @@ def test_bad_program_is_a_start_failure(job, tmp_path):
         "auto",
         str(tmp_path / "missing.sh"),
         env=job.environ,
-        timeout=60,
     )
     assert r.returncode == 2 and f"no such file '{tmp_path}/missing.sh'" in r.stderr, r.stderr
     assert not (job.dir / "summary.json").exists()
@@ -365,21 +364,21 @@ def test_bad_program_is_a_start_failure(job, tmp_path):
 
 @pytest.mark.mpi
 def test_mpirun_launcher_runs_and_names_failing_rank(job):
+    """One job under mpirun (--method mpi): each rank prints its environment first (its rank in
+    RANK_ID, DEVICE_ID and OMPI_COMM_WORLD_RANK), then rank 1 fails with 4 and is named the root
+    cause.  (A job under mpirun that succeeds: tests/execution/mpirun/test_faults_mpirun.py.)"""
     require_tool("mpirun", package="openmpi-bin")
-    r = job.run("env", np=2, extra=("--launcher", "mpirun", "--method", "mpi"))
-    assert r.returncode == 0, r.stderr + (job.dir / "mpirun.log").read_text()
+    env_then_rank = ("--no-python", "bash", "-c", 'env; exec "$0" "$@"', sys.executable, PROG, "fail", "1.0", "1", "4")
+    args = job.args(np=2, extra=("--launcher", "mpirun", "--method", "mpi"))[:-1]  # without the program
+    r = run_process(*args, *env_then_rank, env=job.environ, cwd=str(job.dir.parent), timeout=60)
+    assert r.returncode == 4, r.stderr + (job.dir / "mpirun.log").read_text()
+    cause = job.summary()["root_cause"]
+    assert (cause["name"], cause["exit_code"]) == ("rank 1", 4)
     for rank in (0, 1):
         seen = dict(
             line.split("=", 1) for line in (job.dir / f"worker_{rank}.log").read_text().splitlines() if "=" in line
         )
         assert (seen["RANK_ID"], seen["DEVICE_ID"], seen["OMPI_COMM_WORLD_RANK"]) == (str(rank), str(rank), str(rank))
-    shutil.rmtree(job.dir)
-    for name in os.listdir(job.pids):
-        os.unlink(os.path.join(job.pids, name))
-    r = job.run("fail", "0.5", "1", "4", np=2, extra=("--launcher", "mpirun", "--method", "mpi"))
-    assert r.returncode == 4, r.stderr
-    cause = job.summary()["root_cause"]
-    assert (cause["name"], cause["exit_code"]) == ("rank 1", 4)
     assert_all_gone(job.pids)
 
 
