@@ -1,16 +1,19 @@
 """mslaunch as a drop-in for msrun, end to end with real MindSpore 2.10 (CPU) and msrun itself.
 
-Every command line is one from MindSpore's msrun docs; it runs once with ``msrun`` and once with
-``msrun`` replaced by ``python -m launcher run``, and the two are compared: exit code, the log
-files' names and places, what reaches the console, the collective's result.  Per-node mode runs
-on the namespace cluster without SSH: one launcher started inside each node's namespace, as a
-cluster manager would.
+Every command line is one from MindSpore's msrun docs; it runs with ``msrun`` replaced by
+``python -m launcher run`` and is held to what ``msrun`` itself does with it: exit code, the log
+files' names and places, what reaches the console, the collective's result.  What msrun does was
+seen by running it beside mslaunch on the MindSpore versions of :data:`MSRUN_SEEN_ON`; on another
+version the two-node case runs msrun too (its own ports and folders) and holds it to the same
+expectations, so a MindSpore whose msrun changed fails here (then check msrun's new behaviour, and
+add the version once mslaunch matches it).  Per-node mode runs on the namespace cluster without
+SSH: one launcher started inside each node's namespace, as a cluster manager would.
 
 Each case proves something different:
 
 * two nodes with ``--node_rank 0/1`` and the docs' ``--join=True --log_dir --cluster_time_out``
-  plus ``--worker_log_name`` (``{hostname}`` and ``{ip}``) and ``--tail_worker_log``: msrun and
-  mslaunch side by side (their own ports and folders), the same logs and console per node;
+  plus ``--worker_log_name`` (``{hostname}`` and ``{ip}``) and ``--tail_worker_log``: msrun's logs
+  and console per node (msrun beside it on a MindSpore version not in :data:`MSRUN_SEEN_ON`);
 * one node, no flag: the zygote forks the scheduler and both workers, with the docs' single-node
   line (``--worker_log_name={hostname}``, ``--tail_worker_log=0``) held to what msrun does on node 0;
 * two nodes, a worker on node 1 fails: node 1 fails with its summary, node 0 ends (MindSpore's
@@ -40,6 +43,19 @@ BIN = os.path.dirname(sys.executable)
 MSRUN = os.path.join(BIN, "msrun")
 
 pytestmark = pytest.mark.mindspore(also=os.access(MSRUN, os.X_OK), what="mindspore (with msrun)")
+
+#: MindSpore versions whose msrun was run beside mslaunch on the two-node case and did what it
+#: expects (the logs' names and places, the console, the collective's result, exit 0 per node);
+#: on these the case runs mslaunch alone (msrun's five processes, each importing MindSpore, were
+#: two thirds of its CPU).
+MSRUN_SEEN_ON = frozenset({"2.10.0"})
+
+
+def mindspore_version() -> str:
+    from importlib.metadata import version
+
+    return version("mindspore")
+
 
 #: files mslaunch adds to a log dir besides msrun's logs
 MSLAUNCH_FILES = {"plan.json", "summary.json", "job.json", "events.jsonl", "metrics.jsonl"}
@@ -128,19 +144,19 @@ def wait_all(procs: List[subprocess.Popen], timeout: float = 400) -> List[int]:
 DOCS_FLAGS = ("--worker_log_name=w_{hostname}_{ip}", "--tail_worker_log=0,3")
 
 
-@pytest.mark.cost(56)  # measured alone (25-31 s), x2
+@pytest.mark.cost(30)  # measured alone (12-15 s), x2; with msrun beside it (another MindSpore) about twice that
 def test_two_nodes_node_rank_like_msrun(netns_cluster, tmp_path):
     """msrun docs' two-node lines (--node_rank 0 / 1 on each node), each node started on its
-    own inside its namespace: msrun and mslaunch side by side (their own ports and folders);
-    same logs per node (named by --worker_log_name's {hostname} and {ip}), same console
-    (--tail_worker_log=0,3: rank 0 on node 0, rank 3 on node 1, not ranks 1 and 2),
-    AllReduce correct."""
+    own inside its namespace: the logs msrun writes per node (named by --worker_log_name's
+    {hostname} and {ip}), its console (--tail_worker_log=0,3: rank 0 on node 0, rank 3 on
+    node 1, not ranks 1 and 2), AllReduce correct.  On a MindSpore not in MSRUN_SEEN_ON, msrun
+    runs beside mslaunch (their own ports and folders) and is held to the same."""
     c = netns_cluster
     host = socket.gethostname()
-    both = ("msrun", "mslaunch")
+    both = ("mslaunch",) if mindspore_version() in MSRUN_SEEN_ON else ("msrun", "mslaunch")
     procs = {which: start_nodes(c, which, tmp_path, free_port(), flags=DOCS_FLAGS) for which in both}
-    got = wait_all(procs["msrun"] + procs["mslaunch"])
-    codes = {"msrun": got[:2], "mslaunch": got[2:]}
+    got = wait_all([p for which in both for p in procs[which]])
+    codes = {which: got[2 * i : 2 * i + 2] for i, which in enumerate(both)}
     for which in both:
         outs = [open(tmp_path / f"{which}_node{k}.out").read()[-3000:] for k in (0, 1)]
         assert codes[which] == [0, 0], (which, outs)

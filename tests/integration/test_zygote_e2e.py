@@ -19,7 +19,7 @@ import time
 import psutil
 import pytest
 
-from tests.harness.cli import run_process
+from tests.harness.cli import run_cli, run_process
 from tests.integration.test_e2e_mindspore import assert_no_pids_left
 
 pytestmark = pytest.mark.mindspore
@@ -182,7 +182,7 @@ def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
         ):
             assert time.monotonic() < deadline, "ranks did not get ready"
             time.sleep(0.2)
-        st = run_process("status", "findme", "--json", cwd=tmp_path, env=env, timeout=300)
+        st = run_cli("status", "findme", "--json", cwd=str(tmp_path), env=env)
         assert st.returncode == 0, st.stderr
         procs = {p["name"]: p for p in json.loads(st.stdout)["processes"]}
         assert {"rank 0", "rank 1"} <= set(procs)
@@ -193,7 +193,7 @@ def test_ranks_of_a_running_default_job_can_be_found_and_stopped(tmp_path):
             assert " ".join(psutil.Process(p["pid"]).cmdline()).split() == [sys.executable, script, "--epochs", "3"]
         found = subprocess.run(["pgrep", "-f", f"{script} --epochs 3"], capture_output=True, text=True).stdout.split()
         assert {procs["rank 0"]["pid"], procs["rank 1"]["pid"]} <= {int(x) for x in found}
-        text = run_process("status", "findme", cwd=tmp_path, env=env, timeout=300).stdout
+        text = run_cli("status", "findme", cwd=str(tmp_path), env=env).stdout
         assert re.search(rf"rank 0 +localhost +pid {procs['rank 0']['pid']} +running", text), text
     finally:
         stop = run_process("stop", "findme", cwd=tmp_path, env=env, timeout=300)

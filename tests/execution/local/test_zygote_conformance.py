@@ -198,26 +198,7 @@ def test_a_relative_script_a_symlinked_one_and_a_module(zygote, tmp_path):
 # ---------------------------------------------------------------- how a program ends
 
 
-@pytest.mark.parametrize(
-    "kind,rc",
-    [
-        ("int", 3),
-        ("str", 1),
-        ("none", 0),
-        ("big", 7),
-        ("obj", 1),
-        ("raise", 1),
-        ("os_exit", 7),
-        ("signal", -signal.SIGUSR1),
-        ("interrupt", -signal.SIGINT),
-        ("hook", 1),
-        ("thread_raise", 0),
-    ],
-)
-def test_exit_status_and_last_words(zygote, tmp_path, kind, rc):
-    """Exit status as python's, and the same last lines: messages of ``sys.exit``, tracebacks
-    (from the program's own first frame, chained), the program's ``sys.excepthook``, output lost
-    to ``os._exit`` lost in both, a thread's exception."""
+def _exit_both_ways(zygote, tmp_path, kind, rc):
     plain, forked = run_both(zygote, tmp_path, ["exit", kind])
     assert plain.rc == forked.rc == rc, (plain.log, forked.log)
     assert plain.log == forked.log
@@ -229,6 +210,45 @@ def test_exit_status_and_last_words(zygote, tmp_path, kind, rc):
         )
     if kind == "hook":
         assert "my hook: RuntimeError: through the hook frames=['<module>', 'case_exit', 'deep']" in forked.log
+
+
+@pytest.mark.parametrize(
+    "kind,rc",
+    [
+        ("str", 1),
+        ("raise", 1),
+        ("os_exit", 7),
+        ("signal", -signal.SIGUSR1),
+        ("interrupt", -signal.SIGINT),
+    ],
+)
+def test_exit_status_and_last_words(zygote, tmp_path, kind, rc):
+    """Exit status as python's, and the same last lines, under either stdio setting: a message
+    of ``sys.exit`` and a traceback (from the program's own first frame, chained) after the
+    buffered output, output lost to ``os._exit`` and to a signal lost in both, an uncaught
+    KeyboardInterrupt (the output flushed, then death by SIGINT)."""
+    _exit_both_ways(zygote, tmp_path, kind, rc)
+
+
+# The other ways to end go through the same end of the interpreter (stdout flushed, then the exit
+# status) as "str" and "raise" above: their status and lines are compared under the default only.
+@pytest.mark.parametrize("zygote", ["unbuffered"], indirect=True)
+@pytest.mark.parametrize(
+    "kind,rc",
+    [
+        ("int", 3),
+        ("none", 0),
+        ("big", 7),
+        ("obj", 1),
+        ("hook", 1),
+        ("thread_raise", 0),
+    ],
+)
+@pytest.mark.cost(2, group="unbuffered")
+def test_exit_status_of_every_sys_exit_argument_and_hook(zygote, tmp_path, kind, rc):
+    """Exit status as python's for ``sys.exit`` with an int, None, a large int, an object, and
+    the same last lines: the program's ``sys.excepthook``, a thread's exception."""
+    _exit_both_ways(zygote, tmp_path, kind, rc)
 
 
 def test_a_script_that_cannot_be_read_or_compiled(zygote, tmp_path):
@@ -300,8 +320,7 @@ def test_multiprocessing_and_pickling_main(zygote, tmp_path, method):
 
 @pytest.fixture(scope="module")
 def plain_draws(tmp_path_factory):
-    """What two plain processes draw (the ``random`` case): the premise of the test below, the
-    same for either zygote (stdio plays no part in it), so drawn once for both."""
+    """What two plain processes draw (the ``random`` case): the premise of the test below."""
     runs = []
     for n in range(2):
         out = tmp_path_factory.mktemp(f"plain-random-{n}")
@@ -315,8 +334,10 @@ def plain_draws(tmp_path_factory):
     return draws
 
 
-# (Each zygote setting's tests are one group: the plain processes' draws are taken once on each
-# of at most two workers.)
+# How a child's generators are reseeded does not touch stdio (and the plain draws are taken by two
+# plain processes that import MindSpore): this runs under the default (unbuffered) zygote only.
+@pytest.mark.parametrize("zygote", ["unbuffered"], indirect=True)
+@pytest.mark.cost(2, group="unbuffered")
 def test_every_generator_seeded_at_import_is_fresh_in_each_child(zygote, plain_draws, tmp_path):
     """Two plain processes draw different numbers from every generator a new process seeds with
     entropy (numpy's legacy global state, ``random``, MindSpore's); so must two forked children.
