@@ -4,7 +4,10 @@ Two cases: the trainer's accumulating cells on ResNet-8 with BatchNorm in infere
 K micro-batches must update the weights exactly as one batch of K times the size, and their
 checkpoint (no accumulator) resumes a K=1 step; and the trainer itself, where K=4 micro-batches
 of 8 must train like K=1 batches of 32 from the same seed (same images per step), and count
-optimizer steps in every line and in its checkpoint.  (The trainer's --resume itself runs in
+optimizer steps in every line and in its checkpoint.  The cells see 16x16 images and the trainer
+8x8 ones (neither depends on the image size; a step on 32x32 costs many times more), and the
+cells and the trainer's K=1 run (no checkpoints: no signal handler) run in this process, which
+spares a MindSpore start each.  (The trainer's --resume itself runs in
 tests/workloads/test_resnet50.py.)
 The 2-rank case (one AllReduce per K micro-batches) is in tests/integration/test_grad_accum_e2e.py.
 """
@@ -16,8 +19,9 @@ import os
 import re
 import subprocess
 import sys
-from typing import List
+from typing import Iterator, List, Tuple
 
+import numpy as np
 import pytest
 
 from launcher.logs.metrics import parse_line
@@ -27,49 +31,67 @@ from launcher.workloads.cifar10_synth import write_synthetic_cifar10
 MODULE = "launcher.workloads.resnet50_cifar10"
 LOSS_RE = re.compile(r"^epoch: (\d+) step: (\d+), loss is ([0-9.eE+-]+)$")
 
-# K=1 (the trainer's TrainOneStepCell, batch 32) against K=4 (its accumulating cells, 4 x 8) on
-# ResNet-8 with the same weights and data, BatchNorm in inference mode (so a batch of 32 and four
-# of 8 are the same function); prints the largest weight difference and facts about the cells.
-# Then the K=4 state's checkpoint resumes a new K=1 step (other initial weights) as the trainer's
-# --resume does: the same weights and optimizer state, the step count goes on.
-EQUIVALENCE = r"""
-import json, tempfile, numpy as np, mindspore as ms
-from mindspore import Tensor
-from launcher.workloads.checkpoints import _resume, save_checkpoint
-from launcher.workloads.grad_accum import one_batch_step
-from launcher.workloads.resnet50_cifar10 import make_accumulating_step, make_train_step, resnet
-ms.set_context(mode=ms.GRAPH_MODE); ms.set_device("CPU")
-rng = np.random.default_rng(0)
-x = rng.normal(size=(2, 32, 3, 32, 32)).astype(np.float32)
-y = rng.integers(0, 10, size=(2, 32)).astype(np.int32)
-ms.set_seed(1); net1 = resnet("resnet8"); opt1, one = make_train_step(net1, lr=0.05); one.set_train(False)
-step1 = one_batch_step(one)
-losses1 = [step1(iter([(Tensor(x[i]), Tensor(y[i]))])) for i in range(2)]
-ms.set_seed(1); net4 = resnet("resnet8"); opt4, acc = make_accumulating_step(net4, 4, False, lr=0.05)
-acc.accumulate.set_train(False)
-micro = lambda i: iter([(Tensor(x[i][j * 8:(j + 1) * 8]), Tensor(y[i][j * 8:(j + 1) * 8])) for j in range(4)])
-losses4 = [acc.step(micro(i)) for i in range(2)]
-folder = tempfile.mkdtemp()
-saved = sorted(ms.load_checkpoint(save_checkpoint(acc.state, folder, 1, 2, 2, 1, "resnet8")))
-ms.set_seed(2); net1b = resnet("resnet8"); opt1b, oneb = make_train_step(net1b, lr=0.05)
-position = _resume(folder, oneb, opt1b, 2, 1, "resnet8")
-diff = lambda xs, ys: max(float(np.abs(a.asnumpy() - b.asnumpy()).max()) for a, b in zip(xs, ys))
-print(json.dumps({
-    "saved_accum": [n for n in saved if n.startswith("grad_accum")],
-    "resumed_at": list(position), "resumed_global_step": int(opt1b.global_step.asnumpy()[0]),
-    "resumed_weight_diff": diff(net1b.trainable_params(), net4.trainable_params()),
-    "resumed_moment_diff": diff(opt1b.moments, opt4.moments),
-    "losses1": losses1, "losses4": losses4,
-    "max_weight_diff": max(float(np.abs(a.asnumpy() - b.asnumpy()).max())
-                           for a, b in zip(net1.trainable_params(), net4.trainable_params())),
-    "max_moved": max(float(np.abs(a.asnumpy()).max()) for a in opt1.moments),
-    "accum_left": max(float(np.abs(p.asnumpy()).max()) for p in acc.accum),
-    "accum_names": sorted(p.name for p in acc.accum)[:1],
-    "state_names_equal": sorted(p.name for p in acc.state.get_parameters()) == sorted(p.name for p in one.get_parameters()),
-    "global_steps": [int(opt1.global_step.asnumpy()[0]), int(opt4.global_step.asnumpy()[0])],
-    "applied": acc.applied,
-}))
-"""
+
+def _equivalence(folder: str) -> dict:
+    """K=1 (the trainer's TrainOneStepCell, batch 16) against K=4 (its accumulating cells, 4 x 4) on
+    ResNet-8 with the same weights and data (16x16 images), BatchNorm in inference mode (so a batch
+    of 16 and four of 4 are the same function): the largest weight difference and facts about the
+    cells.  Then the K=4 state's checkpoint (in ``folder``) resumes a new K=1 step (other initial
+    weights) as the trainer's --resume does: the same weights and optimizer state, the step count
+    goes on.  In this process: the cells compile here as in the trainer."""
+    import mindspore as ms
+    from mindspore import Tensor
+
+    from launcher.workloads.checkpoints import _resume, save_checkpoint
+    from launcher.workloads.grad_accum import one_batch_step
+    from launcher.workloads.resnet50_cifar10 import make_accumulating_step, make_train_step, resnet
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 16, 3, 16, 16)).astype(np.float32)
+    y = rng.integers(0, 10, size=(2, 16)).astype(np.int32)
+    ms.set_seed(1)
+    net1 = resnet("resnet8")
+    opt1, one = make_train_step(net1, lr=0.05)
+    one.set_train(False)
+    step1 = one_batch_step(one)
+    losses1 = [step1(iter([(Tensor(x[i]), Tensor(y[i]))])) for i in range(2)]
+    ms.set_seed(1)
+    net4 = resnet("resnet8")
+    opt4, acc = make_accumulating_step(net4, 4, False, lr=0.05)
+    acc.accumulate.set_train(False)
+
+    def micro(i: int) -> Iterator[Tuple[Tensor, Tensor]]:
+        return iter([(Tensor(x[i][j * 4 : (j + 1) * 4]), Tensor(y[i][j * 4 : (j + 1) * 4])) for j in range(4)])
+
+    losses4 = [acc.step(micro(i)) for i in range(2)]
+    saved = sorted(ms.load_checkpoint(save_checkpoint(acc.state, folder, 1, 2, 2, 1, "resnet8")))
+    ms.set_seed(2)
+    net1b = resnet("resnet8")
+    opt1b, oneb = make_train_step(net1b, lr=0.05)
+    position = _resume(folder, oneb, opt1b, 2, 1, "resnet8")
+
+    def diff(xs, ys) -> float:
+        return max(float(np.abs(a.asnumpy() - b.asnumpy()).max()) for a, b in zip(xs, ys))
+
+    return {
+        "saved_accum": [n for n in saved if n.startswith("grad_accum")],
+        "resumed_at": list(position),
+        "resumed_global_step": int(opt1b.global_step.asnumpy()[0]),
+        "resumed_weight_diff": diff(net1b.trainable_params(), net4.trainable_params()),
+        "resumed_moment_diff": diff(opt1b.moments, opt4.moments),
+        "losses1": losses1,
+        "losses4": losses4,
+        "max_weight_diff": diff(net1.trainable_params(), net4.trainable_params()),
+        "max_moved": max(float(np.abs(a.asnumpy()).max()) for a in opt1.moments),
+        "accum_left": max(float(np.abs(p.asnumpy()).max()) for p in acc.accum),
+        "accum_names": sorted(p.name for p in acc.accum)[:1],
+        "state_names_equal": sorted(p.name for p in acc.state.get_parameters())
+        == sorted(p.name for p in one.get_parameters()),
+        "global_steps": [int(opt1.global_step.asnumpy()[0]), int(opt4.global_step.asnumpy()[0])],
+        "applied": acc.applied,
+    }
 
 
 def _env() -> dict:
@@ -79,6 +101,11 @@ def _env() -> dict:
         if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")
     }
     env["GLOG_v"] = "3"
+    # oneDNN's ISA cap, as mslaunch's CPU tuning sets it for its ranks where oneDNN's default is its
+    # reference kernel (an AVX-512 EPYC: ~9x slower, docs/cpu-performance.md); a cap: a CPU whose
+    # best is AVX2 or less runs as before.  A value of the caller's own wins.
+    if "ONEDNN_MAX_CPU_ISA" not in env and "DNNL_MAX_CPU_ISA" not in env:
+        env["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     return env
 
 
@@ -93,11 +120,10 @@ def _losses(stdout: str) -> List[float]:
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(40)
-def test_k_micro_batches_update_the_weights_as_one_batch_k_times_the_size() -> None:
-    r = subprocess.run([sys.executable, "-c", EQUIVALENCE], capture_output=True, text=True, timeout=300, env=_env())
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+@pytest.mark.cost(12)
+def test_k_micro_batches_update_the_weights_as_one_batch_k_times_the_size(tmp_path, capsys) -> None:
+    out = _equivalence(str(tmp_path))
+    stdout = capsys.readouterr().out
     assert out["max_moved"] > 1e-3  # the weights did move: the comparison below means something
     assert out["max_weight_diff"] < 1e-5, out
     # each step's loss is the mean over its K micro-batches: the loss of the whole batch
@@ -108,36 +134,45 @@ def test_k_micro_batches_update_the_weights_as_one_batch_k_times_the_size() -> N
     assert out["state_names_equal"]  # checkpoints of K=1 and K=4 hold the same names
     # the K=4 checkpoint holds no accumulator and resumes K=1: weights, momenta and step count
     assert out["saved_accum"] == []
-    assert "resume: " in r.stdout and "(global step 2); continuing at epoch 2 step 1" in r.stdout, r.stdout
+    assert "resume: " in stdout and "(global step 2); continuing at epoch 2 step 1" in stdout, stdout
     assert out["resumed_at"] == [2, 0, 2] and out["resumed_global_step"] == 2
     assert out["resumed_weight_diff"] == 0.0 and out["resumed_moment_diff"] == 0.0, out
 
 
 @pytest.mark.mindspore
-@pytest.mark.cost(40)  # 31 s alone; 63 s in a make test beside another MindSpore job
-def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp_path) -> None:
+@pytest.mark.cost(14)  # 7 s alone
+def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp_path, capsys, monkeypatch) -> None:
     write_synthetic_cifar10(str(tmp_path / "data"), train=1000, test=100, seed=0)
-    steps = 12
+    steps = 6
     common = [
         "--data-path",
         str(tmp_path / "data"),
-        "--image-size",  # 16: a quarter of the work of 32 per image; the curves fall all the same
-        "16",
+        "--image-size",  # 8: a sixteenth of the work of 32 per image; the curves fall all the same
+        "8",
         "--arch",
         "resnet8",
         "--seed",
         "1",
+        "--lr",  # 0.05: the curves fall as far in 6 steps as in 12 at the default 0.01
+        "0.05",
         "--epochs",
         "1",
         "--steps-per-epoch",
         str(steps),
     ]
-    one = _trainer(common + ["--batch-size", "32"])
     acc = _trainer(common + ["--batch-size", "8", "--grad-accum", "4", "--ckpt-dir", str(tmp_path / "ckpt")])
-    assert one.returncode == 0, one.stderr[-3000:]
     assert acc.returncode == 0, acc.stderr[-3000:]
+    # the K=1 curve to compare with: the trainer's main in this process (without --ckpt-dir it
+    # installs no signal handler), the same lines as `python -m` prints
+    from launcher.workloads.resnet50_cifar10 import main
 
-    # every line counts optimizer steps: 8 loss lines, the step budget of 8 steps of 4 x 8 images
+    for name in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET"):
+        monkeypatch.delenv(name, raising=False)
+    code = main(common + ["--batch-size", "32"])
+    one = capsys.readouterr()
+    assert code == 0, one.err[-3000:]
+
+    # every line counts optimizer steps: 6 loss lines, the step budget of 6 steps of 4 x 8 images
     lines = acc.stdout.splitlines()
     assert [m.group(2) for m in map(LOSS_RE.match, lines) if m] == [str(s) for s in range(1, steps + 1)]
     assert "125 batches of 8 per pass; --grad-accum 4: 31 optimizer steps of 4 batches per pass" in lines[1]
@@ -163,14 +198,14 @@ def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp
     assert deriver.batch_size == 32 and deriver.total() == steps
     assert [r["global_step"] for r in records if r["kind"] == "step"] == list(range(1, steps + 1))
 
-    # the learning curves (ResNet-8 over 12 steps, half the CPU of ResNet-14 over 8: it falls to 0.48
-    # and 0.60 of its first loss here, 0.27 apart, against the bounds below): the same 32
+    # the learning curves (ResNet-8 over 6 steps at --lr 0.05: the mean of the last 3 losses falls
+    # to 0.43 and 0.51 of the first loss here, 0.19 apart, against the bounds below): the same 32
     # images and weights at step 1, so the same loss up to BatchNorm (which normalises over each
     # micro-batch of 8); then both fall alike
-    l1, l4 = _losses(one.stdout), _losses(acc.stdout)
+    l1, l4 = _losses(one.out), _losses(acc.stdout)
     assert len(l1) == len(l4) == steps
     assert abs(l1[0] - l4[0]) < 0.1, (l1, l4)
-    first, last1, last4 = l1[0], sum(l1[-4:]) / 4, sum(l4[-4:]) / 4
+    first, last1, last4 = l1[0], sum(l1[-3:]) / 3, sum(l4[-3:]) / 3
     assert last1 < 0.7 * first and last4 < 0.7 * first, (l1, l4)
     assert abs(last4 - last1) < 0.6, (l1, l4)
 
