@@ -96,6 +96,16 @@ PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptM
 """
 
 
+def _starts_later(start: str, seconds: float) -> bool:
+    """Whether squeue's start time (``%S``: local time, ``2026-11-29T02:13:05``) is more than
+    ``seconds`` away.  False for ``N/A``: a job past its begin time that the scheduler has not
+    started yet shows that, with its reason still ``BeginTime``."""
+    try:
+        return time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%S")) - time.time() > seconds
+    except ValueError:
+        return False
+
+
 class SlurmClusterError(RuntimeError):
     """Setting up or tearing down the Slurm cluster failed; the message says what."""
 
@@ -289,20 +299,30 @@ class SlurmCluster:
         everywhere; a node down or busy with another job does not hold it back) and to one
         second later: each slurmd revokes the previous run's credential when it ends
         it, and refuses a credential created in the same second as that revocation ("Job
-        credential revoked": the requeued job is then killed instead of started)."""
+        credential revoked": the requeued job is then killed instead of started).  It is set
+        only while the job's start is more than 10 s away (Slurm's hold of a requeued job): once
+        the new start has passed, squeue still says ``BeginTime`` until the scheduler's next pass
+        starts the job, and a start moved a second forward at every poll kept it a second ahead
+        of that pass, under load for minutes.  A job that does not run again in ``timeout`` s
+        fails with what Slurm said of it."""
         end = time.monotonic() + timeout
         seen_pending = False
-        state = ""
+        state, completing = "", []  # type: str, List[str]
         while time.monotonic() < end:
-            state = self.run(["squeue", "-h", "-j", job, "-o", "%T %r"]).stdout.strip()
+            state = self.run(["squeue", "-h", "-j", job, "-o", "%T %r %S"]).stdout.strip()
             if state.startswith("PENDING"):
                 seen_pending = True
-                if "BeginTime" in state and not self.completing_nodes():
-                    self.run(["scontrol", "update", f"jobid={job}", "StartTime=now+1"])
+                if " BeginTime " in state and _starts_later(state.rsplit(" ", 1)[1], 10.0):
+                    completing = self.completing_nodes()
+                    if not completing:
+                        self.run(["scontrol", "update", f"jobid={job}", "StartTime=now+1"])
             elif seen_pending or not state:
                 return
             time.sleep(0.2)
-        raise SlurmClusterError(f"job {job} did not run again within {timeout:g} s (state {state!r})")
+        raise SlurmClusterError(
+            f"job {job} did not run again within {timeout:g} s (state {state!r}; nodes completing a job at the"
+            f" last look: {completing or 'none'}); slurmctld: {self.ctld_log_lines(f'JobId={job}')[-8:]}"
+        )
 
     def wait_left_queue(self, job: str, timeout: float) -> None:
         """Wait until Slurm job ``job`` is no longer in the queue (ended, requeues included)."""
