@@ -8,6 +8,8 @@ fails, because ``make test`` installs the ``[train]`` extra and CI must run thes
 from __future__ import annotations
 
 import importlib.util
+import os
+from typing import Dict
 
 from tests.harness.ci import skip_or_fail
 
@@ -35,3 +37,19 @@ def require_mindspore(*, also: bool = True, what: str = "mindspore") -> None:
         f"{what} not installed (pip install -e '.[train]')",
         f"{what} is missing in CI (make test installs the [train] extra)",
     )
+
+
+#: A launcher's variables in a rank's environment: a test that runs the trainer itself leaves them out.
+LAUNCHER_VARS = ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")
+
+
+def trainer_env() -> Dict[str, str]:
+    """The environment of a trainer a test starts itself, outside mslaunch: this one without a
+    launcher's variables (a rank's role, a rank table, an mpirun world), and oneDNN's ISA capped
+    as mslaunch's CPU tuning caps it for its ranks where oneDNN's default is its reference kernel
+    (an AVX-512 CPU: 9-20x slower steps, docs/cpu-performance.md); a CPU whose best is AVX2 or
+    less runs as before, and a cap of the caller's own wins."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    if "ONEDNN_MAX_CPU_ISA" not in env and "DNNL_MAX_CPU_ISA" not in env:
+        env["ONEDNN_MAX_CPU_ISA"] = "AVX2"
+    return env

@@ -15,7 +15,6 @@ The 2-rank case (one AllReduce per K micro-batches) is in tests/integration/test
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 from launcher.logs.metrics import parse_line
 from launcher.logs.progress import RankDeriver
 from launcher.workloads.cifar10_synth import write_synthetic_cifar10
+from tests.harness.mindspore import LAUNCHER_VARS, trainer_env
 
 MODULE = "launcher.workloads.resnet50_cifar10"
 LOSS_RE = re.compile(r"^epoch: (\d+) step: (\d+), loss is ([0-9.eE+-]+)$")
@@ -95,17 +95,8 @@ def _equivalence(folder: str) -> dict:
 
 
 def _env() -> dict:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")
-    }
+    env = trainer_env()
     env["GLOG_v"] = "3"
-    # oneDNN's ISA cap, as mslaunch's CPU tuning sets it for its ranks where oneDNN's default is its
-    # reference kernel (an AVX-512 EPYC: ~9x slower, docs/cpu-performance.md); a cap: a CPU whose
-    # best is AVX2 or less runs as before.  A value of the caller's own wins.
-    if "ONEDNN_MAX_CPU_ISA" not in env and "DNNL_MAX_CPU_ISA" not in env:
-        env["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     return env
 
 
@@ -166,7 +157,7 @@ def test_trainer_k4_batch8_trains_like_k1_batch32_and_counts_optimizer_steps(tmp
     # installs no signal handler), the same lines as `python -m` prints
     from launcher.workloads.resnet50_cifar10 import main
 
-    for name in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET"):
+    for name in LAUNCHER_VARS:
         monkeypatch.delenv(name, raising=False)
     code = main(common + ["--batch-size", "32"])
     one = capsys.readouterr()
@@ -217,7 +208,7 @@ def test_grad_accum_below_one_and_outside_data_parallel_are_one_line_errors(tmp_
     # needed; `python -m` exits with main's code, as the run below shows).
     from launcher.workloads.resnet50_cifar10 import main
 
-    for name in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET"):
+    for name in LAUNCHER_VARS:
         monkeypatch.delenv(name, raising=False)
     write_synthetic_cifar10(str(tmp_path / "data"), train=40, test=10, seed=0)
     assert main(["--data-path", str(tmp_path / "data"), "--grad-accum", "0"]) == 2

@@ -23,6 +23,7 @@ import pytest
 
 from launcher.workloads.allgather_check import diagnose
 from launcher.workloads.cifar10_synth import write_synthetic_cifar10
+from tests.harness.mindspore import LAUNCHER_VARS, trainer_env
 
 RESNET50_PARAMS_10 = 23_528_522  # trainable parameters of ResNet-50 with a 10-class head
 RESNET8_PARAMS_10 = 469_066  # and of ResNet-8 (2 stages of 1 block), the network of the runs below
@@ -32,18 +33,8 @@ STEPS_A, STEPS_B = 12, 6
 
 
 def _run(args: List[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET")
-    }
-    # oneDNN's ISA cap, as mslaunch's CPU tuning sets it for its ranks where oneDNN's default is its
-    # reference kernel (an AVX-512 EPYC: ~9x slower, docs/cpu-performance.md); a cap: a CPU whose
-    # best is AVX2 or less runs as before.  A value of the caller's own wins.
-    if "ONEDNN_MAX_CPU_ISA" not in env and "DNNL_MAX_CPU_ISA" not in env:
-        env["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     return subprocess.run(
-        [sys.executable, "-m", MODULE, *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", MODULE, *args], capture_output=True, text=True, timeout=timeout, env=trainer_env()
     )
 
 
@@ -155,7 +146,7 @@ def test_the_default_network_is_resnet50_and_it_trains(tmp_path, capsys, monkeyp
     prints and returns what ``python -m`` would, without a MindSpore start of its own."""
     from launcher.workloads.resnet50_cifar10 import main
 
-    for name in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET"):
+    for name in LAUNCHER_VARS:
         monkeypatch.delenv(name, raising=False)
     write_synthetic_cifar10(str(tmp_path / "data"), train=40, test=10, seed=0)
     args = ["--data-path", str(tmp_path / "data"), "--image-size", "16", "--batch-size", "4", "--seed", "1"]
@@ -173,7 +164,7 @@ def test_the_default_network_is_resnet50_and_it_trains(tmp_path, capsys, monkeyp
 def test_auto_parallel_on_cpu_is_a_one_line_error_with_exit_2(capsys, monkeypatch) -> None:
     from launcher.workloads.resnet50_cifar10 import main
 
-    for name in ("MS_ROLE", "RANK_TABLE_FILE", "OMPI_COMM_WORLD_SIZE", "DEVICE_TARGET"):
+    for name in LAUNCHER_VARS:
         monkeypatch.delenv(name, raising=False)
     assert main(["--parallel-mode", "auto_parallel", "--device-target", "CPU"]) == 2
     out = capsys.readouterr()
