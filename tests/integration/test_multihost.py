@@ -21,6 +21,7 @@ from typing import Dict, List
 
 import pytest
 
+from launcher.execution.checks.cpu import cache_path, read_cached
 from tests.harness.ci import skip_or_fail
 from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.netns_cluster import NamespaceCluster
@@ -435,11 +436,10 @@ def test_doctor_all_good(job):
     (probe,) = [h["cpu"] for h in out["hosts"]]
     assert probe["probed"] and probe["variants"][0]["kernels"]["conv"]["impl"], probe
     cached = probe["note"].rpartition("cached in ")[2]
-    assert os.path.basename(cached).startswith(c.hosts[0].ip + "-"), probe["note"]
+    hit, home = read_cached(cached), os.path.dirname(os.path.dirname(cached))
+    assert hit is not None and cached == cache_path(home, c.hosts[0].ip, hit.key), probe["note"]
     for h in c.hosts[1:]:
-        shutil.copyfile(
-            cached, os.path.join(os.path.dirname(cached), h.ip + os.path.basename(cached)[len(c.hosts[0].ip) :])
-        )
+        shutil.copyfile(cached, cache_path(home, h.ip, hit.key))
     r, out = doctor(job, "-m", "launcher.workloads.allreduce_smoke")
     assert r.returncode == 0, r.stdout + r.stderr
     assert out["ok"] and [h["host"] for h in out["hosts"]] == [h.ip for h in job.c.hosts]
