@@ -100,6 +100,12 @@ def _checks(host: dict, device: int) -> dict:
     return {x["check"]: (x["verdict"], x["evidence"]) for x in dev["checks"]}
 
 
+#: The compute and network threshold: 0.25, not the default 0.5.  The hosts share this machine's
+#: cores with the rest of the suite; a healthy host's compute was seen at 0.48 of the median under
+#: CI's load, and these tests are about the devices' verdicts.
+LOOSE = ("--health-threshold", "0.25")
+
+
 @pytest.mark.cost(53)
 def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> None:  # noqa: F811  (the fixture)
     c = cluster
@@ -114,7 +120,7 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     # Ascend
     _cases(folder, c, ["ascend_healthy", "h2_faults", "h3_quirks"])
     ascend = _inventory(c, tmp_path / "ascend.yaml", (0, 1, 2), (0, 1))
-    r = on_cluster(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", ascend, "--device-target", "ascend")
+    r = on_cluster(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", ascend, "--device-target", "ascend", *LOOSE)
     assert r.returncode == 1, r.stdout + r.stderr
     data = json.loads(r.stdout)
     assert data["devices"] == {"target": "ascend", "source": "--device-target", "checks": "try", "note": None}
@@ -145,7 +151,7 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     # GPU
     _cases(folder, c, ["gpu_ecc_error", "gpu_occupied", "gpu_healthy"])
     gpu = _inventory(c, tmp_path / "gpu.yaml", (0, 1, 2), (2, 3))
-    r = on_cluster(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", gpu, "--device-target", "gpu")
+    r = on_cluster(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", gpu, "--device-target", "gpu", *LOOSE)
     assert r.returncode == 1, r.stdout + r.stderr
     hosts = {h["host"]: h for h in json.loads(r.stdout)["hosts"]}
     assert [hosts[i]["verdict"] for i in ip] == ["faulty", "faulty", "ok"], r.stdout
@@ -176,6 +182,7 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
         "none",
         "--preflight",
         "exclude",
+        *LOOSE,
         "--env",
         "DEVICE_TARGET=Ascend",
         PROG,

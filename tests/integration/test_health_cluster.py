@@ -41,7 +41,11 @@ def on_cluster(c, tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _run(c, tmp_path, name: str, mode: str) -> list:
-    """``run --np 4`` of the stand-in rank: the first two hosts (2 slots each); the rest are spares."""
+    """``run --np 4`` of the stand-in rank: the first two hosts (2 slots each); the rest are spares.
+
+    The threshold is 0.25, not the default 0.5: the five hosts share this machine's cores with the
+    rest of the suite, and a healthy host's compute was seen at 0.48 of the median under CI's load
+    (h1's quota puts it near 0.08, h2's shaped link near 0.003: both stay far below)."""
     return [
         "run",
         "--hosts",
@@ -56,6 +60,8 @@ def _run(c, tmp_path, name: str, mode: str) -> list:
         "none",
         "--preflight",
         mode,
+        "--health-threshold",
+        "0.25",
         PROG,
         "ok",
         "0.1",
