@@ -6,6 +6,10 @@
   :func:`throttle_slurmd` / :func:`unthrottle_slurmd` do the same for a Slurm node's slurmd
   (the job steps started there), and :func:`stop_slurmd` stops it.  :func:`throttle_pids` moves
   processes already running (a rank) into a group with a quota; :func:`unthrottle_group` undoes it.
+  :func:`favor_cpu` puts the host's sshd in that group with a high ``cpu.shares`` instead: the
+  host's processes get the CPU they ask for before the rest of this machine's work, as a real
+  host's own cores would give them (a quota set later on the same host caps it still;
+  :func:`lift_quota` takes the quota off and keeps the weight).
 * :func:`shape_link` adds a ``tbf`` qdisc on the root-namespace end of the host's veth (the
   traffic *to* the host) and on the host's own ``eth0`` (the traffic *from* it);
   :func:`unshape_link` removes both.
@@ -40,6 +44,34 @@ def throttle_cpu(cluster: NamespaceCluster, host: HostRef, quota_us: int = 5000,
     if pid is None:
         raise RuntimeError(f"{cluster.host(host).name}: sshd is not running")
     return _throttle(_group(cluster, host), pid, quota_us, period_us)
+
+
+#: ``cpu.shares`` of a favored host's group: 8 times a process's default weight (1024).
+FAVORED_SHARES = 8192
+
+
+def favor_cpu(cluster: NamespaceCluster, host: HostRef, shares: int = FAVORED_SHARES) -> str:
+    """Put ``host``'s sshd (so every later ssh session there) in a group of weight ``shares``,
+    no quota.  The namespace hosts share this machine's cores with the rest of the suite: a
+    measurement that compares hosts (the health check's compute) needs each host's processes
+    served as on a host of its own, not as one more process among the suite's."""
+    pid = cluster.sshd_pid(host)
+    if pid is None:
+        raise RuntimeError(f"{cluster.host(host).name}: sshd is not running")
+    path = _group(cluster, host)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "cpu.shares"), "w") as fh:
+        fh.write(str(shares))
+    with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+        fh.write(str(pid))
+    return path
+
+
+def lift_quota(cluster: NamespaceCluster, host: HostRef) -> None:
+    """Take :func:`throttle_cpu`'s quota off ``host``'s group, keeping the group (and a weight
+    :func:`favor_cpu` gave it); :func:`unthrottle` removes the group."""
+    with open(os.path.join(_group(cluster, host), "cpu.cfs_quota_us"), "w") as fh:
+        fh.write("-1")
 
 
 def unthrottle(cluster: NamespaceCluster, host: HostRef) -> None:
@@ -126,13 +158,18 @@ def unshape_link(cluster: NamespaceCluster, host: HostRef) -> None:
 def host_faults(
     cluster: NamespaceCluster,
     *,
+    favored: Tuple[HostRef, ...] = (),
     throttled: Tuple[HostRef, ...] = (),
     shaped: Tuple[HostRef, ...] = (),
     stopped: Tuple[HostRef, ...] = (),
 ) -> Iterator[NamespaceCluster]:
-    """Throttle, shape and stop sshd on the given hosts; undo all of it on the way out."""
+    """Favor (:func:`favor_cpu`), throttle, shape and stop sshd on the given hosts; undo all of it
+    on the way out."""
     done: List[Tuple[str, HostRef]] = []
     try:
+        for h in favored:
+            favor_cpu(cluster, h)
+            done.append(("cpu", h))
         for h in throttled:
             throttle_cpu(cluster, h)
             done.append(("cpu", h))

@@ -120,7 +120,9 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     # Ascend
     _cases(folder, c, ["ascend_healthy", "h2_faults", "h3_quirks"])
     ascend = _inventory(c, tmp_path / "ascend.yaml", (0, 1, 2), (0, 1))
-    r = on_cluster(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", ascend, "--device-target", "ascend", *LOOSE)
+    r = on_cluster(
+        c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", ascend, "--device-target", "ascend", *LOOSE
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     data = json.loads(r.stdout)
     assert data["devices"] == {"target": "ascend", "source": "--device-target", "checks": "try", "note": None}
@@ -151,7 +153,9 @@ def test_device_verdicts_over_ssh_and_preflight_exclude(cluster, tmp_path) -> No
     # GPU
     _cases(folder, c, ["gpu_ecc_error", "gpu_occupied", "gpu_healthy"])
     gpu = _inventory(c, tmp_path / "gpu.yaml", (0, 1, 2), (2, 3))
-    r = on_cluster(c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", gpu, "--device-target", "gpu", *LOOSE)
+    r = on_cluster(
+        c, tmp_path, folder, "doctor", "--health", "--json", "--hosts", gpu, "--device-target", "gpu", *LOOSE
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     hosts = {h["host"]: h for h in json.loads(r.stdout)["hosts"]}
     assert [hosts[i]["verdict"] for i in ip] == ["faulty", "faulty", "ok"], r.stdout
