@@ -79,6 +79,22 @@ def all_reduce_sum() -> Any:
     return _one_op_cell(ops.AllReduce)
 
 
+def any_rank(size: int) -> Callable[[bool], bool]:
+    """``f(flag)``: whether ``flag`` is true on any of the ``size`` ranks, the same answer on every
+    rank (an AllReduce of one number, called by every rank in the same order); ``size`` 1: the
+    flag itself."""
+    if size <= 1:
+        return bool
+    import mindspore as ms
+
+    total = all_reduce_sum()
+
+    def agree(flag: bool) -> bool:
+        return bool(total(ms.Tensor([1.0 if flag else 0.0], ms.float32)).asnumpy()[0] > 0)
+
+    return agree
+
+
 def all_gather() -> Any:
     """A MindSpore cell that concatenates a tensor of every rank of the world group along axis 0,
     in rank order (``ops.AllGather``); call it after the communication is initialised."""

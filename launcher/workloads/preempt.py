@@ -6,6 +6,12 @@ flag; the training loop looks at it after each step: a rank with steps not yet s
 checkpoint there (:meth:`StopOnSignal.stop_here`) and then ends *by the signal* (its exit status
 stays "killed by SIGTERM", as a rank without the handler).
 
+With several ranks the stop is *agreed*: after each step every rank tells the others whether it
+heard the signal (one AllReduce of a number, :meth:`StopOnSignal.agreed`) and they all stop at
+the first step where one did.  Without it a rank that heard the signal between two steps saved
+there while a peer, already in the next step, waited in that step's AllReduce for a rank that had
+left: that peer saved nothing, and a planned restart found no checkpoint in common.
+
 A rank whose current step cannot end never reaches that point: in data parallel, a rank whose
 peers are gone waits in the gradient AllReduce for ever.  Python runs a signal handler only
 between bytecodes of the main thread, so a helper thread hears the signal too (``set_wakeup_fd``)
@@ -41,13 +47,23 @@ PLANNED = "planned"
 class StopOnSignal:
     """The trainer's SIGTERM: a checkpoint at the next step's end (see the module doc).
 
-    Use: :meth:`install` once; :meth:`step_started` / :meth:`step_done` around each step;
-    :meth:`saving` / :meth:`saved` around each checkpoint; after each step
-    ``if stop.requested: stop.stop_here(save)``.
+    Use: :meth:`install` once; :meth:`step_started` / :meth:`step_done` around each step, with
+    ``due = stop.agreed()`` before :meth:`step_done`; :meth:`saving` / :meth:`saved` around each
+    checkpoint; after each step ``if due: stop.stop_here(save)``.
+
+    Args:
+        agree: ``agree(flag)``: whether ``flag`` is true on any rank, the same answer on every
+            rank (a collective; default: this rank alone).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, environ: Mapping[str, str] = os.environ) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        environ: Mapping[str, str] = os.environ,
+        agree: Optional[Callable[[bool], bool]] = None,
+    ) -> None:
         self.requested = False
+        self._agree = agree
         self._why = environ.get("MSLAUNCH_STOPPING_FILE")  # mslaunch writes why it stops the ranks there
         self._clock = clock
         self._lock = threading.Lock()
@@ -73,6 +89,11 @@ class StopOnSignal:
     def step_started(self) -> None:
         with self._lock:
             self._in_step_since = self._clock()
+
+    def agreed(self) -> bool:
+        """Whether the ranks stop at this step's end: some rank heard the signal (call it on every
+        rank after every step, inside the step: a rank waiting here for a slow peer is in a step)."""
+        return self._agree(self.requested) if self._agree is not None else self.requested
 
     def step_done(self) -> None:
         with self._lock:
@@ -143,9 +164,9 @@ class StopOnSignal:
                 return True, None  # a checkpoint being written: the loop stops right after it
             if not self._unsaved and (self._in_step_since is None or self._steps == 0):
                 return False, None  # nothing trained since the last checkpoint (or the first step compiles)
-            if self._in_step_since is None:
+            if self._in_step_since is None and self._agree is None:
                 return True, MIN_PATIENCE  # between steps: the check is near
-            step_s = self._step_s
+            step_s = self._step_s  # agreed: between steps, the stop may come at the next step's end
         if self._stopping_why() == PLANNED:
             return True, None  # a slow host's step: as long as it takes (mslaunch's grace is the limit)
         return True, max(MIN_PATIENCE, 1.5 * step_s)

@@ -66,10 +66,11 @@ one on some ranks only, so:
   every rank has; newer ones of this rank (steps that are trained again) are removed. No common
   one while some rank has one is an error (exit 2) naming each rank's newest.
 
-SIGTERM (a preemption, a stop, a launcher's teardown) with ``--ckpt-dir``: the rank ends the step it
-is in, writes a checkpoint there (``preempted: checkpoint saved in X s after SIGTERM``) and ends by
-the signal; a rank stuck in a step that cannot end (its peers are gone) ends after 1.5 step times
-(:mod:`launcher.workloads.preempt`).  ``--resume`` (or a restart) continues after it.
+SIGTERM (a preemption, a stop, a launcher's teardown) with ``--ckpt-dir``: the ranks end at the
+first step's end where some rank heard it (agreed), write a checkpoint there (``preempted:
+checkpoint saved in X s after SIGTERM``) and end by the signal; a rank stuck in a step that cannot
+end (its peers are gone) ends after 1.5 step times (:mod:`launcher.workloads.preempt`).
+``--resume`` (or a restart) continues after it.
 
 Compile cache: under mslaunch (``MSLAUNCH_COMPILE_CACHE``) MindSpore's compile cache is on there
 unless ``MS_COMPILER_CACHE_*`` is set: a restart takes its graphs from it (compile_cache.py); with
@@ -108,7 +109,7 @@ from launcher.workloads.cifar10_data import (
     resolve_cifar_folder,
 )
 from launcher.workloads.ckpt_every import ckpt_every_steps, parse_ckpt_every
-from launcher.workloads.cluster import all_reduce_sum, distributed_from_env
+from launcher.workloads.cluster import all_reduce_sum, any_rank, distributed_from_env
 from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.elastic import keep_global_batch, mirror_checkpoint, planned_size, smaller, stand_in_dirs
@@ -345,7 +346,7 @@ class _Loop:
     global_step: int
     compiled: bool = False  # the first step of a process compiles the graph (it is not timed)
     prune_due: bool = False  # a checkpoint was saved: prune the older ones after the next step
-    stop: Optional[StopOnSignal] = None  # SIGTERM: a checkpoint at the next step's end (with --ckpt-dir)
+    stop: StopOnSignal = field(default_factory=StopOnSignal)  # SIGTERM: a checkpoint (installed with --ckpt-dir)
     stand_ins: List[str] = field(default_factory=list)  # folders of missing ranks this rank keeps (elastic)
 
 
@@ -356,12 +357,11 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
     t_epoch, timed_steps, timed_time = time.perf_counter(), 0, 0.0
     while step < loop.spe:
         t0 = time.perf_counter()
-        if loop.stop is not None:
-            loop.stop.step_started()
+        loop.stop.step_started()
         loss = loop.step_fn(loop.batches)  # --grad-accum batches, one optimizer step
         dt = time.perf_counter() - t0
-        if loop.stop is not None:
-            loop.stop.step_done()
+        stop_due = loop.stop.agreed()  # every rank stops at the same step
+        loop.stop.step_done()
         step += 1
         loop.global_step += 1
         if loop.prune_due:  # this step's AllReduce needed every rank: all have saved the newest
@@ -379,7 +379,7 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
         loop.compiled = True
         if loop.ckpt_dir and args.ckpt_every and loop.global_step % args.ckpt_every == 0 and step < loop.spe:
             _save(loop, epoch, step)
-        if loop.stop is not None and loop.stop.requested:  # SIGTERM: save here, then end by it
+        if stop_due:  # SIGTERM (on some rank): save here, then end by it
             loop.stop.stop_here(lambda: _save(loop, epoch, step))
     if timed_steps == 0:  # an epoch of one (compiling) step: report what we have
         timed_steps, timed_time = loop.spe, time.perf_counter() - t_epoch
@@ -397,8 +397,7 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
     """Write a checkpoint at this position and print its ``checkpoint:`` line."""
     assert loop.ckpt_dir is not None
     alone = loop.size == 1
-    if loop.stop is not None:
-        loop.stop.saving()
+    loop.stop.saving()
     t0 = time.perf_counter()
     path = save_checkpoint(
         loop.train_net,
@@ -413,8 +412,7 @@ def _save(loop: _Loop, epoch: int, step: int) -> None:
     loop.prune_due = not alone
     _say(f"checkpoint: {path}")
     _say("MSLAUNCH_METRIC " + json.dumps({"ckpt_ms": round((time.perf_counter() - t0) * 1000.0, 1)}))
-    if loop.stop is not None:
-        loop.stop.saved()
+    loop.stop.saved()
 
 
 def train(args: argparse.Namespace, distributed: bool) -> int:
@@ -464,7 +462,8 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
             ds.config.set_seed(args.seed + global_step)
         batches = data.repeat().create_tuple_iterator(num_epochs=1)
         loop = _Loop(args, train_net, step_fn, batches, ckpt_dir, spe, size, global_step, stand_ins=stand_ins)
-        loop.stop = StopOnSignal().install() if ckpt_dir else None
+        if ckpt_dir:  # without, no signal is handled and no step agreed
+            loop.stop = StopOnSignal(agree=any_rank(size)).install()
         while epoch <= args.epochs:
             if not _train_epoch(loop, epoch, step):
                 return 1

@@ -11,8 +11,9 @@ The job is held to the recorded run: the exit code, every attempt's status and r
 rank's own lines in both attempts (the losses to 1e-4 relative; MindSpore's log lines and the
 timing figures left out), and the checkpoint files at the end (their names, and byte for byte
 where the losses are the recorded ones to the last digit).  That the restart really forked from the
-kept zygote is checked on the ranks' parent process; that it took both of its graphs (the resume's
-AllGather, then the train step) from the cache, on MindSpore's own log line.
+kept zygote is checked on the ranks' parent process; that it took its three graphs (the resume's
+AllGather, the train step, the AllReduce that agrees on a stop) from the cache, on MindSpore's own
+log line.
 The run is also the reference trainer as ``top`` shows it (both ranks stepping while it runs; at
 the end every step of the resumed attempt in ``metrics.jsonl`` with its loss, each rank done, its
 throughput the trainer's own figure) and as ``report`` shows it (both attempts, the steps lost).
@@ -334,7 +335,7 @@ def _assert_the_recorded_run(seen, err, recorded):
 @pytest.mark.cost(50)  # alone on a recorded CPU 26-30 s, x1.7; on another, with the cold restart, about 45 s alone
 def test_a_restart_from_the_warm_zygote_looks_the_same_as_a_cold_one(tmp_path):
     """The default: the recorded run (recorded from a cold restart), its restart forked from the
-    zygote of attempt 0 and both of each rank's graphs taken from the cache that attempt 0 wrote;
+    zygote of attempt 0 and each rank's three graphs taken from the cache that attempt 0 wrote;
     and what top, metrics.jsonl and report show."""
     warm, parents, err = _run(tmp_path, "warm", [])
     recorded = RECORDED.get(cpu_kernels())
@@ -345,6 +346,8 @@ def test_a_restart_from_the_warm_zygote_looks_the_same_as_a_cold_one(tmp_path):
         print(f"RECORDED[{cpu_kernels()!r}] = {recorded!r}")  # the entry to add for this CPU
     _assert_the_recorded_run(warm, err, recorded)
     assert parents[1] == parents[0]
-    assert warm["cache"] == {(0, 0): (True, 0), (0, 1): (True, 0), (1, 0): (True, 2), (1, 1): (True, 2)}, warm["cache"]
-    assert warm["cached"] == [f"rank_{r}/graph_cache/MS_WORKERcompile_cache_{g}.mindir" for r in (0, 1) for g in (0, 1)]
+    assert warm["cache"] == {(0, 0): (True, 0), (0, 1): (True, 0), (1, 0): (True, 3), (1, 1): (True, 3)}, warm["cache"]
+    assert warm["cached"] == [
+        f"rank_{r}/graph_cache/MS_WORKERcompile_cache_{g}.mindir" for r in (0, 1) for g in (0, 1, 2)
+    ]
     _check_top_metrics_report(warm, tmp_path)

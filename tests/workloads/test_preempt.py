@@ -3,8 +3,9 @@
 Stand-in loops (no MindSpore) drive :class:`StopOnSignal` the way the trainer does: a rank in a
 step saves at its end and ends by the signal; a rank stuck in a step (as in an AllReduce whose
 peer is gone) ends by the signal after its patience without saving; a rank with nothing new ends
-at once.  Then one real preemption: SIGTERM to mslaunch while the reference trainer trains; the
-checkpoint it wrote on SIGTERM loads, and a run with ``--resume`` continues from it.
+at once; two ranks in lockstep (a socket pair as their AllReduce) stop at the same step whichever
+of them heard the signal between two steps.  Then one real preemption: SIGTERM to mslaunch while
+the reference trainer trains; the checkpoint it wrote on SIGTERM loads, and a run with ``--resume`` continues from it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,6 +43,39 @@ for step in range(1, 10000):
     stop.step_done()
     print(f"step {step}", flush=True)
     if stop.requested:
+        stop.stop_here(lambda: open(saved, "w").write(str(step)))
+"""
+
+
+#: Two ranks in lockstep, as the trainer's (``argv``: a socket to the peer, the rank, where to save,
+#: the step after which the rank pauses between two steps, saying ``between steps``): each step
+#: ends with an exchange with the peer (the gradient AllReduce: a rank whose peer left waits for
+#: ever), then the stop is agreed over the same socket; prints ``step N`` after each.
+PAIR = """
+import socket, struct, sys, time
+from launcher.workloads.preempt import StopOnSignal
+peer, rank, saved, pause_after = socket.socket(fileno=int(sys.argv[1])), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def exchange(x):
+    peer.sendall(struct.pack("d", x))
+    got = b""
+    while len(got) < 8:
+        chunk = peer.recv(8 - len(got))
+        if not chunk:
+            time.sleep(3600)
+        got += chunk
+    return x + struct.unpack("d", got)[0]
+stop = StopOnSignal(agree=lambda flag: exchange(float(flag)) > 0).install()
+for step in range(1, 10000):
+    stop.step_started()
+    time.sleep(0.05)
+    exchange(1.0)
+    due = stop.agreed()
+    stop.step_done()
+    print(f"step {step}", flush=True)
+    if step == pause_after:
+        print("between steps", flush=True)
+        time.sleep(1.0)
+    if due:
         stop.stop_here(lambda: open(saved, "w").write(str(step)))
 """
 
@@ -147,6 +182,66 @@ def test_a_rank_with_nothing_new_ends_at_once(tmp_path):
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGTERM, err
     assert out == "" and not (tmp_path / "saved").exists()
+
+
+def test_ranks_stop_at_the_same_step_when_one_heard_the_signal_between_two_steps(tmp_path):
+    """A planned stop (the slow host's rank): rank 1 hears SIGTERM between steps 3 and 4, while
+    rank 0 is already in step 4, waiting in its AllReduce; then rank 0 hears it.  Saving at once,
+    rank 1 would leave rank 0 in step 4 for ever, with no checkpoint of step 3: agreed, both end
+    step 4, both save it, and both end by the signal."""
+    (tmp_path / "stopping").write_text("planned\n")
+    env = dict(os.environ, PYTHONPATH=ROOT, MSLAUNCH_STOPPING_FILE=str(tmp_path / "stopping"))
+    ends = socket.socketpair()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                PAIR,
+                str(ends[r].fileno()),
+                str(r),
+                str(tmp_path / f"saved{r}"),
+                str(3 + 1000 * (1 - r)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            pass_fds=(ends[r].fileno(),),
+        )
+        for r in (0, 1)
+    ]
+    for end in ends:
+        end.close()
+    try:
+        _until(procs[1], "between steps")
+        procs[1].send_signal(signal.SIGTERM)
+        procs[0].send_signal(signal.SIGTERM)
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert [p.returncode for p in procs] == [-signal.SIGTERM] * 2, outs
+    assert [(tmp_path / f"saved{r}").read_text() for r in (0, 1)] == ["4", "4"], outs
+    assert all("preempted: checkpoint saved in " in out for out, _ in outs), outs
+
+
+def test_agreed_ranks_between_steps_wait_for_the_next_steps_end():
+    """Alone a rank between steps saves at once (patience 0.5 s); with the agreement it may stop
+    only at the next step's end, so a stop that is not planned gives it 1.5 step times (and a
+    planned one, as long as it takes, as in a step)."""
+    from launcher.workloads.preempt import MIN_PATIENCE, StopOnSignal
+
+    now = [0.0]
+    for agree, expected in ((None, MIN_PATIENCE), (bool, 1.5 * 2.0)):
+        stop = StopOnSignal(clock=lambda: now[0], environ={}, agree=agree)
+        for _ in range(3):  # steps of 2 s (the first, which compiles, is not timed)
+            stop.step_started()
+            now[0] += 2.0
+            stop.step_done()
+        assert stop.patience() == (True, expected)
 
 
 # ---------------------------------------------------------------------------- a real preemption
