@@ -13,7 +13,7 @@ from typing import Dict, List
 import pytest
 
 from tests.cli.bad_run_options import BAD_RUN_OPTIONS
-from tests.harness.cli import mslaunch_argv, run_process
+from tests.harness.cli import mslaunch_argv, run_cli, run_process
 from tests.harness.faultkit import wait_or_fail
 from tests.harness.slurm_cluster import SlurmCluster
 
@@ -271,11 +271,15 @@ def test_a_job_that_would_fail_in_the_allocation_is_refused_at_submit(
     slurm: SlurmCluster, tmp_path, cid, args, needle
 ) -> None:
     """Each case of issue 27 and every run validation error: refused by a real submission
-    (no --dry-run) with one line, exit 2; Slurm got nothing, nothing was written."""
+    (no --dry-run) with one line, exit 2; Slurm got nothing, nothing was written.  The cases of
+    issue 27 run as processes; the run validation errors in this process (``run_cli``: the same
+    command with the cluster's sbatch on its PATH, a tenth of the CPU), where a case that got
+    through would be a real submission, which the queue's check below sees."""
     env = _env(slurm, tmp_path)
     (tmp_path / "prog.py").write_text("")
     before_queue, before_count = _queue(slurm), _submissions(slurm)
-    res = run_process("sbatch", *args, env=env, timeout=60, cwd=str(tmp_path))
+    runner = run_cli if cid.startswith("run-") else run_process
+    res = runner("sbatch", *args, env=env, timeout=60, cwd=str(tmp_path))
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr and "Traceback" not in res.stderr, (
         res.stderr
