@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from typing import Iterator, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 from tests.harness.netns_cluster import HostRef, NamespaceCluster
 
@@ -58,13 +58,7 @@ def favor_cpu(cluster: NamespaceCluster, host: HostRef, shares: int = FAVORED_SH
     pid = cluster.sshd_pid(host)
     if pid is None:
         raise RuntimeError(f"{cluster.host(host).name}: sshd is not running")
-    path = _group(cluster, host)
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "cpu.shares"), "w") as fh:
-        fh.write(str(shares))
-    with open(os.path.join(path, "cgroup.procs"), "w") as fh:
-        fh.write(str(pid))
-    return path
+    return _into_group(_group(cluster, host), pid, {"cpu.shares": shares})
 
 
 def lift_quota(cluster: NamespaceCluster, host: HostRef) -> None:
@@ -109,11 +103,15 @@ def _slurmd_group(slurm, node: str) -> str:  # type: ignore[no-untyped-def]
 
 
 def _throttle(path: str, pid: int, quota_us: int, period_us: int) -> str:
+    return _into_group(path, pid, {"cpu.cfs_period_us": period_us, "cpu.cfs_quota_us": quota_us})
+
+
+def _into_group(path: str, pid: int, settings: Dict[str, int]) -> str:
+    """Make cgroup ``path`` (if new), write ``settings`` (file -> value) there, move ``pid`` in."""
     os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "cpu.cfs_period_us"), "w") as fh:
-        fh.write(str(period_us))
-    with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as fh:
-        fh.write(str(quota_us))
+    for name, value in settings.items():
+        with open(os.path.join(path, name), "w") as fh:
+            fh.write(str(value))
     with open(os.path.join(path, "cgroup.procs"), "w") as fh:
         fh.write(str(pid))
     return path
