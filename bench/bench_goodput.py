@@ -18,13 +18,16 @@ per host, a 4th host spare, ``--steps`` optimizer steps.  Runs, back to back:
    timeouts (``--stopped-timeout off --hang-timeout off --straggler off``), no spare host (a lost
    host fails the run; a slow host stays slow until the next fault).
 
+With ``--also "FLAGS"``, a second faulty run with those mslaunch flags added (e.g. ``--rejoin-after
+30 --grow-at-checkpoint``), the same stream, against the same fault-free run.
+
 Printed for each faulty run: **ETTR = F / W**; a line per fault (when injected, noticed, the next
 new step trained) and badput by phase (detect, teardown, restart to first step, steps trained
 again); whether it ended 0 by itself, every step done, nothing left on any host, and whether the
 final parameters (rank 0's last checkpoint) are byte for byte the fault-free run's.
 
 Usage: python bench/bench_goodput.py [--steps 320] [--every 75] [--kinds kill,stop,cut,restart,slow,ckpt]
-       [--ckpt-every 5|auto:5] [--seed 1] [--no-baseline] [--keep DIR]
+       [--ckpt-every 5|auto:5] [--seed 1] [--no-baseline] [--also "FLAGS"] [--keep DIR]
 Needs root (namespaces), OpenSSH and MindSpore.  Exit 0 when the faulty run ended 0 with every step.
 """
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -227,6 +231,7 @@ def main() -> int:
         default="5",
         help="the trainer's --ckpt-every: 5 steps, or auto:5 (the interval mslaunch offers after a fault, Young/Daly)",
     )
+    ap.add_argument("--also", default=None, help='a second faulty run with these mslaunch flags added ("--a 1 --b")')
     ap.add_argument("--keep", default=None, help="keep the jobs' folders here")
     args = ap.parse_args()
     exit_if_cannot_run()
@@ -266,6 +271,13 @@ def main() -> int:
                 "faulty", c, work, data, args.steps, flags, ACTIVE + 1, (kinds, at, args.seed), args.ckpt_every
             )
             report("mslaunch (defaults and --straggler replace:10 --min-hosts 2, one spare host)", faulty, free)
+            if args.also:
+                extra = shlex.split(args.also)
+                also = run_job(
+                    "faulty-also", c, work, data, args.steps, flags + extra, ACTIVE + 1, (kinds, at, args.seed),
+                    args.ckpt_every,
+                )  # fmt: skip
+                report(f"mslaunch as above, with {' '.join(extra)}", also, free)
             if not args.no_baseline:
                 base_flags = [
                     "--cold-restarts",
