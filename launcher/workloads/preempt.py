@@ -20,6 +20,10 @@ and ends the process by the signal when the loop has not reached a step's end wi
 A *planned* stop (``MSLAUNCH_STOPPING_FILE`` says ``planned``: mslaunch restarts the job to leave a
 slow host out, or to grow it) waits for the step however long it takes, up to mslaunch's grace:
 the step of a rank on a slow host is many times its last one, and the stop is there to save it.
+Unless the rank's last step is saved already (a checkpoint every step, as ``--ckpt-every auto``
+offers after a fault): then the step under way would add one step at most, and on a slow host its
+peers wait for it in its AllReduce; the rank ends at once, and a rank that hears the signal while
+it writes a checkpoint ends when it is written, so every rank's newest checkpoint is the same step.
 With nothing to save (before the first step, right after a checkpoint, after training) the
 process ends at once; so it does when mslaunch says it stops the ranks after a fault (its
 ``MSLAUNCH_STOPPING_FILE`` says ``failed`` or ``hung``): the rank that failed has no checkpoint of
@@ -110,6 +114,8 @@ class StopOnSignal:
     def saved(self) -> None:
         with self._lock:
             self._unsaved = self._saving = False
+        if self.requested and not self._stopping.is_set() and self._stopping_why() == PLANNED:
+            self.die()  # a planned stop heard while saving: nothing is left to save (see the module doc)
 
     def stop_here(self, save: Callable[[], Any]) -> None:
         """At a step's end after SIGTERM: ``save()`` (unless nothing is new), then end by the signal."""
@@ -167,8 +173,11 @@ class StopOnSignal:
             if self._in_step_since is None and self._agree is None:
                 return True, MIN_PATIENCE  # between steps: the check is near
             step_s = self._step_s  # agreed: between steps, the stop may come at the next step's end
+            unsaved = self._unsaved
         if self._stopping_why() == PLANNED:
-            return True, None  # a slow host's step: as long as it takes (mslaunch's grace is the limit)
+            # a slow host's step: as long as it takes (mslaunch's grace is the limit), unless the
+            # last step is saved: this one would add a step at most
+            return unsaved, None
         return True, max(MIN_PATIENCE, 1.5 * step_s)
 
     def _watch(self, fd: int) -> None:

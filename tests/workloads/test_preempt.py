@@ -29,20 +29,29 @@ ROOT = os.path.dirname(HERE)
 
 #: A loop of steps of STEP seconds (a step is a sleep; ``stuck`` makes step 3 never end, ``slow``
 #: makes it 40 times the others, as on a host put under a CPU quota; both say ``in step 3`` once
-#: inside it), saving to SAVED on SIGTERM; prints ``step N`` after each.
+#: inside it), saving to SAVED on SIGTERM; prints ``step N`` after each.  With ``every`` it also
+#: saves after every step (``slowsave``: the save of step 3 says ``saving 3`` and takes 2 s).
 LOOP = """
 import os, sys, time
 from launcher.workloads.preempt import StopOnSignal
-step_s, mode, saved = float(sys.argv[1]), sys.argv[2], sys.argv[3]
+step_s, mode, saved, every = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:] == ["every"]
 stop = StopOnSignal().install()
 for step in range(1, 10000):
     stop.step_started()
     if mode in ("stuck", "slow") and step == 3:
         print("in step 3", flush=True)
     time.sleep({"stuck": 3600, "slow": 40 * step_s}.get(mode, step_s) if step == 3 else step_s)
+    due = stop.requested  # as the trainer's agreement: inside the step, before its checkpoint
     stop.step_done()
     print(f"step {step}", flush=True)
-    if stop.requested:
+    if every:
+        stop.saving()
+        if mode == "slowsave" and step == 3:
+            print("saving 3", flush=True)
+            time.sleep(2)
+        open(saved, "w").write(str(step))
+        stop.saved()
+    if due:
         stop.stop_here(lambda: open(saved, "w").write(str(step)))
 """
 
@@ -87,12 +96,12 @@ def _alive(pid):
         return False
 
 
-def _loop(tmp_path, step_s, mode, **environ):
+def _loop(tmp_path, step_s, mode, every=False, **environ):
     env = dict(os.environ, PYTHONPATH=ROOT, **environ)
     if "MSLAUNCH_STOPPING_FILE" not in environ:  # not a rank of a job
         env.pop("MSLAUNCH_STOPPING_FILE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-c", LOOP, str(step_s), mode, str(tmp_path / "saved")],
+        [sys.executable, "-c", LOOP, str(step_s), mode, str(tmp_path / "saved")] + (["every"] if every else []),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -144,6 +153,31 @@ def test_a_planned_stop_waits_for_a_slow_step_and_saves_at_its_end(tmp_path):
     assert proc.returncode == -signal.SIGTERM, err
     assert (tmp_path / "saved").read_text() == "3"
     assert out.splitlines()[0] == "step 3" and out.splitlines()[1].startswith("preempted: checkpoint saved in ")
+
+
+def test_a_planned_stop_with_the_last_step_saved_does_not_wait_for_the_step_under_way(tmp_path):
+    """A checkpoint after every step (``--ckpt-every auto`` after a fault): a planned stop in a step
+    that cannot end (a slow host's, whose peers wait for it in the AllReduce) has nothing to gain
+    from it: the rank ends at once, its newest checkpoint the last step."""
+    (tmp_path / "stopping").write_text("planned\n")
+    proc = _loop(tmp_path, 0.05, "stuck", every=True, MSLAUNCH_STOPPING_FILE=str(tmp_path / "stopping"))
+    _until(proc, "in step 3")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)  # waiting for the step, it would never end
+    assert proc.returncode == -signal.SIGTERM, err
+    assert (tmp_path / "saved").read_text() == "2" and "preempted" not in out
+
+
+def test_a_planned_stop_heard_while_saving_ends_once_the_checkpoint_is_written(tmp_path):
+    """The same rank hears the planned stop while it writes step 3's checkpoint: it ends when it
+    is written, before another step (its peers, with step 3 saved too, end at once)."""
+    (tmp_path / "stopping").write_text("planned\n")
+    proc = _loop(tmp_path, 0.05, "slowsave", every=True, MSLAUNCH_STOPPING_FILE=str(tmp_path / "stopping"))
+    _until(proc, "saving 3")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert (tmp_path / "saved").read_text() == "3" and out == "", out
 
 
 def test_a_stop_that_is_not_planned_does_not_wait_for_a_slow_step(tmp_path):
