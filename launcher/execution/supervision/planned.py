@@ -14,7 +14,8 @@ The attempt takes the request once a second (:meth:`PlannedRestarts.take`), says
 down: a rank that saves on SIGTERM (the reference trainer: :mod:`launcher.workloads.preempt`)
 writes a checkpoint at its next step's end, which every rank reaches together in data parallel,
 so the next attempt resumes with no step lost (a script that does not loses the steps since its
-last checkpoint).  The attempt ends ``planned``; the supervisor restarts at once, and a planned
+last checkpoint; the trainer ends at once when its last step is saved already, rather than wait for
+a slow host's step).  The attempt ends ``planned``; the supervisor restarts at once, and a planned
 restart does not count against ``--max-restarts``.
 """
 
