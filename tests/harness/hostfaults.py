@@ -9,7 +9,10 @@
   :func:`favor_cpu` puts the host's sshd in that group with a high ``cpu.shares`` instead: the
   host's processes get the CPU they ask for before the rest of this machine's work, as a real
   host's own cores would give them (a quota set later on the same host caps it still;
-  :func:`lift_quota` takes the quota off and keeps the weight).
+  :func:`lift_quota` takes the quota off and keeps the weight).  :func:`favored_slurmds` does
+  that for Slurm nodes, :func:`favored_children` for processes a test starts itself: the
+  suite's longest end-to-end jobs take it so that they run near their time alone beside the
+  suite's other work (the total CPU is the same; the longest tests end sooner).
 * :func:`shape_link` adds a ``tbf`` qdisc on the root-namespace end of the host's veth (the
   traffic *to* the host) and on the host's own ``eth0`` (the traffic *from* it);
   :func:`unshape_link` removes both.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from typing import Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 from tests.harness.netns_cluster import HostRef, NamespaceCluster
 
@@ -96,6 +99,48 @@ def throttle_slurmd(slurm, node: str, quota_us: int = 5000, period_us: int = 100
 def unthrottle_slurmd(slurm, node: str) -> None:  # type: ignore[no-untyped-def]
     """Undo :func:`throttle_slurmd` (what still runs in the group moves back to the root group)."""
     _unthrottle(_slurmd_group(slurm, node))
+
+
+@contextlib.contextmanager
+def favored_slurmds(slurm, nodes: Sequence[str]) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """:func:`favor_cpu` for Slurm nodes: each node's slurmd (so every job step started there later)
+    in a group of weight :data:`FAVORED_SHARES`; undone on the way out.  Nothing without the
+    cgroup v1 cpu controller."""
+    done: List[str] = []
+    try:
+        for node in nodes if cgroup_v1_cpu() else ():
+            _into_group(_slurmd_group(slurm, node), slurm.daemon_pids()[node], {"cpu.shares": FAVORED_SHARES})
+            done.append(node)
+        yield
+    finally:
+        for node in reversed(done):
+            unthrottle_slurmd(slurm, node)
+
+
+@contextlib.contextmanager
+def favored_children() -> Iterator[Callable[[], None]]:
+    """A group of weight :data:`FAVORED_SHARES` for processes the test starts: yields a
+    ``preexec_fn`` that moves the child in before it runs (so all it starts is in the group too);
+    on the way out what is left there moves back to the root group and the group is removed.
+    Without the cgroup v1 cpu controller (or the right to make a group there: not root) the
+    ``preexec_fn`` does nothing."""
+    if not cgroup_v1_cpu() or not os.access(CPU_ROOT, os.W_OK):
+        yield lambda: None
+        return
+    path = os.path.join(CPU_ROOT, f"mslaunch-tests-favored-{os.getpid()}")
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "cpu.shares"), "w") as fh:
+        fh.write(str(FAVORED_SHARES))
+    procs = os.path.join(path, "cgroup.procs")
+
+    def enter() -> None:  # in the child, between fork and exec
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+
+    try:
+        yield enter
+    finally:
+        _unthrottle(path)
 
 
 def _slurmd_group(slurm, node: str) -> str:  # type: ignore[no-untyped-def]

@@ -22,6 +22,7 @@ import pytest
 
 from tests.harness.cli import mslaunch_argv, run_process
 from tests.harness.faultkit import wait_or_fail
+from tests.harness.hostfaults import favored_slurmds
 from tests.harness.slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.netns, pytest.mark.mindspore]
@@ -82,62 +83,64 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         capture_output=True,
         timeout=120,
     )
-    res = run_process(
-        "sbatch",
-        "-N",
-        "2",
-        "--ntasks-per-node",
-        "1",
-        "--signal",
-        "USR1@60",
-        "--requeue",
-        "--log-dir",
-        str(job),
-        "--np",
-        "2",
-        "--master-port",
-        "auto",
-        "--grace",
-        "10",
-        HELD_TRAINER,
-        "--arch",
-        "resnet8",
-        "--data-path",
-        str(data),
-        "--image-size",
-        "32",
-        "--batch-size",
-        "2",
-        "--steps-per-epoch",
-        "1",
-        "--workers",
-        "1",
-        "--ckpt-dir",
-        str(ckpt),
-        env=env,
-        timeout=60,
-        cwd=str(tmp_path),
-    )
-    assert res.returncode == 0, res.stderr
-    sid, jid = res.stdout.split()
+    # the nodes' job steps get the CPU first: near its time alone beside the suite's other work
+    with favored_slurmds(slurm, [n for n in slurm.daemon_pids() if n != "slurmctld"]):
+        res = run_process(
+            "sbatch",
+            "-N",
+            "2",
+            "--ntasks-per-node",
+            "1",
+            "--signal",
+            "USR1@60",
+            "--requeue",
+            "--log-dir",
+            str(job),
+            "--np",
+            "2",
+            "--master-port",
+            "auto",
+            "--grace",
+            "10",
+            HELD_TRAINER,
+            "--arch",
+            "resnet8",
+            "--data-path",
+            str(data),
+            "--image-size",
+            "32",
+            "--batch-size",
+            "2",
+            "--steps-per-epoch",
+            "1",
+            "--workers",
+            "1",
+            "--ckpt-dir",
+            str(ckpt),
+            env=env,
+            timeout=60,
+            cwd=str(tmp_path),
+        )
+        assert res.returncode == 0, res.stderr
+        sid, jid = res.stdout.split()
 
-    def saved(rank: int) -> bool:  # the epoch-1 checkpoint of this rank is complete (written atomically)
-        return (ckpt / f"ckpt_{rank}" / "resnet8-1_1.ckpt").exists()
+        def saved(rank: int) -> bool:  # the epoch-1 checkpoint of this rank is complete (written atomically)
+            return (ckpt / f"ckpt_{rank}" / "resnet8-1_1.ckpt").exists()
 
-    end, queued_at = time.monotonic() + 300, 0.0
-    while time.monotonic() < end and not (saved(0) and saved(1)):
-        if time.monotonic() - queued_at > 1:  # still in the queue (a job that ended would never save)
-            assert slurm.run(["squeue", "-h", "-j", sid]).stdout.strip(), (job / "slurm.out").read_text()
-            queued_at = time.monotonic()
-        time.sleep(0.1)
-    assert slurm.run(["scancel", "--signal=USR1", "--batch", sid]).returncode == 0
-    wait_or_fail(lambda: (job / "summary.json").exists(), 120, "the preempted run's summary")
-    # As if the preemption had come while rank 0 saved a newer checkpoint that rank 1 did not:
-    # the requeued ranks must still resume from one common step.
-    newer = ckpt / "ckpt_0" / "resnet8-2_1.ckpt"
-    shutil.copyfile(ckpt / "ckpt_0" / "resnet8-1_1.ckpt", newer)
-    slurm.release_requeued(sid, timeout=120)
-    slurm.wait_left_queue(sid, 400)
+        end, queued_at = time.monotonic() + 300, 0.0
+        while time.monotonic() < end and not (saved(0) and saved(1)):
+            if time.monotonic() - queued_at > 1:  # still in the queue (a job that ended would never save)
+                assert slurm.run(["squeue", "-h", "-j", sid]).stdout.strip(), (job / "slurm.out").read_text()
+                queued_at = time.monotonic()
+            time.sleep(0.1)
+        assert slurm.run(["scancel", "--signal=USR1", "--batch", sid]).returncode == 0
+        wait_or_fail(lambda: (job / "summary.json").exists(), 120, "the preempted run's summary")
+        # As if the preemption had come while rank 0 saved a newer checkpoint that rank 1 did not:
+        # the requeued ranks must still resume from one common step.
+        newer = ckpt / "ckpt_0" / "resnet8-2_1.ckpt"
+        shutil.copyfile(ckpt / "ckpt_0" / "resnet8-1_1.ckpt", newer)
+        slurm.release_requeued(sid, timeout=120)
+        slurm.wait_left_queue(sid, 400)
     assert (job / "attempt_1" / "summary.json").exists(), (
         slurm.ctld_log_lines(f"JobId={sid}")[-6:],
         (job / "slurm.out").read_text()[-2000:],
