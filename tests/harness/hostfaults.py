@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tests.harness.netns_cluster import HostRef, NamespaceCluster
 
@@ -35,6 +35,11 @@ CPU_ROOT = "/sys/fs/cgroup/cpu"
 def cgroup_v1_cpu() -> bool:
     """This machine has the cgroup v1 cpu controller with CFS quotas."""
     return os.path.exists(os.path.join(CPU_ROOT, "cpu.cfs_quota_us"))
+
+
+def _can_group() -> bool:
+    """Groups can be made here: the controller, and the right to (root)."""
+    return cgroup_v1_cpu() and os.access(CPU_ROOT, os.W_OK)
 
 
 def _group(cluster: NamespaceCluster, host: HostRef) -> str:
@@ -102,13 +107,13 @@ def unthrottle_slurmd(slurm, node: str) -> None:  # type: ignore[no-untyped-def]
 
 
 @contextlib.contextmanager
-def favored_slurmds(slurm, nodes: Sequence[str]) -> Iterator[None]:  # type: ignore[no-untyped-def]
-    """:func:`favor_cpu` for Slurm nodes: each node's slurmd (so every job step started there later)
-    in a group of weight :data:`FAVORED_SHARES`; undone on the way out.  Nothing without the
-    cgroup v1 cpu controller."""
+def favored_slurmds(slurm, nodes: Optional[Sequence[str]] = None) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """:func:`favor_cpu` for Slurm nodes (None: all of them): each node's slurmd (so every job step
+    started there later) in a group of weight :data:`FAVORED_SHARES`; undone on the way out.
+    Nothing where no group can be made (:func:`favored_children`)."""
     done: List[str] = []
     try:
-        for node in nodes if cgroup_v1_cpu() else ():
+        for node in (slurm.nodes if nodes is None else nodes) if _can_group() else ():
             _into_group(_slurmd_group(slurm, node), slurm.daemon_pids()[node], {"cpu.shares": FAVORED_SHARES})
             done.append(node)
         yield
@@ -124,13 +129,10 @@ def favored_children() -> Iterator[Callable[[], None]]:
     on the way out what is left there moves back to the root group and the group is removed.
     Without the cgroup v1 cpu controller (or the right to make a group there: not root) the
     ``preexec_fn`` does nothing."""
-    if not cgroup_v1_cpu() or not os.access(CPU_ROOT, os.W_OK):
+    if not _can_group():
         yield lambda: None
         return
-    path = os.path.join(CPU_ROOT, f"mslaunch-tests-favored-{os.getpid()}")
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "cpu.shares"), "w") as fh:
-        fh.write(str(FAVORED_SHARES))
+    path = _make_group(os.path.join(CPU_ROOT, f"mslaunch-tests-favored-{os.getpid()}"), {"cpu.shares": FAVORED_SHARES})
     procs = os.path.join(path, "cgroup.procs")
 
     def enter() -> None:  # in the child, between fork and exec
@@ -152,13 +154,18 @@ def _throttle(path: str, pid: int, quota_us: int, period_us: int) -> str:
 
 
 def _into_group(path: str, pid: int, settings: Dict[str, int]) -> str:
-    """Make cgroup ``path`` (if new), write ``settings`` (file -> value) there, move ``pid`` in."""
+    """:func:`_make_group`, then move ``pid`` in."""
+    with open(os.path.join(_make_group(path, settings), "cgroup.procs"), "w") as fh:
+        fh.write(str(pid))
+    return path
+
+
+def _make_group(path: str, settings: Dict[str, int]) -> str:
+    """Make cgroup ``path`` (if new) and write ``settings`` (file -> value) there."""
     os.makedirs(path, exist_ok=True)
     for name, value in settings.items():
         with open(os.path.join(path, name), "w") as fh:
             fh.write(str(value))
-    with open(os.path.join(path, "cgroup.procs"), "w") as fh:
-        fh.write(str(pid))
     return path
 
 

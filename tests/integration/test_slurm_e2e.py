@@ -84,7 +84,7 @@ def test_trainer_under_sbatch_is_preempted_requeued_and_resumes_from_its_checkpo
         timeout=120,
     )
     # the nodes' job steps get the CPU first: near its time alone beside the suite's other work
-    with favored_slurmds(slurm, [n for n in slurm.daemon_pids() if n != "slurmctld"]):
+    with favored_slurmds(slurm):
         res = run_process(
             "sbatch",
             "-N",
