@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import threading
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tests.harness.netns_cluster import HostRef, NamespaceCluster
@@ -123,10 +124,12 @@ def favored_slurmds(slurm, nodes: Optional[Sequence[str]] = None) -> Iterator[No
 
 
 @contextlib.contextmanager
-def favored_children() -> Iterator[Callable[[], None]]:
+def favored_children(this_thread: bool = False) -> Iterator[Callable[[], None]]:
     """A group of weight :data:`FAVORED_SHARES` for processes the test starts: yields a
     ``preexec_fn`` that moves the child in before it runs (so all it starts is in the group too);
     on the way out what is left there moves back to the root group and the group is removed.
+    With ``this_thread`` the calling thread is in the group too, until the way out (a test that
+    must act on its job within a step or two: beside favored ranks it would wait its turn).
     Without the cgroup v1 cpu controller (or the right to make a group there: not root) the
     ``preexec_fn`` does nothing."""
     if not _can_group():
@@ -139,10 +142,30 @@ def favored_children() -> Iterator[Callable[[], None]]:
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
 
+    home = _thread_group() if this_thread else None
     try:
+        if home is not None:
+            _move_thread(path)
         yield enter
     finally:
+        if home is not None:
+            _move_thread(home)
         _unthrottle(path)
+
+
+def _thread_group() -> str:
+    """The cpu group the calling thread is in (``/proc/thread-self/cgroup``)."""
+    with open("/proc/thread-self/cgroup") as fh:
+        for line in fh:
+            _, controllers, where = line.rstrip("\n").split(":", 2)
+            if "cpu" in controllers.split(","):
+                return os.path.join(CPU_ROOT, where.lstrip("/"))
+    return CPU_ROOT
+
+
+def _move_thread(path: str) -> None:
+    with open(os.path.join(path, "tasks"), "w") as fh:
+        fh.write(str(threading.get_native_id()))
 
 
 def _slurmd_group(slurm, node: str) -> str:  # type: ignore[no-untyped-def]

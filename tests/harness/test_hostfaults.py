@@ -27,3 +27,23 @@ def test_a_favored_child_and_what_it_starts_run_in_a_weighted_group_removed_afte
         with open(os.path.join(path, "cpu.shares")) as fh:
             assert int(fh.read()) == FAVORED_SHARES
     assert not os.path.exists(path)
+
+
+@pytest.mark.needs("root")
+def test_with_this_thread_the_caller_is_in_the_group_until_the_way_out_and_back_where_it_was():
+    if not cgroup_v1_cpu():
+        pytest.skip("needs the cgroup v1 cpu controller (/sys/fs/cgroup/cpu/cpu.cfs_quota_us)")
+
+    def mine():
+        with open("/proc/thread-self/cgroup") as fh:
+            return next(line.rstrip("\n").split(":", 2)[2] for line in fh if line.split(":", 2)[1] == "cpu")
+
+    before = mine()
+    with favored_children(this_thread=True):
+        inside = mine()
+        assert inside.startswith("/mslaunch-tests-favored-") and inside != before
+        with open(os.path.join(CPU_ROOT + inside, "cpu.shares")) as fh:
+            assert int(fh.read()) == FAVORED_SHARES
+    assert mine() == before and not os.path.exists(CPU_ROOT + inside)
+    with favored_children():  # without it, the caller stays where it was
+        assert mine() == before
