@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from launcher.planning.job import layout
 from launcher.planning.job.events import (
+    CheckpointFailed,
     ClusterStop,
     Event,
     Failure,
@@ -51,6 +52,8 @@ def event_line(event: Event, attempt_dir: str = "") -> Optional[str]:
         return f"{event.message}; tearing down"
     if isinstance(event, StopRestarts):
         return event.message
+    if isinstance(event, CheckpointFailed):
+        return f"rank {event.rank}: a checkpoint was not written ({event.why}); the job trains on"
     if isinstance(event, Straggler):
         if event.cleared:
             return f"rank {event.rank} on {event.host} is no longer a straggler: {event.evidence}"

@@ -322,6 +322,8 @@ def make_supervisor(
         attempt_base=base,
         spares=spares,
     )
+    if progress is not None:  # a rank's checkpoint not written: an event, and the job trains on
+        progress.on_event = sup.emit
     if hang is not None:
         _planned_restarts(sup, hang, options, spares, replan, reachable, progress)
     return sup

@@ -40,7 +40,8 @@ line; steps may count from 0 or 1 (see :attr:`Metric.progress`).
 (number), ``samples_per_s`` (number, this rank), ``batch_size`` (int, per rank), ``epochs`` (int,
 total), ``steps_per_epoch`` (int), ``total_steps`` (int, the whole run), ``eval`` (object of
 numbers), ``ckpt_ms`` (number: how long the last checkpoint write took; a line with only this is
-an ``info`` metric).  Example::
+an ``info`` metric), ``ckpt_failed`` (text: a checkpoint could not be written, why; the program
+trains on: an ``info`` metric with ``event="ckpt_failed"``, an event of the job).  Example::
 
     print('MSLAUNCH_METRIC ' + json.dumps({"step": 12, "loss": 0.42, "step_time_ms": 130.5}), flush=True)
 
@@ -63,6 +64,7 @@ __all__ = ["Metric", "parse_line", "METRIC_PREFIX"]
 
 METRIC_PREFIX = "MSLAUNCH_METRIC"
 _MAX_LINE = 4096  # longer lines are not metric lines (and regexes stay cheap)
+MAX_NOTE = 500  # characters kept of a ckpt_failed text
 
 _SEP = r"\s*(?:[,;|]\s*)?"  # one \s* per whitespace run: no polynomial backtracking on long lines
 _EPOCH_STEP = (
@@ -104,9 +106,11 @@ class Metric:
         samples_per_s: this rank's samples (images, sequences) per second, when the line says.
         batch_size: samples per step on this rank, when the line says.
         eval: evaluation metrics (name -> number).
-        event: ``nonfinite_loss`` when the loss is NaN or infinite.
+        event: ``nonfinite_loss`` when the loss is NaN or infinite; ``ckpt_failed`` when the line
+            says a checkpoint could not be written (why in :attr:`ckpt_failed`).
         ckpt_ms: how long the rank's last checkpoint write took (``MSLAUNCH_METRIC`` only: the
             checkpoint cost of :mod:`launcher.planning.job.ckptinterval`).
+        ckpt_failed: why a checkpoint could not be written (``MSLAUNCH_METRIC`` only).
         unit: what ``step`` counts when it is not steps: ``samples`` (PyTorch's MNIST line
             ``Train Epoch: 1 [640/60000 (1%)]``: ``step`` is the sample position within the epoch
             and ``steps_per_epoch`` the dataset's size).
@@ -131,6 +135,7 @@ class Metric:
     event: Optional[str] = None
     unit: Optional[str] = None
     ckpt_ms: Optional[float] = None
+    ckpt_failed: Optional[str] = None
 
     @property
     def progress(self) -> Optional[Tuple[Optional[int], int]]:
@@ -170,6 +175,9 @@ def _parse_mslaunch(payload: str) -> Optional[Metric]:
     ckpt = finite(obj.get("ckpt_ms"))
     if ckpt is not None and ckpt >= 0:
         kw["ckpt_ms"] = ckpt
+    failed = obj.get("ckpt_failed")
+    if isinstance(failed, str) and failed.strip():
+        kw["ckpt_failed"], kw["event"] = " ".join(failed.split())[:MAX_NOTE], "ckpt_failed"
     loss = obj.get("loss")
     if isinstance(loss, float) and not math.isfinite(loss):
         kw.update(loss_fields(repr(loss)))

@@ -101,6 +101,7 @@ class RankDeriver:
                 "event",
                 "unit",
                 "ckpt_ms",
+                "ckpt_failed",
             ):
                 value = getattr(m, key)
                 if value is not None:

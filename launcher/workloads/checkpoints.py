@@ -88,14 +88,80 @@ def common_checkpoint(positions: Sequence[Sequence[Tuple[int, int]]]) -> Optiona
     return max(common) if common else None
 
 
+_GATHER: list = []  # the one AllGather cell of the process: compiled once, whatever gathers through it
+
+
 def _gather_positions(mine: Sequence[Tuple[int, int]], size: int) -> List[List[Tuple[int, int]]]:
     """Every rank's checkpoint positions (``(epoch, step)``, at most :data:`RESUME_CANDIDATES`),
-    by rank, through one AllGather."""
+    by rank, through one AllGather (one graph for every call: MindSpore's compile cache finds
+    graphs by the order they were compiled in)."""
     row = np.full((1, 2 * RESUME_CANDIDATES), -1.0, dtype=np.float32)
     for i, (epoch, step) in enumerate(list(mine)[-RESUME_CANDIDATES:]):
         row[0, 2 * i], row[0, 2 * i + 1] = epoch, step
-    table = all_gather()(Tensor(row)).asnumpy().reshape(size, RESUME_CANDIDATES, 2)
+    if not _GATHER:
+        _GATHER.append(all_gather())
+    table = _GATHER[0](Tensor(row)).asnumpy().reshape(size, RESUME_CANDIDATES, 2)
     return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
+
+
+def save_on_every_rank(
+    train_net: nn.Cell,
+    ckpt_dir: str,
+    position: Tuple[int, int, int],
+    keep: int,
+    rank_size: Tuple[int, int],
+    prefix: str = CKPT_PREFIX,
+    gather: Callable[..., List[List[Tuple[int, int]]]] = _gather_positions,
+) -> Tuple[Optional[str], Optional[str], Optional[str]]:
+    """Write the checkpoint of ``position`` (``(epoch, step, global_step)``) on this rank, and keep
+    it only if every rank wrote its own: ``(path, None, None)``, or ``(None, why, error)`` when some
+    rank could not (a full disk, a folder gone: ``why`` names the ranks, with this rank's
+    ``error``, None if its own write went well).  A write
+    that fails does not end the training: the job goes on from the checkpoint before, which every
+    rank still has, since nothing is pruned until a checkpoint is on every rank.  With several
+    ranks (``rank_size``: this rank, how many) they agree through one AllGather (``gather``, the
+    one :func:`resume_point` uses), so call it on every rank at the same step; a rank that wrote a
+    checkpoint some other rank did not removes it, so each rank keeps only checkpoints every rank
+    has.  With one rank, ``keep`` prunes at once (else the caller prunes after the next step: see
+    the trainer's module doc)."""
+    epoch, step, global_step = position
+    rank, size = rank_size
+    path: Optional[str] = None
+    error: Optional[str] = None
+    try:
+        path = save_checkpoint(train_net, ckpt_dir, epoch, step, global_step, keep if size == 1 else 0, prefix)
+    except Exception as exc:  # noqa: BLE001  (whatever MindSpore's writer raised: the rank trains on)
+        error = _reason(exc)
+        _remove_own_temp(ckpt_dir)
+    why = f"rank {rank}: {error}" if error else None
+    if size == 1:
+        return path, why, error
+    written = gather([(epoch, step)] if path is not None else [], size)
+    missing = [r for r, theirs in enumerate(written) if (epoch, step) not in theirs]
+    if not missing:
+        return path, None, None
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    others = [str(r) for r in missing if r != rank]
+    if others:
+        theirs = f"{'ranks' if len(others) > 1 else 'rank'} {', '.join(others)} could not write theirs"
+        why = f"{why}; {theirs}" if why else theirs
+    return None, why, error
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _remove_own_temp(ckpt_dir: str) -> None:
+    mine = f".tmp-{os.getpid()}-"
+    with contextlib.suppress(OSError):
+        for name in os.listdir(ckpt_dir):
+            if name.startswith(mine):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(ckpt_dir, name))
 
 
 def weights_from_checkpoint(ckpt_dir: Optional[str], prefix: str = CKPT_PREFIX) -> ContextManager[object]:

@@ -118,14 +118,15 @@ class StopOnSignal:
             self.die()  # a planned stop heard while saving: nothing is left to save (see the module doc)
 
     def stop_here(self, save: Callable[[], Any]) -> None:
-        """At a step's end after SIGTERM: ``save()`` (unless nothing is new), then end by the signal."""
+        """At a step's end after SIGTERM: ``save()`` (unless nothing is new; False from it: the
+        checkpoint could not be written), then end by the signal."""
         self._stopping.set()
         with self._lock:
             unsaved = self._unsaved
         if unsaved and not self.after_fault():
             t0 = self._clock()
-            save()
-            print(f"preempted: checkpoint saved in {self._clock() - t0:.2f} s after SIGTERM", flush=True)
+            if save() is not False:
+                print(f"preempted: checkpoint saved in {self._clock() - t0:.2f} s after SIGTERM", flush=True)
         self.die()
 
     @staticmethod

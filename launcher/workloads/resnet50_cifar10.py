@@ -59,9 +59,9 @@ With several ranks, every rank must resume from the same step (data parallel: th
 A job stopped while its ranks write a checkpoint (a preemption, a failure) can leave the newest
 one on some ranks only, so:
 
-- a rank removes the checkpoints older than its newest ``--keep-checkpoints`` only after the next
-  step, whose gradient AllReduce cannot finish before every rank has saved (at the end of a run
-  the one before the newest stays);
+- a checkpoint is kept only where every rank wrote its own (one AllGather after the write; a
+  failed write is said, ``checkpoint: not written``, and training goes on: at the last step it is
+  an error), and older ones than the newest ``--keep-checkpoints`` go after the next step;
 - ``--resume`` gathers every rank's checkpoint positions (AllGather) and loads the newest one that
   every rank has; newer ones of this rank (steps that are trained again) are removed. No common
   one while some rank has one is an error (exit 2) naming each rank's newest.
@@ -99,7 +99,7 @@ from launcher.workloads.checkpoints import (
     _resume,
     align_compile_order,
     prune_checkpoints,
-    save_checkpoint,
+    save_on_every_rank,
     weights_from_checkpoint,
 )
 from launcher.workloads.cifar10_data import (
@@ -348,6 +348,7 @@ class _Loop:
     prune_due: bool = False  # a checkpoint was saved: prune the older ones after the next step
     stop: StopOnSignal = field(default_factory=StopOnSignal)  # SIGTERM: a checkpoint (installed with --ckpt-dir)
     stand_ins: List[str] = field(default_factory=list)  # folders of missing ranks this rank keeps (elastic)
+    rank: int = 0
 
 
 def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
@@ -389,30 +390,30 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
         f"{per_rank * loop.size:.1f} img/s total ({loop.size} ranks)"
     )
     if loop.ckpt_dir:
-        _save(loop, epoch, step)
+        _save(loop, epoch, step, last=epoch >= args.epochs)
     return True
 
 
-def _save(loop: _Loop, epoch: int, step: int) -> None:
-    """Write a checkpoint at this position and print its ``checkpoint:`` line."""
+def _save(loop: _Loop, epoch: int, step: int, last: bool = False) -> bool:
+    """Write a checkpoint at this position on every rank (or on none: a write that failed is
+    said, and training goes on; at the run's ``last`` step it is an error); whether it was."""
     assert loop.ckpt_dir is not None
-    alone = loop.size == 1
     loop.stop.saving()
     t0 = time.perf_counter()
-    path = save_checkpoint(
-        loop.train_net,
-        loop.ckpt_dir,
-        epoch,
-        step,
-        loop.global_step,
-        loop.args.keep_checkpoints if alone else 0,
-        loop.args.arch,
-    )
-    mirror_checkpoint(path, loop.stand_ins)
-    loop.prune_due = not alone
-    _say(f"checkpoint: {path}")
-    _say("MSLAUNCH_METRIC " + json.dumps({"ckpt_ms": round((time.perf_counter() - t0) * 1000.0, 1)}))
+    where, keep, who = (epoch, step, loop.global_step), loop.args.keep_checkpoints, (loop.rank, loop.size)
+    path, why, mine = save_on_every_rank(loop.train_net, loop.ckpt_dir, where, keep, who, loop.args.arch)
+    if path is None:
+        if last:
+            raise RuntimeError(f"checkpoint: not written at epoch {epoch} step {step}: {why}")
+        line = f"checkpoint: not written at epoch {epoch} step {step} ({why}); training goes on from the one before"
+        _say(line + (f"\nMSLAUNCH_METRIC {json.dumps({'ckpt_failed': mine})}" if mine else ""))  # an event
+    else:
+        mirror_checkpoint(path, loop.stand_ins)
+        loop.prune_due = loop.size > 1
+        _say(f"checkpoint: {path}")
+        _say("MSLAUNCH_METRIC " + json.dumps({"ckpt_ms": round((time.perf_counter() - t0) * 1000.0, 1)}))
     loop.stop.saved()
+    return path is not None
 
 
 def train(args: argparse.Namespace, distributed: bool) -> int:
@@ -447,7 +448,6 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     else:
         opt, train_net = make_train_step(net, args.lr, args.momentum)
         step_fn = one_batch_step(train_net)
-
     if cache:  # every attempt compiles the same graphs in the same order
         align_compile_order(ckpt_dir if not args.resume else None, size)
     # The position *before* the next step: epoch, steps done in it, steps done in all.
@@ -461,7 +461,8 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         if global_step:
             ds.config.set_seed(args.seed + global_step)
         batches = data.repeat().create_tuple_iterator(num_epochs=1)
-        loop = _Loop(args, train_net, step_fn, batches, ckpt_dir, spe, size, global_step, stand_ins=stand_ins)
+        loop = _Loop(args, train_net, step_fn, batches, ckpt_dir, spe, size, global_step, rank=rank)
+        loop.stand_ins = stand_ins
         if ckpt_dir:  # without, no signal is handled and no step agreed
             loop.stop = StopOnSignal(agree=any_rank(size)).install()
         while epoch <= args.epochs:

@@ -86,6 +86,10 @@ def test_console_failure_line_uses_the_one_wording(console, capsys):
             ev.Straggler(2, "h3", "rank 2 on h3 waited for CPU 20 % ...", 1.0, 0, cleared=True),
             "rank 2 on h3 is no longer a straggler: rank 2 on h3 waited for CPU 20 % ...",
         ),
+        (
+            ev.CheckpointFailed(1, 0, "rank 1: [Errno 28] No space left on device"),
+            "rank 1: a checkpoint was not written (rank 1: [Errno 28] No space left on device); the job trains on",
+        ),
     ],
 )
 def test_each_shown_event_is_one_line_on_stderr(console, capsys, event, line):

@@ -52,7 +52,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 __all__ = ["FAULT_KINDS", "FaultStream", "Injected", "JobView", "badput_table", "inside_and_outside", "rank_pids"]
 
 FAULT_KINDS = ("kill", "stop", "cut", "restart", "slow", "ckpt")
-#: The events that say the job noticed a fault (``slow``: also its straggler event).
+#: The events that say the job noticed a fault (``slow``: also its straggler event; ``ckpt``: also
+#: ``ckpt_failed``, a rank's report that it trains on without that checkpoint).
 NOTICED = ("failure", "hung", "cluster_stop")
 
 
@@ -166,9 +167,13 @@ class Injected:
     first_step: Optional[float] = None
     new_step: Optional[float] = None
     note: str = ""
+    trained_on: bool = False  # the job went on without a restart (a checkpoint its ranks did not write)
 
     def phases(self) -> Dict[str, Optional[float]]:
-        """Seconds of detect / teardown / restart / retrain (None where a time is missing)."""
+        """Seconds of detect / teardown / restart / retrain (None where a time is missing; none
+        at all for a fault the job trained on through)."""
+        if self.trained_on:
+            return {"detect": 0.0, "teardown": 0.0, "restart": 0.0, "retrain": 0.0}
 
         def gap(a: Optional[float], b: Optional[float]) -> Optional[float]:
             return None if a is None or b is None else max(0.0, b - a)
@@ -181,6 +186,8 @@ class Injected:
         }
 
     def lost(self) -> Optional[float]:
+        if self.trained_on:
+            return 0.0
         return None if self.new_step is None else self.new_step - self.at
 
 
@@ -337,7 +344,8 @@ class FaultStream:
         else:
             os.mkdir(path)
         try:
-            self._wait(lambda: any(e.get("kind") in NOTICED for e in self.view.events() if e["time"] >= fault.at), 0.02)
+            kinds = NOTICED + ("ckpt_failed",)
+            self._wait(lambda: any(e.get("kind") in kinds for e in self.view.events() if e["time"] >= fault.at), 0.02)
         finally:
             if os.path.isdir(path):
                 os.rmdir(path)
@@ -399,7 +407,12 @@ class FaultStream:
         for k, f in enumerate(self.injected):
             later = [e for e in events if e.get("time", 0.0) >= f.at]
             kinds = NOTICED + (("straggler", "planned_restart") if f.kind == "slow" else ())
+            kinds += ("ckpt_failed",) if f.kind == "ckpt" else ()
             noticed = next((e for e in later if e.get("kind") in kinds), None)
+            if noticed is not None and noticed.get("kind") == "ckpt_failed":  # no restart: it trained on
+                f.noticed, f.trained_on = noticed["time"], True
+                f.note = (f.note + "; " if f.note else "") + "the job trained on without that checkpoint"
+                continue
             restart = next((e for e in later if e.get("kind") == "restart"), None)
             f.noticed = noticed["time"] if noticed else None
             f.restart = restart["time"] if restart else None

@@ -63,6 +63,23 @@ def test_each_faults_times_and_phases_come_from_the_jobs_records(tmp_path):
     assert both["startup"] == ["-", f"{mine.badput_s['startup']:.1f}"] and both["mslaunch:"][0] == "goodput"
 
 
+def test_a_checkpoint_the_job_trained_on_without_costs_nothing_and_takes_no_restart(tmp_path):
+    ev = lambda kind, t, **kw: dict(kind=kind, time=t, **kw)  # noqa: E731
+    _write(
+        tmp_path / "events.jsonl",
+        [ev("ckpt_failed", 12.0, rank=1, attempt=0, why="disk"), ev("failure", 20.0), ev("restart", 21.0, attempt=1)],
+    )
+    _write(tmp_path / "metrics.jsonl", [dict(kind="step", attempt=1, global_step=9, time=25.0, rank=0)])
+    fs = FaultStream(str(tmp_path), kinds=("ckpt", "kill"), at_steps=(5, 8), mark="m")
+    fs.injected = [Injected("ckpt", 1, "h2", 0, 10.0, best_before=5), Injected("kill", 0, "h1", 0, 19.0, 8)]
+    ckpt, kill = fs.account()
+    assert ckpt.trained_on and ckpt.noticed == 12.0 and ckpt.restart is None and ckpt.lost() == 0.0
+    assert set(ckpt.phases().values()) == {0.0} and "trained on" in ckpt.note
+    assert (kill.noticed, kill.restart, kill.new_step) == (20.0, 21.0, 25.0)  # the restart is the kill's
+    fs.injected = [Injected("kill", 0, "h1", 0, 11.0, best_before=5)]  # only a ckpt fault is noticed by it
+    assert fs.account()[0].noticed == 20.0
+
+
 def test_a_ranks_own_process_is_found_by_its_mark_not_its_children(tmp_path):
     env = dict(os.environ, FAULT_STREAM_MARK=tmp_path.name, RANK_ID="1", MSLAUNCH_ATTEMPT="2")
     child = (

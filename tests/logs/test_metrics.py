@@ -148,6 +148,12 @@ TABLE = [
         'MSLAUNCH_METRIC {"eval": {"top1": 0.7, "name": "x"}}',
         Metric(kind="eval", source="mslaunch", eval={"top1": 0.7}),
     ),
+    (
+        'MSLAUNCH_METRIC {"ckpt_failed": "rank 1:  [Errno 28]\\nNo space"}',
+        Metric(kind="info", source="mslaunch", event="ckpt_failed", ckpt_failed="rank 1: [Errno 28] No space"),
+    ),
+    ('MSLAUNCH_METRIC {"ckpt_failed": " "}', None),
+    ('MSLAUNCH_METRIC {"ckpt_failed": 3}', None),
     ('MSLAUNCH_METRIC {"step": true, "loss": [1]}', None),
     ("MSLAUNCH_METRIC not json", None),
     ("MSLAUNCH_METRIC [1, 2]", None),
@@ -232,6 +238,13 @@ def test_nonfinite_loss_is_an_event_record():
     assert math.isnan(prog.ranks[0].loss)
     snap = snapshot("j", "running", 2.0, 1, {0: "h"}, prog, {0: 1.5})
     assert snap.rows[0].nonfinite_loss and snap.to_json()["ranks"][0]["loss"] is None
+
+
+def test_a_checkpoint_not_written_is_an_event_record_with_its_reason():
+    text = "x" * 2000
+    recs = _feed(RankDeriver(rank=1, attempt=2), ['MSLAUNCH_METRIC {"ckpt_failed": "%s"}' % text], 1.0)
+    assert [(r["rank"], r["attempt"], r["kind"], r["event"]) for r in recs] == [(1, 2, "info", "ckpt_failed")]
+    assert recs[0]["ckpt_failed"] == "x" * 500  # kept short
 
 
 def _progress(step_times):

@@ -11,7 +11,8 @@ MODE: ok (sleep SECONDS, exit 0) | fail (TARGET_RANK exits CODE after SECONDS) |
       stubborn (ignore SIGTERM, sleep forever) | failonce (TARGET_RANK fails with CODE unless
       $PIDDIR/failed-once exists; creates it) | env (print the env as K=V lines, then cwd=...,
       cpus=<its CPU affinity> and argv=<JSON list>, exit 0) | deaf (like fail, but the
-      scheduler never listens: a worker fails while the scheduler's port is still awaited)
+      scheduler never listens: a worker fails while the scheduler's port is still awaited) |
+      ckptfail (like ok, but TARGET_RANK first reports a checkpoint it could not write)
 
 The first line is ``<name> started pid=<pid> netns=<inode of its network namespace>``; the
 scheduler listens on ``MS_SCHED_HOST`` (127.0.0.1 if unset).
@@ -78,5 +79,7 @@ if mode in ("fail", "sigkill", "failonce", "deaf") and rank == target:
     sys.exit(code)
 if mode in ("fail", "sigkill", "deaf"):
     time.sleep(600)  # the others wait to be torn down
+if mode == "ckptfail" and rank == target:
+    print('MSLAUNCH_METRIC {"ckpt_failed": "[Errno 28] No space left on device"}', flush=True)
 time.sleep(secs)
 print(f"{name} done", flush=True)

@@ -35,6 +35,7 @@ from launcher.planning.job import layout
 from launcher.planning.job.ckptinterval import ENV_VAR as CKPT_INTERVAL_VAR
 from launcher.planning.job.ckptinterval import STEPS_VAR as CKPT_STEPS_VAR
 from launcher.planning.job.ckptinterval import Advice
+from launcher.planning.job.events import CheckpointFailed
 from launcher.planning.job.spec import Plan, ProcPlan
 from launcher.planning.median import median
 
@@ -112,6 +113,8 @@ class AttemptProgress:
 
     def __init__(self, flush: Optional[Callable[[], Any]] = None) -> None:
         self.flush = flush
+        #: told of each ``ckpt_failed`` a rank reported (the supervisor's ``emit``: events.jsonl, console)
+        self.on_event: Optional[Callable[[CheckpointFailed], None]] = None
         self._lock = threading.Lock()
         self._first: Dict[int, int] = {}
         self._best: Dict[int, int] = {}
@@ -120,8 +123,12 @@ class AttemptProgress:
 
     def on_records(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Metric records as written to ``metrics.jsonl`` (``attempt``, ``global_step``)."""
+        failed = []
         with self._lock:
             for rec in records:
+                rank, k, why = rec.get("rank"), rec.get("attempt"), rec.get("ckpt_failed")
+                if rec.get("event") == "ckpt_failed" and isinstance(rank, int) and isinstance(why, str):
+                    failed.append(CheckpointFailed(rank, k if isinstance(k, int) else 0, why))
                 g, k = rec.get("global_step"), rec.get("attempt")
                 if isinstance(g, int) and isinstance(k, int) and rec.get("kind") == "step":
                     self._first[k] = min(self._first.get(k, g), g)
@@ -132,6 +139,10 @@ class AttemptProgress:
                 ms = rec.get("step_time_ms")
                 if rec.get("kind") == "step" and isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms > 0:
                     self._step_ms = (self._step_ms + [float(ms)])[-STEP_SAMPLES:]
+        tell = self.on_event
+        if tell is not None:
+            for event in failed:
+                tell(event)
 
     def step_seconds(self) -> Optional[float]:
         """The median of the last :data:`STEP_SAMPLES` step times the ranks logged, in seconds."""

@@ -110,6 +110,8 @@ def _sentence(e: Mapping[str, Any], attempt: int) -> Optional[str]:
     if kind == EventKind.CLUSTER_STOP:
         why = f": {e['message']}" if e.get("message") else ""
         return f"The cluster's scheduler ended the job ({_s(e.get('status'))}){why}."
+    if kind == EventKind.CKPT_FAILED:
+        return f"Rank {_s(e.get('rank'))} could not write a checkpoint ({_s(e.get('why'))}); the job trained on."
     if kind == EventKind.STRAGGLER:
         who = f"rank {_s(e.get('rank'))} on {_s(e.get('host'))}"
         if e.get("cleared"):

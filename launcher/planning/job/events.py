@@ -320,6 +320,17 @@ class Straggler(Payload):
 
 
 @dataclass(frozen=True)
+class CheckpointFailed(Payload):
+    """A rank reported that a checkpoint could not be written (``MSLAUNCH_METRIC {"ckpt_failed":
+    WHY}``) and that it trains on; the reference trainer's ranks then keep the one before."""
+
+    kind: ClassVar[EventKind] = EventKind.CKPT_FAILED
+    rank: int
+    attempt: int
+    why: str
+
+
+@dataclass(frozen=True)
 class JobEnd(Payload):
     """The job ended (written after ``summary.json``)."""
 
@@ -349,6 +360,7 @@ Event = Union[
     PlannedRestart,
     ClusterStop,
     Straggler,
+    CheckpointFailed,
     JobEnd,
 ]
 
@@ -378,6 +390,7 @@ PAYLOADS: Mapping[EventKind, Type[Any]] = {
         PlannedRestart,
         ClusterStop,
         Straggler,
+        CheckpointFailed,
         JobEnd,
     )
 }

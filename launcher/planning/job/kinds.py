@@ -115,6 +115,7 @@ class EventKind(StrEnum):
     CLUSTER_STOP = "cluster_stop"  # the cluster's scheduler ends the job (Slurm: preemption, time limit, scancel)
     PLANNED_RESTART = "planned_restart"  # mslaunch ends the attempt to restart on other hosts (docs/spare-hosts.md)
     STRAGGLER = "straggler"  # a rank waits for CPU far more than the others, or no longer (docs/long-jobs.md)
+    CKPT_FAILED = "ckpt_failed"  # a rank could not write a checkpoint; the job trains on (docs/long-jobs.md)
     JOB_END = "job_end"
 
 

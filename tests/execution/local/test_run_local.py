@@ -144,6 +144,19 @@ def test_success_writes_job_dir(job):
     assert_all_gone(job.pids)
 
 
+def test_a_checkpoint_a_rank_could_not_write_is_an_event_and_the_job_goes_on(job):
+    r = job.run("ckptfail", "0.3", "1")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in (job.dir / "events.jsonl").read_text().splitlines()]
+    failed = [(e["rank"], e["attempt"], e["why"]) for e in events if e["kind"] == "ckpt_failed"]
+    assert failed == [(1, 0, "[Errno 28] No space left on device")], events
+    assert [e["kind"] for e in events].index("ckpt_failed") < [e["kind"] for e in events].index("job_end")
+    line = "mslaunch: rank 1: a checkpoint was not written ([Errno 28] No space left on device); the job trains on"
+    assert line in r.stderr.splitlines(), r.stderr
+    assert job.summary()["status"] == "succeeded" and len(job.summary()["attempt_results"]) == 1
+    assert_all_gone(job.pids)
+
+
 def test_rank_exit_code_is_the_jobs(job):
     r = job.run("fail", "0.5", "1", "3", np=3)
     assert r.returncode == 3, r.stderr

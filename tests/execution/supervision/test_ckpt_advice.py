@@ -31,6 +31,17 @@ def test_progress_keeps_the_latest_checkpoint_costs_and_step_times():
     assert prog.ckpt_seconds() == pytest.approx(0.1)
 
 
+def test_progress_tells_of_each_checkpoint_a_rank_could_not_write():
+    from launcher.planning.job.events import CheckpointFailed
+
+    prog, told = AttemptProgress(), []
+    failed = {"kind": "info", "attempt": 2, "rank": 1, "event": "ckpt_failed", "ckpt_failed": "disk full"}
+    prog.on_records([failed])  # nobody to tell yet: nothing
+    prog.on_event = told.append
+    prog.on_records([{"kind": "info", "attempt": 2, "rank": 0, "ckpt_ms": 10.0}, failed, dict(failed, rank=None)])
+    assert told == [CheckpointFailed(1, 2, "disk full")] and prog.ckpt_seconds() == 0.01
+
+
 def _result(status) -> AttemptResult:
     return AttemptResult(0, "/j", status, 1, 0.0, 1.0, ())
 

@@ -42,6 +42,13 @@ def test_a_job_that_went_on_smaller_and_grew_back_is_told_in_words() -> None:
     ]
 
 
+def test_a_checkpoint_not_written_is_told_with_its_reason() -> None:
+    events = [{"time": 2.0, "kind": "ckpt_failed", "rank": 1, "attempt": 0, "why": "rank 1: [Errno 28] No space"}]
+    assert [(line.kind, line.text) for line in story(events, [])] == [
+        ("ckpt_failed", "Rank 1 could not write a checkpoint (rank 1: [Errno 28] No space); the job trained on.")
+    ]
+
+
 def test_one_host_is_one_host() -> None:
     e = {
         "time": 2.0,

@@ -122,6 +122,7 @@ CASES = [
             "by": "cpu",
         },
     ),
+    (ev.CheckpointFailed(1, 0, "rank 1: disk full"), {"rank": 1, "attempt": 0, "why": "rank 1: disk full"}),
 ]
 
 
