@@ -64,12 +64,16 @@ def save_checkpoint(
 
 def prune_checkpoints(ckpt_dir: str, keep: int, prefix: str = CKPT_PREFIX) -> None:
     """Remove all but the newest ``keep`` checkpoints (0: none), and temp files that other
-    processes left half-written (the folder is this rank's alone)."""
-    doomed = [path for _, _, path in list_checkpoints(ckpt_dir, prefix)[:-keep]] if keep > 0 else []
+    processes left half-written (the folder is this rank's alone).  A folder that cannot be read
+    now (gone, or not a folder: its disk away) is left as it is: the next write says so."""
     mine = f".tmp-{os.getpid()}-"
-    doomed += [
-        os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(".tmp-") and not n.startswith(mine)
-    ]
+    try:
+        doomed = [path for _, _, path in list_checkpoints(ckpt_dir, prefix)[:-keep]] if keep > 0 else []
+        doomed += [
+            os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith(".tmp-") and not n.startswith(mine)
+        ]
+    except OSError:
+        return
     for path in doomed:
         try:
             os.unlink(path)

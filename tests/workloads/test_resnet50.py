@@ -258,6 +258,11 @@ def test_pruning_keeps_the_newest_and_drops_half_written_files_of_others(tmp_pat
     assert sorted(os.listdir(tmp_path)) == sorted([mine.name, "resnet50-1_10.ckpt", "resnet50-2_1.ckpt"])
     prune_checkpoints(str(tmp_path), 0)  # 0: keep every checkpoint
     assert len(os.listdir(tmp_path)) == 3
+    # a folder that cannot be read (gone; a file in its place): nothing pruned, no error
+    (tmp_path / "file").write_text("")
+    for folder in (tmp_path / "gone", tmp_path / "file"):
+        prune_checkpoints(str(folder), 1)
+    assert len(os.listdir(tmp_path)) == 4
 
 
 @pytest.mark.mindspore
