@@ -20,6 +20,7 @@ directory never collide.  The names (``docs/watching.md`` has the table):
 ``mslaunch_attempt``                        gauge     the current attempt (0, then 1.. after restarts)
 ``mslaunch_restarts_total``                 counter   restarts
 ``mslaunch_failures_total``                 counter   failed attempts by ``cause`` (the failure classifier's kinds)
+``mslaunch_checkpoint_failures_total``      counter   checkpoints a rank could not write while the job trained on
 ``mslaunch_hosts_excluded``                 gauge     hosts left out (``--preflight exclude``, restarts)
 ``mslaunch_samples_per_second``             gauge     the ranks' throughput together
 ``mslaunch_rank_step``                      gauge     per ``rank``: its newest step (over the run)
@@ -92,6 +93,13 @@ def families(sample: JobSample) -> Iterator[Metric]:
     for cause in sorted(sample.failures):
         failures.add_metric(job + [cause], sample.failures[cause])
     yield failures
+    ckpt = CounterMetricFamily(
+        "mslaunch_checkpoint_failures",
+        "Checkpoints a rank reported it could not write (ckpt_failed) while the job trained on.",
+        labels=["job_id"],
+    )
+    ckpt.add_metric(job, sample.ckpt_failures)
+    yield ckpt
     yield _gauge("mslaunch_hosts_excluded", "Hosts left out (preflight or restarts).", job, sample.hosts_excluded)
     if sample.samples_per_s is not None:
         yield _gauge(

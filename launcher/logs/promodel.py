@@ -18,6 +18,8 @@ What each number means:
   an attempt whose cause is not known counts as ``unknown``.
 - ``ranks_running``: ranks (not the scheduler) of the current attempt started and not yet exited.
 - ``hosts_excluded``: hosts left out, by ``--preflight exclude`` or by restarts (``host_excluded``).
+- ``ckpt_failures``: checkpoints a rank reported it could not write while the job trained on
+  (``ckpt_failed``): no restart, so nothing else shows them.
 - per rank, the current attempt's newest step record (:class:`launcher.logs.progress.Progress`):
   step, loss, samples per second, step time, the time of its last step line and the seconds since,
   and whether it is a straggler: named by the straggler watch (a ``straggler`` event not cleared
@@ -97,6 +99,7 @@ class JobSample:
     ranks_running: int
     hosts_excluded: int
     ranks: Tuple[RankSample, ...] = field(default_factory=tuple)
+    ckpt_failures: int = 0
 
     @property
     def samples_per_s(self) -> Optional[float]:
@@ -135,6 +138,7 @@ class JobModel:
         self.attempt = 0
         self.restarts = 0
         self.failures: Dict[str, int] = {kind: 0 for kind in causes}
+        self.ckpt_failures = 0
         self._running: Dict[int, Set[int]] = {}  # attempt -> ranks started and not exited
         self._excluded: Set[str] = set()
         self._named: Set[Tuple[int, int]] = set()  # (attempt, rank) the straggler watch names now
@@ -167,6 +171,8 @@ class JobModel:
                 self._named.discard(key)
             else:
                 self._named.add(key)
+        elif kind == EventKind.CKPT_FAILED:
+            self.ckpt_failures += 1
         elif kind == EventKind.HOST_EXCLUDED and isinstance(rec.get("host"), str):
             self._excluded.add(rec["host"])
         elif kind == EventKind.PREFLIGHT and isinstance(rec.get("excluded"), list):
@@ -219,6 +225,7 @@ class JobModel:
             ranks_running=len(self._running.get(self.attempt, ())),
             hosts_excluded=len(self._excluded),
             ranks=tuple(rows),
+            ckpt_failures=self.ckpt_failures,
         )
 
 

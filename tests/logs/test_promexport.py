@@ -56,6 +56,8 @@ def test_the_textfile_is_replaced_whole_and_a_final_write_at_close_shows_the_job
     assert first[("mslaunch_rank_loss", (("rank", "0"),))] == 0.5
     assert first[("mslaunch_restarts_total", ())] == 0
     assert first[("mslaunch_failures_total", (("cause", "oom"),))] == 0
+    assert first[("mslaunch_checkpoint_failures_total", ())] == 0
+    append(events, {"kind": "ckpt_failed", "rank": 1, "attempt": 0, "why": "[Errno 28] No space left on device"})
     restart = {"kind": "restart", "attempt": 1, "cause": {"cause": {"kind": "oom"}}, "env_attempt": 1}
     append(events, restart, {"kind": "started", "name": "rank 0", "rank": 0, "attempt": 1})
     append(metrics, {"kind": "step", "rank": 0, "attempt": 1, "time": 103.0, "global_step": 4, "loss": 0.25})
@@ -66,6 +68,7 @@ def test_the_textfile_is_replaced_whole_and_a_final_write_at_close_shows_the_job
     assert last[("mslaunch_job_state", (("state", "running"),))] == 0
     assert (last[("mslaunch_restarts_total", ())], last[("mslaunch_attempt", ())]) == (1, 1)
     assert last[("mslaunch_failures_total", (("cause", "oom"),))] == 1
+    assert last[("mslaunch_checkpoint_failures_total", ())] == 1  # the job trained on: no failure, no restart
     assert last[("mslaunch_rank_step", (("rank", "0"),))] == 4
     assert last[("mslaunch_ranks_running", ())] == 0
     assert os.listdir(tf) == ["job7.prom"]  # written to a temporary name and renamed: nothing else left

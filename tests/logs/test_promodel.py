@@ -110,6 +110,13 @@ def test_hosts_left_out_by_preflight_and_by_restarts_count_once_each():
     assert m.sample(0.0).hosts_excluded == 2
 
 
+def test_each_checkpoint_a_rank_could_not_write_counts_once_and_is_no_failure():
+    m = model(*({"kind": "ckpt_failed", "rank": r, "attempt": 0, "why": "disk full"} for r in (1, 1, 0)))
+    s = m.sample(0.0)
+    assert (s.ckpt_failures, s.restarts, s.failures) == (3, 0, {"oom": 0, "unknown": 0})
+    assert model().sample(0.0).ckpt_failures == 0
+
+
 def test_a_rank_well_above_the_median_step_time_is_a_straggler_and_a_nan_loss_stays_nan():
     m = model(
         started(0, 0),
