@@ -111,10 +111,14 @@ class StopOnSignal:
         with self._lock:
             self._saving = True
 
-    def saved(self) -> None:
+    def saved(self, ok: bool = True) -> None:
+        """The save has ended; ``ok`` False: nothing was written (the steps stay unsaved, so a
+        stop saves them at its step's end)."""
         with self._lock:
-            self._unsaved = self._saving = False
-        if self.requested and not self._stopping.is_set() and self._stopping_why() == PLANNED:
+            self._saving = False
+            self._unsaved = self._unsaved and not ok
+            unsaved = self._unsaved
+        if self.requested and not unsaved and not self._stopping.is_set() and self._stopping_why() == PLANNED:
             self.die()  # a planned stop heard while saving: nothing is left to save (see the module doc)
 
     def stop_here(self, save: Callable[[], Any]) -> None:

@@ -412,7 +412,7 @@ def _save(loop: _Loop, epoch: int, step: int, last: bool = False) -> bool:
         loop.prune_due = loop.size > 1
         _say(f"checkpoint: {path}")
         _say("MSLAUNCH_METRIC " + json.dumps({"ckpt_ms": round((time.perf_counter() - t0) * 1000.0, 1)}))
-    loop.stop.saved()
+    loop.stop.saved(path is not None)
     return path is not None
 
 

@@ -278,6 +278,27 @@ def test_agreed_ranks_between_steps_wait_for_the_next_steps_end():
         assert stop.patience() == (True, expected)
 
 
+def test_a_save_that_wrote_nothing_leaves_its_steps_unsaved_and_a_planned_stop_waits_to_save_them(tmp_path):
+    """A planned stop heard while a checkpoint is written ends the rank once it is written; when
+    nothing could be written (a full disk), the steps are still unsaved: the rank goes on to its
+    step's end, where the stop saves them (every rank alike: they agreed the write failed)."""
+    from launcher.workloads.preempt import StopOnSignal
+
+    (tmp_path / "stopping").write_text("planned\n")
+    died = []
+    for ok in (False, True):
+        stop = StopOnSignal(environ={"MSLAUNCH_STOPPING_FILE": str(tmp_path / "stopping")}, agree=bool)
+        stop.die = lambda: died.append(ok)  # type: ignore[method-assign]
+        for _ in range(2):
+            stop.step_started()
+            stop.step_done()
+        stop.saving()
+        stop.requested = True  # SIGTERM while writing
+        stop.saved(ok)
+        assert stop.patience() == ((True, None) if not ok else (False, None))
+    assert died == [True]
+
+
 # ---------------------------------------------------------------------------- a real preemption
 
 
