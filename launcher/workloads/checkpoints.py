@@ -49,15 +49,20 @@ def list_checkpoints(ckpt_dir: str, prefix: str = CKPT_PREFIX) -> List[Tuple[int
 def save_checkpoint(
     train_net: nn.Cell, ckpt_dir: str, epoch: int, step: int, global_step: int, keep: int, prefix: str = CKPT_PREFIX
 ) -> str:
-    """Write ``<prefix>-<epoch>_<step>.ckpt`` atomically; then :func:`prune_checkpoints` to
-    ``keep`` (0: prune nothing)."""
+    """Write ``<prefix>-<epoch>_<step>.ckpt`` atomically (a write that fails leaves no part of it);
+    then :func:`prune_checkpoints` to ``keep`` (0: prune nothing)."""
     os.makedirs(ckpt_dir, exist_ok=True)
     final = os.path.join(ckpt_dir, f"{prefix}-{epoch}_{step}.ckpt")
     tmp = os.path.join(ckpt_dir, f".tmp-{os.getpid()}-{prefix}-{epoch}_{step}.ckpt")
-    ms.save_checkpoint(
-        train_net, tmp, append_dict={"epoch_num": epoch, "step_num": step, "global_step_saved": global_step}
-    )
-    os.replace(tmp, final)
+    try:
+        ms.save_checkpoint(
+            train_net, tmp, append_dict={"epoch_num": epoch, "step_num": step, "global_step_saved": global_step}
+        )
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     prune_checkpoints(ckpt_dir, keep, prefix)
     return final
 
@@ -120,9 +125,9 @@ def save_on_every_rank(
     """Write the checkpoint of ``position`` (``(epoch, step, global_step)``) on this rank, and keep
     it only if every rank wrote its own: ``(path, None, None)``, or ``(None, why, error)`` when some
     rank could not (a full disk, a folder gone: ``why`` names the ranks, with this rank's
-    ``error``, None if its own write went well).  A write
-    that fails does not end the training: the job goes on from the checkpoint before, which every
-    rank still has, since nothing is pruned until a checkpoint is on every rank.  With several
+    ``error``, None if its own write went well).  A write that fails does not end the training:
+    the job goes on from the checkpoint before, which every rank still has, since nothing is
+    pruned until a checkpoint is on every rank.  With several
     ranks (``rank_size``: this rank, how many) they agree through one AllGather (``gather``, the
     one :func:`resume_point` uses), so call it on every rank at the same step; a rank that wrote a
     checkpoint some other rank did not removes it, so each rank keeps only checkpoints every rank
@@ -136,7 +141,6 @@ def save_on_every_rank(
         path = save_checkpoint(train_net, ckpt_dir, epoch, step, global_step, keep if size == 1 else 0, prefix)
     except Exception as exc:  # noqa: BLE001  (whatever MindSpore's writer raised: the rank trains on)
         error = _reason(exc)
-        _remove_own_temp(ckpt_dir)
     why = f"rank {rank}: {error}" if error else None
     if size == 1:
         return path, why, error
@@ -157,15 +161,6 @@ def save_on_every_rank(
 def _reason(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _remove_own_temp(ckpt_dir: str) -> None:
-    mine = f".tmp-{os.getpid()}-"
-    with contextlib.suppress(OSError):
-        for name in os.listdir(ckpt_dir):
-            if name.startswith(mine):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(ckpt_dir, name))
 
 
 def weights_from_checkpoint(ckpt_dir: Optional[str], prefix: str = CKPT_PREFIX) -> ContextManager[object]:
