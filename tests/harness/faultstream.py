@@ -314,11 +314,17 @@ class FaultStream:
             self.cluster.cut_link(host)
             self._cut.append(host)
         elif kind == "slow":
-            from tests.harness.hostfaults import CPU_ROOT, throttle_cpu, throttle_pids
+            from tests.harness.hostfaults import CPU_ROOT, FAVORED_SHARES, throttle_cpu, throttle_pids
 
             group = throttle_cpu(self.cluster, host, quota_us=self.quota_us)
             self._slow.append(host)
             throttle_pids(os.path.relpath(group, CPU_ROOT), [pid], quota_us=self.quota_us)
+            # The quota slows the host, not the machine's other work: under the suite's load the
+            # host's sshd (which carries its agent's answers) got less than its quota and the host
+            # was taken for lost after 5 s without an answer, not named slow.  With a weight it
+            # gets its whole quota, no more.
+            with open(os.path.join(group, "cpu.shares"), "w") as fh:
+                fh.write(str(FAVORED_SHARES))
         elif kind == "ckpt":
             self.injected.append(fault)
             self._fail_next_save(fault)
