@@ -55,6 +55,7 @@ FAULT_KINDS = ("kill", "stop", "cut", "restart", "slow", "ckpt")
 #: The events that say the job noticed a fault (``slow``: also its straggler event; ``ckpt``: also
 #: ``ckpt_failed``, a rank's report that it trains on without that checkpoint).
 NOTICED = ("failure", "hung", "cluster_stop")
+CKPT_NOTICED = NOTICED + ("ckpt_failed",)
 
 
 def job_mark(folder: Any) -> str:
@@ -350,7 +351,7 @@ class FaultStream:
         else:
             os.mkdir(path)
         try:
-            kinds = NOTICED + ("ckpt_failed",)
+            kinds = CKPT_NOTICED
             self._wait(lambda: any(e.get("kind") in kinds for e in self.view.events() if e["time"] >= fault.at), 0.02)
         finally:
             if os.path.isdir(path):
@@ -412,8 +413,8 @@ class FaultStream:
         steps = sorted(self.view.steps(), key=lambda r: r.get("time", 0.0))
         for k, f in enumerate(self.injected):
             later = [e for e in events if e.get("time", 0.0) >= f.at]
-            kinds = NOTICED + (("straggler", "planned_restart") if f.kind == "slow" else ())
-            kinds += ("ckpt_failed",) if f.kind == "ckpt" else ()
+            kinds = CKPT_NOTICED if f.kind == "ckpt" else NOTICED
+            kinds += ("straggler", "planned_restart") if f.kind == "slow" else ()
             noticed = next((e for e in later if e.get("kind") in kinds), None)
             if noticed is not None and noticed.get("kind") == "ckpt_failed":  # no restart: it trained on
                 f.noticed, f.trained_on = noticed["time"], True

@@ -126,10 +126,9 @@ class AttemptProgress:
         failed = []
         with self._lock:
             for rec in records:
-                rank, k, why = rec.get("rank"), rec.get("attempt"), rec.get("ckpt_failed")
+                g, k, rank, why = rec.get("global_step"), rec.get("attempt"), rec.get("rank"), rec.get("ckpt_failed")
                 if rec.get("event") == "ckpt_failed" and isinstance(rank, int) and isinstance(why, str):
                     failed.append(CheckpointFailed(rank, k if isinstance(k, int) else 0, why))
-                g, k = rec.get("global_step"), rec.get("attempt")
                 if isinstance(g, int) and isinstance(k, int) and rec.get("kind") == "step":
                     self._first[k] = min(self._first.get(k, g), g)
                     self._best[k] = max(self._best.get(k, g), g)
