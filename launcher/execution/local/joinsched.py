@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
-from launcher.execution.process.proctree import tree_below
+from launcher.execution.process.proctree import restore_normal
 
 __all__ = ["JOINED_MARKERS", "JoinWatch", "batch_start_wanted", "restore_normal"]
 
@@ -44,36 +44,6 @@ def batch_start_wanted(env: Dict[str, str]) -> bool:
     return (
         env.get("MS_ROLE") == "MS_WORKER" and hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_OTHER
     )
-
-
-def restore_normal(pid: int) -> int:
-    """Every ``SCHED_BATCH`` thread of ``pid`` and of the processes it started (they inherited
-    the policy during the start-up) back to ``SCHED_OTHER``; how many were changed.
-
-    Passes over ``/proc/<pid>/task`` (and the descendants') until one changes nothing (a thread
-    cloned from a batch thread during a pass is batch too; the next pass catches it)."""
-    changed = 0
-    for _ in range(20):
-        this_pass = 0
-        tids: List[int] = []
-        for p in [pid, *(tree_below(pid) or [])]:
-            try:
-                tids += [int(t) for t in os.listdir(f"/proc/{p}/task")]
-            except OSError:
-                continue
-        if not tids:
-            return changed
-        for tid in tids:
-            try:
-                if os.sched_getscheduler(tid) == os.SCHED_BATCH:
-                    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-                    this_pass += 1
-            except OSError:
-                continue  # the thread ended
-        changed += this_pass
-        if not this_pass:
-            break
-    return changed
 
 
 class JoinWatch:

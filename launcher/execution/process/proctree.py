@@ -1,6 +1,7 @@
 """Processes from /proc: the process table, a process's tree, start times, signals that never
 raise, and the two prctl settings a supervising process needs (child subreaper, parent-death
-signal), and a process tree's scheduler figures (:class:`SchedCounter`).  Shared by the watchdog
+signal), a process tree's scheduler figures (:class:`SchedCounter`) and its threads' policy set
+back to the default (:func:`restore_normal`).  Shared by the watchdog
 (:mod:`launcher.execution.process.watchdog`), the ssh backend's remote agent
 (:mod:`launcher.execution.ssh.remote_agent`) and the stack dumps (:mod:`launcher.execution.process.stackdump`).
 
@@ -24,6 +25,7 @@ __all__ = [
     "killpg_quietly",
     "parent_map",
     "proc_table",
+    "restore_normal",
     "SchedCounter",
     "task_schedstat",
     "tcp_busy_times",
@@ -418,3 +420,34 @@ class SchedCounter(object):
             tcp_send_queued(self.pids, inodes),
             round(self.busiest_link(inodes), 3),
         ]
+
+
+def restore_normal(pid):
+    """Every ``SCHED_BATCH`` thread of ``pid`` and of the processes it started (they inherited
+    the policy during the start-up) back to ``SCHED_OTHER``; how many were changed (see
+    :mod:`launcher.execution.local.joinsched`).
+
+    Passes over ``/proc/<pid>/task`` (and the descendants') until one changes nothing (a thread
+    cloned from a batch thread during a pass is batch too; the next pass catches it)."""
+    changed = 0
+    for _ in range(20):
+        this_pass = 0
+        tids = []
+        for p in [pid] + list(tree_below(pid) or []):
+            try:
+                tids += [int(t) for t in os.listdir("/proc/%d/task" % p)]
+            except OSError:
+                continue
+        if not tids:
+            return changed
+        for tid in tids:
+            try:
+                if os.sched_getscheduler(tid) == os.SCHED_BATCH:
+                    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+                    this_pass += 1
+            except OSError:
+                continue  # the thread ended
+        changed += this_pass
+        if not this_pass:
+            break
+    return changed

@@ -78,6 +78,7 @@ try:  # in the launcher; sent to a host, :func:`launcher.execution.probes.progra
         write_env_dump,
         zygote_request,
     )
+    from launcher.execution.ssh.remote_zygote import joined_now, joins_expired
 except ImportError:
     pass
 
@@ -114,6 +115,7 @@ class Rank(object):
         self.tree = set()  # pids seen below it in snapshots
         self.reported = False
         self.sched = SchedCounter()  # its tree's CPU and run-delay seconds
+        self.join = None  # a JoinTrack while it joins MindSpore's cluster under SCHED_BATCH (remote_zygote.py)
 
 
 class Agent(object):
@@ -193,6 +195,7 @@ class Agent(object):
             if now >= next_snap:
                 if any(r.rc is None and r.pid is not None for r in self.ranks.values()):
                     self.snapshot()
+                    joins_expired(self.ranks.values(), now)
                 next_snap = now + SNAPSHOT_EVERY
             rlist = [0, self.wake_r]
             z = self.zygote
@@ -338,6 +341,7 @@ class Agent(object):
             data = b""
         if data:
             self.frame(b"O", r.id, data)
+            joined_now(r, data)
         else:
             os.close(r.fd)
             r.fd = None

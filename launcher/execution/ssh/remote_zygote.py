@@ -29,15 +29,68 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from typing import Any  # noqa: F401 - for the type comments
 
 try:  # in the launcher; sent to a host, the agent's source comes first
-    from launcher.execution.process.proctree import set_parent_death_signal
+    from launcher.execution.process.proctree import restore_normal, set_parent_death_signal
 except ImportError:
     pass
 
 #: Seconds a zygote may take to import before the starts waiting for it go ahead as plain processes.
 READY_LIMIT = 60.0
+#: The line a MindSpore worker logs at the end of ``init()`` (at its default ``GLOG_v``): the first
+#: of :data:`launcher.execution.local.joinsched.JOINED_MARKERS` (a test keeps them the same).
+JOINED = b"Create collective communication group"
+#: Seconds a rank forked under ``SCHED_BATCH`` keeps it at most without that line.
+JOIN_LIMIT = 120.0
+
+
+def batch_start_wanted(env):
+    """A worker of MindSpore's dynamic cluster, while this agent runs under the default policy: it
+    joins the cluster under ``SCHED_BATCH`` (:mod:`launcher.execution.local.joinsched` says why:
+    a race in MindSpore's TCP client that a wake-up preemption loses, on a busy host)."""
+    return (
+        env.get("MS_ROLE") == "MS_WORKER" and hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_OTHER
+    )
+
+
+class JoinTrack(object):
+    """A rank forked under ``SCHED_BATCH``: its output is watched for :data:`JOINED` (the agent
+    then gives its threads ``SCHED_OTHER`` back, :func:`restore_normal`), for :data:`JOIN_LIMIT`
+    seconds at most."""
+
+    def __init__(self, now):
+        self.since = now
+        self.tail = b""
+
+    def joined(self, data):
+        """Whether ``data``, the rank's next output, holds the line (also across two reads)."""
+        text = self.tail + data
+        if JOINED in text:
+            return True
+        self.tail = text[-len(JOINED) :]
+        return False
+
+    def expired(self, now):
+        return now - self.since > JOIN_LIMIT
+
+
+def joined_now(r, data):
+    """Rank ``r`` (the agent's, with ``join``, ``pid``) wrote ``data``: once it shows the rank
+    joined, its threads get ``SCHED_OTHER`` back."""
+    if r.join is not None and r.pid is not None and r.join.joined(data):
+        r.join = None
+        restore_normal(r.pid)
+
+
+def joins_expired(ranks, now):
+    """Running ``ranks`` that did not say they joined within :data:`JOIN_LIMIT` s get
+    ``SCHED_OTHER`` back anyway (``GLOG_v=3`` hides the line)."""
+    for r in ranks:
+        if r.join is not None and r.pid is not None and r.rc is None and r.join.expired(now):
+            r.join = None
+            restore_normal(r.pid)
 
 
 def comparable(env):
@@ -210,7 +263,7 @@ class ZygoteLink(object):
             "cpus": None,
             "title": " ".join(argv),
             "interpreter": argv[0],
-            "batch_start": False,
+            "batch_start": batch_start_wanted(env),
             "die_with_parent": True,
         }
         if not self.send(request):
@@ -219,6 +272,7 @@ class ZygoteLink(object):
             self.end("it is gone", agent)
             return agent.spawn(r, argv, env, cwd)
         r.fd = rfd
+        r.join = JoinTrack(time.monotonic()) if request["batch_start"] else None
         self.asked.append((r, argv, env, cwd))
 
     def cancel(self, r):

@@ -7,11 +7,13 @@ agent's end reaching forked ranks, their children and the zygote."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import psutil
+import pytest
 
 from launcher.execution.ssh.agent import op_line, zygote_op
 from tests.harness.localagent import LocalAgent, gone
@@ -167,3 +169,67 @@ def test_a_rank_ended_while_the_zygote_still_imports_never_starts(tmp_path):
         assert not any(e.get("ev") == "started" and e.get("id") == 1 for e in a.events)
     finally:
         assert a.close() == 0
+
+
+#: A rank: its policy at its start; once ``argv[1]`` exists, MindSpore's end-of-init line; then
+#: its policy once it is not ``SCHED_BATCH`` any more (or after 30 s).
+JOINER = (
+    "import os, sys, time\n"
+    "print('start', os.sched_getscheduler(0), flush=True)\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    time.sleep(0.01)\n"
+    "print('[WARNING] ME(1,python):2026 [collective] Create collective communication group: world', flush=True)\n"
+    "end = time.monotonic() + 30\n"
+    "while os.sched_getscheduler(0) == os.SCHED_BATCH and time.monotonic() < end:\n"
+    "    time.sleep(0.01)\n"
+    "print('after', os.sched_getscheduler(0), flush=True)\n"
+)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "SCHED_BATCH") or os.sched_getscheduler(0) != os.SCHED_OTHER,
+    reason="Linux scheduling policies, under the default one",
+)
+def test_a_dynamic_clusters_worker_joins_it_under_sched_batch_and_gets_the_normal_policy_once_it_said_so(tmp_path):
+    """The register race of MindSpore's TCP client (launcher/execution/local/joinsched.py) is
+    lost on remote hosts too: a worker forked there starts as a batch task until its output
+    shows it joined; the scheduler and plain ranks start under the default policy."""
+    script = _script(tmp_path, JOINER, "joiner.py")
+    go = {rid: tmp_path / f"go{rid}" for rid in (1, 2, 3)}
+    a = LocalAgent()
+    try:
+        a.write(_op())
+        a.start(1, [PY, script, str(go[1])], str(tmp_path), {"MS_ROLE": "MS_WORKER"}, zygote=True)
+        a.start(2, [PY, script, str(go[2])], str(tmp_path), {"MS_ROLE": "MS_SCHED"}, zygote=True)
+        a.start(3, [PY, script, str(go[3])], str(tmp_path), {"MS_ROLE": "MS_WORKER"})  # plain: not forked
+        a.wait_for(lambda: all(a.text(rid).startswith("start") for rid in (1, 2, 3)))
+        with a.cond:
+            worker = [e["pid"] for e in a.events if e.get("ev") == "started" and e["id"] == 1][0]
+        assert os.sched_getscheduler(worker) == os.SCHED_BATCH  # still joining: the agent waits for the line
+        for path in go.values():
+            path.write_text("")
+        for rid in (1, 2, 3):
+            a.event("exit", rid)
+        first_last = {rid: (a.text(rid).splitlines()[0], a.text(rid).splitlines()[-1]) for rid in (1, 2, 3)}
+        assert first_last[1] == (f"start {os.SCHED_BATCH}", f"after {os.SCHED_OTHER}")
+        assert first_last[2] == first_last[3] == (f"start {os.SCHED_OTHER}", f"after {os.SCHED_OTHER}")
+        assert a.exits() == {1: 0, 2: 0, 3: 0}
+    finally:
+        assert a.close() == 0
+
+
+def test_the_line_a_remote_worker_is_watched_for_is_the_local_watchs(monkeypatch):
+    from launcher.execution.local.joinsched import JOINED_MARKERS
+    from launcher.execution.ssh import remote_zygote as rz
+
+    assert rz.JOINED == JOINED_MARKERS[0]
+    track = rz.JoinTrack(now=100.0)
+    assert not track.joined(b"...Create collective comm")  # split across two reads
+    assert track.joined(b"unication group: mccl_world_group\n")
+    assert not rz.JoinTrack(now=100.0).joined(b"Cluster is successfully initialized.")
+    assert not track.expired(100.0 + rz.JOIN_LIMIT) and track.expired(100.1 + rz.JOIN_LIMIT)
+    monkeypatch.setattr(rz.os, "sched_getscheduler", lambda pid: rz.os.SCHED_OTHER)
+    assert rz.batch_start_wanted({"MS_ROLE": "MS_WORKER"})
+    assert not rz.batch_start_wanted({"MS_ROLE": "MS_SCHED"}) and not rz.batch_start_wanted({})
+    monkeypatch.setattr(rz.os, "sched_getscheduler", lambda pid: rz.os.SCHED_BATCH)
+    assert not rz.batch_start_wanted({"MS_ROLE": "MS_WORKER"})  # mslaunch itself a batch task: as it is
