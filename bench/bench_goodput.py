@@ -21,10 +21,10 @@ per host, a 4th host spare, ``--steps`` optimizer steps.  Runs, back to back:
 With ``--also "FLAGS"``, a second faulty run with those mslaunch flags added (e.g. ``--rejoin-after
 30 --grow-at-checkpoint``), the same stream, against the same fault-free run.
 
-Printed for each faulty run: **ETTR = F / W**, and beside it at the faulty run's pace (F scaled
-by how much slower or faster the steps before the first fault ran than the same steps did
-fault-free: :mod:`tests.harness.steppace`; the machine is shared and its speed drifts); a line
-per fault (when injected, noticed, the next new step trained) and badput by phase (detect,
+Printed for each faulty run: **ETTR = F / W**; beside it ETTR within the faulty run (1 - its badput
+measured from outside / W: no second run enters it) and each run's median step time, since the
+machine is shared and its speed drifts between and within runs (:mod:`tests.harness.steppace`); a
+line per fault (when injected, noticed, the next new step trained) and badput by phase (detect,
 teardown, restart to first step, steps trained again); whether it ended 0 by itself, every step
 done, nothing left on any host, and whether the final parameters (rank 0's last checkpoint) are
 byte for byte the fault-free run's.
@@ -59,7 +59,7 @@ from tests.harness.faultstream import (  # noqa: E402  (after sys.path is set ab
     inside_and_outside,
 )
 from tests.harness.netns_cluster import NamespaceCluster  # noqa: E402  (after sys.path is set above)
-from tests.harness.steppace import pace_factor  # noqa: E402  (after sys.path is set above)
+from tests.harness.steppace import ettr_within, median_step_ms  # noqa: E402  (after sys.path is set above)
 
 PY = sys.executable
 ACTIVE = 3  # hosts with a rank; one more is spare
@@ -200,12 +200,16 @@ def report(name: str, run: Dict[str, object], free: Dict[str, object]) -> None:
     else:  # a run that did not finish kept no ratio: its steps were not all trained
         print(f"\n== {name}: FAILED after {wall:.1f} s (exit code {code}): no ETTR, the job did not finish")
     faults: List[Injected] = run["faults"]  # type: ignore[assignment]  # run_job's dict: the faults
-    pace = pace_factor(str(run["job"]), str(free["job"]), faults[0].best_before) if faults else None
-    if pace is not None and code == 0 and run["final"] is not None:
-        print(
-            f"   the machine's pace: the steps before the first fault took {pace:.3f}x their time in the fault-free"
-            f" run;\n   ETTR at the faulty run's pace (fault-free wall x {pace:.3f} / faulty wall): {ettr * pace:.3f}"
-        )
+    if code == 0 and run["final"] is not None:
+        lost = [v for f in faults for v in f.phases().values()]
+        within = ettr_within(wall, lost)
+        print(f"   ETTR within this run (1 - badput from outside / wall; no second run in it): {within:.3f}")
+        steps = [median_step_ms(str(r["job"])) for r in (free, run)]
+        if None not in steps:
+            print(
+                f"   the machine's speed: a median step took {steps[0] / 1000:.2f} s fault-free and"
+                f" {steps[1] / 1000:.2f} s here (its faults' slower steps included)"
+            )
     for line in badput_table(faults, float(run["t0"])):  # type: ignore[arg-type]  # run_job's dict: a float
         print("   " + line)
     print("   badput by phase, measured from outside and by mslaunch itself (summary.json's goodput):")

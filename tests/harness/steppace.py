@@ -1,11 +1,10 @@
-"""The machine's pace in a goodput run: how long the job's steps took before any fault.
+"""The machine's speed in a goodput run, and ETTR measured within the faulty run alone.
 
 ETTR divides the fault-free run's wall time by the faulty run's, and the two run one after the
-other on a shared machine whose speed drifts (the same fault-free job took 643 s and 769 s within
-the hour here).  The steps both runs train before the first fault are the same work in the same
-conditions, so the ratio of their median step times says how much faster or slower the machine
-was during the faulty run: :func:`pace_factor`.  ``bench/bench_goodput.py`` prints ETTR as
-measured and at the faulty run's pace (the fault-free wall time scaled by that factor).
+other on a shared machine whose speed drifts: here the same step of the same job took 2.3 s in
+one stretch and 3.9 s in another of the same run (2026-11-29), and the same fault-free job 643 s
+and 769 s within the hour.  So the bench prints beside ETTR each run's median step time (how
+fast the machine was in each) and :func:`ettr_within`, which needs no second run.
 """
 
 from __future__ import annotations
@@ -13,39 +12,34 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from typing import Iterable, List, Optional
+from typing import Iterable, Optional, Sequence
 
-__all__ = ["step_times_ms", "pace_factor"]
+__all__ = ["ettr_within", "median_step_ms"]
 
 
-def step_times_ms(job_dir: str, first: int, last: int) -> List[float]:
-    """The step times (``step_time_ms`` of the ranks' step lines in ``metrics.jsonl``) of attempt
-    0's global steps ``first``..``last``, every rank's."""
-    out: List[float] = []
+def median_step_ms(job_dir: str) -> Optional[float]:
+    """The median step time (``step_time_ms`` of the ranks' step lines in ``metrics.jsonl``, every
+    attempt and rank) of a job; None without any."""
+    out = []
     try:
         with open(os.path.join(job_dir, "metrics.jsonl"), encoding="utf-8") as fh:
             lines: Iterable[str] = fh.readlines()
     except OSError:
-        return out
+        return None
     for line in lines:
         try:
             r = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(r, dict) or r.get("kind") != "step" or r.get("attempt", 0) != 0:
-            continue
-        step, ms = r.get("global_step"), r.get("step_time_ms")
-        if isinstance(step, int) and isinstance(ms, (int, float)) and first <= step <= last:
+        ms = r.get("step_time_ms") if isinstance(r, dict) and r.get("kind") == "step" else None
+        if isinstance(ms, (int, float)) and not isinstance(ms, bool):
             out.append(float(ms))
-    return out
+    return statistics.median(out) if out else None
 
 
-def pace_factor(faulty_dir: str, free_dir: str, before_step: int, least: int = 3) -> Optional[float]:
-    """The faulty run's median step time over the fault-free run's, over global steps 2 (the first
-    step compiles) to ``before_step`` (the last step before the first fault); None with fewer than
-    ``least`` steps in either run."""
-    a = step_times_ms(faulty_dir, 2, before_step)
-    b = step_times_ms(free_dir, 2, before_step)
-    if len(a) < least or len(b) < least:
-        return None
-    return statistics.median(a) / statistics.median(b)
+def ettr_within(wall: float, lost: Sequence[Optional[float]]) -> float:
+    """``1 - sum(lost) / wall``: the share of the faulty run's wall time not lost to its faults
+    (each fault's detect, teardown, restart and retrain, measured from outside; None counts 0).
+    Its start-up counts as useful, as the fault-free run's does in ETTR; what it cannot see is a
+    fault's cost in slower steps afterwards (a job gone smaller, a slow host before it is named)."""
+    return 1.0 - sum(x or 0.0 for x in lost) / wall
