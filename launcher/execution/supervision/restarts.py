@@ -57,8 +57,8 @@ MAX_RESTARTS_VAR = "MSLAUNCH_MAX_RESTARTS"
 STOPPING_VAR = "MSLAUNCH_STOPPING_FILE"
 
 
-#: How many of the ranks' latest checkpoint costs :meth:`AttemptProgress.ckpt_seconds` looks at.
-CKPT_SAMPLES = 16
+#: How many of the job's latest checkpoints :meth:`AttemptProgress.ckpt_seconds` looks at.
+CKPT_SAMPLES = 5
 #: And of their latest step times, for :meth:`AttemptProgress.step_seconds`.
 STEP_SAMPLES = 64
 
@@ -118,7 +118,9 @@ class AttemptProgress:
         self._lock = threading.Lock()
         self._first: Dict[int, int] = {}
         self._best: Dict[int, int] = {}
-        self._ckpt_ms: List[float] = []  # the last checkpoint costs the ranks reported (ckpt_ms)
+        # each checkpoint's cost: its slowest rank's write (ckpt_ms), by (attempt, its number in the attempt)
+        self._ckpt_ms: Dict[Tuple[Any, int], float] = {}
+        self._writes: Dict[Tuple[Any, Any], int] = {}  # (attempt, rank) -> writes it reported
         self._step_ms: List[float] = []  # and the last step times
 
     def on_records(self, records: Iterable[Mapping[str, Any]]) -> None:
@@ -134,7 +136,7 @@ class AttemptProgress:
                     self._best[k] = max(self._best.get(k, g), g)
                 ms = rec.get("ckpt_ms")
                 if isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0:
-                    self._ckpt_ms = (self._ckpt_ms + [float(ms)])[-CKPT_SAMPLES:]
+                    self._add_write(k, rank, float(ms))
                 ms = rec.get("step_time_ms")
                 if rec.get("kind") == "step" and isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms > 0:
                     self._step_ms = (self._step_ms + [float(ms)])[-STEP_SAMPLES:]
@@ -148,11 +150,23 @@ class AttemptProgress:
         with self._lock:
             return median(self._step_ms) / 1000.0 if self._step_ms else None
 
+    def _add_write(self, attempt: Any, rank: Any, ms: float) -> None:
+        """A rank's write: its n-th of the attempt belongs to the attempt's n-th checkpoint (the
+        ranks save at the same steps), which costs the job its slowest rank's write."""
+        n = self._writes.get((attempt, rank), 0)
+        self._writes[(attempt, rank)] = n + 1
+        key = (attempt, n)
+        self._ckpt_ms[key] = max(ms, self._ckpt_ms.get(key, ms))
+        while len(self._ckpt_ms) > CKPT_SAMPLES:
+            del self._ckpt_ms[next(iter(self._ckpt_ms))]
+
     def ckpt_seconds(self) -> Optional[float]:
-        """What a checkpoint costs the job: the longest of the last :data:`CKPT_SAMPLES` writes
-        the ranks reported (the job waits for its slowest rank), in seconds; None before any."""
+        """What a checkpoint costs the job, in seconds (None before any): the median over its last
+        :data:`CKPT_SAMPLES` checkpoints of each one's slowest write (the job waits for its
+        slowest rank), so one slow write (a host under a fault) does not set the interval for
+        the rest of the job, and a rank that always writes slowly does."""
         with self._lock:
-            return max(self._ckpt_ms) / 1000.0 if self._ckpt_ms else None
+            return median(list(self._ckpt_ms.values())) / 1000.0 if self._ckpt_ms else None
 
     def best(self, attempt: int) -> Optional[int]:
         with self._lock:

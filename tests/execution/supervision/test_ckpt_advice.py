@@ -27,8 +27,31 @@ def test_progress_keeps_the_latest_checkpoint_costs_and_step_times():
         + [{"kind": "epoch", "attempt": 0, "step_time_ms": 9000.0}]  # an epoch's figure is not a step's
     )
     assert prog.ckpt_seconds() == 1.25 and prog.step_seconds() == pytest.approx(0.403)
-    prog.on_records([{"kind": "info", "attempt": 1, "ckpt_ms": 100.0}] * 16)  # only the latest count
+    prog.on_records([{"kind": "info", "attempt": 1, "ckpt_ms": 100.0}] * 5)  # only the latest count
     assert prog.ckpt_seconds() == pytest.approx(0.1)
+
+
+def _writes(attempt, per_rank):
+    """The ranks' ``ckpt_ms`` records, checkpoint by checkpoint (``per_rank[r][i]``: rank r's i-th)."""
+    out = []
+    for i in range(len(per_rank[0])):
+        out += [{"kind": "info", "attempt": attempt, "rank": r, "ckpt_ms": ms[i]} for r, ms in enumerate(per_rank)]
+    return out
+
+
+def test_a_checkpoint_costs_its_slowest_write_and_the_job_the_median_of_its_last_checkpoints():
+    prog = AttemptProgress()
+    # one write of rank 1 slow (its host under a CPU quota for a while): not the job's cost from then on
+    prog.on_records(_writes(3, [[150, 160, 140, 150, 150, 155], [150, 160, 1186, 140, 150, 150], [140] * 6]))
+    assert prog.ckpt_seconds() == pytest.approx(0.155)  # checkpoints 1-5 cost 160, 1186, 150, 150, 155
+    # a rank that always writes slowly (its disk) sets the cost: the job waits for it at every checkpoint
+    prog.on_records(_writes(4, [[150] * 5, [900, 950, 1000, 900, 950], [140] * 5]))
+    assert prog.ckpt_seconds() == pytest.approx(0.95)
+    # the ranks' writes of one checkpoint arrive in any order; a late one still counts for its own
+    prog = AttemptProgress()
+    prog.on_records([{"kind": "info", "attempt": 0, "rank": 0, "ckpt_ms": 100}] * 3)
+    prog.on_records([{"kind": "info", "attempt": 0, "rank": 1, "ckpt_ms": ms} for ms in (100, 700, 700)])
+    assert prog.ckpt_seconds() == pytest.approx(0.7)
 
 
 def test_progress_tells_of_each_checkpoint_a_rank_could_not_write():
