@@ -104,16 +104,18 @@ def all_gather() -> Any:
 
 
 #: The longest MindSpore's exit cleanup may take once the result is decided (its handshake with
-#: the scheduler waits for the slowest peer's last collective): past it an alarm ends the process
-#: with the result's code (:func:`keep_code_through_teardown`).
-TEARDOWN_SECONDS = 120
+#: the scheduler waits for the slowest peer's last collective, the same small one on every rank of
+#: a check): past it an alarm ends the process with the result's code (:func:`keep_code_through_teardown`).
+#: It was 120 s until a crash in a cleanup thread, whose handler waits for Python's lock while the
+#: main thread holds it in the cleanup, held a 4-rank mpirun AllReduce that long after its result.
+TEARDOWN_SECONDS = 40
 #: Seconds after :data:`TEARDOWN_SECONDS` when faulthandler's watchdog ends a process the alarm
 #: could not end (exit 1, with every thread's stack on stderr).
-TEARDOWN_LAST = 30
+TEARDOWN_LAST = 20
 #: Past this, a cleanup that still runs ends the process with the result's code, when Python can
 #: still run (:func:`end_after`): under mpirun, every rank of a 4-rank check was once seen stuck in
 #: MindSpore's cleanup after each had unregistered from the scheduler (which did not end either).
-TEARDOWN_GRACE = 60
+TEARDOWN_GRACE = 30
 _FAULTS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
 _KEEP: list = []  # the native fault handler (ctypes keeps no reference of its own)
 _ENDING = threading.Lock()  # held by the one caller of _end_with that writes the line and exits
