@@ -27,7 +27,7 @@ import pytest
 
 from tests.harness.cli import mslaunch_argv
 from tests.harness.faultstream import FaultStream, job_mark
-from tests.harness.hostfaults import cgroup_v1_cpu
+from tests.harness.hostfaults import cgroup_v1_cpu, favored_children, host_faults
 from tests.harness.paths import TESTS
 from tests.integration.test_multihost import cluster, cluster_yaml, wait_nothing_left  # noqa: F401  (fixtures)
 
@@ -93,22 +93,28 @@ def test_every_fault_kind_in_one_stream_ends_in_a_job_that_finishes_by_itself(cl
         cluster=c,
         ckpt_path=lambda rank: str(work / "ckpt" / f"rank{rank}"),
     )
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(tmp_path),
-        env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config),
-    )
-    stream.start()
-    try:
-        _, err = proc.communicate(timeout=300)
-    finally:
-        stream.stop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    # The job takes its CPU first, every host's sessions and mslaunch (and this thread, which
+    # starts the stream's): under the suite's load the ranks beside the slow one waited for CPU
+    # 59 % of the time, the slow rank 95 %, and naming it took 21 s, past the stream's next fault.
+    hosts = tuple(range(len(c.hosts)))
+    with host_faults(c, favored=hosts), favored_children(this_thread=True) as enter:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(tmp_path),
+            env=dict(os.environ, MSLAUNCH_SSH_CONFIG=c.ssh_config),
+            preexec_fn=enter,
+        )
+        stream.start()
+        try:
+            _, err = proc.communicate(timeout=300)
+        finally:
+            stream.stop()
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     assert stream.errors == [], stream.errors
     faults = stream.account()
     assert tuple(f.kind for f in faults) == KINDS, faults
