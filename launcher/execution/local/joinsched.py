@@ -28,22 +28,15 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
-from launcher.execution.process.proctree import restore_normal
+from launcher.execution.process.proctree import JOINED, batch_start_wanted, restore_normal
 
 __all__ = ["JOINED_MARKERS", "JoinWatch", "batch_start_wanted", "restore_normal"]
 
 #: Lines a MindSpore worker logs (at its default ``GLOG_v``) at the end of ``init()``.
-JOINED_MARKERS = (b"Create collective communication group", b"Cluster is successfully initialized")
+JOINED_MARKERS = (JOINED, b"Cluster is successfully initialized")
 #: The last marker is printed before the collective library connects the workers to each other;
 #: the first one after.  The watch waits for the first one, else for ``limit``.
 _DONE = JOINED_MARKERS[0]
-
-
-def batch_start_wanted(env: Dict[str, str]) -> bool:
-    """A worker of MindSpore's dynamic cluster whose launcher runs under the default policy."""
-    return (
-        env.get("MS_ROLE") == "MS_WORKER" and hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_OTHER
-    )
 
 
 class JoinWatch:

@@ -17,6 +17,8 @@ import struct
 import time
 
 __all__ = [
+    "JOINED",
+    "batch_start_wanted",
     "become_subreaper",
     "below",
     "children_of",
@@ -420,6 +422,21 @@ class SchedCounter(object):
             tcp_send_queued(self.pids, inodes),
             round(self.busiest_link(inodes), 3),
         ]
+
+
+#: The line a MindSpore worker logs (at its default ``GLOG_v``) at the end of ``init()``, once the
+#: collective library has connected the workers: a worker that started under ``SCHED_BATCH`` gets
+#: the normal policy back when its output shows it (:mod:`launcher.execution.local.joinsched`
+#: says why; the ssh agent does the same on the hosts, :mod:`launcher.execution.ssh.remote_zygote`).
+JOINED = b"Create collective communication group"
+
+
+def batch_start_wanted(env):
+    """A worker of MindSpore's dynamic cluster (``env``), while this process runs under the
+    default policy: it joins the cluster under ``SCHED_BATCH``."""
+    return (
+        env.get("MS_ROLE") == "MS_WORKER" and hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_OTHER
+    )
 
 
 def restore_normal(pid):

@@ -33,26 +33,15 @@ import time
 from typing import Any  # noqa: F401 - for the type comments
 
 try:  # in the launcher; sent to a host, the agent's source comes first
-    from launcher.execution.process.proctree import restore_normal, set_parent_death_signal
+    from launcher.execution.process.proctree import JOINED, batch_start_wanted, restore_normal, set_parent_death_signal
 except ImportError:
     pass
 
 #: Seconds a zygote may take to import before the starts waiting for it go ahead as plain processes.
 READY_LIMIT = 60.0
-#: The line a MindSpore worker logs at the end of ``init()`` (at its default ``GLOG_v``): the first
-#: of :data:`launcher.execution.local.joinsched.JOINED_MARKERS` (a test keeps them the same).
-JOINED = b"Create collective communication group"
-#: Seconds a rank forked under ``SCHED_BATCH`` keeps it at most without that line.
+#: Seconds a rank forked under ``SCHED_BATCH`` keeps it at most without the end-of-init line
+#: (``proctree.JOINED``; :mod:`launcher.execution.local.joinsched` says why the policy).
 JOIN_LIMIT = 120.0
-
-
-def batch_start_wanted(env):
-    """A worker of MindSpore's dynamic cluster, while this agent runs under the default policy: it
-    joins the cluster under ``SCHED_BATCH`` (:mod:`launcher.execution.local.joinsched` says why:
-    a race in MindSpore's TCP client that a wake-up preemption loses, on a busy host)."""
-    return (
-        env.get("MS_ROLE") == "MS_WORKER" and hasattr(os, "SCHED_BATCH") and os.sched_getscheduler(0) == os.SCHED_OTHER
-    )
 
 
 class JoinTrack(object):
