@@ -18,6 +18,13 @@ per host, a 4th host spare, ``--steps`` optimizer steps.  Runs, back to back:
    timeouts (``--stopped-timeout off --hang-timeout off --straggler off``), no spare host (a lost
    host fails the run; a slow host stays slow until the next fault).
 
+With ``--side-by-side`` the fault-free and the faulty job run at the same time instead, each on
+a cluster of its own pinned to one core of two, and the two swap cores every 10 s (each job
+spends as long on each core: two vCPUs ran the same loop 18 % apart here, the other way round
+minutes later), so that F and W are measured on the machine of the same minutes; the faults
+come at evenly spaced new steps (the fault-free time between two is printed), and the free core
+stays loaded once the fault-free job ended.  No baseline there.
+
 With ``--also "FLAGS"``, a second faulty run with those mslaunch flags added (e.g. ``--rejoin-after
 30 --grow-at-checkpoint``), the same stream, against the same fault-free run.
 
@@ -30,7 +37,7 @@ done, nothing left on any host, and whether the final parameters (rank 0's last 
 byte for byte the fault-free run's.
 
 Usage: python bench/bench_goodput.py [--steps 320] [--every 75] [--kinds kill,stop,cut,restart,slow,ckpt]
-       [--ckpt-every 5|auto:5] [--seed 1] [--no-baseline] [--also "FLAGS"] [--keep DIR]
+       [--ckpt-every 5|auto:5] [--seed 1] [--no-baseline] [--also "FLAGS"] [--keep DIR] [--side-by-side]
 Needs root (namespaces), OpenSSH and MindSpore.  Exit 0 when the faulty run ended 0 with every step.
 """
 
@@ -44,14 +51,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchkit import exit_if_cannot_run  # noqa: E402  (after sys.path is set above)
 
+from tests.harness.corepair import Alternate, busy, core_speeds, pin_cluster, tree  # noqa: E402  (after sys.path is set above)
 from tests.harness.faultstream import (  # noqa: E402  (after sys.path is set above)
     FaultStream,
     Injected,
@@ -83,8 +92,12 @@ def run_job(
     hosts: int,
     stream: Optional[Tuple[List[str], List[int], int]] = None,
     ckpt_every: str = "5",
+    core: Optional[int] = None,
+    on_start: Optional[Callable[[int], None]] = None,
 ) -> Dict[str, object]:
-    """One job; its wall time, exit code, faults and what it left."""
+    """One job; its wall time, exit code, faults and what it left (``core``: mslaunch starts on
+    that core alone, as the cluster's hosts do once :func:`pin_cluster` put them there;
+    ``on_start``: called with mslaunch's pid)."""
     folder = os.path.join(work, name)
     os.makedirs(folder)
     job, ckpt = os.path.join(folder, "job"), os.path.join(folder, "ckpt")
@@ -104,7 +117,7 @@ def run_job(
             cluster=c,
             ckpt_path=lambda rank: os.path.join(ckpt, f"ckpt_{rank}"),  # the trainer's folder of a rank's checkpoints
         )
-    run = run_streamed(argv, env, folder, fs)
+    run = run_streamed(argv, env, folder, fs, core, on_start)
     run.update(left=wait_empty(c), job=job, kinds=list(stream[0]) if stream is not None else [])
     last = sorted(glob.glob(os.path.join(ckpt, "ckpt_0", f"resnet14-1_{steps}.ckpt")))
     run["final"] = last[0] if last else None
@@ -149,11 +162,23 @@ def trainer_argv(data: str, steps: int, ckpt: str, ckpt_every: str = "5") -> Lis
     ]
 
 
-def run_streamed(argv: List[str], env: Dict[str, str], folder: str, fs: Optional[FaultStream]) -> Dict[str, object]:
+def run_streamed(
+    argv: List[str],
+    env: Dict[str, str],
+    folder: str,
+    fs: Optional[FaultStream],
+    core: Optional[int] = None,
+    on_start: Optional[Callable[[int], None]] = None,
+) -> Dict[str, object]:
     """Run ``mslaunch`` with the fault stream ``fs`` beside it (None: no faults); its start, wall
     time, exit code, stderr and the faults as injected and accounted."""
     t0 = time.time()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
+    pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder, env=env, preexec_fn=pin
+    )
+    if on_start is not None:
+        on_start(proc.pid)
     if fs is not None:
         fs.start()
     try:
@@ -182,6 +207,67 @@ def wait_empty(c: NamespaceCluster, within: float = 20.0) -> Dict[str, List[int]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
+
+
+def side_by_side(args: argparse.Namespace, kinds: List[str], work: str, data: str) -> Optional[Dict[str, object]]:
+    """``--side-by-side``: the fault-free and the faulty job at the same time, each with its own
+    cluster on its own core, so that both see the machine's speed of the same minutes; the
+    faults at evenly spaced new steps.  The faulty run's report, or None (fewer than 2 cores)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        print("--side-by-side needs 2 cores")
+        return None
+    free_core, faulty_core = cores[0], cores[1]
+    timed = [k for k in kinds if k != "restart"]
+    at = [(i + 1) * args.steps // (len(timed) + 1) for i in range(len(timed))]
+    flags = ["--straggler", "replace:10", "--min-hosts", "2"]
+    print(f"side by side: fault-free on core {free_core}, faulty on core {faulty_core}")
+    print(f"stream: {kinds}, at new steps {at}, seed {args.seed}")
+    with NamespaceCluster(ACTIVE + 1, slots=1) as a, NamespaceCluster(ACTIVE + 1, slots=1) as b:
+        pin_cluster(a, free_core)
+        pin_cluster(b, faulty_core)
+        speeds = core_speeds([free_core, faulty_core])
+        print(f"core speeds before (loops/s): {speeds[0]:.3g} and {speeds[1]:.3g} (ratio {speeds[1] / speeds[0]:.3f})")
+        results: Dict[str, Dict[str, object]] = {}
+        pids: Dict[str, Optional[int]] = {"free": None, "faulty": None}
+        filler: List["subprocess.Popen[bytes]"] = []
+
+        def group(c: NamespaceCluster, key: str) -> Callable[[], List[int]]:
+            return lambda: [p for ps in c.all_pids(include_sshd=True).values() for p in ps] + tree(pids[key])
+
+        def free_then_busy() -> None:
+            results["free"] = run_job(
+                "fault-free", a, work, data, args.steps, flags, ACTIVE + 1, None, args.ckpt_every, free_core,
+                lambda pid: pids.__setitem__("free", pid),
+            )  # fmt: skip
+            if "faulty" not in results:  # the free job's place stays loaded until the faulty one ends
+                filler.append(busy(free_core))
+                pids["free"] = filler[0].pid
+
+        swap = Alternate([group(a, "free"), group(b, "faulty")], [free_core, faulty_core])
+        with swap:
+            t = threading.Thread(target=free_then_busy)
+            t.start()
+            try:
+                results["faulty"] = run_job(
+                    "faulty", b, work, data, args.steps, flags, ACTIVE + 1, (kinds, at, args.seed), args.ckpt_every,
+                    faulty_core, lambda pid: pids.__setitem__("faulty", pid),
+                )  # fmt: skip
+                t.join()
+            finally:
+                for p in filler:
+                    p.kill()
+                    p.wait()
+        print(f"the two jobs swapped cores every {swap.every:g} s: {swap.rounds} times")
+        speeds = core_speeds([free_core, faulty_core])
+        print(f"core speeds after (loops/s): {speeds[0]:.3g} and {speeds[1]:.3g} (ratio {speeds[1] / speeds[0]:.3f})")
+    free, faulty = results["free"], results["faulty"]
+    assert free["code"] == 0 and free["final"] is not None, free["err"]
+    rate = args.steps / float(free["wall"])  # type: ignore[arg-type]  # run_job's dict: a float
+    gap = (args.steps / (len(timed) + 1)) / rate if timed else 0.0
+    print(f"fault-free: {free['wall']:.1f} s for {args.steps} steps: one fault per {gap:.0f} s of fault-free time")
+    report("mslaunch side by side (defaults and --straggler replace:10 --min-hosts 2, one spare host)", faulty, free)
+    return faulty
 
 
 def same_bytes(a: Optional[str], b: Optional[str]) -> Optional[bool]:
@@ -247,6 +333,11 @@ def main() -> int:
     )
     ap.add_argument("--also", default=None, help='a second faulty run with these mslaunch flags added ("--a 1 --b")')
     ap.add_argument("--keep", default=None, help="keep the jobs' folders here")
+    ap.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="the fault-free and the faulty job at once, each on its own core with its own cluster (no baseline)",
+    )
     args = ap.parse_args()
     exit_if_cannot_run()
     work = args.keep or tempfile.mkdtemp(prefix="bench-goodput-")
@@ -272,6 +363,11 @@ def main() -> int:
             check=True,
             capture_output=True,
         )
+        if args.side_by_side:
+            side = side_by_side(args, kinds, work, data)
+            print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+            ok = side is not None and side["code"] == 0 and side["final"] is not None
+            return 0 if ok and len(side["faults"]) == len(kinds) else 1  # type: ignore[arg-type,index]  # run_job's dict
         with NamespaceCluster(ACTIVE + 1, slots=1) as c:
             flags = ["--straggler", "replace:10", "--min-hosts", "2"]
             free = run_job("fault-free", c, work, data, args.steps, flags, ACTIVE + 1, ckpt_every=args.ckpt_every)
