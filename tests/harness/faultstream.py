@@ -49,6 +49,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from tests.harness.steppace import median_step_ms
+
 __all__ = ["FAULT_KINDS", "FaultStream", "Injected", "JobView", "badput_table", "inside_and_outside", "rank_pids"]
 
 FAULT_KINDS = ("kill", "stop", "cut", "restart", "slow", "ckpt")
@@ -169,6 +171,9 @@ class Injected:
     new_step: Optional[float] = None
     note: str = ""
     trained_on: bool = False  # the job went on without a restart (a checkpoint its ranks did not write)
+    since: Optional[float] = None  # the job's last progress before it (see net())
+    new_global: Optional[int] = None  # the global step of the next new step
+    step_s: Optional[float] = None  # the job's median step (s)
 
     def phases(self) -> Dict[str, Optional[float]]:
         """Seconds of detect / teardown / restart / retrain (None where a time is missing; none
@@ -190,6 +195,19 @@ class Injected:
         if self.trained_on:
             return 0.0
         return None if self.new_step is None else self.new_step - self.at
+
+    def net(self) -> Optional[float]:
+        """What the fault cost the job: from its last progress before the fault (the step
+        ``best_before`` logged, or the end of the fault before's recovery if later) to its next
+        new step, less a median step for every new step it made meanwhile (the step under way when
+        the fault came, the slow steps of a slow host).  :meth:`lost`, from the injection, counts
+        the rest of the step under way, which the job would have spent anyway, and not its part
+        done before the fault, which is lost.  None where a time is missing."""
+        if self.trained_on:
+            return 0.0
+        if self.new_step is None or self.since is None or self.step_s is None or self.new_global is None:
+            return None
+        return max(0.0, self.new_step - self.since - (self.new_global - self.best_before) * self.step_s)
 
 
 @dataclass
@@ -411,7 +429,13 @@ class FaultStream:
         """Fill in each fault's times from the job's records (call after the job ended)."""
         events = self.view.events()
         steps = sorted(self.view.steps(), key=lambda r: r.get("time", 0.0))
+        step_ms = median_step_ms(self.view.job_dir)
+        end: Optional[float] = None  # where the recovery of the fault before ended
         for k, f in enumerate(self.injected):
+            f.step_s = step_ms / 1000.0 if step_ms else None
+            logged = [r["time"] for r in steps if int(r.get("global_step") or 0) == f.best_before and r["time"] <= f.at]
+            marks = [t for t in (max(logged) if logged else None, end) if t is not None]
+            f.since = max(marks) if marks else None
             later = [e for e in events if e.get("time", 0.0) >= f.at]
             kinds = CKPT_NOTICED if f.kind == "ckpt" else NOTICED
             kinds += ("straggler", "planned_restart") if f.kind == "slow" else ()
@@ -431,11 +455,14 @@ class FaultStream:
                 f.first_step = mine[0]["time"] if mine else None
                 new = [r for r in mine if int(r.get("global_step") or 0) > f.best_before]
                 f.new_step = new[0]["time"] if new else None
+                f.new_global = int(new[0]["global_step"]) if new else None
             if k + 1 < len(self.injected) and self.injected[k + 1].kind == "restart":
                 # the restart was hit in turn: this fault's recovery ends where that one's begins
                 hit = self.injected[k + 1].at
                 f.first_step = f.new_step = hit  # restarting until then; no step retrained
+                f.new_global = f.best_before  # and no new step made
                 f.note = (f.note + "; " if f.note else "") + "its restart was hit by the next fault"
+            end = f.new_step if f.new_step is not None else end
         return self.injected
 
 
@@ -443,7 +470,7 @@ def badput_table(faults: Sequence[Injected], t0: float) -> List[str]:
     """A line per fault and the sums by phase (seconds)."""
     lines = [
         f"{'fault':8} {'rank':>4} {'host':>14} {'injected':>9} {'noticed':>8} {'next new step':>14} "
-        f"{'detect':>7} {'teardown':>8} {'restart':>8} {'retrain':>8} {'lost':>7}"
+        f"{'detect':>7} {'teardown':>8} {'restart':>8} {'retrain':>8} {'lost':>7} {'net':>6}"
     ]
     sums: Dict[str, float] = {"detect": 0.0, "teardown": 0.0, "restart": 0.0, "retrain": 0.0}
 
@@ -460,12 +487,17 @@ def badput_table(faults: Sequence[Injected], t0: float) -> List[str]:
         lines.append(
             f"{f.kind:8} {f.rank:>4} {f.host:>14} {rel(f.at):>9} {rel(f.noticed):>8} {rel(f.new_step):>14} "
             f"{sec(ph['detect']):>7} {sec(ph['teardown']):>8} {sec(ph['restart']):>8} {sec(ph['retrain']):>8} "
-            f"{sec(f.lost()):>7}" + (f"  ({f.note})" if f.note else "")
+            f"{sec(f.lost()):>7} {sec(f.net()):>6}" + (f"  ({f.note})" if f.note else "")
         )
     total = sum(sums.values())
+    net = sum(f.net() or 0.0 for f in faults)
     lines.append(
         f"{'sum':8} {'':>4} {'':>14} {'':>9} {'':>8} {'':>14} {sums['detect']:>7.1f} {sums['teardown']:>8.1f} "
-        f"{sums['restart']:>8.1f} {sums['retrain']:>8.1f} {total:>7.1f}"
+        f"{sums['restart']:>8.1f} {sums['retrain']:>8.1f} {total:>7.1f} {net:>6.1f}"
+    )
+    lines.append(
+        "(lost: from the injection to the next new step, by phase; net: from the last progress before"
+        " the fault, less a median step for each new step made meanwhile, see Injected.net)"
     )
     return lines
 

@@ -39,7 +39,8 @@ def median_step_ms(job_dir: str) -> Optional[float]:
 
 def ettr_within(wall: float, lost: Sequence[Optional[float]]) -> float:
     """``1 - sum(lost) / wall``: the share of the faulty run's wall time not lost to its faults
-    (each fault's detect, teardown, restart and retrain, measured from outside; None counts 0).
+    (each fault's cost measured from outside, :meth:`tests.harness.faultstream.Injected.net`;
+    None counts 0).
     Its start-up counts as useful, as the fault-free run's does in ETTR; what it cannot see is a
     fault's cost in slower steps afterwards (a job gone smaller, a slow host before it is named)."""
     return 1.0 - sum(x or 0.0 for x in lost) / wall

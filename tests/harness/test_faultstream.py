@@ -32,7 +32,7 @@ def test_each_faults_times_and_phases_come_from_the_jobs_records(tmp_path):
             ev("restart", 31.5, attempt=3),
         ],
     )
-    step = lambda a, g, t: dict(kind="step", attempt=a, global_step=g, time=t, rank=0)  # noqa: E731
+    step = lambda a, g, t: dict(kind="step", attempt=a, global_step=g, time=t, rank=0, step_time_ms=1000.0)  # noqa: E731
     _write(
         tmp_path / "metrics.jsonl",
         [step(0, 1, 2.0), step(0, 9, 9.0), step(1, 6, 15.0), step(1, 9, 17.0), step(1, 10, 18.0), step(3, 11, 40.0)],
@@ -49,9 +49,15 @@ def test_each_faults_times_and_phases_come_from_the_jobs_records(tmp_path):
     assert stop.phases()["detect"] == 5.0 and stop.new_step == stop.first_step == 30.9  # hit by the next fault
     assert "hit by the next fault" in stop.note
     assert (restart.noticed, restart.restart, restart.new_step) == (31.0, 31.5, 40.0)
+    # Net of the steps made: from the last progress (step 9 at 9.0) to the new step 10 at 18.0, less
+    # that step's 1 s; the stop's from step 10 at 18.0 to where the next fault hit its restart (no
+    # new step); the restart's from that hit to step 11, less its 1 s.
+    assert (kill.net(), stop.net(), restart.net()) == (8.0, 30.9 - 18.0, 40.0 - 30.9 - 1.0)
+    assert (kill.lost(), stop.lost(), restart.lost()) == (8.0, 30.9 - 25.0, 40.0 - 30.9)
     table = badput_table([kill, stop, restart], 0.0)
-    assert table[1].split()[:5] == ["kill", "0", "h1", "10.0", "10.5"] and table[-1].startswith("sum")
-    assert float(table[-1].split()[-1]) == kill.lost() + stop.lost() + restart.lost()
+    assert table[1].split()[:5] == ["kill", "0", "h1", "10.0", "10.5"] and table[-2].startswith("sum")
+    assert float(table[-2].split()[-2]) == round(kill.lost() + stop.lost() + restart.lost(), 1)
+    assert float(table[-2].split()[-1]) == round(kill.net() + stop.net() + restart.net(), 1)
     # Beside it, mslaunch's own accounting of the same job (no summary.json: counted from its files).
     from launcher.logs.goodput import account
 
@@ -76,6 +82,7 @@ def test_a_checkpoint_the_job_trained_on_without_costs_nothing_and_takes_no_rest
     assert ckpt.trained_on and ckpt.noticed == 12.0 and ckpt.restart is None and ckpt.lost() == 0.0
     assert set(ckpt.phases().values()) == {0.0} and "trained on" in ckpt.note
     assert (kill.noticed, kill.restart, kill.new_step) == (20.0, 21.0, 25.0)  # the restart is the kill's
+    assert ckpt.net() == 0.0 and kill.net() is None  # no step time in the records: no net figure
     fs.injected = [Injected("kill", 0, "h1", 0, 11.0, best_before=5)]  # only a ckpt fault is noticed by it
     assert fs.account()[0].noticed == 20.0
 
