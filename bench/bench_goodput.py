@@ -72,6 +72,9 @@ from tests.harness.steppace import ettr_within, median_step_ms  # noqa: E402  (a
 
 PY = sys.executable
 ACTIVE = 3  # hosts with a rank; one more is spare
+#: What the fault-free and the faulty run add to mslaunch's defaults: a slow host is left for the
+#: spare, and once the spare is gone the job goes on with the hosts left.
+MSLAUNCH_FLAGS = ["--straggler", "replace:10", "--min-hosts", "2"]
 
 
 def inventory(c: NamespaceCluster, path: str, hosts: int) -> str:
@@ -220,7 +223,7 @@ def side_by_side(args: argparse.Namespace, kinds: List[str], work: str, data: st
     free_core, faulty_core = cores[0], cores[1]
     timed = [k for k in kinds if k != "restart"]
     at = [(i + 1) * args.steps // (len(timed) + 1) for i in range(len(timed))]
-    flags = ["--straggler", "replace:10", "--min-hosts", "2"]
+    flags = MSLAUNCH_FLAGS
     print(f"side by side: fault-free on core {free_core}, faulty on core {faulty_core}")
     print(f"stream: {kinds}, at new steps {at}, seed {args.seed}")
     with NamespaceCluster(ACTIVE + 1, slots=1) as a, NamespaceCluster(ACTIVE + 1, slots=1) as b:
@@ -339,6 +342,8 @@ def main() -> int:
         help="the fault-free and the faulty job at once, each on its own core with its own cluster (no baseline)",
     )
     args = ap.parse_args()
+    if args.side_by_side and args.also:
+        ap.error("--side-by-side runs one faulty job beside the fault-free one: no --also")
     exit_if_cannot_run()
     work = args.keep or tempfile.mkdtemp(prefix="bench-goodput-")
     os.makedirs(work, exist_ok=True)
@@ -369,7 +374,7 @@ def main() -> int:
             ok = side is not None and side["code"] == 0 and side["final"] is not None
             return 0 if ok and len(side["faults"]) == len(kinds) else 1  # type: ignore[arg-type,index]  # run_job's dict
         with NamespaceCluster(ACTIVE + 1, slots=1) as c:
-            flags = ["--straggler", "replace:10", "--min-hosts", "2"]
+            flags = MSLAUNCH_FLAGS
             free = run_job("fault-free", c, work, data, args.steps, flags, ACTIVE + 1, ckpt_every=args.ckpt_every)
             assert free["code"] == 0 and free["final"] is not None, free["err"]
             rate = args.steps / float(free["wall"])  # type: ignore[arg-type]  # run_job's dict: a float

@@ -433,7 +433,11 @@ class FaultStream:
         end: Optional[float] = None  # where the recovery of the fault before ended
         for k, f in enumerate(self.injected):
             f.step_s = step_ms / 1000.0 if step_ms else None
-            logged = [r["time"] for r in steps if int(r.get("global_step") or 0) == f.best_before and r["time"] <= f.at]
+            logged = [
+                r.get("time", 0.0)
+                for r in steps
+                if int(r.get("global_step") or 0) == f.best_before and r.get("time", 0.0) <= f.at
+            ]
             marks = [t for t in (max(logged) if logged else None, end) if t is not None]
             f.since = max(marks) if marks else None
             later = [e for e in events if e.get("time", 0.0) >= f.at]
