@@ -290,7 +290,7 @@ def report(name: str, run: Dict[str, object], free: Dict[str, object]) -> None:
         print(f"\n== {name}: FAILED after {wall:.1f} s (exit code {code}): no ETTR, the job did not finish")
     faults: List[Injected] = run["faults"]  # type: ignore[assignment]  # run_job's dict: the faults
     if code == 0 and run["final"] is not None:
-        lost = [f.net() if f.net() is not None else f.lost() for f in faults]
+        lost = [next((v for v in (f.net(), f.lost()) if v is not None), None) for f in faults]
         within = ettr_within(wall, lost)
         print(f"   ETTR within this run (1 - the faults' net cost / wall; no second run in it): {within:.3f}")
         steps = [median_step_ms(str(r["job"])) for r in (free, run)]

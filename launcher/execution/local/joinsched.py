@@ -28,9 +28,9 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
-from launcher.execution.process.proctree import JOINED, batch_start_wanted, restore_normal
+from launcher.execution.process.proctree import JOINED, restore_normal
 
-__all__ = ["JOINED_MARKERS", "JoinWatch", "batch_start_wanted", "restore_normal"]
+__all__ = ["JOINED_MARKERS", "JoinWatch"]
 
 #: Lines a MindSpore worker logs (at its default ``GLOG_v``) at the end of ``init()``.
 JOINED_MARKERS = (JOINED, b"Cluster is successfully initialized")

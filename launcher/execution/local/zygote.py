@@ -50,10 +50,11 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 from launcher.errors import LaunchError
 from launcher.execution.backend import Backend, BackendContext
-from launcher.execution.local.joinsched import JoinWatch, batch_start_wanted
+from launcher.execution.local.joinsched import JoinWatch
 from launcher.execution.local.zygote_pool import Zygote, ZygotePool
 from launcher.execution.ports import check_scheduler_port
 from launcher.execution.process.handle import ReportedProcess
+from launcher.execution.process.proctree import batch_start_wanted
 from launcher.execution.process.spawn import kill_tree, start_local
 from launcher.execution.process.watchdog import TOKEN_VAR
 from launcher.planning.job.kinds import Role

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from launcher.execution.local.joinsched import JOINED_MARKERS, JoinWatch, batch_start_wanted, restore_normal
+from launcher.execution.local.joinsched import JOINED_MARKERS, JoinWatch
+from launcher.execution.process.proctree import batch_start_wanted, restore_normal
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
 
