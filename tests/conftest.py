@@ -41,10 +41,20 @@ def _cpu_probe_cache(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="session")
+def _build_cache(_cpu_probe_cache):
+    """One cache of built helpers for the session (the zygote's fastjoin shim,
+    launcher.execution.process.fastjoin: compiled once, not per test; its writes are atomic)."""
+    path = _cpu_probe_cache.parent / "mslaunch-cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(autouse=True)
-def _mslaunch_home(tmp_path_factory, monkeypatch, _cpu_probe_cache):
+def _mslaunch_home(tmp_path_factory, monkeypatch, _cpu_probe_cache, _build_cache):
     home = tmp_path_factory.mktemp("mslaunch-home")
     os.symlink(_cpu_probe_cache, home / "cpu-probe")
+    os.symlink(_build_cache, home / "cache")
     monkeypatch.setenv("MSLAUNCH_HOME", str(home))
     return home
 

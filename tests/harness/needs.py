@@ -1,7 +1,8 @@
 """``pytest.mark.needs(...)``: what a unit test needs beyond the dev extra, checked before it runs.
 
 ``@pytest.mark.needs("ssh-keygen")``, ``needs("installed")``, ``needs("import-linter")``,
-``needs("root")``, ``needs("prometheus")`` (the Prometheus server, Debian's ``prometheus``)
+``needs("root")``, ``needs("cc")`` (a C compiler),
+``needs("prometheus")`` (the Prometheus server, Debian's ``prometheus``)
 (several names: all of them).  A missing need skips the test with its reason;
 in CI it fails (:func:`tests.harness.ci.skip_or_fail`), because ``make test`` provides every one.
 Unknown names stop the run at collection (:func:`check_names`).  MindSpore has its own marker,
@@ -48,6 +49,11 @@ NEEDS: Dict[str, Tuple[Callable[[], bool], str, str]] = {
         "lint-imports is missing in CI (make test installs the [dev] extra)",
     ),
     "root": (lambda: os.geteuid() == 0, "needs root", "CI runs the tests as root"),
+    "cc": (
+        lambda: shutil.which("cc") is not None,
+        "no C compiler (apt-get install gcc libc6-dev)",
+        "cc is missing in CI (make test installs gcc and libc6-dev)",
+    ),
     "prometheus": (
         lambda: shutil.which("prometheus") is not None,
         "the Prometheus server is not installed (apt-get install prometheus)",

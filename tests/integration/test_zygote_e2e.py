@@ -46,6 +46,7 @@ out = os.environ["OUT"]
 atexit.register(print, "atexit registered after init()", flush=True)
 print(json.dumps({"numpy": float(np.random.rand()), "random": random.random(),
                   "mindspore": float(ms.ops.rand(1).asnumpy()[0])}), flush=True)
+print("LD_PRELOAD:", os.environ.get("LD_PRELOAD"), flush=True)
 net = nn.Dense(2048, 2048)  # 4 M parameters: a 16 MB checkpoint, written by a background thread
 ms.save_checkpoint(net, os.path.join(out, f"net_{rank}.ckpt"), async_save=True)
 
@@ -73,7 +74,8 @@ def test_the_default_keeps_what_the_program_leaves_at_its_end_as_no_zygote_does(
     """One 2-rank job each way: under both every rank writes its asynchronous checkpoint (and it
     loads), its non-daemon thread finishes after the main code, atexit handlers registered
     before and after init() run, in python's order; the ranks draw different random numbers;
-    every worker finalizes with the scheduler, which reports none of them timed out."""
+    every worker finalizes with the scheduler, which reports none of them timed out.  The default's
+    zygote has the fastjoin shim (launcher.execution.process.fastjoin), its ranks never see it."""
     import mindspore as ms
 
     (tmp_path / "faithful.py").write_text(FAITHFUL)
@@ -118,6 +120,7 @@ def test_the_default_keeps_what_the_program_leaves_at_its_end_as_no_zygote_does(
     assert seen["default"] == seen["no-zygote"]
     assert seen["default"][0] == [
         '{"numpy": <n>, "random": <n>, "mindspore": <n>}',
+        "LD_PRELOAD: None",  # the zygote's fastjoin shim is not in a rank's environment
         "main code done",
         "thread done",
         "atexit registered after init()",

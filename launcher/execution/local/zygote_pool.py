@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Dict, Optional, Sequence
 
+from launcher.execution.process.fastjoin import zygote_env
 from launcher.execution.process.handle import ReportedProcess
 from launcher.execution.process.spawn import _child_setup
 from launcher.execution.process.watchdog import TOKEN_VAR
@@ -41,6 +42,7 @@ class Zygote:
         self.replies: "list[Dict[str, Any]]" = []
         self.children: Dict[int, ReportedProcess] = {}  # pid -> the backend's ZygoteProcess
         self.early: Dict[int, int] = {}
+        self.fast_join_off: Optional[str] = None  # why it started without the fastjoin shim
 
     @property
     def pid(self) -> Optional[int]:
@@ -50,7 +52,8 @@ class Zygote:
         """Start the process; why it could not, or None."""
         # Like a local rank: a subreaper registered with the watchdog and carrying the job's token,
         # so a SIGKILL of mslaunch ends the zygote and every process it forked, however deep.
-        env = dict(self.env)
+        # The shim that shortens MindSpore's address polls (launcher.execution.process.fastjoin).
+        env, self.fast_join_off = zygote_env(self.env)
         fd: Optional[int] = None
         sig = signal.SIGKILL
         if watchdog is not None:

@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Optional, Sequence
 # interpreter's start-up state (its signal dispositions, libc) as a new process has it.
 try:  # sent to a remote host as source (launcher.execution.ssh.remote_zygote), zygote_child's comes first
     from launcher.execution.local.zygote_child import record_preload_env, run_child, title_setup
+    from launcher.execution.process.fastjoin import drop_shim, shim_loaded
 except ImportError:
     pass
 
@@ -109,6 +110,7 @@ def serve(preload: Sequence[str]) -> None:
         out.flush()
 
     title_setup()
+    drop_shim(os.environ)  # loaded already (launcher.execution.process.fastjoin); nothing it starts inherits it
     os.environ.pop("MS_ROLE", None)
     env_before = dict(os.environ)
     _preload(preload)
@@ -118,7 +120,8 @@ def serve(preload: Sequence[str]) -> None:
     if why is not None:
         say({"unsafe": why})
         return
-    say({"ready": {"seconds": round(time.monotonic() - started, 3), "threads_after_import": before}})
+    seconds = round(time.monotonic() - started, 3)
+    say({"ready": {"seconds": seconds, "threads_after_import": before, "fast_join": shim_loaded()}})
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)

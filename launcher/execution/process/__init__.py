@@ -7,5 +7,7 @@
 * :mod:`~.standin`: one local process that stands for many ranks (mpirun, srun);
 * :mod:`~.watchdog`: ends the job's processes if mslaunch dies;
 * :mod:`~.proctree`: processes from /proc (stdlib only: also sent to hosts);
-* :mod:`~.stackdump`: Python stacks of running processes (stdlib only: also sent to hosts).
+* :mod:`~.stackdump`: Python stacks of running processes (stdlib only: also sent to hosts);
+* :mod:`~.fastjoin`: the zygotes' shim that polls MindSpore's collective addresses quickly
+  (stdlib only: also sent to hosts).
 """

@@ -67,6 +67,7 @@ def agent_source() -> str:
         _AGENT_SOURCE = program_source(
             "launcher.execution.probes.host_cores",
             "launcher.execution.ssh.remote_link",
+            "launcher.execution.process.fastjoin",
             "launcher.execution.ssh.remote_zygote",
             "launcher.execution.ssh.remote_start",
             "launcher.execution.ssh.remote_agent",
@@ -86,6 +87,7 @@ def zygote_source() -> str:
 
         _ZYGOTE_SOURCE = program_source(
             "launcher.execution.local.zygote_libs",
+            "launcher.execution.process.fastjoin",
             "launcher.execution.local.zygote_child",
             "launcher.execution.local.zygote_server",
         )

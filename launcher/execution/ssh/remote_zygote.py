@@ -33,6 +33,7 @@ import time
 from typing import Any  # noqa: F401 - for the type comments
 
 try:  # in the launcher; sent to a host, the agent's source comes first
+    from launcher.execution.process.fastjoin import zygote_env
     from launcher.execution.process.proctree import JOINED, batch_start_wanted, restore_normal, set_parent_death_signal
 except ImportError:
     pass
@@ -137,7 +138,7 @@ class ZygoteLink(object):
                 self.proc = subprocess.Popen(
                     [self.python, "-c", self.src] + self.preload,
                     cwd=self.dir,  # its sys.path[0]: an empty folder, so nothing of a home folder shadows the preload
-                    env=self.env,
+                    env=zygote_env(self.env)[0],  # with the fastjoin shim, when it can be built here
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=err,
