@@ -19,11 +19,12 @@ the ranks' ``init()``, the network built), *data* (to ``data:``: the input pipel
 
 Modes (each round runs them back to back, the order rotating): ``warm`` is the default (the
 zygote kept across attempts, and the trainer's graphs taken from MindSpore's compile cache in the
-job dir); ``nocache`` turns the cache off (``--env MS_COMPILER_CACHE_ENABLE=0``); ``cold`` is
+job dir); ``noshim`` is the default without the zygotes' fastjoin shim
+(``--env MSLAUNCH_FAST_JOIN=0``: MindSpore's own 3 s address polls); ``nocache`` turns the cache off (``--env MS_COMPILER_CACHE_ENABLE=0``); ``cold`` is
 ``--cold-restarts`` (a restart imports MindSpore again, the cache still used); ``coldnocache`` is
 both off, a restart as it was before either.  The load average is printed before and after.
 
-Usage: python bench/bench_recovery.py [--rounds 3] [--modes warm,nocache,cold,coldnocache] [--keep DIR]
+Usage: python bench/bench_recovery.py [--rounds 3] [--modes warm,noshim,nocache,cold,coldnocache] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from benchkit import exit_if_cannot_run
 PY = sys.executable
 MODES: Dict[str, List[str]] = {
     "warm": [],
+    "noshim": ["--env", "MSLAUNCH_FAST_JOIN=0"],  # the zygotes without the fastjoin shim
     "cold": ["--cold-restarts"],
     "nocache": ["--env", "MS_COMPILER_CACHE_ENABLE=0"],
     "coldnocache": ["--cold-restarts", "--env", "MS_COMPILER_CACHE_ENABLE=0"],
@@ -227,7 +229,7 @@ def load() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--modes", default="warm,nocache,cold,coldnocache")
+    ap.add_argument("--modes", default="warm,noshim,nocache,cold,coldnocache")
     ap.add_argument("--keep", default=None, help="keep the jobs' folders under this folder")
     args = ap.parse_args()
     exit_if_cannot_run()
