@@ -113,6 +113,20 @@ def _gather_positions(mine: Sequence[Tuple[int, int]], size: int) -> List[List[T
     return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
 
 
+def gather_figures(mine: Tuple[float, float], size: int) -> List[Tuple[float, float]]:
+    """Every rank's ``mine`` (two numbers: the checkpoint schedule's figures,
+    launcher.workloads.ckpt_every.Schedule), by rank, through the same AllGather as the positions
+    (no other graph); the same table on every rank.  Call it on every rank at the same step."""
+    if size == 1:
+        return [(float(mine[0]), float(mine[1]))]
+    row = np.full((1, 2 * RESUME_CANDIDATES), -1.0, dtype=np.float32)
+    row[0, 0], row[0, 1] = mine
+    if not _GATHER:
+        _GATHER.append(all_gather())
+    table = _GATHER[0](Tensor(row)).asnumpy().reshape(size, 2 * RESUME_CANDIDATES)
+    return [(float(table[r, 0]), float(table[r, 1])) for r in range(size)]
+
+
 def save_on_every_rank(
     train_net: nn.Cell,
     ckpt_dir: str,

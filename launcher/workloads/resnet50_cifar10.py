@@ -49,6 +49,7 @@ Checkpoints (``--ckpt-dir``): ``<ckpt-dir>/ckpt_<rank>/<arch>-<epoch>_<step>.ckp
 ``ModelCheckpoint`` naming, prefixed with the network's name, so ``--resume`` never loads
 another network's; ``step`` is the step within the epoch), written at the end of every
 epoch (and every ``--ckpt-every`` steps; ``auto[:N]``: the interval mslaunch offers after a fault,
+before it N steps, or for ``auto`` Young/Daly on the ranks' own figures,
 launcher/workloads/ckpt_every.py), atomically, keeping the newest ``--keep-checkpoints``; the
 time each write took follows its line (``MSLAUNCH_METRIC {"ckpt_ms": ...}``). A checkpoint holds
 the parameters, the optimizer state (momentum, ``global_step``), ``epoch_num`` / ``step_num``.
@@ -98,29 +99,20 @@ from mindspore import Tensor, nn
 from launcher.workloads.checkpoints import (
     _resume,
     align_compile_order,
+    gather_figures,
     prune_checkpoints,
     save_on_every_rank,
     weights_from_checkpoint,
 )
-from launcher.workloads.cifar10_data import (
-    UsageError,
-    build_pipeline,
-    open_cifar10,
-    resolve_cifar_folder,
-)
-from launcher.workloads.ckpt_every import ckpt_every_steps, parse_ckpt_every
+from launcher.workloads.cifar10_data import UsageError, build_pipeline, open_cifar10, resolve_cifar_folder
+from launcher.workloads.ckpt_every import parse_ckpt_every, schedule_for
 from launcher.workloads.cluster import all_reduce_sum, any_rank, distributed_from_env
 from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.elastic import keep_global_batch, mirror_checkpoint, planned_size, smaller, stand_in_dirs
 from launcher.workloads.grad_accum import AccumulatingStep, one_batch_step
 from launcher.workloads.preempt import StopOnSignal
-from launcher.workloads.resnet50 import (
-    ARCHS,
-    SoftmaxCrossEntropyExpand,
-    count_parameters,
-    resnet,
-)
+from launcher.workloads.resnet50 import ARCHS, SoftmaxCrossEntropyExpand, count_parameters, resnet
 from launcher.workloads.restart import resume_on_restart
 
 
@@ -183,7 +175,10 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
     p.add_argument("--lr", type=float, default=0.01, help="Momentum learning rate (default 0.01)")
     p.add_argument("--momentum", type=float, default=0.9, help="Momentum momentum (default 0.9)")
     p.add_argument("--ckpt-dir", default=None, help="save checkpoints to CKPT_DIR/ckpt_<rank>/")
-    h = "also save every N global steps (0: epoch ends only); auto[:N]: mslaunch's interval after a fault, N before"
+    h = (
+        "also save every N global steps (0: epoch ends only); auto[:N]: mslaunch's interval after a fault;"
+        " before it N, or for auto Young/Daly on the job's own figures"
+    )
     p.add_argument("--ckpt-every", default="0", help=h)
     p.add_argument("--keep-checkpoints", type=int, default=1, help="newest checkpoints to keep (0: all)")
     p.add_argument(
@@ -220,7 +215,7 @@ def parse_args(argv: Optional[Sequence[str]], env: Mapping[str, str]) -> argpars
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     try:
-        args.ckpt_every = ckpt_every_steps(parse_ckpt_every(args.ckpt_every), os.environ)
+        args.ckpt_schedule = schedule_for(parse_ckpt_every(args.ckpt_every), os.environ)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for name in ("steps_per_epoch", "keep_checkpoints"):
@@ -377,8 +372,9 @@ def _train_epoch(loop: _Loop, epoch: int, step: int) -> bool:
         if loop.compiled:
             timed_steps += 1
             timed_time += dt
+            args.ckpt_schedule.step_took(dt)
         loop.compiled = True
-        if loop.ckpt_dir and args.ckpt_every and loop.global_step % args.ckpt_every == 0 and step < loop.spe:
+        if loop.ckpt_dir and args.ckpt_schedule.due(loop.global_step) and step < loop.spe:
             _save(loop, epoch, step)
         if stop_due:  # SIGTERM (on some rank): save here, then end by it
             loop.stop.stop_here(lambda: _save(loop, epoch, step))
@@ -410,8 +406,12 @@ def _save(loop: _Loop, epoch: int, step: int, last: bool = False) -> bool:
     else:
         mirror_checkpoint(path, loop.stand_ins)
         loop.prune_due = loop.size > 1
-        _say(f"checkpoint: {path}")
-        _say("MSLAUNCH_METRIC " + json.dumps({"ckpt_ms": round((time.perf_counter() - t0) * 1000.0, 1)}))
+        took = time.perf_counter() - t0
+        _say(f"checkpoint: {path}\nMSLAUNCH_METRIC " + json.dumps({"ckpt_ms": round(took * 1000.0, 1)}))
+        loop.args.ckpt_schedule.save_took(took)
+    schedule = loop.args.ckpt_schedule  # auto: the next save from every rank's figures, agreed
+    if schedule.measured:
+        schedule.agree(gather_figures(schedule.mine(), loop.size), loop.global_step)
     loop.stop.saved(path is not None)
     return path is not None
 

@@ -217,3 +217,30 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.cost(20)
+def test_auto_works_out_its_interval_and_every_rank_saves_at_the_same_steps(tmp_path) -> None:
+    """``--ckpt-every auto`` with nothing offered: the first saves come at every step, until every
+    rank has timed a step and a write; then Young/Daly on the figures the ranks agreed on through
+    the save's AllGather. Two ranks with their own timings save at the same steps (a save is
+    collective: a rank saving alone would wait for the other), and the job ends 0."""
+    from launcher.workloads.cifar10_synth import write_synthetic_cifar10
+
+    write_synthetic_cifar10(str(tmp_path / "data"), train=64, test=8)
+    ckpt, job = tmp_path / "ckpt", tmp_path / "job"
+    r = run_process(
+        "run", "--np", "2", "--master-port", "auto", "--log-dir", str(job), "--tee", "none",
+        "-m", "launcher.workloads.resnet50_cifar10", "--arch", "resnet8", "--data-path", str(tmp_path / "data"),
+        "--image-size", "16", "--batch-size", "2", "--workers", "1", "--steps-per-epoch", "16", "--epochs", "1",
+        "--ckpt-dir", str(ckpt), "--ckpt-every", "auto", "--keep-checkpoints", "0", cwd=str(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = []
+    for k in (0, 1):
+        lines = (job / f"worker_{k}.log").read_text(errors="replace").splitlines()
+        saved = [ln.rsplit("_", 1)[1] for ln in lines if ln.startswith(f"checkpoint: {ckpt}/ckpt_{k}/resnet8-1_")]
+        steps.append([int(s[: -len(".ckpt")]) for s in saved])
+        assert sorted(os.listdir(ckpt / f"ckpt_{k}")) == sorted(f"resnet8-1_{s}.ckpt" for s in steps[k])
+    assert steps[0] == steps[1], steps
+    assert steps[0][:2] == [1, 2] and steps[0][-1] == 16, steps  # the epoch's end saves too
