@@ -108,7 +108,8 @@ def build_shim(environ=None):
     """The shim's path, built on first use (``$MSLAUNCH_HOME/cache/mslaunch-fastjoin-<hash>.so``,
     written whole or not at all); ``(path, None)``, or ``(None, why)`` when it cannot be built."""
     environ = os.environ if environ is None else environ
-    digest = hashlib.sha256(C_SOURCE.encode("utf-8")).hexdigest()[:12]
+    # The machine's kind in the name too: a home folder shared by hosts of two kinds keeps both.
+    digest = hashlib.sha256((os.uname().machine + "\n" + C_SOURCE).encode("utf-8")).hexdigest()[:12]
     folder = _cache_dir(environ)
     path = os.path.join(folder, SHIM_PREFIX + digest + ".so")
     if os.path.isfile(path):
