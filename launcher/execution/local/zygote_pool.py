@@ -42,7 +42,6 @@ class Zygote:
         self.replies: "list[Dict[str, Any]]" = []
         self.children: Dict[int, ReportedProcess] = {}  # pid -> the backend's ZygoteProcess
         self.early: Dict[int, int] = {}
-        self.fast_join_off: Optional[str] = None  # why it started without the fastjoin shim
 
     @property
     def pid(self) -> Optional[int]:
@@ -52,8 +51,9 @@ class Zygote:
         """Start the process; why it could not, or None."""
         # Like a local rank: a subreaper registered with the watchdog and carrying the job's token,
         # so a SIGKILL of mslaunch ends the zygote and every process it forked, however deep.
-        # The shim that shortens MindSpore's address polls (launcher.execution.process.fastjoin).
-        env, self.fast_join_off = zygote_env(self.env)
+        # With the shim that shortens MindSpore's address polls (launcher.execution.process.fastjoin)
+        # where it can be built; its "ready" report says whether it has it.
+        env = zygote_env(self.env)[0]
         fd: Optional[int] = None
         sig = signal.SIGKILL
         if watchdog is not None:

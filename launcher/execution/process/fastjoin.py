@@ -30,6 +30,7 @@ zygote's): the standard library only, Python >= 3.6, nothing from ``launcher``, 
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 
@@ -39,8 +40,9 @@ __all__ = ["C_SOURCE", "OFF_VAR", "SHIM_PREFIX", "build_shim", "drop_shim", "shi
 OFF_VAR = "MSLAUNCH_FAST_JOIN"
 #: The built library's file name starts so (how the zygote finds it in ``LD_PRELOAD``).
 SHIM_PREFIX = "mslaunch-fastjoin-"
-#: Seconds the compiler may take.
-BUILD_TIMEOUT = 60.0
+#: Seconds the compiler may take (it takes about 0.1 s here): a host's agent builds it in its
+#: event loop, which must answer the launcher's pings (5 s), so a slow build is given up.
+BUILD_TIMEOUT = 3.0
 
 C_SOURCE = r"""
 /* mslaunch fastjoin: quicker polls in libmindspore_cpu.so's sleep(N) retry loops. */
@@ -127,24 +129,40 @@ def build_shim(environ=None):
         out = os.path.join(work, "fastjoin.so")
         with open(src, "w") as fh:
             fh.write(C_SOURCE)
-        try:
-            done = subprocess.run(
-                [cc, "-O2", "-shared", "-fPIC", "-o", out, src, "-ldl"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=BUILD_TIMEOUT,
-                env=dict(environ),
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return None, "%s failed: %s" % (cc, exc)
-        if done.returncode != 0 or not os.path.isfile(out):
-            last = done.stdout.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-            return None, "%s exited %d: %s" % (cc, done.returncode, last[0])
+        rc, said = _compile([cc, "-O2", "-shared", "-fPIC", "-o", out, src, "-ldl"], environ)
+        if rc != 0 or not os.path.isfile(out):
+            return None, "%s %s: %s" % (cc, "exited %d" % rc if rc is not None else "failed", said)
         os.replace(out, path)
         return path, None
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _compile(argv, environ):
+    """Run the compiler in a session of its own (its cc1, as and ld too), ended whole after
+    :data:`BUILD_TIMEOUT`: (exit code or None, its last line or why it failed)."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(environ),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return None, str(exc.strerror or exc)
+    try:
+        output = proc.communicate(timeout=BUILD_TIMEOUT)[0]
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        return None, "no answer in %g s" % BUILD_TIMEOUT
+    last = output.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+    return proc.returncode, last[0]
 
 
 def zygote_env(env):

@@ -110,6 +110,23 @@ def test_a_compiler_that_fails_leaves_nothing_and_says_why(tmp_path, monkeypatch
     assert fastjoin.zygote_env(env) == (env, why)
 
 
+def test_a_compiler_that_hangs_is_ended_whole_in_bounded_time(tmp_path, monkeypatch):
+    """The agent builds the shim in its event loop: a compiler (and what it started) that does not
+    answer is ended, process group and all, and the zygote starts without the shim."""
+    monkeypatch.setenv("MSLAUNCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(fastjoin, "BUILD_TIMEOUT", 0.5)
+    pids = tmp_path / "pids"
+    hanging = tmp_path / "hanging-cc"
+    hanging.write_text(f"#!/bin/sh\nsleep 300 &\necho $! $$ > {pids}\nwait\n")
+    hanging.chmod(hanging.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(hanging))
+    assert fastjoin.build_shim() == (None, f"{hanging} failed: no answer in 0.5 s")
+    assert os.listdir(tmp_path / "home" / "cache") == []
+    from tests.harness.localagent import gone
+
+    assert gone([int(p) for p in pids.read_text().split()]) == []  # the compiler and its child
+
+
 def test_without_a_compiler_or_when_turned_off_the_zygote_starts_as_before(tmp_path):
     env = {"MSLAUNCH_HOME": str(tmp_path / "home"), "PATH": str(tmp_path)}  # no cc there
     assert fastjoin.zygote_env(env) == (env, "no C compiler (cc, gcc or clang) on the PATH")
