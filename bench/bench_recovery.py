@@ -20,7 +20,8 @@ the ranks' ``init()``, the network built), *data* (to ``data:``: the input pipel
 Modes (each round runs them back to back, the order rotating): ``warm`` is the default (the
 zygote kept across attempts, and the trainer's graphs taken from MindSpore's compile cache in the
 job dir); ``noshim`` is the default without the zygotes' fastjoin shim
-(``--env MSLAUNCH_FAST_JOIN=0``: MindSpore's own 3 s address polls); ``nocache`` turns the cache off (``--env MS_COMPILER_CACHE_ENABLE=0``); ``cold`` is
+(``--env MSLAUNCH_FAST_JOIN=0``: MindSpore's own 3 s address polls); ``nocache`` turns the cache
+off (``--env MS_COMPILER_CACHE_ENABLE=0``); ``cold`` is
 ``--cold-restarts`` (a restart imports MindSpore again, the cache still used); ``coldnocache`` is
 both off, a restart as it was before either.  The load average is printed before and after.
 
