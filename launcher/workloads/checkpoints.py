@@ -107,10 +107,16 @@ def _gather_positions(mine: Sequence[Tuple[int, int]], size: int) -> List[List[T
     row = np.full((1, 2 * RESUME_CANDIDATES), -1.0, dtype=np.float32)
     for i, (epoch, step) in enumerate(list(mine)[-RESUME_CANDIDATES:]):
         row[0, 2 * i], row[0, 2 * i + 1] = epoch, step
+    table = _gather_row(row).reshape(size, RESUME_CANDIDATES, 2)
+    return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
+
+
+def _gather_row(row: np.ndarray) -> np.ndarray:
+    """Every rank's ``row`` (float32, 1 x 2 * RESUME_CANDIDATES), stacked, through the process's
+    one AllGather cell."""
     if not _GATHER:
         _GATHER.append(all_gather())
-    table = _GATHER[0](Tensor(row)).asnumpy().reshape(size, RESUME_CANDIDATES, 2)
-    return [[(int(e), int(st)) for e, st in table[r] if e >= 0] for r in range(size)]
+    return _GATHER[0](Tensor(row)).asnumpy()
 
 
 def gather_figures(mine: Tuple[float, float], size: int) -> List[Tuple[float, float]]:
@@ -121,9 +127,7 @@ def gather_figures(mine: Tuple[float, float], size: int) -> List[Tuple[float, fl
         return [(float(mine[0]), float(mine[1]))]
     row = np.full((1, 2 * RESUME_CANDIDATES), -1.0, dtype=np.float32)
     row[0, 0], row[0, 1] = mine
-    if not _GATHER:
-        _GATHER.append(all_gather())
-    table = _GATHER[0](Tensor(row)).asnumpy().reshape(size, 2 * RESUME_CANDIDATES)
+    table = _gather_row(row).reshape(size, 2 * RESUME_CANDIDATES)
     return [(float(table[r, 0]), float(table[r, 1])) for r in range(size)]
 
 

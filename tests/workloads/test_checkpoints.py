@@ -168,6 +168,19 @@ def test_every_gather_of_a_process_goes_through_one_cell(monkeypatch) -> None:
     assert checkpoints._gather_positions([], 1) == [[]]
     assert made == [1]
 
+    import mindspore as ms
+
+    class Pair:  # two ranks: this one's row, then another's with other figures
+        def __call__(self, tensor):
+            other = np.full_like(tensor.asnumpy(), -1.0)
+            other[0, 0], other[0, 1] = 0.5, 3.0
+            return ms.Tensor(np.vstack([tensor.asnumpy(), other]))
+
+    monkeypatch.setattr(checkpoints, "_GATHER", [Pair()])
+    got = checkpoints.gather_figures((0.25, 2.0), 2)  # the schedule's figures: the same cell
+    assert got == [(0.25, 2.0), (0.5, 3.0)]
+    assert checkpoints.gather_figures((0.25, 2.0), 1) == [(0.25, 2.0)]  # one rank: nothing gathered
+
 
 @pytest.mark.cost(20)  # measured alone: 12 s
 def test_a_checkpoint_one_rank_cannot_write_is_kept_by_none_and_the_job_trains_on_without_a_restart(tmp_path) -> None:
