@@ -1,4 +1,4 @@
-"""Quick polls for MindSpore's collective addresses: a zygote's ranks join in under a second, not 3 s.
+"""Quick polls for MindSpore's collective addresses: a zygote's ranks find each other's in well under a second, not 3 s.
 
 On CPU, MindSpore 2.10's ``init()`` ends by each rank putting its collective node's address into
 the scheduler's metadata and reading every other rank's (``ms_collective_node.cc``; the ring's
@@ -16,8 +16,9 @@ MindSpore waits 3 s once), and the time they did not wait is added back to the p
 (at most doubling each), so MindSpore's deadline stays what it was from its 17th poll on (the
 shortest of its loops has 19).  Every other ``sleep`` call, the program's own and other
 libraries', goes to the C library untouched, and the ranks forked from the zygote get the
-planned environment without ``LD_PRELOAD`` (``zygote_child``), so a rank's program sees nothing
-of it.
+planned environment without ``LD_PRELOAD`` (``zygote_child``): a rank's program sees nothing of
+it but the library among its mappings (``/proc/self/maps``), inherited through the fork as the
+zygote's imports are.
 
 Off with ``MSLAUNCH_FAST_JOIN=0`` in the ranks' environment (``--env``); without a C compiler
 on a host the zygote starts as before there.  Ranks started as plain processes (``--no-zygote``,
@@ -166,8 +167,8 @@ def _compile(argv, environ):
 
 
 def zygote_env(env):
-    """The environment to start a zygote under: ``env`` with the shim first in ``LD_PRELOAD``;
-    ``(env, None)`` when it is wanted and built, else ``(env unchanged, why not)``."""
+    """The environment to start a zygote under: ``(a copy of env with the shim first in
+    LD_PRELOAD, None)`` when it is wanted and built, else ``(a copy of env, why not)``."""
     if env.get(OFF_VAR, "").strip() == "0":
         return dict(env), "%s=0" % OFF_VAR
     path, why = build_shim(env)
