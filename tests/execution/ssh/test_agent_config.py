@@ -6,7 +6,7 @@ import json
 import pytest
 
 from launcher.execution.probes import host_cores
-from launcher.execution.process import proctree
+from launcher.execution.process import fastjoin, proctree
 from launcher.execution.ssh import remote_agent, remote_link, remote_start, remote_zygote
 from launcher.execution.ssh.agent import AgentConfig, FrameReader, agent_source, bootstrap_payload, op_line, split_lines
 from launcher.execution.ssh.remote_link import HEADER
@@ -75,7 +75,7 @@ def test_bootstrap_payload_is_a_length_line_then_the_source_and_settings():
     first = json.loads(body)
     assert first == {"src": agent_source(), "cfg": {"host": "h2", "ping_timeout": 8.0, "heartbeat": 1.0}}
     sources = []
-    for module in (proctree, host_cores, remote_link, remote_zygote, remote_start, remote_agent):  # what it uses first
+    for module in (proctree, host_cores, remote_link, fastjoin, remote_zygote, remote_start, remote_agent):
         with open(module.__file__, encoding="utf-8") as fh:
             sources.append(fh.read())
     assert first["src"] == "\n\n".join(sources)
