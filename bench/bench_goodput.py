@@ -353,8 +353,8 @@ def main() -> int:
         data = os.path.join(work, "data")
         subprocess.run(
             # one pass of the data holds every step (the trainer caps an epoch at one pass), twice
-            # over: a job gone smaller (--min-hosts) keeps about its global batch with a whole
-            # number of micro-batches, which can be larger (2 of 3 ranks: 2 x 2 x 8 = 32, not 24)
+            # over: a job gone smaller (--min-hosts) keeps its global batch (2 of 3 ranks: 2 x 2
+            # micro-batches of 6), or the nearest a whole number of micro-batches makes, which can be larger
             [
                 PY,
                 "-m",

@@ -5,12 +5,17 @@ No MindSpore here (the rules are plain arithmetic and files; the trainer calls t
 
 mslaunch gives every process the job's planned world size and the current one
 (``MSLAUNCH_PLANNED_WORLD_SIZE``, ``MSLAUNCH_WORLD_SIZE``).  Data parallel, a step's global batch
-is ``K x micro-batch x ranks``; with fewer ranks the trainer accumulates more micro-batches per
-step (:func:`keep_global_batch`): ``K' = K x planned / current``.  When that is not a whole
-number it takes the nearest (halves up), so the global batch is the nearest one that the ranks
-left can make, and says so in one line; the learning rate is left as it is (the global batch is
-the same, or the nearest).  The steps per epoch stay the same: each rank's shard grows by
-``planned / current`` and so does ``K``.
+is ``G = K x micro-batch x ranks``; with fewer ranks each rank takes ``G / current`` images a step
+(:func:`keep_global_batch`), as the fewest micro-batches ``K'`` of one size ``B'`` that make it
+exactly, with ``B'`` no larger than the user's micro-batch (its memory) and no smaller than half
+of it (DeepSpeed's elastic training picks its micro-batch and accumulation the same way: the
+global batch exact, the micro-batch from what fits).  3 of 4 ranks at 8 a rank: ``K' = 1`` of 8
+would be 24, not 32, so where no such ``B'`` exists (``G`` not a multiple of the ranks left, or
+only micro-batches below half) the trainer keeps ``B`` and takes the nearest whole
+``K' = K x planned / current`` (halves up), the nearest global batch the ranks left can make.  It
+says which in one line; the learning rate is left as it is (the global batch is the same, or the
+nearest).  The steps per epoch stay the same: each rank's shard grows by ``planned / current``
+and so does its batch.
 
 Checkpoints: rank ``r`` writes ``CKPT_DIR/ckpt_<r>/``; a restart resumes from the newest step that
 every rank has.  While the job is smaller, the ranks that are missing write nothing, so when
@@ -53,8 +58,9 @@ def planned_size(env: Mapping[str, str], size: int) -> int:
     return max(planned, size)
 
 
-def keep_global_batch(k: int, micro_batch: int, size: int, planned: int) -> Tuple[int, Optional[str]]:
-    """``(K for this run, the one line that says so or None)`` (see the module doc).
+def keep_global_batch(k: int, micro_batch: int, size: int, planned: int) -> Tuple[int, int, Optional[str]]:
+    """``(K for this run, the micro-batch for this run, the one line that says so or None)`` (see
+    the module doc).
 
     Args:
         k: ``--grad-accum`` as given (micro-batches per optimizer step at the planned size).
@@ -63,19 +69,32 @@ def keep_global_batch(k: int, micro_batch: int, size: int, planned: int) -> Tupl
         planned: ranks planned.
     """
     if planned <= size or size < 1:
-        return k, None
-    exact = k * planned / size
-    new = max(1, int(exact + 0.5))
-    want, got = k * micro_batch * planned, new * micro_batch * size
+        return k, micro_batch, None
+    want = k * micro_batch * planned
+    new, batch = _exact(want, micro_batch, size) or (max(1, int(k * planned / size + 0.5)), micro_batch)
+    got = new * batch * size
+    resized = f" (--batch-size {micro_batch} -> {batch})" if batch != micro_batch else ""
     line = (
-        f"elastic: {size} of {planned} planned ranks: --grad-accum {k} -> {new} micro-batches of {micro_batch} "
-        f"per step, "
+        f"elastic: {size} of {planned} planned ranks: --grad-accum {k} -> {new} micro-batches of {batch}{resized} "
+        "per step, "
     )
     if got == want:
         line += f"so a step's global batch stays {want}"
     else:
         line += f"the nearest to the planned global batch of {want}: {got}"
-    return new, line
+    return new, batch, line
+
+
+def _exact(want: int, micro_batch: int, size: int) -> Optional[Tuple[int, int]]:
+    """The fewest micro-batches ``K'`` of one size ``B'`` with ``K' x B' x size == want`` and
+    ``micro_batch / 2 <= B' <= micro_batch``: ``(K', B')``, or None."""
+    if want % size:
+        return None
+    per_rank = want // size
+    for n in range(max(1, -(-per_rank // micro_batch)), 2 * per_rank // micro_batch + 1):
+        if per_rank % n == 0:
+            return n, per_rank // n
+    return None
 
 
 def stand_in_dirs(ckpt_dir: str, rank: int, size: int, planned: int) -> List[str]:

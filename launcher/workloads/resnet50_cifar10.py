@@ -426,7 +426,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     rank, size = _init_parallel(args, distributed)
     planned = planned_size(os.environ, size)
     if planned > size and args.parallel_mode == "data_parallel":  # fewer ranks: the same global batch
-        args.grad_accum, note = keep_global_batch(args.grad_accum, args.batch_size, size, planned)
+        args.grad_accum, args.batch_size, note = keep_global_batch(args.grad_accum, args.batch_size, size, planned)
         _say(note or "")
     elif planned > size:
         _say(f"elastic: {size} of {planned} planned ranks: the global batch is smaller ({args.parallel_mode})")

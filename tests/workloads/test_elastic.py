@@ -11,29 +11,42 @@ from launcher.workloads.elastic import keep_global_batch, mirror_checkpoint, pla
 
 
 @pytest.mark.parametrize(
-    "k, batch, size, planned, new, says",
+    "k, batch, size, planned, new, micro, says",
     [
-        (1, 32, 4, 4, 1, None),  # the planned size: as given
-        (1, 32, 2, 4, 2, "so a step's global batch stays 128"),
-        (2, 16, 3, 6, 4, "so a step's global batch stays 192"),
-        (1, 32, 2, 3, 2, "the nearest to the planned global batch of 96: 128"),  # 1.5 -> 2 (halves up)
-        (1, 8, 3, 4, 1, "the nearest to the planned global batch of 32: 24"),  # 1.33 -> 1
-        (4, 8, 7, 8, 5, "the nearest to the planned global batch of 256: 280"),  # 4.57 -> 5
-        (3, 4, 1, 5, 15, "so a step's global batch stays 60"),
-        (1, 32, 6, 4, 1, None),  # more than planned (never planned so): as given
+        (1, 32, 4, 4, 1, 32, None),  # the planned size: as given
+        (1, 32, 2, 4, 2, 32, "so a step's global batch stays 128"),
+        (2, 16, 3, 6, 4, 16, "so a step's global batch stays 192"),
+        (1, 32, 2, 3, 2, 24, "(--batch-size 32 -> 24) per step, so a step's global batch stays 96"),  # 48 a rank
+        (1, 8, 2, 3, 2, 6, "(--batch-size 8 -> 6) per step, so a step's global batch stays 24"),
+        (1, 8, 3, 4, 1, 8, "the nearest to the planned global batch of 32: 24"),  # 32 / 3: no whole batch a rank
+        (4, 8, 7, 8, 5, 8, "the nearest to the planned global batch of 256: 280"),  # 256 / 7: none either
+        (3, 4, 1, 5, 15, 4, "so a step's global batch stays 60"),
+        (1, 8, 2, 13, 13, 4, "(--batch-size 8 -> 4) per step, so a step's global batch stays 104"),  # 52 = 13 x 4
+        (1, 8, 8, 11, 1, 8, "the nearest to the planned global batch of 88: 64"),  # 11 a rank: 11 > 8, 1 x 11
+        (1, 10, 6, 7, 1, 10, "the nearest to the planned global batch of 70: 60"),  # 70 / 6: none
+        (1, 10, 5, 7, 2, 7, "(--batch-size 10 -> 7) per step, so a step's global batch stays 70"),  # 14 = 2 x 7
+        (1, 10, 2, 5, 5, 5, "(--batch-size 10 -> 5) per step"),  # 25 a rank: 5 x 5, half of 10 still goes
+        (1, 32, 6, 4, 1, 32, None),  # more than planned (never planned so): as given
     ],
 )
-def test_the_global_batch_is_kept_or_the_nearest_is_named(k, batch, size, planned, new, says):
-    got, line = keep_global_batch(k, batch, size, planned)
-    assert got == new
-    if says is None:
+def test_the_global_batch_is_kept_or_the_nearest_is_named(k, batch, size, planned, new, micro, says):
+    got, got_micro, line = keep_global_batch(k, batch, size, planned)
+    assert (got, got_micro) == (new, micro)
+    if planned <= size:
         assert line is None
+        return
+    assert line is not None and "\n" not in line and says in line
+    assert line.startswith(f"elastic: {size} of {planned} planned ranks: --grad-accum {k} -> {new} micro-batches")
+    # the rule: exact with a micro-batch between half the user's and the user's, the fewest micro-batches
+    # of it; else the nearest whole K to k x planned / size (never below 1) of the user's micro-batch
+    want = k * batch * planned
+    exact = [(n, want // size // n) for n in range(1, want + 1) if want % size == 0 and (want // size) % n == 0]
+    exact = [(n, b) for n, b in exact if batch / 2 <= b <= batch]
+    if exact:
+        assert (got, got_micro) == exact[0] and got * got_micro * size == want
+        assert "so a step's global batch stays" in line
     else:
-        assert line is not None and "\n" not in line and says in line
-        assert line.startswith(f"elastic: {size} of {planned} planned ranks: --grad-accum {k} -> {new} micro-batches")
-    # the rule: the nearest whole K to k x planned / size, never below 1
-    if planned > size:
-        assert abs(new * size - k * planned) <= size / 2 and new >= 1
+        assert got_micro == batch and abs(got * size - k * planned) <= size / 2 and got >= 1
 
 
 @pytest.mark.parametrize(
