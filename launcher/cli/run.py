@@ -381,7 +381,7 @@ def _supervise(
             if plan.launcher in ("ssh", "mpirun")
             else None,
             backend_settings={
-                "ssh": ssh_settings(ssh, spec, plan, start, console.note),
+                "ssh": ssh_settings(ssh, spec, plan, start, console.note, options.straggler.every),
                 "mpirun": NoteSettings(console.note),
                 "slurm": NoteSettings(console.note),
                 "local": LocalSettings(

@@ -140,11 +140,22 @@ def choose(plan: Plan, mindspore_cpu: bool, zygote: Optional[bool], minimal: Opt
 
 
 def ssh_settings(
-    ssh: "SSHSettings", spec: JobSpec, plan: Plan, start: StartMode, on_note: Callable[[str], None]
+    ssh: "SSHSettings",
+    spec: JobSpec,
+    plan: Plan,
+    start: StartMode,
+    on_note: Callable[[str], None],
+    look_every: Optional[float] = None,
 ) -> "SSHSettings":
     """The ssh launcher's settings for this job: the console's notes; with the zygote, what each
     host's zygote imports; unless ``--cold-restarts``, the pool that keeps each host's agent (and
-    zygote) for a restart, with the spare hosts to start them on when the job starts."""
+    zygote) for a restart, with the spare hosts to start them on when the job starts; with
+    ``look_every`` (the straggler watch's seconds between looks), how often each host's agent
+    samples its ranks' scheduler figures (:func:`~launcher.execution.ssh.settings.sample_every`)."""
+    from launcher.execution.ssh.settings import sample_every
+
+    if look_every is not None:
+        ssh = replace(ssh, sample_every=sample_every(look_every))
     if plan.launcher != "ssh":
         return replace(ssh, on_note=on_note)
     from launcher.execution.local.zygote import PRELOAD

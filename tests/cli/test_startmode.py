@@ -116,6 +116,11 @@ def test_ssh_settings_give_each_host_a_zygote_keep_the_agents_and_start_the_spar
     # another launcher: only the notes
     local = ssh_settings(SSHSettings(), spec(), plan(), StartMode(True, False, None), notes.append)
     assert (local.zygote, local.keep, local.standby) == ((), None, ())
+    # the straggler watch's looks (--straggler replace:10: one every 1.67 s) set how often each
+    # host's agent samples its ranks: twice per look; without a watch, the agent's default
+    assert got.sample_every == 2.0
+    watched = ssh_settings(SSHSettings(), s, p, StartMode(True, False, None), notes.append, 10 / 6)
+    assert watched.sample_every == 5 / 6 and watched.zygote == PRELOAD
 
 
 def test_the_scheduler_runs_init_alone_with_the_zygote_on_mindspore_cpu_jobs():

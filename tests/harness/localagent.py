@@ -19,7 +19,13 @@ from launcher.execution.ssh.remote_link import BOOTSTRAP, MAGIC
 class LocalAgent:
     """The agent as a subprocess; a thread decodes its frames into per-rank output and events."""
 
-    def __init__(self, ping_timeout: float = 30.0, heartbeat: float = 0.2, argv: Optional[List[str]] = None) -> None:
+    def __init__(
+        self,
+        ping_timeout: float = 30.0,
+        heartbeat: float = 0.2,
+        argv: Optional[List[str]] = None,
+        sched_every: Optional[float] = None,
+    ) -> None:
         self.proc = subprocess.Popen(
             argv or [sys.executable, "-S", "-u", "-c", BOOTSTRAP],
             stdin=subprocess.PIPE,
@@ -35,7 +41,7 @@ class LocalAgent:
         self.eof = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.write(bootstrap_payload("here", ping_timeout, heartbeat))
+        self.write(bootstrap_payload("here", ping_timeout, heartbeat, sched_every))
 
     def write(self, data: bytes) -> None:
         assert self.proc.stdin is not None

@@ -115,17 +115,22 @@ def agent_command(python: str) -> str:
     return "exec " + " ".join(shlex.quote(p) for p in (python, "-S", "-u", "-c", BOOTSTRAP))
 
 
-def bootstrap_payload(host: str, ping_timeout: float, heartbeat: float = PING_INTERVAL) -> bytes:
+def bootstrap_payload(
+    host: str, ping_timeout: float, heartbeat: float = PING_INTERVAL, sched_every: Optional[float] = None
+) -> bytes:
     """What the bootstrap reads first: a decimal length line, then ``{"src", "cfg"}`` as JSON.
 
     Args:
         host: the host's name (for the agent's messages).
         ping_timeout: seconds without a ping after which the agent ends every rank.
         heartbeat: seconds between the agent's heartbeats.
+        sched_every: seconds between its samples of the ranks' scheduler figures (None: the agent's
+            default, ``SCHED_EVERY``).
     """
-    body = json.dumps(
-        {"src": agent_source(), "cfg": {"host": host, "ping_timeout": ping_timeout, "heartbeat": heartbeat}}
-    ).encode("utf-8")
+    cfg: Dict[str, Any] = {"host": host, "ping_timeout": ping_timeout, "heartbeat": heartbeat}
+    if sched_every is not None:
+        cfg["sched_every"] = sched_every
+    body = json.dumps({"src": agent_source(), "cfg": cfg}).encode("utf-8")
     return str(len(body)).encode("ascii") + b"\n" + body
 
 

@@ -246,7 +246,9 @@ class HostAgent:
             return
         try:
             chan.exec_command(agent_command(self.python))
-            chan.sendall(bootstrap_payload(self.host, self.settings.agent_timeout, PING_INTERVAL))
+            chan.sendall(
+                bootstrap_payload(self.host, self.settings.agent_timeout, PING_INTERVAL, self.settings.sample_every)
+            )
         except (paramiko.SSHException, OSError, EOFError) as exc:
             status, said = _early_end(chan)
             chan.close()

@@ -17,6 +17,7 @@ with ``cfg``:
     host          the host's name as the inventory gives it (for messages)
     ping_timeout  seconds without a byte on stdin after which every rank is ended (link lost)
     heartbeat     seconds between heartbeat frames
+    sched_every   seconds between samples of the ranks' scheduler figures (default SCHED_EVERY)
 
 The protocol (requests on stdin, frames on stdout) is described in :mod:`launcher.execution.ssh.agent`.
 
@@ -30,7 +31,7 @@ State machine of one rank::
         killed, its pipe read to EOF, at most 2 s) --> "exit rc"
     running --term op--> SIGTERM (then SIGCONT) to its group;  --kill op--> SIGKILL to its group and tree
     heartbeats name the running ranks whose process is stopped by a signal (state T), and every
-    SCHED_EVERY s carry each running rank's tree's CPU and run-delay seconds and TCP send-queued
+    sched_every s carry each running rank's tree's CPU and run-delay seconds and TCP send-queued
     bytes (the straggler watch)
 
 State machine of the agent::

@@ -21,6 +21,9 @@ PING_INTERVAL = 1.0
 LOST_AFTER = 5.0
 #: Seconds without a ping after which a host agent ends every rank of its host by itself.
 AGENT_TIMEOUT = 8.0
+#: Seconds between a host agent's samples of its ranks' scheduler figures (the straggler watch's
+#: evidence), unless the watch looks more often.
+SAMPLE_EVERY = 2.0
 #: Default seconds for a host's agent to say "ready" (``--ssh-start-timeout``): the login
 #: shell runs first (profile scripts, pyenv, ...), so this is longer than the liveness window.
 START_TIMEOUT = 30.0
@@ -48,6 +51,8 @@ class SSHSettings:
             the next (:mod:`launcher.execution.ssh.pool`); None: each attempt connects anew.
         standby: the job's spare hosts with their ranks' interpreter: with ``keep``, their agents
             (and zygotes) start in the background when the job starts.
+        sample_every: seconds between each host agent's samples of its ranks' scheduler figures
+            (:func:`sample_every`: twice per look of the straggler watch, so each look has a new one).
     """
 
     config: Optional[str] = None
@@ -62,3 +67,11 @@ class SSHSettings:
     zygote: Tuple[str, ...] = ()
     keep: Optional[Any] = field(default=None, compare=False)  # an AgentPool (its module imports this one)
     standby: Tuple[Tuple["Host", str], ...] = ()
+    sample_every: float = SAMPLE_EVERY
+
+
+def sample_every(look_every: float) -> float:
+    """A host agent's seconds between samples for a straggler watch that looks every
+    ``look_every`` seconds: half that, so every look finds a sample taken since the last (a look
+    that finds the same sample again confirms nothing), between 0.5 s and :data:`SAMPLE_EVERY`."""
+    return max(0.5, min(SAMPLE_EVERY, look_every / 2))

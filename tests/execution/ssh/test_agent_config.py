@@ -79,6 +79,17 @@ def test_bootstrap_payload_is_a_length_line_then_the_source_and_settings():
         with open(module.__file__, encoding="utf-8") as fh:
             sources.append(fh.read())
     assert first["src"] == "\n\n".join(sources)
+    # the straggler watch's cadence, when the launcher asks for one
+    cfg = json.loads(bootstrap_payload("h2", 8.0, 1.0, 0.75).split(b"\n", 1)[1])["cfg"]
+    assert cfg == {"host": "h2", "ping_timeout": 8.0, "heartbeat": 1.0, "sched_every": 0.75}
+
+
+def test_a_host_samples_twice_per_look_of_the_straggler_watch_within_bounds():
+    from launcher.execution.ssh.settings import SAMPLE_EVERY, sample_every
+    from launcher.planning.health.stragglers import StragglerPolicy
+
+    assert [sample_every(StragglerPolicy.parse(f"warn:{w}").every) for w in (3, 6, 10, 30)] == [0.5, 0.5, 5 / 6, 2.0]
+    assert sample_every(100.0) == SAMPLE_EVERY == 2.0 and sample_every(0.1) == 0.5
 
 
 def test_the_agent_source_runs_without_the_launcher_package(tmp_path):

@@ -62,9 +62,9 @@ def test_one_agent_runs_many_ranks_with_literal_env_and_reports_each_exit(tmp_pa
 
 @pytest.mark.e2e
 def test_heartbeats_carry_each_running_ranks_cpu_and_run_delay_seconds(tmp_path):
-    """Every few seconds a heartbeat has ``sched``: the running ranks' [agent time, cpu s, delay s],
-    cumulative (the straggler watch); a sleeping rank's CPU stays near 0."""
-    a = LocalAgent()
+    """Every ``sched_every`` seconds a heartbeat has ``sched``: the running ranks' [agent time,
+    cpu s, delay s], cumulative (the straggler watch); a sleeping rank's CPU stays near 0."""
+    a = LocalAgent(heartbeat=0.2, sched_every=0.4)
     try:
         a.start(
             0, [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 60: pass"], str(tmp_path)
@@ -80,6 +80,14 @@ def test_heartbeats_carry_each_running_ranks_cpu_and_run_delay_seconds(tmp_path)
         first, last = beats[0]["0"], beats[-1]["0"]
         assert last[0] > first[0] and last[1] >= first[1] and last[2] >= first[2]
         assert beats[-1]["1"][1] < 0.05  # sleep: almost no CPU
+        # the cadence asked for (the agent's default is 2 s): a beat comes 0.2 s or more after the
+        # last, so the second after a sample is 0.4 s or more later and has one; never sooner
+        with a.cond:
+            seen = [b for b in a.beats]
+        marks = [i for i, b in enumerate(seen) if "sched" in b]
+        assert len(marks) >= 2 and all(0 < j - i <= 2 for i, j in zip(marks, marks[1:])), [sorted(b) for b in seen]
+        times = [seen[i]["time"] for i in marks]
+        assert all(t - s >= 0.35 for s, t in zip(times, times[1:])), times
         a.write(op_line("kill", None))
         a.wait_for(lambda: len(a.exits()) == 2)
     finally:
