@@ -136,12 +136,13 @@ def end_agents(agents: Sequence[HostAgent], conns: Sequence[SshConnection], time
     """Close every agent's stdin and wait (at most ``timeout`` s, all hosts at once) until sshd
     reports its exit, then close ``conns``, so no agent outlives mslaunch: closing the
     connections alone lets each agent end by itself a moment after mslaunch exited.  An agent
-    whose ranks still run ends them first (SIGTERM, 2 s, SIGKILL); a lost connection is not
-    waited for."""
+    whose ranks still run ends them first (SIGTERM, 2 s, SIGKILL).  A lost host is not waited for:
+    its connection closed, or its agent went silent (a cut link: the connection still looks open
+    from here, and the agent ends its ranks by itself once it hears no ping)."""
     waiting = []
     for agent in agents:
         chan = agent.chan
-        if chan is None or chan.closed or chan.exit_status_ready() or not agent.conn.active():
+        if chan is None or chan.closed or chan.exit_status_ready() or agent.lost or not agent.conn.active():
             continue
         agent.conn.send_eof(chan)
         waiting.append(chan)

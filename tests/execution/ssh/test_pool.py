@@ -30,6 +30,7 @@ class Agent:
     def __init__(self, conn: Conn, serves: bool = True, state: str = "ready") -> None:
         self.conn, self._serves, self.state = conn, serves, state
         self.chan = None
+        self.lost = False
         self.pings: List[float] = []
         self.ready = threading.Event()
 
@@ -118,3 +119,33 @@ def test_a_spare_that_cannot_be_reached_leaves_nothing_kept():
     pool.standby(fails)
     assert pool.take(["h3"]) == {}
     pool.close()
+
+
+class Chan:
+    """A channel whose agent never answers EOF (its host's link is cut): no exit status comes."""
+
+    closed = False
+
+    def exit_status_ready(self) -> bool:
+        return False
+
+
+def test_an_agent_of_a_lost_host_is_not_waited_for_though_its_connection_looks_open():
+    from launcher.execution.ssh.pool import end_agents
+
+    class Eofs(Conn):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eofs = 0
+
+        def send_eof(self, chan: object) -> None:
+            self.eofs += 1
+
+    cut, alive = Agent(Eofs()), Agent(Eofs())
+    cut.chan = alive.chan = Chan()
+    cut.lost, alive.lost = True, False  # a cut link: the agent went silent, TCP still "active" here
+    end_agents([cut], [cut.conn], timeout=5.0)  # returns at once: nothing is asked of a lost host
+    assert cut.conn.eofs == 0 and cut.conn.closed
+    # a live agent is asked to end and waited for (here until the timeout: it never exits)
+    end_agents([alive], [alive.conn], timeout=0.2)
+    assert alive.conn.eofs == 1 and alive.conn.closed
