@@ -223,7 +223,7 @@ def side_by_side(args: argparse.Namespace, kinds: List[str], work: str, data: st
     free_core, faulty_core = cores[0], cores[1]
     timed = [k for k in kinds if k != "restart"]
     at = [(i + 1) * args.steps // (len(timed) + 1) for i in range(len(timed))]
-    flags = MSLAUNCH_FLAGS
+    flags = mslaunch_flags(args)
     print(f"side by side: fault-free on core {free_core}, faulty on core {faulty_core}")
     print(f"stream: {kinds}, at new steps {at}, seed {args.seed}")
     with NamespaceCluster(ACTIVE + 1, slots=1) as a, NamespaceCluster(ACTIVE + 1, slots=1) as b:
@@ -269,7 +269,7 @@ def side_by_side(args: argparse.Namespace, kinds: List[str], work: str, data: st
     rate = args.steps / float(free["wall"])  # type: ignore[arg-type]  # run_job's dict: a float
     gap = (args.steps / (len(timed) + 1)) / rate if timed else 0.0
     print(f"fault-free: {free['wall']:.1f} s for {args.steps} steps: one fault per {gap:.0f} s of fault-free time")
-    report("mslaunch side by side (defaults and --straggler replace:10 --min-hosts 2, one spare host)", faulty, free)
+    report(f"mslaunch side by side (defaults and {' '.join(flags)}, one spare host)", faulty, free)
     return faulty
 
 
@@ -322,6 +322,11 @@ def report(name: str, run: Dict[str, object], free: Dict[str, object]) -> None:
         print("   mslaunch said: " + " | ".join(str(run["err"]).strip().splitlines()[-3:]))
 
 
+def mslaunch_flags(args: argparse.Namespace) -> List[str]:
+    """mslaunch's flags for both of its runs: :data:`MSLAUNCH_FLAGS` with ``--straggler`` as asked."""
+    return ["--straggler", args.straggler] + MSLAUNCH_FLAGS[2:]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=320, help="optimizer steps of the job (about 5 minutes here)")
@@ -333,6 +338,9 @@ def main() -> int:
         "--ckpt-every",
         default="5",
         help="the trainer's --ckpt-every: 5 steps, or auto:5 (the interval mslaunch offers after a fault, Young/Daly)",
+    )
+    ap.add_argument(
+        "--straggler", default=MSLAUNCH_FLAGS[1], help="mslaunch's --straggler in both its runs (default %(default)s)"
     )
     ap.add_argument("--also", default=None, help='a second faulty run with these mslaunch flags added ("--a 1 --b")')
     ap.add_argument("--keep", default=None, help="keep the jobs' folders here")
@@ -374,7 +382,7 @@ def main() -> int:
             ok = side is not None and side["code"] == 0 and side["final"] is not None
             return 0 if ok and len(side["faults"]) == len(kinds) else 1  # type: ignore[arg-type,index]  # run_job's dict
         with NamespaceCluster(ACTIVE + 1, slots=1) as c:
-            flags = MSLAUNCH_FLAGS
+            flags = mslaunch_flags(args)
             free = run_job("fault-free", c, work, data, args.steps, flags, ACTIVE + 1, ckpt_every=args.ckpt_every)
             assert free["code"] == 0 and free["final"] is not None, free["err"]
             rate = args.steps / float(free["wall"])  # type: ignore[arg-type]  # run_job's dict: a float
@@ -385,7 +393,7 @@ def main() -> int:
             faulty = run_job(
                 "faulty", c, work, data, args.steps, flags, ACTIVE + 1, (kinds, at, args.seed), args.ckpt_every
             )
-            report("mslaunch (defaults and --straggler replace:10 --min-hosts 2, one spare host)", faulty, free)
+            report(f"mslaunch (defaults and {' '.join(flags)}, one spare host)", faulty, free)
             if args.also:
                 extra = shlex.split(args.also)
                 also = run_job(
