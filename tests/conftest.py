@@ -19,8 +19,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pytest_configure(config):
-    """The suite's time budget (:mod:`tests.harness.budget`)."""
+    """The suite's time budget (:mod:`tests.harness.budget`); Hypothesis's tables built first."""
     config.pluginmanager.register(BudgetPlugin(), "mslaunch-budget")
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # once, before pytest-xdist starts its workers
+        _warm_hypothesis()
+
+
+def _warm_hypothesis():
+    """Hypothesis builds its tables of unicode characters the first time a test draws text (about
+    2.5 CPU-s here), then keeps them under ``.hypothesis/``: on a fresh clone that cost would fall
+    on whichever property test comes first and fail ``make test-fast``'s CPU limit for a test
+    (:mod:`tests.harness.budget`). Drawing one text here builds them before any test is measured."""
+    from hypothesis import find, settings
+    from hypothesis import strategies as st
+
+    find(st.text(min_size=1), lambda text: True, settings=settings(database=None))
 
 
 if FAST:  # make test-fast: property tests without their own count try 20 inputs (see tests/harness/hypo.py)
