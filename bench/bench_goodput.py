@@ -6,9 +6,9 @@ The job: ``launcher.workloads.resnet50_cifar10`` (ResNet-14, 32x32 synthetic CIF
 ``--ckpt-every`` 5 steps), 3 ranks on 3 namespace hosts (``tests/harness/netns_cluster.py``), one
 per host, a 4th host spare, ``--steps`` optimizer steps.  Runs, back to back:
 
-1. **fault-free**, mslaunch's defaults (``--max-restarts`` set) with ``--straggler replace:10
-   --min-hosts 2`` (a slow host is left for the spare; once the spare is gone the job goes on
-   with the hosts left): its wall time F and step rate;
+1. **fault-free**, mslaunch's defaults (``--max-restarts`` set) with ``--straggler replace:6
+   --min-hosts 2`` (a slow host is left for the spare, judged over 6 s; once the spare is gone
+   the job goes on with the hosts left): its wall time F and step rate;
 2. **faulty**, the same job with the stream of :mod:`tests.harness.faultstream` injected from
    outside: fault *i* once the job trained ``i x --every`` seconds' worth of fault-free steps
    (kinds ``--kinds``: kill, stop, cut, restart, slow, ckpt; ranks drawn with ``--seed``); its
@@ -73,8 +73,10 @@ from tests.harness.steppace import ettr_within, median_step_ms  # noqa: E402  (a
 PY = sys.executable
 ACTIVE = 3  # hosts with a rank; one more is spare
 #: What the fault-free and the faulty run add to mslaunch's defaults: a slow host is left for the
-#: spare, and once the spare is gone the job goes on with the hosts left.
-MSLAUNCH_FLAGS = ["--straggler", "replace:10", "--min-hosts", "2"]
+#: spare, and once the spare is gone the job goes on with the hosts left.  The straggler window:
+#: over 10 s the slow host was named 14-15 s after its quota, over 6 s in 8.6-8.7 s, and the
+#: fault-free job beside it named nobody (2 runs, 2026-11-29; docs/long-jobs.md).
+MSLAUNCH_FLAGS = ["--straggler", "replace:6", "--min-hosts", "2"]
 
 
 def inventory(c: NamespaceCluster, path: str, hosts: int) -> str:
