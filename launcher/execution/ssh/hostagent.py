@@ -207,9 +207,7 @@ class HostAgent:
         self._err = b""
         self._said: List[str] = []
         self._end: Optional[tuple] = None  # (rc, reason) for ranks of an ended agent
-        #: ended because its host was lost (the connection closed, or the agent went silent): no
-        #: answer is waited for from it (a cut link keeps a TCP connection "active" here)
-        self.lost = False
+        self.lost = False  # ended as lost (closed, or silent: a cut link looks open here): never waited for
         self.eof_since: Optional[float] = None
         #: This machine's clock minus the agent's host clock, plus the least delay seen: the
         #: smallest ``time.time() - sent`` over the agent's time-stamped messages (None until one).
