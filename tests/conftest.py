@@ -30,10 +30,15 @@ def _warm_hypothesis():
     2.5 CPU-s here), then keeps them under ``.hypothesis/``: on a fresh clone that cost would fall
     on whichever property test comes first and fail ``make test-fast``'s CPU limit for a test
     (:mod:`tests.harness.budget`). Drawing one text here builds them before any test is measured."""
+    import warnings
+
     from hypothesis import find, settings
     from hypothesis import strategies as st
+    from hypothesis.errors import HypothesisSideeffectWarning
 
-    find(st.text(min_size=1), lambda text: True, settings=settings(database=None))
+    with warnings.catch_warnings():  # it warns of slow work at start-up: this is that work, on purpose
+        warnings.simplefilter("ignore", HypothesisSideeffectWarning)
+        find(st.text(min_size=1), lambda text: True, settings=settings(database=None))
 
 
 if FAST:  # make test-fast: property tests without their own count try 20 inputs (see tests/harness/hypo.py)
