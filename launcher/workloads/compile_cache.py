@@ -11,6 +11,11 @@ trainer compiles the same graphs in the same order in every attempt (see
 there, unless the user set MindSpore's variables (then they decide).  MindSpore reads them at each
 compile, so this works in a process forked from a zygote that imported MindSpore already.
 
+A job that goes on with fewer ranks than planned (``--min-hosts``) compiles other graphs (another
+number of micro-batches, of another size): its attempts use a folder of their own for each size,
+``<folder>/world-<N>-of-<planned>`` (:func:`launcher.workloads.elastic.cache_subfolder`), so the
+first attempt at a size compiles and the later ones at that size take its graphs.
+
 A cache file that does not load (a process killed while writing it) is compiled again by
 MindSpore itself ("Failed to load the compilation cache file. Execute all the compilation
 actions.").
@@ -18,7 +23,10 @@ actions.").
 
 from __future__ import annotations
 
+import os
 from typing import MutableMapping, Optional
+
+from launcher.workloads.elastic import cache_subfolder
 
 __all__ = ["ENABLE_VAR", "OFFER_VAR", "PATH_VAR", "stop_caching", "use_offered_cache"]
 
@@ -30,11 +38,15 @@ PATH_VAR = "MS_COMPILER_CACHE_PATH"
 
 def use_offered_cache(env: MutableMapping[str, str]) -> Optional[str]:
     """Turn MindSpore's compile cache on in the folder mslaunch offers (``env`` is normally
-    ``os.environ``, before the first graph compiles).  Returns that folder, or None when nothing
-    is offered or the user set either of MindSpore's variables."""
+    ``os.environ``, before the first graph compiles), in a run smaller than planned in that size's
+    subfolder.  Returns the folder, or None when nothing is offered or the user set either of
+    MindSpore's variables."""
     folder = env.get(OFFER_VAR, "").strip()
     if not folder or ENABLE_VAR in env or PATH_VAR in env:
         return None
+    sub = cache_subfolder(env)
+    if sub:
+        folder = os.path.join(folder, sub)
     env[ENABLE_VAR], env[PATH_VAR] = "1", folder
     return folder
 

@@ -32,7 +32,15 @@ import os
 import shutil
 from typing import List, Mapping, Optional, Tuple
 
-__all__ = ["PLANNED_VAR", "keep_global_batch", "mirror_checkpoint", "planned_size", "smaller", "stand_in_dirs"]
+__all__ = [
+    "PLANNED_VAR",
+    "cache_subfolder",
+    "keep_global_batch",
+    "mirror_checkpoint",
+    "planned_size",
+    "smaller",
+    "stand_in_dirs",
+]
 
 PLANNED_VAR = "MSLAUNCH_PLANNED_WORLD_SIZE"
 SIZE_VAR = "MSLAUNCH_WORLD_SIZE"
@@ -46,6 +54,15 @@ def smaller(env: Mapping[str, str]) -> bool:
         return int(env.get(SIZE_VAR, "")) < int(env.get(PLANNED_VAR, ""))
     except ValueError:
         return False
+
+
+def cache_subfolder(env: Mapping[str, str]) -> Optional[str]:
+    """The compile cache's folder for a run with fewer ranks than planned, ``world-N-of-P`` (None at
+    the planned size): its graphs are other graphs, the same in every attempt of that size (the
+    same arguments give the same ``K`` and micro-batch), so each size keeps its own."""
+    if not smaller(env):
+        return None
+    return f"world-{int(env[SIZE_VAR])}-of-{int(env[PLANNED_VAR])}"
 
 
 def planned_size(env: Mapping[str, str], size: int) -> int:

@@ -109,7 +109,7 @@ from launcher.workloads.ckpt_every import parse_ckpt_every, schedule_for
 from launcher.workloads.cluster import all_reduce_sum, any_rank, distributed_from_env
 from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
-from launcher.workloads.elastic import keep_global_batch, mirror_checkpoint, planned_size, smaller, stand_in_dirs
+from launcher.workloads.elastic import keep_global_batch, mirror_checkpoint, planned_size, stand_in_dirs
 from launcher.workloads.grad_accum import AccumulatingStep, one_batch_step
 from launcher.workloads.preempt import StopOnSignal
 from launcher.workloads.resnet50 import ARCHS, SoftmaxCrossEntropyExpand, count_parameters, resnet
@@ -419,8 +419,8 @@ def _save(loop: _Loop, epoch: int, step: int, last: bool = False) -> bool:
 def train(args: argparse.Namespace, distributed: bool) -> int:
     """Run the training described by ``args``; returns the exit code."""
     # Data parallel only: the (semi-)auto-parallel modes plan strategies that a cached graph would skip.
-    # Not in a run smaller than planned (--min-hosts): its train step accumulates more (another graph).
-    cache = use_offered_cache(os.environ) if args.parallel_mode == "data_parallel" and not smaller(os.environ) else None
+    # A run smaller than planned (--min-hosts) compiles other graphs: a folder for each size.
+    cache = use_offered_cache(os.environ) if args.parallel_mode == "data_parallel" else None
     if cache:
         _say(f"compile cache: {cache} (MindSpore's; a restart takes the graphs it compiles from there)")
     rank, size = _init_parallel(args, distributed)

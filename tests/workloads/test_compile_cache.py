@@ -33,3 +33,18 @@ def test_nothing_offered_or_the_users_own_settings_leave_the_env_alone():
     ):
         before = dict(env)
         assert use_offered_cache(env) is None and env == before, before
+
+
+def test_a_run_smaller_than_planned_caches_in_a_folder_of_its_size():
+    """Fewer ranks than planned (--min-hosts): other graphs (another K and micro-batch), the same in
+    every attempt of that size: each size has its own folder; the planned size keeps the offered one."""
+    sized = {"MSLAUNCH_WORLD_SIZE": "2", "MSLAUNCH_PLANNED_WORLD_SIZE": "3"}
+    env = {OFFER_VAR: "/jobs/j1/compile_cache", **sized}
+    assert use_offered_cache(env) == "/jobs/j1/compile_cache/world-2-of-3" == env[PATH_VAR]
+    assert env[ENABLE_VAR] == "1"
+    one = {OFFER_VAR: "/jobs/j1/compile_cache", "MSLAUNCH_WORLD_SIZE": "1", "MSLAUNCH_PLANNED_WORLD_SIZE": "3"}
+    assert use_offered_cache(one) == "/jobs/j1/compile_cache/world-1-of-3"
+    full = {OFFER_VAR: "/jobs/j1/compile_cache", "MSLAUNCH_WORLD_SIZE": "3", "MSLAUNCH_PLANNED_WORLD_SIZE": "3"}
+    assert use_offered_cache(full) == "/jobs/j1/compile_cache"
+    mine = {OFFER_VAR: "/c", PATH_VAR: "/mine", **sized}  # the user's own settings still win
+    assert use_offered_cache(mine) is None and mine[PATH_VAR] == "/mine"

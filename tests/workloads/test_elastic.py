@@ -7,7 +7,14 @@ import os
 
 import pytest
 
-from launcher.workloads.elastic import keep_global_batch, mirror_checkpoint, planned_size, smaller, stand_in_dirs
+from launcher.workloads.elastic import (
+    cache_subfolder,
+    keep_global_batch,
+    mirror_checkpoint,
+    planned_size,
+    smaller,
+    stand_in_dirs,
+)
 
 
 @pytest.mark.parametrize(
@@ -62,6 +69,10 @@ def test_smaller_is_read_before_init_from_both_variables():
     assert smaller({"MSLAUNCH_WORLD_SIZE": "2", "MSLAUNCH_PLANNED_WORLD_SIZE": "3"})
     assert not smaller({"MSLAUNCH_WORLD_SIZE": "3", "MSLAUNCH_PLANNED_WORLD_SIZE": "3"})
     assert not smaller({"MSLAUNCH_PLANNED_WORLD_SIZE": "3"}) and not smaller({})
+    # and the compile cache's folder for that size (none at the planned size)
+    assert cache_subfolder({"MSLAUNCH_WORLD_SIZE": "2", "MSLAUNCH_PLANNED_WORLD_SIZE": "3"}) == "world-2-of-3"
+    assert cache_subfolder({"MSLAUNCH_WORLD_SIZE": "3", "MSLAUNCH_PLANNED_WORLD_SIZE": "3"}) is None
+    assert cache_subfolder({"MSLAUNCH_WORLD_SIZE": "x", "MSLAUNCH_PLANNED_WORLD_SIZE": "3"}) is None
 
 
 def test_each_missing_rank_is_kept_by_exactly_one_rank_left():
