@@ -4,12 +4,14 @@ Each worker prints ``net rank=<r> size=<n> sum=<v>`` and exits 0 when ``v == n(n
 the project's collective checks end (``launcher.workloads.cluster.exit_now``): MindSpore 2.10's
 exit cleanup now and then crashes after the result (a rank of a correct two-node run in CI ended
 by SIGSEGV right after printing its sum), which is the framework's, not what these tests are about.
-``NET_FAIL_RANK=<r>``: that rank exits 3 right after ``init()`` (a worker failing mid-job).
+``NET_FAIL_RANK=<r>``: that rank exits 3 right after ``init()`` (a worker failing mid-job), the same
+way: MindSpore's exit cleanup after ``sys.exit(3)`` there once never returned (a CI run under load,
+2026-11-29: its main thread in ``futex_wait`` for two minutes, until its peers' collective timed
+out; it returned in 0.7 s in the runs before and after), which is the framework's too.
 The scheduler's ``init()`` serves the cluster and ends the process.
 """
 
 import os
-import sys
 
 import mindspore as ms
 import numpy as np
@@ -24,7 +26,7 @@ init()
 rank, size = get_rank(), get_group_size()
 if os.environ.get("NET_FAIL_RANK") == str(rank):
     print(f"net rank={rank} failing on purpose", flush=True)
-    sys.exit(3)
+    exit_now(3)
 
 
 class _Sum(nn.Cell):
