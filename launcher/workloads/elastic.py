@@ -9,10 +9,10 @@ is ``G = K x micro-batch x ranks``; with fewer ranks each rank takes ``G / curre
 (:func:`keep_global_batch`), as the fewest micro-batches ``K'`` of one size ``B'`` that make it
 exactly, with ``B'`` no larger than the user's micro-batch (its memory) and no smaller than half
 of it (DeepSpeed's elastic training picks its micro-batch and accumulation the same way: the
-global batch exact, the micro-batch from what fits).  3 of 4 ranks at 8 a rank: ``K' = 1`` of 8
-would be 24, not 32, so where no such ``B'`` exists (``G`` not a multiple of the ranks left, or
-only micro-batches below half) the trainer keeps ``B`` and takes the nearest whole
-``K' = K x planned / current`` (halves up), the nearest global batch the ranks left can make.  It
+global batch exact, the micro-batch from what fits).  Where no such ``B'`` exists (``G`` not a
+multiple of the ranks left, e.g. 32 on 3 ranks, or only micro-batches below half of ``B``) the
+trainer keeps ``B`` and takes the nearest whole ``K' = K x planned / current`` (halves up), the
+nearest global batch the ranks left can make (3 of 4 ranks at 8: ``K' = 1``, 24 instead of 32).  It
 says which in one line; the learning rate is left as it is (the global batch is the same, or the
 nearest).  The steps per epoch stay the same: each rank's shard grows by ``planned / current``
 and so does its batch.
