@@ -127,6 +127,8 @@ def test_a_host_lost_the_trainer_goes_on_with_two_ranks_and_exactly_the_same_glo
             f"per step, so a step's global batch stays {3 * BATCH}"
         ) in text, text[-2000:]
         assert f"rank {rank} of 2: 100 batches of 3 per pass" in text, text[-2000:]  # 600 images: 300 a rank
+        # its graphs are another K's and micro-batch's: a compile-cache folder of this size's own
+        assert f"compile cache: {job / 'compile_cache' / 'world-2-of-3'} (" in text, text[-2000:]
         budget = json.loads(re.search(r"^MSLAUNCH_METRIC (.*)$", text, re.M).group(1))
         want = {"batch_size": 6, "grad_accum": 2, "micro_batch_size": 3, "steps_per_epoch": STEPS}
         assert {k: budget[k] for k in want} == want, budget
