@@ -11,8 +11,7 @@ table (``RANK_TABLE_FILE``) or OpenMPI (``OMPI_COMM_WORLD_SIZE``). Then the modu
 rank reads its own shard of the training set (``num_shards=get_group_size()``,
 ``shard_id=get_rank()``). With ``MS_ROLE=MS_SCHED`` (the scheduler process a launcher starts with
 the same module) it only calls ``init()``: in MindSpore 2.10 the scheduler's ``init()`` serves the
-cluster and ends the process itself once every worker has left (exit 0, or 1 if a worker died),
-so nothing after it runs.
+cluster and ends the process itself once every worker has left (exit 0, or 1 if a worker died).
 
 Data: ``--data-path`` is a folder holding ``cifar-10-batches-bin`` or that folder itself.
 ``Cifar10Dataset`` (exactly 10000 records per ``data_batch*.bin`` / ``test_batch.bin``) reads
@@ -77,7 +76,8 @@ Compile cache: under mslaunch (``MSLAUNCH_COMPILE_CACHE``) MindSpore's compile c
 unless ``MS_COMPILER_CACHE_*`` is set: a restart takes its graphs from it (compile_cache.py); with
 ``--ckpt-dir`` every attempt gathers the checkpoint positions first, so that graph comes first.
 
-Exit codes: 0 done; 1 training failed (e.g. the loss became NaN); 2 bad arguments or data.
+Exit codes: 0 done; 1 training failed (e.g. the loss became NaN); 2 bad arguments or data. Then it
+ends as the collective checks do (cluster.exit_now: MindSpore's exit cleanup now and then crashes).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ from launcher.workloads.checkpoints import (
 )
 from launcher.workloads.cifar10_data import UsageError, build_pipeline, open_cifar10, resolve_cifar_folder
 from launcher.workloads.ckpt_every import parse_ckpt_every, schedule_for
-from launcher.workloads.cluster import all_reduce_sum, any_rank, distributed_from_env
+from launcher.workloads.cluster import all_reduce_sum, any_rank, distributed_from_env, exit_now
 from launcher.workloads.compile_cache import stop_caching, use_offered_cache
 from launcher.workloads.cputhreads import apply_cpu_threads
 from launcher.workloads.elastic import keep_global_batch, mirror_checkpoint, planned_size, stand_in_dirs
@@ -496,5 +496,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # its code decided: MindSpore's exit cleanup may crash, see exit_now
+    exit_now(main())

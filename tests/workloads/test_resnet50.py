@@ -174,6 +174,29 @@ def test_auto_parallel_on_cpu_is_a_one_line_error_with_exit_2(capsys, monkeypatc
     assert err[0].startswith("resnet50_cifar10: error: --parallel-mode auto_parallel is not supported on CPU")
 
 
+#: The trainer run as a program, an exit handler registered first (as MindSpore registers its cleanup).
+AS_PROGRAM = (
+    "import atexit, runpy, sys\n"
+    "atexit.register(lambda: print('atexit ran', flush=True))\n"
+    "sys.argv = ['resnet50_cifar10', *sys.argv[1:]]\n"
+    f"runpy.run_module({MODULE!r}, run_name='__main__')\n"
+)
+
+
+@pytest.mark.mindspore
+def test_under_mslaunch_the_trainer_ends_with_its_code_and_without_the_exit_cleanup() -> None:
+    """Its code decided, the trainer ends as the collective checks do (``cluster.exit_now``): under
+    mslaunch no exit handler runs (MindSpore's cleanup after the last checkpoint once crashed a
+    warm restart's rank 0 with SIGSEGV, exit 139). Which handlers run under which launcher is
+    tests/workloads/test_cluster.py's; here one process, MindSpore imported, refused at its flags."""
+    env = dict(trainer_env(), MSLAUNCH_ATTEMPT="0")
+    r = subprocess.run(
+        [sys.executable, "-c", AS_PROGRAM, "--data-path", ""], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert (r.returncode, r.stdout) == (2, ""), r.stdout + r.stderr
+    assert r.stderr.splitlines()[-1] == "resnet50_cifar10: error: --data-path is required (or set DATA_PATH)"
+
+
 @pytest.mark.parametrize(
     "gathered, size, problem",
     [
