@@ -26,7 +26,7 @@ MAX_RSS_MB = 200
 
 CHILD = textwrap.dedent(
     r'''
-    import json, os, resource, sys, tempfile, time
+    import json, os, resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
     from launcher.errors import MsLaunchError
     from launcher.planning import ranktable
@@ -35,8 +35,7 @@ CHILD = textwrap.dedent(
     from launcher.planning.job import envs, ranks
     from launcher.planning.ranktable import hccn
 
-    case = sys.argv[1]
-    folder = tempfile.mkdtemp()
+    case, folder = sys.argv[1], sys.argv[2]  # the test's own tmp_path: nothing left in /tmp
 
     def write(name, text):
         path = os.path.join(folder, name)
@@ -184,9 +183,11 @@ EXPECTED: Dict[str, str] = {
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))
-def test_worst_inputs_stay_bounded(case: str) -> None:
+def test_worst_inputs_stay_bounded(case: str, tmp_path) -> None:
     env = dict(os.environ, PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-c", CHILD, case], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, case, str(tmp_path)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     outcome = json.loads(r.stdout)
     print(f"{case}: {outcome}")
