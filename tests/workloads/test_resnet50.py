@@ -8,7 +8,8 @@ ResNet-8 on 16x16 costs a fraction of ResNet-50 on 32x32: 15 s for both runs aga
 oneDNN's ISA capped as mslaunch caps it for its ranks on a host whose default is its reference
 kernel (there the cap halves the runs' CPU); and two steps of the default network, ResNet-50 (it
 builds and trains in the trainer), with the trainer's ``main`` in this process, as in the
-bad-flag case (which refuses before MindSpore does anything).
+bad-flag case (which refuses before MindSpore does anything). One more process imports MindSpore
+and is refused at its flags: how the trainer run as a program ends under mslaunch.
 """
 
 from __future__ import annotations
