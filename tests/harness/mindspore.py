@@ -8,8 +8,11 @@ fails, because ``make test`` installs the ``[train]`` extra and CI must run thes
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
-from typing import Dict
+import re
+import signal
+from typing import Dict, Optional
 
 from tests.harness.ci import skip_or_fail
 
@@ -53,3 +56,40 @@ def trainer_env() -> Dict[str, str]:
     if "ONEDNN_MAX_CPU_ISA" not in env and "DNNL_MAX_CPU_ISA" not in env:
         env["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     return env
+
+
+#: A worker's registration and unregistration as MindSpore 2.10's scheduler logs them.
+_REGISTERED = re.compile(r"The new node: (\S+)\(role: MS_WORKER\), rank id: (\d+)")
+_UNREGISTERED = re.compile(r"Node (\S+) has unregistered")
+_NATIVE = {-int(s): s.name for s in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)}
+
+
+def crashed_after_leaving(job_dir: str) -> Optional[str]:
+    """Why a local job failed, when the failure is MindSpore 2.10's exit cleanup and nothing else:
+    the rank whose death ended it was killed by SIGSEGV, SIGABRT or SIGBUS after the scheduler had
+    logged its unregistration (its program had ended, its atexit handlers had run, it had left
+    the cluster). Else None.
+
+    Seen twice in five fresh-clone runs of the suite, in 2-rank jobs under the suite's load
+    (a user's script, and the trainer when it still ended through that cleanup); 0 in 56 jobs of
+    the same script here alone. A test whose subject is that full exit runs its job once more then
+    and says why; a second failure fails it."""
+    try:
+        with open(os.path.join(job_dir, "events.jsonl")) as f:
+            events = [json.loads(line) for line in f if line.strip()]
+        with open(os.path.join(job_dir, "scheduler.log"), errors="replace") as f:
+            sched = f.read()
+    except (OSError, ValueError):
+        return None
+    first = next((e for e in events if e.get("kind") == "failure"), None)
+    rank = next(
+        (e.get("rank") for e in events if e.get("kind") == "exited" and first and e.get("name") == first.get("name")),
+        None,
+    )
+    if first is None or rank is None or first.get("returncode") not in _NATIVE:
+        return None
+    nodes = {node for node, r in _REGISTERED.findall(sched) if int(r) == rank}
+    if not nodes & set(_UNREGISTERED.findall(sched)):
+        return None
+    how = _NATIVE[first["returncode"]]
+    return f"{first['name']} was killed by {how} after it left the cluster (MindSpore's exit cleanup)"
