@@ -334,6 +334,54 @@ def test_native_crash_signals(rc, name):
     assert c.kind == "native_crash" and c.evidence == f"{name}; the log ends: epoch: 1 step: 3, loss is 2.1"
 
 
+#: MindSpore 2.10's scheduler log of a 2-rank job whose workers both left the cluster (shortened).
+SCHED_LEFT = (
+    "[WARNING] DISTRIBUTED(26170,7fde92ba06c0,python):2026-11-29-22:35:39.363.400 [mindspore/ccsrc/cluster/topology/"
+    "meta_server_node.cc:254] ProcessRegister] The new node: {n0}(role: MS_WORKER), rank id: 0, device id: 0, "
+    "hostname: vm, ip: 127.0.0.1 is registered successfully. Currently registered node number: 1",
+    "[WARNING] DISTRIBUTED(26170,7fde92ba06c0,python):2026-11-29-22:35:39.429.944 [mindspore/ccsrc/cluster/topology/"
+    "meta_server_node.cc:254] ProcessRegister] The new node: {n1}(role: MS_WORKER), rank id: 1, device id: 1, "
+    "hostname: vm, ip: 127.0.0.1 is registered successfully. Currently registered node number: 2",
+    "[WARNING] DISTRIBUTED(26170,7fde92ba06c0,python):2026-11-29-22:35:42.427.931 [mindspore/ccsrc/cluster/topology/"
+    "meta_server_node.cc:323] ProcessUnregister] Node {n0} has unregistered.",
+    "[WARNING] DISTRIBUTED(26170,7fde92ba06c0,python):2026-11-29-22:35:42.447.807 [mindspore/ccsrc/cluster/topology/"
+    "meta_server_node.cc:323] ProcessUnregister] Node {n1} has unregistered.",
+)
+EXIT_TAIL = (
+    "main code done",
+    "[INFO] DISTRIBUTED(26179,7fde7bfff6c0,python):2026-11-29-22:35:42.327.505 [mindspore/ccsrc/cluster/rpc/core/"
+    "communicator/tcp_server.cc:314] Start] Event base dispatch success!",
+)
+
+
+@pytest.mark.parametrize("nodes", [("0", "1"), ("a1f3", "77c0")])  # MS_NODE_ID = rank, or MindSpore's own ids
+def test_a_native_crash_after_the_rank_left_the_cluster_says_its_program_had_ended(nodes):
+    sched = tuple(x.format(n0=nodes[0], n1=nodes[1]) for x in SCHED_LEFT)
+    c = classify(fail(EXIT_TAIL, rc=-11, name="rank 1", scheduler_tail=sched, scheduler_host="node1"))
+    assert c.kind == "native_crash"
+    assert c.evidence.startswith(
+        f"SIGSEGV; after it left the cluster (the scheduler's log: Node {nodes[1]} has "
+        "unregistered.); the log ends: [INFO] DISTRIBUTED("
+    ), c.evidence
+    assert c.hint.startswith("it crashed in the framework's exit cleanup, after its program had ended"), c.hint
+
+
+@pytest.mark.parametrize(
+    "name, unregistered",
+    [
+        ("rank 1", ()),  # nobody left yet: a crash while it ran
+        ("rank 1", (2,)),  # the other rank left, not this one
+        ("rank 0", (3,)),
+        ("scheduler", (2, 3)),
+    ],
+)
+def test_a_native_crash_before_the_rank_left_is_a_crash_of_its_run(name, unregistered):
+    sched = SCHED_LEFT[:2] + tuple(SCHED_LEFT[i] for i in unregistered)
+    sched = tuple(x.format(n0="0", n1="1") for x in sched)
+    c = classify(fail(EXIT_TAIL, rc=-11, name=name, scheduler_tail=sched))
+    assert c.kind == "native_crash" and "left the cluster" not in c.evidence and "not the script" in c.hint
+
+
 def test_native_crash_names_the_first_frame_outside_the_c_runtime():
     tail = (
         "terminate called after throwing an instance of 'std::runtime_error'",

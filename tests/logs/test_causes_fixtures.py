@@ -102,6 +102,22 @@ _JUDGED = {  # the docs' samples that no log file stands for: the failure each s
         },
     ),
     "lost_host": Failure("rank 2", "node2", 255, lost="connection to node2 lost (no answer for 30 s)"),
+    "native_crash": Failure(  # after the rank left the cluster (a CI run's logs, the test suite's load)
+        "rank 1",
+        "localhost",
+        -11,
+        (
+            "main code done",
+            "[INFO] DISTRIBUTED(26179,7fde7bfff6c0,python):2026-11-29-22:35:42.327.505 [mindspore/ccsrc/cluster/rpc/"
+            "core/communicator/tcp_server.cc:314] Start] Event base dispatch success!",
+        ),
+        scheduler_tail=(
+            "[WARNING] DISTRIBUTED(26170,7fde92ba06c0,python):2026-11-29-22:35:42.427.931 [mindspore/ccsrc/cluster/"
+            "topology/meta_server_node.cc:323] ProcessUnregister] Node 0 has unregistered.",
+            "[WARNING] DISTRIBUTED(26170,7fde92ba06c0,python):2026-11-29-22:35:42.447.807 [mindspore/ccsrc/cluster/"
+            "topology/meta_server_node.cc:323] ProcessUnregister] Node 1 has unregistered.",
+        ),
+    ),
 }
 
 

@@ -222,17 +222,44 @@ def _disk_full(evidence: str, path: Optional[str]) -> Found:
     return Found(cut(evidence), {}, hint="free space on {host} (checkpoints, logs, /tmp), or write elsewhere")
 
 
+#: MindSpore's scheduler logs a worker's registration (its node id, its rank) and its unregistration,
+#: which the worker's exit cleanup sends once its program has ended.
+_REGISTERED = re.compile(r"The new node: (\S+)\(role: MS_WORKER\), rank id: (\d+)")
+_UNREGISTERED = re.compile(r"\bNode (\S+) has unregistered")
+_LEFT_HINT = (
+    "it crashed in the framework's exit cleanup, after its program had ended and it had left the cluster: what the"
+    " program wrote is complete; the crash is the framework's (read the native stack in the log)"
+)
+
+
+def left_cluster(facts: Facts) -> Optional[str]:
+    """The scheduler's line that says this rank left the cluster (unregistered: its program had
+    ended), or None. Its node id is the one its registration line gives its rank, else the rank
+    (mslaunch sets ``MS_NODE_ID`` to it)."""
+    f = facts.failure
+    rank = f.name[len("rank ") :] if f.name.startswith("rank ") else ""
+    if not rank.isdigit() or not f.scheduler_tail:
+        return None
+    lines = [strip_ansi(x) for x in f.scheduler_tail[-TAIL_LINES:]]
+    nodes = {node for line in lines for node, r in _REGISTERED.findall(line) if r == rank} or {rank}
+    return next((line for line in lines for node in _UNREGISTERED.findall(line) if node in nodes), None)
+
+
 def match_native_crash(facts: Facts) -> Optional[Found]:
     """SIGSEGV, SIGABRT, SIGBUS, SIGILL or SIGFPE: the fatal-error line and the crashing frame when
-    the log has a faulthandler dump or a native stack."""
+    the log has a faulthandler dump or a native stack; and, for a rank the scheduler saw leave the
+    cluster before, that the crash came after its program had ended (MindSpore's exit cleanup)."""
     if facts.signal not in NATIVE_SIGNALS:
         return None
     crash = native_crash(facts.lines)
     parts = [signal_name(facts.signal)]
+    left = left_cluster(facts)
+    if left:
+        parts.append(f"after it left the cluster (the scheduler's log: {message(left)})")
     if crash.error:
         parts.append(crash.error)
     if crash.frame:
         parts.append(f"in {crash.frame}" + (f", called from {crash.caller}" if crash.caller else ""))
     if not crash.error and not crash.frame:
         parts.append(f"the log ends: {last_line(facts.lines)}")
-    return Found(cut("; ".join(parts)), {"frame": crash.frame or ""})
+    return Found(cut("; ".join(parts)), {"frame": crash.frame or ""}, hint=_LEFT_HINT if left else None)
