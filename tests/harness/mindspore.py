@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
-import signal
 from typing import Dict, Optional
 
 from tests.harness.ci import skip_or_fail
@@ -58,38 +56,22 @@ def trainer_env() -> Dict[str, str]:
     return env
 
 
-#: A worker's registration and unregistration as MindSpore 2.10's scheduler logs them.
-_REGISTERED = re.compile(r"The new node: (\S+)\(role: MS_WORKER\), rank id: (\d+)")
-_UNREGISTERED = re.compile(r"Node (\S+) has unregistered")
-_NATIVE = {-int(s): s.name for s in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)}
-
-
 def crashed_after_leaving(job_dir: str) -> Optional[str]:
-    """Why a local job failed, when the failure is MindSpore 2.10's exit cleanup and nothing else:
-    the rank whose death ended it was killed by SIGSEGV, SIGABRT or SIGBUS after the scheduler had
-    logged its unregistration (its program had ended, its atexit handlers had run, it had left
-    the cluster). Else None.
+    """Why a job failed, when the failure is MindSpore 2.10's exit cleanup and nothing else: the
+    job's root cause (summary.json) is a native crash of a rank after it left the cluster
+    (launcher/logs/causerules/errorlines.py: the scheduler had logged its unregistration, so its
+    program had ended and its atexit handlers had run). Else None.
 
     Seen twice in five fresh-clone runs of the suite, in 2-rank jobs under the suite's load
     (a user's script, and the trainer when it still ended through that cleanup); 0 in 56 jobs of
     the same script here alone. A test whose subject is that full exit runs its job once more then
     and says why; a second failure fails it."""
     try:
-        with open(os.path.join(job_dir, "events.jsonl")) as f:
-            events = [json.loads(line) for line in f if line.strip()]
-        with open(os.path.join(job_dir, "scheduler.log"), errors="replace") as f:
-            sched = f.read()
-    except (OSError, ValueError):
+        with open(os.path.join(job_dir, "summary.json")) as f:
+            root = json.load(f).get("root_cause") or {}
+    except (OSError, ValueError, AttributeError):
         return None
-    first = next((e for e in events if e.get("kind") == "failure"), None)
-    rank = next(
-        (e.get("rank") for e in events if e.get("kind") == "exited" and first and e.get("name") == first.get("name")),
-        None,
-    )
-    if first is None or rank is None or first.get("returncode") not in _NATIVE:
+    cause = root.get("cause") or {}
+    if cause.get("kind") != "native_crash" or "after it left the cluster" not in cause.get("evidence", ""):
         return None
-    nodes = {node for node, r in _REGISTERED.findall(sched) if int(r) == rank}
-    if not nodes & set(_UNREGISTERED.findall(sched)):
-        return None
-    how = _NATIVE[first["returncode"]]
-    return f"{first['name']} was killed by {how} after it left the cluster (MindSpore's exit cleanup)"
+    return f"{root.get('name')}: {cause['evidence'].split(' (the scheduler')[0]} (MindSpore's exit cleanup)"
