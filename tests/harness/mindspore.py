@@ -62,9 +62,10 @@ def crashed_after_leaving(job_dir: str) -> Optional[str]:
     (launcher/logs/causerules/errorlines.py: the scheduler had logged its unregistration, so its
     program had ended and its atexit handlers had run). Else None.
 
-    Seen in 2 of 10 runs of the suite, in 2-rank jobs under its load (a user's script, and the
-    trainer when it still ended through that cleanup); 0 in 56 jobs of the same script here alone. A test whose subject is that full exit runs its job once more then
-    and says why; a second failure fails it."""
+    Seen in 2 of 12 runs of the suite, in 2-rank jobs under its load (a user's script, and the
+    trainer when it still ended through that cleanup); 0 in 56 jobs of the same script here alone.
+    A test whose subject is that full exit runs its job once more then and says why; a second
+    failure fails it."""
     try:
         with open(os.path.join(job_dir, "summary.json")) as f:
             root = json.load(f).get("root_cause") or {}
