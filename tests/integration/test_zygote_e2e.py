@@ -64,6 +64,20 @@ print("main code done", flush=True)
 """
 
 
+def once_more_after_a_cleanup_crash(job, name):
+    """``job(name)`` runs a job and gives (its result, its log folder).  When MindSpore's cleanup
+    killed a rank after it had left the cluster (:func:`tests.harness.mindspore.crashed_after_leaving`:
+    everything the program does had happened), the job runs once more as ``<name>-again``, and this
+    says why.  Returns the run that counts and its name."""
+    r, log_dir = job(name)
+    why = crashed_after_leaving(str(log_dir)) if r.returncode else None
+    if not why:
+        return r, name
+    print(f"{name}: {why}; the job again")
+    assert_no_pids_left(str(log_dir))
+    return job(f"{name}-again")[0], f"{name}-again"
+
+
 def own_lines(log):
     """The lines the program printed (MindSpore's own log lines left out), random values masked."""
     lines = [ln for ln in log.splitlines() if not re.match(r"\[(INFO|WARNING|ERROR|DEBUG)\]", ln) and ln.strip()]
@@ -89,14 +103,15 @@ def test_the_default_keeps_what_the_program_leaves_at_its_end_as_no_zygote_does(
 
             def job(name):
                 (tmp_path / name).mkdir()
-                return run_process(
+                log_dir = tmp_path / f"logs-{name}"
+                r = run_process(
                     "run",
                     "--np",
                     "2",
                     "--master-port",
                     "auto",
                     "--log-dir",
-                    str(tmp_path / f"logs-{name}"),
+                    str(log_dir),
                     "--env",
                     f"OUT={tmp_path / name}",
                     *flags,
@@ -105,13 +120,10 @@ def test_the_default_keeps_what_the_program_leaves_at_its_end_as_no_zygote_does(
                     timeout=300,
                     preexec_fn=favored,
                 )
+                return r, log_dir
 
-            r, out, log_dir = job(mode), tmp_path / mode, tmp_path / f"logs-{mode}"
-            why = crashed_after_leaving(str(log_dir)) if r.returncode else None
-            if why:  # once more: MindSpore's cleanup crashed after everything the program does
-                print(f"{mode}: {why}; the job again")
-                assert_no_pids_left(str(log_dir))
-                r, out, log_dir = job(f"{mode}-again"), tmp_path / f"{mode}-again", tmp_path / f"logs-{mode}-again"
+            r, name = once_more_after_a_cleanup_crash(job, mode)
+            out, log_dir = tmp_path / name, tmp_path / f"logs-{name}"
             assert r.returncode == 0, (mode, r.stderr[-3000:])
             assert ("forked from one process that imported mindspore once" in r.stderr) == (mode == "default"), r.stderr
             assert "mslaunch: zygote:" not in r.stderr  # no fallback
@@ -229,25 +241,26 @@ def test_an_8_worker_data_parallel_job_with_msruns_flags_ends_cleanly(tmp_path):
     (run once more when MindSpore's cleanup killed a rank after it had left the cluster:
     tests/harness/mindspore.py's ``crashed_after_leaving``)."""
     env = dict(os.environ, EPOCHS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    log_dir = tmp_path / "run"
-    argv = [
-        "run",
-        "--worker_num=8",
-        "--local_worker_num=8",
-        "--master_port=auto",
-        "--join=True",
-        "--cluster_time_out=300",
-        f"--log_dir={log_dir}",
-        DP,
-    ]
-    kw = dict(cwd=tmp_path, env=env, timeout=600)
-    r = run_process(*argv, **kw)
-    why = crashed_after_leaving(str(log_dir)) if r.returncode else None
-    if why:  # once more: MindSpore's cleanup crashed after everything the program does
-        print(f"{why}; the job again")
-        assert_no_pids_left(str(log_dir))
-        log_dir = tmp_path / "again"
-        r = run_process(*[f"--log_dir={log_dir}" if a.startswith("--log_dir=") else a for a in argv], **kw)
+
+    def job(name):
+        log_dir = tmp_path / name
+        r = run_process(
+            "run",
+            "--worker_num=8",
+            "--local_worker_num=8",
+            "--master_port=auto",
+            "--join=True",
+            "--cluster_time_out=300",
+            f"--log_dir={log_dir}",
+            DP,
+            cwd=tmp_path,
+            env=env,
+            timeout=600,
+        )
+        return r, log_dir
+
+    r, name = once_more_after_a_cleanup_crash(job, "run")
+    log_dir = tmp_path / name
     assert r.returncode == 0, r.stderr[-3000:]
     for rank in range(8):
         assert re.search(
