@@ -73,10 +73,12 @@ from tests.harness.steppace import ettr_within, median_step_ms  # noqa: E402  (a
 PY = sys.executable
 ACTIVE = 3  # hosts with a rank; one more is spare
 #: What the fault-free and the faulty run add to mslaunch's defaults: a slow host is left for the
-#: spare, and once the spare is gone the job goes on with the hosts left.  The straggler window:
-#: over 10 s the slow host was named 14-15 s after its quota, over 6 s in 8.6-8.8 s, and the
-#: fault-free job beside it named nobody (3 runs, 2026-11-29; docs/long-jobs.md).
-MSLAUNCH_FLAGS = ["--straggler", "replace:6", "--min-hosts", "2"]
+#: spare (``--straggler``, :data:`STRAGGLER` unless asked otherwise), and once the spare is gone the
+#: job goes on with the hosts left.
+MSLAUNCH_FLAGS = ["--min-hosts", "2"]
+#: The straggler window: over 10 s the slow host was named 14-15 s after its quota, over 6 s in
+#: 8.6-8.8 s, and the fault-free job beside it named nobody (3 runs, 2026-11-29; docs/long-jobs.md).
+STRAGGLER = "replace:6"
 
 
 def inventory(c: NamespaceCluster, path: str, hosts: int) -> str:
@@ -325,8 +327,8 @@ def report(name: str, run: Dict[str, object], free: Dict[str, object]) -> None:
 
 
 def mslaunch_flags(args: argparse.Namespace) -> List[str]:
-    """mslaunch's flags for both of its runs: :data:`MSLAUNCH_FLAGS` with ``--straggler`` as asked."""
-    return ["--straggler", args.straggler] + MSLAUNCH_FLAGS[2:]
+    """mslaunch's flags for both of its runs: ``--straggler`` as asked, and :data:`MSLAUNCH_FLAGS`."""
+    return ["--straggler", args.straggler, *MSLAUNCH_FLAGS]
 
 
 def main() -> int:
@@ -342,7 +344,7 @@ def main() -> int:
         help="the trainer's --ckpt-every: 5 steps, or auto:5 (the interval mslaunch offers after a fault, Young/Daly)",
     )
     ap.add_argument(
-        "--straggler", default=MSLAUNCH_FLAGS[1], help="mslaunch's --straggler in both its runs (default %(default)s)"
+        "--straggler", default=STRAGGLER, help="mslaunch's --straggler in both its runs (default %(default)s)"
     )
     ap.add_argument("--also", default=None, help='a second faulty run with these mslaunch flags added ("--a 1 --b")')
     ap.add_argument("--keep", default=None, help="keep the jobs' folders here")
