@@ -200,28 +200,28 @@ def end_after(seconds: float, code: int) -> None:
 
 
 def exit_now(code: int) -> "NoReturn":
-    """End a collective check without MindSpore's C++ teardown: flush, then ``os._exit``. The
-    static destructors after a finished job add ~2.7 s a process here and now and then crash
-    (SIGSEGV after the result line was printed), which would fail a job whose collective was
-    correct; so does, more rarely, the C++ cleanup MindSpore registers with ``atexit``.
+    """End a program whose result is decided: flush, run the exit handlers (MindSpore's cluster
+    finalize among them) guarded, then ``os._exit``, which skips the interpreter's finalization
+    and the static destructors: after a finished job they add ~2.7 s a process here and now and
+    then crash (SIGSEGV after the result line was printed, and after the rank had left the
+    cluster), which would fail a job whose result was correct.
 
-    Under mslaunch's own supervision (``MSLAUNCH_ATTEMPT`` set, not under mpirun) no atexit
-    handler runs: mslaunch ends the job once every worker exited 0 (the scheduler is stopped
-    then), so nothing waits for the workers to leave the cluster.  Elsewhere they run, the
-    cluster's finalize among them: the scheduler of msrun, or one mpirun started, ends only when
-    every worker has left (else it reports them lost and exits 1, which ends an mpirun job).
-    A crash in them ends the process with ``code`` all the same
-    (:func:`keep_code_through_teardown`), and so does one that has not ended after
-    :data:`TEARDOWN_GRACE` seconds (:func:`end_after`)."""
+    The handlers run under every launcher. The cluster's finalize is what lets the peers finish:
+    the scheduler of msrun, or one mpirun started, ends only when every worker has left (else it
+    reports them lost and exits 1), and in MindSpore's ring collectives a sender waits for the
+    receiver's acknowledgement, so a rank that ended right after its last collective left a peer
+    waiting for it until the collective timed out (``RingAllReduce wait sending 2 failed``: once in
+    CI, under mslaunch, when these handlers were skipped there).  A crash in them ends the process
+    with ``code`` all the same (:func:`keep_code_through_teardown`), and so does one that has not
+    ended after :data:`TEARDOWN_GRACE` seconds (:func:`end_after`)."""
     import atexit
 
     try:
-        if "MSLAUNCH_ATTEMPT" not in os.environ or "OMPI_COMM_WORLD_SIZE" in os.environ:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            keep_code_through_teardown(code)
-            end_after(TEARDOWN_GRACE, code)
-            atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        keep_code_through_teardown(code)
+        end_after(TEARDOWN_GRACE, code)
+        atexit._run_exitfuncs()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -21,21 +21,21 @@ PROG = (
 
 
 @pytest.mark.parametrize(
-    "extra, handlers_run",
+    "extra",
     [
-        ({}, True),  # msrun or by hand: the cluster's finalize must run (the scheduler waits for it)
-        ({"MSLAUNCH_ATTEMPT": "0"}, False),  # mslaunch's supervisor stops the scheduler itself
-        ({"MSLAUNCH_ATTEMPT": "1", "OMPI_COMM_WORLD_SIZE": "2"}, True),  # under mpirun the scheduler waits again
+        {},  # msrun or by hand: the cluster's finalize must run (the scheduler waits for it)
+        {"MSLAUNCH_ATTEMPT": "0"},  # mslaunch: the peers' last collective waits for this rank's acknowledgement
+        {"MSLAUNCH_ATTEMPT": "1", "OMPI_COMM_WORLD_SIZE": "2"},  # mpirun
     ],
 )
 @pytest.mark.e2e
-def test_exit_now_flushes_exits_with_the_code_and_skips_atexit_only_under_mslaunchs_supervision(extra, handlers_run):
+def test_exit_now_flushes_runs_the_exit_handlers_and_exits_with_the_code_under_every_launcher(extra):
     env = {k: v for k, v in os.environ.items() if k not in ("MSLAUNCH_ATTEMPT", "OMPI_COMM_WORLD_SIZE")}
     env.update(extra, PYTHONPATH=ROOT)
     for code in (0, 3):
         r = subprocess.run([sys.executable, "-c", PROG, str(code)], capture_output=True, text=True, env=env, timeout=60)
         assert r.returncode == code, r.stderr
-        assert r.stdout == "result line" + ("atexit ran\n" if handlers_run else "")
+        assert r.stdout == "result line" + "atexit ran\n"
 
 
 CRASHING = (
