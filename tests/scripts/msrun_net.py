@@ -7,7 +7,8 @@ by SIGSEGV right after printing its sum), which is the framework's, not what the
 ``NET_FAIL_RANK=<r>``: that rank exits 3 right after ``init()`` (a worker failing mid-job), the same
 way: MindSpore's exit cleanup after ``sys.exit(3)`` there once never returned (a CI run under load,
 2026-11-29: its main thread in ``futex_wait`` for two minutes, until its peers' collective timed
-out; it returned in 0.7 s in the runs before and after), which is the framework's too.
+out; it returned in 0.7 s in the runs before and after), which is the framework's too: through
+``exit_now`` a cleanup still running after 30 s ends the rank with its code.
 The scheduler's ``init()`` serves the cluster and ends the process.
 """
 
